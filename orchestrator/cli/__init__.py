@@ -1,0 +1,87 @@
+"""Command line: wires the layers together and is the only place that prints.
+
+Each subcommand lives in its own module under `orchestrator.cli` and exposes
+`register(subparsers)`; the module's handler returns an exit code. Errors from the
+core arrive as `OrchestratorError`s and are shown as one line (plus a hint); `-v`
+adds the traceback. Exit codes: 0 found/done, 1 campaign did not conclude,
+2 usage or config error, 3 infrastructure error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from orchestrator import __version__
+from orchestrator.errors import OrchestratorError
+
+# Subcommand modules, in the order `--help` lists them. A module missing from a
+# checkout is skipped, so the CLI grows with the product.
+COMMAND_MODULES = (
+    "plan",
+    "bisect",
+    "run",
+    "sweep",
+    "rerun",
+    "runs",
+    "report",
+    "classify",
+    "import_",
+    "hosts",
+    "restore",
+    "lab",
+    "schedule",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default exits 2 too; keep its wording
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="orchestrator",
+        description="Find which server flag breaks an inference deployment.",
+    )
+    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show tracebacks and debug detail"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"orchestrator.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"orchestrator.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    from orchestrator.cli.output import err_console
+
+    try:
+        return int(args.handler(args) or 0)
+    except OrchestratorError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        err_console().print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        if exc.hint:
+            err_console().print(f"  [yellow]hint:[/] {exc.hint}", markup=True, highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console().print("interrupted", highlight=False)
+        return 130

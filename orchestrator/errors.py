@@ -1,0 +1,98 @@
+"""The error tree. It follows the layers; lower-library errors are mapped at one boundary.
+
+Every error carries one line for the user (`str(err)`) and, where there is one, a `hint`
+saying what to try. The CLI prints both and picks the exit code from the class:
+2 for usage and config errors, 3 for infrastructure, 1 for a campaign that did not conclude.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of every error the program raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(OrchestratorError):
+    """The command line asks for something that cannot be done."""
+
+    exit_code = 2
+
+
+class ConfigError(OrchestratorError):
+    """A YAML file (experiment, hosts, scenario, sweep) is unreadable or invalid.
+
+    `file` and `key` locate the problem; the message always names both when known.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = file or ""
+        if key:
+            where = f"{where}: {key}" if where else key
+        full = f"{where}: {message}" if where else message
+        super().__init__(full, hint=hint)
+        self.file = file
+        self.key = key
+        self.reason = message
+
+
+class PlanError(OrchestratorError):
+    """The planner was asked something it cannot answer (e.g. configs do not differ)."""
+
+    exit_code = 2
+
+
+class InfraError(OrchestratorError):
+    """The host or the path to it failed: not a verdict about the config."""
+
+    exit_code = 3
+
+
+class TransportError(InfraError):
+    """A command could not be run on the host (connection, auth, timeout)."""
+
+
+class HostKeyError(TransportError):
+    """The host key is unknown or has changed; never accepted silently."""
+
+
+class CommandTimeout(TransportError):
+    """A remote command ran past its timeout (and was killed on the host)."""
+
+
+class ServiceError(InfraError):
+    """The service manager refused an operation (missing unit, sudo refused, ...)."""
+
+
+class LockError(InfraError):
+    """Another orchestrator holds the host lock for this unit."""
+
+
+class StoreError(OrchestratorError):
+    """The results store is unusable (read-only, full, corrupted)."""
+
+    exit_code = 3
+
+
+class CampaignIncomplete(OrchestratorError):
+    """A campaign stopped before an answer (budget, deadline, endpoints wrong)."""
+
+    exit_code = 1
