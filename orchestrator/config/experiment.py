@@ -1,0 +1,526 @@
+"""Experiment configs: one server launch (exec, flags, env, unit, port, health, probe).
+
+A YAML file may `extends:` another (relative path, cycles refused); keys of the child
+override the parent's, mappings merge key by key, and a flag or env var set to
+`false`/null in the child is removed. Every file is validated on its own, so an error
+names the file the bad key is in. The result is a frozen `Experiment`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+
+from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.errors import ConfigError
+
+Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime union here)
+#: A flag's value: True = bare switch; a scalar = `--flag VALUE`; a tuple = `--flag V1 V2`.
+FlagValue = Union[bool, int, float, str, tuple[Union[int, float, str], ...]]  # noqa: UP007
+
+DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
+
+_DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)")
+_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_duration(value: object) -> float:
+    """'15m', '90s', '1h30m', '500ms' or a number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like '90s', '15m' or a number of seconds")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("expected a positive duration")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        pos, total = 0, 0.0
+        for m in _DURATION.finditer(text):
+            if m.start() != pos:
+                break
+            pos = m.end()
+            total += float(m["num"]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m["unit"]]
+        if text and pos == len(text) and total > 0:
+            return total
+    raise ValueError(f"expected a duration like '90s', '15m' or '1h30m', got {value!r}")
+
+
+# ---------------------------------------------------------------------------- raw models
+# Every field is optional here: a file may be a partial config that `extends:` another.
+# Completeness (exec, port) is checked after the chain is merged.
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ServiceModel(_Raw):
+    unit: str | None = None
+    exec: str | None = None
+    flags: dict[str, Scalar | list[int | float | str] | None] | None = None
+    env: dict[str, Scalar | None] | None = None
+    workdir: str | None = None
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name in v or {}:
+            bare = name.lstrip("-")
+            if not _FLAG_NAME.match(bare):
+                raise ValueError(f"flag name {name!r} is not a valid option name")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name in v or {}:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not valid")
+        return v
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_name(cls, v: str | None) -> str | None:
+        if v is not None and (not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", v) or v in (".", "..")):
+            raise ValueError(f"unit name {v!r} must be a plain systemd unit name, not a path")
+        if v is not None and "." not in v:
+            raise ValueError(f"unit name {v!r} needs its type suffix, e.g. '{v}.service'")
+        return v
+
+
+class HealthModel(_Raw):
+    path: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    timeout: float | None = None
+    ready_after: int | None = Field(default=None, ge=1, le=100)
+    interval: float | None = None
+
+    @field_validator("timeout", "interval", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"expected an HTTP path starting with '/', got {v!r}")
+        return v
+
+
+class ProbeModel(_Raw):
+    run: str | None = None
+    metric: str | None = None
+    pass_if: str | None = None
+    timeout: float | None = None
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("metric")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                compiled = re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"metric is not a valid regular expression: {exc}") from None
+            if compiled.groups < 1:
+                raise ValueError("metric regex needs one group capturing the number")
+        return v
+
+    @field_validator("pass_if")
+    @classmethod
+    def _condition(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_condition(v)
+        return v
+
+
+class ExperimentModel(_Raw):
+    name: str | None = None
+    description: str | None = None
+    extends: str | None = None
+    service: ServiceModel | None = None
+    health: HealthModel | None = None
+    probe: ProbeModel | None = None
+    requires: dict[str, list[str]] | None = None
+    schema_version: StrictBool | int | None = Field(default=None, alias="version")
+
+
+# ---------------------------------------------------------------------------- conditions
+
+_COND = re.compile(
+    r"^\s*(?P<op>>=|<=|==|!=|>|<)\s*(?:(?P<num>[-+]?\d+(?:\.\d+)?)"
+    r"(?:\s*\*\s*(?P<ref>good))?|(?P<ref_only>good))\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A pass condition on a probe metric: `>= 3000`, or relative: `>= 0.95 * good`."""
+
+    op: str
+    number: float
+    relative_to_good: bool = False
+
+    def holds(self, value: float, good: float | None = None) -> bool:
+        bar = self.number * (good if self.relative_to_good and good is not None else 1.0)
+        return {
+            ">=": value >= bar,
+            "<=": value <= bar,
+            ">": value > bar,
+            "<": value < bar,
+            "==": value == bar,
+            "!=": value != bar,
+        }[self.op]
+
+    def __str__(self) -> str:
+        num = f"{self.number:g}"
+        return f"{self.op} {num} * good" if self.relative_to_good else f"{self.op} {num}"
+
+
+def parse_condition(text: str) -> Condition:
+    m = _COND.match(text)
+    if not m:
+        raise ValueError(
+            f"pass_if {text!r} is not a condition; expected e.g. '>= 3000' or '>= 0.95 * good'"
+        )
+    if m["ref_only"]:
+        return Condition(m["op"], 1.0, True)
+    return Condition(m["op"], float(m["num"]), bool(m["ref"]))
+
+
+# ---------------------------------------------------------------------------- frozen objects
+
+
+@dataclass(frozen=True)
+class Health:
+    path: str = "/health"
+    port: int = 30000
+    timeout: float = DEFAULT_HEALTH_TIMEOUT
+    ready_after: int = 2
+    interval: float | None = None  # None: capped exponential backoff chosen by the executor
+
+
+@dataclass(frozen=True)
+class Probe:
+    run: str
+    metric: str | None = None
+    pass_if: str | None = None
+    timeout: float = 600.0
+
+    @property
+    def condition(self) -> Condition | None:
+        return parse_condition(self.pass_if) if self.pass_if else None
+
+    def command(self, port: int) -> str:
+        return self.run.replace("{port}", str(port))
+
+
+def render_value(value: FlagValue) -> list[str]:
+    """The argv words of a flag's value (nothing for a bare switch)."""
+    if value is True:
+        return []
+    if isinstance(value, tuple):
+        return [_scalar_text(v) for v in value]
+    return [_scalar_text(value)]
+
+
+def _scalar_text(v: bool | int | float | str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One resolved server launch. Hashable and comparable; the planner's unit of work."""
+
+    name: str
+    exec: tuple[str, ...]
+    flags: tuple[tuple[str, FlagValue], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    unit: str | None = None
+    workdir: str | None = None
+    health: Health = field(default_factory=Health)
+    probe: Probe | None = None
+    requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    source: str | None = field(default=None, compare=False)
+
+    # ---- views
+    @property
+    def port(self) -> int:
+        return self.health.port
+
+    def flag_map(self) -> dict[str, FlagValue]:
+        return dict(self.flags)
+
+    def env_map(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def argv(self) -> list[str]:
+        """The full command line: exec words, then `--flag [value...]` in config order."""
+        out = list(self.exec)
+        for name, value in self.flags:
+            out.append(f"--{name}")
+            out.extend(render_value(value))
+        return out
+
+    def command_line(self) -> str:
+        return shlex.join(self.argv())
+
+    def fingerprint(self) -> str:
+        """Identifies what the server is launched with (order of flags does not matter)."""
+        launch = {
+            "exec": list(self.exec),
+            "flags": sorted([k, _jsonable(v)] for k, v in self.flags),
+            "env": sorted([k, v] for k, v in self.env),
+            "unit": self.unit,
+            "workdir": self.workdir,
+            "probe": [self.probe.run, self.probe.metric, self.probe.pass_if] if self.probe else None,
+        }
+        blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # ---- derivation
+    def with_changes(
+        self,
+        flags: Mapping[str, FlagValue | None] | None = None,
+        env: Mapping[str, str | None] | None = None,
+        name: str | None = None,
+    ) -> Experiment:
+        """A copy with flags/env set (None removes). New flags go after existing ones."""
+        new_flags = list(self.flags)
+        for key, value in (flags or {}).items():
+            idx = next((i for i, (k, _) in enumerate(new_flags) if k == key), None)
+            if value is None or value is False:
+                if idx is not None:
+                    del new_flags[idx]
+            elif idx is None:
+                new_flags.append((key, value))
+            else:
+                new_flags[idx] = (key, value)
+        new_env = dict(self.env)
+        for key, value in (env or {}).items():
+            if value is None:
+                new_env.pop(key, None)
+            else:
+                new_env[key] = value
+        port = self.health.port
+        for key, value in new_flags:
+            if key == "port" and isinstance(value, int) and not isinstance(value, bool):
+                port = value
+        return replace(
+            self,
+            name=name or self.name,
+            flags=tuple(new_flags),
+            env=tuple(new_env.items()),
+            health=replace(self.health, port=port),
+        )
+
+    # ---- serialisation (store, rerun, render)
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "service": {}}
+        svc = data["service"]
+        if self.unit:
+            svc["unit"] = self.unit
+        svc["exec"] = shlex.join(self.exec)
+        if self.workdir:
+            svc["workdir"] = self.workdir
+        svc["flags"] = {k: _jsonable(v) for k, v in self.flags}
+        if self.env:
+            svc["env"] = dict(self.env)
+        h = self.health
+        data["health"] = {"path": h.path, "port": h.port, "timeout": h.timeout}
+        data["health"]["ready_after"] = h.ready_after
+        if h.interval is not None:
+            data["health"]["interval"] = h.interval
+        if self.probe:
+            p = {"run": self.probe.run, "timeout": self.probe.timeout}
+            if self.probe.metric:
+                p["metric"] = self.probe.metric
+            if self.probe.pass_if:
+                p["pass_if"] = self.probe.pass_if
+            data["probe"] = p
+        if self.requires:
+            data["requires"] = {k: list(v) for k, v in self.requires}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<recorded>") -> Experiment:
+        return _build(dict(data), source)
+
+
+def _jsonable(v: FlagValue) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Load, merge the `extends:` chain, validate, and freeze one experiment YAML."""
+    path = Path(path)
+    merged = _load_chain(path, stack=())
+    return _build(merged, str(path))
+
+
+def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
+    resolved = path.resolve()
+    if resolved in stack:
+        chain = " -> ".join(str(p) for p in (*stack, resolved))
+        raise ConfigError(f"'extends' makes a cycle: {chain}", file=str(path), key="extends")
+    raw = read_yaml_mapping(path, what="experiment")
+    try:
+        model = ExperimentModel.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, ExperimentModel, file=str(path)) from None
+    data = model.model_dump(exclude_unset=True, by_alias=False)
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        return data
+    parent_path = (path.parent / parent_ref) if not Path(parent_ref).is_absolute() else Path(
+        parent_ref
+    )
+    if not parent_path.exists():
+        raise ConfigError(
+            f"'extends' target {parent_ref!r} not found (looked for {parent_path})",
+            file=str(path),
+            key="extends",
+            hint="the path is relative to the file that extends it",
+        )
+    parent = _load_chain(parent_path, (*stack, resolved))
+    return _merge(parent, data)
+
+
+def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(data: dict[str, Any], source: str) -> Experiment:
+    """Check completeness of a merged config and freeze it."""
+    try:
+        model = ExperimentModel.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, ExperimentModel, file=source) from None
+    svc = model.service or ServiceModel()
+    if not svc.exec:
+        raise ConfigError(
+            "required key is missing: the command that starts the server",
+            file=source,
+            key="service.exec",
+            hint="e.g. exec: /opt/sglang/bin/python -m sglang.launch_server",
+        )
+    try:
+        exec_words = tuple(shlex.split(svc.exec))
+    except ValueError as exc:
+        raise ConfigError(f"cannot split the command: {exc}", file=source, key="service.exec")
+    if not exec_words:
+        raise ConfigError("the command is empty", file=source, key="service.exec")
+
+    flags: list[tuple[str, FlagValue]] = []
+    for raw_name, value in (svc.flags or {}).items():
+        name = raw_name.lstrip("-")
+        if value is None or value is False:
+            continue  # absent
+        if isinstance(value, list):
+            if not value:
+                continue
+            value = tuple(value)
+        if any(n == name for n, _ in flags):
+            raise ConfigError(
+                f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
+            )
+        flags.append((name, value))
+
+    env: list[tuple[str, str]] = []
+    for key, value in (svc.env or {}).items():
+        if value is None:
+            continue
+        text = _scalar_text(value) if not isinstance(value, str) else value
+        if "\n" in text or "\x00" in text:
+            raise ConfigError(
+                "environment values cannot contain newlines or NUL",
+                file=source,
+                key=f"service.env.{key}",
+            )
+        env.append((key, text))
+
+    h = model.health or HealthModel()
+    flag_port = dict(flags).get("port")
+    if flag_port is not None and (
+        isinstance(flag_port, bool) or not isinstance(flag_port, int) or not 0 < flag_port < 65536
+    ):
+        raise ConfigError(
+            f"expected a port number, got {flag_port!r}", file=source, key="service.flags.port"
+        )
+    if flag_port is not None and h.port is not None and h.port != flag_port:
+        raise ConfigError(
+            f"health.port {h.port} differs from the server's --port {flag_port}",
+            file=source,
+            key="health.port",
+            hint="drop health.port: the health port is taken from --port",
+        )
+    port = flag_port if flag_port is not None else h.port
+    if port is None:
+        raise ConfigError(
+            "no port: the health check needs the port the server listens on",
+            file=source,
+            key="service.flags.port",
+            hint="set service.flags.port (the server's --port), or health.port if the server "
+            "takes its port another way; it is never guessed",
+        )
+    health = Health(
+        path=h.path or "/health",
+        port=int(port),
+        timeout=h.timeout or DEFAULT_HEALTH_TIMEOUT,
+        ready_after=h.ready_after or 2,
+        interval=h.interval,
+    )
+    probe = None
+    if model.probe is not None:
+        p = model.probe
+        if not p.run:
+            raise ConfigError("required key is missing", file=source, key="probe.run")
+        probe = Probe(run=p.run, metric=p.metric, pass_if=p.pass_if, timeout=p.timeout or 600.0)
+        if p.pass_if and not p.metric:
+            raise ConfigError(
+                "pass_if needs a metric to compare", file=source, key="probe.pass_if",
+                hint="add probe.metric: a regex with one group capturing the number",
+            )
+    requires = tuple(
+        (k.lstrip("-"), tuple(x.lstrip("-") for x in v)) for k, v in (model.requires or {}).items()
+    )
+    name = model.name or Path(source).stem
+    return Experiment(
+        name=name,
+        exec=exec_words,
+        flags=tuple(flags),
+        env=tuple(env),
+        unit=svc.unit,
+        workdir=svc.workdir,
+        health=health,
+        probe=probe,
+        requires=requires,
+        source=source,
+    )

@@ -1,0 +1,193 @@
+"""The hosts inventory (`hosts.yaml`): where servers run and how to reach them.
+
+Each host: address, user, port, identity file, known_hosts, sudo, transport (`ssh` or
+`local`), service manager (`systemd` or `process`), unit directory, run directory for
+the process manager, labels, and a host class (hosts of one class share cached
+verdicts). Pools name groups of equivalent hosts for parallel runs. Relative paths are
+relative to the hosts file's directory; `~` is expanded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.errors import ConfigError, UsageError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostModel(_Raw):
+    address: str
+    user: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    sudo: bool = False
+    transport: Literal["ssh", "local"] = "ssh"
+    service_manager: Literal["systemd", "process"] = "systemd"
+    unit_dir: str = "/etc/systemd/system"
+    run_dir: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    host_class: str | None = Field(default=None, alias="class")
+    env: dict[str, str] = Field(default_factory=dict)
+    connect_timeout: float = Field(default=15.0, gt=0)
+
+    @field_validator("unit_dir", "run_dir")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"expected an absolute path on the host, got {v!r}")
+        return v
+
+
+class PoolModel(_Raw):
+    hosts: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
+
+
+class InventoryModel(_Raw):
+    hosts: dict[str, HostModel]
+    pools: dict[str, list[str] | PoolModel] = Field(default_factory=dict)
+    defaults: dict[str, object] | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    sudo: bool = False
+    transport: str = "ssh"
+    service_manager: str = "systemd"
+    unit_dir: str = "/etc/systemd/system"
+    run_dir: str | None = None
+    labels: tuple[str, ...] = ()
+    host_class: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    connect_timeout: float = 15.0
+
+    @property
+    def is_local(self) -> bool:
+        return self.transport == "local"
+
+    def describe(self) -> str:
+        if self.is_local:
+            return f"{self.name} (local)"
+        user = f"{self.user}@" if self.user else ""
+        return f"{self.name} ({user}{self.address}:{self.port})"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    hosts: dict[str, Host]
+    pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    source: str = "hosts.yaml"
+
+    def host(self, name: str) -> Host:
+        if name in self.hosts:
+            return self.hosts[name]
+        raise self._unknown(name)
+
+    def resolve(self, name: str) -> list[Host]:
+        """A host name or a pool name -> the hosts to use."""
+        if name in self.hosts:
+            return [self.hosts[name]]
+        if name in self.pools:
+            return [self.hosts[h] for h in self.pools[name]]
+        raise self._unknown(name)
+
+    def _unknown(self, name: str) -> UsageError:
+        names = sorted(self.hosts) + sorted(self.pools)
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return UsageError(
+            f"no host or pool named '{name}' in {self.source}",
+            hint=hint + "known: " + ", ".join(names),
+        )
+
+
+def _expand(path: str | None, base: Path) -> str | None:
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else (base / p))
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    path = Path(path)
+    raw = read_yaml_mapping(path, what="hosts")
+    try:
+        model = InventoryModel.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, InventoryModel, file=str(path)) from None
+    base = path.parent
+    hosts: dict[str, Host] = {}
+    for name, h in model.hosts.items():
+        if not _NAME.match(name):
+            raise ConfigError(
+                "host names may use letters, digits, '.', '_' and '-'", file=str(path),
+                key=f"hosts.{name}",
+            )
+        if h.transport == "ssh" and not h.known_hosts:
+            raise ConfigError(
+                "required for ssh hosts: host keys are always verified",
+                file=str(path),
+                key=f"hosts.{name}.known_hosts",
+                hint="e.g. known_hosts: ~/.ssh/known_hosts",
+            )
+        hosts[name] = Host(
+            name=name,
+            address=h.address,
+            user=h.user,
+            port=h.port,
+            identity_file=_expand(h.identity_file, base),
+            known_hosts=_expand(h.known_hosts, base),
+            sudo=h.sudo,
+            transport=h.transport,
+            service_manager=h.service_manager,
+            unit_dir=h.unit_dir,
+            run_dir=h.run_dir,
+            labels=tuple(h.labels),
+            host_class=h.host_class or (h.labels[0] if h.labels else name),
+            env=tuple(h.env.items()),
+            connect_timeout=h.connect_timeout,
+        )
+    pools: dict[str, tuple[str, ...]] = {}
+    for pname, p in model.pools.items():
+        if pname in hosts:
+            raise ConfigError(
+                "a pool cannot have the name of a host", file=str(path), key=f"pools.{pname}"
+            )
+        members: list[str] = []
+        if isinstance(p, list):
+            members = list(p)
+        else:
+            members = list(p.hosts)
+            for label in p.labels:
+                members += [n for n, h in hosts.items() if label in h.labels and n not in members]
+        for i, m in enumerate(members):
+            if m not in hosts:
+                close = difflib.get_close_matches(m, list(hosts), n=1)
+                raise ConfigError(
+                    f"unknown host '{m}'" + (f"; did you mean '{close[0]}'?" if close else ""),
+                    file=str(path),
+                    key=f"pools.{pname}[{i}]" if isinstance(p, list) else f"pools.{pname}.hosts",
+                )
+        if not members:
+            raise ConfigError("the pool has no hosts", file=str(path), key=f"pools.{pname}")
+        pools[pname] = tuple(dict.fromkeys(members))
+    return Inventory(hosts=hosts, pools=pools, source=str(path))

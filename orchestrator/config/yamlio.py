@@ -1,0 +1,133 @@
+"""Reading YAML files and turning pydantic's validation errors into `ConfigError`s.
+
+A person reading the message must learn the file, the key path, what was expected and,
+for a misspelt key, the close match. No traceback ever reaches them for a bad file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import ConfigError
+
+
+def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
+    """Load one YAML file that must hold a mapping at the top."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError(f"is a directory, expected a {what} YAML file", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} file: {exc}", file=str(path)) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(
+            f"not valid YAML{where}: {problem}",
+            file=str(path),
+            hint="check indentation and quoting near that line",
+        ) from exc
+    if data is None:
+        raise ConfigError(f"the file is empty; expected a {what} mapping", file=str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"expected a mapping of keys at the top level, got {_type_name(data)}",
+            file=str(path),
+        )
+    return data
+
+
+def _type_name(value: object) -> str:
+    return {
+        list: "a list",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+        type(None): "nothing (null)",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model found by walking `loc` (for 'did you mean')."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            # a dict-typed field: the key is a free name; stay on the same model
+            continue
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """Find a BaseModel class inside an annotation like `Health | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validation_error(
+    exc: ValidationError, model: type[BaseModel], *, file: str, prefix: tuple[Any, ...] = ()
+) -> ConfigError:
+    """Map the first (most useful) pydantic error to a ConfigError naming file and key."""
+    errors = exc.errors(include_url=False)
+    # Report unknown keys first: they are the most common and most actionable mistake.
+    errors.sort(key=lambda e: 0 if e["type"] == "extra_forbidden" else 1)
+    err = errors[0]
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
+    key = ".".join(str(p) for p in (*prefix, *loc)) or "(top level)"
+    hint = None
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        message = "unknown key"
+        if close:
+            message += f"; did you mean '{close[0]}'?"
+        if allowed:
+            hint = "allowed keys here: " + ", ".join(sorted(allowed))
+    elif err["type"] == "missing":
+        message = "required key is missing"
+    else:
+        got = err.get("input")
+        got_text = (
+            ""
+            if isinstance(got, dict | list) or err["type"] == "value_error"
+            else f" (got {got!r})"
+        )
+        message = f"{_expected(err)}{got_text}"
+    more = len(errors) - 1
+    if more:
+        hint = (hint + "; " if hint else "") + f"{more} more problem(s) in this file"
+    return ConfigError(message, file=file, key=key, hint=hint)
+
+
+def _expected(err: dict[str, Any]) -> str:
+    msg = str(err["msg"])
+    # pydantic's "Input should be a valid integer" reads well as "expected a valid integer"
+    if msg.startswith("Input should be "):
+        return "expected " + msg[len("Input should be ") :]
+    if msg.startswith("Value error, "):
+        return msg[len("Value error, ") :]
+    return msg

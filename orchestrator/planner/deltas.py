@@ -1,0 +1,180 @@
+"""Deltas: the differences between a good and a bad config, and variants built from them.
+
+A variant is the good config plus a subset of the deltas (identified by their indices).
+Order of deltas is the order of the bad config's flags, then environment, so plans and
+reports are stable from run to run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.config.experiment import Experiment, FlagValue, render_value
+from orchestrator.errors import PlanError
+
+DeltaKind = Literal["flag", "env", "exec"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One difference: `old` is the good config's value, `new` the bad one's (None = absent)."""
+
+    kind: DeltaKind
+    key: str
+    old: FlagValue | str | None
+    new: FlagValue | str | None
+
+    @property
+    def change(self) -> str:
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        return "changed"
+
+    def describe(self) -> str:
+        """Human form: `+ --ep-size 8`, `- --disable-radix-cache`, `~ --x 128 -> 256`."""
+        if self.kind == "exec":
+            return f"~ exec {self.old} -> {self.new}"
+        if self.kind == "env":
+            if self.old is None:
+                return f"+ env {self.key}={self.new}"
+            if self.new is None:
+                return f"- env {self.key} (was {self.old})"
+            return f"~ env {self.key}={self.old} -> {self.new}"
+        if self.old is None:
+            return f"+ {_flag_words(self.key, self.new)}"
+        if self.new is None:
+            return f"- {_flag_words(self.key, self.old)}"
+        return f"~ --{self.key} {_value_text(self.old)} -> {_value_text(self.new)}"
+
+    def short(self) -> str:
+        """Compact label for tables: `--ep-size 8`, `NCCL_ALGO=Tree`, `-x` for removals."""
+        if self.kind == "env":
+            return f"{self.key}={self.new}" if self.new is not None else f"unset {self.key}"
+        if self.kind == "exec":
+            return "exec"
+        if self.new is None:
+            return f"no --{self.key}"
+        return _flag_words(self.key, self.new)
+
+    def to_dict(self) -> dict[str, object]:
+        def j(v: object) -> object:
+            return list(v) if isinstance(v, tuple) else v
+
+        return {"kind": self.kind, "key": self.key, "old": j(self.old), "new": j(self.new)}
+
+
+def _value_text(v: FlagValue | str | None) -> str:
+    if v is True:
+        return "(switch)"
+    return " ".join(render_value(v)) if v is not None else "(absent)"
+
+
+def _flag_words(key: str, value: FlagValue | str | None) -> str:
+    words = [f"--{key}", *render_value(value)] if value is not None else [f"--{key}"]
+    return shlex.join(words)
+
+
+def diff(good: Experiment, bad: Experiment) -> list[Delta]:
+    """All differences between two resolved configs, in a stable order."""
+    deltas: list[Delta] = []
+    if good.exec != bad.exec:
+        deltas.append(Delta("exec", "exec", shlex.join(good.exec), shlex.join(bad.exec)))
+    gf, bf = good.flag_map(), bad.flag_map()
+    for key, new in bad.flags:
+        old = gf.get(key)
+        if old != new or type(old) is not type(new):
+            deltas.append(Delta("flag", key, old, new))
+    for key, old in good.flags:
+        if key not in bf:
+            deltas.append(Delta("flag", key, old, None))
+    ge, be = good.env_map(), bad.env_map()
+    for key, new in bad.env:
+        if ge.get(key) != new:
+            deltas.append(Delta("env", key, ge.get(key), new))
+    for key, old in good.env:
+        if key not in be:
+            deltas.append(Delta("env", key, old, None))
+    return deltas
+
+
+def apply_deltas(good: Experiment, deltas: Iterable[Delta], *, name: str | None = None) -> Experiment:
+    """The good config with the given deltas applied (each set to its bad value)."""
+    flags: dict[str, FlagValue | None] = {}
+    env: dict[str, str | None] = {}
+    exe = None
+    for d in deltas:
+        if d.kind == "flag":
+            flags[d.key] = d.new  # type: ignore[assignment]
+        elif d.kind == "env":
+            env[d.key] = d.new  # type: ignore[assignment]
+        else:
+            exe = d.new
+    out = good.with_changes(flags=flags, env=env, name=name)
+    if exe is not None:
+        from dataclasses import replace
+
+        out = replace(out, exec=tuple(shlex.split(str(exe))))
+    return out
+
+
+def coupling_closure(deltas: list[Delta], good: Experiment, bad: Experiment):  # noqa: ANN201
+    """A function closing a variant under the configs' `requires:` rules.
+
+    `requires: {ep-size: [tp-size]}` means a variant where `--ep-size` is present must also
+    have `--tp-size`; if the good config lacks it, the delta adding it is pulled in.
+    A variant where a required flag would be removed pulls the removal back out.
+    """
+    rules: dict[str, set[str]] = {}
+    for exp in (good, bad):
+        for key, needs in exp.requires:
+            rules.setdefault(key, set()).update(needs)
+    if not rules:
+        return None
+    index = {d.key: i for i, d in enumerate(deltas) if d.kind == "flag"}
+    good_flags = good.flag_map()
+
+    def close(variant: frozenset[int]) -> frozenset[int]:
+        current = set(variant)
+        for _ in range(len(deltas) + 1):  # bounded fixpoint
+            changed = False
+            present = {k for k in good_flags}
+            for i in current:
+                d = deltas[i]
+                if d.kind == "flag":
+                    if d.new is None:
+                        present.discard(d.key)
+                    else:
+                        present.add(d.key)
+            for key, needs in rules.items():
+                if key not in present:
+                    continue
+                for need in needs:
+                    if need in present:
+                        continue
+                    j = index.get(need)
+                    if j is None:
+                        continue
+                    if deltas[j].new is not None and j not in current:
+                        current.add(j)
+                        changed = True
+                    elif deltas[j].new is None and j in current:
+                        current.discard(j)
+                        changed = True
+            if not changed:
+                break
+        return frozenset(current)
+
+    return close
+
+
+def check_differ(deltas: list[Delta], good: Experiment, bad: Experiment) -> None:
+    if not deltas:
+        raise PlanError(
+            f"'{good.name}' and '{bad.name}' launch the same server: there is nothing to bisect",
+            hint="check the two files; differences in health or probe settings are not deltas",
+        )

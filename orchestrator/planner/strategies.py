@@ -1,0 +1,244 @@
+"""Search strategies: `linear`, `dd` (ddmin), and `auto` (log-cost search + confirmation).
+
+Each is a generator function `strategy(n) -> Search` over deltas 0..n-1 of a campaign
+whose endpoints are known (good = {} passes, bad = all deltas fails). Only FAIL counts
+as the target failure: `other`, `invalid`, `timeout` and exhausted `infra` are
+unresolved and never taken as the target. A PASS of a variant implies every subset of
+it passes (a failure needs all of its deltas); nothing is inferred from unresolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from orchestrator.planner.core import Answer, Culprit, Probe, Search, StrategyFn, Variant
+from orchestrator.verdicts import Verdict
+
+FAIL = Verdict.FAIL
+
+
+# ---------------------------------------------------------------------------- linear
+
+
+def linear(n: int) -> Search:
+    """One delta at a time, both directions: good + each delta, bad - each delta.
+
+    The baseline an engineer runs by hand (2n runs). Deltas that fail alone are culprits
+    on their own; deltas whose removal clears the failure but that do not fail alone are
+    reported together as one interacting set (confirmed with one more run).
+    """
+    p = Probe(n)
+    D = p.all
+    singles = [frozenset({i}) for i in range(n)]
+    removals = [D - {i} for i in range(n)]
+    yield from p.test_round([*singles, *removals], purpose="linear")
+    culprits = [
+        Culprit(frozenset({i}), frozenset({i}), ((i, D - {i}),))
+        for i in range(n)
+        if p.fails(frozenset({i}))
+    ]
+    needed = frozenset(i for i in range(n) if not p.fails(D - {i}) and not p.fails(frozenset({i})))
+    if len(needed) > 1 or (needed and not culprits):
+        verdict = yield from p.test(needed, purpose="confirm")
+        culprits.append(
+            Culprit(needed, needed, tuple((i, D - {i}) for i in sorted(needed)), verdict is FAIL)
+        )
+    if not culprits:
+        return Answer((), complete=False, reason="no single delta or removal explains the failure")
+    return Answer(tuple(culprits))
+
+
+# ---------------------------------------------------------------------------- ddmin
+
+
+def dd(n: int) -> Search:
+    """Zeller's ddmin: a 1-minimal failing subset of the deltas (one cause only).
+
+    Subsets and complements of a round are independent, so a round runs in parallel and
+    its first failure decides it.
+    """
+    p = Probe(n)
+    config = list(range(n))
+    gran = 2
+    for _ in range(n * n + 8):  # bounded: ddmin makes at most O(n^2) steps
+        if len(config) < 2:
+            break
+        subsets = _split(config, gran)
+        got = yield from p.test_round(subsets, stop_on_fail=True, purpose="subsets")
+        hit = next((s for s in subsets if got.get(frozenset(s)) is FAIL), None)
+        if hit is not None:
+            config, gran = hit, 2
+            continue
+        if gran > 2:
+            complements = [[c for c in config if c not in set(s)] for s in subsets]
+            got = yield from p.test_round(complements, stop_on_fail=True, purpose="complements")
+            hit = next((s for s in complements if got.get(frozenset(s)) is FAIL), None)
+            if hit is not None:
+                config, gran = hit, max(gran - 1, 2)
+                continue
+        if gran >= len(config):
+            break
+        gran = min(len(config), gran * 2)
+    found = frozenset(config)
+    return Answer((Culprit(found, found, ()),))
+
+
+def _split(items: Sequence[int], parts: int) -> list[list[int]]:
+    out, start = [], 0
+    for k in range(parts):
+        stop = start + (len(items) - start) // (parts - k)
+        out.append(list(items[start:stop]))
+        start = stop
+    return [s for s in out if s]
+
+
+# ---------------------------------------------------------------------------- auto
+
+
+def auto(n: int) -> Search:
+    """Log-cost search for a failure-inducing set, then confirmation, then further causes.
+
+    1. Prefix search over the deltas finds the last delta `b` a failure needs.
+    2. If good + {b} does not fail, a partner search over the deltas before `b` finds the
+       next member, and so on until good + the set reproduces the failure: interacting
+       flags are named as a set.
+    3. Each member is checked for minimality (the set without it must not fail) using
+       passes already seen, or a run where only an unresolved verdict covers it.
+    4. Confirmation: bad minus each member must not fail. If it still fails, another
+       independent cause exists without that member: it is removed and the search goes
+       on, so every cause is reported, each as its own set.
+    """
+    p = Probe(n)
+    D = p.all
+    removed: set[int] = set()  # members taken out of "bad" to expose further causes
+    culprits: list[Culprit] = []
+    for _ in range(n + 1):  # each pass removes one more delta: bounded by n
+        work = [i for i in range(n) if i not in removed]
+        work_set = frozenset(work)
+        if not p.fails(work_set):
+            break
+        term = yield from _find_term(p, work)
+        if term is None:
+            return Answer(tuple(culprits), complete=False, reason="unresolved variants hide the cause")
+        term = yield from _minimize(p, term)
+        cleared: list[tuple[int, Variant]] = []
+        survivor: int | None = None
+        for x in sorted(term):
+            v = work_set - {x}
+            verdict = yield from p.test(v, purpose="confirm")
+            if verdict is FAIL:
+                survivor = x if survivor is None else survivor
+            else:
+                cleared.append((x, v))
+        culprits.append(Culprit(term, term, tuple(cleared), p.fails(term)))
+        if survivor is None:
+            return Answer(tuple(culprits))
+        removed.add(survivor)
+    return Answer(tuple(culprits), complete=bool(culprits))
+
+
+def _find_term(p: Probe, work: list[int]) -> Search:
+    """A set of deltas within `work` that fails with good (work itself is known to fail)."""
+    lo, hi = 0, len(work)  # work[:lo] does not fail, work[:hi] fails
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        verdict = yield from p.test(work[:mid])
+        if verdict is FAIL:
+            hi = mid
+        else:
+            lo = mid
+    term = frozenset({work[hi - 1]})
+    context = work[: hi - 1]
+    for _ in range(len(work)):  # each step adds one member: bounded
+        verdict = yield from p.test(term, purpose="confirm")
+        if verdict is FAIL:
+            return term
+        if not context:
+            return None
+        # smallest j with good + term + context[:j] failing; j = len(context) is known to fail
+        lo, hi = 0, len(context)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            verdict = yield from p.test(term | frozenset(context[:mid]), purpose="partner")
+            if verdict is FAIL:
+                hi = mid
+            else:
+                lo = mid
+        term = term | {context[hi - 1]}
+        context = context[: hi - 1]
+    return None
+
+
+def _minimize(p: Probe, term: frozenset[int]) -> Search:
+    """Make sure no member can be dropped: every term - {x} must be known not to fail."""
+    for _ in range(len(term) + 1):
+        shrunk = False
+        for x in sorted(term):
+            rest = term - {x}
+            if not rest or p.known_not_failing(rest):
+                continue
+            verdict = yield from p.test(rest, purpose="minimize")
+            if verdict is FAIL:
+                smaller = yield from _find_term(p, sorted(rest))
+                if smaller is not None:
+                    term, shrunk = smaller, True
+                    break
+        if not shrunk:
+            return term
+    return term
+
+
+STRATEGIES: dict[str, StrategyFn] = {"auto": auto, "dd": dd, "linear": linear}
+
+
+def make_strategy(name: str) -> StrategyFn:
+    from orchestrator.errors import UsageError
+
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown strategy '{name}'", hint="choose one of: " + ", ".join(STRATEGIES)
+        ) from None
+
+
+# ---------------------------------------------------------------------------- estimates
+
+
+def simulate(strategy: StrategyFn, n: int, oracle: Callable[[Variant], Verdict]) -> tuple[Answer, int]:
+    """Run a strategy against a scripted oracle; returns (answer, runs excluding endpoints)."""
+    from orchestrator.planner.core import Planner
+
+    planner = Planner(n, strategy, known={frozenset(): Verdict.PASS, frozenset(range(n)): FAIL})
+    for _ in range(10 * n * n + 100):
+        if planner.done:
+            break
+        for v in planner.pending()[:1]:
+            planner.record(v, oracle(v))
+    return planner.answer, planner.runs
+
+
+def and_oracle(*terms: frozenset[int]) -> Callable[[Variant], Verdict]:
+    def oracle(v: Variant) -> Verdict:
+        return FAIL if any(t <= v for t in terms) else Verdict.PASS
+
+    return oracle
+
+
+def estimate_runs(strategy: StrategyFn, n: int) -> dict[str, float]:
+    """Runs after the two endpoint checks, for a single culprit and an interacting pair.
+
+    Exhaustive over culprit positions for small n, sampled evenly for large n; pure.
+    """
+    singles = [simulate(strategy, n, and_oracle(frozenset({i})))[1] for i in range(n)]
+    pairs_idx = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    if len(pairs_idx) > 400:
+        step = len(pairs_idx) / 400
+        pairs_idx = [pairs_idx[int(k * step)] for k in range(400)]
+    pairs = [simulate(strategy, n, and_oracle(frozenset(pr)))[1] for pr in pairs_idx] or [0]
+    return {
+        "single_mean": sum(singles) / len(singles),
+        "single_worst": max(singles),
+        "pair_mean": sum(pairs) / len(pairs),
+        "pair_worst": max(pairs),
+    }
