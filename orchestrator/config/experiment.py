@@ -404,6 +404,8 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
             hint="the path is relative to the file that extends it",
         )
     parent = _load_chain(parent_path, (*stack, resolved))
+    parent.pop("name", None)  # a child without a name is named after its own file
+    parent.pop("description", None)
     return _merge(parent, data)
 
 

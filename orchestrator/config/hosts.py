@@ -113,10 +113,10 @@ class Inventory:
     def _unknown(self, name: str) -> UsageError:
         names = sorted(self.hosts) + sorted(self.pools)
         close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        mean = f"; did you mean '{close[0]}'?" if close else ""
         return UsageError(
-            f"no host or pool named '{name}' in {self.source}",
-            hint=hint + "known: " + ", ".join(names),
+            f"no host or pool named '{name}' in {self.source}{mean}",
+            hint="known: " + ", ".join(names),
         )
 
 
@@ -134,7 +134,7 @@ def load_inventory(path: str | Path) -> Inventory:
         model = InventoryModel.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc, InventoryModel, file=str(path)) from None
-    base = path.parent
+    base = path.resolve().parent
     hosts: dict[str, Host] = {}
     for name, h in model.hosts.items():
         if not _NAME.match(name):
