@@ -1,0 +1,162 @@
+"""Runs to the right answer: each strategy against scripted oracles, one table.
+
+For n deltas in {2,3,4,6,8,12,16,24,32} and each culprit shape, every placement of the
+culprits (evenly sampled when there are many) is run through the planner with a scripted
+oracle. Columns per strategy: correct % (the exact culprit sets, all of them), worst and
+mean runs after the two endpoint checks (which every strategy needs and are counted
+separately). picire's ddmin (a peer implementation from PyPI) runs on the same oracles.
+
+    .venv/bin/python bench/runs_to_answer.py [--max-cases 200] [--n 8,16] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.planner import Planner  # noqa: E402
+from orchestrator.planner.strategies import STRATEGIES  # noqa: E402
+from orchestrator.verdicts import Verdict  # noqa: E402
+
+Oracle = Callable[[frozenset[int]], Verdict]
+NS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+@dataclass(frozen=True)
+class Case:
+    oracle: Oracle
+    expected: frozenset[frozenset[int]]
+
+
+def _spread(items: list, k: int) -> list:
+    if len(items) <= k:
+        return items
+    step = len(items) / k
+    return [items[int(i * step)] for i in range(k)]
+
+
+def _and(*terms: frozenset[int]) -> Oracle:
+    def oracle(v: frozenset[int]) -> Verdict:
+        return Verdict.FAIL if any(t <= v for t in terms) else Verdict.PASS
+
+    return oracle
+
+
+def cases(shape: str, n: int, limit: int) -> Iterator[Case]:
+    r = range(n)
+    if shape == "single":
+        for a in r:
+            yield Case(_and(frozenset({a})), frozenset({frozenset({a})}))
+    elif shape == "AND-pair":
+        for a, b in _spread(list(itertools.combinations(r, 2)), limit):
+            t = frozenset({a, b})
+            yield Case(_and(t), frozenset({t}))
+    elif shape == "OR-pair":
+        for a, b in _spread(list(itertools.combinations(r, 2)), limit):
+            ta, tb = frozenset({a}), frozenset({b})
+            yield Case(_and(ta, tb), frozenset({ta, tb}))
+    elif shape == "AND-triple":
+        for t in _spread(list(itertools.combinations(r, 3)), limit):
+            yield Case(_and(frozenset(t)), frozenset({frozenset(t)}))
+    elif shape == "single+other":
+        # variants with delta y but without the culprit c crash differently (`other`):
+        # an unrelated failure that the target masks when both are present.
+        for c, y in _spread(list(itertools.permutations(r, 2)), limit):
+
+            def oracle(v: frozenset[int], c: int = c, y: int = y) -> Verdict:
+                if c in v:
+                    return Verdict.FAIL
+                return Verdict.OTHER if y in v else Verdict.PASS
+
+            yield Case(oracle, frozenset({frozenset({c})}))
+
+
+SHAPES = ("single", "AND-pair", "OR-pair", "AND-triple", "single+other")
+
+
+def run_ours(name: str, n: int, case: Case) -> tuple[bool, int]:
+    full = frozenset(range(n))
+    planner = Planner(n, STRATEGIES[name], known={frozenset(): Verdict.PASS, full: Verdict.FAIL})
+    for _ in range(20 * n * n + 100):
+        if planner.done:
+            break
+        v = planner.pending()[0]
+        planner.record(v, case.oracle(v))
+    found = frozenset(frozenset(s) for s in planner.answer.culprit_sets)
+    return found == case.expected, planner.runs
+
+
+def run_picire(n: int, case: Case) -> tuple[bool, int]:
+    import picire
+
+    full = frozenset(range(n))
+    seen: set[frozenset[int]] = set()
+
+    def test(config: list[int], config_id: object) -> picire.Outcome:
+        v = frozenset(config)
+        if v not in (frozenset(), full):
+            seen.add(v)
+        return picire.Outcome.FAIL if case.oracle(v) is Verdict.FAIL else picire.Outcome.PASS
+
+    result = picire.DD(test, cache=picire.ConfigCache())(list(range(n)))
+    return frozenset({frozenset(result)}) == case.expected, len(seen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-cases", type=int, default=200, help="placements per (n, shape)")
+    ap.add_argument("--n", help="comma-separated n values (default: the full grid)")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args(argv)
+    ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
+    try:
+        import picire  # noqa: F401
+
+        have_picire = True
+    except ImportError:
+        have_picire = False
+    names = ["linear", "dd", "auto"] + (["picire"] if have_picire else [])
+    header = ["n", "shape"] + [f"{s} {col}" for s in names for col in ("ok%", "worst", "mean")]
+    header += ["bound"]
+    rows: list[list[str]] = []
+    for n in ns:
+        L = math.ceil(math.log2(n)) if n > 1 else 0
+        for shape in SHAPES:
+            if shape in ("AND-pair", "OR-pair") and n < 2 or shape == "AND-triple" and n < 3:
+                continue
+            row = [str(n), shape]
+            for name in names:
+                ok = total = worst = count = 0
+                for case in cases(shape, n, args.max_cases):
+                    good, runs = run_picire(n, case) if name == "picire" else run_ours(name, n, case)
+                    ok += good
+                    total += runs
+                    worst = max(worst, runs)
+                    count += 1
+                row += [f"{100 * ok / count:.0f}", str(worst), f"{total / count:.1f}"]
+            bound = {"single": f"<= {L + 2}", "AND-pair": f"<= {2 * L + 3}"}.get(shape, "")
+            row.append(bound)
+            rows.append(row)
+    print("runs after the 2 endpoint checks (good must pass, bad must fail; not counted)")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join("---" for _ in header) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    else:
+        print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+        for r in rows:
+            print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
