@@ -1,0 +1,611 @@
+"""Lab scenarios: how the simulated server starts, how fast it serves, and how it fails.
+
+A scenario is a YAML file (see DESIGN.md, "Lab scenario"). It is validated here by hand,
+not with pydantic, because this module runs inside minimal hosts that only have python3
+and PyYAML. Every problem is reported as one `ScenarioError` line naming the file, the key
+path and what was expected.
+
+Matching: a rule's `when` maps flag names (no dashes) to a condition: a scalar (equal;
+numbers compare numerically, strings as strings), `true` (present), `false` (absent), a
+list (equal to a multi-value flag), or a mapping of `lt, le, gt, ge, ne, in`. The special
+key `env` holds the same kind of conditions on environment variables. Rules are tried in
+order and the first whose conditions all hold (and whose `probability`, if any, comes up
+for this seed and command line) wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.lab import flags as flagcat
+
+#: Startup phases in the order the server goes through them.
+STARTUP_PHASES = ("init", "load_weights", "kv_cache", "cuda_graph", "warmup")
+#: Phases a fault rule may name: argument parsing, startup, and serving (under load).
+RULE_PHASES = ("args", *STARTUP_PHASES, "serving")
+DEFAULT_STARTUP = {"init": 0.3, "load_weights": 1.0, "kv_cache": 0.2, "cuda_graph": 0.6,
+                   "warmup": 0.2}
+EFFECTS = ("crash", "hang")
+OPERATORS = ("lt", "le", "gt", "ge", "ne", "in")
+
+#: Flags that steer the simulation, not the simulated server: never part of a fault's
+#: random draw, so a flaky rule depends on the seed and the server's own flags only.
+LAB_ONLY_FLAGS = ("scenario", "seed", "time-scale")
+_NOT_IN_DRAW = (*LAB_ONLY_FLAGS, "port", "host")
+
+_INT = re.compile(r"^[-+]?\d+$")
+_FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
+
+FlagValue = Any  # True (switch), int, float, str, or a list of int/float/str
+
+
+class ScenarioError(Exception):
+    """A scenario file that cannot be used; the message is one line for the user."""
+
+
+def coerce(text: str) -> int | float | str:
+    """A command-line value as the server would read it: int or float when it looks so."""
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    return text
+
+
+# ---------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition on one flag or environment variable."""
+
+    key: str
+    op: str  # eq, present, absent, lt, le, gt, ge, ne, in
+    value: Any = None
+
+    def holds(self, actual: FlagValue | None, present: bool) -> bool:
+        if self.op == "present":
+            return present
+        if self.op == "absent":
+            return not present
+        if actual is None:
+            # Absent and no default: only "not equal to X" can be said of it.
+            return self.op == "ne"
+        if self.op == "eq":
+            return _equal(actual, self.value)
+        if self.op == "ne":
+            return not _equal(actual, self.value)
+        if self.op == "in":
+            return any(_equal(actual, v) for v in self.value)
+        if not _is_number(actual):
+            return False
+        return {
+            "lt": actual < self.value,
+            "le": actual <= self.value,
+            "gt": actual > self.value,
+            "ge": actual >= self.value,
+        }[self.op]
+
+
+@dataclass(frozen=True)
+class When:
+    """All conditions of a rule: on flags and on environment variables."""
+
+    flags: tuple[Condition, ...] = ()
+    env: tuple[Condition, ...] = ()
+
+    def holds(
+        self, flags: Mapping[str, FlagValue], env: Mapping[str, str],
+        defaults: Mapping[str, Any] | None = None,
+    ) -> bool:
+        defaults = defaults or {}
+        for c in self.flags:
+            present = c.key in flags
+            actual = flags[c.key] if present else defaults.get(c.key)
+            if not c.holds(actual, present):
+                return False
+        for c in self.env:
+            present = c.key in env
+            actual = coerce(env[c.key]) if present else None
+            if not c.holds(actual, present):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Frame:
+    """An innermost traceback frame a rule may supply to make its crash look like the bug."""
+
+    file: str
+    line: int
+    func: str
+    code: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    index: int
+    when: When
+    phase: str
+    effect: str = "crash"
+    error: str = ""
+    after_requests: int | None = None
+    probability: float | None = None
+    exit_code: int = 1
+    kill: bool = False
+    frames: tuple[Frame, ...] = ()
+
+
+@dataclass(frozen=True)
+class Factor:
+    when: When
+    multiply: float
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the startup lines say about the model and the GPUs (cosmetic, but realistic)."""
+
+    arch: str = "LlamaForCausalLM"
+    dtype: str = "torch.bfloat16"
+    shards: int = 8
+    gpu_mem_gb: float = 79.1
+    weights_gb: float = 15.0
+    context_len: int = 131072
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    description: str = ""
+    seed: int = 0
+    startup: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_STARTUP))
+    faults: tuple[Rule, ...] = ()
+    throughput: float = 1000.0
+    factors: tuple[Factor, ...] = ()
+    known_flags: tuple[flagcat.FlagSpec, ...] | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    model: ModelInfo = ModelInfo()
+
+    def startup_total(self) -> float:
+        return sum(self.startup.values())
+
+    def select_fault(
+        self, flags: Mapping[str, FlagValue], env: Mapping[str, str], seed: int
+    ) -> Rule | None:
+        """The first rule that matches (and, if flaky, whose draw comes up), else None."""
+        for rule in self.faults:
+            if not rule.when.holds(flags, env, self.defaults):
+                continue
+            if rule.probability is not None and draw(seed, rule, flags, env) >= rule.probability:
+                continue
+            return rule
+        return None
+
+    def tokens_per_second(self, flags: Mapping[str, FlagValue], env: Mapping[str, str]) -> float:
+        rate = self.throughput
+        for factor in self.factors:
+            if factor.when.holds(flags, env, self.defaults):
+                rate *= factor.multiply
+        return rate
+
+
+def draw(seed: int, rule: Rule, flags: Mapping[str, FlagValue], env: Mapping[str, str]) -> float:
+    """A number in [0, 1) fixed by the seed, the rule and the server's command line.
+
+    String seeds are hashed with SHA-512 by `random.Random`, so the draw is the same in
+    every process regardless of PYTHONHASHSEED.
+    """
+    key = json.dumps(
+        {
+            "seed": seed,
+            "rule": rule.index,
+            "flags": {k: v for k, v in sorted(flags.items()) if k not in _NOT_IN_DRAW},
+            "env": {c.key: env.get(c.key) for c in rule.when.env},
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return random.Random(key).random()
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _equal(actual: object, expected: object) -> bool:
+    if isinstance(expected, list):
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(expected)
+            and all(_equal(a, e) for a, e in zip(actual, expected, strict=True))
+        )
+    if isinstance(actual, list):
+        return False
+    if _is_number(actual) and _is_number(expected):
+        return math.isclose(float(actual), float(expected), rel_tol=0, abs_tol=1e-12)
+    if _is_number(expected) != _is_number(actual):
+        return False
+    return str(actual) == str(expected)
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def repo_root() -> Path:
+    """The repository holding this package (the parent of the `orchestrator` directory)."""
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def scenarios_dir() -> Path:
+    return repo_root() / "experiments" / "lab"
+
+
+def available_scenarios() -> list[str]:
+    base = scenarios_dir()
+    if not base.is_dir():
+        return []
+    return sorted(p.parent.name for p in base.glob("*/scenario.yaml"))
+
+
+def resolve(spec: str) -> Path:
+    """`--scenario` value -> file: a path as given, or a bare name under experiments/lab/."""
+    as_path = Path(spec)
+    looks_like_path = "/" in spec or spec.endswith((".yaml", ".yml")) or spec.startswith(".")
+    if looks_like_path or as_path.is_file():
+        if not as_path.is_file():
+            raise ScenarioError(f"{spec}: scenario file not found")
+        return as_path
+    candidate = scenarios_dir() / spec / "scenario.yaml"
+    if not candidate.is_file():
+        names = available_scenarios()
+        close = difflib.get_close_matches(spec, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = ", ".join(names) if names else "none"
+        raise ScenarioError(
+            f"no scenario named {spec!r} (looked for {candidate}){hint} known: {known}"
+        )
+    return candidate
+
+
+def load(spec: str | Path) -> Scenario:
+    """Read and validate a scenario; raises ScenarioError with a one-line message."""
+    path = resolve(str(spec))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{path}: not valid YAML{where}: {problem}") from None
+    return _Validator(path).scenario(data)
+
+
+class _Validator:
+    """Turns parsed YAML into a Scenario, naming file and key path in every error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, msg: str) -> ScenarioError:
+        return ScenarioError(f"{self.path}: {where}: {msg}" if where else f"{self.path}: {msg}")
+
+    def keys(self, where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                expected = ", ".join(allowed)
+                raise self.fail(
+                    _join(where, str(key)), f"unknown key{hint}; expected one of: {expected}"
+                )
+
+    def mapping(self, where: str, v: object) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected a mapping, got {_kind(v)}")
+        return v
+
+    def number(self, where: str, v: object, *, minimum: float | None = None,
+               positive: bool = False) -> float:
+        if not _is_number(v):
+            raise self.fail(where, f"expected a number, got {_kind(v)}")
+        if positive and v <= 0:
+            raise self.fail(where, f"expected a positive number, got {v}")
+        if minimum is not None and v < minimum:
+            raise self.fail(where, f"expected a number >= {minimum}, got {v}")
+        return float(v)
+
+    def integer(self, where: str, v: object, lo: int, hi: int) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise self.fail(where, f"expected a whole number from {lo} to {hi}, got {v!r}")
+        return v
+
+    def string(self, where: str, v: object, *, nonempty: bool = True) -> str:
+        if not isinstance(v, str) or (nonempty and not v.strip()):
+            raise self.fail(where, f"expected a non-empty string, got {_kind(v)}")
+        return v
+
+    # -- top level
+
+    def scenario(self, data: object) -> Scenario:
+        if data is None:
+            raise self.fail("", "the file is empty; expected a scenario mapping")
+        data = self.mapping("(top level)", data)
+        self.keys("", data, ("name", "description", "seed", "startup", "faults", "throughput",
+                             "known_flags", "defaults", "model"))
+        name = self.string("name", data["name"]) if "name" in data else self.path.parent.name
+        seed = self.integer("seed", data["seed"], 0, 2**63) if "seed" in data else 0
+        startup = self.startup(data.get("startup", {}))
+        faults_raw = data.get("faults", [])
+        if faults_raw is None:
+            faults_raw = []
+        if not isinstance(faults_raw, list):
+            raise self.fail("faults", f"expected a list of rules, got {_kind(faults_raw)}")
+        faults = tuple(self.rule(i, r) for i, r in enumerate(faults_raw))
+        base, factors = self.throughput(data.get("throughput", 1000.0))
+        defaults = self.defaults(data.get("defaults", {}))
+        known = self.known_flags(data["known_flags"]) if data.get("known_flags") else None
+        model = self.model(data.get("model", {}))
+        desc = data.get("description", "")
+        if not isinstance(desc, str):
+            raise self.fail("description", f"expected a string, got {_kind(desc)}")
+        return Scenario(name=name, path=self.path, description=desc, seed=seed, startup=startup,
+                        faults=faults, throughput=base, factors=factors, known_flags=known,
+                        defaults=defaults, model=model)
+
+    def startup(self, v: object) -> dict[str, float]:
+        data = self.mapping("startup", v if v is not None else {})
+        self.keys("startup", data, STARTUP_PHASES)
+        out = dict(DEFAULT_STARTUP)
+        for phase, secs in data.items():
+            out[phase] = self.number(f"startup.{phase}", secs, minimum=0)
+        return out
+
+    def defaults(self, v: object) -> dict[str, Any]:
+        data = self.mapping("defaults", v if v is not None else {})
+        for key, val in data.items():
+            if not isinstance(val, int | float | str) or isinstance(val, bool):
+                raise self.fail(f"defaults.{key}", f"expected a number or string, got {_kind(val)}")
+        return {flagcat.canonical(str(k).lstrip("-")): val for k, val in data.items()}
+
+    def model(self, v: object) -> ModelInfo:
+        data = self.mapping("model", v if v is not None else {})
+        self.keys("model", data, ("arch", "dtype", "shards", "gpu_mem_gb", "weights_gb",
+                                  "context_len"))
+        kw: dict[str, Any] = {}
+        for key in ("arch", "dtype"):
+            if key in data:
+                kw[key] = self.string(f"model.{key}", data[key])
+        for key in ("shards", "context_len"):
+            if key in data:
+                kw[key] = self.integer(f"model.{key}", data[key], 1, 10**9)
+        for key in ("gpu_mem_gb", "weights_gb"):
+            if key in data:
+                kw[key] = self.number(f"model.{key}", data[key], positive=True)
+        return ModelInfo(**kw)
+
+    def throughput(self, v: object) -> tuple[float, tuple[Factor, ...]]:
+        if _is_number(v):
+            return self.number("throughput", v, positive=True), ()
+        data = self.mapping("throughput", v)
+        self.keys("throughput", data, ("base", "factors"))
+        if "base" not in data:
+            raise self.fail("throughput.base", "missing; expected tokens per second, e.g. 4000")
+        base = self.number("throughput.base", data["base"], positive=True)
+        raw = data.get("factors") or []
+        if not isinstance(raw, list):
+            raise self.fail("throughput.factors", f"expected a list, got {_kind(raw)}")
+        factors = []
+        for i, f in enumerate(raw):
+            where = f"throughput.factors[{i}]"
+            fd = self.mapping(where, f)
+            self.keys(where, fd, ("when", "multiply"))
+            if "when" not in fd or "multiply" not in fd:
+                raise self.fail(where, "expected both 'when' and 'multiply'")
+            factors.append(Factor(self.when(f"{where}.when", fd["when"]),
+                                  self.number(f"{where}.multiply", fd["multiply"], positive=True)))
+        return base, tuple(factors)
+
+    # -- rules
+
+    def rule(self, i: int, v: object) -> Rule:
+        where = f"faults[{i}]"
+        data = self.mapping(where, v)
+        self.keys(where, data, ("when", "phase", "effect", "error", "after_requests",
+                                "probability", "exit_code", "kill", "frames", "description"))
+        if "when" not in data:
+            raise self.fail(f"{where}.when", "missing; expected a mapping of conditions ({} = always)")
+        when = self.when(f"{where}.when", data["when"])
+        after = None
+        if data.get("after_requests") is not None:
+            after = self.integer(f"{where}.after_requests", data["after_requests"], 0, 10**9)
+        phase = data.get("phase", "serving" if after is not None else None)
+        if phase not in RULE_PHASES:
+            raise self.fail(f"{where}.phase", f"expected one of {', '.join(RULE_PHASES)}, "
+                                              f"got {phase!r}")
+        if after is not None and phase != "serving":
+            raise self.fail(f"{where}.after_requests", "only a 'serving' phase rule can wait "
+                                                       f"for requests (phase is {phase!r})")
+        effect = data.get("effect", "crash")
+        if effect not in EFFECTS:
+            raise self.fail(f"{where}.effect", f"expected one of {', '.join(EFFECTS)}, got {effect!r}")
+        if effect == "hang" and phase == "args":
+            raise self.fail(f"{where}.effect", "an 'args' rule cannot hang; it exits with code 2")
+        error = ""
+        if effect == "crash":
+            if "error" not in data:
+                raise self.fail(f"{where}.error", "missing; a crash needs the error text it "
+                                                  "ends with, e.g. 'RuntimeError: ...'")
+            error = self.string(f"{where}.error", data["error"]).strip("\n")
+        elif "error" in data:
+            error = self.string(f"{where}.error", data["error"]).strip("\n")
+        prob = None
+        if data.get("probability") is not None:
+            prob = self.number(f"{where}.probability", data["probability"])
+            if not 0 < prob <= 1:
+                raise self.fail(f"{where}.probability", f"expected a number in (0, 1], got {prob}")
+        default_code = 2 if phase == "args" else 1
+        code = self.integer(f"{where}.exit_code", data.get("exit_code", default_code), 1, 255)
+        kill = data.get("kill", False)
+        if not isinstance(kill, bool):
+            raise self.fail(f"{where}.kill", f"expected true or false, got {_kind(kill)}")
+        raw_frames = data.get("frames") or []
+        if not isinstance(raw_frames, list):
+            raise self.fail(f"{where}.frames", f"expected a list of frames, got {_kind(raw_frames)}")
+        frames = tuple(self.frame(f"{where}.frames[{j}]", f) for j, f in enumerate(raw_frames))
+        return Rule(index=i, when=when, phase=phase, effect=effect, error=error,
+                    after_requests=after if phase == "serving" else None, probability=prob,
+                    exit_code=code, kill=kill, frames=frames)
+
+    def frame(self, where: str, v: object) -> Frame:
+        data = self.mapping(where, v)
+        self.keys(where, data, ("file", "line", "func", "code"))
+        for key in ("file", "line", "func", "code"):
+            if key not in data:
+                raise self.fail(f"{where}.{key}", "missing; a frame needs file, line, func, code")
+        return Frame(self.string(f"{where}.file", data["file"]),
+                     self.integer(f"{where}.line", data["line"], 1, 10**7),
+                     self.string(f"{where}.func", data["func"]),
+                     self.string(f"{where}.code", data["code"]))
+
+    def when(self, where: str, v: object) -> When:
+        data = self.mapping(where, v if v is not None else {})
+        flag_conds = []
+        env_conds: list[Condition] = []
+        for key, cond in data.items():
+            if key == "env":
+                env = self.mapping(f"{where}.env", cond)
+                env_conds.extend(self.condition(f"{where}.env.{k}", str(k), c)
+                                 for k, c in env.items())
+                continue
+            if not isinstance(key, str) or not key.strip("-"):
+                raise self.fail(f"{where}.{key}", "expected a flag name like 'ep-size'")
+            name = flagcat.canonical(key.lstrip("-"))
+            flag_conds.append(self.condition(f"{where}.{key}", name, cond))
+        return When(tuple(flag_conds), tuple(env_conds))
+
+    def condition(self, where: str, key: str, v: object) -> Condition:
+        if v is True:
+            return Condition(key, "present")
+        if v is False:
+            return Condition(key, "absent")
+        if v is None:
+            raise self.fail(where, "expected a value, true (present), false (absent) or a "
+                                   "mapping of lt/le/gt/ge/ne/in; got null")
+        if isinstance(v, int | float | str):
+            return Condition(key, "eq", v)
+        if isinstance(v, list):
+            for i, item in enumerate(v):
+                if not isinstance(item, int | float | str) or isinstance(item, bool):
+                    raise self.fail(f"{where}[{i}]", f"expected a number or string, got {_kind(item)}")
+            return Condition(key, "eq", list(v))
+        data = self.mapping(where, v)
+        if len(data) != 1:
+            # One operator per condition keeps the meaning obvious; ranges use two rules.
+            raise self.fail(where, f"expected exactly one of {', '.join(OPERATORS)}, "
+                                   f"got {len(data)} keys")
+        self.keys(where, data, OPERATORS)
+        op, operand = next(iter(data.items()))
+        if op in ("lt", "le", "gt", "ge"):
+            self.number(f"{where}.{op}", operand)
+        elif op == "in":
+            if not isinstance(operand, list) or not operand:
+                raise self.fail(f"{where}.in", f"expected a non-empty list, got {_kind(operand)}")
+        elif not isinstance(operand, int | float | str) or isinstance(operand, bool):
+            raise self.fail(f"{where}.ne", f"expected a number or string, got {_kind(operand)}")
+        return Condition(key, op, operand)
+
+    # -- known flags
+
+    def known_flags(self, v: object) -> tuple[flagcat.FlagSpec, ...]:
+        where = "known_flags"
+        if isinstance(v, str):
+            return tuple(self.preset(where, v))
+        if isinstance(v, list):
+            return tuple(self.flag_list(where, v, []))
+        data = self.mapping(where, v)
+        self.keys(where, data, ("preset", "add", "remove"))
+        specs = self.preset(f"{where}.preset", data.get("preset")) if "preset" in data else []
+        remove = data.get("remove") or []
+        if not isinstance(remove, list):
+            raise self.fail(f"{where}.remove", f"expected a list of flag names, got {_kind(remove)}")
+        drop = {str(r).lstrip("-") for r in remove}
+        unknown = drop - {s.name for s in specs}
+        if unknown:
+            raise self.fail(f"{where}.remove", f"not in the preset: {', '.join(sorted(unknown))}")
+        specs = [s for s in specs if s.name not in drop]
+        add = data.get("add") or []
+        if not isinstance(add, list):
+            raise self.fail(f"{where}.add", f"expected a list, got {_kind(add)}")
+        return tuple(self.flag_list(f"{where}.add", add, specs))
+
+    def preset(self, where: str, name: object) -> list[flagcat.FlagSpec]:
+        try:
+            return flagcat.preset(str(name))
+        except KeyError:
+            raise self.fail(where, f"unknown preset {name!r}; expected one of "
+                                   f"{', '.join(flagcat.preset_names())}") from None
+
+    def flag_list(self, where: str, items: list[Any],
+                  start: list[flagcat.FlagSpec]) -> list[flagcat.FlagSpec]:
+        specs = list(start)
+        seen = {s.name for s in specs}
+        for i, item in enumerate(items):
+            w = f"{where}[{i}]"
+            if isinstance(item, str):
+                name = item.lstrip("-")
+                spec = flagcat.CATALOGUE.get(name) or flagcat.FlagSpec(name)
+            elif isinstance(item, dict) and len(item) == 1:
+                name, kind = next(iter(item.items()))
+                name = str(name).lstrip("-")
+                if kind not in flagcat.KINDS:
+                    raise self.fail(f"{w}.{name}", f"expected one of {', '.join(flagcat.KINDS)}, "
+                                                   f"got {kind!r}")
+                base = flagcat.CATALOGUE.get(name)
+                spec = flagcat.FlagSpec(name, kind, base.aliases if base else (),
+                                        base.help if base else None)
+            else:
+                raise self.fail(w, "expected a flag name, or a one-key mapping "
+                                   f"name: value|switch|list; got {_kind(item)}")
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise self.fail(w, f"{name!r} is not a valid option name")
+            if name in seen:
+                raise self.fail(w, f"flag {name!r} is listed twice")
+            seen.add(name)
+            specs.append(spec)
+        return specs
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _kind(v: object) -> str:
+    if isinstance(v, bool):
+        return f"a boolean ({str(v).lower()})"
+    if v is None:
+        return "nothing (null)"
+    if isinstance(v, int | float):
+        return f"a number ({v})"
+    if isinstance(v, str):
+        return f"a string ({v!r})"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "a mapping"
+    return type(v).__name__

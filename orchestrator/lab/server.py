@@ -1,0 +1,509 @@
+"""The simulated inference server: `python3 -m orchestrator.lab.server --scenario NAME ...`.
+
+It takes the command line SGLang's `launch_server` takes, prints SGLang's startup lines
+phase by phase (init, load_weights, kv_cache, cuda_graph, warmup), then binds `--port`
+(default 30000, host 127.0.0.1) and serves `/health`, `/health_generate`, `/generate`,
+`/v1/completions`, `/v1/chat/completions`, `/get_server_info` and `/get_model_info`.
+Tokens come out at the scenario's throughput, shared by all requests like one GPU's
+decode budget, so a benchmark measures the scenario's tok/s whatever its concurrency.
+
+Faults come from the scenario (see `orchestrator.lab.scenario`):
+  - crash at a phase: a scheduler traceback ending in the rule's error, the parent's
+    `Received sigquit ...` line, then exit code 1 (the rule's `exit_code`), or death by
+    SIGKILL with `kill: true` (what SGLang's kill_process_tree does to itself);
+  - `effect: hang`: logging stops and the port is never bound, until SIGTERM;
+  - `after_requests: N`: the running server crashes (or stalls) once N requests are done;
+  - `phase: args`: argparse-style usage and error on stderr, exit 2.
+
+Knobs: `--time-scale X` or ORCH_LAB_TIME_SCALE scale the startup phases (the flag wins);
+`--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws.
+SIGTERM/SIGINT stop it cleanly with exit 0; requests arriving meanwhile get 503.
+All log lines go to stdout, flushed line by line; argparse messages go to stderr.
+Exit codes: 0 stopped, 1 crashed (or the rule's code), 2 bad command line or scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from orchestrator.lab import cmdline, sglang_text
+from orchestrator.lab.scenario import (
+    LAB_ONLY_FLAGS,
+    STARTUP_PHASES,
+    Rule,
+    Scenario,
+    ScenarioError,
+)
+from orchestrator.lab.scenario import load as load_scenario
+from orchestrator.lab.sglang_text import RAW, Line
+
+TIME_SCALE_ENV = "ORCH_LAB_TIME_SCALE"
+SEED_ENV = "ORCH_LAB_SEED"
+DEFAULT_PORT = 30000
+DEFAULT_HOST = "127.0.0.1"
+DRAIN_SECONDS = 5.0
+_WORDS = ("the", "model", "answers", "with", "simulated", "tokens", "at", "a", "steady", "rate")
+
+
+class Log:
+    """SGLang's log prefix (`[2025-01-01 12:00:00 TP0] `), one flushed line at a time."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stdout
+        self.lock = threading.Lock()
+
+    def emit(self, lines: Sequence[Line]) -> None:
+        with self.lock:
+            for rank, text in lines:
+                stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+                if rank == RAW:
+                    line = text
+                elif rank is None:
+                    line = f"[{stamp}] {text}"
+                else:
+                    line = f"[{stamp} TP{rank}] {text}"
+                try:
+                    self.stream.write(line + "\n")
+                    self.stream.flush()
+                except (BrokenPipeError, ValueError):
+                    pass  # the reader went away; the server's behaviour must not change
+
+    def main(self, text: str) -> None:
+        self.emit([(None, text)])
+
+
+class Engine:
+    """What the running server shares between request threads: token budget and faults."""
+
+    def __init__(self, rate: float, rule: Rule | None, log: Log) -> None:
+        self.rate = rate
+        self.rule = rule
+        self.log = log
+        self.lock = threading.Lock()
+        self.next_free = 0.0
+        self.completed = 0
+        self.tokens_out = 0
+        self.in_flight = 0
+        self.stopping = threading.Event()
+        self.crashed = threading.Event()
+        self.stalled = threading.Event()
+        self.wake = threading.Event()  # tells the main thread to look at the flags
+
+    def reserve(self, tokens: int) -> tuple[float, float]:
+        """Book `tokens` of decode time; returns (seconds queued, seconds generating)."""
+        now = time.monotonic()
+        with self.lock:
+            start = max(now, self.next_free)
+            self.next_free = start + tokens / self.rate
+            return start - now, self.next_free - start
+
+    def done(self, tokens: int) -> None:
+        with self.lock:
+            self.completed += 1
+            self.tokens_out += tokens
+            count = self.completed
+        if count % 20 == 0:
+            self.log.emit([(0, f"Decode batch. #running-req: {min(count, 64)}, #token: "
+                               f"{self.tokens_out}, token usage: 0.01, cuda graph: True, "
+                               f"gen throughput (token/s): {self.rate:.2f}, #queue-req: 0, ")])
+        rule = self.rule
+        if rule is not None and rule.after_requests is not None and count == rule.after_requests:
+            self.fire()
+
+    def fire(self) -> None:
+        if self.rule is not None and self.rule.effect == "hang":
+            self.stalled.set()
+        else:
+            self.crashed.set()
+        self.wake.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """SGLang's HTTP surface, just enough of it for health checks and benchmarks."""
+
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    @property
+    def engine(self) -> Engine:
+        return self.server.engine  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base signature)
+        pass  # access lines are printed in uvicorn's format by _access()
+
+    def _access(self, code: int) -> None:
+        host, port = self.client_address[:2]
+        phrase = {200: "OK", 404: "Not Found", 400: "Bad Request",
+                  503: "Service Unavailable"}.get(code, "")
+        self.engine.log.main(f'INFO:     {host}:{port} - "{self.command} {self.path} '
+                             f'HTTP/1.1" {code} {phrase}')
+
+    def _gate(self) -> bool:
+        """False when the request must not be answered normally (crashed, stalled, stopping)."""
+        eng = self.engine
+        if eng.crashed.is_set():
+            self.close_connection = True
+            return False  # a dead server says nothing; the socket just closes
+        if eng.stalled.is_set():
+            eng.stopping.wait()
+            self.close_connection = True
+            return False
+        if eng.stopping.is_set():
+            self._send(503, {"detail": "Server is shutting down"})
+            return False
+        return True
+
+    def _send(self, code: int, body: object | None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+            return
+        self._access(code)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if not self._gate():
+            return
+        path = self.path.split("?", 1)[0]
+        server: LabServer = self.server  # type: ignore[assignment]
+        if path in ("/health", "/health_generate"):
+            self._send(200, None)
+        elif path in ("/get_server_info", "/server_info"):
+            self._send(200, server.info)
+        elif path in ("/get_model_info", "/model_info"):
+            self._send(200, {"model_path": server.info.get("model_path"), "is_generation": True})
+        elif path == "/v1/models":
+            self._send(200, {"object": "list", "data": [
+                {"id": server.info.get("model_path"), "object": "model", "owned_by": "sglang"}]})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not self._gate():
+            return
+        path = self.path.split("?", 1)[0]
+        if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
+            self._send(404, {"detail": "Not Found"})
+            return
+        try:
+            req = json.loads(raw or b"{}")
+            if not isinstance(req, dict):
+                raise ValueError("expected a JSON object")
+            prompt_tokens, max_tokens = _request_size(path, req)
+        except (ValueError, TypeError) as exc:
+            self._send(400, {"error": {"message": f"bad request: {exc}"}})
+            return
+        eng = self.engine
+        with eng.lock:
+            eng.in_flight += 1
+        try:
+            self._generate(path, req, prompt_tokens, max_tokens)
+        finally:
+            with eng.lock:
+                eng.in_flight -= 1
+
+    def _generate(self, path: str, req: Mapping[str, Any], prompt_tokens: int,
+                  max_tokens: int) -> None:
+        eng = self.engine
+        queued, generating = eng.reserve(max_tokens)
+        # Waiting on `crashed` lets a crash cut in-flight requests off, as a dead server does.
+        if eng.crashed.wait(queued + generating):
+            self.close_connection = True
+            return
+        if eng.stalled.is_set():
+            eng.stopping.wait()
+            self.close_connection = True
+            return
+        text = " ".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
+        per_token = generating / max(max_tokens, 1)
+        meta = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                "e2e_latency": queued + generating, "ttft": queued + per_token}
+        self._send(200, _response(path, req, text, meta))
+        eng.done(max_tokens)
+
+
+def _request_size(path: str, req: Mapping[str, Any]) -> tuple[int, int]:
+    if path == "/generate":
+        params = req.get("sampling_params") or {}
+        max_tokens = int(params.get("max_new_tokens", 128))
+        prompt: Any = req.get("text", req.get("input_ids", ""))
+    elif path == "/v1/completions":
+        max_tokens = int(req.get("max_tokens", 16))
+        prompt = req.get("prompt", "")
+    else:
+        max_tokens = int(req.get("max_tokens", req.get("max_completion_tokens", 128)))
+        prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
+    if max_tokens < 1 or max_tokens > 1_000_000:
+        raise ValueError(f"max tokens must be 1..1000000, got {max_tokens}")
+    if isinstance(prompt, list):
+        count = len(prompt)
+    else:
+        count = len(str(prompt).split())
+    return max(count, 1), max_tokens
+
+
+def _response(path: str, req: Mapping[str, Any], text: str, meta: dict[str, Any]) -> object:
+    if path == "/generate":
+        return {"text": text, "meta_info": {"id": f"lab-{time.monotonic_ns()}",
+                                            "finish_reason": {"type": "length"}, **meta}}
+    usage = {"prompt_tokens": meta["prompt_tokens"],
+             "completion_tokens": meta["completion_tokens"],
+             "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+    if path == "/v1/completions":
+        return {"id": "cmpl-lab", "object": "text_completion", "model": req.get("model", ""),
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": usage}
+    return {"id": "chatcmpl-lab", "object": "chat.completion", "model": req.get("model", ""),
+            "choices": [{"index": 0, "finish_reason": "length",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": usage}
+
+
+class LabServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # A restarted run must be able to bind the port again at once (TIME_WAIT from the last).
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], engine: Engine, info: dict[str, Any]) -> None:
+        super().__init__(addr, Handler)
+        self.engine = engine
+        self.info = info
+
+
+# ---------------------------------------------------------------------------- running
+
+
+class Run:
+    """One server process: startup phases, serving, and the way it ends."""
+
+    def __init__(self, scen: Scenario, flags: dict[str, Any], rule: Rule | None,
+                 scale: float, seed: int) -> None:
+        self.scen = scen
+        self.flags = flags
+        self.rule = rule
+        self.scale = scale
+        self.seed = seed
+        self.log = Log()
+        self.host = str(flags.get("host", DEFAULT_HOST))
+        self.port = _port(flags.get("port", DEFAULT_PORT))
+        self.tp = _tp(flags.get("tp-size", 1))
+        self.pid = os.getpid()
+        rate = scen.tokens_per_second(flags, os.environ)
+        self.engine = Engine(rate, rule, self.log)
+        self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep scaled time; True if a stop was requested meanwhile."""
+        return self.engine.stopping.wait(max(seconds * self.scale, 0.0))
+
+    def hang(self) -> int:
+        # Hung like a deadlocked NCCL call: silent and alive until someone stops it.
+        self.engine.stopping.wait()
+        return 0
+
+    def crash(self, phase: str) -> int:
+        assert self.rule is not None
+        self.log.emit(sglang_text.traceback_lines(phase, self.rule.error, self.rule.frames))
+        sys.stdout.flush()
+        if self.rule.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(self.rule.exit_code)
+
+    def start(self) -> int:
+        scen = self.scen
+        for phase in STARTUP_PHASES:
+            self.log.emit(sglang_text.phase_begin(phase, self.nums, scen.model, self.flags,
+                                                  self.host, self.port, self.pid))
+            duration = scen.startup[phase]
+            failing = self.rule is not None and self.rule.phase == phase
+            if failing:
+                assert self.rule is not None
+                if self.rule.effect == "hang":
+                    return self.hang()
+                if self.sleep(duration / 2):
+                    return 0
+                return self.crash(phase)
+            if phase == "load_weights":
+                if self.load_weights(duration):
+                    return 0
+            elif self.sleep(duration):
+                return 0
+            self.log.emit(sglang_text.phase_end(phase, self.nums, scen.model,
+                                                duration * self.scale))
+            if phase == "warmup":
+                # The port opens only now: until ready, connections are refused.
+                return self.serve()
+        return 0
+
+    def load_weights(self, duration: float) -> bool:
+        total = self.scen.model.shards
+        steps = min(total, 4)
+        start = time.monotonic()
+        for i in range(1, steps + 1):
+            if self.sleep(duration / steps):
+                return True
+            done = round(total * i / steps)
+            self.log.emit([sglang_text.load_progress(done, total, time.monotonic() - start)])
+        return False
+
+    def serve(self) -> int:
+        info = {"model_path": self.flags.get("model-path", "/models/model"),
+                "scenario": self.scen.name, "seed": self.seed, "tp_size": self.tp,
+                "host": self.host, "port": self.port,
+                "flags": self.flags, "throughput_tok_s": self.engine.rate}
+        for name, value in self.flags.items():
+            info.setdefault(name.replace("-", "_"), value)
+        try:
+            httpd = LabServer((self.host, self.port), self.engine, info)
+        except OSError as exc:
+            self.log.main(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
+                          f"address ('{self.host}', {self.port}): {exc.strerror.lower()}")
+            self.log.emit([(None, sglang_text.SIGQUIT_LINE)])
+            return 1
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                  name="http", daemon=True)
+        thread.start()
+        rule = self.rule
+        if rule is not None and rule.phase == "serving" and not rule.after_requests:
+            self.engine.fire()
+        eng = self.engine
+        while True:
+            eng.wake.wait()
+            eng.wake.clear()
+            if eng.crashed.is_set():
+                assert rule is not None
+                self.log.emit(sglang_text.traceback_lines("serving", rule.error, rule.frames))
+                httpd.socket.close()
+                sys.stdout.flush()
+                if rule.kill:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                os._exit(rule.exit_code)
+            if eng.stopping.is_set():
+                break
+            # stalled: keep the port open but answer nothing, until stopped
+        self.log.main("INFO:     Shutting down")
+        # Like uvicorn's graceful shutdown: requests already running may finish (bounded),
+        # new ones get 503 meanwhile.
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while eng.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.log.emit([
+                       (None, "INFO:     Waiting for application shutdown."),
+                       (None, "INFO:     Application shutdown complete."),
+                       (None, f"INFO:     Finished server process [{self.pid}]")])
+        httpd.shutdown()
+        httpd.server_close()
+        return 0
+
+
+def _port(v: object) -> int:
+    if isinstance(v, int) and 0 < v < 65536:
+        return v
+    raise _Usage(f"argument --port: invalid int value: '{v}'")
+
+
+def _tp(v: object) -> int:
+    if isinstance(v, int) and v >= 1:
+        return min(v, 64)
+    raise _Usage(f"argument --tp-size: invalid int value: '{v}'")
+
+
+class _Usage(Exception):
+    pass
+
+
+def _time_scale(pre: cmdline.Pre) -> float:
+    text = pre.time_scale if pre.time_scale is not None else os.environ.get(TIME_SCALE_ENV)
+    if text is None or text == "":
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        src = "--time-scale" if pre.time_scale is not None else TIME_SCALE_ENV
+        raise _Usage(f"{src}: expected a non-negative number, got {text!r}")
+    return value
+
+
+def _seed(pre: cmdline.Pre, scen: Scenario) -> int:
+    text = pre.seed if pre.seed is not None else os.environ.get(SEED_ENV)
+    if text is None or text == "":
+        return scen.seed
+    try:
+        return int(text)
+    except ValueError:
+        src = "--seed" if pre.seed is not None else SEED_ENV
+        raise _Usage(f"{src}: expected a whole number, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = cmdline.prescan(argv)
+    if pre.scenario is None:
+        if cmdline.wants_help(argv):
+            cmdline.build_parser(None).print_help()
+            return 0
+        cmdline.print_usage_error("the following arguments are required: --scenario", None)
+        return 2
+    try:
+        scen = load_scenario(pre.scenario)
+    except ScenarioError as exc:
+        message = " ".join(str(exc).split())
+        print(f"{cmdline.PROG}: error: bad scenario: {message}", file=sys.stderr, flush=True)
+        return 2
+    specs = scen.known_flags
+    try:
+        if specs is not None:
+            flags = cmdline.parse_strict(argv, specs)  # argparse exits 2 (or 0 for --help)
+        elif cmdline.wants_help(argv):
+            cmdline.build_parser(None).print_help()
+            return 0
+        else:
+            flags = cmdline.parse_permissive(argv)
+        for name in LAB_ONLY_FLAGS:
+            flags.pop(name, None)
+        scale = _time_scale(pre)
+        seed = _seed(pre, scen)
+        _port(flags.get("port", DEFAULT_PORT))
+        _tp(flags.get("tp-size", 1))
+    except (cmdline.UsageError, _Usage) as exc:
+        cmdline.print_usage_error(str(exc), specs)
+        return 2
+    rule = scen.select_fault(flags, os.environ, seed)
+    if rule is not None and rule.phase == "args":
+        message = rule.error or "invalid arguments"
+        message = message[len("error:"):].strip() if message.startswith("error:") else message
+        cmdline.print_usage_error(message, specs)
+        return rule.exit_code
+    run = Run(scen, flags, rule, scale, seed)
+    # SIGTERM/SIGINT end the run cleanly wherever it is; handlers run on the main thread.
+    signal.signal(signal.SIGTERM, lambda *_: run.engine.stop())
+    signal.signal(signal.SIGINT, lambda *_: run.engine.stop())
+    return run.start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
