@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,7 @@ class SshdEndpoint:
     def ssh_options(self) -> list[str]:
         """Client options that trust only this sshd's key and log in with the client key."""
         return [
+            "-F", "/dev/null",  # the user's ~/.ssh/config must not change what we test
             "-p", str(self.port),
             "-i", str(self.identity_file),
             "-o", "IdentitiesOnly=yes",
@@ -64,12 +65,29 @@ class SshdEndpoint:
             "-o", "PasswordAuthentication=no",
             "-o", "ConnectTimeout=15",
             "-o", "LogLevel=ERROR",
-            "-F", "/dev/null",  # ignore the user's ~/.ssh/config
         ]
 
     def ssh_command(self, *remote: str) -> list[str]:
         """An `ssh` argv for this host; `remote` words are joined by ssh, so quote them."""
         return ["ssh", *self.ssh_options(), f"{self.user}@{self.address}", *remote]
+
+    def ssh_run(
+        self,
+        command: str | Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one command over real ssh: a shell string, or an argv quoted here."""
+        remote = command if isinstance(command, str) else shlex.join(command)
+        return subprocess.run(
+            self.ssh_command(remote),
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def hosts_entry(self, **extra: object) -> dict[str, object]:
         """This sshd as a `hosts.yaml` host (the inventory's field names)."""
@@ -467,14 +485,3 @@ def read_pid(pid_file: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
-
-
-def ssh_run(
-    endpoint: SshdEndpoint, command: str | Iterable[str], *, timeout: float = 60.0
-) -> subprocess.CompletedProcess[str]:
-    """Run one command over real ssh; `command` as a shell string or an argv to quote."""
-    remote = command if isinstance(command, str) else shlex.join(command)
-    return subprocess.run(
-        endpoint.ssh_command(remote),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-    )

@@ -1,0 +1,57 @@
+"""pytest fixtures for the real test hosts; `tests/conftest.py` imports them by name."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, prepare, session_env
+from tests.hosts.prereq import require_sshd, require_systemd_host
+from tests.hosts.systemd import REPO, SystemdHost, SystemdHostFactory
+
+
+@pytest.fixture(scope="session")
+def sshd_server() -> Iterator[SshdServer]:
+    """OpenSSH's sshd on 127.0.0.1 for the whole session; `.restart()` drops connections."""
+    require_sshd()
+    state = Path(tempfile.mkdtemp(prefix=f"orch-sshd-{os.getpid()}-"))
+    endpoint = prepare(state / "ssh", port=free_port(), env=session_env(REPO))
+    server = SshdServer(endpoint)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd(sshd_server: SshdServer) -> SshdEndpoint:
+    """Address, port, user, identity_file, known_hosts, host_key_pub, log_path; ssh_command()."""
+    if not sshd_server.running():  # a test restarted it and failed half-way
+        sshd_server.start()
+    return sshd_server.endpoint
+
+
+@pytest.fixture(scope="session")
+def systemd_hosts() -> Iterator[SystemdHostFactory]:
+    """Boots systemd containers (`.boot()`); every one left is stopped at session end."""
+    require_systemd_host()
+    factory = SystemdHostFactory()
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture
+def systemd_host(systemd_hosts: SystemdHostFactory) -> Iterator[SystemdHost]:
+    """A freshly booted systemd container for one test, stopped and discarded after it."""
+    host = systemd_hosts.boot()
+    try:
+        yield host
+    finally:
+        systemd_hosts.stop(host)
