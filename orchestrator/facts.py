@@ -1,0 +1,527 @@
+"""Facts: pure parsers of what host commands print (the pyinfra habit).
+
+The executor runs a command on a host and hands its output to a parser here; nothing in
+this module runs anything, reads files, or prints. Each parser is tested on recorded
+output under `tests/data/facts/`.
+
+Covered: `systemctl show` (key=value lines, `ExecStart=` records, `Environment=`, the unit
+state), `busctl --json=short get-property ... ExecStart` (the exact argv), `journalctl -o
+json` / `-o cat`, `ss -ltnpH` (who listens on a port), and argparse `--help` text (which
+long options a server accepts) with `check_flags`, argparse's own accept/reject decision.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.errors import InfraError
+
+
+class FactParseError(InfraError, ValueError):
+    """A command's output does not have the shape its parser expects."""
+
+
+# ---------------------------------------------------------------------------------------
+# systemctl show
+# ---------------------------------------------------------------------------------------
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl show -p A,B UNIT` -> {"A": ..., "B": ...}.
+
+    A property printed more than once (systemctl prints one `ExecStart=` line per command)
+    keeps all its values joined by newlines, in order.
+    """
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key):
+            raise FactParseError(f"systemctl show: not a key=value line: {line!r}")
+        props[key] = f"{props[key]}\n{value}" if key in props else value
+    return props
+
+
+@dataclass(frozen=True)
+class ExecCommand:
+    """One command of an `Exec*=` property, as `systemctl show` prints it.
+
+    `argv_text` is systemd's rendering of argv. systemd (through at least v252) joins the
+    elements with single spaces and no quoting (`strv_join(argv, " ")` in
+    systemctl-show.c), so an element containing a space cannot be told apart from two
+    elements: `argv` is a best-effort split; compare an intended argv with `argv_matches`,
+    or read the exact argv with `busctl --json=short` (`parse_busctl_exec`).
+    """
+
+    path: str
+    argv_text: str
+    argv: tuple[str, ...]
+    ignore_errors: bool = False
+    flags: tuple[str, ...] = ()  # ExecStartEx= only
+    pid: int = 0
+    code: str | None = None  # (null), exited, killed, dumped
+    status: str | None = None  # "0", "9/KILL"
+
+
+_EXEC_RE = re.compile(
+    r"^\{ path=(?P<path>.*?) ; argv\[\]=(?P<argv>.*) ; "
+    r"(?:ignore_errors=(?P<ignore>yes|no)|flags=(?P<flags>.*?)) ; "
+    r"start_time=\[(?P<start>.*?)\] ; stop_time=\[(?P<stop>.*?)\] ; "
+    r"pid=(?P<pid>\d+) ; code=(?P<code>\S+) ; status=(?P<status>\S*) \}$"
+)
+
+
+def parse_exec_start(value: str) -> list[ExecCommand]:
+    """The value(s) of `ExecStart=` (or any `Exec*=`) -> one ExecCommand per command.
+
+    The argv field is matched greedily against the fixed tail of the record, so an
+    argument containing ` ; ` does not cut it short.
+    """
+    commands: list[ExecCommand] = []
+    for record in value.splitlines():
+        record = record.strip()
+        if not record:
+            continue
+        m = _EXEC_RE.match(record)
+        if m is None:
+            raise FactParseError(f"not an Exec record of systemctl show: {record!r}")
+        argv_text = m.group("argv")
+        commands.append(
+            ExecCommand(
+                path=m.group("path"),
+                argv_text=argv_text,
+                argv=tuple(split_command_line(argv_text)),
+                ignore_errors=m.group("ignore") == "yes",
+                flags=tuple((m.group("flags") or "").split()),
+                pid=int(m.group("pid")),
+                code=None if m.group("code") == "(null)" else m.group("code"),
+                status=m.group("status") or None,
+            )
+        )
+    return commands
+
+
+# systemd's escape.h: what makes shell_maybe_quote() quote an element, and what it
+# backslash-escapes inside the quotes.
+_SHELL_NEED_ESCAPE = '"\\`$'
+_SHELL_NEED_QUOTES = _SHELL_NEED_ESCAPE + "*?[" + "'()<>|&;!"
+_WHITESPACE = " \t\n\r"
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+              "\v": "\\v"}  # fmt: skip
+_C_UNESCAPES = {v[1]: k for k, v in _C_ESCAPES.items()}
+
+
+def shell_maybe_quote(s: str) -> str:
+    """systemd's `shell_maybe_quote(s, 0)`: the element as `systemctl show` prints it.
+
+    Left alone unless it holds whitespace, a shell special character or a control
+    character; then wrapped in double quotes with `"`, `\\`, `` ` ``, `$` backslash-escaped
+    and control characters C-escaped. Valid UTF-8 passes through.
+    """
+    cut = next(
+        (i for i, ch in enumerate(s) if ch in _WHITESPACE + _SHELL_NEED_QUOTES or ord(ch) < 32
+         or ord(ch) == 127),
+        None,
+    )
+    if cut is None:
+        return s
+    out = [s[:cut]]
+    for ch in s[cut:]:
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ch in _SHELL_NEED_ESCAPE:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def quote_command_line(argv: Sequence[str]) -> str:
+    """systemd's `quote_command_line()`: elements quoted as needed, joined by spaces."""
+    return " ".join(shell_maybe_quote(a) for a in argv)
+
+
+def split_command_line(text: str) -> list[str]:
+    """Inverse of `quote_command_line` (and of a plain space join when nothing is quoted).
+
+    Double-quoted words are unescaped the way systemd escaped them; anything else splits
+    on single spaces.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == " ":
+            i += 1
+            continue
+        if text[i] == '"':
+            j = i + 1
+            buf: list[str] = []
+            while j < n and text[j] != '"':
+                if text[j] == "\\" and j + 1 < n:
+                    nxt = text[j + 1]
+                    if nxt in _C_UNESCAPES:
+                        buf.append(_C_UNESCAPES[nxt])
+                        j += 2
+                    elif nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[j + 2 : j + 4]):
+                        buf.append(chr(int(text[j + 2 : j + 4], 16)))
+                        j += 4
+                    else:
+                        buf.append(nxt)
+                        j += 2
+                    continue
+                buf.append(text[j])
+                j += 1
+            if j < n and (j + 1 == n or text[j + 1] == " "):
+                out.append("".join(buf))
+                i = j + 1
+                continue
+            # not a systemd-quoted word after all (a plain join of an element with `"`)
+        j = text.find(" ", i)
+        j = n if j < 0 else j
+        out.append(text[i:j])
+        i = j
+    return out
+
+
+def argv_matches(intended: Sequence[str], command: ExecCommand) -> bool:
+    """Whether `systemctl show` printed exactly `intended` (either rendering systemd uses)."""
+    return command.argv_text in (" ".join(intended), quote_command_line(intended))
+
+
+def parse_busctl_exec(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """`busctl --json=short get-property org.freedesktop.systemd1 PATH
+    org.freedesktop.systemd1.Service ExecStart` -> [(path, argv), ...], exact.
+
+    D-Bus carries argv as a string array, so this is the read-back to compare byte for byte.
+    """
+    try:
+        doc = json.loads(text)
+        return [(str(rec[0]), tuple(str(a) for a in rec[1])) for rec in doc["data"]]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise FactParseError(f"busctl ExecStart: unexpected output: {text[:200]!r}") from exc
+
+
+def parse_environment(value: str) -> dict[str, str]:
+    """`Environment=A=1 "B=x y"` -> {"A": "1", "B": "x y"}.
+
+    systemd prints each `NAME=value` element through shell_maybe_quote(), separated by
+    spaces. Old releases print `[unprintable]` for elements with spaces: refused, because
+    a read-back must never compare a guess.
+    """
+    env: dict[str, str] = {}
+    for item in split_command_line(value.strip()):
+        if item == "[unprintable]":
+            raise FactParseError("Environment= holds a value systemd printed as [unprintable]")
+        name, sep, val = item.partition("=")
+        if not sep or not name:
+            raise FactParseError(f"Environment= element without NAME=: {item!r}")
+        env[name] = val
+    return env
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """The state of a unit, from `systemctl show -p ActiveState,SubState,Result,...`."""
+
+    active_state: str  # active, activating, deactivating, inactive, failed
+    sub_state: str  # running, exited, dead, failed, start, auto-restart, ...
+    result: str  # success, exit-code, signal, core-dump, timeout, oom-kill, ...
+    exec_main_status: int | None = None
+    exec_main_code: int | None = None  # CLD_EXITED=1, CLD_KILLED=2, CLD_DUMPED=3
+    n_restarts: int = 0
+    invocation_id: str = ""
+    main_pid: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in ("active", "activating", "reloading") and self.main_pid > 0
+
+    @property
+    def failed(self) -> bool:
+        return self.active_state == "failed" or self.result not in ("", "success")
+
+    @property
+    def exit_signal(self) -> str | None:
+        """'SIGKILL' when the main process was killed by a signal, else None."""
+        if self.exec_main_code in (2, 3) and self.exec_main_status:
+            try:
+                return signal.Signals(self.exec_main_status).name
+            except ValueError:
+                return f"signal {self.exec_main_status}"
+        return None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.exec_main_status if self.exec_main_code == 1 else None
+
+
+UNIT_STATE_PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainStatus",
+    "ExecMainCode",
+    "NRestarts",
+    "InvocationID",
+    "MainPID",
+)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    if value is None or value.strip() in ("", "[not set]"):
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise FactParseError(f"expected a number, got {value!r}") from exc
+
+
+def unit_state(props: dict[str, str]) -> UnitState:
+    """A UnitState from `parse_show` output of UNIT_STATE_PROPERTIES."""
+    missing = [k for k in ("ActiveState", "SubState") if k not in props]
+    if missing:
+        raise FactParseError(f"systemctl show lacks {', '.join(missing)}")
+    return UnitState(
+        active_state=props["ActiveState"],
+        sub_state=props["SubState"],
+        result=props.get("Result", ""),
+        exec_main_status=_int_or_none(props.get("ExecMainStatus")),
+        exec_main_code=_int_or_none(props.get("ExecMainCode")),
+        n_restarts=_int_or_none(props.get("NRestarts")) or 0,
+        invocation_id=props.get("InvocationID", ""),
+        main_pid=_int_or_none(props.get("MainPID")) or 0,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# journalctl
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One `journalctl -o json` record, reduced to what the classifier and store need."""
+
+    message: str
+    realtime_us: int | None = None
+    pid: int | None = None
+    invocation_id: str | None = None
+    priority: int | None = None
+    cursor: str | None = None
+
+
+def _journal_field(value: object) -> str | None:
+    # journald prints binary or non-UTF-8 fields as arrays of byte values, and fields that
+    # occur several times as arrays of those.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, int) for b in value):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, list) and value:
+        return _journal_field(value[-1])
+    return str(value)
+
+
+def parse_journal_json(text: str) -> list[JournalEntry]:
+    """`journalctl -o json` (one JSON object per line) -> entries, in order."""
+    entries: list[JournalEntry] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise FactParseError(f"journalctl -o json: not JSON: {line[:200]!r}") from exc
+        if not isinstance(rec, dict):
+            raise FactParseError(f"journalctl -o json: not an object: {line[:200]!r}")
+        entries.append(
+            JournalEntry(
+                message=_journal_field(rec.get("MESSAGE")) or "",
+                realtime_us=_int_or_none(_journal_field(rec.get("__REALTIME_TIMESTAMP"))),
+                pid=_int_or_none(_journal_field(rec.get("_PID"))),
+                invocation_id=_journal_field(rec.get("_SYSTEMD_INVOCATION_ID")),
+                priority=_int_or_none(_journal_field(rec.get("PRIORITY"))),
+                cursor=_journal_field(rec.get("__CURSOR")),
+            )
+        )
+    return entries
+
+
+def journal_text(entries: Iterable[JournalEntry]) -> str:
+    """The messages as one log text (what `-o cat` would print)."""
+    return "".join(e.message + "\n" for e in entries)
+
+
+def parse_journal_cat(text: str) -> list[str]:
+    """`journalctl -o cat` -> message lines ("-- No entries --" is no line)."""
+    return [line for line in text.splitlines() if line.strip() != "-- No entries --"]
+
+
+# ---------------------------------------------------------------------------------------
+# ss -ltnpH
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListeningSocket:
+    """A listening TCP socket and the processes holding it (empty without privileges)."""
+
+    address: str  # "0.0.0.0", "::", "127.0.0.1", "*"
+    port: int
+    processes: tuple[tuple[str, int], ...] = ()  # (name, pid)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(pid for _, pid in self.processes)
+
+
+_SS_USER_RE = re.compile(r'\("(?P<name>(?:[^"\\]|\\.)*)",pid=(?P<pid>\d+),fd=\d+\)')
+
+
+def _split_host_port(local: str) -> tuple[str, int]:
+    host, sep, port = local.rpartition(":")
+    if not sep or not port.isdigit():
+        raise FactParseError(f"ss: no port in {local!r}")
+    host = host.split("%", 1)[0]  # "127.0.0.53%lo" carries the interface
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def parse_ss_listening(text: str) -> list[ListeningSocket]:
+    """`ss -ltnpH` -> listening sockets. Columns: State Recv-Q Send-Q Local Peer [users:(...)]."""
+    sockets: list[ListeningSocket] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("State"):
+            continue
+        cols = line.split()
+        if len(cols) < 5:
+            raise FactParseError(f"ss: short line: {line!r}")
+        # `-l` lists only listening sockets; State may be absent with some ss builds.
+        local = cols[3] if cols[0].isalpha() else cols[2]
+        host, port = _split_host_port(local)
+        procs = tuple((m.group("name"), int(m.group("pid"))) for m in _SS_USER_RE.finditer(line))
+        sockets.append(ListeningSocket(host, port, procs))
+    return sockets
+
+
+def port_listeners(sockets: Iterable[ListeningSocket], port: int) -> list[ListeningSocket]:
+    """The sockets listening on `port`, on any address."""
+    return [s for s in sockets if s.port == port]
+
+
+# ---------------------------------------------------------------------------------------
+# argparse --help
+# ---------------------------------------------------------------------------------------
+
+_LONG_OPT_RE = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w.-]*")
+
+
+def parse_help_options(text: str) -> tuple[str, ...]:
+    """Long options an argparse `--help` text accepts, in the parser's order, no repeats.
+
+    Read from the usage block (every option appears there, wrapped over many lines) and
+    from the invocation column of the option sections (`  --tp-size TP_SIZE, --tp TP_SIZE
+    help...`). Help prose is not read: it may name options that no longer exist.
+    """
+    lines = text.splitlines()
+    usage: list[str] = []
+    rest_start = 0
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("usage:"):
+            usage.extend(_LONG_OPT_RE.findall(line))
+            j = i + 1
+            # wrapped usage lines are indented; a blank or unindented line ends the block
+            while j < len(lines) and lines[j].strip() and lines[j][:1].isspace():
+                usage.extend(_LONG_OPT_RE.findall(lines[j]))
+                j += 1
+            rest_start = j
+            break
+    # The option sections list each action with all its aliases, in registration order:
+    # the order argparse lists matches in, so they go first; the usage block adds any
+    # option a section does not show (e.g. help=SUPPRESS is absent from both anyway).
+    found: dict[str, None] = {}
+    for line in lines[rest_start:]:
+        # Invocation lines start with a few spaces and a dash; the help text starts after
+        # a run of two or more spaces (or on the next, deeper-indented line).
+        m = re.match(r"^ {1,8}(-\S.*)$", line)
+        if not m:
+            continue
+        invocation = re.split(r"\s{2,}", m.group(1), maxsplit=1)[0]
+        for opt in _LONG_OPT_RE.findall(invocation):
+            found.setdefault(opt, None)
+    for opt in usage:
+        found.setdefault(opt, None)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    """argparse's verdict on one requested flag that is not an exact match."""
+
+    flag: str
+    kind: Literal["unrecognized", "ambiguous", "abbreviation"]
+    message: str  # argparse's own wording where argparse has one
+    candidates: tuple[str, ...] = ()  # the matches, or the close matches
+
+    @property
+    def fatal(self) -> bool:
+        """argparse refuses the command line (an abbreviation is accepted)."""
+        return self.kind != "abbreviation"
+
+
+def check_flags(requested: Iterable[str], accepted: Iterable[str]) -> list[FlagProblem]:
+    """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
+
+    Exact match: fine. A prefix of exactly one option: accepted as an abbreviation (still
+    reported, because the server's next release may add a second match). A prefix of
+    several: `ambiguous option: X could match A, B` (matches in the parser's order, the
+    order of `accepted` when it is ordered). No match: `unrecognized arguments: X` with
+    close matches. `requested` may carry `--flag=value` or bare `flag` names.
+    """
+    options = list(dict.fromkeys(accepted))
+    if isinstance(accepted, (set, frozenset)):
+        options.sort()  # no parser order to follow: at least be deterministic
+    known = set(options)
+    problems: list[FlagProblem] = []
+    for raw in requested:
+        arg = raw if raw.startswith("-") else f"--{raw}"
+        name = arg.split("=", 1)[0]
+        if arg in known or name in known:
+            continue
+        matches = tuple(o for o in options if o.startswith(name))
+        if len(matches) > 1:
+            problems.append(
+                FlagProblem(
+                    name,
+                    "ambiguous",
+                    f"ambiguous option: {arg} could match {', '.join(matches)}",
+                    matches,
+                )
+            )
+        elif len(matches) == 1:
+            problems.append(
+                FlagProblem(
+                    name,
+                    "abbreviation",
+                    f"{name} is accepted as an abbreviation of {matches[0]}",
+                    matches,
+                )
+            )
+        else:
+            close = tuple(difflib.get_close_matches(name, options, n=3, cutoff=0.6))
+            problems.append(
+                FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
+            )
+    return problems
