@@ -143,7 +143,7 @@ def test_environment_unprintable_is_refused() -> None:
 def test_journal_json() -> None:
     entries = parse_journal_json(read("journal.json"))
     assert len(entries) == 3
-    assert entries[0].message.endswith("Capture cuda graph begin. This can take up to several minutes.")
+    assert "Capture cuda graph begin." in entries[0].message
     assert entries[0].invocation_id == "6b0f1c4a2e8d4f7c9a3b5d1e0f2a4c6e"
     assert entries[0].pid == 48211 and entries[0].realtime_us == 1749564131000123
     assert entries[1].message == "[TP0] \ufffdok"  # non-UTF-8 bytes arrive as a byte array

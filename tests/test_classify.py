@@ -1,0 +1,289 @@
+"""Tests of the classifier on recorded SGLang and vLLM logs from public issue threads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.classify import (
+    ERROR_RULES,
+    HANG_MESSAGE,
+    ProbeOutcome,
+    RunEvidence,
+    analyze_log,
+    judge,
+    last_phase,
+    normalize_message,
+    phase_of_line,
+    signal_name,
+)
+from orchestrator.verdicts import Phase, Signature, Verdict
+
+LOGS = Path(__file__).parent / "data" / "logs"
+
+
+def log(name: str) -> str:
+    return (LOGS / name).read_text(encoding="utf-8")
+
+
+# --- phases --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "phase"),
+    [
+        ("usage: launch_server.py [-h] --model-path MODEL_PATH", Phase.ARGS),
+        ("launch_server.py: error: unrecognized arguments: --x", Phase.ARGS),
+        ("[2025-07-16 05:13:20] Init torch distributed begin.", Phase.INIT),
+        ("[2025-07-16 05:13:21] Load weight begin. avail mem=78.50 GB", Phase.LOAD_WEIGHTS),
+        ("[2025-08-04 10:10:08] KV Cache is allocated. #tokens: 30192, K size: 1.38 GB",
+         Phase.KV_CACHE),
+        ("[23:17:01 TP3] Capture cuda graph begin. This can take up to several minutes.",
+         Phase.CUDA_GRAPH),
+        ("[2024-12-13 01:45:02] INFO:     Application startup complete.", Phase.WARMUP),
+        ("[2025-03-19 22:50:20] The server is fired up and ready to roll!", Phase.SERVING),
+        ("(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1024] Capturing the "
+         "model for CUDA graphs.", Phase.CUDA_GRAPH),
+        ("INFO 08-19 07:51:08 distributed_gpu_executor.py:56] # GPU blocks: 22982",
+         Phase.KV_CACHE),
+        ("[2025-02-21 22:59:28 TP0] Decode batch. #running-req: 1", None),
+    ],
+)  # fmt: skip
+def test_phase_of_line(line: str, phase: Phase | None) -> None:
+    assert phase_of_line(line) == phase
+
+
+def test_last_phase_recorded_logs() -> None:
+    assert last_phase(log("sglang_cuda_graph_capture_tp8.log").splitlines()) == Phase.CUDA_GRAPH
+    assert last_phase(log("sglang_kv_cache_8ranks.log").splitlines()) == Phase.KV_CACHE
+    assert last_phase(log("vllm_cuda_graph_capture_start.log").splitlines()) == Phase.CUDA_GRAPH
+    assert last_phase(log("sglang_warmup_assertion.log").splitlines()) == Phase.WARMUP
+
+
+# --- analyze_log on recorded logs ------------------------------------------------------
+
+CASES = [
+    # file, phase, error class, normalized message
+    ("sglang_cublas_serving.log", Phase.SERVING, "cublas",
+     "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx"),
+    ("sglang_cuda_oom_cuda_graph.log", Phase.CUDA_GRAPH, "cuda_oom",
+     "CUDA out of memory. Tried to allocate <size>"),
+    ("sglang_not_enough_memory.log", Phase.KV_CACHE, "not_enough_memory",
+     "Not enough memory. Please try to increase --mem-fraction-static"),
+    ("sglang_illegal_address_serving.log", Phase.SERVING, "illegal_address",
+     "an illegal memory access was encountered"),
+    ("sglang_nccl_init.log", Phase.INIT, "nccl", "NCCL error: unhandled system error"),
+    ("sglang_attribute_error_cuda_graph.log", Phase.CUDA_GRAPH, "AttributeError",
+     "'Glm4MoeSparseMoeBlock' object has no attribute '_enable_a2a_moe'"),
+    ("sglang_warmup_assertion.log", Phase.WARMUP, "AssertionError",
+     "res=<Response [502]>, res.text=''"),
+    ("sglang_argparse_unrecognized.log", Phase.ARGS, "argparse",
+     "unrecognized arguments: --reasoning_parser"),
+    ("sglang_argparse_unrecognized_usage.log", Phase.ARGS, "argparse",
+     "unrecognized arguments: --enable-reasoning"),
+    ("argparse_ambiguous.log", Phase.ARGS, "argparse",
+     "ambiguous option: --expect-worker could match --expect-workers, --expect-workers-max-wait"),
+    ("vllm_free_memory_init.log", Phase.INIT, "ValueError",
+     "Free memory on device (<size>) on startup is less than desired GPU memory utilization "
+     "(<num>, <size>). Decrease GPU memory utilization or reduce GPU memory used by other "
+     "processes."),
+    ("vllm_nccl_worker.log", Phase.INIT, "nccl", "NCCL error: unhandled system error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "phase", "error_class", "message"), CASES)
+def test_recorded_log(name: str, phase: Phase, error_class: str, message: str) -> None:
+    analysis = analyze_log(log(name))
+    assert analysis.signature == Signature(phase, error_class, message), analysis
+    assert analysis.excerpt  # the traceback/error lines people read
+    assert not any(line.startswith("# source:") for line in analysis.excerpt)
+
+
+def test_excerpt_is_the_traceback_and_error() -> None:
+    analysis = analyze_log(log("sglang_illegal_address_serving.log"))
+    assert analysis.excerpt[0].endswith("Traceback (most recent call last):")
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in analysis.excerpt
+    assert analysis.raw_message == "an illegal memory access was encountered"
+
+
+def test_truncated_traceback_without_error_is_no_signature() -> None:
+    # The stored thread cuts #1479's traceback before its error line: the phase reached is
+    # still known, but nothing is invented about the error.
+    analysis = analyze_log(log("sglang_cuda_graph_capture_tp8.log"))
+    assert analysis.signature is None and analysis.phase == Phase.CUDA_GRAPH
+
+
+def test_watchdog_what_line() -> None:
+    analysis = analyze_log(log("sglang_illegal_address_watchdog.log"))
+    assert analysis.error_class == "illegal_address"
+
+
+def test_no_error_log() -> None:
+    analysis = analyze_log(log("sglang_kv_cache_8ranks.log"))
+    assert not analysis.failed and analysis.phase == Phase.KV_CACHE
+
+
+# --- same bug, one signature; different bugs, different signatures ---------------------
+
+_SGLANG_PREFIX = re.compile(r"^\[(?P<ts>[\d: -]+?)(?: (?P<ranks>(?:[A-Z]{2}\d+ ?)+))?\] ")
+
+
+def as_rank(text: str, rank: int, day: str, pid_shift: int) -> str:
+    """A recorded log re-stamped as another rank on another day, with other pids/addresses.
+
+    Ranks of one server print the same lines with their own tags; this is exactly what
+    differs between the eight copies of a multi-rank failure.
+    """
+    out = []
+    for line in text.splitlines():
+        stamp = f"[{day} 0{rank}:1{rank}:2{rank} DP{rank} TP{rank} EP{rank}] "
+        line = _SGLANG_PREFIX.sub(stamp, line)
+        line = re.sub(r"0x[0-9a-f]+", lambda m: hex(int(m.group(0), 16) + pid_shift), line)
+        line = re.sub(r"pid=(\d+)", lambda m: f"pid={int(m.group(1)) + pid_shift}", line)
+        line = re.sub(r"GPU \d", f"GPU {rank}", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sglang_illegal_address_serving.log",
+        "sglang_cuda_oom_cuda_graph.log",
+        "sglang_illegal_address_watchdog.log",
+        "vllm_free_memory_init.log",
+    ],
+)
+def test_eight_ranks_and_two_days_share_one_signature(name: str) -> None:
+    one = analyze_log(log(name)).signature
+    eight = "\n".join(as_rank(log(name), r, "2026-01-0" + str(r + 1), 4096 * r) for r in range(8))
+    sigquit = (
+        "[2026-01-01 00:00:01] Received sigquit from a child process. "
+        "It usually means the child failed."
+    )
+    assert analyze_log(eight).signature == one
+    assert analyze_log(sigquit + "\n" + eight).signature == one
+    other_day = as_rank(log(name), 3, "2027-12-31", 77)
+    assert analyze_log(other_day).signature == one
+
+
+def test_same_nccl_bug_from_two_reports_has_one_signature() -> None:
+    first = analyze_log(log("sglang_nccl_init.log")).signature
+    second = analyze_log(log("sglang_nccl_init_other_day.log")).signature
+    assert first is not None and first == second
+
+
+def test_different_bugs_have_different_signatures() -> None:
+    sigs = [analyze_log(log(name)).signature for name, *_ in CASES]
+    keys = [s.key() for s in sigs if s is not None]
+    # the two argparse "unrecognized" logs are different flags; the two NCCL ones are one bug
+    assert len(set(keys)) == len(keys) - 1  # vllm and sglang NCCL "unhandled system error"
+    # same class and phase but a different message stays apart
+    a = Signature(Phase.CUDA_GRAPH, "AttributeError", "'NoneType' object has no attribute 'dtype'")
+    b = analyze_log(log("sglang_attribute_error_cuda_graph.log")).signature
+    assert a != b
+
+
+def test_root_error_skips_sigquit_and_wrappers() -> None:
+    text = (
+        "[2025-03-11 15:02:53] Received sigquit from a child process. It usually means the "
+        "child failed.\n" + log("sglang_illegal_address_serving.log") + "\n"
+        "ChildProcessError: Scheduler exited\n"
+    )
+    assert analyze_log(text).error_class == "illegal_address"
+
+
+def test_normalize_message() -> None:
+    assert normalize_message("Tried to allocate 2.00 GiB") == "Tried to allocate <size>"
+    assert normalize_message("[2025-11-17 20:37:08 DP3 TP3 EP3] x at 0x7f84171cc918") == (
+        "x at <hex>"
+    )
+    assert normalize_message('File "a.py", line 147, in f') == 'File "a.py", line <n>, in f'
+    assert "cublasGemmStridedBatchedEx" in normalize_message(
+        "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx"
+    )
+
+
+def test_rule_table_is_data() -> None:
+    classes = {rule.error_class for rule in ERROR_RULES}
+    assert {"cublas", "cuda_oom", "not_enough_memory", "illegal_address", "nccl",
+            "argparse", "signal"} <= classes  # fmt: skip
+    priorities = [rule.priority for rule in ERROR_RULES]
+    assert priorities == sorted(priorities)
+
+
+# --- judge ---------------------------------------------------------------------------
+
+CUBLAS_LOG = log("sglang_cublas_serving.log")
+CUBLAS = analyze_log(CUBLAS_LOG).signature
+ATTR = analyze_log(log("sglang_attribute_error_cuda_graph.log")).signature
+
+
+def test_judge_infra_and_invalid_first() -> None:
+    assert judge(RunEvidence(infra_error="ssh: connection reset", log_tail=CUBLAS_LOG), CUBLAS) == (
+        Verdict.INFRA, None)  # fmt: skip
+    assert judge(RunEvidence(invalid_reason="ambiguous option"), CUBLAS) == (Verdict.INVALID, None)
+
+
+def test_judge_pass() -> None:
+    assert judge(RunEvidence(became_ready=True), CUBLAS) == (Verdict.PASS, None)
+    probe = ProbeOutcome(exit_code=0, metric=3100.0, passed=True, condition=">= 3000")
+    assert judge(RunEvidence(became_ready=True, probe=probe), None) == (Verdict.PASS, None)
+
+
+def test_judge_crash_fail_other_and_endpoint() -> None:
+    crash = RunEvidence(log_tail=CUBLAS_LOG, exit_code=1, unit_result="exit-code")
+    assert judge(crash, CUBLAS) == (Verdict.FAIL, CUBLAS)
+    assert judge(crash, ATTR) == (Verdict.OTHER, CUBLAS)
+    assert judge(crash, None) == (Verdict.FAIL, CUBLAS)  # judging the bad endpoint itself
+
+
+def test_judge_timeout_and_hang_target() -> None:
+    hang = RunEvidence(log_tail=log("sglang_cuda_graph_capture_tp8.log").split("Exception")[0],
+                       timed_out=True)  # fmt: skip
+    verdict, sig = judge(hang, CUBLAS)
+    assert verdict == Verdict.TIMEOUT
+    assert sig == Signature(Phase.CUDA_GRAPH, "hang", HANG_MESSAGE)
+    assert judge(hang, sig) == (Verdict.FAIL, sig)
+    other_phase = Signature(Phase.KV_CACHE, "hang", HANG_MESSAGE)
+    assert judge(hang, other_phase)[0] == Verdict.TIMEOUT
+    live = RunEvidence(timed_out=True, last_phase=Phase.WARMUP)
+    assert judge(live, None) == (Verdict.FAIL, Signature(Phase.WARMUP, "hang", HANG_MESSAGE))
+
+
+def test_judge_killed_by_signal_without_log_error() -> None:
+    killed = RunEvidence(log_tail="[2025-06-10 14:02:31 TP0] Load weight begin. avail mem=78 GB",
+                         exit_signal="KILL", unit_result="signal")  # fmt: skip
+    assert judge(killed, None) == (Verdict.FAIL, Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL"))
+    oom = RunEvidence(exit_code=137, unit_result="oom-kill", last_phase=Phase.LOAD_WEIGHTS)
+    assert judge(oom, None)[1] == Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL (oom-kill)")
+    assert judge(RunEvidence(exit_code=137), None)[1] == Signature(Phase.INIT, "signal", "SIGKILL")
+    assert signal_name("9/KILL") == signal_name(9) == signal_name("SIGKILL") == "SIGKILL"
+
+
+def test_judge_probe_threshold_and_crash_under_load() -> None:
+    missed = ProbeOutcome(exit_code=0, metric=2400.0, passed=False, condition=">= 3000")
+    verdict, sig = judge(RunEvidence(became_ready=True, probe=missed), None)
+    assert verdict == Verdict.FAIL
+    assert sig == Signature(Phase.PROBE, "probe_threshold", "metric missed >= 3000")
+    # the metric value does not enter the signature: another miss is the same failure
+    again = ProbeOutcome(exit_code=0, metric=2000.0, passed=False, condition=">= 3000")
+    assert judge(RunEvidence(became_ready=True, probe=again), sig) == (Verdict.FAIL, sig)
+
+    crashed = ProbeOutcome(exit_code=1, passed=None, server_alive=False)
+    under_load = RunEvidence(became_ready=True, probe=crashed,
+                             log_tail=log("sglang_illegal_address_serving.log"))  # fmt: skip
+    verdict, sig = judge(under_load, None)
+    assert sig == Signature(Phase.SERVING, "illegal_address",
+                            "an illegal memory access was encountered")  # fmt: skip
+    died = RunEvidence(became_ready=True, died_after_ready=True, exit_signal=9)
+    assert judge(died, sig) == (Verdict.OTHER, Signature(Phase.SERVING, "signal", "SIGKILL"))
+
+
+def test_judge_probe_command_error() -> None:
+    broken = ProbeOutcome(exit_code=2, passed=None)
+    assert judge(RunEvidence(became_ready=True, probe=broken), None)[1] == Signature(
+        Phase.PROBE, "probe_error", "probe exit status 2"
+    )
