@@ -287,3 +287,38 @@ def test_judge_probe_command_error() -> None:
     assert judge(RunEvidence(became_ready=True, probe=broken), None)[1] == Signature(
         Phase.PROBE, "probe_error", "probe exit status 2"
     )
+
+
+# --- orchestrator classify -----------------------------------------------------------
+
+
+def test_cli_classify_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from orchestrator.cli import main
+
+    assert main(["classify", "--json", str(LOGS / "sglang_cuda_oom_cuda_graph.log")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signature"] == "cuda_graph|cuda_oom|CUDA out of memory. Tried to allocate <size>"
+    assert doc["phase"] == "cuda_graph" and doc["failed"] is True
+
+
+def test_cli_classify_stdin_and_text(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from orchestrator.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(log("sglang_warmup_assertion.log")))
+    assert main(["classify", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "warmup" in out and "AssertionError" in out and "_wait_and_warmup" in out
+
+
+def test_cli_classify_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli import main
+
+    assert main(["classify", "/nonexistent/server.log"]) == 2
+    err = capsys.readouterr().err
+    assert "/nonexistent/server.log: no such file" in err and "Traceback" not in err
