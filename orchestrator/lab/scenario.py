@@ -429,7 +429,8 @@ class _Validator:
         self.keys(where, data, ("when", "phase", "effect", "error", "after_requests",
                                 "probability", "exit_code", "kill", "frames", "description"))
         if "when" not in data:
-            raise self.fail(f"{where}.when", "missing; expected a mapping of conditions ({} = always)")
+            raise self.fail(f"{where}.when",
+                            "missing; expected a mapping of conditions ({} = always)")
         when = self.when(f"{where}.when", data["when"])
         after = None
         if data.get("after_requests") is not None:
@@ -443,7 +444,8 @@ class _Validator:
                                                        f"for requests (phase is {phase!r})")
         effect = data.get("effect", "crash")
         if effect not in EFFECTS:
-            raise self.fail(f"{where}.effect", f"expected one of {', '.join(EFFECTS)}, got {effect!r}")
+            raise self.fail(f"{where}.effect",
+                            f"expected one of {', '.join(EFFECTS)}, got {effect!r}")
         if effect == "hang" and phase == "args":
             raise self.fail(f"{where}.effect", "an 'args' rule cannot hang; it exits with code 2")
         error = ""
@@ -466,7 +468,8 @@ class _Validator:
             raise self.fail(f"{where}.kill", f"expected true or false, got {_kind(kill)}")
         raw_frames = data.get("frames") or []
         if not isinstance(raw_frames, list):
-            raise self.fail(f"{where}.frames", f"expected a list of frames, got {_kind(raw_frames)}")
+            raise self.fail(f"{where}.frames",
+                            f"expected a list of frames, got {_kind(raw_frames)}")
         frames = tuple(self.frame(f"{where}.frames[{j}]", f) for j, f in enumerate(raw_frames))
         return Rule(index=i, when=when, phase=phase, effect=effect, error=error,
                     after_requests=after if phase == "serving" else None, probability=prob,
@@ -512,7 +515,8 @@ class _Validator:
         if isinstance(v, list):
             for i, item in enumerate(v):
                 if not isinstance(item, int | float | str) or isinstance(item, bool):
-                    raise self.fail(f"{where}[{i}]", f"expected a number or string, got {_kind(item)}")
+                    raise self.fail(f"{where}[{i}]",
+                                    f"expected a number or string, got {_kind(item)}")
             return Condition(key, "eq", list(v))
         data = self.mapping(where, v)
         if len(data) != 1:
@@ -543,7 +547,8 @@ class _Validator:
         specs = self.preset(f"{where}.preset", data.get("preset")) if "preset" in data else []
         remove = data.get("remove") or []
         if not isinstance(remove, list):
-            raise self.fail(f"{where}.remove", f"expected a list of flag names, got {_kind(remove)}")
+            raise self.fail(f"{where}.remove",
+                            f"expected a list of flag names, got {_kind(remove)}")
         drop = {str(r).lstrip("-") for r in remove}
         unknown = drop - {s.name for s in specs}
         if unknown:

@@ -324,7 +324,14 @@ def _cmdline(pid: int) -> list[str]:
 def is_our_sshd(pid: int, config_path: Path) -> bool:
     """True when `pid` is an sshd started with `config_path` (pid files can go stale)."""
     argv = _cmdline(pid)
-    return bool(argv) and "sshd" in argv[0] and str(config_path) in argv
+    if not argv:
+        return False
+    # sshd rewrites its process title into one string, e.g.
+    # "sshd: /usr/sbin/sshd -f CONFIG -E LOG [listener] 0 of 10-100 startups".
+    words = " ".join(argv).split()
+    return "sshd" in words[0] and any(
+        a == "-f" and b == str(config_path) for a, b in zip(words, words[1:], strict=False)
+    )
 
 
 def _descendants(pid: int) -> list[int]:
@@ -363,14 +370,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def kill_tree(pid: int, *, grace: float = 5.0, wait: object = None) -> None:
-    """SIGTERM `pid` and everything below it, SIGKILL what is left after `grace` seconds.
+def kill_tree(pid: int, *, grace: float = 5.0, wait: object = None, tree: bool = True) -> None:
+    """SIGTERM `pid` and (with `tree`) everything below it; SIGKILL what is left after `grace`.
 
     The tree is collected first: once sshd is gone its session processes are reparented
     and could no longer be found. `wait` is an optional callable reaping `pid` when it is
     our child (Popen.poll).
     """
-    pids = [pid, *_descendants(pid)]
+    pids = [pid, *(_descendants(pid) if tree else [])]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in pids:
             try:

@@ -1,0 +1,261 @@
+"""`orchestrator lab up|down|status`: the local lab host that hosts.example.yaml's `lab` points at.
+
+The lab host is this machine: servers run under the process service manager. Where
+OpenSSH's sshd is installed, `up` also starts a private sshd on 127.0.0.1:2222 with
+throwaway keys, so the demo goes through real SSH with host key checking; its files live
+in `<repo>/.lab/ssh/` (id_ed25519, known_hosts, sshd_config, sshd.pid, sshd.log), which is
+exactly where the `lab` entry's relative paths point. Without sshd the lab host is
+reached through the local transport, and `up` says so.
+
+`up` is idempotent (a running lab sshd is reported, not restarted); `down` stops only the
+sshd that `up` started, identified by its pid file *and* its command line, so a stale pid
+reused by another process is never signalled. Overrides: ORCH_LAB_PORT (the port) and
+ORCH_LAB_DIR (the state directory), for tests and for a second checkout on one machine.
+
+This module returns data and raises `orchestrator.errors`; the CLI prints.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import InfraError, UsageError
+from orchestrator.lab import sshd as sshd_mod
+
+DEFAULT_PORT = 2222
+DEFAULT_ADDRESS = "127.0.0.1"
+PORT_ENV = "ORCH_LAB_PORT"
+DIR_ENV = "ORCH_LAB_DIR"
+
+
+def repo_root() -> Path:
+    """The checkout holding this package; hosts.example.yaml's relative paths start here."""
+    return Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class LabSettings:
+    state_dir: Path
+    port: int = DEFAULT_PORT
+    address: str = DEFAULT_ADDRESS
+    repo: Path = field(default_factory=repo_root)
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.state_dir / "ssh"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.ssh_dir / "sshd.pid"
+
+    @property
+    def config_path(self) -> Path:
+        return self.ssh_dir / "sshd_config"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "lab.json"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> LabSettings:
+        env = dict(os.environ) if env is None else env
+        repo = repo_root()
+        state_dir = Path(env[DIR_ENV]).expanduser() if env.get(DIR_ENV) else repo / ".lab"
+        port = DEFAULT_PORT
+        if env.get(PORT_ENV):
+            try:
+                port = int(env[PORT_ENV])
+            except ValueError:
+                port = 0
+            if not 1 <= port <= 65535:
+                raise UsageError(
+                    f"{PORT_ENV}={env[PORT_ENV]!r} is not a TCP port", hint="e.g. 2222"
+                )
+        return cls(state_dir=state_dir.resolve(), port=port, repo=repo)
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    """What runs for the lab host, and how to reach it."""
+
+    settings: LabSettings
+    sshd_installed: bool
+    running: bool
+    pid: int | None
+    port: int  # of the running sshd, else the configured one
+    user: str | None
+    identity_file: Path
+    known_hosts: Path
+    log_path: Path
+    stale_pid_file: bool = False
+
+    @property
+    def transport(self) -> str:
+        return "ssh" if self.sshd_installed else "local"
+
+    def hosts_entry(self) -> dict[str, object]:
+        """The `lab` entry of hosts.yaml that reaches this lab (absolute paths)."""
+        if not self.sshd_installed:
+            return {"address": "localhost", "transport": "local", "service_manager": "process",
+                    "labels": ["lab"]}
+        entry: dict[str, object] = {
+            "address": self.settings.address,
+            "port": self.port,
+            "identity_file": str(self.identity_file),
+            "known_hosts": str(self.known_hosts),
+            "service_manager": "process",
+            "labels": ["lab"],
+        }
+        if self.user:
+            entry["user"] = self.user
+        return entry
+
+
+@dataclass(frozen=True)
+class UpResult:
+    status: LabStatus
+    started: bool  # False: it was already up (or there is no sshd to start)
+    python: str | None = None  # the interpreter `python3` resolves to over the lab's SSH
+
+
+@dataclass(frozen=True)
+class DownResult:
+    stopped_pid: int | None
+    removed_stale_pid_file: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def _read_state(settings: LabSettings) -> dict[str, object]:
+    try:
+        data = json.loads(settings.state_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _running_pid(settings: LabSettings) -> tuple[int | None, bool]:
+    """(pid of our running sshd or None, whether a pid file exists that is stale)."""
+    pid = sshd_mod.read_pid(settings.pid_file)
+    if pid is None:
+        return None, settings.pid_file.exists()
+    if sshd_mod.is_our_sshd(pid, settings.config_path):
+        return pid, False
+    return None, True
+
+
+def status(settings: LabSettings) -> LabStatus:
+    pid, stale = _running_pid(settings)
+    state = _read_state(settings)
+    port = state.get("port") if pid is not None else None
+    user = state.get("user")
+    return LabStatus(
+        settings=settings,
+        sshd_installed=sshd_mod.find_sshd() is not None,
+        running=pid is not None,
+        pid=pid,
+        port=port if isinstance(port, int) else settings.port,
+        user=user if isinstance(user, str) else None,
+        identity_file=settings.ssh_dir / "id_ed25519",
+        known_hosts=settings.ssh_dir / "known_hosts",
+        log_path=settings.ssh_dir / "sshd.log",
+        stale_pid_file=stale,
+    )
+
+
+def _port_taken(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def up(settings: LabSettings) -> UpResult:
+    """Start the lab's sshd unless it runs already; without sshd, report the local transport."""
+    current = status(settings)
+    if not current.sshd_installed:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        return UpResult(status=current, started=False)
+    if current.running:
+        if current.port != settings.port:
+            raise UsageError(
+                f"the lab sshd already runs on port {current.port}, not {settings.port}",
+                hint="run `orchestrator lab down` first to move it",
+            )
+        return UpResult(status=current, started=False, python=_python_over_ssh(settings))
+    if _port_taken(settings.address, settings.port):
+        raise InfraError(
+            f"{settings.address}:{settings.port} is already in use by another program",
+            hint=f"stop it, or set {PORT_ENV} to a free port (and use that port in the "
+            "`lab` entry of hosts.yaml)",
+        )
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    # Sessions must run this checkout with this interpreter (see orchestrator.lab.sshd).
+    endpoint = sshd_mod.prepare(
+        settings.ssh_dir,
+        port=settings.port,
+        address=settings.address,
+        env=sshd_mod.session_env(settings.repo),
+        pid_file=settings.pid_file,
+    )
+    pid = sshd_mod.start_daemon(endpoint, settings.pid_file)
+    settings.state_file.write_text(
+        json.dumps({"pid": pid, "port": settings.port, "address": settings.address,
+                    "user": endpoint.user}, indent=2) + "\n"
+    )
+    return UpResult(status=status(settings), started=True, python=_python_over_ssh(settings))
+
+
+def _python_over_ssh(settings: LabSettings) -> str | None:
+    """Which python3 a lab session gets: proves login, host key and PATH in one command."""
+    state = _read_state(settings)
+    user = state.get("user")
+    endpoint = sshd_mod.SshdEndpoint(
+        address=settings.address,
+        port=settings.port,
+        user=user if isinstance(user, str) else getpass.getuser(),
+        identity_file=settings.ssh_dir / "id_ed25519",
+        known_hosts=settings.ssh_dir / "known_hosts",
+        host_key_pub="",
+        log_path=settings.ssh_dir / "sshd.log",
+        config_path=settings.config_path,
+        state_dir=settings.ssh_dir,
+    )
+    try:
+        res = endpoint.ssh_run("command -v python3", timeout=30)
+    except OSError as exc:
+        raise InfraError(f"cannot run ssh: {exc}", hint="install openssh-client") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise InfraError("ssh to the lab sshd timed out") from exc
+    if res.returncode != 0:
+        raise InfraError(
+            f"ssh to the lab sshd failed: {res.stderr.strip() or f'exit {res.returncode}'}",
+            hint=f"see {endpoint.log_path}",
+        )
+    return res.stdout.strip() or None
+
+
+def down(settings: LabSettings) -> DownResult:
+    """Stop the sshd that `up` started; anything else is left alone."""
+    pid, stale = _running_pid(settings)
+    if pid is None:
+        if stale:
+            settings.pid_file.unlink(missing_ok=True)
+            return DownResult(
+                stopped_pid=None, removed_stale_pid_file=True,
+                notes=(f"removed a stale pid file ({settings.pid_file})",),
+            )
+        return DownResult(stopped_pid=None)
+    # Only the listener: sessions still running (a lab server started over SSH) end with
+    # their own connections rather than being killed from here.
+    sshd_mod.kill_tree(pid, tree=False)
+    if sshd_mod.is_our_sshd(pid, settings.config_path):
+        raise InfraError(f"the lab sshd (pid {pid}) did not stop")
+    settings.pid_file.unlink(missing_ok=True)
+    return DownResult(stopped_pid=pid)
