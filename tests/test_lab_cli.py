@@ -1,0 +1,136 @@
+"""`orchestrator lab up|down|status` as a user runs it: a real CLI process and a real sshd.
+
+Every test uses its own port (ORCH_LAB_PORT) and state directory (ORCH_LAB_DIR), so a
+lab the user runs on 2222 from this checkout is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.hosts import load_inventory
+from orchestrator.lab import hostctl
+from orchestrator.lab.sshd import free_port, is_our_sshd, kill_tree, read_pid
+from tests.hosts.prereq import require_sshd
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Lab:
+    def __init__(self, state_dir: Path, port: int) -> None:
+        self.state_dir = state_dir
+        self.port = port
+        self.env = {**os.environ, "ORCH_LAB_DIR": str(state_dir), "ORCH_LAB_PORT": str(port)}
+        self.settings = hostctl.LabSettings(state_dir=state_dir, port=port)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", "lab", *args],
+            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+
+    def ssh(self, command: str) -> subprocess.CompletedProcess[str]:
+        ssh_dir = self.state_dir / "ssh"
+        return subprocess.run(
+            ["ssh", "-F", "/dev/null", "-p", str(self.port), "-i", str(ssh_dir / "id_ed25519"),
+             "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=yes",
+             "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+             "-o", "GlobalKnownHostsFile=/dev/null",
+             "127.0.0.1", command],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        )
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    require_sshd()
+    lab = Lab(tmp_path / "lab", free_port())
+    try:
+        yield lab
+    finally:
+        # Whatever the test did, no sshd of ours survives it.
+        lab.cli("down")
+        pid = read_pid(lab.settings.pid_file)
+        if pid and is_our_sshd(pid, lab.settings.config_path):
+            kill_tree(pid, tree=False)
+
+
+def test_up_down_twice_in_a_row(lab: Lab) -> None:
+    for _ in range(2):
+        up = lab.cli("up")
+        assert up.returncode == 0, up.stderr
+        assert "lab: up: sshd pid" in up.stdout and f"127.0.0.1:{lab.port}" in up.stdout
+        pid = read_pid(lab.settings.pid_file)
+        assert pid is not None and is_our_sshd(pid, lab.settings.config_path)
+
+        again = lab.cli("up")
+        assert again.returncode == 0, again.stderr
+        assert f"lab: already up: sshd pid {pid}" in again.stdout
+
+        status = lab.cli("status")
+        assert status.returncode == 0 and f"lab: up: sshd pid {pid}" in status.stdout
+
+        # Real SSH with host key checking, and the project's Python on the session's PATH.
+        res = lab.ssh("command -v python3; python3 -c 'import orchestrator.lab.server'")
+        assert res.returncode == 0, res.stderr
+        if sys.prefix != sys.base_prefix:
+            assert res.stdout.splitlines()[0] == str(Path(sys.executable).parent / "python3")
+
+        down = lab.cli("down")
+        assert down.returncode == 0, down.stderr
+        assert f"lab: down: stopped sshd pid {pid}" in down.stdout
+        assert not is_our_sshd(pid, lab.settings.config_path)
+        assert not lab.settings.pid_file.exists()
+
+        down_again = lab.cli("down")
+        assert down_again.returncode == 0, down_again.stderr
+        assert "already down" in down_again.stdout
+        assert "lab: down" in lab.cli("status").stdout
+
+
+def test_down_leaves_other_processes_alone(lab: Lab) -> None:
+    # A pid file pointing at something that is not our sshd (a stale file whose pid was
+    # reused): `down` must not signal it.
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        lab.settings.pid_file.parent.mkdir(parents=True)
+        lab.settings.pid_file.write_text(f"{other.pid}\n")
+        down = lab.cli("down")
+        assert down.returncode == 0, down.stderr
+        assert "stale pid file" in down.stdout
+        assert other.poll() is None
+        assert not lab.settings.pid_file.exists()
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+
+
+def test_up_refuses_a_port_taken_by_someone_else(lab: Lab) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", lab.port))
+        s.listen()
+        up = lab.cli("up")
+    assert up.returncode == 3
+    assert f"127.0.0.1:{lab.port} is already in use" in up.stderr
+    assert "ORCH_LAB_PORT" in up.stderr
+    assert "Traceback" not in up.stderr
+
+
+def test_default_layout_matches_the_hosts_example(lab: Lab) -> None:
+    example = REPO / "hosts.example.yaml"
+    if not example.exists():
+        pytest.skip("hosts.example.yaml is not in this checkout")
+    host = load_inventory(example).host("lab")
+    defaults = hostctl.LabSettings.from_env({})
+    assert (host.address, host.port) == (defaults.address, defaults.port)
+    assert host.identity_file == str(defaults.ssh_dir / "id_ed25519")
+    assert host.known_hosts == str(defaults.ssh_dir / "known_hosts")
+    assert host.service_manager == "process"
