@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from orchestrator.planner import prefix_tree
 from orchestrator.planner.core import Answer, Culprit, Probe, Search, StrategyFn, Variant
 from orchestrator.verdicts import Verdict
 
@@ -98,7 +99,11 @@ def _split(items: Sequence[int], parts: int) -> list[list[int]]:
 def auto(n: int) -> Search:
     """Log-cost search for a failure-inducing set, then confirmation, then further causes.
 
-    1. Prefix search over the deltas finds the last delta `b` a failure needs.
+    1. Prefix search over the deltas finds the last delta `b` a failure needs. Its
+       split points come from `prefix_tree`: later positions (which have more partner
+       candidates) get shallower leaves, so a single culprit costs at most
+       ceil(log2 n) + 2 runs and an interacting pair 2 ceil(log2 n) + 3 wherever a
+       prefix tree allows it (one more for n = 7, 8, 13-16, 25-32, ...).
     2. If good + {b} does not fail, a partner search over the deltas before `b` finds the
        next member, and so on until good + the set reproduces the failure: interacting
        flags are named as a set.
@@ -106,12 +111,13 @@ def auto(n: int) -> Search:
        passes already seen, or a run where only an unresolved verdict covers it.
     4. Confirmation: bad minus each member must not fail. If it still fails, another
        independent cause exists without that member: it is removed and the search goes
-       on, so every cause is reported, each as its own set.
+       on, so every cause is reported, each as its own set. A cause found earlier gets
+       its clearing run from a later pass (bad minus one member of every cause found).
     """
     p = Probe(n)
-    D = p.all
     removed: set[int] = set()  # members taken out of "bad" to expose further causes
-    culprits: list[Culprit] = []
+    found: list[tuple[frozenset[int], dict[int, Variant]]] = []  # (term, member -> clearing run)
+    complete, reason = True, ""
     for _ in range(n + 1):  # each pass removes one more delta: bounded by n
         work = [i for i in range(n) if i not in removed]
         work_set = frozenset(work)
@@ -119,9 +125,10 @@ def auto(n: int) -> Search:
             break
         term = yield from _find_term(p, work)
         if term is None:
-            return Answer(tuple(culprits), complete=False, reason="unresolved variants hide the cause")
+            complete, reason = False, "unresolved variants hide the cause"
+            break
         term = yield from _minimize(p, term)
-        cleared: list[tuple[int, Variant]] = []
+        cleared: dict[int, Variant] = {}
         survivor: int | None = None
         for x in sorted(term):
             v = work_set - {x}
@@ -129,20 +136,45 @@ def auto(n: int) -> Search:
             if verdict is FAIL:
                 survivor = x if survivor is None else survivor
             else:
-                cleared.append((x, v))
-        culprits.append(Culprit(term, term, tuple(cleared), p.fails(term)))
+                cleared[x] = v
+        found.append((term, cleared))
         if survivor is None:
-            return Answer(tuple(culprits))
+            break
         removed.add(survivor)
-    return Answer(tuple(culprits), complete=bool(culprits))
+    else:
+        complete = bool(found)
+    # A cause found before another had no clearing run of its own (bad minus a member
+    # still failed through the other cause); a later pass's run clears it instead.
+    for term, cleared in found:
+        for x in sorted(term - cleared.keys()):
+            v = _clearing_run(p, term, x)
+            if v is not None:
+                cleared[x] = v
+    culprits = tuple(
+        Culprit(term, term, tuple(sorted(cleared.items())), p.fails(term))
+        for term, cleared in found
+    )
+    if not culprits:
+        return Answer((), complete=False, reason=reason or "no cause found")
+    return Answer(culprits, complete=complete, reason=reason)
+
+
+def _clearing_run(p: Probe, term: frozenset[int], x: int) -> Variant | None:
+    """The largest passing run that has all of `term` but `x`: it shows `x` is needed."""
+    rest = term - {x}
+    runs = [
+        v for v, verdict in p.seen.items() if verdict is Verdict.PASS and x not in v and rest <= v
+    ]
+    return max(runs, key=lambda v: (len(v), sorted(v)), default=None)
 
 
 def _find_term(p: Probe, work: list[int]) -> Search:
     """A set of deltas within `work` that fails with good (work itself is known to fail)."""
-    lo, hi = 0, len(work)  # work[:lo] does not fail, work[:hi] fails
+    lo, hi, depth = 0, len(work), 0  # work[:lo] does not fail, work[:hi] fails
     while hi - lo > 1:
-        mid = (lo + hi) // 2
+        mid = prefix_tree.split(len(work), lo, hi, depth)
         verdict = yield from p.test(work[:mid])
+        depth += 1
         if verdict is FAIL:
             hi = mid
         else:
@@ -205,7 +237,9 @@ def make_strategy(name: str) -> StrategyFn:
 # ---------------------------------------------------------------------------- estimates
 
 
-def simulate(strategy: StrategyFn, n: int, oracle: Callable[[Variant], Verdict]) -> tuple[Answer, int]:
+def simulate(
+    strategy: StrategyFn, n: int, oracle: Callable[[Variant], Verdict]
+) -> tuple[Answer, int]:
     """Run a strategy against a scripted oracle; returns (answer, runs excluding endpoints)."""
     from orchestrator.planner.core import Planner
 
