@@ -1,0 +1,74 @@
+"""Events the core emits while it works; the CLI renders them. The core never prints.
+
+A listener is any callable taking an `Event`. Events are small frozen records so a
+listener can also log them line by line (overnight logs, CI) or forward them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.verdicts import Phase, Signature, Verdict
+
+
+@dataclass(frozen=True)
+class Event:
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    run_id: str = ""
+    label: str = ""  # e.g. "good + --ep-size 8"
+    deadline_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepDone(Event):
+    """One step of the run sequence (stop, drop-in, daemon-reload, start, ...)."""
+
+    step: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PhaseReached(Event):
+    phase: Phase = Phase.INIT
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Polled(Event):
+    state: str = ""
+    http_code: int = 0
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProbeStarted(Event):
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    run_id: str = ""
+    verdict: Verdict = Verdict.INFRA
+    signature: Signature | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something the user should know that is not a failure (a reconnect, a cache hit)."""
+
+    message: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+Listener = Callable[[Event], None]
+
+
+def null_listener(_: Event) -> None:
+    """The default listener: ignores everything."""

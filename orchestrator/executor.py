@@ -1,0 +1,392 @@
+"""The executor: runs one variant on one host, start to verdict. The only code that
+touches hosts (through a transport and a service manager).
+
+Per campaign and host: connect, lock the unit, prepare (back up, note its state),
+preflight (the server's own `--help` says which flags it accepts; the port must be free
+or ours). Per run: stop, install the variant, start, poll state + health + log in one
+remote command with capped exponential backoff (tenacity) until ready, dead or past the
+deadline, run the optional probe, check the server survived it, fetch the log, stop,
+and judge. At the end (or on error, or Ctrl-C): restore the service as it was found.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+from orchestrator import facts
+from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.errors import InfraError, ServiceError, TransportError
+from orchestrator.events import (
+    Listener,
+    Notice,
+    PhaseReached,
+    Polled,
+    ProbeStarted,
+    RunFinished,
+    RunStarted,
+    StepDone,
+    null_listener,
+)
+from orchestrator.hostlock import HostLock
+from orchestrator.services import ServiceManager, Started, manager_for
+from orchestrator.transport import Transport, connect
+from orchestrator.verdicts import Phase, Signature, Verdict
+
+LOG_TAIL_LINES = 400
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything recorded about one run."""
+
+    run_id: str
+    host: str
+    host_class: str
+    experiment: Experiment
+    label: str
+    verdict: Verdict
+    signature: Signature | None
+    started_at: float  # epoch seconds
+    duration_s: float
+    phase_times: tuple[tuple[str, float], ...] = ()  # phase -> seconds after start
+    last_phase: Phase | None = None
+    log_tail: str = ""
+    rendered: str | None = None  # the drop-in / launch script written for this run
+    probe_metric: float | None = None
+    detail: str = ""
+    invocation: str | None = None
+    polls: int = 0
+    ready_s: float | None = None  # seconds from start to ready
+
+
+@dataclass
+class _Watch:
+    ready: bool = False
+    died: bool = False
+    timed_out: bool = False
+    poll: object = None
+    phase: Phase | None = None
+    phase_times: dict[str, float] = field(default_factory=dict)
+    polls: int = 0
+    ready_at: float | None = None
+    dead_at: float | None = None
+
+
+def service_name(exp: Experiment) -> str:
+    return exp.unit or re.sub(r"[^A-Za-z0-9_.@-]", "_", exp.name)
+
+
+class Executor:
+    """Runs variants of one service on one host. Use as a context manager."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        service: str,
+        campaign: str = "",
+        listener: Listener = null_listener,
+        transport: Transport | None = None,
+        accept_new_host_key: bool = False,
+        poll_min: float = 0.25,
+        poll_max: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.host = host
+        self.service = service
+        self.campaign = campaign
+        self.emit = listener
+        self._own_transport = transport is None
+        self.t = transport or connect(host, accept_new_host_key=accept_new_host_key) \
+            if not host.is_local else (transport or connect(host))  # fmt: skip
+        self.manager: ServiceManager = manager_for(host, self.t, name=service, campaign=campaign)
+        self.lock = HostLock(host, self.t, service, campaign)
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self.sleep = sleep
+        self._opened = False
+        self._help_cache: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+
+    # ---- campaign scope
+    def open(self) -> Executor:
+        """Lock the unit and prepare it (back-up, state as found)."""
+        self.lock.acquire()
+        try:
+            self.manager.prepare()
+        except BaseException:
+            self.lock.release()
+            raise
+        self._opened = True
+        self.emit(StepDone(host=self.host.name, step="prepared", detail=self.service))
+        return self
+
+    def close(self, *, restore: bool = True) -> list[str]:
+        done: list[str] = []
+        try:
+            if restore and self._opened:
+                done = self.manager.restore()
+                for d in done:
+                    self.emit(StepDone(host=self.host.name, step="restore", detail=d))
+        finally:
+            try:
+                self.lock.release()
+            finally:
+                if self._own_transport:
+                    self.t.close()
+        self._opened = False
+        return done
+
+    def __enter__(self) -> Executor:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- preflight
+    def accepted_flags(self, exp: Experiment) -> tuple[str, ...] | None:
+        """The long options the server's own `--help` lists (None: it does not say)."""
+        key = exp.exec
+        if key not in self._help_cache:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in exp.env)
+            cmd = f"{'env ' + env + ' ' if env else ''}{shlex.join(exp.exec)} --help"
+            if exp.workdir:
+                cmd = f"cd {shlex.quote(exp.workdir)} && {cmd}"
+            r = self.t.run(cmd, timeout=180)
+            options = facts.parse_help_options(r.stdout) if r.ok else ()
+            self._help_cache[key] = tuple(options) or None
+            if not options:
+                self.emit(Notice(host=self.host.name, message=(
+                    f"{shlex.join(exp.exec)} --help listed no options (exit {r.exit_code}); "
+                    "flags are not checked before runs")))  # fmt: skip
+        return self._help_cache[key]
+
+    def check_flags(self, exp: Experiment) -> str | None:
+        """Why the server would reject this variant's flags, in its own words, or None."""
+        accepted = self.accepted_flags(exp)
+        if accepted is None:
+            return None
+        problems = [p for p in facts.check_flags([f"--{k}" for k, _ in exp.flags], accepted)
+                    if p.fatal]  # fmt: skip
+        if not problems:
+            return None
+        parts = []
+        for p in problems:
+            text = p.message
+            if p.kind == "unrecognized" and p.candidates:
+                text += " (did you mean " + " or ".join(p.candidates) + "?)"
+            parts.append(text)
+        return "; ".join(parts)
+
+    def check_port(self, exp: Experiment) -> None:
+        """Refuse to go on when the config's port is held by something not ours."""
+        for pid, name in self.manager.listeners_on(exp.port):
+            if pid is not None and self.manager.owns_pid(pid):
+                continue
+            raise ServiceError(
+                f"{self.host.describe()}: port {exp.port} is already in use by "
+                f"{name} (pid {pid}), which is not {self.service}",
+                hint="stop that process, or check the port in the experiment config "
+                "(the health check uses the config's --port)",
+            )
+
+    # ---- one run
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
+        started_at = time.time()
+        t0 = time.monotonic()
+        self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
+                             deadline_s=exp.health.timeout))  # fmt: skip
+        watch = _Watch()
+        log = ""
+        started: Started | None = None
+        metric: float | None = None
+        rendered: str | None = None
+        evidence: RunEvidence
+        try:
+            reason = self.check_flags(exp)
+            if reason is not None:
+                evidence = RunEvidence(invalid_reason=f"the server rejects the flags: {reason}")
+            else:
+                self.manager.stop()
+                self._step("stopped", self.service)
+                reason = self.manager.install(exp, env_keys=frozenset(env_keys), run_id=run_id)
+                rendered = self.manager.rendered()
+                self._step("installed", "drop-in written, read back" if self.manager.kind ==
+                           "systemd" else "launch script written")  # fmt: skip
+                if reason is not None:
+                    evidence = RunEvidence(invalid_reason=reason)
+                else:
+                    self.check_port(exp)
+                    started = self.manager.start(exp, run_id=run_id)
+                    self._step("started", started.invocation or f"pid {started.pid}")
+                    self._watch(exp, started, t0, watch)
+                    probe = None
+                    if watch.ready and exp.probe is not None and not watch.died:
+                        probe, metric = self._probe(exp, started, good_metric, watch)
+                    log = self.manager.logs(started, lines=LOG_TAIL_LINES)
+                    p = watch.poll
+                    evidence = RunEvidence(
+                        log_tail=log,
+                        became_ready=watch.ready,
+                        died_after_ready=watch.ready and watch.died,
+                        exit_code=getattr(p, "exit_code", None) if watch.died else None,
+                        exit_signal=getattr(p, "exit_signal", None) if watch.died else None,
+                        unit_result=getattr(p, "unit_result", None) if watch.died else None,
+                        timed_out=watch.timed_out,
+                        last_phase=watch.phase,
+                        probe=probe,
+                    )
+                    self.manager.stop()
+                    self._step("stopped", "after the run")
+        except ServiceError:
+            raise  # host or unit trouble that every run would hit: the campaign stops
+        except (TransportError, InfraError) as exc:
+            evidence = RunEvidence(infra_error=str(exc), log_tail=log)
+        verdict, sig = judge(evidence, target)
+        detail = evidence.invalid_reason or evidence.infra_error or ""
+        if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
+            detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
+                watch.phase.value if watch.phase else "none seen")  # fmt: skip
+        duration = time.monotonic() - t0
+        self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
+                              duration_s=duration, detail=detail))  # fmt: skip
+        return RunResult(
+            run_id=run_id,
+            host=self.host.name,
+            host_class=self.host.host_class,
+            experiment=exp,
+            label=label,
+            verdict=verdict,
+            signature=sig,
+            started_at=started_at,
+            duration_s=duration,
+            phase_times=tuple(watch.phase_times.items()),
+            last_phase=watch.phase,
+            log_tail=log,
+            rendered=rendered,
+            probe_metric=metric,
+            detail=detail,
+            invocation=started.invocation if started else None,
+            polls=watch.polls,
+            ready_s=watch.ready_at,
+        )
+
+    def _step(self, step: str, detail: str) -> None:
+        self.emit(StepDone(host=self.host.name, step=step, detail=detail))
+
+    def _watch(self, exp: Experiment, started: Started, t0: float, w: _Watch) -> None:
+        """Poll until ready, dead or past the deadline (capped exponential backoff)."""
+        cmd = self.manager.poll_command(exp, started)
+        streak = 0
+
+        def once() -> str | None:
+            nonlocal streak
+            res = self.t.run(cmd, timeout=30)
+            w.polls += 1
+            poll = self.manager.parse_poll(res.stdout, started)
+            w.poll = poll
+            elapsed = time.monotonic() - t0
+            seen = last_phase(poll.log_tail.splitlines())
+            if seen is not None and (w.phase is None or _order(seen) > _order(w.phase)):
+                w.phase = seen
+                w.phase_times.setdefault(seen.value, round(elapsed, 3))
+                self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))
+            self.emit(Polled(host=self.host.name, state=poll.state, http_code=poll.http_code,
+                             elapsed_s=elapsed))  # fmt: skip
+            if not poll.alive:
+                w.died, w.dead_at = True, elapsed
+                return "dead"
+            streak = streak + 1 if poll.http_code == 200 else 0
+            if streak >= exp.health.ready_after:
+                w.ready, w.ready_at = True, elapsed
+                w.phase_times.setdefault(Phase.SERVING.value, round(elapsed, 3))
+                return "ready"
+            return None
+
+        remaining = max(exp.health.timeout - (time.monotonic() - t0), 0.1)
+        wait = (
+            wait_exponential(multiplier=self.poll_min, min=self.poll_min, max=self.poll_max)
+            if exp.health.interval is None
+            else (lambda _state: exp.health.interval)
+        )
+        retrying = Retrying(
+            stop=stop_after_delay(remaining),
+            wait=wait,
+            retry=retry_if_result(lambda r: r is None),
+            sleep=self.sleep,
+            retry_error_callback=lambda _state: "timeout",
+        )
+        outcome = retrying(once)
+        if outcome == "timeout":
+            w.timed_out = True
+
+    def _probe(
+        self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
+    ) -> tuple[ProbeOutcome, float | None]:
+        probe = exp.probe
+        assert probe is not None
+        command = probe.command(exp.port)
+        self.emit(ProbeStarted(host=self.host.name, command=command))
+        try:
+            r = self.t.run(command, timeout=probe.timeout)
+            exit_code, out = r.exit_code, r.stdout + "\n" + r.stderr
+        except TransportError as exc:
+            if "timed out" not in str(exc):
+                raise
+            exit_code, out = 124, str(exc)
+        metric = None
+        if probe.metric:
+            found = re.findall(probe.metric, out)
+            if found:
+                last = found[-1]
+                try:
+                    metric = float(last if isinstance(last, str) else last[0])
+                except ValueError:
+                    metric = None
+        cond = probe.condition
+        passed: bool | None = None
+        if cond is not None:
+            if metric is None:
+                passed = False
+            elif cond.relative_to_good and good_metric is None:
+                passed = None  # the campaign decides once the good config's metric is known
+            else:
+                passed = cond.holds(metric, good_metric)
+        # A crash under load takes a moment to show: look twice before calling it alive.
+        alive = True
+        for _ in range(2):
+            res = self.t.run(self.manager.poll_command(exp, started), timeout=30)
+            poll = self.manager.parse_poll(res.stdout, started)
+            w.polls += 1
+            w.poll = poll
+            if not poll.alive:
+                alive = False
+                w.died = True
+                break
+            self.sleep(0.5)
+        outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
+                               condition=probe.pass_if, server_alive=alive)  # fmt: skip
+        return outcome, metric
+
+
+_PHASES = list(Phase)
+
+
+def _order(p: Phase) -> int:
+    return _PHASES.index(p)

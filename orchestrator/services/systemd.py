@@ -1,0 +1,269 @@
+"""The systemd service manager: the user's unit plus one drop-in, never an edited unit file.
+
+Sequence per run (DESIGN.md, "One run on a systemd host"): stop + reset-failed, write
+`UNIT.d/99-orchestrator.conf` atomically (`ExecStart=` reset, the variant's `ExecStart`,
+`Environment=`/`UnsetEnvironment=`, `Restart=no`), `daemon-reload`, read the effective
+`ExecStart` argv and environment back and compare with what was intended (a mismatch is
+`invalid`, never a silent run), start, note `InvocationID`. Restore removes the drop-in,
+reloads, and leaves the service running or stopped as it was found.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from orchestrator import facts
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.errors import ServiceError
+from orchestrator.services.base import (
+    LOG_MARK,
+    Poll,
+    ServiceManager,
+    Started,
+    health_snippet,
+    split_sections,
+)
+from orchestrator.transport.base import Transport
+
+DROPIN_NAME = "99-orchestrator.conf"
+STATE_PROPS = "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"
+
+
+def systemd_quote(word: str) -> str:
+    """One ExecStart= word, quoted so systemd's parser gives back exactly `word`.
+
+    systemd unquotes double-quoted words and processes C escapes inside them; `$` starts
+    an environment variable substitution (`$$` is a literal `$`) and `%` a specifier
+    (`%%` is a literal `%`).
+    """
+    out = []
+    for ch in word:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "$":
+            out.append("$$")
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def env_assignment(key: str, value: str) -> str:
+    """One Environment= word: `"KEY=value"` (no `$` expansion there, but specifiers)."""
+    text = f"{key}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{text}"'
+
+
+def bus_path(unit: str) -> str:
+    """The D-Bus object path of a unit (systemd's bus_label_escape)."""
+    out = []
+    for i, ch in enumerate(unit):
+        if ch.isascii() and (ch.isalpha() or (ch.isdigit() and i > 0)):
+            out.append(ch)
+        else:
+            out.append("_" + "".join(f"{b:02x}" for b in ch.encode()))
+    return "/org/freedesktop/systemd1/unit/" + "".join(out)
+
+
+class SystemdManager(ServiceManager):
+    kind = "systemd"
+
+    def __init__(self, host: Host, transport: Transport, *, name: str, campaign: str = "") -> None:
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.[a-z]+", name):
+            raise ServiceError(f"'{name}' is not a systemd unit name", hint="e.g. sglang.service")
+        super().__init__(host, transport, name=name, campaign=campaign)
+        self.dropin_dir = f"{host.unit_dir.rstrip('/')}/{name}.d"
+        self.dropin = f"{self.dropin_dir}/{DROPIN_NAME}"
+        self._text: str | None = None
+        self.found_active: bool | None = None
+        self.backup: str | None = None
+
+    # ---- helpers
+    def _ctl(self, args: str, *, timeout: float = 60, check: bool = True) -> str:
+        r = self.t.run(f"systemctl {args}", sudo=True, timeout=timeout)
+        if check and not r.ok:
+            raise ServiceError(
+                f"{self.host.describe()}: systemctl {args} failed: "
+                f"{(r.stderr or r.stdout).strip()[-400:]}"
+            )
+        return r.stdout
+
+    def _show(self, props: str) -> dict[str, str]:
+        return facts.parse_show(self._ctl(f"show {shlex.quote(self.name)} -p {props}"))
+
+    # ---- lifecycle
+    def prepare(self) -> None:
+        r = self.t.run("command -v systemctl >/dev/null && systemctl --version | head -1",
+                       timeout=20)  # fmt: skip
+        if not r.ok:
+            raise ServiceError(
+                f"{self.host.describe()}: systemctl not found",
+                hint="use service_manager: process for hosts without systemd",
+            )
+        props = self._show("LoadState,ActiveState,FragmentPath,DropInPaths")
+        if props.get("LoadState") != "loaded":
+            raise ServiceError(
+                f"{self.host.describe()}: unit {self.name} is not installed "
+                f"(LoadState={props.get('LoadState') or '?'})",
+                hint=f"install {self.name} on the host first (orchestrator only adds a drop-in "
+                f"to it), or fix service.unit in the experiment config",
+            )
+        # A drop-in of ours left by a crashed controller: take it away first.
+        leftover = self.t.read_file(self.dropin, sudo=True)
+        if leftover is not None:
+            self.restore()
+            props = self._show("LoadState,ActiveState,FragmentPath,DropInPaths")
+        self.found_active = props.get("ActiveState") in ("active", "activating", "reloading")
+        self.backup = self._ctl(f"cat {shlex.quote(self.name)}", check=False)
+
+    def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
+        env = exp.env_map()
+        unset = sorted(k for k in env_keys if k not in env)
+        lines = [
+            f"# written by orchestrator (campaign {self.campaign}, run {run_id}).",
+            "# Removed when the campaign ends; `orchestrator restore` removes it too.",
+            "[Unit]",
+            "StartLimitIntervalSec=0",
+            "[Service]",
+            "ExecStart=",
+            "ExecStart=" + " ".join(systemd_quote(w) for w in exp.argv()),
+            "Restart=no",
+        ]
+        if exp.workdir:
+            lines.append("WorkingDirectory=" + exp.workdir.replace("%", "%%"))
+        if unset:
+            lines.append("UnsetEnvironment=" + " ".join(unset))
+        for k, v in env.items():
+            lines.append("Environment=" + env_assignment(k, v))
+        self._text = "\n".join(lines) + "\n"
+        self.t.write_file(self.dropin, self._text, mode=0o600, sudo=True)
+        self._ctl("daemon-reload", timeout=120)
+        return self._read_back(exp, env, unset)
+
+    def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str]) -> str | None:
+        props = self._show("ExecStart,Environment,UnsetEnvironment,DropInPaths")
+        intended = exp.argv()
+        exact = self.t.run(
+            "busctl --json=short get-property org.freedesktop.systemd1 "
+            f"{shlex.quote(bus_path(self.name))} org.freedesktop.systemd1.Service ExecStart",
+            sudo=True,
+            timeout=30,
+        )
+        if exact.ok and exact.stdout.strip():
+            cmds = facts.parse_busctl_exec(exact.stdout)
+            got = list(cmds[0][1]) if len(cmds) == 1 else [f"<{len(cmds)} commands>"]
+            argv_ok = got == intended
+        else:
+            commands = facts.parse_exec_start(props.get("ExecStart", ""))
+            got = list(commands[0].argv) if len(commands) == 1 else [f"<{len(commands)} commands>"]
+            argv_ok = len(commands) == 1 and facts.argv_matches(intended, commands[0])
+        if not argv_ok:
+            return f"ExecStart read back differs: intended {intended!r}, systemd has {got!r}"
+        effective = facts.parse_environment(props.get("Environment", ""))
+        for k in props.get("UnsetEnvironment", "").split():
+            effective.pop(k.split("=", 1)[0], None)
+        wrong = {k: (v, effective.get(k)) for k, v in env.items() if effective.get(k) != v}
+        stale = [k for k in unset if k in effective]
+        if wrong or stale:
+            return (
+                f"Environment read back differs: intended {env!r} without {unset!r}; "
+                f"systemd has {effective!r}"
+            )
+        if self.dropin not in props.get("DropInPaths", "").split():
+            return f"systemd does not list the drop-in {self.dropin} (DropInPaths differs)"
+        return None
+
+    def rendered(self) -> str | None:
+        return self._text
+
+    def start(self, exp: Experiment, *, run_id: str) -> Started:
+        self._ctl(f"reset-failed {shlex.quote(self.name)}", check=False)
+        # `systemctl start` returns 0 even when the server dies at once: the poll decides.
+        self._ctl(f"start --no-block {shlex.quote(self.name)}", timeout=120)
+        props = self._show(STATE_PROPS)
+        st = facts.unit_state(props)
+        return Started(invocation=st.invocation_id or None, pid=st.main_pid or None,
+                       restarts=st.n_restarts)  # fmt: skip
+
+    def poll_command(self, exp: Experiment, started: Started, *, log_lines: int = 150) -> str:
+        unit = shlex.quote(self.name)
+        inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
+        journal = (
+            f"journalctl _SYSTEMD_INVOCATION_ID={inv} -o cat --no-pager -n {int(log_lines)}"
+            if inv
+            else f"journalctl -u {unit} -o cat --no-pager -n {int(log_lines)}"
+        )
+        return (
+            f"systemctl show {unit} -p {STATE_PROPS}; {health_snippet(exp)}; "
+            f"echo '{LOG_MARK}'; {journal} 2>/dev/null"
+        )
+
+    def parse_poll(self, text: str, started: Started) -> Poll:
+        state_part, code, log = split_sections(text)
+        st = facts.unit_state(facts.parse_show(state_part))
+        same = not started.invocation or st.invocation_id == started.invocation
+        restarted = not same or st.n_restarts > started.restarts
+        alive = st.active_state in ("active", "activating", "reloading") and not restarted
+        return Poll(
+            alive=alive,
+            state=f"{st.active_state}/{st.sub_state}" + (" (restarted)" if restarted else ""),
+            http_code=code,
+            exit_code=st.exit_code,
+            exit_signal=st.exit_signal,
+            unit_result=st.result,
+            invocation=st.invocation_id,
+            restarts=st.n_restarts,
+            log_tail=log,
+        )
+
+    def logs(self, started: Started, *, lines: int = 400) -> str:
+        inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
+        if not inv:
+            return ""
+        r = self.t.run(
+            f"journalctl _SYSTEMD_INVOCATION_ID={inv} -o cat --no-pager -n {int(lines)}",
+            sudo=True,
+            timeout=60,
+        )
+        return r.stdout
+
+    def stop(self) -> None:
+        self._ctl(f"stop {shlex.quote(self.name)}", timeout=300, check=False)
+
+    def restore(self) -> list[str]:
+        done: list[str] = []
+        unit = shlex.quote(self.name)
+        had = self.t.read_file(self.dropin, sudo=True) is not None
+        self._ctl(f"stop {unit}", timeout=300, check=False)
+        if had:
+            self.t.run(
+                f"rm -f {shlex.quote(self.dropin)}; rmdir {shlex.quote(self.dropin_dir)} "
+                "2>/dev/null || true",
+                sudo=True,
+                timeout=30,
+                check=True,
+            )
+            done.append(f"removed {self.dropin}")
+        self._ctl("daemon-reload", timeout=120)
+        self._ctl(f"reset-failed {unit}", check=False)
+        if self.found_active:
+            self._ctl(f"start {unit}", timeout=300, check=False)
+            done.append(f"started {self.name} again with its own configuration (it was running)")
+        else:
+            done.append(f"left {self.name} stopped (as it was found)")
+        return done
+
+    def owns_pid(self, pid: int) -> bool:
+        r = self.t.run(f"cat /proc/{int(pid)}/cgroup 2>/dev/null", timeout=20)
+        return f"/{self.name}" in r.stdout

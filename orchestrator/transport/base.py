@@ -1,0 +1,131 @@
+"""The transport contract: run one shell command on a host with a timeout, on both sides.
+
+Every command is wrapped the same way whatever the transport: the host's environment
+exported, `sudo -n` where the host says so, and coreutils' `timeout` so that a command
+that runs past its time is killed on the host too, not only abandoned by us.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from orchestrator.config.hosts import Host
+from orchestrator.errors import CommandTimeout, ServiceError, TransportError
+
+#: exit status coreutils' `timeout` uses when it had to stop the command
+TIMEOUT_EXIT = 124
+#: extra seconds we wait beyond the host-side timeout before giving up locally
+LOCAL_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Transport(ABC):
+    """Runs commands on one host. Subclasses implement `_exec`."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.commands_run = 0
+
+    # ---- the public surface
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float = 60.0,
+        sudo: bool = False,
+        stdin: str | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        """Run a shell command; raise CommandTimeout past `timeout`, TransportError on
+        connection trouble. A non-zero exit is returned, or raised with `check=True`."""
+        wrapped = self.wrap(command, timeout=timeout, sudo=sudo and self.host.sudo)
+        self.commands_run += 1
+        result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
+        result = CommandResult(command, result.exit_code, result.stdout, result.stderr,
+                               result.duration)  # fmt: skip
+        if result.exit_code == TIMEOUT_EXIT:
+            raise CommandTimeout(
+                f"{self.host.describe()}: command timed out after {timeout:g}s and was "
+                f"stopped on the host: {_short(command)}"
+            )
+        if sudo and self.host.sudo and _sudo_refused(result.stderr):
+            raise ServiceError(
+                f"{self.host.describe()}: sudo refused: {result.stderr.strip().splitlines()[-1]}",
+                hint=f"allow passwordless sudo for {self.host.user or 'the user'} on the host "
+                "(sudo -n must work), or set sudo: false if the user is root",
+            )
+        if check and not result.ok:
+            raise TransportError(
+                f"{self.host.describe()}: command failed with exit {result.exit_code}: "
+                f"{_short(command)}: {result.stderr.strip()[-300:]}"
+            )
+        return result
+
+    def write_file(self, path: str, content: str, *, mode: int = 0o644, sudo: bool = False) -> None:
+        """Write a file atomically: a temporary file beside it, then rename over it."""
+        d = shlex.quote(path.rsplit("/", 1)[0] or "/")
+        tmp = shlex.quote(f"{path}.orchestrator-tmp")
+        q = shlex.quote(path)
+        cmd = (
+            f"umask 077 && mkdir -p {d} && cat > {tmp} && chmod {mode:o} {tmp} && "
+            f"mv -f {tmp} {q}"
+        )
+        self.run(cmd, sudo=sudo, stdin=content, check=True, timeout=30)
+
+    def read_file(self, path: str, *, sudo: bool = False) -> str | None:
+        """A file's text, or None if it does not exist."""
+        q = shlex.quote(path)
+        r = self.run(f"if [ -e {q} ]; then cat {q}; else exit 3; fi", sudo=sudo, timeout=30)
+        if r.exit_code == 3:
+            return None
+        if not r.ok:
+            raise TransportError(f"{self.host.describe()}: cannot read {path}: {r.stderr.strip()}")
+        return r.stdout
+
+    def close(self) -> None:  # noqa: B027 (optional for subclasses)
+        """Release the connection, if any."""
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- wrapping
+    def wrap(self, command: str, *, timeout: float, sudo: bool) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.host.env)
+        inner = f"export {env}; {command}" if env else command
+        # -k: SIGKILL if the command ignores SIGTERM for 5 s after its time is up
+        wrapped = f"timeout -k 5 {max(int(timeout + 0.999), 1)} sh -c {shlex.quote(inner)}"
+        if sudo:
+            wrapped = f"sudo -n -- sh -c {shlex.quote(wrapped)}"
+        return wrapped
+
+    @abstractmethod
+    def _exec(self, command: str, *, timeout: float, stdin: str | None) -> CommandResult:
+        """Run an already wrapped command; map library errors to TransportError."""
+
+
+def _short(command: str, limit: int = 120) -> str:
+    one = " ".join(command.split())
+    return one if len(one) <= limit else one[: limit - 3] + "..."
+
+
+def _sudo_refused(stderr: str) -> bool:
+    s = stderr.lower()
+    return "sudo:" in s and ("password is required" in s or "not in the sudoers" in s
+                             or "not allowed to execute" in s or "no tty present" in s)  # fmt: skip
