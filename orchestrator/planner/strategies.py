@@ -103,7 +103,8 @@ def auto(n: int) -> Search:
        split points come from `prefix_tree`: later positions (which have more partner
        candidates) get shallower leaves, so a single culprit costs at most
        ceil(log2 n) + 2 runs and an interacting pair 2 ceil(log2 n) + 3 wherever a
-       prefix tree allows it (one more for n = 7, 8, 13-16, 25-32, ...).
+       prefix tree allows it (one more for n = 7, 8, 13-16, 25-32, ...; for n = 8 no
+       decision tree of any queries does better: `bench/pair_tree_search.py 8 5 9`).
     2. If good + {b} does not fail, a partner search over the deltas before `b` finds the
        next member, and so on until good + the set reproduces the failure: interacting
        flags are named as a set.
