@@ -72,3 +72,35 @@ Listener = Callable[[Event], None]
 
 def null_listener(_: Event) -> None:
     """The default listener: ignores everything."""
+
+
+@dataclass(frozen=True)
+class CampaignStarted(Event):
+    campaign_id: str = ""
+    kind: str = "bisect"
+    n_deltas: int = 0
+    strategy: str = ""
+    expected_runs: float = 0.0
+    resumed_runs: int = 0
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunRecorded(Event):
+    """A run's verdict is in the store (executed now, reused from the cache, or resumed)."""
+
+    run_id: str = ""
+    label: str = ""
+    purpose: str = ""
+    verdict: Verdict = Verdict.INFRA
+    signature: Signature | None = None
+    source: str = "run"  # run | cache | resume
+    duration_s: float = 0.0
+    done: int = 0  # runs with a verdict so far in this campaign
+
+
+@dataclass(frozen=True)
+class CampaignFinished(Event):
+    campaign_id: str = ""
+    status: str = ""
+    message: str = ""

@@ -1,0 +1,347 @@
+"""The results store: campaigns and runs in SQLite (WAL) under `results/`, plus each run's
+log tail as a plain file beside the database (for grep).
+
+Writes are atomic: a run's log file is written to a temporary name and renamed, then its
+row is inserted in one transaction, before the next run starts. The store serves resume
+(a campaign's own runs), the cache (a verdict for the same config on the same host class)
+and rerun (the exact recorded config). Files are created private (mode 0600, dir 0700).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config.experiment import Experiment
+from orchestrator.errors import StoreError
+from orchestrator.verdicts import Signature, Verdict
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS campaigns (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    command TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    target TEXT,
+    answer TEXT
+);
+CREATE INDEX IF NOT EXISTS campaigns_key ON campaigns(key, status);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    campaign TEXT NOT NULL REFERENCES campaigns(id),
+    seq INTEGER NOT NULL,
+    variant TEXT NOT NULL,
+    label TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    host TEXT NOT NULL,
+    host_class TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    config TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    env TEXT NOT NULL,
+    rendered TEXT,
+    verdict TEXT NOT NULL,
+    signature TEXT,
+    started REAL NOT NULL,
+    duration REAL NOT NULL,
+    phase_times TEXT NOT NULL,
+    last_phase TEXT,
+    probe_metric REAL,
+    detail TEXT NOT NULL,
+    log_path TEXT,
+    cached_from TEXT,
+    UNIQUE (campaign, seq)
+);
+CREATE INDEX IF NOT EXISTS runs_cache ON runs(fingerprint, host_class, verdict);
+CREATE INDEX IF NOT EXISTS runs_signature ON runs(signature);
+"""
+
+
+@dataclass(frozen=True)
+class CampaignRow:
+    id: str
+    kind: str
+    key: str
+    created: float
+    updated: float
+    status: str
+    command: str
+    spec: dict[str, Any]
+    target: Signature | None
+    answer: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    campaign: str
+    seq: int
+    variant: tuple[int, ...]
+    label: str
+    purpose: str
+    host: str
+    host_class: str
+    fingerprint: str
+    config: dict[str, Any]
+    argv: list[str]
+    env: dict[str, str]
+    rendered: str | None
+    verdict: Verdict
+    signature: Signature | None
+    started: float
+    duration: float
+    phase_times: dict[str, float]
+    last_phase: str | None
+    probe_metric: float | None
+    detail: str
+    log_path: str | None
+    cached_from: str | None
+
+    def experiment(self) -> Experiment:
+        return Experiment.from_dict(self.config, source=f"run {self.id}")
+
+    def log_tail(self) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            return Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("ORCH_RESULTS", "results"))
+
+
+class Store:
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.db_path = self.root / "orchestrator.db"
+        self.logs = self.root / "logs"
+        self._check_writable()
+        try:
+            self.db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_SCHEMA)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("SELECT count(*) FROM runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"the results database {self.db_path} is unreadable: {exc}",
+                hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
+                "one; the plain log files under logs/ are kept",
+            ) from exc
+        try:
+            os.chmod(self.db_path, 0o600)
+        except OSError:
+            pass
+
+    def _check_writable(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.logs.mkdir(exist_ok=True, mode=0o700)
+            probe = self.root / f".write-test-{os.getpid()}"
+            with open(probe, "wb") as fh:
+                fh.write(b"x" * 65536)  # a full disk shows here, before any host is touched
+                fh.flush()
+                os.fsync(fh.fileno())
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write results to {self.root}: {exc.strerror or exc}",
+                hint="free some space or make the directory writable, or choose another "
+                "with --results DIR (or ORCH_RESULTS)",
+            ) from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot write to {self.db_path}: {exc}",
+                             hint="is the disk full or the directory read-only?") from exc  # fmt: skip
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- campaigns
+    def create_campaign(self, *, kind: str, key: str, command: str, spec: dict[str, Any]) -> str:
+        for _ in range(20):
+            cid = secrets.token_hex(3)
+            if self.db.execute("SELECT 1 FROM campaigns WHERE id=?", (cid,)).fetchone() is None:
+                break
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO campaigns (id, kind, key, created, updated, status, command, spec)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (cid, kind, key, now, now, "running", command, json.dumps(spec)),
+            )
+        return cid
+
+    def find_resumable(self, key: str) -> str | None:
+        row = self.db.execute(
+            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted') "
+            "ORDER BY created DESC LIMIT 1",
+            (key,),
+        ).fetchone()
+        return row["id"] if row else None
+
+    def update_campaign(self, cid: str, **fields: Any) -> None:
+        cols, vals = [], []
+        for k, v in fields.items():
+            if k in ("spec", "answer") and v is not None:
+                v = json.dumps(v)
+            if k == "target" and isinstance(v, Signature):
+                v = v.key()
+            cols.append(f"{k}=?")
+            vals.append(v)
+        cols.append("updated=?")
+        vals.append(time.time())
+        with self._tx() as db:
+            db.execute(f"UPDATE campaigns SET {', '.join(cols)} WHERE id=?", (*vals, cid))
+
+    def campaign(self, cid: str) -> CampaignRow:
+        row = self.db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()
+        if row is None:
+            row = self.db.execute(
+                "SELECT * FROM campaigns WHERE id LIKE ? ORDER BY created DESC", (cid + "%",)
+            ).fetchone()
+        if row is None:
+            from orchestrator.errors import UsageError
+
+            raise UsageError(f"no campaign '{cid}' in {self.db_path}",
+                             hint="`orchestrator runs` lists the campaigns")  # fmt: skip
+        return _campaign(row)
+
+    def campaigns(self, limit: int = 50) -> list[CampaignRow]:
+        rows = self.db.execute(
+            "SELECT * FROM campaigns ORDER BY created DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [_campaign(r) for r in rows]
+
+    # ---- runs
+    def next_seq(self, cid: str) -> int:
+        row = self.db.execute("SELECT max(seq) AS m FROM runs WHERE campaign=?", (cid,)).fetchone()
+        return (row["m"] or 0) + 1
+
+    def add_run(
+        self,
+        cid: str,
+        *,
+        variant: tuple[int, ...],
+        purpose: str,
+        result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
+        cached_from: str | None = None,
+    ) -> str:
+        seq = self.next_seq(cid)
+        run_id = f"{cid}.{seq}"
+        log_path = None
+        if result.log_tail:
+            log_path = self.logs / f"{run_id}.log"
+            tmp = log_path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(result.log_tail)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, log_path)
+        exp: Experiment = result.experiment
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (id, campaign, seq, variant, label, purpose, host, host_class,"
+                " fingerprint, config, argv, env, rendered, verdict, signature, started, duration,"
+                " phase_times, last_phase, probe_metric, detail, log_path, cached_from)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id, cid, seq, json.dumps(sorted(variant)), result.label, purpose,
+                    result.host, result.host_class, exp.fingerprint(), json.dumps(exp.to_dict()),
+                    json.dumps(exp.argv()), json.dumps(exp.env_map()), result.rendered,
+                    result.verdict.value, result.signature.key() if result.signature else None,
+                    result.started_at, result.duration_s, json.dumps(dict(result.phase_times)),
+                    result.last_phase.value if result.last_phase else None, result.probe_metric,
+                    result.detail, str(log_path) if log_path else None, cached_from,
+                ),
+            )  # fmt: skip
+        return run_id
+
+    def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:
+        if cid:
+            rows = self.db.execute("SELECT * FROM runs WHERE campaign=? ORDER BY seq", (cid,))
+        else:
+            rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
+        return [_run(r) for r in rows.fetchall()]
+
+    def run(self, run_id: str) -> RunRow:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            from orchestrator.errors import UsageError
+
+            raise UsageError(f"no run '{run_id}' in {self.db_path}",
+                             hint="`orchestrator runs` lists the runs")  # fmt: skip
+        return _run(row)
+
+    def cached(self, fingerprint: str, host_class: str) -> RunRow | None:
+        """The newest real (not itself cached) run of this config on this host class,
+        infra verdicts excluded: they say nothing about the config."""
+        row = self.db.execute(
+            "SELECT * FROM runs WHERE fingerprint=? AND host_class=? AND verdict != 'infra'"
+            " AND cached_from IS NULL ORDER BY started DESC LIMIT 1",
+            (fingerprint, host_class),
+        ).fetchone()
+        return _run(row) if row else None
+
+    def runs_with_signature(self, signature: Signature) -> list[RunRow]:
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE signature=? AND cached_from IS NULL ORDER BY started",
+            (signature.key(),),
+        ).fetchall()
+        return [_run(r) for r in rows]
+
+
+def _campaign(r: sqlite3.Row) -> CampaignRow:
+    return CampaignRow(
+        id=r["id"], kind=r["kind"], key=r["key"], created=r["created"], updated=r["updated"],
+        status=r["status"], command=r["command"], spec=json.loads(r["spec"]),
+        target=Signature.from_key(r["target"]) if r["target"] else None,
+        answer=json.loads(r["answer"]) if r["answer"] else None,
+    )  # fmt: skip
+
+
+def _run(r: sqlite3.Row) -> RunRow:
+    return RunRow(
+        id=r["id"], campaign=r["campaign"], seq=r["seq"], variant=tuple(json.loads(r["variant"])),
+        label=r["label"], purpose=r["purpose"], host=r["host"], host_class=r["host_class"],
+        fingerprint=r["fingerprint"], config=json.loads(r["config"]), argv=json.loads(r["argv"]),
+        env=json.loads(r["env"]), rendered=r["rendered"], verdict=Verdict(r["verdict"]),
+        signature=Signature.from_key(r["signature"]) if r["signature"] else None,
+        started=r["started"], duration=r["duration"], phase_times=json.loads(r["phase_times"]),
+        last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
+        log_path=r["log_path"], cached_from=r["cached_from"],
+    )  # fmt: skip
