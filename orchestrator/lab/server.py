@@ -137,6 +137,9 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, each response would wait
+    # for the client's delayed ACK (~40 ms) and the bench would measure that, not tok/s.
+    disable_nagle_algorithm = True
 
     @property
     def engine(self) -> Engine:
@@ -285,6 +288,9 @@ class LabServer(ThreadingHTTPServer):
     daemon_threads = True
     # A restarted run must be able to bind the port again at once (TIME_WAIT from the last).
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a burst of benchmark connections beyond it has
+    # its SYNs dropped and retried a second later, which would show up as lost throughput.
+    request_queue_size = 512
 
     def __init__(self, addr: tuple[str, int], engine: Engine, info: dict[str, Any]) -> None:
         super().__init__(addr, Handler)

@@ -1,0 +1,116 @@
+"""The lab bench client against the real simulated server: layout, throughput, failures."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.procs import LabProcess, free_port
+
+WAIT = 15.0
+METRIC = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")  # the probes' regex
+
+SCENARIO = """
+name: bench
+startup: {init: 0.1, load_weights: 0.1, kv_cache: 0.1, cuda_graph: 0.1, warmup: 0.1}
+faults:
+  - when: {max-running-requests: {gt: 256}}
+    after_requests: 10
+    error: "RuntimeError: CUDA error: an illegal memory access was encountered"
+throughput:
+  base: 4000
+  factors:
+    - when: {cuda-graph-max-bs: 512}
+      multiply: 0.5
+"""
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "scenario.yaml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., LabProcess]]:
+    procs: list[LabProcess] = []
+
+    def _spawn(module: str, *args: str) -> LabProcess:
+        proc = LabProcess(f"orchestrator.lab.{module}", list(args)).start()
+        procs.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in procs:
+        proc.stop(grace=3.0)
+
+
+def _server(spawn, scenario: Path, *flags: str) -> int:
+    port = free_port()
+    proc = spawn("server", "--scenario", str(scenario), "--port", str(port), "--time-scale",
+                 "0.1", *flags)
+    assert proc.wait_healthy(port, WAIT), proc.out
+    return port
+
+
+@pytest.mark.parametrize(
+    ("server_flags", "bench_flags", "expected"),
+    [
+        ((), (), 4000.0),
+        (("--cuda-graph-max-bs", "512"), (), 2000.0),
+        ((), ("--max-concurrency", "4"), 4000.0),
+        ((), ("--backend", "vllm"), 4000.0),
+    ],
+)
+def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flags: tuple,
+                                              bench_flags: tuple, expected: float) -> None:
+    port = _server(spawn, scenario, *server_flags)
+    bench = spawn("bench", "--port", str(port), "--num-prompts", "40",
+                  "--random-output-len", "50", *bench_flags)
+    assert bench.wait_exit(WAIT) == 0, bench.err
+    match = METRIC.search(bench.out)
+    assert match, bench.out
+    assert float(match.group(1)) == pytest.approx(expected, rel=0.10)
+
+
+def test_result_block_layout(spawn, scenario: Path) -> None:
+    port = _server(spawn, scenario)
+    bench = spawn("bench", "--port", str(port), "--num-prompts", "8", "--random-output-len",
+                  "20", "--dataset-name", "random", "--model", "x")
+    assert bench.wait_exit(WAIT) == 0, bench.err
+    lines = bench.stdout
+    top = lines.index("============ Serving Benchmark Result ============")
+    labels = [line[:40].rstrip() for line in lines[top + 1:]]
+    for label in ("Backend:", "Traffic request rate:", "Max request concurrency:",
+                  "Successful requests:", "Benchmark duration (s):", "Total input tokens:",
+                  "Total generated tokens:", "Request throughput (req/s):",
+                  "Output token throughput (tok/s):", "Mean TTFT (ms):", "Median TPOT (ms):",
+                  "P99 ITL (ms):"):
+        assert label in labels
+    row = next(line for line in lines if line.startswith("Successful requests:"))
+    assert row == "{:<40} {:<10}".format("Successful requests:", 8)
+    generated = next(line for line in lines if line.startswith("Total generated tokens:"))
+    assert generated.split()[-1] == "160"
+    assert lines[-1] == "=" * 50
+    assert "---------------Time to First Token----------------" in lines
+    assert "ignoring options the lab bench does not use: --dataset-name random --model x" \
+        in bench.err
+
+
+def test_server_dying_mid_run_fails_the_bench(spawn, scenario: Path) -> None:
+    port = _server(spawn, scenario, "--max-running-requests", "512")
+    bench = spawn("bench", "--port", str(port), "--num-prompts", "30",
+                  "--random-output-len", "20")
+    assert bench.wait_exit(WAIT) == 1
+    assert "Serving Benchmark Result" not in bench.out
+    assert re.search(r"Error: \d+ of 30 requests failed", bench.err)
+
+
+def test_no_server_fails_the_bench(spawn) -> None:
+    bench = spawn("bench", "--port", str(free_port()), "--num-prompts", "3")
+    assert bench.wait_exit(WAIT) == 1
+    assert "initial test run failed" in bench.err
