@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import combinations
 from pathlib import Path
 
 import pytest
@@ -263,3 +265,98 @@ def test_v0523_splits_cuda_graph_max_bs() -> None:
     names = {f.name for f in sc.load("b300-v0523").known_flags}
     assert {"cuda-graph-max-bs-decode", "cuda-graph-max-bs-prefill"} <= names
     assert "cuda-graph-max-bs" not in names
+
+
+# ---------------------------------------------------------------------------- lab pairs
+# The experiment YAMLs beside each scenario document the intended bisection answer. Check
+# it exhaustively: apply every subset of the good->bad deltas to good, parse the command
+# line with the scenario's real parser, and find the minimal subsets that reproduce bad's
+# outcome. (The config loader is the main program's; the scenario side is the lab's.)
+
+EXPERIMENTS = sc.repo_root() / "experiments" / "lab"
+
+
+def _outcome(scen: sc.Scenario, argv: list[str], env: dict[str, str]) -> tuple[object, float]:
+    assert argv[1:4] == ["-m", "orchestrator.lab.server", "--scenario"], argv
+    assert sc.load(argv[4]).name == scen.name
+    flags = cmdline.parse_strict(argv[5:], scen.known_flags)
+    rule = scen.select_fault(flags, env, scen.seed)
+    return (rule.index if rule else None), scen.tokens_per_second(flags, env)
+
+
+Outcome = tuple[object, float]  # (index of the fault rule that fires or None, tok/s)
+
+
+def _argv(exec_words: tuple[str, ...], flags: dict[str, object]) -> list[str]:
+    argv = list(exec_words)
+    for name, value in flags.items():
+        argv.append(f"--{name}")
+        if value is not True:
+            argv.extend(str(v) for v in (value if isinstance(value, tuple) else (value,)))
+    return argv
+
+
+def _minimal_culprits(
+    pair: str, good_file: str, bad_file: str,
+    fails: Callable[[Outcome, Outcome], bool] | None = None,
+) -> tuple[list[set[str]], Outcome]:
+    """Minimal delta sets that make good fail like bad (by default: the same fault rule)."""
+    from orchestrator.config.experiment import load_experiment
+
+    good = load_experiment(EXPERIMENTS / pair / good_file)
+    bad = load_experiment(EXPERIMENTS / pair / bad_file)
+    scen = sc.load(EXPERIMENTS / pair / "scenario.yaml")
+    gf, bf = good.flag_map(), bad.flag_map()
+    ge, be = good.env_map(), bad.env_map()
+    deltas = sorted({k for k in gf.keys() | bf.keys() if gf.get(k) != bf.get(k)}
+                    | {f"env:{k}" for k in ge.keys() | be.keys() if ge.get(k) != be.get(k)})
+
+    def run(subset: tuple[str, ...]) -> Outcome:
+        flags, env = dict(gf), dict(ge)
+        for d in subset:
+            src, dst, key = (be, env, d[4:]) if d.startswith("env:") else (bf, flags, d)
+            if key in src:
+                dst[key] = src[key]
+            else:
+                dst.pop(key, None)
+        return _outcome(scen, _argv(good.exec, flags), env)
+
+    base, target = run(()), run(tuple(deltas))
+    if fails is None:
+        def fails(o: Outcome, _base: Outcome) -> bool:
+            return o[0] is not None and o[0] == target[0]
+    hits = [set(s) for n in range(len(deltas) + 1) for s in combinations(deltas, n)
+            if fails(run(s), base)]
+    return [s for s in hits if not any(o < s for o in hits)], target
+
+
+def test_b300_pair_answer_is_the_interacting_pair() -> None:
+    minimal, (rule, _) = _minimal_culprits("b300", "good.yaml", "bad.yaml")
+    assert rule == 0
+    assert minimal == [{"ep-size", "enable-nccl-nvls"}]
+
+
+def test_b300_v0523_pair_has_the_same_answer() -> None:
+    minimal, (rule, _) = _minimal_culprits("b300-v0523", "good.yaml", "bad.yaml")
+    assert rule == 0
+    assert minimal == [{"ep-size", "enable-nccl-nvls"}]
+
+
+def test_rtx6000_pair_answer_needs_three_flags() -> None:
+    minimal, (rule, _) = _minimal_culprits("rtx6000", "good.yaml", "bad.yaml")
+    assert rule == 1  # the AssertionError in cuda_graph, not the kv_cache OOM
+    assert minimal == [{"ep-size", "moe-a2a-backend", "mem-fraction-static"}]
+
+
+def test_rtx6000_perf_pair_answer_is_cuda_graph_max_bs() -> None:
+    minimal, (rule, rate) = _minimal_culprits(
+        "rtx6000", "perf_good.yaml", "perf_bad.yaml",
+        fails=lambda o, base: o[0] is None and o[1] < 0.95 * base[1])
+    assert rule is None
+    assert minimal == [{"cuda-graph-max-bs"}]
+
+
+def test_glm5_pair_answer_is_max_running_requests() -> None:
+    minimal, (rule, _) = _minimal_culprits("glm5", "good.yaml", "bad.yaml")
+    assert sc.load("glm5").faults[rule].after_requests == 40
+    assert minimal == [{"max-running-requests"}]

@@ -456,3 +456,33 @@ def test_runs_on_system_python_with_only_pyyaml() -> None:
     done = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=WAIT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------- shipped pairs
+
+
+@pytest.mark.parametrize(
+    ("experiment", "code", "text"),
+    [
+        ("b300/good.yaml", None, READY),
+        ("b300/bad.yaml", 1, "CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmStrided"),
+        ("b300/ep8_only.yaml", 1, "AttributeError: 'NoneType' object has no attribute 'dtype'"),
+        ("rtx6000/bad.yaml", 1, "AssertionError"),
+        ("b300-v0523/seed_good.yaml", 2, "error: ambiguous option: --cuda-graph-max-bs could"),
+    ],
+)
+def test_shipped_experiments_launch_as_documented(spawn, experiment: str, code: int | None,
+                                                  text: str) -> None:
+    from orchestrator.config.experiment import load_experiment
+
+    exp = load_experiment(REPO / "experiments" / "lab" / experiment)
+    argv = exp.argv()
+    assert argv[:3] == ["python3", "-m", "orchestrator.lab.server"]
+    port = free_port()
+    words = [w if w != str(exp.port) else str(port) for w in argv[3:]]
+    proc = spawn(*words, "--time-scale", "0", env=exp.env_map())
+    if code is None:
+        assert proc.wait_healthy(port, WAIT), proc.out
+    else:
+        assert proc.wait_exit(WAIT) == code
+    assert text in (proc.out + proc.err)
