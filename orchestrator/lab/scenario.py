@@ -11,6 +11,19 @@ list (equal to a multi-value flag), or a mapping of `lt, le, gt, ge, ne, in`. Th
 key `env` holds the same kind of conditions on environment variables. Rules are tried in
 order and the first whose conditions all hold (and whose `probability`, if any, comes up
 for this seed and command line) wins.
+
+Rule keys: `when`, `phase` (args, init, load_weights, kv_cache, cuda_graph, warmup,
+serving), `effect` (crash, the default, or hang), `error` (the last line(s) of the
+traceback; for `args` the argparse error message), `after_requests` (serving: fire once N
+requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
+`exit_code` (default 1, 2 for args), `kill` (die by SIGKILL instead), `frames` (innermost
+traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
+`description`, `seed`, `startup` (seconds per phase at time scale 1), `faults`,
+`throughput` (tok/s, or `{base, factors: [{when, multiply}]}`; every matching factor
+applies), `defaults` (flag values the server assumes when a flag is absent, used by
+comparisons but not by true/false), `known_flags` (a preset name from
+`orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
+`{preset, add, remove}`), `model` (cosmetic figures for the startup lines).
 """
 
 from __future__ import annotations
