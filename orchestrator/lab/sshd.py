@@ -7,9 +7,13 @@ sshd its pid file. `orchestrator lab up` and the test fixtures use this same cod
 
 Remote commands must find the project's Python: the config sets `SetEnv PATH=<venv bin>:...`
 and `PYTHONPATH=<repo>`. sshd applies its `SetEnv` after it builds the session's default
-environment (PATH included), so it overrides PATH for every session; the shell it starts
-is a non-login one and does not reset it. The tests check this (`python3` resolves to the
-venv's interpreter over SSH).
+environment (PATH included), so it overrides PATH for every session. The login shell
+then runs the command as a non-login shell, which reads no profile; but bash (Debian
+builds it with SSH_SOURCE_BASHRC) still sources ~/.bashrc for commands run by sshd, and
+a .bashrc that prepends pyenv or conda to PATH would win. The config therefore also sets
+SHLVL=1: bash only sources .bashrc that way at shell level 1, and the session's bash
+becomes level 2. The tests check the result (`python3` resolves to the venv's
+interpreter over SSH).
 """
 
 from __future__ import annotations

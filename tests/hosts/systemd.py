@@ -1,8 +1,11 @@
 """A real systemd host for the tests: a Debian rootfs booted with `systemd-nspawn -b`.
 
+The image: scripts/build-rootfs caches a tarball outside the repo, and the first session
+unpacks it beside the tarball (`rootfs-bookworm-<hash>/`); every container boots from that
+tree as the read-only lower layer of an overlay, so nothing is copied per boot.
+
 Layout of one test session (all under /var/tmp/orch-systemd-host-<pid>-*/, removed at the end):
 
-    rootfs/            the cached tarball (scripts/build-rootfs) extracted once per session
     id_ed25519(.pub)   the session's client key; bound read-only into every container as
                        /etc/ssh/orch_authorized_keys (the rootfs's sshd_config lists it)
     <host>/            per booted host: overlay upper/work dirs, the merged root, the
@@ -104,22 +107,43 @@ def build_rootfs() -> Path:
     return Path(res.stdout.strip().splitlines()[-1])
 
 
+def extracted_rootfs(tarball: Path) -> Path:
+    """The tarball unpacked beside it, once per recipe: the read-only lower layer of hosts.
+
+    Unpacking takes about a second, but deleting 220 MB of small files at the end of every
+    session costs far more on a busy disk, so the tree is kept in the cache like the
+    tarball. A lock and an atomic rename make concurrent sessions safe.
+    """
+    dest = tarball.parent / tarball.name.removesuffix(".tar.zst")
+    if dest.is_dir():
+        return dest
+    with open(tarball.parent / ".extract.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if dest.is_dir():
+            return dest
+        for partial in tarball.parent.glob(".extract-*"):  # from a session killed midway
+            shutil.rmtree(partial, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=tarball.parent))
+        with subprocess.Popen(["zstd", "-dc", str(tarball)], stdout=subprocess.PIPE) as zst:
+            tar = subprocess.run(
+                ["tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "-xf", "-"],
+                stdin=zst.stdout, capture_output=True, text=True, timeout=600,
+            )
+        if zst.returncode != 0 or tar.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise HostError(f"extracting {tarball} failed: {tar.stderr.strip()}")
+        tmp.chmod(0o755)  # mkdtemp's 0700 would become the container's / mode
+        os.rename(tmp, dest)
+    return dest
+
+
 class SystemdImage:
     """The extracted rootfs and the session's client key, shared by every host booted."""
 
     def __init__(self, tarball: Path, workdir: Path) -> None:
         self.tarball = tarball
         self.workdir = workdir
-        self.rootfs = workdir / "rootfs"
-        self.rootfs.mkdir(parents=True)
-        # zstd | tar: as fast as reading the file (under a second here).
-        with subprocess.Popen(["zstd", "-dc", str(tarball)], stdout=subprocess.PIPE) as zst:
-            tar = subprocess.run(
-                ["tar", "-C", str(self.rootfs), "--numeric-owner", "--xattrs", "-xf", "-"],
-                stdin=zst.stdout, capture_output=True, text=True, timeout=600,
-            )
-        if zst.returncode != 0 or tar.returncode != 0:
-            raise HostError(f"extracting {tarball} failed: {tar.stderr.strip()}")
+        self.rootfs = extracted_rootfs(tarball)
         self.host_key_pub = (
             (self.rootfs / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2]
         )
