@@ -1,0 +1,172 @@
+"""`orchestrator bisect --good G --bad B --host H`: the main job, end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+
+from rich.markup import escape
+
+from orchestrator.campaign import BisectOptions, Bisection, Interrupted, Outcome
+from orchestrator.cli import common
+from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.output import console
+from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.errors import UsageError
+from orchestrator.executor import Executor
+from orchestrator.planner import STRATEGIES
+from orchestrator.planner.deltas import check_differ, diff
+from orchestrator.planning import Plan, make_plan
+from orchestrator.verdicts import Verdict
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bisect",
+        help="find which flag (or set of flags) makes the bad config fail",
+        description="Run the good and bad configs, then bisect their difference on the host.",
+    )
+    p.add_argument("--good", help="experiment YAML that works")
+    p.add_argument("--bad", help="experiment YAML that fails")
+    p.add_argument("--host", help="host name from the hosts file")
+    p.add_argument("--resume", metavar="ID", help="continue an interrupted campaign")
+    p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the variants that decide the answer N times (flaky failures)")
+    p.add_argument("--max-runs", type=int, metavar="N", help="stop after N runs")
+    p.add_argument("--deadline", metavar="DURATION",
+                   help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
+    p.add_argument("--fresh", action="store_true", help="do not reuse cached verdicts")
+    p.add_argument("--accept-new-host-key", action="store_true",
+                   help="record a host key seen for the first time (never a changed one)")
+    p.add_argument("--no-report", action="store_true", help="do not write the report files")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    common.add_hosts_option(p)
+    common.add_results_option(p)
+    p.set_defaults(handler=run)  # fmt: skip
+
+
+def _plan_from_spec(spec: dict) -> Plan:
+    good = Experiment.from_dict(spec["good"], source=spec.get("good_source") or "good")
+    bad = Experiment.from_dict(spec["bad"], source=spec.get("bad_source") or "bad")
+    deltas = diff(good, bad)
+    check_differ(deltas, good, bad)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec["strategy"])
+
+
+def run(args: argparse.Namespace) -> int:
+    store = common.store(args)
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    deadline = None
+    if args.deadline:
+        try:
+            deadline = parse_duration(args.deadline)
+        except ValueError as exc:
+            raise UsageError(f"--deadline: {exc}") from None
+    if args.resume:
+        camp = store.campaign(args.resume)
+        plan = _plan_from_spec(camp.spec)
+        host_names = camp.spec["hosts"]
+        opts = camp.spec.get("options", {})
+        options = BisectOptions(
+            strategy=plan.strategy,
+            repeat=args.repeat if args.repeat > 1 else opts.get("repeat", 1),
+            max_runs=args.max_runs or opts.get("max_runs"),
+            deadline_s=deadline or opts.get("deadline_s"),
+            fresh=args.fresh or opts.get("fresh", False),
+        )
+        inv = common.inventory(args)
+        hosts = [inv.host(h) for h in host_names]
+        resume_id = camp.id
+    else:
+        if not (args.good and args.bad and args.host):
+            raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
+        plan = make_plan(args.good, args.bad, args.strategy)
+        hosts = common.hosts_for(args, args.host)
+        options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
+                                max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh)
+        resume_id = None
+    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+
+    def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
+        return Executor(host, service=service, campaign=campaign, listener=listener,
+                        accept_new_host_key=args.accept_new_host_key)
+
+    bisection = Bisection(store, plan, hosts, options=options, listener=view,
+                          command=common.command_line(), resume_id=resume_id,
+                          executor_factory=factory)  # fmt: skip
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        outcome = bisection.run()
+    except Interrupted as exc:
+        if isinstance(view, LiveView):
+            view.close()
+        console().print(f"\n[yellow]interrupted[/]: campaign {exc.campaign_id} stopped; the host "
+                        "was restored.\nresume with: [bold]" + escape(exc.resume) + "[/]",
+                        highlight=False)  # fmt: skip
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if isinstance(view, LiveView):
+            view.close()
+    report_paths: list[str] = []
+    if not args.no_report:
+        from orchestrator.report import write_reports
+
+        report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
+    if args.json:
+        data = outcome.to_json(plan) | {"reports": report_paths}
+        console().print_json(json.dumps(data))
+    else:
+        print_outcome(outcome, plan, report_paths)
+    return 0 if outcome.status == "found" else 1
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    # SIGTERM (systemd stopping a scheduled job, a `kill`) ends the campaign like Ctrl-C:
+    # the host is restored and the resume command printed.
+    raise KeyboardInterrupt
+
+
+def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None:
+    c = console()
+    c.print()
+    if outcome.target:
+        c.print(f"target failure: [red]{escape(str(outcome.target))}[/]", highlight=False)
+    if outcome.status == "found":
+        for cul in outcome.culprits:
+            kind = "interacting set" if cul["interacting"] else "single flag"
+            c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul['flags']))}[/]",
+                    highlight=False)  # fmt: skip
+            c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}",
+                    highlight=False)  # fmt: skip
+            for flag, rid in cul["cleared_by"].items():
+                c.print(f"  bad without {escape(flag)} does not fail: run {rid}", highlight=False)
+        suspects = {i for cul in outcome.culprits for i in cul["indices"]}
+        cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
+        if cleared:
+            c.print("cleared (not needed for the failure): "
+                    + escape(", ".join(d.short() for d in cleared)), highlight=False)  # fmt: skip
+    else:
+        c.print(f"[yellow]no answer[/]: {escape(outcome.message)}", highlight=False)
+        if outcome.narrowed:
+            c.print("  narrowed so far: the failure needs some of: "
+                    + escape(", ".join(outcome.narrowed["failure_needs_some_of"])),
+                    highlight=False)  # fmt: skip
+    for f in outcome.findings:
+        c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
+                f"{escape(f.label)}, run {f.run_id}; seen {f.count}x)", highlight=False)  # fmt: skip
+    for inv in outcome.invalid:
+        c.print(f"{verdict_text(Verdict.INVALID)} "
+                f"{escape(inv['variant'])}: {escape(inv['reason'])}", highlight=False)  # fmt: skip
+    for fl in outcome.flaky:
+        c.print(f"[yellow]flaky[/]: {escape(fl)}", highlight=False)
+    c.print(f"runs: {outcome.runs_executed} executed, {outcome.runs_reused} reused from the cache;"
+            f" campaign {outcome.campaign_id}", highlight=False)  # fmt: skip
+    for p in report_paths:
+        c.print(f"report: {p}", highlight=False)
+
+
+__all__ = ["print_outcome", "register"]

@@ -1,0 +1,65 @@
+"""Options and helpers shared by the commands that touch hosts or results."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from orchestrator.cli.output import err_console
+from orchestrator.config.hosts import Host, Inventory, load_inventory
+from orchestrator.errors import UsageError
+from orchestrator.store import Store
+
+
+def add_hosts_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hosts",
+        default=os.environ.get("ORCH_HOSTS"),
+        help="hosts file (default: hosts.yaml, else hosts.example.yaml; or ORCH_HOSTS)",
+    )
+
+
+def add_results_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--results",
+        default=os.environ.get("ORCH_RESULTS", "results"),
+        help="results directory (default: results/; or ORCH_RESULTS)",
+    )
+
+
+def inventory(args: argparse.Namespace) -> Inventory:
+    path = args.hosts
+    if path is None:
+        if Path("hosts.yaml").exists():
+            path = "hosts.yaml"
+        elif Path("hosts.example.yaml").exists():
+            path = "hosts.example.yaml"
+        else:
+            raise UsageError(
+                "no hosts file: hosts.yaml not found here",
+                hint="copy hosts.example.yaml to hosts.yaml and edit it, or pass --hosts FILE",
+            )
+    return load_inventory(path)
+
+
+def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
+    inv = inventory(args)
+    hosts = inv.resolve(name)
+    if getattr(args, "accept_new_host_key", False):
+        pass  # handled by the executor factory
+    return hosts
+
+
+def store(args: argparse.Namespace) -> Store:
+    return Store(args.results)
+
+
+def command_line() -> str:
+    return shlex.join(["orchestrator", *sys.argv[1:]])
+
+
+def note(message: str) -> None:
+    err_console().print(message, highlight=False)

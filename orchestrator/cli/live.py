@@ -1,0 +1,130 @@
+"""Rendering campaign and run events: a live status line on a terminal, plain lines otherwise.
+
+The core only emits events; this listener is the campaign's face. Each finished run gets
+one permanent line (verdict, variant, signature, duration); while a run is in progress a
+terminal shows its variant, startup phase and elapsed time against the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.markup import escape
+
+from orchestrator.events import (
+    CampaignStarted,
+    Event,
+    Notice,
+    PhaseReached,
+    Polled,
+    ProbeStarted,
+    RunFinished,
+    RunRecorded,
+    RunStarted,
+    StepDone,
+)
+from orchestrator.verdicts import Verdict
+
+COLORS = {
+    Verdict.PASS: "green",
+    Verdict.FAIL: "red",
+    Verdict.OTHER: "magenta",
+    Verdict.TIMEOUT: "yellow",
+    Verdict.INVALID: "cyan",
+    Verdict.INFRA: "yellow",
+}
+
+
+def verdict_text(v: Verdict) -> str:
+    return f"[{COLORS[v]}]{v.value:<7}[/]"
+
+
+class LiveView:
+    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+        self.c = console
+        self.verbose = verbose
+        self.tty = console.is_terminal
+        self.status = None
+        self.expected = 0.0
+        self.done = 0
+        self.deadline: float | None = None
+        self.t0 = time.monotonic()
+        self.label = ""
+        self.phase = ""
+        self.run_t0 = 0.0
+        self.run_deadline = 0.0
+
+    def __call__(self, e: Event) -> None:
+        if isinstance(e, CampaignStarted):
+            self.expected = e.expected_runs
+            self.deadline = e.deadline_s
+            resumed = f", resuming with {e.resumed_runs} recorded runs" if e.resumed_runs else ""
+            self.c.print(
+                f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} deltas, strategy {e.strategy}, "
+                f"about {e.expected_runs:.0f} runs expected{resumed}",
+                highlight=False,
+            )
+        elif isinstance(e, RunStarted):
+            self.label, self.phase = e.label, "starting"
+            self.run_t0, self.run_deadline = time.monotonic(), e.deadline_s
+            if self.tty:
+                if self.status is None:
+                    self.status = self.c.status("")
+                    self.status.start()
+                self._refresh()
+            else:
+                self.c.print(f"  run {e.run_id} on {e.host}: {escape(e.label)}", highlight=False)
+        elif isinstance(e, PhaseReached):
+            self.phase = e.phase.value
+            if self.tty:
+                self._refresh()
+            elif self.verbose:
+                self.c.print(f"    phase {e.phase.value} at {e.elapsed_s:.1f}s", highlight=False)
+        elif isinstance(e, Polled):
+            if self.tty:
+                self._refresh()
+        elif isinstance(e, ProbeStarted):
+            self.phase = "probe"
+            if self.tty:
+                self._refresh()
+            elif self.verbose:
+                self.c.print(f"    probe: {escape(e.command)}", highlight=False)
+        elif isinstance(e, StepDone):
+            if self.tty:
+                self._refresh(step=e.step)
+            if e.step == "restore" or self.verbose:
+                self.c.print(f"  {e.host}: {escape(e.step)}: {escape(e.detail)}", highlight=False)
+        elif isinstance(e, RunFinished):
+            self._stop_status()
+        elif isinstance(e, RunRecorded):
+            self._stop_status()
+            self.done = e.done
+            sig = f"  {escape(str(e.signature))}" if e.signature else ""
+            src = {"cache": " (cached)", "resume": " (recorded)"}.get(e.source, "")
+            self.c.print(
+                f"{e.done:>3}. {verdict_text(e.verdict)} {escape(e.label)}"
+                f"[dim]{sig}  {e.duration_s:.0f}s {e.run_id}{src}[/]",
+                highlight=False,
+            )
+        elif isinstance(e, Notice):
+            self.c.print(f"  note: {escape(e.message)}", highlight=False)
+
+    def _refresh(self, step: str = "") -> None:
+        if self.status is None:
+            return
+        now = time.monotonic()
+        total = f" | campaign {now - self.t0:.0f}s" + (
+            f"/{self.deadline:.0f}s" if self.deadline else "")  # fmt: skip
+        self.status.update(
+            f"run {self.done + 1}/~{max(self.expected, self.done + 1):.0f}: {escape(self.label)}"
+            f" | {self.phase or step} {now - self.run_t0:.0f}s/{self.run_deadline:.0f}s{total}"
+        )
+
+    def _stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def close(self) -> None:
+        self._stop_status()
