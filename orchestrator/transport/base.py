@@ -16,6 +16,8 @@ from orchestrator.errors import CommandTimeout, ServiceError, TransportError
 
 #: exit status coreutils' `timeout` uses when it had to stop the command
 TIMEOUT_EXIT = 124
+#: exit status of `timeout -k` when the command ignored SIGTERM and got SIGKILL
+KILLED_EXIT = 128 + 9
 #: extra seconds we wait beyond the host-side timeout before giving up locally
 LOCAL_GRACE = 10.0
 
@@ -57,10 +59,20 @@ class Transport(ABC):
         result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
         result = CommandResult(command, result.exit_code, result.stdout, result.stderr,
                                result.duration)  # fmt: skip
-        if result.exit_code == TIMEOUT_EXIT:
+        if result.exit_code == TIMEOUT_EXIT or (
+            # `timeout -k` had to SIGKILL a command that ignored SIGTERM: it then exits
+            # 128+9, not 124. A kill -9 from elsewhere exactly at the deadline is unlikely.
+            result.exit_code == KILLED_EXIT and result.duration >= timeout
+        ):
             raise CommandTimeout(
                 f"{self.host.describe()}: command timed out after {timeout:g}s and was "
                 f"stopped on the host: {_short(command)}"
+            )
+        if sudo and self.host.sudo and _sudo_missing(result):
+            raise ServiceError(
+                f"{self.host.describe()}: sudo is not installed on the host (the host's "
+                "sudo: true asks for it)",
+                hint="install sudo on the host, or set sudo: false if the user is root",
             )
         if sudo and self.host.sudo and _sudo_refused(result.stderr):
             raise ServiceError(
@@ -129,3 +141,9 @@ def _sudo_refused(stderr: str) -> bool:
     s = stderr.lower()
     return "sudo:" in s and ("password is required" in s or "not in the sudoers" in s
                              or "not allowed to execute" in s or "no tty present" in s)  # fmt: skip
+
+
+def _sudo_missing(result: CommandResult) -> bool:
+    """The shell could not find `sudo` itself (127), as sh and bash word it."""
+    s = result.stderr.lower()
+    return result.exit_code == 127 and "sudo" in s and "not found" in s

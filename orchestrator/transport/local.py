@@ -20,7 +20,10 @@ class LocalTransport(Transport):
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                text=True,
+                # Explicit, not the locale's: commands' output is decoded the same way
+                # everywhere, and a stray non-UTF-8 byte must not raise mid-campaign.
+                encoding="utf-8",
+                errors="replace",
                 start_new_session=True,  # so a timeout can kill the whole process group
             )
         except OSError as exc:
