@@ -438,3 +438,40 @@ class _CachedResult:
 
 __all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
            "relative"]  # fmt: skip
+
+
+def single_run(
+    store: Store,
+    exp: Experiment,
+    host: Host,
+    *,
+    kind: str,
+    command: str,
+    label: str,
+    target: Signature | None = None,
+    env_keys: frozenset[str] = frozenset(),
+    listener: Listener = null_listener,
+    executor_factory: ExecutorFactory = _default_executor,
+    spec_extra: dict[str, Any] | None = None,
+) -> RunRow:
+    """One recorded run outside a bisection (`orchestrator run`, `orchestrator rerun`)."""
+    spec = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
+    spec |= spec_extra or {}
+    key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]
+    cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec)
+    if target is not None:
+        store.update_campaign(cid, target=target)
+    try:
+        with executor_factory(host, service_name(exp), cid, listener) as ex:
+            result = ex.run(exp, run_id=f"{cid}.1", label=label, target=target,
+                            env_keys=env_keys | frozenset(exp.env_map()))  # fmt: skip
+    except KeyboardInterrupt:
+        store.update_campaign(cid, status="interrupted")
+        raise
+    rid = store.add_run(cid, variant=(), purpose=kind, result=result)
+    store.update_campaign(cid, status="done")
+    row = store.run(rid)
+    listener(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=kind,
+                         verdict=row.verdict, signature=row.signature, duration_s=row.duration,
+                         done=1))  # fmt: skip
+    return row

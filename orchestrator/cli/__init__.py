@@ -25,7 +25,6 @@ COMMAND_MODULES = (
     "bisect",
     "run",
     "sweep",
-    "rerun",
     "runs",
     "report",
     "classify",

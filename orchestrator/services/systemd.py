@@ -28,6 +28,8 @@ from orchestrator.services.base import (
 from orchestrator.transport.base import Transport
 
 DROPIN_NAME = "99-orchestrator.conf"
+#: the drop-in remembers how the unit was found, so a restore after a crash knows too
+FOUND_MARK = "orchestrator-found-state:"
 STATE_PROPS = "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"
 
 
@@ -133,6 +135,7 @@ class SystemdManager(ServiceManager):
         lines = [
             f"# written by orchestrator (campaign {self.campaign}, run {run_id}).",
             "# Removed when the campaign ends; `orchestrator restore` removes it too.",
+            f"# {FOUND_MARK} {'active' if self.found_active else 'inactive'}",
             "[Unit]",
             "StartLimitIntervalSec=0",
             "[Service]",
@@ -244,7 +247,11 @@ class SystemdManager(ServiceManager):
     def restore(self) -> list[str]:
         done: list[str] = []
         unit = shlex.quote(self.name)
-        had = self.t.read_file(self.dropin, sudo=True) is not None
+        text = self.t.read_file(self.dropin, sudo=True)
+        had = text is not None
+        if self.found_active is None and text is not None:
+            m = re.search(rf"{FOUND_MARK} (\w+)", text)
+            self.found_active = bool(m and m[1] == "active")
         self._ctl(f"stop {unit}", timeout=300, check=False)
         if had:
             self.t.run(

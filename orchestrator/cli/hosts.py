@@ -1,0 +1,55 @@
+"""`orchestrator hosts check [H]`: can a campaign run on these hosts?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli import common
+from orchestrator.cli.output import console
+from orchestrator.errors import OrchestratorError
+from orchestrator.hostops import Check, check_host
+from orchestrator.transport import connect
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hosts", help="check hosts")
+    hs = p.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND")
+    c = hs.add_parser("check", help="reachable, host key, sudo, service manager, unit, GPUs")
+    c.add_argument("host", nargs="?", help="a host or pool (default: all hosts)")
+    c.add_argument("--unit", help="also check that this systemd unit is installed")
+    c.add_argument("--accept-new-host-key", action="store_true")
+    c.add_argument("--json", action="store_true")
+    common.add_hosts_option(c)
+    c.set_defaults(handler=run)
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    inv = common.inventory(args)
+    hosts = inv.resolve(args.host) if args.host else list(inv.hosts.values())
+    results: dict[str, list[Check]] = {}
+    for host in hosts:
+        try:
+            with connect(host, accept_new_host_key=args.accept_new_host_key) \
+                    if not host.is_local else connect(host) as t:  # fmt: skip
+                results[host.name] = check_host(host, t, unit=args.unit)
+        except OrchestratorError as exc:
+            results[host.name] = [Check("reachable", False, str(exc), exc.hint)]
+    bad = any(c.ok is False for cs in results.values() for c in cs)
+    if args.json:
+        console().print_json(json.dumps({h: [c.__dict__ for c in cs] for h, cs in results.items()}))
+        return 3 if bad else 0
+    t = Table(title="hosts check", title_justify="left")
+    for col in ("host", "check", "", "detail"):
+        t.add_column(col)
+    for h, cs in results.items():
+        for c in cs:
+            mark = "[green]ok[/]" if c.ok else "[red]FAIL[/]" if c.ok is False else "[dim]-[/]"
+            detail = escape(c.detail) + (f"\n[yellow]{escape(c.hint)}[/]" if c.hint else "")
+            t.add_row(h, c.name, mark, detail)
+    console().print(t)
+    return 3 if bad else 0

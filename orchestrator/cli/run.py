@@ -1,0 +1,113 @@
+"""`orchestrator run CONFIG --host H` (one recorded run) and `orchestrator rerun RUN_ID`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.markup import escape
+
+from orchestrator.campaign import relative, single_run
+from orchestrator.cli import common
+from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.output import console
+from orchestrator.config.experiment import load_experiment
+from orchestrator.errors import UsageError
+from orchestrator.executor import Executor
+from orchestrator.store import RunRow
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run one experiment config on a host and judge it")
+    p.add_argument("config", help="experiment YAML")
+    p.add_argument("--host", required=True)
+    _shared(p)
+    p.set_defaults(handler=run_one)
+
+    r = sub.add_parser("rerun", help="run a recorded variant again, exactly as recorded")
+    r.add_argument("run_id")
+    r.add_argument("--host", help="another host (default: the recorded run's host)")
+    _shared(r)
+    r.set_defaults(handler=rerun)
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--accept-new-host-key", action="store_true")
+    common.add_hosts_option(p)
+    common.add_results_option(p)
+
+
+def _factory(args: argparse.Namespace):  # noqa: ANN202
+    def make(host, service, campaign, listener):  # noqa: ANN001, ANN202
+        return Executor(host, service=service, campaign=campaign, listener=listener,
+                        accept_new_host_key=args.accept_new_host_key)  # fmt: skip
+
+    return make
+
+
+def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> None:
+    if args.json:
+        data = {"run": row.id, "host": row.host, "verdict": row.verdict.value,
+                "signature": str(row.signature) if row.signature else None,
+                "detail": row.detail, "duration": row.duration,
+                "probe_metric": row.probe_metric, "log": row.log_path}  # fmt: skip
+        console().print_json(json.dumps(data | (extra or {})))
+        return
+    console().print(f"verdict: {verdict_text(row.verdict)}"
+                    + (f"  {escape(str(row.signature))}" if row.signature else "")
+                    + f"  (run {row.id}, {row.duration:.0f}s)", highlight=False)  # fmt: skip
+    if row.detail:
+        console().print(f"detail: {escape(row.detail)}", highlight=False)
+
+
+def run_one(args: argparse.Namespace) -> int:
+    exp = load_experiment(args.config)
+    hosts = common.hosts_for(args, args.host)
+    if len(hosts) != 1:
+        raise UsageError(f"'{args.host}' is a pool; `run` takes one host")
+    store = common.store(args)
+    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+    try:
+        row = single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
+                         label=exp.name, listener=view, executor_factory=_factory(args))  # fmt: skip
+    finally:
+        if isinstance(view, LiveView):
+            view.close()
+    _print(row, args)
+    return 0
+
+
+def rerun(args: argparse.Namespace) -> int:
+    store = common.store(args)
+    old = store.run(args.run_id)
+    camp = store.campaign(old.campaign)
+    exp = old.experiment()  # exactly as recorded; YAML files may have changed since
+    host = common.inventory(args).host(args.host or old.host)
+    env_keys = frozenset()
+    for side in ("good", "bad"):
+        env_keys |= frozenset((camp.spec.get(side, {}).get("service", {}) or {}).get("env") or {})
+    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+    try:
+        row = single_run(store, exp, host, kind="rerun", command=common.command_line(),
+                         label=f"rerun of {old.id}: {old.label}", target=camp.target,
+                         env_keys=env_keys, listener=view, executor_factory=_factory(args),
+                         spec_extra={"rerun_of": old.id})  # fmt: skip
+    finally:
+        if isinstance(view, LiveView):
+            view.close()
+    old_v = relative(old.verdict, old.signature, camp.target)
+    same = row.verdict is old_v and row.signature == old.signature
+    if args.json:
+        _print(row, args, {"rerun_of": old.id, "old_verdict": old_v.value,
+                           "old_signature": str(old.signature) if old.signature else None,
+                           "same": same})  # fmt: skip
+        return 0
+    c = console()
+    c.print(f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
+            + (f"  {escape(str(old.signature))}" if old.signature else ""), highlight=False)
+    c.print(f"rerun    {row.id} on {row.host}: {verdict_text(row.verdict)}"
+            + (f"  {escape(str(row.signature))}" if row.signature else ""), highlight=False)
+    c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
+            highlight=False)  # fmt: skip
+    return 0

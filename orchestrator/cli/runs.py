@@ -1,0 +1,130 @@
+"""`orchestrator runs` (a table of runs or campaigns) and `orchestrator show RUN_ID`."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import time
+
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli import common
+from orchestrator.cli.live import verdict_text
+from orchestrator.cli.output import console
+from orchestrator.config.experiment import Experiment
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list recorded runs (or campaigns)")
+    p.add_argument("--campaign", metavar="ID", help="only this campaign's runs")
+    p.add_argument("--campaigns", action="store_true", help="list campaigns instead of runs")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    common.add_results_option(p)
+    p.set_defaults(handler=run_list)
+
+    s = sub.add_parser("show", help="one run: config diff against good, verdict, signature, log")
+    s.add_argument("run_id")
+    s.add_argument("--lines", type=int, default=40, help="log tail lines to show")
+    s.add_argument("--json", action="store_true")
+    common.add_results_option(s)
+    s.set_defaults(handler=show)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(ts))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    store = common.store(args)
+    c = console()
+    if args.campaigns:
+        camps = store.campaigns(args.limit)
+        if args.json:
+            c.print_json(json.dumps([{"id": x.id, "kind": x.kind, "status": x.status,
+                                      "created": x.created, "target": str(x.target or "")}
+                                     for x in camps]))  # fmt: skip
+            return 0
+        t = Table(title="campaigns", title_justify="left")
+        for col in ("id", "kind", "started", "status", "runs", "target / answer"):
+            t.add_column(col)
+        for x in camps:
+            ans = x.answer or {}
+            culprits = "; ".join(" + ".join(cul["flags"]) for cul in ans.get("culprits") or [])
+            t.add_row(x.id, x.kind, _when(x.created), x.status, str(len(store.runs(x.id))),
+                      escape(culprits or str(x.target or "")))  # fmt: skip
+        c.print(t)
+        return 0
+    cid = store.campaign(args.campaign).id if args.campaign else None
+    runs = store.runs(cid, limit=args.limit)
+    if args.json:
+        c.print_json(json.dumps([{"id": r.id, "campaign": r.campaign, "label": r.label,
+                                  "host": r.host, "verdict": r.verdict.value,
+                                  "signature": str(r.signature or ""), "duration": r.duration,
+                                  "started": r.started, "cached_from": r.cached_from}
+                                 for r in runs]))  # fmt: skip
+        return 0
+    t = Table(title=f"runs of campaign {cid}" if cid else "recent runs", title_justify="left")
+    for col in ("run", "when", "host", "variant", "verdict", "signature", "time"):
+        t.add_column(col)
+    for r in runs:
+        t.add_row(r.id, _when(r.started), r.host, escape(r.label),
+                  verdict_text(r.verdict) + (" (cached)" if r.cached_from else ""),
+                  escape(str(r.signature or "")), f"{r.duration:.0f}s")  # fmt: skip
+    c.print(t)
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    store = common.store(args)
+    r = store.run(args.run_id)
+    camp = store.campaign(r.campaign)
+    good = camp.spec.get("good")
+    exp = r.experiment()
+    c = console()
+    if args.json:
+        c.print_json(json.dumps({
+            "id": r.id, "campaign": r.campaign, "label": r.label, "host": r.host,
+            "verdict": r.verdict.value, "signature": str(r.signature or ""), "argv": r.argv,
+            "env": r.env, "detail": r.detail, "phase_times": r.phase_times,
+            "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
+            "cached_from": r.cached_from}))  # fmt: skip
+        return 0
+    c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
+            f"{r.duration:.1f}s", highlight=False)  # fmt: skip
+    c.print(f"variant: {escape(r.label)}  ({r.purpose})", highlight=False)
+    c.print(f"verdict: {verdict_text(r.verdict)}"
+            + (f"  signature: {escape(str(r.signature))}" if r.signature else ""),
+            highlight=False)  # fmt: skip
+    if r.detail:
+        c.print(f"detail: {escape(r.detail)}", highlight=False)
+    if r.cached_from:
+        c.print(f"verdict reused from run {r.cached_from}", highlight=False)
+    if r.phase_times:
+        c.print("phases: " + ", ".join(f"{k} at {v:.1f}s" for k, v in r.phase_times.items()),
+                highlight=False)  # fmt: skip
+    if r.probe_metric is not None:
+        c.print(f"probe metric: {r.probe_metric:g}", highlight=False)
+    if good:
+        base = _lines(Experiment.from_dict(good))
+        diff = list(difflib.unified_diff(base, _lines(exp), "good", r.id, lineterm="", n=0))
+        c.print("config against good:" if diff else "config: identical to good", highlight=False)
+        for line in diff[2:]:
+            color = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+            c.print(f"  [{color}]{escape(line)}[/]", highlight=False)
+    c.print(f"command: {escape(exp.command_line())}", highlight=False)
+    tail = r.log_tail().splitlines()[-args.lines:]
+    if tail:
+        c.print(f"log tail ({r.log_path}):", highlight=False)
+        c.out("\n".join(tail), highlight=False)
+    return 0
+
+
+def _lines(exp: Experiment) -> list[str]:
+    out = [f"exec: {' '.join(exp.exec)}"]
+    out += [f"--{k} {v if v is not True else ''}".rstrip() for k, v in exp.flags]
+    out += [f"env {k}={v}" for k, v in exp.env]
+    return out
