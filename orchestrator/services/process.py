@@ -50,6 +50,10 @@ class ProcessManager(ServiceManager):
                 f"{self.host.describe()}: cannot use run directory {self.dir}: {r.stderr.strip()}",
                 hint="set run_dir in the hosts file to a writable directory on the host",
             )
+        # A server left by a controller that died (SIGKILL, lost laptop): stop it now, so
+        # the campaign starts from the state a restore would have left.
+        if self._pid() is not None:
+            self.stop()
 
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
