@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.hosts.systemd import SystemdHost, SystemdHostFactory, cleanup_stale
 from tests.hosts.wait import wait_until
 
 LAB_UNIT = """\
@@ -169,3 +169,22 @@ def test_teardown_leaves_nothing(systemd_hosts: SystemdHostFactory) -> None:
         raise AssertionError(f"systemd-nspawn {nspawn_pid} still runs after stop")
     mounts = Path("/proc/mounts").read_text()
     assert str(hostdir) not in mounts
+
+
+def test_leftovers_of_a_killed_session_are_cleaned(systemd_hosts: SystemdHostFactory) -> None:
+    # A session killed with SIGKILL never tears down; the next one removes what it left,
+    # recognised by the dead owner pid in the names. Simulated with a namespace + veth.
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=10)
+    dead = gone.pid
+    netns, veth = f"orch-{dead}-1", f"oh{dead}x1"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
+                    "netns", netns], check=True)
+    try:
+        cleanup_stale()
+        assert not Path(f"/run/netns/{netns}").exists()
+        assert not Path(f"/sys/class/net/{veth}").exists()
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)

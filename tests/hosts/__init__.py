@@ -8,4 +8,8 @@
 - `systemd_host` (per test): `tests.hosts.systemd.SystemdHost`, a Debian container booted
   with systemd-nspawn in its own network namespace, reached as root over SSH on port 22;
   `systemd_hosts` (session) boots more of them (`.boot()`), e.g. for pools.
+
+Helpers: `tests.hosts.target.SshTarget` (ssh argv with host key checking, `ssh_run`,
+hosts.yaml rendering), `tests.hosts.wait.wait_until` (bounded polling),
+`tests.hosts.prereq` (skip with a reason, or fail under CI=true).
 """
