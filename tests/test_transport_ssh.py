@@ -7,7 +7,10 @@ sshd restart between and during commands.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -16,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import (
@@ -366,6 +370,78 @@ def test_reconnect_budget_then_clear_error(sshd_server: SshdServer) -> None:
     # Once sshd is back the same transport works again.
     assert t.run("echo back").stdout == "back\n"
     t.close()
+
+
+def _session_sshds(server: SshdServer) -> list[int]:
+    """The per-connection sshd processes below the listener (not the commands they run)."""
+    out = subprocess.run(["pgrep", "-P", str(server.pid), "-x", "sshd"], capture_output=True,
+                         text=True, timeout=30).stdout  # fmt: skip
+    found = [int(p) for p in out.split()]
+    for pid in list(found):  # privilege-separated children of each session
+        more = subprocess.run(["pgrep", "-P", str(pid), "-x", "sshd"], capture_output=True,
+                              text=True, timeout=30).stdout  # fmt: skip
+        found += [int(p) for p in more.split()]
+    return found
+
+
+def _freeze(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+
+
+def _thaw(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_connection_stuck_mid_command_times_out_locally(
+    sshd_server: SshdServer, mocker: MockerFixture
+) -> None:
+    """The host stops answering while a command runs (its sshd frozen with SIGSTOP): our
+    own timeout ends the wait, and the next command gets a fresh connection."""
+    mocker.patch("orchestrator.transport.base.LOCAL_GRACE", 2.0)  # the clock edge only
+    t = SSHTransport(host_of(sshd_server.endpoint))
+    frozen: list[int] = []
+    timer: threading.Timer | None = None
+    try:
+        t.run("true")
+        frozen = _session_sshds(sshd_server)
+        assert frozen
+        timer = threading.Timer(0.5, _freeze, [frozen])
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(CommandTimeout, match="no answer from the host within 3s"):
+            t.run("sleep 1; echo stuck", timeout=1)
+        assert time.monotonic() - start < 20
+        assert not t.connected
+    finally:
+        if timer is not None:
+            timer.join(30)
+        _thaw(frozen)
+    try:
+        assert t.run("echo fresh").stdout == "fresh\n"
+        assert t.connection_count == 2
+    finally:
+        t.close()
+
+
+def test_connection_stuck_before_sending_is_replaced(sshd_server: SshdServer) -> None:
+    """A connection that cannot even open a channel (connect_timeout bounds the wait) is
+    replaced, and the command runs on the new one: nothing had reached the host."""
+    t = SSHTransport(host_of(sshd_server.endpoint, connect_timeout=3))
+    frozen: list[int] = []
+    try:
+        t.run("true")
+        frozen = _session_sshds(sshd_server)
+        _freeze(frozen)
+        start = time.monotonic()
+        assert t.run("echo replaced", timeout=30).stdout == "replaced\n"
+        assert time.monotonic() - start < 20
+        assert t.connection_count == 2
+    finally:
+        _thaw(frozen)
+        t.close()
 
 
 # ---- sudo, describing ---------------------------------------------------------------------
