@@ -3,29 +3,58 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, prepare, session_env
+from orchestrator.lab.sshd import (
+    SshdEndpoint,
+    SshdServer,
+    free_port,
+    is_our_sshd,
+    kill_tree,
+    prepare,
+    session_env,
+)
 from tests.hosts.prereq import require_sshd, require_systemd_host
 from tests.hosts.systemd import REPO, SystemdHost, SystemdHostFactory
+
+SSHD_PREFIX = "orch-sshd-"
+
+
+def _cleanup_stale_sshd() -> None:
+    """Stop the sshd of a session killed before its teardown (named by the owner's pid)."""
+    for state in Path(tempfile.gettempdir()).glob(f"{SSHD_PREFIX}*"):
+        m = re.match(rf"{SSHD_PREFIX}(\d+)-", state.name)
+        if not m or Path(f"/proc/{m.group(1)}").exists():
+            continue
+        config = state / "ssh" / "sshd_config"
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit() and is_our_sshd(int(proc.name), config):
+                kill_tree(int(proc.name))
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def sshd_server() -> Iterator[SshdServer]:
     """OpenSSH's sshd on 127.0.0.1 for the whole session; `.restart()` drops connections."""
     require_sshd()
-    state = Path(tempfile.mkdtemp(prefix=f"orch-sshd-{os.getpid()}-"))
-    endpoint = prepare(state / "ssh", port=free_port(), env=session_env(REPO))
-    server = SshdServer(endpoint)
+    _cleanup_stale_sshd()
+    state = Path(tempfile.mkdtemp(prefix=f"{SSHD_PREFIX}{os.getpid()}-"))
     try:
-        server.start()
-        yield server
+        endpoint = prepare(state / "ssh", port=free_port(), env=session_env(REPO))
+        server = SshdServer(endpoint)
+        try:
+            server.start()
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
