@@ -16,8 +16,10 @@ from typing import Any
 from rich.markup import escape
 
 from orchestrator.classify import LogAnalysis, analyze_log
+from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import UsageError
+from orchestrator.store import RunRow, Store
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +30,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("logfile", metavar="LOGFILE|-", help="a saved log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    common.add_results_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -76,12 +79,34 @@ def render(analysis: LogAnalysis) -> None:
             out.print(f"  {escape(line)}", highlight=False)
 
 
+def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
+    """Recorded runs with the same signature ("have we seen this crash, with which flags?")."""
+    if analysis.signature is None or not (Path(results) / "orchestrator.db").exists():
+        return []
+    store = Store(results)
+    try:
+        return store.runs_with_signature(analysis.signature)
+    finally:
+        store.close()
+
+
 def run(args: argparse.Namespace) -> int:
     analysis = analyze_log(read_log(args.logfile))
-    # Hook: listing the recorded runs that share this signature belongs here, once the
-    # store can be queried by `analysis.signature.key()` (the same key it stores).
+    matches = seen_before(analysis, args.results)
     if args.json:
-        console().print_json(json.dumps(as_dict(analysis)))
-    else:
-        render(analysis)
+        data = as_dict(analysis) | {"seen_in_runs": [
+            {"run": r.id, "campaign": r.campaign, "host": r.host, "variant": r.label,
+             "argv": r.argv} for r in matches]}  # fmt: skip
+        console().print_json(json.dumps(data))
+        return 0
+    render(analysis)
+    if analysis.signature is not None:
+        out = console()
+        if matches:
+            out.print(f"[bold]seen before[/] in {len(matches)} recorded run(s):")
+            for r in matches[-10:]:
+                out.print(f"  {r.id} on {escape(r.host)}: {escape(r.label)}", highlight=False)
+                out.print(f"    {escape(' '.join(r.argv))}", highlight=False)
+        else:
+            out.print("[dim]not seen in any recorded run[/]")
     return 0
