@@ -157,6 +157,9 @@ class SystemdManager(ServiceManager):
     def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str]) -> str | None:
         props = self._show("ExecStart,Environment,UnsetEnvironment,DropInPaths")
         intended = exp.argv()
+        # systemd keeps `$$` in the stored argv and turns it into `$` only when it runs
+        # the command (with `$VAR` expansion), so the property holds the escaped words.
+        stored = [w.replace("$", "$$") for w in intended]
         exact = self.t.run(
             "busctl --json=short get-property org.freedesktop.systemd1 "
             f"{shlex.quote(bus_path(self.name))} org.freedesktop.systemd1.Service ExecStart",
@@ -166,11 +169,11 @@ class SystemdManager(ServiceManager):
         if exact.ok and exact.stdout.strip():
             cmds = facts.parse_busctl_exec(exact.stdout)
             got = list(cmds[0][1]) if len(cmds) == 1 else [f"<{len(cmds)} commands>"]
-            argv_ok = got == intended
+            argv_ok = got == stored
         else:
             commands = facts.parse_exec_start(props.get("ExecStart", ""))
             got = list(commands[0].argv) if len(commands) == 1 else [f"<{len(commands)} commands>"]
-            argv_ok = len(commands) == 1 and facts.argv_matches(intended, commands[0])
+            argv_ok = len(commands) == 1 and facts.argv_matches(stored, commands[0])
         if not argv_ok:
             return f"ExecStart read back differs: intended {intended!r}, systemd has {got!r}"
         effective = facts.parse_environment(props.get("Environment", ""))

@@ -1,0 +1,296 @@
+"""The executor on a real systemd host: drop-ins, daemon-reload, read-back, journald.
+
+One Debian container booted with systemd-nspawn serves the whole module (a boot costs
+seconds); a fixture puts it back to its installed state after every test. The executor
+reaches it only through the project's `SSHTransport`; the fixture's OpenSSH client is
+used for setup and for checking what the executor did.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.errors import LockError
+from orchestrator.events import Event, PhaseReached, Polled
+from orchestrator.executor import Executor
+from orchestrator.transport.ssh import SSHTransport
+from orchestrator.verdicts import Phase, Verdict
+from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.hosts.wait import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+LAB = REPO / "experiments" / "lab"
+UNIT_DIR = "/etc/systemd/system"
+B300 = "lab-b300.service"
+GLM5 = "lab-glm5.service"
+HANG_SCENARIO = "/etc/orch-lab/hang.yaml"
+ODD = "a b 'single' \"double\" $HOME ${X} `id` ; & | %n %% \\ \\\\n * ? ü ✓ end"
+
+# The user's own unit: the lab's environment, and an ExecStart of its own that the
+# drop-in replaces (a plain sleep, so "running with its own config" is easy to see).
+LAB_UNIT = """\
+[Unit]
+Description=simulated SGLang server (orchestrator lab)
+
+[Service]
+Type=simple
+WorkingDirectory=/opt/orchestrator
+Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
+ExecStart=/bin/sleep infinity
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@dataclass
+class Lab:
+    box: SystemdHost
+    host: Host
+    hosts_file: Path
+
+    def sh(self, command: str, *, check: bool = True) -> str:
+        return self.box.ssh_run(command, check=check, timeout=120).stdout
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def unit_sha(self, unit: str) -> str:
+        return hashlib.sha256(self.sh(f"cat {UNIT_DIR}/{unit}").encode()).hexdigest()
+
+    def exists(self, path: str) -> bool:
+        return self.box.ssh_run(f"test -e {path}").returncode == 0
+
+    def proc_words(self, pid: str, what: str) -> list[str]:
+        raw = base64.b64decode(self.sh(f"base64 -w0 /proc/{pid}/{what}"))
+        return [w.decode() for w in raw.split(b"\0")[:-1]]
+
+
+def hang_scenario_text() -> str:
+    data = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
+    data["name"] = "b300-hang"
+    data["faults"].insert(0, {"description": "graph capture deadlocks",
+                              "when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
+                              "effect": "hang"})  # fmt: skip
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def argv_of(exec_start: str) -> str:
+    """The `argv[]=` part of `systemctl show -p ExecStart` (without run-time fields)."""
+    m = re.search(r"argv\[\]=([^;]*);", exec_start)
+    return m[1].strip() if m else exec_start
+
+
+def exp(rel: str) -> Experiment:
+    return load_experiment(LAB / rel)
+
+
+def hang_exp(timeout: float) -> Experiment:
+    e = replace(exp("b300/good.yaml"), exec=("python3", "-m", "orchestrator.lab.server",
+                                             "--scenario", HANG_SCENARIO))  # fmt: skip
+    e = e.with_changes(flags={"cuda-graph-max-bs": 512}, name="b300-hang")
+    return replace(e, health=replace(e.health, timeout=timeout))
+
+
+@pytest.fixture(scope="module")
+def lab_box(systemd_hosts: SystemdHostFactory,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:  # fmt: skip
+    box = systemd_hosts.boot()
+    try:
+        for unit in (B300, GLM5):
+            box.write_file(f"{UNIT_DIR}/{unit}", LAB_UNIT)
+        box.write_file(HANG_SCENARIO, hang_scenario_text())
+        box.ssh_run("systemctl daemon-reload", check=True)
+        d = tmp_path_factory.mktemp("sd-hosts")
+        hosts_file = d / "hosts.yaml"
+        # The host's env reaches every command, so `EXEC --help` finds the lab package.
+        hosts_file.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}))
+        yield Lab(box, load_inventory(hosts_file).host("sd"), hosts_file)
+    finally:
+        systemd_hosts.stop(box)
+
+
+@pytest.fixture
+def lab(lab_box: Lab) -> Iterator[Lab]:
+    """The module's host, put back to its installed state after each test."""
+    yield lab_box
+    lab_box.sh(
+        f"systemctl stop {B300} {GLM5}; rm -rf {UNIT_DIR}/{B300}.d {UNIT_DIR}/{GLM5}.d "
+        f"/tmp/orchestrator; systemctl daemon-reload; systemctl reset-failed",
+        check=False,
+    )
+
+
+def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
+    before = lab.unit_sha(B300)
+    assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"
+    phases: list[Phase] = []
+    with Executor(lab.host, service=B300, campaign="c-verdicts",
+                  listener=lambda e: phases.append(e.phase) if isinstance(e, PhaseReached)
+                  else None) as ex:  # fmt: skip
+        assert isinstance(ex.t, SSHTransport)
+        good = ex.run(exp("b300/good.yaml"), run_id="good")
+        assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # ours, during
+        bad = ex.run(exp("b300/bad.yaml"), run_id="bad")
+        ep8 = ex.run(exp("b300/ep8_only.yaml"), run_id="ep8", target=bad.signature)
+        assert ex.t.connection_count == 1
+    assert good.verdict is Verdict.PASS, (good.detail, good.log_tail[-2000:])
+    assert good.invocation and good.ready_s is not None
+    assert "The server is fired up" in good.log_tail  # the journal of that invocation
+    assert bad.verdict is Verdict.FAIL, (bad.detail, bad.log_tail[-2000:])
+    assert bad.signature is not None
+    assert (bad.signature.phase, bad.signature.error_class) == (Phase.CUDA_GRAPH, "cublas")
+    assert "The server is fired up" not in bad.log_tail  # only its own invocation's lines
+    assert ep8.verdict is Verdict.OTHER, (ep8.detail, ep8.log_tail[-2000:])
+    assert ep8.signature is not None
+    assert (ep8.signature.phase, ep8.signature.error_class) == (Phase.INIT, "AttributeError")
+    assert ep8.signature != bad.signature
+    assert len({good.invocation, bad.invocation, ep8.invocation}) == 3
+    assert Phase.CUDA_GRAPH in phases
+    # Left as found: the unit file byte-identical, no drop-in, stopped, no lock.
+    assert lab.unit_sha(B300) == before
+    assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
+    assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"
+    assert "99-orchestrator" not in lab.show(B300, "DropInPaths")["DropInPaths"]
+    assert lab.sh("ls /tmp/orchestrator/locks 2>/dev/null; true").strip() == ""
+
+
+def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
+    lab.sh(f"systemctl start {B300}")
+    before = lab.show(B300, "ActiveState", "InvocationID", "ExecStart")
+    assert before["ActiveState"] == "active"
+    with Executor(lab.host, service=B300, campaign="c-running") as ex:
+        r = ex.run(exp("b300/good.yaml"), run_id="good")
+    assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-2000:])
+    after = lab.show(B300, "ActiveState", "InvocationID", "ExecStart", "MainPID")
+    assert after["ActiveState"] == "active"
+    assert after["InvocationID"] != before["InvocationID"]  # started again by restore
+    assert argv_of(after["ExecStart"]) == argv_of(before["ExecStart"]) == "/bin/sleep infinity"
+    assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
+    assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
+
+
+def test_hang_ends_timeout_at_the_deadline_with_its_last_phase(lab: Lab) -> None:
+    with Executor(lab.host, service=B300, campaign="c-hang") as ex:
+        target = ex.run(exp("b300/bad.yaml"), run_id="bad").signature
+        r = ex.run(hang_exp(timeout=4.0), run_id="hang", target=target)
+    assert r.verdict is Verdict.TIMEOUT, (r.detail, r.log_tail[-2000:])
+    assert r.last_phase is Phase.CUDA_GRAPH
+    assert r.signature is not None
+    assert (r.signature.phase, r.signature.error_class) == (Phase.CUDA_GRAPH, "hang")
+    assert "not ready after 4s" in r.detail and "last phase: cuda_graph" in r.detail
+    assert r.duration_s >= 4.0 and r.duration_s < 4.0 + 60
+    assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"  # stopped after
+
+
+def test_crash_under_load_is_caught_by_the_probe(lab: Lab) -> None:
+    with Executor(lab.host, service=GLM5, campaign="c-load") as ex:
+        r = ex.run(exp("glm5/bad.yaml"), run_id="load")
+    assert r.ready_s is not None  # healthy at startup: only the load found it
+    assert r.verdict is Verdict.FAIL, (r.detail, r.log_tail[-2000:])
+    assert r.signature is not None
+    assert (r.signature.phase, r.signature.error_class) == (Phase.SERVING, "illegal_address")
+
+
+def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:
+    e = exp("b300/good.yaml").with_changes(flags={"served-model-name": ODD},
+                                           env={"ORCH_ODD": ODD})  # fmt: skip
+    seen: dict[str, list[str]] = {}
+
+    def listener(event: Event) -> None:
+        if isinstance(event, Polled) and event.http_code == 200 and not seen:
+            pid = lab.show(B300, "MainPID")["MainPID"]
+            seen["argv"] = lab.proc_words(pid, "cmdline")
+            seen["env"] = lab.proc_words(pid, "environ")
+
+    with Executor(lab.host, service=B300, campaign="c-odd", listener=listener) as ex:
+        r = ex.run(e, run_id="odd", env_keys=["ORCH_ODD"])
+    assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-2000:])
+    assert seen["argv"][1:] == e.argv()[1:]  # every word exact (argv[0] is the exec name)
+    assert seen["argv"][seen["argv"].index("--served-model-name") + 1] == ODD
+    env = dict(w.split("=", 1) for w in seen["env"] if "=" in w)
+    assert env["ORCH_ODD"] == ODD
+    assert env["PYTHONPATH"] == "/opt/orchestrator"  # the unit's own environment kept
+
+
+def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
+    # A higher-priority drop-in of someone else's resets ExecStart after ours.
+    lab.box.install_unit(f"{B300}.d/zz-override.conf",
+                         "[Service]\nExecStart=\nExecStart=/bin/sleep 1234\n")  # fmt: skip
+    before = lab.show(B300, "InvocationID", "ActiveState")
+    with Executor(lab.host, service=B300, campaign="c-readback") as ex:
+        r = ex.run(exp("b300/good.yaml"), run_id="rb")
+    assert r.verdict is Verdict.INVALID
+    assert "ExecStart read back differs" in r.detail
+    assert "orchestrator.lab.server" in r.detail and "'/bin/sleep', '1234'" in r.detail
+    assert r.invocation is None
+    assert lab.show(B300, "InvocationID", "ActiveState") == before  # never started
+    assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
+    assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
+
+
+def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> None:
+    lab.sh(f"systemctl start {B300}")  # found running, with its own config
+    sha = lab.unit_sha(B300)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"hosts": str(lab.hosts_file), "host": "sd", "service": B300,
+                                "campaign": "c-crash",
+                                "experiment": hang_exp(timeout=300).to_dict()}))  # fmt: skip
+    child = subprocess.Popen([sys.executable, str(REPO / "tests" / "executor_child.py"),
+                              str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        line = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "POLLING" not in line:
+            assert child.stdout is not None
+            line = child.stdout.readline()
+            if not line and child.poll() is not None:
+                break
+        assert "POLLING" in line, child.stderr.read() if child.stderr else ""
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    # The crash left our variant running under our drop-in, and the lock.
+    assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
+    assert "orchestrator.lab.server" in lab.show(B300, "ExecStart")["ExecStart"]
+    assert lab.sh("ls /tmp/orchestrator/locks").strip()
+
+    with pytest.raises(LockError) as err:
+        Executor(lab.host, service=B300, campaign="c-other").open()
+    assert "c-crash" in str(err.value) and f"pid {child.pid}" in str(err.value)
+    assert err.value.hint and "--break-lock" in err.value.hint
+    assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # refused: untouched
+
+    ex = Executor(lab.host, service=B300, campaign="c-crash").open()  # takes the lock over
+    try:
+        assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # prepare cleaned
+    finally:
+        ex.close()
+    after = lab.show(B300, "ActiveState", "ExecStart", "MainPID")
+    assert after["ActiveState"] == "active"  # as found: running, with its own config
+    assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
+    assert lab.unit_sha(B300) == sha
+    assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
+    wait_until(lambda: lab.sh("ls /tmp/orchestrator/locks").strip() == "", timeout=10,
+               what="the lock to be released")  # fmt: skip
