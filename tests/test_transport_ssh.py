@@ -198,6 +198,14 @@ def test_missing_known_hosts_file_is_refused(sshd: SshdEndpoint, tmp_path: Path)
     assert not kh.exists()
 
 
+def test_malformed_known_hosts_is_a_host_key_error(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    kh.write_text(sshd.known_hosts.read_text() + "broken.example ssh-ed25519 not-base64!\n")
+    with pytest.raises(HostKeyError, match="cannot read known_hosts") as info:
+        SSHTransport(host_of(sshd, known_hosts=str(kh))).run("true")
+    assert "malformed" in (info.value.hint or "")
+
+
 def test_changed_host_key_is_refused(sshd: SshdEndpoint, tmp_path: Path) -> None:
     kh = tmp_path / "known_hosts"
     kh.write_text(known_hosts_line(sshd.address, sshd.port, other_key(tmp_path)))

@@ -3,19 +3,19 @@
 Only this module touches fabric, invoke and paramiko for host commands, and it maps their
 errors to `orchestrator.errors` here, at this one boundary:
 
-=====================================================  ======================================
-library error                                          ours
-=====================================================  ======================================
-host not in known_hosts (missing-key policy)           HostKeyError + `ssh-keyscan` line
-`paramiko.BadHostKeyException` (key changed)           HostKeyError + `ssh-keygen -R` line
-known_hosts missing or unreadable                      HostKeyError
-`paramiko.AuthenticationException`                     TransportError "authentication failed"
-`OSError` (refused, timeout, no route, DNS) on connect  TransportError "cannot reach"
-`SSHException`/`EOFError` during the handshake          TransportError "cannot reach"
-invoke `CommandTimedOut` (our side gave up)            CommandTimeout
-`SSHException`/`EOFError`/`OSError` mid-command,       reconnect + re-run (see below), then
-  or the channel closed without an exit status           TransportError "connection lost"
-=====================================================  ======================================
+- host not in known_hosts (missing-key policy) -> HostKeyError, hint: the `ssh-keyscan` line
+- `paramiko.BadHostKeyException` (key changed) -> HostKeyError, hint: `ssh-keygen -R` line
+- known_hosts not configured, missing, unreadable or malformed -> HostKeyError
+- `paramiko.AuthenticationException` -> TransportError "authentication failed for U@H:P"
+- identity file missing -> TransportError
+- `OSError` (refused, timeout, no route, DNS), `SSHException`/`EOFError` in the handshake,
+  on the first connect -> TransportError "cannot reach H:P" at once (no retry)
+- the same on a reconnect, `SSHException`/`EOFError`/`OSError` while opening a channel or
+  mid-command, or a channel closed without an exit status -> reconnect and re-run (below);
+  when the budget is spent -> TransportError "connection to H lost ... after N attempts"
+- invoke `CommandTimedOut` (our side gave up: the host-side `timeout` should have ended
+  the command first, so the link is stuck) -> CommandTimeout, and the connection is
+  replaced for the next command
 
 Host keys are always checked against the host's own `known_hosts` file and nothing else
 (the user's `~/.ssh/known_hosts` and `~/.ssh/config` are never read implicitly, so what a
