@@ -300,10 +300,10 @@ def source_port(t: SSHTransport) -> str:
     return t.run("echo $SSH_CONNECTION").stdout.split()[1]
 
 
-def test_one_connection_for_many_commands(t: SSHTransport) -> None:
+def test_one_connection_for_many_commands(t: SSHTransport, tmp_path: Path) -> None:
     ports = {source_port(t) for _ in range(6)}
-    t.write_file("/tmp/orch-reuse-probe", "x")
-    t.read_file("/tmp/orch-reuse-probe")
+    t.write_file(str(tmp_path / "probe"), "x")
+    t.read_file(str(tmp_path / "probe"))
     assert len(ports) == 1
     assert t.connection_count == 1
     assert t.commands_run == 8
