@@ -213,6 +213,7 @@ class Executor:
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
                              deadline_s=exp.health.timeout))  # fmt: skip
         watch = _Watch()
+        ports: list[int] | None = None
         log = ""
         started: Started | None = None
         metric: float | None = None
@@ -236,6 +237,8 @@ class Executor:
                     started = self.manager.start(exp, run_id=run_id)
                     self._step("started", started.invocation or f"pid {started.pid}")
                     self._watch(exp, started, t0, watch)
+                    if watch.timed_out and not watch.died:
+                        ports = self._ports(started)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
                         probe, metric = self._probe(exp, started, good_metric, watch)
@@ -263,6 +266,7 @@ class Executor:
         if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip
+            detail += _port_hint(exp.port, ports)
         duration = time.monotonic() - t0
         self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
                               duration_s=duration, detail=detail))  # fmt: skip
@@ -286,6 +290,13 @@ class Executor:
             polls=watch.polls,
             ready_s=watch.ready_at,
         )
+
+    def _ports(self, started: Started) -> list[int] | None:
+        """The ports the (still running) server listens on; None if that cannot be told."""
+        try:
+            return self.manager.listening_ports(started)
+        except InfraError:
+            return None
 
     def _step(self, step: str, detail: str) -> None:
         self.emit(StepDone(host=self.host.name, step=step, detail=detail))
@@ -383,6 +394,19 @@ class Executor:
         outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
                                condition=probe.pass_if, server_alive=alive)  # fmt: skip
         return outcome, metric
+
+
+def _port_hint(port: int, ports: list[int] | None) -> str:
+    """What a timed-out server listens on, when that tells the user what to fix."""
+    if ports is None or port in ports:
+        return ""
+    if not ports:
+        return f"; the server listens on no TCP port (the health check polls port {port})"
+    seen = ", ".join(str(p) for p in ports)
+    return (
+        f"; the server listens on {seen} but the health check polls port {port}: check "
+        "--port and health.port in the experiment config"
+    )
 
 
 _PHASES = list(Phase)

@@ -18,6 +18,7 @@ from orchestrator.transport.base import Transport
 HTTP_MARK = "@@HTTP"
 LOG_MARK = "@@LOG"
 STATE_MARK = "@@STATE"
+SS_MARK = "@@SS"
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,35 @@ class ServiceManager(ABC):
             m = re.search(r'users:\(\("([^"]*)",pid=(\d+)', line)
             found.append((int(m[2]), m[1]) if m else (None, "unknown"))
         return found
+
+    def server_pids_command(self, started: Started) -> str | None:
+        """Shell printing the pids of the server's processes (None: not known)."""
+        return None
+
+    def listening_ports(self, started: Started) -> list[int] | None:
+        """TCP ports the server's processes listen on (None when that cannot be told).
+
+        For a run that never became healthy: "it listens on 30000, you poll 30001" is the
+        one line that saves the user a 15-minute rerun.
+        """
+        pids_cmd = self.server_pids_command(started)
+        if pids_cmd is None:
+            return None
+        r = self.t.run(f"{pids_cmd}; command -v ss >/dev/null && echo '{SS_MARK}' && "
+                       "ss -Hltnp 2>/dev/null", timeout=20, sudo=True)  # fmt: skip
+        pid_text, found, ss_text = r.stdout.partition(SS_MARK)
+        pids = {int(w) for w in pid_text.split() if w.isdigit()}
+        if not found or not pids:  # no ss on the host, or the server's pids are unknown
+            return None
+        ports: set[int] = set()
+        for line in ss_text.splitlines():
+            fields = line.split()
+            if len(fields) < 4 or not pids & {int(p) for p in re.findall(r"pid=(\d+)", line)}:
+                continue
+            port = fields[3].rsplit(":", 1)[-1]
+            if port.isdigit():
+                ports.add(int(port))
+        return sorted(ports)
 
     @abstractmethod
     def owns_pid(self, pid: int) -> bool:

@@ -114,6 +114,11 @@ class ProcessManager(ServiceManager):
         return Poll(alive=alive, state=state, http_code=code, exit_code=exit_code,
                     log_tail=log)  # fmt: skip
 
+    def server_pids_command(self, started: Started) -> str | None:
+        # The wrapper leads its own session and process group: the server is in that group.
+        pgid = int(started.pid or 0)
+        return f"ps -eo pid=,pgid= | awk '$2 == {pgid} {{print $1}}'" if pgid else None
+
     def logs(self, started: Started, *, lines: int = 400) -> str:
         if not started.log_ref:
             return ""

@@ -233,6 +233,12 @@ class SystemdManager(ServiceManager):
             log_tail=log,
         )
 
+    def server_pids_command(self, started: Started) -> str | None:
+        # Every process of the unit is in its cgroup (v2 layout, then v1's named hierarchy).
+        cg = f"$(systemctl show -p ControlGroup --value {shlex.quote(self.name)})"
+        return (f"cg={cg}; [ -n \"$cg\" ] && {{ cat /sys/fs/cgroup$cg/cgroup.procs "
+                f"2>/dev/null || cat /sys/fs/cgroup/systemd$cg/cgroup.procs 2>/dev/null; }}")
+
     def logs(self, started: Started, *, lines: int = 400) -> str:
         inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
         if not inv:
