@@ -66,7 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` is a command line given to a subcommand (`import --
+    # CMD`, `schedule add NAME --at ... -- sweep FILE`), not options for us: argparse's
+    # subparsers do not handle `--` well, so it is split off here.
+    rest: list[str] | None = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    if rest is not None:
+        if not hasattr(args, "command_words"):
+            parser.error("'--' is only used by `import` and `schedule add`")
+        args.command_words = rest
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -19,6 +19,7 @@ from orchestrator.importer import (
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
+        usage="orchestrator import [--name N] [-o OUT] (SOURCE | - | -- COMMAND LINE...)",
         help="turn a systemd unit, launch script or command line into an experiment YAML",
         description=(
             "Read a systemd unit file (ExecStart=, Environment=), a shell launch script, or a "
@@ -28,12 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", nargs="?", help="unit file or script; '-' reads stdin")
     p.add_argument("--name", help="experiment name (default: the source's file name)")
     p.add_argument("-o", "--output", help="write the YAML here instead of printing it")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND LINE...")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, command_words=[])
 
 
 def run(args: argparse.Namespace) -> int:
-    words = [w for w in (args.command or []) if w != "--"] if args.command else []
+    words = list(args.command_words)
     if args.source and args.source != "-" and not words:
         spec = import_file(args.source)
         default_name = Path(args.source).stem

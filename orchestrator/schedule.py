@@ -1,0 +1,219 @@
+"""Schedules: a systemd timer + service on the controller that runs an orchestrator command
+(typically `sweep nightly.yaml`) at calendar times, or the crontab line where systemd is
+absent. User units when not root; `Persistent=true` so a run missed while the machine was
+off happens at the next boot. The job appends its output to `results/schedules/NAME.log`
+and its reports land under `results/reports/` like any campaign's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UsageError
+
+PREFIX = "orchestrator-"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,60}$")
+
+
+@dataclass(frozen=True)
+class Scope:
+    user: bool
+    unit_dir: Path
+
+    def systemctl(self, *args: str) -> list[str]:
+        return ["systemctl", *(["--user"] if self.user else []), *args]
+
+
+def scope() -> Scope:
+    if os.geteuid() == 0:
+        return Scope(False, Path(os.environ.get("ORCH_SYSTEMD_UNIT_DIR", "/etc/systemd/system")))
+    base = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config"))
+    return Scope(True, Path(os.environ.get("ORCH_SYSTEMD_UNIT_DIR", base / "systemd/user")))
+
+
+def systemd_available() -> bool:
+    """systemd is the running init (what `sd_booted()` checks)."""
+    return Path("/run/systemd/system").is_dir()
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise UsageError(f"schedule name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def validate_calendar(spec: str) -> str:
+    """Normalized OnCalendar= expression, checked by `systemd-analyze calendar`."""
+    try:
+        r = subprocess.run(["systemd-analyze", "calendar", spec], capture_output=True, text=True,
+                           timeout=30)  # fmt: skip
+    except FileNotFoundError:
+        raise UsageError("systemd-analyze not found: cannot validate --at",
+                         hint="install systemd, or use cron with the printed line") from None
+    if r.returncode != 0:
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise UsageError(f"--at {spec!r} is not a systemd calendar expression: "
+                         f"{msg[-1] if msg else 'rejected'}",
+                         hint="e.g. 'Mon..Fri 01:30', 'daily', '*-*-* 02:00:00'")  # fmt: skip
+    m = re.search(r"Normalized form:\s*(.+)", r.stdout)
+    return m[1].strip() if m else spec
+
+
+_DOW = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 0}
+
+
+def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
+              log: Path | None = None) -> str | None:
+    """The crontab equivalent of simple calendar specs ('Mon..Fri 01:30', 'daily', '02:00')."""
+    s = spec.strip().lower()
+    if s == "daily":
+        minute, hour, dow = "0", "0", "*"
+    else:
+        m = re.fullmatch(r"(?:([a-z]{3})(?:\.\.([a-z]{3}))?((?:,[a-z]{3})*)\s+)?(\d{1,2}):(\d{2})"
+                         r"(?::00)?", s)  # fmt: skip
+        if not m:
+            return None
+        hour, minute = str(int(m[4])), str(int(m[5]))
+        if m[1] is None:
+            dow = "*"
+        elif m[2]:
+            if m[1] not in _DOW or m[2] not in _DOW:
+                return None
+            dow = f"{_DOW[m[1]]}-{_DOW[m[2]]}"
+        else:
+            days = [m[1], *[d for d in m[3].split(",") if d]]
+            if any(d not in _DOW for d in days):
+                return None
+            dow = ",".join(str(_DOW[d]) for d in days)
+    line = shlex.join(command)
+    if workdir is not None:
+        line = f"cd {shlex.quote(str(workdir))} && {line}"
+    if log is not None:
+        line += f" >> {shlex.quote(str(log))} 2>&1"
+    return f"{minute} {hour} * * {dow} {line}"
+
+
+def job_command(args: list[str]) -> list[str]:
+    """How the job calls this program again: the same interpreter, as a module."""
+    if not args:
+        raise UsageError("nothing to schedule", hint="e.g. schedule add nightly --at "
+                         "'Mon..Fri 01:30' -- sweep experiments/sweeps/nightly.yaml")  # fmt: skip
+    return [sys.executable, "-m", "orchestrator", *args]
+
+
+def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
+                 results: Path) -> dict[str, str]:  # fmt: skip
+    log = results / "schedules" / f"{name}.log"
+    env = [f"ORCH_RESULTS={results}"]
+    if os.environ.get("PYTHONPATH"):
+        env.append(f"PYTHONPATH={os.environ['PYTHONPATH']}")
+    if os.environ.get("ORCH_HOSTS"):
+        env.append(f"ORCH_HOSTS={os.environ['ORCH_HOSTS']}")
+    quoted = " ".join(_sd_quote(w) for w in command)
+    service = "\n".join([
+        "# written by `orchestrator schedule add`; remove with `orchestrator schedule remove "
+        f"{name}`",
+        "[Unit]",
+        f"Description=orchestrator scheduled job {name}",
+        "[Service]",
+        "Type=oneshot",
+        f"WorkingDirectory={workdir}",
+        *[f"Environment={_sd_quote(e)}" for e in env],
+        f"ExecStartPre=/bin/mkdir -p {_sd_quote(str(log.parent))}",
+        f"ExecStart={quoted}",
+        f"StandardOutput=append:{log}",
+        "StandardError=inherit",
+        "",
+    ])  # fmt: skip
+    timer = "\n".join([
+        f"# written by `orchestrator schedule add` for {shlex.join(command[3:])}",
+        "[Unit]",
+        f"Description=orchestrator schedule {name}",
+        "[Timer]",
+        f"OnCalendar={calendar}",
+        "Persistent=true",
+        f"Unit={PREFIX}{name}.service",
+        "[Install]",
+        "WantedBy=timers.target",
+        "",
+    ])  # fmt: skip
+    return {f"{PREFIX}{name}.service": service, f"{PREFIX}{name}.timer": timer}
+
+
+def _sd_quote(word: str) -> str:
+    from orchestrator.services.systemd import systemd_quote
+
+    return systemd_quote(word)
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Path) -> dict:
+    check_name(name)
+    command = job_command(args)
+    normalized = validate_calendar(calendar)
+    if not systemd_available():
+        log = results.resolve() / "schedules" / f"{name}.log"
+        line = cron_line(calendar, command, workdir=workdir, log=log)
+        return {"installed": False, "cron": line, "calendar": normalized}
+    sc = scope()
+    sc.unit_dir.mkdir(parents=True, exist_ok=True)
+    units = render_units(name, calendar, command, workdir=workdir, results=results.resolve())
+    for fname, text in units.items():
+        path = sc.unit_dir / fname
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    for cmd in (sc.systemctl("daemon-reload"),
+                sc.systemctl("enable", "--now", f"{PREFIX}{name}.timer")):  # fmt: skip
+        r = _run(cmd)
+        if r.returncode != 0:
+            raise UsageError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return {"installed": True, "calendar": normalized, "unit_dir": str(sc.unit_dir),
+            "timer": f"{PREFIX}{name}.timer", "log": str(results / "schedules" / f"{name}.log")}
+
+
+def remove(name: str) -> list[str]:
+    check_name(name)
+    sc = scope()
+    done: list[str] = []
+    timer = f"{PREFIX}{name}.timer"
+    if systemd_available():
+        _run(sc.systemctl("disable", "--now", timer))
+    for fname in (timer, f"{PREFIX}{name}.service"):
+        path = sc.unit_dir / fname
+        if path.exists():
+            path.unlink()
+            done.append(f"removed {path}")
+    if not done:
+        raise UsageError(f"no schedule named {name!r} in {sc.unit_dir}",
+                         hint="`orchestrator schedule list` shows them")  # fmt: skip
+    if systemd_available():
+        _run(sc.systemctl("daemon-reload"))
+    return done
+
+
+def listing() -> list[dict[str, str]]:
+    sc = scope()
+    out = []
+    for path in sorted(sc.unit_dir.glob(f"{PREFIX}*.timer")):
+        name = path.name[len(PREFIX) : -len(".timer")]
+        text = path.read_text()
+        cal = re.search(r"^OnCalendar=(.*)$", text, re.M)
+        svc = sc.unit_dir / f"{PREFIX}{name}.service"
+        cmd = re.search(r"^ExecStart=(.*)$", svc.read_text(), re.M) if svc.exists() else None
+        nxt = ""
+        if systemd_available():
+            r = _run(sc.systemctl("show", path.name, "-p", "NextElapseUSecRealtime", "--value"))
+            nxt = r.stdout.strip()
+        out.append({"name": name, "at": cal[1] if cal else "?", "next": nxt,
+                    "command": cmd[1] if cmd else "?"})  # fmt: skip
+    return out
