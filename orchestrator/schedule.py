@@ -92,10 +92,10 @@ def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
                 return None
             dow = ",".join(str(_DOW[d]) for d in days)
     line = shlex.join(command)
+    if log is not None:
+        line = f"mkdir -p {shlex.quote(str(log.parent))} && {line} >> {shlex.quote(str(log))} 2>&1"
     if workdir is not None:
         line = f"cd {shlex.quote(str(workdir))} && {line}"
-    if log is not None:
-        line += f" >> {shlex.quote(str(log))} 2>&1"
     return f"{minute} {hour} * * {dow} {line}"
 
 
