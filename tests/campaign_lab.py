@@ -1,0 +1,261 @@
+"""Helpers for the campaign tests: lab experiment pairs and hosts files on the real hosts.
+
+The lab pairs under `experiments/lab/` are used as shipped, through small YAML files that
+`extends:` them and only move the server to a port of the test's own (on the sshd host the
+server listens on this machine's 127.0.0.1, where other tests may run servers too). The
+lab's startup is sped up with `ORCH_LAB_TIME_SCALE`: on the sshd host through the host's
+`env:` entry, on the systemd host through the unit's `Environment=`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.lab.sshd import SshdEndpoint, free_port
+from orchestrator.store import RunRow, Store
+from orchestrator.verdicts import Verdict
+
+REPO = Path(__file__).resolve().parents[1]
+LAB = REPO / "experiments" / "lab"
+UNIT_DIR = "/etc/systemd/system"
+TIME_SCALE = "0.1"
+
+#: the lab pairs: scenario -> (good, bad) file names under experiments/lab/<scenario>/
+PAIRS = {
+    "b300": ("good.yaml", "bad.yaml"),
+    "rtx6000": ("good.yaml", "bad.yaml"),
+    "rtx6000-perf": ("perf_good.yaml", "perf_bad.yaml"),
+    "glm5": ("good.yaml", "bad.yaml"),
+}
+
+#: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its
+#: own that the orchestrator's drop-in replaces for each run
+LAB_UNIT = f"""\
+[Unit]
+Description=simulated SGLang server (orchestrator lab)
+
+[Service]
+Type=simple
+WorkingDirectory=/opt/orchestrator
+Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE={TIME_SCALE}
+ExecStart=/bin/sleep infinity
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A good/bad pair of experiment files written for one test."""
+
+    good: Path
+    bad: Path
+    port: int
+    unit: str
+
+
+def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
+    """The shipped lab pair `pair`, extended to listen on `port` (a free one by default)."""
+    scenario = pair.split("-")[0]
+    good_name, bad_name = PAIRS[pair]
+    port = port or free_port()
+    out = tmp / "experiments"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for side, name in (("good", good_name), ("bad", bad_name)):
+        path = out / f"{pair}-{side}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": f"test-{pair}-{side}",
+            "extends": str(LAB / scenario / name),
+            "service": {"flags": {"port": port}},
+        }, sort_keys=False))  # fmt: skip
+        paths.append(path)
+    unit = _unit(LAB / scenario / good_name)
+    return Pair(paths[0], paths[1], port, unit)
+
+
+def _unit(path: Path) -> str:
+    """The `service.unit` of an experiment file, following its `extends:` chain."""
+    data = yaml.safe_load(path.read_text())
+    unit = (data.get("service") or {}).get("unit")
+    return unit or _unit(path.parent / data["extends"])
+
+
+def sshd_hosts_file(sshd: SshdEndpoint, tmp: Path, name: str = "lab") -> Path:
+    """A hosts.yaml with the sshd as a process-manager host, run_dir and env of its own."""
+    path = tmp / "hosts.yaml"
+    path.write_text(sshd.hosts_yaml(name, run_dir=str(tmp / "run"),
+                                    env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}))  # fmt: skip
+    return path
+
+
+def load_host(hosts_file: Path, name: str) -> Host:
+    return load_inventory(hosts_file).host(name)
+
+
+def our_processes(marker: str) -> list[int]:
+    """Pids on this machine whose command line mentions `marker` (a run_dir, a port)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append(int(proc.name))
+    return found
+
+
+def lab_servers(port: int) -> list[int]:
+    """Pids of lab servers on this machine listening (or meant to listen) on `port`."""
+    return [p for p in our_processes("orchestrator.lab.server")
+            if f"--port {port}" in _cmdline(p)]  # fmt: skip
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def cli(*args: str | Path, timeout: float = 600, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`orchestrator ARGS` in a subprocess (this interpreter), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )  # fmt: skip
+
+
+def cli_json(*args: str | Path, timeout: float = 600) -> tuple[int, dict]:
+    """`orchestrator ARGS --json` -> (exit code, parsed stdout)."""
+    res = cli(*args, "--json", timeout=timeout)
+    try:
+        return res.returncode, json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(
+            f"exit {res.returncode}, not JSON:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+        ) from None
+
+
+def popen_cli(*args: str | Path, log: Path) -> subprocess.Popen[bytes]:
+    """`orchestrator ARGS` started in the background, its output to `log`."""
+    fh = open(log, "wb")  # noqa: SIM115 - the child owns it until it ends
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *map(str, args)],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+            env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    finally:
+        fh.close()
+
+
+def stop_child(child: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Make sure a child is gone (SIGKILL if needed), bounded."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGKILL)
+    child.wait(timeout=timeout)
+
+
+def read_runs(results: Path, campaign: str | None = None) -> list[RunRow]:
+    """The runs recorded in `results` (a fresh connection: what another process sees)."""
+    store = Store(results)
+    try:
+        if campaign is None:
+            camps = [c.id for c in store.campaigns() if c.kind == "bisect"]
+            return [r for c in camps for r in store.runs(c)]
+        return store.runs(campaign)
+    finally:
+        store.close()
+
+
+def check_answer_evidence(results: Path, answer: dict, target: str) -> None:
+    """Each culprit's claims are backed by recorded runs with the claimed verdicts."""
+    store = Store(results)
+    try:
+        for cul in answer["culprits"]:
+            rep = store.run(cul["reproduced_by"])
+            assert rep.verdict is Verdict.FAIL and str(rep.signature) == target, rep
+            assert set(rep.variant) == set(cul["indices"])  # good + exactly the set
+            assert set(cul["cleared_by"]) == set(cul["flags"])
+            for flag, rid in cul["cleared_by"].items():
+                cleared = store.run(rid)
+                # bad minus the flag does not show the target failure
+                assert not (cleared.verdict is Verdict.FAIL and str(cleared.signature) == target)
+                assert cleared.verdict in (Verdict.PASS, Verdict.OTHER), (flag, cleared)
+                assert set(cleared.variant) == set(range(len(answer["deltas"]))) - {
+                    cul["indices"][cul["flags"].index(flag)]
+                }
+    finally:
+        store.close()
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A finished b300 bisection on the sshd host, made once per test session."""
+
+    root: Path
+    pair: Pair
+    hosts: Path
+    exit_code: int
+    outcome: dict
+
+    @property
+    def campaign(self) -> str:
+        return str(self.outcome["campaign"])
+
+    def copy_results(self, dest: Path) -> Path:
+        """A private copy of the results dir (the store is closed: a consistent copy)."""
+        shutil.copytree(self.root / "results", dest)
+        return dest
+
+
+def recorded_b300(sshd: SshdEndpoint, basetemp: Path) -> Recorded:
+    """The b300 bisection through `orchestrator bisect ... --json` on the sshd host.
+
+    Made by the first test that needs it and kept under the session's base temp dir, so
+    the tests that only read a recorded campaign (reports, `runs`, `show`, `rerun`) do
+    not pay for a bisection each; each of them works on its own copy of the results.
+    """
+    root = basetemp / "recorded-b300"
+    root.mkdir(exist_ok=True)
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "outcome.json"
+        pair = Pair(root / "experiments" / "b300-good.yaml", root / "experiments" / "b300-bad.yaml",
+                    0, "lab-b300.service")  # fmt: skip
+        if not done.exists():
+            pair = lab_pair(root, "b300")
+            hosts = sshd_hosts_file(sshd, root)
+            res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
+                      "--hosts", hosts, "--results", root / "results", "--json")  # fmt: skip
+            try:
+                outcome = json.loads(res.stdout)
+            except json.JSONDecodeError:
+                raise AssertionError(
+                    f"bisect --json printed no JSON (exit {res.returncode}):\n"
+                    f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+                ) from None
+            done.write_text(json.dumps({"exit_code": res.returncode, "outcome": outcome,
+                                        "port": pair.port}))  # fmt: skip
+        data = json.loads(done.read_text())
+    pair = Pair(pair.good, pair.bad, data["port"], pair.unit)
+    return Recorded(root, pair, root / "hosts.yaml", data["exit_code"], data["outcome"])
