@@ -331,11 +331,16 @@ class Executor:
             return None
 
         remaining = max(exp.health.timeout - (time.monotonic() - t0), 0.1)
-        wait = (
-            wait_exponential(multiplier=self.poll_min, min=self.poll_min, max=self.poll_max)
-            if exp.health.interval is None
-            else (lambda _state: exp.health.interval)
-        )
+        backoff = wait_exponential(multiplier=self.poll_min, min=self.poll_min,
+                                   max=self.poll_max)  # fmt: skip
+
+        def wait(state: object) -> float:
+            if exp.health.interval is not None:
+                return exp.health.interval
+            # Healthy once: confirm the next `ready_after` 200s at once instead of waiting
+            # out the backoff (it saved nothing: the server is up, and the verdict waits).
+            return self.poll_min if streak > 0 else backoff(state)
+
         retrying = Retrying(
             stop=stop_after_delay(remaining),
             wait=wait,

@@ -135,10 +135,18 @@ class ProcessManager(ServiceManager):
             return
         # The wrapper is a session leader: its pid is the process group of the server.
         # `kill -s SIG -- -PGID`: the one spelling both dash and bash accept for a group.
+        # "Alive" means a member of the group that is not a zombie: the wrapper dies with
+        # the server and waits as a zombie until init reaps it, which some inits (container
+        # and VM init shims) do only every second or so; `kill -0` counts zombies.
+        alive = (
+            f"if command -v ps >/dev/null 2>&1; then ps -eo pgid=,stat= | "
+            f"awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}'; "
+            f"else kill -s 0 -- -{pid} 2>/dev/null; fi"
+        )
         cmd = (
             f"kill -s TERM -- -{pid} 2>/dev/null || exit 0; "
-            f"for i in $(seq {STOP_GRACE_S * 5}); do kill -s 0 -- -{pid} 2>/dev/null || exit 0; "
-            f"sleep 0.2; done; kill -s KILL -- -{pid} 2>/dev/null; sleep 0.5; exit 0"
+            f"for i in $(seq {STOP_GRACE_S * 10}); do {alive} || exit 0; "
+            f"sleep 0.1; done; kill -s KILL -- -{pid} 2>/dev/null; sleep 0.5; exit 0"
         )
         self.t.run(cmd, timeout=STOP_GRACE_S + 15)
         self.t.run(f"rm -f {self._q('pid')}", timeout=20)
