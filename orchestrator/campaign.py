@@ -24,13 +24,13 @@ from orchestrator.events import (
     CampaignFinished,
     CampaignStarted,
     Listener,
-    Notice,
     RunRecorded,
     null_listener,
 )
-from orchestrator.executor import Executor, RunResult, service_name
-from orchestrator.planner import Answer, Planner, Variant, make_strategy
+from orchestrator.executor import Executor, RunCancelled, RunResult, service_name
+from orchestrator.planner import Answer, Planner, make_strategy
 from orchestrator.planning import Plan
+from orchestrator.pool import Pool, Task
 from orchestrator.store import RunRow, Store
 from orchestrator.verdicts import Signature, Verdict
 
@@ -69,6 +69,7 @@ class Outcome:
     runs_reused: int = 0
     narrowed: dict[str, Any] | None = None
     flaky: list[str] = field(default_factory=list)
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self, plan: Plan) -> dict[str, Any]:
         return {
@@ -87,6 +88,7 @@ class Outcome:
             "runs_reused": self.runs_reused,
             "narrowed": self.narrowed,
             "flaky": self.flaky,
+            "removed_hosts": self.removed_hosts,
             "deltas": [d.describe() for d in plan.deltas],
         }
 
@@ -147,6 +149,8 @@ class Bisection:
         self.emit = listener
         self.command = command
         self.executor_factory = executor_factory
+        #: options the resume command must repeat (e.g. " --hosts lab.yaml"), set by the CLI
+        self.resume_options = ""
         key = campaign_key(plan, hosts, options.strategy)
         cid = resume_id or store.find_resumable(key)
         self.resumed = cid is not None
@@ -178,30 +182,34 @@ class Bisection:
 
     @property
     def resume_command(self) -> str:
-        return f"orchestrator bisect --resume {self.cid}"
+        return f"orchestrator bisect --resume {self.cid}{self.resume_options}"
 
     # ---- the campaign
     def run(self) -> Outcome:
-        host = self.hosts[0]
         previous = self.store.runs(self.cid)
         est = self.plan.estimates()
-        self.emit(CampaignStarted(host=host.name, campaign_id=self.cid, n_deltas=self.plan.n,
-                                  strategy=self.opts.strategy,
+        self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
+                                  n_deltas=self.plan.n, strategy=self.opts.strategy,
                                   expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
                                   deadline_s=self.opts.deadline_s))  # fmt: skip
-        executor = self.executor_factory(host, service_name(self.plan.good), self.cid, self.emit)
         try:
-            # open() restores first when a crashed controller left our drop-in behind
-            with executor:
-                outcome = self._search(executor)
+            # Each host's executor opens in its worker: it restores first when a crashed
+            # controller left our drop-in behind. Leaving the pool restores every host.
+            with Pool(self.hosts, service=service_name(self.plan.good), campaign=self.cid,
+                      executor_factory=self.executor_factory, listener=self.emit,
+                      env_keys=self.env_keys) as pool:  # fmt: skip
+                outcome = self._search(pool)
         except KeyboardInterrupt:
             self.store.update_campaign(self.cid, status="interrupted")
             self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
             raise Interrupted(self.cid, self.resume_command) from None
-        except InfraError as exc:
+        except OrchestratorError as exc:
             self.store.update_campaign(self.cid, status="interrupted")
-            exc.hint = ((exc.hint + "; ") if exc.hint else "") + f"then resume with: {self.resume_command}"
+            if isinstance(exc, InfraError):
+                exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
+                    f"then resume with: {self.resume_command}"  # fmt: skip
             raise
+        outcome.removed_hosts = list(pool.removed)
         self.store.update_campaign(self.cid, status="done" if outcome.status == "found" else
                                    outcome.status, answer=outcome.to_json(self.plan),
                                    target=self.target)  # fmt: skip
@@ -209,21 +217,25 @@ class Bisection:
                                    message=outcome.message))  # fmt: skip
         return outcome
 
-    def _search(self, ex: Executor) -> Outcome:
+    def _search(self, pool: Pool) -> Outcome:
         n = self.plan.n
         full = tuple(range(n))
-        # 1. endpoints: the good config must pass, the bad one must fail
-        good = self._obtain(ex, (), "endpoint", target=None)
+        where = ", ".join(h.name for h in self.hosts)
+        # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
+        ends: dict[tuple[int, ...], RunRow] = {}
+        self._drive(pool, lambda: [v for v in ((), full) if v not in ends],
+                    lambda v, row: ends.__setitem__(v, row), target=None,
+                    purpose=lambda v: "endpoint")  # fmt: skip
+        good, bad = ends[()], ends[full]
         if good.verdict is not Verdict.PASS:
             return self._stop_endpoints(
-                f"the good config does not pass on {ex.host.name}: {good.verdict.value}"
+                f"the good config does not pass on {where}: {good.verdict.value}"
                 + (f" ({good.signature})" if good.signature else "") + f" [run {good.id}]",
             )
         self.good_metric = good.probe_metric
-        bad = self._obtain(ex, full, "endpoint", target=None)
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             return self._stop_endpoints(
-                f"the bad config does not fail on {ex.host.name}: {bad.verdict.value} "
+                f"the bad config does not fail on {where}: {bad.verdict.value} "
                 f"[run {bad.id}]; nothing to bisect (if it fails only sometimes, "
                 "try --repeat 3)" if bad.verdict is Verdict.PASS else
                 f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
@@ -232,64 +244,126 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
-        # 2. the search
+        # 2. the search: each round's variants go to idle hosts; a decided round cancels
+        #    the runs it no longer needs
         planner = Planner(n, make_strategy(self.opts.strategy),
                           known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
                           closure=self.plan.closure())  # fmt: skip
-        for _ in range(50 * n * n + 100):  # bounded: the planner proposes each variant once
-            if planner.done:
-                break
-            stop = self._budget_exhausted()
-            if stop:
-                return self._incomplete(planner, stop)
-            variant = planner.pending()[0]
+
+        def wanted() -> list[tuple[int, ...]]:
+            return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
+
+        def purpose(_: tuple[int, ...]) -> str:
             rnd = planner.current_round
-            row = self._obtain(ex, tuple(sorted(variant)), rnd.purpose if rnd else "search",
-                               target=self.target)  # fmt: skip
-            planner.record(variant, row.verdict)
+            return rnd.purpose if rnd else "search"
+
+        stop = self._drive(pool, wanted, lambda v, row: planner.record(frozenset(v), row.verdict),
+                           target=self.target, purpose=purpose)  # fmt: skip
+        if stop:
+            return self._incomplete(planner, stop)
         answer = planner.answer
-        flaky = self._repeat(ex, answer) if self.opts.repeat > 1 else []
+        flaky = self._repeat(pool, answer) if self.opts.repeat > 1 else []
         return self._conclude(answer, flaky)
 
-    # ---- obtaining one verdict
-    def _obtain(self, ex: Executor, variant: tuple[int, ...], purpose: str,
-                target: Signature | None) -> RunRow:  # fmt: skip
-        """This campaign's recorded run of the variant, a cached one, or a new run."""
-        mine = [r for r in self.store.runs(self.cid) if r.variant == variant]
-        done = [r for r in mine if r.verdict is not Verdict.INFRA]
-        if done:
-            row = done[-1]
-            return self._relabel(row, target, "resume")
-        exp = self.plan.variant(frozenset(variant))
-        label = self.plan.describe(frozenset(variant))
-        if not self.opts.fresh:
-            hit = self.store.cached(exp.fingerprint(), ex.host.host_class)
-            if hit is not None:
-                cached = _CachedResult.from_row(hit, label, ex.host)
-                rid = self.store.add_run(self.cid, variant=variant, purpose=purpose,
-                                         result=cached, cached_from=hit.id)  # fmt: skip
-                self.reused += 1
-                return self._relabel(self.store.run(rid), target, "cache")
-        return self._execute(ex, exp, variant, label, purpose, target)
+    # ---- obtaining verdicts
+    def _drive(
+        self,
+        pool: Pool,
+        wanted: Callable[[], list[tuple[int, ...]]],
+        on_result: Callable[[tuple[int, ...], RunRow], None],
+        *,
+        target: Signature | None,
+        purpose: Callable[[tuple[int, ...]], str],
+        fresh_runs: bool = False,
+    ) -> str | None:
+        """Obtain verdicts for the variants `wanted()` names until it names none: from this
+        campaign's records, the cache, or runs on idle hosts. Returns why it stopped early
+        (a budget), or None."""
+        in_flight: dict[tuple[int, ...], Task] = {}
+        stop: str | None = None
+        for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
+            want = wanted()
+            for v, task in list(in_flight.items()):
+                if v not in want:
+                    pool.cancel(task)  # the round was decided without it
+            progressed = False
+            for v in want:
+                if v in in_flight:
+                    continue
+                row = None if fresh_runs else self._known(v, target, pool.healthy_hosts())
+                if row is not None:
+                    on_result(v, row)
+                    progressed = True
+                    break  # what is wanted may have changed
+                stop = stop or self._budget_exhausted(len(in_flight))
+                if stop or not pool.idle():
+                    break
+                exp = self.plan.variant(frozenset(v))
+                seq = self.store.next_seq(self.cid) + len(in_flight)
+                task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
+                            run_id=f"{self.cid}.{seq}", target=target,
+                            good_metric=self.good_metric)  # fmt: skip
+                task.purpose = purpose(v)  # type: ignore[attr-defined]
+                pool.submit(task)
+                in_flight[v] = task
+            if progressed:
+                continue
+            if not in_flight:
+                return stop if want else None
+            d = pool.wait()
+            in_flight.pop(d.task.key, None)
+            if d.result is None:
+                if isinstance(d.error, RunCancelled):
+                    continue
+                if not pool.healthy():
+                    raise d.error if isinstance(d.error, BaseException) else RuntimeError(
+                        "no host left in the pool")  # fmt: skip
+                continue  # the host left the pool; another one takes the variant
+            rid = self.store.add_run(self.cid, variant=d.task.key,
+                                     purpose=getattr(d.task, "purpose", "search"),
+                                     result=d.result)  # fmt: skip
+            self.executed += 1
+            self._note_infra(d.result, len(pool.healthy()))
+            on_result(d.task.key, self._relabel(self.store.run(rid), target, "run"))
+        raise RuntimeError("the campaign did not converge")
 
-    def _execute(self, ex: Executor, exp: Experiment, variant: tuple[int, ...], label: str,
-                 purpose: str, target: Signature | None) -> RunRow:  # fmt: skip
-        seq = self.store.next_seq(self.cid)
-        result = ex.run(exp, run_id=f"{self.cid}.{seq}", label=label, target=target,
-                        env_keys=self.env_keys, good_metric=self.good_metric)  # fmt: skip
-        rid = self.store.add_run(self.cid, variant=variant, purpose=purpose, result=result)
-        self.executed += 1
-        if result.verdict is Verdict.INFRA:
-            self._infra_streak += 1
-            if self._infra_streak >= MAX_INFRA_IN_A_ROW:
-                raise InfraError(
-                    f"{ex.host.describe()}: {self._infra_streak} runs in a row failed on host "
-                    f"trouble; last: {result.detail}",
-                    hint="check the host (orchestrator hosts check)",
-                )
-        else:
+    def _known(self, variant: tuple[int, ...], target: Signature | None,
+               hosts: list[Host]) -> RunRow | None:  # fmt: skip
+        """This campaign's recorded verdict of the variant, or a cached one (not --fresh)."""
+        mine = [r for r in self.store.runs(self.cid)
+                if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
+        if mine:
+            return self._relabel(mine[-1], target, "resume")
+        if self.opts.fresh or not hosts:
+            return None
+        exp = self.plan.variant(frozenset(variant))
+        for host in hosts:
+            hit = self.store.cached(exp.fingerprint(), host.host_class)
+            if hit is None or not self._cache_usable(hit, exp):
+                continue
+            cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host)
+            rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
+                                     cached_from=hit.id)  # fmt: skip
+            self.reused += 1
+            return self._relabel(self.store.run(rid), target, "cache")
+        return None
+
+    def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
+        """A verdict judged against another campaign's good throughput cannot be reused."""
+        cond = exp.probe.condition if exp.probe else None
+        return not (cond is not None and cond.relative_to_good)
+
+    def _note_infra(self, result: RunResult, healthy: int) -> None:
+        if result.verdict is not Verdict.INFRA:
             self._infra_streak = 0
-        return self._relabel(self.store.run(rid), target, "run")
+            return
+        self._infra_streak += 1
+        if self._infra_streak >= MAX_INFRA_IN_A_ROW * max(healthy, 1):
+            raise InfraError(
+                f"{self._infra_streak} runs in a row failed on host trouble; last on "
+                f"{result.host}: {result.detail}",
+                hint="check the hosts (orchestrator hosts check)",
+            )
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
         verdict = relative(row.verdict, row.signature, target)
@@ -304,10 +378,10 @@ class Bisection:
         return row
 
     # ---- budgets and endings
-    def _budget_exhausted(self) -> str | None:
+    def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         if self.opts.max_runs is not None:
             total = sum(1 for r in self.store.runs(self.cid) if r.cached_from is None)
-            if total >= self.opts.max_runs:
+            if total + in_flight >= self.opts.max_runs:
                 return f"--max-runs {self.opts.max_runs} reached"
         if self.opts.deadline_s is not None and time.monotonic() - self._t0 >= self.opts.deadline_s:
             return f"--deadline {self.opts.deadline_s:g}s reached"
@@ -365,21 +439,29 @@ class Bisection:
                 and r.verdict is not Verdict.INFRA]  # fmt: skip
         return rows[-1].id if rows else None
 
-    def _repeat(self, ex: Executor, answer: Answer) -> list[str]:
+    def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
-        flaky: list[str] = []
-        deciding: list[tuple[frozenset[int], Verdict]] = [
-            (frozenset(), Verdict.PASS), (frozenset(range(self.plan.n)), Verdict.FAIL)]
+        expected: dict[tuple[int, ...], Verdict] = {
+            (): Verdict.PASS, tuple(range(self.plan.n)): Verdict.FAIL}
         for c in answer.culprits:
-            deciding.append((c.reproduced_by, Verdict.FAIL))
-            deciding += [(v, Verdict.PASS) for _, v in c.cleared_by]
-        for variant, expected in deciding:
-            for _ in range(self.opts.repeat - 1):
-                exp = self.plan.variant(variant)
-                label = self.plan.describe(variant)
-                row = self._execute(ex, exp, tuple(sorted(variant)), label, "repeat", self.target)
-                if (row.verdict is Verdict.FAIL) != (expected is Verdict.FAIL):
-                    flaky.append(f"{label}: {row.verdict.value} on repeat (run {row.id})")
+            expected[tuple(sorted(c.reproduced_by))] = Verdict.FAIL
+            for _, v in c.cleared_by:
+                expected[tuple(sorted(v))] = Verdict.PASS
+
+        def repeats(v: tuple[int, ...]) -> list[RunRow]:
+            return [r for r in self.store.runs(self.cid) if r.variant == v
+                    and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
+
+        self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
+                    lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
+                    fresh_runs=True)  # fmt: skip
+        flaky: list[str] = []
+        for v, want in expected.items():
+            for r in repeats(v):
+                got = relative(r.verdict, r.signature, self.target)
+                if (got is Verdict.FAIL) != (want is Verdict.FAIL):
+                    flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
+                                 f"expected {want.value}")  # fmt: skip
         return flaky
 
     def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:

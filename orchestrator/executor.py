@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ from orchestrator.transport import Transport, connect
 from orchestrator.verdicts import Phase, Signature, Verdict
 
 LOG_TAIL_LINES = 400
+
+
+class RunCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """The run was abandoned on request; nothing about the config was learnt."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,9 @@ class Executor:
         self.sleep = sleep
         self._opened = False
         self._help_cache: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+        #: set from another thread to abandon the run in progress (a pool's decided round,
+        #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
+        self.cancel_event = threading.Event()
 
     # ---- campaign scope
     def open(self) -> Executor:
@@ -257,6 +265,10 @@ class Executor:
                     )
                     self.manager.stop()
                     self._step("stopped", "after the run")
+        except RunCancelled:
+            self.manager.stop()
+            self._step("stopped", "run cancelled")
+            raise
         except ServiceError:
             raise  # host or unit trouble that every run would hit: the campaign stops
         except (TransportError, InfraError) as exc:
@@ -308,6 +320,8 @@ class Executor:
 
         def once() -> str | None:
             nonlocal streak
+            if self.cancel_event.is_set():
+                raise RunCancelled(f"run cancelled on {self.host.name}")
             res = self.t.run(cmd, timeout=30)
             w.polls += 1
             poll = self.manager.parse_poll(res.stdout, started)

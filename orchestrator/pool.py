@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import InfraError, OrchestratorError
 from orchestrator.events import Listener, Notice
-from orchestrator.executor import Executor, RunResult
+from orchestrator.executor import Executor, RunCancelled, RunResult
 from orchestrator.verdicts import Signature, Verdict
 
 UNHEALTHY_AFTER = 2  # infra verdicts in a row that take a host out of the pool
@@ -57,7 +58,7 @@ class _Worker:
     healthy: bool = True
     opened: bool = False
     restored: list[str] = field(default_factory=list)
-    open_error: BaseException | None = None
+    executor: Executor | None = None
 
 
 class Pool:
@@ -89,15 +90,30 @@ class Pool:
             w.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self.cancel_all()  # Ctrl-C or an error: stop the runs in progress, then restore
         self.close()
 
-    def close(self, timeout: float = 600.0) -> None:
+    def close(self, timeout: float = 900.0) -> None:
+        """Let each worker finish (restore its host). A Ctrl-C while waiting cancels the
+        runs in progress and keeps waiting; only a third one abandons the hosts as they are."""
         for w in self.workers:
             w.inbox.put(None)
+        deadline = time.monotonic() + timeout
+        interrupts = 0
         for w in self.workers:
-            if w.thread is not None:
-                w.thread.join(timeout)
+            while w.thread is not None and w.thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    w.thread.join(0.5)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    self.cancel_all()
+                    if interrupts >= 3:
+                        raise
+                    self.emit(Notice(host=w.host.name, message=(
+                        "restoring the hosts before exiting; Ctrl-C "
+                        f"{3 - interrupts} more time(s) leaves them as they are")))  # fmt: skip
 
     # ---- coordination
     def idle(self) -> list[_Worker]:
@@ -105,6 +121,9 @@ class Pool:
 
     def healthy(self) -> list[_Worker]:
         return [w for w in self.workers if w.healthy]
+
+    def healthy_hosts(self) -> list[Host]:
+        return [w.host for w in self.workers if w.healthy]
 
     def busy(self) -> list[Task]:
         return [w.busy for w in self.workers if w.busy is not None]
@@ -120,9 +139,26 @@ class Pool:
         w.inbox.put(task)
         return True
 
-    def wait(self, timeout: float | None = None) -> Done:
-        """The next finished task (blocks). Marks its host idle again."""
-        done = self.results.get(timeout=timeout)
+    def cancel(self, task: Task) -> None:
+        """Abandon a task in progress (its round was decided): the host stops the server at
+        its next poll and reports RunCancelled."""
+        for w in self.workers:
+            if w.busy is task and w.executor is not None:
+                w.executor.cancel_event.set()
+
+    def cancel_all(self) -> None:
+        for w in self.workers:
+            if w.busy is not None and w.executor is not None:
+                w.executor.cancel_event.set()
+
+    def wait(self) -> Done:
+        """The next finished task (blocks, but lets Ctrl-C through). Marks its host idle."""
+        while True:
+            try:
+                done = self.results.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
         w = next(w for w in self.workers if w.host.name == done.host.name)
         w.busy = None
         if done.result is not None and done.result.verdict is Verdict.INFRA:
@@ -135,6 +171,8 @@ class Pool:
                                  f"pool for this campaign: {why}"))  # fmt: skip
         elif done.result is not None:
             w.infra_streak = 0
+        if isinstance(done.error, RunCancelled):
+            return done
         if done.error is not None and w.healthy and len(self.healthy()) > 1:
             w.healthy = False
             self.removed.append((w.host.name, str(done.error)))
@@ -155,11 +193,13 @@ class Pool:
                         executor = self.factory(w.host, self.service, self.campaign, self.emit)
                         executor.open()
                         w.opened = True
+                        w.executor = executor
+                    executor.cancel_event.clear()
                     result = executor.run(task.exp, run_id=task.run_id, label=task.label,
                                           target=task.target, env_keys=self.env_keys,
                                           good_metric=task.good_metric)  # fmt: skip
                     self.results.put(Done(task, w.host, result))
-                except (OrchestratorError, InfraError) as exc:
+                except (OrchestratorError, InfraError, RunCancelled) as exc:
                     if executor is not None and not w.opened:
                         executor = None
                     self.results.put(Done(task, w.host, None, exc))

@@ -196,6 +196,7 @@ class SweepCampaign:
         self.deadline_s = deadline_s
         self.emit = listener
         self.factory = executor_factory
+        self.resume_options = ""  # e.g. " --hosts lab.yaml", set by the CLI
         blob = json.dumps([sweep.name, [it.exp.fingerprint() for it in sweep.items],
                            sweep.repeat, sorted(h.name for h in hosts)])  # fmt: skip
         key = hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -213,7 +214,7 @@ class SweepCampaign:
 
     @property
     def resume_command(self) -> str:
-        return f"orchestrator sweep --resume {self.cid}"
+        return f"orchestrator sweep --resume {self.cid}{self.resume_options}"
 
     def _recorded(self) -> dict[tuple[int, int], RunRow]:
         """(item, repeat) -> its recorded run: the variant column holds the item's index,

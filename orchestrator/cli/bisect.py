@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     bisection = Bisection(store, plan, hosts, options=options, listener=view,
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=factory)  # fmt: skip
+    bisection.resume_options = common.resume_options(args)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         outcome = bisection.run()

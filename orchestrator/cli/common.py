@@ -63,3 +63,13 @@ def command_line() -> str:
 
 def note(message: str) -> None:
     err_console().print(message, highlight=False)
+
+
+def resume_options(args: argparse.Namespace) -> str:
+    """The options a resume command must repeat to find the same hosts and results."""
+    out = ""
+    if getattr(args, "hosts", None):
+        out += " --hosts " + shlex.quote(args.hosts)
+    if getattr(args, "results", "results") not in (None, "results"):
+        out += " --results " + shlex.quote(args.results)
+    return out

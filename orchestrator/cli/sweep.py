@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     camp_run = SweepCampaign(store, sweep, hosts, fresh=args.fresh, max_runs=args.max_runs,
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
+    camp_run.resume_options = common.resume_options(args)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         outcome = camp_run.run()
