@@ -18,9 +18,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from orchestrator.campaign import relative
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store import RunRow, Store
@@ -259,3 +261,43 @@ def recorded_b300(sshd: SshdEndpoint, basetemp: Path) -> Recorded:
         data = json.loads(done.read_text())
     pair = Pair(pair.good, pair.bad, data["port"], pair.unit)
     return Recorded(root, pair, root / "hosts.yaml", data["exit_code"], data["outcome"])
+
+
+def check_b300_answer(answer: dict[str, Any], results: Path, *, resumed: bool = False) -> None:
+    """{ep-size 8, enable-nccl-nvls} as one interacting set; AttributeError at init as a
+    separate finding; max-running-requests cleared; every claim backed by a stored run."""
+    assert answer["status"] == "found", answer
+    target = answer["target"]
+    assert target.startswith("cuda_graph: cublas: ") and "CUBLAS_STATUS_EXECUTION_FAILED" in target
+    deltas = answer["deltas"]
+    assert sorted(deltas) == sorted(["+ --ep-size 8", "+ --enable-nccl-nvls",
+                                     "~ --max-running-requests 128 -> 256"])  # fmt: skip
+    [culprit] = answer["culprits"]
+    assert sorted(culprit["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
+    assert culprit["interacting"] is True and culprit["confirmed"] is True
+    assert deltas.index("~ --max-running-requests 128 -> 256") not in culprit["indices"]
+    check_answer_evidence(results, answer, target)
+    [finding] = answer["findings"]
+    assert (
+        finding["signature"] == "init: AttributeError: 'NoneType' object has no attribute 'dtype'"
+    )
+    assert finding["deltas"] == [deltas.index("+ --ep-size 8")]  # the smallest variant: ep alone
+    store = Store(results)
+    try:
+        run = store.run(finding["run"])
+        camp = store.campaign(answer["campaign"])
+        assert str(run.signature) == finding["signature"]
+        assert relative(run.verdict, run.signature, camp.target) is Verdict.OTHER
+        assert run.variant == tuple(finding["deltas"])
+        assert "AttributeError: 'NoneType' object has no attribute 'dtype'" in run.log_tail()
+        assert camp.status == "done" and str(camp.target) == target
+        # Every variant the search needed ran once: nothing repeated, nothing reused (a
+        # resumed campaign's last process executed only the rest).
+        runs = store.runs(camp.id)
+        assert len({r.variant for r in runs}) == len(runs)
+        assert all(r.cached_from is None for r in runs)
+        if not resumed:
+            assert len(runs) == answer["runs_executed"]
+        assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
+    finally:
+        store.close()

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from orchestrator.campaign import Bisection, BisectOptions, Outcome, relative
+from orchestrator.campaign import Bisection, BisectOptions, Outcome
 from orchestrator.config.hosts import load_inventory
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
@@ -28,6 +27,7 @@ from tests.campaign_lab import (
     LAB_UNIT,
     UNIT_DIR,
     check_answer_evidence,
+    check_b300_answer,
     lab_pair,
     lab_servers,
     load_host,
@@ -37,42 +37,6 @@ from tests.campaign_lab import (
 from tests.hosts.systemd import SystemdHost
 
 B300_UNIT = "lab-b300.service"
-
-
-def check_b300_answer(answer: dict[str, Any], results: Path) -> None:
-    """{ep-size 8, enable-nccl-nvls} as one interacting set; AttributeError at init as a
-    separate finding; max-running-requests cleared; every claim backed by a stored run."""
-    assert answer["status"] == "found", answer
-    target = answer["target"]
-    assert target.startswith("cuda_graph: cublas: ") and "CUBLAS_STATUS_EXECUTION_FAILED" in target
-    deltas = answer["deltas"]
-    assert sorted(deltas) == sorted(["+ --ep-size 8", "+ --enable-nccl-nvls",
-                                     "~ --max-running-requests 128 -> 256"])  # fmt: skip
-    [culprit] = answer["culprits"]
-    assert sorted(culprit["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
-    assert culprit["interacting"] is True and culprit["confirmed"] is True
-    assert deltas.index("~ --max-running-requests 128 -> 256") not in culprit["indices"]
-    check_answer_evidence(results, answer, target)
-    [finding] = answer["findings"]
-    assert (
-        finding["signature"] == "init: AttributeError: 'NoneType' object has no attribute 'dtype'"
-    )
-    assert finding["deltas"] == [deltas.index("+ --ep-size 8")]  # the smallest variant: ep alone
-    store = Store(results)
-    try:
-        run = store.run(finding["run"])
-        camp = store.campaign(answer["campaign"])
-        assert str(run.signature) == finding["signature"]
-        assert relative(run.verdict, run.signature, camp.target) is Verdict.OTHER
-        assert run.variant == tuple(finding["deltas"])
-        assert "AttributeError: 'NoneType' object has no attribute 'dtype'" in run.log_tail()
-        assert camp.status == "done" and str(camp.target) == target
-        # Every variant the search needed ran once: nothing repeated, nothing reused.
-        runs = store.runs(camp.id)
-        assert len({r.variant for r in runs}) == len(runs) == answer["runs_executed"]
-        assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
-    finally:
-        store.close()
 
 
 def bisect_directly(plan: Plan, results: Path, hosts_file: Path, host: str,
