@@ -135,6 +135,13 @@ class Store:
         self.logs = self.root / "logs"
         self._check_writable()
         try:
+            # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
+            # creates the database file's mode, so a database created by connect() (umask
+            # mode, chmod-ed later) would leave a world-readable WAL holding every new row.
+            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            pass  # connect() below reports an unusable database with the store's message
+        try:
             self.db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -146,6 +153,11 @@ class Store:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self.db.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as exc:
+            # Closed, or the half-open connection keeps a lock and the next Store of this
+            # process (the user moved the broken file aside) reports "database is locked".
+            db = getattr(self, "db", None)
+            if db is not None:
+                db.close()
             raise StoreError(
                 f"the results database {self.db_path} is unreadable: {exc}",
                 hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
