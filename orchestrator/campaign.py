@@ -151,6 +151,7 @@ class Bisection:
         self.executor_factory = executor_factory
         #: options the resume command must repeat (e.g. " --hosts lab.yaml"), set by the CLI
         self.resume_options = ""
+        store.add_secrets(plan.good.secrets() | plan.bad.secrets())
         key = campaign_key(plan, hosts, options.strategy)
         cid = resume_id or store.find_resumable(key)
         self.resumed = cid is not None
@@ -341,7 +342,8 @@ class Bisection:
             hit = self.store.cached(exp.fingerprint(), host.host_class)
             if hit is None or not self._cache_usable(hit, exp):
                 continue
-            cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host)
+            cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
+                                            exp)  # fmt: skip
             rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
                                      cached_from=hit.id)  # fmt: skip
             self.reused += 1
@@ -505,11 +507,12 @@ class _CachedResult:
     detail: str
 
     @classmethod
-    def from_row(cls, row: RunRow, label: str, host: Host) -> _CachedResult:
+    def from_row(cls, row: RunRow, label: str, host: Host,
+                 exp: Experiment | None = None) -> _CachedResult:  # fmt: skip
         from orchestrator.verdicts import Phase
 
         return cls(
-            experiment=row.experiment(), label=label, host=host.name, host_class=host.host_class,
+            experiment=exp or row.experiment(), label=label, host=host.name, host_class=host.host_class,
             verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
             phase_times=tuple(row.phase_times.items()),
             last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
@@ -537,6 +540,7 @@ def single_run(
     spec_extra: dict[str, Any] | None = None,
 ) -> RunRow:
     """One recorded run outside a bisection (`orchestrator run`, `orchestrator rerun`)."""
+    store.add_secrets(exp.secrets())
     spec = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
     spec |= spec_extra or {}
     key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]

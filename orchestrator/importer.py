@@ -186,6 +186,24 @@ def import_file(path: str | Path) -> dict[str, Any]:
     return import_command_line(text, source=str(path))
 
 
+def secret_references(spec: dict[str, Any]) -> list[str]:
+    """Replace secret env values and flags with `${NAME}` references (in place): the YAML
+    must not hold them; they are read from the environment when the config is loaded."""
+    from orchestrator.secrets import env_name, secrets_of
+
+    env = spec.get("env") or {}
+    names = []
+    for key, value in list(env.items()):
+        if secrets_of({key: value}):
+            env[key] = f"${{{key}}}"
+            names.append(key)
+    for key, value in list(spec["flags"].items()):
+        if isinstance(value, str) and secrets_of({}, [(key, value)]):
+            spec["flags"][key] = f"${{{env_name(key)}}}"
+            names.append(env_name(key))
+    return names
+
+
 def to_experiment_mapping(spec: dict[str, Any], *, name: str) -> dict[str, Any]:
     """Shape an imported spec as an experiment YAML mapping."""
     service: dict[str, Any] = {}

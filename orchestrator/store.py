@@ -22,6 +22,7 @@ from typing import Any
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.errors import StoreError
+from orchestrator.secrets import Redactor
 from orchestrator.verdicts import Signature, Verdict
 
 SCHEMA_VERSION = 1
@@ -112,8 +113,11 @@ class RunRow:
     log_path: str | None
     cached_from: str | None
 
-    def experiment(self) -> Experiment:
-        return Experiment.from_dict(self.config, source=f"run {self.id}")
+    def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
+        """The recorded config; `resolve_secrets` puts redacted secrets back from the
+        environment (needed to run it again)."""
+        return Experiment.from_dict(self.config, source=f"run {self.id}",
+                                    resolve_secrets=resolve_secrets)  # fmt: skip
 
     def log_tail(self) -> str:
         if not self.log_path:
@@ -133,6 +137,9 @@ class Store:
         self.root = Path(root) if root is not None else default_root()
         self.db_path = self.root / "orchestrator.db"
         self.logs = self.root / "logs"
+        #: every secret value seen so far is replaced by a marker before anything is written
+        self._secrets: dict[str, str] = {}
+        self.redact = Redactor()
         self._check_writable()
         try:
             # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
@@ -185,6 +192,11 @@ class Store:
                 "with --results DIR (or ORCH_RESULTS)",
             ) from exc
 
+    def add_secrets(self, secrets: dict[str, str]) -> None:
+        if any(self._secrets.get(k) != v for k, v in secrets.items()):
+            self._secrets.update(secrets)
+            self.redact = Redactor(self._secrets)
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         try:
@@ -213,7 +225,8 @@ class Store:
             db.execute(
                 "INSERT INTO campaigns (id, kind, key, created, updated, status, command, spec)"
                 " VALUES (?,?,?,?,?,?,?,?)",
-                (cid, kind, key, now, now, "running", command, json.dumps(spec)),
+                (cid, kind, key, now, now, "running", self.redact.text(command),
+                 json.dumps(self.redact.obj(spec))),
             )
         return cid
 
@@ -229,7 +242,7 @@ class Store:
         cols, vals = [], []
         for k, v in fields.items():
             if k in ("spec", "answer") and v is not None:
-                v = json.dumps(v)
+                v = json.dumps(self.redact.obj(v))
             if k == "target" and isinstance(v, Signature):
                 v = v.key()
             cols.append(f"{k}=?")
@@ -272,6 +285,9 @@ class Store:
         result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
         cached_from: str | None = None,
     ) -> str:
+        exp: Experiment = result.experiment
+        self.add_secrets(exp.secrets())
+        red = self.redact
         seq = self.next_seq(cid)
         run_id = f"{cid}.{seq}"
         log_path = None
@@ -280,11 +296,10 @@ class Store:
             tmp = log_path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(result.log_tail)
+                fh.write(red.text(result.log_tail) or "")
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, log_path)
-        exp: Experiment = result.experiment
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (id, campaign, seq, variant, label, purpose, host, host_class,"
@@ -292,13 +307,14 @@ class Store:
                 " phase_times, last_phase, probe_metric, detail, log_path, cached_from)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    run_id, cid, seq, json.dumps(sorted(variant)), result.label, purpose,
-                    result.host, result.host_class, exp.fingerprint(), json.dumps(exp.to_dict()),
-                    json.dumps(exp.argv()), json.dumps(exp.env_map()), result.rendered,
+                    run_id, cid, seq, json.dumps(sorted(variant)), red.text(result.label), purpose,
+                    result.host, result.host_class, exp.fingerprint(),
+                    json.dumps(red.obj(exp.to_dict())), json.dumps(red.obj(exp.argv())),
+                    json.dumps(red.obj(exp.env_map())), red.text(result.rendered),
                     result.verdict.value, result.signature.key() if result.signature else None,
                     result.started_at, result.duration_s, json.dumps(dict(result.phase_times)),
                     result.last_phase.value if result.last_phase else None, result.probe_metric,
-                    result.detail, str(log_path) if log_path else None, cached_from,
+                    red.text(result.detail), str(log_path) if log_path else None, cached_from,
                 ),
             )  # fmt: skip
         return run_id

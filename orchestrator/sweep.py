@@ -197,6 +197,8 @@ class SweepCampaign:
         self.emit = listener
         self.factory = executor_factory
         self.resume_options = ""  # e.g. " --hosts lab.yaml", set by the CLI
+        for it in sweep.items:
+            store.add_secrets(it.exp.secrets())
         blob = json.dumps([sweep.name, [it.exp.fingerprint() for it in sweep.items],
                            sweep.repeat, sorted(h.name for h in hosts)])  # fmt: skip
         key = hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -316,7 +318,7 @@ class SweepCampaign:
     def _record_cached(self, it: SweepItem, k: int, hit: RunRow) -> None:
         from orchestrator.campaign import _CachedResult
 
-        cached = _CachedResult.from_row(hit, it.label, self.hosts[0])
+        cached = _CachedResult.from_row(hit, it.label, self.hosts[0], it.exp)
         rid = self.store.add_run(self.cid, variant=(it.index,), purpose=f"sweep/{k}",
                                  result=cached, cached_from=hit.id)  # fmt: skip
         self._emit(self.store.run(rid), "cache")

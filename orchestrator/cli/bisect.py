@@ -48,8 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan_from_spec(spec: dict) -> Plan:
-    good = Experiment.from_dict(spec["good"], source=spec.get("good_source") or "good")
-    bad = Experiment.from_dict(spec["bad"], source=spec.get("bad_source") or "bad")
+    # the recorded configs, with their secrets taken from this environment again
+    good = Experiment.from_dict(spec["good"], source=spec.get("good_source") or "good",
+                                resolve_secrets=True)  # fmt: skip
+    bad = Experiment.from_dict(spec["bad"], source=spec.get("bad_source") or "bad",
+                               resolve_secrets=True)  # fmt: skip
     deltas = diff(good, bad)
     check_differ(deltas, good, bad)
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec["strategy"])

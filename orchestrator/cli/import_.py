@@ -12,6 +12,7 @@ from orchestrator.importer import (
     import_command_line,
     import_file,
     render_yaml,
+    secret_references,
     to_experiment_mapping,
 )
 
@@ -50,12 +51,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "nothing to import", hint="give a unit file, a script, '-' for stdin, or -- COMMAND"
         )
+    hidden = secret_references(spec)
     mapping = to_experiment_mapping(spec, name=args.name or default_name)
     text = render_yaml(mapping)
     if "port" not in spec["flags"]:
         err_console().print(
             "note: the command has no --port; add service.flags.port (or health.port) before "
             "using this config: the health port is never guessed",
+            highlight=False,
+        )
+    if hidden:
+        err_console().print(
+            "note: secret values were replaced by references: "
+            + ", ".join(f"${{{n}}}" for n in hidden)
+            + "; export them before running (they are never stored)",
             highlight=False,
         )
     if args.output:
@@ -65,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(text)
         console().print(f"wrote {out}", highlight=False)
     else:
-        console().out(text, end="", highlight=False)
+        sys.stdout.write(text)
     return 0

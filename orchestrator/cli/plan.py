@@ -31,14 +31,18 @@ def run(args: argparse.Namespace) -> int:
     first = planner.pending()
     est = plan.estimates()
     if args.json:
+        from orchestrator.secrets import Redactor
+
+        red = Redactor(plan.good.secrets() | plan.bad.secrets())
         out = {
             "good": plan.good.source,
             "bad": plan.bad.source,
             "strategy": plan.strategy,
-            "deltas": [d.to_dict() | {"index": i} for i, d in enumerate(plan.deltas)],
+            "deltas": [red.obj(d.to_dict()) | {"index": i} for i, d in enumerate(plan.deltas)],
             "endpoint_checks": 2,
             "first_round": [
-                {"deltas": sorted(v), "describe": plan.describe(v), "argv": plan.variant(v).argv()}
+                {"deltas": sorted(v), "describe": plan.describe(v),
+                 "argv": red.obj(plan.variant(v).argv())}
                 for v in first
             ],
             "estimated_runs": est,

@@ -82,7 +82,8 @@ def rerun(args: argparse.Namespace) -> int:
     store = common.store(args)
     old = store.run(args.run_id)
     camp = store.campaign(old.campaign)
-    exp = old.experiment()  # exactly as recorded; YAML files may have changed since
+    # exactly as recorded (YAML files may have changed since); secrets from the environment
+    exp = old.experiment(resolve_secrets=True)
     host = common.inventory(args).host(args.host or old.host)
     env_keys = frozenset()
     for side in ("good", "bad"):

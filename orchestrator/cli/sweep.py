@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep_from_spec(spec: dict) -> Sweep:
-    items = tuple(SweepItem(i, it["label"], Experiment.from_dict(it["config"]),
+    items = tuple(SweepItem(i, it["label"], Experiment.from_dict(it["config"],
+                                                                 resolve_secrets=True),
                             tuple(tuple(v) for v in it.get("values") or []))
                   for i, it in enumerate(spec["items"]))  # fmt: skip
     return Sweep(spec["name"], spec["sweep"], items, spec["repeat"], None, None)

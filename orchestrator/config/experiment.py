@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from orchestrator.config.yamlio import read_yaml_mapping, validation_error
 from orchestrator.errors import ConfigError
+from orchestrator.secrets import resolve_reference
 
 Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime union here)
 #: A flag's value: True = bare switch; a scalar = `--flag VALUE`; a tuple = `--flag V1 V2`.
@@ -260,6 +261,14 @@ class Experiment:
     probe: Probe | None = None
     requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: str | None = field(default=None, compare=False)
+    #: (env var or flag, the `${VAR}` its value came from): secret
+    secret_refs: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def secrets(self) -> dict[str, str]:
+        """VAR -> value of everything secret in this launch (see orchestrator.secrets)."""
+        from orchestrator.secrets import secrets_of
+
+        return secrets_of(self.env_map(), self.flags, marked=dict(self.secret_refs))
 
     # ---- views
     @property
@@ -361,8 +370,30 @@ class Experiment:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<recorded>") -> Experiment:
-        return _build(dict(data), source)
+    def from_dict(
+        cls, data: Mapping[str, Any], *, source: str = "<recorded>", resolve_secrets: bool = False
+    ) -> Experiment:
+        """A recorded config. Its secrets were stored as `[REDACTED:NAME]` markers; with
+        `resolve_secrets` they are taken from this environment again (to run it)."""
+        data = dict(data)
+        if resolve_secrets:
+            from orchestrator.secrets import MARKER, unredact
+
+            svc = dict(data.get("service") or {})
+            refs: list[tuple[str, str]] = []
+            for part in ("env", "flags"):
+                values = dict(svc.get(part) or {})
+                for k, v in values.items():
+                    m = MARKER.fullmatch(v) if isinstance(v, str) else None
+                    if m:
+                        refs.append((k, m[1]))
+                    if isinstance(v, str) and MARKER.search(v):
+                        values[k] = unredact(v)
+                svc[part] = values
+            data["service"] = svc
+            exp = _build(data, source)
+            return replace(exp, secret_refs=tuple(dict.fromkeys(exp.secret_refs + tuple(refs))))
+        return _build(data, source)
 
 
 def _jsonable(v: FlagValue) -> Any:
@@ -440,6 +471,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     if not exec_words:
         raise ConfigError("the command is empty", file=source, key="service.exec")
 
+    secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
     for raw_name, value in (svc.flags or {}).items():
         name = raw_name.lstrip("-")
@@ -449,6 +481,10 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             if not value:
                 continue
             value = tuple(value)
+        if isinstance(value, str):
+            value, ref = resolve_reference(value, file=source, key=f"service.flags.{raw_name}")
+            if ref:
+                secret_refs.append((name, ref))
         if any(n == name for n, _ in flags):
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
@@ -460,6 +496,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         if value is None:
             continue
         text = _scalar_text(value) if not isinstance(value, str) else value
+        text, ref = resolve_reference(text, file=source, key=f"service.env.{key}")
+        if ref:
+            secret_refs.append((key, ref))
         if "\n" in text or "\x00" in text:
             raise ConfigError(
                 "environment values cannot contain newlines or NUL",
@@ -525,4 +564,5 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         probe=probe,
         requires=requires,
         source=source,
+        secret_refs=tuple(secret_refs),
     )

@@ -37,6 +37,9 @@ class Delta:
 
     def describe(self) -> str:
         """Human form: `+ --ep-size 8`, `- --disable-radix-cache`, `~ --x 128 -> 256`."""
+        return _redacted(self, self._describe())
+
+    def _describe(self) -> str:
         if self.kind == "exec":
             return f"~ exec {self.old} -> {self.new}"
         if self.kind == "env":
@@ -53,6 +56,9 @@ class Delta:
 
     def short(self) -> str:
         """Compact label for tables: `--ep-size 8`, `NCCL_ALGO=Tree`, `-x` for removals."""
+        return _redacted(self, self._short())
+
+    def _short(self) -> str:
         if self.kind == "env":
             return f"{self.key}={self.new}" if self.new is not None else f"unset {self.key}"
         if self.kind == "exec":
@@ -66,6 +72,17 @@ class Delta:
             return list(v) if isinstance(v, tuple) else v
 
         return {"kind": self.kind, "key": self.key, "old": j(self.old), "new": j(self.new)}
+
+
+def _redacted(d: Delta, text: str) -> str:
+    """Labels end up in logs, the store and reports: never with a secret value in them."""
+    from orchestrator.secrets import Redactor, secrets_of
+
+    values = {}
+    for v in (d.old, d.new):
+        if isinstance(v, str):
+            values |= secrets_of({d.key: v}) if d.kind == "env" else secrets_of({}, [(d.key, v)])
+    return Redactor(values).text(text) or text
 
 
 def _value_text(v: FlagValue | str | None) -> str:
