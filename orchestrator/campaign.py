@@ -224,9 +224,13 @@ class Bisection:
         where = ", ".join(h.name for h in self.hosts)
         # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
         ends: dict[tuple[int, ...], RunRow] = {}
-        self._drive(pool, lambda: [v for v in ((), full) if v not in ends],
-                    lambda v, row: ends.__setitem__(v, row), target=None,
-                    purpose=lambda v: "endpoint")  # fmt: skip
+        stop = self._drive(pool, lambda: [v for v in ((), full) if v not in ends],
+                           lambda v, row: ends.__setitem__(v, row), target=None,
+                           purpose=lambda v: "endpoint")  # fmt: skip
+        if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
+            return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
+                           target=self.target, runs_executed=self.executed,
+                           runs_reused=self.reused, findings=self._findings())  # fmt: skip
         good, bad = ends[()], ends[full]
         if good.verdict is not Verdict.PASS:
             return self._stop_endpoints(

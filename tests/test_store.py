@@ -1,0 +1,275 @@
+"""The results store: atomic commits, the verdict cache, damaged databases, unwritable
+directories and private file modes.
+
+The campaign-level checks run real bisections of the b300 lab pair on the sshd host
+(short ones: `max_runs` stops them after a few runs). Store-level checks record results
+built here, of the shape the executor returns: what is tested is the store itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign import Bisection, BisectOptions
+from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.errors import StoreError
+from orchestrator.events import Event, RunStarted
+from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.planning import make_plan
+from orchestrator.store import Store
+from orchestrator.verdicts import Phase, Signature, Verdict
+from tests.campaign_lab import LAB, cli, lab_pair, load_host, sshd_hosts_file
+
+GOOD = LAB / "b300" / "good.yaml"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the store records of a run: the fields of the executor's RunResult it reads."""
+
+    experiment: Experiment
+    verdict: Verdict
+    signature: Signature | None = None
+    label: str = "good"
+    host: str = "h1"
+    host_class: str = "b300"
+    started_at: float = field(default_factory=time.time)
+    duration_s: float = 1.5
+    phase_times: tuple[tuple[str, float], ...] = (("init", 0.1),)
+    last_phase: Phase | None = Phase.INIT
+    log_tail: str = ""
+    rendered: str | None = None
+    probe_metric: float | None = None
+    detail: str = ""
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@contextmanager
+def umask(value: int) -> Iterator[None]:
+    old = os.umask(value)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+# ---- store level ------------------------------------------------------------------------------
+
+
+def test_infra_is_never_reused_from_the_cache(tmp_path: Path) -> None:
+    exp = load_experiment(GOOD)
+    store = Store(tmp_path / "results")
+    cid = store.create_campaign(kind="bisect", key="k", command="test", spec={})
+    store.add_run(cid, variant=(), purpose="endpoint",
+                  result=Result(exp, Verdict.INFRA, detail="ssh: connection reset"))  # fmt: skip
+    assert store.cached(exp.fingerprint(), "b300") is None
+    rid = store.add_run(cid, variant=(), purpose="endpoint", result=Result(exp, Verdict.PASS))
+    hit = store.cached(exp.fingerprint(), "b300")
+    assert hit is not None and hit.id == rid
+    # later infra results do not hide the real verdict, nor replace it
+    store.add_run(cid, variant=(), purpose="endpoint", result=Result(exp, Verdict.INFRA))
+    assert store.cached(exp.fingerprint(), "b300").id == rid  # type: ignore[union-attr]
+    # the cache is per host class, and per config
+    assert store.cached(exp.fingerprint(), "rtx-pro-6000") is None
+    other = exp.with_changes(flags={"ep-size": 8})
+    assert store.cached(other.fingerprint(), "b300") is None
+    store.close()
+
+
+def test_run_rows_and_log_files_survive_reopening(tmp_path: Path) -> None:
+    exp = load_experiment(GOOD)
+    sig = Signature(Phase.INIT, "AttributeError", "'NoneType' object has no attribute 'dtype'")
+    store = Store(tmp_path / "results")
+    cid = store.create_campaign(kind="bisect", key="k", command="test", spec={"x": 1})
+    result = Result(exp, Verdict.OTHER, sig, log_tail="line 1\nboom\n")
+    rid = store.add_run(cid, variant=(2, 0), purpose="search", result=result)
+    store.close()
+    again = Store(tmp_path / "results")
+    row = again.run(rid)
+    assert (row.variant, row.verdict, row.signature) == ((0, 2), Verdict.OTHER, sig)
+    assert row.experiment().fingerprint() == exp.fingerprint()  # the full config, as run
+    assert row.argv == list(exp.argv())
+    assert row.log_tail() == "line 1\nboom\n"
+    assert [r.id for r in again.runs_with_signature(sig)] == [rid]
+    # no temporary file is left beside the log
+    assert sorted(p.name for p in (tmp_path / "results" / "logs").iterdir()) == [f"{rid}.log"]
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["header cut", "first page only", "half", "overwritten"])
+def test_damaged_database_is_a_clear_store_error_and_logs_stay_readable(
+    tmp_path: Path, damage: str
+) -> None:
+    results = tmp_path / "results"
+    exp = load_experiment(GOOD)
+    store = Store(results)
+    cid = store.create_campaign(kind="bisect", key="k", command="test", spec={"pad": "x" * 9000})
+    for i in range(1, 21):  # a few pages of rows; run N's log says N
+        result = Result(exp, Verdict.PASS, log_tail=f"log of run {i}\n" * 50)
+        store.add_run(cid, variant=(i,), purpose="search", result=result)
+    log_file = Path(store.run(f"{cid}.7").log_path or "")
+    store.close()
+    db = results / "orchestrator.db"
+    assert not (results / "orchestrator.db-wal").exists()  # checkpointed at close
+    data = db.read_bytes()
+    assert len(data) > 3 * 4096
+    cut = {"header cut": data[:60], "first page only": data[:4096], "half": data[: len(data) // 2],
+           "overwritten": b"\x00garbage" * (len(data) // 8)}[damage]  # fmt: skip
+    db.write_bytes(cut)
+
+    with pytest.raises(StoreError) as err:
+        Store(results)
+    message = str(err.value)
+    assert message.startswith(f"the results database {db} is unreadable: ")
+    assert "\n" not in message
+    assert err.value.hint and f"mv {db} {db}.broken" in err.value.hint
+    assert "log files" in err.value.hint
+    assert log_file.read_text() == "log of run 7\n" * 50  # the plain logs are intact
+
+    # The CLI says the same in one line (plus the hint), exit 3, no traceback.
+    res = cli("runs", "--results", results, timeout=120)
+    assert res.returncode == 3
+    assert "Traceback" not in res.stderr + res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == f"error: {message}"
+    assert lines[1].strip().startswith("hint: move it aside")
+    assert len(lines) == 2
+
+    # Moved aside as the hint says, a new store starts (in the same process: no lock left).
+    db.rename(db.with_name("orchestrator.db.broken"))
+    fresh = Store(results)
+    assert fresh.campaigns() == []
+    fresh.close()
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """`path` read-only even for root: a read-only bind mount (or, not root, mode 0555)."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+        return
+    subprocess.run(["mount", "--bind", str(path), str(path)], check=True, timeout=30)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True, timeout=30)
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], check=True, timeout=30)
+
+
+def test_read_only_results_dir_is_refused_before_any_host_is_touched(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    pair = lab_pair(tmp_path, "b300")
+    hosts = sshd_hosts_file(sshd, tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    existing = ro / "results"
+    Store(existing).close()  # a results dir from before, now on a read-only mount
+    with read_only(ro):
+        for results in (existing, ro / "new-results"):
+            with pytest.raises(StoreError) as err:
+                Store(results)
+            assert str(err.value).startswith(f"cannot write results to {results}: ")
+            assert err.value.hint and "--results DIR" in err.value.hint
+            res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
+                      "--hosts", hosts, "--results", results, timeout=120)  # fmt: skip
+            assert res.returncode == 3, res.stdout + res.stderr
+            assert res.stderr.startswith(f"error: cannot write results to {results}: ")
+            assert "Traceback" not in res.stderr
+    # Nothing happened on the host: no run dir, no lock, no launch script.
+    assert not (tmp_path / "run").exists()
+
+
+# ---- campaign level, on the sshd host ---------------------------------------------------------
+
+
+def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    """One short campaign records each run before the next starts; a second one reuses
+    its verdicts, `fresh` does not; an infra record is not reused; files are private."""
+    pair = lab_pair(tmp_path, "b300")
+    host = load_host(sshd_hosts_file(sshd, tmp_path), "lab")
+    plan = make_plan(str(pair.good), str(pair.bad), "auto")
+    results = tmp_path / "results"
+    with umask(0o022):  # what a user's shell typically has: the store must not rely on it
+        store = Store(results)
+    # A host-trouble record of the good config exists: it must not stand in for a verdict.
+    scratch = store.create_campaign(kind="run", key="scratch", command="test", spec={})
+    store.add_run(scratch, variant=(), purpose="run",
+                  result=Result(plan.good, Verdict.INFRA, host="lab", host_class=host.host_class,
+                                detail="ssh: connection reset"))  # fmt: skip
+
+    seen: list[tuple[int, bool]] = []
+
+    def committed_when_next_starts(event: Event) -> None:
+        # Another connection, as another process would see the database.
+        con = sqlite3.connect(f"file:{results / 'orchestrator.db'}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT id, log_path FROM runs WHERE campaign != ?",
+                               (scratch,)).fetchall()  # fmt: skip
+        finally:
+            con.close()
+        logs_ok = all(lp is None or Path(lp).is_file() for _, lp in rows)
+        seen.append((len(rows), logs_ok))
+
+    def listener(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            committed_when_next_starts(event)
+
+    first = Bisection(store, plan, [host], options=BisectOptions(max_runs=3),
+                      listener=listener, command="test").run()  # fmt: skip
+    assert first.status == "incomplete" and "--max-runs 3" in first.message
+    runs1 = store.runs(first.campaign_id)
+    assert len(runs1) == 3 and all(r.cached_from is None for r in runs1)
+    assert runs1[0].label == "good" and runs1[0].verdict is Verdict.PASS  # ran, despite infra
+    # At each run's start every earlier run was committed (row and log file).
+    assert seen == [(0, True), (1, True), (2, True)]
+
+    # A second campaign of the same pair reuses the three verdicts, then runs on.
+    second = Bisection(store, plan, [host], options=BisectOptions(max_runs=1),
+                       command="test").run()  # fmt: skip
+    assert second.campaign_id != first.campaign_id
+    runs2 = store.runs(second.campaign_id)
+    assert [r.cached_from for r in runs2[:3]] == [r.id for r in runs1]
+    assert [(r.variant, r.verdict, r.signature) for r in runs2[:3]] == [
+        (r.variant, r.verdict, r.signature) for r in runs1]  # fmt: skip
+    assert len(runs2) == 4 and runs2[3].cached_from is None
+    assert (second.runs_reused, second.runs_executed) == (3, 1)
+
+    # fresh: nothing reused
+    third = Bisection(store, plan, [host], options=BisectOptions(max_runs=1, fresh=True),
+                      command="test").run()  # fmt: skip
+    runs3 = store.runs(third.campaign_id)
+    assert [r.cached_from for r in runs3] == [None]
+    assert (third.runs_reused, third.runs_executed) == (0, 1)
+
+    # Private: the directory tree 0700, every file 0600 (database, WAL, logs, reports).
+    from orchestrator.report import write_reports
+
+    write_reports(store, first.campaign_id)
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"orchestrator.db", "orchestrator.db-wal",
+                                       "orchestrator.db-shm"}  # fmt: skip
+    assert any(p.suffix == ".log" for p in files) and any(p.suffix == ".html" for p in files)
+    assert {str(p.relative_to(results)): oct(mode(p)) for p in files if mode(p) != 0o600} == {}
+    dirs = [results, *(p for p in results.rglob("*") if p.is_dir())]
+    assert {str(p): oct(mode(p)) for p in dirs if mode(p) != 0o700} == {}
+    store.close()
+    shutil.rmtree(results)
