@@ -258,14 +258,18 @@ def systemd_backend(work: Path) -> Iterator[Backend]:
 
         def server_times() -> tuple[float | None, float | None]:
             out = box.ssh_run(f"systemctl show {unit} -p ExecMainStartTimestampMonotonic "
-                              "-p ExecMainExitTimestampMonotonic", check=True).stdout  # fmt: skip
+                              "-p ExecMainExitTimestampMonotonic "
+                              "-p ActiveEnterTimestampMonotonic", check=True).stdout  # fmt: skip
             props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
             def mono(key: str) -> float | None:
                 v = int(props.get(key) or 0)
                 return v / 1e6 if v else None
 
-            return mono("ExecMainStartTimestampMonotonic"), mono("ExecMainExitTimestampMonotonic")
+            # A failed unit may report no ExecMainStart; Type=simple enters "active" at exec.
+            start = mono("ExecMainStartTimestampMonotonic") or mono(
+                "ActiveEnterTimestampMonotonic")
+            return start, mono("ExecMainExitTimestampMonotonic")
 
         yield Backend("systemd/nspawn", host, unit, server_times,
                       ["ip", "netns", "exec", box.netns.name],
