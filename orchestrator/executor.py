@@ -103,6 +103,7 @@ class Executor:
         accept_new_host_key: bool = False,
         poll_min: float = 0.25,
         poll_max: float = 1.0,
+        stable_for: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.host = host
@@ -116,6 +117,10 @@ class Executor:
         self.lock = HostLock(host, self.t, service, campaign)
         self.poll_min = poll_min
         self.poll_max = poll_max
+        #: seconds a server that just became ready must stay alive before it counts as
+        #: ready: one more poll after this settle catches a server that answers /health a
+        #: few times and then dies (it must not be judged `pass`)
+        self.stable_for = stable_for
         self.sleep = sleep
         self._opened = False
         self._help_cache: dict[tuple[str, ...], tuple[str, ...] | None] = {}
@@ -339,7 +344,8 @@ class Executor:
                 return "dead"
             streak = streak + 1 if poll.http_code == 200 else 0
             if streak >= exp.health.ready_after:
-                w.ready, w.ready_at = True, elapsed
+                w.ready = True
+                w.ready_at = elapsed if w.ready_at is None else w.ready_at
                 w.phase_times.setdefault(Phase.SERVING.value, round(elapsed, 3))
                 return "ready"
             return None
@@ -365,6 +371,9 @@ class Executor:
         outcome = retrying(once)
         if outcome == "timeout":
             w.timed_out = True
+        elif outcome == "ready" and self.stable_for > 0:
+            self.sleep(self.stable_for)
+            once()  # marks the run dead if the server did not survive the settle
 
     def _probe(
         self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
