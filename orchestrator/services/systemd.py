@@ -28,6 +28,12 @@ from orchestrator.services.base import (
 from orchestrator.transport.base import Transport
 
 DROPIN_NAME = "99-orchestrator.conf"
+#: secret environment variables, beside the drop-in (systemd reads only `*.conf` there)
+ENV_FILE_NAME = "99-orchestrator.env"
+#: the drop-in's temporary copy while it is written (systemd ignores the name)
+TMP_SUFFIX = ".orchestrator-tmp"
+#: how the unit was found (active/inactive), written once per campaign before anything changes
+STATE_NAME = "orchestrator-found-state"
 #: the drop-in remembers how the unit was found, so a restore after a crash knows too
 FOUND_MARK = "orchestrator-found-state:"
 STATE_PROPS = "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"

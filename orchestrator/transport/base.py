@@ -88,13 +88,22 @@ class Transport(ABC):
         return result
 
     def write_file(self, path: str, content: str, *, mode: int = 0o644, sudo: bool = False) -> None:
-        """Write a file atomically: a temporary file beside it, then rename over it."""
+        """Write a file atomically: a temporary file beside it, then rename over it.
+
+        Never a truncated file: a connection dropped mid-write closes the command's stdin,
+        `cat` ends at EOF with exit 0, and a plain `cat > tmp && mv` would rename the first
+        part over the target (a half drop-in the next daemon-reload loads). The copy is
+        renamed only when it holds every byte sent; the SSH transport then re-runs the
+        whole command on a new connection.
+        """
         d = shlex.quote(path.rsplit("/", 1)[0] or "/")
         tmp = shlex.quote(f"{path}.orchestrator-tmp")
         q = shlex.quote(path)
+        size = len(content.encode())
         cmd = (
-            f"umask 077 && mkdir -p {d} && cat > {tmp} && chmod {mode:o} {tmp} && "
-            f"mv -f {tmp} {q}"
+            f"umask 077 && mkdir -p {d} && cat > {tmp} && if [ $(wc -c < {tmp}) -eq {size} ]; "
+            f"then chmod {mode:o} {tmp} && mv -f {tmp} {q}; else rm -f {tmp}; "
+            "echo 'the file arrived incomplete' >&2; exit 1; fi"
         )
         self.run(cmd, sudo=sudo, stdin=content, check=True, timeout=30)
 
