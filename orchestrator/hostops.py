@@ -15,7 +15,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
 from orchestrator.hostlock import HostLock, lock_dir
 from orchestrator.services import ProcessManager, SystemdManager
-from orchestrator.services.systemd import DROPIN_NAME
+from orchestrator.services.systemd import DROPIN_NAME, STATE_NAME
 from orchestrator.transport import Transport
 
 
@@ -81,10 +81,13 @@ def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
     """Services with our drop-in or a detached server of ours, and lock files."""
     found: dict[str, list[str]] = {"systemd": [], "process": [], "locks": []}
     if host.service_manager == "systemd":
-        r = t.run(f"ls -1 {shlex.quote(host.unit_dir)}/*.d/{DROPIN_NAME} 2>/dev/null || true",
+        d = shlex.quote(host.unit_dir)
+        r = t.run(f"ls -1 {d}/*.d/{DROPIN_NAME} {d}/*.d/{STATE_NAME} 2>/dev/null || true",
                   sudo=True, timeout=30)  # fmt: skip
         for line in r.stdout.split():
-            found["systemd"].append(line.rsplit("/", 2)[-2][: -len(".d")])
+            unit = line.rsplit("/", 2)[-2][: -len(".d")]
+            if unit not in found["systemd"]:
+                found["systemd"].append(unit)
     run_dir = (host.run_dir or "/tmp/orchestrator").rstrip("/")
     r = t.run(f"ls -1 {shlex.quote(run_dir)}/*/pid 2>/dev/null || true", timeout=30)
     found["process"] = [line.rsplit("/", 2)[-2] for line in r.stdout.split()]

@@ -10,6 +10,7 @@ reloads, and leaves the service running or stopped as it was found.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
@@ -17,6 +18,7 @@ from orchestrator import facts
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import ServiceError
+from orchestrator.secrets import TOKEN_VALUE, is_secret_name
 from orchestrator.services.base import (
     LOG_MARK,
     Poll,
@@ -68,9 +70,30 @@ def systemd_quote(word: str) -> str:
 
 
 def env_assignment(key: str, value: str) -> str:
-    """One Environment= word: `"KEY=value"` (no `$` expansion there, but specifiers)."""
-    text = f"{key}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'"{text}"'
+    """One Environment= word: `"KEY=value"`, quoted so systemd gives back exactly `value`.
+
+    systemd unquotes the word and processes C escapes in it (so a newline or another
+    control character travels as `\\n` / `\\xNN`) and expands specifiers (`%%` is a
+    literal `%`); there is no `$` expansion in Environment=.
+    """
+    return systemd_quote(f"{key}={value}").replace("$$", "$")
+
+
+def env_file_line(key: str, value: str) -> str:
+    """One `KEY="value"` line of an EnvironmentFile=, read back exactly by systemd.
+
+    Inside double quotes systemd's env-file parser takes a backslash before one of
+    `"`, `\\`, `` ` `` or `$` as an escape, keeps every other character as it is (a
+    newline too: the value goes on over lines) and expands nothing.
+    """
+    return f'{key}="' + re.sub(r'(["\\`$])', r"\\\1", value) + '"'
+
+
+def is_private_env(key: str, value: str, refs: dict[str, str]) -> bool:
+    """Whether an environment variable must stay out of Environment=: systemd serves a
+    unit's Environment= to every local user over D-Bus (`systemctl show`), whatever
+    the drop-in's file mode, so a secret goes to a 0600 EnvironmentFile= instead."""
+    return key in refs or is_secret_name(key) or bool(TOKEN_VALUE.search(value))
 
 
 def bus_path(unit: str) -> str:
@@ -84,6 +107,21 @@ def bus_path(unit: str) -> str:
     return "/org/freedesktop/systemd1/unit/" + "".join(out)
 
 
+def _bus_data(text: str) -> list[object]:
+    """The `data` of `busctl --json=short get-property` output."""
+    try:
+        data = json.loads(text)["data"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise facts.FactParseError(f"busctl: unexpected output: {text[:200]!r}") from exc
+    if not isinstance(data, list):
+        raise facts.FactParseError(f"busctl: expected an array: {text[:200]!r}")
+    return data
+
+
+def _bus_strings(text: str) -> list[str]:
+    return [str(x) for x in _bus_data(text)]
+
+
 class SystemdManager(ServiceManager):
     kind = "systemd"
 
@@ -93,6 +131,9 @@ class SystemdManager(ServiceManager):
         super().__init__(host, transport, name=name, campaign=campaign)
         self.dropin_dir = f"{host.unit_dir.rstrip('/')}/{name}.d"
         self.dropin = f"{self.dropin_dir}/{DROPIN_NAME}"
+        self.env_file = f"{self.dropin_dir}/{ENV_FILE_NAME}"
+        self._env_text: str | None = None
+        self.state_file = f"{self.dropin_dir}/{STATE_NAME}"
         self._text: str | None = None
         self.found_active: bool | None = None
         self.backup: str | None = None
@@ -127,17 +168,25 @@ class SystemdManager(ServiceManager):
                 hint=f"install {self.name} on the host first (orchestrator only adds a drop-in "
                 f"to it), or fix service.unit in the experiment config",
             )
-        # A drop-in of ours left by a crashed controller: take it away first.
+        # What a crashed controller left (its drop-in, or only its note of how it found the
+        # unit, when it died between stopping the unit and writing the drop-in): undo it
+        # first, so the unit is found as it was before that campaign.
         leftover = self.t.read_file(self.dropin, sudo=True)
-        if leftover is not None:
+        noted = self.t.read_file(self.state_file, sudo=True)
+        if leftover is not None or noted is not None:
             self.restore()
             props = self._show("LoadState,ActiveState,FragmentPath,DropInPaths")
         self.found_active = props.get("ActiveState") in ("active", "activating", "reloading")
+        # systemd ignores files without a .conf suffix in the drop-in directory
+        self.t.write_file(self.state_file, "active\n" if self.found_active else "inactive\n",
+                          mode=0o600, sudo=True)  # fmt: skip
         self.backup = self._ctl(f"cat {shlex.quote(self.name)}", check=False)
 
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
         unset = sorted(k for k in env_keys if k not in env)
+        refs = dict(exp.secret_refs)
+        private = {k: v for k, v in env.items() if is_private_env(k, v, refs)}
         lines = [
             f"# written by orchestrator (campaign {self.campaign}, run {run_id}).",
             "# Removed when the campaign ends; `orchestrator restore` removes it too.",
@@ -154,26 +203,43 @@ class SystemdManager(ServiceManager):
         if unset:
             lines.append("UnsetEnvironment=" + " ".join(unset))
         for k, v in env.items():
-            lines.append("Environment=" + env_assignment(k, v))
+            if k not in private:
+                lines.append("Environment=" + env_assignment(k, v))
+        self._env_text = None
+        if private:
+            # Names only: the values are in the 0600 file, never in what D-Bus serves.
+            lines.append(f"# {self.env_file} holds: {' '.join(private)}")
+            lines.append("EnvironmentFile=" + self.env_file.replace("%", "%%"))
+            self._env_text = "".join(env_file_line(k, v) + "\n" for k, v in private.items())
+            self.t.write_file(self.env_file, self._env_text, mode=0o600, sudo=True)
+        else:
+            self.t.run(f"rm -f {shlex.quote(self.env_file)}", sudo=True, timeout=30)
         self._text = "\n".join(lines) + "\n"
         self.t.write_file(self.dropin, self._text, mode=0o600, sudo=True)
         self._ctl("daemon-reload", timeout=120)
-        return self._read_back(exp, env, unset)
+        return self._read_back(exp, {k: v for k, v in env.items() if k not in private}, unset,
+                               private)  # fmt: skip
 
-    def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str]) -> str | None:
+    def _busctl(self, prop: str) -> str | None:
+        """A Service property as `busctl --json=short` prints it (exact), or None."""
+        r = self.t.run(
+            "busctl --json=short get-property org.freedesktop.systemd1 "
+            f"{shlex.quote(bus_path(self.name))} org.freedesktop.systemd1.Service {prop}",
+            sudo=True,
+            timeout=30,
+        )
+        return r.stdout if r.ok and r.stdout.strip() else None
+
+    def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str],
+                   private: dict[str, str]) -> str | None:  # fmt: skip
         props = self._show("ExecStart,Environment,UnsetEnvironment,DropInPaths")
         intended = exp.argv()
         # systemd keeps `$$` in the stored argv and turns it into `$` only when it runs
         # the command (with `$VAR` expansion), so the property holds the escaped words.
         stored = [w.replace("$", "$$") for w in intended]
-        exact = self.t.run(
-            "busctl --json=short get-property org.freedesktop.systemd1 "
-            f"{shlex.quote(bus_path(self.name))} org.freedesktop.systemd1.Service ExecStart",
-            sudo=True,
-            timeout=30,
-        )
-        if exact.ok and exact.stdout.strip():
-            cmds = facts.parse_busctl_exec(exact.stdout)
+        exact = self._busctl("ExecStart")
+        if exact is not None:
+            cmds = facts.parse_busctl_exec(exact)
             got = list(cmds[0][1]) if len(cmds) == 1 else [f"<{len(cmds)} commands>"]
             argv_ok = got == stored
         else:
@@ -182,8 +248,16 @@ class SystemdManager(ServiceManager):
             argv_ok = len(commands) == 1 and facts.argv_matches(stored, commands[0])
         if not argv_ok:
             return f"ExecStart read back differs: intended {intended!r}, systemd has {got!r}"
-        effective = facts.parse_environment(props.get("Environment", ""))
-        for k in props.get("UnsetEnvironment", "").split():
+        # The exact strings over D-Bus; `systemctl show` prints control characters in
+        # escapes of its own, so it is only the fallback.
+        bus_env, bus_unset = self._busctl("Environment"), self._busctl("UnsetEnvironment")
+        if bus_env is not None and bus_unset is not None:
+            effective = dict(w.partition("=")[::2] for w in _bus_strings(bus_env))
+            unset_now = _bus_strings(bus_unset)
+        else:
+            effective = facts.parse_environment(props.get("Environment", ""))
+            unset_now = props.get("UnsetEnvironment", "").split()
+        for k in unset_now:
             effective.pop(k.split("=", 1)[0], None)
         wrong = {k: (v, effective.get(k)) for k, v in env.items() if effective.get(k) != v}
         stale = [k for k in unset if k in effective]
@@ -192,8 +266,28 @@ class SystemdManager(ServiceManager):
                 f"Environment read back differs: intended {env!r} without {unset!r}; "
                 f"systemd has {effective!r}"
             )
+        if private:
+            problem = self._read_back_env_file(private, unset_now)
+            if problem:
+                return problem
         if self.dropin not in props.get("DropInPaths", "").split():
             return f"systemd does not list the drop-in {self.dropin} (DropInPaths differs)"
+        return None
+
+    def _read_back_env_file(self, private: dict[str, str], unset_now: list[str]) -> str | None:
+        """The secret variables: the file as written, the last EnvironmentFile= of the
+        unit (a later one would override it), and none of them unset again."""
+        text = self.t.read_file(self.env_file, sudo=True)
+        if text != self._env_text:
+            return f"the environment file {self.env_file} read back differs from the one written"
+        files = self._busctl("EnvironmentFiles")
+        paths = [rec[0] for rec in _bus_data(files)] if files is not None else []
+        if not paths or paths[-1] != self.env_file:
+            return (f"EnvironmentFiles read back differs: intended {self.env_file} last, "
+                    f"systemd has {paths!r}")  # fmt: skip
+        dropped = sorted(k for k in private if k in {u.split("=", 1)[0] for u in unset_now})
+        if dropped:
+            return f"UnsetEnvironment= of the unit removes {', '.join(dropped)}"
         return None
 
     def rendered(self) -> str | None:
@@ -263,19 +357,24 @@ class SystemdManager(ServiceManager):
         done: list[str] = []
         unit = shlex.quote(self.name)
         text = self.t.read_file(self.dropin, sudo=True)
+        noted = self.t.read_file(self.state_file, sudo=True)
         had = text is not None
-        if self.found_active is None and text is not None:
+        if self.found_active is None and noted is not None:
+            self.found_active = noted.strip() == "active"
+        elif self.found_active is None and text is not None:
             m = re.search(rf"{FOUND_MARK} (\w+)", text)
             self.found_active = bool(m and m[1] == "active")
         self._ctl(f"stop {unit}", timeout=300, check=False)
-        if had:
+        if had or noted is not None:
             self.t.run(
-                f"rm -f {shlex.quote(self.dropin)}; rmdir {shlex.quote(self.dropin_dir)} "
-                "2>/dev/null || true",
+                f"rm -f {shlex.quote(self.dropin)} {shlex.quote(self.state_file)} "
+                f"{shlex.quote(self.env_file)}; "
+                f"rmdir {shlex.quote(self.dropin_dir)} 2>/dev/null || true",
                 sudo=True,
                 timeout=30,
                 check=True,
             )
+        if had:
             done.append(f"removed {self.dropin}")
         self._ctl("daemon-reload", timeout=120)
         self._ctl(f"reset-failed {unit}", check=False)
