@@ -224,8 +224,11 @@ class Bisection:
         where = ", ".join(h.name for h in self.hosts)
         # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
         ends: dict[tuple[int, ...], RunRow] = {}
+        # An `infra` verdict says nothing about the config: the endpoint is wanted again
+        # (3 in a row stop the campaign with the resume command, see _note_infra).
         stop = self._drive(pool, lambda: [v for v in ((), full) if v not in ends],
-                           lambda v, row: ends.__setitem__(v, row), target=None,
+                           lambda v, row: None if row.verdict is Verdict.INFRA
+                           else ends.__setitem__(v, row), target=None,
                            purpose=lambda v: "endpoint")  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
@@ -320,7 +323,10 @@ class Bisection:
             if d.result is None:
                 if isinstance(d.error, RunCancelled):
                     continue
-                if not pool.healthy():
+                # The last host stays in the pool whatever its error (a lock held by another
+                # campaign, a missing unit): raise it, or the variant is resubmitted to the
+                # same failing host again and again.
+                if not pool.healthy() or d.host.name in {h.name for h in pool.healthy_hosts()}:
                     raise d.error if isinstance(d.error, BaseException) else RuntimeError(
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
