@@ -211,3 +211,7 @@ class Pool:
                     w.restored = executor.close()
                 except BaseException as exc:  # noqa: BLE001
                     w.restored = [f"restore failed: {exc}"]
+                    # The user must hear that the host is left as it is, and how to fix it.
+                    self.emit(Notice(host=w.host.name, message=(
+                        f"{w.host.name} could not be restored: {exc}; once it is reachable: "
+                        f"orchestrator restore --host {w.host.name}")))  # fmt: skip
