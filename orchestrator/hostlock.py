@@ -80,7 +80,9 @@ class HostLock:
             self.held = True
             return
         holder = self.read()
-        if holder is not None and holder.campaign == self.campaign:
+        live = holder is not None and holder.owner == me() and holder.pid != os.getpid() \
+            and _pid_alive(holder.pid)  # fmt: skip
+        if holder is not None and holder.campaign == self.campaign and not live:
             # our own campaign, resumed after the controller died: take the lock over
             self.t.write_file(self.path, json.dumps(info) + "\n", sudo=True)
             self.held = True
@@ -89,6 +91,8 @@ class HostLock:
         stale = ""
         if holder and holder.owner == me() and not _pid_alive(holder.pid):
             stale = " The holder's process is gone from this machine: the lock is stale."
+        elif live and holder.campaign == self.campaign:
+            stale = " That campaign is running now: the same campaign cannot run twice."
         raise LockError(
             f"{self.host.describe()}: {self.service} is locked by {who}.{stale}",
             hint=(
