@@ -173,7 +173,9 @@ class Pool:
             w.infra_streak = 0
         if isinstance(done.error, RunCancelled):
             return done
-        if done.error is not None and w.healthy and len(self.healthy()) > 1:
+        # An error (not a verdict) would hit every run on this host: take it out, even the
+        # last one, so that the caller stops instead of handing it the same task forever.
+        if done.error is not None and w.healthy:
             w.healthy = False
             self.removed.append((w.host.name, str(done.error)))
             self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the pool: "
