@@ -29,14 +29,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.yamlio import read_yaml_mapping, validation_error
-from orchestrator.errors import ConfigError, UsageError
-from orchestrator.events import CampaignFinished, CampaignStarted, Listener, RunRecorded, null_listener
+from orchestrator.errors import ConfigError, InfraError, OrchestratorError, UsageError
+from orchestrator.events import (
+    CampaignFinished,
+    CampaignStarted,
+    Listener,
+    RunRecorded,
+    null_listener,
+)
 from orchestrator.executor import Executor, service_name
 from orchestrator.pool import Pool, Task
 from orchestrator.store import RunRow, Store
 from orchestrator.verdicts import Verdict
 
 Value = bool | int | float | str | None
+MAX_INFRA_IN_A_ROW = 3  # per healthy host, as in a bisection
 
 
 class SweepModel(BaseModel):
@@ -256,10 +263,10 @@ class SweepCampaign:
             with Pool(self.hosts, service=service, campaign=self.cid,
                       executor_factory=self.factory, listener=self.emit,
                       env_keys=env_keys) as pool:  # fmt: skip
-                in_flight = 0
+                in_flight = infra_streak = 0
                 while queue_ or in_flight:
                     while queue_ and pool.idle() and not stop_reason:
-                        stop_reason = self._budget(outcome)
+                        stop_reason = self._budget(in_flight)
                         if stop_reason:
                             break
                         it, k = queue_[0]
@@ -276,19 +283,24 @@ class SweepCampaign:
                     in_flight -= 1
                     it = self.sweep.items[d.task.key[0]]
                     if d.result is None:
-                        if not pool.healthy() or len(pool.healthy()) == 0:
-                            raise d.error or RuntimeError("pool failed")
-                        if isinstance(d.error, KeyboardInterrupt):
-                            raise d.error
-                        queue_.insert(0, (it, d.task.key[1]))  # another host takes it
-                        if not pool.healthy():
-                            raise d.error  # type: ignore[misc]
+                        # the pool took the host out (the last one too): the others take
+                        # the task; with none left the error ends the campaign
+                        if isinstance(d.error, KeyboardInterrupt) or not pool.healthy():
+                            raise d.error or RuntimeError("no host left in the pool")
+                        queue_.insert(0, (it, d.task.key[1]))
                         continue
                     rid = self.store.add_run(self.cid, variant=(d.task.key[0],),
                                              purpose=f"sweep/{d.task.key[1]}",
                                              result=d.result)  # fmt: skip
                     outcome.executed += 1
                     row = self.store.run(rid)
+                    infra_streak = infra_streak + 1 if row.verdict is Verdict.INFRA else 0
+                    if infra_streak >= MAX_INFRA_IN_A_ROW * max(len(pool.healthy()), 1):
+                        raise InfraError(
+                            f"{infra_streak} runs in a row failed on host trouble; last on "
+                            f"{row.host}: {row.detail}",
+                            hint="check the hosts (orchestrator hosts check), then resume "
+                            f"with: {self.resume_command}")  # fmt: skip
                     if row.verdict is Verdict.INFRA and d.task.attempts < 3:
                         queue_.insert(0, (it, d.task.key[1]))
                     self._emit(row, "run")
@@ -296,6 +308,9 @@ class SweepCampaign:
         except KeyboardInterrupt:
             self.store.update_campaign(self.cid, status="interrupted")
             raise Interrupted(self.cid, self.resume_command) from None
+        except OrchestratorError:
+            self.store.update_campaign(self.cid, status="interrupted")
+            raise
         recorded = self._recorded()
         outcome.rows = [SweepRow(it, k, recorded.get((it.index, k))) for it, k in todo]
         if stop_reason or any(r.run is None for r in outcome.rows):
@@ -306,10 +321,10 @@ class SweepCampaign:
                                    message=outcome.message))  # fmt: skip
         return outcome
 
-    def _budget(self, outcome: SweepOutcome) -> str:
+    def _budget(self, in_flight: int) -> str:
         if self.max_runs is not None:
             total = sum(1 for r in self.store.runs(self.cid) if r.cached_from is None)
-            if total >= self.max_runs:
+            if total + in_flight >= self.max_runs:  # runs in progress count: a pool
                 return f"--max-runs {self.max_runs} reached"
         if self.deadline_s is not None and time.monotonic() - self._t0 >= self.deadline_s:
             return "the time budget (--until / --deadline) is spent"

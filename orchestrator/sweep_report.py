@@ -25,7 +25,7 @@ def _values(camp: CampaignRow) -> dict[str, dict[str, Any]]:
 def markdown(camp: CampaignRow) -> str:
     out = [f"# Sweep {camp.spec.get('name')} (campaign {camp.id})", "",
            f"- sweep file: `{camp.spec.get('sweep')}`; hosts: {', '.join(camp.spec['hosts'])}",
-           f"- status **{camp.status}**", "",
+           f"- status **{camp.status}**", *_removed_lines(camp), "",
            "| config | repeat | verdict | signature | metric | time | run |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in _rows(camp):
@@ -34,6 +34,14 @@ def markdown(camp: CampaignRow) -> str:
         out.append(f"| {r['config']} | {r['repeat'] + 1} | {r['verdict'] or 'not run'} | "
                    f"{r['signature'] or ''} | {metric} | {dur} | {r['run'] or ''} |")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def _removed(camp: CampaignRow) -> list[tuple[str, str]]:
+    return [(str(h), str(why)) for h, why in (camp.answer or {}).get("removed_hosts") or []]
+
+
+def _removed_lines(camp: CampaignRow) -> list[str]:
+    return [f"- host {h} was taken out of the pool: {why}" for h, why in _removed(camp)]
 
 
 def svg_plot(camp: CampaignRow, width: int = 640, height: int = 320) -> str:
@@ -110,6 +118,8 @@ def html_page(camp: CampaignRow) -> str:
              f"<h1>Sweep {e(str(camp.spec.get('name')))} (campaign {e(camp.id)})</h1>",
              f"<p>sweep file <code>{e(str(camp.spec.get('sweep')))}</code>, hosts "
              f"{e(', '.join(camp.spec['hosts']))}, status <b>{e(camp.status)}</b></p>"]  # fmt: skip
+    parts += [f"<p class=removed>host <b>{e(h)}</b> was taken out of the pool: {e(why)}</p>"
+              for h, why in _removed(camp)]  # fmt: skip
     plot = svg_plot(camp)
     if plot:
         parts.append("<h2>Probe metric</h2>" + plot)
