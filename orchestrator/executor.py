@@ -42,6 +42,7 @@ from orchestrator.transport import Transport, connect
 from orchestrator.verdicts import Phase, Signature, Verdict
 
 LOG_TAIL_LINES = 400
+BOOT_MARK = "@@BOOT"
 
 
 class RunCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -320,16 +321,27 @@ class Executor:
 
     def _watch(self, exp: Experiment, started: Started, t0: float, w: _Watch) -> None:
         """Poll until ready, dead or past the deadline (capped exponential backoff)."""
-        cmd = self.manager.poll_command(exp, started)
+        # The host's boot id rides along: a host rebooted under the run (a reconnect that
+        # succeeded) shows a unit that never ran our variant, which is no verdict at all.
+        cmd = f"echo {BOOT_MARK} $(cat /proc/sys/kernel/random/boot_id 2>/dev/null); " + \
+            self.manager.poll_command(exp, started)  # fmt: skip
         streak = 0
+        boot: str | None = None
 
         def once() -> str | None:
-            nonlocal streak
+            nonlocal streak, boot
             if self.cancel_event.is_set():
                 raise RunCancelled(f"run cancelled on {self.host.name}")
             res = self.t.run(cmd, timeout=30)
             w.polls += 1
-            poll = self.manager.parse_poll(res.stdout, started)
+            first, _, text = res.stdout.partition("\n")
+            seen_boot = first.removeprefix(BOOT_MARK).strip()
+            if boot is None:
+                boot = seen_boot
+            elif seen_boot and seen_boot != boot:
+                raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
+                                 "changed); the run says nothing about the config")  # fmt: skip
+            poll = self.manager.parse_poll(text, started)
             w.poll = poll
             elapsed = time.monotonic() - t0
             seen = last_phase(poll.log_tail.splitlines())
