@@ -1,0 +1,111 @@
+"""Servers that misbehave right after starting, on the real systemd host.
+
+A server that answers `/health` `ready_after` times and dies at once must not be judged
+`pass`: the executor polls once more after a short settle (`Executor.stable_for`). A unit
+whose own configuration says `Restart=always`: our drop-in's `Restart=no` ends the run at
+the first death, and even when a drop-in of someone else's forces `Restart=always` over
+ours, the run ends at the first death (the InvocationID/NRestarts change is seen) and is
+judged on that first invocation's log. Afterwards the unit's own `Restart=` is back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.events import Event, StepDone
+from orchestrator.executor import Executor
+from orchestrator.verdicts import Phase, Verdict
+from tests.hosts.faults import B300, FLAKY_PATH, UNIT_DIR, SdLab
+from tests.hosts.systemd import SystemdHostFactory
+
+REPO = Path(__file__).resolve().parents[1]
+LAB = REPO / "experiments" / "lab"
+
+
+@pytest.fixture(scope="module")
+def sd_box(systemd_hosts: SystemdHostFactory,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdLab]:  # fmt: skip
+    box = systemd_hosts.boot()
+    try:
+        yield SdLab.setup(box, tmp_path_factory.mktemp("faults-server"), restart="always")
+    finally:
+        systemd_hosts.stop(box)
+
+
+@pytest.fixture
+def sd(sd_box: SdLab) -> Iterator[SdLab]:
+    yield sd_box
+    sd_box.reset()
+
+
+def flaky(healthy_for: int) -> Experiment:
+    e = load_experiment(LAB / "b300" / "good.yaml")
+    e = Experiment.from_dict({**e.to_dict(), "name": "flaky",
+                              "service": {**e.to_dict()["service"],
+                                          "exec": f"python3 {FLAKY_PATH}",
+                                          "flags": {"port": 30000, "healthy-for": healthy_for},
+                                          "env": {}}})  # fmt: skip
+    return e
+
+
+# ---- 5. healthy, then dead within the stability window ------------------------------------
+
+
+def test_server_that_dies_right_after_ready_is_not_pass(sd: SdLab) -> None:
+    with Executor(sd.host, service=B300, campaign="c-settle") as ex:
+        steady = ex.run(flaky(1000), run_id="steady")
+        dies = ex.run(flaky(2), run_id="dies")  # ready_after: 2, dead after the 2nd 200
+    assert steady.verdict is Verdict.PASS, (steady.detail, steady.log_tail[-1500:])
+    assert dies.ready_s is not None  # it did become ready ...
+    assert dies.verdict is not Verdict.PASS, (dies.detail, dies.log_tail[-1500:])
+    assert dies.verdict is Verdict.FAIL  # ... and died: a serving crash (no target: FAIL)
+    assert dies.signature is not None and dies.signature.phase is Phase.SERVING
+    assert "illegal memory access" in dies.signature.message
+    assert sd.restored_problems() == []
+
+
+# ---- 6. Restart=always that flaps -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["unit-restart-always",
+                                                      "foreign-dropin-forces-restart"])
+def test_restart_always_unit_run_ends_at_the_first_death(sd: SdLab, forced: bool) -> None:
+    assert sd.show("Restart")["Restart"] == "always"
+    if forced:
+        # Someone else's drop-in, read after ours, puts Restart=always back: the unit flaps.
+        sd.box.install_unit(f"{B300}.d/zz-flap.conf", "[Service]\nRestart=always\n"
+                            "RestartSec=100ms\n")  # fmt: skip
+    seen: dict[str, str] = {}
+
+    def listener(event: Event) -> None:
+        if isinstance(event, StepDone) and event.step == "started" and not seen:
+            seen.update(sd.show("Restart", "InvocationID"))
+
+    ep8 = load_experiment(LAB / "b300" / "ep8_only.yaml")  # dies at init, every start
+    with Executor(sd.host, service=B300, campaign="c-flap", listener=listener) as ex:
+        r = ex.run(ep8, run_id="flap")
+        after_run = sd.show("ActiveState", "NRestarts")
+    assert r.verdict is Verdict.FAIL, (r.detail, r.log_tail[-1500:])
+    assert r.signature is not None
+    assert (r.signature.phase, r.signature.error_class) == (Phase.INIT, "AttributeError")
+    assert r.invocation == seen["InvocationID"]  # judged on the first start's own log
+    assert r.log_tail.count("AttributeError: 'NoneType'") == 1  # one death, one traceback
+    assert after_run["ActiveState"] in ("inactive", "failed")  # stopped, not flapping on
+    if forced:
+        assert seen["Restart"] == "always"
+    else:
+        assert seen["Restart"] == "no"  # our drop-in's Restart=no was in force
+        assert after_run["NRestarts"] == "0"
+    # The unit's own Restart=always is back; theirs is left alone.
+    assert sd.show("Restart")["Restart"] == "always"
+    if forced:
+        assert sd.exists(f"{UNIT_DIR}/{B300}.d/zz-flap.conf")
+        assert "99-orchestrator" not in sd.show("DropInPaths")["DropInPaths"]
+        assert sd.show("ActiveState")["ActiveState"] == "inactive"
+        assert not sd.locks()
+    else:
+        assert sd.restored_problems() == []
