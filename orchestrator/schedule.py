@@ -68,6 +68,17 @@ def validate_calendar(spec: str) -> str:
 _DOW = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 0}
 
 
+def _dow_range(first: str, last: str) -> str:
+    """'mon'..'fri' -> '1-5'. A range that reaches Sunday ('Sat..Sun') is not an ascending
+    cron range in cron's Sunday=0 numbering ('6-0' is rejected): it becomes a list."""
+    week = list(_DOW)  # mon .. sun
+    i, j = week.index(first), week.index(last)
+    days = [_DOW[week[(i + k) % 7]] for k in range((j - i) % 7 + 1)]
+    if days == list(range(days[0], days[0] + len(days))):
+        return f"{days[0]}-{days[-1]}" if len(days) > 1 else str(days[0])
+    return ",".join(str(d) for d in days)
+
+
 def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
               log: Path | None = None) -> str | None:
     """The crontab equivalent of simple calendar specs ('Mon..Fri 01:30', 'daily', '02:00')."""
@@ -85,7 +96,7 @@ def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
         elif m[2]:
             if m[1] not in _DOW or m[2] not in _DOW:
                 return None
-            dow = f"{_DOW[m[1]]}-{_DOW[m[2]]}"
+            dow = _dow_range(m[1], m[2])
         else:
             days = [m[1], *[d for d in m[3].split(",") if d]]
             if any(d not in _DOW for d in days):
