@@ -254,9 +254,15 @@ STEPS = ("before-dropin", "after-daemon-reload", "polling", "recording")
 
 
 def _pause(step: str) -> None:
-    marker = os.environ["ORCH_FAULT_MARKER"]
-    Path(marker).write_text(step)
-    time.sleep(600)  # the test SIGKILLs us here; bounded in case it does not
+    """Say where we are (the marker file), then wait: for a SIGKILL, or for the test to
+    create MARKER.go to let us go on (bounded: 10 minutes)."""
+    marker = Path(os.environ["ORCH_FAULT_MARKER"])
+    go = marker.with_name(marker.name + ".go")
+    marker.write_text(step)
+    for _ in range(6000):
+        if go.exists():
+            return
+        time.sleep(0.1)
 
 
 def _install_pause(step: str, nth: int) -> None:
@@ -266,6 +272,7 @@ def _install_pause(step: str, nth: int) -> None:
     from orchestrator.store import Store
 
     runs = {"n": 0}
+    paused_once: list[bool] = []
     orig_run = Executor.run
 
     def counted(self: Executor, *a: Any, **kw: Any) -> Any:
@@ -278,10 +285,12 @@ def _install_pause(step: str, nth: int) -> None:
         orig: Callable[..., Any] = getattr(cls, name)
 
         def paused(*a: Any, **kw: Any) -> Any:
-            if before and runs["n"] == nth:
+            if before and runs["n"] == nth and not paused_once:
+                paused_once.append(True)
                 _pause(step)
             out = orig(*a, **kw)
-            if not before and runs["n"] == nth:
+            if not before and runs["n"] == nth and not paused_once:
+                paused_once.append(True)
                 _pause(step)
             return out
 
@@ -300,7 +309,8 @@ def _install_pause(step: str, nth: int) -> None:
         def tx(self: Store) -> Iterator[Any]:
             with orig_tx(self) as db:
                 yield db
-                if runs["n"] == nth and _in_add_run():
+                if runs["n"] == nth and _in_add_run() and not paused_once:
+                    paused_once.append(True)
                     _pause(step)
 
         Store._tx = tx  # type: ignore[method-assign]
