@@ -126,7 +126,11 @@ def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
         env.append(f"PYTHONPATH={os.environ['PYTHONPATH']}")
     if os.environ.get("ORCH_HOSTS"):
         env.append(f"ORCH_HOSTS={os.environ['ORCH_HOSTS']}")
-    quoted = " ".join(_sd_quote(w) for w in command)
+    # The shell makes the log's directory first: `StandardOutput=append:` would need it to
+    # exist before any command of the unit starts (systemd fails such a job with
+    # 209/STDOUT), and results/ may have been cleared since the schedule was added.
+    script = (f"mkdir -p {shlex.quote(str(log.parent))} && exec {shlex.join(command)} "
+              f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip
     service = "\n".join([
         "# written by `orchestrator schedule add`; remove with `orchestrator schedule remove "
         f"{name}`",
@@ -136,10 +140,8 @@ def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
         "Type=oneshot",
         f"WorkingDirectory={workdir}",
         *[f"Environment={_sd_quote(e)}" for e in env],
-        f"ExecStartPre=/bin/mkdir -p {_sd_quote(str(log.parent))}",
-        f"ExecStart={quoted}",
-        f"StandardOutput=append:{log}",
-        "StandardError=inherit",
+        f"# command: {shlex.join(command)}",
+        f"ExecStart=/bin/sh -c {_sd_quote(script)}",
         "",
     ])  # fmt: skip
     timer = "\n".join([
@@ -220,7 +222,9 @@ def listing() -> list[dict[str, str]]:
         text = path.read_text()
         cal = re.search(r"^OnCalendar=(.*)$", text, re.M)
         svc = sc.unit_dir / f"{PREFIX}{name}.service"
-        cmd = re.search(r"^ExecStart=(.*)$", svc.read_text(), re.M) if svc.exists() else None
+        text = svc.read_text() if svc.exists() else ""
+        cmd = re.search(r"^# command: (.*)$", text, re.M) or re.search(r"^ExecStart=(.*)$",
+                                                                          text, re.M)  # fmt: skip
         nxt = ""
         if systemd_available():
             r = _run(sc.systemctl("show", path.name, "-p", "NextElapseUSecRealtime", "--value"))
@@ -228,3 +232,4 @@ def listing() -> list[dict[str, str]]:
         out.append({"name": name, "at": cal[1] if cal else "?", "next": nxt,
                     "command": cmd[1] if cmd else "?"})  # fmt: skip
     return out
+

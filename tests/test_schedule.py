@@ -1,0 +1,254 @@
+"""Schedules: crontab lines and calendar checks here, a real timer in the systemd container.
+
+On this machine (no systemd as PID 1) `schedule add` validates `--at` with
+`systemd-analyze calendar` and prints the crontab line, whose command runs as printed. In
+the booted systemd container, `schedule add` (run there over SSH with the project's
+dependencies copied in) installs a timer that `systemctl list-timers` lists, and
+`systemctl start` of its service runs a sweep on the container itself (local transport,
+process manager) to its log and report; a job that fails exits with the sweep's code.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import schedule as sched
+from orchestrator.errors import UsageError
+from tests.campaign_lab import REPO, cli
+from tests.hosts.systemd import REPO_IN_CONTAINER, SystemdHost
+
+CACHE = Path(os.environ.get("ORCH_ROOTFS_CACHE", "/var/cache/orchestrator-tests"))
+DEPS_IN_CONTAINER = "/opt/orchestrator-deps"
+WORK = "/srv/orch"  # the job's working directory in the container (writable)
+
+
+# ---- pure: crontab lines ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, fields", [
+    ("Mon..Fri 01:30", "30 1 * * 1-5"),
+    ("mon..fri 1:30", "30 1 * * 1-5"),
+    ("Sat..Sun 03:00", "0 3 * * 6,0"),  # cron rejects the range 6-0
+    ("Mon,Wed,Fri 04:00:00", "0 4 * * 1,3,5"),
+    ("Sun 23:59", "59 23 * * 0"),
+    ("02:00", "0 2 * * *"),
+    ("daily", "0 0 * * *"),
+])  # fmt: skip
+def test_cron_line_of_simple_calendars(spec: str, fields: str) -> None:
+    assert sched.cron_line(spec, ["/usr/bin/python3", "-m", "orchestrator", "sweep",
+                                  "a b.yaml"]) == (
+        f"{fields} /usr/bin/python3 -m orchestrator sweep 'a b.yaml'")  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["hourly", "*-*-* 02:00:00", "Mon..Fri *-*-01 01:30",
+                                  "Mon 01:30:15", "Xyz 01:00"])  # fmt: skip
+def test_calendars_without_a_simple_cron_form(spec: str) -> None:
+    assert sched.cron_line(spec, ["x"]) is None
+
+
+def test_cron_line_runs_in_the_workdir_and_appends_to_the_log() -> None:
+    log = Path("/r/schedules/n.log")
+    line = sched.cron_line("Mon..Fri 01:30", ["orch", "sweep", "n.yaml"],
+                           workdir=Path("/srv/my work"), log=log)  # fmt: skip
+    assert line == ("30 1 * * 1-5 cd '/srv/my work' && mkdir -p /r/schedules && "
+                    "orch sweep n.yaml >> /r/schedules/n.log 2>&1")  # fmt: skip
+
+
+def test_calendar_validation() -> None:
+    assert sched.validate_calendar("Mon..Fri 01:30") == "Mon..Fri *-*-* 01:30:00"
+    with pytest.raises(UsageError) as err:
+        sched.validate_calendar("Mon..Fru 01:30")
+    assert "Failed to parse calendar specification 'Mon..Fru 01:30'" in str(err.value)
+    with pytest.raises(UsageError):
+        sched.check_name("../evil")
+
+
+def test_units_render_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/opt/x:/opt/y")
+    monkeypatch.setenv("ORCH_HOSTS", "/etc/orch/hosts.yaml")
+    command = sched.job_command(["sweep", "nightly.yaml", "--pool", "b300"])
+    units = sched.render_units("nightly", "Mon..Fri *-*-* 01:30:00", command,
+                               workdir=tmp_path, results=tmp_path / "results")  # fmt: skip
+    service, timer = units["orchestrator-nightly.service"], units["orchestrator-nightly.timer"]
+    # the job: a shell that makes the log's directory, then becomes the command
+    [exec_start] = [ln for ln in service.splitlines() if ln.startswith("ExecStart=")]
+    sh, dash_c, script = shlex.split(exec_start.removeprefix("ExecStart="))
+    log = tmp_path / "results" / "schedules" / "nightly.log"
+    assert (sh, dash_c) == ("/bin/sh", "-c")
+    assert script == (f"mkdir -p {log.parent} && exec {shlex.join(command)} >> {log} 2>&1")
+    assert command == [sys.executable, "-m", "orchestrator", "sweep", "nightly.yaml",
+                       "--pool", "b300"]  # fmt: skip
+    assert f"# command: {shlex.join(command)}" in service
+    assert f"WorkingDirectory={tmp_path}" in service
+    for env in (f"ORCH_RESULTS={tmp_path / 'results'}", "PYTHONPATH=/opt/x:/opt/y",
+                "ORCH_HOSTS=/etc/orch/hosts.yaml"):  # fmt: skip
+        assert f'Environment="{env}"' in service
+    assert "OnCalendar=Mon..Fri *-*-* 01:30:00" in timer and "Persistent=true" in timer
+    assert "Unit=orchestrator-nightly.service" in timer
+
+
+# ---- the CLI on this machine (systemd is not PID 1 here) ----------------------------------
+
+
+def test_bad_calendar_is_a_usage_error_with_the_reason(tmp_path: Path) -> None:
+    res = cli("schedule", "add", "nightly", "--at", "Mon..Fru 01:30", "--results",
+              tmp_path / "results", "--", "sweep", "x.yaml", timeout=60)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Failed to parse calendar specification 'Mon..Fru 01:30'" in res.stdout + res.stderr
+    assert not (tmp_path / "results").exists()
+    nothing = cli("schedule", "add", "nightly", "--at", "daily", timeout=60)
+    assert nothing.returncode == 2 and "nothing to schedule" in nothing.stdout + nothing.stderr
+
+
+@pytest.mark.skipif(Path("/run/systemd/system").is_dir(), reason="systemd is running here")
+def test_without_systemd_the_crontab_line_is_printed_and_runs(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    res = cli("schedule", "add", "listing", "--at", "Mon..Fri 01:30", "--results", results,
+              "--", "runs", timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    [line] = [ln for ln in res.stdout.splitlines() if ln.startswith("30 1 * * 1-5 ")]
+    assert f"cd {shlex.quote(str(REPO))} && " in line
+    assert f"{sys.executable} -m orchestrator runs >> {results}/schedules/listing.log" in line
+    # what cron would run: the line after its five time fields
+    job = line.split(" ", 5)[5]
+    env = {**os.environ, "ORCH_RESULTS": str(results)}
+    run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60, env=env)
+    assert run.returncode == 0, run.stderr
+    assert (results / "schedules" / "listing.log").is_file()
+
+
+# ---- a real timer in the systemd container ------------------------------------------------
+
+
+def project_dependencies() -> list[str]:
+    return list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+
+
+def python_deps() -> Path:
+    """The project's dependencies installed for Python 3.11 (the container's) with this
+    venv's pip into a directory cached outside the repo, like the rootfs."""
+    deps = project_dependencies()
+    key = hashlib.sha256(json.dumps([sys.version_info[:2], sorted(deps)]).encode()).hexdigest()
+    dest = CACHE / f"pydeps-cp3{sys.version_info[1]}-{key[:16]}"
+    if dest.is_dir():
+        return dest
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".pydeps.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if dest.is_dir():
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=".pydeps-", dir=CACHE))
+        res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target",
+                              str(tmp), *deps], capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.fail(f"pip install --target failed: {res.stderr[-2000:]}")
+        tmp.chmod(0o755)
+        os.rename(tmp, dest)
+    return dest
+
+
+def copy_in(box: SystemdHost, src: Path, dest: str) -> None:
+    """`src`'s contents to `dest` in the container (tar through ssh)."""
+    tar = subprocess.Popen(["tar", "-C", str(src), "-cf", "-", "."], stdout=subprocess.PIPE)
+    try:
+        res = subprocess.run(box.ssh_command(f"mkdir -p {dest} && tar -C {dest} -xf -"),
+                             stdin=tar.stdout, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    finally:
+        assert tar.stdout is not None
+        tar.stdout.close()
+        tar.wait(timeout=60)
+    assert res.returncode == 0 and tar.returncode == 0, res.stderr
+
+
+def orch(box: SystemdHost, args: str, *, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python3 -m orchestrator ARGS` in the container, from the job's working directory."""
+    env = f"PYTHONPATH={REPO_IN_CONTAINER}:{DEPS_IN_CONTAINER} ORCH_HOSTS={WORK}/hosts.yaml"
+    return box.ssh_run(f"cd {WORK} && {env} python3 -m orchestrator {args}", timeout=timeout)
+
+
+def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: SystemdHost) -> None:
+    box = systemd_host
+    copy_in(box, python_deps(), DEPS_IN_CONTAINER)
+    # the sweep runs on the container itself: local transport, the process manager
+    box.write_file(f"{WORK}/hosts.yaml", yaml.safe_dump({"hosts": {"self": {
+        "address": "localhost", "transport": "local", "service_manager": "process",
+        "run_dir": f"{WORK}/run",
+        "env": {"PYTHONPATH": REPO_IN_CONTAINER, "ORCH_LAB_TIME_SCALE": "0.1"}}}}))  # fmt: skip
+    box.write_file(f"{WORK}/base.yaml", yaml.safe_dump({
+        "name": "nightly-base",
+        "extends": f"{REPO_IN_CONTAINER}/experiments/lab/rtx6000/perf_good.yaml",
+        "probe": {"run": "python3 -m orchestrator.lab.bench --port {port} --num-prompts 24 "
+                         "--random-output-len 32"}}))  # fmt: skip
+    box.write_file(f"{WORK}/nightly.yaml", yaml.safe_dump({
+        "name": "nightly", "base": "base.yaml", "host": "self",
+        "matrix": {"cuda-graph-max-bs": [128, 512]}}))  # fmt: skip
+    # 1. install: validated, written as system units (root), enabled
+    add = orch(box, "schedule add nightly --at 'Mon..Fri 01:30' --results results "
+                    "-- sweep nightly.yaml")  # fmt: skip
+    assert add.returncode == 0, add.stdout + add.stderr
+    assert "installed orchestrator-nightly.timer in /etc/systemd/system" in add.stdout
+    timers = box.ssh_run("systemctl list-timers --all --no-pager", check=True).stdout
+    [row] = [ln for ln in timers.splitlines() if "orchestrator-nightly.timer" in ln]
+    assert "orchestrator-nightly.service" in row
+    enabled = box.ssh_run("systemctl is-enabled orchestrator-nightly.timer").stdout.strip()
+    assert enabled == "enabled"
+    listed = orch(box, "schedule list --json")
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)
+    assert entry["name"] == "nightly" and entry["at"] == "Mon..Fri 01:30"
+    assert (
+        entry["next"] and entry["command"] == "/usr/bin/python3 -m orchestrator sweep nightly.yaml"
+    )
+    unit = box.ssh_run("systemctl cat orchestrator-nightly.service", check=True).stdout
+    assert f"PYTHONPATH={REPO_IN_CONTAINER}:{DEPS_IN_CONTAINER}" in unit
+    assert f"WorkingDirectory={WORK}" in unit and "Persistent=true" in box.ssh_run(
+        "systemctl cat orchestrator-nightly.timer", check=True).stdout  # fmt: skip
+    # 2. start the job now: the sweep runs to its table, log and report
+    start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
+    show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
+                       "-p ExecMainStatus", check=True).stdout  # fmt: skip
+    log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
+    journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
+    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
+    assert "Result=success" in show and "ExecMainStatus=0" in show
+    assert "cuda-graph-max-bs=128" in log and "cuda-graph-max-bs=512" in log
+    assert "runs: 2 executed" in log
+    [html] = [ln.split("report: ", 1)[1] for ln in log.splitlines() if ln.startswith("report: ")
+              and ln.endswith(".html")]  # fmt: skip
+    assert html.startswith(f"{WORK}/results/reports/")
+    page = box.ssh_run(f"cat {html}", check=True).stdout
+    assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 2
+    # 3. a job that fails says so with the command's exit code (2: the sweep file is gone)
+    broken = orch(box, "schedule add broken --at daily --results results -- sweep gone.yaml")
+    assert broken.returncode == 0, broken.stdout + broken.stderr
+    # (results/schedules cleared since: the job makes it again for its log)
+    box.ssh_run(f"rm -rf {WORK}/results/schedules", check=True)
+    failed = box.ssh_run("systemctl start orchestrator-broken.service", timeout=120)
+    assert failed.returncode != 0
+    show = box.ssh_run("systemctl show orchestrator-broken.service -p Result -p ExecMainStatus",
+                       check=True).stdout  # fmt: skip
+    assert "ExecMainStatus=2" in show and "Result=exit-code" in show, show
+    assert "gone.yaml" in box.ssh_run(f"cat {WORK}/results/schedules/broken.log").stdout
+    # 4. remove: units gone, the timer no longer listed
+    for name in ("nightly", "broken"):
+        rm = orch(box, f"schedule remove {name}")
+        assert rm.returncode == 0, rm.stdout + rm.stderr
+    timers = box.ssh_run("systemctl list-timers --all --no-pager", check=True).stdout
+    assert "orchestrator-" not in timers
+    assert box.ssh_run("ls /etc/systemd/system/orchestrator-*").returncode != 0
