@@ -165,6 +165,16 @@ class Store:
             db = getattr(self, "db", None)
             if db is not None:
                 db.close()
+            if isinstance(exc, sqlite3.OperationalError) and (
+                "full" in str(exc) or "readonly" in str(exc)
+            ):
+                # Past the write probe, yet no room (or no right) for the database: the
+                # directory is the problem, not a damaged file to move aside.
+                raise StoreError(
+                    f"cannot write results to {self.root}: {exc}",
+                    hint="free some space or make the directory writable, or choose another "
+                    "with --results DIR (or ORCH_RESULTS)",
+                ) from exc
             raise StoreError(
                 f"the results database {self.db_path} is unreadable: {exc}",
                 hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
