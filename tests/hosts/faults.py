@@ -170,9 +170,16 @@ def read_only_dir(path: Path) -> Iterator[Path]:
         _umount(path)
 
 
+def _mounted(path: Path) -> bool:
+    # Not os.path.ismount: a bind mount of a directory onto itself is on the same device
+    # as its parent, and ismount() says False.
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    return any(line.split()[1].replace("\\040", " ") == str(path) for line in mounts)
+
+
 def _umount(path: Path) -> None:
     for _ in range(20):
-        if not os.path.ismount(path):
+        if not _mounted(path):
             return
         if _run(["umount", str(path)], check=False).returncode == 0:
             return
