@@ -226,9 +226,23 @@ class Bisection:
         ends: dict[tuple[int, ...], RunRow] = {}
         # An `infra` verdict says nothing about the config: the endpoint is wanted again
         # (3 in a row stop the campaign with the resume command, see _note_infra).
-        stop = self._drive(pool, lambda: [v for v in ((), full) if v not in ends],
-                           lambda v, row: None if row.verdict is Verdict.INFRA
-                           else ends.__setitem__(v, row), target=None,
+        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
+        # good run's metric: good runs first then, and bad's task carries its metric.
+        relative_bar = any(e.probe is not None and e.probe.condition is not None
+                           and e.probe.condition.relative_to_good
+                           for e in (self.plan.good, self.plan.bad))  # fmt: skip
+
+        def want_ends() -> list[tuple[int, ...]]:
+            want = [v for v in ((), full) if v not in ends]
+            return want[:1] if relative_bar and () in want else want
+
+        def got_end(v: tuple[int, ...], row: RunRow) -> None:
+            if row.verdict is not Verdict.INFRA:
+                ends[v] = row
+                if v == ():
+                    self.good_metric = row.probe_metric
+
+        stop = self._drive(pool, want_ends, got_end, target=None,
                            purpose=lambda v: "endpoint")  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
