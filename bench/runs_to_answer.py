@@ -7,6 +7,15 @@ mean runs after the two endpoint checks (which every strategy needs and are coun
 separately). picire's ddmin (a peer implementation from PyPI) runs on the same oracles.
 
     .venv/bin/python bench/runs_to_answer.py [--max-cases 200] [--n 8,16] [--markdown]
+        [--pools 1,2,4]
+
+`--pools 1,2,4` adds a table for pools of k hosts, simulating the campaign's dispatch rule
+(`Bisection._drive`): each step the round's pending variants go to the idle hosts, every
+run takes one time unit, and once a round is decided (a stop-on-fail round's first
+failure) the runs still in progress are cancelled. Per strategy, shape and k: rounds
+(time units, i.e. wall time in runs), runs with a verdict, cancelled runs, and idle host
+slots (a host with nothing to run during a time unit); the endpoint checks are excluded
+as above (with k >= 2 they take one round instead of two).
 """
 
 from __future__ import annotations
@@ -109,13 +118,90 @@ def run_picire(n: int, case: Case) -> tuple[bool, int]:
     return frozenset({frozenset(result)}) == case.expected, len(seen)
 
 
+@dataclass
+class PoolCost:
+    rounds: int = 0
+    runs: int = 0
+    cancelled: int = 0
+    idle: int = 0
+    correct: bool = True
+
+
+def run_pool(name: str, n: int, case: Case, k: int) -> PoolCost:
+    """One search on a pool of k hosts (see the module docstring for the rule)."""
+    full = frozenset(range(n))
+    planner = Planner(n, STRATEGIES[name], known={frozenset(): Verdict.PASS, full: Verdict.FAIL})
+    cost = PoolCost()
+    for _ in range(20 * n * n + 100):
+        if planner.done:
+            break
+        batch = planner.pending()[:k]  # idle hosts take the pending variants in round order
+        cost.rounds += 1
+        cost.idle += k - len(batch)
+        for i, v in enumerate(batch):  # all end together; the coordinator reads them in order
+            if v not in planner.pending():  # the round was decided: this run was cancelled
+                cost.cancelled += len(batch) - i
+                break
+            planner.record(v, case.oracle(v))
+            cost.runs += 1
+    found = frozenset(frozenset(s) for s in planner.answer.culprit_sets)
+    cost.correct = found == case.expected
+    return cost
+
+
+def pool_rows(ns: list[int], pools: list[int], max_cases: int) -> tuple[list[str], list[list[str]]]:
+    header = ["strategy", "n", "shape"]
+    for k in pools:
+        header += [f"k={k} rounds", f"k={k} runs", f"k={k} cancel", f"k={k} idle"]
+    rows: list[list[str]] = []
+    for name in ("linear", "dd", "auto"):
+        for n in ns:
+            for shape in SHAPES:
+                if shape in ("AND-pair", "OR-pair") and n < 2 or shape == "AND-triple" and n < 3:
+                    continue
+                row = [name, str(n), shape]
+                answers: list[bool] | None = None
+                for k in pools:
+                    costs = [run_pool(name, n, c, k) for c in cases(shape, n, max_cases)]
+                    m = len(costs)
+                    # cancelling decided rounds must not change any answer
+                    answers = answers or [c.correct for c in costs]
+                    assert [c.correct for c in costs] == answers, (name, n, shape, k)
+                    row += [f"{sum(c.rounds for c in costs) / m:.1f}",
+                            f"{sum(c.runs for c in costs) / m:.1f}",
+                            f"{sum(c.cancelled for c in costs) / m:.1f}",
+                            f"{sum(c.idle for c in costs) / m:.1f}"]  # fmt: skip
+                rows.append(row)
+    return header, rows
+
+
+def print_table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join("---" for _ in header) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-cases", type=int, default=200, help="placements per (n, shape)")
     ap.add_argument("--n", help="comma-separated n values (default: the full grid)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--pools", help="comma-separated pool sizes k, e.g. 1,2,4: the pool table")
     args = ap.parse_args(argv)
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
+    if args.pools:
+        pools = [int(x) for x in args.pools.split(",")]
+        print("pools of k hosts: mean per placement, after the 2 endpoint checks; rounds = wall "
+              "time in runs")  # fmt: skip
+        print_table(*pool_rows(ns, pools, args.max_cases), args.markdown)
+        return 0
     try:
         import picire  # noqa: F401
 
@@ -135,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 ok = total = worst = count = 0
                 for case in cases(shape, n, args.max_cases):
-                    good, runs = run_picire(n, case) if name == "picire" else run_ours(name, n, case)
+                    if name == "picire":
+                        good, runs = run_picire(n, case)
+                    else:
+                        good, runs = run_ours(name, n, case)
                     ok += good
                     total += runs
                     worst = max(worst, runs)
@@ -145,16 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             row.append(bound)
             rows.append(row)
     print("runs after the 2 endpoint checks (good must pass, bad must fail; not counted)")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    if args.markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "|".join("---" for _ in header) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
-        for r in rows:
-            print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+    print_table(header, rows, args.markdown)
     return 0
 
 
