@@ -15,7 +15,9 @@ run takes one time unit, and once a round is decided (a stop-on-fail round's fir
 failure) the runs still in progress are cancelled. Per strategy, shape and k: rounds
 (time units, i.e. wall time in runs), runs with a verdict, cancelled runs, and idle host
 slots (a host with nothing to run during a time unit); the endpoint checks are excluded
-as above (with k >= 2 they take one round instead of two).
+as above (with k >= 2 they take one round instead of two). Hosts the round leaves idle
+run ahead (`Planner.lookahead`: what the search wants next whatever the runs in progress
+show), as the campaign does; those runs count.
 """
 
 from __future__ import annotations
@@ -136,14 +138,19 @@ def run_pool(name: str, n: int, case: Case, k: int) -> PoolCost:
         if planner.done:
             break
         batch = planner.pending()[:k]  # idle hosts take the pending variants in round order
+        ahead = planner.lookahead(k - len(batch)) if k > 1 else []  # spare hosts run ahead
         cost.rounds += 1
-        cost.idle += k - len(batch)
+        cost.idle += k - len(batch) - len(ahead)
         for i, v in enumerate(batch):  # all end together; the coordinator reads them in order
             if v not in planner.pending():  # the round was decided: this run was cancelled
                 cost.cancelled += len(batch) - i
                 break
             planner.record(v, case.oracle(v))
             cost.runs += 1
+        for v in ahead:  # speculative runs end with the round; their verdicts are kept
+            if planner.verdict(v) is None:
+                planner.record(v, case.oracle(v))
+                cost.runs += 1
     found = frozenset(frozenset(s) for s in planner.answer.culprit_sets)
     cost.correct = found == case.expected
     return cost

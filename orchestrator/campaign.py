@@ -279,8 +279,11 @@ class Bisection:
             rnd = planner.current_round
             return rnd.purpose if rnd else "search"
 
+        def ahead(limit: int) -> list[tuple[int, ...]]:
+            return [tuple(sorted(v)) for v in planner.lookahead(limit)]
+
         stop = self._drive(pool, wanted, lambda v, row: planner.record(frozenset(v), row.verdict),
-                           target=self.target, purpose=purpose)  # fmt: skip
+                           target=self.target, purpose=purpose, speculate=ahead)  # fmt: skip
         if stop:
             return self._incomplete(planner, stop)
         answer = planner.answer
@@ -297,16 +300,25 @@ class Bisection:
         target: Signature | None,
         purpose: Callable[[tuple[int, ...]], str],
         fresh_runs: bool = False,
+        speculate: Callable[[int], list[tuple[int, ...]]] | None = None,
     ) -> str | None:
         """Obtain verdicts for the variants `wanted()` names until it names none: from this
-        campaign's records, the cache, or runs on idle hosts. Returns why it stopped early
-        (a budget), or None."""
+        campaign's records, the cache, or runs on idle hosts. With `speculate`, hosts left
+        idle run the variants the search will want next whatever the runs in progress
+        show. Returns why it stopped early (a budget), or None."""
         in_flight: dict[tuple[int, ...], Task] = {}
         stop: str | None = None
         for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
             want = wanted()
+            ahead: list[tuple[int, ...]] = []
+            spare = len(pool.idle()) - len([v for v in want if v not in in_flight])
+            if speculate is not None and len(pool.healthy()) > 1 and not stop and (
+                spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
+            ):
+                running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
+                ahead = speculate(max(spare, 0) + running)
             for v, task in list(in_flight.items()):
-                if v not in want:
+                if v not in want and v not in ahead:
                     pool.cancel(task)  # the round was decided without it
             progressed = False
             for v in want:
@@ -324,12 +336,24 @@ class Bisection:
                 seq = self.store.next_seq(self.cid) + len(in_flight)
                 task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
                             run_id=f"{self.cid}.{seq}", target=target,
-                            good_metric=self.good_metric)  # fmt: skip
-                task.purpose = purpose(v)  # type: ignore[attr-defined]
+                            good_metric=self.good_metric, purpose=purpose(v))  # fmt: skip
                 pool.submit(task)
                 in_flight[v] = task
             if progressed:
                 continue
+            for v in ahead:  # spare hosts run ahead; a verdict found later is reused
+                if v in in_flight or not pool.idle():
+                    continue
+                stop = stop or self._budget_exhausted(len(in_flight))
+                if stop or self._known(v, target, pool.healthy_hosts()) is not None:
+                    break
+                seq = self.store.next_seq(self.cid) + len(in_flight)
+                task = Task(key=v, exp=self.plan.variant(frozenset(v)),
+                            label=self.plan.describe(frozenset(v)), run_id=f"{self.cid}.{seq}",
+                            target=target, good_metric=self.good_metric,
+                            purpose="speculative")  # fmt: skip
+                pool.submit(task)
+                in_flight[v] = task
             if not in_flight:
                 return stop if want else None
             d = pool.wait()
@@ -344,8 +368,7 @@ class Bisection:
                     raise d.error if isinstance(d.error, BaseException) else RuntimeError(
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
-            rid = self.store.add_run(self.cid, variant=d.task.key,
-                                     purpose=getattr(d.task, "purpose", "search"),
+            rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
                                      result=d.result)  # fmt: skip
             self.executed += 1
             self._note_infra(d.result, len(pool.healthy()))

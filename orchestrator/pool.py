@@ -34,6 +34,7 @@ class Task:
     run_id: str
     target: Signature | None = None
     good_metric: float | None = None
+    purpose: str = "search"  # why it runs: endpoint, search, confirm, speculative, ...
     attempts: int = 0
 
 

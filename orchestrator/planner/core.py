@@ -84,6 +84,7 @@ class Planner:
         self.infra_attempts: dict[Variant, int] = {}
         self._preset = dict(known or {})
         self.results.update(self._preset)
+        self._strategy = strategy
         self._gen = strategy(n)
         self._round: Round | None = None
         self._answer: Answer | None = None
@@ -139,6 +140,35 @@ class Planner:
             self.history.append((variant, verdict))
         self.results[variant] = verdict
         self._advance(None)
+
+    def lookahead(self, limit: int) -> list[Variant]:
+        """Variants the search will want next, whatever the variants now pending turn out to
+        be: for spare hosts of a pool to run ahead (speculation). Pure: the strategy is
+        replayed on the known verdicts plus hypothetical ones, breadth first, nearest
+        first; nothing already known or pending is returned."""
+        if limit <= 0 or self.done:
+            return []
+        out: list[Variant] = []
+        skip = set(self.results) | set(self.pending())
+        frontier: list[dict[Variant, Verdict]] = [{}]
+        for _ in range(8):  # depth bound: a spare host rarely pays off further ahead
+            nxt: list[dict[Variant, Verdict]] = []
+            for hyp in frontier:
+                sim = Planner(self.n, self._strategy, known={**self.results, **hyp},
+                              closure=self.closure)  # fmt: skip
+                pending = sim.pending()
+                if sim.done or not pending:
+                    continue
+                v = pending[0]
+                if v not in skip and v not in out:
+                    out.append(v)
+                    if len(out) >= limit:
+                        return out
+                nxt += [{**hyp, v: Verdict.FAIL}, {**hyp, v: Verdict.PASS}]
+            frontier = nxt[: 4 * limit + 2]
+            if not frontier:
+                break
+        return out
 
     def preload(self, results: Iterable[tuple[Variant, Verdict]]) -> None:
         """Feed verdicts known from earlier runs (resume, cache) without counting them."""
