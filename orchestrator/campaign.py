@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.errors import CampaignIncomplete, InfraError, OrchestratorError
+from orchestrator.errors import CampaignIncomplete, InfraError, LockError, OrchestratorError
 from orchestrator.events import (
     CampaignFinished,
     CampaignStarted,
@@ -205,6 +205,8 @@ class Bisection:
             self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
             raise Interrupted(self.cid, self.resume_command) from None
         except OrchestratorError as exc:
+            if isinstance(exc, LockError):
+                raise  # another process runs this campaign: its status is not ours to change
             self.store.update_campaign(self.cid, status="interrupted")
             if isinstance(exc, InfraError):
                 exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
