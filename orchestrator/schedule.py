@@ -139,7 +139,7 @@ def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
         "[Service]",
         "Type=oneshot",
         f"WorkingDirectory={workdir}",
-        *[f"Environment={_sd_quote(e)}" for e in env],
+        *[f"Environment={env_assignment(*e.split('=', 1))}" for e in env],
         f"# command: {shlex.join(command)}",
         f"ExecStart=/bin/sh -c {_sd_quote(script)}",
         "",
@@ -157,6 +157,13 @@ def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
         "",
     ])  # fmt: skip
     return {f"{PREFIX}{name}.service": service, f"{PREFIX}{name}.timer": timer}
+
+
+def env_assignment(key: str, value: str) -> str:
+    # Environment= expands specifiers but not `$`: quote it like a drop-in does
+    from orchestrator.services.systemd import env_assignment as quoted
+
+    return quoted(key, value)
 
 
 def _sd_quote(word: str) -> str:

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--good", help="experiment YAML that works")
     p.add_argument("--bad", help="experiment YAML that fails")
-    p.add_argument("--host", help="host name from the hosts file")
+    p.add_argument("--host", "--pool", dest="host",
+                   help="host or pool name from the hosts file (a pool runs variants in parallel)")
     p.add_argument("--resume", metavar="ID", help="continue an interrupted campaign")
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
     p.add_argument("--repeat", type=int, default=1, metavar="N",
