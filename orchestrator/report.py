@@ -16,7 +16,6 @@ from typing import Any
 
 from orchestrator.classify import analyze_log
 from orchestrator.store import CampaignRow, RunRow, Store
-from orchestrator.verdicts import Verdict
 
 COLORS = {
     "pass": "#2e7d32",
@@ -125,7 +124,8 @@ h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}
 code,pre{font-family:ui-monospace,monospace;font-size:12.5px}pre{background:#f6f6f6;padding:8px;
-overflow-x:auto}.answer{border:2px solid #c62828;padding:.6em 1em;border-radius:6px;background:#fff7f7}
+overflow-x:auto}.answer{border:2px solid #c62828;padding:.6em 1em;border-radius:6px;
+background:#fff7f7}
 .v{font-weight:600}.cell{width:18px;height:18px;border:1px solid #fff}
 .matrix td{padding:0;border:1px solid #fff}.matrix th{font-weight:normal;font-size:11px}
 """
@@ -141,8 +141,9 @@ def html_page(camp: CampaignRow, runs: list[RunRow]) -> str:
     parts.append(f"<h1>Campaign {e(camp.id)}: {e(camp.kind)}</h1>")
     parts.append(f"<p>good <code>{e(str(spec.get('good_source')))}</code>, bad "
                  f"<code>{e(str(spec.get('bad_source')))}</code>, hosts "
-                 f"{e(', '.join(spec.get('hosts', [])))}, strategy {e(str(spec.get('strategy')))}"
-                 f", started {e(_when(camp.created))}, status <b>{e(camp.status)}</b></p>")  # fmt: skip
+                 f"{e(', '.join(spec.get('hosts', [])))}, strategy "
+                 f"{e(str(spec.get('strategy')))}, started {e(_when(camp.created))}, status "
+                 f"<b>{e(camp.status)}</b></p>")  # fmt: skip
     parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
     if camp.target:
         parts.append(f"<p>Target failure: <code>{e(str(camp.target))}</code></p>")
@@ -215,14 +216,13 @@ def html_page(camp: CampaignRow, runs: list[RunRow]) -> str:
     return "\n".join(parts)
 
 
-def write_reports(store: Store, campaign_id: str) -> list[Path]:
-    camp = store.campaign(campaign_id)
-    runs = store.runs(camp.id)
+def write_private(store: Store, campaign_id: str, texts: dict[str, str]) -> list[Path]:
+    """Write `results/reports/<campaign><suffix>` files atomically, readable by the owner."""
     out_dir = store.root / "reports"
     out_dir.mkdir(exist_ok=True, mode=0o700)
     paths = []
-    for suffix, text in ((".md", markdown(camp, runs)), (".html", html_page(camp, runs))):
-        path = out_dir / f"{camp.id}{suffix}"
+    for suffix, text in texts.items():
+        path = out_dir / f"{campaign_id}{suffix}"
         tmp = path.with_suffix(suffix + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -230,3 +230,10 @@ def write_reports(store: Store, campaign_id: str) -> list[Path]:
         os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def write_reports(store: Store, campaign_id: str) -> list[Path]:
+    camp = store.campaign(campaign_id)
+    runs = store.runs(camp.id)
+    return write_private(store, camp.id, {".md": markdown(camp, runs),
+                                          ".html": html_page(camp, runs)})  # fmt: skip

@@ -5,7 +5,6 @@ values (one line per value of the second axis, when there is one)."""
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 from typing import Any
 
@@ -138,16 +137,7 @@ def html_page(camp: CampaignRow) -> str:
 
 
 def write_sweep_reports(store: Store, campaign_id: str) -> list[Path]:
+    from orchestrator.report import write_private
+
     camp = store.campaign(campaign_id)
-    out_dir = store.root / "reports"
-    out_dir.mkdir(exist_ok=True, mode=0o700)
-    paths = []
-    for suffix, text in ((".md", markdown(camp)), (".html", html_page(camp))):
-        path = out_dir / f"{camp.id}{suffix}"
-        tmp = path.with_suffix(suffix + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
+    return write_private(store, camp.id, {".md": markdown(camp), ".html": html_page(camp)})

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 
 from rich.markup import escape
 
-from orchestrator.campaign import BisectOptions, Bisection, Interrupted, Outcome
+from orchestrator.campaign import Bisection, BisectOptions, Outcome
 from orchestrator.cli import common
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
@@ -102,20 +101,9 @@ def run(args: argparse.Namespace) -> int:
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=factory)  # fmt: skip
     bisection.resume_options = common.resume_options(args)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        outcome = bisection.run()
-    except Interrupted as exc:
-        if isinstance(view, LiveView):
-            view.close()
-        console().print(f"\n[yellow]interrupted[/]: campaign {exc.campaign_id} stopped; the host "
-                        "was restored.\nresume with: [bold]" + escape(exc.resume) + "[/]",
-                        highlight=False)  # fmt: skip
+    outcome = common.run_campaign(bisection.run, view, "campaign")
+    if outcome is None:
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if isinstance(view, LiveView):
-            view.close()
     report_paths: list[str] = []
     if not args.no_report:
         from orchestrator.report import write_reports
@@ -127,12 +115,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_outcome(outcome, plan, report_paths)
     return 0 if outcome.status == "found" else 1
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    # SIGTERM (systemd stopping a scheduled job, a `kill`) ends the campaign like Ctrl-C:
-    # the host is restored and the resume command printed.
-    raise KeyboardInterrupt
 
 
 def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None:
@@ -162,7 +144,8 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
                     highlight=False)  # fmt: skip
     for f in outcome.findings:
         c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
-                f"{escape(f.label)}, run {f.run_id}; seen {f.count}x)", highlight=False)  # fmt: skip
+                f"{escape(f.label)}, run {f.run_id}; seen {f.count}x)",
+                highlight=False)  # fmt: skip
     for inv in outcome.invalid:
         c.print(f"{verdict_text(Verdict.INVALID)} "
                 f"{escape(inv['variant'])}: {escape(inv['reason'])}", highlight=False)  # fmt: skip

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from orchestrator.cli.output import err_console
 from orchestrator.config.hosts import Host, Inventory, load_inventory
 from orchestrator.errors import UsageError
 from orchestrator.store import Store
+
+T = TypeVar("T")
 
 
 def add_hosts_option(p: argparse.ArgumentParser) -> None:
@@ -73,3 +78,34 @@ def resume_options(args: argparse.Namespace) -> str:
     if getattr(args, "results", "results") not in (None, "results"):
         out += " --results " + shlex.quote(args.results)
     return out
+
+
+def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str) -> T | None:
+    """Run a campaign with SIGTERM treated like Ctrl-C. On either, the core restores the
+    hosts and raises `Interrupted`: print the resume command and return None (exit 130)."""
+    from rich.markup import escape
+
+    from orchestrator.campaign import Interrupted
+    from orchestrator.cli.live import LiveView
+    from orchestrator.cli.output import console
+
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return run()
+    except Interrupted as exc:
+        if isinstance(view, LiveView):
+            view.close()
+        console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped; the hosts "
+                        f"were restored.\nresume with: [bold]{escape(exc.resume)}[/]",
+                        highlight=False)  # fmt: skip
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if isinstance(view, LiveView):
+            view.close()
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    # SIGTERM (systemd stopping a scheduled job, a `kill`) ends a campaign like Ctrl-C:
+    # the hosts are restored and the resume command printed.
+    raise KeyboardInterrupt

@@ -70,7 +70,8 @@ def run_one(args: argparse.Namespace) -> int:
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
     try:
         row = single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
-                         label=exp.name, listener=view, executor_factory=_factory(args))  # fmt: skip
+                         label=exp.name, listener=view,
+                         executor_factory=_factory(args))  # fmt: skip
     finally:
         if isinstance(view, LiveView):
             view.close()

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.campaign import Interrupted
 from orchestrator.cli import common
-from orchestrator.cli.bisect import _sigterm
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
-from orchestrator.sweep import Sweep, SweepCampaign, SweepItem, SweepOutcome, load_sweep, parse_until
+from orchestrator.sweep import (
+    Sweep,
+    SweepCampaign,
+    SweepItem,
+    SweepOutcome,
+    load_sweep,
+    parse_until,
+)
 from orchestrator.sweep_report import write_sweep_reports
 
 
@@ -82,20 +86,9 @@ def run(args: argparse.Namespace) -> int:
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        outcome = camp_run.run()
-    except Interrupted as exc:
-        if isinstance(view, LiveView):
-            view.close()
-        console().print(f"\n[yellow]interrupted[/]: sweep {exc.campaign_id} stopped; hosts "
-                        f"restored.\nresume with: [bold]{escape(exc.resume)}[/]",
-                        highlight=False)  # fmt: skip
+    outcome = common.run_campaign(camp_run.run, view, "sweep")
+    if outcome is None:
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if isinstance(view, LiveView):
-            view.close()
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
     if args.json:
         console().print_json(json.dumps(outcome.to_json() | {"reports": paths}))
