@@ -32,6 +32,27 @@ DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
 _DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)")
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: What no launch can carry: NUL ends a C string (argv, environ and unit files alike);
+#: a lone surrogate cannot be encoded as UTF-8; systemd refuses a unit line holding a
+#: Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF) as "not UTF-8 clean".
+_UNCARRIABLE = re.compile(
+    "[\x00\ud800-\udfff\ufdd0-\ufdef"
+    + "".join(f"{chr(p + 0xFFFE)}{chr(p + 0xFFFF)}" for p in range(0, 0x110000, 0x10000))
+    + "]"
+)
+
+
+def uncarriable(text: str) -> str | None:
+    """Why `text` cannot reach a server's argv or environment exactly, or None if it can."""
+    m = _UNCARRIABLE.search(text)
+    if m is None:
+        return None
+    ch = m[0]
+    if ch == "\x00":
+        return "contains a NUL character, which no argv or environment can hold"
+    if 0xD800 <= ord(ch) <= 0xDFFF:
+        return f"contains U+{ord(ch):04X}, a lone surrogate that is not valid Unicode text"
+    return f"contains U+{ord(ch):04X}, a Unicode noncharacter systemd refuses in unit files"
 
 
 def parse_duration(value: object) -> float:
@@ -91,10 +112,16 @@ class ServiceModel(_Raw):
     @field_validator("unit")
     @classmethod
     def _unit_name(cls, v: str | None) -> str | None:
-        if v is not None and (not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", v) or v in (".", "..")):
+        if v is None:
+            return v
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", v) or v in (".", ".."):
             raise ValueError(f"unit name {v!r} must be a plain systemd unit name, not a path")
-        if v is not None and "." not in v:
-            raise ValueError(f"unit name {v!r} needs its type suffix, e.g. '{v}.service'")
+        if v.startswith("-"):  # `systemctl stop -H....service` would read it as an option
+            raise ValueError(f"unit name {v!r} cannot start with '-'")
+        if len(v) > 255:  # systemd's limit (UNIT_NAME_MAX), and a file name's
+            raise ValueError(f"unit name of {len(v)} characters is longer than 255")
+        if not re.fullmatch(r".+\.[a-z]+", v):  # what the systemd service manager accepts
+            raise ValueError(f"unit name {v!r} needs its type suffix, e.g. 'sglang.service'")
         return v
 
 
@@ -427,7 +454,15 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     parent_path = (path.parent / parent_ref) if not Path(parent_ref).is_absolute() else Path(
         parent_ref
     )
-    if not parent_path.exists():
+    try:
+        found = parent_path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+        raise ConfigError(
+            f"'extends' target {parent_ref[:200]!r} cannot be looked up: {exc}",
+            file=str(path),
+            key="extends",
+        ) from None
+    if not found:
         raise ConfigError(
             f"'extends' target {parent_ref!r} not found (looked for {parent_path})",
             file=str(path),
@@ -450,6 +485,20 @@ def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_workdir(workdir: str, source: str) -> None:
+    """WorkingDirectory= takes its value verbatim (no quoting, no escapes), so the
+    directory must be an absolute path it can hold: one line, no control characters."""
+    why = uncarriable(workdir)
+    if why is None and not workdir.startswith("/"):
+        why = "must be an absolute path on the host"
+    if why is None and re.search(r"[\x00-\x1f\x7f]", workdir):
+        why = "cannot contain control characters (newline, tab, ...)"
+    if why is None and workdir != workdir.rstrip():
+        why = "cannot end with whitespace (systemd would drop it)"
+    if why:
+        raise ConfigError(f"{workdir!r} {why}", file=source, key="service.workdir")
+
+
 def _build(data: dict[str, Any], source: str) -> Experiment:
     """Check completeness of a merged config and freeze it."""
     try:
@@ -464,12 +513,17 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             key="service.exec",
             hint="e.g. exec: /opt/sglang/bin/python -m sglang.launch_server",
         )
+    why = uncarriable(svc.exec)
+    if why:
+        raise ConfigError(f"the command {why}", file=source, key="service.exec")
     try:
         exec_words = tuple(shlex.split(svc.exec))
     except ValueError as exc:
         raise ConfigError(f"cannot split the command: {exc}", file=source, key="service.exec")
     if not exec_words:
         raise ConfigError("the command is empty", file=source, key="service.exec")
+    if svc.workdir is not None:
+        _check_workdir(svc.workdir, source)
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
@@ -485,6 +539,10 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             value, ref = resolve_reference(value, file=source, key=f"service.flags.{raw_name}")
             if ref:
                 secret_refs.append((name, ref))
+        for word in value if isinstance(value, tuple) else (value,):
+            why = uncarriable(word) if isinstance(word, str) else None
+            if why:
+                raise ConfigError(f"the value {why}", file=source, key=f"service.flags.{raw_name}")
         if any(n == name for n, _ in flags):
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
@@ -499,12 +557,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         text, ref = resolve_reference(text, file=source, key=f"service.env.{key}")
         if ref:
             secret_refs.append((key, ref))
-        if "\n" in text or "\x00" in text:
-            raise ConfigError(
-                "environment values cannot contain newlines or NUL",
-                file=source,
-                key=f"service.env.{key}",
-            )
+        why = uncarriable(text)
+        if why:
+            raise ConfigError(f"the value {why}", file=source, key=f"service.env.{key}")
         env.append((key, text))
 
     h = model.health or HealthModel()

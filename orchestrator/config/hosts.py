@@ -48,6 +48,9 @@ class HostModel(_Raw):
     def _absolute(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith("/"):
             raise ValueError(f"expected an absolute path on the host, got {v!r}")
+        if v is not None and re.search(r"[\x00-\x1f\x7f]", v):
+            # every command names it; a NUL or newline cannot travel in one
+            raise ValueError(f"a path on the host cannot hold control characters: {v!r}")
         return v
 
 

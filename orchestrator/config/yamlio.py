@@ -7,6 +7,7 @@ for a misspelt key, the close match. No traceback ever reaches them for a bad fi
 from __future__ import annotations
 
 import difflib
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +16,28 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ConfigError
 
+#: no config is this large; a bigger file is a mistake (a model file, a log)
+MAX_BYTES = 16 * 1024 * 1024
+
 
 def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
     """Load one YAML file that must hold a mapping at the top."""
     try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            # a device or a pipe (`/dev/zero`, `/dev/stdin`) would be read forever
+            raise ConfigError(f"not a regular file, expected a {what} YAML file", file=str(path))
+        if st.st_size > MAX_BYTES:
+            raise ConfigError(
+                f"{st.st_size} bytes is too large for a {what} file (limit {MAX_BYTES})",
+                file=str(path),
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found", file=str(path)) from None
     except IsADirectoryError:
         raise ConfigError(f"is a directory, expected a {what} YAML file", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name, or not UTF-8
         raise ConfigError(f"cannot read {what} file: {exc}", file=str(path)) from exc
     try:
         data = yaml.safe_load(text)
