@@ -35,6 +35,8 @@ class ProcessManager(ServiceManager):
     def __init__(self, host: Host, transport: Transport, *, name: str, campaign: str = "") -> None:
         super().__init__(host, transport, name=name, campaign=campaign)
         safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", name)
+        if set(safe) <= {"."}:  # "." or ".." would be run_dir itself or its parent
+            safe = "_" * max(len(safe), 1)
         base = host.run_dir or "/tmp/orchestrator"
         self.dir = f"{base.rstrip('/')}/{safe}"
         self._script: str | None = None
