@@ -232,7 +232,9 @@ class SystemdManager(ServiceManager):
 
     def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str],
                    private: dict[str, str]) -> str | None:  # fmt: skip
-        props = self._show("ExecStart,Environment,UnsetEnvironment,DropInPaths")
+        # `systemctl show` prints argv words raw: a newline or carriage return in one
+        # breaks its line format, so it is asked for ExecStart only when busctl is missing.
+        props = self._show("DropInPaths")
         intended = exp.argv()
         # systemd keeps `$$` in the stored argv and turns it into `$` only when it runs
         # the command (with `$VAR` expansion), so the property holds the escaped words.
@@ -243,6 +245,7 @@ class SystemdManager(ServiceManager):
             got = list(cmds[0][1]) if len(cmds) == 1 else [f"<{len(cmds)} commands>"]
             argv_ok = got == stored
         else:
+            props |= self._show("ExecStart")
             commands = facts.parse_exec_start(props.get("ExecStart", ""))
             got = list(commands[0].argv) if len(commands) == 1 else [f"<{len(commands)} commands>"]
             argv_ok = len(commands) == 1 and facts.argv_matches(stored, commands[0])
@@ -255,6 +258,7 @@ class SystemdManager(ServiceManager):
             effective = dict(w.partition("=")[::2] for w in _bus_strings(bus_env))
             unset_now = _bus_strings(bus_unset)
         else:
+            props |= self._show("Environment,UnsetEnvironment")
             effective = facts.parse_environment(props.get("Environment", ""))
             unset_now = props.get("UnsetEnvironment", "").split()
         for k in unset_now:
