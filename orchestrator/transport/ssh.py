@@ -43,6 +43,7 @@ are never retried: they do not heal by waiting.
 
 from __future__ import annotations
 
+import codecs
 import fcntl
 import io
 import logging
@@ -51,7 +52,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import paramiko
 from fabric import Config, Connection
@@ -126,6 +127,20 @@ class _Remote(Remote):
         except OSError:
             if not self.channel.exit_status_ready():
                 raise
+
+    def read_proc_output(self, reader: Callable[[int], bytes | None]) -> Iterator[str]:
+        # invoke decodes each 1000-byte chunk on its own, so a multi-byte UTF-8 character
+        # cut by a chunk boundary came out as U+FFFD (a read-back of a drop-in or of an
+        # argv with non-ASCII text then differed). One incremental decoder per stream
+        # keeps a character whole across chunks.
+        decoder = codecs.getincrementaldecoder(self.encoding)("replace")
+        while True:
+            data = reader(self.read_chunk_size)
+            text = decoder.decode(data or b"", final=not data)
+            if text:
+                yield text
+            if not data:
+                break
 
 
 def host_key_name(address: str, port: int) -> str:
