@@ -83,7 +83,10 @@ def test_restart_always_unit_run_ends_at_the_first_death(sd: SdLab, forced: bool
 
     def listener(event: Event) -> None:
         if isinstance(event, StepDone) and event.step == "started" and not seen:
-            seen.update(sd.show("Restart", "InvocationID"))
+            # The event carries the InvocationID the executor noted at start; asking systemd
+            # again here could already see the next start (RestartSec=100ms) on a slow machine.
+            seen["InvocationID"] = event.detail
+            seen.update(sd.show("Restart"))
 
     ep8 = load_experiment(LAB / "b300" / "ep8_only.yaml")  # dies at init, every start
     with Executor(sd.host, service=B300, campaign="c-flap", listener=listener) as ex:
