@@ -561,7 +561,8 @@ class _CachedResult:
         from orchestrator.verdicts import Phase
 
         return cls(
-            experiment=exp or row.experiment(), label=label, host=host.name, host_class=host.host_class,
+            experiment=exp or row.experiment(), label=label, host=host.name,
+            host_class=host.host_class,
             verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
             phase_times=tuple(row.phase_times.items()),
             last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",

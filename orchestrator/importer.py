@@ -110,7 +110,9 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
         try:
             words = shlex.split(stripped, comments=True)
         except ValueError as exc:
-            raise ConfigError(f"cannot parse shell line: {exc}: {stripped[:80]}", file=source)
+            raise ConfigError(
+                f"cannot parse shell line: {exc}: {stripped[:80]}", file=source
+            ) from None
         if not words:
             continue
         if words[0] == "export":
@@ -134,7 +136,8 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
         raise ConfigError(
             "no launch command found",
             file=source,
-            hint="expected a line like: python -m sglang.launch_server --model-path ... --port 30000",
+            hint="expected a line like: "
+            "python -m sglang.launch_server --model-path ... --port 30000",
         )
     spec = parse_command(command, source=source)
     spec["env"] = {**env, **spec["env"]}

@@ -218,8 +218,10 @@ class Store:
                 raise
             self.db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"cannot write to {self.db_path}: {exc}",
-                             hint="is the disk full or the directory read-only?") from exc  # fmt: skip
+            raise StoreError(
+                f"cannot write to {self.db_path}: {exc}",
+                hint="is the disk full or the directory read-only?",
+            ) from exc
 
     def close(self) -> None:
         self.db.close()

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 
-class Verdict(str, enum.Enum):
+class Verdict(str, enum.Enum):  # noqa: UP042 (str() and f-strings must keep enum behaviour)
     """The outcome of one run, relative to the campaign's target failure."""
 
     PASS = "pass"  # healthy (and the probe, if any, met its bar)
@@ -26,7 +26,7 @@ class Verdict(str, enum.Enum):
         return self in (Verdict.PASS, Verdict.FAIL)
 
 
-class Phase(str, enum.Enum):
+class Phase(str, enum.Enum):  # noqa: UP042
     """Startup phases of an inference server, in the order they happen."""
 
     ARGS = "args"

@@ -39,7 +39,7 @@ def test_no_variant_is_proposed_twice() -> None:
     for strategy in (auto, dd, linear):
         for n in (3, 6, 9):
             planner = Planner(n, strategy, known=endpoints(n))
-            asked = drive(planner, lambda v: F if {1, n - 1} <= v else P)
+            asked = drive(planner, lambda v, n=n: F if {1, n - 1} <= v else P)
             assert len(asked) == len(set(asked)), strategy.__name__
             assert frozenset() not in asked and frozenset(range(n)) not in asked
 

@@ -327,7 +327,9 @@ class Experiment:
             "env": sorted([k, v] for k, v in self.env),
             "unit": self.unit,
             "workdir": self.workdir,
-            "probe": [self.probe.run, self.probe.metric, self.probe.pass_if] if self.probe else None,
+            "probe": (
+                [self.probe.run, self.probe.metric, self.probe.pass_if] if self.probe else None
+            ),
         }
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -519,7 +521,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     try:
         exec_words = tuple(shlex.split(svc.exec))
     except ValueError as exc:
-        raise ConfigError(f"cannot split the command: {exc}", file=source, key="service.exec")
+        raise ConfigError(
+            f"cannot split the command: {exc}", file=source, key="service.exec"
+        ) from None
     if not exec_words:
         raise ConfigError("the command is empty", file=source, key="service.exec")
     if svc.workdir is not None:

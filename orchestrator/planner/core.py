@@ -217,7 +217,7 @@ class Planner:
         self._answer = answer
 
 
-# ---------------------------------------------------------------------------- helpers for strategies
+# ------------------------------------------------------------------ helpers for strategies
 
 
 @dataclass
@@ -232,7 +232,9 @@ class Probe:
         self.seen.setdefault(frozenset(), Verdict.PASS)
         self.seen.setdefault(self.all, Verdict.FAIL)
 
-    def test(self, variant: Iterable[int], purpose: str = "search") -> Generator[Round, Results, Verdict]:
+    def test(
+        self, variant: Iterable[int], purpose: str = "search"
+    ) -> Generator[Round, Results, Verdict]:
         v = frozenset(variant)
         if v in self.seen:
             return self.seen[v]
@@ -241,7 +243,11 @@ class Probe:
         return got[v]
 
     def test_round(
-        self, variants: Iterable[Iterable[int]], *, stop_on_fail: bool = False, purpose: str = "search"
+        self,
+        variants: Iterable[Iterable[int]],
+        *,
+        stop_on_fail: bool = False,
+        purpose: str = "search",
     ) -> Generator[Round, Results, dict[Variant, Verdict]]:
         vs = tuple(dict.fromkeys(frozenset(v) for v in variants))
         todo = tuple(v for v in vs if v not in self.seen)

@@ -119,7 +119,9 @@ def diff(good: Experiment, bad: Experiment) -> list[Delta]:
     return deltas
 
 
-def apply_deltas(good: Experiment, deltas: Iterable[Delta], *, name: str | None = None) -> Experiment:
+def apply_deltas(
+    good: Experiment, deltas: Iterable[Delta], *, name: str | None = None
+) -> Experiment:
     """The good config with the given deltas applied (each set to its bad value)."""
     flags: dict[str, FlagValue | None] = {}
     env: dict[str, str | None] = {}

@@ -38,7 +38,9 @@ TMP_SUFFIX = ".orchestrator-tmp"
 STATE_NAME = "orchestrator-found-state"
 #: the drop-in remembers how the unit was found, so a restore after a crash knows too
 FOUND_MARK = "orchestrator-found-state:"
-STATE_PROPS = "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"
+STATE_PROPS = (
+    "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"
+)
 
 
 def systemd_quote(word: str) -> str:
