@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import LockError
+from orchestrator.localproc import pid_alive
 from orchestrator.transport.base import Transport
 
 
@@ -81,7 +82,7 @@ class HostLock:
             return
         holder = self.read()
         live = holder is not None and holder.owner == me() and holder.pid != os.getpid() \
-            and _pid_alive(holder.pid)  # fmt: skip
+            and pid_alive(holder.pid)  # fmt: skip
         if holder is not None and holder.campaign == self.campaign and not live:
             # our own campaign, resumed after the controller died: take the lock over
             self.t.write_file(self.path, json.dumps(info) + "\n", sudo=True)
@@ -89,7 +90,7 @@ class HostLock:
             return
         who = holder.describe() if holder else "another orchestrator"
         stale = ""
-        if holder and holder.owner == me() and not _pid_alive(holder.pid):
+        if holder and holder.owner == me() and not pid_alive(holder.pid):
             stale = " The holder's process is gone from this machine: the lock is stale."
         elif live and holder.campaign == self.campaign:
             stale = " That campaign is running now: the same campaign cannot run twice."
@@ -112,11 +113,3 @@ class HostLock:
         return holder
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.errors import InfraError
+from orchestrator.localproc import pid_alive
 
 DEFAULT_ADDRESS = "127.0.0.1"
 
@@ -360,20 +361,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie counts as gone: it only waits for its parent to reap it.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def kill_tree(pid: int, *, grace: float = 5.0, wait: object = None, tree: bool = True) -> None:
     """SIGTERM `pid` and (with `tree`) everything below it; SIGKILL what is left after `grace`.
 
@@ -392,7 +379,7 @@ def kill_tree(pid: int, *, grace: float = 5.0, wait: object = None, tree: bool =
         while time.monotonic() < deadline:
             if callable(wait):
                 wait()
-            pids = [p for p in pids if _alive(p)]
+            pids = [p for p in pids if pid_alive(p)]
             if not pids:
                 return
             time.sleep(0.05)
@@ -486,7 +473,7 @@ def start_daemon(endpoint: SshdEndpoint, pid_file: Path, *, timeout: float = 30.
             f"sshd wrote no pid file {pid_file} within {timeout:.0f}s; "
             f"log {endpoint.log_path}:\n{log_tail(endpoint)}"
         )
-    wait_listening(endpoint, timeout=timeout, alive=lambda: _alive(pid))
+    wait_listening(endpoint, timeout=timeout, alive=lambda: pid_alive(pid))
     return pid
 
 

@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.localproc import pid_alive
 from tests.hosts.target import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,16 +79,6 @@ def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> str:
     if check and res.returncode != 0:
         raise HostError(f"{' '.join(argv)} exited {res.returncode}: {res.stderr.strip()}")
     return res.stdout
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- the image -----------------------------------------------------------------------------
@@ -544,11 +535,11 @@ def cleanup_stale() -> None:
     dead: set[str] = set()
     for entry in Path("/run/netns").glob("orch-*") if Path("/run/netns").exists() else []:
         m = NETNS_RE.match(entry.name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             dead.add(m.group(1))
     for workdir in WORK_PARENT.glob(f"{WORK_PREFIX}*"):
         owner = workdir.name[len(WORK_PREFIX):].split("-", 1)[0]
-        if owner.isdigit() and not _pid_alive(int(owner)):
+        if owner.isdigit() and not pid_alive(int(owner)):
             dead.add(owner)
     if not dead:
         return
