@@ -40,22 +40,18 @@ DEFAULT_ADDRESS = "127.0.0.1"
 
 
 @dataclass(frozen=True)
-class SshdEndpoint:
-    """How to reach one private sshd, and where its files are."""
+class SshTarget:
+    """How to reach an SSH host with the OpenSSH client: address, key, known_hosts."""
 
     address: str
     port: int
     user: str
     identity_file: Path
     known_hosts: Path
-    host_key_pub: str  # "ssh-ed25519 AAAA... comment"
-    log_path: Path
-    config_path: Path
-    state_dir: Path
-    env: tuple[tuple[str, str], ...] = field(default=())  # what sessions get via SetEnv
+    host_key_pub: str  # "ssh-ed25519 AAAA..." as the host serves it
 
     def ssh_options(self) -> list[str]:
-        """Client options that trust only this sshd's key and log in with the client key."""
+        """Client options that trust only this host's key and log in with the client key."""
         return [
             "-F", "/dev/null",  # the user's ~/.ssh/config must not change what we test
             "-p", str(self.port),
@@ -70,7 +66,7 @@ class SshdEndpoint:
             "-o", "PasswordAuthentication=no",
             "-o", "ConnectTimeout=15",
             "-o", "LogLevel=ERROR",
-        ]
+        ]  # fmt: skip
 
     def ssh_command(self, *remote: str) -> list[str]:
         """An `ssh` argv for this host; `remote` words are joined by ssh, so quote them."""
@@ -82,10 +78,12 @@ class SshdEndpoint:
         *,
         input: str | None = None,
         timeout: float = 60.0,
+        check: bool = False,
     ) -> subprocess.CompletedProcess[str]:
-        """Run one command over real ssh: a shell string, or an argv quoted here."""
+        """Run one command over real ssh: a shell string, or an argv quoted here. With
+        `check`, a non-zero exit raises InfraError with both output streams."""
         remote = command if isinstance(command, str) else shlex.join(command)
-        return subprocess.run(
+        res = subprocess.run(
             self.ssh_command(remote),
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
@@ -93,9 +91,15 @@ class SshdEndpoint:
             text=True,
             timeout=timeout,
         )
+        if check and res.returncode != 0:
+            raise InfraError(
+                f"ssh {self.user}@{self.address}: {remote!r} exited {res.returncode}\n"
+                f"stdout: {res.stdout[-2000:]}\nstderr: {res.stderr[-2000:]}"
+            )
+        return res
 
     def hosts_entry(self, **extra: object) -> dict[str, object]:
-        """This sshd as a `hosts.yaml` host (the inventory's field names)."""
+        """This host as a `hosts.yaml` entry (the inventory's field names)."""
         entry: dict[str, object] = {
             "address": self.address,
             "port": self.port,
@@ -103,14 +107,26 @@ class SshdEndpoint:
             "identity_file": str(self.identity_file),
             "known_hosts": str(self.known_hosts),
             "transport": "ssh",
-            "service_manager": "process",
         }
         entry.update(extra)
         return entry
 
     def hosts_yaml(self, name: str = "lab", **extra: object) -> str:
-        """A whole `hosts.yaml` text with this sshd as host `name`."""
+        """A whole `hosts.yaml` text with this host as host `name`."""
         return yaml.safe_dump({"hosts": {name: self.hosts_entry(**extra)}}, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class SshdEndpoint(SshTarget):
+    """How to reach one private sshd, and where its files are."""
+
+    log_path: Path = Path()
+    config_path: Path = Path()
+    state_dir: Path = Path()
+    env: tuple[tuple[str, str], ...] = field(default=())  # what sessions get via SetEnv
+
+    def hosts_entry(self, **extra: object) -> dict[str, object]:
+        return super().hosts_entry(**{"service_manager": "process", **extra})
 
 
 def find_sshd() -> str | None:
