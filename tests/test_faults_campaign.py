@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,38 +28,11 @@ from orchestrator.store import Store
 from orchestrator.verdicts import Verdict
 from tests.campaign_lab import check_answer_evidence, cli, popen_cli, stop_child
 from tests.hosts.faults import STEPS, NetFault, SdLab, marker_path
-from tests.hosts.systemd import SystemdHostFactory
 from tests.hosts.wait import wait_until
 from tests.test_campaign_resume import recorded_count
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
-
-
-@pytest.fixture(scope="module")
-def sd_box(systemd_hosts: SystemdHostFactory,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdLab]:  # fmt: skip
-    box = systemd_hosts.boot()
-    try:
-        yield SdLab.setup(box, tmp_path_factory.mktemp("faults-campaign"))
-    finally:
-        systemd_hosts.stop(box)
-
-
-@pytest.fixture
-def sd(sd_box: SdLab) -> Iterator[SdLab]:
-    yield sd_box
-    sd_box.reset()
-
-
-@pytest.fixture
-def net(sd_box: SdLab) -> Iterator[NetFault]:
-    fault = NetFault(sd_box.netns)
-    try:
-        yield fault
-    finally:
-        fault.clear()
-    assert not fault.active()
 
 
 def bisect_args(sd: SdLab, results: Path, *extra: str) -> list[str | Path]:

@@ -15,7 +15,6 @@ import io
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ from orchestrator.executor import Executor
 from orchestrator.transport.ssh import SSHTransport
 from orchestrator.verdicts import Phase, Verdict
 from tests.hosts.faults import B300, DROPIN, NetFault, SdLab
-from tests.hosts.systemd import SystemdHostFactory
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
@@ -37,32 +35,6 @@ SLOW = {"ORCH_LAB_TIME_SCALE": "1"}  # startup of ~2.5 s: several polls while it
 def exp(rel: str, **env: str) -> Experiment:
     e = load_experiment(LAB / rel)
     return e.with_changes(env=env) if env else e
-
-
-@pytest.fixture(scope="module")
-def sd_box(systemd_hosts: SystemdHostFactory,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdLab]:  # fmt: skip
-    box = systemd_hosts.boot()
-    try:
-        yield SdLab.setup(box, tmp_path_factory.mktemp("faults-net"))
-    finally:
-        systemd_hosts.stop(box)
-
-
-@pytest.fixture
-def sd(sd_box: SdLab) -> Iterator[SdLab]:
-    yield sd_box
-    sd_box.reset()
-
-
-@pytest.fixture
-def net(sd_box: SdLab) -> Iterator[NetFault]:
-    fault = NetFault(sd_box.netns)
-    try:
-        yield fault
-    finally:
-        fault.clear()
-    assert not fault.active()
 
 
 def block_at_first_poll(net: NetFault, action: str, seconds: float) -> tuple[object, list]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,9 @@ from orchestrator.store import Store
 from orchestrator.verdicts import Verdict
 from tests.campaign_lab import cli
 from tests.hosts.faults import SdLab, read_only_dir, small_tmpfs
-from tests.hosts.systemd import SystemdHostFactory
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
-
-
-@pytest.fixture(scope="module")
-def sd_box(systemd_hosts: SystemdHostFactory,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdLab]:  # fmt: skip
-    box = systemd_hosts.boot()
-    try:
-        yield SdLab.setup(box, tmp_path_factory.mktemp("faults-results"))
-    finally:
-        systemd_hosts.stop(box)
-
-
-@pytest.fixture
-def sd(sd_box: SdLab) -> Iterator[SdLab]:
-    yield sd_box
-    sd_box.reset()
 
 
 @pytest.fixture(scope="module")

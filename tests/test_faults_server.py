@@ -10,7 +10,6 @@ judged on that first invocation's log. Afterwards the unit's own `Restart=` is b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,10 @@ from orchestrator.events import Event, StepDone
 from orchestrator.executor import Executor
 from orchestrator.verdicts import Phase, Verdict
 from tests.hosts.faults import B300, FLAKY_PATH, UNIT_DIR, SdLab
-from tests.hosts.systemd import SystemdHostFactory
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
-
-
-@pytest.fixture(scope="module")
-def sd_box(systemd_hosts: SystemdHostFactory,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdLab]:  # fmt: skip
-    box = systemd_hosts.boot()
-    try:
-        yield SdLab.setup(box, tmp_path_factory.mktemp("faults-server"), restart="always")
-    finally:
-        systemd_hosts.stop(box)
-
-
-@pytest.fixture
-def sd(sd_box: SdLab) -> Iterator[SdLab]:
-    yield sd_box
-    sd_box.reset()
+LAB_UNIT_RESTART = "always"  # the shared `sd_box` installs the lab unit with Restart=always
 
 
 def flaky(healthy_for: int) -> Experiment:
