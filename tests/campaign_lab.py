@@ -108,6 +108,35 @@ def load_host(hosts_file: Path, name: str) -> Host:
     return load_inventory(hosts_file).host(name)
 
 
+def sigkill_executor_child_while_polling(spec: dict[str, Any], tmp_path: Path) -> int:
+    """Run `tests/executor_child.py` on `spec` and SIGKILL it once it polls the server:
+    a controller that dies mid-run, leaving the host as such a crash would. Returns its pid
+    (the lock it leaves names it)."""
+    import time
+
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    child = subprocess.Popen([sys.executable, str(REPO / "tests" / "executor_child.py"),
+                              str(spec_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        line = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "POLLING" not in line:
+            assert child.stdout is not None
+            line = child.stdout.readline()
+            if not line and child.poll() is not None:
+                break
+        assert "POLLING" in line, child.stderr.read() if child.stderr else ""
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    return child.pid
+
+
 def our_processes(marker: str) -> list[int]:
     """Pids on this machine whose command line mentions `marker` (a run_dir, a port)."""
     found = []

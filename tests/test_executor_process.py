@@ -8,11 +8,8 @@ lock) and its own free port, so tests never meet another session's servers.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,6 +27,7 @@ from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.services import process as process_mod
 from orchestrator.transport.ssh import SSHTransport
 from orchestrator.verdicts import Phase, Verdict
+from tests.campaign_lab import our_processes, sigkill_executor_child_while_polling
 from tests.hosts.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,21 +66,6 @@ def make_host(sshd: SshdEndpoint, tmp_path: Path, name: str = "lab") -> tuple[Ho
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(sshd.hosts_yaml(name, run_dir=str(tmp_path / "run")))
     return load_inventory(hosts).host(name), hosts
-
-
-def our_processes(marker: str) -> list[int]:
-    """Pids on this machine whose command line mentions `marker` (our run_dir)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmd:
-            found.append(int(proc.name))
-    return found
 
 
 def server_pid_in_group(pgid: int) -> int | None:
@@ -242,27 +225,9 @@ def test_restore_after_the_controller_is_sigkilled(lab_host: Host, sshd: SshdEnd
                                                   tmp_path: Path) -> None:  # fmt: skip
     _, hosts = make_host(sshd, tmp_path)
     exp = hang_exp(hang_scenario(tmp_path / "hang.yaml"), free_port(), timeout=300)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"hosts": str(hosts), "host": "lab", "service": "lab-crash",
-                                "campaign": "c-crash", "experiment": exp.to_dict()}))
-    child = subprocess.Popen([sys.executable, str(REPO / "tests" / "executor_child.py"),
-                              str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
-    try:
-        line = ""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "POLLING" not in line:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            if not line and child.poll() is not None:
-                break
-        assert "POLLING" in line, child.stderr.read() if child.stderr else ""
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=30)
+    pid = sigkill_executor_child_while_polling(
+        {"hosts": str(hosts), "host": "lab", "service": "lab-crash", "campaign": "c-crash",
+         "experiment": exp.to_dict()}, tmp_path)
     run = tmp_path / "run"
     pid_file = run / "lab-crash" / "pid"
     assert pid_file.exists() and our_processes(str(run))  # the orphaned server still runs
@@ -271,7 +236,7 @@ def test_restore_after_the_controller_is_sigkilled(lab_host: Host, sshd: SshdEnd
     # Another campaign is refused, naming the holder.
     with pytest.raises(LockError) as err:
         Executor(lab_host, service="lab-crash", campaign="c-other").open()
-    assert "c-crash" in str(err.value) and f"pid {child.pid}" in str(err.value)
+    assert "c-crash" in str(err.value) and f"pid {pid}" in str(err.value)
     assert err.value.hint and "orchestrator restore" in err.value.hint
 
     # The same campaign takes the lock over and its prepare() stops the orphan.

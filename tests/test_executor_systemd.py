@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +25,7 @@ from orchestrator.events import Event, PhaseReached, Polled
 from orchestrator.executor import Executor
 from orchestrator.transport.ssh import SSHTransport
 from orchestrator.verdicts import Phase, Verdict
+from tests.campaign_lab import sigkill_executor_child_while_polling
 from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 from tests.hosts.wait import wait_until
 
@@ -249,28 +245,9 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
 def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> None:
     lab.sh(f"systemctl start {B300}")  # found running, with its own config
     sha = lab.unit_sha(B300)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"hosts": str(lab.hosts_file), "host": "sd", "service": B300,
-                                "campaign": "c-crash",
-                                "experiment": hang_exp(timeout=300).to_dict()}))  # fmt: skip
-    child = subprocess.Popen([sys.executable, str(REPO / "tests" / "executor_child.py"),
-                              str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
-    try:
-        line = ""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "POLLING" not in line:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            if not line and child.poll() is not None:
-                break
-        assert "POLLING" in line, child.stderr.read() if child.stderr else ""
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=30)
+    pid = sigkill_executor_child_while_polling(
+        {"hosts": str(lab.hosts_file), "host": "sd", "service": B300, "campaign": "c-crash",
+         "experiment": hang_exp(timeout=300).to_dict()}, tmp_path)
     # The crash left our variant running under our drop-in, and the lock.
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
     assert "orchestrator.lab.server" in lab.show(B300, "ExecStart")["ExecStart"]
@@ -278,7 +255,7 @@ def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> 
 
     with pytest.raises(LockError) as err:
         Executor(lab.host, service=B300, campaign="c-other").open()
-    assert "c-crash" in str(err.value) and f"pid {child.pid}" in str(err.value)
+    assert "c-crash" in str(err.value) and f"pid {pid}" in str(err.value)
     assert err.value.hint and "--break-lock" in err.value.hint
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # refused: untouched
 
