@@ -29,6 +29,7 @@ from orchestrator.events import (
 )
 from orchestrator.executor import Executor, RunCancelled, RunResult, service_name
 from orchestrator.planner import Answer, Planner, make_strategy
+from orchestrator.planner.strategies import CLEARING
 from orchestrator.planning import Plan
 from orchestrator.pool import Pool, Task
 from orchestrator.store import RunRow, Store
@@ -484,11 +485,43 @@ class Bisection:
         return [{"variant": r.label, "run": r.id, "reason": r.detail}
                 for r in self.store.runs(self.cid) if r.verdict is Verdict.INVALID]  # fmt: skip
 
-    def _run_of(self, variant: frozenset[int]) -> str | None:
+    def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
+        """The newest run of exactly this variant whose verdict backs the claim: the target
+        failure (`fails`), or a run that ran without it (pass, other, timeout)."""
         key = tuple(sorted(variant))
-        rows = [r for r in self.store.runs(self.cid) if r.variant == key
-                and r.verdict is not Verdict.INFRA]  # fmt: skip
-        return rows[-1].id if rows else None
+        for r in reversed(self.store.runs(self.cid)):
+            if r.variant != key:
+                continue
+            got = relative(r.verdict, r.signature, self.target)
+            if (got is Verdict.FAIL) if fails else got in CLEARING:
+                return r
+        return None
+
+    def _clear_claim(self, x: int, variant: frozenset[int], row: RunRow) -> str:
+        """What a clearing run shows, worded for the variant it really is."""
+        flag = self.plan.deltas[x].short()
+        if variant == frozenset(range(self.plan.n)) - {x}:
+            what = f"bad without {flag}"
+        else:
+            what = f"{self.plan.describe(variant)} (without {flag})"
+        got = relative(row.verdict, row.signature, self.target)
+        if got is Verdict.PASS:
+            return f"{what} does not fail"
+        return f"{what} does not show the target failure ({got.value}: {row.signature})"
+
+    def _contradictions(self, sets: list[frozenset[int]]) -> list[str]:
+        """Recorded runs the answer cannot explain: a target failure without any culprit
+        set, or a pass with one (a flaky failure, or a cause the search did not see)."""
+        out: list[str] = []
+        for r in self.store.runs(self.cid):
+            got = relative(r.verdict, r.signature, self.target)
+            has = any(c <= frozenset(r.variant) for c in sets)
+            if got is Verdict.FAIL and not has:
+                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
+                           "culprit set")  # fmt: skip
+            elif got is Verdict.PASS and has:
+                out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
+        return out
 
     def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
@@ -517,19 +550,42 @@ class Bisection:
 
     def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
         culprits = []
+        unbacked: list[str] = []
         for c in answer.culprits:
+            flags = [self.plan.deltas[i].short() for i in sorted(c.deltas)]
+            # Every evidence line cites a run of exactly the variant it describes, with
+            # the verdict it claims; a claim without such a run is not evidence.
+            rep = self._run_of(c.reproduced_by, fails=True)
+            cleared: dict[str, str | None] = {}
+            claims: dict[str, str] = {}
+            for i, v in c.cleared_by:
+                row = self._run_of(v, fails=False)
+                cleared[self.plan.deltas[i].short()] = row.id if row else None
+                if row is not None:
+                    claims[self.plan.deltas[i].short()] = self._clear_claim(i, v, row)
+            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
+                         and len(claims) == len(c.deltas))  # fmt: skip
+            if not confirmed:
+                unbacked.append(" + ".join(flags))
             culprits.append({
                 "deltas": [self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                "flags": [self.plan.deltas[i].short() for i in sorted(c.deltas)],
+                "flags": flags,
                 "indices": sorted(c.deltas),
                 "interacting": len(c.deltas) > 1,
-                "reproduced_by": self._run_of(c.reproduced_by),
-                "cleared_by": {self.plan.deltas[i].short(): self._run_of(v)
-                               for i, v in c.cleared_by},
-                "confirmed": c.confirmed,
+                "reproduced_by": rep.id if rep else None,
+                "cleared_by": cleared,
+                "clearing": claims,
+                "confirmed": confirmed,
             })  # fmt: skip
-        status = "found" if answer.culprits and answer.complete else "incomplete"
-        message = answer.reason if status != "found" else ""
+        contradictions = self._contradictions([c.deltas for c in answer.culprits])
+        status = "found" if (answer.culprits and answer.complete and not unbacked
+                             and not contradictions) else "incomplete"  # fmt: skip
+        message = ""
+        if status != "found":
+            message = answer.reason or (
+                "no evidence run backs " + ", ".join(unbacked) if unbacked else
+                "the recorded runs contradict the answer (flaky?): "
+                + "; ".join(contradictions[:3]))  # fmt: skip
         return Outcome(self.cid, status, message=message, target=self.target, answer=answer,
                        culprits=culprits, findings=self._findings(), invalid=self._invalid(),
                        runs_executed=self.executed, runs_reused=self.reused,

@@ -609,6 +609,55 @@ def _verdict_for(sig: Signature, target: Signature | None) -> Verdict:
     return Verdict.OTHER
 
 
+# Signals a server does not send itself when it crashes: SGLang's kill_process_tree sends
+# SIGKILL to its own tree too, but only after a child's traceback is in the log.
+_OUTSIDE_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
+_PORT_CLASH_RE = re.compile(
+    r"address already in use|EADDRINUSE|errno:? ?98\b|\[Errno 98\]", re.IGNORECASE
+)
+
+
+def _died_by_signal(evidence: RunEvidence) -> str | None:
+    if evidence.exit_signal is not None:
+        return signal_name(evidence.exit_signal)
+    if evidence.exit_code is not None and evidence.exit_code > 128:
+        return signal_name(evidence.exit_code - 128)
+    return None
+
+
+def outside_cause(evidence: RunEvidence) -> str | None:
+    """Why a failed run says nothing about its config, or None.
+
+    Two things end a run from outside the campaign: a port the server binds taken by
+    another process (it binds late, after the port check), and a kill nobody in the
+    campaign sent (a person, another tool, a host watchdog): the server died by SIGKILL,
+    SIGTERM, SIGINT or SIGHUP and its log shows no failure of its own. Such runs are
+    `infra`: retried, never cached, never a finding. The kernel's OOM killer, which
+    systemd reports as `oom-kill`, stays a failure of the config.
+    """
+    if evidence.infra_error or evidence.invalid_reason:
+        return None
+    died = not evidence.became_ready and not evidence.timed_out
+    died = died or evidence.died_after_ready or (
+        evidence.probe is not None and not evidence.probe.server_alive)
+    if not died:
+        return None
+    tail = evidence.log_tail[-200_000:]
+    clash = _PORT_CLASH_RE.search(tail)
+    if clash is not None:
+        start = tail.rfind("\n", 0, clash.start()) + 1
+        end = tail.find("\n", clash.end())
+        line = strip_prefix(tail[start : end if end >= 0 else len(tail)]).strip()[:200]
+        return ("port clash: another process holds an address the server binds "
+                f"({line}); not a verdict about the config")
+    sig = _died_by_signal(evidence)
+    if sig in _OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
+        if analyze_log(tail).signature is None:
+            return (f"the server was killed by {sig} from outside the campaign (its log shows "
+                    "no failure of its own); not a verdict about the config")
+    return None
+
+
 def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Signature | None]:
     """The verdict of one run, and its failure signature (None for pass/invalid/infra).
 
@@ -620,6 +669,8 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         return Verdict.INFRA, None
     if evidence.invalid_reason:
         return Verdict.INVALID, None
+    if outside_cause(evidence) is not None:
+        return Verdict.INFRA, None
 
     analysis = analyze_log(evidence.log_tail)
     reached = evidence.last_phase or analysis.reached or Phase.INIT
@@ -674,6 +725,7 @@ __all__ = [
     "judge",
     "last_phase",
     "normalize_message",
+    "outside_cause",
     "phase_of_line",
     "signal_name",
     "strip_prefix",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator import facts
-from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase
+from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import InfraError, ServiceError, TransportError
@@ -280,7 +280,7 @@ class Executor:
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
-        detail = evidence.invalid_reason or evidence.infra_error or ""
+        detail = evidence.invalid_reason or evidence.infra_error or outside_cause(evidence) or ""
         if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip

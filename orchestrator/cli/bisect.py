@@ -130,7 +130,8 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
             c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}",
                     highlight=False)  # fmt: skip
             for flag, rid in cul["cleared_by"].items():
-                c.print(f"  bad without {escape(flag)} does not fail: run {rid}", highlight=False)
+                claim = cul.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
+                c.print(f"  {escape(claim)}: run {rid}", highlight=False)
         suspects = {i for cul in outcome.culprits for i in cul["indices"]}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:
