@@ -166,8 +166,16 @@ class Bisection:
         self.reused = 0
         self.good_metric: float | None = None
         self._infra_streak = 0
+        self._rows_cache: list[RunRow] | None = None
         self._t0 = time.monotonic()
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+
+    def _rows(self) -> list[RunRow]:
+        """This campaign's runs, read once per change: only this process adds to them (the
+        host lock refuses a second controller), and it drops the copy whenever it does."""
+        if self._rows_cache is None:
+            self._rows_cache = self.store.runs(self.cid)
+        return self._rows_cache
 
     def _spec(self) -> dict[str, Any]:
         return {
@@ -188,7 +196,7 @@ class Bisection:
 
     # ---- the campaign
     def run(self) -> Outcome:
-        previous = self.store.runs(self.cid)
+        previous = self._rows()
         est = self.plan.estimates()
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
@@ -371,6 +379,7 @@ class Bisection:
                     raise d.error if isinstance(d.error, BaseException) else RuntimeError(
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
+            self._rows_cache = None
             rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
                                      result=d.result)  # fmt: skip
             self.executed += 1
@@ -381,7 +390,7 @@ class Bisection:
     def _known(self, variant: tuple[int, ...], target: Signature | None,
                hosts: list[Host]) -> RunRow | None:  # fmt: skip
         """This campaign's recorded verdict of the variant, or a cached one (not --fresh)."""
-        mine = [r for r in self.store.runs(self.cid)
+        mine = [r for r in self._rows()
                 if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
         if mine:
             return self._relabel(mine[-1], target, "resume")
@@ -394,6 +403,7 @@ class Bisection:
                 continue
             cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
                                             exp)  # fmt: skip
+            self._rows_cache = None
             rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
                                      cached_from=hit.id)  # fmt: skip
             self.reused += 1
@@ -423,7 +433,7 @@ class Bisection:
             from dataclasses import replace
 
             row = replace(row, verdict=verdict)
-        done = sum(1 for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA)
+        done = sum(1 for r in self._rows() if r.verdict is not Verdict.INFRA)
         self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=row.purpose,
                               verdict=verdict, signature=row.signature, source=source,
                               duration_s=row.duration, done=done))  # fmt: skip
@@ -432,7 +442,7 @@ class Bisection:
     # ---- budgets and endings
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         if self.opts.max_runs is not None:
-            total = sum(1 for r in self.store.runs(self.cid) if r.cached_from is None)
+            total = sum(1 for r in self._rows() if r.cached_from is None)
             if total + in_flight >= self.opts.max_runs:
                 return f"--max-runs {self.opts.max_runs} reached"
         if self.opts.deadline_s is not None and time.monotonic() - self._t0 >= self.opts.deadline_s:
@@ -446,7 +456,7 @@ class Bisection:
 
     def _verdicts(self) -> dict[tuple[int, ...], Verdict]:
         out: dict[tuple[int, ...], Verdict] = {}
-        for r in self.store.runs(self.cid):
+        for r in self._rows():
             if r.verdict is not Verdict.INFRA:
                 out[r.variant] = relative(r.verdict, r.signature, self.target)
         return out
@@ -468,7 +478,7 @@ class Bisection:
 
     def _findings(self) -> list[Finding]:
         by_sig: dict[Signature, Finding] = {}
-        for r in self.store.runs(self.cid):
+        for r in self._rows():
             verdict = relative(r.verdict, r.signature, self.target)
             if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
                 continue
@@ -483,13 +493,13 @@ class Bisection:
 
     def _invalid(self) -> list[dict[str, Any]]:
         return [{"variant": r.label, "run": r.id, "reason": r.detail}
-                for r in self.store.runs(self.cid) if r.verdict is Verdict.INVALID]  # fmt: skip
+                for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
 
     def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
         """The newest run of exactly this variant whose verdict backs the claim: the target
         failure (`fails`), or a run that ran without it (pass, other, timeout)."""
         key = tuple(sorted(variant))
-        for r in reversed(self.store.runs(self.cid)):
+        for r in reversed(self._rows()):
             if r.variant != key:
                 continue
             got = relative(r.verdict, r.signature, self.target)
@@ -513,7 +523,7 @@ class Bisection:
         """Recorded runs the answer cannot explain: a target failure without any culprit
         set, or a pass with one (a flaky failure, or a cause the search did not see)."""
         out: list[str] = []
-        for r in self.store.runs(self.cid):
+        for r in self._rows():
             got = relative(r.verdict, r.signature, self.target)
             has = any(c <= frozenset(r.variant) for c in sets)
             if got is Verdict.FAIL and not has:
@@ -533,7 +543,7 @@ class Bisection:
                 expected[tuple(sorted(v))] = Verdict.PASS
 
         def repeats(v: tuple[int, ...]) -> list[RunRow]:
-            return [r for r in self.store.runs(self.cid) if r.variant == v
+            return [r for r in self._rows() if r.variant == v
                     and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
 
         self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],

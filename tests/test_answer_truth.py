@@ -11,17 +11,20 @@ Otherwise the campaign says it did not conclude. Fast tier: no real host.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign import Bisection, BisectOptions, relative
+from orchestrator.campaign import Bisection, BisectOptions, Outcome, relative
 from orchestrator.errors import InfraError
-from orchestrator.planning import make_plan
+from orchestrator.planning import Plan, make_plan
 from orchestrator.store import Store
 from orchestrator.verdicts import Verdict
 from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
@@ -60,72 +63,91 @@ def _verdict_of(oracle: Oracle, variant: frozenset[int], target_error: str | Non
     return "target" if rule.error == target_error else "other"
 
 
+_PLANS: dict[int, Plan] = {}
+_CASE = itertools.count()
+
+
+def _plan(root: Path, n: int) -> Plan:
+    """One plan per n, made once: plans are immutable, campaigns differ by host name."""
+    if n not in _PLANS:
+        good, bad = scripted_pair(root / f"exp{n}", n)
+        _PLANS[n] = make_plan(good, bad, "auto")
+    return _PLANS[n]
+
+
+@pytest.fixture(scope="module")
+def shared_store() -> Iterator[tuple[Path, Store]]:
+    tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+    store = Store(tmp / "results")
+    yield tmp, store
+    store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 @settings(max_examples=320, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_every_confirmed_answer_is_true_and_cites_the_right_runs(
-    case: tuple[int, Oracle, Faults],
+    shared_store: tuple[Path, Store], case: tuple[int, Oracle, Faults],
 ) -> None:
     n, oracle, faults = case
-    tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+    tmp, store = shared_store
+    plan = _plan(tmp, n)
+    # one campaign per case, on a host of its own name (so its own campaign key)
     try:
-        good, bad = scripted_pair(tmp / "exp", n)
-        plan = make_plan(good, bad, "auto")
-        store = Store(tmp / "results")
-        try:
-            try:
-                outcome = Bisection(store, plan, [host()], options=BisectOptions(fresh=True),
-                                    command="test", executor_factory=factory(oracle, faults),
-                                    ).run()  # fmt: skip
-            except InfraError:
-                return  # three infra runs in a row: the campaign stops, it answers nothing
-            full = frozenset(range(n))
-            end = oracle.outcome(full)
-            target_error = end.error if end else None
-            runs = {r.id: r for r in store.runs(outcome.campaign_id)}
-            for r in runs.values():  # nothing killed from outside is ever judged
-                if r.verdict is not Verdict.INFRA:
-                    assert "from outside" not in r.detail and "port clash" not in r.detail
-            for f in outcome.findings:  # findings are real failures of the config
-                assert f.signature.error_class != "signal", f
-                got = _verdict_of(oracle, frozenset(f.variant), target_error)
-                assert got == "other", (f, faults.log)
-            if outcome.status != "found":
-                assert outcome.message  # it says why it did not conclude
-                return
-            target = outcome.target
-            assert target is not None
-            assert _verdict_of(oracle, full, target_error) == "target"
-            for cul in outcome.culprits:
-                c = frozenset(cul["indices"])
-                assert cul["confirmed"]
-                rep = runs[cul["reproduced_by"]]
-                assert frozenset(rep.variant) == c, (cul, rep)
-                assert relative(rep.verdict, rep.signature, target) is Verdict.FAIL
-                assert _verdict_of(oracle, c, target_error) == "target", (cul, oracle, faults.log)
-                assert set(cul["cleared_by"]) == set(cul["flags"])
-                for fl, rid in cul["cleared_by"].items():
-                    x = cul["indices"][cul["flags"].index(fl)]
-                    row = runs[rid]
-                    v = frozenset(row.variant)
-                    assert x not in v and c - {x} <= v, (cul, row)
-                    got = relative(row.verdict, row.signature, target)
-                    assert got in (Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT), (cul, row)
-                    truth = _verdict_of(oracle, v, target_error)
-                    assert truth != "target", (cul, row, oracle, faults.log)
-                    claim = cul["clearing"][fl]
-                    assert ("does not fail" in claim) == (got is Verdict.PASS)
-                    assert claim.startswith("bad without") == (v == full - {x})
-            if all(r.error == target_error for r in oracle.rules):
-                # no masking failure: the answer is exactly the minimal target terms
-                all_terms = oracle.target_terms(target_error)
-                terms = {t for t in all_terms if not any(o < t for o in all_terms)}
-                assert {frozenset(c["indices"]) for c in outcome.culprits} == terms, (
-                    outcome.culprits, oracle, faults.log)
-        finally:
-            store.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outcome = Bisection(store, plan, [host(f"h{next(_CASE)}")],
+                            options=BisectOptions(fresh=True), command="test",
+                            executor_factory=factory(oracle, faults)).run()  # fmt: skip
+    except InfraError:
+        return  # three infra runs in a row: the campaign stops, it answers nothing
+    check_outcome(store, outcome, n, oracle, faults)
+
+
+def check_outcome(store: Store, outcome: Outcome, n: int, oracle: Oracle, faults: Faults) -> None:
+    full = frozenset(range(n))
+    end = oracle.outcome(full)
+    target_error = end.error if end else None
+    runs = {r.id: r for r in store.runs(outcome.campaign_id)}
+    for r in runs.values():  # nothing killed from outside is ever judged
+        if r.verdict is not Verdict.INFRA:
+            assert "from outside" not in r.detail and "port clash" not in r.detail
+    for f in outcome.findings:  # findings are real failures of the config
+        assert f.signature.error_class != "signal", f
+        got = _verdict_of(oracle, frozenset(f.variant), target_error)
+        assert got == "other", (f, faults.log)
+    if outcome.status != "found":
+        assert outcome.message  # it says why it did not conclude
+        return
+    target = outcome.target
+    assert target is not None
+    assert _verdict_of(oracle, full, target_error) == "target"
+    for cul in outcome.culprits:
+        c = frozenset(cul["indices"])
+        assert cul["confirmed"]
+        rep = runs[cul["reproduced_by"]]
+        assert frozenset(rep.variant) == c, (cul, rep)
+        assert relative(rep.verdict, rep.signature, target) is Verdict.FAIL
+        assert _verdict_of(oracle, c, target_error) == "target", (cul, oracle, faults.log)
+        assert set(cul["cleared_by"]) == set(cul["flags"])
+        for fl, rid in cul["cleared_by"].items():
+            x = cul["indices"][cul["flags"].index(fl)]
+            row = runs[rid]
+            v = frozenset(row.variant)
+            assert x not in v and c - {x} <= v, (cul, row)
+            got = relative(row.verdict, row.signature, target)
+            assert got in (Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT), (cul, row)
+            truth = _verdict_of(oracle, v, target_error)
+            assert truth != "target", (cul, row, oracle, faults.log)
+            claim = cul["clearing"][fl]
+            assert ("does not fail" in claim) == (got is Verdict.PASS)
+            assert claim.startswith("bad without") == (v == full - {x})
+    if all(r.error == target_error for r in oracle.rules):
+        # no masking failure: the answer is exactly the minimal target terms
+        all_terms = oracle.target_terms(target_error)
+        terms = {t for t in all_terms if not any(o < t for o in all_terms)}
+        assert {frozenset(c["indices"]) for c in outcome.culprits} == terms, (
+            outcome.culprits, oracle, faults.log)
 
 
 def test_fault_free_cases_conclude() -> None:

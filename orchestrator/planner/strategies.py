@@ -9,6 +9,7 @@ it passes (a failure needs all of its deltas); nothing is inferred from unresolv
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from orchestrator.planner import prefix_tree
@@ -279,6 +280,7 @@ def and_oracle(*terms: frozenset[int]) -> Callable[[Variant], Verdict]:
     return oracle
 
 
+@functools.lru_cache(maxsize=256)
 def estimate_runs(strategy: StrategyFn, n: int) -> dict[str, float]:
     """Runs after the two endpoint checks, for a single culprit and an interacting pair.
 
