@@ -654,7 +654,8 @@ def outside_cause(evidence: RunEvidence) -> str | None:
     if sig in _OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
         if analyze_log(tail).signature is None:
             return (f"the server was killed by {sig} from outside the campaign (its log shows "
-                    "no failure of its own); not a verdict about the config")
+                    "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
+                    "not a verdict about the config")
     return None
 
 
