@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.classify import OUTSIDE_SIGNALS
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import CampaignIncomplete, InfraError, LockError, OrchestratorError
@@ -411,9 +412,15 @@ class Bisection:
         return None
 
     def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused."""
+        """A verdict judged against another campaign's good throughput cannot be reused, nor
+        one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM with
+        no failure in the log: today such a run is infra)."""
         cond = exp.probe.condition if exp.probe else None
-        return not (cond is not None and cond.relative_to_good)
+        if cond is not None and cond.relative_to_good:
+            return False
+        sig = hit.signature
+        return not (sig is not None and sig.error_class == "signal"
+                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
     def _note_infra(self, result: RunResult, healthy: int) -> None:
         if result.verdict is not Verdict.INFRA:

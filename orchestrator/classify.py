@@ -611,7 +611,8 @@ def _verdict_for(sig: Signature, target: Signature | None) -> Verdict:
 
 # Signals a server does not send itself when it crashes: SGLang's kill_process_tree sends
 # SIGKILL to its own tree too, but only after a child's traceback is in the log.
-_OUTSIDE_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
+OUTSIDE_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
+_KILL_NOTICES = frozenset({"Killed", "Terminated"})
 _PORT_CLASH_RE = re.compile(
     r"address already in use|EADDRINUSE|errno:? ?98\b|\[Errno 98\]", re.IGNORECASE
 )
@@ -623,6 +624,18 @@ def _died_by_signal(evidence: RunEvidence) -> str | None:
     if evidence.exit_code is not None and evidence.exit_code > 128:
         return signal_name(evidence.exit_code - 128)
     return None
+
+
+def port_clash(log: str) -> str | None:
+    """'port clash: ...' with the log's own line, when the server could not bind an
+    address because another process holds it."""
+    m = _PORT_CLASH_RE.search(log)
+    if m is None:
+        return None
+    start = log.rfind("\n", 0, m.start()) + 1
+    end = log.find("\n", m.end())
+    line = strip_prefix(log[start : end if end >= 0 else len(log)]).strip()[:200]
+    return f"port clash: another process holds an address the server binds ({line})"
 
 
 def outside_cause(evidence: RunEvidence) -> str | None:
@@ -643,16 +656,14 @@ def outside_cause(evidence: RunEvidence) -> str | None:
     if not died:
         return None
     tail = evidence.log_tail[-200_000:]
-    clash = _PORT_CLASH_RE.search(tail)
+    clash = port_clash(tail)
     if clash is not None:
-        start = tail.rfind("\n", 0, clash.start()) + 1
-        end = tail.find("\n", clash.end())
-        line = strip_prefix(tail[start : end if end >= 0 else len(tail)]).strip()[:200]
-        return ("port clash: another process holds an address the server binds "
-                f"({line}); not a verdict about the config")
+        return f"{clash}; not a verdict about the config"
     sig = _died_by_signal(evidence)
-    if sig in _OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
-        if analyze_log(tail).signature is None:
+    if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
+        own = analyze_log(tail).signature
+        # A shell's "Killed" line is the kill itself, not a failure of the server.
+        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES):
             return (f"the server was killed by {sig} from outside the campaign (its log shows "
                     "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
                     "not a verdict about the config")
@@ -714,6 +725,7 @@ __all__ = [
     "ERROR_RULES",
     "FRAME_PHASES",
     "HANG_MESSAGE",
+    "OUTSIDE_SIGNALS",
     "PHASE_MARKERS",
     "ErrorRule",
     "FramePhase",
@@ -728,6 +740,7 @@ __all__ = [
     "normalize_message",
     "outside_cause",
     "phase_of_line",
+    "port_clash",
     "signal_name",
     "strip_prefix",
 ]

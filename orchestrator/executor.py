@@ -169,11 +169,15 @@ class Executor:
         """The long options the server's own `--help` lists (None: it does not say)."""
         key = exp.exec
         if key not in self._help_cache:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in exp.env)
-            cmd = f"{'env ' + env + ' ' if env else ''}{shlex.join(exp.exec)} --help"
+            # The environment goes through stdin, never the command line: every local user
+            # sees a command line (ps), and the environment may hold secrets.
+            env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exp.env)
+            cmd = f"{shlex.join(exp.exec)} --help"
+            if env:
+                cmd = f". /dev/stdin && {cmd}"
             if exp.workdir:
                 cmd = f"cd {shlex.quote(exp.workdir)} && {cmd}"
-            r = self.t.run(cmd, timeout=180)
+            r = self.t.run(cmd, timeout=180, stdin=env or None)
             options = facts.parse_help_options(r.stdout) if r.ok else ()
             self._help_cache[key] = tuple(options) or None
             if not options:
