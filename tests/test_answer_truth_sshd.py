@@ -22,7 +22,7 @@ import yaml
 
 from orchestrator.campaign import Bisection, BisectOptions, single_run
 from orchestrator.config.experiment import load_experiment
-from orchestrator.events import Event, PhaseReached, Polled, RunStarted
+from orchestrator.events import Event, Polled, RunStarted
 from orchestrator.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.planning import make_plan
@@ -133,7 +133,7 @@ class TakePort:
         self.sock: socket.socket | None = None
 
     def __call__(self, event: Event) -> None:
-        if self.sock is None and isinstance(event, PhaseReached):
+        if self.sock is None and isinstance(event, Polled):
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", self.port))
@@ -146,7 +146,11 @@ def test_a_port_taken_while_the_server_starts_is_infra_never_cached(
 ) -> None:
     """Row 3: another program takes the port between the port check and the bind."""
     pair = lab_pair(tmp_path, "glm5")
-    host = load_host(sshd_hosts_file(sshd, tmp_path), "lab")
+    # the lab's real startup pace (about 2.5 s before it binds): the first poll comes first
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp_path / "run"),
+                                     env={"ORCH_LAB_TIME_SCALE": "1.0"}))  # fmt: skip
+    host = load_host(hosts, "lab")
     thief = TakePort(pair.port)
     store = Store(tmp_path / "results")
     try:
