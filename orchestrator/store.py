@@ -179,15 +179,18 @@ class Store:
                     hint="free some space or make the directory writable, or choose another "
                     "with --results DIR (or ORCH_RESULTS)",
                 ) from exc
-            raise StoreError(
-                f"the results database {self.db_path} is unreadable: {exc}",
-                hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
-                "one; the plain log files under logs/ are kept",
-            ) from exc
+            raise self._unreadable(exc) from exc
         try:
             os.chmod(self.db_path, 0o600)
         except OSError:
             pass
+
+    def _unreadable(self, exc: Exception | None) -> StoreError:
+        return StoreError(
+            f"the results database {self.db_path} is unreadable: {exc}",
+            hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
+            "one; the plain log files under logs/ are kept",
+        )
 
     def _open_readonly(self) -> None:
         """For commands that only read (runs, show, classify): nothing is created, and a
@@ -210,8 +213,7 @@ class Store:
             except sqlite3.DatabaseError as exc:
                 last = exc
                 self.db.close()
-        raise StoreError(f"the results database {self.db_path} is unreadable: {last}",
-                         hint="check its permissions, or move it aside if it is damaged")
+        raise self._unreadable(last)
 
     def _check_writable(self) -> None:
         try:
