@@ -6,7 +6,7 @@ import argparse
 
 import yaml
 
-from orchestrator.cli.output import console
+from orchestrator.cli.output import console, err_console
 from orchestrator.lab import hostctl, sdlab
 
 
@@ -65,7 +65,9 @@ def _print_sd_reach(st: sdlab.SdLabStatus) -> None:
 def _up_systemd() -> int:
     settings = sdlab.SdLabSettings.from_env()
     out = console()
-    res = sdlab.up(settings, progress=lambda m: out.print(f"lab: {m}", highlight=False))
+    # Progress to stderr: it must show even when the summary on stdout is not wanted.
+    res = sdlab.up(settings, progress=lambda m: err_console().print(f"lab: {m}",
+                                                                    highlight=False))
     st = res.status
     what = "up" if res.started else "already up"
     out.print(f"lab: {what}: systemd host {settings.name} (systemd-nspawn pid {st.pid}) at "

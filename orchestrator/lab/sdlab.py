@@ -259,7 +259,8 @@ def _provision(root: Path, name: str) -> None:
     # and unit, the way a pip-installed sglang is: no PYTHONPATH in units or hosts.yaml.
     (root / "usr/lib/python3/dist-packages/orchestrator-lab.pth").write_text(
         REPO_IN_CONTAINER + "\n")  # fmt: skip
-    # sudo resolves the host's name; nspawn sets it to the machine name.
+    # The name the journal and prompts show; sudo must be able to resolve it.
+    (root / "etc/hostname").write_text(f"{name}\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
 
 
@@ -288,8 +289,8 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         settings.known_hosts.write_text(f"{c.netns.address} {ct.rootfs_host_key(rootfs)}\n")
         settings.workdir.mkdir(parents=True, exist_ok=True)
         c.mount_root()
-        _provision(c.root, settings.name)
-        pid = c.spawn()
+        _provision(c.root, HOST_NAME)
+        pid = c.spawn(hostname=HOST_NAME)
         settings.state_file.write_text(json.dumps({
             "name": settings.name, "pid": pid, "address": c.netns.address,
             "netns": c.netns.name, "veth": c.netns.veth, "workdir": str(settings.workdir),
