@@ -265,3 +265,38 @@ def test_ctrl_c_in_the_demo_leaves_the_unit_as_found(lab: SdLab) -> None:
     assert demo.returncode == 130, out + err
     assert "interrupted" in out + err and "--resume" in out + err
     assert lab.unit_snapshot() == before
+
+
+def test_the_process_lab_host_gives_the_same_answer(lab: SdLab, tmp_path: Path) -> None:
+    """The demo's pair on both lab hosts (moved to a port of this test's own: on the
+    process lab host the server listens on this machine, where other tests run servers)."""
+    from orchestrator.lab import hostctl
+
+    require_sshd()
+    port = free_port()
+    pair = {}
+    for side in ("good", "bad"):
+        path = tmp_path / f"{side}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": f"test-demo-{side}", "extends": str(REPO / "experiments/lab/demo" /
+                                                         f"{side}.yaml"),
+            "service": {"flags": {"port": port}}}))  # fmt: skip
+        pair[side] = str(path)
+    up = lab.cli("lab", "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        hosts = load_inventory(lab.settings.hosts_file).hosts
+        assert hosts["lab"].service_manager == "process"
+        assert hosts[sdlab.HOST_NAME].service_manager == "systemd"
+        answers = {}
+        for host in ("lab", sdlab.HOST_NAME):
+            res = lab.cli("bisect", "--good", pair["good"], "--bad", pair["bad"], "--host", host,
+                          "--hosts", str(lab.settings.hosts_file), "--fresh", "--json")
+            assert res.returncode == 0, res.stdout + res.stderr
+            d = json.loads(res.stdout)
+            answers[host] = (d["target"], [c["flags"] for c in d["culprits"]],
+                             sorted(f["signature"] for f in d["findings"]))  # fmt: skip
+        assert answers["lab"] == answers[sdlab.HOST_NAME]
+        assert answers["lab"][1] == [["--ep-size 8", "--enable-nccl-nvls"]]
+    finally:
+        hostctl.down(lab.settings.lab)  # the process lab only: the systemd one is the module's
