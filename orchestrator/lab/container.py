@@ -56,6 +56,8 @@ from orchestrator.localproc import pid_alive
 #: the one builder and cache of the image (stdlib only; scripts/build-rootfs runs it)
 ROOTFS_BUILDER = Path(__file__).with_name("rootfs.py")
 NET_PREFIX = "10.213"
+#: one lock for every allocator of these blocks on the machine (the tests of any checkout
+#: and the lab): the name predates the lab and is kept so they all still exclude each other
 NET_LOCK = Path("/run/orch-test-net.lock")
 #: /30 blocks ("x.y": addresses 10.213.x.4y+1 and +2) that random allocation never hands
 #: out: the default systemd lab host's fixed address lives there (see sdlab)
