@@ -378,7 +378,12 @@ class Store:
 
     def host_record(self, run_id: str) -> dict[str, Any] | None:
         """What the run did on its host (see executor.RunResult.host_record), or None."""
-        row = self.db.execute("SELECT record FROM run_host WHERE run_id=?", (run_id,)).fetchone()
+        try:
+            row = self.db.execute("SELECT record FROM run_host WHERE run_id=?",
+                                  (run_id,)).fetchone()  # fmt: skip
+        except sqlite3.OperationalError:
+            # An older database opened read-only (`show`): nobody created the table yet.
+            return None
         return json.loads(row["record"]) if row else None
 
     def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:

@@ -60,6 +60,13 @@ def test_host_record_round_trips_and_older_databases_get_the_table(tmp_path: Pat
     db.commit()
     db.close()
 
+    # Read-only (`show`, `runs`): nothing is created, and nothing is recorded either.
+    ro = Store(tmp_path, readonly=True)
+    try:
+        assert ro.host_record(old) is None
+    finally:
+        ro.close()
+    # Opened for writing, it gets the table.
     store = Store(tmp_path)
     try:
         assert store.host_record(old) is None  # an older row: nothing recorded, no error
