@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up = sub.add_parser("up", help="start the lab host (idempotent)")
     up.add_argument("--systemd", action="store_true",
                     help="a real systemd host (root and systemd-nspawn needed; the rootfs is "
-                    "built and cached on first use, about a minute)")
+                    "built and cached on first use: a few minutes, once)")
     up.set_defaults(handler=_up)
     sub.add_parser("down", help="stop what `lab up` started (both kinds)").set_defaults(
         handler=_down)

@@ -279,7 +279,8 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         _teardown(settings)
     tarball = ct.rootfs_tarball()
     if not tarball.exists():
-        progress(f"building the Debian rootfs once (about a minute; cached as {tarball})")
+        progress(f"building the Debian rootfs once (debootstrap: 2-4 minutes here; cached as "
+                 f"{tarball})")
         tarball = ct.build_rootfs()
     rootfs = ct.extracted_rootfs(tarball)
     _keys(settings)
