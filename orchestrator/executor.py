@@ -71,6 +71,9 @@ class RunResult:
     invocation: str | None = None
     polls: int = 0
     ready_s: float | None = None  # seconds from start to ready
+    #: what the run did on the host (systemd: drop-in path, ExecStart read back,
+    #: InvocationID, journalctl command), see ServiceManager.host_record
+    host_record: dict[str, object] | None = None
 
 
 @dataclass
@@ -290,6 +293,16 @@ class Executor:
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip
             detail += _port_hint(exp.port, ports)
         duration = time.monotonic() - t0
+        host_record = self.manager.host_record(started) if rendered is not None else None
+        if host_record is not None:
+            host_record["host"] = self.host.name
+            if not self.host.is_local:  # how to get there from this controller
+                h = self.host
+                ssh = ["ssh", "-p", str(h.port)]
+                ssh += ["-i", h.identity_file] if h.identity_file else []
+                ssh += ["-o", f"UserKnownHostsFile={h.known_hosts}"] if h.known_hosts else []
+                host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
+                                                 else h.address])  # fmt: skip
         self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
                               duration_s=duration, detail=detail))  # fmt: skip
         return RunResult(
@@ -311,6 +324,7 @@ class Executor:
             invocation=started.invocation if started else None,
             polls=watch.polls,
             ready_s=watch.ready_at,
+            host_record=host_record,
         )
 
     def _ports(self, started: Started) -> list[int] | None:

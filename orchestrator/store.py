@@ -70,6 +70,12 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_cache ON runs(fingerprint, host_class, verdict);
 CREATE INDEX IF NOT EXISTS runs_signature ON runs(signature);
+-- What a run did on its host (systemd: drop-in path, ExecStart read back, InvocationID,
+-- journalctl command), as JSON; added later, so created here on open of older databases.
+CREATE TABLE IF NOT EXISTS run_host (
+    run_id TEXT PRIMARY KEY REFERENCES runs(id),
+    record TEXT NOT NULL
+);
 """
 
 
@@ -366,7 +372,21 @@ class Store:
                     red.text(result.detail), str(log_path) if log_path else None, cached_from,
                 ),
             )  # fmt: skip
+            record = getattr(result, "host_record", None)
+            if record and cached_from is None:
+                db.execute("INSERT INTO run_host (run_id, record) VALUES (?, ?)",
+                           (run_id, json.dumps(red.obj(record))))  # fmt: skip
         return run_id
+
+    def host_record(self, run_id: str) -> dict[str, Any] | None:
+        """What the run did on its host (see executor.RunResult.host_record), or None."""
+        try:
+            row = self.db.execute("SELECT record FROM run_host WHERE run_id=?",
+                                  (run_id,)).fetchone()  # fmt: skip
+        except sqlite3.OperationalError:
+            # An older database opened read-only (`show`): nobody created the table yet.
+            return None
+        return json.loads(row["record"]) if row else None
 
     def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:
         if cid:

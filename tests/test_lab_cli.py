@@ -134,3 +134,19 @@ def test_default_layout_matches_the_hosts_example(lab: Lab) -> None:
     assert host.identity_file == str(defaults.ssh_dir / "id_ed25519")
     assert host.known_hosts == str(defaults.ssh_dir / "known_hosts")
     assert host.service_manager == "process"
+
+
+def test_systemd_lab_defaults_match_the_hosts_example() -> None:
+    from orchestrator.lab import container, sdlab
+
+    host = load_inventory(REPO / "hosts.example.yaml").host(sdlab.HOST_NAME)
+    defaults = sdlab.SdLabSettings.from_env({})
+    x, y = sdlab.DEFAULT_BLOCK.split(".")
+    assert defaults.block == sdlab.DEFAULT_BLOCK in container.RESERVED_BLOCKS
+    assert host.address == f"{container.NET_PREFIX}.{x}.{int(y) * 4 + 2}"
+    assert (host.port, host.user, host.sudo, host.service_manager, host.unit_dir) == (
+        22, sdlab.USER, True, "systemd", sdlab.UNIT_DIR)
+    assert host.identity_file == str(defaults.identity_file)
+    assert host.known_hosts == str(defaults.known_hosts)
+    # Another name (tests, a second lab) never takes the default's address block.
+    assert sdlab.SdLabSettings.from_env({sdlab.NAME_ENV: "orch-lab-t1-x"}).block is None

@@ -154,8 +154,8 @@ def test_restart_container_keeps_installed_units(systemd_host: SystemdHost) -> N
 def test_teardown_leaves_nothing(systemd_hosts: SystemdHostFactory) -> None:
     host = systemd_hosts.boot()
     netns, veth, hostdir = host.netns.path, host.netns.veth, host.dir
-    assert host._proc is not None
-    nspawn_pid = host._proc.pid
+    assert host.container.pid is not None
+    nspawn_pid = host.container.pid
     assert netns.exists() and Path(f"/sys/class/net/{veth}").exists()
     systemd_hosts.stop(host)
     assert not netns.exists()

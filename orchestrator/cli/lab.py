@@ -6,24 +6,33 @@ import argparse
 
 import yaml
 
-from orchestrator.cli.output import console
-from orchestrator.lab import hostctl
+from orchestrator.cli.output import console, err_console
+from orchestrator.lab import hostctl, sdlab
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "lab",
-        help="start/stop the local lab host (a private sshd on 127.0.0.1:2222)",
+        help="start/stop the local lab host (a private sshd, or a systemd host with --systemd)",
         description=(
             "The lab host is this machine, reached through a private OpenSSH sshd on "
             "127.0.0.1:2222 with throwaway keys under .lab/ (the `lab` entry of "
-            "hosts.example.yaml). Environment: ORCH_LAB_PORT, ORCH_LAB_DIR."
+            "hosts.example.yaml). With --systemd: a Debian container booted with "
+            "systemd-nspawn (systemd as PID 1, its own sshd and network namespace, "
+            f"{sdlab.UNIT} running the simulated SGLang server; the `lab-systemd` entry). "
+            "`up` writes the entries of what runs to .lab/hosts.yaml. "
+            f"Environment: ORCH_LAB_PORT, ORCH_LAB_DIR, {sdlab.NAME_ENV}."
         ),
     )
     sub = parser.add_subparsers(dest="lab_command", metavar="ACTION")
     sub.required = True
-    sub.add_parser("up", help="start the lab host (idempotent)").set_defaults(handler=_up)
-    sub.add_parser("down", help="stop what `lab up` started").set_defaults(handler=_down)
+    up = sub.add_parser("up", help="start the lab host (idempotent)")
+    up.add_argument("--systemd", action="store_true",
+                    help="a real systemd host (root and systemd-nspawn needed; the rootfs is "
+                    "built and cached on first use: a few minutes, once)")
+    up.set_defaults(handler=_up)
+    sub.add_parser("down", help="stop what `lab up` started (both kinds)").set_defaults(
+        handler=_down)
     sub.add_parser("status", help="show what runs").set_defaults(handler=_status)
 
 
@@ -39,9 +48,41 @@ def _print_reach(st: hostctl.LabStatus) -> None:
         out.print(f"    {line}", highlight=False, markup=False)
 
 
+def _print_sd_reach(st: sdlab.SdLabStatus) -> None:
+    out = console()
+    t = st.target()
+    out.print(f"  ssh {t.user}@{t.address} -i {t.identity_file} "
+              f"-o UserKnownHostsFile={t.known_hosts}", highlight=False)
+    out.print(f"  watch it: sudo systemctl status {sdlab.UNIT}; sudo systemctl cat {sdlab.UNIT}; "
+              f"sudo journalctl -u {sdlab.UNIT} -f", highlight=False)
+    out.print(f"  hosts.yaml entry (all entries of what runs: {st.settings.hosts_file}):",
+              highlight=False)
+    text = yaml.safe_dump({sdlab.HOST_NAME: st.hosts_entry()}, sort_keys=False)
+    for line in text.splitlines():
+        out.print(f"    {line}", highlight=False, markup=False)
+
+
+def _up_systemd() -> int:
+    settings = sdlab.SdLabSettings.from_env()
+    out = console()
+    # Progress to stderr: it must show even when the summary on stdout is not wanted.
+    res = sdlab.up(settings, progress=lambda m: err_console().print(f"lab: {m}",
+                                                                    highlight=False))
+    st = res.status
+    what = "up" if res.started else "already up"
+    out.print(f"lab: {what}: systemd host {settings.name} (systemd-nspawn pid {st.pid}) at "
+              f"{st.address}:22; {sdlab.UNIT} {res.unit_state or '?'}, /health "
+              f"{res.health or '?'} on port {sdlab.SERVER_PORT} inside it", highlight=False)
+    _print_sd_reach(st)
+    return 0
+
+
 def _up(args: argparse.Namespace) -> int:
+    if getattr(args, "systemd", False):
+        return _up_systemd()
     settings = hostctl.LabSettings.from_env()
     res = hostctl.up(settings)
+    sdlab.write_hosts_file(settings, sdlab.status(sdlab.SdLabSettings.from_env()))
     st = res.status
     out = console()
     if not st.sshd_installed:
@@ -65,21 +106,41 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     settings = hostctl.LabSettings.from_env()
+    sd_settings = sdlab.SdLabSettings.from_env()
     res = hostctl.down(settings)
+    sd = sdlab.down(sd_settings)
     out = console()
     for note in res.notes:
         out.print(f"lab: {note}", highlight=False)
     if res.stopped_pid is not None:
         out.print(f"lab: down: stopped sshd pid {res.stopped_pid}", highlight=False)
-    else:
+    if sd.stopped_pid is not None or sd.removed:
+        stopped = (f"halted systemd host {sd_settings.name} (systemd-nspawn pid "
+                   f"{sd.stopped_pid})" if sd.stopped_pid is not None else
+                   f"cleaned up after systemd host {sd_settings.name}")  # fmt: skip
+        out.print(f"lab: down: {stopped}; removed {', '.join(sd.removed) or 'its state'}",
+                  highlight=False)  # fmt: skip
+    if res.stopped_pid is None and sd.stopped_pid is None and not sd.removed:
         out.print("lab: already down: nothing to stop", highlight=False)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     settings = hostctl.LabSettings.from_env()
-    st = hostctl.status(settings)
+    sd_settings = sdlab.SdLabSettings.from_env()
+    sd = sdlab.status(sd_settings)
     out = console()
+    if sd.running:
+        res = sdlab.unit_health(sd)
+        out.print(f"lab: systemd host {sd_settings.name} up (systemd-nspawn pid {sd.pid}) at "
+                  f"{sd.address}:22; {sdlab.UNIT} {res['unit_state'] or '?'}, /health "
+                  f"{res['health'] or '?'}", highlight=False)  # fmt: skip
+        _print_sd_reach(sd)
+    elif sd.leftovers:
+        out.print(f"lab: systemd host {sd_settings.name} is down but left "
+                  f"{', '.join(sd.leftovers)}; `orchestrator lab down` removes them",
+                  highlight=False)  # fmt: skip
+    st = hostctl.status(settings)
     if not st.sshd_installed:
         out.print("lab: sshd not installed; the lab host uses the local transport",
                   highlight=False)
@@ -88,7 +149,12 @@ def _status(args: argparse.Namespace) -> int:
                   f"(log {st.log_path})", highlight=False)
     else:
         stale = " (stale pid file)" if st.stale_pid_file else ""
-        out.print(f"lab: down{stale}; start it with `orchestrator lab up`", highlight=False)
+        if sd.running:
+            out.print(f"lab: the process lab host (sshd) is not running{stale}",
+                      highlight=False)  # fmt: skip
+        else:
+            out.print(f"lab: down{stale}; start it with `orchestrator lab up` "
+                      "(or `orchestrator lab up --systemd`)", highlight=False)  # fmt: skip
         return 0
     _print_reach(st)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import shlex
 import time
 
 from rich.markup import escape
@@ -91,7 +92,7 @@ def show(args: argparse.Namespace) -> int:
             "verdict": r.verdict.value, "signature": str(r.signature or ""), "argv": r.argv,
             "env": r.env, "detail": r.detail, "phase_times": r.phase_times,
             "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
-            "cached_from": r.cached_from}))  # fmt: skip
+            "cached_from": r.cached_from, "on_host": store.host_record(r.id)}))  # fmt: skip
         return 0
     c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
@@ -117,11 +118,38 @@ def show(args: argparse.Namespace) -> int:
             color = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
             c.print(f"  [{color}]{escape(line)}[/]", highlight=False)
     c.print(f"command: {escape(exp.command_line())}", highlight=False)
+    _on_host(store.host_record(r.id), r.rendered)
     tail = r.log_tail().splitlines()[-args.lines:]
     if tail:
         c.print(f"log tail ({r.log_path}):", highlight=False)
         c.out("\n".join(tail), highlight=False)
     return 0
+
+
+def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
+    """What the tool did on the host for this run: the drop-in, what systemd read back,
+    the invocation and the command that shows its whole journal there."""
+    if not rec or rec.get("manager") != "systemd":
+        return
+    c = console()
+    c.print(f"on the host ({escape(str(rec.get('host') or '?'))}), unit "
+            f"{escape(str(rec.get('unit')))}:", highlight=False)  # fmt: skip
+    c.print(f"  drop-in written: {escape(str(rec.get('dropin_path')))} "
+            "(removed again when the campaign ended)", highlight=False)  # fmt: skip
+    for line in (rendered or "").splitlines():
+        c.print(f"    {escape(line)}", highlight=False)
+    argv = rec.get("exec_start")
+    if isinstance(argv, list):
+        path = rec.get("exec_path")
+        binary = f" (runs {path})" if path and path != (argv[:1] or [None])[0] else ""
+        c.print(f"  ExecStart read back from systemd{escape(binary)}: "
+                f"{escape(shlex.join(map(str, argv)))}", highlight=False)  # fmt: skip
+    c.print(f"  InvocationID: {escape(str(rec.get('invocation') or '(not started)'))}",
+            highlight=False)  # fmt: skip
+    journal = str(rec.get("journal_command") or "")
+    ssh = rec.get("ssh")
+    full = f"{ssh} {shlex.quote(journal)}" if ssh else journal
+    c.print(f"  full log on the host: {escape(full)}", highlight=False, soft_wrap=True)
 
 
 def _lines(exp: Experiment) -> list[str]:

@@ -89,6 +89,10 @@ class ServiceManager(ABC):
         """The unit drop-in (or launch script) last written, for the record."""
         return None
 
+    def host_record(self, started: Started | None) -> dict[str, object] | None:
+        """What the last run did on the host, for `orchestrator show` (None: nothing to add)."""
+        return None
+
     def listeners_on(self, port: int) -> list[tuple[int | None, str]]:
         """Processes listening on a TCP port on the host: (pid, name)."""
         cmd = f"ss -Hltnp 'sport = :{int(port)}' 2>/dev/null || true"

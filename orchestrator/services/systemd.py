@@ -139,6 +139,9 @@ class SystemdManager(ServiceManager):
         self._text: str | None = None
         self.found_active: bool | None = None
         self.backup: str | None = None
+        #: the effective ExecStart argv systemd reported after the last install
+        self.read_back_exec: list[str] | None = None
+        self.read_back_path: str | None = None  # the binary systemd resolved argv[0] to
 
     # ---- helpers
     def _ctl(self, args: str, *, timeout: float = 60, check: bool = True) -> str:
@@ -217,6 +220,7 @@ class SystemdManager(ServiceManager):
         else:
             self.t.run(f"rm -f {shlex.quote(self.env_file)}", sudo=True, timeout=30)
         self._text = "\n".join(lines) + "\n"
+        self.read_back_exec = self.read_back_path = None
         self.t.write_file(self.dropin, self._text, mode=0o600, sudo=True)
         self._ctl("daemon-reload", timeout=120)
         return self._read_back(exp, {k: v for k, v in env.items() if k not in private}, unset,
@@ -246,11 +250,14 @@ class SystemdManager(ServiceManager):
             cmds = facts.parse_busctl_exec(exact)
             got = list(cmds[0][1]) if len(cmds) == 1 else [f"<{len(cmds)} commands>"]
             argv_ok = got == stored
+            self.read_back_path = cmds[0][0] if len(cmds) == 1 else None
         else:
             props |= self._show("ExecStart")
             commands = facts.parse_exec_start(props.get("ExecStart", ""))
             got = list(commands[0].argv) if len(commands) == 1 else [f"<{len(commands)} commands>"]
             argv_ok = len(commands) == 1 and facts.argv_matches(stored, commands[0])
+            self.read_back_path = commands[0].path if len(commands) == 1 else None
+        self.read_back_exec = got
         if not argv_ok:
             return f"ExecStart read back differs: intended {intended!r}, systemd has {got!r}"
         # The exact strings over D-Bus; `systemctl show` prints control characters in
@@ -298,6 +305,24 @@ class SystemdManager(ServiceManager):
 
     def rendered(self) -> str | None:
         return self._text
+
+    def host_record(self, started: Started | None) -> dict[str, object] | None:
+        """The drop-in's path, the ExecStart systemd read back, the InvocationID and the
+        journalctl command that shows that invocation's whole log on the host."""
+        if self._text is None:
+            return None
+        inv = re.sub(r"[^0-9a-f]", "", started.invocation or "") if started else ""
+        journal = (f"journalctl _SYSTEMD_INVOCATION_ID={inv} --no-pager" if inv else
+                   f"journalctl -u {shlex.quote(self.name)} --no-pager")  # fmt: skip
+        return {
+            "manager": "systemd",
+            "unit": self.name,
+            "dropin_path": self.dropin,
+            "exec_start": self.read_back_exec,
+            "exec_path": self.read_back_path,
+            "invocation": inv or None,
+            "journal_command": ("sudo " if self.host.sudo else "") + journal,
+        }
 
     def start(self, exp: Experiment, *, run_id: str) -> Started:
         self._ctl(f"reset-failed {shlex.quote(self.name)}", check=False)
