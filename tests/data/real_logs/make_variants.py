@@ -158,8 +158,8 @@ def _numbers(r: Rerun, line: str) -> str:
     line = re.sub(r"(chatcmpl-|cmpl-)[0-9a-f]{32}",
                   lambda m: f"{m.group(1)}{r.rng.getrandbits(128):032x}", line)
     line = re.sub(r"(ts-[0-9a-f]+-worker-\d+|sglang-head-r\d|gpt-oss-20b-[0-9a-z]+-[0-9a-z]+)",
-                  lambda m: r.same("host", m.group(0), lambda: f"gpu-node-{r.rng.randint(1, 99):02d}"),
-                  line)
+                  lambda m: r.same("host", m.group(0),
+                                   lambda: f"gpu-node-{r.rng.randint(1, 99):02d}"), line)
     return line
 
 
@@ -191,12 +191,14 @@ _AFTER = (
     "  warnings.warn('resource_tracker: There appear to be %d '",
 )
 
-_TRACE_LINE = re.compile(r"^\s|Traceback|Error|Exception|^\S*\s*\|\s{2,}|\] {2,}|\) {2,}")
+_TRACE_LINE = re.compile(r"^\s|Traceback|Error|Exception|Watchdog|Pyspy|^Thread |what\(\)")
+_WRAPPED = re.compile(r"^[\w.-]+\s+\|\s|^\S+Z\s")  # docker compose / docker --timestamps
 
 
 def _noise(r: Rerun, lines: list[str], vllm: bool) -> list[str]:
     """Unrelated warnings and health polls between startup lines (never inside a traceback)."""
-    first_error = next((i for i, ln in enumerate(lines) if _TRACE_LINE.search(ln)), len(lines))
+    first_error = next((i for i, ln in enumerate(lines)
+                        if _TRACE_LINE.search(_WRAPPED.sub("", ln))), len(lines))
     out: list[str] = []
     pool = _VLLM_NOISE if vllm else _SGL_NOISE
     for i, line in enumerate(lines):
