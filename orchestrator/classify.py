@@ -38,7 +38,6 @@ from orchestrator.server_logs import (
     ARGS_MARKERS,
     PASS_THROUGH,
     PROFILES,
-    Marker,
     ServerProfile,
     own_file,
     profiles_for,
@@ -70,15 +69,15 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # SGLang without timestamp: "[TP0] "
     re.compile(r"^\[(?:[A-Z]{2,3}\d+ ?)+\]\s?"),
     # vLLM / Ray worker tags: "(VllmWorkerProcess pid=13109) ", "(EngineCore_DP0 pid=1) ",
-    # "(VllmWorker rank=1 pid=2) ", "(RayWorkerWrapper pid=616, ip=192.168.149.159) ",
-    # "(MapWorker(MapBatches(vLLMEngineActor)) pid=1202, ip=10.53.120.118) "
+    # "(VllmWorker rank=1 pid=2) ", "(RayWorkerWrapper pid=616, ip=192.168.149.15) ",
+    # "(MapWorker(MapBatches(vLLMEngineActor)) pid=1202, ip=10.53.120.11) "
     re.compile(r"^\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?\bpid=\d+[^)]*\)\s?"),
-    # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ", "INFO 08-19 07:51:03 model_runner.py:732] "
+    # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ", "INFO 08-19 07:51:03 x.py:732] "
     re.compile(
         r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? \d\d:\d\d:\d\d(?:\.\d+)? "
         r"\[?[\w.]+:\d+\]\s?"
     ),
-    # torch.distributed: "[rank0]: ", "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:2057] "
+    # torch.distributed: "[rank0]: ", "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:20] "
     re.compile(r"^\[rank\d+\]:\s?"),
     re.compile(r"^\[[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? (?:\d+ )?[\w.]+:\d+\]\s?"),
     # line-number prefixes of pasted logs: "[80746] "
@@ -134,31 +133,39 @@ def _later(a: Phase | None, b: Phase | None) -> Phase | None:
     return a if _ORDER[a] >= _ORDER[b] else b
 
 
-def _markers(profiles: Sequence[ServerProfile]) -> tuple[Marker, ...]:
-    return (*ARGS_MARKERS, *(m for p in profiles for m in p.markers))
-
-
-def _phase_of_body(body: str, markers: Sequence[Marker]) -> Phase | None:
+def _phase_of_body(body: str, profiles: Sequence[ServerProfile]) -> Phase | None:
+    """The phase a prefix-free line proves. A line two servers read differently (uvicorn's
+    "Application startup complete": SGLang still warms up, vLLM serves) proves only the
+    earlier of the two when the log does not say which server it is."""
     found: Phase | None = None
-    for marker in markers:
+    for marker in ARGS_MARKERS:
         if marker.needle in body and marker.pattern.search(body):
-            found = _later(found, marker.phase)
-    return found
+            found = marker.phase
+    if found is not None:
+        return found
+    per_server: list[Phase] = []
+    for prof in profiles:
+        here: Phase | None = None
+        for marker in prof.markers:
+            if marker.needle in body and marker.pattern.search(body):
+                here = _later(here, marker.phase)
+        if here is not None:
+            per_server.append(here)
+    return min(per_server, key=_ORDER.__getitem__) if per_server else None
 
 
 def phase_of_line(line: str, profiles: Sequence[ServerProfile] | None = None) -> Phase | None:
     """The startup phase a log line proves the server has reached, or None."""
-    body = strip_prefix(line)
-    return _phase_of_body(body, _markers(profiles or profiles_for(line)))
+    return _phase_of_body(strip_prefix(line), profiles or profiles_for(line))
 
 
 def last_phase(lines: Iterable[str]) -> Phase | None:
     """The latest phase any of `lines` proves (phases only move forward)."""
     lines = [ln for ln in lines if not ln.startswith("# source:")]
-    markers = _markers(profiles_for("\n".join(lines[:400] + lines[-400:])))
+    profiles = profiles_for("\n".join(lines[:400] + lines[-400:]))
     best: Phase | None = None
     for line in lines:
-        best = _later(best, _phase_of_body(strip_prefix(line), markers))
+        best = _later(best, _phase_of_body(strip_prefix(line), profiles))
     return best
 
 
@@ -184,7 +191,7 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\[(?:[A-Z]{2,3}\d+ ?)+\]"), ""),
     (re.compile(r"\b(pid|PID|tid|rank|Rank|device|GPU|gpu|cuda:|TP|DP|EP|PP)[ =]?\d+\b"), r"\1<n>"),
     (re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])"), "<num>"),
-    (re.compile(r"(?<![A-Za-z_<])-?\d+(?![A-Za-z_>])"), "<n>"),
+    (re.compile(r"(?<![\w<])-?\d+(?![\w>])"), "<n>"),
     (re.compile(r"\s+"), " "),
 )
 
@@ -678,11 +685,10 @@ def analyze_log(text: str) -> LogAnalysis:
     lines, skipped = _select_lines(text)
     bodies = [strip_prefix(line) for line in lines]
     profiles = profiles_for("\n".join(lines[:300] + lines[-300:]))
-    markers = _markers(profiles)
     progress: list[Phase | None] = []
     best: Phase | None = None
     for body in bodies:
-        best = _later(best, _phase_of_body(body, markers))
+        best = _later(best, _phase_of_body(body, profiles))
         progress.append(best)
     reached = best
     events = _find_events(bodies)
@@ -703,6 +709,14 @@ def analyze_log(text: str) -> LogAnalysis:
     root = roots[0]
     extra = _continuation(bodies, root.index)
     error_class, key, rule = _classify_event(root, extra)
+    if not key and rule is None:
+        # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
+        for later in events:
+            if later.chain == root.chain and later.index > root.index:
+                hit = classify_error(later.text)
+                if hit is not None:
+                    error_class, key, rule = hit
+                    break
     kind = rule.kind if rule is not None else "crash"
 
     # Frames that tell where: the root's own, else those of the traceback printed for the
@@ -713,6 +727,11 @@ def analyze_log(text: str) -> LogAnalysis:
                  and e.index - root.index <= 200]  # fmt: skip
         if later and kind == "crash":
             frames = later[0].frames
+        elif kind == "crash":
+            # a traceback the tail cut before its exception line still says where
+            frames = tuple((fm.group("file"), fm.group("func")) for body in
+                           bodies[root.index + 1 : root.index + 200]
+                           if (fm := _FRAME_RE.match(body)) is not None)
     chain_frames = tuple(f for e in events if e.chain == root.chain for f in e.frames)
 
     site: str | None
