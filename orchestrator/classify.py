@@ -902,8 +902,28 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
     return Verdict.PASS, None
 
 
+def resign(old: Signature | None, log_tail: str) -> Signature | None:
+    """The signature a run recorded as `old` gets from this version of the classifier.
+
+    Only the stored log tail is left of the run, so `judge` is replayed from what the old
+    signature says about it: a probe miss stays what it was; a hang with nothing in the log
+    stays a hang unless the log now names one; a crash after readiness stays a serving crash;
+    a crash named only by its exit status keeps that name unless the log now explains it.
+    """
+    if old is None or old.error_class in ("probe_error", "probe_threshold"):
+        return old
+    analysis = analyze_log(log_tail) if log_tail else None
+    new = analysis.signature if analysis is not None else None
+    if new is None:
+        return old
+    if old.phase == Phase.SERVING and new.phase != Phase.SERVING:
+        return Signature(Phase.SERVING, new.error_class, new.message)
+    return new
+
+
 __all__ = [
     "ERROR_RULES",
+    "resign",
     "SIGNATURE_VERSION",
     "HANG_MESSAGE",
     "PHASE_MARKERS",
