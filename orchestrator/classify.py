@@ -332,11 +332,13 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
 )
 
 # A cheap test before the rules: a line with none of these cannot match any rule.
-_RULE_NEEDLES = re.compile(
-    r"error|Error|ERROR|CUBLAS|memory|assert|Assertion|capturing|capture|nvshmem|NVSHMEM|"
-    r"NCCL|nccl|resource|timed out|Timed out|[Ww]atchdog|Fatal|Killed|not found|No such file|"
-    r"denied|No module|can't open"
-)
+_RULE_NEEDLES = ("rror", "ERROR", "CUBLAS", "memory", "ssert", "captur", "nvshmem", "NVSHMEM",
+                 "NCCL", "nccl", "resource", "imed out", "atchdog", "Fatal", "Killed",
+                 "not found", "No such file", "denied", "No module", "can't open")
+
+
+def _needles(text: str) -> bool:
+    return any(n in text for n in _RULE_NEEDLES)
 
 # Exceptions that wrap or report another failure: never the root of a crash.
 WRAPPER_TYPES = frozenset(
@@ -412,10 +414,10 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
         stripped = body.strip()
         if not stripped:
             continue
-        if _TRACEBACK_RE.search(body):
+        if "Traceback (most recent call last):" in body:
             frames, start = [], idx
             continue
-        if _CHAIN_RE.search(body):
+        if "above exception" in body and _CHAIN_RE.search(body):
             linked = True
             continue
         if (fm := _FRAME_RE.match(body)) is not None:
@@ -445,7 +447,7 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
                                  stripped, tuple(frames), chain))  # fmt: skip
             frames, start, linked = [], None, False
             continue
-        if _RULE_NEEDLES.search(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
+        if _needles(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
             events.append(_Event(idx, idx, None, stripped, (), chain := chain + 1))
     return events
 
@@ -533,7 +535,7 @@ class LogAnalysis:
 
 def classify_error(text: str) -> tuple[str, str, ErrorRule | None] | None:
     """(error class, key message, rule) for one exception text, by the rule table."""
-    if not _RULE_NEEDLES.search(text):
+    if not _needles(text):
         return None
     for rule in ERROR_RULES:
         m = rule.pattern.search(text)
@@ -609,51 +611,46 @@ def _stuck_place(dumps: Sequence[_Dump], after: int) -> tuple[str | None, tuple[
 # Reading a log: bounded work on huge inputs, plain answers for non-logs
 # ---------------------------------------------------------------------------------------
 
-FULL_READ = 2_000_000  # characters read line by line; beyond this only the tail is
-TAIL_READ = 1_000_000
-_HEAD_ANCHORS = ("Traceback (most recent call last)", "Error: ", "Error:", "what():",
-                 "Watchdog", "timed out", "Timed out", "Killed", "Fatal Python error")
-_ANCHOR_CAP = 200  # per anchor: a log that repeats it more often is noise there
-_BLOCK = 120  # lines kept after an anchor (a traceback)
+FULL_READ = 2_000_000  # characters read line by line; a longer log only at both ends
+HEAD_READ = 300_000  # the startup milestones are at the start
+TAIL_READ = 600_000  # the failure is at the end
+_ANCHORS = ("Traceback (most recent call last)", "Error: ", "what():", "Watchdog", "imed out")
+_ANCHOR_CAP = 50  # per anchor: a log that repeats it more often is noise there
+_BLOCK = 60  # lines kept after an anchor (a traceback)
 
 
 def _select_lines(text: str) -> tuple[list[str], int]:
     """The lines worth reading, and how many characters were skipped.
 
-    A huge log is read whole only in its last TAIL_READ characters; before that, only the
-    milestone lines and the blocks that start at an error anchor are kept, so 50 MB of
-    warnings cost a few string searches, not a regex per line.
+    A huge log is read whole only in its first HEAD_READ and last TAIL_READ characters; in
+    between only the blocks that start at an error anchor are kept, so 50 MB of warnings
+    cost a few string searches, not a regex per line.
     """
     if len(text) <= FULL_READ:
         return _source_lines(text), 0
+    head_end = text.find("\n", HEAD_READ) + 1 or HEAD_READ
     cut = text.find("\n", len(text) - TAIL_READ)
     cut = len(text) - TAIL_READ if cut < 0 else cut + 1
-    head, tail = text[:cut], text[cut:]
+    middle = text[head_end:cut]
     spans: list[tuple[int, int]] = []
-    needles = [*_HEAD_ANCHORS, *(m.needle for p in PROFILES for m in p.markers)]
-    for needle in needles:
-        pos, hits = head.find(needle), 0
+    for needle in _ANCHORS:
+        pos, hits = middle.find(needle), 0
         while pos >= 0 and hits < _ANCHOR_CAP:
-            begin = head.rfind("\n", 0, pos) + 1
+            begin = middle.rfind("\n", 0, pos) + 1
             end = pos
-            for _ in range(_BLOCK if needle in _HEAD_ANCHORS else 1):
-                nxt = head.find("\n", end)
+            for _ in range(_BLOCK):
+                nxt = middle.find("\n", end)
                 if nxt < 0:
-                    end = len(head)
+                    end = len(middle)
                     break
                 end = nxt + 1
             spans.append((begin, end))
-            pos, hits = head.find(needle, end), hits + 1
-    spans.sort()
+            pos, hits = middle.find(needle, end), hits + 1
     kept: list[str] = []
-    reach = 0
-    for begin, end in spans:
-        begin = max(begin, reach)
-        if begin < end:
-            kept.extend(head[begin:end].splitlines())
-            reach = end
-    skipped = len(head) - sum(e - b for b, e in _merge(spans))
-    return kept + _source_lines(tail), skipped
+    for begin, end in _merge(sorted(spans)):
+        kept.extend(middle[begin:end].splitlines())
+    skipped = len(middle) - sum(e - b for b, e in _merge(sorted(spans)))
+    return (_source_lines(text[:head_end]) + kept + _source_lines(text[cut:])), skipped
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -666,9 +663,12 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_NON_SPACE = re.compile(r"\S")
+
+
 def _not_a_log(text: str) -> str | None:
     """Why `text` cannot be a server log at all, or None."""
-    if not text.strip():
+    if _NON_SPACE.search(text) is None:
         return "empty log: nothing to classify"
     sample = text[:65536]
     odd = sum(1 for ch in sample if ch == "\ufffd" or (ch < " " and ch not in "\n\r\t"))
@@ -699,7 +699,7 @@ def analyze_log(text: str) -> LogAnalysis:
         if reached is None and not events:
             size = f"{len(text) / 1e6:.1f} MB" if len(text) >= 100_000 else f"{len(lines)} lines"
             note = (f"no failure and no server startup line found in {size}"
-                    + (f" ({skipped / 1e6:.0f} MB before the tail only searched)"
+                    + (f" ({skipped / 1e6:.0f} MB in the middle only searched for errors)"
                        if skipped else "") + ": is this a server log?")  # fmt: skip
         return LogAnalysis(phase=reached, reached=reached, errors_seen=len(events),
                            server=server, note=note)  # fmt: skip

@@ -60,6 +60,10 @@ def as_dict(analysis: LogAnalysis) -> dict[str, Any]:
         "message": analysis.message,
         "raw_message": analysis.raw_message,
         "signature": sig.key() if sig else None,
+        "site": analysis.site,
+        "kind": analysis.kind,
+        "server": analysis.server,
+        "note": analysis.note,
         "excerpt": list(analysis.excerpt),
     }
 
@@ -68,6 +72,9 @@ def render(analysis: LogAnalysis) -> None:
     out = console()
     phase = analysis.phase.value if analysis.phase else "unknown (no startup milestone seen)"
     if analysis.signature is None:
+        if analysis.note:
+            out.print(f"[bold yellow]{escape(analysis.note)}[/]")
+            return
         out.print(f"[bold green]no failure found[/]; phase reached: {escape(phase)}")
         return
     out.print(f"[bold]phase[/]        {escape(phase)}")
