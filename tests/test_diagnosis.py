@@ -1,0 +1,159 @@
+"""The classifier on real logs: the corpus figures through the benchmark's own functions,
+labels.tsv checking, and inputs that are not server logs at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.classify import analyze_log
+from orchestrator.diagnosis import (
+    TARGETS,
+    Label,
+    Outcome,
+    classify,
+    half_of,
+    load,
+    read_labels,
+    score,
+    score_halves,
+)
+from orchestrator.errors import UsageError
+
+CORPUS = Path(__file__).parent / "data" / "real_logs"
+
+
+@pytest.fixture(scope="module")
+def scores() -> dict:
+    return score_halves(classify(load(CORPUS)))
+
+
+def test_corpus_size_and_labels() -> None:
+    labels = read_labels(CORPUS)
+    causes = {lab.root_cause for lab in labels}
+    assert len(labels) >= 100 and len(causes) >= 45
+    per_cause = {c: sum(lab.root_cause == c for lab in labels) for c in causes}
+    assert min(per_cause.values()) >= 2  # every bug at least twice, as reruns
+    assert all(lab.source.startswith("https://github.com/") for lab in labels)
+    assert {lab.klass for lab in labels} == {"crash", "hang", "timeout"}
+    assert {half_of(c) for c in causes} == {"tune", "heldout"}
+
+
+@pytest.mark.parametrize("half", ["heldout", "whole"])
+def test_corpus_meets_the_targets(scores: dict, half: str) -> None:
+    s = scores[half]
+    assert s.precision >= TARGETS["precision"], s.collisions
+    assert s.recall >= TARGETS["recall"], s.splits
+    assert len(s.unclassified) <= TARGETS["unclassified"], s.unclassified
+    assert s.phase_accuracy >= TARGETS["phase_accuracy"], s.wrong_phase
+    assert s.meets_targets()
+
+
+def test_look_alikes_stay_apart(scores: dict) -> None:
+    """Same message, different bug: the place in the server's own code tells them apart."""
+    out = {o.label.file: o.signature for o in classify(load(CORPUS))}
+    ima = [f for f in out if ".a." in f and "ima" in f]
+    assert len(ima) >= 8
+    assert len({out[f] for f in ima}) == len(ima)  # eight illegal memory accesses, eight bugs
+    assert out["sgl_nccl_init_system_error.a.log"] != out["vllm_nccl_system_error_mp.a.log"]
+    assert out["vllm_no_cache_blocks_v1_check.a.log"] != out["vllm_no_cache_blocks_v0_raise_if.a.log"]
+    # the root, not the wrapper: EngineDeadError / "Worker failed" / engine init failed
+    assert "Worker failed" not in (out["vllm_sampler_warmup_oom.a.log"] or "")
+    assert (out["vllm_ima_fused_moe_triton.a.log"] or "").startswith(
+        "serving|illegal_address|triton an illegal memory access")
+
+
+def test_hangs_name_the_stuck_place() -> None:
+    a = analyze_log((CORPUS / "sgl_watchdog_hang_overlap_resolve.a.log").read_text())
+    assert (a.kind, a.error_class) == ("hang", "hang")
+    assert a.site == "tp_worker_overlap_thread.py:resolve_batch_result"
+    b = analyze_log((CORPUS / "sgl_watchdog_hang_no_pyspy.a.log").read_text())
+    assert b.kind == "hang" and b.site is None and b.signature != a.signature
+
+
+def test_score_counts_pairs() -> None:
+    def out(name: str, key: str, sig: str | None, phase: str = "init") -> Outcome:
+        return Outcome(Label(name, "crash", phase, key, ""), sig, "init")
+
+    s = score([out("a", "k1", "x"), out("b", "k1", "x"), out("c", "k2", "x"),
+               out("d", "k2", None, "serving")])  # fmt: skip
+    assert (s.pairs_same_signature, s.pairs_same_cause, s.true_pairs) == (3, 2, 1)
+    assert s.precision == pytest.approx(1 / 3) and s.recall == pytest.approx(1 / 2)
+    assert s.unclassified == ["d"] and s.phase_right == 3 and s.phase_counted == 4
+    assert [c[:2] for c in s.collisions] == [("a", "c"), ("b", "c")]
+
+
+def test_labels_tsv_is_checked(tmp_path: Path) -> None:
+    (tmp_path / "x.log").write_text("boom\n")
+    (tmp_path / "labels.tsv").write_text("file\tclass\tphase\troot_cause_key\n")
+    with pytest.raises(UsageError, match="header must be"):
+        read_labels(tmp_path)
+    (tmp_path / "labels.tsv").write_text(
+        "file\tclass\tphase\troot_cause_key\tsource\nx.log\tcrash\tlater\tk\thttps://x\n")
+    with pytest.raises(UsageError, match="phase 'later' is not one of"):
+        read_labels(tmp_path)
+    (tmp_path / "labels.tsv").write_text(
+        "file\tclass\tphase\troot_cause_key\tsource\ny.log\tcrash\tinit\tk\thttps://x\n")
+    with pytest.raises(UsageError, match="no log file 'y.log'"):
+        read_labels(tmp_path)
+
+
+# --- inputs that are not server logs ---------------------------------------------------
+
+
+def test_empty_and_blank_logs() -> None:
+    for text in ("", "\n\n   \n"):
+        a = analyze_log(text)
+        assert a.signature is None and a.note == "empty log: nothing to classify"
+
+
+def test_binary_input() -> None:
+    a = analyze_log(os.urandom(200_000).decode("utf-8", errors="replace"))
+    assert a.signature is None and a.note and a.note.startswith("binary data")
+    assert analyze_log("\x00\x01ELF\x02" * 100).note.startswith("binary data")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bash: line 1: /opt/sglang/bin/python: No such file or directory\n",
+         "<path>/python: No such file or directory"),
+        ("-bash: vllm: command not found\n", "vllm: command not found"),
+        ("/usr/bin/python3: No module named sglang\n", "<path>/python3: No module named sglang"),
+    ],
+)  # fmt: skip
+def test_shell_errors_get_a_signature(text: str, message: str) -> None:
+    a = analyze_log(text)
+    assert a.signature is not None and a.error_class == "shell" and a.message == message
+
+
+def test_megabytes_of_warnings_are_no_failure() -> None:
+    warning = ("/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:61: "
+               "FutureWarning: The pynvml package is deprecated.\n")  # fmt: skip
+    a = analyze_log(warning * (5_000_000 // len(warning)))
+    assert a.signature is None and a.note and "is this a server log?" in a.note
+
+
+def test_a_failure_after_megabytes_of_warnings_is_found() -> None:
+    warning = "[2025-01-01 00:00:00 TP0] WARNING: something harmless, Error: retried\n"
+    crash = (CORPUS / "sgl_ima_decode_sync.a.log").read_text()
+    alone = analyze_log(crash).signature
+    assert analyze_log(warning * 60_000 + crash).signature == alone  # crash in the tail
+    # a crash in the middle of a huge log (then more warnings) is still found
+    assert analyze_log(crash + warning * 60_000).signature == alone
+
+
+def test_cli_prints_a_note_for_a_non_log(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from orchestrator.cli import main
+
+    path = tmp_path / "core"
+    path.write_bytes(os.urandom(4096))
+    assert main(["classify", str(path)]) == 0
+    assert "binary data, not a text log" in capsys.readouterr().out
+    (tmp_path / "empty.log").write_text("")
+    assert main(["classify", str(tmp_path / "empty.log"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"note": "empty log: nothing to classify"' in out and '"signature": null' in out
