@@ -58,7 +58,8 @@ def test_look_alikes_stay_apart(scores: dict) -> None:
     assert len(ima) >= 8
     assert len({out[f] for f in ima}) == len(ima)  # eight illegal memory accesses, eight bugs
     assert out["sgl_nccl_init_system_error.a.log"] != out["vllm_nccl_system_error_mp.a.log"]
-    assert out["vllm_no_cache_blocks_v1_check.a.log"] != out["vllm_no_cache_blocks_v0_raise_if.a.log"]
+    v1, v0 = "vllm_no_cache_blocks_v1_check.a.log", "vllm_no_cache_blocks_v0_raise_if.a.log"
+    assert out[v1] != out[v0]
     # the root, not the wrapper: EngineDeadError / "Worker failed" / engine init failed
     assert "Worker failed" not in (out["vllm_sampler_warmup_oom.a.log"] or "")
     assert (out["vllm_ima_fused_moe_triton.a.log"] or "").startswith(
