@@ -235,8 +235,10 @@ class ErrorRule:
         if self.options_only:
             groups = {k: " ".join(w for w in v.split() if w.startswith("-"))
                       for k, v in groups.items()}
-        if "src" in groups:  # "CUDA error", "CUDA Error", "Triton Error [CUDA]" -> cuda/triton
-            groups["src"] = "triton" if "triton" in groups["src"].lower() else "cuda"
+        if "src" in groups:  # who reports it: "CUDA error", "Triton Error [CUDA]", a kernel
+            src = groups["src"]
+            groups["src"] = ("triton" if "triton" in src.lower() else
+                             src if src.endswith("failed with error") else "cuda")
         if "file" in groups:
             groups["file"] = groups["file"].rsplit("/", 1)[-1]
         return self.message.format(match.group(0), **groups).strip()
@@ -291,8 +293,8 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
             _r("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "CUDA out of memory.",
                priority=21),
             _r("illegal_address",
-               r"(?:(?P<src>Triton Error \[CUDA\]|CUDA [Ee]rror):? (?:\d+)?)?an illegal memory "
-               r"access was encountered|cudaErrorIllegalAddress",
+               r"(?:(?P<src>Triton Error \[CUDA\]|CUDA [Ee]rror|\w+ failed with error):? "
+               r"(?:\d+)?)?an illegal memory access was encountered|cudaErrorIllegalAddress",
                "{src} an illegal memory access was encountered", priority=25),
             _r("device_assert", r"(?P<file>[\w/.-]+\.cu):\d+: .*?Assertion `(?P<cond>.+)` failed",
                "{file}: Assertion `{cond}` failed", priority=24),
@@ -562,11 +564,11 @@ def _classify_event(event: _Event, extra: Sequence[str]) -> tuple[str, str, Erro
     return "error", event.text, None
 
 
-def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 2) -> str | None:
+def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> str | None:
     """The innermost frames (up to `depth`) in the server's own code that do more than pass
-    a call on, innermost first: `sglang/flashinfer_backend.py:forward_extend <
-    sglang/model_runner.py:forward_extend`. Two frames, because the innermost alone is often
-    a shared helper (an attention backend, a communicator) that several bugs run through."""
+    a call on, innermost first (`sglang/flashinfer_backend.py:forward_extend`). One frame
+    by default: the callers above it differ between ranks of one failure (a rank's
+    traceback printed cut short, another path into the same kernel)."""
     found: list[str] = []
     for path, func in reversed(frames):
         name = own_file(path, loose=loose)
@@ -575,6 +577,29 @@ def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 2) -> st
             if len(found) == depth:
                 break
     return " < ".join(found) or None
+
+
+def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
+                 roots: Sequence[_Event], bodies: Sequence[str]) -> str | None:  # fmt: skip
+    """The place most ranks report the root error from (ties: the first by name).
+
+    With an asynchronous CUDA error every rank prints its own traceback, and which rank
+    prints first changes from run to run; the place most of them name does not.
+    """
+    votes: dict[str, int] = {}
+    if (own := _site(frames)) is not None:
+        votes[own] = 1
+    for peer in roots:
+        if peer is root or not peer.frames or not 0 < peer.index - root.index <= 5000:
+            continue
+        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index))
+        if (error_class, normalize_message(key)) != (what[0], normalize_message(what[1])):
+            continue
+        if (site := _site(peer.frames)) is not None:
+            votes[site] = votes.get(site, 0) + 1
+    if not votes:
+        return None
+    return min(votes, key=lambda s: (-votes[s], s))
 
 
 def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
@@ -603,8 +628,7 @@ def _stuck_place(dumps: Sequence[_Dump], after: int) -> tuple[str | None, tuple[
         return (2 if watchdog else 0) + (0 if main else 1)
 
     best = min(near[:32], key=rank)
-    # one frame: where it sits; how it got there may differ between two hangs of one bug
-    return _site(best.frames, loose=True, depth=1), best.frames
+    return _site(best.frames, loose=True), best.frames
 
 
 # ---------------------------------------------------------------------------------------
@@ -737,7 +761,7 @@ def analyze_log(text: str) -> LogAnalysis:
     site: str | None
     dump_frames: tuple[Frame, ...] = ()
     if kind == "crash":
-        site = _site(frames)
+        site = _common_site(root, frames, (error_class, key), roots, bodies)
     else:
         site, dump_frames = _stuck_place(_find_dumps(bodies), root.index)
         if site is None:
