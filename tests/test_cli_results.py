@@ -21,7 +21,7 @@ from orchestrator.verdicts import Verdict
 from tests.campaign_lab import Recorded, cli, lab_servers, recorded_b300
 
 FINDING = ("init: AttributeError: 'NoneType' object has no attribute 'dtype' @ "
-           "sglang/model_runner.py:init_torch_distributed")
+           "sglang/pynccl.py:__init__")
 
 
 @dataclass
