@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-from orchestrator.classify import LogAnalysis, analyze_log
+from orchestrator.classify import LogAnalysis, RunEvidence, analyze_log, judge
 from orchestrator.errors import UsageError
 
 COLUMNS = ("file", "class", "phase", "root_cause_key", "source")
@@ -132,13 +132,29 @@ def half_of(root_cause: str) -> str:
     return "tune" if digest[0] % 2 == 0 else "heldout"
 
 
+def timed_out(label: Label) -> bool:
+    """A log labelled a hang or a timeout is what a run that missed its deadline leaves."""
+    return any(word in label.klass.lower() for word in ("hang", "hung", "timeout", "stuck"))
+
+
 def classify(cases: Sequence[Case],
              analyze: Callable[[str], LogAnalysis] = analyze_log) -> list[Outcome]:  # fmt: skip
+    """Each log's signature and phase as a run leaving that log would be judged.
+
+    A crash must be named by its log alone. For a log labelled a hang or a timeout the
+    orchestrator also knows the deadline passed: when the log names nothing (the server
+    just stopped printing), the run is the hang `judge` names (`hang` at the last phase
+    the log reached), as it would be in a campaign.
+    """
     out = []
     for case in cases:
         analysis = analyze(case.text)
-        sig = analysis.signature.key() if analysis.signature else None
-        out.append(Outcome(case.label, sig, analysis.phase.value if analysis.phase else None))
+        sig, phase = analysis.signature, analysis.phase
+        if sig is None and timed_out(case.label) and analysis.note is None:
+            _verdict, sig = judge(RunEvidence(log_tail=case.text, timed_out=True), None)
+            phase = sig.phase if sig is not None else phase
+        out.append(Outcome(case.label, sig.key() if sig else None,
+                           phase.value if phase else None))  # fmt: skip
     return out
 
 
@@ -177,4 +193,4 @@ def score_halves(outcomes: Sequence[Outcome]) -> dict[str, Score]:
 
 
 __all__ = ["COLUMNS", "PHASES", "TARGETS", "Case", "Label", "Outcome", "Score", "classify",
-           "half_of", "load", "read_labels", "score", "score_halves"]  # fmt: skip
+           "half_of", "load", "read_labels", "score", "score_halves", "timed_out"]  # fmt: skip

@@ -86,6 +86,19 @@ def test_score_counts_pairs() -> None:
     assert [c[:2] for c in s.collisions] == [("a", "c"), ("b", "c")]
 
 
+def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:
+    from orchestrator.diagnosis import Case
+
+    stops = ("[2025-05-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several "
+             "minutes. avail mem=12.00 GB\n")  # fmt: skip
+    label = Label("x.log", "hang", "cuda_graph", "k", "")
+    [out] = classify([Case(label, stops)])
+    assert out.signature == "cuda_graph|hang|no readiness before the deadline"
+    assert out.phase == "cuda_graph"
+    crash = Label("y.log", "crash", "cuda_graph", "k", "")
+    assert classify([Case(crash, stops)])[0].signature is None  # a crash needs its log
+
+
 def test_labels_tsv_is_checked(tmp_path: Path) -> None:
     (tmp_path / "x.log").write_text("boom\n")
     (tmp_path / "labels.tsv").write_text("file\tclass\tphase\troot_cause_key\n")
