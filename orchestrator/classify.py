@@ -85,9 +85,15 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
 )
 
 
+# Terminal colours (vLLM colours its process tags) and their syslog-escaped form (`#033[`).
+_ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]")
+
+
 def strip_prefix(line: str) -> str:
     """The line without its timestamp / rank / worker prefixes."""
     body = line.rstrip("\r\n")
+    if "\x1b" in body or "#033[" in body:
+        body = _ANSI.sub("", body)
     if not body or body[0] in " \t":
         return body  # continuation lines keep their indentation
     for _ in range(6):  # prefixes nest a few layers deep at most
@@ -580,8 +586,10 @@ def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> st
 
 
 def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
-                 roots: Sequence[_Event], bodies: Sequence[str]) -> str | None:  # fmt: skip
-    """The place most ranks report the root error from (ties: the first by name).
+                 roots: Sequence[_Event], bodies: Sequence[str],
+                 peer_frames: list[Frame]) -> str | None:  # fmt: skip
+    """The place most ranks report the root error from (ties: the first by name); the
+    frames of those other ranks' reports go to `peer_frames`.
 
     With an asynchronous CUDA error every rank prints its own traceback, and which rank
     prints first changes from run to run; the place most of them name does not.
@@ -595,6 +603,7 @@ def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
         error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index))
         if (error_class, normalize_message(key)) != (what[0], normalize_message(what[1])):
             continue
+        peer_frames.extend(peer.frames)
         if (site := _site(peer.frames)) is not None:
             votes[site] = votes.get(site, 0) + 1
     if not votes:
@@ -760,8 +769,9 @@ def analyze_log(text: str) -> LogAnalysis:
 
     site: str | None
     dump_frames: tuple[Frame, ...] = ()
+    peer_frames: list[Frame] = []
     if kind == "crash":
-        site = _common_site(root, frames, (error_class, key), roots, bodies)
+        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames)
     else:
         site, dump_frames = _stuck_place(_find_dumps(bodies), root.index)
         if site is None:
@@ -773,7 +783,8 @@ def analyze_log(text: str) -> LogAnalysis:
         phase = rule.phase
     else:
         phase = (_frame_phase(frames or chain_frames, profiles, at_root)
-                 or _frame_phase(chain_frames + dump_frames, profiles, at_root)
+                 or _frame_phase(chain_frames + dump_frames + tuple(peer_frames), profiles,
+                                 at_root)
                  or at_root)  # fmt: skip
         if phase is None and rule is not None:
             phase = rule.phase_hint

@@ -171,3 +171,14 @@ def test_cli_prints_a_note_for_a_non_log(tmp_path: Path,
     assert main(["classify", str(tmp_path / "empty.log"), "--json"]) == 0
     out = capsys.readouterr().out
     assert '"note": "empty log: nothing to classify"' in out and '"signature": null' in out
+
+
+@pytest.mark.parametrize("colour", ["\x1b[1;36m{}\x1b[0;0m", "#033[1;36m{}#033[0;0m"])
+def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
+    import re
+
+    text = (CORPUS / "vllm_keyerror_w13_bias_gptoss.a.log").read_text()
+    coloured = re.sub(r"^(\([^)]*pid=\d+\))", lambda m: colour.format(m.group(1)), text,
+                      flags=re.M)  # fmt: skip
+    assert coloured != text
+    assert analyze_log(coloured).signature == analyze_log(text).signature is not None
