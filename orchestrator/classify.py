@@ -334,6 +334,9 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
             _r("signal", r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error)",
                "Fatal Python error: {what}", priority=80),
             _r("signal", r"^Killed$", "Killed", priority=90),
+            # only ever the root when nothing else was printed (the child died silently)
+            _r("child_died", r"Received sigquit from a child process|SIGQUIT received",
+               "a child process died without a report", priority=95),
         ),
         key=lambda rule: rule.priority,
     )
@@ -342,7 +345,8 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
 # A cheap test before the rules: a line with none of these cannot match any rule.
 _RULE_NEEDLES = ("rror", "ERROR", "CUBLAS", "memory", "ssert", "captur", "nvshmem", "NVSHMEM",
                  "NCCL", "nccl", "resource", "imed out", "atchdog", "Fatal", "Killed",
-                 "not found", "No such file", "denied", "No module", "can't open")
+                 "not found", "No such file", "denied", "No module", "can't open", "SIGQUIT",
+                 "sigquit")
 
 
 def _needles(text: str) -> bool:
@@ -725,7 +729,8 @@ def analyze_log(text: str) -> LogAnalysis:
         progress.append(best)
     reached = best
     events = _find_events(bodies)
-    roots = [e for e in events if not _is_wrapper(e)]
+    # a wrapper is the root only when the cause was never printed (killed without a word)
+    roots = [e for e in events if not _is_wrapper(e)] or events
     server = profiles[0].name if len(profiles) == 1 else None
     if not roots:
         note = None
@@ -877,9 +882,12 @@ def _process_signature(evidence: RunEvidence, phase: Phase) -> Signature:
 
 
 def _crash_signature(evidence: RunEvidence, analysis: LogAnalysis, phase: Phase) -> Signature:
-    if analysis.signature is not None:
+    silent = analysis.error_class == "child_died"  # the log only says a child went away
+    known_exit = (evidence.exit_signal is not None or evidence.exit_code is not None
+                  or bool(evidence.unit_result))  # fmt: skip
+    if analysis.signature is not None and not (silent and known_exit):
         return analysis.signature
-    return _process_signature(evidence, phase)
+    return _process_signature(evidence, analysis.phase or phase if silent else phase)
 
 
 def _verdict_for(sig: Signature, target: Signature | None) -> Verdict:
