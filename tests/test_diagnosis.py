@@ -182,3 +182,23 @@ def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
                       flags=re.M)  # fmt: skip
     assert coloured != text
     assert analyze_log(coloured).signature == analyze_log(text).signature is not None
+
+
+def test_a_wrapper_alone_is_still_a_failure() -> None:
+    """The cause never printed (the engine was killed): the wrapper is all there is."""
+    from orchestrator.classify import RunEvidence, judge
+    from orchestrator.verdicts import Phase, Signature
+
+    engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
+              "version 0.10\n(EngineCore_DP0 pid=5) INFO 01-01 00:00:01 [gpu_model_runner.py:1] Starting to "
+              "load model m...\n(APIServer pid=1) RuntimeError: Engine core initialization "
+              "failed. See root cause above. Failed core proc(s): {}\n")  # fmt: skip
+    a = analyze_log(engine)
+    assert a.phase == Phase.LOAD_WEIGHTS and a.error_class == "RuntimeError"
+    child = ("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70.00 GB\n"
+             "[2025-01-01 00:01:00] Received sigquit from a child process. It usually means "
+             "the child failed.\n")  # fmt: skip
+    assert analyze_log(child).error_class == "child_died"
+    # with the process's exit known, the run is named by how it ended
+    killed = RunEvidence(log_tail=child, exit_signal="KILL", unit_result="signal")
+    assert judge(killed, None)[1] == Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL")
