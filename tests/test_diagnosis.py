@@ -191,8 +191,9 @@ def test_a_wrapper_alone_is_still_a_failure() -> None:
 
     engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
               "version 0.10\n(EngineCore_DP0 pid=5) INFO 01-01 00:00:01 "
-              "[gpu_model_runner.py:1] Starting to load model m...\n(APIServer pid=1) RuntimeError: Engine core initialization "
-              "failed. See root cause above. Failed core proc(s): {}\n")  # fmt: skip
+              "[gpu_model_runner.py:1] Starting to load model m...\n(APIServer pid=1) "
+              "RuntimeError: Engine core initialization failed. See root cause above. "
+              "Failed core proc(s): {}\n")  # fmt: skip
     a = analyze_log(engine)
     assert a.phase == Phase.LOAD_WEIGHTS and a.error_class == "RuntimeError"
     child = ("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70.00 GB\n"
