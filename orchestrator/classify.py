@@ -46,6 +46,7 @@ from orchestrator.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
 SIGNATURE_VERSION = 2
+KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
 # Line prefixes: timestamps, ranks, worker tags. Stripped before anything else looks at a line.
@@ -796,6 +797,10 @@ def analyze_log(text: str) -> LogAnalysis:
         if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""
+    if len(message) > KEY_LENGTH:
+        # what follows is a dump (supported architectures, a request, a config) that
+        # changes with versions and inputs; the bug is named by the start
+        message = message[:KEY_LENGTH].rstrip() + "..."
     if site:
         message = f"{message} @ {site}" if message else f"@ {site}"
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])
