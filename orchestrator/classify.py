@@ -60,6 +60,11 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w@.:/-]+(?:\[\d+\])?: "),
     # docker logs --timestamps: "2025-11-10T09:50:25.135391208Z "
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"),
+    # Python logging in a wrapper: "2024-01-22 14:32:27 | ERROR | stderr | " (fastchat,
+    # loguru: "... | ERROR | mod:fn:12 - "), "2025-03-07 23:50:27,531 - __main__ - INFO - "
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
+               r"[\w.:<>-]+\s*(?:\||-)\s?"),
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - "),
     # docker compose: "service-1  | "
     re.compile(r"^[\w.-]+\s+\|\s"),
     # CI log viewers: "  | [2025-03-10T15:07:20Z] "
