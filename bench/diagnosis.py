@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", nargs="?", help="a folder with logs and labels.tsv")
     parser.add_argument("--details", action="store_true", help="list the pairs that went wrong")
     parser.add_argument("--half", choices=["heldout", "tune", "whole"], default=None,
-                        help="details for this half only (default: all three)")
+                        help="details for this part only (default: both halves)")
     parser.add_argument("--big", type=int, nargs="?", const=50, metavar="MB",
                         help="time analyze_log on huge and non-server inputs")
     args = parser.parse_args(argv)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(scores))
     if args.details:
         for name, s in scores.items():
-            if args.half in (None, name) and name != "whole":
+            if args.half == name or (args.half is None and name != "whole"):
                 print(f"\n## {name}\n{details(s)}")
     return 0 if all(s.meets_targets() for s in (scores["heldout"], scores["whole"])) else 1
 
