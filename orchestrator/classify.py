@@ -470,6 +470,33 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
     return events
 
 
+# vLLM tags every line with its process: "(VllmWorker rank=1 pid=2445156) ". Two processes
+# failing at once interleave their tracebacks line by line; read each process on its own.
+_PROCESS_TAG = re.compile(r"\(((?:[^()]|\([^()]*\))*?\bpid=\d+[^)]*)\)")
+
+
+def _events_by_process(lines: Sequence[str], bodies: Sequence[str]) -> list[_Event]:
+    tags: list[str] = []
+    for line in lines:
+        m = _PROCESS_TAG.search(line, 0, 160) if "pid=" in line[:160] else None
+        tags.append(m.group(1) if m is not None else "")
+    if len(set(tags)) <= 2:  # one process, or one plus untagged lines: read as printed
+        return _find_events(bodies)
+    streams: dict[str, list[int]] = {}
+    for idx, tag in enumerate(tags):
+        streams.setdefault(tag, []).append(idx)
+    events: list[_Event] = []
+    chain_base = 0
+    for indices in streams.values():
+        found = _find_events([bodies[i] for i in indices])
+        for e in found:
+            events.append(_Event(indices[e.index], indices[e.start], e.exc_type, e.text,
+                                 e.frames, e.chain + chain_base))  # fmt: skip
+        chain_base += 1 + max((e.chain for e in found), default=0)
+    events.sort(key=lambda e: e.index)
+    return events
+
+
 def _find_dumps(bodies: Sequence[str]) -> list[_Dump]:
     dumps: list[_Dump] = []
     i, n = 0, len(bodies)
@@ -734,7 +761,7 @@ def analyze_log(text: str) -> LogAnalysis:
         best = _later(best, _phase_of_body(body, profiles))
         progress.append(best)
     reached = best
-    events = _find_events(bodies)
+    events = _events_by_process(lines, bodies)
     # a wrapper is the root only when the cause was never printed (killed without a word)
     roots = [e for e in events if not _is_wrapper(e)] or events
     server = profiles[0].name if len(profiles) == 1 else None

@@ -203,3 +203,18 @@ def test_a_wrapper_alone_is_still_a_failure() -> None:
     # with the process's exit known, the run is named by how it ended
     killed = RunEvidence(log_tail=child, exit_signal="KILL", unit_result="signal")
     assert judge(killed, None)[1] == Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL")
+
+
+def test_two_workers_interleaved_line_by_line() -> None:
+    """Two vLLM workers failing at once print their tracebacks into each other."""
+    text = (CORPUS / "vllm_sampler_warmup_oom.a.log").read_text()
+    lines = text.splitlines()
+    tag = "(VllmWorker rank=1 pid=2445156)"
+    block = [i for i, ln in enumerate(lines) if ln.startswith(tag)]
+    other = [ln.replace(tag, "(VllmWorker rank=0 pid=2445155)") for ln in (lines[i] for i in block)]
+    mixed: list[str] = []
+    for i, line in enumerate(lines):
+        mixed.append(line)
+        if i in block:
+            mixed.append(other.pop(0))  # rank 0's copy, one line behind rank 1's
+    assert analyze_log("\n".join(mixed)).signature == analyze_log(text).signature is not None
