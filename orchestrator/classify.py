@@ -986,8 +986,11 @@ def outside_cause(evidence: RunEvidence) -> str | None:
     sig = _died_by_signal(evidence)
     if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
         own = analyze_log(tail).signature
-        # A shell's "Killed" line is the kill itself, not a failure of the server.
-        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES):
+        # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
+        # "a child process died" note is the kill seen from the parent.
+        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES) or (
+            own.error_class == "child_died"
+        ):
             return (f"the server was killed by {sig} from outside the campaign (its log shows "
                     "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
                     "not a verdict about the config")

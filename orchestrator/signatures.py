@@ -26,7 +26,7 @@ from orchestrator.classify import SIGNATURE_VERSION, resign
 from orchestrator.verdicts import Signature
 
 if TYPE_CHECKING:
-    from orchestrator.store import Store
+    from orchestrator.store import RunRow, Store
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS signature_history (
@@ -121,4 +121,25 @@ def upgrade(store: Store) -> int:
     return changed
 
 
-__all__ = ["stamp", "stored_version", "upgrade"]
+def runs_with_signature(store: Store, signature: Signature) -> list[RunRow]:
+    """Recorded runs with `signature` as this classifier names them.
+
+    A store opened read-only cannot be upgraded; when it is older, its runs are re-signed
+    in memory from their log tails (nothing is written), so old runs are still found.
+    """
+    from orchestrator.store import _run
+
+    if stored_version(store.db) >= SIGNATURE_VERSION:
+        return store.runs_with_signature(signature)
+    rows = store.db.execute(
+        "SELECT * FROM runs WHERE signature IS NOT NULL AND cached_from IS NULL ORDER BY started"
+    ).fetchall()
+    found = []
+    for r in rows:
+        run = _run(r)
+        if resign(run.signature, _read_tail(run.log_path)) == signature:
+            found.append(run)
+    return found
+
+
+__all__ = ["runs_with_signature", "stamp", "stored_version", "upgrade"]

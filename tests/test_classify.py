@@ -338,7 +338,9 @@ def test_cli_classify_stdin_and_text(
 
     from orchestrator.cli import main
 
-    monkeypatch.setattr("sys.stdin", io.StringIO(log("sglang_warmup_assertion.log")))
+    # stdin is read as bytes (its .buffer), as a real one is
+    stdin = io.TextIOWrapper(io.BytesIO(log("sglang_warmup_assertion.log").encode()))
+    monkeypatch.setattr("sys.stdin", stdin)
     assert main(["classify", "-"]) == 0
     out = capsys.readouterr().out
     assert "warmup" in out and "AssertionError" in out and "_wait_and_warmup" in out

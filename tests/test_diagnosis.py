@@ -187,7 +187,7 @@ def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
 def test_a_wrapper_alone_is_still_a_failure() -> None:
     """The cause never printed (the engine was killed): the wrapper is all there is."""
     from orchestrator.classify import RunEvidence, judge
-    from orchestrator.verdicts import Phase, Signature
+    from orchestrator.verdicts import Phase, Signature, Verdict
 
     engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
               "version 0.10\n(EngineCore_DP0 pid=5) INFO 01-01 00:00:01 "
@@ -201,8 +201,11 @@ def test_a_wrapper_alone_is_still_a_failure() -> None:
              "the child failed.\n")  # fmt: skip
     assert analyze_log(child).error_class == "child_died"
     # with the process's exit known, the run is named by how it ended
+    exited = RunEvidence(log_tail=child, exit_code=1, unit_result="exit-code")
+    assert judge(exited, None)[1] == Signature(Phase.LOAD_WEIGHTS, "exit", "exit status 1")
+    # and a kill from outside, seen only as the parent's note, is infra (not the config)
     killed = RunEvidence(log_tail=child, exit_signal="KILL", unit_result="signal")
-    assert judge(killed, None)[1] == Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL")
+    assert judge(killed, None) == (Verdict.INFRA, None)
 
 
 def test_two_workers_interleaved_line_by_line() -> None:

@@ -99,3 +99,9 @@ def test_classify_cli_finds_old_runs_under_the_new_signature(
     doc = json.loads(capsys.readouterr().out)
     assert [r["run"] for r in doc["seen_in_runs"]] == ["c0ffee.1", "c0ffee.2"]
     assert doc["phase"] == "serving" and doc["signature"].startswith("serving|illegal_address|")
+    # classify only reads: the old store was matched in memory, not rewritten
+    db = sqlite3.connect(tmp_path / "results" / "orchestrator.db")
+    try:
+        assert stored_version(db) == 1
+    finally:
+        db.close()

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 from rich.markup import escape
 
+from orchestrator import signatures
 from orchestrator.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.cli import common
 from orchestrator.cli.output import console
@@ -136,7 +137,8 @@ def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
         return []
     store = Store(results, readonly=True)
     try:
-        return store.runs_with_signature(analysis.signature)
+        # an older store (not yet re-signed, and read-only here) is matched in memory
+        return signatures.runs_with_signature(store, analysis.signature)
     finally:
         store.close()
 
