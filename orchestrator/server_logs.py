@@ -145,9 +145,12 @@ VLLM = ServerProfile(
                              "process_weights_after_loading"),
         (Phase.KV_CACHE, "determine_available_memory|profile_run|determine_num_available_"
                          "blocks|check_enough_kv_cache_memory|get_kv_cache_configs?|"
-                         "raise_if_cache_size_invalid|initialize_cache"),
+                         "raise_if_cache_size_invalid|initialize_cache|_initialize_kv_caches|"
+                         "initialize_from_config|initialize_kv_cache|_allocate_kv_cache_"
+                         "tensors|_reshape_kv_cache_tensors"),
         (Phase.CUDA_GRAPH, "capture_model|_capture_cudagraphs|_warmup_and_capture|capture"),
-        (Phase.WARMUP, "_dummy_sampler_run"),
+        # v1 warms up (compile sizes, then graphs, then the sampler) inside this one
+        (Phase.WARMUP, "_dummy_sampler_run|compile_or_warm_up_model"),
     ),
     loop_frames=re.compile(r"^(?:execute_model|step|step_async|run_busy_loop|"
                            r"_process_engine_step|step_with_batch_queue|engine_step|"
