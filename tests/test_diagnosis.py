@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.classify import analyze_log
 from orchestrator.diagnosis import (
@@ -223,3 +225,28 @@ def test_two_workers_interleaved_line_by_line() -> None:
             mixed.append(other.pop(0))  # the two workers' lines alternate
         mixed.append(line)
     assert analyze_log("\n".join(mixed)).signature == analyze_log(text).signature is not None
+
+
+_PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
+           '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
+           'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",
+           "RuntimeError: CUDA error: an illegal memory access was encountered",
+           "(EngineCore_DP0 pid=1) ERROR 01-01 00:00:00 [core.py:1] ", "[2025-01-01 00:00:00 TP0] ",
+           "During handling of the above exception, another exception occurred:", "\x1b[1;36m(",
+           "Watchdog timeout (self.watchdog_timeout=300)", "pid=", "  | ", "\ufffd", "\t", "Killed",
+           "Received sigquit from a child process.", "x: error: unrecognized arguments: --a b"]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=4),
+                max_size=40))  # fmt: skip
+def test_any_text_gets_an_answer_never_an_exception(rows: list[list[str]]) -> None:
+    from orchestrator.classify import RunEvidence, judge
+
+    text = "\n".join("".join(row) for row in rows)
+    analysis = analyze_log(text)
+    if not text.strip():
+        assert analysis.note == "empty log: nothing to classify"
+    if analysis.signature is not None:
+        assert analysis.message is not None and analysis.phase is not None
+    judge(RunEvidence(log_tail=text, timed_out=True), analysis.signature)
