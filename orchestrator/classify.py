@@ -1,18 +1,30 @@
 """Classification: from a server's log tail and a run's outcome to a verdict and a signature.
 
-Pure and table-driven. Three tables drive everything:
+Pure and table-driven. The knowledge lives in tables:
 
-- `PHASE_MARKERS`: the startup milestone lines SGLang and vLLM print, each tagged with the
-  phase the server has reached once the line appears;
-- `FRAME_PHASES`: function names in traceback frames that say where an exception was
-  raised (used first, because a log *tail* may have lost its milestone lines);
+- `orchestrator.server_logs`: per server (SGLang, vLLM), the startup milestones (the log's
+  own progress), the functions that say which startup phase a traceback was raised in,
+  and which paths are the server's own code;
 - `ERROR_RULES`: regex rules naming an error class and its key message; the first rule (by
-  priority) that matches an exception's text wins. Adding an error class is one line.
+  priority) that matches an exception's text wins. Adding an error class is one line;
+- `WRAPPER_TYPES` / `WRAPPER_MESSAGES`: exceptions that only report another one
+  (vLLM's `EngineDeadError`, "Worker failed with error ...", "Engine core initialization
+  failed"): never the root of a failure.
 
-`analyze_log(text)` finds the root error of a log (the first real exception, not the
-wrappers and the sigquit noise the other ranks print afterwards) and its `Signature`;
+`analyze_log(text)` finds the root failure of a log: the first real error (in a chained
+traceback the cause prints first; ranks that die because a peer died print later), with
+hangs and timeouts (scheduler and NCCL watchdogs, RPC and engine-startup timeouts) as
+failures too. Its signature is phase + error class + normalized key message + the place:
+the innermost frame in the server's own code (file and function, never a line number), or
+for a hang the innermost own frame of the stuck thread when a stack dump shows it. Generic
+messages ("an illegal memory access was encountered") from different kernels thus stay
+apart, and every number, address, id and path is normalized so reruns stay together.
+
+A text that is not a server log at all (empty, binary, a shell error, megabytes of
+warnings) gets a plain answer (`LogAnalysis.note`) in bounded time: huge logs are read
+whole only near their end; earlier parts only where an error or milestone shows.
+
 `judge(evidence, target)` turns a whole run's evidence into a `Verdict`.
-
 Nothing here does I/O or prints; the CLI and the executor feed it text.
 """
 
@@ -22,7 +34,19 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from orchestrator.server_logs import (
+    ARGS_MARKERS,
+    PASS_THROUGH,
+    PROFILES,
+    ServerProfile,
+    own_file,
+    profiles_for,
+)
 from orchestrator.verdicts import Phase, Signature, Verdict
+
+#: Bumped whenever signatures of the same log change; stored runs are re-signed then.
+SIGNATURE_VERSION = 2
+KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
 # Line prefixes: timestamps, ranks, worker tags. Stripped before anything else looks at a line.
@@ -34,6 +58,13 @@ from orchestrator.verdicts import Phase, Signature, Verdict
 _PREFIXES: tuple[re.Pattern[str], ...] = (
     # journalctl -o short: "Mar 12 10:00:00 host unit[pid]: "
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]+ [\w@.:/-]+(?:\[\d+\])?: "),
+    # docker logs --timestamps: "2025-11-10T09:50:25.135391208Z "
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"),
+    # Python logging in a wrapper: "2024-01-22 14:32:27 | ERROR | stderr | " (fastchat,
+    # loguru: "... | ERROR | mod:fn:12 - "), "2025-03-07 23:50:27,531 - __main__ - INFO - "
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
+               r"[\w.:<>-]+\s*(?:\||-)\s?"),
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - "),
     # docker compose: "service-1  | "
     re.compile(r"^[\w.-]+\s+\|\s"),
     # CI log viewers: "  | [2025-03-10T15:07:20Z] "
@@ -44,21 +75,33 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # SGLang without timestamp: "[TP0] "
     re.compile(r"^\[(?:[A-Z]{2,3}\d+ ?)+\]\s?"),
     # vLLM / Ray worker tags: "(VllmWorkerProcess pid=13109) ", "(EngineCore_DP0 pid=1) ",
-    # "(WorkerDict pid=616, ip=192.168.149.159) "
-    re.compile(r"^\((?:\w+) pid=\d+(?:, ip=[\d.]+)?\)\s"),
-    # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ",
-    # "INFO 08-19 07:51:03 model_runner.py:732] "
+    # "(VllmWorker rank=1 pid=2) ", "(RayWorkerWrapper pid=616, ip=192.168.149.15) ",
+    # "(MapWorker(MapBatches(vLLMEngineActor)) pid=1202, ip=10.53.120.11) "
+    re.compile(r"^\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*?\bpid=\d+[^)]*\)\s?"),
+    # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ", "INFO 08-19 07:51:03 x.py:732] "
     re.compile(
-        r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+        r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? \d\d:\d\d:\d\d(?:\.\d+)? "
         r"\[?[\w.]+:\d+\]\s?"
     ),
-    # torch.distributed: "[rank0]: "
+    # torch.distributed: "[rank0]: ", "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:20] "
     re.compile(r"^\[rank\d+\]:\s?"),
+    re.compile(r"^\[[EWIF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? (?:\d+ )?[\w.]+:\d+\]\s?"),
+    # line-number prefixes of pasted logs: "[80746] "
+    re.compile(r"^\[\d+\]\s(?=\[rank)"),
 )
+
+
+# Terminal colours (vLLM colours its process tags) and their syslog-escaped form (`#033[`).
+_ANSI = re.compile(r"(?:\x1b|#033)\[[0-9;]*[A-Za-z]")
+
 
 def strip_prefix(line: str) -> str:
     """The line without its timestamp / rank / worker prefixes."""
     body = line.rstrip("\r\n")
+    if "\x1b" in body or "#033[" in body:
+        body = _ANSI.sub("", body)
+    if not body or body[0] in " \t":
+        return body  # continuation lines keep their indentation
     for _ in range(6):  # prefixes nest a few layers deep at most
         before = body
         for pattern in _PREFIXES:
@@ -74,7 +117,7 @@ def _source_lines(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------
-# Phases
+# Phases: the log's own progress, read with the markers of the server(s) it comes from
 # ---------------------------------------------------------------------------------------
 
 
@@ -86,131 +129,81 @@ class PhaseMarker:
     pattern: re.Pattern[str]
 
 
-def _m(phase: Phase, regex: str) -> PhaseMarker:
-    return PhaseMarker(phase, re.compile(regex))
-
-
-# Order inside the table does not matter: phase_of_line returns the latest phase a line
-# proves. The strings are the ones SGLang (python/sglang/srt/...) and vLLM print.
-PHASE_MARKERS: tuple[PhaseMarker, ...] = (
-    # argparse prints the usage line and `prog: error: ...` before anything else runs
-    _m(Phase.ARGS, r"^usage: \S+"),
-    _m(Phase.ARGS, r"^[\w.-]+(?:\.py)?: error: "),
-    # init: server args dump, distributed init
-    _m(Phase.INIT, r"server_args=ServerArgs\("),
-    _m(Phase.INIT, r"Init torch distributed begin"),
-    _m(Phase.INIT, r"Init torch distributed ends"),
-    _m(Phase.INIT, r"Initializing an? (?:V\d )?LLM engine"),
-    _m(Phase.INIT, r"^non-default args: "),
-    # weights
-    _m(Phase.LOAD_WEIGHTS, r"Load weight begin\."),
-    _m(Phase.LOAD_WEIGHTS, r"^Loading (?:safetensors|pt) checkpoint shards"),
-    _m(Phase.LOAD_WEIGHTS, r"Starting to load model "),
-    # after the weights, the next thing both servers do is size and allocate the KV cache
-    _m(Phase.KV_CACHE, r"Load weight end\."),
-    _m(Phase.KV_CACHE, r"Loading (?:model )?weights took "),
-    _m(Phase.KV_CACHE, r"Model loading took "),
-    _m(Phase.KV_CACHE, r"KV Cache is allocated\."),
-    _m(Phase.KV_CACHE, r"Memory pool end\."),
-    _m(Phase.KV_CACHE, r"is larger than the profiled value"),
-    _m(Phase.KV_CACHE, r"# GPU blocks: "),
-    _m(Phase.KV_CACHE, r"Available KV cache memory: "),
-    _m(Phase.KV_CACHE, r"GPU KV cache size: "),
-    _m(Phase.KV_CACHE, r"Memory profiling takes "),
-    # CUDA graphs
-    _m(Phase.CUDA_GRAPH, r"Capture cuda graph begin\."),
-    _m(Phase.CUDA_GRAPH, r"Capture cuda graph bs "),
-    _m(Phase.CUDA_GRAPH, r"Capturing batches "),
-    _m(Phase.CUDA_GRAPH, r"Capturing the model for CUDA graphs"),
-    _m(Phase.CUDA_GRAPH, r"Capturing cudagraphs for decoding"),
-    _m(Phase.CUDA_GRAPH, r"Capturing CUDA graph"),
-    # warmup: SGLang starts uvicorn, then sends its own warmup request before it declares
-    # itself ready; so uvicorn's lines mean "warming up", not "serving", for SGLang.
-    _m(Phase.WARMUP, r"Capture cuda graph end\."),
-    _m(Phase.WARMUP, r"Graph capturing finished in "),
-    _m(Phase.WARMUP, r"init engine \(profile, create kv cache, warmup model\) took"),
-    _m(Phase.WARMUP, r"Started server process \["),
-    _m(Phase.WARMUP, r"Waiting for application startup\."),
-    _m(Phase.WARMUP, r"Application startup complete\."),
-    _m(Phase.WARMUP, r"Uvicorn running on "),
-    # serving
-    _m(Phase.SERVING, r"The server is fired up and ready to roll!"),
-    _m(Phase.SERVING, r"Starting vLLM API server"),
-    _m(Phase.SERVING, r"^Available routes are:"),
+PHASE_MARKERS: tuple[PhaseMarker, ...] = tuple(
+    PhaseMarker(m.phase, m.pattern)
+    for m in (*ARGS_MARKERS, *(mk for prof in PROFILES for mk in prof.markers))
 )
 
-_PHASE_ORDER = {phase: i for i, phase in enumerate(Phase.ordered())}
+_ORDER = {phase: i for i, phase in enumerate(Phase.ordered())}
 
 
-def phase_of_line(line: str) -> Phase | None:
-    """The startup phase a log line proves the server has reached, or None."""
-    body = strip_prefix(line)
+def _later(a: Phase | None, b: Phase | None) -> Phase | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if _ORDER[a] >= _ORDER[b] else b
+
+
+def _phase_of_body(body: str, profiles: Sequence[ServerProfile]) -> Phase | None:
+    """The phase a prefix-free line proves. A line two servers read differently (uvicorn's
+    "Application startup complete": SGLang still warms up, vLLM serves) proves only the
+    earlier of the two when the log does not say which server it is."""
     found: Phase | None = None
-    for marker in PHASE_MARKERS:
-        if marker.pattern.search(body) and (
-            found is None or _PHASE_ORDER[marker.phase] > _PHASE_ORDER[found]
-        ):
+    for marker in ARGS_MARKERS:
+        if marker.needle in body and marker.pattern.search(body):
             found = marker.phase
-    return found
+    if found is not None:
+        return found
+    per_server: list[Phase] = []
+    for prof in profiles:
+        here: Phase | None = None
+        for marker in prof.markers:
+            if marker.needle in body and marker.pattern.search(body):
+                here = _later(here, marker.phase)
+        if here is not None:
+            per_server.append(here)
+    return min(per_server, key=_ORDER.__getitem__) if per_server else None
+
+
+def phase_of_line(line: str, profiles: Sequence[ServerProfile] | None = None) -> Phase | None:
+    """The startup phase a log line proves the server has reached, or None."""
+    return _phase_of_body(strip_prefix(line), profiles or profiles_for(line))
 
 
 def last_phase(lines: Iterable[str]) -> Phase | None:
     """The latest phase any of `lines` proves (phases only move forward)."""
+    lines = [ln for ln in lines if not ln.startswith("# source:")]
+    profiles = profiles_for("\n".join(lines[:400] + lines[-400:]))
     best: Phase | None = None
     for line in lines:
-        if line.startswith("# source:"):
-            continue
-        phase = phase_of_line(line)
-        if phase is not None and (best is None or _PHASE_ORDER[phase] > _PHASE_ORDER[best]):
-            best = phase
+        best = _later(best, _phase_of_body(strip_prefix(line), profiles))
     return best
 
 
-@dataclass(frozen=True)
-class FramePhase:
-    """A function in a traceback frame that tells in which phase the exception was raised."""
-
-    phase: Phase
-    pattern: re.Pattern[str]
-
-
-def _f(phase: Phase, regex: str) -> FramePhase:
-    return FramePhase(phase, re.compile(regex))
-
-
-# Matched against `File "...", line N, in FUNC` frames and the source line below them,
-# innermost last; the innermost matching frame wins. Names are SGLang's and vLLM's.
-FRAME_PHASES: tuple[FramePhase, ...] = (
-    _f(Phase.INIT, r"\bin (?:init_torch_distributed|initialize_model_parallel|init_device)\b"),
-    _f(Phase.LOAD_WEIGHTS, r"\bin (?:load_model|load_weights)\b"),
-    _f(Phase.KV_CACHE, r"\bin (?:init_memory_pool|profile_max_num_token|_initialize_kv_caches)\b"),
-    _f(Phase.KV_CACHE, r"\bin (?:determine_available_memory|check_enough_kv_cache_memory)\b"),
-    _f(Phase.CUDA_GRAPH, r"cuda_graph_runner\.py\", line \d+, in "),
-    _f(Phase.CUDA_GRAPH, r"\bin (?:init_cuda_graphs|init_device_graphs|capture_model)\b"),
-    _f(Phase.WARMUP, r"\bin _wait_and_warmup\b"),
-    _f(Phase.SERVING, r"\bin (?:event_loop_normal|event_loop_overlap|run_batch)\b"),
-    _f(Phase.SERVING, r"\bin (?:forward_batch_generation|process_batch_result\w*)\b"),
-)
-
-
 # ---------------------------------------------------------------------------------------
-# Normalization
+# Normalization: what varies between ranks, days, hosts and installs goes
 # ---------------------------------------------------------------------------------------
 
-# Order matters: specific shapes before the generic number rule.
+_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
+                   r"""(?=[^\s/'"():,\[\]]+)""")
+
+# Order matters: specific shapes before the generic number rules.
 _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?"), "<time>"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?\b"), "<time>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{12,}\b"), "<id>"),
+    (re.compile(r"\b(?:https?|file)://\S+"), "<url>"),
+    (_PATH, "<path>/"),
     (re.compile(r"\(\d+(?:\.\d+)?/\d+(?:\.\d+)?\s?(?:[KMGTP]i?B)\)"), "(<size>)"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b"), "<size>"),
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<addr>"),
-    (re.compile(r"(\.py\"?,? line |\.py:|\.cpp:|\.cu:|\.h:|line )\d+"), r"\1<n>"),
-    (re.compile(r"\b(pid|PID|tid|rank|Rank|device|GPU|gpu|cuda:|TP|DP|EP|PP)[ =]?\d+\b"), r"\1<n>"),
     (re.compile(r"\[(?:[A-Z]{2,3}\d+ ?)+\]"), ""),
-    (re.compile(r"-?\d+\.\d+"), "<num>"),
-    (re.compile(r"-?\b\d{4,}\b"), "<n>"),
+    (re.compile(r"\b(pid|PID|tid|rank|Rank|device|GPU|gpu|cuda:|TP|DP|EP|PP)[ =]?\d+\b"), r"\1<n>"),
+    (re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])"), "<num>"),
+    (re.compile(r"(?<![\w<])-?\d+(?![\w>])"), "<n>"),
     (re.compile(r"\s+"), " "),
 )
 
@@ -235,7 +228,9 @@ class ErrorRule:
     `message` is a `str.format` template over the match's named groups (plus `{0}` for
     the whole match); it names the bug and nothing that varies. `phase` forces the
     phase (argparse errors happen before any startup); `phase_hint` is used only when
-    neither the traceback nor the milestones say where the error happened.
+    neither the traceback nor the milestones say where the error happened. `kind` says
+    whether the rule names a crash, a hang (the server stopped making progress) or a
+    timeout (something gave up waiting).
     """
 
     error_class: str
@@ -245,12 +240,19 @@ class ErrorRule:
     phase: Phase | None = None
     phase_hint: Phase | None = None
     options_only: bool = False  # keep only `--flag` words of the groups (drop flag values)
+    kind: str = "crash"
 
     def key_message(self, match: re.Match[str]) -> str:
         groups = {k: (v or "") for k, v in match.groupdict().items()}
         if self.options_only:
             groups = {k: " ".join(w for w in v.split() if w.startswith("-"))
                       for k, v in groups.items()}
+        if "src" in groups:  # who reports it: "CUDA error", "Triton Error [CUDA]", a kernel
+            src = groups["src"]
+            groups["src"] = ("triton" if "triton" in src.lower() else
+                             src if src.endswith("failed with error") else "cuda")
+        if "file" in groups:
+            groups["file"] = groups["file"].rsplit("/", 1)[-1]
         return self.message.format(match.group(0), **groups).strip()
 
 
@@ -262,26 +264,6 @@ def _r(error_class: str, regex: str, message: str = "{0}", **kw: object) -> Erro
 ERROR_RULES: tuple[ErrorRule, ...] = tuple(
     sorted(
         (
-            _r("cublas", r"(?P<status>CUBLAS_STATUS_[A-Z_]+)(?: when calling `?(?P<fn>\w+))?",
-               "{status} when calling {fn}", priority=10),
-            _r("not_enough_memory",
-               r"Not enough memory(?: to allocate KV cache)?\.(?: Please try to increase "
-               r"--mem-fraction-static)?",
-               "Not enough memory. Please try to increase --mem-fraction-static",
-               priority=15, phase_hint=Phase.KV_CACHE),
-            _r("cuda_oom", r"CUDA out of memory\.(?: Tried to allocate [\d.]+ ?[KMGT]i?B)?",
-               priority=20),
-            _r("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "CUDA out of memory.",
-               priority=21),
-            _r("illegal_address",
-               r"an illegal memory access was encountered|cudaErrorIllegalAddress",
-               "an illegal memory access was encountered", priority=25),
-            _r("nccl", r"NCCL error:? (?:in: \S+ )?(?P<what>[^(\n]*?)\s*(?:\(run with |,|$)",
-               "NCCL error: {what}", priority=30),
-            _r("nccl", r"\b(?P<code>nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)"
-               r"Error)\b", "{code}", priority=31),
-            _r("nccl", r"Watchdog caught collective operation timeout",
-               "Watchdog caught collective operation timeout", priority=32),
             _r("argparse", r"error: unrecognized arguments: (?P<args>.*)",
                "unrecognized arguments: {args}", priority=5, phase=Phase.ARGS,
                options_only=True),
@@ -296,103 +278,250 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
                "the following arguments are required: {args}", priority=5, phase=Phase.ARGS),
             _r("argparse", r"^[\w.-]+: error: (?P<msg>.*)", "{msg}", priority=6,
                phase=Phase.ARGS),
+            # hangs and timeouts: the place comes from a stack dump when the log has one
+            _r("nccl_timeout",
+               r"Watchdog caught collective operation timeout: WorkNCCL\(.*?OpType=(?P<op>\w+)",
+               "collective operation timeout: {op}", priority=7, kind="timeout"),
+            _r("hang", r"Watchdog timeout \(self\.watchdog_timeout=",
+               "scheduler watchdog timeout", priority=7, kind="hang"),
+            _r("hang", r"Engine iteration timed out", "engine iteration timed out",
+               priority=7, kind="hang"),
+            _r("timeout", r"RPC call to (?P<m>\w+) timed out", "RPC call to {m} timed out",
+               priority=7, kind="timeout"),
+            _r("timeout", r"Timed out waiting for engine(?:s to send ?initial message| core "
+                          r"processes to start)", "timed out waiting for the engine to start",
+               priority=7, kind="timeout"),
+            _r("cublas", r"(?P<status>CUBLAS_STATUS_[A-Z_]+)(?: when calling `?(?P<fn>\w+))?",
+               "{status} when calling {fn}", priority=10),
+            _r("not_enough_memory",
+               r"Not enough memory(?: to allocate KV cache)?\.(?: Please try to increase "
+               r"--mem-fraction-static)?",
+               "Not enough memory. Please try to increase --mem-fraction-static",
+               priority=15, phase_hint=Phase.KV_CACHE),
+            _r("cuda_oom", r"CUDA out of memory occurred when (?P<when>[a-z ]+)",
+               "CUDA out of memory when {when}", priority=19),
+            _r("cuda_oom", r"CUDA out of memory\.(?: Tried to allocate [\d.]+ ?[KMGT]i?B)?",
+               priority=20),
+            _r("cuda_oom", r"torch\.(?:cuda\.)?OutOfMemoryError", "CUDA out of memory.",
+               priority=21),
+            _r("illegal_address",
+               r"(?:(?P<src>Triton Error \[CUDA\]|CUDA [Ee]rror|\w+ failed with error):? "
+               r"(?:\d+)?)?an illegal memory access was encountered|cudaErrorIllegalAddress",
+               "{src} an illegal memory access was encountered", priority=25),
+            _r("device_assert", r"(?P<file>[\w/.-]+\.cu):\d+: .*?Assertion `(?P<cond>.+)` failed",
+               "{file}: Assertion `{cond}` failed", priority=24),
+            _r("device_assert", r"device-side assert triggered", "device-side assert triggered",
+               priority=26),
+            _r("cuda_graph_capture",
+               r"operation not permitted when stream is capturing|operation failed due to a "
+               r"previous error during capture|cudaErrorStreamCapture\w+", priority=27),
+            _r("nvshmem", r"nvshmem/src/\S*?(?P<file>\w+\.(?:cpp|cu)):\d+: non-zero status: "
+                          r"\d+ (?P<what>[\w ]*?failed)", "nvshmem {file}: {what}", priority=28),
+            _r("nvshmem", r"nvshmem (?:initialization|setup connections) failed|NVSHMEM API "
+                          r"called before NVSHMEM initialization", "nvshmem initialization failed",
+               priority=29),
+            _r("nccl", r"NCCL error:? (?:in: \S+ )?(?P<what>[^(\n]*?)\s*(?:\(run with |,|$)",
+               "NCCL error: {what}", priority=30),
+            _r("nccl", r"\b(?P<code>nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)"
+               r"Error)\b", "{code}", priority=31),
+            _r("nccl", r"NCCL WARN (?P<what>.*)", "NCCL WARN {what}", priority=32),
+            _r("triton_out_of_resources", r"out of resource: (?P<res>[\w ]+)",
+               "out of resource: {res}", priority=33),
+            _r("assertion", r"Assertion error \((?P<file>[^)]*)\): (?P<cond>.*)",
+               "Assertion error ({file}): {cond}", priority=34),
+            _r("cuda_error", r"CUDA [Ee]rror: (?P<what>[a-z][\w ]+)", "CUDA error: {what}",
+               priority=40),
+            _r("shell", r"^(?:-?(?:ba|da|z|k)?sh|/bin/\w*sh|/usr/bin/\w*sh)(?:: line \d+)?(?:: "
+                        r"\d+)?: (?P<cmd>[^:]+): (?P<what>command not found|[Nn]o such file or "
+                        r"directory|[Pp]ermission denied|not found)",
+               "{cmd}: {what}", priority=45, phase=Phase.INIT),
+            _r("shell", r"^(?P<cmd>\S*python[\d.]*): (?P<what>No module named \S+|can't open "
+                        r"file .*)", "{cmd}: {what}", priority=45, phase=Phase.INIT),
             _r("signal", r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error)",
                "Fatal Python error: {what}", priority=80),
             _r("signal", r"^Killed$", "Killed", priority=90),
+            # only ever the root when nothing else was printed (the child died silently)
+            _r("child_died", r"Received sigquit from a child process|SIGQUIT received",
+               "a child process died without a report", priority=95),
         ),
         key=lambda rule: rule.priority,
     )
 )
 
+# A cheap test before the rules: a line with none of these cannot match any rule.
+_RULE_NEEDLES = ("rror", "ERROR", "CUBLAS", "memory", "ssert", "captur", "nvshmem", "NVSHMEM",
+                 "NCCL", "nccl", "resource", "imed out", "atchdog", "Fatal", "Killed",
+                 "not found", "No such file", "denied", "No module", "can't open", "SIGQUIT",
+                 "sigquit")
+
+
+def _needles(text: str) -> bool:
+    return any(n in text for n in _RULE_NEEDLES)
+
 # Exceptions that wrap or report another failure: never the root of a crash.
 WRAPPER_TYPES = frozenset(
-    {"ChildProcessError", "SystemExit", "KeyboardInterrupt", "CancelledError", "EOFError"}
-)
+    {"ChildProcessError", "SystemExit", "KeyboardInterrupt", "CancelledError", "EOFError",
+     "EngineDeadError", "AsyncEngineDeadError", "CalledProcessError", "BrokenPipeError"}
+)  # fmt: skip
 WRAPPER_MESSAGES: tuple[re.Pattern[str], ...] = (
     re.compile(r"Received sigquit from a child process"),
+    re.compile(r"SIGQUIT received"),
     re.compile(r"Engine core initialization failed"),
     re.compile(r"Engine process failed to start"),
     re.compile(r"EngineCore failed to start"),
+    re.compile(r"EngineCore encountered (?:an issue|a fatal error)"),
+    re.compile(r"Worker failed with error"),
+    re.compile(r"WorkerProc (?:initialization failed|hit an exception|failed to start)"),
+    re.compile(r"Error raised in subprocess"),
     re.compile(r"^Exception in \w+:?$"),
     re.compile(r"Initialization failed\. warmup error"),
+    re.compile(r"Task finished unexpectedly"),
+    re.compile(r"^terminate called after throwing"),
 )
 
 _TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\):")
-_FRAME_RE = re.compile(r'^\s*File "[^"]*", line \d+')
+_CHAIN_RE = re.compile(r"During handling of the above exception|The above exception was the "
+                       r"direct cause of the following exception")
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>\S+)')
 # "module.Type: message" or "Type" alone; types are CamelCase and end like exceptions do,
-# or carry a dotted module path (torch.OutOfMemoryError, c10::Error via what() below).
+# or live in an `errors` module (triton.runtime.errors.OutOfResources).
 _EXC_LINE_RE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*"
-    r"(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception|Error))"
-    r"(?::\s?(?P<msg>.*))?$"
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|"
+    r"Exception|Error)|(?:[a-z_]\w*\.)+errors?\.[A-Z]\w*)(?::\s?(?P<msg>.*))?$"
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
-_SIGQUIT_RE = re.compile(r"Received sigquit from a child proces")
+_SIGQUIT_RE = re.compile(r"Received sigquit from a child proces|SIGQUIT received")
+_CARETS_RE = re.compile(r"^\s*[\^~]+\s*$")
+
+# Stack dumps printed when a process hangs: faulthandler and py-spy (innermost first).
+_FAULT_THREAD_RE = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)")
+_FAULT_FRAME_RE = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+ in (?P<func>\S+)')
+_SPY_THREAD_RE = re.compile(r'^Thread (?:0x[0-9a-fA-F]+|\d+) \((?:\w+)\): "(?P<name>[^"]*)"')
+_SPY_FRAME_RE = re.compile(r"^\s+(?P<func>[\w<>.]+) \((?P<file>[^():]+):\d+\)\s*$")
+
+Frame = tuple[str, str]  # path, function
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Event:
-    """An exception found in the log: where, what, and the traceback frames before it."""
+    """An error found in the log: where, what, and the traceback frames before it."""
 
     index: int  # line index of the exception line
     start: int  # first line of its traceback (or the line itself)
     exc_type: str | None
     text: str  # the exception line's body, prefix-free
-    frames: tuple[str, ...]
+    frames: tuple[Frame, ...]  # innermost last
+    chain: int  # events of one chained traceback share this
+
+
+@dataclass(frozen=True)
+class _Dump:
+    index: int
+    thread: str
+    frames: tuple[Frame, ...]  # innermost last, like a traceback
 
 
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
     events: list[_Event] = []
-    i = 0
-    n = len(bodies)
-    used: set[int] = set()
+    frames: list[Frame] = []
+    start: int | None = None
+    last_frame = -2
+    chain = 0
+    linked = False
+    for idx, body in enumerate(bodies):
+        stripped = body.strip()
+        if not stripped:
+            continue
+        if "Traceback (most recent call last):" in body:
+            frames, start = [], idx
+            continue
+        if "above exception" in body and _CHAIN_RE.search(body):
+            linked = True
+            continue
+        if (fm := _FRAME_RE.match(body)) is not None:
+            frames.append((fm.group("file"), fm.group("func")))
+            last_frame = idx
+            continue
+        if (w := _WHAT_RE.match(body)) is not None:
+            events.append(_Event(idx, idx, None, w.group("msg"), (), chain := chain + 1))
+            continue
+        # The line after a frame is the frame's source code (`raise RuntimeError(f"NCCL
+        # error: ...")`), even when a copy of the log lost the indentation; indented lines
+        # inside a traceback are source continuation lines and carets.
+        if _CARETS_RE.match(body) or stripped.startswith("raise "):
+            continue
+        if idx == last_frame + 1 and not (body[0] not in " \t" and _EXC_LINE_RE.match(stripped)):
+            continue
+        if body[0] in " \t":
+            if frames:
+                continue
+            if (m := _EXC_LINE_RE.match(stripped)) is None:
+                continue
+        m = _EXC_LINE_RE.match(stripped)
+        if m is not None and (m.group("msg") is not None or frames):
+            if not linked:
+                chain += 1
+            events.append(_Event(idx, start if start is not None else idx, m.group("type"),
+                                 stripped, tuple(frames), chain))  # fmt: skip
+            frames, start, linked = [], None, False
+            continue
+        if _needles(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
+            events.append(_Event(idx, idx, None, stripped, (), chain := chain + 1))
+    return events
+
+
+# vLLM tags every line with its process: "(VllmWorker rank=1 pid=2445156) ". Two processes
+# failing at once interleave their tracebacks line by line; read each process on its own.
+_PROCESS_TAG = re.compile(r"\(((?:[^()]|\([^()]*\))*?\bpid=\d+[^)]*)\)")
+
+
+def _events_by_process(lines: Sequence[str], bodies: Sequence[str]) -> list[_Event]:
+    tags: list[str] = []
+    for line in lines:
+        m = _PROCESS_TAG.search(line, 0, 160) if "pid=" in line[:160] else None
+        tags.append(m.group(1) if m is not None else "")
+    if len(set(tags)) <= 2:  # one process, or one plus untagged lines: read as printed
+        return _find_events(bodies)
+    streams: dict[str, list[int]] = {}
+    for idx, tag in enumerate(tags):
+        streams.setdefault(tag, []).append(idx)
+    events: list[_Event] = []
+    chain_base = 0
+    for indices in streams.values():
+        found = _find_events([bodies[i] for i in indices])
+        for e in found:
+            events.append(_Event(indices[e.index], indices[e.start], e.exc_type, e.text,
+                                 e.frames, e.chain + chain_base))  # fmt: skip
+        chain_base += 1 + max((e.chain for e in found), default=0)
+    events.sort(key=lambda e: e.index)
+    return events
+
+
+def _find_dumps(bodies: Sequence[str]) -> list[_Dump]:
+    dumps: list[_Dump] = []
+    i, n = 0, len(bodies)
     while i < n:
         body = bodies[i]
-        if _TRACEBACK_RE.search(body):
-            start = i
-            frames: list[str] = []
-            j = i + 1
-            # Frames are indented; carets and blank lines may sit between them. Logs
-            # interleaved from several ranks may put another rank's line in between: skip
-            # lines that cannot end a traceback (not an exception shape) for a short while.
+        spy = _SPY_THREAD_RE.match(body)
+        if spy is not None or _FAULT_THREAD_RE.match(body):
+            frame_re = _SPY_FRAME_RE if spy is not None else _FAULT_FRAME_RE
+            name = spy.group("name") if spy is not None else body.split(" (", 1)[0]
+            j, stack = i + 1, []
             while j < n:
-                b = bodies[j]
-                if b.startswith((" ", "\t")) or not b.strip():
-                    if _FRAME_RE.match(b):
-                        frames.append(b.strip())
-                    elif frames and b.strip():
-                        frames[-1] = frames[-1] + " | " + b.strip()
-                    j += 1
-                    continue
-                break
-            if j < n and (m := _EXC_LINE_RE.match(bodies[j].strip())):
-                events.append(_Event(j, start, m.group("type"), bodies[j].strip(), tuple(frames)))
-                used.add(j)
-                i = j + 1
-                continue
+                fm = frame_re.match(bodies[j])
+                if fm is None and j + 1 < n and not _SPY_THREAD_RE.match(bodies[j]):
+                    fm = frame_re.match(bodies[j + 1])  # another process's line in between
+                    j += fm is not None
+                if fm is None:
+                    break
+                stack.append((fm.group("file"), fm.group("func")))
+                j += 1
+            if stack:
+                dumps.append(_Dump(i, name, tuple(reversed(stack))))
             i = j
             continue
         i += 1
-    # Exception-shaped lines and rule hits outside any traceback (a tail that lost its
-    # traceback head, C++ `what():` lines, argparse errors, "Killed").
-    for idx, body in enumerate(bodies):
-        if idx in used:
-            continue
-        stripped = body.strip()
-        # The line after a frame is the frame's source code (`raise RuntimeError(f"NCCL
-        # error: ...")`), even when a copy of the log lost the indentation.
-        if idx > 0 and _FRAME_RE.match(bodies[idx - 1]) or stripped.startswith("raise "):
-            continue
-        if (w := _WHAT_RE.match(body)) is not None:
-            events.append(_Event(idx, idx, None, w.group("msg"), ()))
-        elif (m := _EXC_LINE_RE.match(stripped)) is not None and m.group("msg") is not None:
-            events.append(_Event(idx, idx, m.group("type"), stripped, ()))
-        elif not body.startswith((" ", "\t")) and any(
-            rule.pattern.search(stripped) for rule in ERROR_RULES
-        ):
-            events.append(_Event(idx, idx, None, stripped, ()))
-    events.sort(key=lambda e: e.index)
-    return events
+    return dumps
 
 
 def _short_type(exc_type: str) -> str:
@@ -400,10 +529,10 @@ def _short_type(exc_type: str) -> str:
 
 
 def _is_wrapper(event: _Event) -> bool:
-    if event.exc_type and _short_type(event.exc_type) in WRAPPER_TYPES:
-        return True
-    if event.exc_type and _short_type(event.exc_type).endswith("Warning"):
-        return True
+    if event.exc_type:
+        short = _short_type(event.exc_type)
+        if short in WRAPPER_TYPES or short.endswith("Warning"):
+            return True
     return any(p.search(event.text) for p in WRAPPER_MESSAGES)
 
 
@@ -426,7 +555,9 @@ class LogAnalysis:
     `phase` is the phase the server had reached when the root error happened (or the last
     phase reached at all, when there is no error). `error_class`, `message`, `raw_message`
     and `signature` are None when the log shows no failure. `excerpt` holds the root
-    error's traceback and error lines, prefixes kept, for people to read.
+    error's traceback and error lines, prefixes kept, for people to read. `site` is the
+    place in the server's own code (file:function) that raised it or where it was stuck;
+    `kind` is crash, hang or timeout; `note` explains an input that is not a server log.
     """
 
     phase: Phase | None
@@ -437,6 +568,10 @@ class LogAnalysis:
     signature: Signature | None = None
     reached: Phase | None = None  # the last phase reached anywhere in the log
     errors_seen: int = 0  # exceptions found (all ranks, wrappers included)
+    site: str | None = None
+    kind: str | None = None
+    server: str | None = None
+    note: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -445,6 +580,8 @@ class LogAnalysis:
 
 def classify_error(text: str) -> tuple[str, str, ErrorRule | None] | None:
     """(error class, key message, rule) for one exception text, by the rule table."""
+    if not _needles(text):
+        return None
     for rule in ERROR_RULES:
         m = rule.pattern.search(text)
         if m:
@@ -470,53 +607,234 @@ def _classify_event(event: _Event, extra: Sequence[str]) -> tuple[str, str, Erro
     return "error", event.text, None
 
 
-def _frame_phase(frames: Sequence[str]) -> Phase | None:
-    for frame in reversed(frames):
-        for hint in FRAME_PHASES:
-            if hint.pattern.search(frame):
-                return hint.phase
+def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> str | None:
+    """The innermost frames (up to `depth`) in the server's own code that do more than pass
+    a call on, innermost first (`sglang/flashinfer_backend.py:forward_extend`). One frame
+    by default: the callers above it differ between ranks of one failure (a rank's
+    traceback printed cut short, another path into the same kernel)."""
+    found: list[str] = []
+    for path, func in reversed(frames):
+        name = own_file(path, loose=loose)
+        if name is not None and not PASS_THROUGH.match(func):
+            found.append(f"{name}:{func}")
+            if len(found) == depth:
+                break
+    return " < ".join(found) or None
+
+
+def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
+                 roots: Sequence[_Event], bodies: Sequence[str],
+                 peer_frames: list[Frame]) -> str | None:  # fmt: skip
+    """The place most ranks report the root error from (ties: the first by name); the
+    frames of those other ranks' reports go to `peer_frames`.
+
+    With an asynchronous CUDA error every rank prints its own traceback, and which rank
+    prints first changes from run to run; the place most of them name does not.
+    """
+    votes: dict[str, int] = {}
+    if (own := _site(frames)) is not None:
+        votes[own] = 1
+    for peer in roots:
+        if peer is root or not peer.frames or not 0 < peer.index - root.index <= 5000:
+            continue
+        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index))
+        if (error_class, normalize_message(key)) != (what[0], normalize_message(what[1])):
+            continue
+        peer_frames.extend(peer.frames)
+        if (site := _site(peer.frames)) is not None:
+            votes[site] = votes.get(site, 0) + 1
+    if not votes:
+        return None
+    return min(votes, key=lambda s: (-votes[s], s))
+
+
+def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
+                 progress: Phase | None) -> Phase | None:  # fmt: skip
+    """The phase the stack says: a startup function on it (innermost wins), else the
+    serving loop (warmup or serving: the log's progress tells which)."""
+    for _path, func in reversed(frames):
+        for prof in profiles:
+            for phase, pattern in prof.startup_frames:
+                if pattern.match(func):
+                    return phase
+    if any(prof.loop_frames.match(func) for _p, func in frames for prof in profiles):
+        return progress if progress in (Phase.WARMUP, Phase.SERVING) else Phase.SERVING
     return None
 
 
-def _nearby_frames(bodies: Sequence[str], index: int, window: int = 80) -> list[str]:
-    """Frames printed near an exception that has no traceback of its own.
+def _stuck_place(dumps: Sequence[_Dump], after: int) -> tuple[str | None, tuple[Frame, ...]]:
+    """Where a hung server sat, from the first stack dump near the hang report."""
+    near = [d for d in dumps if d.index >= after - 200] or list(dumps)
+    if not near:
+        return None, ()
 
-    A tail often holds one rank's bare error line and another rank's traceback of the
-    same failure (or a traceback whose head was cut). Frames above the error come first
-    (innermost last, as in a traceback), then the ones below it.
+    def rank(d: _Dump) -> int:
+        watchdog = any("watchdog" in f or "dump" in f for _p, f in d.frames)
+        main = d.thread == "MainThread" or d.thread.startswith("Current thread")
+        return (2 if watchdog else 0) + (0 if main else 1)
+
+    best = min(near[:32], key=rank)
+    return _site(best.frames, loose=True), best.frames
+
+
+# ---------------------------------------------------------------------------------------
+# Reading a log: bounded work on huge inputs, plain answers for non-logs
+# ---------------------------------------------------------------------------------------
+
+FULL_READ = 2_000_000  # characters read line by line; a longer log only at both ends
+HEAD_READ = 300_000  # the startup milestones are at the start
+TAIL_READ = 600_000  # the failure is at the end
+_ANCHORS = ("Traceback (most recent call last)", "Error: ", "what():", "Watchdog", "imed out")
+_ANCHOR_CAP = 50  # per anchor: a log that repeats it more often is noise there
+_BLOCK = 60  # lines kept after an anchor (a traceback)
+
+
+def _select_lines(text: str) -> tuple[list[str], int]:
+    """The lines worth reading, and how many characters were skipped.
+
+    A huge log is read whole only in its first HEAD_READ and last TAIL_READ characters; in
+    between only the blocks that start at an error anchor are kept, so 50 MB of warnings
+    cost a few string searches, not a regex per line.
     """
-    before = [b.strip() for b in bodies[max(0, index - window) : index] if _FRAME_RE.match(b)]
-    after = [b.strip() for b in bodies[index + 1 : index + 1 + window] if _FRAME_RE.match(b)]
-    return after + before  # _frame_phase reads from the end: `before` wins when present
+    if len(text) <= FULL_READ:
+        return _source_lines(text), 0
+    head_end = text.find("\n", HEAD_READ) + 1 or HEAD_READ
+    cut = text.find("\n", len(text) - TAIL_READ)
+    cut = len(text) - TAIL_READ if cut < 0 else cut + 1
+    middle = text[head_end:cut]
+    spans: list[tuple[int, int]] = []
+    for needle in _ANCHORS:
+        pos, hits = middle.find(needle), 0
+        while pos >= 0 and hits < _ANCHOR_CAP:
+            begin = middle.rfind("\n", 0, pos) + 1
+            end = pos
+            for _ in range(_BLOCK):
+                nxt = middle.find("\n", end)
+                if nxt < 0:
+                    end = len(middle)
+                    break
+                end = nxt + 1
+            spans.append((begin, end))
+            pos, hits = middle.find(needle, end), hits + 1
+    kept: list[str] = []
+    for begin, end in _merge(sorted(spans)):
+        kept.extend(middle[begin:end].splitlines())
+    skipped = len(middle) - sum(e - b for b, e in _merge(sorted(spans)))
+    return (_source_lines(text[:head_end]) + kept + _source_lines(text[cut:])), skipped
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for b, e in spans:
+        if out and b <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((b, e))
+    return out
+
+
+_NON_SPACE = re.compile(r"\S")
+
+
+def _not_a_log(text: str) -> str | None:
+    """Why `text` cannot be a server log at all, or None."""
+    if _NON_SPACE.search(text) is None:
+        return "empty log: nothing to classify"
+    sample = text[:65536]
+    odd = sum(1 for ch in sample if ch == "\ufffd" or (ch < " " and ch not in "\n\r\t"))
+    if "\x00" in sample or odd > len(sample) // 20:
+        return "binary data, not a text log: nothing to classify"
+    return None
 
 
 def analyze_log(text: str) -> LogAnalysis:
     """Find the root failure in a server log (any number of ranks) and its signature."""
-    lines = _source_lines(text)
+    why = _not_a_log(text)
+    if why is not None:
+        return LogAnalysis(phase=None, note=why)
+    lines, skipped = _select_lines(text)
     bodies = [strip_prefix(line) for line in lines]
-    reached = last_phase(lines)
-    events = _find_events(bodies)
-    roots = [e for e in events if not _is_wrapper(e)]
+    profiles = profiles_for("\n".join(lines[:300] + lines[-300:]))
+    progress: list[Phase | None] = []
+    best: Phase | None = None
+    for body in bodies:
+        best = _later(best, _phase_of_body(body, profiles))
+        progress.append(best)
+    reached = best
+    events = _events_by_process(lines, bodies)
+    # a wrapper is the root only when the cause was never printed (killed without a word)
+    roots = [e for e in events if not _is_wrapper(e)] or events
+    server = profiles[0].name if len(profiles) == 1 else None
     if not roots:
-        return LogAnalysis(phase=reached, reached=reached, errors_seen=len(events))
+        note = None
+        if reached is None and not events:
+            size = f"{len(text) / 1e6:.1f} MB" if len(text) >= 100_000 else f"{len(lines)} lines"
+            note = (f"no failure and no server startup line found in {size}"
+                    + (f" ({skipped / 1e6:.0f} MB in the middle only searched for errors)"
+                       if skipped else "") + ": is this a server log?")  # fmt: skip
+        return LogAnalysis(phase=reached, reached=reached, errors_seen=len(events),
+                           server=server, note=note)  # fmt: skip
 
-    # The first real exception is the root: ranks that fail because a peer died print
-    # later, and chained tracebacks print the cause first.
+    # The first real error is the root: ranks that fail because a peer died print later,
+    # and chained tracebacks print the cause first.
     root = roots[0]
     extra = _continuation(bodies, root.index)
     error_class, key, rule = _classify_event(root, extra)
+    if not key and rule is None:
+        # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
+        for later in events:
+            if later.chain == root.chain and later.index > root.index:
+                hit = classify_error(later.text)
+                if hit is not None:
+                    error_class, key, rule = hit
+                    break
+    kind = rule.kind if rule is not None else "crash"
+
+    # Frames that tell where: the root's own, else those of the traceback printed for the
+    # same failure right after it (a bare CUDA or C++ error line, then Python's report).
+    frames = root.frames
+    if not frames:
+        later = [e for e in events if e.index > root.index and e.frames
+                 and e.index - root.index <= 200]  # fmt: skip
+        if later and kind == "crash":
+            frames = later[0].frames
+        elif kind == "crash":
+            # a traceback the tail cut before its exception line still says where
+            frames = tuple((fm.group("file"), fm.group("func")) for body in
+                           bodies[root.index + 1 : root.index + 200]
+                           if (fm := _FRAME_RE.match(body)) is not None)
+    chain_frames = tuple(f for e in events if e.chain == root.chain for f in e.frames)
+
+    site: str | None
+    dump_frames: tuple[Frame, ...] = ()
+    peer_frames: list[Frame] = []
+    if kind == "crash":
+        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames)
+    else:
+        site, dump_frames = _stuck_place(_find_dumps(bodies), root.index)
+        if site is None:
+            site = _site(frames)
+    at_root = progress[root.index] if root.index < len(progress) else reached
 
     phase: Phase | None
     if rule is not None and rule.phase is not None:
         phase = rule.phase
     else:
-        frames = root.frames or tuple(_nearby_frames(bodies, root.index))
-        phase = _frame_phase(frames) or last_phase(lines[: root.index + 1])
+        phase = (_frame_phase(frames or chain_frames, profiles, at_root)
+                 or _frame_phase(chain_frames + dump_frames + tuple(peer_frames), profiles,
+                                 at_root)
+                 or at_root)  # fmt: skip
         if phase is None and rule is not None:
             phase = rule.phase_hint
         if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""
+    if len(message) > KEY_LENGTH:
+        # what follows is a dump (supported architectures, a request, a config) that
+        # changes with versions and inputs; the bug is named by the start
+        message = message[:KEY_LENGTH].rstrip() + "..."
+    if site:
+        message = f"{message} @ {site}" if message else f"@ {site}"
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])
     excerpt += tuple(lines[root.index + 1 : root.index + 1 + len(extra)])
     return LogAnalysis(
@@ -528,6 +846,9 @@ def analyze_log(text: str) -> LogAnalysis:
         signature=Signature(phase, error_class, message),
         reached=reached,
         errors_seen=len(events),
+        site=site,
+        kind=kind,
+        server=server,
     )
 
 
@@ -598,9 +919,12 @@ def _process_signature(evidence: RunEvidence, phase: Phase) -> Signature:
 
 
 def _crash_signature(evidence: RunEvidence, analysis: LogAnalysis, phase: Phase) -> Signature:
-    if analysis.signature is not None:
+    silent = analysis.error_class == "child_died"  # the log only says a child went away
+    known_exit = (evidence.exit_signal is not None or evidence.exit_code is not None
+                  or bool(evidence.unit_result))  # fmt: skip
+    if analysis.signature is not None and not (silent and known_exit):
         return analysis.signature
-    return _process_signature(evidence, phase)
+    return _process_signature(evidence, analysis.phase or phase if silent else phase)
 
 
 def _verdict_for(sig: Signature, target: Signature | None) -> Verdict:
@@ -662,8 +986,11 @@ def outside_cause(evidence: RunEvidence) -> str | None:
     sig = _died_by_signal(evidence)
     if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
         own = analyze_log(tail).signature
-        # A shell's "Killed" line is the kill itself, not a failure of the server.
-        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES):
+        # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
+        # "a child process died" note is the kill seen from the parent.
+        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES) or (
+            own.error_class == "child_died"
+        ):
             return (f"the server was killed by {sig} from outside the campaign (its log shows "
                     "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
                     "not a verdict about the config")
@@ -721,14 +1048,33 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
     return Verdict.PASS, None
 
 
+def resign(old: Signature | None, log_tail: str) -> Signature | None:
+    """The signature a run recorded as `old` gets from this version of the classifier.
+
+    Only the stored log tail is left of the run, so `judge` is replayed from what the old
+    signature says about it: a probe miss stays what it was; a hang with nothing in the log
+    stays a hang unless the log now names one; a crash after readiness stays a serving crash;
+    a crash named only by its exit status keeps that name unless the log now explains it.
+    """
+    if old is None or old.error_class in ("probe_error", "probe_threshold"):
+        return old
+    analysis = analyze_log(log_tail) if log_tail else None
+    new = analysis.signature if analysis is not None else None
+    if new is None:
+        return old
+    if old.phase == Phase.SERVING and new.phase != Phase.SERVING:
+        return Signature(Phase.SERVING, new.error_class, new.message)
+    return new
+
+
 __all__ = [
     "ERROR_RULES",
-    "FRAME_PHASES",
+    "resign",
+    "SIGNATURE_VERSION",
     "HANG_MESSAGE",
     "OUTSIDE_SIGNALS",
     "PHASE_MARKERS",
     "ErrorRule",
-    "FramePhase",
     "LogAnalysis",
     "PhaseMarker",
     "ProbeOutcome",

@@ -168,6 +168,7 @@ class Store:
             row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self._upgrade_signatures()
             self.db.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as exc:
             # Closed, or the half-open connection keeps a lock and the next Store of this
@@ -376,6 +377,7 @@ class Store:
             if record and cached_from is None:
                 db.execute("INSERT INTO run_host (run_id, record) VALUES (?, ?)",
                            (run_id, json.dumps(red.obj(record))))  # fmt: skip
+            self._stamp_signature_version(db, run_id)
         return run_id
 
     def host_record(self, run_id: str) -> dict[str, Any] | None:
@@ -420,6 +422,27 @@ class Store:
             (signature.key(),),
         ).fetchall()
         return [_run(r) for r in rows]
+
+
+    # ---- signature versions (see orchestrator.signatures)
+    def _upgrade_signatures(self) -> None:
+        from orchestrator.signatures import upgrade
+
+        upgrade(self)
+
+    def _stamp_signature_version(self, db: sqlite3.Connection, run_id: str) -> None:
+        from orchestrator.signatures import stamp
+
+        stamp(db, run_id)
+
+    def signature_history(self, run_id: str) -> list[tuple[int, Signature | None]]:
+        """The signatures a run had under older classifier versions, oldest first."""
+        rows = self.db.execute(
+            "SELECT version, signature FROM signature_history WHERE run=? ORDER BY version",
+            (run_id,),
+        ).fetchall()
+        return [(r["version"], Signature.from_key(r["signature"]) if r["signature"] else None)
+                for r in rows]  # fmt: skip
 
 
 def _campaign(r: sqlite3.Row) -> CampaignRow:

@@ -309,6 +309,7 @@ def check_b300_answer(answer: dict[str, Any], results: Path, *, resumed: bool = 
     [finding] = answer["findings"]
     assert (
         finding["signature"] == "init: AttributeError: 'NoneType' object has no attribute 'dtype'"
+        " @ sglang/pynccl.py:__init__"
     )
     assert finding["deltas"] == [deltas.index("+ --ep-size 8")]  # the smallest variant: ep alone
     store = Store(results)

@@ -20,7 +20,8 @@ from orchestrator.store import RunRow, Store
 from orchestrator.verdicts import Verdict
 from tests.campaign_lab import Recorded, cli, lab_servers, recorded_b300
 
-FINDING = "init: AttributeError: 'NoneType' object has no attribute 'dtype'"
+FINDING = ("init: AttributeError: 'NoneType' object has no attribute 'dtype' @ "
+           "sglang/pynccl.py:__init__")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 from rich.markup import escape
 
+from orchestrator import signatures
 from orchestrator.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.cli import common
 from orchestrator.cli.output import console
@@ -100,6 +101,10 @@ def as_dict(analysis: LogAnalysis) -> dict[str, Any]:
         "message": analysis.message,
         "raw_message": analysis.raw_message,
         "signature": sig.key() if sig else None,
+        "site": analysis.site,
+        "kind": analysis.kind,
+        "server": analysis.server,
+        "note": analysis.note,
         "excerpt": list(analysis.excerpt),
     }
 
@@ -112,6 +117,9 @@ def render(analysis: LogAnalysis, trouble: str | None = None) -> None:
                   "is infra (retried, never a verdict)", highlight=False)  # fmt: skip
         return
     if analysis.signature is None:
+        if analysis.note:
+            out.print(f"[bold yellow]{escape(analysis.note)}[/]")
+            return
         out.print(f"[bold green]no failure found[/]; phase reached: {escape(phase)}")
         return
     out.print(f"[bold]phase[/]        {escape(phase)}")
@@ -129,7 +137,8 @@ def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
         return []
     store = Store(results, readonly=True)
     try:
-        return store.runs_with_signature(analysis.signature)
+        # an older store (not yet re-signed, and read-only here) is matched in memory
+        return signatures.runs_with_signature(store, analysis.signature)
     finally:
         store.close()
 

@@ -1,0 +1,252 @@
+"""The classifier on real logs: the corpus figures through the benchmark's own functions,
+labels.tsv checking, and inputs that are not server logs at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.classify import analyze_log
+from orchestrator.diagnosis import (
+    TARGETS,
+    Label,
+    Outcome,
+    classify,
+    half_of,
+    load,
+    read_labels,
+    score,
+    score_halves,
+)
+from orchestrator.errors import UsageError
+
+CORPUS = Path(__file__).parent / "data" / "real_logs"
+
+
+@pytest.fixture(scope="module")
+def scores() -> dict:
+    return score_halves(classify(load(CORPUS)))
+
+
+def test_corpus_size_and_labels() -> None:
+    labels = read_labels(CORPUS)
+    causes = {lab.root_cause for lab in labels}
+    assert len(labels) >= 100 and len(causes) >= 45
+    per_cause = {c: sum(lab.root_cause == c for lab in labels) for c in causes}
+    assert min(per_cause.values()) >= 2  # every bug at least twice, as reruns
+    assert all(lab.source.startswith("https://github.com/") for lab in labels)
+    assert {lab.klass for lab in labels} == {"crash", "hang", "timeout"}
+    assert {half_of(c) for c in causes} == {"tune", "heldout"}
+
+
+@pytest.mark.parametrize("half", ["heldout", "whole"])
+def test_corpus_meets_the_targets(scores: dict, half: str) -> None:
+    s = scores[half]
+    assert s.precision >= TARGETS["precision"], s.collisions
+    assert s.recall >= TARGETS["recall"], s.splits
+    assert len(s.unclassified) <= TARGETS["unclassified"], s.unclassified
+    assert s.phase_accuracy >= TARGETS["phase_accuracy"], s.wrong_phase
+    assert s.meets_targets()
+
+
+def test_look_alikes_stay_apart(scores: dict) -> None:
+    """Same message, different bug: the place in the server's own code tells them apart."""
+    out = {o.label.file: o.signature for o in classify(load(CORPUS))}
+    ima = [f for f in out if ".a." in f and "ima" in f]
+    assert len(ima) >= 8
+    assert len({out[f] for f in ima}) == len(ima)  # eight illegal memory accesses, eight bugs
+    assert out["sgl_nccl_init_system_error.a.log"] != out["vllm_nccl_system_error_mp.a.log"]
+    v1, v0 = "vllm_no_cache_blocks_v1_check.a.log", "vllm_no_cache_blocks_v0_raise_if.a.log"
+    assert out[v1] != out[v0]
+    # the root, not the wrapper: EngineDeadError / "Worker failed" / engine init failed
+    assert "Worker failed" not in (out["vllm_sampler_warmup_oom.a.log"] or "")
+    assert (out["vllm_ima_fused_moe_triton.a.log"] or "").startswith(
+        "serving|illegal_address|triton an illegal memory access")
+
+
+def test_hangs_name_the_stuck_place() -> None:
+    a = analyze_log((CORPUS / "sgl_watchdog_hang_overlap_resolve.a.log").read_text())
+    assert (a.kind, a.error_class) == ("hang", "hang")
+    assert a.site == "tp_worker_overlap_thread.py:resolve_batch_result"
+    b = analyze_log((CORPUS / "sgl_watchdog_hang_no_pyspy.a.log").read_text())
+    assert b.kind == "hang" and b.site is None and b.signature != a.signature
+
+
+def test_score_counts_pairs() -> None:
+    def out(name: str, key: str, sig: str | None, phase: str = "init") -> Outcome:
+        return Outcome(Label(name, "crash", phase, key, ""), sig, "init")
+
+    s = score([out("a", "k1", "x"), out("b", "k1", "x"), out("c", "k2", "x"),
+               out("d", "k2", None, "serving")])  # fmt: skip
+    assert (s.pairs_same_signature, s.pairs_same_cause, s.true_pairs) == (3, 2, 1)
+    assert s.precision == pytest.approx(1 / 3) and s.recall == pytest.approx(1 / 2)
+    assert s.unclassified == ["d"] and s.phase_right == 3 and s.phase_counted == 4
+    assert [c[:2] for c in s.collisions] == [("a", "c"), ("b", "c")]
+
+
+def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:
+    from orchestrator.diagnosis import Case
+
+    stops = ("[2025-05-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several "
+             "minutes. avail mem=12.00 GB\n")  # fmt: skip
+    label = Label("x.log", "hang", "cuda_graph", "k", "")
+    [out] = classify([Case(label, stops)])
+    assert out.signature == "cuda_graph|hang|no readiness before the deadline"
+    assert out.phase == "cuda_graph"
+    crash = Label("y.log", "crash", "cuda_graph", "k", "")
+    assert classify([Case(crash, stops)])[0].signature is None  # a crash needs its log
+
+
+def test_labels_tsv_is_checked(tmp_path: Path) -> None:
+    (tmp_path / "x.log").write_text("boom\n")
+    (tmp_path / "labels.tsv").write_text("file\tclass\tphase\troot_cause_key\n")
+    with pytest.raises(UsageError, match="header must be"):
+        read_labels(tmp_path)
+    (tmp_path / "labels.tsv").write_text(
+        "file\tclass\tphase\troot_cause_key\tsource\nx.log\tcrash\tlater\tk\thttps://x\n")
+    with pytest.raises(UsageError, match="phase 'later' is not one of"):
+        read_labels(tmp_path)
+    (tmp_path / "labels.tsv").write_text(
+        "file\tclass\tphase\troot_cause_key\tsource\ny.log\tcrash\tinit\tk\thttps://x\n")
+    with pytest.raises(UsageError, match="no log file 'y.log'"):
+        read_labels(tmp_path)
+
+
+# --- inputs that are not server logs ---------------------------------------------------
+
+
+def test_empty_and_blank_logs() -> None:
+    for text in ("", "\n\n   \n"):
+        a = analyze_log(text)
+        assert a.signature is None and a.note == "empty log: nothing to classify"
+
+
+def test_binary_input() -> None:
+    a = analyze_log(os.urandom(200_000).decode("utf-8", errors="replace"))
+    assert a.signature is None and a.note and a.note.startswith("binary data")
+    assert analyze_log("\x00\x01ELF\x02" * 100).note.startswith("binary data")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bash: line 1: /opt/sglang/bin/python: No such file or directory\n",
+         "<path>/python: No such file or directory"),
+        ("-bash: vllm: command not found\n", "vllm: command not found"),
+        ("/usr/bin/python3: No module named sglang\n", "<path>/python3: No module named sglang"),
+    ],
+)  # fmt: skip
+def test_shell_errors_get_a_signature(text: str, message: str) -> None:
+    a = analyze_log(text)
+    assert a.signature is not None and a.error_class == "shell" and a.message == message
+
+
+def test_megabytes_of_warnings_are_no_failure() -> None:
+    warning = ("/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:61: "
+               "FutureWarning: The pynvml package is deprecated.\n")  # fmt: skip
+    a = analyze_log(warning * (5_000_000 // len(warning)))
+    assert a.signature is None and a.note and "is this a server log?" in a.note
+
+
+def test_a_failure_after_megabytes_of_warnings_is_found() -> None:
+    warning = "[2025-01-01 00:00:00 TP0] WARNING: something harmless, Error: retried\n"
+    crash = (CORPUS / "sgl_ima_decode_sync.a.log").read_text()
+    alone = analyze_log(crash).signature
+    assert analyze_log(warning * 60_000 + crash).signature == alone  # crash in the tail
+    # a crash in the middle of a huge log (then more warnings) is still found
+    assert analyze_log(crash + warning * 60_000).signature == alone
+
+
+def test_cli_prints_a_note_for_a_non_log(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from orchestrator.cli import main
+
+    path = tmp_path / "core"
+    path.write_bytes(os.urandom(4096))
+    assert main(["classify", str(path)]) == 0
+    assert "binary data, not a text log" in capsys.readouterr().out
+    (tmp_path / "empty.log").write_text("")
+    assert main(["classify", str(tmp_path / "empty.log"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"note": "empty log: nothing to classify"' in out and '"signature": null' in out
+
+
+@pytest.mark.parametrize("colour", ["\x1b[1;36m{}\x1b[0;0m", "#033[1;36m{}#033[0;0m"])
+def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
+    import re
+
+    text = (CORPUS / "vllm_keyerror_w13_bias_gptoss.a.log").read_text()
+    coloured = re.sub(r"^(\([^)]*pid=\d+\))", lambda m: colour.format(m.group(1)), text,
+                      flags=re.M)  # fmt: skip
+    assert coloured != text
+    assert analyze_log(coloured).signature == analyze_log(text).signature is not None
+
+
+def test_a_wrapper_alone_is_still_a_failure() -> None:
+    """The cause never printed (the engine was killed): the wrapper is all there is."""
+    from orchestrator.classify import RunEvidence, judge
+    from orchestrator.verdicts import Phase, Signature, Verdict
+
+    engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
+              "version 0.10\n(EngineCore_DP0 pid=5) INFO 01-01 00:00:01 "
+              "[gpu_model_runner.py:1] Starting to load model m...\n(APIServer pid=1) "
+              "RuntimeError: Engine core initialization failed. See root cause above. "
+              "Failed core proc(s): {}\n")  # fmt: skip
+    a = analyze_log(engine)
+    assert a.phase == Phase.LOAD_WEIGHTS and a.error_class == "RuntimeError"
+    child = ("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=70.00 GB\n"
+             "[2025-01-01 00:01:00] Received sigquit from a child process. It usually means "
+             "the child failed.\n")  # fmt: skip
+    assert analyze_log(child).error_class == "child_died"
+    # with the process's exit known, the run is named by how it ended
+    exited = RunEvidence(log_tail=child, exit_code=1, unit_result="exit-code")
+    assert judge(exited, None)[1] == Signature(Phase.LOAD_WEIGHTS, "exit", "exit status 1")
+    # and a kill from outside, seen only as the parent's note, is infra (not the config)
+    killed = RunEvidence(log_tail=child, exit_signal="KILL", unit_result="signal")
+    assert judge(killed, None) == (Verdict.INFRA, None)
+
+
+def test_two_workers_interleaved_line_by_line() -> None:
+    """Two vLLM workers failing at once print their tracebacks into each other."""
+    text = (CORPUS / "vllm_sampler_warmup_oom.a.log").read_text()
+    lines = text.splitlines()
+    tag = "(VllmWorker rank=1 pid=2445156)"
+    block = [i for i, ln in enumerate(lines) if ln.startswith(tag)]
+    # rank 0 fails a moment later, somewhere else (its frames name other functions)
+    other = [ln.replace(tag, "(VllmWorker rank=0 pid=2445155)").replace(", in ", ", in other_")
+             for ln in (lines[i] for i in block)]  # fmt: skip
+    mixed: list[str] = []
+    for i, line in enumerate(lines):
+        if i in block:
+            mixed.append(other.pop(0))  # the two workers' lines alternate
+        mixed.append(line)
+    assert analyze_log("\n".join(mixed)).signature == analyze_log(text).signature is not None
+
+
+_PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
+           '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
+           'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",
+           "RuntimeError: CUDA error: an illegal memory access was encountered",
+           "(EngineCore_DP0 pid=1) ERROR 01-01 00:00:00 [core.py:1] ", "[2025-01-01 00:00:00 TP0] ",
+           "During handling of the above exception, another exception occurred:", "\x1b[1;36m(",
+           "Watchdog timeout (self.watchdog_timeout=300)", "pid=", "  | ", "\ufffd", "\t", "Killed",
+           "Received sigquit from a child process.", "x: error: unrecognized arguments: --a b"]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=4),
+                max_size=40))  # fmt: skip
+def test_any_text_gets_an_answer_never_an_exception(rows: list[list[str]]) -> None:
+    from orchestrator.classify import RunEvidence, judge
+
+    text = "\n".join("".join(row) for row in rows)
+    analysis = analyze_log(text)
+    if not text.strip():
+        assert analysis.note == "empty log: nothing to classify"
+    if analysis.signature is not None:
+        assert analysis.message is not None and analysis.phase is not None
+    judge(RunEvidence(log_tail=text, timed_out=True), analysis.signature)
