@@ -62,10 +62,11 @@ _NOUN = r"(?:flags?|options?|arguments?|args|parameters?|params|switches)"
 _VERB = (r"(?:pass(?:ed|es)?|forward(?:ed|s)?|hand(?:ed|s)?|relay(?:ed|s)?|sent|given|"
          r"accepted|ignored|appended|propagated)")  # fmt: skip
 #: Prose saying that flags the help does not list are passed on or accepted anyway.
+_IN = r"(?:[^.;!?]|\.(?!\s|$))"  # within one sentence ("..." and "a.b" do not end it)
 _PASSTHROUGH_RE = re.compile(
-    rf"\b{_QUAL}\b[^.;:!?]{{0,40}}?\b{_NOUN}\b[^.;!?]{{0,80}}?\b{_VERB}\b"
-    rf"|\b{_NOUN}\b[^.;!?]{{0,60}}?\b(?:passed|forwarded|handed|relayed)\s+"
-    r"(?:(?:on|along|through|verbatim|unchanged|as[- ]is)\s+)?(?:to|into)\b"
+    rf"\b{_QUAL}\b{_IN}{{0,40}}?\b{_NOUN}\b{_IN}{{0,80}}?\b{_VERB}\b"
+    rf"|\b{_NOUN}\b{_IN}{{0,60}}?\b(?:passed|forwarded|handed|relayed|sent|given|go|goes)\s+"
+    r"(?:(?:on|along|through|verbatim|unchanged|as[- ]is)\s+)?to\b"
     r"|\bpass(?:es|ed|ing)?[- ]?through\b|\bparse_known_args\b",
     re.IGNORECASE,
 )

@@ -105,7 +105,9 @@ def record_sglang(out: Path) -> None:
     ServerArgs.add_cli_args(parser)
     name = f"sglang-{sglang.__version__}"
     (out / f"{name}.help.txt").write_text(parser.format_help())
-    survey = _survey(parser, parser.parse_args, ["--model-path", "m"], ["-O3"])
+    # seed 002: --cuda-graph-max-bs split into -decode/-prefill in this release
+    survey = _survey(parser, parser.parse_args, ["--model-path", "m"],
+                     ["-O3", "--cuda-graph-max-bs", "--cuda-graph"])
     survey["program"] = f"python -m sglang.launch_server (sglang {sglang.__version__})"
     (out / f"{name}.accepts.json").write_text(json.dumps(survey, indent=1) + "\n")
 
