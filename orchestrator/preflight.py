@@ -51,7 +51,9 @@ PROBE = "--orchestrator-preflight-probe"
 
 _USAGE_RE = re.compile(r"^usage: ")
 _USAGE_LINE_RE = re.compile(r"^usage: ", re.MULTILINE)
-_INVOCATION_RE = re.compile(r"^ {1,8}(-\S.*)$")
+# argparse indents a section's entries by two spaces (epilog examples such as vLLM's
+# "   --json-arg.key1 value1" are indented otherwise, and are prose)
+_INVOCATION_RE = re.compile(r"^  (-\S.*)$")
 # argparse's section headers: "options:", "optional arguments:", "Frontend:", ...
 _HEADER_RE = re.compile(r"^\S.*:\s*$")
 #: A pointer to a fuller help: vLLM's "For full list: vllm serve --help=all".
@@ -168,6 +170,15 @@ def read_help(text: str) -> HelpFacts:
     )
 
 
+def follow(first: HelpFacts, full: HelpFacts) -> HelpFacts:
+    """The facts of a paged help whose pointer (`--help=all`) printed `full`: the full
+    page's options, and what either page says about pass-through and spellings. The full
+    page may repeat the pointer (vLLM's does): it is followed once, not again."""
+    return HelpFacts(options=full.options, switches=full.switches, argparse=full.argparse,
+                     passthrough=full.passthrough or first.passthrough,
+                     flexible=full.flexible or first.flexible)  # fmt: skip
+
+
 def _hidden_forms(facts_: HelpFacts) -> list[str]:
     """Spellings a FlexibleArgumentParser accepts but never lists: `--no-enable-x` and
     `--no-disable-x` of its `--enable-x, --disable-x` switches (vLLM keeps them for
@@ -192,7 +203,8 @@ def normalize(token: str, flexible: bool) -> str:
     return "--" + base.replace("_", "-")
 
 
-def predict(help_: HelpFacts, requested: Iterable[str]) -> list[FlagProblem]:
+def predict(help_: HelpFacts, requested: Iterable[str], *,
+            suggest: bool = True) -> list[FlagProblem]:
     """argparse's decision on each requested flag that is not a plain exact match, as far
     as the help tells (abbreviations included: they are accepted, `fatal` is False)."""
     longs = [o for o in help_.options if o.startswith("--")]
@@ -217,7 +229,7 @@ def predict(help_: HelpFacts, requested: Iterable[str]) -> list[FlagProblem]:
                                         f"match {', '.join(matches)}", matches))  # fmt: skip
         elif not matches:
             problems.append(FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}"))
-    problems.extend(facts.check_flags(pending, longs))
+    problems.extend(facts.check_flags(pending, longs, suggest=suggest))
     return problems
 
 
@@ -359,10 +371,7 @@ class Preflight:
             more = read_help(more_text or "")
             if more.options:
                 followed = help_.more
-                help_ = HelpFacts(options=more.options, switches=more.switches,
-                                  argparse=more.argparse,
-                                  passthrough=more.passthrough or help_.passthrough,
-                                  flexible=more.flexible or help_.flexible)  # fmt: skip
+                help_ = follow(help_, more)
             why = why or more_why
         entry = _Help(help_, trusted=help_.complete, followed=followed, help_seconds=seconds)
         self._helps[key] = entry
