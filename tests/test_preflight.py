@@ -414,3 +414,44 @@ def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
     assert pf.check(exp) == Check()
     entry = pf.help_of(exp)
     assert entry.followed == "--help=all" and entry.trusted and said == []
+
+
+# ---------------------------------------------------------------------------- args failures
+
+
+@pytest.mark.parametrize(
+    ("log", "words"),
+    [
+        ("sglang_argparse_unrecognized.log", "unrecognized arguments: --reasoning_parser kimi_k2"),
+        ("argparse_ambiguous.log", "ambiguous option: --expect-worker could match "
+                                   "--expect-workers, --expect-workers-max-wait"),
+    ],
+)  # fmt: skip
+def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
+    log: str, words: str
+) -> None:
+    from orchestrator.classify import RunEvidence, judge
+    from orchestrator.preflight import args_detail
+
+    text = (REPO / "tests" / "data" / "logs" / log).read_text()
+    target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
+    for tgt in (None, target):  # the bad endpoint, and any variant of the search
+        verdict, sig = judge(RunEvidence(log_tail=text, exit_code=2), tgt)
+        assert verdict is Verdict.INVALID and sig is not None and sig.phase is Phase.ARGS
+    assert args_detail(text, sig, Check()) == f"the server rejects its command line: {words}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "usage: launch_server.py [-h] [--port PORT]\n",  # usage, then exit 2, no error line
+        "launch_server.py: error: argument --tokenizer-mode: invalid choice: 'x' "
+        "(choose from 'auto', 'slow')\n",
+        "usage: x [-h] [--a A]\nx: error: argument --a: expected one argument\n",
+    ],
+)
+def test_other_argument_errors_are_invalid_too(text: str) -> None:
+    from orchestrator.classify import RunEvidence, judge
+
+    verdict, sig = judge(RunEvidence(log_tail=text, exit_code=2), None)
+    assert verdict is Verdict.INVALID and sig is not None and sig.phase is Phase.ARGS
