@@ -16,6 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
 from orchestrator.campaign import Bisection, BisectOptions
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.events import Event, Notice, RunStarted
@@ -27,6 +29,7 @@ from orchestrator.verdicts import Phase, Verdict
 from tests.campaign_lab import (
     LAB,
     check_b300_answer,
+    cli,
     lab_pair,
     lab_servers,
     load_host,
@@ -106,3 +109,19 @@ def test_refusal_only_the_log_shows_is_invalid_in_the_servers_words(
     assert "launch_server.py: error: unrecognized arguments: --tp-szie 8" in r.log_tail
     assert ok.verdict is Verdict.PASS, ok.detail  # the wrapper passes good flags through
     assert len(notices(events, "help-untrusted")) == 1
+
+
+def test_the_cli_shows_the_withdrawn_trust(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    """`orchestrator run` of a config with a hidden flag: the run passes, and the user reads
+    once why the help is no longer trusted."""
+    config = tmp_path / "hidden.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "hidden-seed", "extends": str(LAB / "b300" / "good.yaml"),
+        "service": {"flags": {"port": free_port(), "seed": 3}, "env": SCALE},
+    }))  # fmt: skip
+    hosts = sshd_hosts_file(sshd, tmp_path)
+    res = cli("run", config, "--host", "lab", "--hosts", hosts, "--results", tmp_path / "r")
+    assert res.returncode == 0, res.stdout + res.stderr
+    notes = [ln for ln in res.stdout.splitlines() if ln.strip().startswith("note:")]
+    assert len([n for n in notes if "no longer trusted" in n]) == 1, res.stdout
+    assert "--seed" in " ".join(notes)
