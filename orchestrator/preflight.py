@@ -163,7 +163,8 @@ def read_help(text: str) -> HelpFacts:
     return HelpFacts(
         options=tuple(found),
         switches=frozenset(switches),
-        argparse=sections > 0 or bool(found),
+        # a usage line alone (a getopt script's "usage: run.sh [-m model]") is no argparse help
+        argparse=sections > 0,
         passthrough=remainder or bool(_PASSTHROUGH_RE.search(joined)),
         flexible=flexible,
         more=more,

@@ -455,3 +455,9 @@ def test_other_argument_errors_are_invalid_too(text: str) -> None:
 
     verdict, sig = judge(RunEvidence(log_tail=text, exit_code=2), None)
     assert verdict is Verdict.INVALID and sig is not None and sig.phase is Phase.ARGS
+
+
+def test_a_usage_line_alone_is_not_an_argparse_help() -> None:
+    """A shell script's getopt-style usage (often started by an unknown option)."""
+    facts = read_help("usage: run.sh [-m model] [-p port] [extra server flags]\n")
+    assert not facts.argparse and not facts.complete
