@@ -8,9 +8,10 @@ never by the test suite:
 
 Writes OUTDIR/<name>.help.txt (and .help-all.txt for vLLM) exactly as the parser prints it
 at 80 columns, and OUTDIR/<name>.accepts.json: every option string registered with the
-parser (hidden ones included, marked), and every other spelling tried (underscore,
-dotted, `-O3`) with the real parser's own decision, so tests can compare the preflight's
-decisions with the real parser's without the package installed.
+parser (hidden ones included, marked), every other spelling tried (underscore, dotted,
+`-O3`) and the preflight's dry parse of every option, each with the real parser's own
+decision, so tests can compare the preflight's decisions with the real parser's without
+the package installed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["COLUMNS"] = "80"  # what argparse sees over a non-interactive SSH session
 REFUSING = ("unrecognized arguments", "ambiguous option")
+PROBE = "--orchestrator-preflight-probe"  # orchestrator.preflight.PROBE
 
 
 def _outcome(parse: Callable[[list[str]], Any], argv: list[str]) -> str:
@@ -83,8 +85,21 @@ def _survey(parser: argparse.ArgumentParser, parse: Callable[[list[str]], Any],
             if result == "ok":
                 break
         forms[form] = result
+    # The preflight's dry parse of each option: the option (with a value it takes) plus an
+    # unknown flag. A parser that takes the option names only the unknown flag.
+    dry: dict[str, str] = {}
+    for opt, action in actions.items():
+        if opt in ("-h", "--help"):
+            continue
+        result = ""
+        for values in _values(action):
+            result = _outcome(parse, [*prefix, opt, *values, PROBE])
+            if result == f"unrecognized arguments: {PROBE}":
+                break
+        dry[opt] = result
     return {
         "allow_abbrev": parser.allow_abbrev,
+        "dry_parse": dry,
         "python": ".".join(map(str, sys.version_info[:3])),
         "options": options,
         "forms": forms,
