@@ -125,7 +125,7 @@ class Executor:
         self._opened = False
         #: the flag preflight: each executable's help read once, trusted until contradicted
         self.preflight = preflight.Preflight(
-            lambda cmd, timeout: self.t.run(cmd, timeout=timeout),
+            lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
             lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
                                                     extra=extra)))  # fmt: skip
         #: set from another thread to abandon the run in progress (a pool's decided round,

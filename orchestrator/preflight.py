@@ -301,7 +301,7 @@ def suggestions(problems: Sequence[FlagProblem]) -> str:
 # the stateful side: one per executor (one host, one campaign)
 # ---------------------------------------------------------------------------------------
 
-Runner = Callable[[str, float], CommandResult]
+Runner = Callable[[str, float, str | None], CommandResult]  # command, timeout, stdin
 Say = Callable[[str, dict[str, object]], None]
 
 
@@ -337,18 +337,23 @@ class Preflight:
         self._helps: dict[tuple[str, ...], _Help] = {}
 
     # -- commands
-    @staticmethod
-    def _prefix(exp: Experiment) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in exp.env)
-        prefix = f"env {env} " if env else ""
-        return f"cd {shlex.quote(exp.workdir)} && {prefix}" if exp.workdir else prefix
+    def _in_env(self, exp: Experiment, argv: list[str], timeout: float) -> CommandResult:
+        """Run argv in the variant's working directory and environment. The environment
+        goes through stdin, never the command line: every local user sees a command line
+        (ps), and the environment may hold secrets."""
+        env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exp.env)
+        cmd = shlex.join(argv)
+        if env:
+            cmd = f". /dev/stdin && {cmd}"
+        if exp.workdir:
+            cmd = f"cd {shlex.quote(exp.workdir)} && {cmd}"
+        return self._run(cmd, timeout, env or None)
 
     def _help_text(self, exp: Experiment, arg: str) -> tuple[str | None, str, float]:
         """(the output of `EXEC ARG`, or None when it failed or timed out; why it failed;
         how long it took)."""
-        cmd = f"{self._prefix(exp)}{shlex.join(exp.exec)} {arg}"
         try:
-            r = self._run(cmd, HELP_TIMEOUT)
+            r = self._in_env(exp, [*exp.exec, arg], HELP_TIMEOUT)
         except CommandTimeout:
             return None, f"{arg} did not finish in {HELP_TIMEOUT:g}s", HELP_TIMEOUT
         if not r.ok:
@@ -409,13 +414,12 @@ class Preflight:
         exits 2 without starting anything, naming everything it does not take. Returns its
         complaint without PROBE (the variant is refused), or None: it took the variant's
         flags (the help was wrong: trust withdrawn), or it said nothing argparse-like."""
-        cmd = f"{self._prefix(exp)}{shlex.join([*exp.argv(), PROBE])}"
         flags = ", ".join(p.flag for p in problems)
         # A parser exits about as fast as it prints its help; a program still running well
         # past that did not refuse the probe (it may be starting a server: stopped).
         timeout = min(HELP_TIMEOUT, max(30.0, 4 * entry.help_seconds))
         try:
-            r = self._run(cmd, timeout)
+            r = self._in_env(exp, [*exp.argv(), PROBE], timeout)
         except CommandTimeout:
             self._withdraw(exp, f"a dry parse with {flags} and an unknown flag was still "
                                 f"running after {timeout:g}s instead of refusing them")  # fmt: skip

@@ -354,8 +354,8 @@ def _preflight() -> tuple[Preflight, list[tuple[str, dict[str, object]]]]:
     host = Host(name="here", address="localhost", transport="local",  # type: ignore[arg-type]
                 env=(("PYTHONPATH", str(REPO)), ("ORCH_LAB_TIME_SCALE", "0.01")))
     t = LocalTransport(host)
-    pf = Preflight(lambda cmd, timeout: t.run(f"cd {shlex.quote(str(REPO))} && {cmd}",
-                                              timeout=timeout),
+    pf = Preflight(lambda cmd, timeout, stdin: t.run(f"cd {shlex.quote(str(REPO))} && {cmd}",
+                                                     timeout=timeout, stdin=stdin),
                    lambda message, extra: said.append((message, extra)))  # fmt: skip
     return pf, said
 
