@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator import preflight
-from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase
+from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import InfraError, ServiceError, TransportError
@@ -261,7 +261,7 @@ class Executor:
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
-        detail = evidence.invalid_reason or evidence.infra_error or ""
+        detail = evidence.invalid_reason or evidence.infra_error or outside_cause(evidence) or ""
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
