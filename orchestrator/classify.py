@@ -998,7 +998,8 @@ def outside_cause(evidence: RunEvidence) -> str | None:
 
 
 def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Signature | None]:
-    """The verdict of one run, and its failure signature (None for pass/invalid/infra).
+    """The verdict of one run, and its failure signature (None for pass/infra, and for
+    invalid unless the server itself refused its command line: then the `args` one).
 
     `target` is the campaign's target failure; None while judging the bad endpoint
     itself, in which case any failure (crash, hang, missed probe) is FAIL and its
@@ -1026,6 +1027,10 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
 
     if not evidence.became_ready:
         sig = _crash_signature(evidence, analysis, reached)
+        if sig.phase is Phase.ARGS:
+            # The server refused its command line (argparse: usage, `error:`, exit 2):
+            # rejected before it could run, whether or not the preflight saw it coming.
+            return Verdict.INVALID, sig
         return _verdict_for(sig, target), sig
 
     probe = evidence.probe

@@ -12,7 +12,6 @@ and judge. At the end (or on error, or Ctrl-C): restore the service as it was fo
 from __future__ import annotations
 
 import re
-import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from orchestrator import facts
+from orchestrator import preflight
 from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
@@ -127,7 +126,11 @@ class Executor:
         self.stable_for = stable_for
         self.sleep = sleep
         self._opened = False
-        self._help_cache: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+        #: the flag preflight: each executable's help read once, trusted until contradicted
+        self.preflight = preflight.Preflight(
+            lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
+            lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
+                                                    extra=extra)))  # fmt: skip
         #: set from another thread to abandon the run in progress (a pool's decided round,
         #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
         self.cancel_event = threading.Event()
@@ -169,42 +172,15 @@ class Executor:
 
     # ---- preflight
     def accepted_flags(self, exp: Experiment) -> tuple[str, ...] | None:
-        """The long options the server's own `--help` lists (None: it does not say)."""
-        key = exp.exec
-        if key not in self._help_cache:
-            # The environment goes through stdin, never the command line: every local user
-            # sees a command line (ps), and the environment may hold secrets.
-            env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exp.env)
-            cmd = f"{shlex.join(exp.exec)} --help"
-            if env:
-                cmd = f". /dev/stdin && {cmd}"
-            if exp.workdir:
-                cmd = f"cd {shlex.quote(exp.workdir)} && {cmd}"
-            r = self.t.run(cmd, timeout=180, stdin=env or None)
-            options = facts.parse_help_options(r.stdout) if r.ok else ()
-            self._help_cache[key] = tuple(options) or None
-            if not options:
-                self.emit(Notice(host=self.host.name, message=(
-                    f"{shlex.join(exp.exec)} --help listed no options (exit {r.exit_code}); "
-                    "flags are not checked before runs")))  # fmt: skip
-        return self._help_cache[key]
+        """The options the server's own `--help` lists, when that help is trusted to refuse
+        flags (None: it is not; see orchestrator.preflight)."""
+        entry = self.preflight.help_of(exp)
+        return entry.facts.options if entry.trusted else None
 
     def check_flags(self, exp: Experiment) -> str | None:
-        """Why the server would reject this variant's flags, in its own words, or None."""
-        accepted = self.accepted_flags(exp)
-        if accepted is None:
-            return None
-        problems = [p for p in facts.check_flags([f"--{k}" for k, _ in exp.flags], accepted)
-                    if p.fatal]  # fmt: skip
-        if not problems:
-            return None
-        parts = []
-        for p in problems:
-            text = p.message
-            if p.kind == "unrecognized" and p.candidates:
-                text += " (did you mean " + " or ".join(p.candidates) + "?)"
-            parts.append(text)
-        return "; ".join(parts)
+        """Why the server refuses this variant's flags, in its own words, when its own parser
+        confirmed it without a start; None otherwise (a prediction is confirmed by the run)."""
+        return self.preflight.check(exp).refusal
 
     def check_port(self, exp: Experiment) -> None:
         """Refuse to go on when the config's port is held by something not ours."""
@@ -240,10 +216,11 @@ class Executor:
         metric: float | None = None
         rendered: str | None = None
         evidence: RunEvidence
+        flagcheck = preflight.Check()
         try:
-            reason = self.check_flags(exp)
-            if reason is not None:
-                evidence = RunEvidence(invalid_reason=f"the server rejects the flags: {reason}")
+            flagcheck = self.preflight.check(exp)
+            if flagcheck.refusal is not None:
+                evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
                 self.manager.stop()
                 self._step("stopped", self.service)
@@ -288,6 +265,9 @@ class Executor:
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
         detail = evidence.invalid_reason or evidence.infra_error or outside_cause(evidence) or ""
+        if preflight.is_args_failure(verdict, sig) and not detail:
+            detail = preflight.args_detail(log, sig, flagcheck)
+        self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
         if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip

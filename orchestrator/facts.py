@@ -481,14 +481,16 @@ class FlagProblem:
         return self.kind != "abbreviation"
 
 
-def check_flags(requested: Iterable[str], accepted: Iterable[str]) -> list[FlagProblem]:
+def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
+                suggest: bool = True) -> list[FlagProblem]:
     """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
 
     Exact match: fine. A prefix of exactly one option: accepted as an abbreviation (still
     reported, because the server's next release may add a second match). A prefix of
     several: `ambiguous option: X could match A, B` (matches in the parser's order, the
     order of `accepted` when it is ordered). No match: `unrecognized arguments: X` with
-    close matches. `requested` may carry `--flag=value` or bare `flag` names.
+    close matches (unless `suggest` is False: difflib is slow on long option lists).
+    `requested` may carry `--flag=value` or bare `flag` names.
     """
     options = list(dict.fromkeys(accepted))
     if isinstance(accepted, (set, frozenset)):
@@ -520,7 +522,8 @@ def check_flags(requested: Iterable[str], accepted: Iterable[str]) -> list[FlagP
                 )
             )
         else:
-            close = tuple(difflib.get_close_matches(name, options, n=3, cutoff=0.6))
+            close = tuple(difflib.get_close_matches(name, options, n=3, cutoff=0.6)
+                          if suggest else ())
             problems.append(
                 FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
             )

@@ -39,6 +39,7 @@ PAIRS = {
     "rtx6000": ("good.yaml", "bad.yaml"),
     "rtx6000-perf": ("perf_good.yaml", "perf_bad.yaml"),
     "glm5": ("good.yaml", "bad.yaml"),
+    "b300-any": ("good.yaml", "bad.yaml"),
 }
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its
@@ -71,7 +72,7 @@ class Pair:
 
 def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
     """The shipped lab pair `pair`, extended to listen on `port` (a free one by default)."""
-    scenario = pair.split("-")[0]
+    scenario = pair if (LAB / pair).is_dir() else pair.split("-")[0]
     good_name, bad_name = PAIRS[pair]
     port = port or free_port()
     out = tmp / "experiments"

@@ -279,7 +279,8 @@ EXPERIMENTS = sc.repo_root() / "experiments" / "lab"
 def _outcome(scen: sc.Scenario, argv: list[str], env: dict[str, str]) -> tuple[object, float]:
     assert argv[1:4] == ["-m", "orchestrator.lab.server", "--scenario"], argv
     assert sc.load(argv[4]).name == scen.name
-    flags = cmdline.parse_strict(argv[5:], scen.known_flags)
+    flags = (cmdline.parse_strict(argv[5:], scen.known_flags) if scen.known_flags is not None
+             else cmdline.parse_permissive(argv[5:]))  # fmt: skip
     rule = scen.select_fault(flags, env, scen.seed)
     return (rule.index if rule else None), scen.tokens_per_second(flags, env)
 
@@ -338,6 +339,13 @@ def test_b300_pair_answer_is_the_interacting_pair() -> None:
 
 def test_b300_v0523_pair_has_the_same_answer() -> None:
     minimal, (rule, _) = _minimal_culprits("b300-v0523", "good.yaml", "bad.yaml")
+    assert rule == 0
+    assert minimal == [{"ep-size", "enable-nccl-nvls"}]
+
+
+def test_b300_any_pair_without_known_flags_has_the_same_answer() -> None:
+    assert sc.load("b300-any").known_flags is None  # any flag accepted, as its help says
+    minimal, (rule, _) = _minimal_culprits("b300-any", "good.yaml", "bad.yaml")
     assert rule == 0
     assert minimal == [{"ep-size", "enable-nccl-nvls"}]
 

@@ -23,7 +23,9 @@ traceback frames: file, line, func, code), `description`. Top-level keys: `name`
 applies), `defaults` (flag values the server assumes when a flag is absent, used by
 comparisons but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
-`{preset, add, remove}`), `model` (cosmetic figures for the startup lines).
+`{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
+`--help` lists three flags and says so, as pass-through wrappers do), `model` (cosmetic
+figures for the startup lines).
 """
 
 from __future__ import annotations
