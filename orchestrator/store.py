@@ -252,10 +252,11 @@ class Store:
         ).fetchone()
         return row["id"] if row else None
 
-    def latest_campaign(self, key: str) -> CampaignRow | None:
-        """The newest campaign with this key, whatever its status."""
+    def latest_campaign(self, key: str, before: float | None = None) -> CampaignRow | None:
+        """The newest campaign with this key (created before `before`), whatever its status."""
         row = self.db.execute(
-            "SELECT * FROM campaigns WHERE key=? ORDER BY created DESC LIMIT 1", (key,)
+            "SELECT * FROM campaigns WHERE key=? AND created < ? ORDER BY created DESC LIMIT 1",
+            (key, float("inf") if before is None else before),
         ).fetchone()
         return _campaign(row) if row else None
 
