@@ -113,21 +113,116 @@ def test_bad_calendar_is_a_usage_error_with_the_reason(tmp_path: Path) -> None:
     assert nothing.returncode == 2 and "nothing to schedule" in nothing.stdout + nothing.stderr
 
 
-@pytest.mark.skipif(Path("/run/systemd/system").is_dir(), reason="systemd is running here")
-def test_without_systemd_the_crontab_line_is_printed_and_runs(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    res = cli("schedule", "add", "listing", "--at", "Mon..Fri 01:30", "--results", results,
-              "--", "runs", timeout=60)  # fmt: skip
+def test_cron_line_carries_the_settings_of_the_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_HOSTS", "/etc/orch/my hosts.yaml")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    env = sched.job_env(Path("/srv/results"))
+    assert env == {"ORCH_RESULTS": "/srv/results", "ORCH_HOSTS": "/etc/orch/my hosts.yaml"}
+    line = sched.cron_line("02:00", ["orch", "sweep", "n%d.yaml"], env=env)
+    # cron makes a newline of an unescaped %
+    assert line == ("0 2 * * * ORCH_RESULTS=/srv/results ORCH_HOSTS='/etc/orch/my hosts.yaml' "
+                    "orch sweep n\\%d.yaml")  # fmt: skip
+
+
+NO_SYSTEMD = pytest.mark.skipif(Path("/run/systemd/system").is_dir(),
+                                reason="systemd is running here")  # fmt: skip
+
+
+@pytest.fixture
+def private_crontab(tmp_path: Path) -> Path:
+    """A spool directory for the real `crontab` command, bound over the system's in a mount
+    namespace of each command's own (`in_crontab`): what tests add never reaches the
+    machine's crontab."""
+    if shutil.which("crontab") is None or shutil.which("unshare") is None:
+        pytest.fail("the crontab tests need cron's `crontab` and util-linux's `unshare` "
+                    "(scripts/bootstrap installs them)")  # fmt: skip
+    spool = tmp_path / "crontabs"
+    spool.mkdir()
+    shutil.chown(spool, "root", "crontab")
+    spool.chmod(0o1730)
+    return spool
+
+
+def in_crontab(spool: Path, *args: str | Path, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    script = 'mount --bind "$0" /var/spool/cron/crontabs && exec "$@"'
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                           str(spool), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=cwd or REPO)  # fmt: skip
+
+
+@NO_SYSTEMD
+def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
+                                                       tmp_path: Path) -> None:  # fmt: skip
+    """`add` installs the line (with --results and ORCH_HOSTS), `list` shows it, the line
+    runs as cron would run it, `remove` takes it out."""
+    results = tmp_path / "my results"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: {}\n")
+    env = {**os.environ, "ORCH_HOSTS": str(hosts)}
+    orch = [sys.executable, "-m", "orchestrator"]
+    res = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at",
+                     "Mon..Fri 01:30", "--results", results, "--", "runs", env=env)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    [line] = [ln for ln in res.stdout.splitlines() if ln.startswith("30 1 * * 1-5 ")]
+    assert "added to the crontab of root" in res.stdout
+    installed = in_crontab(private_crontab, "crontab", "-l").stdout.splitlines()
+    [line] = [ln for ln in installed if ln.startswith("30 1 * * 1-5 ")]
+    assert line in res.stdout
     assert f"cd {shlex.quote(str(REPO))} && " in line
-    assert f"{sys.executable} -m orchestrator runs >> {results}/schedules/listing.log" in line
-    # what cron would run: the line after its five time fields
-    job = line.split(" ", 5)[5]
-    env = {**os.environ, "ORCH_RESULTS": str(results)}
-    run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60, env=env)
+    assert f"ORCH_RESULTS={shlex.quote(str(results))} ORCH_HOSTS={hosts} " in line
+    assert f"{sys.executable} -m orchestrator runs >> " in line
+    listed = in_crontab(private_crontab, *orch, "schedule", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)
+    assert entry["name"] == "listing" and entry["at"] == "Mon..Fri 01:30"
+    assert entry["command"] == f"{sys.executable} -m orchestrator runs"
+    # what cron would run (with cron's bare environment): the line after its time fields
+    job = line.split(" ", 5)[5].replace("\\%", "%")
+    run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/root"})  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert (results / "schedules" / "listing.log").is_file()
+    assert (results / "orchestrator.db").is_file()  # the results went where --results said
+    # the same name again replaces it; remove takes it out; a second remove says so
+    again = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at", "02:00",
+                       "--results", results, "--", "runs", env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert len(json.loads(in_crontab(private_crontab, *orch, "schedule", "list", "--json",
+                                     env=env).stdout)) == 1  # fmt: skip
+    rm = in_crontab(private_crontab, *orch, "schedule", "remove", "listing", env=env)
+    assert rm.returncode == 0 and "removed listing from the crontab of root" in rm.stdout
+    assert in_crontab(private_crontab, *orch, "schedule", "list", "--json").stdout.strip() == "[]"
+    rm = in_crontab(private_crontab, *orch, "schedule", "remove", "listing", env=env)
+    assert rm.returncode == 2 and "no schedule named 'listing' in the crontab" in rm.stderr
+
+
+@NO_SYSTEMD
+@pytest.mark.parametrize("at, words, expect", [
+    ("Mon..Fri 01:30", ["bogus-command"], "would not run: argument COMMAND: invalid choice"),
+    ("Mon..Fri 01:30", ["sweep", "gone.yaml"], "would fail: gone.yaml: sweep file not found"),
+    ("Mon..Fri 01:30", ["sweep", "--max-runs", "x", "n.yaml"], "would not run"),
+    ("hourly", ["runs"], "has no crontab form"),
+])  # fmt: skip
+def test_add_refuses_what_would_not_run(private_crontab: Path, at: str, words: list[str],
+                                        expect: str) -> None:  # fmt: skip
+    res = in_crontab(private_crontab, sys.executable, "-m", "orchestrator", "schedule", "add",
+                     "nightly", "--at", at, "--", *words)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert expect in res.stderr and "Traceback" not in res.stderr
+    assert in_crontab(private_crontab, "crontab", "-l").stdout == ""  # nothing installed
+
+
+@NO_SYSTEMD
+def test_without_crontab_nothing_is_scheduled_and_it_says_so(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"  # a PATH with what `schedule add` needs, but no crontab
+    bindir.mkdir()
+    for tool in ("systemd-analyze", "sh"):
+        (bindir / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    res = cli("schedule", "add", "listing", "--at", "daily", "--results", tmp_path / "r",
+              "--", "runs", env={**os.environ, "PATH": str(bindir)}, timeout=60)  # fmt: skip
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "`crontab` is not installed: nothing was scheduled" in res.stderr
+    assert "apt-get install cron" in res.stderr
 
 
 # ---- a real timer in the systemd container ------------------------------------------------

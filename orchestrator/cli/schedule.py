@@ -105,6 +105,7 @@ def _load_what_it_names(ns: argparse.Namespace) -> None:
 def add(args: argparse.Namespace) -> int:
     words = list(args.command_words)
     sched.check_name(args.name)
+    sched.validate_calendar(args.at)
     check_command(words)
     info = sched.add(args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results))
     c = console()
