@@ -285,14 +285,18 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
         "address": "localhost", "transport": "local", "service_manager": "process",
         "run_dir": f"{WORK}/run",
         "env": {"PYTHONPATH": REPO_IN_CONTAINER, "ORCH_LAB_TIME_SCALE": "0.1"}}}}))  # fmt: skip
+    # the server build on this host reads its scenario from here: night 2 installs a slower one
+    scenario = yaml.safe_load((REPO / "experiments/lab/rtx6000/scenario.yaml").read_text())
+    box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
     box.write_file(f"{WORK}/base.yaml", yaml.safe_dump({
         "name": "nightly-base",
         "extends": f"{REPO_IN_CONTAINER}/experiments/lab/rtx6000/perf_good.yaml",
+        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario {WORK}/scenario.yaml"},
         "probe": {"run": "python3 -m orchestrator.lab.bench --port {port} --num-prompts 24 "
                          "--random-output-len 32"}}))  # fmt: skip
     box.write_file(f"{WORK}/nightly.yaml", yaml.safe_dump({
         "name": "nightly", "base": "base.yaml", "host": "self",
-        "matrix": {"cuda-graph-max-bs": [128, 512]}}))  # fmt: skip
+        "matrix": {"cuda-graph-max-bs": [128, 256, 512]}}))  # fmt: skip
     # 1. install: validated, written as system units (root), enabled
     add = orch(box, "schedule add nightly --at 'Mon..Fri 01:30' --results results "
                     "-- sweep nightly.yaml")  # fmt: skip
@@ -314,24 +318,52 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     assert f"PYTHONPATH={REPO_IN_CONTAINER}:{DEPS_IN_CONTAINER}" in unit
     assert f"WorkingDirectory={WORK}" in unit and "Persistent=true" in box.ssh_run(
         "systemctl cat orchestrator-nightly.timer", check=True).stdout  # fmt: skip
-    # 2. start the job now: the sweep runs to its table, log and report
-    start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
-    show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
-                       "-p ExecMainStatus", check=True).stdout  # fmt: skip
-    log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
-    journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
-    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
-    assert "Result=success" in show and "ExecMainStatus=0" in show
-    assert "cuda-graph-max-bs=128" in log and "cuda-graph-max-bs=512" in log
-    assert "runs: 2 executed" in log
-    [html] = [ln.split("report: ", 1)[1] for ln in log.splitlines() if ln.startswith("report: ")
-              and ln.endswith(".html")]  # fmt: skip
-    assert html.startswith(f"{WORK}/results/reports/")
-    page = box.ssh_run(f"cat {html}", check=True).stdout
-    assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 2
-    # 3. a job that fails says so with the command's exit code (2: the sweep file is gone)
-    broken = orch(box, "schedule add broken --at daily --results results -- sweep gone.yaml")
+    # 2. night 1: the job runs the sweep to its table, log and report
+    night1 = night(box)
+    assert "cuda-graph-max-bs=128" in night1 and "cuda-graph-max-bs=512" in night1
+    assert "runs: 3 executed, 0 reused" in night1
+    page = box.ssh_run(f"cat {report_of(night1, '.html')}", check=True).stdout
+    assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 3
+    # 512 costs ~10%: it misses the bar relative to the reference (the base, 128) that night
+    first = box.ssh_run(f"cat {report_of(night1, '.md')}", check=True).stdout
+    assert "| cuda-graph-max-bs=512 | 1 | fail |" in first
+    assert "| cuda-graph-max-bs=256 | 1 | pass |" in first
+    assert "Against the previous run" not in first  # nothing to compare with yet
+    # 3. night 2, after a server build that makes --cuda-graph-max-bs 256 20% slower went in:
+    # measured again (not reused), and the report leads with the regression
+    scenario["throughput"]["factors"].append({"when": {"cuda-graph-max-bs": 256},
+                                              "multiply": 0.8})  # fmt: skip
+    box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
+    night2 = night(box)
+    assert "runs: 3 executed, 0 reused" in night2
+    second = box.ssh_run(f"cat {report_of(night2, '.md')}", check=True).stdout
+    assert report_of(night2, ".md") != report_of(night1, ".md")
+    headline = second.splitlines()[2]
+    assert headline.startswith("**REGRESSION since campaign "), second[:1000]
+    assert "cuda-graph-max-bs=256: metric " in headline and "verdict pass -> fail" in headline
+    assert "beyond the bar >= 0.95 * good against the previous run" in headline
+    assert "max-bs=128" not in headline and "max-bs=512" not in headline
+    table = second[second.index("## Against the previous run"):].splitlines()
+    rows = {ln.split(" | ")[0].strip("| "): ln.split(" | ") for ln in table
+            if ln.startswith("| cuda-graph")}  # fmt: skip
+    assert set(rows) == {f"cuda-graph-max-bs={x}" for x in (128, 256, 512)}
+    before, now, change = (rows["cuda-graph-max-bs=256"][i] for i in (1, 2, 3))
+    assert float(now) < 0.85 * float(before) and change.startswith("-")
+    assert rows["cuda-graph-max-bs=256"][4:6] == ["pass", "fail"]
+    assert rows["cuda-graph-max-bs=128"][4:6] == ["pass", "pass"]
+    assert rows["cuda-graph-max-bs=512"][4:6] == ["fail", "fail"]
+    assert "REGRESSION since campaign" in night2  # the job's log says it too
+    html = box.ssh_run(f"cat {report_of(night2, '.html')}", check=True).stdout
+    assert "<p id=comparison" in html and "REGRESSION since campaign" in html
+    # 4. what would fail is refused at add time; a job that fails later (its sweep file
+    # deleted since) says so with the command's exit code (2)
+    refused = orch(box, "schedule add broken --at daily --results results -- sweep gone.yaml")
+    assert refused.returncode == 2 and "gone.yaml: sweep file not found" in refused.stderr
+    assert box.ssh_run("ls /etc/systemd/system/orchestrator-broken.timer").returncode != 0
+    box.ssh_run(f"cp {WORK}/nightly.yaml {WORK}/doomed.yaml", check=True)
+    broken = orch(box, "schedule add broken --at daily --results results -- sweep doomed.yaml")
     assert broken.returncode == 0, broken.stdout + broken.stderr
+    box.ssh_run(f"rm {WORK}/doomed.yaml", check=True)
     # (results/schedules cleared since: the job makes it again for its log)
     box.ssh_run(f"rm -rf {WORK}/results/schedules", check=True)
     failed = box.ssh_run("systemctl start orchestrator-broken.service", timeout=120)
@@ -339,7 +371,7 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     show = box.ssh_run("systemctl show orchestrator-broken.service -p Result -p ExecMainStatus",
                        check=True).stdout  # fmt: skip
     assert "ExecMainStatus=2" in show and "Result=exit-code" in show, show
-    assert "gone.yaml" in box.ssh_run(f"cat {WORK}/results/schedules/broken.log").stdout
+    assert "doomed.yaml" in box.ssh_run(f"cat {WORK}/results/schedules/broken.log").stdout
     # 4. remove: units gone, the timer no longer listed
     for name in ("nightly", "broken"):
         rm = orch(box, f"schedule remove {name}")
@@ -347,3 +379,24 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     timers = box.ssh_run("systemctl list-timers --all --no-pager", check=True).stdout
     assert "orchestrator-" not in timers
     assert box.ssh_run("ls /etc/systemd/system/orchestrator-*").returncode != 0
+
+
+def night(box: SystemdHost) -> str:
+    """Start the timer's service now, as the timer would at 01:30; this night's log."""
+    before = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
+    start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
+    show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
+                       "-p ExecMainStatus", check=True).stdout  # fmt: skip
+    log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
+    journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
+    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
+    assert "Result=success" in show and "ExecMainStatus=0" in show
+    assert log.startswith(before)
+    return log[len(before):]
+
+
+def report_of(log: str, suffix: str) -> str:
+    [path] = [ln.split("report: ", 1)[1] for ln in log.splitlines()
+              if ln.startswith("report: ") and ln.endswith(suffix)]  # fmt: skip
+    assert path.startswith(f"{WORK}/results/reports/")
+    return path
