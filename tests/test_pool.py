@@ -219,7 +219,9 @@ def test_a_host_that_dies_leaves_the_pool_and_its_runs_move(
     assert outcome.status == "done", outcome.message
     real = [r for r in runs if r.verdict is not Verdict.INFRA]
     assert Counter(r.variant for r in real) == Counter({(i,): 1 for i in range(6)})
-    assert all(r.verdict is Verdict.PASS for r in real)
+    # --cuda-graph-max-bs 512 misses the relative bar against the base measured in the sweep
+    assert all(r.verdict is (Verdict.FAIL if "max-bs=512" in r.label else Verdict.PASS)
+               for r in real)  # fmt: skip
     infra = [r for r in runs if r.verdict is Verdict.INFRA]
     assert len(infra) >= 2 and all(r.host == "gpu2" for r in infra)
     assert all(r.host == "gpu1" for r in real if r.started > state["cut"])
