@@ -179,8 +179,12 @@ def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None
         now = f" ({outcome.executed} executed and {outcome.reused} reused by this invocation)"
     c.print(f"runs: {outcome.total_executed} executed, {outcome.total_reused} reused from "
             f"earlier campaigns{now}", highlight=False)  # fmt: skip
-    if comp is not None and not comp.regressions:
-        c.print(escape(comp.headline()), highlight=False)
+    if comp is not None:
+        c.print(escape(comp.headline()) if not comp.regressions else
+                f"against campaign {comp.previous.id}:", highlight=False)  # fmt: skip
+        for ch in comp.changes:
+            mark = "[red]regression[/]: " if ch.regression else ""
+            c.print(f"  {escape(ch.config)}: {mark}{escape(ch.describe())}", highlight=False)
     if outcome.resume:
         c.print(f"resume with: [bold]{escape(outcome.resume)}[/] (or the same command again)",
                 highlight=False)  # fmt: skip
