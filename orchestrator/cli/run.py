@@ -16,6 +16,7 @@ from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
 from orchestrator.rerun import recorded_good
 from orchestrator.store import RunRow
+from orchestrator.verdicts import Verdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,15 +70,14 @@ def run_one(args: argparse.Namespace) -> int:
         raise UsageError(f"'{args.host}' is a pool; `run` takes one host")
     store = common.store(args)
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-    try:
-        row = single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
-                         label=exp.name, listener=view,
-                         executor_factory=_factory(args))  # fmt: skip
-    finally:
-        if isinstance(view, LiveView):
-            view.close()
+    row = common.run_single(
+        lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
+                           label=exp.name, listener=view, executor_factory=_factory(args)),
+        view, as_json=args.json)  # fmt: skip
+    if row is None:
+        return 130
     _print(row, args)
-    return 0
+    return 3 if row.verdict is Verdict.INFRA else 0
 
 
 def _judged_by(bar: str | None, good: tuple[float, str] | None, exp: Experiment) -> str:
@@ -109,17 +109,17 @@ def rerun(args: argparse.Namespace) -> int:
     bar = exp.probe.pass_if if exp.probe else None
     judged = _judged_by(bar, good, exp)
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-    try:
-        row = single_run(store, exp, host, kind="rerun", command=common.command_line(),
-                         label=f"rerun of {old.id}: {old.label}", target=camp.target,
-                         env_keys=env_keys, listener=view, executor_factory=_factory(args),
-                         spec_extra={"rerun_of": old.id,
-                                     "good_metric": good[0] if good else None,
-                                     "good_run": good[1] if good else None},
-                         good_metric=good[0] if good else None)  # fmt: skip
-    finally:
-        if isinstance(view, LiveView):
-            view.close()
+    row = common.run_single(
+        lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
+                           label=f"rerun of {old.id}: {old.label}", target=camp.target,
+                           env_keys=env_keys, listener=view, executor_factory=_factory(args),
+                           spec_extra={"rerun_of": old.id,
+                                       "good_metric": good[0] if good else None,
+                                       "good_run": good[1] if good else None},
+                           good_metric=good[0] if good else None),
+        view, as_json=args.json)  # fmt: skip
+    if row is None:
+        return 130
     old_v = relative(old.verdict, old.signature, camp.target)
     same = row.verdict is old_v and row.signature == old.signature
     if args.json:
@@ -128,7 +128,7 @@ def rerun(args: argparse.Namespace) -> int:
                            "same": same, "bar": bar, "good_metric": good[0] if good else None,
                            "good_run": good[1] if good else None,
                            "judged_by": judged})  # fmt: skip
-        return 0
+        return 3 if row.verdict is Verdict.INFRA else 0
     c = console()
     if judged:
         c.print(judged, highlight=False)
@@ -142,4 +142,4 @@ def rerun(args: argparse.Namespace) -> int:
             highlight=False)  # fmt: skip
     c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
             highlight=False)  # fmt: skip
-    return 0
+    return 3 if row.verdict is Verdict.INFRA else 0

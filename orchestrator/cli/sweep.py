@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="host or pool (default: the sweep file's host)")
     p.add_argument("--pool", help="a pool of equivalent hosts (same as --host POOL)")
     p.add_argument("--resume", metavar="ID", help="continue an interrupted or budget-stopped sweep")
-    p.add_argument("--max-runs", type=int, metavar="N",
+    p.add_argument("--max-runs", type=common.positive_int, metavar="N",
                    help="start at most N runs in this invocation (a resume gets N more)")
     p.add_argument("--until", metavar="HH:MM",
                    help="stop starting runs at this time of day (runs in progress finish)")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(camp_run.run, view, "sweep")
+    outcome = common.run_campaign(camp_run.run, view, "sweep", as_json=args.json)
     if outcome is None:
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
