@@ -27,6 +27,7 @@ import yaml
 
 from orchestrator import schedule as sched
 from orchestrator.errors import UsageError
+from orchestrator.store import Store
 from tests.campaign_lab import REPO, cli
 from tests.hosts.systemd import REPO_IN_CONTAINER, SystemdHost
 
@@ -161,8 +162,14 @@ def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
     hosts.write_text("hosts: {}\n")
     env = {**os.environ, "ORCH_HOSTS": str(hosts)}
     orch = [sys.executable, "-m", "orchestrator"]
+    store = Store(results)
+    try:
+        cid = store.create_campaign(kind="sweep", key="k", command="sweep x.yaml", spec={})
+    finally:
+        store.close()
     res = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at",
-                     "Mon..Fri 01:30", "--results", results, "--", "runs", env=env)  # fmt: skip
+                     "Mon..Fri 01:30", "--results", results, "--", "runs", "--campaigns",
+                     env=env)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert "added to the crontab of root" in res.stdout
     installed = in_crontab(private_crontab, "crontab", "-l").stdout.splitlines()
@@ -170,19 +177,19 @@ def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
     assert line in res.stdout
     assert f"cd {shlex.quote(str(REPO))} && " in line
     assert f"ORCH_RESULTS={shlex.quote(str(results))} ORCH_HOSTS={hosts} " in line
-    assert f"{sys.executable} -m orchestrator runs >> " in line
+    assert f"{sys.executable} -m orchestrator runs --campaigns >> " in line
     listed = in_crontab(private_crontab, *orch, "schedule", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     [entry] = json.loads(listed.stdout)
     assert entry["name"] == "listing" and entry["at"] == "Mon..Fri 01:30"
-    assert entry["command"] == f"{sys.executable} -m orchestrator runs"
+    assert entry["command"] == f"{sys.executable} -m orchestrator runs --campaigns"
     # what cron would run (with cron's bare environment): the line after its time fields
     job = line.split(" ", 5)[5].replace("\\%", "%")
     run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin", "HOME": "/root"})  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert (results / "schedules" / "listing.log").is_file()
-    assert (results / "orchestrator.db").is_file()  # the results went where --results said
+    log = results / "schedules" / "listing.log"
+    assert run.returncode == 0, run.stderr + (log.read_text() if log.exists() else "")
+    assert cid in log.read_text()  # it read the results where --results said
     # the same name again replaces it; remove takes it out; a second remove says so
     again = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at", "02:00",
                        "--results", results, "--", "runs", env=env)  # fmt: skip
