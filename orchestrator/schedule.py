@@ -274,11 +274,11 @@ def _user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-def _crontab() -> str:
+def _crontab(consequence: str = "nothing was scheduled") -> str:
     found = shutil.which("crontab")
     if found is None:
         raise CronMissing(
-            "systemd is not running here and `crontab` is not installed: nothing was scheduled",
+            f"systemd is not running here and `crontab` is not installed: {consequence}",
             hint="install cron (Debian: apt-get install cron) and run this again")
     return found
 
@@ -287,8 +287,8 @@ class CronMissing(InfraError):
     """Neither systemd nor cron on the controller: no way to run anything on a calendar."""
 
 
-def _crontab_read() -> list[str]:
-    r = _run([_crontab(), "-l"])
+def _crontab_read(consequence: str = "nothing was scheduled") -> list[str]:
+    r = _run([_crontab(consequence), "-l"])
     if r.returncode != 0:
         if "no crontab" in (r.stderr + r.stdout).lower():
             return []
@@ -327,7 +327,7 @@ def crontab_install(name: str, calendar: str, line: str, command: str) -> None:
 
 
 def crontab_remove(name: str) -> list[str]:
-    lines, found = _without(_crontab_read(), name)
+    lines, found = _without(_crontab_read("no schedule to remove"), name)
     if not found:
         raise UsageError(f"no schedule named {name!r} in the crontab of {_user()}",
                          hint="`orchestrator schedule list` shows them")  # fmt: skip
@@ -337,7 +337,7 @@ def crontab_remove(name: str) -> list[str]:
 
 def crontab_listing() -> list[dict[str, str]]:
     out = []
-    lines = _crontab_read()
+    lines = _crontab_read("no schedules")
     for i, line in enumerate(lines):
         m = _MARK_RE.match(line)
         if m and i + 1 < len(lines):
