@@ -261,9 +261,16 @@ def _points(camp: CampaignRow) -> tuple[str, list[str], list[_Point]]:
     if line_mode:
         raw = {fmt(v): v for r in rows for k, v in values.get(r["config"], {}).items()
                if k == axes[0]}  # fmt: skip
-        xs.sort(key=lambda s: (raw.get(s) is None or raw.get(s) is False,
-                               str(type(raw.get(s))), raw.get(s) if raw.get(s) not in (None, False)
-                               else 0))  # fmt: skip
+
+        def order(label: str) -> tuple[int, float, str]:
+            v = raw.get(label)  # numbers by value, then words, the absent flag last
+            if v is None or v is False:
+                return (2, 0.0, "")
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                return (0, float(v), "")
+            return (1, 0.0, str(v))
+
+        xs.sort(key=order)
         return axes[0], xs, points
     return "config", xs, points
 

@@ -265,6 +265,16 @@ def test_plot_of_a_matrix_with_an_absent_value_and_long_series_names() -> None:
     assert float(m[1]) + 6.6 * len(label) <= width
 
 
+def test_plot_orders_numbers_by_value_then_words_then_the_absent_flag() -> None:
+    axes = ["x"]
+    values = [1.5, 2, None, 1, "auto"]
+    items = [{"label": f"c{i}", "values": [["x", v]], "config": {}} for i, v in enumerate(values)]
+    rows = [{"config": f"c{i}", "verdict": "pass", "metric": 10.0 + i} for i in range(5)]
+    svg = svg_plot(_camp(rows, items, axes))
+    ticks = re.findall(r"text-anchor='middle'>([^<]+)</text>", svg)
+    assert ticks[:5] == ["1", "1.5", "2", "auto", "(absent)"], ticks
+
+
 def test_resuming_a_campaign_of_the_other_kind_says_what_resumes_it(tmp_path: Path) -> None:
     store = Store(tmp_path / "results")
     try:
