@@ -345,9 +345,8 @@ class Bisection:
                 if stop or not pool.idle():
                     break
                 exp = self.plan.variant(frozenset(v))
-                seq = self.store.next_seq(self.cid) + len(in_flight)
                 task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
-                            run_id=f"{self.cid}.{seq}", target=target,
+                            run_id=self.store.reserve_run_id(self.cid), target=target,
                             good_metric=self.good_metric, purpose=purpose(v))  # fmt: skip
                 pool.submit(task)
                 in_flight[v] = task
@@ -359,9 +358,9 @@ class Bisection:
                 stop = stop or self._budget_exhausted(len(in_flight))
                 if stop or self._known(v, target, pool.healthy_hosts()) is not None:
                     break
-                seq = self.store.next_seq(self.cid) + len(in_flight)
                 task = Task(key=v, exp=self.plan.variant(frozenset(v)),
-                            label=self.plan.describe(frozenset(v)), run_id=f"{self.cid}.{seq}",
+                            label=self.plan.describe(frozenset(v)),
+                            run_id=self.store.reserve_run_id(self.cid),
                             target=target, good_metric=self.good_metric,
                             purpose="speculative")  # fmt: skip
                 pool.submit(task)
@@ -382,7 +381,7 @@ class Bisection:
                 continue  # the host left the pool; another one takes the variant
             self._rows_cache = None
             rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
-                                     result=d.result)  # fmt: skip
+                                     result=d.result, run_id=d.task.run_id)  # fmt: skip
             self.executed += 1
             self._note_infra(d.result, len(pool.healthy()))
             on_result(d.task.key, self._relabel(self.store.run(rid), target, "run"))
@@ -661,6 +660,7 @@ def single_run(
     listener: Listener = null_listener,
     executor_factory: ExecutorFactory = _default_executor,
     spec_extra: dict[str, Any] | None = None,
+    good_metric: float | None = None,
 ) -> RunRow:
     """One recorded run outside a bisection (`orchestrator run`, `orchestrator rerun`)."""
     store.add_secrets(exp.secrets())
@@ -673,7 +673,8 @@ def single_run(
     try:
         with executor_factory(host, service_name(exp), cid, listener) as ex:
             result = ex.run(exp, run_id=f"{cid}.1", label=label, target=target,
-                            env_keys=env_keys | frozenset(exp.env_map()))  # fmt: skip
+                            env_keys=env_keys | frozenset(exp.env_map()),
+                            good_metric=good_metric)  # fmt: skip
     except KeyboardInterrupt:
         store.update_campaign(cid, status="interrupted")
         raise

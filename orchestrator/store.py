@@ -146,6 +146,8 @@ class Store:
         #: every secret value seen so far is replaced by a marker before anything is written
         self._secrets: dict[str, str] = {}
         self.redact = Redactor()
+        #: campaign -> the last run sequence number handed out by reserve_run_id
+        self._reserved: dict[str, int] = {}
         self.readonly = readonly
         if readonly:
             self._open_readonly()
@@ -287,6 +289,14 @@ class Store:
         ).fetchone()
         return row["id"] if row else None
 
+    def latest_campaign(self, key: str, before: float | None = None) -> CampaignRow | None:
+        """The newest campaign with this key (created before `before`), whatever its status."""
+        row = self.db.execute(
+            "SELECT * FROM campaigns WHERE key=? AND created < ? ORDER BY created DESC LIMIT 1",
+            (key, float("inf") if before is None else before),
+        ).fetchone()
+        return _campaign(row) if row else None
+
     def update_campaign(self, cid: str, **fields: Any) -> None:
         cols, vals = [], []
         for k, v in fields.items():
@@ -332,6 +342,14 @@ class Store:
         row = self.db.execute("SELECT max(seq) AS m FROM runs WHERE campaign=?", (cid,)).fetchone()
         return (row["m"] or 0) + 1
 
+    def reserve_run_id(self, cid: str) -> str:
+        """The id the next run of this campaign is stored under, handed out when the run
+        starts: runs on a pool finish in any order, and the id announced live must be the
+        stored one. A run that never records (cancelled) leaves its number unused."""
+        seq = max(self.next_seq(cid), self._reserved.get(cid, 0) + 1)
+        self._reserved[cid] = seq
+        return f"{cid}.{seq}"
+
     def add_run(
         self,
         cid: str,
@@ -340,12 +358,13 @@ class Store:
         purpose: str,
         result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
         cached_from: str | None = None,
+        run_id: str | None = None,  # reserved with reserve_run_id when the run started
     ) -> str:
         exp: Experiment = result.experiment
         self.add_secrets(exp.secrets())
         red = self.redact
-        seq = self.next_seq(cid)
-        run_id = f"{cid}.{seq}"
+        run_id = run_id or self.reserve_run_id(cid)
+        seq = int(run_id.rsplit(".", 1)[1])
         log_path = None
         if result.log_tail:
             log_path = self.logs / f"{run_id}.log"

@@ -27,6 +27,7 @@ import yaml
 
 from orchestrator import schedule as sched
 from orchestrator.errors import UsageError
+from orchestrator.store import Store
 from tests.campaign_lab import REPO, cli
 from tests.hosts.systemd import REPO_IN_CONTAINER, SystemdHost
 
@@ -113,21 +114,122 @@ def test_bad_calendar_is_a_usage_error_with_the_reason(tmp_path: Path) -> None:
     assert nothing.returncode == 2 and "nothing to schedule" in nothing.stdout + nothing.stderr
 
 
-@pytest.mark.skipif(Path("/run/systemd/system").is_dir(), reason="systemd is running here")
-def test_without_systemd_the_crontab_line_is_printed_and_runs(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    res = cli("schedule", "add", "listing", "--at", "Mon..Fri 01:30", "--results", results,
-              "--", "runs", timeout=60)  # fmt: skip
+def test_cron_line_carries_the_settings_of_the_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_HOSTS", "/etc/orch/my hosts.yaml")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    env = sched.job_env(Path("/srv/results"))
+    assert env == {"ORCH_RESULTS": "/srv/results", "ORCH_HOSTS": "/etc/orch/my hosts.yaml"}
+    line = sched.cron_line("02:00", ["orch", "sweep", "n%d.yaml"], env=env)
+    # cron makes a newline of an unescaped %
+    assert line == ("0 2 * * * ORCH_RESULTS=/srv/results ORCH_HOSTS='/etc/orch/my hosts.yaml' "
+                    "orch sweep n\\%d.yaml")  # fmt: skip
+
+
+NO_SYSTEMD = pytest.mark.skipif(Path("/run/systemd/system").is_dir(),
+                                reason="systemd is running here")  # fmt: skip
+
+
+@pytest.fixture
+def private_crontab(tmp_path: Path) -> Path:
+    """A spool directory for the real `crontab` command, bound over the system's in a mount
+    namespace of each command's own (`in_crontab`): what tests add never reaches the
+    machine's crontab."""
+    if shutil.which("crontab") is None or shutil.which("unshare") is None:
+        pytest.fail("the crontab tests need cron's `crontab` and util-linux's `unshare` "
+                    "(scripts/bootstrap installs them)")  # fmt: skip
+    spool = tmp_path / "crontabs"
+    spool.mkdir()
+    shutil.chown(spool, "root", "crontab")
+    spool.chmod(0o1730)
+    return spool
+
+
+def in_crontab(spool: Path, *args: str | Path, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    script = 'mount --bind "$0" /var/spool/cron/crontabs && exec "$@"'
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                           str(spool), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=cwd or REPO)  # fmt: skip
+
+
+@NO_SYSTEMD
+def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
+                                                       tmp_path: Path) -> None:  # fmt: skip
+    """`add` installs the line (with --results and ORCH_HOSTS), `list` shows it, the line
+    runs as cron would run it, `remove` takes it out."""
+    results = tmp_path / "my results"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: {}\n")
+    env = {**os.environ, "ORCH_HOSTS": str(hosts)}
+    orch = [sys.executable, "-m", "orchestrator"]
+    store = Store(results)
+    try:
+        cid = store.create_campaign(kind="sweep", key="k", command="sweep x.yaml", spec={})
+    finally:
+        store.close()
+    res = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at",
+                     "Mon..Fri 01:30", "--results", results, "--", "runs", "--campaigns",
+                     env=env)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    [line] = [ln for ln in res.stdout.splitlines() if ln.startswith("30 1 * * 1-5 ")]
+    assert "added to the crontab of root" in res.stdout
+    installed = in_crontab(private_crontab, "crontab", "-l").stdout.splitlines()
+    [line] = [ln for ln in installed if ln.startswith("30 1 * * 1-5 ")]
+    assert line in res.stdout
     assert f"cd {shlex.quote(str(REPO))} && " in line
-    assert f"{sys.executable} -m orchestrator runs >> {results}/schedules/listing.log" in line
-    # what cron would run: the line after its five time fields
-    job = line.split(" ", 5)[5]
-    env = {**os.environ, "ORCH_RESULTS": str(results)}
-    run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60, env=env)
-    assert run.returncode == 0, run.stderr
-    assert (results / "schedules" / "listing.log").is_file()
+    assert f"ORCH_RESULTS={shlex.quote(str(results))} ORCH_HOSTS={hosts} " in line
+    assert f"{sys.executable} -m orchestrator runs --campaigns >> " in line
+    listed = in_crontab(private_crontab, *orch, "schedule", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [entry] = json.loads(listed.stdout)
+    assert entry["name"] == "listing" and entry["at"] == "Mon..Fri 01:30"
+    assert entry["command"] == f"{sys.executable} -m orchestrator runs --campaigns"
+    # what cron would run (with cron's bare environment): the line after its time fields
+    job = line.split(" ", 5)[5].replace("\\%", "%")
+    run = subprocess.run(["sh", "-c", job], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/root"})  # fmt: skip
+    log = results / "schedules" / "listing.log"
+    assert run.returncode == 0, run.stderr + (log.read_text() if log.exists() else "")
+    assert cid in log.read_text()  # it read the results where --results said
+    # the same name again replaces it; remove takes it out; a second remove says so
+    again = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at", "02:00",
+                       "--results", results, "--", "runs", env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert len(json.loads(in_crontab(private_crontab, *orch, "schedule", "list", "--json",
+                                     env=env).stdout)) == 1  # fmt: skip
+    rm = in_crontab(private_crontab, *orch, "schedule", "remove", "listing", env=env)
+    assert rm.returncode == 0 and "removed listing from the crontab of root" in rm.stdout
+    assert in_crontab(private_crontab, *orch, "schedule", "list", "--json").stdout.strip() == "[]"
+    rm = in_crontab(private_crontab, *orch, "schedule", "remove", "listing", env=env)
+    assert rm.returncode == 2 and "no schedule named 'listing' in the crontab" in rm.stderr
+
+
+@NO_SYSTEMD
+@pytest.mark.parametrize("at, words, expect", [
+    ("Mon..Fri 01:30", ["bogus-command"], "would not run: argument COMMAND: invalid choice"),
+    ("Mon..Fri 01:30", ["sweep", "gone.yaml"], "would fail: gone.yaml: sweep file not found"),
+    ("Mon..Fri 01:30", ["sweep", "--max-runs", "x", "n.yaml"], "would not run"),
+    ("hourly", ["runs"], "has no crontab form"),
+])  # fmt: skip
+def test_add_refuses_what_would_not_run(private_crontab: Path, at: str, words: list[str],
+                                        expect: str) -> None:  # fmt: skip
+    res = in_crontab(private_crontab, sys.executable, "-m", "orchestrator", "schedule", "add",
+                     "nightly", "--at", at, "--", *words)  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert expect in res.stderr and "Traceback" not in res.stderr
+    assert in_crontab(private_crontab, "crontab", "-l").stdout == ""  # nothing installed
+
+
+@NO_SYSTEMD
+def test_without_crontab_nothing_is_scheduled_and_it_says_so(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"  # a PATH with what `schedule add` needs, but no crontab
+    bindir.mkdir()
+    for tool in ("systemd-analyze", "sh"):
+        (bindir / tool).symlink_to(shutil.which(tool))  # type: ignore[arg-type]
+    res = cli("schedule", "add", "listing", "--at", "daily", "--results", tmp_path / "r",
+              "--", "runs", env={**os.environ, "PATH": str(bindir)}, timeout=60)  # fmt: skip
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "`crontab` is not installed: nothing was scheduled" in res.stderr
+    assert "apt-get install cron" in res.stderr
 
 
 # ---- a real timer in the systemd container ------------------------------------------------
@@ -190,14 +292,20 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
         "address": "localhost", "transport": "local", "service_manager": "process",
         "run_dir": f"{WORK}/run",
         "env": {"PYTHONPATH": REPO_IN_CONTAINER, "ORCH_LAB_TIME_SCALE": "0.1"}}}}))  # fmt: skip
+    # the server build on this host reads its scenario from here: night 2 installs a slower one
+    scenario = yaml.safe_load((REPO / "experiments/lab/rtx6000/scenario.yaml").read_text())
+    scenario["throughput"]["factors"][0]["multiply"] = 0.7  # 512: a margin over the noise
+    box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
     box.write_file(f"{WORK}/base.yaml", yaml.safe_dump({
         "name": "nightly-base",
         "extends": f"{REPO_IN_CONTAINER}/experiments/lab/rtx6000/perf_good.yaml",
-        "probe": {"run": "python3 -m orchestrator.lab.bench --port {port} --num-prompts 24 "
-                         "--random-output-len 32"}}))  # fmt: skip
+        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario {WORK}/scenario.yaml"},
+        # more tokens than the shipped probe: equal configs must stay within the 0.95 bar
+        "probe": {"run": "python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 "
+                         "--random-output-len 128"}}))  # fmt: skip
     box.write_file(f"{WORK}/nightly.yaml", yaml.safe_dump({
         "name": "nightly", "base": "base.yaml", "host": "self",
-        "matrix": {"cuda-graph-max-bs": [128, 512]}}))  # fmt: skip
+        "matrix": {"cuda-graph-max-bs": [128, 256, 512]}}))  # fmt: skip
     # 1. install: validated, written as system units (root), enabled
     add = orch(box, "schedule add nightly --at 'Mon..Fri 01:30' --results results "
                     "-- sweep nightly.yaml")  # fmt: skip
@@ -219,24 +327,57 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     assert f"PYTHONPATH={REPO_IN_CONTAINER}:{DEPS_IN_CONTAINER}" in unit
     assert f"WorkingDirectory={WORK}" in unit and "Persistent=true" in box.ssh_run(
         "systemctl cat orchestrator-nightly.timer", check=True).stdout  # fmt: skip
-    # 2. start the job now: the sweep runs to its table, log and report
-    start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
-    show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
-                       "-p ExecMainStatus", check=True).stdout  # fmt: skip
-    log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
-    journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
-    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
-    assert "Result=success" in show and "ExecMainStatus=0" in show
-    assert "cuda-graph-max-bs=128" in log and "cuda-graph-max-bs=512" in log
-    assert "runs: 2 executed" in log
-    [html] = [ln.split("report: ", 1)[1] for ln in log.splitlines() if ln.startswith("report: ")
-              and ln.endswith(".html")]  # fmt: skip
-    assert html.startswith(f"{WORK}/results/reports/")
-    page = box.ssh_run(f"cat {html}", check=True).stdout
-    assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 2
-    # 3. a job that fails says so with the command's exit code (2: the sweep file is gone)
-    broken = orch(box, "schedule add broken --at daily --results results -- sweep gone.yaml")
+    # 2. night 1: the job runs the sweep to its table, log and report
+    night1 = night(box)
+    assert "cuda-graph-max-bs=128" in night1 and "cuda-graph-max-bs=512" in night1
+    assert "runs: 3 executed, 0 reused" in night1
+    page = box.ssh_run(f"cat {report_of(night1, '.html')}", check=True).stdout
+    assert "<svg id=plot" in page and page.count("<tr><td>cuda-graph-max-bs=") == 3
+    # 512 misses the bar relative to the reference (the base, 128) measured that night
+    first = box.ssh_run(f"cat {report_of(night1, '.md')}", check=True).stdout
+    assert "| cuda-graph-max-bs=512 | 1 | fail |" in first
+    assert "Against the previous run" not in first  # nothing to compare with yet
+    # 3. night 2, after a server build that makes --cuda-graph-max-bs 256 30% slower went in:
+    # measured again (not reused), and the report leads with the regression
+    scenario["throughput"]["factors"].append({"when": {"cuda-graph-max-bs": 256},
+                                              "multiply": 0.7})  # fmt: skip
+    box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
+    night2 = night(box)
+    assert "runs: 3 executed, 0 reused" in night2
+    second = box.ssh_run(f"cat {report_of(night2, '.md')}", check=True).stdout
+    assert report_of(night2, ".md") != report_of(night1, ".md")
+    headline = second.splitlines()[2]
+    assert headline.startswith("**REGRESSION since campaign "), second[:1000]
+    assert "cuda-graph-max-bs=256: metric " in headline
+    assert "beyond the bar >= 0.95 * good against the previous run" in headline
+    assert "| cuda-graph-max-bs=256 | 1 | fail |" in second
+    table = second[second.index("## Against the previous run"):].splitlines()
+    rows = {ln.split(" | ")[0].strip("| "): ln.split(" | ") for ln in table
+            if ln.startswith("| cuda-graph")}  # fmt: skip
+    assert set(rows) == {f"cuda-graph-max-bs={x}" for x in (128, 256, 512)}
+    before, now, change = (rows["cuda-graph-max-bs=256"][i] for i in (1, 2, 3))
+    assert float(now) < 0.8 * float(before) and change.startswith("-")
+    assert rows["cuda-graph-max-bs=256"][5] == "fail"
+    for config, row in rows.items():  # per config: metric and verdict, then and now
+        before, now, verdicts = float(row[1]), float(row[2]), row[4:6]
+        assert row[3].startswith("-" if now < before else "+"), row
+        regression = now < 0.95 * before or verdicts[0] == "pass" != verdicts[1]
+        assert (f"{config}: " in headline) == regression, (config, row)
+        assert bool(row[6].strip(" |")) == regression
+        if verdicts[0] == "pass" != verdicts[1]:
+            assert f"{config}: " in headline and f"verdict pass -> {verdicts[1]}" in headline
+    assert "REGRESSION since campaign" in night2  # the job's log says it too
+    html = box.ssh_run(f"cat {report_of(night2, '.html')}", check=True).stdout
+    assert "<p id=comparison" in html and "REGRESSION since campaign" in html
+    # 4. what would fail is refused at add time; a job that fails later (its sweep file
+    # deleted since) says so with the command's exit code (2)
+    refused = orch(box, "schedule add broken --at daily --results results -- sweep gone.yaml")
+    assert refused.returncode == 2 and "gone.yaml: sweep file not found" in refused.stderr
+    assert box.ssh_run("ls /etc/systemd/system/orchestrator-broken.timer").returncode != 0
+    box.ssh_run(f"cp {WORK}/nightly.yaml {WORK}/doomed.yaml", check=True)
+    broken = orch(box, "schedule add broken --at daily --results results -- sweep doomed.yaml")
     assert broken.returncode == 0, broken.stdout + broken.stderr
+    box.ssh_run(f"rm {WORK}/doomed.yaml", check=True)
     # (results/schedules cleared since: the job makes it again for its log)
     box.ssh_run(f"rm -rf {WORK}/results/schedules", check=True)
     failed = box.ssh_run("systemctl start orchestrator-broken.service", timeout=120)
@@ -244,7 +385,7 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     show = box.ssh_run("systemctl show orchestrator-broken.service -p Result -p ExecMainStatus",
                        check=True).stdout  # fmt: skip
     assert "ExecMainStatus=2" in show and "Result=exit-code" in show, show
-    assert "gone.yaml" in box.ssh_run(f"cat {WORK}/results/schedules/broken.log").stdout
+    assert "doomed.yaml" in box.ssh_run(f"cat {WORK}/results/schedules/broken.log").stdout
     # 4. remove: units gone, the timer no longer listed
     for name in ("nightly", "broken"):
         rm = orch(box, f"schedule remove {name}")
@@ -252,3 +393,24 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     timers = box.ssh_run("systemctl list-timers --all --no-pager", check=True).stdout
     assert "orchestrator-" not in timers
     assert box.ssh_run("ls /etc/systemd/system/orchestrator-*").returncode != 0
+
+
+def night(box: SystemdHost) -> str:
+    """Start the timer's service now, as the timer would at 01:30; this night's log."""
+    before = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
+    start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
+    show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
+                       "-p ExecMainStatus", check=True).stdout  # fmt: skip
+    log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
+    journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
+    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
+    assert "Result=success" in show and "ExecMainStatus=0" in show
+    assert log.startswith(before)
+    return log[len(before):]
+
+
+def report_of(log: str, suffix: str) -> str:
+    [path] = [ln.split("report: ", 1)[1] for ln in log.splitlines()
+              if ln.startswith("report: ") and ln.endswith(suffix)]  # fmt: skip
+    assert path.startswith(f"{WORK}/results/reports/")
+    return path

@@ -82,6 +82,18 @@ def test_throughput_bisection_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> N
     assert out["flaky"] == []
     assert any(r.purpose == "repeat" for r in runs)
     assert lab_servers(pair.port) == []
+    # rerun of the bad endpoint: judged by its recorded bar against the recorded good metric
+    [good] = [r for r in runs if r.variant == () and r.purpose == "endpoint"]
+    [bad] = [r for r in runs if r.variant != () and r.purpose == "endpoint"]
+    code, again = cli_json("rerun", bad.id, "--hosts", hosts, "--results", results, timeout=120)
+    assert code == 0, again
+    assert (again["bar"], again["good_metric"], again["good_run"]) == (
+        ">= 0.95 * good", good.probe_metric, good.id)  # fmt: skip
+    assert again["judged_by"] == (f"judged by the recorded bar >= 0.95 * good, good = "
+                                  f"{good.probe_metric:g} (run {good.id}), "
+                                  f"bar = {0.95 * good.probe_metric:g}")  # fmt: skip
+    assert again["probe_metric"] < 0.95 * good.probe_metric
+    assert again["verdict"] == "fail" and again["signature"] == TARGET and again["same"], again
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
                              f"and strategy; {', '.join(given)} cannot be given with it",
                              hint="drop them, or start a new campaign without --resume")
         camp = store.campaign(args.resume)
+        if camp.kind != "bisect":
+            from orchestrator.cli.sweep import wrong_kind
+
+            raise wrong_kind(camp, "bisect", common.resume_options(args))
         plan = _plan_from_spec(camp.spec)
         host_names = camp.spec["hosts"]
         opts = camp.spec.get("options", {})

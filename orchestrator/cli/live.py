@@ -60,6 +60,10 @@ class LiveView:
             self.expected = e.expected_runs
             self.deadline = e.deadline_s
             resumed = f", resuming with {e.resumed_runs} recorded runs" if e.resumed_runs else ""
+            if e.kind == "sweep":  # n_deltas counts the sweep's configs
+                self.c.print(f"sweep campaign [bold]{e.campaign_id}[/]: {e.n_deltas} configs, "
+                             f"{e.expected_runs:.0f} runs{resumed}", highlight=False)  # fmt: skip
+                return
             self.c.print(
                 f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} deltas, strategy {e.strategy}, "
                 f"about {e.expected_runs:.0f} runs expected{resumed}",

@@ -18,6 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store = common.store(args)
-    for path in write_reports(store, args.campaign):
+    camp = store.campaign(args.campaign)
+    if camp.kind == "sweep":
+        from orchestrator.sweep_report import write_sweep_reports
+
+        paths = write_sweep_reports(store, camp.id)
+    else:
+        paths = write_reports(store, camp.id)
+    for path in paths:
         console().print(str(path), highlight=False)
     return 0

@@ -11,9 +11,10 @@ from orchestrator.campaign import relative, single_run
 from orchestrator.cli import common
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
+from orchestrator.rerun import recorded_good
 from orchestrator.store import RunRow
 from orchestrator.verdicts import Verdict
 
@@ -79,6 +80,20 @@ def run_one(args: argparse.Namespace) -> int:
     return 3 if row.verdict is Verdict.INFRA else 0
 
 
+def _judged_by(bar: str | None, good: tuple[float, str] | None, exp: Experiment) -> str:
+    """Which bar and which good metric the rerun is judged by, in words ('' without a bar)."""
+    if not bar:
+        return ""
+    cond = exp.probe.condition if exp.probe else None
+    if cond is None or not cond.relative_to_good:
+        return f"judged by the recorded bar {bar}"
+    if good is None:
+        return (f"the recorded bar {bar} has no recorded good metric to compare with: "
+                "the probe's metric is not judged")  # fmt: skip
+    return (f"judged by the recorded bar {bar}, good = {good[0]:g} (run {good[1]}), "
+            f"bar = {cond.number * good[0]:g}")
+
+
 def rerun(args: argparse.Namespace) -> int:
     store = common.store(args)
     old = store.run(args.run_id)
@@ -89,12 +104,19 @@ def rerun(args: argparse.Namespace) -> int:
     env_keys = frozenset()
     for side in ("good", "bad"):
         env_keys |= frozenset((camp.spec.get(side, {}).get("service", {}) or {}).get("env") or {})
+    # judged as the recorded run was: its recorded bar, against its campaign's good metric
+    good = recorded_good(store, old, camp)
+    bar = exp.probe.pass_if if exp.probe else None
+    judged = _judged_by(bar, good, exp)
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
     row = common.run_single(
         lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
                            label=f"rerun of {old.id}: {old.label}", target=camp.target,
                            env_keys=env_keys, listener=view, executor_factory=_factory(args),
-                           spec_extra={"rerun_of": old.id}),
+                           spec_extra={"rerun_of": old.id,
+                                       "good_metric": good[0] if good else None,
+                                       "good_run": good[1] if good else None},
+                           good_metric=good[0] if good else None),
         view, as_json=args.json)  # fmt: skip
     if row is None:
         return 130
@@ -103,13 +125,21 @@ def rerun(args: argparse.Namespace) -> int:
     if args.json:
         _print(row, args, {"rerun_of": old.id, "old_verdict": old_v.value,
                            "old_signature": str(old.signature) if old.signature else None,
-                           "same": same})  # fmt: skip
+                           "same": same, "bar": bar, "good_metric": good[0] if good else None,
+                           "good_run": good[1] if good else None,
+                           "judged_by": judged})  # fmt: skip
         return 3 if row.verdict is Verdict.INFRA else 0
     c = console()
+    if judged:
+        c.print(judged, highlight=False)
     c.print(f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
-            + (f"  {escape(str(old.signature))}" if old.signature else ""), highlight=False)
+            + (f"  {escape(str(old.signature))}" if old.signature else "")
+            + (f"  metric {old.probe_metric:g}" if old.probe_metric is not None else ""),
+            highlight=False)  # fmt: skip
     c.print(f"rerun    {row.id} on {row.host}: {verdict_text(row.verdict)}"
-            + (f"  {escape(str(row.signature))}" if row.signature else ""), highlight=False)
+            + (f"  {escape(str(row.signature))}" if row.signature else "")
+            + (f"  metric {row.probe_metric:g}" if row.probe_metric is not None else ""),
+            highlight=False)  # fmt: skip
     c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
             highlight=False)  # fmt: skip
     return 3 if row.verdict is Verdict.INFRA else 0

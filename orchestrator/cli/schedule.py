@@ -1,9 +1,17 @@
-"""`orchestrator schedule add|list|remove`: run sweeps (or any command) on a calendar."""
+"""`orchestrator schedule add|list|remove`: run sweeps (or any command) on a calendar.
+
+`add` checks the scheduled command first, as the job will run it (same working directory):
+a command orchestrator does not accept, or a sweep/experiment file that does not load, or a
+host that is not in the hosts file, is refused now rather than failing at 01:30.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import shlex
 from pathlib import Path
 
 from rich.markup import escape
@@ -12,16 +20,22 @@ from rich.table import Table
 from orchestrator import schedule as sched
 from orchestrator.cli import common
 from orchestrator.cli.output import console
+from orchestrator.errors import OrchestratorError, UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schedule", help="run a command (e.g. a sweep) on a calendar")
     ss = p.add_subparsers(dest="schedule_command", metavar="SUBCOMMAND")
-    a = ss.add_parser("add", help="install a systemd timer (or print the crontab line)",
-                      usage="orchestrator schedule add NAME --at CALENDAR -- COMMAND [ARGS...]")
+    a = ss.add_parser("add", help="install a systemd timer (or, without systemd, a crontab line)",
+                      usage="orchestrator schedule add NAME --at CALENDAR -- COMMAND [ARGS...]",
+                      description="Run an orchestrator command on a calendar: a systemd timer "
+                      "on this machine, or a line in your crontab where systemd is not running. "
+                      "The command is checked now; the job runs it in the current directory "
+                      "with the same --results, ORCH_HOSTS and PYTHONPATH.")  # fmt: skip
     a.add_argument("name")
     a.add_argument("--at", required=True, metavar="CALENDAR",
-                   help="systemd calendar, e.g. 'Mon..Fri 01:30'")  # fmt: skip
+                   help="systemd calendar, e.g. 'Mon..Fri 01:30' (crontab: a time of day with "
+                   "optional weekdays, or 'daily')")  # fmt: skip
     common.add_results_option(a)
     a.set_defaults(handler=add, command_words=[])
     li = ss.add_parser("list", help="installed schedules")
@@ -33,17 +47,75 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
 
+def check_command(words: list[str]) -> None:
+    """Parse the scheduled command with this program's own parser and load what it names,
+    from the current directory (the job's working directory)."""
+    from orchestrator.cli import build_parser
+
+    if not words:
+        sched.job_command(words)  # the error with the example
+    argv = list(words)
+    if "--" in argv:
+        argv = argv[: argv.index("--")]
+    said = io.StringIO()
+    shown = f"orchestrator {shlex.join(words)}"
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+            ns = build_parser().parse_args(argv)
+    except SystemExit:
+        errors = [ln for ln in said.getvalue().splitlines() if "error:" in ln]
+        why = errors[-1].split("error:", 1)[1].strip() if errors else "it only prints help"
+        raise UsageError(f"the scheduled command `{shown}` would not run: {why}",
+                         hint="`orchestrator --help` lists the commands") from None
+    if not getattr(ns, "handler", None) or getattr(ns, "command", None) == "schedule":
+        raise UsageError(f"the scheduled command `{shown}` does nothing on its own",
+                         hint="schedule e.g. `sweep nightly.yaml`")  # fmt: skip
+    try:
+        _load_what_it_names(ns)
+    except OrchestratorError as exc:
+        raise UsageError(f"the scheduled command `{shown}` would fail: {exc}",
+                         hint=exc.hint) from None
+
+
+def _load_what_it_names(ns: argparse.Namespace) -> None:
+    from orchestrator.config.experiment import load_experiment
+    from orchestrator.sweep import load_sweep
+
+    if getattr(ns, "resume", None):
+        return  # a campaign id: the results directory may not exist yet
+    if ns.command == "sweep":
+        if not ns.sweep:
+            raise UsageError("sweep needs a SWEEP.yaml")
+        sweep = load_sweep(ns.sweep)
+        where = ns.pool or ns.host or sweep.host
+        if not where:
+            raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
+        common.inventory(ns).resolve(where)
+    elif ns.command == "bisect":
+        for path in (ns.good, ns.bad):
+            if path:
+                load_experiment(path)
+        if ns.host:
+            common.inventory(ns).resolve(ns.host)
+    elif ns.command == "run":
+        load_experiment(ns.config)
+        common.inventory(ns).resolve(ns.host)
+
+
 def add(args: argparse.Namespace) -> int:
     words = list(args.command_words)
+    sched.check_name(args.name)
+    sched.validate_calendar(args.at)
+    check_command(words)
     info = sched.add(args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results))
     c = console()
-    if info["installed"]:
+    if "timer" in info:
         c.print(f"installed {info['timer']} in {info['unit_dir']} ({info['calendar']}); "
                 f"output goes to {info['log']}", highlight=False)  # fmt: skip
     else:
-        c.print("systemd is not running here; add this line to your crontab (crontab -e):",
-                highlight=False)  # fmt: skip
-        c.out(info["cron"] or "(this calendar has no simple crontab form; use systemd)")
+        c.print(f"systemd is not running here: added to {info['where']} "
+                f"({info['calendar']}); output goes to {info['log']}:", highlight=False)
+        c.out(info["cron"], highlight=False)
     return 0
 
 

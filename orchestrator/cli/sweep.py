@@ -14,6 +14,7 @@ from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
+from orchestrator.store import CampaignRow
 from orchestrator.sweep import (
     Sweep,
     SweepCampaign,
@@ -22,19 +23,37 @@ from orchestrator.sweep import (
     load_sweep,
     parse_until,
 )
-from orchestrator.sweep_report import write_sweep_reports
+from orchestrator.sweep_report import Comparison, comparison, write_sweep_reports
+
+KIND_WORDS = {"bisect": "a bisection", "sweep": "a sweep", "run": "a single run (`run`)",
+              "rerun": "a single run (`rerun`)"}  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run a list or matrix of configs (overnight sweeps)")
+    p = sub.add_parser(
+        "sweep", help="run a list or matrix of configs (overnight sweeps)",
+        description="Run every config of a sweep file once per repeat, then print a table and "
+        "write a report (with a plot of the probe metric, and the comparison with the "
+        "previous run of the same sweep). Every config is measured afresh.",
+        epilog="Budgets: --until HH:MM and --deadline stop starting runs at that time of day / "
+        "after that long (the runs in progress finish); --max-runs N starts at most N runs in "
+        "this invocation. A sweep stopped by a budget prints its resume command; running the "
+        "same command again also resumes it, with a new budget.")  # fmt: skip
     p.add_argument("sweep", nargs="?", help="sweep YAML")
     p.add_argument("--host", help="host or pool (default: the sweep file's host)")
     p.add_argument("--pool", help="a pool of equivalent hosts (same as --host POOL)")
-    p.add_argument("--resume", metavar="ID", help="continue an interrupted sweep")
-    p.add_argument("--max-runs", type=int, metavar="N")
-    p.add_argument("--until", metavar="HH:MM", help="stop starting runs at this time of day")
-    p.add_argument("--deadline", metavar="DURATION", help="stop starting runs after this long")
-    p.add_argument("--fresh", action="store_true", help="run configs even if measured before")
+    p.add_argument("--resume", metavar="ID", help="continue an interrupted or budget-stopped sweep")
+    p.add_argument("--max-runs", type=common.positive_int, metavar="N",
+                   help="start at most N runs in this invocation (a resume gets N more)")
+    p.add_argument("--until", metavar="HH:MM",
+                   help="stop starting runs at this time of day (runs in progress finish)")
+    p.add_argument("--deadline", metavar="DURATION",
+                   help="stop starting runs after this long, e.g. 6h (runs in progress finish)")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse verdicts recorded by earlier campaigns for the same config and "
+                   "host class instead of measuring (first repeat only; the reference is always "
+                   "measured); reused rows are marked and judged by this sweep's bar")
+    p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true")
     common.add_hosts_option(p)
@@ -42,12 +61,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def wrong_kind(camp: CampaignRow, wanted: str, options: str) -> UsageError:
+    """`sweep --resume` of a bisection (or the reverse): say what it is and what resumes it."""
+    what = KIND_WORDS.get(camp.kind, f"a {camp.kind} campaign")
+    if camp.kind in ("bisect", "sweep"):
+        how = f"resume it with: orchestrator {camp.kind} --resume {camp.id}{options}"
+    else:
+        how = f"nothing to resume; run it again with: orchestrator rerun {camp.id}.1{options}"
+    return UsageError(f"campaign {camp.id} is {what}, not {KIND_WORDS[wanted]}: {how}")
+
+
 def _sweep_from_spec(spec: dict) -> Sweep:
     items = tuple(SweepItem(i, it["label"], Experiment.from_dict(it["config"],
                                                                  resolve_secrets=True),
                             tuple(tuple(v) for v in it.get("values") or []))
                   for i, it in enumerate(spec["items"]))  # fmt: skip
-    return Sweep(spec["name"], spec["sweep"], items, spec["repeat"], None, None)
+    return Sweep(spec["name"], spec["sweep"], items, spec["repeat"], None, None,
+                 spec.get("reference"))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,12 +91,18 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--deadline: {exc}") from None
         budget = min(budget, d) if budget else d
-    inv = common.inventory(args)
+    if args.max_runs is not None and args.max_runs < 1:
+        raise UsageError("--max-runs must be at least 1")
+    reuse = args.reuse
     if args.resume:
         camp = store.campaign(args.resume)
+        if camp.kind != "sweep":
+            raise wrong_kind(camp, "sweep", common.resume_options(args))
         sweep = _sweep_from_spec(camp.spec)
+        inv = common.inventory(args)
         hosts = [inv.host(h) for h in camp.spec["hosts"]]
         resume_id = camp.id
+        reuse = reuse or bool(camp.spec.get("reuse"))
     else:
         if not args.sweep:
             raise UsageError("sweep needs a SWEEP.yaml (or --resume ID)")
@@ -74,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         where = args.pool or args.host or sweep.host
         if not where:
             raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
-        hosts = inv.resolve(where)
+        hosts = common.inventory(args).resolve(where)
         resume_id = None
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
 
@@ -82,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return Executor(host, service=service, campaign=campaign, listener=listener,
                         accept_new_host_key=args.accept_new_host_key)  # fmt: skip
 
-    camp_run = SweepCampaign(store, sweep, hosts, fresh=args.fresh, max_runs=args.max_runs,
+    camp_run = SweepCampaign(store, sweep, hosts, reuse=reuse, max_runs=args.max_runs,
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
@@ -90,32 +126,67 @@ def run(args: argparse.Namespace) -> int:
     if outcome is None:
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
+    comp = comparison(store, store.campaign(outcome.campaign_id))
     if args.json:
-        console().print_json(json.dumps(outcome.to_json() | {"reports": paths}))
+        extra = {"reports": paths, "comparison": _comparison_json(comp)}
+        console().print_json(json.dumps(outcome.to_json() | extra))
     else:
-        print_table(outcome, paths)
+        print_table(outcome, paths, comp)
     return 0 if outcome.status == "done" else 1
 
 
-def print_table(outcome: SweepOutcome, paths: list[str]) -> None:
+def _comparison_json(comp: Comparison | None) -> dict | None:
+    if comp is None:
+        return None
+    return {"previous": comp.previous.id, "headline": comp.headline(),
+            "changes": [{"config": c.config, "metric_before": c.before, "metric_now": c.now,
+                         "change": c.ratio, "verdict_before": c.verdict_before,
+                         "verdict_now": c.verdict_now, "regression": c.regression}
+                        for c in comp.changes]}  # fmt: skip
+
+
+def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None = None) -> None:
     c = console()
+    if comp is not None and comp.regressions:
+        c.print(f"[bold red]{escape(comp.headline())}[/]", highlight=False)
     t = Table(title=f"sweep {outcome.campaign_id}", title_justify="left")
     t.add_column("config", min_width=24)
     for col in ("rep", "verdict", "signature", "metric", "time", "run"):
         t.add_column(col)
     for r in outcome.rows:
         run = r.run
-        t.add_row(escape(r.item.label), str(r.repeat + 1),
-                  verdict_text(run.verdict) if run else "[dim]not run[/]",
+        label = escape(r.item.label) + (" [dim](reference)[/]"
+                                        if r.item.label == outcome.reference else "")
+        verdict = verdict_text(run.verdict) if run else "[dim]not run[/]"
+        if run and run.cached_from:
+            verdict += " [dim](reused)[/]"
+        t.add_row(label, str(r.repeat + 1), verdict,
                   escape(str(run.signature or "")) if run else "",
                   f"{run.probe_metric:g}" if run and run.probe_metric is not None else "",
-                  f"{run.duration:.0f}s" if run else "", run.id if run else "")  # fmt: skip
+                  f"{run.duration:.0f}s" if run else "",
+                  (run.id + (f" (from {run.cached_from})" if run.cached_from else ""))
+                  if run else "")  # fmt: skip
     c.print(t)
+    if outcome.reference:
+        c.print(f"relative probe bars judged against the reference {escape(outcome.reference)}, "
+                "measured in this sweep", highlight=False)  # fmt: skip
     if outcome.message:
         c.print(f"[yellow]{escape(outcome.message)}[/]", highlight=False)
     for host, why in outcome.removed_hosts:
         c.print(f"[yellow]host {host} was taken out of the pool[/]: {escape(why)}", highlight=False)
-    c.print(f"runs: {outcome.executed} executed, {outcome.reused} reused from the cache",
-            highlight=False)  # fmt: skip
+    now = ""
+    if (outcome.executed, outcome.reused) != (outcome.total_executed, outcome.total_reused):
+        now = f" ({outcome.executed} executed and {outcome.reused} reused by this invocation)"
+    c.print(f"runs: {outcome.total_executed} executed, {outcome.total_reused} reused from "
+            f"earlier campaigns{now}", highlight=False)  # fmt: skip
+    if comp is not None:
+        c.print(escape(comp.headline()) if not comp.regressions else
+                f"against campaign {comp.previous.id}:", highlight=False)  # fmt: skip
+        for ch in comp.changes:
+            mark = "[red]regression[/]: " if ch.regression else ""
+            c.print(f"  {escape(ch.config)}: {mark}{escape(ch.describe())}", highlight=False)
+    if outcome.resume:
+        c.print(f"resume with: [bold]{escape(outcome.resume)}[/] (or the same command again)",
+                highlight=False)  # fmt: skip
     for p in paths:
         c.print(f"report: {p}", highlight=False)
