@@ -12,6 +12,7 @@ and judge. At the end (or on error, or Ctrl-C): restore the service as it was fo
 from __future__ import annotations
 
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
