@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from orchestrator import environment as envfacts
 from orchestrator import facts
 from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase
 from orchestrator.config.experiment import Experiment
@@ -71,6 +72,8 @@ class RunResult:
     invocation: str | None = None
     polls: int = 0
     ready_s: float | None = None  # seconds from start to ready
+    #: the host's environment as the server's interpreter saw it just before the run
+    environment: envfacts.HostEnvironment | None = None
 
 
 @dataclass
@@ -232,8 +235,10 @@ class Executor:
         started: Started | None = None
         metric: float | None = None
         rendered: str | None = None
+        environment: envfacts.HostEnvironment | None = None
         evidence: RunEvidence
         try:
+            environment = self.environment(exp)
             reason = self.check_flags(exp)
             if reason is not None:
                 evidence = RunEvidence(invalid_reason=f"the server rejects the flags: {reason}")
@@ -307,7 +312,14 @@ class Executor:
             invocation=started.invocation if started else None,
             polls=watch.polls,
             ready_s=watch.ready_at,
+            environment=environment,
         )
+
+    def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
+        """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
+        the server's own interpreter (one command; what is absent is recorded as absent)."""
+        cmd = envfacts.command(exp.exec, env=envfacts.public_env(exp), workdir=exp.workdir)
+        return envfacts.parse(self.t.run(cmd, timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator import envwatch
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.yamlio import read_yaml_mapping, validation_error
@@ -56,6 +57,7 @@ class SweepModel(BaseModel):
     repeat: int = Field(default=1, ge=1, le=100)
     host: str | None = None
     reference: str | None = None  # the config whose probe metric is "good" (default: base)
+    notify: str | None = None  # URL to POST a message to when the sweep ends
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Sweep:
     repeat: int
     host: str | None
     base: Experiment | None
+    notify: str | None = None
 
     @property
     def axes(self) -> list[str]:
@@ -124,7 +127,8 @@ def load_sweep(path: str | Path) -> Sweep:
             raise ConfigError(f"'{it.label}' launches the same server as '{seen[fp]}'",
                               file=str(path))  # fmt: skip
         seen[fp] = it.label
-    return Sweep(m.name or path.stem, str(path), tuple(items), m.repeat, m.host, base)
+    return Sweep(m.name or path.stem, str(path), tuple(items), m.repeat, m.host, base,
+                 notify=m.notify)
 
 
 def parse_until(text: str, now: dt.datetime | None = None) -> float:
@@ -250,7 +254,9 @@ class SweepCampaign:
             if (it.index, k) in done:
                 continue
             if not self.fresh and k == 0:
-                hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class)
+                hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class,
+                                        env_digest=self.store.latest_env_digest(
+                                            self.hosts[0].name))  # fmt: skip
                 if hit is not None:
                     self._record_cached(it, k, hit)
                     outcome.reused += 1
@@ -289,9 +295,12 @@ class SweepCampaign:
                             raise d.error or RuntimeError("no host left in the pool")
                         queue_.insert(0, (it, d.task.key[1]))
                         continue
+                    result, env_changed = envwatch.check(self.store, self.cid, d.result)
                     rid = self.store.add_run(self.cid, variant=(d.task.key[0],),
                                              purpose=f"sweep/{d.task.key[1]}",
-                                             result=d.result)  # fmt: skip
+                                             result=result)  # fmt: skip
+                    if env_changed is not None:
+                        raise env_changed
                     outcome.executed += 1
                     row = self.store.run(rid)
                     infra_streak = infra_streak + 1 if row.verdict is Verdict.INFRA else 0
@@ -308,8 +317,9 @@ class SweepCampaign:
         except KeyboardInterrupt:
             self.store.update_campaign(self.cid, status="interrupted")
             raise Interrupted(self.cid, self.resume_command) from None
-        except OrchestratorError:
-            self.store.update_campaign(self.cid, status="interrupted")
+        except OrchestratorError as exc:
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
             raise
         recorded = self._recorded()
         outcome.rows = [SweepRow(it, k, recorded.get((it.index, k))) for it, k in todo]
