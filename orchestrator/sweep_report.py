@@ -137,7 +137,12 @@ def html_page(camp: CampaignRow) -> str:
 
 
 def write_sweep_reports(store: Store, campaign_id: str) -> list[Path]:
+    from orchestrator import env_report
     from orchestrator.report import write_private
 
     camp = store.campaign(campaign_id)
-    return write_private(store, camp.id, {".md": markdown(camp), ".html": html_page(camp)})
+    seen = store.campaign_environments(camp.id)
+    md = markdown(camp) + "\n" + "\n".join(env_report.markdown_section(seen))
+    page = html_page(camp).removesuffix("</body></html>")
+    page += env_report.html_section(seen) + "</body></html>"
+    return write_private(store, camp.id, {".md": md, ".html": page})

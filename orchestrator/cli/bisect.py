@@ -7,6 +7,7 @@ import json
 
 from rich.markup import escape
 
+from orchestrator import env_report
 from orchestrator.campaign import Bisection, BisectOptions, Outcome
 from orchestrator.cli import common
 from orchestrator.cli.live import LiveView, verdict_text
@@ -109,11 +110,15 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
+    envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
-        data = outcome.to_json(plan) | {"reports": report_paths}
+        data = outcome.to_json(plan) | {"reports": report_paths,
+                                        "environment": env_report.to_json(envs)}
         console().print_json(json.dumps(data))
     else:
         print_outcome(outcome, plan, report_paths)
+        for line in env_report.text_lines(envs):
+            console().print(escape(line), highlight=False)
     return 0 if outcome.status == "found" else 1
 
 

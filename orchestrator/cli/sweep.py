@@ -8,6 +8,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator import env_report
 from orchestrator.cli import common
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
@@ -90,10 +91,14 @@ def run(args: argparse.Namespace) -> int:
     if outcome is None:
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
+    envs = env_report.to_json(store.campaign_environments(outcome.campaign_id))
     if args.json:
-        console().print_json(json.dumps(outcome.to_json() | {"reports": paths}))
+        console().print_json(json.dumps(outcome.to_json() | {"reports": paths,
+                                                             "environment": envs}))
     else:
         print_table(outcome, paths)
+        for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
+            console().print(escape(line), highlight=False)
     return 0 if outcome.status == "done" else 1
 
 
