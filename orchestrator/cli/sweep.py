@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import env_report
-from orchestrator.cli import common
+from orchestrator.cli import common, notifying
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="run configs even if measured before")
     p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true")
+    notifying.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
         hosts = inv.resolve(where)
         resume_id = None
+    notify_url = notifying.url_for(args, sweep.notify, inv.notify)
+    notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
 
     def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
@@ -87,10 +90,16 @@ def run(args: argparse.Namespace) -> int:
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(camp_run.run, view, "sweep")
+    outcome = notifying.guarded(store, notify_url, "sweep", lambda: camp_run.cid,
+                                lambda: common.run_campaign(camp_run.run, view, "sweep"))
     if outcome is None:
+        notifying.concluded(store, notify_url, "sweep", camp_run.cid, "interrupted", None,
+                            detail=f"resume with: {camp_run.resume_command}")  # fmt: skip
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
+    notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
+                        next((p for p in paths if p.endswith(".html")), None),
+                        detail=outcome.message)  # fmt: skip
     envs = env_report.to_json(store.campaign_environments(outcome.campaign_id))
     if args.json:
         console().print_json(json.dumps(outcome.to_json() | {"reports": paths,

@@ -63,6 +63,7 @@ class InventoryModel(_Raw):
     hosts: dict[str, HostModel]
     pools: dict[str, list[str] | PoolModel] = Field(default_factory=dict)
     defaults: dict[str, object] | None = None
+    notify: str | None = None  # URL a message is POSTed to when a campaign ends
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class Inventory:
     hosts: dict[str, Host]
     pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = "hosts.yaml"
+    notify: str | None = None
 
     def host(self, name: str) -> Host:
         if name in self.hosts:
@@ -193,4 +195,12 @@ def load_inventory(path: str | Path) -> Inventory:
         if not members:
             raise ConfigError("the pool has no hosts", file=str(path), key=f"pools.{pname}")
         pools[pname] = tuple(dict.fromkeys(members))
-    return Inventory(hosts=hosts, pools=pools, source=str(path))
+    if model.notify is not None:
+        from orchestrator.notify import check_url
+
+        try:
+            check_url(model.notify)
+        except UsageError as exc:
+            raise ConfigError("expected an http:// or https:// URL", file=str(path),
+                              key="notify") from exc  # fmt: skip
+    return Inventory(hosts=hosts, pools=pools, source=str(path), notify=model.notify)
