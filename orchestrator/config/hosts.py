@@ -42,6 +42,7 @@ class HostModel(_Raw):
     host_class: str | None = Field(default=None, alias="class")
     env: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = Field(default=15.0, gt=0)
+    keep_runs: int = Field(default=20, ge=1)  # run logs left on a process-manager host
 
     @field_validator("unit_dir", "run_dir")
     @classmethod
@@ -83,6 +84,7 @@ class Host:
     host_class: str = ""
     env: tuple[tuple[str, str], ...] = ()
     connect_timeout: float = 15.0
+    keep_runs: int = 20
 
     @property
     def is_local(self) -> bool:
@@ -170,6 +172,7 @@ def load_inventory(path: str | Path) -> Inventory:
             host_class=h.host_class or (h.labels[0] if h.labels else name),
             env=tuple(h.env.items()),
             connect_timeout=h.connect_timeout,
+            keep_runs=h.keep_runs,
         )
     pools: dict[str, tuple[str, ...]] = {}
     for pname, p in model.pools.items():
