@@ -225,6 +225,13 @@ class Executor:
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
     ) -> RunResult:
+        # Before the clock starts: the capture is not part of the run's time or deadline.
+        environment: envfacts.HostEnvironment | None = None
+        env_error: TransportError | InfraError | None = None
+        try:
+            environment = self.environment(exp)
+        except (TransportError, InfraError) as exc:
+            env_error = exc  # host trouble: judged below as this run's `infra`
         started_at = time.time()
         t0 = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -235,10 +242,10 @@ class Executor:
         started: Started | None = None
         metric: float | None = None
         rendered: str | None = None
-        environment: envfacts.HostEnvironment | None = None
         evidence: RunEvidence
         try:
-            environment = self.environment(exp)
+            if env_error is not None:
+                raise env_error
             reason = self.check_flags(exp)
             if reason is not None:
                 evidence = RunEvidence(invalid_reason=f"the server rejects the flags: {reason}")
