@@ -241,3 +241,53 @@ def test_a_dead_webhook_never_fails_the_campaign(tmp_path: Path, sshd: SshdEndpo
               "--notify", f"http://127.0.0.1:{free_port()}/hook")  # fmt: skip
     assert res.returncode == 1  # the campaign's own: stopped by --max-runs, no answer
     assert "the notification was not delivered: http://127.0.0.1:" in res.stderr
+
+
+def test_a_sweep_notifies_from_its_file_and_its_reports_show_the_environment(
+    tmp_path: Path, receiver: Receiver, sshd: SshdEndpoint,
+) -> None:
+    from tests.test_sweep import write_sweep
+
+    path = write_sweep(tmp_path, port=free_port(), matrix={"cuda-graph-max-bs": [128, 256]})
+    data = yaml.safe_load(path.read_text()) | {"notify": receiver.url}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    results = tmp_path / "results"
+    res = cli("sweep", path, "--host", "lab", "--hosts", sshd_hosts_file(sshd, tmp_path),
+              "--results", results, "--json", timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    [msg] = receiver.bodies
+    assert (msg["kind"], msg["status"], msg["campaign"]) == ("sweep", "done", out["campaign"])
+    assert msg["report"].endswith(".html") and msg["culprits"] == []
+    [env] = out["environment"]
+    assert env["gpu_count"] == 8 and env["driver"] == "580.95.05"
+    md = (results / "reports" / f"{out['campaign']}.md").read_text()
+    html = (results / "reports" / f"{out['campaign']}.html").read_text()
+    assert "## Environment" in md and "| driver | 580.95.05 |" in md
+    assert "<h2>Environment</h2>" in html and "580.95.05" in html
+
+
+def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
+                                           sshd: SshdEndpoint) -> None:  # fmt: skip
+    import signal
+    import time
+
+    from tests.campaign_lab import popen_cli, stop_child
+
+    pair = lab_pair(tmp_path, "b300")
+    log = tmp_path / "cli.log"
+    child = popen_cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
+                      "--hosts", sshd_hosts_file(sshd, tmp_path), "--results",
+                      tmp_path / "results", "--notify", receiver.url, log=log)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "  1. " not in log.read_text():
+            assert child.poll() is None, log.read_text()
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    [msg] = receiver.bodies
+    assert msg["status"] == "interrupted" and "resume with: orchestrator bisect --resume" \
+        in msg["detail"]  # fmt: skip
