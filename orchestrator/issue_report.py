@@ -63,7 +63,9 @@ def command_block(argv: Sequence[str], env: dict[str, str]) -> str:
 def trim_traceback(lines: Sequence[str], keep: int = KEEP_FRAMES) -> list[str]:
     """The traceback's header, first frame and last `keep` frames, then the error lines;
     the frames in between become one `... (N frames omitted)` line."""
-    body = [strip_prefix(x).rstrip() for x in lines]
+    # Python 3.11's `^^^^` markers under a frame's code line say nothing in an issue.
+    body = [b for b in (strip_prefix(x).rstrip() for x in lines)
+            if not re.fullmatch(r"\s*[\^~]+\s*", b)]  # fmt: skip
     frame_starts = [i for i, x in enumerate(body) if re.match(r"\s*File \"", x)]
     if len(frame_starts) <= keep + 1:
         out = body

@@ -291,3 +291,67 @@ def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
     [msg] = receiver.bodies
     assert msg["status"] == "interrupted" and "resume with: orchestrator bisect --resume" \
         in msg["detail"]  # fmt: skip
+
+
+# ---- the issue report's pieces, pure
+
+
+def test_trim_traceback_keeps_the_first_and_last_frames() -> None:
+    from orchestrator.issue_report import trim_traceback
+
+    frames = []
+    for i in range(30):
+        frames += [f'  File "/opt/sglang/srt/mod{i}.py", line {i}, in f{i}', f"    call{i}()",
+                   "           ^^^^^^^^"]  # fmt: skip
+    lines = ["[2026-01-01 00:00:00 TP3] Traceback (most recent call last):", *frames,
+             "[2026-01-01 00:00:00 TP3] RuntimeError: CUDA error: boom"]  # fmt: skip
+    out = trim_traceback(lines)
+    assert out[0] == "Traceback (most recent call last):"  # the rank prefix is gone
+    assert out[1].endswith("in f0") and out[3] == "  ... (23 frames omitted)"
+    assert out[-1] == "RuntimeError: CUDA error: boom" and out[-3].endswith("in f29")
+    assert not any("^^^" in x for x in out) and len(out) == 1 + 2 + 1 + 12 + 1
+
+
+def test_command_block_puts_placeholders_for_secrets() -> None:
+    from orchestrator.issue_report import command_block
+
+    text = command_block(["python3", "-m", "sglang.launch_server", "--api-key",
+                          "[REDACTED:API_KEY]", "--enable-nccl-nvls", "--tp-size", "8"],
+                         {"HF_TOKEN": "[REDACTED:HF_TOKEN]", "NCCL_DEBUG": "WARN"})  # fmt: skip
+    assert text.splitlines() == [
+        "HF_TOKEN='<HF_TOKEN>' \\", "NCCL_DEBUG=WARN \\",
+        "python3 -m sglang.launch_server \\", "  --api-key '<API_KEY>' \\",
+        "  --enable-nccl-nvls \\", "  --tp-size 8"]  # fmt: skip
+
+
+def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Path) -> None:
+    from orchestrator.config.experiment import load_experiment
+    from orchestrator.issue_report import issue_markdown
+    from orchestrator.verdicts import Phase, Signature, Verdict
+    from tests.campaign_lab import LAB
+    from tests.test_environment import Result
+
+    store = Store(tmp_path / "results")
+    good = load_experiment(LAB / "b300" / "good.yaml")
+    bad = load_experiment(LAB / "b300" / "bad.yaml")
+    sig = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
+    cid = store.create_campaign(kind="bisect", key="k", command="c", spec={
+        "deltas": [{}, {}, {}], "good_source": str(tmp_path / "g.yaml")})  # fmt: skip
+    store.add_run(cid, variant=(), purpose="endpoint", result=Result(good, Verdict.PASS, None))
+    store.add_run(cid, variant=(0, 1, 2), purpose="endpoint",
+                  result=Result(bad, Verdict.FAIL, None, signature=sig,
+                                log_tail="Traceback (most recent call last):\n  File \"x.py\", "
+                                "line 1, in f\nRuntimeError: CUDA error: "
+                                "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx"))
+    store.update_campaign(cid, status="incomplete", target=sig,
+                          answer={"status": "incomplete", "culprits": [], "flaky": []})
+    camp = store.campaign(cid)
+    text = issue_markdown(camp, store.runs(cid), log_of=lambda r: r.log_tail(),
+                          env_of=lambda r: None, local_paths=[str(tmp_path)])  # fmt: skip
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    assert _headings(tokens, "h2") == ["Reproduction", "What does not reproduce", "Error",
+                                       "Environment", "Runs"]  # fmt: skip
+    assert "were not narrowed down" in text and "--enable-nccl-nvls" in text  # the bad config
+    fences = {t.info: t.content for t in tokens if t.type == "fence"}
+    assert "CUBLAS_STATUS_EXECUTION_FAILED" in fences["text"]
+    assert str(tmp_path) not in text and "Not recorded." in text
