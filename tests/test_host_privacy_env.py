@@ -6,8 +6,9 @@ host's environment during a campaign is detected.
   script, pid, exit and per-run log files) is 0600 in 0700 directories, and a second,
   unprivileged local user (uid 65534 via setpriv) can read none of them. The process
   manager keeps only the newest `keep_runs` run logs once they are copied.
-- Environment: the lab's nvidia-smi stand-in is linked into the container's PATH; the
-  driver it presents is changed between the first and the second run of one bisection.
+- Environment: the lab's nvidia-smi stand-in is linked into the container's PATH and a
+  flashinfer-python distribution installed (a dist-info); the driver it presents, or the
+  package's version, is changed between the first and the second run of one bisection.
   The second run is recorded as `infra`, the campaign stops with status `changed` and
   says what changed, the reports say so, and the same command then starts a new
   campaign that does not reuse the verdicts of the old environment.
@@ -95,49 +96,68 @@ def test_process_manager_files_are_private_and_old_run_logs_pruned(sd: SdLab) ->
         sd.sh("rm -rf /tmp/orch-priv", check=False)
 
 
-def test_a_driver_change_between_two_runs_is_detected(
-    sd: SdLab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _dist(sd: SdLab, version: str) -> None:
+    """A flashinfer-python distribution of `version` in the host's site-packages: what
+    `pip install` leaves (a dist-info), read by importlib.metadata like any other."""
+    site = sd.sh("python3 -c 'import site; print(site.getsitepackages()[0])'").strip()
+    sd.sh(f"rm -rf {site}/flashinfer_python-*.dist-info; "
+          f"mkdir -p {site}/flashinfer_python-{version}.dist-info")
+    sd.box.write_file(f"{site}/flashinfer_python-{version}.dist-info/METADATA",
+                      f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+
+
+CHANGES = {
+    "driver": ("driver 580.95.05 -> 590.44.01",
+               lambda sd: sd.box.write_file(GPUS, json.dumps({"driver": "590.44.01"}))),
+    "package": ("flashinfer 0.3.1 -> 0.3.2", lambda sd: _dist(sd, "0.3.2")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CHANGES))
+def test_a_change_between_two_runs_is_detected(
+    sd: SdLab, tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
 ) -> None:
+    said, change = CHANGES[what]
     sd.sh(f"mkdir -p /etc/orchestrator-lab && ln -sf {SHIM} /usr/local/bin/nvidia-smi")
     sd.box.write_file(GPUS, json.dumps({"driver": "580.95.05"}))
+    _dist(sd, "0.3.1")
     try:
         plan = make_plan(str(LAB / "b300" / "good.yaml"), str(LAB / "b300" / "bad.yaml"), "auto")
         results = tmp_path / "results"
         store = Store(results)
 
-        def upgrade_after_first_run(e: Event) -> None:
-            if isinstance(e, RunRecorded) and e.done == 1:  # a driver upgraded "overnight"
-                sd.box.write_file(GPUS, json.dumps({"driver": "590.44.01"}))
+        def change_after_first_run(e: Event) -> None:
+            if isinstance(e, RunRecorded) and e.done == 1:  # upgraded "overnight"
+                change(sd)
 
-        b = Bisection(store, plan, [sd.host], listener=upgrade_after_first_run)
+        b = Bisection(store, plan, [sd.host], listener=change_after_first_run)
         with pytest.raises(EnvironmentChanged) as err:
             b.run()
         assert "the environment of sd changed during campaign" in str(err.value)
-        assert "driver 580.95.05 -> 590.44.01" in str(err.value)
-        assert "not mixed" in str(err.value)
+        assert said in str(err.value) and "not mixed" in str(err.value)
         assert store.campaign(b.cid).status == "changed"
         runs = store.runs(b.cid)
         assert [r.verdict for r in runs] == [Verdict.PASS, Verdict.INFRA], runs
-        assert "driver 580.95.05 -> 590.44.01" in runs[1].detail
+        assert said in runs[1].detail
         assert runs[0].env_digest and runs[1].env_digest and \
             runs[0].env_digest != runs[1].env_digest  # fmt: skip
         seen = store.campaign_environments(b.cid)
-        assert [(s.host, s.env.driver, s.env.gpu_count) for s in seen] == [
-            ("sd", "580.95.05", 8), ("sd", "590.44.01", 8)]
+        assert [(s.host, s.env.gpu_count) for s in seen] == [("sd", 8), ("sd", 8)]
+        assert seen[0].env.driver == "580.95.05"
+        assert seen[0].env.packages["flashinfer"] == "0.3.1"
         assert seen[0].env.server == "orchestrator" and seen[0].env.kernel
         assert sd.restored_problems() == []
         # both reports and `show --json` carry it
         camp = store.campaign(b.cid)
         md = markdown(camp, runs, seen)
-        assert "**The environment changed during the campaign**: driver 580.95.05 -> " \
-            "590.44.01" in md  # fmt: skip
+        assert f"**The environment changed during the campaign**: {said}" in md
         assert "The environment changed during the campaign" in html_page(camp, runs, seen)
         capsys.readouterr()
         assert main(["show", runs[1].id, "--json", "--results", str(results)]) == 0
         shown = json.loads(capsys.readouterr().out)
-        assert shown["environment"]["driver"] == "590.44.01"
+        assert shown["environment"] == seen[1].env.to_dict()
         # the same command again: a new campaign, and the good config's verdict from the
-        # old driver is not served from the cache
+        # old environment is not served from the cache
         b2 = Bisection(store, plan, [sd.host], options=BisectOptions(max_runs=1))
         assert b2.cid != b.cid
         b2.run()
@@ -146,4 +166,6 @@ def test_a_driver_change_between_two_runs_is_detected(
         assert first.env_digest == runs[1].env_digest and first.verdict is Verdict.PASS
         assert sd.restored_problems() == []
     finally:
-        sd.sh(f"rm -f /usr/local/bin/nvidia-smi {GPUS}", check=False)
+        sd.sh(f"rm -f /usr/local/bin/nvidia-smi {GPUS}; rm -rf "
+              "$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+              "/flashinfer_python-*.dist-info", check=False)  # fmt: skip
