@@ -17,7 +17,11 @@ host's environment during a campaign is detected.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,9 +30,11 @@ import pytest
 from orchestrator.campaign import Bisection, BisectOptions
 from orchestrator.cli import main
 from orchestrator.config.experiment import load_experiment
+from orchestrator.config.hosts import load_inventory
 from orchestrator.envwatch import EnvironmentChanged
 from orchestrator.events import Event, RunRecorded
 from orchestrator.executor import Executor
+from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.planning import make_plan
 from orchestrator.report import html_page, markdown
 from orchestrator.store import Store
@@ -94,6 +100,37 @@ def test_process_manager_files_are_private_and_old_run_logs_pruned(sd: SdLab) ->
             assert SECRET in sd.sh("cat /tmp/orch-priv/lab-priv/launch.sh")
     finally:
         sd.sh("rm -rf /tmp/orch-priv", check=False)
+
+
+def test_process_manager_files_on_the_sshd_host_are_private(sshd: SshdEndpoint,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    """The same through the process manager over the real sshd on this machine: a second
+    local user (uid 65534) can neither list the run directory nor read a file in it."""
+    run_dir = f"/tmp/orch-priv-{os.getpid()}"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(sshd.hosts_yaml("lab", run_dir=run_dir,
+                                     env={"ORCH_LAB_TIME_SCALE": "0.1"}))  # fmt: skip
+    host = load_inventory(hosts).host("lab")
+    exp = load_experiment(LAB / "b300" / "good.yaml").with_changes(
+        flags={"port": free_port()}, env={"HF_TOKEN": SECRET})
+    try:
+        with Executor(host, service="lab-priv", campaign="c-sshd-priv") as ex:
+            r = ex.run(exp, run_id="sshd-priv")
+            assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-1500:])
+            found = []
+            for root, dirs, files in os.walk(run_dir):
+                for name in dirs + files:
+                    found.append(os.path.join(root, name))
+            assert any(p.endswith("run-sshd-priv.log") for p in found), found
+            for path in [run_dir, *found]:
+                mode = stat.S_IMODE(os.lstat(path).st_mode)
+                assert mode == (0o700 if os.path.isdir(path) else 0o600), (path, oct(mode))
+                res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
+                                      "--clear-groups", "cat" if os.path.isfile(path) else "ls",
+                                      path], capture_output=True, text=True, timeout=30)
+                assert res.returncode != 0 and not res.stdout, f"{path} readable by another user"
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _dist(sd: SdLab, version: str) -> None:

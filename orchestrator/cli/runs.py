@@ -111,8 +111,8 @@ def show(args: argparse.Namespace) -> int:
     if r.probe_metric is not None:
         c.print(f"probe metric: {r.probe_metric:g}", highlight=False)
     if env is not None:
-        c.print(f"environment on {r.host}: " + escape("; ".join(f"{k} {v}" for k, v in env.rows())),
-                highlight=False)  # fmt: skip
+        facts = "; ".join(f"{k}: {v}" for k, v in env.rows())
+        c.print(f"environment on {r.host}: {escape(facts)}", highlight=False)
     else:
         c.print("environment: not recorded", highlight=False)
     if good:
