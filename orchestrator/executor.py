@@ -325,7 +325,9 @@ class Executor:
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
         the server's own interpreter (one command; what is absent is recorded as absent)."""
-        cmd = envfacts.command(exp.exec, env=envfacts.public_env(exp), workdir=exp.workdir)
+        unit_env, unit_wd = self.manager.interpreter_context()
+        cmd = envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
+                               workdir=exp.workdir or unit_wd)  # fmt: skip
         return envfacts.parse(self.t.run(cmd, timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:

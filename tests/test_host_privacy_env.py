@@ -69,7 +69,10 @@ def _assert_private(sd: SdLab, entries: list[tuple[str, str, str]]) -> None:
 
 def test_systemd_files_are_private_to_root(sd: SdLab) -> None:
     exp = load_experiment(LAB / "b300" / "good.yaml").with_changes(env={"HF_TOKEN": SECRET})
-    with Executor(sd.host, service=B300, campaign="c-priv") as ex:
+    # no PYTHONPATH from the hosts file: the unit's own Environment= and WorkingDirectory=
+    # are what lets the server's interpreter find its package (the lab's)
+    host = replace(sd.host, env=())
+    with Executor(host, service=B300, campaign="c-priv") as ex:
         r = ex.run(exp, run_id="priv-1")
         entries = _listing(sd, f"{UNIT_DIR}/{B300}.d", "/tmp/orchestrator")
         names = {p.rsplit("/", 1)[-1] for _, _, p in entries}
@@ -78,6 +81,8 @@ def test_systemd_files_are_private_to_root(sd: SdLab) -> None:
         _assert_private(sd, entries)
         assert SECRET in sd.sh(f"cat {UNIT_DIR}/{B300}.d/99-orchestrator.env")  # it is there
     assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-1500:])
+    assert r.environment is not None and r.environment.server == "orchestrator"
+    assert r.environment.server_version  # found through the unit's context
     assert sd.restored_problems() == []
 
 
