@@ -65,7 +65,7 @@ class Plan:
         return "good + " + ", ".join(self.deltas[i].short() for i in sorted(indices))
 
     def estimates(self) -> dict[str, float]:
-        return estimate_runs(make_strategy(self.strategy), self.n)
+        return dict(estimate_runs(make_strategy(self.strategy), self.n))  # cached: a copy
 
 
 def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto") -> Plan:

@@ -78,7 +78,8 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); good + set "
                        f"reproduces the failure: run {c['reproduced_by']}")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
-                out.append(f"  - bad without `{flag}` does not fail: run {rid}")
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
+                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}")
         used = {i for c in culprits for i in c["indices"]}
         cleared = [d for i, d in enumerate(deltas) if i not in used]
         if cleared:
@@ -162,8 +163,8 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
             parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set reproduces the "
                          f"failure (run {e(str(c['reproduced_by']))})<ul>")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
-                parts.append(f"<li>bad without <code>{e(flag)}</code> does not fail "
-                             f"(run {e(str(rid))})</li>")  # fmt: skip
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
+                parts.append(f"<li>{e(claim)} (run {e(str(rid))})</li>")
             parts.append("</ul></li>")
         parts.append("</ul>")
         used = {i for c in culprits for i in c["indices"]}

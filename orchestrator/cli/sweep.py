@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
     outcome = notifying.guarded(store, notify_url, "sweep", lambda: camp_run.cid,
-                                lambda: common.run_campaign(camp_run.run, view, "sweep"))
+                                lambda: common.run_campaign(camp_run.run, view, "sweep",
+                                                          as_json=args.json))
     if outcome is None:
         notifying.concluded(store, notify_url, "sweep", camp_run.cid, "interrupted", None,
                             detail=f"resume with: {camp_run.resume_command}")  # fmt: skip
