@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, readonly=args.issue)  # --issue only reads
     if args.issue:
         from orchestrator.issue_report import issue_markdown
 
