@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import envwatch
 from orchestrator.classify import OUTSIDE_SIGNALS
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
@@ -217,8 +218,9 @@ class Bisection:
         except OrchestratorError as exc:
             if isinstance(exc, LockError):
                 raise  # another process runs this campaign: its status is not ours to change
-            self.store.update_campaign(self.cid, status="interrupted")
-            if isinstance(exc, InfraError):
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
+            if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
                 exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
                     f"then resume with: {self.resume_command}"  # fmt: skip
             raise
@@ -380,10 +382,13 @@ class Bisection:
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
             self._rows_cache = None
+            result, env_changed = envwatch.check(self.store, self.cid, d.result)
             rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
-                                     result=d.result, run_id=d.task.run_id)  # fmt: skip
+                                     result=result, run_id=d.task.run_id)  # fmt: skip
+            if env_changed is not None:
+                raise env_changed
             self.executed += 1
-            self._note_infra(d.result, len(pool.healthy()))
+            self._note_infra(result, len(pool.healthy()))
             on_result(d.task.key, self._relabel(self.store.run(rid), target, "run"))
         raise RuntimeError("the campaign did not converge")
 
@@ -398,7 +403,8 @@ class Bisection:
             return None
         exp = self.plan.variant(frozenset(variant))
         for host in hosts:
-            hit = self.store.cached(exp.fingerprint(), host.host_class)
+            hit = self.store.cached(exp.fingerprint(), host.host_class,
+                                    env_digest=self.store.latest_env_digest(host.name))
             if hit is None or not self._cache_usable(hit, exp):
                 continue
             cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,

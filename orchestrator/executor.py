@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from orchestrator import environment as envfacts
 from orchestrator import preflight
 from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
@@ -74,6 +75,8 @@ class RunResult:
     #: what the run did on the host (systemd: drop-in path, ExecStart read back,
     #: InvocationID, journalctl command), see ServiceManager.host_record
     host_record: dict[str, object] | None = None
+    #: the host's environment as the server's interpreter saw it just before the run
+    environment: envfacts.HostEnvironment | None = None
 
 
 @dataclass
@@ -206,6 +209,13 @@ class Executor:
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
     ) -> RunResult:
+        # Before the clock starts: the capture is not part of the run's time or deadline.
+        environment: envfacts.HostEnvironment | None = None
+        env_error: TransportError | InfraError | None = None
+        try:
+            environment = self.environment(exp)
+        except (TransportError, InfraError) as exc:
+            env_error = exc  # host trouble: judged below as this run's `infra`
         started_at = time.time()
         t0 = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -219,6 +229,8 @@ class Executor:
         evidence: RunEvidence
         flagcheck = preflight.Check()
         try:
+            if env_error is not None:
+                raise env_error
             flagcheck = self.preflight.check(exp)
             if flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
@@ -306,7 +318,16 @@ class Executor:
             polls=watch.polls,
             ready_s=watch.ready_at,
             host_record=host_record,
+            environment=environment,
         )
+
+    def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
+        """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
+        the server's own interpreter (one command; what is absent is recorded as absent)."""
+        unit_env, unit_wd = self.manager.interpreter_context()
+        cmd = envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
+                               workdir=exp.workdir or unit_wd)  # fmt: skip
+        return envfacts.parse(self.t.run(cmd, timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""

@@ -75,7 +75,8 @@ class HostLock:
         body = shlex.quote(json.dumps(info))
         p = shlex.quote(self.path)
         d = shlex.quote(lock_dir(self.host))
-        r = self.t.run(f"mkdir -p {d} && (set -C; printf '%s\\n' {body} > {p}) 2>/dev/null",
+        r = self.t.run(f"umask 077 && mkdir -p {d} && (set -C; printf '%s\\n' {body} > {p}) "
+                       "2>/dev/null",
                        sudo=True, timeout=20)  # fmt: skip
         if r.ok:
             self.held = True

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator import env_report
 from orchestrator.classify import analyze_log
-from orchestrator.store import CampaignRow, RunRow, Store
+from orchestrator.store import CampaignRow, EnvironmentSeen, RunRow, Store
 
 COLORS = {
     "pass": "#2e7d32",
@@ -58,7 +59,8 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def markdown(camp: CampaignRow, runs: list[RunRow]) -> str:
+def markdown(camp: CampaignRow, runs: list[RunRow],
+             environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
     answer: dict[str, Any] = camp.answer or {}
     deltas = _deltas(camp)
     spec = camp.spec
@@ -94,6 +96,8 @@ def markdown(camp: CampaignRow, runs: list[RunRow]) -> str:
         out.append(f"- invalid: {inv['variant']}: {inv['reason']} (run {inv['run']})")
     for fl in answer.get("flaky") or []:
         out.append(f"- flaky: {fl}")
+    if environments is not None:
+        out += ["", *env_report.markdown_section(environments)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
     out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
     out += ["", "## Steps", "", "| run | variant | purpose | verdict | signature | time |",
@@ -129,10 +133,12 @@ overflow-x:auto}.answer{border:2px solid #c62828;padding:.6em 1em;border-radius:
 background:#fff7f7}
 .v{font-weight:600}.cell{width:18px;height:18px;border:1px solid #fff}
 .matrix td{padding:0;border:1px solid #fff}.matrix th{font-weight:normal;font-size:11px}
+.changed{border-left:4px solid #ef6c00;padding-left:.6em}
 """
 
 
-def html_page(camp: CampaignRow, runs: list[RunRow]) -> str:
+def html_page(camp: CampaignRow, runs: list[RunRow],
+              environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
     e = html.escape
     answer: dict[str, Any] = camp.answer or {}
     deltas = _deltas(camp)
@@ -178,6 +184,8 @@ def html_page(camp: CampaignRow, runs: list[RunRow]) -> str:
     for inv in answer.get("invalid") or []:
         parts.append(f"<p>Invalid: {e(inv['variant'])}: {e(inv['reason'])}</p>")
     parts.append("</div>")
+    if environments is not None:
+        parts.append(env_report.html_section(environments))
     parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th><th>purpose</th>"
                  "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
     for r in runs:
@@ -236,5 +244,6 @@ def write_private(store: Store, campaign_id: str, texts: dict[str, str]) -> list
 def write_reports(store: Store, campaign_id: str) -> list[Path]:
     camp = store.campaign(campaign_id)
     runs = store.runs(camp.id)
-    return write_private(store, camp.id, {".md": markdown(camp, runs),
-                                          ".html": html_page(camp, runs)})  # fmt: skip
+    envs = store.campaign_environments(camp.id)
+    return write_private(store, camp.id, {".md": markdown(camp, runs, envs),
+                                          ".html": html_page(camp, runs, envs)})  # fmt: skip

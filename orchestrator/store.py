@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.experiment import Experiment
+from orchestrator.environment import HostEnvironment
 from orchestrator.errors import StoreError
 from orchestrator.secrets import Redactor
 from orchestrator.verdicts import Signature, Verdict
@@ -76,7 +77,13 @@ CREATE TABLE IF NOT EXISTS run_host (
     run_id TEXT PRIMARY KEY REFERENCES runs(id),
     record TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS environments (digest TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+
+#: columns added after the first schema, with the statement that adds each (migrated on open)
+_ADDED_COLUMNS = {
+    ("runs", "env_digest"): "ALTER TABLE runs ADD COLUMN env_digest TEXT",
+}
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,8 @@ class RunRow:
     detail: str
     log_path: str | None
     cached_from: str | None
+    #: the host's environment when the run started (see `Store.environment`)
+    env_digest: str | None = None
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -132,6 +141,20 @@ class RunRow:
             return Path(self.log_path).read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
+
+
+@dataclass
+class EnvironmentSeen:
+    """One environment of one host in a campaign, and the runs that saw it."""
+
+    host: str
+    digest: str
+    env: HostEnvironment
+    runs: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "digest": self.digest, "first_run": self.runs[0],
+                "runs": len(self.runs), **self.env.to_dict()}  # fmt: skip
 
 
 def default_root() -> Path:
@@ -167,6 +190,7 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(_SCHEMA)
+            self._migrate()
             row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -193,6 +217,17 @@ class Store:
             os.chmod(self.db_path, 0o600)
         except OSError:
             pass
+
+    def _migrate(self) -> None:
+        """Add the columns a database created by an older version lacks."""
+        for (table, column), statement in _ADDED_COLUMNS.items():
+            have = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                try:
+                    self.db.execute(statement)
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process added it first
+                        raise
 
     def _unreadable(self, exc: Exception | None) -> StoreError:
         return StoreError(
@@ -396,6 +431,8 @@ class Store:
             if record and cached_from is None:
                 db.execute("INSERT INTO run_host (run_id, record) VALUES (?, ?)",
                            (run_id, json.dumps(red.obj(record))))  # fmt: skip
+            self._record_environment(db, run_id, getattr(result, "environment", None),
+                                     cached_from)  # fmt: skip
             self._stamp_signature_version(db, run_id)
         return run_id
 
@@ -408,6 +445,52 @@ class Store:
             # An older database opened read-only (`show`): nobody created the table yet.
             return None
         return json.loads(row["record"]) if row else None
+
+    # ---- environments
+    def _record_environment(self, db: sqlite3.Connection, run_id: str, env: Any,
+                            cached_from: str | None) -> None:  # fmt: skip
+        """The run's environment (deduplicated by digest); a cache hit keeps its source's."""
+        if env is not None:
+            digest = env.digest()
+            db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)",
+                       (digest, json.dumps(self.redact.obj(env.to_dict()), sort_keys=True)))
+            db.execute("UPDATE runs SET env_digest=? WHERE id=?", (digest, run_id))
+        elif cached_from is not None:
+            db.execute("UPDATE runs SET env_digest=(SELECT env_digest FROM runs WHERE id=?) "
+                       "WHERE id=?", (cached_from, run_id))  # fmt: skip
+
+    def environment(self, digest: str | None) -> HostEnvironment | None:
+        if not digest:
+            return None
+        try:
+            row = self.db.execute("SELECT data FROM environments WHERE digest=?",
+                                  (digest,)).fetchone()  # fmt: skip
+        except sqlite3.OperationalError:  # an older database opened read-only: no such table
+            return None
+        return HostEnvironment.from_dict(json.loads(row["data"])) if row else None
+
+    def campaign_environments(self, cid: str) -> list[EnvironmentSeen]:
+        """Each host's environments in the order the campaign's runs saw them: one entry per
+        host unless the environment changed during the campaign."""
+        seen: list[EnvironmentSeen] = []
+        for r in self.runs(cid):
+            if not r.env_digest:
+                continue
+            mine = [s for s in seen if s.host == r.host]
+            if mine and mine[-1].digest == r.env_digest:
+                mine[-1].runs.append(r.id)
+                continue
+            env = self.environment(r.env_digest)
+            if env is not None:
+                seen.append(EnvironmentSeen(r.host, r.env_digest, env, [r.id]))
+        return seen
+
+    def latest_env_digest(self, host: str) -> str | None:
+        """The environment the newest run on this host (any campaign) saw."""
+        row = self.db.execute(
+            "SELECT env_digest FROM runs WHERE host=? AND env_digest IS NOT NULL AND "
+            "cached_from IS NULL ORDER BY started DESC LIMIT 1", (host,)).fetchone()  # fmt: skip
+        return row["env_digest"] if row else None
 
     def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:
         if cid:
@@ -425,13 +508,16 @@ class Store:
                              hint="`orchestrator runs` lists the runs")  # fmt: skip
         return _run(row)
 
-    def cached(self, fingerprint: str, host_class: str) -> RunRow | None:
+    def cached(self, fingerprint: str, host_class: str,
+               env_digest: str | None = None) -> RunRow | None:  # fmt: skip
         """The newest real (not itself cached) run of this config on this host class,
-        infra verdicts excluded: they say nothing about the config."""
+        infra verdicts excluded: they say nothing about the config. With `env_digest`,
+        only a run in that environment (a verdict under another driver is no verdict)."""
+        env_clause = " AND env_digest=?" if env_digest else ""
         row = self.db.execute(
             "SELECT * FROM runs WHERE fingerprint=? AND host_class=? AND verdict != 'infra'"
-            " AND cached_from IS NULL ORDER BY started DESC LIMIT 1",
-            (fingerprint, host_class),
+            f" AND cached_from IS NULL{env_clause} ORDER BY started DESC LIMIT 1",
+            (fingerprint, host_class, *([env_digest] if env_digest else [])),
         ).fetchone()
         return _run(row) if row else None
 
@@ -483,4 +569,5 @@ def _run(r: sqlite3.Row) -> RunRow:
         started=r["started"], duration=r["duration"], phase_times=json.loads(r["phase_times"]),
         last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
         log_path=r["log_path"], cached_from=r["cached_from"],
+        env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
     )  # fmt: skip

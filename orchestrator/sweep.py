@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator import envwatch
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.yamlio import read_yaml_mapping, validation_error
@@ -64,6 +65,7 @@ class SweepModel(BaseModel):
     repeat: int = Field(default=1, ge=1, le=100)
     host: str | None = None
     reference: str | None = None  # the config whose probe metric is "good" (default: base)
+    notify: str | None = None  # URL to POST a message to when the sweep ends
 
 
 def fmt_value(value: Value) -> str:
@@ -95,6 +97,7 @@ class Sweep:
     host: str | None
     base: Experiment | None
     reference: int | None = None  # the item whose metric a relative bar compares with
+    notify: str | None = None
 
     @property
     def axes(self) -> list[str]:
@@ -191,7 +194,7 @@ def load_sweep(path: str | Path) -> Sweep:
             items = [ref_item, *(replace(it, index=it.index + 1) for it in items)]
             ref_index = 0
     return Sweep(m.name or path.stem, str(path), tuple(items), m.repeat, m.host, base,
-                 ref_index)  # fmt: skip
+                 ref_index, notify=m.notify)  # fmt: skip
 
 
 def parse_until(text: str, now: dt.datetime | None = None) -> float:
@@ -415,9 +418,12 @@ class SweepCampaign:
                             raise d.error or RuntimeError("no host left in the pool")
                         queue_.insert(0, (it, key[1]))
                         continue
+                    result, env_changed = envwatch.check(self.store, self.cid, d.result)
                     rid = self.store.add_run(self.cid, variant=(key[0],),
-                                             purpose=f"sweep/{key[1]}", result=d.result,
+                                             purpose=f"sweep/{key[1]}", result=result,
                                              run_id=d.task.run_id)  # fmt: skip
+                    if env_changed is not None:
+                        raise env_changed
                     outcome.executed += 1
                     row = self.store.run(rid)
                     infra_streak = infra_streak + 1 if row.verdict is Verdict.INFRA else 0
@@ -435,8 +441,9 @@ class SweepCampaign:
         except KeyboardInterrupt:
             self.store.update_campaign(self.cid, status="interrupted")
             raise Interrupted(self.cid, self.resume_command) from None
-        except OrchestratorError:
-            self.store.update_campaign(self.cid, status="interrupted")
+        except OrchestratorError as exc:
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
             raise
         recorded = self._recorded()
         outcome.rows = [SweepRow(it, k, recorded.get((it.index, k))) for it, k in todo]
@@ -475,7 +482,9 @@ class SweepCampaign:
                     not_judged[why] = not_judged.get(why, 0) + 1
                     break
                 if self.reuse and k == 0 and it.index != self.sweep.reference:
-                    hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class)
+                    hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class,
+                                            env_digest=self.store.latest_env_digest(
+                                                self.hosts[0].name))  # fmt: skip
                     if hit is not None:
                         self._record_reused(it, k, hit, good)
                         outcome.reused += 1

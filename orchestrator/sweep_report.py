@@ -408,9 +408,13 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
 
 
 def write_sweep_reports(store: Store, campaign_id: str) -> list[Path]:
+    from orchestrator import env_report
     from orchestrator.report import write_private
 
     camp = store.campaign(campaign_id)
     comp = comparison(store, camp)
-    return write_private(store, camp.id, {".md": markdown(camp, comp),
-                                          ".html": html_page(camp, comp)})  # fmt: skip
+    seen = store.campaign_environments(camp.id)
+    md = markdown(camp, comp) + "\n" + "\n".join(env_report.markdown_section(seen))
+    page = html_page(camp, comp).removesuffix("</body></html>")
+    page += env_report.html_section(seen) + "</body></html>"
+    return write_private(store, camp.id, {".md": md, ".html": page})

@@ -7,8 +7,9 @@ import json
 
 from rich.markup import escape
 
+from orchestrator import env_report
 from orchestrator.campaign import Bisection, BisectOptions, Outcome
-from orchestrator.cli import common
+from orchestrator.cli import common, notifying
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
@@ -43,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record a host key seen for the first time (never a changed one)")
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    notifying.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)  # fmt: skip
@@ -103,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh)
         resume_id = None
+    notify_url = notifying.url_for(args, common.inventory(args).notify)
+    notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
 
     def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
@@ -113,19 +117,30 @@ def run(args: argparse.Namespace) -> int:
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=factory)  # fmt: skip
     bisection.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(bisection.run, view, "campaign", as_json=args.json)
+    outcome = notifying.guarded(store, notify_url, "bisect", lambda: bisection.cid,
+                                lambda: common.run_campaign(bisection.run, view, "campaign",
+                                                          as_json=args.json))
     if outcome is None:
+        notifying.concluded(store, notify_url, "bisect", bisection.cid, "interrupted", None,
+                            detail=f"resume with: {bisection.resume_command}")  # fmt: skip
         return 130
     report_paths: list[str] = []
     if not args.no_report:
         from orchestrator.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
+    notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,
+                        next((p for p in report_paths if p.endswith(".html")), None),
+                        detail=outcome.message)  # fmt: skip
+    envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
-        data = outcome.to_json(plan) | {"reports": report_paths}
+        data = outcome.to_json(plan) | {"reports": report_paths,
+                                        "environment": env_report.to_json(envs)}
         console().print_json(json.dumps(data))
     else:
         print_outcome(outcome, plan, report_paths)
+        for line in env_report.text_lines(envs):
+            console().print(escape(line), highlight=False)
     return 0 if outcome.status == "found" else 1
 
 

@@ -1,8 +1,11 @@
-"""`orchestrator report CAMPAIGN`: write the Markdown and HTML report of a campaign."""
+"""`orchestrator report CAMPAIGN`: write the Markdown and HTML report of a campaign, or
+(`--issue`) print a bug report ready to paste into an SGLang or vLLM GitHub issue."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from orchestrator.cli import common
 from orchestrator.cli.output import console
@@ -12,12 +15,27 @@ from orchestrator.report import write_reports
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write a campaign's Markdown and HTML report")
     p.add_argument("campaign", help="campaign id (a unique prefix is enough)")
+    p.add_argument("--issue", action="store_true",
+                   help="print a bug report for an upstream GitHub issue (Markdown) instead")
     common.add_results_option(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, readonly=args.issue)  # --issue only reads
+    if args.issue:
+        from orchestrator.issue_report import issue_markdown
+
+        camp = store.campaign(args.campaign)
+        sources = [str(camp.spec.get(k) or "") for k in ("good_source", "bad_source", "sweep")]
+        local = [str(store.root.resolve()), str(store.root), os.getcwd(),
+                 str(Path.home()), *(str(Path(s).resolve().parent) for s in sources if s),
+                 *sources]  # fmt: skip
+        text = issue_markdown(camp, store.runs(camp.id), log_of=lambda r: r.log_tail(),
+                              env_of=lambda r: store.environment(r.env_digest),
+                              local_paths=local)  # fmt: skip
+        console().out(text, highlight=False, end="")
+        return 0
     camp = store.campaign(args.campaign)
     if camp.kind == "sweep":
         from orchestrator.sweep_report import write_sweep_reports

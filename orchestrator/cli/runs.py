@@ -85,6 +85,7 @@ def show(args: argparse.Namespace) -> int:
     camp = store.campaign(r.campaign)
     good = camp.spec.get("good")
     exp = r.experiment()
+    env = store.environment(r.env_digest)
     c = console()
     if args.json:
         c.print_json(json.dumps({
@@ -92,7 +93,8 @@ def show(args: argparse.Namespace) -> int:
             "verdict": r.verdict.value, "signature": str(r.signature or ""), "argv": r.argv,
             "env": r.env, "detail": r.detail, "phase_times": r.phase_times,
             "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
-            "cached_from": r.cached_from, "on_host": store.host_record(r.id)}))  # fmt: skip
+            "cached_from": r.cached_from, "on_host": store.host_record(r.id),
+            "environment": env.to_dict() if env else None}))  # fmt: skip
         return 0
     c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
@@ -110,6 +112,11 @@ def show(args: argparse.Namespace) -> int:
                 highlight=False)  # fmt: skip
     if r.probe_metric is not None:
         c.print(f"probe metric: {r.probe_metric:g}", highlight=False)
+    if env is not None:
+        facts = "; ".join(f"{k}: {v}" for k, v in env.rows())
+        c.print(f"environment on {r.host}: {escape(facts)}", highlight=False)
+    else:
+        c.print("environment: not recorded", highlight=False)
     if good:
         base = _lines(Experiment.from_dict(good))
         diff = list(difflib.unified_diff(base, _lines(exp), "good", r.id, lineterm="", n=0))

@@ -8,7 +8,8 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli import common
+from orchestrator import env_report
+from orchestrator.cli import common, notifying
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
@@ -56,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true")
+    notifying.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)
@@ -112,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
         hosts = common.inventory(args).resolve(where)
         resume_id = None
+    notify_url = notifying.url_for(args, sweep.notify, inv.notify)
+    notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
 
     def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
@@ -122,16 +126,26 @@ def run(args: argparse.Namespace) -> int:
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(camp_run.run, view, "sweep", as_json=args.json)
+    outcome = notifying.guarded(store, notify_url, "sweep", lambda: camp_run.cid,
+                                lambda: common.run_campaign(camp_run.run, view, "sweep",
+                                                          as_json=args.json))
     if outcome is None:
+        notifying.concluded(store, notify_url, "sweep", camp_run.cid, "interrupted", None,
+                            detail=f"resume with: {camp_run.resume_command}")  # fmt: skip
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
+    notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
+                        next((p for p in paths if p.endswith(".html")), None),
+                        detail=outcome.message)  # fmt: skip
+    envs = env_report.to_json(store.campaign_environments(outcome.campaign_id))
     comp = comparison(store, store.campaign(outcome.campaign_id))
     if args.json:
-        extra = {"reports": paths, "comparison": _comparison_json(comp)}
+        extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs}
         console().print_json(json.dumps(outcome.to_json() | extra))
     else:
         print_table(outcome, paths, comp)
+        for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
+            console().print(escape(line), highlight=False)
     return 0 if outcome.status == "done" else 1
 
 

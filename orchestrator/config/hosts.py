@@ -42,6 +42,7 @@ class HostModel(_Raw):
     host_class: str | None = Field(default=None, alias="class")
     env: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = Field(default=15.0, gt=0)
+    keep_runs: int = Field(default=20, ge=1)  # run logs left on a process-manager host
 
     @field_validator("unit_dir", "run_dir")
     @classmethod
@@ -63,6 +64,7 @@ class InventoryModel(_Raw):
     hosts: dict[str, HostModel]
     pools: dict[str, list[str] | PoolModel] = Field(default_factory=dict)
     defaults: dict[str, object] | None = None
+    notify: str | None = None  # URL a message is POSTed to when a campaign ends
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Host:
     host_class: str = ""
     env: tuple[tuple[str, str], ...] = ()
     connect_timeout: float = 15.0
+    keep_runs: int = 20
 
     @property
     def is_local(self) -> bool:
@@ -99,6 +102,7 @@ class Inventory:
     hosts: dict[str, Host]
     pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = "hosts.yaml"
+    notify: str | None = None
 
     def host(self, name: str) -> Host:
         if name in self.hosts:
@@ -168,6 +172,7 @@ def load_inventory(path: str | Path) -> Inventory:
             host_class=h.host_class or (h.labels[0] if h.labels else name),
             env=tuple(h.env.items()),
             connect_timeout=h.connect_timeout,
+            keep_runs=h.keep_runs,
         )
     pools: dict[str, tuple[str, ...]] = {}
     for pname, p in model.pools.items():
@@ -193,4 +198,12 @@ def load_inventory(path: str | Path) -> Inventory:
         if not members:
             raise ConfigError("the pool has no hosts", file=str(path), key=f"pools.{pname}")
         pools[pname] = tuple(dict.fromkeys(members))
-    return Inventory(hosts=hosts, pools=pools, source=str(path))
+    if model.notify is not None:
+        from orchestrator.notify import check_url
+
+        try:
+            check_url(model.notify)
+        except UsageError as exc:
+            raise ConfigError("expected an http:// or https:// URL", file=str(path),
+                              key="notify") from exc  # fmt: skip
+    return Inventory(hosts=hosts, pools=pools, source=str(path), notify=model.notify)

@@ -151,11 +151,16 @@ def session_env(repo_root: Path | None = None) -> dict[str, str]:
     """Environment for SSH sessions so that `python3 -m orchestrator...` runs this checkout.
 
     PATH starts with the running interpreter's bin directory when that is a virtualenv
-    (not resolved: `.venv/bin/python` is a symlink to the system interpreter).
+    (not resolved: `.venv/bin/python` is a symlink to the system interpreter), and with
+    the lab's nvidia-smi stand-in when the checkout is given.
     """
     path = ["/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"]
     if sys.prefix != sys.base_prefix:
         path.insert(0, str(Path(sys.executable).parent))
+    if repo_root is not None:
+        # The lab host has no GPUs: its nvidia-smi stand-in (orchestrator/lab/bin) comes
+        # first, for this host only, so the environment capture sees GPUs and a driver.
+        path.insert(0, str(repo_root / "orchestrator" / "lab" / "bin"))
     env = {"PATH": ":".join(path)}
     if repo_root is not None:
         env["PYTHONPATH"] = str(repo_root)

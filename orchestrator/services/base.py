@@ -93,6 +93,12 @@ class ServiceManager(ABC):
         """What the last run did on the host, for `orchestrator show` (None: nothing to add)."""
         return None
 
+    def interpreter_context(self) -> tuple[list[tuple[str, str]], str | None]:
+        """What decides which interpreter and packages the server sees, beyond its config:
+        (environment variables such as PATH/PYTHONPATH, working directory). A process
+        manager host's own `env:` already travels with every command."""
+        return [], None
+
     def listeners_on(self, port: int) -> list[tuple[int | None, str]]:
         """Processes listening on a TCP port on the host: (pid, name)."""
         cmd = f"ss -Hltnp 'sport = :{int(port)}' 2>/dev/null || true"

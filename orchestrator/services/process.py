@@ -45,12 +45,16 @@ class ProcessManager(ServiceManager):
         return shlex.quote(f"{self.dir}/{leaf}")
 
     def prepare(self) -> None:
-        r = self.t.run(f"mkdir -p {shlex.quote(self.dir)} && test -w {shlex.quote(self.dir)}",
-                       timeout=20)  # fmt: skip
+        # Private: the server's log holds its argv (SGLang prints `server_args=...` with
+        # the API key); a directory made by an older version is made private too.
+        d = shlex.quote(self.dir)
+        r = self.t.run(f"umask 077 && mkdir -p {d} && [ ! -L {d} ] && test -O {d} && "
+                       f"chmod -R go-rwx {d} && test -w {d}", timeout=20)  # fmt: skip
         if not r.ok:
             raise ServiceError(
                 f"{self.host.describe()}: cannot use run directory {self.dir}: {r.stderr.strip()}",
-                hint="set run_dir in the hosts file to a writable directory on the host",
+                hint="set run_dir in the hosts file to a directory on the host that the "
+                "user owns and can write (it is kept private: mode 0700)",
             )
         # A server left by a controller that died (SIGKILL, lost laptop): stop it now, so
         # the campaign starts from the state a restore would have left.
@@ -70,7 +74,7 @@ class ProcessManager(ServiceManager):
             lines.append(f"cd {shlex.quote(exp.workdir)} || exit 200")
         lines.append("exec " + shlex.join(exp.argv()))
         self._script = "\n".join(lines) + "\n"
-        self.t.write_file(f"{self.dir}/launch.sh", self._script, mode=0o700)
+        self.t.write_file(f"{self.dir}/launch.sh", self._script, mode=0o600)  # run by `sh`
         back = self.t.read_file(f"{self.dir}/launch.sh")
         if back != self._script:
             return "the launch script read back from the host differs from the one written"
@@ -84,8 +88,9 @@ class ProcessManager(ServiceManager):
         d = shlex.quote(self.dir)
         # The wrapper shell records the server's exit status; `exec` would lose it.
         inner = f'echo $$ > {d}/pid; sh {d}/launch.sh; echo $? > {d}/exit'
+        # umask 077: the log, pid and exit files are the user's only (0600).
         cmd = (
-            f"rm -f {d}/pid {d}/exit; "
+            f"umask 077; rm -f {d}/pid {d}/exit; "
             f"setsid -f sh -c {shlex.quote(inner)} > {shlex.quote(log)} 2>&1 < /dev/null; "
             f"for i in $(seq 50); do [ -s {d}/pid ] && break; sleep 0.1; done; cat {d}/pid"
         )
@@ -125,7 +130,13 @@ class ProcessManager(ServiceManager):
     def logs(self, started: Started, *, lines: int = 400) -> str:
         if not started.log_ref:
             return ""
-        r = self.t.run(f"tail -n {int(lines)} {shlex.quote(started.log_ref)}", timeout=30)
+        # Once this run's log is copied, only the newest `keep_runs` run logs stay on the
+        # host (the results store keeps every one).
+        keep = max(int(self.host.keep_runs), 1)
+        prune = (f"ls -1t {shlex.quote(self.dir)}/run-*.log 2>/dev/null | tail -n +{keep + 1}"
+                 ' | while IFS= read -r f; do rm -f -- "$f"; done')  # fmt: skip
+        r = self.t.run(f"tail -n {int(lines)} {shlex.quote(started.log_ref)}; s=$?; {prune}; "
+                       "exit $s", timeout=30)  # fmt: skip
         return r.stdout
 
     def _pid(self) -> int | None:

@@ -38,6 +38,8 @@ TMP_SUFFIX = ".orchestrator-tmp"
 STATE_NAME = "orchestrator-found-state"
 #: the drop-in remembers how the unit was found, so a restore after a crash knows too
 FOUND_MARK = "orchestrator-found-state:"
+#: the unit's variables that decide which interpreter and packages its server sees
+INTERPRETER_VARS = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX")
 STATE_PROPS = (
     "ActiveState,SubState,Result,InvocationID,NRestarts,MainPID,ExecMainStatus,ExecMainCode"
 )
@@ -142,6 +144,7 @@ class SystemdManager(ServiceManager):
         #: the effective ExecStart argv systemd reported after the last install
         self.read_back_exec: list[str] | None = None
         self.read_back_path: str | None = None  # the binary systemd resolved argv[0] to
+        self._context: tuple[list[tuple[str, str]], str | None] | None = None
 
     # ---- helpers
     def _ctl(self, args: str, *, timeout: float = 60, check: bool = True) -> str:
@@ -323,6 +326,22 @@ class SystemdManager(ServiceManager):
             "invocation": inv or None,
             "journal_command": ("sudo " if self.host.sudo else "") + journal,
         }
+
+    def interpreter_context(self) -> tuple[list[tuple[str, str]], str | None]:
+        """The unit's own PATH/PYTHONPATH/venv variables and WorkingDirectory=: the server
+        runs with them, an SSH command does not. Read once, before our drop-in is added."""
+        if self._context is None:
+            r = self.t.run(f"systemctl show {shlex.quote(self.name)} -p Environment "
+                           "-p WorkingDirectory", timeout=30)  # fmt: skip
+            try:
+                props = facts.parse_show(r.stdout) if r.ok else {}
+                env = facts.parse_environment(props.get("Environment", ""))
+            except facts.FactParseError:
+                props, env = {}, {}
+            wd = props.get("WorkingDirectory", "").lstrip("-!")
+            self._context = ([(k, v) for k, v in env.items() if k in INTERPRETER_VARS],
+                             wd if wd.startswith("/") else None)  # fmt: skip
+        return self._context
 
     def start(self, exp: Experiment, *, run_id: str) -> Started:
         self._ctl(f"reset-failed {shlex.quote(self.name)}", check=False)

@@ -1,0 +1,83 @@
+"""`--notify URL` for bisect and sweep: one message when the campaign ends, however it ends.
+
+The URL comes from `--notify`, else the sweep file's `notify:`, else the hosts file's
+`notify:` (for schedules, whose command line is fixed). It is registered as a secret
+with the store, so the recorded command line and the reports never hold it (a webhook's
+URL is its password). Delivery failures are one note on stderr; the exit code is the
+campaign's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TypeVar
+
+from rich.markup import escape
+
+from orchestrator.cli.output import err_console
+from orchestrator.errors import InfraError, OrchestratorError
+from orchestrator.notify import Message, check_url, culprits_of, send, shown
+from orchestrator.store import Store
+
+T = TypeVar("T")
+
+
+def add_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--notify", metavar="URL",
+                   help="POST a JSON message (Slack-compatible) here when the campaign ends "
+                   "(default: notify: in the sweep or hosts file)")  # fmt: skip
+
+
+def url_for(args: argparse.Namespace, *fallbacks: str | None) -> str | None:
+    url = getattr(args, "notify", None) or next((f for f in fallbacks if f), None)
+    return check_url(url) if url else None
+
+
+def register_secret(store: Store, url: str | None) -> None:
+    if url:
+        store.add_secrets({"NOTIFY_URL": url})
+
+
+def deliver(store: Store, url: str | None, message: Message) -> str | None:
+    """Send; a failure is a note, never an error. Returns the failure (None: sent)."""
+    if not url:
+        return None
+    problem = send(url, message.payload(store.redact))
+    if problem:
+        err_console().print(f"[yellow]note:[/] the notification was not delivered: "
+                            f"{escape(problem)}", highlight=False)  # fmt: skip
+    else:
+        err_console().print(f"notified {escape(shown(url))}", highlight=False)
+    return problem
+
+
+def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str],
+            run: Callable[[], T]) -> T:
+    """Run `run`; when it raises (infrastructure, another error), notify and re-raise."""
+    try:
+        return run()
+    except OrchestratorError as exc:
+        status = getattr(exc, "campaign_status", None) or (
+            "infra" if isinstance(exc, InfraError) else "error")  # fmt: skip
+        try:
+            cid = campaign()
+        except Exception:  # noqa: BLE001 (no campaign recorded yet)
+            cid = "?"
+        answer = None
+        if cid != "?":
+            try:
+                answer = store.campaign(cid).answer
+            except OrchestratorError:
+                pass
+        deliver(store, url, Message(cid, kind, status, culprits=culprits_of(answer),
+                                    detail=str(exc)))  # fmt: skip
+        raise
+
+
+def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status: str,
+              report: str | None, detail: str = "") -> None:  # fmt: skip
+    camp = store.campaign(campaign_id)
+    deliver(store, url, Message(campaign_id, kind, status, culprits=culprits_of(camp.answer),
+                                target=str(camp.target) if camp.target else None,
+                                report=report, detail=detail))  # fmt: skip
