@@ -1,0 +1,169 @@
+"""`auto` while the runs look deterministic; the noise-aware search once they do not.
+
+The search starts as `auto` (log-cost, as cheap as ever when nothing is flaky) and watches
+every verdict. It switches to the noise-aware search (`noisy`) with all runs so far as
+evidence as soon as the runs show that the failure does not reproduce every time:
+
+- one variant both failed and passed (the bad config passing on a start, say);
+- a variant passed although a variant with a subset of its deltas failed (a failure needs
+  all of its deltas, so a superset of a failing variant must fail too);
+- `auto`'s answer disagrees with a recorded verdict, is not confirmed, shares a member
+  between two causes, or names nothing: the marks a missed failure leaves.
+
+Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
+the same path. When it does not switch, the answer carries the posterior confidence of
+the noise model with a prior that favours deterministic failures (`DETERMINISTIC`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from orchestrator.planner.core import Answer, Search, StrategyFn, Variant
+from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
+from orchestrator.planner.strategies import auto
+from orchestrator.verdicts import Verdict
+
+Run = tuple[Variant, Verdict]
+Describe = Callable[[Variant], str]
+
+#: prior weight of "this failure reproduces on every start" when no run says otherwise
+DETERMINISTIC = NoiseModel().spike
+#: starts of the bad config before a campaign concludes that it does not fail: with a
+#: reproduction rate of 0.5 all pass once in 1,000 campaigns, with 0.3 three in 100
+BAD_ATTEMPTS = 10
+
+
+def _describe(v: Variant) -> str:
+    return "{" + ", ".join(str(i) for i in sorted(v)) + "}"
+
+
+def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
+    """Why the runs cannot come from a failure that reproduces every time ("" if they can)."""
+    fails: dict[Variant, int] = {}
+    passes: dict[Variant, int] = {}
+    for v, x in runs:
+        if x is Verdict.FAIL:
+            fails[v] = fails.get(v, 0) + 1
+        elif x is Verdict.PASS:
+            passes[v] = passes.get(v, 0) + 1
+    for v in fails:
+        if v in passes:
+            return (f"{describe(v)} failed {fails[v]} of {fails[v] + passes[v]} starts "
+                    "with the same config")  # fmt: skip
+    for w in sorted(fails, key=lambda u: (len(u), sorted(u))):
+        for v in sorted(passes, key=lambda u: (len(u), sorted(u))):
+            if w < v:
+                return (f"{describe(v)} passed although {describe(w)}, which has only some "
+                        "of its changes, failed")  # fmt: skip
+    return ""
+
+
+def answer_doubt(answer: Answer, runs: Sequence[Run], describe: Describe = _describe) -> str:
+    """Why `auto`'s answer cannot be right if the failure reproduced every time ("" if none)."""
+    terms = answer.culprit_sets
+    if not terms:
+        return "no culprit set explains the runs"
+    for c in answer.culprits:
+        if not c.confirmed:
+            return f"{describe(c.reproduced_by)} did not reproduce the failure"
+    for i, a in enumerate(terms):
+        for b in terms[i + 1:]:
+            if a & b:
+                return f"two causes share a change ({describe(a)} and {describe(b)})"
+    for v, x in runs:
+        if not x.resolved:
+            continue
+        if any(t <= v for t in terms) != (x is Verdict.FAIL):
+            return f"{describe(v)} {x.value}ed, against the answer"
+    return ""
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """A strategy function (`takes_evidence`): auto, switching to noisy on flakiness."""
+
+    model: NoiseModel = NoiseModel()
+    describe: Describe = _describe
+    takes_evidence = True
+
+    def __call__(self, n: int, evidence: Sequence[Run] = (),
+                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+        return adaptive(n, evidence, model=self.model, closure=closure, describe=self.describe)
+
+
+def adaptive(
+    n: int,
+    evidence: Sequence[Run] = (),
+    *,
+    model: NoiseModel | None = None,
+    closure: Callable[[Variant], Variant] | None = None,
+    describe: Describe = _describe,
+) -> Search:
+    model = model or NoiseModel()
+    close = closure or (lambda v: v)
+    full = frozenset(range(n))
+    runs: list[Run] = [(frozenset(v), x) for v, x in evidence if x is not Verdict.INFRA]
+    if not runs:  # the strategy contract: good passes and bad fails
+        runs = [(frozenset(), Verdict.PASS), (full, Verdict.FAIL)]
+    seen = {v for v, _ in runs}
+
+    def switch(reason: str) -> Search:
+        note = f"the failure is flaky: {reason}; switched to the noise-aware search"
+        answer = yield from noisy_search(n, runs, model=model, closure=closure, note=note)
+        return answer
+
+    reason = flakiness(runs, describe)
+    if reason:
+        return (yield from switch(reason))
+    gen = auto(n)
+    try:
+        rnd = next(gen)
+        for _ in range(100_000):  # bounded: auto proposes finitely many variants
+            got = yield rnd
+            for v, x in got.items():
+                cv = close(v)
+                if cv not in seen and x is not Verdict.INFRA:
+                    seen.add(cv)
+                    runs.append((cv, x))
+            reason = flakiness(runs, describe)
+            if reason:
+                return (yield from switch(reason))
+            rnd = gen.send(got)
+        raise RuntimeError("auto did not converge")
+    except StopIteration as stop:
+        answer: Answer = stop.value
+    reason = answer_doubt(answer, runs, describe)
+    if reason:
+        return (yield from switch(reason))
+    return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+
+
+def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
+                              model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
+    """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
+    state = Noisy(n, model)
+    for v, x in runs:
+        state.add(v, x)
+    a = state.analyze()
+    rate, _, _ = state.rate(answer.culprits[0].deltas) if answer.culprits else (None, 0, 0)
+    same = {f.term for f in a.found} == set(answer.culprit_sets)
+    return {"confidence": a.confidence if same else None, "reproduction_rate": rate}
+
+
+def make_adaptive(confidence: float = 0.95, describe: Describe = _describe) -> StrategyFn:
+    return Adaptive(NoiseModel(confidence=confidence), describe)
+
+
+@dataclass(frozen=True)
+class NoisyFromStart:
+    """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
+
+    model: NoiseModel = NoiseModel()
+    takes_evidence = True
+
+    def __call__(self, n: int, evidence: Sequence[Run] = (),
+                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+        runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
+        return noisy_search(n, runs, model=self.model, closure=closure)
