@@ -16,7 +16,8 @@ Faults come from the scenario (see `orchestrator.lab.scenario`):
   - `phase: args`: argparse-style usage and error on stderr, exit 2.
 
 Knobs: `--time-scale X` or ORCH_LAB_TIME_SCALE scale the startup phases (the flag wins);
-`--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws.
+`--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws;
+`random` (in any of the three) draws afresh on every start.
 SIGTERM/SIGINT stop it cleanly with exit 0; requests arriving meanwhile get 503.
 All log lines go to stdout, flushed line by line; argparse messages go to stderr.
 Exit codes: 0 stopped, 1 crashed (or the rule's code), 2 bad command line or scenario.
@@ -455,14 +456,24 @@ def _time_scale(pre: cmdline.Pre) -> float:
 
 
 def _seed(pre: cmdline.Pre, scen: Scenario) -> int:
+    """The seed of this start's draws: a fresh one when it is `random` (each start of the
+    same command line can then come out differently, like an intermittent crash)."""
     text = pre.seed if pre.seed is not None else os.environ.get(SEED_ENV)
     if text is None or text == "":
-        return scen.seed
+        return scen.seed if scen.seed is not None else _fresh_seed()
+    if text.strip() == "random":
+        return _fresh_seed()
     try:
         return int(text)
     except ValueError:
         src = "--seed" if pre.seed is not None else SEED_ENV
-        raise _Usage(f"{src}: expected a whole number, got {text!r}") from None
+        raise _Usage(f"{src}: expected a whole number or 'random', got {text!r}") from None
+
+
+def _fresh_seed() -> int:
+    import random
+
+    return random.SystemRandom().randrange(2**63)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
