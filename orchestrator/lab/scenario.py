@@ -22,8 +22,8 @@ requests have been answered; absent or 0 = as soon as the server is ready), `pro
 traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
 `description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
 time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
-every matching factor applies), `defaults` (flag values the server assumes when a flag is absent, used by
-comparisons but not by true/false), `known_flags` (a preset name from
+every matching factor applies), `defaults` (flag values the server assumes when a flag
+is absent, used by comparisons but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
 `{preset, add, remove}`), `model` (cosmetic figures for the startup lines).
 """
