@@ -16,6 +16,7 @@ from orchestrator.planner.core import (
     Culprit,
     Planner,
     Round,
+    StrategyFn,
     Variant,
 )
 from orchestrator.planner.deltas import Delta, apply_deltas, coupling_closure, diff
@@ -34,6 +35,7 @@ __all__ = [
     "Delta",
     "Planner",
     "Round",
+    "StrategyFn",
     "Variant",
     "apply_deltas",
     "coupling_closure",

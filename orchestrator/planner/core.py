@@ -99,12 +99,12 @@ class Planner:
         self.history: list[tuple[Variant, Verdict]] = []
         self.infra_attempts: dict[Variant, int] = {}
         self._preset = dict(known or {})
-        self.results.update(self._preset)
         #: runs recorded before this planner (resume): a strategy that weighs repeated runs
         #: (`takes_evidence`) gets them all; the others see the last verdict per variant
         self.evidence = [(frozenset(v), x) for v, x in evidence if x is not Verdict.INFRA]
         for v, x in self.evidence:
             self.results[v] = x
+        self.results.update(self._preset)
         self._strategy = strategy
         if getattr(strategy, "takes_evidence", False):
             self._gen = strategy(n, evidence=tuple(self.evidence), closure=self.closure)
