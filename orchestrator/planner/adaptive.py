@@ -8,7 +8,8 @@ evidence as soon as the runs show that the failure does not reproduce every time
 - a variant passed although a variant with a subset of its deltas failed (a failure needs
   all of its deltas, so a superset of a failing variant must fail too);
 - `auto`'s answer disagrees with a recorded verdict, is not confirmed, shares a member
-  between two causes, or names nothing: the marks a missed failure leaves.
+  between two causes, needs more than three changes at once, or names nothing: the marks
+  a missed failure leaves.
 
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
 the same path. When it does not switch, the answer carries the posterior confidence of
@@ -29,10 +30,13 @@ Run = tuple[Variant, Verdict]
 Describe = Callable[[Variant], str]
 
 #: prior weight of "this failure reproduces on every start" when no run says otherwise
-DETERMINISTIC = NoiseModel().spike
+DETERMINISTIC = 0.9
+#: the largest interacting set taken at face value from runs that all agree: a larger one
+#: is the mark a missed failure leaves (the noise-aware search then checks it)
+MAX_SET = 3
 #: starts of the bad config before a campaign concludes that it does not fail: with a
-#: reproduction rate of 0.5 all pass once in 1,000 campaigns, with 0.3 three in 100
-BAD_ATTEMPTS = 10
+#: reproduction rate of 0.5 all pass once in 4,000 campaigns, with 0.3 once in 70
+BAD_ATTEMPTS = 12
 
 
 def _describe(v: Variant) -> str:
@@ -68,6 +72,10 @@ def answer_doubt(answer: Answer, runs: Sequence[Run], describe: Describe = _desc
     for c in answer.culprits:
         if not c.confirmed:
             return f"{describe(c.reproduced_by)} did not reproduce the failure"
+    big = next((t for t in terms if len(t) > MAX_SET), None)
+    if big is not None:
+        # as many changes all needed at once is far less likely than a missed failure
+        return f"{describe(big)} would need {len(big)} changes at once"
     for i, a in enumerate(terms):
         for b in terms[i + 1:]:
             if a & b:
@@ -143,7 +151,8 @@ def adaptive(
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
                               model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
     """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
-    state = Noisy(n, model)
+    # every set of up to three changes is weighed here (one posterior, not a search step)
+    state = Noisy(n, replace(model, spike=DETERMINISTIC, max_triples=10**5))
     for v, x in runs:
         state.add(v, x)
     a = state.analyze()

@@ -60,10 +60,11 @@ class NoiseModel:
     #: Beta(a, b) prior of the reproduction rate
     a: float = 1.0
     b: float = 1.0
-    #: prior mass on a rate of exactly 1 (a deterministic failure). Once a run of a variant
-    #: carrying a set passed, that set has no part of it: after the runs showed flakiness
-    #: it is gone for every set that explains the failures.
-    spike: float = 0.9
+    #: prior mass on a rate of exactly 1 (a deterministic failure): none for a failure known
+    #: to be flaky (a set that explains every run deterministically would be favoured over
+    #: the right one after a single unlucky pass). Once a run of a variant carrying a set
+    #: passed, that set has no part of it anyway.
+    spike: float = 0.0
     #: runs the search may ask for before it answers with what it has (None: 30 + 12 n)
     max_runs: int | None = None
 
