@@ -262,8 +262,9 @@ class Bisection:
                 if v == ():
                     self.good_metric = row.probe_metric
 
-        def bad_again(v: tuple[int, ...]) -> bool:
-            return v == full and bool(flaky.bad_starts(self.store.runs(self.cid), full))
+        def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
+            return v == full and flaky.retry_bad(flaky.bad_starts(self.store.runs(self.cid),
+                                                                  full))  # fmt: skip
 
         stop = self._drive(pool, want_ends, got_end, target=None,
                            purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
