@@ -216,3 +216,31 @@ def test_the_budget_ends_with_the_best_answer_and_its_confidence() -> None:
     assert not a.complete and "budget" in a.reason
     assert a.confidence is not None and a.confidence < 0.95
     assert planner.runs == 6
+
+
+# ---------------------------------------------------------------- how sure, in words
+
+
+def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.campaign import Outcome
+    from orchestrator.cli.bisect import print_outcome
+    from orchestrator.planning import make_plan
+
+    lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "flaky"
+    plan = make_plan(lab / "good.yaml", lab / "bad.yaml")
+    outcome = Outcome("c1", "found", culprits=[{
+        "flags": ["--cuda-graph-max-bs 256", "--enable-dp-attention"], "indices": [3, 5],
+        "interacting": True, "reproduced_by": "c1.9", "reproduced_counts": "fail 2 of 3",
+        "cleared_by": {"--enable-dp-attention": "c1.12"},
+        "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"}}],
+        noise={"switched": "the failure is flaky: bad failed 1 of 2 starts with the same "
+                           "config; switched to the noise-aware search",
+               "confidence": 0.9712, "reproduction_rate": 0.5,
+               "reproduction_counts": "fail 7 of 14"})  # fmt: skip
+    print_outcome(outcome, plan, [])
+    out = capsys.readouterr().out
+    assert "reproduces the failure: run c1.9 (fail 2 of 3)" in out
+    assert "does not fail: run c1.12 (fail 0 of 2)" in out
+    assert "switched to the noise-aware search" in out
+    assert "confidence 0.971; reproduction rate 0.50 (fail 7 of 14 runs with the culprit set)" \
+        in out  # fmt: skip
