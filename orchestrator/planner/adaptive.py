@@ -56,8 +56,12 @@ def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
         if v in passes:
             return (f"{describe(v)} failed {fails[v]} of {fails[v] + passes[v]} starts "
                     "with the same config")  # fmt: skip
-    for w in sorted(fails, key=lambda u: (len(u), sorted(u))):
-        for v in sorted(passes, key=lambda u: (len(u), sorted(u))):
+    def order(u: Variant) -> tuple[int, list[int]]:
+        return len(u), sorted(u)
+
+    supersets = [v for v in passes if any(w < v for w in fails)]
+    for w in sorted(fails, key=order) if supersets else ():
+        for v in sorted(supersets, key=order):
             if w < v:
                 return (f"{describe(v)} passed although {describe(w)}, which has only some "
                         "of its changes, failed")  # fmt: skip

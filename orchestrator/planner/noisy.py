@@ -399,8 +399,8 @@ class Noisy:
             if v and v != belief.work and v not in scored:
                 scored[v] = belief.gain(v)
         blocked = self.invalid | {v for v, c in self.unresolved.items() if c >= 2}
-        ranked = sorted(scored.items(), key=lambda kv: (-kv[1], bin(kv[0]).count("1"),
-                                                        _bits(kv[0])))  # fmt: skip
+        # ties: the smaller variant, then the lower mask (deterministic, cheap)
+        ranked = sorted(scored.items(), key=lambda kv: (-kv[1], kv[0].bit_count(), kv[0]))
         best: tuple[float, int] | None = None
         for v, g in ranked[:12]:
             closed = _mask(self.closure(frozenset(_bits(v))))
