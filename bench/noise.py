@@ -180,8 +180,9 @@ def make_case(shape: str, n: int, p: float, seed: int) -> Callable[[], Oracle]:
     return lambda: Oracle(terms, p, random.Random(f"runs:{shape}:{n}:{p}:{seed}"))
 
 
-def table(ps: list[float], ns: list[int], cases: int,
-          policies: tuple[str, ...] = POLICIES) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] = POLICIES,
+          on_row: Callable[[list[str], list[str]], None] | None = None,
+          ) -> tuple[list[str], list[list[str]]]:  # fmt: skip
     header = ["p", "shape", "n"]
     for name in policies:
         header += [f"{name} ok%", f"{name} mean", f"{name} p95"]
@@ -190,8 +191,8 @@ def table(ps: list[float], ns: list[int], cases: int,
     header += ["ours vs fixed", "noisy vs fixed"]
     rows: list[list[str]] = []
     for p in ps:
-        for shape in ("single", "AND-pair"):
-            for n in ns:
+        for n in ns:
+            for shape in ("single", "AND-pair"):
                 stats: dict[str, tuple[float, float]] = {}
                 row = [f"{p:g}", shape, str(n)]
                 for name in policies:
@@ -216,4 +217,6 @@ def table(ps: list[float], ns: list[int], cases: int,
                              if f in stats and stats[f][0] >= ok]  # fmt: skip
                     row.append(f"{mean / min(m for _, m in peers):.2f}" if peers else "-")
                 rows.append(row)
+                if on_row is not None:  # long runs: each row as soon as it is done
+                    on_row(header, row)
     return header, rows

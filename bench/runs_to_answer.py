@@ -216,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         policies = tuple(args.policies.split(",")) if args.policies else noise.POLICIES
         print(f"runs to the right answer with noise: {args.max_cases} random placements and "
               "seeds per row, every run counted (endpoints included)")
+        def progress(header: list[str], row: list[str]) -> None:
+            print(" | ".join(f"{h}={c}" for h, c in zip(header, row, strict=True)),
+                  file=sys.stderr, flush=True)  # fmt: skip
+
         print_table(*noise.table([float(x) for x in args.p.split(",")], ns, args.max_cases,
-                                 policies), args.markdown)  # fmt: skip
+                                 policies, progress), args.markdown)  # fmt: skip
         return 0
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
     if args.pools:
