@@ -327,6 +327,20 @@ def test_seed_random_draws_afresh_on_every_start(spawn, zoo: Path, tmp_path: Pat
     assert set(outcomes) == {"crash", "pass"}, outcomes
 
 
+def test_seed_random_n_replays_the_same_flaky_history(spawn, zoo: Path, tmp_path: Path) -> None:
+    from orchestrator.lab.server import replayed_seed
+
+    scen = sc.load(zoo)
+    base = next(b for b in range(1, 100)
+                if len({scen.select_fault({"flaky": True}, {}, replayed_seed(b, k)) is None
+                        for k in range(1, 7)}) == 2)  # a history with both outcomes
+    expected = ["pass" if scen.select_fault({"flaky": True}, {}, replayed_seed(base, k)) is None
+                else "crash" for k in range(1, 7)]  # fmt: skip
+    for attempt in ("a", "b"):  # two fresh counters: the same six starts
+        env = {"ORCH_LAB_SEED": f"random:{base}", "ORCH_LAB_DIR": str(tmp_path / attempt)}
+        assert [_flaky_outcome(spawn, zoo, None, env=env) for _ in range(6)] == expected
+
+
 def test_args_rule_exits_2_with_argparse_message(spawn, zoo: Path) -> None:
     proc = spawn("--scenario", str(zoo), "--crash-at", "args", "--port", str(free_port()))
     assert proc.wait_exit(WAIT) == 2
