@@ -65,7 +65,7 @@ class NoiseModel:
     #: the right one after a single unlucky pass). Once a run of a variant carrying a set
     #: passed, that set has no part of it anyway.
     spike: float = 0.0
-    #: runs the search may ask for before it answers with what it has (None: 30 + 12 n)
+    #: runs the search may ask for before it answers with what it has (None: 60 + 25 n)
     max_runs: int | None = None
 
 
@@ -444,7 +444,7 @@ def noisy_search(
     state = Noisy(n, model, closure)
     for v, verdict in evidence:
         state.add(v, verdict)
-    budget = model.max_runs if model.max_runs is not None else 30 + 12 * n
+    budget = model.max_runs if model.max_runs is not None else 60 + 25 * n
     for _ in range(budget):
         a = state.analyze()
         if a.next is None:
