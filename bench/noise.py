@@ -139,7 +139,7 @@ def run_bayesect(n: int, o: Oracle) -> Result:
     state = Noisy(n, model)
     for v, x in ends:
         state.add(v, x)
-    for _ in range(60 + 25 * n):
+    for _ in range(30 + 12 * n):  # its budget (pairs, which it cannot name, use it up)
         a = state.analyze()
         if a.next is None:
             break
