@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import flaky
+from orchestrator.classify import OUTSIDE_SIGNALS
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import CampaignIncomplete, InfraError, LockError, OrchestratorError
@@ -31,6 +32,7 @@ from orchestrator.events import (
 )
 from orchestrator.executor import Executor, RunCancelled, RunResult, service_name
 from orchestrator.planner import Answer, Planner
+from orchestrator.planner.strategies import CLEARING
 from orchestrator.planning import Plan
 from orchestrator.pool import Pool, Task
 from orchestrator.store import RunRow, Store
@@ -174,8 +176,16 @@ class Bisection:
         self.reused = 0
         self.good_metric: float | None = None
         self._infra_streak = 0
+        self._rows_cache: list[RunRow] | None = None
         self._t0 = time.monotonic()
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+
+    def _rows(self) -> list[RunRow]:
+        """This campaign's runs, read once per change: only this process adds to them (the
+        host lock refuses a second controller), and it drops the copy whenever it does."""
+        if self._rows_cache is None:
+            self._rows_cache = self.store.runs(self.cid)
+        return self._rows_cache
 
     def _spec(self) -> dict[str, Any]:
         return {
@@ -197,7 +207,7 @@ class Bisection:
 
     # ---- the campaign
     def run(self) -> Outcome:
-        previous = self.store.runs(self.cid)
+        previous = self._rows()
         est = self.plan.estimates()
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
@@ -251,7 +261,7 @@ class Bisection:
         def got_end(v: tuple[int, ...], row: RunRow) -> None:
             if row.verdict is not Verdict.INFRA:
                 if v == full:  # a flaky failure may need several starts of bad to show
-                    starts = flaky.bad_starts(self.store.runs(self.cid), full)
+                    starts = flaky.bad_starts(self._rows(), full)
                     row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
                     if flaky.retry_bad(starts):
                         self.emit(Notice(host=row.host, message=(
@@ -263,7 +273,7 @@ class Bisection:
                     self.good_metric = row.probe_metric
 
         def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
-            return v == full and flaky.retry_bad(flaky.bad_starts(self.store.runs(self.cid),
+            return v == full and flaky.retry_bad(flaky.bad_starts(self._rows(),
                                                                   full))  # fmt: skip
 
         stop = self._drive(pool, want_ends, got_end, target=None,
@@ -280,7 +290,7 @@ class Bisection:
             )
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
-            starts = len(flaky.bad_starts(self.store.runs(self.cid), full))
+            starts = len(flaky.bad_starts(self._rows(), full))
             return self._stop_endpoints(
                 f"the bad config does not fail on {where}: it passed on all {starts} starts "
                 f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
@@ -295,7 +305,7 @@ class Bisection:
         #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
         #    `auto` turns noise-aware by itself once the runs show flakiness.
         evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
-                    for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA]
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]
         strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
                                       lambda v: self.plan.describe(frozenset(v)))
         planner = Planner(n, strategy,
@@ -333,7 +343,7 @@ class Bisection:
             best = planner.answer
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
             outcome = self._conclude(best, disagree)
-        rows = self.store.runs(self.cid)
+        rows = self._rows()
         outcome.noise = watch.summary(best, rows, self.target, relative)
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
@@ -417,6 +427,7 @@ class Bisection:
                     raise d.error if isinstance(d.error, BaseException) else RuntimeError(
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
+            self._rows_cache = None
             rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
                                      result=d.result)  # fmt: skip
             self.executed += 1
@@ -427,7 +438,7 @@ class Bisection:
     def _known(self, variant: tuple[int, ...], target: Signature | None,
                hosts: list[Host]) -> RunRow | None:  # fmt: skip
         """This campaign's recorded verdict of the variant, or a cached one (not --fresh)."""
-        mine = [r for r in self.store.runs(self.cid)
+        mine = [r for r in self._rows()
                 if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
         if mine:
             return self._relabel(mine[-1], target, "resume")
@@ -440,6 +451,7 @@ class Bisection:
                 continue
             cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
                                             exp)  # fmt: skip
+            self._rows_cache = None
             rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
                                      cached_from=hit.id)  # fmt: skip
             self.reused += 1
@@ -447,9 +459,15 @@ class Bisection:
         return None
 
     def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused."""
+        """A verdict judged against another campaign's good throughput cannot be reused, nor
+        one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM with
+        no failure in the log: today such a run is infra)."""
         cond = exp.probe.condition if exp.probe else None
-        return not (cond is not None and cond.relative_to_good)
+        if cond is not None and cond.relative_to_good:
+            return False
+        sig = hit.signature
+        return not (sig is not None and sig.error_class == "signal"
+                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
     def _note_infra(self, result: RunResult, healthy: int) -> None:
         if result.verdict is not Verdict.INFRA:
@@ -469,7 +487,7 @@ class Bisection:
             from dataclasses import replace
 
             row = replace(row, verdict=verdict)
-        done = sum(1 for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA)
+        done = sum(1 for r in self._rows() if r.verdict is not Verdict.INFRA)
         self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=row.purpose,
                               verdict=verdict, signature=row.signature, source=source,
                               duration_s=row.duration, done=done))  # fmt: skip
@@ -478,7 +496,7 @@ class Bisection:
     # ---- budgets and endings
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         if self.opts.max_runs is not None:
-            total = sum(1 for r in self.store.runs(self.cid) if r.cached_from is None)
+            total = sum(1 for r in self._rows() if r.cached_from is None)
             if total + in_flight >= self.opts.max_runs:
                 return f"--max-runs {self.opts.max_runs} reached"
         if self.opts.deadline_s is not None and time.monotonic() - self._t0 >= self.opts.deadline_s:
@@ -492,7 +510,7 @@ class Bisection:
 
     def _verdicts(self) -> dict[tuple[int, ...], Verdict]:
         out: dict[tuple[int, ...], Verdict] = {}
-        for r in self.store.runs(self.cid):
+        for r in self._rows():
             if r.verdict is not Verdict.INFRA:
                 out[r.variant] = relative(r.verdict, r.signature, self.target)
         return out
@@ -514,7 +532,7 @@ class Bisection:
 
     def _findings(self) -> list[Finding]:
         by_sig: dict[Signature, Finding] = {}
-        for r in self.store.runs(self.cid):
+        for r in self._rows():
             verdict = relative(r.verdict, r.signature, self.target)
             if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
                 continue
@@ -529,13 +547,47 @@ class Bisection:
 
     def _invalid(self) -> list[dict[str, Any]]:
         return [{"variant": r.label, "run": r.id, "reason": r.detail}
-                for r in self.store.runs(self.cid) if r.verdict is Verdict.INVALID]  # fmt: skip
+                for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
 
-    def _run_of(self, variant: frozenset[int]) -> str | None:
+    def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
+        """The newest run of exactly this variant whose verdict backs the claim: the target
+        failure (`fails`), or a run that ran without it (pass, other, timeout)."""
         key = tuple(sorted(variant))
-        rows = [r for r in self.store.runs(self.cid) if r.variant == key
-                and r.verdict is not Verdict.INFRA]  # fmt: skip
-        return rows[-1].id if rows else None
+        for r in reversed(self._rows()):
+            if r.variant != key:
+                continue
+            got = relative(r.verdict, r.signature, self.target)
+            if (got is Verdict.FAIL) if fails else got in CLEARING:
+                return r
+        return None
+
+    def _clear_claim(self, x: int, variant: frozenset[int], row: RunRow) -> str:
+        """What a clearing run shows, worded for the variant it really is."""
+        flag = self.plan.deltas[x].short()
+        if variant == frozenset(range(self.plan.n)) - {x}:
+            what = f"bad without {flag}"
+        else:
+            what = f"{self.plan.describe(variant)} (without {flag})"
+        got = relative(row.verdict, row.signature, self.target)
+        if got is Verdict.PASS:
+            return f"{what} does not fail"
+        return f"{what} does not show the target failure ({got.value}: {row.signature})"
+
+    def _contradictions(self, sets: list[frozenset[int]], misses: bool = False) -> list[str]:
+        """Recorded runs the answer cannot explain: a target failure without any culprit
+        set, or a pass with one (a flaky failure, or a cause the search did not see).
+        With `misses` (a noise-aware answer) a pass with a culprit set is a miss its
+        posterior has weighed, not a contradiction."""
+        out: list[str] = []
+        for r in self._rows():
+            got = relative(r.verdict, r.signature, self.target)
+            has = any(c <= frozenset(r.variant) for c in sets)
+            if got is Verdict.FAIL and not has:
+                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
+                           "culprit set")  # fmt: skip
+            elif got is Verdict.PASS and has and not misses:
+                out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
+        return out
 
     def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
@@ -547,7 +599,7 @@ class Bisection:
                 expected[tuple(sorted(v))] = Verdict.PASS
 
         def repeats(v: tuple[int, ...]) -> list[RunRow]:
-            return [r for r in self.store.runs(self.cid) if r.variant == v
+            return [r for r in self._rows() if r.variant == v
                     and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
 
         self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
@@ -564,19 +616,46 @@ class Bisection:
 
     def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
         culprits = []
+        unbacked: list[str] = []
         for c in answer.culprits:
+            flags = [self.plan.deltas[i].short() for i in sorted(c.deltas)]
+            # Every evidence line cites a run of exactly the variant it describes, with
+            # the verdict it claims; a claim without such a run is not evidence.
+            rep = self._run_of(c.reproduced_by, fails=True)
+            cleared: dict[str, str | None] = {}
+            claims: dict[str, str] = {}
+            for i, v in c.cleared_by:
+                row = self._run_of(v, fails=False)
+                cleared[self.plan.deltas[i].short()] = row.id if row else None
+                if row is not None:
+                    claims[self.plan.deltas[i].short()] = self._clear_claim(i, v, row)
+            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
+                         and len(claims) == len(c.deltas))  # fmt: skip
+            if not confirmed:
+                unbacked.append(" + ".join(flags))
             culprits.append({
                 "deltas": [self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                "flags": [self.plan.deltas[i].short() for i in sorted(c.deltas)],
+                "flags": flags,
                 "indices": sorted(c.deltas),
                 "interacting": len(c.deltas) > 1,
-                "reproduced_by": self._run_of(c.reproduced_by),
-                "cleared_by": {self.plan.deltas[i].short(): self._run_of(v)
-                               for i, v in c.cleared_by},
-                "confirmed": c.confirmed,
+                "reproduced_by": rep.id if rep else None,
+                "cleared_by": cleared,
+                "clearing": claims,
+                "confirmed": confirmed,
             })  # fmt: skip
-        status = "found" if answer.culprits and answer.complete else "incomplete"
-        message = answer.reason if status != "found" else ""
+        # A noise-aware answer stands on its posterior (its confidence reached what was
+        # asked): its evidence lines cite the runs there are, and misses are expected.
+        contradictions = self._contradictions([c.deltas for c in answer.culprits],
+                                              misses=answer.noise_aware)  # fmt: skip
+        status = "found" if (answer.culprits and answer.complete
+                             and (answer.noise_aware or not unbacked)
+                             and not contradictions) else "incomplete"  # fmt: skip
+        message = ""
+        if status != "found":
+            message = answer.reason or (
+                "no evidence run backs " + ", ".join(unbacked) if unbacked else
+                "the recorded runs contradict the answer (flaky?): "
+                + "; ".join(contradictions[:3]))  # fmt: skip
         return Outcome(self.cid, status, message=message, target=self.target, answer=answer,
                        culprits=culprits, findings=self._findings(), invalid=self._invalid(),
                        runs_executed=self.executed, runs_reused=self.reused,

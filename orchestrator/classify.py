@@ -609,6 +609,67 @@ def _verdict_for(sig: Signature, target: Signature | None) -> Verdict:
     return Verdict.OTHER
 
 
+# Signals a server does not send itself when it crashes: SGLang's kill_process_tree sends
+# SIGKILL to its own tree too, but only after a child's traceback is in the log.
+OUTSIDE_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
+_KILL_NOTICES = frozenset({"Killed", "Terminated"})
+_PORT_CLASH_RE = re.compile(
+    r"address already in use|EADDRINUSE|errno:? ?98\b|\[Errno 98\]", re.IGNORECASE
+)
+
+
+def _died_by_signal(evidence: RunEvidence) -> str | None:
+    if evidence.exit_signal is not None:
+        return signal_name(evidence.exit_signal)
+    if evidence.exit_code is not None and evidence.exit_code > 128:
+        return signal_name(evidence.exit_code - 128)
+    return None
+
+
+def port_clash(log: str) -> str | None:
+    """'port clash: ...' with the log's own line, when the server could not bind an
+    address because another process holds it."""
+    m = _PORT_CLASH_RE.search(log)
+    if m is None:
+        return None
+    start = log.rfind("\n", 0, m.start()) + 1
+    end = log.find("\n", m.end())
+    line = strip_prefix(log[start : end if end >= 0 else len(log)]).strip()[:200]
+    return f"port clash: another process holds an address the server binds ({line})"
+
+
+def outside_cause(evidence: RunEvidence) -> str | None:
+    """Why a failed run says nothing about its config, or None.
+
+    Two things end a run from outside the campaign: a port the server binds taken by
+    another process (it binds late, after the port check), and a kill nobody in the
+    campaign sent (a person, another tool, a host watchdog): the server died by SIGKILL,
+    SIGTERM, SIGINT or SIGHUP and its log shows no failure of its own. Such runs are
+    `infra`: retried, never cached, never a finding. The kernel's OOM killer, which
+    systemd reports as `oom-kill`, stays a failure of the config.
+    """
+    if evidence.infra_error or evidence.invalid_reason:
+        return None
+    died = not evidence.became_ready and not evidence.timed_out
+    died = died or evidence.died_after_ready or (
+        evidence.probe is not None and not evidence.probe.server_alive)
+    if not died:
+        return None
+    tail = evidence.log_tail[-200_000:]
+    clash = port_clash(tail)
+    if clash is not None:
+        return f"{clash}; not a verdict about the config"
+    sig = _died_by_signal(evidence)
+    if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
+        own = analyze_log(tail).signature
+        # A shell's "Killed" line is the kill itself, not a failure of the server.
+        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES):
+            return (f"the server was killed by {sig} from outside the campaign (its log shows "
+                    "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
+                    "not a verdict about the config")
+    return None
+
+
 def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Signature | None]:
     """The verdict of one run, and its failure signature (None for pass/invalid/infra).
 
@@ -620,6 +681,8 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         return Verdict.INFRA, None
     if evidence.invalid_reason:
         return Verdict.INVALID, None
+    if outside_cause(evidence) is not None:
+        return Verdict.INFRA, None
 
     analysis = analyze_log(evidence.log_tail)
     reached = evidence.last_phase or analysis.reached or Phase.INIT
@@ -662,6 +725,7 @@ __all__ = [
     "ERROR_RULES",
     "FRAME_PHASES",
     "HANG_MESSAGE",
+    "OUTSIDE_SIGNALS",
     "PHASE_MARKERS",
     "ErrorRule",
     "FramePhase",
@@ -674,7 +738,9 @@ __all__ = [
     "judge",
     "last_phase",
     "normalize_message",
+    "outside_cause",
     "phase_of_line",
+    "port_clash",
     "signal_name",
     "strip_prefix",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from orchestrator import facts
-from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase
+from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import InfraError, ServiceError, TransportError
@@ -169,11 +169,15 @@ class Executor:
         """The long options the server's own `--help` lists (None: it does not say)."""
         key = exp.exec
         if key not in self._help_cache:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in exp.env)
-            cmd = f"{'env ' + env + ' ' if env else ''}{shlex.join(exp.exec)} --help"
+            # The environment goes through stdin, never the command line: every local user
+            # sees a command line (ps), and the environment may hold secrets.
+            env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in exp.env)
+            cmd = f"{shlex.join(exp.exec)} --help"
+            if env:
+                cmd = f". /dev/stdin && {cmd}"
             if exp.workdir:
                 cmd = f"cd {shlex.quote(exp.workdir)} && {cmd}"
-            r = self.t.run(cmd, timeout=180)
+            r = self.t.run(cmd, timeout=180, stdin=env or None)
             options = facts.parse_help_options(r.stdout) if r.ok else ()
             self._help_cache[key] = tuple(options) or None
             if not options:
@@ -280,7 +284,7 @@ class Executor:
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
-        detail = evidence.invalid_reason or evidence.infra_error or ""
+        detail = evidence.invalid_reason or evidence.infra_error or outside_cause(evidence) or ""
         if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip

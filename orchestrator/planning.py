@@ -70,7 +70,7 @@ class Plan:
             # the noise-aware search costs about what auto costs when nothing is flaky
             # (bench/runs_to_answer.py --noise); simulating it for every placement is slow
             strategy = make_strategy("auto")
-        return estimate_runs(strategy, self.n)
+        return dict(estimate_runs(strategy, self.n))  # cached: a copy
 
 
 def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto") -> Plan:

@@ -110,8 +110,9 @@ def markdown(camp: CampaignRow, runs: list[RunRow]) -> str:
                        f"reproduces the failure: run {c['reproduced_by']}"
                        f"{_with(c.get('reproduced_counts'))}")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = _with((c.get("cleared_counts") or {}).get(flag))
-                out.append(f"  - bad without `{flag}` does not fail: run {rid}{got}")
+                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
         used = {i for c in culprits for i in c["indices"]}
         cleared = [d for i, d in enumerate(deltas) if i not in used]
         if cleared:
@@ -197,9 +198,10 @@ def html_page(camp: CampaignRow, runs: list[RunRow]) -> str:
                          f"failure (run {e(str(c['reproduced_by']))}"
                          f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = (c.get("cleared_counts") or {}).get(flag)
-                parts.append(f"<li>bad without <code>{e(flag)}</code> does not fail "
-                             f"(run {e(str(rid))}{'; ' + e(got) if got else ''})</li>")  # fmt: skip
+                parts.append(f"<li>{e(claim)} (run {e(str(rid))}{'; ' + e(got) if got else ''})"
+                             "</li>")  # fmt: skip
             parts.append("</ul></li>")
         parts.append("</ul>")
         used = {i for c in culprits for i in c["indices"]}

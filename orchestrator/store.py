@@ -133,13 +133,17 @@ def default_root() -> Path:
 
 
 class Store:
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, *, readonly: bool = False) -> None:
         self.root = Path(root) if root is not None else default_root()
         self.db_path = self.root / "orchestrator.db"
         self.logs = self.root / "logs"
         #: every secret value seen so far is replaced by a marker before anything is written
         self._secrets: dict[str, str] = {}
         self.redact = Redactor()
+        self.readonly = readonly
+        if readonly:
+            self._open_readonly()
+            return
         self._check_writable()
         try:
             # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
@@ -175,15 +179,41 @@ class Store:
                     hint="free some space or make the directory writable, or choose another "
                     "with --results DIR (or ORCH_RESULTS)",
                 ) from exc
-            raise StoreError(
-                f"the results database {self.db_path} is unreadable: {exc}",
-                hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
-                "one; the plain log files under logs/ are kept",
-            ) from exc
+            raise self._unreadable(exc) from exc
         try:
             os.chmod(self.db_path, 0o600)
         except OSError:
             pass
+
+    def _unreadable(self, exc: Exception | None) -> StoreError:
+        return StoreError(
+            f"the results database {self.db_path} is unreadable: {exc}",
+            hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
+            "one; the plain log files under logs/ are kept",
+        )
+
+    def _open_readonly(self) -> None:
+        """For commands that only read (runs, show, classify): nothing is created, and a
+        results directory on a read-only mount works."""
+        if not self.db_path.is_file():
+            raise StoreError(f"no results in {self.root} (no {self.db_path.name} there)",
+                             hint="pass the results directory of your campaigns with "
+                             "--results DIR (or ORCH_RESULTS)")  # fmt: skip
+        uri = self.db_path.resolve().as_uri()
+        last: Exception | None = None
+        # mode=ro needs the WAL's -shm file to exist or be creatable; on a read-only mount
+        # nobody writes the database, so it can be read as immutable instead.
+        for query in ("mode=ro", "immutable=1"):
+            try:
+                self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=30,
+                                          isolation_level=None)  # fmt: skip
+                self.db.row_factory = sqlite3.Row
+                self.db.execute("SELECT count(*) FROM runs").fetchone()
+                return
+            except sqlite3.DatabaseError as exc:
+                last = exc
+                self.db.close()
+        raise self._unreadable(last)
 
     def _check_writable(self) -> None:
         try:
@@ -265,16 +295,23 @@ class Store:
             db.execute(f"UPDATE campaigns SET {', '.join(cols)} WHERE id=?", (*vals, cid))
 
     def campaign(self, cid: str) -> CampaignRow:
-        row = self.db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()
-        if row is None:
-            row = self.db.execute(
-                "SELECT * FROM campaigns WHERE id LIKE ? ORDER BY created DESC", (cid + "%",)
-            ).fetchone()
-        if row is None:
-            from orchestrator.errors import UsageError
+        """A campaign by id, or by a prefix of its id that names only one."""
+        from orchestrator.errors import UsageError
 
+        row = self.db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()
+        if row is None and cid:
+            # literal prefix: substr, not LIKE (where % and _ match anything)
+            rows = self.db.execute(
+                "SELECT * FROM campaigns WHERE substr(id, 1, ?) = ? ORDER BY created DESC",
+                (len(cid), cid)).fetchall()  # fmt: skip
+            if len(rows) > 1:
+                raise UsageError(f"ambiguous prefix '{cid}': "
+                                 + ", ".join(r["id"] for r in rows[:10]),
+                                 hint="give more of the campaign id")  # fmt: skip
+            row = rows[0] if rows else None
+        if row is None:
             raise UsageError(f"no campaign '{cid}' in {self.db_path}",
-                             hint="`orchestrator runs` lists the campaigns")  # fmt: skip
+                             hint="`orchestrator runs --campaigns` lists them")  # fmt: skip
         return _campaign(row)
 
     def campaigns(self, limit: int = 50) -> list[CampaignRow]:

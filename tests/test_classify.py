@@ -16,6 +16,7 @@ from orchestrator.classify import (
     judge,
     last_phase,
     normalize_message,
+    outside_cause,
     phase_of_line,
     signal_name,
 )
@@ -256,10 +257,22 @@ def test_judge_timeout_and_hang_target() -> None:
 def test_judge_killed_by_signal_without_log_error() -> None:
     killed = RunEvidence(log_tail="[2025-06-10 14:02:31 TP0] Load weight begin. avail mem=78 GB",
                          exit_signal="KILL", unit_result="signal")  # fmt: skip
-    assert judge(killed, None) == (Verdict.FAIL, Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL"))
+    # Killed, and nothing in its log explains it: someone outside the campaign did it (a
+    # person, a watchdog): host trouble, not a verdict about the config.
+    assert judge(killed, None) == (Verdict.INFRA, None)
+    assert "killed by SIGKILL from outside" in (outside_cause(killed) or "")
+    assert judge(RunEvidence(exit_code=137), None) == (Verdict.INFRA, None)
+    termed = RunEvidence(exit_code=143, log_tail="Load weight begin.")
+    assert judge(termed, None)[0] is Verdict.INFRA
+    # The kernel's OOM killer (systemd says oom-kill) is the config's own failure.
     oom = RunEvidence(exit_code=137, unit_result="oom-kill", last_phase=Phase.LOAD_WEIGHTS)
     assert judge(oom, None)[1] == Signature(Phase.LOAD_WEIGHTS, "signal", "SIGKILL (oom-kill)")
-    assert judge(RunEvidence(exit_code=137), None)[1] == Signature(Phase.INIT, "signal", "SIGKILL")
+    # A crash that SGLang ends with SIGKILL to its own tree has its traceback in the log.
+    crash = RunEvidence(log_tail=log("sglang_illegal_address_serving.log"), exit_signal="KILL")
+    assert judge(crash, None)[0] is Verdict.FAIL and outside_cause(crash) is None
+    # A signal a crash sends itself (SIGSEGV, SIGABRT) stays a failure.
+    assert judge(RunEvidence(exit_signal="SEGV"), None)[1] == Signature(Phase.INIT, "signal",
+                                                                        "SIGSEGV")
     assert signal_name("9/KILL") == signal_name(9) == signal_name("SIGKILL") == "SIGKILL"
 
 
@@ -279,7 +292,9 @@ def test_judge_probe_threshold_and_crash_under_load() -> None:
     assert sig == Signature(Phase.SERVING, "illegal_address",
                             "an illegal memory access was encountered")  # fmt: skip
     died = RunEvidence(became_ready=True, died_after_ready=True, exit_signal=9)
-    assert judge(died, sig) == (Verdict.OTHER, Signature(Phase.SERVING, "signal", "SIGKILL"))
+    assert judge(died, sig) == (Verdict.INFRA, None)  # killed while serving, no error: outside
+    segv = RunEvidence(became_ready=True, died_after_ready=True, exit_signal=11)
+    assert judge(segv, sig) == (Verdict.OTHER, Signature(Phase.SERVING, "signal", "SIGSEGV"))
 
 
 def test_judge_probe_command_error() -> None:
@@ -322,3 +337,23 @@ def test_cli_classify_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["classify", "/nonexistent/server.log"]) == 2
     err = capsys.readouterr().err
     assert "/nonexistent/server.log: no such file" in err and "Traceback" not in err
+
+
+def test_a_port_clash_is_infra_with_its_own_message() -> None:
+    """A server that cannot bind (another process took the port after the port check) says
+    nothing about its config: infra, named as a port clash, never a finding."""
+    clash = ("[2026-11-30 03:00:00] INFO:     Started server process [4242]\n"
+             "[2026-11-30 03:00:00] ERROR:    [Errno 98] error while attempting to bind on "
+             "address ('127.0.0.1', 30000): address already in use\n"
+             "[2026-11-30 03:00:00] INFO:     Waiting for application shutdown.\n")  # fmt: skip
+    ev = RunEvidence(log_tail=clash, exit_code=1)
+    assert judge(ev, None) == (Verdict.INFRA, None)
+    reason = outside_cause(ev) or ""
+    assert reason.startswith("port clash") and "address already in use" in reason
+    # torch.distributed's store port taken: the same kind of trouble
+    store = RunEvidence(log_tail="RuntimeError: The server socket has failed to listen on any "
+                        "local network address. port: 29500, useIPv6: 0 (errno: 98 - Address "
+                        "already in use)", exit_code=1)  # fmt: skip
+    assert judge(store, None)[0] is Verdict.INFRA
+    # a healthy server that logs the phrase is not judged by it
+    assert judge(RunEvidence(log_tail=clash, became_ready=True), None) == (Verdict.PASS, None)

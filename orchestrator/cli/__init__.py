@@ -37,7 +37,10 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
+    last_error: str | None = None
+
     def error(self, message: str) -> None:  # argparse's default exits 2 too; keep its wording
+        _Parser.last_error = f"{self.prog}: {message}"
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -74,7 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code == 2 and "--json" in argv:  # with --json, stdout is one JSON document
+            _json_error(_Parser.last_error or "usage error", "see --help", 2)
+        raise
     if rest is not None:
         if not hasattr(args, "command_words"):
             parser.error("'--' is only used by `import` and `schedule add`")
@@ -84,15 +92,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from orchestrator.cli.output import err_console
 
+    as_json = bool(getattr(args, "json", False))
     try:
         return int(args.handler(args) or 0)
     except OrchestratorError as exc:
         if args.verbose:
             traceback.print_exc()
-        err_console().print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        if as_json:  # with --json, stdout is always one JSON document
+            _json_error(str(exc), exc.hint, exc.exit_code)
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+                            highlight=False)  # fmt: skip
         if exc.hint:
-            err_console().print(f"  [yellow]hint:[/] {exc.hint}", markup=True, highlight=False)
+            err_console().print(f"  [yellow]hint:[/] {escape(exc.hint)}", markup=True,
+                                highlight=False)  # fmt: skip
         return exc.exit_code
     except KeyboardInterrupt:
+        if as_json:
+            _json_error("interrupted", None, 130)
         err_console().print("interrupted", highlight=False)
         return 130
+
+
+def _json_error(message: str, hint: str | None, code: int) -> None:
+    import json
+
+    from orchestrator.cli.output import console
+
+    console().print_json(json.dumps({"status": "error", "error": message, "hint": hint,
+                                     "exit_code": code}))  # fmt: skip

@@ -32,12 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="host or pool name from the hosts file (a pool runs variants in parallel)")
     p.add_argument("--resume", metavar="ID", help="continue an interrupted campaign")
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
                    help="run the variants that decide the answer N times (flaky failures)")
     p.add_argument("--confidence", type=float, metavar="P",
                    help="when the failure is flaky, search until the answer is this likely to "
                         "be right (default 0.95)")
-    p.add_argument("--max-runs", type=int, metavar="N", help="stop after N runs")
+    p.add_argument("--max-runs", type=common.positive_int, metavar="N",
+                   help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",
                    help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
     p.add_argument("--fresh", action="store_true", help="do not reuse cached verdicts")
@@ -74,6 +75,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--deadline: {exc}") from None
     if args.resume:
+        given = [f"--{o}" for o in ("good", "bad", "host") if getattr(args, o)]
+        if args.strategy != "auto":
+            given.append("--strategy")
+        if given:
+            raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
+                             f"and strategy; {', '.join(given)} cannot be given with it",
+                             hint="drop them, or start a new campaign without --resume")
         camp = store.campaign(args.resume)
         plan = _plan_from_spec(camp.spec)
         host_names = camp.spec["hosts"]
@@ -108,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=factory)  # fmt: skip
     bisection.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(bisection.run, view, "campaign")
+    outcome = common.run_campaign(bisection.run, view, "campaign", as_json=args.json)
     if outcome is None:
         return 130
     report_paths: list[str] = []
@@ -137,9 +145,9 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
             c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}"
                     + _counts(cul.get("reproduced_counts")), highlight=False)  # fmt: skip
             for flag, rid in cul["cleared_by"].items():
+                claim = cul.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = _counts((cul.get("cleared_counts") or {}).get(flag))
-                c.print(f"  bad without {escape(flag)} does not fail: run {rid}{got}",
-                        highlight=False)  # fmt: skip
+                c.print(f"  {escape(claim)}: run {rid}{got}", highlight=False)
         suspects = {i for cul in outcome.culprits for i in cul["indices"]}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rich.markup import escape
 
-from orchestrator.classify import LogAnalysis, analyze_log
+from orchestrator.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import UsageError
@@ -34,12 +36,26 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+#: what is classified of a log: its tail, as runs keep theirs (a crash is at the end)
+TAIL_BYTES = 4 * 1024 * 1024
+#: how much of a stream (stdin, a device) is read at most to find that tail
+STREAM_LIMIT = 256 * 1024 * 1024
+
+
 def read_log(name: str) -> str:
-    if name == "-":
-        return sys.stdin.read()
-    path = Path(name)
+    """The last TAIL_BYTES of a saved log (or stdin), as text; refuses binary data."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        if name == "-":
+            data = _stream_tail(sys.stdin.buffer, name)
+        else:
+            path = Path(name)
+            with path.open("rb") as fh:
+                if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    size = os.fstat(fh.fileno()).st_size
+                    fh.seek(max(size - TAIL_BYTES, 0))
+                    data = fh.read(TAIL_BYTES)
+                else:
+                    data = _stream_tail(fh, name)
     except FileNotFoundError:
         raise UsageError(
             f"{name}: no such file", hint="give a saved log file, or - for stdin"
@@ -48,6 +64,30 @@ def read_log(name: str) -> str:
         raise UsageError(f"{name}: is a directory, not a log file") from None
     except PermissionError:
         raise UsageError(f"{name}: permission denied") from None
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if data and data.count(0) > len(data) // 100:
+        raise UsageError(f"{name}: binary data, not a server log",
+                         hint="give the text log the server wrote (journalctl -u UNIT, "
+                         "or its log file)")  # fmt: skip
+    return data.decode("utf-8", errors="replace")
+
+
+def _stream_tail(fh: BinaryIO, name: str) -> bytes:
+    """The last TAIL_BYTES of a stream, reading at most STREAM_LIMIT (a device such as
+    /dev/zero never ends)."""
+    tail = b""
+    total = 0
+    while total < STREAM_LIMIT:
+        chunk = fh.read(1024 * 1024)
+        if not chunk:
+            return tail
+        total += len(chunk)
+        if chunk.count(0) > len(chunk) // 100:
+            return chunk  # binary: refused by the caller, no need to read on
+        tail = (tail + chunk)[-TAIL_BYTES:]
+    raise UsageError(f"{name}: more than {STREAM_LIMIT // 2**20} MiB and still going; not a "
+                     "saved log", hint="save the log to a file, or pipe its tail (tail -c 4M)")
 
 
 def as_dict(analysis: LogAnalysis) -> dict[str, Any]:
@@ -64,9 +104,13 @@ def as_dict(analysis: LogAnalysis) -> dict[str, Any]:
     }
 
 
-def render(analysis: LogAnalysis) -> None:
+def render(analysis: LogAnalysis, trouble: str | None = None) -> None:
     out = console()
     phase = analysis.phase.value if analysis.phase else "unknown (no startup milestone seen)"
+    if trouble is not None:
+        out.print(f"[bold yellow]host trouble[/]: {escape(trouble)}; a run that ends like this "
+                  "is infra (retried, never a verdict)", highlight=False)  # fmt: skip
+        return
     if analysis.signature is None:
         out.print(f"[bold green]no failure found[/]; phase reached: {escape(phase)}")
         return
@@ -83,7 +127,7 @@ def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
     """Recorded runs with the same signature ("have we seen this crash, with which flags?")."""
     if analysis.signature is None or not (Path(results) / "orchestrator.db").exists():
         return []
-    store = Store(results)
+    store = Store(results, readonly=True)
     try:
         return store.runs_with_signature(analysis.signature)
     finally:
@@ -91,16 +135,18 @@ def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
 
 
 def run(args: argparse.Namespace) -> int:
-    analysis = analyze_log(read_log(args.logfile))
+    text = read_log(args.logfile)
+    analysis = analyze_log(text)
+    trouble = port_clash(text)
     matches = seen_before(analysis, args.results)
     if args.json:
-        data = as_dict(analysis) | {"seen_in_runs": [
+        data = as_dict(analysis) | {"host_trouble": trouble, "seen_in_runs": [
             {"run": r.id, "campaign": r.campaign, "host": r.host, "variant": r.label,
              "argv": r.argv} for r in matches]}  # fmt: skip
         console().print_json(json.dumps(data))
         return 0
-    render(analysis)
-    if analysis.signature is not None:
+    render(analysis, trouble)
+    if analysis.signature is not None and trouble is None:
         out = console()
         if matches:
             out.print(f"[bold]seen before[/] in {len(matches)} recorded run(s):")

@@ -58,8 +58,21 @@ def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
     return hosts
 
 
-def store(args: argparse.Namespace) -> Store:
-    return Store(args.results)
+def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
+    """The results store; `readonly` for commands that only read (nothing is created, and a
+    read-only results directory works)."""
+    return Store(args.results, readonly=readonly)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of 1 or more, got {value}")
+    return value
 
 
 def command_line() -> str:
@@ -80,7 +93,8 @@ def resume_options(args: argparse.Namespace) -> str:
     return out
 
 
-def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str) -> T | None:
+def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str, *,
+                 as_json: bool = False) -> T | None:  # fmt: skip
     """Run a campaign with SIGTERM treated like Ctrl-C. On either, the core restores the
     hosts and raises `Interrupted`: print the resume command and return None (exit 130)."""
     from rich.markup import escape
@@ -95,9 +109,45 @@ def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str) -> 
     except Interrupted as exc:
         if isinstance(view, LiveView):
             view.close()
+        if as_json:
+            import json
+
+            console().print_json(json.dumps({
+                "campaign": exc.campaign_id, "status": "interrupted",
+                "error": f"{noun} {exc.campaign_id} interrupted; the hosts were restored",
+                "resume": exc.resume}))  # fmt: skip
+            return None
         console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped; the hosts "
                         f"were restored.\nresume with: [bold]{escape(exc.resume)}[/]",
                         highlight=False)  # fmt: skip
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if isinstance(view, LiveView):
+            view.close()
+
+
+def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool = False,
+               ) -> T | None:  # fmt: skip
+    """One recorded run (`run`, `rerun`) with SIGTERM treated like Ctrl-C: the executor
+    restores the host on the way out; print that and return None (exit 130)."""
+    from orchestrator.cli.live import LiveView
+    from orchestrator.cli.output import console
+
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return run()
+    except KeyboardInterrupt:
+        if isinstance(view, LiveView):
+            view.close()
+        if as_json:
+            import json
+
+            console().print_json(json.dumps({"status": "interrupted", "error": "interrupted; "
+                                             "the host was restored"}))  # fmt: skip
+        else:
+            console().print("\n[yellow]interrupted[/]: the run was stopped; the host was "
+                            "restored.", highlight=False)  # fmt: skip
         return None
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.output import console
@@ -50,19 +51,19 @@ def run(args: argparse.Namespace) -> int:
         console().print_json(json.dumps(out))
         return 0
     c = console()
-    c.print(f"good: {plan.good.name} ({plan.good.source})", highlight=False)
-    c.print(f"bad:  {plan.bad.name} ({plan.bad.source})", highlight=False)
+    c.print(f"good: {escape(plan.good.name)} ({escape(plan.good.source)})", highlight=False)
+    c.print(f"bad:  {escape(plan.bad.name)} ({escape(plan.bad.source)})", highlight=False)
     table = Table(title=f"{plan.n} deltas", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("change")
     table.add_column("kind")
     for i, d in enumerate(plan.deltas):
-        table.add_row(str(i), d.describe(), d.kind)
+        table.add_row(str(i), escape(d.describe()), d.kind)
     c.print(table)
     c.print(f"strategy: {plan.strategy}", highlight=False)
     c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
     for v in first:
-        c.print(f"  - {plan.describe(v)}", highlight=False)
+        c.print(f"  - {escape(plan.describe(v))}", highlight=False)
     c.print(
         f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
         f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "

@@ -15,6 +15,7 @@ from orchestrator.config.experiment import load_experiment
 from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
 from orchestrator.store import RunRow
+from orchestrator.verdicts import Verdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,15 +69,14 @@ def run_one(args: argparse.Namespace) -> int:
         raise UsageError(f"'{args.host}' is a pool; `run` takes one host")
     store = common.store(args)
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-    try:
-        row = single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
-                         label=exp.name, listener=view,
-                         executor_factory=_factory(args))  # fmt: skip
-    finally:
-        if isinstance(view, LiveView):
-            view.close()
+    row = common.run_single(
+        lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
+                           label=exp.name, listener=view, executor_factory=_factory(args)),
+        view, as_json=args.json)  # fmt: skip
+    if row is None:
+        return 130
     _print(row, args)
-    return 0
+    return 3 if row.verdict is Verdict.INFRA else 0
 
 
 def rerun(args: argparse.Namespace) -> int:
@@ -90,21 +90,21 @@ def rerun(args: argparse.Namespace) -> int:
     for side in ("good", "bad"):
         env_keys |= frozenset((camp.spec.get(side, {}).get("service", {}) or {}).get("env") or {})
     view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-    try:
-        row = single_run(store, exp, host, kind="rerun", command=common.command_line(),
-                         label=f"rerun of {old.id}: {old.label}", target=camp.target,
-                         env_keys=env_keys, listener=view, executor_factory=_factory(args),
-                         spec_extra={"rerun_of": old.id})  # fmt: skip
-    finally:
-        if isinstance(view, LiveView):
-            view.close()
+    row = common.run_single(
+        lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
+                           label=f"rerun of {old.id}: {old.label}", target=camp.target,
+                           env_keys=env_keys, listener=view, executor_factory=_factory(args),
+                           spec_extra={"rerun_of": old.id}),
+        view, as_json=args.json)  # fmt: skip
+    if row is None:
+        return 130
     old_v = relative(old.verdict, old.signature, camp.target)
     same = row.verdict is old_v and row.signature == old.signature
     if args.json:
         _print(row, args, {"rerun_of": old.id, "old_verdict": old_v.value,
                            "old_signature": str(old.signature) if old.signature else None,
                            "same": same})  # fmt: skip
-        return 0
+        return 3 if row.verdict is Verdict.INFRA else 0
     c = console()
     c.print(f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
             + (f"  {escape(str(old.signature))}" if old.signature else ""), highlight=False)
@@ -112,4 +112,4 @@ def rerun(args: argparse.Namespace) -> int:
             + (f"  {escape(str(row.signature))}" if row.signature else ""), highlight=False)
     c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
             highlight=False)  # fmt: skip
-    return 0
+    return 3 if row.verdict is Verdict.INFRA else 0

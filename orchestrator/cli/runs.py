@@ -20,14 +20,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list recorded runs (or campaigns)")
     p.add_argument("--campaign", metavar="ID", help="only this campaign's runs")
     p.add_argument("--campaigns", action="store_true", help="list campaigns instead of runs")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=common.positive_int, default=50)
     p.add_argument("--json", action="store_true")
     common.add_results_option(p)
     p.set_defaults(handler=run_list)
 
     s = sub.add_parser("show", help="one run: config diff against good, verdict, signature, log")
     s.add_argument("run_id")
-    s.add_argument("--lines", type=int, default=40, help="log tail lines to show")
+    s.add_argument("--lines", type=common.positive_int, default=40,
+                   help="log tail lines to show (1 or more; default 40)")
     s.add_argument("--json", action="store_true")
     common.add_results_option(s)
     s.set_defaults(handler=show)
@@ -38,7 +39,7 @@ def _when(ts: float) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, readonly=True)
     c = console()
     if args.campaigns:
         camps = store.campaigns(args.limit)
@@ -57,7 +58,7 @@ def run_list(args: argparse.Namespace) -> int:
                       escape(culprits or str(x.target or "")))  # fmt: skip
         c.print(t)
         return 0
-    cid = store.campaign(args.campaign).id if args.campaign else None
+    cid = store.campaign(args.campaign).id if args.campaign is not None else None
     runs = store.runs(cid, limit=args.limit)
     if args.json:
         c.print_json(json.dumps([{"id": r.id, "campaign": r.campaign, "label": r.label,
@@ -78,7 +79,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, readonly=True)
     r = store.run(args.run_id)
     camp = store.campaign(r.campaign)
     good = camp.spec.get("good")

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                              deadline_s=budget, listener=view, command=common.command_line(),
                              resume_id=resume_id, executor_factory=factory)  # fmt: skip
     camp_run.resume_options = common.resume_options(args)
-    outcome = common.run_campaign(camp_run.run, view, "sweep")
+    outcome = common.run_campaign(camp_run.run, view, "sweep", as_json=args.json)
     if outcome is None:
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping
@@ -60,6 +61,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like '90s', '15m' or a number of seconds")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite duration like '90s' or '15m', got {value!r}")
         if value <= 0:
             raise ValueError("expected a positive duration")
         return float(value)
@@ -71,7 +74,7 @@ def parse_duration(value: object) -> float:
                 break
             pos = m.end()
             total += float(m["num"]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m["unit"]]
-        if text and pos == len(text) and total > 0:
+        if text and pos == len(text) and total > 0 and math.isfinite(total):
             return total
     raise ValueError(f"expected a duration like '90s', '15m' or '1h30m', got {value!r}")
 
@@ -320,15 +323,21 @@ class Experiment:
         return shlex.join(self.argv())
 
     def fingerprint(self) -> str:
-        """Identifies what the server is launched with (order of flags does not matter)."""
+        """Identifies everything that decides a run's verdict: what the server is launched
+        with (order of flags does not matter) and how it is judged (health check, probe,
+        bar). Cached verdicts are keyed by it, so a run judged under other settings (another
+        health path, a shorter deadline, another bar) is never reused."""
+        h = self.health
         launch = {
             "exec": list(self.exec),
             "flags": sorted([k, _jsonable(v)] for k, v in self.flags),
             "env": sorted([k, v] for k, v in self.env),
             "unit": self.unit,
             "workdir": self.workdir,
+            "health": [h.path, h.port, h.timeout, h.ready_after, h.interval],
             "probe": (
-                [self.probe.run, self.probe.metric, self.probe.pass_if] if self.probe else None
+                [self.probe.run, self.probe.metric, self.probe.pass_if, self.probe.timeout]
+                if self.probe else None
             ),
         }
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
@@ -439,8 +448,15 @@ def load_experiment(path: str | Path) -> Experiment:
     return _build(merged, str(path))
 
 
+#: an `extends:` chain longer than this is a mistake (and would exhaust the stack)
+MAX_EXTENDS_DEPTH = 64
+
+
 def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     resolved = path.resolve()
+    if len(stack) >= MAX_EXTENDS_DEPTH:
+        raise ConfigError(f"'extends' chain is longer than {MAX_EXTENDS_DEPTH} files "
+                          f"(from {stack[0]})", file=str(path), key="extends")  # fmt: skip
     if resolved in stack:
         chain = " -> ".join(str(p) for p in (*stack, resolved))
         raise ConfigError(f"'extends' makes a cycle: {chain}", file=str(path), key="extends")
@@ -499,6 +515,44 @@ def _check_workdir(workdir: str, source: str) -> None:
         why = "cannot end with whitespace (systemd would drop it)"
     if why:
         raise ConfigError(f"{workdir!r} {why}", file=source, key="service.workdir")
+
+
+#: Linux's MAX_ARG_STRLEN: no single argv word or environment entry may be longer, in bytes
+#: with its terminating NUL (execve fails with "Argument list too long")
+MAX_ARG_BYTES = 131072
+#: all of argv and the environment together: well under the common ARG_MAX of 2 MiB and
+#: systemd's longest unit file line (1 MiB), whatever the host
+MAX_LAUNCH_BYTES = 1024 * 1024
+
+
+def _check_sizes(flags: list[tuple[str, FlagValue]], env: list[tuple[str, str]],
+                 exec_words: tuple[str, ...], source: str) -> None:  # fmt: skip
+    """Refuse at load what no host can start: a word or an entry past the kernel's limit."""
+    total = sum(len(w.encode()) + 1 for w in exec_words)
+    for name, value in flags:
+        words = [f"--{name}", *render_value(value)] if value is not True else [f"--{name}"]
+        for word in words:
+            size = len(word.encode("utf-8", "surrogatepass")) + 1
+            total += size
+            if size > MAX_ARG_BYTES:
+                raise ConfigError(
+                    f"the value is {size - 1} bytes; one argument can hold at most "
+                    f"{MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
+                    file=source, key=f"service.flags.{name}",
+                    hint="pass large settings in a file the server reads (e.g. --config FILE)")
+    for key, text in env:
+        size = len(f"{key}={text}".encode("utf-8", "surrogatepass")) + 1
+        total += size
+        if size > MAX_ARG_BYTES:
+            raise ConfigError(
+                f"the entry is {size - 1} bytes; one environment entry can hold at most "
+                f"{MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
+                file=source, key=f"service.env.{key}",
+                hint="pass large settings in a file the server reads")
+    if total > MAX_LAUNCH_BYTES:
+        raise ConfigError(
+            f"the command line and environment together are {total} bytes; at most "
+            f"{MAX_LAUNCH_BYTES} can be launched on any host", file=source, key="service")
 
 
 def _build(data: dict[str, Any], source: str) -> Experiment:
@@ -566,6 +620,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             raise ConfigError(f"the value {why}", file=source, key=f"service.env.{key}")
         env.append((key, text))
 
+    _check_sizes(flags, env, exec_words, source)
     h = model.health or HealthModel()
     flag_port = dict(flags).get("port")
     if flag_port is not None and (

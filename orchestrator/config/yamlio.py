@@ -40,7 +40,13 @@ def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name, or not UTF-8
         raise ConfigError(f"cannot read {what} file: {exc}", file=str(path)) from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except DuplicateKey as exc:
+        raise ConfigError(f"key '{exc.key}' is given twice (line {exc.line}); YAML would keep "
+                          "only the last", file=str(path), key=exc.key,
+                          hint="remove one of them") from None  # fmt: skip
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a config", file=str(path)) from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -60,6 +66,32 @@ def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
             file=str(path),
         )
     return data
+
+
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: str, line: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line = key, line
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (plain PyYAML keeps
+    the last one silently: a config would run with a value its author did not see)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:
+                continue  # an unhashable key: the constructor reports it
+            if dup:
+                raise DuplicateKey(str(key), key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _type_name(value: object) -> str:

@@ -7,9 +7,8 @@ evidence as soon as the runs show that the failure does not reproduce every time
 - one variant both failed and passed (the bad config passing on a start, say);
 - a variant passed although a variant with a subset of its deltas failed (a failure needs
   all of its deltas, so a superset of a failing variant must fail too);
-- `auto`'s answer disagrees with a recorded verdict, is not confirmed, shares a member
-  between two causes, needs more than three changes at once, or names nothing: the marks
-  a missed failure leaves.
+- `auto`'s complete answer disagrees with a recorded verdict or needs more than three
+  changes at once: the marks a missed failure leaves.
 
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
 the same path. When it does not switch, the answer carries the posterior confidence of
@@ -73,21 +72,16 @@ def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
 
 
 def answer_doubt(answer: Answer, runs: Sequence[Run], describe: Describe = _describe) -> str:
-    """Why `auto`'s answer cannot be right if the failure reproduced every time ("" if none)."""
+    """Why `auto`'s complete answer cannot be right if the failure reproduced every time
+    ("" if nothing says so). An incomplete answer (unresolved variants hid the evidence)
+    is left as it is: nothing in it points at flakiness."""
     terms = answer.culprit_sets
-    if not terms:
-        return "no culprit set explains the runs"
-    for c in answer.culprits:
-        if not c.confirmed:
-            return f"{describe(c.reproduced_by)} did not reproduce the failure"
+    if not terms or not answer.complete:
+        return ""
     big = next((t for t in terms if len(t) > MAX_SET), None)
     if big is not None:
         # as many changes all needed at once is far less likely than a missed failure
         return f"{describe(big)} would need {len(big)} changes at once"
-    for i, a in enumerate(terms):
-        for b in terms[i + 1:]:
-            if a & b:
-                return f"two causes share a change ({describe(a)} and {describe(b)})"
     for v, x in runs:
         if not x.resolved:
             continue

@@ -44,6 +44,8 @@ class Answer:
     confidence: float | None = None
     #: measured share of runs carrying the (first) culprit set that failed with the target
     reproduction_rate: float | None = None
+    #: True when the answer comes from the noise-aware search (a posterior, not proofs)
+    noise_aware: bool = False
 
     @property
     def culprit_sets(self) -> list[frozenset[int]]:

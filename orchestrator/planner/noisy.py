@@ -429,7 +429,8 @@ class Noisy:
             culprits.append(Culprit(f.term, frozenset(_bits(repro)), tuple(cleared),
                                     confirmed=repro == t))  # fmt: skip
         return Answer(tuple(culprits), complete=complete and bool(culprits), reason=reason,
-                      confidence=a.confidence, reproduction_rate=a.rate)  # fmt: skip
+                      confidence=a.confidence, reproduction_rate=a.rate,
+                      noise_aware=True)  # fmt: skip
 
 
 def noisy_search(

@@ -9,6 +9,7 @@ it passes (a failure needs all of its deltas); nothing is inferred from unresolv
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from orchestrator.planner import prefix_tree
@@ -16,6 +17,29 @@ from orchestrator.planner.core import Answer, Culprit, Probe, Search, StrategyFn
 from orchestrator.verdicts import Verdict
 
 FAIL = Verdict.FAIL
+#: verdicts that show a variant does not carry the target failure: it ran, and either
+#: passed or failed in another way (a different signature, a hang that is not the target).
+#: `invalid` and exhausted `infra` never ran the config: they clear nothing.
+CLEARING = frozenset({Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT})
+
+
+def _cleared(verdict: Verdict | None) -> bool:
+    return verdict in CLEARING
+
+
+def _culprit(p: Probe, term: frozenset[int], cleared: dict[int, Variant]) -> Culprit:
+    """A culprit is confirmed only with its evidence: good + term fails, and for every
+    member a run without it (with the rest of the term) that ran and did not fail."""
+    confirmed = p.fails(term) and all(x in cleared for x in term)
+    return Culprit(term, term, tuple(sorted(cleared.items())), confirmed)
+
+
+def _answer(culprits: tuple[Culprit, ...], complete: bool = True, reason: str = "") -> Answer:
+    unproven = [c for c in culprits if not c.confirmed]
+    if unproven and complete:
+        complete = False
+        reason = "unresolved variants leave a culprit set without its evidence"
+    return Answer(culprits, complete=complete, reason=reason)
 
 
 # ---------------------------------------------------------------------------- linear
@@ -33,20 +57,19 @@ def linear(n: int) -> Search:
     singles = [frozenset({i}) for i in range(n)]
     removals = [D - {i} for i in range(n)]
     yield from p.test_round([*singles, *removals], purpose="linear")
-    culprits = [
-        Culprit(frozenset({i}), frozenset({i}), ((i, D - {i}),))
-        for i in range(n)
-        if p.fails(frozenset({i}))
-    ]
+    culprits = []
+    for i in range(n):
+        if p.fails(frozenset({i})):
+            v = D - {i} if _cleared(p.seen.get(D - {i})) else _clearing_run(p, frozenset({i}), i)
+            culprits.append(_culprit(p, frozenset({i}), {i: v} if v is not None else {}))
     needed = frozenset(i for i in range(n) if not p.fails(D - {i}) and not p.fails(frozenset({i})))
     if len(needed) > 1 or (needed and not culprits):
-        verdict = yield from p.test(needed, purpose="confirm")
-        culprits.append(
-            Culprit(needed, needed, tuple((i, D - {i}) for i in sorted(needed)), verdict is FAIL)
-        )
+        yield from p.test(needed, purpose="confirm")
+        cleared = {i: D - {i} for i in sorted(needed) if _cleared(p.seen.get(D - {i}))}
+        culprits.append(_culprit(p, needed, cleared))
     if not culprits:
         return Answer((), complete=False, reason="no single delta or removal explains the failure")
-    return Answer(tuple(culprits))
+    return _answer(tuple(culprits))
 
 
 # ---------------------------------------------------------------------------- ddmin
@@ -81,7 +104,8 @@ def dd(n: int) -> Search:
             break
         gran = min(len(config), gran * 2)
     found = frozenset(config)
-    return Answer((Culprit(found, found, ()),))
+    cleared = {x: v for x in sorted(found) if (v := _clearing_run(p, found, x)) is not None}
+    return _answer((_culprit(p, found, cleared),))
 
 
 def _split(items: Sequence[int], parts: int) -> list[list[int]]:
@@ -136,7 +160,7 @@ def auto(n: int) -> Search:
             verdict = yield from p.test(v, purpose="confirm")
             if verdict is FAIL:
                 survivor = x if survivor is None else survivor
-            else:
+            elif _cleared(verdict):
                 cleared[x] = v
         found.append((term, cleared))
         if survivor is None:
@@ -151,22 +175,18 @@ def auto(n: int) -> Search:
             v = _clearing_run(p, term, x)
             if v is not None:
                 cleared[x] = v
-    culprits = tuple(
-        Culprit(term, term, tuple(sorted(cleared.items())), p.fails(term))
-        for term, cleared in found
-    )
+    culprits = tuple(_culprit(p, term, cleared) for term, cleared in found)
     if not culprits:
         return Answer((), complete=False, reason=reason or "no cause found")
-    return Answer(culprits, complete=complete, reason=reason)
+    return _answer(culprits, complete=complete, reason=reason)
 
 
 def _clearing_run(p: Probe, term: frozenset[int], x: int) -> Variant | None:
-    """The largest passing run that has all of `term` but `x`: it shows `x` is needed."""
+    """The largest run that has all of `term` but `x` and ran without the target failure
+    (a pass first): it shows `x` is needed."""
     rest = term - {x}
-    runs = [
-        v for v, verdict in p.seen.items() if verdict is Verdict.PASS and x not in v and rest <= v
-    ]
-    return max(runs, key=lambda v: (len(v), sorted(v)), default=None)
+    runs = [v for v, verdict in p.seen.items() if _cleared(verdict) and x not in v and rest <= v]
+    return max(runs, key=lambda v: (p.seen[v] is Verdict.PASS, len(v), sorted(v)), default=None)
 
 
 def _find_term(p: Probe, work: list[int]) -> Search:
@@ -260,6 +280,7 @@ def and_oracle(*terms: frozenset[int]) -> Callable[[Variant], Verdict]:
     return oracle
 
 
+@functools.lru_cache(maxsize=256)
 def estimate_runs(strategy: StrategyFn, n: int) -> dict[str, float]:
     """Runs after the two endpoint checks, for a single culprit and an interacting pair.
 

@@ -1,0 +1,221 @@
+"""A scripted stand-in for `Executor` at the campaign's `executor_factory` boundary.
+
+It runs no server: each run's outcome comes from an oracle (lab-style fault rules over the
+variant's flags, first match wins) plus faults injected on purpose (the server killed from
+outside at a random moment, a port clash, a dropped SSH connection). What it hands back is
+judged by the real classifier (`classify.judge`, `classify.outside_cause`) from a log tail
+written the way the lab server (and SGLang) writes it, so the campaign, the planner, the
+store and the classifier are all the real ones; only the host is scripted.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from orchestrator.classify import RunEvidence, judge, outside_cause
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.errors import TransportError
+from orchestrator.events import Listener
+from orchestrator.executor import RunResult
+from orchestrator.lab import sglang_text
+from orchestrator.lab.scenario import ModelInfo
+from orchestrator.verdicts import Phase, Signature, Verdict
+
+PHASES = ["init", "load_weights", "kv_cache", "cuda_graph", "warmup"]
+TARGET_ERROR = ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
+                "`cublasGemmStridedBatchedEx(handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, "
+                "lda, stridea, b, CUDA_R_16BF, ldb, strideb, &fbeta, c, CUDA_R_16BF, ldc, "
+                "stridec, num_batches, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")  # fmt: skip
+OTHER_ERROR = "AttributeError: 'NoneType' object has no attribute 'dtype'"
+PORT_CLASH = "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"  # noqa: E501
+
+
+def flag(i: int) -> str:
+    return f"feature-{i}"
+
+
+def write_pair(root: Path, n: int, port: int = 30000) -> tuple[Path, Path]:
+    """A good config and a bad one that adds `--feature-0` .. `--feature-{n-1}`."""
+    root.mkdir(parents=True, exist_ok=True)
+    good = {
+        "name": "scripted-good",
+        "service": {"unit": "scripted.service", "exec": "python3 -m sglang.launch_server",
+                    "flags": {"model-path": "/models/m", "tp-size": 8, "port": port}},
+        "health": {"path": "/health", "timeout": "60s", "ready_after": 2},
+    }  # fmt: skip
+    bad = {"name": "scripted-bad", "extends": "good.yaml",
+           "service": {"flags": {flag(i): True for i in range(n)}}}  # fmt: skip
+    (root / "good.yaml").write_text(yaml.safe_dump(good))
+    (root / "bad.yaml").write_text(yaml.safe_dump(bad))
+    return root / "good.yaml", root / "bad.yaml"
+
+
+def present(exp: Experiment) -> frozenset[int]:
+    flags = exp.flag_map()
+    return frozenset(int(k.split("-")[1]) for k in flags if k.startswith("feature-"))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Good + a variant containing `needs` fails in `phase` with `error` (first match wins)."""
+
+    needs: frozenset[int]
+    phase: str
+    error: str
+
+
+@dataclass
+class Oracle:
+    rules: list[Rule]
+
+    def outcome(self, variant: frozenset[int]) -> Rule | None:
+        return next((r for r in self.rules if r.needs <= variant), None)
+
+    def target_terms(self, target_error: str = TARGET_ERROR) -> list[frozenset[int]]:
+        return [r.needs for r in self.rules if r.error == target_error]
+
+
+@dataclass
+class Faults:
+    """What goes wrong on the host, drawn per run from a seeded generator."""
+
+    kill: float = 0.0  # the server killed by SIGKILL from outside at a random moment
+    port_clash: float = 0.0  # another process took the port before the server bound it
+    ssh_drop: float = 0.0  # the connection dropped past the reconnect budget
+    seed: int = 0
+    log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.lock = threading.Lock()
+
+    def draw(self) -> str | None:
+        with self.lock:
+            x = self.rng.random()
+            for name, p in (("kill", self.kill), ("port_clash", self.port_clash),
+                            ("ssh_drop", self.ssh_drop)):  # fmt: skip
+                if x < p:
+                    return name
+                x -= p
+            return None
+
+    def moment(self, upto: int) -> int:
+        with self.lock:
+            return self.rng.randrange(upto + 1)
+
+
+def _lines(lines: Iterable[sglang_text.Line]) -> list[str]:
+    out = []
+    for rank, text in lines:
+        if rank == sglang_text.RAW:
+            out.append(text)
+        elif rank is None:
+            out.append(f"[2026-11-30 03:00:00] {text}")
+        else:
+            out.append(f"[2026-11-30 03:00:00 TP{rank}] {text}")
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _startup_log(upto: int) -> tuple[str, ...]:
+    """The milestone lines of the first `upto` phases, as the lab server prints them."""
+    model = ModelInfo()
+    flags = {"tp-size": 2}
+    n = sglang_text.numbers(model, flags, {}, 2)
+    out: list[str] = []
+    for phase in PHASES[:upto]:
+        out += _lines(sglang_text.phase_begin(phase, n, model, flags, "127.0.0.1", 30000, 4242))
+        out += _lines(sglang_text.phase_end(phase, n, model, 1.0))
+    return tuple(out)
+
+
+def startup_log(upto: int) -> list[str]:
+    """The milestone lines of the first `upto` phases, as the lab server prints them."""
+    return list(_startup_log(upto))
+
+
+class ScriptedExecutor:
+    """The `Executor` interface (open, close, run, cancel_event) over an oracle and faults."""
+
+    def __init__(self, host: Host, oracle: Oracle, faults: Faults,
+                 listener: Listener | None = None) -> None:  # fmt: skip
+        self.host = host
+        self.oracle = oracle
+        self.faults = faults
+        self.cancel_event = threading.Event()
+        self.runs = 0
+
+    def open(self) -> ScriptedExecutor:
+        return self
+
+    def close(self, *, restore: bool = True) -> list[str]:
+        return []
+
+    def __enter__(self) -> ScriptedExecutor:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, exp: Experiment, *, run_id: str, label: str = "",
+            target: Signature | None = None, env_keys: Iterable[str] = (),
+            good_metric: float | None = None) -> RunResult:  # fmt: skip
+        self.runs += 1
+        variant = present(exp)
+        rule = self.oracle.outcome(variant)
+        fault = self.faults.draw()
+        crash_at = PHASES.index(rule.phase) if rule else len(PHASES)
+        log = startup_log(min(crash_at, len(PHASES)))
+        evidence: RunEvidence
+        if fault == "ssh_drop":
+            evidence = RunEvidence(infra_error=str(TransportError(
+                f"{self.host.name}: connection lost (Connection reset by peer)")))
+        elif fault == "port_clash":
+            log = startup_log(4) + _lines(sglang_text.traceback_lines(
+                "warmup", PORT_CLASH.format(port=exp.port)))
+            evidence = RunEvidence(log_tail="\n".join(log), exit_code=1)
+        elif fault == "kill" and (at := self.faults.moment(crash_at + 1)) <= crash_at:
+            # killed before its own crash (or before it was ready, or while serving)
+            if at == len(PHASES) and rule is None:
+                evidence = RunEvidence(log_tail="\n".join(log), became_ready=True,
+                                       died_after_ready=True, exit_signal="KILL")  # fmt: skip
+            else:
+                evidence = RunEvidence(log_tail="\n".join(startup_log(at)), exit_signal="KILL",
+                                       last_phase=Phase(PHASES[min(at, 4)]))  # fmt: skip
+        elif rule is None:
+            evidence = RunEvidence(log_tail="\n".join(log), became_ready=True)
+        else:
+            log += _lines(sglang_text.traceback_lines(rule.phase, rule.error))
+            evidence = RunEvidence(log_tail="\n".join(log), exit_signal="KILL",
+                                   last_phase=Phase(rule.phase))  # fmt: skip
+        self.faults.log.append(f"{run_id} {sorted(variant)} {fault}")
+        verdict, sig = judge(evidence, target)
+        detail = evidence.infra_error or outside_cause(evidence) or ""
+        return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
+                         experiment=exp, label=label, verdict=verdict, signature=sig,
+                         started_at=time.time(), duration_s=0.0, log_tail=evidence.log_tail,
+                         detail=detail, last_phase=evidence.last_phase)  # fmt: skip
+
+
+def factory(oracle: Oracle, faults: Faults) -> Callable[..., ScriptedExecutor]:
+    def make(host: Host, service: str, campaign: str, listener: Listener) -> ScriptedExecutor:
+        return ScriptedExecutor(host, oracle, faults, listener)
+
+    return make
+
+
+def host(name: str = "scripted") -> Host:
+    return Host(name=name, address="192.0.2.1", host_class=name, service_manager="process")
+
+
+__all__ = ["Faults", "Oracle", "Rule", "ScriptedExecutor", "Verdict", "factory", "host",
+           "present", "write_pair"]  # fmt: skip

@@ -1,0 +1,198 @@
+"""Every answer is true: a property test over the planner and the campaign.
+
+Random culprit sets (single flags, interacting sets, independent causes, a different
+failure that masks the target) and random faults of the host (the server killed from
+outside at any moment, port clashes, dropped SSH) drive whole campaigns through the real
+`Bisection`, store, planner and classifier; only the host is scripted (`tests/scripted.py`).
+Whatever happens, an answer reported as found is true of the oracle, and every evidence
+line names a run of exactly the variant it describes with the verdict it claims.
+Otherwise the campaign says it did not conclude. Fast tier: no real host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.campaign import Bisection, BisectOptions, Outcome, relative
+from orchestrator.errors import InfraError
+from orchestrator.planning import Plan, make_plan
+from orchestrator.store import Store
+from orchestrator.verdicts import Verdict
+from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
+from tests.scripted import write_pair as scripted_pair
+
+_SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[int, Oracle, Faults]:
+    n = draw(st.integers(2, 8))
+    idx = st.integers(0, n - 1)
+    terms = draw(st.lists(st.frozensets(idx, min_size=1, max_size=3), min_size=1, max_size=2))
+    rules = [Rule(t, "cuda_graph", TARGET_ERROR) for t in terms]
+    if draw(st.booleans()):  # a different failure, earlier in startup, that can mask the target
+        rules.insert(draw(st.integers(0, len(rules))),
+                     Rule(draw(st.frozensets(idx, min_size=1, max_size=2)), "init", OTHER_ERROR))
+    every = frozenset(range(n))
+    rules = [r for r in rules if r.needs]
+    faulty = draw(st.booleans())
+    faults = Faults(
+        kill=draw(st.sampled_from([0.1, 0.2, 0.35])) if faulty else 0.0,
+        port_clash=draw(st.sampled_from([0.0, 0.1])) if faulty else 0.0,
+        ssh_drop=draw(st.sampled_from([0.0, 0.1])) if faulty else 0.0,
+        seed=draw(st.integers(0, 2**31)),
+    )
+    del every
+    return n, Oracle(rules), faults
+
+
+def _verdict_of(oracle: Oracle, variant: frozenset[int], target_error: str | None) -> str:
+    """What the oracle says of a variant: the target failure is whatever bad shows."""
+    rule = oracle.outcome(variant)
+    if rule is None:
+        return "pass"
+    return "target" if rule.error == target_error else "other"
+
+
+_PLANS: dict[int, Plan] = {}
+_CASE = itertools.count()
+
+
+def _plan(root: Path, n: int) -> Plan:
+    """One plan per n, made once: plans are immutable, campaigns differ by host name."""
+    if n not in _PLANS:
+        good, bad = scripted_pair(root / f"exp{n}", n)
+        _PLANS[n] = make_plan(good, bad, "auto")
+    return _PLANS[n]
+
+
+@pytest.fixture(scope="module")
+def shared_store() -> Iterator[tuple[Path, Store]]:
+    tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+    store = Store(tmp / "results")
+    yield tmp, store
+    store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@settings(max_examples=320, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_every_confirmed_answer_is_true_and_cites_the_right_runs(
+    shared_store: tuple[Path, Store], case: tuple[int, Oracle, Faults],
+) -> None:
+    n, oracle, faults = case
+    tmp, store = shared_store
+    plan = _plan(tmp, n)
+    # one campaign per case, on a host of its own name (so its own campaign key)
+    try:
+        outcome = Bisection(store, plan, [host(f"h{next(_CASE)}")],
+                            options=BisectOptions(fresh=True), command="test",
+                            executor_factory=factory(oracle, faults)).run()  # fmt: skip
+    except InfraError:
+        return  # three infra runs in a row: the campaign stops, it answers nothing
+    check_outcome(store, outcome, n, oracle, faults)
+
+
+def check_outcome(store: Store, outcome: Outcome, n: int, oracle: Oracle, faults: Faults) -> None:
+    full = frozenset(range(n))
+    end = oracle.outcome(full)
+    target_error = end.error if end else None
+    runs = {r.id: r for r in store.runs(outcome.campaign_id)}
+    for r in runs.values():  # nothing killed from outside is ever judged
+        if r.verdict is not Verdict.INFRA:
+            assert "from outside" not in r.detail and "port clash" not in r.detail
+    for f in outcome.findings:  # findings are real failures of the config
+        assert f.signature.error_class != "signal", f
+        got = _verdict_of(oracle, frozenset(f.variant), target_error)
+        assert got == "other", (f, faults.log)
+    if outcome.status != "found":
+        assert outcome.message  # it says why it did not conclude
+        return
+    target = outcome.target
+    assert target is not None
+    assert _verdict_of(oracle, full, target_error) == "target"
+    for cul in outcome.culprits:
+        c = frozenset(cul["indices"])
+        assert cul["confirmed"]
+        rep = runs[cul["reproduced_by"]]
+        assert frozenset(rep.variant) == c, (cul, rep)
+        assert relative(rep.verdict, rep.signature, target) is Verdict.FAIL
+        assert _verdict_of(oracle, c, target_error) == "target", (cul, oracle, faults.log)
+        assert set(cul["cleared_by"]) == set(cul["flags"])
+        for fl, rid in cul["cleared_by"].items():
+            x = cul["indices"][cul["flags"].index(fl)]
+            row = runs[rid]
+            v = frozenset(row.variant)
+            assert x not in v and c - {x} <= v, (cul, row)
+            got = relative(row.verdict, row.signature, target)
+            assert got in (Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT), (cul, row)
+            truth = _verdict_of(oracle, v, target_error)
+            assert truth != "target", (cul, row, oracle, faults.log)
+            claim = cul["clearing"][fl]
+            assert ("does not fail" in claim) == (got is Verdict.PASS)
+            assert claim.startswith("bad without") == (v == full - {x})
+    if all(r.error == target_error for r in oracle.rules):
+        # no masking failure: the answer is exactly the minimal target terms
+        all_terms = oracle.target_terms(target_error)
+        terms = {t for t in all_terms if not any(o < t for o in all_terms)}
+        assert {frozenset(c["indices"]) for c in outcome.culprits} == terms, (
+            outcome.culprits, oracle, faults.log)
+
+
+def test_fault_free_cases_conclude() -> None:
+    """The property above is not vacuous: without faults the campaign finds the answer."""
+    for n, terms in [(4, [{1}]), (6, [{0, 4}]), (8, [{2}, {5, 6}]), (3, [{0, 1, 2}])]:
+        tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+        try:
+            good, bad = scripted_pair(tmp / "exp", n)
+            store = Store(tmp / "results")
+            oracle = Oracle([Rule(frozenset(t), "cuda_graph", TARGET_ERROR) for t in terms])
+            outcome = Bisection(store, make_plan(good, bad), [host()], command="test",
+                                executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+            assert outcome.status == "found", outcome.message
+            assert sorted(sorted(c["indices"]) for c in outcome.culprits) == sorted(
+                sorted(t) for t in terms)
+            store.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_kill_from_outside_is_retried_not_judged() -> None:
+    """The row-1 incident: the server of 'good + --feature-0' is killed mid-startup; the run is
+    infra, retried, and the answer is the true culprit with evidence of exact variants."""
+
+    class KillOnce(Faults):
+        def draw(self) -> str | None:
+            self.calls = getattr(self, "calls", 0) + 1
+            return "kill" if self.calls == 3 else None
+
+        def moment(self, upto: int) -> int:
+            return 1
+
+    tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+    try:
+        good, bad = scripted_pair(tmp / "exp", 3)
+        store = Store(tmp / "results")
+        oracle = Oracle([Rule(frozenset({0}), "cuda_graph", TARGET_ERROR)])
+        outcome = Bisection(store, make_plan(good, bad), [host()], command="test",
+                            executor_factory=factory(oracle, KillOnce())).run()  # fmt: skip
+        runs = store.runs(outcome.campaign_id)
+        killed = [r for r in runs if r.verdict is Verdict.INFRA]
+        assert len(killed) == 1 and "killed by SIGKILL from outside" in killed[0].detail
+        assert outcome.status == "found"
+        assert [c["indices"] for c in outcome.culprits] == [[0]]
+        assert not outcome.findings
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
