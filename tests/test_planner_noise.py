@@ -248,3 +248,32 @@ def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[st
     assert "switched to the noise-aware search" in out
     assert "confidence 0.971; reproduction rate 0.50 (fail 7 of 14 runs with the culprit set)" \
         in out  # fmt: skip
+
+
+def test_a_change_shared_by_two_answers_runs_alone_before_they_are_believed() -> None:
+    """Deterministic: {0, 1} and {0, 2} are two real causes; 0 alone passes twice and the
+    answer stands. Flaky: the same answer from a chain of unlucky passes is undone when 0
+    alone fails, and the noise-aware search takes over."""
+    n = 5
+    both = [frozenset({0, 1}), frozenset({0, 2})]
+    planner = Planner(n, Adaptive(), known=ends(n))
+    asked = drive(planner, lambda v: F if any(t <= v for t in both) else P)
+    assert asked.count(frozenset({0})) >= 1
+    assert sorted(map(sorted, planner.answer.culprit_sets)) == [[0, 1], [0, 2]]
+    assert not planner.answer.noise_aware
+    # the shared change fails alone: what looked like two causes is one flaky change
+    runs = [(frozenset(), P), (frozenset(range(n)), F)]
+    chain = Planner(n, Adaptive(), known=ends(n), evidence=runs)
+    seen_check = False
+    for _ in range(400):
+        if chain.done:
+            break
+        rnd = chain.current_round
+        v = chain.pending()[0]
+        if rnd.purpose == "check":
+            seen_check = True
+            chain.record(v, F)
+            continue
+        chain.record(v, F if any(t <= v for t in both) else P)
+    assert seen_check  # auto reached the two sets and ran the shared change alone
+    assert chain.answer.noise_aware  # its failure switched the search

@@ -8,7 +8,9 @@ evidence as soon as the runs show that the failure does not reproduce every time
 - a variant passed although a variant with a subset of its deltas failed (a failure needs
   all of its deltas, so a superset of a failing variant must fail too);
 - `auto`'s complete answer disagrees with a recorded verdict or needs more than three
-  changes at once: the marks a missed failure leaves.
+  changes at once: the marks a missed failure leaves. When two of its culprit sets share a
+  change, that change runs alone (twice): a failure of it shows a flaky single culprit
+  that unlucky passes dressed up as several sets.
 
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
 the same path. When it does not switch, the answer carries the posterior confidence of
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from orchestrator.planner.core import Answer, Search, StrategyFn, Variant
+from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto
 from orchestrator.verdicts import Verdict
@@ -37,6 +39,8 @@ DETERMINISTIC = 0.5
 #: the largest interacting set taken at face value from runs that all agree: a larger one
 #: is the mark a missed failure leaves (the noise-aware search then checks it)
 MAX_SET = 3
+#: runs of a change shared by two culprit sets, alone, before the sets are believed
+SHARED_CHECKS = 2
 #: starts of the bad config before a campaign concludes that it does not fail: with a
 #: reproduction rate of 0.5 all pass once in 4,000 campaigns, with 0.3 once in 70
 BAD_ATTEMPTS = 12
@@ -144,10 +148,31 @@ def adaptive(
         raise RuntimeError("auto did not converge")
     except StopIteration as stop:
         answer: Answer = stop.value
+    # Causes that share a change: real (two causes with a common flag) or the chain a
+    # flaky culprit leaves when unlucky passes made each pass of the search pick up a
+    # partner. The shared change alone tells them apart (it fails only if it is the
+    # culprit): it runs until it has two verdicts. Never needed in the deterministic
+    # table (no shape there shares a change).
+    for x in _shared(answer.culprit_sets):
+        v = close(frozenset({x}))
+        for _ in range(SHARED_CHECKS):
+            if sum(1 for u, y in runs if u == v and y.resolved) >= SHARED_CHECKS:
+                break
+            got = yield Round((v,), purpose="check", again=True)
+            runs.append((v, got[v]))
     reason = answer_doubt(answer, runs, describe)
     if reason:
         return (yield from switch(reason))
     return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+
+
+def _shared(terms: list[frozenset[int]]) -> list[int]:
+    """Changes that belong to more than one culprit set."""
+    seen: dict[int, int] = {}
+    for t in terms:
+        for x in t:
+            seen[x] = seen.get(x, 0) + 1
+    return sorted(x for x, k in seen.items() if k > 1)
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
