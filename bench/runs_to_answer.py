@@ -7,7 +7,10 @@ mean runs after the two endpoint checks (which every strategy needs and are coun
 separately). picire's ddmin (a peer implementation from PyPI) runs on the same oracles.
 
     .venv/bin/python bench/runs_to_answer.py [--max-cases 200] [--n 8,16] [--markdown]
-        [--pools 1,2,4]
+        [--pools 1,2,4] [--noise [--p 1.0,0.8,0.5,0.3] [--policies ours,noisy,go,...]]
+
+`--noise` prints the table for failures that reproduce only on some starts: the policies,
+oracles and columns are described in `bench/noise.py`.
 
 `--pools 1,2,4` adds a table for pools of k hosts, simulating the campaign's dispatch rule
 (`Bisection._drive`): each step the round's pending variants go to the idle hosts, every
@@ -201,7 +204,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", help="comma-separated n values (default: the full grid)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--pools", help="comma-separated pool sizes k, e.g. 1,2,4: the pool table")
+    ap.add_argument("--noise", action="store_true",
+                    help="the table for failures that reproduce only sometimes (bench/noise.py)")
+    ap.add_argument("--p", default="1.0,0.8,0.5,0.3", help="--noise: reproduction rates")
+    ap.add_argument("--policies", help="--noise: comma-separated subset of the policies")
     args = ap.parse_args(argv)
+    if args.noise:
+        import noise
+
+        ns = [int(x) for x in args.n.split(",")] if args.n else [8, 16, 32]
+        policies = tuple(args.policies.split(",")) if args.policies else noise.POLICIES
+        print(f"runs to the right answer with noise: {args.max_cases} random placements and "
+              "seeds per row, every run counted (endpoints included)")
+        def progress(header: list[str], row: list[str]) -> None:
+            print(" | ".join(f"{h}={c}" for h, c in zip(header, row, strict=True)),
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+        print_table(*noise.table([float(x) for x in args.p.split(",")], ns, args.max_cases,
+                                 policies, progress), args.markdown)  # fmt: skip
+        return 0
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
     if args.pools:
         pools = [int(x) for x in args.pools.split(",")]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import envwatch
+from orchestrator import envwatch, flaky
 from orchestrator.classify import OUTSIDE_SIGNALS
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
@@ -26,11 +26,12 @@ from orchestrator.events import (
     CampaignFinished,
     CampaignStarted,
     Listener,
+    Notice,
     RunRecorded,
     null_listener,
 )
 from orchestrator.executor import Executor, RunCancelled, RunResult, service_name
-from orchestrator.planner import Answer, Planner, make_strategy
+from orchestrator.planner import Answer, Planner
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.planning import Plan
 from orchestrator.pool import Pool, Task
@@ -47,6 +48,8 @@ class BisectOptions:
     max_runs: int | None = None
     deadline_s: float | None = None
     fresh: bool = False
+    #: the noise-aware search stops when its answer is this likely to be right
+    confidence: float = 0.95
 
 
 @dataclass
@@ -73,6 +76,8 @@ class Outcome:
     narrowed: dict[str, Any] | None = None
     flaky: list[str] = field(default_factory=list)
     removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
+    noise: dict[str, Any] | None = None
 
     def to_json(self, plan: Plan) -> dict[str, Any]:
         return {
@@ -92,6 +97,9 @@ class Outcome:
             "narrowed": self.narrowed,
             "flaky": self.flaky,
             "removed_hosts": self.removed_hosts,
+            "confidence": (self.noise or {}).get("confidence"),
+            "reproduction_rate": (self.noise or {}).get("reproduction_rate"),
+            "noise": self.noise,
             "deltas": [d.describe() for d in plan.deltas],
         }
 
@@ -189,7 +197,8 @@ class Bisection:
             "strategy": self.opts.strategy,
             "hosts": [h.name for h in self.hosts],
             "options": {"repeat": self.opts.repeat, "max_runs": self.opts.max_runs,
-                        "deadline_s": self.opts.deadline_s, "fresh": self.opts.fresh},
+                        "deadline_s": self.opts.deadline_s, "fresh": self.opts.fresh,
+                        "confidence": self.opts.confidence},
         }  # fmt: skip
 
     @property
@@ -252,12 +261,24 @@ class Bisection:
 
         def got_end(v: tuple[int, ...], row: RunRow) -> None:
             if row.verdict is not Verdict.INFRA:
+                if v == full:  # a flaky failure may need several starts of bad to show
+                    starts = flaky.bad_starts(self._rows(), full)
+                    row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
+                    if flaky.retry_bad(starts):
+                        self.emit(Notice(host=row.host, message=(
+                            f"the bad config passed on start {len(starts)} [run {row.id}]; "
+                            f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
+                        return
                 ends[v] = row
                 if v == ():
                     self.good_metric = row.probe_metric
 
+        def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
+            return v == full and flaky.retry_bad(flaky.bad_starts(self._rows(),
+                                                                  full))  # fmt: skip
+
         stop = self._drive(pool, want_ends, got_end, target=None,
-                           purpose=lambda v: "endpoint")  # fmt: skip
+                           purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
                            target=self.target, runs_executed=self.executed,
@@ -270,10 +291,10 @@ class Bisection:
             )
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
+            starts = len(flaky.bad_starts(self._rows(), full))
             return self._stop_endpoints(
-                f"the bad config does not fail on {where}: {bad.verdict.value} "
-                f"[run {bad.id}]; nothing to bisect (if it fails only sometimes, "
-                "try --repeat 3)" if bad.verdict is Verdict.PASS else
+                f"the bad config does not fail on {where}: it passed on all {starts} starts "
+                f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
                 f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
                 f"[run {bad.id}]",
             )  # fmt: skip
@@ -282,9 +303,17 @@ class Bisection:
             self.store.update_campaign(self.cid, target=self.target)
         # 2. the search: each round's variants go to idle hosts; a decided round cancels
         #    the runs it no longer needs
-        planner = Planner(n, make_strategy(self.opts.strategy),
+        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
+        #    `auto` turns noise-aware by itself once the runs show flakiness.
+        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]
+        strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
+                                      lambda v: self.plan.describe(frozenset(v)))
+        planner = Planner(n, strategy,
                           known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
-                          closure=self.plan.closure())  # fmt: skip
+                          closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+        watch = flaky.NoiseWatch(self.emit, self.cid)
+        watch.check(planner)
 
         def wanted() -> list[tuple[int, ...]]:
             return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
@@ -296,13 +325,29 @@ class Bisection:
         def ahead(limit: int) -> list[tuple[int, ...]]:
             return [tuple(sorted(v)) for v in planner.lookahead(limit)]
 
-        stop = self._drive(pool, wanted, lambda v, row: planner.record(frozenset(v), row.verdict),
-                           target=self.target, purpose=purpose, speculate=ahead)  # fmt: skip
+        def record(v: tuple[int, ...], row: RunRow) -> None:
+            planner.record(frozenset(v), row.verdict)
+            watch.check(planner)
+
+        def again(_: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
+            rnd = planner.current_round
+            return rnd is not None and rnd.again
+
+        stop = self._drive(pool, wanted, record, target=self.target, purpose=purpose,
+                           speculate=ahead, fresh_runs=again)  # fmt: skip
         if stop:
-            return self._incomplete(planner, stop)
-        answer = planner.answer
-        flaky = self._repeat(pool, answer) if self.opts.repeat > 1 else []
-        return self._conclude(answer, flaky)
+            best = planner.current_round.best if planner.current_round else None
+            outcome = self._incomplete(planner, stop)
+            if best is not None and best.culprits:  # the partial answer, with its confidence
+                outcome.culprits = self._conclude(best, []).culprits
+        else:
+            best = planner.answer
+            disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
+            outcome = self._conclude(best, disagree)
+        rows = self._rows()
+        outcome.noise = watch.summary(best, rows, self.target, relative)
+        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
+        return outcome
 
     # ---- obtaining verdicts
     def _drive(
@@ -313,7 +358,7 @@ class Bisection:
         *,
         target: Signature | None,
         purpose: Callable[[tuple[int, ...]], str],
-        fresh_runs: bool = False,
+        fresh_runs: bool | Callable[[tuple[int, ...]], bool] = False,
         speculate: Callable[[int], list[tuple[int, ...]]] | None = None,
     ) -> str | None:
         """Obtain verdicts for the variants `wanted()` names until it names none: from this
@@ -338,7 +383,8 @@ class Bisection:
             for v in want:
                 if v in in_flight:
                     continue
-                row = None if fresh_runs else self._known(v, target, pool.healthy_hosts())
+                fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
+                row = None if fresh else self._known(v, target, pool.healthy_hosts())
                 if row is not None:
                     on_result(v, row)
                     progressed = True
@@ -531,9 +577,11 @@ class Bisection:
             return f"{what} does not fail"
         return f"{what} does not show the target failure ({got.value}: {row.signature})"
 
-    def _contradictions(self, sets: list[frozenset[int]]) -> list[str]:
+    def _contradictions(self, sets: list[frozenset[int]], misses: bool = False) -> list[str]:
         """Recorded runs the answer cannot explain: a target failure without any culprit
-        set, or a pass with one (a flaky failure, or a cause the search did not see)."""
+        set, or a pass with one (a flaky failure, or a cause the search did not see).
+        With `misses` (a noise-aware answer) a pass with a culprit set is a miss its
+        posterior has weighed, not a contradiction."""
         out: list[str] = []
         for r in self._rows():
             got = relative(r.verdict, r.signature, self.target)
@@ -541,7 +589,7 @@ class Bisection:
             if got is Verdict.FAIL and not has:
                 out.append(f"run {r.id} ({r.label}) shows the target failure without any "
                            "culprit set")  # fmt: skip
-            elif got is Verdict.PASS and has:
+            elif got is Verdict.PASS and has and not misses:
                 out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
         return out
 
@@ -599,8 +647,12 @@ class Bisection:
                 "clearing": claims,
                 "confirmed": confirmed,
             })  # fmt: skip
-        contradictions = self._contradictions([c.deltas for c in answer.culprits])
-        status = "found" if (answer.culprits and answer.complete and not unbacked
+        # A noise-aware answer stands on its posterior (its confidence reached what was
+        # asked): its evidence lines cite the runs there are, and misses are expected.
+        contradictions = self._contradictions([c.deltas for c in answer.culprits],
+                                              misses=answer.noise_aware)  # fmt: skip
+        status = "found" if (answer.culprits and answer.complete
+                             and (answer.noise_aware or not unbacked)
                              and not contradictions) else "incomplete"  # fmt: skip
         message = ""
         if status != "found":

@@ -104,3 +104,11 @@ class CampaignFinished(Event):
     campaign_id: str = ""
     status: str = ""
     message: str = ""
+
+
+@dataclass(frozen=True)
+class SearchSwitched(Event):
+    """The runs showed that the failure is flaky: the search became noise-aware."""
+
+    campaign_id: str = ""
+    reason: str = ""

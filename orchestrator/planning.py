@@ -65,7 +65,12 @@ class Plan:
         return "good + " + ", ".join(self.deltas[i].short() for i in sorted(indices))
 
     def estimates(self) -> dict[str, float]:
-        return dict(estimate_runs(make_strategy(self.strategy), self.n))  # cached: a copy
+        strategy = make_strategy(self.strategy)
+        if getattr(strategy, "takes_evidence", False):
+            # the noise-aware search costs about what auto costs when nothing is flaky
+            # (bench/runs_to_answer.py --noise); simulating it for every placement is slow
+            strategy = make_strategy("auto")
+        return dict(estimate_runs(strategy, self.n))  # cached: a copy
 
 
 def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto") -> Plan:

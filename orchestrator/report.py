@@ -55,6 +55,39 @@ def _deltas(camp: CampaignRow) -> list[str]:
     return out
 
 
+def _sureness(answer: dict[str, Any]) -> list[str]:
+    """The answer's confidence, measured reproduction rate and search switch, as sentences."""
+    noise = answer.get("noise") or {}
+    out = []
+    if noise.get("switched"):
+        out.append(str(noise["switched"]))
+    if noise.get("confidence") is not None:
+        out.append(f"confidence {noise['confidence']:.3f}")
+    if noise.get("reproduction_rate") is not None:
+        out.append(f"reproduction rate {noise['reproduction_rate']:.2f} "
+                   f"({noise.get('reproduction_counts')} runs with the culprit set)")  # fmt: skip
+    return out
+
+
+def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, str, int]]:
+    """(variant, "fail k of m", first run) per variant, in the order first run."""
+    from orchestrator.campaign import relative
+    from orchestrator.flaky import counts
+
+    by = counts(runs, camp.target, relative)
+    out, seen = [], set()
+    for r in runs:
+        if r.variant in seen or r.variant not in by:
+            continue
+        seen.add(r.variant)
+        out.append((r.label, str(by[r.variant]), r.seq))
+    return out
+
+
+def _with(text: str | None) -> str:
+    return f" ({text})" if text else ""
+
+
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
@@ -76,10 +109,12 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         for c in culprits:
             kind = "interacting set" if c["interacting"] else "single flag"
             out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); good + set "
-                       f"reproduces the failure: run {c['reproduced_by']}")  # fmt: skip
+                       f"reproduces the failure: run {c['reproduced_by']}"
+                       f"{_with(c.get('reproduced_counts'))}")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
                 claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}")
+                got = _with((c.get("cleared_counts") or {}).get(flag))
+                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
         used = {i for c in culprits for i in c["indices"]}
         cleared = [d for i, d in enumerate(deltas) if i not in used]
         if cleared:
@@ -96,6 +131,7 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         out.append(f"- invalid: {inv['variant']}: {inv['reason']} (run {inv['run']})")
     for fl in answer.get("flaky") or []:
         out.append(f"- flaky: {fl}")
+    out += [f"- {line}" for line in _sureness(answer)]
     if environments is not None:
         out += ["", *env_report.markdown_section(environments)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
@@ -106,6 +142,9 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         src = " (cached)" if r.cached_from else ""
         out.append(f"| {r.id} | {r.label} | {r.purpose} | {_relative(r, camp)}{src} | "
                    f"{r.signature or ''} | {r.duration:.0f}s |")  # fmt: skip
+    out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
+            "|---|---|---|"]  # fmt: skip
+    out += [f"| {label} | {got} | {seq} |" for label, got, seq in _variant_counts(camp, runs)]
     out += ["", "## Narrowing", "", "```"]
     out.append("run      " + " ".join(f"{i:>2}" for i in range(len(deltas))) + "  verdict")
     for r in runs:
@@ -160,11 +199,15 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
         for c in culprits:
             kind = "interacting set" if c["interacting"] else "single flag"
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c["flags"])
+            repro = c.get("reproduced_counts")
             parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set reproduces the "
-                         f"failure (run {e(str(c['reproduced_by']))})<ul>")  # fmt: skip
+                         f"failure (run {e(str(c['reproduced_by']))}"
+                         f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
                 claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                parts.append(f"<li>{e(claim)} (run {e(str(rid))})</li>")
+                got = (c.get("cleared_counts") or {}).get(flag)
+                parts.append(f"<li>{e(claim)} (run {e(str(rid))}{'; ' + e(got) if got else ''})"
+                             "</li>")  # fmt: skip
             parts.append("</ul></li>")
         parts.append("</ul>")
         used = {i for c in culprits for i in c["indices"]}
@@ -183,7 +226,13 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
                      f"{e(f['variant'])} (run {e(f['run'])}, seen {f['count']}x)</p>")  # fmt: skip
     for inv in answer.get("invalid") or []:
         parts.append(f"<p>Invalid: {e(inv['variant'])}: {e(inv['reason'])}</p>")
+    parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
     parts.append("</div>")
+    parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
+                 "<th>target failures</th><th>first run</th></tr>")  # fmt: skip
+    parts += [f"<tr><td>{e(label)}</td><td>{e(got)}</td><td>{seq}</td></tr>"
+              for label, got, seq in _variant_counts(camp, runs)]  # fmt: skip
+    parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
     parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th><th>purpose</th>"

@@ -40,6 +40,7 @@ PAIRS = {
     "rtx6000-perf": ("perf_good.yaml", "perf_bad.yaml"),
     "glm5": ("good.yaml", "bad.yaml"),
     "b300-any": ("good.yaml", "bad.yaml"),
+    "flaky": ("good.yaml", "bad.yaml"),
 }
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
@@ -300,6 +301,7 @@ def _argv(exec_words: tuple[str, ...], flags: dict[str, object]) -> list[str]:
 def _minimal_culprits(
     pair: str, good_file: str, bad_file: str,
     fails: Callable[[Outcome, Outcome], bool] | None = None,
+    certain: bool = False,
 ) -> tuple[list[set[str]], Outcome]:
     """Minimal delta sets that make good fail like bad (by default: the same fault rule)."""
     from orchestrator.config.experiment import load_experiment
@@ -307,6 +309,8 @@ def _minimal_culprits(
     good = load_experiment(EXPERIMENTS / pair / good_file)
     bad = load_experiment(EXPERIMENTS / pair / bad_file)
     scen = sc.load(EXPERIMENTS / pair / "scenario.yaml")
+    if certain:  # a flaky rule taken as firing whenever it holds: the subsets that can fail
+        scen = replace(scen, faults=tuple(replace(r, probability=None) for r in scen.faults))
     gf, bf = good.flag_map(), bad.flag_map()
     ge, be = good.env_map(), bad.env_map()
     deltas = sorted({k for k in gf.keys() | bf.keys() if gf.get(k) != bf.get(k)}
@@ -368,3 +372,21 @@ def test_glm5_pair_answer_is_max_running_requests() -> None:
     minimal, (rule, _) = _minimal_culprits("glm5", "good.yaml", "bad.yaml")
     assert sc.load("glm5").faults[rule].after_requests == 40
     assert minimal == [{"max-running-requests"}]
+
+
+def test_flaky_pair_answer_is_dp_attention_with_the_bigger_graph_batch() -> None:
+    minimal, (rule, _) = _minimal_culprits("flaky", "good.yaml", "bad.yaml", certain=True)
+    assert minimal == [{"enable-dp-attention", "cuda-graph-max-bs"}]
+    scen = sc.load("flaky")
+    assert scen.seed is None  # `seed: random`
+    fault = scen.faults[rule]
+    assert fault.phase == "cuda_graph" and fault.probability == 0.5
+    assert "operation not permitted when stream is capturing" in fault.error
+
+
+def test_seed_random_is_accepted_and_other_words_are_refused(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "seed: random\n").seed is None
+    assert load_text(tmp_path, "seed: 12\n").seed == 12
+    assert load_text(tmp_path, "name: x\n").seed == 0
+    with pytest.raises(sc.ScenarioError, match="seed: expected a whole number or 'random'"):
+        load_text(tmp_path, "seed: sometimes\n")

@@ -279,7 +279,8 @@ def test_hang_under_load_stops_answering(spawn, zoo: Path) -> None:
     assert proc.wait_exit(WAIT) == 0
 
 
-def _flaky_outcome(spawn, zoo: Path, seed: int | None, env: dict[str, str] | None = None) -> str:
+def _flaky_outcome(spawn, zoo: Path, seed: int | str | None,
+                   env: dict[str, str] | None = None) -> str:
     args = ["--scenario", str(zoo), "--port", str(free_port()), "--flaky", "--time-scale", "0"]
     if seed is not None:
         args += ["--seed", str(seed)]
@@ -310,6 +311,34 @@ def test_flaky_rule_is_deterministic_per_seed(spawn, zoo: Path) -> None:
     assert env_seed == "crash"
     default = "crash" if scen.select_fault(flags, {}, 7) is not None else "pass"
     assert _flaky_outcome(spawn, zoo, None) == default
+
+
+def test_seed_random_draws_afresh_on_every_start(spawn, zoo: Path, tmp_path: Path) -> None:
+    # The same command line, 16 starts: with p = 0.5 all alike has odds 1 in 32,768.
+    by_flag = [_flaky_outcome(spawn, zoo, "random") for _ in range(8)]
+    by_env = [_flaky_outcome(spawn, zoo, None, env={"ORCH_LAB_SEED": "random"})
+              for _ in range(8)]
+    assert set(by_flag + by_env) == {"crash", "pass"}, by_flag + by_env
+    # `seed: random` in the scenario does the same without any override
+    scen = tmp_path / "random.yaml"
+    scen.write_text(ZOO.replace("\nseed: 7\n", "\nseed: random\n"), encoding="utf-8")
+    assert "seed: random" in scen.read_text()
+    outcomes = [_flaky_outcome(spawn, scen, None) for _ in range(16)]
+    assert set(outcomes) == {"crash", "pass"}, outcomes
+
+
+def test_seed_random_n_replays_the_same_flaky_history(spawn, zoo: Path, tmp_path: Path) -> None:
+    from orchestrator.lab.server import replayed_seed
+
+    scen = sc.load(zoo)
+    base = next(b for b in range(1, 100)
+                if len({scen.select_fault({"flaky": True}, {}, replayed_seed(b, k)) is None
+                        for k in range(1, 7)}) == 2)  # a history with both outcomes
+    expected = ["pass" if scen.select_fault({"flaky": True}, {}, replayed_seed(base, k)) is None
+                else "crash" for k in range(1, 7)]  # fmt: skip
+    for attempt in ("a", "b"):  # two fresh counters: the same six starts
+        env = {"ORCH_LAB_SEED": f"random:{base}", "ORCH_LAB_DIR": str(tmp_path / attempt)}
+        assert [_flaky_outcome(spawn, zoo, None, env=env) for _ in range(6)] == expected
 
 
 def test_args_rule_exits_2_with_argparse_message(spawn, zoo: Path) -> None:

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
     p.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
                    help="run the variants that decide the answer N times (flaky failures)")
+    p.add_argument("--confidence", type=float, metavar="P",
+                   help="when the failure is flaky, search until the answer is this likely to "
+                        "be right (default 0.95)")
     p.add_argument("--max-runs", type=common.positive_int, metavar="N",
                    help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",
@@ -65,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     store = common.store(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
+    if args.confidence is not None and not 0.5 <= args.confidence < 1:
+        raise UsageError("--confidence must be at least 0.5 and below 1 (e.g. 0.95)")
     deadline = None
     if args.deadline:
         try:
@@ -93,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             max_runs=args.max_runs or opts.get("max_runs"),
             deadline_s=deadline or opts.get("deadline_s"),
             fresh=args.fresh or opts.get("fresh", False),
+            confidence=args.confidence or opts.get("confidence", 0.95),
         )
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in host_names]
@@ -103,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         plan = make_plan(args.good, args.bad, args.strategy)
         hosts = common.hosts_for(args, args.host)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
-                                max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh)
+                                max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
+                                confidence=args.confidence or 0.95)
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
@@ -154,11 +161,12 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
             kind = "interacting set" if cul["interacting"] else "single flag"
             c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul['flags']))}[/]",
                     highlight=False)  # fmt: skip
-            c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}",
-                    highlight=False)  # fmt: skip
+            c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}"
+                    + _counts(cul.get("reproduced_counts")), highlight=False)  # fmt: skip
             for flag, rid in cul["cleared_by"].items():
                 claim = cul.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                c.print(f"  {escape(claim)}: run {rid}", highlight=False)
+                got = _counts((cul.get("cleared_counts") or {}).get(flag))
+                c.print(f"  {escape(claim)}: run {rid}{got}", highlight=False)
         suspects = {i for cul in outcome.culprits for i in cul["indices"]}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:
@@ -166,6 +174,8 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
                     + escape(", ".join(d.short() for d in cleared)), highlight=False)  # fmt: skip
     else:
         c.print(f"[yellow]no answer[/]: {escape(outcome.message)}", highlight=False)
+        for cul in outcome.culprits:  # the best answer so far (noise-aware search)
+            c.print(f"  best so far: {escape(' + '.join(cul['flags']))}", highlight=False)
         if outcome.narrowed:
             c.print("  narrowed so far: the failure needs some of: "
                     + escape(", ".join(outcome.narrowed["failure_needs_some_of"])),
@@ -179,10 +189,35 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
                 f"{escape(inv['variant'])}: {escape(inv['reason'])}", highlight=False)  # fmt: skip
     for fl in outcome.flaky:
         c.print(f"[yellow]flaky[/]: {escape(fl)}", highlight=False)
+    for line in sureness_lines(outcome.noise):
+        c.print(escape(line), highlight=False)
     c.print(f"runs: {outcome.runs_executed} executed, {outcome.runs_reused} reused from the cache;"
             f" campaign {outcome.campaign_id}", highlight=False)  # fmt: skip
     for p in report_paths:
         c.print(f"report: {p}", highlight=False)
 
 
-__all__ = ["print_outcome", "register"]
+def _counts(text: str | None) -> str:
+    return f" ({text})" if text else ""
+
+
+def sureness_lines(noise: dict | None) -> list[str]:
+    """How sure the answer is: confidence, measured reproduction rate, and the switch."""
+    if not noise:
+        return []
+    out = []
+    if noise.get("switched"):
+        out.append(noise["switched"])
+    conf, rate = noise.get("confidence"), noise.get("reproduction_rate")
+    parts = []
+    if conf is not None:
+        parts.append(f"confidence {conf:.3f}")
+    if rate is not None:
+        parts.append(f"reproduction rate {rate:.2f} ({noise.get('reproduction_counts')} runs "
+                     "with the culprit set)")
+    if parts:
+        out.append("; ".join(parts))
+    return out
+
+
+__all__ = ["print_outcome", "register", "sureness_lines"]

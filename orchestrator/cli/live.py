@@ -22,6 +22,7 @@ from orchestrator.events import (
     RunFinished,
     RunRecorded,
     RunStarted,
+    SearchSwitched,
     StepDone,
 )
 from orchestrator.verdicts import Verdict
@@ -113,6 +114,8 @@ class LiveView:
             )
         elif isinstance(e, Notice):
             self.c.print(f"  note: {escape(e.message)}", highlight=False)
+        elif isinstance(e, SearchSwitched):
+            self.c.print(f"[bold yellow]flaky[/]: {escape(e.reason)}", highlight=False)
 
     def _refresh(self, step: str = "") -> None:
         if self.status is None:

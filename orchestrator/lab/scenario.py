@@ -10,7 +10,9 @@ numbers compare numerically, strings as strings), `true` (present), `false` (abs
 list (equal to a multi-value flag), or a mapping of `lt, le, gt, ge, ne, in`. The special
 key `env` holds the same kind of conditions on environment variables. Rules are tried in
 order and the first whose conditions all hold (and whose `probability`, if any, comes up
-for this seed and command line) wins.
+for this seed and command line) wins. With `seed: random` (or ORCH_LAB_SEED=random) every
+start draws afresh, so `probability: 0.5` reproduces on about half of the starts of the
+same command line, as an intermittent crash does.
 
 Rule keys: `when`, `phase` (args, init, load_weights, kv_cache, cuda_graph, warmup,
 serving), `effect` (crash, the default, or hang), `error` (the last line(s) of the
@@ -18,10 +20,10 @@ traceback; for `args` the argparse error message), `after_requests` (serving: fi
 requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
 `exit_code` (default 1, 2 for args), `kill` (die by SIGKILL instead), `frames` (innermost
 traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
-`description`, `seed`, `startup` (seconds per phase at time scale 1), `faults`,
-`throughput` (tok/s, or `{base, factors: [{when, multiply}]}`; every matching factor
-applies), `defaults` (flag values the server assumes when a flag is absent, used by
-comparisons but not by true/false), `known_flags` (a preset name from
+`description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
+time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
+every matching factor applies), `defaults` (flag values the server assumes when a flag
+is absent, used by comparisons but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
 `{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
 `--help` lists three flags and says so, as pass-through wrappers do), `model` (cosmetic
@@ -184,7 +186,8 @@ class Scenario:
     name: str
     path: Path
     description: str = ""
-    seed: int = 0
+    #: fixes the draws of flaky rules; None (`seed: random`) draws afresh on every start
+    seed: int | None = 0
     startup: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_STARTUP))
     faults: tuple[Rule, ...] = ()
     throughput: float = 1000.0
@@ -364,7 +367,14 @@ class _Validator:
         self.keys("", data, ("name", "description", "seed", "startup", "faults", "throughput",
                              "known_flags", "defaults", "model"))
         name = self.string("name", data["name"]) if "name" in data else self.path.parent.name
-        seed = self.integer("seed", data["seed"], 0, 2**63) if "seed" in data else 0
+        seed: int | None = 0
+        if data.get("seed") == "random":
+            seed = None
+        elif "seed" in data:
+            if not isinstance(data["seed"], int) or isinstance(data["seed"], bool):
+                raise self.fail("seed", f"expected a whole number or 'random', got "
+                                        f"{_kind(data['seed'])}")  # fmt: skip
+            seed = self.integer("seed", data["seed"], 0, 2**63)
         startup = self.startup(data.get("startup", {}))
         faults_raw = data.get("faults", [])
         if faults_raw is None:

@@ -16,7 +16,9 @@ Faults come from the scenario (see `orchestrator.lab.scenario`):
   - `phase: args`: argparse-style usage and error on stderr, exit 2.
 
 Knobs: `--time-scale X` or ORCH_LAB_TIME_SCALE scale the startup phases (the flag wins);
-`--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws.
+`--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws;
+`random` (in any of the three) draws afresh on every start; `random:N` too, from a sequence
+fixed by N (starts counted in ORCH_LAB_DIR), to replay one flaky history.
 SIGTERM/SIGINT stop it cleanly with exit 0; requests arriving meanwhile get 503.
 All log lines go to stdout, flushed line by line; argparse messages go to stderr.
 Exit codes: 0 stopped, 1 crashed (or the rule's code), 2 bad command line or scenario.
@@ -455,14 +457,56 @@ def _time_scale(pre: cmdline.Pre) -> float:
 
 
 def _seed(pre: cmdline.Pre, scen: Scenario) -> int:
+    """The seed of this start's draws: a fresh one when it is `random` (each start of the
+    same command line can then come out differently, like an intermittent crash)."""
     text = pre.seed if pre.seed is not None else os.environ.get(SEED_ENV)
     if text is None or text == "":
-        return scen.seed
+        return scen.seed if scen.seed is not None else _fresh_seed()
+    text = text.strip()
+    if text == "random":
+        return _fresh_seed()
     try:
+        if text.startswith("random:"):
+            return _replayed_seed(int(text[len("random:"):]))
         return int(text)
     except ValueError:
         src = "--seed" if pre.seed is not None else SEED_ENV
-        raise _Usage(f"{src}: expected a whole number, got {text!r}") from None
+        raise _Usage(f"{src}: expected a whole number, 'random' or 'random:N', "
+                     f"got {text!r}") from None
+
+
+def _fresh_seed() -> int:
+    import random
+
+    return random.SystemRandom().randrange(2**63)
+
+
+def _replayed_seed(base: int) -> int:
+    """`random:N`: afresh on every start, like `random`, but from a sequence fixed by N:
+    the k-th start on this machine (counted in ORCH_LAB_DIR, else the temp directory)
+    always draws the same, so a test can replay one flaky history exactly."""
+    import fcntl
+    import tempfile
+    from pathlib import Path
+
+    root = Path(os.environ.get("ORCH_LAB_DIR") or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"lab-starts-{base}", "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        text = fh.read().strip()
+        count = int(text) + 1 if text.isdigit() else 1
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(count))
+    return replayed_seed(base, count)
+
+
+def replayed_seed(base: int, start: int) -> int:
+    """The seed of the `start`-th start (1, 2, ...) of a `random:base` sequence."""
+    import random
+
+    return random.Random(f"lab-start:{base}:{start}").randrange(2**63)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,11 @@
 
 A strategy is a generator: it yields `Round`s of variants (sets of delta indices applied
 to the good config) and receives a mapping variant -> verdict for the round; it returns
-an `Answer`. The `Planner` wraps it: it never proposes a variant twice (verdicts are
-cached), reruns `infra` verdicts, closes variants under coupling rules, and counts runs.
+an `Answer`. The `Planner` wraps it: it proposes a variant once (verdicts are cached)
+unless a round asks for its variants `again` (a noise-aware search weighs repeated runs),
+reruns `infra` verdicts, closes variants under coupling rules, and counts runs. Runs
+recorded earlier (`evidence`, with repeats) reach a strategy that declares
+`takes_evidence`; the others see the last verdict of each variant.
 It is a plain state machine: the campaign runner asks `pending()`, runs those variants
 anywhere it likes (one host or a pool), and calls `record()`.
 """
@@ -17,16 +20,6 @@ from orchestrator.verdicts import Verdict
 
 Variant = frozenset[int]
 Results = Mapping[Variant, Verdict]
-
-
-@dataclass(frozen=True)
-class Round:
-    """Variants that can run independently (in parallel on a pool)."""
-
-    variants: tuple[Variant, ...]
-    #: True when the first FAIL decides the round: the rest may be cancelled or skipped.
-    stop_on_fail: bool = False
-    purpose: str = "search"
 
 
 @dataclass(frozen=True)
@@ -46,6 +39,13 @@ class Answer:
     culprits: tuple[Culprit, ...]
     complete: bool = True
     reason: str = ""
+    #: posterior probability that the culprit sets are exactly right (noise-aware search;
+    #: None when not computed)
+    confidence: float | None = None
+    #: measured share of runs carrying the (first) culprit set that failed with the target
+    reproduction_rate: float | None = None
+    #: True when the answer comes from the noise-aware search (a posterior, not proofs)
+    noise_aware: bool = False
 
     @property
     def culprit_sets(self) -> list[frozenset[int]]:
@@ -56,6 +56,23 @@ class Answer:
         for c in self.culprits:
             out |= c.deltas
         return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Round:
+    """Variants that can run independently (in parallel on a pool)."""
+
+    variants: tuple[Variant, ...]
+    #: True when the first FAIL decides the round: the rest may be cancelled or skipped.
+    stop_on_fail: bool = False
+    purpose: str = "search"
+    #: True when each variant needs one more run even if it has verdicts already
+    #: (a noise-aware search repeats variants; their earlier verdicts are evidence)
+    again: bool = False
+    #: the answer the search would give if stopped now (a noise-aware search's partial answer)
+    best: Answer | None = None
+    #: why the search runs as it does (e.g. the flakiness that switched it to noise-aware)
+    note: str = ""
 
 
 Search = Generator[Round, Results, Answer]
@@ -73,6 +90,7 @@ class Planner:
         known: Mapping[Variant, Verdict] | None = None,
         closure: Callable[[Variant], Variant] | None = None,
         max_infra_retries: int = 2,
+        evidence: Iterable[tuple[Variant, Verdict]] = (),
     ) -> None:
         self.n = n
         self.closure = closure or (lambda v: v)
@@ -83,10 +101,20 @@ class Planner:
         self.history: list[tuple[Variant, Verdict]] = []
         self.infra_attempts: dict[Variant, int] = {}
         self._preset = dict(known or {})
+        #: runs recorded before this planner (resume): a strategy that weighs repeated runs
+        #: (`takes_evidence`) gets them all; the others see the last verdict per variant
+        self.evidence = [(frozenset(v), x) for v, x in evidence if x is not Verdict.INFRA]
+        for v, x in self.evidence:
+            self.results[v] = x
         self.results.update(self._preset)
         self._strategy = strategy
-        self._gen = strategy(n)
+        if getattr(strategy, "takes_evidence", False):
+            self._gen = strategy(n, evidence=tuple(self.evidence), closure=self.closure)
+        else:
+            self._gen = strategy(n)
         self._round: Round | None = None
+        #: verdicts recorded for the current `again` round (fresh runs only)
+        self._fresh: dict[Variant, Verdict] = {}
         self._answer: Answer | None = None
         self._advance(None)
 
@@ -117,10 +145,11 @@ class Planner:
         """Closed variants of the current round that still need a verdict, in round order."""
         if self._round is None:
             return []
+        done = self._fresh if self._round.again else self.results
         out: list[Variant] = []
         for raw in self._round.variants:
             v = self.closure(raw)
-            if v not in self.results and v not in out:
+            if v not in done and v not in out:
                 out.append(v)
         return out
 
@@ -128,6 +157,22 @@ class Planner:
     def record(self, variant: Variant, verdict: Verdict) -> None:
         """Record a verdict for a pending variant and move the search on."""
         variant = frozenset(variant)
+        if self._round is not None and self._round.again:
+            if variant not in self.pending():
+                return  # a late duplicate of a run this round no longer needs
+            if verdict is Verdict.INFRA:
+                tries = self.infra_attempts.get(variant, 0) + 1
+                self.infra_attempts[variant] = tries
+                self.history.append((variant, verdict))
+                if tries <= self.max_infra_retries:
+                    return
+            else:
+                self.infra_attempts.pop(variant, None)
+                self.history.append((variant, verdict))
+                self.results[variant] = verdict
+            self._fresh[variant] = verdict
+            self._advance(None)
+            return
         if verdict is Verdict.INFRA:
             tries = self.infra_attempts.get(variant, 0) + 1
             self.infra_attempts[variant] = tries
@@ -146,8 +191,8 @@ class Planner:
         be: for spare hosts of a pool to run ahead (speculation). Pure: the strategy is
         replayed on the known verdicts plus hypothetical ones, breadth first, nearest
         first; nothing already known or pending is returned."""
-        if limit <= 0 or self.done:
-            return []
+        if limit <= 0 or self.done or (self._round is not None and self._round.again):
+            return []  # a noise-aware round is one run at a time: nothing to speculate on
         out: list[Variant] = []
         skip = set(self.results) | set(self.pending())
         frontier: list[dict[Variant, Verdict]] = [{}]
@@ -180,11 +225,12 @@ class Planner:
     # ---- internals
     def _satisfied(self, rnd: Round) -> dict[Variant, Verdict] | None:
         got: dict[Variant, Verdict] = {}
+        known = self._fresh if rnd.again else self.results
         for raw in rnd.variants:
             v = self.closure(raw)
-            if v in self.results:
-                got[raw] = self.results[v]
-                if rnd.stop_on_fail and self.results[v] is Verdict.FAIL:
+            if v in known:
+                got[raw] = known[v]
+                if rnd.stop_on_fail and known[v] is Verdict.FAIL:
                     return got
             elif not rnd.stop_on_fail:
                 return None
@@ -202,9 +248,11 @@ class Planner:
                 except StopIteration as stop:
                     self._finish(stop.value)
                     return
+                self._fresh = {}
             got = self._satisfied(self._round)
             if got is None:
                 return
+            self._fresh = {}
             try:
                 self._round = self._gen.send(got)
             except StopIteration as stop:

@@ -1,0 +1,222 @@
+"""Runs to the right answer when the failure reproduces only on some starts (`--noise`).
+
+Oracles: a culprit set (one flag, or an AND-pair) among n deltas, placed at random; a run
+of a variant that carries it fails with probability p, every other run passes. Each case
+has its own random placement and its own random stream (seeded, so the table repeats).
+
+Every run counts here, the endpoint checks included (unlike the deterministic table,
+whose two endpoint checks are fixed and left out): with noise the bad endpoint may need
+several starts before it fails, and that is part of the cost. Policies:
+
+- `ours`: the campaign's default: good once, bad until it fails (at most BAD_ATTEMPTS
+  starts), then `auto`, which switches to the noise-aware search with every run so far
+  as evidence as soon as a run shows flakiness (`orchestrator.planner.adaptive`);
+- `noisy`: the noise-aware search from the first run (`--strategy noisy`: a failure known
+  to be intermittent);
+- `go`: Go's cmd/bisect policy: every trial (endpoints too) runs twice and the search gives
+  up when the two disagree; its search is our `auto` (a log-cost minimal-set search);
+- `fixed r=3`, `fixed r=5`: `auto` with each variant run up to r times, a variant failing
+  if any of its runs fails (a failure is proof, so a run after it is never needed);
+- `bayesect`: a posterior over single flags only with a learned rate (git-bayesect's model
+  applied to flags), the same endpoint policy and stopping rule as `noisy`.
+
+Columns per policy: ok% (the exact culprit set, nothing else), mean and 95th-percentile
+runs; for the posterior policies `cal%` (of the answers reported with confidence >= 0.95,
+the share that is right) and how many such answers there were. `vs fixed`: mean runs of
+`ours`/`noisy` over those of the cheapest fixed-repeat peer whose ok% is at least as high
+("-" when no fixed-repeat peer gets there).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.planner import Planner
+from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart
+from orchestrator.planner.noisy import NoiseModel, Noisy
+from orchestrator.planner.strategies import auto
+from orchestrator.verdicts import Verdict
+
+P, F = Verdict.PASS, Verdict.FAIL
+Variant = frozenset[int]
+POLICIES = ("ours", "noisy", "go", "fixed r=3", "fixed r=5", "bayesect")
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Result:
+    right: bool
+    runs: int
+    confidence: float | None = None
+
+
+@dataclass
+class Oracle:
+    terms: tuple[Variant, ...]
+    p: float
+    rng: random.Random
+    runs: int = 0
+
+    def __call__(self, v: Variant) -> Verdict:
+        self.runs += 1
+        carried = any(t <= v for t in self.terms)
+        return F if carried and self.rng.random() < self.p else P
+
+
+def _endpoints(o: Oracle, n: int) -> list[tuple[Variant, Verdict]] | None:
+    """Good once, bad until it fails (the campaign's rule); None if bad never failed."""
+    runs = [(frozenset(), o(frozenset()))]
+    full = frozenset(range(n))
+    for _ in range(BAD_ATTEMPTS):
+        x = o(full)
+        runs.append((full, x))
+        if x is F:
+            return runs
+    return None
+
+
+def _drive(planner: Planner, o: Oracle, limit: int) -> None:
+    for _ in range(limit):
+        if planner.done:
+            return
+        v = planner.pending()[0]
+        planner.record(v, o(v))
+
+
+def run_ours(n: int, o: Oracle, strategy: Callable) -> Result:
+    ends = _endpoints(o, n)
+    if ends is None:
+        return Result(False, o.runs)
+    full = frozenset(range(n))
+    planner = Planner(n, strategy, known={frozenset(): P, full: F}, evidence=ends)
+    _drive(planner, o, 100 * n + 1000)
+    a = planner.answer if planner.done else None
+    if a is None:
+        return Result(False, o.runs)
+    return Result(set(a.culprit_sets) == set(o.terms), o.runs, a.confidence)
+
+
+def run_repeated(n: int, o: Oracle, r: int, give_up_on_disagreement: bool) -> Result:
+    """`auto` where each trial runs r times: Go's policy (r = 2, disagreement: give up) or
+    fixed repeats (up to r runs, any failure decides)."""
+
+    class GiveUp(Exception):
+        pass
+
+    def trial(v: Variant) -> Verdict:
+        if give_up_on_disagreement:
+            got = {o(v) for _ in range(r)}
+            if len(got) > 1:
+                raise GiveUp
+            return got.pop()
+        for _ in range(r):
+            if o(v) is F:
+                return F
+        return P
+
+    full = frozenset(range(n))
+    try:
+        if trial(frozenset()) is not P or trial(full) is not F:
+            return Result(False, o.runs)
+        planner = Planner(n, auto, known={frozenset(): P, full: F})
+        for _ in range(20 * n * n + 100):
+            if planner.done:
+                break
+            v = planner.pending()[0]
+            planner.record(v, trial(v))
+    except GiveUp:
+        return Result(False, o.runs)
+    return Result(set(planner.answer.culprit_sets) == set(o.terms), o.runs)
+
+
+def run_bayesect(n: int, o: Oracle) -> Result:
+    model = NoiseModel(confidence=CONFIDENCE, sizes=(1.0,), other=0.0, spike=0.0)
+    ends = _endpoints(o, n)
+    if ends is None:
+        return Result(False, o.runs)
+    state = Noisy(n, model)
+    for v, x in ends:
+        state.add(v, x)
+    for _ in range(30 + 12 * n):  # its budget (pairs, which it cannot name, use it up)
+        a = state.analyze()
+        if a.next is None:
+            break
+        state.add(a.next, o(a.next))
+    a = state.analyze()
+    found = {f.term for f in a.found}
+    return Result(found == set(o.terms), o.runs, a.confidence)
+
+
+def run_policy(name: str, n: int, o: Oracle) -> Result:
+    if name == "ours":
+        return run_ours(n, o, Adaptive(NoiseModel(confidence=CONFIDENCE)))
+    if name == "noisy":
+        return run_ours(n, o, NoisyFromStart(NoiseModel(confidence=CONFIDENCE)))
+    if name == "go":
+        return run_repeated(n, o, 2, True)
+    if name.startswith("fixed r="):
+        return run_repeated(n, o, int(name.split("=")[1]), False)
+    if name == "bayesect":
+        return run_bayesect(n, o)
+    raise ValueError(name)
+
+
+@dataclass
+class Row:
+    p: float
+    shape: str
+    n: int
+    results: dict[str, list[Result]] = field(default_factory=dict)
+
+
+def make_case(shape: str, n: int, p: float, seed: int) -> Callable[[], Oracle]:
+    place = random.Random(f"place:{shape}:{n}:{seed}")
+    if shape == "single":
+        terms = (frozenset({place.randrange(n)}),)
+    else:
+        terms = (frozenset(place.sample(range(n), 2)),)
+    return lambda: Oracle(terms, p, random.Random(f"runs:{shape}:{n}:{p}:{seed}"))
+
+
+def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] = POLICIES,
+          on_row: Callable[[list[str], list[str]], None] | None = None,
+          ) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+    header = ["p", "shape", "n"]
+    for name in policies:
+        header += [f"{name} ok%", f"{name} mean", f"{name} p95"]
+        if name in ("ours", "noisy", "bayesect"):
+            header += [f"{name} cal% (k)"]
+    header += ["ours vs fixed", "noisy vs fixed"]
+    rows: list[list[str]] = []
+    for p in ps:
+        for n in ns:
+            for shape in ("single", "AND-pair"):
+                stats: dict[str, tuple[float, float]] = {}
+                row = [f"{p:g}", shape, str(n)]
+                for name in policies:
+                    res = [run_policy(name, n, make_case(shape, n, p, s)()) for s in range(cases)]
+                    ok = 100 * sum(r.right for r in res) / len(res)
+                    runs = sorted(r.runs for r in res)
+                    mean = sum(runs) / len(runs)
+                    p95 = runs[min(len(runs) - 1, int(0.95 * len(runs)))]
+                    stats[name] = (ok, mean)
+                    row += [f"{ok:.1f}", f"{mean:.1f}", str(p95)]
+                    if name in ("ours", "noisy", "bayesect"):
+                        sure = [r for r in res if r.confidence is not None
+                                and r.confidence >= CONFIDENCE]  # fmt: skip
+                        cal = 100 * sum(r.right for r in sure) / len(sure) if sure else 0.0
+                        row.append(f"{cal:.1f} ({len(sure)})" if sure else "- (0)")
+                for ours in ("ours", "noisy"):
+                    if ours not in stats:
+                        row.append("")
+                        continue
+                    ok, mean = stats[ours]
+                    peers = [stats[f] for f in ("fixed r=3", "fixed r=5")
+                             if f in stats and stats[f][0] >= ok]  # fmt: skip
+                    row.append(f"{mean / min(m for _, m in peers):.2f}" if peers else "-")
+                rows.append(row)
+                if on_row is not None:  # long runs: each row as soon as it is done
+                    on_row(header, row)
+    return header, rows

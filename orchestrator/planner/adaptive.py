@@ -1,0 +1,205 @@
+"""`auto` while the runs look deterministic; the noise-aware search once they do not.
+
+The search starts as `auto` (log-cost, as cheap as ever when nothing is flaky) and watches
+every verdict. It switches to the noise-aware search (`noisy`) with all runs so far as
+evidence as soon as the runs show that the failure does not reproduce every time:
+
+- one variant both failed and passed (the bad config passing on a start, say);
+- a variant passed although a variant with a subset of its deltas failed (a failure needs
+  all of its deltas, so a superset of a failing variant must fail too);
+- `auto`'s complete answer disagrees with a recorded verdict or needs more than three
+  changes at once: the marks a missed failure leaves. When two of its culprit sets share a
+  change, that change runs alone (twice): a failure of it shows a flaky single culprit
+  that unlucky passes dressed up as several sets.
+
+Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
+the same path. When it does not switch, the answer carries the posterior confidence of
+the noise model with a prior weight on deterministic failures (`DETERMINISTIC`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
+from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
+from orchestrator.planner.strategies import auto
+from orchestrator.verdicts import Verdict
+
+Run = tuple[Variant, Verdict]
+Describe = Callable[[Variant], str]
+
+#: prior weight of "this failure reproduces on every start" when no run says otherwise.
+#: Runs that never contradict themselves can still come from a flaky failure and a few
+#: unlucky passes (they then point at a superset of the culprit set): an even prior keeps
+#: the confidence of such an interacting set honest (bench/runs_to_answer.py --noise,
+#: calibration of `ours`); a single flag reproduced by good + it is certain either way.
+DETERMINISTIC = 0.5
+#: the largest interacting set taken at face value from runs that all agree: a larger one
+#: is the mark a missed failure leaves (the noise-aware search then checks it)
+MAX_SET = 3
+#: runs of a change shared by two culprit sets, alone, before the sets are believed
+SHARED_CHECKS = 2
+#: starts of the bad config before a campaign concludes that it does not fail: with a
+#: reproduction rate of 0.5 all pass once in 4,000 campaigns, with 0.3 once in 70
+BAD_ATTEMPTS = 12
+
+
+def _describe(v: Variant) -> str:
+    return "{" + ", ".join(str(i) for i in sorted(v)) + "}"
+
+
+def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
+    """Why the runs cannot come from a failure that reproduces every time ("" if they can)."""
+    fails: dict[Variant, int] = {}
+    passes: dict[Variant, int] = {}
+    for v, x in runs:
+        if x is Verdict.FAIL:
+            fails[v] = fails.get(v, 0) + 1
+        elif x is Verdict.PASS:
+            passes[v] = passes.get(v, 0) + 1
+    for v in fails:
+        if v in passes:
+            return (f"{describe(v)} failed {fails[v]} of {fails[v] + passes[v]} starts "
+                    "with the same config")  # fmt: skip
+    def order(u: Variant) -> tuple[int, list[int]]:
+        return len(u), sorted(u)
+
+    supersets = [v for v in passes if any(w < v for w in fails)]
+    for w in sorted(fails, key=order) if supersets else ():
+        for v in sorted(supersets, key=order):
+            if w < v:
+                return (f"{describe(v)} passed although {describe(w)}, which has only some "
+                        "of its changes, failed")  # fmt: skip
+    return ""
+
+
+def answer_doubt(answer: Answer, runs: Sequence[Run], describe: Describe = _describe) -> str:
+    """Why `auto`'s complete answer cannot be right if the failure reproduced every time
+    ("" if nothing says so). An incomplete answer (unresolved variants hid the evidence)
+    is left as it is: nothing in it points at flakiness."""
+    terms = answer.culprit_sets
+    if not terms or not answer.complete:
+        return ""
+    big = next((t for t in terms if len(t) > MAX_SET), None)
+    if big is not None:
+        # as many changes all needed at once is far less likely than a missed failure
+        return f"{describe(big)} would need {len(big)} changes at once"
+    for v, x in runs:
+        if not x.resolved:
+            continue
+        if any(t <= v for t in terms) != (x is Verdict.FAIL):
+            return f"{describe(v)} {x.value}ed, against the answer"
+    return ""
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """A strategy function (`takes_evidence`): auto, switching to noisy on flakiness."""
+
+    model: NoiseModel = NoiseModel()
+    describe: Describe = _describe
+    takes_evidence = True
+
+    def __call__(self, n: int, evidence: Sequence[Run] = (),
+                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+        return adaptive(n, evidence, model=self.model, closure=closure, describe=self.describe)
+
+
+def adaptive(
+    n: int,
+    evidence: Sequence[Run] = (),
+    *,
+    model: NoiseModel | None = None,
+    closure: Callable[[Variant], Variant] | None = None,
+    describe: Describe = _describe,
+) -> Search:
+    model = model or NoiseModel()
+    close = closure or (lambda v: v)
+    full = frozenset(range(n))
+    runs: list[Run] = [(frozenset(v), x) for v, x in evidence if x is not Verdict.INFRA]
+    if not runs:  # the strategy contract: good passes and bad fails
+        runs = [(frozenset(), Verdict.PASS), (full, Verdict.FAIL)]
+    seen = {v for v, _ in runs}
+
+    def switch(reason: str) -> Search:
+        note = f"the failure is flaky: {reason}; switched to the noise-aware search"
+        answer = yield from noisy_search(n, runs, model=model, closure=closure, note=note)
+        return answer
+
+    reason = flakiness(runs, describe)
+    if reason:
+        return (yield from switch(reason))
+    gen = auto(n)
+    try:
+        rnd = next(gen)
+        for _ in range(100_000):  # bounded: auto proposes finitely many variants
+            got = yield rnd
+            for v, x in got.items():
+                cv = close(v)
+                if cv not in seen and x is not Verdict.INFRA:
+                    seen.add(cv)
+                    runs.append((cv, x))
+            reason = flakiness(runs, describe)
+            if reason:
+                return (yield from switch(reason))
+            rnd = gen.send(got)
+        raise RuntimeError("auto did not converge")
+    except StopIteration as stop:
+        answer: Answer = stop.value
+    # Causes that share a change: real (two causes with a common flag) or the chain a
+    # flaky culprit leaves when unlucky passes made each pass of the search pick up a
+    # partner. The shared change alone tells them apart (it fails only if it is the
+    # culprit): it runs until it has two verdicts. Never needed in the deterministic
+    # table (no shape there shares a change).
+    for x in _shared(answer.culprit_sets):
+        v = close(frozenset({x}))
+        for _ in range(SHARED_CHECKS):
+            if sum(1 for u, y in runs if u == v and y.resolved) >= SHARED_CHECKS:
+                break
+            got = yield Round((v,), purpose="check", again=True)
+            runs.append((v, got[v]))
+    reason = answer_doubt(answer, runs, describe)
+    if reason:
+        return (yield from switch(reason))
+    return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+
+
+def _shared(terms: list[frozenset[int]]) -> list[int]:
+    """Changes that belong to more than one culprit set."""
+    seen: dict[int, int] = {}
+    for t in terms:
+        for x in t:
+            seen[x] = seen.get(x, 0) + 1
+    return sorted(x for x, k in seen.items() if k > 1)
+
+
+def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
+                              model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
+    """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
+    # every set of up to three changes is weighed here (one posterior, not a search step)
+    state = Noisy(n, replace(model, spike=DETERMINISTIC, max_triples=10**5))
+    for v, x in runs:
+        state.add(v, x)
+    a = state.analyze()
+    rate, _, _ = state.rate(answer.culprits[0].deltas) if answer.culprits else (None, 0, 0)
+    same = {f.term for f in a.found} == set(answer.culprit_sets)
+    return {"confidence": a.confidence if same else None, "reproduction_rate": rate}
+
+
+def make_adaptive(confidence: float = 0.95, describe: Describe = _describe) -> StrategyFn:
+    return Adaptive(NoiseModel(confidence=confidence), describe)
+
+
+@dataclass(frozen=True)
+class NoisyFromStart:
+    """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
+
+    model: NoiseModel = NoiseModel()
+    takes_evidence = True
+
+    def __call__(self, n: int, evidence: Sequence[Run] = (),
+                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+        runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
+        return noisy_search(n, runs, model=self.model, closure=closure)

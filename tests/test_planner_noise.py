@@ -1,0 +1,279 @@
+"""The noise-aware search, pure: rounds that run a variant again, a posterior that is a
+function of the recorded runs, the switch from `auto`, and answers with their confidence.
+
+Oracles are scripted with a seeded random stream per case (the planner receives no
+randomness of its own).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.planner import Planner
+from orchestrator.planner.adaptive import Adaptive, NoisyFromStart, answer_doubt, flakiness
+from orchestrator.planner.core import Answer, Culprit, Round
+from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
+from orchestrator.planner.strategies import auto
+from orchestrator.verdicts import Verdict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import runs_to_answer  # noqa: E402
+
+P, F = Verdict.PASS, Verdict.FAIL
+
+
+def flaky_oracle(terms: list[frozenset[int]], p: float, seed: int):  # noqa: ANN201
+    rng = random.Random(seed)
+
+    def oracle(v: frozenset[int]) -> Verdict:
+        return F if any(t <= v for t in terms) and rng.random() < p else P
+
+    return oracle
+
+
+def drive(planner: Planner, oracle, limit: int = 2000) -> list[frozenset[int]]:
+    asked = []
+    for _ in range(limit):
+        if planner.done:
+            return asked
+        v = planner.pending()[0]
+        asked.append(v)
+        planner.record(v, oracle(v))
+    raise AssertionError("the search did not finish")
+
+
+def ends(n: int) -> dict[frozenset[int], Verdict]:
+    return {frozenset(): P, frozenset(range(n)): F}
+
+
+# ---------------------------------------------------------------- the planner: again rounds
+
+
+def again_twice(n: int, evidence=(), closure=None):  # noqa: ANN001, ANN201
+    got1 = yield Round((frozenset({1}),), again=True)
+    got2 = yield Round((frozenset({1}),), again=True)
+    return Answer((Culprit(frozenset({1}), frozenset({1})),), reason=f"{got1} {got2}")
+
+
+again_twice.takes_evidence = True  # type: ignore[attr-defined]
+
+
+def test_a_round_marked_again_runs_a_known_variant_once_more() -> None:
+    planner = Planner(3, again_twice, known=ends(3), evidence=[(frozenset({1}), P)])
+    assert planner.pending() == [frozenset({1})]  # known from evidence, wanted again
+    planner.record(frozenset({2}), P)  # not pending: ignored
+    assert planner.runs == 0
+    planner.record(frozenset({1}), Verdict.INFRA)  # host trouble: the same run again
+    assert planner.pending() == [frozenset({1})]
+    planner.record(frozenset({1}), F)
+    assert planner.pending() == [frozenset({1})]  # the next round asks for it again
+    planner.record(frozenset({1}), P)
+    assert planner.done and planner.runs == 3
+    assert [x for _, x in planner.history] == [Verdict.INFRA, F, P]
+    assert planner.lookahead(2) == []
+
+
+def test_noisy_search_repeats_variants_and_counts_each_run() -> None:
+    n = 6
+    planner = Planner(n, NoisyFromStart(), known=ends(n))
+    asked = drive(planner, flaky_oracle([frozenset({4})], 0.5, 3))
+    assert len(set(asked)) < len(asked)  # some variant ran more than once
+    assert planner.runs == len(asked)
+    assert planner.answer.culprit_sets == [frozenset({4})]
+
+
+# ---------------------------------------------------------------- the posterior
+
+
+def test_a_target_failure_is_proof_and_a_pass_only_evidence() -> None:
+    model = NoiseModel()
+    s = Noisy(4, model)
+    s.add(frozenset(range(4)), F)
+    s.add(frozenset({0, 1}), F)  # the culprit set is inside {0, 1}
+    belief = s.belief(0b1111)
+    assert {frozenset(m) for m in belief.members} == {frozenset({0}), frozenset({1}),
+                                                      frozenset({0, 1})}  # fmt: skip
+    s.add(frozenset({0}), P)
+    s.add(frozenset({0}), P)
+    ws, _ = s.belief(0b1111).weights()
+    got = dict(zip((frozenset(m) for m in s.belief(0b1111).members), ws, strict=True))
+    assert got[frozenset({0})] > 0  # two passes make {0} unlikely, never impossible
+    assert got[frozenset({0})] < got[frozenset({1})]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_posterior_is_a_function_of_the_runs_not_their_order(seed: int) -> None:
+    n = 8
+    rng = random.Random(seed)
+    oracle = flaky_oracle([frozenset({2, 6})], 0.5, seed)
+    runs = [(frozenset(range(n)), F)]
+    for _ in range(25):
+        v = frozenset(i for i in range(n) if rng.random() < 0.6)
+        runs.append((v, oracle(v)))
+    shuffled = runs[:]
+    rng.shuffle(shuffled)
+    a, b = Noisy(n, NoiseModel()), Noisy(n, NoiseModel())
+    for v, x in runs:
+        a.add(v, x)
+    for v, x in shuffled:
+        b.add(v, x)
+    ra, rb = a.analyze(), b.analyze()
+    assert ra.next == rb.next and ra.purpose == rb.purpose
+    assert ra.confidence == pytest.approx(rb.confidence, rel=1e-9)
+    assert [f.term for f in ra.found] == [f.term for f in rb.found]
+
+
+def test_a_search_rebuilt_from_its_runs_asks_for_the_same_next_run() -> None:
+    """Resume: a planner given the first k runs as evidence continues exactly as the
+    uninterrupted search did at step k."""
+    n = 8
+    oracle = flaky_oracle([frozenset({1, 5})], 0.5, 11)
+    evidence = [(frozenset(), P), (frozenset(range(n)), P), (frozenset(range(n)), F)]
+    live = Planner(n, Adaptive(), known=ends(n), evidence=evidence)
+    runs = list(evidence)
+    for step in range(30):
+        if live.done:
+            break
+        again = Planner(n, Adaptive(), known=ends(n), evidence=runs)
+        assert again.pending() == live.pending(), step
+        v = live.pending()[0]
+        x = oracle(v)
+        live.record(v, x)
+        runs.append((v, x))
+    assert step >= 10
+
+
+# ---------------------------------------------------------------- switching from auto
+
+
+def test_flakiness_is_seen_in_repeats_and_in_supersets() -> None:
+    full = frozenset(range(4))
+    assert flakiness([(frozenset(), P), (full, F)]) == ""
+    assert "failed 1 of 2" in flakiness([(full, P), (full, F)])
+    assert "passed although" in flakiness([(frozenset({1, 2}), F), (frozenset({1, 2, 3}), P)])
+    assert flakiness([(frozenset({1, 2}), P), (frozenset({1, 2, 3}), F)]) == ""
+
+
+def test_answers_auto_cannot_give_for_a_deterministic_failure_are_doubted() -> None:
+    c = Culprit(frozenset({1, 2, 3, 4}), frozenset({1, 2, 3, 4}))
+    assert "4 changes at once" in answer_doubt(Answer((c,)), [])
+    one = Answer((Culprit(frozenset({1}), frozenset({1})),))
+    assert "against the answer" in answer_doubt(one, [(frozenset({1, 3}), P)])
+    assert "against the answer" in answer_doubt(one, [(frozenset({2, 3}), F)])
+    assert answer_doubt(one, [(frozenset({1, 3}), F), (frozenset({3}), P)]) == ""
+    # two causes sharing a change are a deterministic possibility; an incomplete answer
+    # (unresolved variants) says nothing about flakiness
+    two = Answer((Culprit(frozenset({1, 2}), frozenset({1, 2})),
+                  Culprit(frozenset({2, 3}), frozenset({2, 3}))))  # fmt: skip
+    assert answer_doubt(two, []) == ""
+    assert answer_doubt(Answer((c,), complete=False), [(frozenset({1, 3}), P)]) == ""
+
+
+def test_with_nothing_flaky_auto_is_unchanged_for_every_placement() -> None:
+    """The deterministic table of bench/runs_to_answer.py: the same runs and answers."""
+    for n in (2, 3, 4, 6, 8, 12, 16):
+        for shape in runs_to_answer.SHAPES:
+            if shape == "AND-triple" and n < 3:
+                continue
+            for case in runs_to_answer.cases(shape, n, 60):
+                a = Planner(n, auto, known=ends(n))
+                b = Planner(n, Adaptive(), known=ends(n))
+                assert drive(a, case.oracle) == drive(b, case.oracle), (n, shape)
+                assert a.answer.culprit_sets == b.answer.culprit_sets
+                assert b.answer.confidence is not None
+
+
+@pytest.mark.parametrize(("terms", "seed"), [
+    *(([frozenset({c})], s) for c, s in itertools.product((0, 5, 11), (1, 2))),
+    *(([frozenset(pr)], s) for pr, s in itertools.product(((0, 1), (3, 9), (10, 11)), (1, 2))),
+])  # fmt: skip
+def test_bad_passing_on_a_start_switches_and_the_answer_is_right(terms, seed: int) -> None:
+    n = 12
+    oracle = flaky_oracle(terms, 0.5, seed)
+    evidence = [(frozenset(), P), (frozenset(range(n)), P), (frozenset(range(n)), F)]
+    planner = Planner(n, Adaptive(), known=ends(n), evidence=evidence)
+    assert planner.current_round is not None and planner.current_round.again
+    assert "flaky" in planner.current_round.note
+    drive(planner, oracle)
+    a = planner.answer
+    assert a.complete and a.culprit_sets == terms
+    assert a.confidence >= 0.95 and 0 < a.reproduction_rate < 1
+
+
+def test_the_budget_ends_with_the_best_answer_and_its_confidence() -> None:
+    n = 8
+    model = NoiseModel(max_runs=6)
+
+    def strategy(n, evidence=(), closure=None):  # noqa: ANN001, ANN202
+        return noisy_search(n, evidence or [(frozenset(range(n)), F)], model=model)
+
+    strategy.takes_evidence = True  # type: ignore[attr-defined]
+    planner = Planner(n, strategy, known=ends(n))
+    assert planner.current_round.best is not None  # a partial answer at every step
+    drive(planner, flaky_oracle([frozenset({3})], 0.3, 5))
+    a = planner.answer
+    assert not a.complete and "budget" in a.reason
+    assert a.confidence is not None and a.confidence < 0.95
+    assert planner.runs == 6
+
+
+# ---------------------------------------------------------------- how sure, in words
+
+
+def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.campaign import Outcome
+    from orchestrator.cli.bisect import print_outcome
+    from orchestrator.planning import make_plan
+
+    lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "flaky"
+    plan = make_plan(lab / "good.yaml", lab / "bad.yaml")
+    outcome = Outcome("c1", "found", culprits=[{
+        "flags": ["--cuda-graph-max-bs 256", "--enable-dp-attention"], "indices": [3, 5],
+        "interacting": True, "reproduced_by": "c1.9", "reproduced_counts": "fail 2 of 3",
+        "cleared_by": {"--enable-dp-attention": "c1.12"},
+        "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"}}],
+        noise={"switched": "the failure is flaky: bad failed 1 of 2 starts with the same "
+                           "config; switched to the noise-aware search",
+               "confidence": 0.9712, "reproduction_rate": 0.5,
+               "reproduction_counts": "fail 7 of 14"})  # fmt: skip
+    print_outcome(outcome, plan, [])
+    out = capsys.readouterr().out
+    assert "reproduces the failure: run c1.9 (fail 2 of 3)" in out
+    assert "does not fail: run c1.12 (fail 0 of 2)" in out
+    assert "switched to the noise-aware search" in out
+    assert "confidence 0.971; reproduction rate 0.50 (fail 7 of 14 runs with the culprit set)" \
+        in out  # fmt: skip
+
+
+def test_a_change_shared_by_two_answers_runs_alone_before_they_are_believed() -> None:
+    """Deterministic: {0, 1} and {0, 2} are two real causes; 0 alone passes twice and the
+    answer stands. Flaky: the same answer from a chain of unlucky passes is undone when 0
+    alone fails, and the noise-aware search takes over."""
+    n = 5
+    both = [frozenset({0, 1}), frozenset({0, 2})]
+    planner = Planner(n, Adaptive(), known=ends(n))
+    asked = drive(planner, lambda v: F if any(t <= v for t in both) else P)
+    assert asked.count(frozenset({0})) >= 1
+    assert sorted(map(sorted, planner.answer.culprit_sets)) == [[0, 1], [0, 2]]
+    assert not planner.answer.noise_aware
+    # the shared change fails alone: what looked like two causes is one flaky change
+    runs = [(frozenset(), P), (frozenset(range(n)), F)]
+    chain = Planner(n, Adaptive(), known=ends(n), evidence=runs)
+    seen_check = False
+    for _ in range(400):
+        if chain.done:
+            break
+        rnd = chain.current_round
+        v = chain.pending()[0]
+        if rnd.purpose == "check":
+            seen_check = True
+            chain.record(v, F)
+            continue
+        chain.record(v, F if any(t <= v for t in both) else P)
+    assert seen_check  # auto reached the two sets and ran the shared change alone
+    assert chain.answer.noise_aware  # its failure switched the search
