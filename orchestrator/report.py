@@ -108,10 +108,13 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     if culprits:
         for c in culprits:
             kind = "interacting set" if c["interacting"] else "single flag"
-            out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); good + set "
-                       f"reproduces the failure: run {c['reproduced_by']}"
-                       f"{_with(c.get('reproduced_counts'))}")  # fmt: skip
+            rep = (f"good + set reproduces the failure: run {c['reproduced_by']}"
+                   f"{_with(c.get('reproduced_counts'))}" if c["reproduced_by"] is not None
+                   else "no run of good + exactly this set is recorded")  # fmt: skip
+            out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); {rep}")
             for flag, rid in c["cleared_by"].items():
+                if rid is None:  # evidence lines cite only runs that exist
+                    continue
                 claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = _with((c.get("cleared_counts") or {}).get(flag))
                 out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
@@ -200,10 +203,16 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
             kind = "interacting set" if c["interacting"] else "single flag"
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c["flags"])
             repro = c.get("reproduced_counts")
-            parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set reproduces the "
-                         f"failure (run {e(str(c['reproduced_by']))}"
-                         f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
+            if c["reproduced_by"] is None:
+                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
+                             "exactly this set is recorded<ul>")  # fmt: skip
+            else:
+                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
+                             f"reproduces the failure (run {e(str(c['reproduced_by']))}"
+                             f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
             for flag, rid in c["cleared_by"].items():
+                if rid is None:  # evidence lines cite only runs that exist
+                    continue
                 claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = (c.get("cleared_counts") or {}).get(flag)
                 parts.append(f"<li>{e(claim)} (run {e(str(rid))}{'; ' + e(got) if got else ''})"

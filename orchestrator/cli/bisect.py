@@ -161,9 +161,12 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
             kind = "interacting set" if cul["interacting"] else "single flag"
             c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul['flags']))}[/]",
                     highlight=False)  # fmt: skip
-            c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}"
-                    + _counts(cul.get("reproduced_counts")), highlight=False)  # fmt: skip
+            if cul["reproduced_by"] is not None:  # evidence lines cite only runs that exist
+                c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}"
+                        + _counts(cul.get("reproduced_counts")), highlight=False)  # fmt: skip
             for flag, rid in cul["cleared_by"].items():
+                if rid is None:
+                    continue
                 claim = cul.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
                 got = _counts((cul.get("cleared_counts") or {}).get(flag))
                 c.print(f"  {escape(claim)}: run {rid}{got}", highlight=False)
