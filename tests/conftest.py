@@ -22,9 +22,37 @@ _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd"}
 
 
+#: Tests that need no test host but start real processes (lab servers, the lab's own sshd,
+#: crontab, timed-out commands) or run thousands of generated cases: `slow`, so the fast
+#: tier (`scripts/test --fast`: not sshd, not systemd, not slow) stays within seconds.
+#: Node id prefixes, relative to the repository.
+_SLOW = (
+    "tests/test_lab_server.py",
+    "tests/test_lab_bench.py",
+    "tests/test_transport_local.py",
+    "tests/test_lab_cli.py::test_up_down_twice_in_a_row",
+    "tests/test_lab_cli.py::test_down_leaves_other_processes_alone",
+    "tests/test_lab_cli.py::test_up_refuses_a_port_taken_by_someone_else",
+    "tests/test_lab_cli.py::test_default_layout_matches_the_hosts_example",
+    "tests/test_hostile_input.py::test_any_",
+    "tests/test_hostile_input.py::test_extends_chains_load_or_name_the_bad_file",
+    "tests/test_hostile_input.py::test_cli_plan_exits_2",
+    "tests/test_secrets.py::test_no_secret_under_results_or_in_output",
+    "tests/test_schedule.py::test_without_systemd_the_job_goes_into_the_crontab",
+    "tests/test_schedule.py::test_add_refuses_what_would_not_run",
+    "tests/test_schedule.py::test_without_crontab_nothing_is_scheduled",
+    "tests/test_schedule.py::test_bad_calendar_is_a_usage_error_with_the_reason",
+    "tests/test_lab_scenario.py::test_flaky_pair_answer",
+    "tests/test_transport_ssh.py::test_silent_host_times_out_at_connect_timeout",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by the hosts they use, so `-m "not systemd"` deselects them."""
+    """Mark tests by the hosts they use, so `-m "not systemd"` deselects them, and the slow
+    ones without a host (see _SLOW)."""
     for item in items:
         for fixture, marker in _MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+        if item.nodeid.startswith(_SLOW):
+            item.add_marker("slow")
