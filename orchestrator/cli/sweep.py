@@ -96,12 +96,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_runs is not None and args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
     reuse = args.reuse
+    inv = common.inventory(args)
     if args.resume:
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
         sweep = _sweep_from_spec(camp.spec)
-        inv = common.inventory(args)
         hosts = [inv.host(h) for h in camp.spec["hosts"]]
         resume_id = camp.id
         reuse = reuse or bool(camp.spec.get("reuse"))
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         where = args.pool or args.host or sweep.host
         if not where:
             raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
-        hosts = common.inventory(args).resolve(where)
+        hosts = inv.resolve(where)
         resume_id = None
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
