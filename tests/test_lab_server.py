@@ -227,7 +227,14 @@ def test_hang_stops_logging_never_ready_until_sigterm(spawn, zoo: Path, phase: s
     proc = spawn("--scenario", str(zoo), "--port", str(port), "--hang-at", phase,
                  "--time-scale", SCALE)
     assert proc.wait_for_line(marker, WAIT)
-    count = len(proc.stdout)
+    # The marker opens a block (one line per rank, then the capture lines): let the block
+    # arrive in full (bounded), then nothing more may come.
+    count = -1
+    for _ in range(50):
+        if len(proc.stdout) == count:
+            break
+        count = len(proc.stdout)
+        time.sleep(0.2)
     time.sleep(1.0)  # the whole startup takes 0.6 s at this scale
     assert proc.proc.poll() is None, "a hung server stays alive"
     assert len(proc.stdout) == count, "a hung server stops logging"
