@@ -42,7 +42,14 @@ _out = SafeConsole(soft_wrap=True)
 _err = SafeConsole(stderr=True, soft_wrap=True)
 
 
+#: Output that is not a terminal (a log, CI, a pipe to grep) is not wrapped at 80 columns:
+#: a table row stays one line.
+PLAIN_WIDTH = 200
+
+
 def console() -> SafeConsole:
+    if not _out.is_terminal and _out.width < PLAIN_WIDTH:
+        _out.width = PLAIN_WIDTH
     return _out
 
 
