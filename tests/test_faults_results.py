@@ -50,11 +50,13 @@ def one_error(out: str) -> str:
     return lines[0]
 
 
-def untouched(sd: SdLab) -> None:
-    """Nothing of ours was ever created on the host."""
+def untouched(sd: SdLab, invocation: str) -> None:
+    """Nothing of ours was created on the host, and the unit was not started again (its
+    InvocationID is the one it had before: systemd keeps the last one while the unit stays
+    loaded, so an earlier run in this module may have left one)."""
     assert sd.restored_problems() == []
     assert sd.sh("ls -d /tmp/orchestrator 2>/dev/null; true").strip() == ""
-    assert sd.show("InvocationID")["InvocationID"] == ""  # never started since boot/reset
+    assert sd.show("InvocationID")["InvocationID"] == invocation
 
 
 # ---- 8. read-only or full ----------------------------------------------------------------------
@@ -63,13 +65,14 @@ def untouched(sd: SdLab) -> None:
 def test_read_only_results_refused_before_the_host_is_touched(sd: SdLab, tmp_path: Path) -> None:
     results = tmp_path / "results"
     Store(results).close()  # an existing store, then the directory turns read-only
+    before = sd.show("InvocationID")["InvocationID"]
     with read_only_dir(results):
         code, out = bisect(sd, results)
     assert code == 3, out
     line = one_error(out)
     assert f"cannot write results to {results}" in line and "Read-only file system" in line
     assert "hint:" in out and "--results DIR" in out
-    untouched(sd)
+    untouched(sd, before)
 
 
 @pytest.mark.parametrize("size", ["32k", "64k"], ids=["probe-fails", "database-fails"])
@@ -77,6 +80,7 @@ def test_full_results_dir_refused_before_the_host_is_touched(
     sd: SdLab, tmp_path: Path, size: str
 ) -> None:
     # 32k: the store's write probe fails; 64k: the probe fits, the database does not.
+    before = sd.show("InvocationID")["InvocationID"]
     with small_tmpfs(tmp_path / "results", size=size) as results:
         code, out = bisect(sd, results)
     assert code == 3, out
@@ -84,7 +88,7 @@ def test_full_results_dir_refused_before_the_host_is_touched(
     assert f"cannot write results to {results}" in line
     assert "No space left on device" in line or "disk is full" in line
     assert "free some space" in out
-    untouched(sd)
+    untouched(sd, before)
 
 
 # ---- 9. truncated or corrupted database ---------------------------------------------------
@@ -111,9 +115,10 @@ def test_damaged_database_detected_logs_still_readable(
     line = one_error(res.stdout + res.stderr)
     assert f"the results database {db} is unreadable" in line
     assert f"mv {db} {db}.broken" in res.stdout + res.stderr
+    before = sd.show("InvocationID")["InvocationID"]
     code, out = bisect(sd, results)
     assert code == 3 and "is unreadable" in one_error(out), out
-    untouched(sd)
+    untouched(sd, before)
     # The earlier runs' logs are plain files, readable without the database.
     texts = [p.read_text() for p in logs]
     assert any("The server is fired up" in t for t in texts)
