@@ -97,7 +97,7 @@ def check_restored(box: SystemdHost) -> None:
 
 def power_cut(box: SystemdHost) -> None:
     """Kill the container's init (and with it every process inside) at once."""
-    proc = box._proc  # noqa: SLF001 - the fixture's nspawn process; its child is the init
+    proc = box.container._proc  # noqa: SLF001 - the nspawn process; its child is the init
     assert proc is not None and proc.poll() is None
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     assert children, "systemd-nspawn has no container process"
