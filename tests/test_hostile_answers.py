@@ -99,11 +99,11 @@ def test_campaign_prefixes_are_literal_and_never_silently_ambiguous(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     results = tmp_path / "results"
-    ids = [_campaign(results, tmp_path, f"h{i}") for i in range(12)]
-    shared = next(((a, b) for a in ids for b in ids if a < b and a[0] == b[0]), None)
-    if shared is not None:  # 12 random hex ids: two start alike almost always
-        code, _, err = _cli(capsys, "report", shared[0][0], "--results", results)
-        assert code == 2 and "ambiguous prefix" in err and shared[0] in err and shared[1] in err
+    ids = [_campaign(results, tmp_path, f"h{i}") for i in range(17)]
+    # 17 hex ids: two start with the same digit, whatever the ids (16 digits)
+    a, b = next((a, b) for a in ids for b in ids if a < b and a[0] == b[0])
+    code, _, err = _cli(capsys, "report", a[0], "--results", results)
+    assert code == 2 and "ambiguous prefix" in err and a in err and b in err
     for junk in ("%", "_", ""):
         code, _, err = _cli(capsys, "runs", "--campaign", junk, "--results", results)
         assert code == 2, (junk, err)
