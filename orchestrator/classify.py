@@ -962,8 +962,9 @@ def port_clash(log: str) -> str | None:
     return f"port clash: another process holds an address the server binds ({line})"
 
 
-def outside_cause(evidence: RunEvidence) -> str | None:
-    """Why a failed run says nothing about its config, or None.
+def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) -> str | None:
+    """Why a failed run says nothing about its config, or None. `analysis`: the log's
+    analysis when the caller has it already (judge does), else it is made when needed.
 
     Two things end a run from outside the campaign: a port the server binds taken by
     another process (it binds late, after the port check), and a kill nobody in the
@@ -985,7 +986,7 @@ def outside_cause(evidence: RunEvidence) -> str | None:
         return f"{clash}; not a verdict about the config"
     sig = _died_by_signal(evidence)
     if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
-        own = analyze_log(tail).signature
+        own = (analysis or analyze_log(tail)).signature
         # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
         # "a child process died" note is the kill seen from the parent.
         if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES) or (
@@ -1009,10 +1010,9 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         return Verdict.INFRA, None
     if evidence.invalid_reason:
         return Verdict.INVALID, None
-    if outside_cause(evidence) is not None:
-        return Verdict.INFRA, None
-
     analysis = analyze_log(evidence.log_tail)
+    if outside_cause(evidence, analysis) is not None:
+        return Verdict.INFRA, None
     reached = evidence.last_phase or analysis.reached or Phase.INIT
 
     if evidence.timed_out and not evidence.became_ready:

@@ -277,7 +277,9 @@ class Executor:
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
-        detail = evidence.invalid_reason or evidence.infra_error or outside_cause(evidence) or ""
+        detail = evidence.invalid_reason or evidence.infra_error or ""
+        if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
+            detail = outside_cause(evidence) or ""
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)

@@ -15,24 +15,10 @@ from orchestrator.planner.deltas import check_differ
 from orchestrator.planner.strategies import auto, dd, linear
 from orchestrator.planning import make_plan
 from orchestrator.verdicts import Verdict
+from tests.planner_drive import drive, endpoints
 
 REPO = Path(__file__).resolve().parents[1]
 P, F = Verdict.PASS, Verdict.FAIL
-
-
-def drive(planner: Planner, oracle, limit: int = 500) -> list[frozenset[int]]:
-    asked = []
-    for _ in range(limit):
-        if planner.done:
-            return asked
-        v = planner.pending()[0]
-        asked.append(v)
-        planner.record(v, oracle(v))
-    raise AssertionError("planner did not finish")
-
-
-def endpoints(n: int) -> dict[frozenset[int], Verdict]:
-    return {frozenset(): P, frozenset(range(n)): F}
 
 
 def test_no_variant_is_proposed_twice() -> None:

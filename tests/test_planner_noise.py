@@ -20,11 +20,17 @@ from orchestrator.planner.core import Answer, Culprit, Round
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto
 from orchestrator.verdicts import Verdict
+from tests.planner_drive import drive as _drive
+from tests.planner_drive import endpoints as ends
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import runs_to_answer  # noqa: E402
 
 P, F = Verdict.PASS, Verdict.FAIL
+
+
+def drive(planner: Planner, oracle) -> list[frozenset[int]]:  # noqa: ANN001
+    return _drive(planner, oracle, limit=2000)  # a flaky search asks more than a clean one
 
 
 def flaky_oracle(terms: list[frozenset[int]], p: float, seed: int):  # noqa: ANN201
@@ -34,21 +40,6 @@ def flaky_oracle(terms: list[frozenset[int]], p: float, seed: int):  # noqa: ANN
         return F if any(t <= v for t in terms) and rng.random() < p else P
 
     return oracle
-
-
-def drive(planner: Planner, oracle, limit: int = 2000) -> list[frozenset[int]]:
-    asked = []
-    for _ in range(limit):
-        if planner.done:
-            return asked
-        v = planner.pending()[0]
-        asked.append(v)
-        planner.record(v, oracle(v))
-    raise AssertionError("the search did not finish")
-
-
-def ends(n: int) -> dict[frozenset[int], Verdict]:
-    return {frozenset(): P, frozenset(range(n)): F}
 
 
 # ---------------------------------------------------------------- the planner: again rounds

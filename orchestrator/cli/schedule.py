@@ -79,18 +79,13 @@ def check_command(words: list[str]) -> None:
 
 def _load_what_it_names(ns: argparse.Namespace) -> None:
     from orchestrator.config.experiment import load_experiment
-    from orchestrator.sweep import load_sweep
 
     if getattr(ns, "resume", None):
         return  # a campaign id: the results directory may not exist yet
     if ns.command == "sweep":
-        if not ns.sweep:
-            raise UsageError("sweep needs a SWEEP.yaml")
-        sweep = load_sweep(ns.sweep)
-        where = ns.pool or ns.host or sweep.host
-        if not where:
-            raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
-        common.inventory(ns).resolve(where)
+        from orchestrator.cli.sweep import sweep_and_hosts
+
+        sweep_and_hosts(ns, common.inventory(ns))
     elif ns.command == "bisect":
         for path in (ns.good, ns.bad):
             if path:

@@ -13,6 +13,7 @@ from orchestrator.cli import common, notifying
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import UsageError
 from orchestrator.executor import Executor
 from orchestrator.store import CampaignRow
@@ -82,6 +83,18 @@ def _sweep_from_spec(spec: dict) -> Sweep:
                  spec.get("reference"))  # fmt: skip
 
 
+def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, list[Host]]:
+    """The sweep file named on the command line and the hosts it runs on (--host/--pool,
+    else the file's `host:`), checked as `sweep` and `schedule add` both need them."""
+    if not args.sweep:
+        raise UsageError("sweep needs a SWEEP.yaml (or --resume ID)")
+    sweep = load_sweep(args.sweep)
+    where = args.pool or args.host or sweep.host
+    if not where:
+        raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
+    return sweep, inv.resolve(where)
+
+
 def run(args: argparse.Namespace) -> int:
     store = common.store(args)
     budget = None
@@ -106,13 +119,7 @@ def run(args: argparse.Namespace) -> int:
         resume_id = camp.id
         reuse = reuse or bool(camp.spec.get("reuse"))
     else:
-        if not args.sweep:
-            raise UsageError("sweep needs a SWEEP.yaml (or --resume ID)")
-        sweep = load_sweep(args.sweep)
-        where = args.pool or args.host or sweep.host
-        if not where:
-            raise UsageError("no host: give --host/--pool or `host:` in the sweep file")
-        hosts = inv.resolve(where)
+        sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line

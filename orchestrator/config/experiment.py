@@ -528,27 +528,21 @@ MAX_LAUNCH_BYTES = 1024 * 1024
 def _check_sizes(flags: list[tuple[str, FlagValue]], env: list[tuple[str, str]],
                  exec_words: tuple[str, ...], source: str) -> None:  # fmt: skip
     """Refuse at load what no host can start: a word or an entry past the kernel's limit."""
-    total = sum(len(w.encode()) + 1 for w in exec_words)
+    # (key, one argv word or environment entry, what it is) for every string execve gets
+    strings = [("service.exec", w, "argument") for w in exec_words]
     for name, value in flags:
         words = [f"--{name}", *render_value(value)] if value is not True else [f"--{name}"]
-        for word in words:
-            size = len(word.encode("utf-8", "surrogatepass")) + 1
-            total += size
-            if size > MAX_ARG_BYTES:
-                raise ConfigError(
-                    f"the value is {size - 1} bytes; one argument can hold at most "
-                    f"{MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
-                    file=source, key=f"service.flags.{name}",
-                    hint="pass large settings in a file the server reads (e.g. --config FILE)")
-    for key, text in env:
-        size = len(f"{key}={text}".encode("utf-8", "surrogatepass")) + 1
+        strings += [(f"service.flags.{name}", w, "argument") for w in words]
+    strings += [(f"service.env.{k}", f"{k}={v}", "environment entry") for k, v in env]
+    total = 0
+    for key, text, what in strings:
+        size = len(text.encode("utf-8", "surrogatepass")) + 1
         total += size
         if size > MAX_ARG_BYTES:
             raise ConfigError(
-                f"the entry is {size - 1} bytes; one environment entry can hold at most "
-                f"{MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
-                file=source, key=f"service.env.{key}",
-                hint="pass large settings in a file the server reads")
+                f"the {'value' if what == 'argument' else 'entry'} is {size - 1} bytes; one "
+                f"{what} can hold at most {MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
+                file=source, key=key, hint="pass large settings in a file the server reads")
     if total > MAX_LAUNCH_BYTES:
         raise ConfigError(
             f"the command line and environment together are {total} bytes; at most "

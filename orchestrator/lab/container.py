@@ -256,10 +256,8 @@ def remove_tree(workdir: Path) -> None:
 # --- one container -------------------------------------------------------------------------
 
 
-def nspawn_pids(machine: str) -> list[int]:
-    """systemd-nspawn processes running the machine `machine` (found by their argv)."""
-    found: list[int] = []
-    want = f"--machine={machine}".encode()
+def nspawn_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every systemd-nspawn process on this machine."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -267,9 +265,14 @@ def nspawn_pids(machine: str) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"systemd-nspawn") and want in argv:
-            found.append(int(proc.name))
-    return found
+        if argv and argv[0].endswith(b"systemd-nspawn"):
+            yield int(proc.name), argv
+
+
+def nspawn_pids(machine: str) -> list[int]:
+    """systemd-nspawn processes running the machine `machine` (found by their argv)."""
+    want = f"--machine={machine}".encode()
+    return [pid for pid, argv in nspawn_processes() if want in argv]
 
 
 class Container:

@@ -282,20 +282,12 @@ def cleanup_stale() -> None:
         return
     # Their nspawn processes outlive them (own session); find them by the namespace path
     # in their argv, which names the dead owner's pid.
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv or not argv[0].endswith(b"systemd-nspawn"):
-            continue
+    for pid, argv in ct.nspawn_processes():
         for arg in argv:
             m = re.match(rb"--network-namespace-path=/run/netns/orch-(\d+)-\d+$", arg)
             if m and m.group(1).decode() in dead:
                 try:
-                    os.kill(int(proc.name), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
     time.sleep(0.5)
