@@ -9,8 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,10 @@ from orchestrator import environment as envfacts
 from orchestrator import envwatch
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.environment import HostEnvironment
+from orchestrator.executor import RunResult
 from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Signature, Verdict
+from orchestrator.verdicts import Verdict
+from tests.run_results import run_result
 
 FACTS = Path(__file__).parent / "data" / "facts"
 REPO = Path(__file__).resolve().parents[1]
@@ -152,23 +153,9 @@ def test_secrets_stay_out_of_the_command() -> None:
 # ---- the store
 
 
-@dataclass(frozen=True)
-class Result:
-    experiment: Experiment
-    verdict: Verdict
-    environment: HostEnvironment | None
-    signature: Signature | None = None
-    label: str = "good"
-    host: str = "h1"
-    host_class: str = "b300"
-    started_at: float = field(default_factory=time.time)
-    duration_s: float = 1.0
-    phase_times: tuple[tuple[str, float], ...] = ()
-    last_phase: Phase | None = None
-    log_tail: str = ""
-    rendered: str | None = None
-    probe_metric: float | None = None
-    detail: str = ""
+def Result(exp: Experiment, verdict: Verdict, environment: HostEnvironment | None) -> RunResult:  # noqa: N802
+    """A run that saw `environment` on its host (None: a cache hit, which keeps its source's)."""
+    return run_result(exp, verdict, environment=environment)
 
 
 def test_store_keeps_environments_and_the_cache_follows_the_host(tmp_path: Path) -> None:

@@ -13,16 +13,14 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from orchestrator.campaign import Bisection, BisectOptions
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import load_experiment
 from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
@@ -30,28 +28,12 @@ from orchestrator.planning import make_plan
 from orchestrator.store import Store
 from orchestrator.verdicts import Phase, Signature, Verdict
 from tests.campaign_lab import LAB, cli, lab_pair, load_host, sshd_hosts_file
+from tests.run_results import run_result
 
 GOOD = LAB / "b300" / "good.yaml"
 
 
-@dataclass(frozen=True)
-class Result:
-    """What the store records of a run: the fields of the executor's RunResult it reads."""
-
-    experiment: Experiment
-    verdict: Verdict
-    signature: Signature | None = None
-    label: str = "good"
-    host: str = "h1"
-    host_class: str = "b300"
-    started_at: float = field(default_factory=time.time)
-    duration_s: float = 1.5
-    phase_times: tuple[tuple[str, float], ...] = (("init", 0.1),)
-    last_phase: Phase | None = Phase.INIT
-    log_tail: str = ""
-    rendered: str | None = None
-    probe_metric: float | None = None
-    detail: str = ""
+Result = run_result  # what the store records of a run
 
 
 def mode(path: Path) -> int:

@@ -4,14 +4,13 @@ cached run never claims a host action of its own."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import load_experiment
 from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Signature, Verdict
+from tests.run_results import run_result
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = REPO / "experiments" / "lab" / "demo" / "good.yaml"
@@ -27,25 +26,9 @@ RECORD = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Result:
-    """The fields of the executor's RunResult the store reads."""
-
-    experiment: Experiment
-    verdict: Verdict = Verdict.PASS
-    signature: Signature | None = None
-    label: str = "good"
-    host: str = "lab-systemd"
-    host_class: str = "lab"
-    started_at: float = field(default_factory=time.time)
-    duration_s: float = 1.5
-    phase_times: tuple[tuple[str, float], ...] = (("init", 0.1),)
-    last_phase: Phase | None = Phase.INIT
-    log_tail: str = ""
-    rendered: str | None = "[Service]\nExecStart=\nExecStart=python3\n"
-    probe_metric: float | None = None
-    detail: str = ""
-    host_record: dict[str, object] | None = None
+#: a run on the systemd lab host, with the drop-in it wrote
+Result = functools.partial(run_result, host="lab-systemd", host_class="lab",
+                           rendered="[Service]\nExecStart=\nExecStart=python3\n")
 
 
 def test_host_record_round_trips_and_older_databases_get_the_table(tmp_path: Path) -> None:

@@ -1,0 +1,22 @@
+"""Run results made without a host, for the store tests: the executor's own `RunResult`
+with the fields a test does not care about filled in."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from orchestrator.config.experiment import Experiment
+from orchestrator.executor import RunResult
+from orchestrator.verdicts import Phase, Signature, Verdict
+
+
+def run_result(experiment: Experiment, verdict: Verdict = Verdict.PASS,
+               signature: Signature | None = None, **fields: Any) -> RunResult:  # fmt: skip
+    defaults: dict[str, Any] = {
+        "run_id": "t.1", "host": "h1", "host_class": "b300", "label": "good",
+        "started_at": time.time(), "duration_s": 1.5, "phase_times": (("init", 0.1),),
+        "last_phase": Phase.INIT,
+    }  # fmt: skip
+    return RunResult(experiment=experiment, verdict=verdict, signature=signature,
+                     **(defaults | fields))  # fmt: skip
