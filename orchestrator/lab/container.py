@@ -39,7 +39,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import IO
 
 from orchestrator.errors import InfraError
-from orchestrator.lab.sshd import SshTarget
+from orchestrator.lab.sshd import SshTarget, answers_ssh
 from orchestrator.localproc import pid_alive
 
 #: the one builder and cache of the image (stdlib only; scripts/build-rootfs runs it)
@@ -396,13 +395,9 @@ class Container:
                 raise self.failure("systemd-nspawn exited during boot")
             if time.monotonic() > deadline:
                 raise self.failure(f"sshd did not answer on port 22 within {timeout:.0f}s")
-            try:
-                with socket.create_connection((target.address, target.port), timeout=2) as s:
-                    s.settimeout(5)
-                    if s.recv(64).startswith(b"SSH-"):
-                        break
-            except OSError:
-                time.sleep(0.05)
+            if answers_ssh(target.address, target.port):
+                break
+            time.sleep(0.05)
         # 2. Boot finished: nothing may race units still starting.
         left = max(10.0, deadline - time.monotonic())
         try:

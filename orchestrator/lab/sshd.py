@@ -300,6 +300,16 @@ def log_tail(endpoint: SshdEndpoint, lines: int = 20) -> str:
         return "(no log)"
 
 
+def answers_ssh(address: str, port: int) -> bool:
+    """True when an SSH server answers on address:port with its banner."""
+    try:
+        with socket.create_connection((address, port), timeout=2) as sock:
+            sock.settimeout(5)
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
 def wait_listening(
     endpoint: SshdEndpoint,
     *,
@@ -319,13 +329,8 @@ def wait_listening(
                 f"sshd exited during startup on {endpoint.address}:{endpoint.port}; "
                 f"log {endpoint.log_path}:\n{log_tail(endpoint)}"
             )
-        try:
-            with socket.create_connection((endpoint.address, endpoint.port), timeout=2) as s:
-                s.settimeout(5)
-                if s.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
+        if answers_ssh(endpoint.address, endpoint.port):
+            return
         if time.monotonic() >= deadline:
             break
         time.sleep(delay)
