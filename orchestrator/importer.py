@@ -9,15 +9,14 @@ gives the same config back.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from orchestrator.config.yamlio import read_text_file
 from orchestrator.errors import ConfigError
 
 _SHELL_BUILTINS = frozenset(
@@ -186,23 +185,7 @@ MAX_IMPORT_BYTES = 4 * 1024 * 1024
 
 def import_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    try:
-        with path.open("rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):  # a device or a pipe could be read forever
-                raise ConfigError("not a regular file; expected a unit file or a launch script",
-                                  file=str(path))  # fmt: skip
-            if st.st_size > MAX_IMPORT_BYTES:
-                raise ConfigError(f"{st.st_size} bytes is too large for a unit file or a launch "
-                                  f"script (limit {MAX_IMPORT_BYTES})", file=str(path))  # fmt: skip
-            raw = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", file=str(path)) from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("not a text file (binary data); expected a unit file or a launch "
-                          "script", file=str(path)) from None
+    text = read_text_file(path, what="unit file or launch script", limit=MAX_IMPORT_BYTES)
     if "\x00" in text:
         raise ConfigError("not a text file (it holds NUL bytes)", file=str(path))
     if path.suffix == ".service" or re.search(r"^\[Service\]", text, re.M):

@@ -20,25 +20,29 @@ from orchestrator.errors import ConfigError
 MAX_BYTES = 16 * 1024 * 1024
 
 
-def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
-    """Load one YAML file that must hold a mapping at the top."""
+def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
+    """A small text file a person wrote (a config, a unit, a script), or our error naming
+    it: never a device or a pipe (read forever), nothing past `limit`, UTF-8 only."""
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
             # a device or a pipe (`/dev/zero`, `/dev/stdin`) would be read forever
-            raise ConfigError(f"not a regular file, expected a {what} YAML file", file=str(path))
-        if st.st_size > MAX_BYTES:
-            raise ConfigError(
-                f"{st.st_size} bytes is too large for a {what} file (limit {MAX_BYTES})",
-                file=str(path),
-            )
-        text = path.read_text(encoding="utf-8")
+            raise ConfigError(f"not a regular file, expected a {what}", file=str(path))
+        if st.st_size > limit:
+            raise ConfigError(f"{st.st_size} bytes is too large for a {what} (limit {limit})",
+                              file=str(path))  # fmt: skip
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{what} file not found", file=str(path)) from None
+        raise ConfigError(f"{what} not found", file=str(path)) from None
     except IsADirectoryError:
-        raise ConfigError(f"is a directory, expected a {what} YAML file", file=str(path)) from None
+        raise ConfigError(f"is a directory, expected a {what}", file=str(path)) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name, or not UTF-8
-        raise ConfigError(f"cannot read {what} file: {exc}", file=str(path)) from exc
+        raise ConfigError(f"cannot read {what}: {exc}", file=str(path)) from exc
+
+
+def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
+    """Load one YAML file that must hold a mapping at the top."""
+    text = read_text_file(path, what=f"{what} file")
     try:
         data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except DuplicateKey as exc:
