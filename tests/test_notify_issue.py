@@ -329,7 +329,7 @@ def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Pat
     from orchestrator.issue_report import issue_markdown
     from orchestrator.verdicts import Phase, Signature, Verdict
     from tests.campaign_lab import LAB
-    from tests.test_environment import Result
+    from tests.run_results import run_result
 
     store = Store(tmp_path / "results")
     good = load_experiment(LAB / "b300" / "good.yaml")
@@ -337,9 +337,9 @@ def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Pat
     sig = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
     cid = store.create_campaign(kind="bisect", key="k", command="c", spec={
         "deltas": [{}, {}, {}], "good_source": str(tmp_path / "g.yaml")})  # fmt: skip
-    store.add_run(cid, variant=(), purpose="endpoint", result=Result(good, Verdict.PASS, None))
+    store.add_run(cid, variant=(), purpose="endpoint", result=run_result(good, Verdict.PASS))
     store.add_run(cid, variant=(0, 1, 2), purpose="endpoint",
-                  result=Result(bad, Verdict.FAIL, None, signature=sig,
+                  result=run_result(bad, Verdict.FAIL, sig,
                                 log_tail="Traceback (most recent call last):\n  File \"x.py\", "
                                 "line 1, in f\nRuntimeError: CUDA error: "
                                 "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx"))
