@@ -82,6 +82,11 @@ class ServiceError(InfraError):
     """The service manager refused an operation (missing unit, sudo refused, ...)."""
 
 
+class SchedulerError(ServiceError):
+    """A cluster's scheduler (Slurm) refused a job or could not be asked: an unknown
+    partition, a gres it does not have, sbatch refusing the job (in its own words)."""
+
+
 class LockError(InfraError):
     """Another orchestrator holds the host lock for this unit."""
 

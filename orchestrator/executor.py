@@ -97,7 +97,17 @@ def service_name(exp: Experiment) -> str:
 
 
 class Executor:
-    """Runs variants of one service on one host. Use as a context manager."""
+    """Runs variants of one service on one host. Use as a context manager.
+
+    `Executor(host, ...)` for a host whose service manager is `slurm` gives the Slurm
+    executor (orchestrator.slurm.executor), which honours the same contract."""
+
+    def __new__(cls, host: Host, *args: object, **kwargs: object) -> Executor:
+        if cls is Executor and host.service_manager == "slurm":
+            from orchestrator.slurm.executor import SlurmExecutor
+
+            return super().__new__(SlurmExecutor)
+        return super().__new__(cls)
 
     def __init__(
         self,

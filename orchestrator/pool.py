@@ -44,6 +44,7 @@ class Done:
     host: Host
     result: RunResult | None
     error: BaseException | None = None
+    worker: object = None  # the slot that ran it (a cluster host has several)
 
 
 ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
@@ -78,7 +79,9 @@ class Pool:
         self.factory = executor_factory
         self.emit = listener
         self.env_keys = env_keys
-        self.workers = [_Worker(h) for h in hosts]
+        # A Slurm host is a cluster: `max_jobs` slots, each with one job at a time.
+        self.workers = [_Worker(h) for h in hosts
+                        for _ in range(h.slurm.max_jobs if h.slurm is not None else 1)]
         self.results: queue.Queue[Done] = queue.Queue()
         self.removed: list[tuple[str, str]] = []  # (host, why)
         self._lock = threading.Lock()
@@ -87,7 +90,7 @@ class Pool:
     def __enter__(self) -> Pool:
         for w in self.workers:
             w.thread = threading.Thread(target=self._work, args=(w,), daemon=True,
-                                        name=f"pool-{w.host.name}")  # fmt: skip
+                                        name=f"pool-{w.host.name}-{id(w):x}")  # fmt: skip
             w.thread.start()
         return self
 
@@ -160,7 +163,8 @@ class Pool:
                 break
             except queue.Empty:
                 continue
-        w = next(w for w in self.workers if w.host.name == done.host.name)
+        w = next(w for w in self.workers if w is done.worker or (
+            done.worker is None and w.host.name == done.host.name))
         w.busy = None
         if done.result is not None and done.result.verdict is Verdict.INFRA:
             w.infra_streak += 1
@@ -201,13 +205,13 @@ class Pool:
                     result = executor.run(task.exp, run_id=task.run_id, label=task.label,
                                           target=task.target, env_keys=self.env_keys,
                                           good_metric=task.good_metric)  # fmt: skip
-                    self.results.put(Done(task, w.host, result))
+                    self.results.put(Done(task, w.host, result, worker=w))
                 except (OrchestratorError, InfraError, RunCancelled) as exc:
                     if executor is not None and not w.opened:
                         executor = None
-                    self.results.put(Done(task, w.host, None, exc))
+                    self.results.put(Done(task, w.host, None, exc, worker=w))
                 except BaseException as exc:  # noqa: BLE001 (reported to the coordinator)
-                    self.results.put(Done(task, w.host, None, exc))
+                    self.results.put(Done(task, w.host, None, exc, worker=w))
         finally:
             if executor is not None and w.opened:
                 try:

@@ -27,6 +27,31 @@ class _Raw(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SlurmModel(_Raw):
+    """A Slurm cluster: each variant is one `sbatch` job (see orchestrator/slurm)."""
+
+    partition: str
+    gres: str | None = None  # e.g. gpu:8
+    time: str | None = None  # sbatch --time; default: the health deadline + probe + margin
+    account: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    options: list[str] = Field(default_factory=list)  # more sbatch options, one per item
+    max_jobs: int = Field(default=1, ge=1, le=256)  # jobs of one campaign queued at once
+    conf: str | None = None  # SLURM_CONF for the clients on the login node
+    pending_timeout: float = Field(default=86400.0, gt=0)  # seconds a job may wait to start
+    #: run each job in a private network namespace (unshare --net), so that jobs sharing a
+    #: node can all use the config's port (root or unprivileged user namespaces needed)
+    private_network: bool = False
+
+    @field_validator("partition", "gres", "time", "account", "constraint")
+    @classmethod
+    def _word(cls, v: str | None) -> str | None:
+        if v is not None and (not v or re.search(r"[\s\x00-\x1f\x7f]", v)):
+            raise ValueError(f"expected one word without spaces, got {v!r}")
+        return v
+
+
 class HostModel(_Raw):
     address: str
     user: str | None = None
@@ -35,7 +60,8 @@ class HostModel(_Raw):
     known_hosts: str | None = None
     sudo: bool = False
     transport: Literal["ssh", "local"] = "ssh"
-    service_manager: Literal["systemd", "process"] = "systemd"
+    service_manager: Literal["systemd", "process", "slurm"] = "systemd"
+    slurm: SlurmModel | None = None  # service_manager: slurm (the host is the login node)
     unit_dir: str = "/etc/systemd/system"
     run_dir: str | None = None
     labels: list[str] = Field(default_factory=list)
@@ -68,6 +94,23 @@ class InventoryModel(_Raw):
 
 
 @dataclass(frozen=True)
+class SlurmOptions:
+    """How variants become jobs on a Slurm cluster reached through this host (login node)."""
+
+    partition: str
+    gres: str | None = None
+    time: str | None = None
+    account: str | None = None
+    constraint: str | None = None
+    exclusive: bool = False
+    options: tuple[str, ...] = ()
+    max_jobs: int = 1
+    conf: str | None = None
+    pending_timeout: float = 86400.0
+    private_network: bool = False
+
+
+@dataclass(frozen=True)
 class Host:
     name: str
     address: str
@@ -85,6 +128,7 @@ class Host:
     env: tuple[tuple[str, str], ...] = ()
     connect_timeout: float = 15.0
     keep_runs: int = 20
+    slurm: SlurmOptions | None = None
 
     @property
     def is_local(self) -> bool:
@@ -134,6 +178,29 @@ def _expand(path: str | None, base: Path) -> str | None:
     return str(p if p.is_absolute() else (base / p))
 
 
+def _slurm_options(h: HostModel, base: Path, *, file: str, key: str) -> SlurmOptions:
+    if h.service_manager != "slurm":
+        raise ConfigError("a slurm: section needs service_manager: slurm", file=file,
+                          key=f"{key}.service_manager")  # fmt: skip
+    if h.slurm is None:
+        raise ConfigError("service_manager: slurm needs a slurm: section (at least its "
+                          "partition)", file=file, key=f"{key}.slurm",
+                          hint="e.g. slurm: {partition: gpu, gres: 'gpu:8', max_jobs: 4}")
+    if not h.run_dir:
+        raise ConfigError("required for a Slurm cluster: a directory that the login node and "
+                          "the compute nodes share (job scripts, logs and results go there)",
+                          file=file, key=f"{key}.run_dir")  # fmt: skip
+    s = h.slurm
+    # A relative SLURM_CONF only makes sense for a login node that is this machine (the lab):
+    # relative to the hosts file, like the other paths.
+    conf = _expand(s.conf, base) if s.conf and not s.conf.startswith("/") else s.conf
+    return SlurmOptions(partition=s.partition, gres=s.gres, time=s.time, account=s.account,
+                        constraint=s.constraint, exclusive=s.exclusive,
+                        options=tuple(s.options), max_jobs=s.max_jobs, conf=conf,
+                        pending_timeout=s.pending_timeout,
+                        private_network=s.private_network)  # fmt: skip
+
+
 def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
     raw = read_yaml_mapping(path, what="hosts")
@@ -156,6 +223,9 @@ def load_inventory(path: str | Path) -> Inventory:
                 key=f"hosts.{name}.known_hosts",
                 hint="e.g. known_hosts: ~/.ssh/known_hosts",
             )
+        slurm: SlurmOptions | None = None
+        if h.service_manager == "slurm" or h.slurm is not None:
+            slurm = _slurm_options(h, base, file=str(path), key=f"hosts.{name}")
         hosts[name] = Host(
             name=name,
             address=h.address,
@@ -173,6 +243,7 @@ def load_inventory(path: str | Path) -> Inventory:
             env=tuple(h.env.items()),
             connect_timeout=h.connect_timeout,
             keep_runs=h.keep_runs,
+            slurm=slurm,
         )
     pools: dict[str, tuple[str, ...]] = {}
     for pname, p in model.pools.items():

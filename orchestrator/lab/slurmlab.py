@@ -1,0 +1,293 @@
+"""A real single-node Slurm cluster on this machine: the lab's and the tests' scheduler.
+
+Debian's Slurm 22.05 (`slurmctld`, `slurmd`) and `munge`, run without systemd from one
+private state directory: munged on its own socket with its own key, a `slurm.conf` with
+its own ports, state, spool, pid and log files (`ProctrackType=proctrack/linuxproc`,
+`TaskPlugin=task/none`, `SelectType=select/cons_tres`, no accounting), and a `gres.conf`
+declaring 8 GPUs backed by placeholder files (`Name=gpu File=<dir>/gpus/nvidia[0-7]`).
+The node declares more CPUs than the machine has (`SlurmdParameters=config_overrides`):
+lab jobs mostly wait on a simulated server, and several must fit at once.
+
+Clients reach it with `SLURM_CONF=<dir>/slurm.conf`. `orchestrator lab up --slurm` and
+the test fixtures use this same code; every daemon is found again by its pid file and
+checked to be ours (its command line names our config) before it is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import InfraError
+from orchestrator.lab.sshd import free_port
+from orchestrator.localproc import pid_alive
+
+CLUSTER = "orchlab"
+PARTITION = "lab"
+GPUS = 8
+NODE_CPUS = 16  # declared, not real (config_overrides): lab jobs wait, they do not compute
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel")
+PACKAGES = "slurmctld slurmd slurm-client munge"
+
+
+def find_program(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
+
+
+def missing_programs() -> list[str]:
+    return [p for p in PROGRAMS if find_program(p) is None]
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """Where one lab cluster keeps everything, and how clients reach it."""
+
+    state_dir: Path
+
+    @property
+    def conf(self) -> Path:
+        return self.state_dir / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.state_dir / "munge" / "munge.socket"
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.state_dir / "run" / f"{daemon}.pid"
+
+    def log_file(self, daemon: str) -> Path:
+        return self.state_dir / "log" / f"{daemon}.log"
+
+    @property
+    def node(self) -> str:
+        return socket.gethostname().split(".")[0]
+
+    def env(self) -> dict[str, str]:
+        """The environment a Slurm client needs to talk to this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+    def client(self, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command (sinfo, scontrol, ...) against this cluster."""
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **self.env()})  # fmt: skip
+
+    # ---- state
+    def pid(self, daemon: str) -> int | None:
+        """The daemon's pid when it runs and is ours (its command line names our files)."""
+        try:
+            pid = int(self.pid_file(daemon).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if not pid_alive(pid):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            return None
+        mine = str(self.munge_socket) if daemon == "munged" else str(self.conf)
+        return pid if mine in cmdline.split("\0") or mine in cmdline else None
+
+    def running(self) -> bool:
+        return all(self.pid(d) is not None for d in ("munged", "slurmctld", "slurmd"))
+
+    def node_state(self) -> str:
+        r = self.client("sinfo", "-h", "-N", "-o", "%t", timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    def ports(self) -> tuple[int, int] | None:
+        try:
+            text = self.conf.read_text()
+        except OSError:
+            return None
+        values = dict(line.split("=", 1) for line in text.splitlines()
+                      if "=" in line and not line.startswith("#"))  # fmt: skip
+        try:
+            return int(values["SlurmctldPort"]), int(values["SlurmdPort"])
+        except (KeyError, ValueError):
+            return None
+
+    # ---- lifecycle
+    def write_config(self, *, ctld_port: int, slurmd_port: int) -> None:
+        d = self.state_dir
+        for sub in ("munge", "run", "log", "state", "spool", "gpus"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / "munge").chmod(0o700)
+        for i in range(GPUS):
+            (d / "gpus" / f"nvidia{i}").touch()
+        user = _user()
+        self.conf.write_text(
+            "# A private single-node Slurm cluster written by orchestrator (lab/slurmlab.py).\n"
+            f"ClusterName={CLUSTER}\n"
+            f"SlurmctldHost={self.node}(127.0.0.1)\n"
+            f"SlurmctldPort={ctld_port}\n"
+            f"SlurmdPort={slurmd_port}\n"
+            f"SlurmUser={user}\n"
+            f"SlurmdUser={user}\n"
+            "AuthType=auth/munge\n"
+            "CredType=cred/munge\n"
+            f"AuthInfo=socket={self.munge_socket}\n"
+            f"StateSaveLocation={d / 'state'}\n"
+            f"SlurmdSpoolDir={d / 'spool'}\n"
+            f"SlurmctldPidFile={self.pid_file('slurmctld')}\n"
+            f"SlurmdPidFile={self.pid_file('slurmd')}\n"
+            f"SlurmctldLogFile={self.log_file('slurmctld')}\n"
+            f"SlurmdLogFile={self.log_file('slurmd')}\n"
+            "ProctrackType=proctrack/linuxproc\n"
+            "TaskPlugin=task/none\n"
+            "SelectType=select/cons_tres\n"
+            "SelectTypeParameters=CR_Core\n"
+            "JobAcctGatherType=jobacct_gather/none\n"
+            "AccountingStorageType=accounting_storage/none\n"
+            "JobCompType=jobcomp/none\n"
+            "SlurmdParameters=config_overrides\n"
+            "ReturnToService=2\n"
+            "SchedulerType=sched/backfill\n"
+            "SchedulerParameters=sched_interval=2\n"
+            "MinJobAge=600\n"
+            "KillWait=5\n"
+            "InactiveLimit=0\n"
+            "SlurmctldTimeout=30\n"
+            "SlurmdTimeout=60\n"
+            "MpiDefault=none\n"
+            "GresTypes=gpu\n"
+            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory=4000 "
+            f"Gres=gpu:{GPUS} State=UNKNOWN\n"
+            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE "
+            "State=UP\n"
+        )
+        (d / "gres.conf").write_text(
+            f"NodeName={self.node} Name=gpu File={d / 'gpus'}/nvidia[0-{GPUS - 1}]\n"
+        )
+
+    def start(self, *, timeout: float = 60.0) -> bool:
+        """Start whatever of munged, slurmctld, slurmd is not running; wait until the node
+        takes jobs. Returns True when something was started."""
+        missing = missing_programs()
+        if missing:
+            raise InfraError(
+                f"the lab Slurm cluster needs {', '.join(missing)}, not found",
+                hint=f"install them: apt-get install {PACKAGES} (scripts/bootstrap does)",
+            )
+        if self.running() and self.node_state() in ("idle", "mix", "alloc"):
+            return False
+        ports = self.ports()
+        if ports is None or any(_port_taken(p) for p in ports if not self.pid("slurmctld")):
+            ports = (free_port(), free_port())
+            self.write_config(ctld_port=ports[0], slurmd_port=ports[1])
+        self._start_munge()
+        env = {**os.environ, **self.env()}
+        if self.pid("slurmctld") is None:
+            # -i: ignore state a previous run of this cluster left (jobs of a dead lab)
+            _spawn([find_program("slurmctld") or "slurmctld", "-f", str(self.conf), "-i"],
+                   env, self.log_file("slurmctld-start"))  # fmt: skip
+        if self.pid("slurmd") is None:
+            _spawn([find_program("slurmd") or "slurmd", "-f", str(self.conf)], env,
+                   self.log_file("slurmd-start"))  # fmt: skip
+        self.wait_ready(timeout=timeout)
+        return True
+
+    def _start_munge(self) -> None:
+        if self.pid("munged") is not None:
+            return
+        key = self.state_dir / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self.munge_socket.unlink(missing_ok=True)
+        _spawn([find_program("munged") or "munged", "--force",
+                f"--socket={self.munge_socket}", f"--key-file={key}",
+                f"--pid-file={self.pid_file('munged')}",
+                f"--log-file={self.log_file('munged')}",
+                f"--seed-file={self.state_dir / 'munge' / 'munged.seed'}"],
+               dict(os.environ), self.log_file("munged-start"))  # fmt: skip
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not self.munge_socket.exists():
+            time.sleep(0.05)
+        if not self.munge_socket.exists():
+            raise InfraError("munged did not start: " + _tail(self.log_file("munged"))
+                             + _tail(self.log_file("munged-start")))  # fmt: skip
+
+    def wait_ready(self, *, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.node_state()
+            if state in ("idle", "mix", "alloc"):
+                return
+            if state.startswith(("down", "drain")) and self.pid("slurmd") is not None:
+                # a node left down by an earlier run of this cluster: it is ours to resume
+                self.client("scontrol", "update", f"NodeName={self.node}", "State=RESUME")
+            time.sleep(0.2)
+        raise InfraError(
+            f"the lab Slurm cluster did not become ready in {timeout:g}s (node state "
+            f"{state or 'unknown'})",
+            hint="see " + ", ".join(str(self.log_file(d)) for d in ("slurmctld", "slurmd")),
+        )
+
+    def stop(self) -> list[str]:
+        """Stop our daemons (slurmd, slurmctld, munged). Returns what was stopped."""
+        stopped = []
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            pid = self.pid(daemon)
+            if pid is None:
+                continue
+            _kill(pid)
+            stopped.append(f"{daemon} (pid {pid})")
+        return stopped
+
+    def remove(self) -> None:
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path) -> None:
+    """Start a daemon that forks into the background; its own output goes to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        r = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=60, start_new_session=True)
+    if r.returncode != 0:
+        raise InfraError(f"{shlex.join(argv)} exited {r.returncode}: {_tail(log)}")
+
+
+def _kill(pid: int, grace: float = 10.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.05)
+    if pid_alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

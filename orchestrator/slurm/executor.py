@@ -1,0 +1,488 @@
+"""The Slurm executor: one variant = one `sbatch` job, watched until it ends, then judged.
+
+It honours the executor's contract (open, run -> RunResult, close, `cancel_event`), so
+bisections and sweeps drive a cluster as they drive an SSH host; the pool gives a Slurm
+host `max_jobs` slots, each an executor like this one with one job at a time, and the
+scheduler decides where and when each job runs.
+
+Per campaign (`open`): ask `sinfo` for the partition and its gres (our error, not a
+Slurm traceback, when it lacks either), make the private run directory, and cancel the
+campaign's jobs a controller that died left in the queue (found by job name; the job
+comment names the run and the controller that submitted it). Per run: the flag preflight
+on the login node, the job script (see `jobscript`) and the secrets file written through
+stdin, `sbatch`; then one command per poll (`scontrol show job`, the job's result so far,
+the server's log tail) with capped backoff. Time spent pending is shown, never counted
+against the health deadline (the job script counts that from the server's start). When
+the job has ended: its result file, log, probe output and the node's environment are
+read in one command and judged by the same classifier as every other backend; a job
+killed by its time limit is `timeout`; a node failure, preemption, requeue or a job
+cancelled by someone else is `infra` (retried, never cached). A cancelled run (its round
+was decided, Ctrl-C, SIGTERM) `scancel`s its job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+from orchestrator import environment as envfacts
+from orchestrator import preflight
+from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host, SlurmOptions
+from orchestrator.errors import InfraError, SchedulerError, TransportError
+from orchestrator.events import (
+    Listener,
+    Notice,
+    PhaseReached,
+    Polled,
+    RunFinished,
+    RunStarted,
+    StepDone,
+    null_listener,
+)
+from orchestrator.executor import LOG_TAIL_LINES, Executor, RunCancelled, RunResult, _order
+from orchestrator.slurm import facts, jobscript
+from orchestrator.slurm.jobscript import JobFiles
+from orchestrator.transport import Transport, connect
+from orchestrator.verdicts import Phase, Verdict
+
+#: this controller process, as job comments name it: a job of the campaign that names
+#: another controller was left by one that died (SIGKILL, lost laptop)
+CONTROLLER = f"{socket.gethostname().split('.')[0]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+_recovered: set[tuple[str, str]] = set()
+_recovered_lock = threading.Lock()
+
+
+class SlurmExecutor(Executor):
+    """Runs variants as Slurm jobs through one login node. Use as a context manager."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        service: str,
+        campaign: str = "",
+        listener: Listener = null_listener,
+        transport: Transport | None = None,
+        accept_new_host_key: bool = False,
+        poll_min: float = 0.25,
+        poll_max: float = 2.0,
+        stable_for: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if host.slurm is None:
+            raise SchedulerError(f"{host.name}: no slurm: section in the hosts file")
+        self.host = host
+        self.opts: SlurmOptions = host.slurm
+        self.service = service
+        self.campaign = campaign
+        self.emit = listener
+        self._own_transport = transport is None
+        self.t = transport or (connect(host) if host.is_local
+                               else connect(host, accept_new_host_key=accept_new_host_key))
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self.stable_for = stable_for
+        self.sleep = sleep
+        self._opened = False
+        self.base = f"{(host.run_dir or '/tmp/orchestrator').rstrip('/')}/" \
+            f"{re.sub(r'[^A-Za-z0-9_.-]', '_', campaign or 'runs')}"  # fmt: skip
+        self.preflight = preflight.Preflight(
+            lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
+            lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
+                                                    extra=extra)))  # fmt: skip
+        self.cancel_event = threading.Event()
+        self._job: str | None = None
+
+    # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
+    def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
+        if self.opts.conf:
+            command = f"export SLURM_CONF={shlex.quote(self.opts.conf)}; {command}"
+        return self.t.run(command, timeout=timeout, stdin=stdin)
+
+    # ---- campaign scope
+    def open(self) -> SlurmExecutor:
+        check_cluster(self.host, self._slurm)
+        d = shlex.quote(self.base)
+        r = self.t.run(f"umask 077 && mkdir -p {d} && test -w {d}", timeout=30)
+        if not r.ok:
+            raise SchedulerError(
+                f"{self.host.describe()}: cannot use run directory {self.base}: "
+                f"{r.stderr.strip()[-200:]}",
+                hint="set run_dir to a directory the login node and the compute nodes share")
+        self._recover()
+        self._opened = True
+        self.emit(StepDone(host=self.host.name, step="prepared",
+                           detail=f"partition {self.opts.partition}"))  # fmt: skip
+        return self
+
+    def _recover(self) -> None:
+        """Cancel the jobs of this campaign that a controller which died left queued or
+        running (their runs were never recorded: the campaign runs those variants again).
+        Once per campaign and controller, whatever the number of slots."""
+        if not self.campaign:
+            return
+        with _recovered_lock:
+            key = (self.host.name, self.campaign)
+            if key in _recovered:
+                return
+            _recovered.add(key)
+        name = jobscript.job_name(self.campaign)
+        r = self._slurm(f"squeue -h --name={shlex.quote(name)} -o '%i|%T|%k'", timeout=60)
+        stale = []
+        for job, state, comment in facts.parse_squeue_jobs(r.stdout):
+            info = jobscript.parse_comment(comment)
+            if info.get("campaign") == self.campaign and info.get("controller") != CONTROLLER:
+                stale.append((job, state, info.get("run", "?")))
+        if not stale:
+            return
+        ids = " ".join(j for j, _, _ in stale)
+        self._slurm(f"scancel {ids}", timeout=60)
+        for job, state, run in stale:
+            self.emit(Notice(host=self.host.name, message=(
+                f"cancelled job {job} ({state.lower()}, run {run}) left by a controller that "
+                "stopped; its variant runs again")))  # fmt: skip
+
+    def close(self, *, restore: bool = True) -> list[str]:
+        done: list[str] = []
+        try:
+            if self._job is not None:
+                job, self._job = self._job, None
+                self._slurm(f"scancel {job}", timeout=60)
+                done.append(f"cancelled job {job}")
+        finally:
+            if self._own_transport:
+                self.t.close()
+            self._opened = False
+        return done
+
+    def check_port(self, exp: Experiment) -> None:
+        """The server's port is on a node the scheduler picks: nothing to check here."""
+
+    def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
+        raise InfraError("a Slurm job reads its node's environment itself")
+
+    # ---- one run
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: object = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
+        started_at = time.time()
+        t_submit = time.monotonic()
+        self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
+                             deadline_s=exp.health.timeout))  # fmt: skip
+        files = JobFiles(f"{self.base}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}")
+        script = jobscript.render(exp, files, run_id=run_id, campaign=self.campaign,
+                                  env_keys=frozenset(env_keys),
+                                  private_network=self.opts.private_network)  # fmt: skip
+        flagcheck = preflight.Check()
+        state = facts.JobState("")
+        out: dict[str, str] = {}
+        ran: dict[str, float] = {"pending_s": 0.0}
+        phase_times: dict[str, float] = {}
+        seen_phase: Phase | None = None
+        job: str | None = None
+        try:
+            flagcheck = self.preflight.check(exp)
+            if flagcheck.refusal is not None:
+                evidence = RunEvidence(invalid_reason=flagcheck.refusal)
+            else:
+                job = self._submit(exp, files, script, run_id)
+                state, seen_phase = self._watch(exp, job, files, ran, phase_times, t_submit)
+                out = self._collect(files)
+                evidence = _evidence(state, out, exp, good_metric, seen_phase, job)
+        except RunCancelled:
+            if job is not None:
+                self._slurm(f"scancel {job}", timeout=60)
+                self._step("cancelled", f"job {job}")
+            self._job = None
+            raise
+        except SchedulerError:
+            raise  # the cluster refuses every job like this one: the campaign stops
+        except (TransportError, InfraError) as exc:
+            evidence = RunEvidence(infra_error=str(exc), log_tail=out.get("log", ""))
+        finally:
+            if job is not None:  # the secrets never stay on the shared filesystem
+                try:
+                    self.t.run(f"rm -f {shlex.quote(files.secrets)}", timeout=30)
+                except (TransportError, InfraError):
+                    pass
+        self._job = None
+        verdict, sig = judge(evidence, target)  # type: ignore[arg-type]
+        detail = evidence.invalid_reason or evidence.infra_error or ""
+        if verdict is Verdict.INFRA and not detail:
+            detail = outside_cause(evidence) or ""
+        log = out.get("log", "")
+        if preflight.is_args_failure(verdict, sig) and not detail:
+            detail = preflight.args_detail(log, sig, flagcheck)
+        self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
+        result = jobscript.parse_result(out.get("result", ""))
+        if verdict is Verdict.TIMEOUT or (evidence.timed_out and verdict is Verdict.FAIL):
+            why = ("killed by its time limit (--time "
+                   f"{jobscript.time_limit(exp, self.opts)})" if state.state == "TIMEOUT"
+                   else f"not ready after {exp.health.timeout:g}s")  # fmt: skip
+            detail = f"job {job}: {why}; last phase: " + (
+                evidence.last_phase.value if evidence.last_phase else "none seen")
+        t_start = _num(result.get("server_start"))
+        t_end = _num(result.get("end")) or _num(result.get("signalled"))
+        duration = (t_end - t_start) if t_start and t_end else \
+            max(time.monotonic() - t_submit - ran["pending_s"], 0.0)  # fmt: skip
+        ready_s = None
+        if _num(result.get("ready_at")) and t_start:
+            ready_s = round(_num(result["ready_at"]) - t_start, 3)  # type: ignore[operator]
+            phase_times.setdefault(Phase.SERVING.value, ready_s)
+        env_text = out.get("env", "")
+        record = None
+        if job is not None:
+            record = {"manager": "slurm", "host": self.host.name, "job": job,
+                      "node": state.node or result.get("node", ""), "state": state.state,
+                      "reason": state.reason, "pending_s": round(ran["pending_s"], 3),
+                      "dir": files.dir, "log": files.log,
+                      "sbatch": shlex.join(jobscript.sbatch_argv(
+                          exp, self.opts, files, campaign=self.campaign, run_id=run_id,
+                          controller=CONTROLLER))}  # fmt: skip
+        self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
+                              duration_s=duration, detail=detail))  # fmt: skip
+        return RunResult(
+            run_id=run_id,
+            host=self.host.name,
+            host_class=self.host.host_class,
+            experiment=exp,
+            label=label,
+            verdict=verdict,
+            signature=sig,
+            started_at=started_at + ran["pending_s"],
+            duration_s=round(duration, 3),
+            phase_times=tuple(phase_times.items()),
+            last_phase=evidence.last_phase or seen_phase,
+            log_tail=log,
+            rendered=script if job is not None else None,
+            probe_metric=evidence.probe.metric if evidence.probe else None,
+            detail=detail,
+            invocation=f"slurm job {job}" if job else None,
+            polls=int(ran.get("polls", 0)),
+            ready_s=ready_s,
+            host_record=record,
+            environment=envfacts.parse(env_text) if env_text.strip() else None,
+        )
+
+    def _step(self, step: str, detail: str) -> None:
+        self.emit(StepDone(host=self.host.name, step=step, detail=detail))
+
+    def _submit(self, exp: Experiment, files: JobFiles, script: str, run_id: str) -> str:
+        d = shlex.quote(files.dir)
+        self.t.run(f"umask 077 && rm -rf {d} && mkdir -p {d}", timeout=30, check=True)
+        self.t.write_file(files.script, script, mode=0o600)
+        secrets = jobscript.secret_file_text(exp)
+        if secrets:
+            self.t.write_file(files.secrets, secrets, mode=0o600)
+        argv = jobscript.sbatch_argv(exp, self.opts, files, campaign=self.campaign,
+                                     run_id=run_id, controller=CONTROLLER)  # fmt: skip
+        r = self._slurm(f"cd {d} && {shlex.join(argv)} {shlex.quote(files.script)}",
+                        timeout=60)  # fmt: skip
+        job = facts.parse_job_id(r.stdout) if r.ok else None
+        if job is None:
+            raise SchedulerError(
+                f"{self.host.describe()}: sbatch refused the job: "
+                f"{facts.sbatch_refusal(r.stderr or r.stdout)}",
+                hint="check the slurm: options of this host in the hosts file "
+                "(partition, gres, time, account, constraint, options)")
+        self._job = job
+        self._step("submitted", f"job {job}")
+        return job
+
+    def _watch(self, exp: Experiment, job: str, files: JobFiles, ran: dict[str, float],
+               phase_times: dict[str, float], t_submit: float,
+               ) -> tuple[facts.JobState, Phase | None]:  # fmt: skip
+        """Poll until the job has ended. Returns its final state and the last phase seen."""
+        q = shlex.quote
+        cmd = (f"scontrol show job -o {job} 2>&1 | grep -o "
+               r"'\(JobState\|Reason\|NodeList\|ExitCode\|Restarts\)=[^ ]*'; "
+               f"echo {facts.RESULT_MARK}; cat {q(files.path('result.tmp'))} "
+               f"{q(files.result)} 2>/dev/null; echo {facts.LOG_MARK}; "
+               f"tail -n 150 {q(files.log)} 2>/dev/null")  # fmt: skip
+        # A generous bound: the job's own time limit ends it first; this catches a
+        # scheduler that lost the job's end.
+        run_cap = exp.health.timeout + (exp.probe.timeout if exp.probe else 0) + 900
+        t_run: float | None = None
+        phase: Phase | None = None
+        delay = self.poll_min
+        unknown = 0
+        state = facts.JobState("")
+        for _ in range(10_000_000):  # bounded by the deadlines below
+            if self.cancel_event.is_set():
+                raise RunCancelled(f"run cancelled on {self.host.name}")
+            r = self._slurm(cmd, timeout=60)
+            ran["polls"] = ran.get("polls", 0) + 1
+            parts = facts.split(r.stdout, facts.RESULT_MARK, facts.LOG_MARK)
+            now = time.monotonic()
+            got = facts.parse_scontrol(parts.get("", ""))
+            if got is None:
+                got = self._sacct(job)
+            if got is None:
+                unknown += 1  # just submitted, or purged: a few tries before giving up
+                if unknown >= 5:
+                    raise InfraError(f"the scheduler no longer knows job {job}")
+            else:
+                state = got
+            result = jobscript.parse_result(parts.get(facts.RESULT_MARK, ""))
+            if state.pending or not state.state:
+                ran["pending_s"] = now - t_submit
+                self.emit(Polled(host=self.host.name, state=f"pending ({state.reason or '...'})",
+                                 elapsed_s=0.0))  # fmt: skip
+                if ran["pending_s"] > self.opts.pending_timeout:
+                    self._slurm(f"scancel {job}", timeout=60)
+                    raise InfraError(f"job {job} still pending after "
+                                     f"{self.opts.pending_timeout:g}s ({state.reason})")
+            elif t_run is None:
+                t_run = now
+                ran["pending_s"] = now - t_submit
+                self._step("started", f"job {job} on {state.node or '?'} after "
+                           f"{ran['pending_s']:.1f}s pending")  # fmt: skip
+            if t_run is not None:
+                elapsed = now - t_run
+                seen = last_phase(parts.get(facts.LOG_MARK, "").splitlines())
+                if seen is not None and (phase is None or _order(seen) > _order(phase)):
+                    phase = seen
+                    phase_times.setdefault(seen.value, round(elapsed, 3))
+                    self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))
+                ready = result.get("state") == "ready"
+                self.emit(Polled(host=self.host.name, state=state.state.lower(),
+                                 http_code=200 if ready else 0, elapsed_s=elapsed))  # fmt: skip
+                if elapsed > run_cap and state.running:
+                    self._slurm(f"scancel {job}", timeout=60)
+                    raise InfraError(f"job {job} ran {elapsed:.0f}s, past its time limit")
+            if state.state and not state.active:
+                return state, phase
+            self.sleep(delay)
+            delay = min(delay * 1.5, self.poll_max)
+        raise InfraError(f"job {job}: gave up watching")
+
+    def _sacct(self, job: str) -> facts.JobState | None:
+        r = self._slurm(f"sacct -n -P -X -j {job} -o State,ExitCode,NodeList,Reason 2>/dev/null",
+                        timeout=60)  # fmt: skip
+        return facts.parse_sacct(r.stdout) if r.ok else None
+
+    def _collect(self, files: JobFiles) -> dict[str, str]:
+        q = shlex.quote
+        r = self.t.run(
+            f"cat {q(files.result)} 2>/dev/null || cat {q(files.path('result.tmp'))} "
+            f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_TAIL_LINES} {q(files.log)} "
+            f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
+            f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; true", timeout=60)
+        parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
+        return {"result": parts.get("", ""), "log": parts.get(facts.LOG_MARK, ""),
+                "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
+
+
+def _num(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
+              good_metric: float | None, phase: Phase | None, job: str) -> RunEvidence:  # fmt: skip
+    """What the job's end and its files say, for the classifier."""
+    log = out.get("log", "")
+    result = jobscript.parse_result(out.get("result", ""))
+    where = f" on {state.node}" if state.node else ""
+    if state.restarts > 0 or state.state in facts.INFRA:
+        why = state.state.lower().replace("_", " ") + (f" ({state.reason})" if state.reason
+                                                       else "")  # fmt: skip
+        return RunEvidence(infra_error=f"job {job} {why}{where}: the cluster's trouble, not "
+                           "the config's", log_tail=log)  # fmt: skip
+    if state.state == "TIMEOUT":
+        return RunEvidence(log_tail=log, timed_out=True, last_phase=phase,
+                           became_ready=result.get("state") == "ready")  # fmt: skip
+    s = result.get("state")
+    if s is None:  # the script ended before it could say how the server did
+        when = "before the server started" if "server_start" not in result else \
+            "before the server's health was known"  # fmt: skip
+        return RunEvidence(infra_error=f"job {job} {state.state.lower()}{where} {when} (see "
+                           "slurm.out in its run directory)", log_tail=log)  # fmt: skip
+    if s == "cd_failed":
+        return RunEvidence(invalid_reason=f"the working directory {exp.workdir} does not exist "
+                           f"on {state.node or 'the node'}")  # fmt: skip
+    exit_code = int(result["exit"]) if result.get("exit", "").lstrip("-").isdigit() else None
+    ready = s == "ready"
+    died = s == "dead" or "after_ready" in result or "after_probe" in result
+    oom = state.state == "OUT_OF_MEMORY"
+    if oom:
+        died = True
+    probe: ProbeOutcome | None = None
+    if ready and exp.probe is not None and "probe_exit" in result:
+        text = out.get("probe", "")
+        metric = None
+        if exp.probe.metric:
+            found = re.findall(exp.probe.metric, text)
+            if found:
+                last = found[-1]
+                try:
+                    metric = float(last if isinstance(last, str) else last[0])
+                except ValueError:
+                    metric = None
+        cond = exp.probe.condition
+        passed: bool | None = None
+        if cond is not None:
+            if metric is None:
+                passed = False
+            elif cond.relative_to_good and good_metric is None:
+                passed = None
+            else:
+                passed = cond.holds(metric, good_metric)
+        probe = ProbeOutcome(exit_code=int(result["probe_exit"]), metric=metric, passed=passed,
+                             condition=exp.probe.pass_if,
+                             server_alive="after_probe" not in result)  # fmt: skip
+    return RunEvidence(
+        log_tail=log,
+        became_ready=ready,
+        died_after_ready=ready and died,
+        exit_code=exit_code if died else None,
+        unit_result="oom-kill" if oom else None,
+        timed_out=s == "timeout",
+        last_phase=phase,
+        probe=probe,
+    )
+
+
+def check_cluster(host: Host, run: Callable[..., object]) -> facts.Partition:
+    """The partition exists, is up, and offers the gres the jobs ask for; else our error."""
+    opts = host.slurm
+    assert opts is not None
+    r = run("sinfo -h -o '%P|%a|%D|%t|%G'", timeout=60)
+    if not getattr(r, "ok", False):
+        err = (getattr(r, "stderr", "") or getattr(r, "stdout", "")).strip()
+        raise SchedulerError(
+            f"{host.describe()}: sinfo does not answer: {err.splitlines()[-1] if err else '?'}",
+            hint="check that Slurm's clients work on the login node (and slurm.conf in the "
+            "hosts file, if the cluster's is not the default)")
+    parts = facts.parse_sinfo(getattr(r, "stdout", ""))
+    part = parts.get(opts.partition)
+    if part is None:
+        raise SchedulerError(
+            f"{host.describe()}: no partition '{opts.partition}' on this cluster",
+            hint="partitions: " + (", ".join(sorted(parts)) or "none") +
+            f"; set slurm.partition of {host.name} in the hosts file")  # fmt: skip
+    if opts.gres and not facts.gres_offered(opts.gres, part.gres):
+        raise SchedulerError(
+            f"{host.describe()}: partition '{opts.partition}' has no node with gres "
+            f"{opts.gres} (it offers {', '.join(part.gres) or 'no gres'})",
+            hint=f"set slurm.gres of {host.name} to what the nodes have, or configure it in "
+            "gres.conf")  # fmt: skip
+    return part
