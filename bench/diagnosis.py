@@ -4,7 +4,7 @@
     .venv/bin/python bench/diagnosis.py --big [MB]      # speed on a huge non-server log
 
 DIR holds logs and a labels.tsv (file, class, phase, root_cause_key, source). Prints, for
-the held-out half (split by root cause, see orchestrator.diagnosis.half_of), the tuning
+the held-out half (split by root cause, see orchestrator.diagnosis.scoring.half_of), the tuning
 half and the whole: pairwise precision and recall of signatures, the unclassified logs,
 phase accuracy, against the targets; `--details` lists the colliding pairs (one signature,
 two bugs), the split pairs (one bug, two signatures) and the wrong phases.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.classify import analyze_log  # noqa: E402
-from orchestrator.diagnosis import TARGETS, Score, classify, load, score_halves  # noqa: E402
+from orchestrator.diagnosis.classify import analyze_log  # noqa: E402
+from orchestrator.diagnosis.scoring import TARGETS, Score, classify, load, score_halves  # noqa: E402
 
 
 def table(scores: dict[str, Score]) -> str:

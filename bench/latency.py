@@ -42,10 +42,10 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.config.experiment import Experiment, load_experiment  # noqa: E402
 from orchestrator.config.hosts import Host, load_inventory  # noqa: E402
+from orchestrator.diagnosis.verdicts import Verdict  # noqa: E402
 from orchestrator.events import Event, Polled, RunFinished, RunStarted, StepDone  # noqa: E402
-from orchestrator.executor import Executor  # noqa: E402
+from orchestrator.execution.executor import Executor  # noqa: E402
 from orchestrator.lab.sshd import SshdServer, free_port, prepare, session_env  # noqa: E402
-from orchestrator.verdicts import Verdict  # noqa: E402
 
 LAB = REPO / "experiments" / "lab"
 TARGETS = {"a": 2.0, "b": 2.0, "c": 3.0, "d": 120.0}

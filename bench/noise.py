@@ -33,11 +33,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
 from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto
-from orchestrator.verdicts import Verdict
 
 P, F = Verdict.PASS, Verdict.FAIL
 Variant = frozenset[int]

@@ -25,9 +25,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
-from orchestrator.store import Store  # noqa: E402
-from orchestrator.sweep import SweepCampaign, load_sweep  # noqa: E402
+from orchestrator.results.store import Store  # noqa: E402
 from tests.hosts.systemd import SystemdHostFactory  # noqa: E402
 
 UNIT = "lab-rtx6000.service"

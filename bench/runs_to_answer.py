@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.diagnosis.verdicts import Verdict  # noqa: E402
 from orchestrator.planner import Planner  # noqa: E402
 from orchestrator.planner.strategies import STRATEGIES  # noqa: E402
-from orchestrator.verdicts import Verdict  # noqa: E402
 
 Oracle = Callable[[frozenset[int]], Verdict]
 NS = (2, 3, 4, 6, 8, 12, 16, 24, 32)

@@ -15,9 +15,9 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Variant
 from orchestrator.planner.strategies import auto, simulate
-from orchestrator.verdicts import Verdict
 
 Oracle = Callable[[Variant], Verdict]
 NS = (2, 3, 4, 6, 8, 12, 16, 24, 32)

@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from orchestrator.campaign import relative
+from orchestrator.campaign.bisect import relative
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.store import RunRow, Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import RunRow, Store
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.config.experiment import Experiment  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
 from orchestrator.events import Event, Polled  # noqa: E402
-from orchestrator.executor import Executor  # noqa: E402
+from orchestrator.execution.executor import Executor  # noqa: E402
 
 
 def main(spec_path: str) -> int:

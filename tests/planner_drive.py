@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
-from orchestrator.verdicts import Verdict
 
 P, F = Verdict.PASS, Verdict.FAIL
 

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from orchestrator.config.experiment import Experiment
-from orchestrator.executor import RunResult
-from orchestrator.verdicts import Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.execution.executor import RunResult
 
 
 def run_result(experiment: Experiment, verdict: Verdict = Verdict.PASS,

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.classify import RunEvidence, judge, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.classify import RunEvidence, judge, outside_cause
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener
-from orchestrator.executor import RunResult
+from orchestrator.execution.executor import RunResult
 from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario import ModelInfo
-from orchestrator.verdicts import Phase, Signature, Verdict
 
 PHASES = ["init", "load_weights", "kv_cache", "cuda_graph", "warmup"]
 TARGET_ERROR = ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign import Bisection, BisectOptions, Outcome, relative
+from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome, relative
+from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
-from orchestrator.planning import Plan, make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import Store
 from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.scripted import write_pair as scripted_pair
 

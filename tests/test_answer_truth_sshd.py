@@ -20,14 +20,14 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.campaign import Bisection, BisectOptions, single_run
+from orchestrator.campaign.bisect import Bisection, BisectOptions, single_run
+from orchestrator.campaign.planning import make_plan
 from orchestrator.config.experiment import load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Polled, RunStarted
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.planning import make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import (
     REPO,
     check_answer_evidence,
@@ -219,7 +219,7 @@ def test_a_secret_is_never_on_a_command_line(sshd: SshdEndpoint, tmp_path: Path,
                                              monkeypatch: object) -> None:  # fmt: skip
     """Row 5: HF_TOKEN=${HF_TOKEN}: not in any command the project runs on the host (the
     flag pre-check included), and not in any process's argv while the run goes on."""
-    from orchestrator.transport import connect
+    from orchestrator.execution.transport import connect
 
     secret = "hf_" + "Q" * 10 + "secretvalue1234567890"
     monkeypatch.setenv("HF_TOKEN", secret)  # type: ignore[attr-defined]

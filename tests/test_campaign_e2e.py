@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Bisection, BisectOptions, Outcome
+from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome
+from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.config.hosts import load_inventory
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.planning import Plan, make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import flaky
-from orchestrator.campaign import relative
+from orchestrator.campaign import flaky
+from orchestrator.campaign.bisect import relative
+from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab import cmdline
 from orchestrator.lab import scenario as sc
 from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.planner import Planner
-from orchestrator.planning import Plan, make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import (
     TIME_SCALE,
     Pair,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.store import Store
+from orchestrator.results.store import Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

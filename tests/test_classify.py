@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.classify import (
+from orchestrator.diagnosis.classify import (
     ERROR_RULES,
     HANG_MESSAGE,
     ProbeOutcome,
@@ -20,7 +20,7 @@ from orchestrator.classify import (
     phase_of_line,
     signal_name,
 )
-from orchestrator.verdicts import Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 LOGS = Path(__file__).parent / "data" / "logs"
 

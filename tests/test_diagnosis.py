@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.classify import analyze_log
-from orchestrator.diagnosis import (
+from orchestrator.diagnosis.classify import analyze_log
+from orchestrator.diagnosis.scoring import (
     TARGETS,
     Label,
     Outcome,
@@ -89,7 +89,7 @@ def test_score_counts_pairs() -> None:
 
 
 def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:
-    from orchestrator.diagnosis import Case
+    from orchestrator.diagnosis.scoring import Case
 
     stops = ("[2025-05-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several "
              "minutes. avail mem=12.00 GB\n")  # fmt: skip
@@ -188,8 +188,8 @@ def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
 
 def test_a_wrapper_alone_is_still_a_failure() -> None:
     """The cause never printed (the engine was killed): the wrapper is all there is."""
-    from orchestrator.classify import RunEvidence, judge
-    from orchestrator.verdicts import Phase, Signature, Verdict
+    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
     engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
               "version 0.10\n(EngineCore_DP0 pid=5) INFO 01-01 00:00:01 "
@@ -241,7 +241,7 @@ _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", l
 @given(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=4),
                 max_size=40))  # fmt: skip
 def test_any_text_gets_an_answer_never_an_exception(rows: list[list[str]]) -> None:
-    from orchestrator.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify import RunEvidence, judge
 
     text = "\n".join("".join(row) for row in rows)
     analysis = analyze_log(text)

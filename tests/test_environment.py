@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import environment as envfacts
-from orchestrator import envwatch
+from orchestrator.campaign import envwatch
 from orchestrator.config.experiment import Experiment, load_experiment
-from orchestrator.environment import HostEnvironment
-from orchestrator.executor import RunResult
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.execution import environment as envfacts
+from orchestrator.execution.environment import HostEnvironment
+from orchestrator.execution.executor import RunResult
+from orchestrator.results.store import Store
 from tests.run_results import run_result
 
 FACTS = Path(__file__).parent / "data" / "facts"

@@ -20,12 +20,12 @@ import pytest
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import HostKeyError, OrchestratorError, ServiceError
 from orchestrator.events import Event, Polled
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
+from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port
-from orchestrator.transport.ssh import SSHTransport
-from orchestrator.verdicts import Verdict
 from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,13 +20,13 @@ import yaml
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled, RunFinished, RunStarted
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
+from orchestrator.execution.services import process as process_mod
+from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.services import process as process_mod
-from orchestrator.transport.ssh import SSHTransport
-from orchestrator.verdicts import Phase, Verdict
 from tests.campaign_lab import our_processes, sigkill_executor_child_while_polling
 from tests.hosts.wait import wait_until
 

@@ -20,11 +20,11 @@ import yaml
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled
-from orchestrator.executor import Executor
-from orchestrator.transport.ssh import SSHTransport
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.execution.executor import Executor
+from orchestrator.execution.transport.ssh import SSHTransport
 from tests.campaign_lab import sigkill_executor_child_while_polling
 from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 from tests.hosts.wait import wait_until

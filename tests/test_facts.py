@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.facts import (
+from orchestrator.execution.facts import (
     FactParseError,
     argv_matches,
     check_flags,

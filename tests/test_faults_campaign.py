@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import check_answer_evidence, cli, popen_cli, stop_child
 from tests.hosts.faults import STEPS, NetFault, SdLab, marker_path
 from tests.hosts.wait import wait_until

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import orchestrator.transport.ssh as ssh_mod
+import orchestrator.execution.transport.ssh as ssh_mod
 from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, Polled
-from orchestrator.executor import Executor
-from orchestrator.transport.ssh import SSHTransport
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.execution.executor import Executor
+from orchestrator.execution.transport.ssh import SSHTransport
 from tests.hosts.faults import B300, DROPIN, NetFault, SdLab
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, StepDone
-from orchestrator.executor import Executor
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.execution.executor import Executor
 from tests.hosts.faults import B300, FLAKY_PATH, UNIT_DIR, SdLab
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,18 +27,18 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Bisection, BisectOptions
+from orchestrator.campaign.bisect import Bisection, BisectOptions
+from orchestrator.campaign.envwatch import EnvironmentChanged
+from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
-from orchestrator.envwatch import EnvironmentChanged
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, RunRecorded
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.planning import make_plan
-from orchestrator.report import html_page, markdown
-from orchestrator.store import Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.report import html_page, markdown
+from orchestrator.results.store import Store
 from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, UNIT_DIR, SdLab
 

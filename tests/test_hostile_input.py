@@ -42,16 +42,16 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.campaign.sweep import load_sweep
 from orchestrator.cli import main
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.errors import ConfigError, UsageError
+from orchestrator.execution.services.process import ProcessManager
+from orchestrator.execution.services.systemd import ENV_FILE_NAME, SystemdManager
+from orchestrator.execution.transport.local import LocalTransport
+from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.services.process import ProcessManager
-from orchestrator.services.systemd import ENV_FILE_NAME, SystemdManager
-from orchestrator.sweep import load_sweep
-from orchestrator.transport.local import LocalTransport
-from orchestrator.transport.ssh import SSHTransport
 from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 from tests.hosts.wait import wait_until
 

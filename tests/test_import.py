@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
-from orchestrator.errors import ConfigError
-from orchestrator.importer import (
+from orchestrator.config.importer import (
     import_command_line,
     import_file,
     import_unit_file,
@@ -20,6 +19,7 @@ from orchestrator.importer import (
     render_yaml,
     to_experiment_mapping,
 )
+from orchestrator.errors import ConfigError
 
 UNIT = """\
 [Unit]

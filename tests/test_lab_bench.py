@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.procs import LabProcess, free_port
+from tests.hosts.procs import LabProcess, free_port
 
 WAIT = 15.0
 METRIC = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")  # the probes' regex

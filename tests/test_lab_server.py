@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab import scenario as sc
-from orchestrator.lab.procs import REPO, LabProcess, free_port, http_get, port_open
+from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open
 
 SCALE = "0.05"
 WAIT = 10.0

@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from orchestrator.config.hosts import load_inventory
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.lab import container as ct
 from orchestrator.lab import sdlab
 from orchestrator.lab.sshd import _descendants, free_port
-from orchestrator.localproc import pid_alive
 from tests.hosts.prereq import require_sshd, require_systemd_host
 from tests.hosts.wait import wait_until
 
@@ -86,7 +86,7 @@ class SdLab:
 
 
 def _bus_path(unit: str) -> str:
-    from orchestrator.services.systemd import bus_path
+    from orchestrator.execution.services.systemd import bus_path
 
     return bus_path(unit)
 

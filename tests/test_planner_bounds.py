@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import prefix_tree
 from orchestrator.planner.core import Answer, Planner, Variant
 from orchestrator.planner.strategies import auto
-from orchestrator.verdicts import Verdict
 
 Oracle = Callable[[Variant], Verdict]
 NS = (2, 3, 4, 6, 8, 12, 16, 24, 32)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import PlanError
 from orchestrator.planner import Planner, apply_deltas, coupling_closure, diff
 from orchestrator.planner.deltas import check_differ
 from orchestrator.planner.strategies import auto, dd, linear
-from orchestrator.planning import make_plan
-from orchestrator.verdicts import Verdict
 from tests.planner_drive import drive, endpoints
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
 from orchestrator.planner.adaptive import Adaptive, NoisyFromStart, answer_doubt, flakiness
 from orchestrator.planner.core import Answer, Culprit, Round
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto
-from orchestrator.verdicts import Verdict
 from tests.planner_drive import drive as _drive
 from tests.planner_drive import endpoints as ends
 
@@ -217,9 +217,9 @@ def test_the_budget_ends_with_the_best_answer_and_its_confidence() -> None:
 
 
 def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    from orchestrator.campaign import Outcome
+    from orchestrator.campaign.bisect import Outcome
+    from orchestrator.campaign.planning import make_plan
     from orchestrator.cli.bisect import print_outcome
-    from orchestrator.planning import make_plan
 
     lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "flaky"
     plan = make_plan(lab / "good.yaml", lab / "bad.yaml")

@@ -25,16 +25,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.campaign.pool import Pool, Task
+from orchestrator.campaign.sweep import SweepCampaign, load_sweep
 from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
-from orchestrator.executor import Executor, RunCancelled
+from orchestrator.execution.executor import Executor, RunCancelled
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.pool import Pool, Task
-from orchestrator.store import Store
-from orchestrator.sweep import SweepCampaign, load_sweep
-from orchestrator.sweep_report import write_sweep_reports
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import Store
+from orchestrator.results.sweep_report import write_sweep_reports
 from tests.campaign_lab import LAB, LAB_UNIT, UNIT_DIR, cli, popen_cli, sshd_hosts_file, stop_child
 from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 from tests.hosts.wait import wait_until

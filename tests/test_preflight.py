@@ -1,5 +1,5 @@
-"""The flag preflight (orchestrator.preflight): help texts printed by the real programs, and
-the real programs themselves run on this machine.
+"""The flag preflight (orchestrator.execution.preflight): help texts printed by the real
+programs, and the real programs themselves run on this machine.
 
 Recorded data (tests/data/help, README there): SGLang 0.5.23's help and vLLM 0.33.0's paged
 help and `--help=all`, each with the option strings its real parser registers and that
@@ -28,7 +28,8 @@ import pytest
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
-from orchestrator.preflight import (
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.execution.preflight import (
     PROBE,
     Check,
     HelpFacts,
@@ -40,8 +41,7 @@ from orchestrator.preflight import (
     predict,
     read_help,
 )
-from orchestrator.transport.local import LocalTransport
-from orchestrator.verdicts import Phase, Signature, Verdict
+from orchestrator.execution.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "help"
@@ -457,8 +457,8 @@ def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
 def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
     log: str, words: str
 ) -> None:
-    from orchestrator.classify import RunEvidence, judge
-    from orchestrator.preflight import args_detail
+    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.execution.preflight import args_detail
 
     text = (REPO / "tests" / "data" / "logs" / log).read_text()
     target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
@@ -478,7 +478,7 @@ def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
     ],
 )
 def test_other_argument_errors_are_invalid_too(text: str) -> None:
-    from orchestrator.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify import RunEvidence, judge
 
     verdict, sig = judge(RunEvidence(log_tail=text, exit_code=2), None)
     assert verdict is Verdict.INVALID and sig is not None and sig.phase is Phase.ARGS

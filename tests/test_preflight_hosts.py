@@ -18,14 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.campaign import Bisection, BisectOptions
+from orchestrator.campaign.bisect import Bisection, BisectOptions
+from orchestrator.campaign.planning import make_plan
 from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, Notice, RunStarted
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.planning import make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import (
     LAB,
     check_b300_answer,

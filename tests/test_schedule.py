@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import schedule as sched
+from orchestrator.campaign import schedule as sched
 from orchestrator.errors import UsageError
-from orchestrator.store import Store
+from orchestrator.results.store import Store
 from tests.campaign_lab import REPO, cli
 from tests.hosts.systemd import REPO_IN_CONTAINER, SystemdHost
 

@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
+from orchestrator.config.importer import import_command_line, secret_references
+from orchestrator.config.secrets import Redactor, secrets_of
 from orchestrator.errors import ConfigError
-from orchestrator.importer import import_command_line, secret_references
-from orchestrator.secrets import Redactor, secrets_of
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_QmVyeVNlY3JldFRva2VuVmFsdWUxMjM0NTY"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import store as store_mod
-from orchestrator.classify import SIGNATURE_VERSION, analyze_log
-from orchestrator.signatures import stored_version, upgrade
-from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Signature
+from orchestrator.diagnosis.classify import SIGNATURE_VERSION, analyze_log
+from orchestrator.diagnosis.verdicts import Phase, Signature
+from orchestrator.results import store as store_mod
+from orchestrator.results.signatures import stored_version, upgrade
+from orchestrator.results.store import Store
 
 REAL = Path(__file__).parent / "data" / "real_logs"
 # How version 1 named these failures (no place, un-normalized layer numbers).

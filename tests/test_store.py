@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign import Bisection, BisectOptions
+from orchestrator.campaign.bisect import Bisection, BisectOptions
+from orchestrator.campaign.planning import make_plan
 from orchestrator.config.experiment import load_experiment
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.planning import make_plan
-from orchestrator.store import Store
-from orchestrator.verdicts import Phase, Signature, Verdict
+from orchestrator.results.store import Store
 from tests.campaign_lab import LAB, cli, lab_pair, load_host, sshd_hosts_file
 from tests.run_results import run_result
 
@@ -243,7 +243,7 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
     assert (third.runs_reused, third.runs_executed) == (0, 1)
 
     # Private: the directory tree 0700, every file 0600 (database, WAL, logs, reports).
-    from orchestrator.report import write_reports
+    from orchestrator.results.report import write_reports
 
     write_reports(store, first.campaign_id)
     files = [p for p in results.rglob("*") if p.is_file()]

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.campaign.sweep import load_sweep, parse_until
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.store import CampaignRow, RunRow, Store
-from orchestrator.sweep import load_sweep, parse_until
-from orchestrator.sweep_report import html_page, markdown, svg_plot
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import CampaignRow, RunRow, Store
+from orchestrator.results.sweep_report import html_page, markdown, svg_plot
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

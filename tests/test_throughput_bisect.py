@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.store import RunRow, Store
-from orchestrator.verdicts import Verdict
+from orchestrator.results.store import RunRow, Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

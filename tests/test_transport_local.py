@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import CommandTimeout, ServiceError, TransportError
-from orchestrator.transport import LocalTransport, connect
+from orchestrator.execution.transport import LocalTransport, connect
 
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 

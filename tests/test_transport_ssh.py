@@ -28,9 +28,9 @@ from orchestrator.errors import (
     ServiceError,
     TransportError,
 )
+from orchestrator.execution.transport import connect
+from orchestrator.execution.transport.ssh import SSHTransport, keyscan_command
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, known_hosts_line
-from orchestrator.transport import connect
-from orchestrator.transport.ssh import SSHTransport, keyscan_command
 
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 
@@ -408,7 +408,7 @@ def test_connection_stuck_mid_command_times_out_locally(
 ) -> None:
     """The host stops answering while a command runs (its sshd frozen with SIGSTOP): our
     own timeout ends the wait, and the next command gets a fresh connection."""
-    mocker.patch("orchestrator.transport.base.LOCAL_GRACE", 2.0)  # the clock edge only
+    mocker.patch("orchestrator.execution.transport.base.LOCAL_GRACE", 2.0)  # the clock edge only
     t = SSHTransport(host_of(sshd_server.endpoint))
     frozen: list[int] = []
     timer: threading.Timer | None = None

@@ -7,18 +7,18 @@ import json
 
 from rich.markup import escape
 
-from orchestrator import env_report
-from orchestrator.campaign import Bisection, BisectOptions, Outcome
+from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome
+from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.cli import common, notifying
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import UsageError
-from orchestrator.executor import Executor
+from orchestrator.execution.executor import Executor
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
-from orchestrator.planning import Plan, make_plan
-from orchestrator.verdicts import Verdict
+from orchestrator.results import env_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     report_paths: list[str] = []
     if not args.no_report:
-        from orchestrator.report import write_reports
+        from orchestrator.results.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
     notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,

@@ -17,12 +17,12 @@ from typing import Any, BinaryIO
 
 from rich.markup import escape
 
-from orchestrator import signatures
-from orchestrator.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.cli import common
 from orchestrator.cli.output import console
+from orchestrator.diagnosis.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.errors import UsageError
-from orchestrator.store import RunRow, Store
+from orchestrator.results import signatures
+from orchestrator.results.store import RunRow, Store
 
 
 def register(subparsers: Any) -> None:

@@ -14,7 +14,7 @@ from typing import TypeVar
 from orchestrator.cli.output import err_console
 from orchestrator.config.hosts import Host, Inventory, load_inventory
 from orchestrator.errors import UsageError
-from orchestrator.store import Store
+from orchestrator.results.store import Store
 
 T = TypeVar("T")
 
@@ -99,7 +99,7 @@ def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str, *,
     hosts and raises `Interrupted`: print the resume command and return None (exit 130)."""
     from rich.markup import escape
 
-    from orchestrator.campaign import Interrupted
+    from orchestrator.campaign.bisect import Interrupted
     from orchestrator.cli.live import LiveView
     from orchestrator.cli.output import console
 

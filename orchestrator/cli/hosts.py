@@ -11,8 +11,8 @@ from rich.table import Table
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import OrchestratorError
-from orchestrator.hostops import Check, check_host
-from orchestrator.transport import connect
+from orchestrator.execution.hostops import Check, check_host
+from orchestrator.execution.transport import connect
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 from orchestrator.cli.output import console, err_console
-from orchestrator.errors import UsageError
-from orchestrator.importer import (
+from orchestrator.config.importer import (
     import_command_line,
     import_file,
     render_yaml,
     secret_references,
     to_experiment_mapping,
 )
+from orchestrator.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

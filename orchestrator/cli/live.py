@@ -12,6 +12,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import (
     CampaignStarted,
     Event,
@@ -25,7 +26,6 @@ from orchestrator.events import (
     SearchSwitched,
     StepDone,
 )
-from orchestrator.verdicts import Verdict
 
 COLORS = {
     Verdict.PASS: "green",

@@ -17,8 +17,8 @@ from rich.markup import escape
 
 from orchestrator.cli.output import err_console
 from orchestrator.errors import InfraError, OrchestratorError
-from orchestrator.notify import Message, check_url, culprits_of, send, shown
-from orchestrator.store import Store
+from orchestrator.results.notify import Message, check_url, culprits_of, send, shown
+from orchestrator.results.store import Store
 
 T = TypeVar("T")
 

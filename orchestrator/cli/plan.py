@@ -8,9 +8,9 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.campaign.planning import make_plan
 from orchestrator.cli.output import console
 from orchestrator.planner import STRATEGIES
-from orchestrator.planning import make_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     first = planner.pending()
     est = plan.estimates()
     if args.json:
-        from orchestrator.secrets import Redactor
+        from orchestrator.config.secrets import Redactor
 
         red = Redactor(plan.good.secrets() | plan.bad.secrets())
         out = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.cli import common
 from orchestrator.cli.output import console
-from orchestrator.report import write_reports
+from orchestrator.results.report import write_reports
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     store = common.store(args, readonly=args.issue)  # --issue only reads
     if args.issue:
-        from orchestrator.issue_report import issue_markdown
+        from orchestrator.results.issue_report import issue_markdown
 
         camp = store.campaign(args.campaign)
         sources = [str(camp.spec.get(k) or "") for k in ("good_source", "bad_source", "sweep")]
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     camp = store.campaign(args.campaign)
     if camp.kind == "sweep":
-        from orchestrator.sweep_report import write_sweep_reports
+        from orchestrator.results.sweep_report import write_sweep_reports
 
         paths = write_sweep_reports(store, camp.id)
     else:

@@ -8,8 +8,8 @@ from rich.markup import escape
 
 from orchestrator.cli import common
 from orchestrator.cli.output import console
-from orchestrator.hostops import restore_host
-from orchestrator.transport import connect
+from orchestrator.execution.hostops import restore_host
+from orchestrator.execution.transport import connect
 
 
 def register(sub: argparse._SubParsersAction) -> None:

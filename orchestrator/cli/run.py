@@ -7,16 +7,16 @@ import json
 
 from rich.markup import escape
 
-from orchestrator.campaign import relative, single_run
+from orchestrator.campaign.bisect import relative, single_run
+from orchestrator.campaign.rerun import recorded_good
 from orchestrator.cli import common
 from orchestrator.cli.live import LiveView, verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import UsageError
-from orchestrator.executor import Executor
-from orchestrator.rerun import recorded_good
-from orchestrator.store import RunRow
-from orchestrator.verdicts import Verdict
+from orchestrator.execution.executor import Executor
+from orchestrator.results.store import RunRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator import schedule as sched
+from orchestrator.campaign import schedule as sched
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import OrchestratorError, UsageError

@@ -8,16 +8,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator import env_report
-from orchestrator.cli import common, notifying
-from orchestrator.cli.live import LiveView, verdict_text
-from orchestrator.cli.output import console
-from orchestrator.config.experiment import Experiment, parse_duration
-from orchestrator.config.hosts import Host, Inventory
-from orchestrator.errors import UsageError
-from orchestrator.executor import Executor
-from orchestrator.store import CampaignRow
-from orchestrator.sweep import (
+from orchestrator.campaign.sweep import (
     Sweep,
     SweepCampaign,
     SweepItem,
@@ -25,7 +16,16 @@ from orchestrator.sweep import (
     load_sweep,
     parse_until,
 )
-from orchestrator.sweep_report import Comparison, comparison, write_sweep_reports
+from orchestrator.cli import common, notifying
+from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.output import console
+from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.hosts import Host, Inventory
+from orchestrator.errors import UsageError
+from orchestrator.execution.executor import Executor
+from orchestrator.results import env_report
+from orchestrator.results.store import CampaignRow
+from orchestrator.results.sweep_report import Comparison, comparison, write_sweep_reports
 
 KIND_WORDS = {"bisect": "a bisection", "sweep": "a sweep", "run": "a single run (`run`)",
               "rerun": "a single run (`rerun`)"}  # fmt: skip

@@ -20,9 +20,9 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
+from orchestrator.config.secrets import resolve_reference
 from orchestrator.config.yamlio import read_yaml_mapping, validation_error
 from orchestrator.errors import ConfigError
-from orchestrator.secrets import resolve_reference
 
 Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime union here)
 #: A flag's value: True = bare switch; a scalar = `--flag VALUE`; a tuple = `--flag V1 V2`.
@@ -295,8 +295,8 @@ class Experiment:
     secret_refs: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def secrets(self) -> dict[str, str]:
-        """VAR -> value of everything secret in this launch (see orchestrator.secrets)."""
-        from orchestrator.secrets import secrets_of
+        """VAR -> value of everything secret in this launch (see orchestrator.config.secrets)."""
+        from orchestrator.config.secrets import secrets_of
 
         return secrets_of(self.env_map(), self.flags, marked=dict(self.secret_refs))
 
@@ -415,7 +415,7 @@ class Experiment:
         `resolve_secrets` they are taken from this environment again (to run it)."""
         data = dict(data)
         if resolve_secrets:
-            from orchestrator.secrets import MARKER, unredact
+            from orchestrator.config.secrets import MARKER, unredact
 
             svc = dict(data.get("service") or {})
             refs: list[tuple[str, str]] = []

@@ -270,7 +270,7 @@ def load_inventory(path: str | Path) -> Inventory:
             raise ConfigError("the pool has no hosts", file=str(path), key=f"pools.{pname}")
         pools[pname] = tuple(dict.fromkeys(members))
     if model.notify is not None:
-        from orchestrator.notify import check_url
+        from orchestrator.results.notify import check_url
 
         try:
             check_url(model.notify)

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import IO
 
 from orchestrator.errors import InfraError
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.lab.sshd import SshTarget, answers_ssh
-from orchestrator.localproc import pid_alive
 
 #: the one builder and cache of the image (stdlib only; scripts/build-rootfs runs it)
 ROOTFS_BUILDER = Path(__file__).with_name("rootfs.py")

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.errors import InfraError
-from orchestrator.localproc import pid_alive
+from orchestrator.execution.localproc import pid_alive
 
 DEFAULT_ADDRESS = "127.0.0.1"
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto
-from orchestrator.verdicts import Verdict
 
 Run = tuple[Variant, Verdict]
 Describe = Callable[[Variant], str]

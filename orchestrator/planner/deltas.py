@@ -76,7 +76,7 @@ class Delta:
 
 def _redacted(d: Delta, text: str) -> str:
     """Labels end up in logs, the store and reports: never with a secret value in them."""
-    from orchestrator.secrets import Redactor, secrets_of
+    from orchestrator.config.secrets import Redactor, secrets_of
 
     values = {}
     for v in (d.old, d.new):

@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Culprit, Round, Search, Variant
-from orchestrator.verdicts import Verdict
 
 Run = tuple[Variant, Verdict]
 

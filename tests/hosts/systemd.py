@@ -36,9 +36,9 @@ import time
 import warnings
 from pathlib import Path
 
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.lab import container as ct
 from orchestrator.lab.container import ContainerError, Netns, build_rootfs, extracted_rootfs
-from orchestrator.localproc import pid_alive
 from tests.hosts.target import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["COLUMNS"] = "80"  # what argparse sees over a non-interactive SSH session
 REFUSING = ("unrecognized arguments", "ambiguous option")
-PROBE = "--orchestrator-preflight-probe"  # orchestrator.preflight.PROBE
+PROBE = "--orchestrator-preflight-probe"  # orchestrator.execution.preflight.PROBE
 
 
 def _outcome(parse: Callable[[list[str]], Any], argv: list[str]) -> str:

@@ -1,0 +1,745 @@
+"""Campaigns: a bisection from endpoint checks to an answer backed by runs.
+
+The runner checks both endpoints first (good must pass, bad must fail), fixes the target
+signature from the bad run, drives the planner with verdicts (executed, resumed from this
+campaign's earlier runs, or reused from the cache), and ends with an answer: the culprit
+sets with the runs that prove them, every `other` signature met on the way as a separate
+finding with the smallest variant that showed it, and the invalid variants. Everything is
+recorded before the next run starts, so a campaign can be resumed after any interruption.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.campaign import envwatch, flaky
+from orchestrator.campaign.planning import Plan
+from orchestrator.campaign.pool import Pool, Task
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
+from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.errors import CampaignIncomplete, InfraError, LockError, OrchestratorError
+from orchestrator.events import (
+    CampaignFinished,
+    CampaignStarted,
+    Listener,
+    Notice,
+    RunRecorded,
+    null_listener,
+)
+from orchestrator.execution.executor import Executor, RunCancelled, RunResult, service_name
+from orchestrator.planner import Answer, Planner
+from orchestrator.planner.strategies import CLEARING
+from orchestrator.results.store import RunRow, Store
+
+MAX_INFRA_IN_A_ROW = 3
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    strategy: str = "auto"
+    repeat: int = 1
+    max_runs: int | None = None
+    deadline_s: float | None = None
+    fresh: bool = False
+    #: the noise-aware search stops when its answer is this likely to be right
+    confidence: float = 0.95
+
+
+@dataclass
+class Finding:
+    signature: Signature
+    variant: tuple[int, ...]
+    run_id: str
+    label: str
+    count: int = 1
+
+
+@dataclass
+class Outcome:
+    campaign_id: str
+    status: str  # found | incomplete | endpoints | interrupted
+    message: str = ""
+    target: Signature | None = None
+    answer: Answer | None = None
+    culprits: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    invalid: list[dict[str, Any]] = field(default_factory=list)
+    runs_executed: int = 0
+    runs_reused: int = 0
+    narrowed: dict[str, Any] | None = None
+    flaky: list[str] = field(default_factory=list)
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
+    noise: dict[str, Any] | None = None
+
+    def to_json(self, plan: Plan) -> dict[str, Any]:
+        return {
+            "campaign": self.campaign_id,
+            "status": self.status,
+            "message": self.message,
+            "target": str(self.target) if self.target else None,
+            "culprits": self.culprits,
+            "findings": [
+                {"signature": str(f.signature), "variant": f.label, "deltas": list(f.variant),
+                 "run": f.run_id, "count": f.count}
+                for f in self.findings
+            ],  # fmt: skip
+            "invalid": self.invalid,
+            "runs_executed": self.runs_executed,
+            "runs_reused": self.runs_reused,
+            "narrowed": self.narrowed,
+            "flaky": self.flaky,
+            "removed_hosts": self.removed_hosts,
+            "confidence": (self.noise or {}).get("confidence"),
+            "reproduction_rate": (self.noise or {}).get("reproduction_rate"),
+            "noise": self.noise,
+            "deltas": [d.describe() for d in plan.deltas],
+        }
+
+
+def relative(verdict: Verdict, signature: Signature | None, target: Signature | None) -> Verdict:
+    """A recorded verdict re-read against a campaign's target signature."""
+    if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
+        if signature == target:
+            return Verdict.FAIL
+        return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
+    return verdict
+
+
+def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
+    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy,
+                       sorted(h.name for h in hosts)])  # fmt: skip
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Interrupted(OrchestratorError):
+    """The campaign was stopped by Ctrl-C or SIGTERM; the host was restored."""
+
+    exit_code = 130
+
+    def __init__(self, campaign_id: str, resume: str) -> None:
+        super().__init__(f"campaign {campaign_id} interrupted; the host was restored",
+                         hint=f"resume with: {resume}")  # fmt: skip
+        self.campaign_id = campaign_id
+        self.resume = resume
+
+
+ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+
+
+def _default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
+    return Executor(host, service=service, campaign=campaign, listener=listener)
+
+
+class Bisection:
+    """One bisection campaign on one host (pools: issue of its own)."""
+
+    def __init__(
+        self,
+        store: Store,
+        plan: Plan,
+        hosts: list[Host],
+        *,
+        options: BisectOptions = BisectOptions(),
+        listener: Listener = null_listener,
+        command: str = "",
+        resume_id: str | None = None,
+        executor_factory: ExecutorFactory = _default_executor,
+    ) -> None:
+        self.store = store
+        self.plan = plan
+        self.hosts = hosts
+        self.opts = options
+        self.emit = listener
+        self.command = command
+        self.executor_factory = executor_factory
+        #: options the resume command must repeat (e.g. " --hosts lab.yaml"), set by the CLI
+        self.resume_options = ""
+        store.add_secrets(plan.good.secrets() | plan.bad.secrets())
+        key = campaign_key(plan, hosts, options.strategy)
+        cid = resume_id or store.find_resumable(key)
+        self.resumed = cid is not None
+        if cid is None:
+            cid = store.create_campaign(kind="bisect", key=key, command=command, spec=self._spec())
+        else:
+            store.update_campaign(cid, status="running")
+        self.cid = cid
+        self.target: Signature | None = store.campaign(cid).target
+        self.executed = 0
+        self.reused = 0
+        self.good_metric: float | None = None
+        self._infra_streak = 0
+        self._rows_cache: list[RunRow] | None = None
+        self._t0 = time.monotonic()
+        self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+
+    def _rows(self) -> list[RunRow]:
+        """This campaign's runs, read once per change: only this process adds to them (the
+        host lock refuses a second controller), and it drops the copy whenever it does."""
+        if self._rows_cache is None:
+            self._rows_cache = self.store.runs(self.cid)
+        return self._rows_cache
+
+    def _spec(self) -> dict[str, Any]:
+        return {
+            "good": self.plan.good.to_dict(),
+            "bad": self.plan.bad.to_dict(),
+            "good_source": self.plan.good.source,
+            "bad_source": self.plan.bad.source,
+            "deltas": [d.to_dict() for d in self.plan.deltas],
+            "strategy": self.opts.strategy,
+            "hosts": [h.name for h in self.hosts],
+            "options": {"repeat": self.opts.repeat, "max_runs": self.opts.max_runs,
+                        "deadline_s": self.opts.deadline_s, "fresh": self.opts.fresh,
+                        "confidence": self.opts.confidence},
+        }  # fmt: skip
+
+    @property
+    def resume_command(self) -> str:
+        return f"orchestrator bisect --resume {self.cid}{self.resume_options}"
+
+    # ---- the campaign
+    def run(self) -> Outcome:
+        previous = self._rows()
+        est = self.plan.estimates()
+        self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
+                                  n_deltas=self.plan.n, strategy=self.opts.strategy,
+                                  expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
+                                  deadline_s=self.opts.deadline_s))  # fmt: skip
+        try:
+            # Each host's executor opens in its worker: it restores first when a crashed
+            # controller left our drop-in behind. Leaving the pool restores every host.
+            with Pool(self.hosts, service=service_name(self.plan.good), campaign=self.cid,
+                      executor_factory=self.executor_factory, listener=self.emit,
+                      env_keys=self.env_keys) as pool:  # fmt: skip
+                outcome = self._search(pool)
+        except KeyboardInterrupt:
+            self.store.update_campaign(self.cid, status="interrupted")
+            self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
+            raise Interrupted(self.cid, self.resume_command) from None
+        except OrchestratorError as exc:
+            if isinstance(exc, LockError):
+                raise  # another process runs this campaign: its status is not ours to change
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
+            if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
+                exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
+                    f"then resume with: {self.resume_command}"  # fmt: skip
+            raise
+        outcome.removed_hosts = list(pool.removed)
+        self.store.update_campaign(self.cid, status="done" if outcome.status == "found" else
+                                   outcome.status, answer=outcome.to_json(self.plan),
+                                   target=self.target)  # fmt: skip
+        self.emit(CampaignFinished(campaign_id=self.cid, status=outcome.status,
+                                   message=outcome.message))  # fmt: skip
+        return outcome
+
+    def _search(self, pool: Pool) -> Outcome:
+        n = self.plan.n
+        full = tuple(range(n))
+        where = ", ".join(h.name for h in self.hosts)
+        # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
+        ends: dict[tuple[int, ...], RunRow] = {}
+        # An `infra` verdict says nothing about the config: the endpoint is wanted again
+        # (3 in a row stop the campaign with the resume command, see _note_infra).
+        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
+        # good run's metric: good runs first then, and bad's task carries its metric.
+        relative_bar = any(e.probe is not None and e.probe.condition is not None
+                           and e.probe.condition.relative_to_good
+                           for e in (self.plan.good, self.plan.bad))  # fmt: skip
+
+        def want_ends() -> list[tuple[int, ...]]:
+            want = [v for v in ((), full) if v not in ends]
+            return want[:1] if relative_bar and () in want else want
+
+        def got_end(v: tuple[int, ...], row: RunRow) -> None:
+            if row.verdict is not Verdict.INFRA:
+                if v == full:  # a flaky failure may need several starts of bad to show
+                    starts = flaky.bad_starts(self._rows(), full)
+                    row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
+                    if flaky.retry_bad(starts):
+                        self.emit(Notice(host=row.host, message=(
+                            f"the bad config passed on start {len(starts)} [run {row.id}]; "
+                            f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
+                        return
+                ends[v] = row
+                if v == ():
+                    self.good_metric = row.probe_metric
+
+        def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
+            return v == full and flaky.retry_bad(flaky.bad_starts(self._rows(),
+                                                                  full))  # fmt: skip
+
+        stop = self._drive(pool, want_ends, got_end, target=None,
+                           purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
+        if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
+            return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
+                           target=self.target, runs_executed=self.executed,
+                           runs_reused=self.reused, findings=self._findings())  # fmt: skip
+        good, bad = ends[()], ends[full]
+        if good.verdict is not Verdict.PASS:
+            return self._stop_endpoints(
+                f"the good config does not pass on {where}: {good.verdict.value}"
+                + (f" ({good.signature})" if good.signature else "") + f" [run {good.id}]",
+            )
+        self.good_metric = good.probe_metric
+        if bad.verdict is not Verdict.FAIL or bad.signature is None:
+            starts = len(flaky.bad_starts(self._rows(), full))
+            return self._stop_endpoints(
+                f"the bad config does not fail on {where}: it passed on all {starts} starts "
+                f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
+                f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
+                f"[run {bad.id}]",
+            )  # fmt: skip
+        if self.target is None:
+            self.target = bad.signature
+            self.store.update_campaign(self.cid, target=self.target)
+        # 2. the search: each round's variants go to idle hosts; a decided round cancels
+        #    the runs it no longer needs
+        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
+        #    `auto` turns noise-aware by itself once the runs show flakiness.
+        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]
+        strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
+                                      lambda v: self.plan.describe(frozenset(v)))
+        planner = Planner(n, strategy,
+                          known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
+                          closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+        watch = flaky.NoiseWatch(self.emit, self.cid)
+        watch.check(planner)
+
+        def wanted() -> list[tuple[int, ...]]:
+            return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
+
+        def purpose(_: tuple[int, ...]) -> str:
+            rnd = planner.current_round
+            return rnd.purpose if rnd else "search"
+
+        def ahead(limit: int) -> list[tuple[int, ...]]:
+            return [tuple(sorted(v)) for v in planner.lookahead(limit)]
+
+        def record(v: tuple[int, ...], row: RunRow) -> None:
+            planner.record(frozenset(v), row.verdict)
+            watch.check(planner)
+
+        def again(_: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
+            rnd = planner.current_round
+            return rnd is not None and rnd.again
+
+        stop = self._drive(pool, wanted, record, target=self.target, purpose=purpose,
+                           speculate=ahead, fresh_runs=again)  # fmt: skip
+        if stop:
+            best = planner.current_round.best if planner.current_round else None
+            outcome = self._incomplete(planner, stop)
+            if best is not None and best.culprits:  # the partial answer, with its confidence
+                outcome.culprits = self._conclude(best, []).culprits
+        else:
+            best = planner.answer
+            disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
+            outcome = self._conclude(best, disagree)
+        rows = self._rows()
+        outcome.noise = watch.summary(best, rows, self.target, relative)
+        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
+        return outcome
+
+    # ---- obtaining verdicts
+    def _drive(
+        self,
+        pool: Pool,
+        wanted: Callable[[], list[tuple[int, ...]]],
+        on_result: Callable[[tuple[int, ...], RunRow], None],
+        *,
+        target: Signature | None,
+        purpose: Callable[[tuple[int, ...]], str],
+        fresh_runs: bool | Callable[[tuple[int, ...]], bool] = False,
+        speculate: Callable[[int], list[tuple[int, ...]]] | None = None,
+    ) -> str | None:
+        """Obtain verdicts for the variants `wanted()` names until it names none: from this
+        campaign's records, the cache, or runs on idle hosts. With `speculate`, hosts left
+        idle run the variants the search will want next whatever the runs in progress
+        show. Returns why it stopped early (a budget), or None."""
+        in_flight: dict[tuple[int, ...], Task] = {}
+        stop: str | None = None
+        for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
+            want = wanted()
+            ahead: list[tuple[int, ...]] = []
+            spare = len(pool.idle()) - len([v for v in want if v not in in_flight])
+            if speculate is not None and len(pool.healthy()) > 1 and not stop and (
+                spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
+            ):
+                running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
+                ahead = speculate(max(spare, 0) + running)
+            for v, task in list(in_flight.items()):
+                if v not in want and v not in ahead:
+                    pool.cancel(task)  # the round was decided without it
+            progressed = False
+            for v in want:
+                if v in in_flight:
+                    continue
+                fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
+                row = None if fresh else self._known(v, target, pool.healthy_hosts())
+                if row is not None:
+                    on_result(v, row)
+                    progressed = True
+                    break  # what is wanted may have changed
+                stop = stop or self._budget_exhausted(len(in_flight))
+                if stop or not pool.idle():
+                    break
+                exp = self.plan.variant(frozenset(v))
+                task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
+                            run_id=self.store.reserve_run_id(self.cid), target=target,
+                            good_metric=self.good_metric, purpose=purpose(v))  # fmt: skip
+                pool.submit(task)
+                in_flight[v] = task
+            if progressed:
+                continue
+            for v in ahead:  # spare hosts run ahead; a verdict found later is reused
+                if v in in_flight or not pool.idle():
+                    continue
+                stop = stop or self._budget_exhausted(len(in_flight))
+                if stop or self._known(v, target, pool.healthy_hosts()) is not None:
+                    break
+                task = Task(key=v, exp=self.plan.variant(frozenset(v)),
+                            label=self.plan.describe(frozenset(v)),
+                            run_id=self.store.reserve_run_id(self.cid),
+                            target=target, good_metric=self.good_metric,
+                            purpose="speculative")  # fmt: skip
+                pool.submit(task)
+                in_flight[v] = task
+            if not in_flight:
+                return stop if want else None
+            d = pool.wait()
+            in_flight.pop(d.task.key, None)
+            if d.result is None:
+                if isinstance(d.error, RunCancelled):
+                    continue
+                # The last host stays in the pool whatever its error (a lock held by another
+                # campaign, a missing unit): raise it, or the variant is resubmitted to the
+                # same failing host again and again.
+                if not pool.healthy() or d.host.name in {h.name for h in pool.healthy_hosts()}:
+                    raise d.error if isinstance(d.error, BaseException) else RuntimeError(
+                        "no host left in the pool")  # fmt: skip
+                continue  # the host left the pool; another one takes the variant
+            self._rows_cache = None
+            result, env_changed = envwatch.check(self.store, self.cid, d.result)
+            rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
+                                     result=result, run_id=d.task.run_id)  # fmt: skip
+            if env_changed is not None:
+                raise env_changed
+            self.executed += 1
+            self._note_infra(result, len(pool.healthy()))
+            on_result(d.task.key, self._relabel(self.store.run(rid), target, "run"))
+        raise RuntimeError("the campaign did not converge")
+
+    def _known(self, variant: tuple[int, ...], target: Signature | None,
+               hosts: list[Host]) -> RunRow | None:  # fmt: skip
+        """This campaign's recorded verdict of the variant, or a cached one (not --fresh)."""
+        mine = [r for r in self._rows()
+                if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
+        if mine:
+            return self._relabel(mine[-1], target, "resume")
+        if self.opts.fresh or not hosts:
+            return None
+        exp = self.plan.variant(frozenset(variant))
+        for host in hosts:
+            hit = self.store.cached(exp.fingerprint(), host.host_class,
+                                    env_digest=self.store.latest_env_digest(host.name))
+            if hit is None or not self._cache_usable(hit, exp):
+                continue
+            cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
+                                            exp)  # fmt: skip
+            self._rows_cache = None
+            rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
+                                     cached_from=hit.id)  # fmt: skip
+            self.reused += 1
+            return self._relabel(self.store.run(rid), target, "cache")
+        return None
+
+    def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
+        """A verdict judged against another campaign's good throughput cannot be reused, nor
+        one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM with
+        no failure in the log: today such a run is infra)."""
+        cond = exp.probe.condition if exp.probe else None
+        if cond is not None and cond.relative_to_good:
+            return False
+        sig = hit.signature
+        return not (sig is not None and sig.error_class == "signal"
+                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
+
+    def _note_infra(self, result: RunResult, healthy: int) -> None:
+        if result.verdict is not Verdict.INFRA:
+            self._infra_streak = 0
+            return
+        self._infra_streak += 1
+        if self._infra_streak >= MAX_INFRA_IN_A_ROW * max(healthy, 1):
+            raise InfraError(
+                f"{self._infra_streak} runs in a row failed on host trouble; last on "
+                f"{result.host}: {result.detail}",
+                hint="check the hosts (orchestrator hosts check)",
+            )
+
+    def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
+        verdict = relative(row.verdict, row.signature, target)
+        if source != "run" or verdict is not row.verdict:
+            from dataclasses import replace
+
+            row = replace(row, verdict=verdict)
+        done = sum(1 for r in self._rows() if r.verdict is not Verdict.INFRA)
+        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=row.purpose,
+                              verdict=verdict, signature=row.signature, source=source,
+                              duration_s=row.duration, done=done))  # fmt: skip
+        return row
+
+    # ---- budgets and endings
+    def _budget_exhausted(self, in_flight: int = 0) -> str | None:
+        if self.opts.max_runs is not None:
+            total = sum(1 for r in self._rows() if r.cached_from is None)
+            if total + in_flight >= self.opts.max_runs:
+                return f"--max-runs {self.opts.max_runs} reached"
+        if self.opts.deadline_s is not None and time.monotonic() - self._t0 >= self.opts.deadline_s:
+            return f"--deadline {self.opts.deadline_s:g}s reached"
+        return None
+
+    def _stop_endpoints(self, message: str) -> Outcome:
+        return Outcome(self.cid, "endpoints", message=message, target=self.target,
+                       runs_executed=self.executed, runs_reused=self.reused,
+                       findings=self._findings())  # fmt: skip
+
+    def _verdicts(self) -> dict[tuple[int, ...], Verdict]:
+        out: dict[tuple[int, ...], Verdict] = {}
+        for r in self._rows():
+            if r.verdict is not Verdict.INFRA:
+                out[r.variant] = relative(r.verdict, r.signature, self.target)
+        return out
+
+    def _incomplete(self, planner: Planner, why: str) -> Outcome:
+        verdicts = self._verdicts()
+        fails = [v for v, x in verdicts.items() if x is Verdict.FAIL]
+        passes = [v for v, x in verdicts.items() if x is Verdict.PASS]
+        smallest = min(fails, key=len) if fails else tuple(range(self.plan.n))
+        largest = max(passes, key=len) if passes else ()
+        narrowed = {
+            "failure_needs_some_of": [self.plan.deltas[i].describe() for i in smallest],
+            "harmless_together": [self.plan.deltas[i].describe() for i in largest],
+        }
+        return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {why}",
+                       target=self.target, runs_executed=self.executed, runs_reused=self.reused,
+                       narrowed=narrowed, findings=self._findings(),
+                       invalid=self._invalid())  # fmt: skip
+
+    def _findings(self) -> list[Finding]:
+        by_sig: dict[Signature, Finding] = {}
+        for r in self._rows():
+            verdict = relative(r.verdict, r.signature, self.target)
+            if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
+                continue
+            f = by_sig.get(r.signature)
+            if f is None:
+                by_sig[r.signature] = Finding(r.signature, r.variant, r.id, r.label)
+            else:
+                f.count += 1
+                if len(r.variant) < len(f.variant):
+                    f.variant, f.run_id, f.label = r.variant, r.id, r.label
+        return list(by_sig.values())
+
+    def _invalid(self) -> list[dict[str, Any]]:
+        return [{"variant": r.label, "run": r.id, "reason": r.detail}
+                for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
+
+    def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
+        """The newest run of exactly this variant whose verdict backs the claim: the target
+        failure (`fails`), or a run that ran without it (pass, other, timeout)."""
+        key = tuple(sorted(variant))
+        for r in reversed(self._rows()):
+            if r.variant != key:
+                continue
+            got = relative(r.verdict, r.signature, self.target)
+            if (got is Verdict.FAIL) if fails else got in CLEARING:
+                return r
+        return None
+
+    def _clear_claim(self, x: int, variant: frozenset[int], row: RunRow) -> str:
+        """What a clearing run shows, worded for the variant it really is."""
+        flag = self.plan.deltas[x].short()
+        if variant == frozenset(range(self.plan.n)) - {x}:
+            what = f"bad without {flag}"
+        else:
+            what = f"{self.plan.describe(variant)} (without {flag})"
+        got = relative(row.verdict, row.signature, self.target)
+        if got is Verdict.PASS:
+            return f"{what} does not fail"
+        return f"{what} does not show the target failure ({got.value}: {row.signature})"
+
+    def _contradictions(self, sets: list[frozenset[int]], misses: bool = False) -> list[str]:
+        """Recorded runs the answer cannot explain: a target failure without any culprit
+        set, or a pass with one (a flaky failure, or a cause the search did not see).
+        With `misses` (a noise-aware answer) a pass with a culprit set is a miss its
+        posterior has weighed, not a contradiction."""
+        out: list[str] = []
+        for r in self._rows():
+            got = relative(r.verdict, r.signature, self.target)
+            has = any(c <= frozenset(r.variant) for c in sets)
+            if got is Verdict.FAIL and not has:
+                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
+                           "culprit set")  # fmt: skip
+            elif got is Verdict.PASS and has and not misses:
+                out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
+        return out
+
+    def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
+        """Run the variants that decide the answer again; report any that disagree."""
+        expected: dict[tuple[int, ...], Verdict] = {
+            (): Verdict.PASS, tuple(range(self.plan.n)): Verdict.FAIL}
+        for c in answer.culprits:
+            expected[tuple(sorted(c.reproduced_by))] = Verdict.FAIL
+            for _, v in c.cleared_by:
+                expected[tuple(sorted(v))] = Verdict.PASS
+
+        def repeats(v: tuple[int, ...]) -> list[RunRow]:
+            return [r for r in self._rows() if r.variant == v
+                    and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
+
+        self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
+                    lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
+                    fresh_runs=True)  # fmt: skip
+        flaky: list[str] = []
+        for v, want in expected.items():
+            for r in repeats(v):
+                got = relative(r.verdict, r.signature, self.target)
+                if (got is Verdict.FAIL) != (want is Verdict.FAIL):
+                    flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
+                                 f"expected {want.value}")  # fmt: skip
+        return flaky
+
+    def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
+        culprits = []
+        unbacked: list[str] = []
+        for c in answer.culprits:
+            flags = [self.plan.deltas[i].short() for i in sorted(c.deltas)]
+            # Every evidence line cites a run of exactly the variant it describes, with
+            # the verdict it claims; a claim without such a run is not evidence.
+            rep = self._run_of(c.reproduced_by, fails=True)
+            cleared: dict[str, str | None] = {}
+            claims: dict[str, str] = {}
+            for i, v in c.cleared_by:
+                row = self._run_of(v, fails=False)
+                cleared[self.plan.deltas[i].short()] = row.id if row else None
+                if row is not None:
+                    claims[self.plan.deltas[i].short()] = self._clear_claim(i, v, row)
+            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
+                         and len(claims) == len(c.deltas))  # fmt: skip
+            if not confirmed:
+                unbacked.append(" + ".join(flags))
+            culprits.append({
+                "deltas": [self.plan.deltas[i].describe() for i in sorted(c.deltas)],
+                "flags": flags,
+                "indices": sorted(c.deltas),
+                "interacting": len(c.deltas) > 1,
+                "reproduced_by": rep.id if rep else None,
+                "cleared_by": cleared,
+                "clearing": claims,
+                "confirmed": confirmed,
+            })  # fmt: skip
+        # A noise-aware answer stands on its posterior (its confidence reached what was
+        # asked): its evidence lines cite the runs there are, and misses are expected.
+        contradictions = self._contradictions([c.deltas for c in answer.culprits],
+                                              misses=answer.noise_aware)  # fmt: skip
+        status = "found" if (answer.culprits and answer.complete
+                             and (answer.noise_aware or not unbacked)
+                             and not contradictions) else "incomplete"  # fmt: skip
+        message = ""
+        if status != "found":
+            message = answer.reason or (
+                "no evidence run backs " + ", ".join(unbacked) if unbacked else
+                "the recorded runs contradict the answer (flaky?): "
+                + "; ".join(contradictions[:3]))  # fmt: skip
+        return Outcome(self.cid, status, message=message, target=self.target, answer=answer,
+                       culprits=culprits, findings=self._findings(), invalid=self._invalid(),
+                       runs_executed=self.executed, runs_reused=self.reused,
+                       flaky=flaky)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _CachedResult:
+    """A stored run presented as a RunResult, for recording a cache hit in a campaign."""
+
+    experiment: Experiment
+    label: str
+    host: str
+    host_class: str
+    verdict: Verdict
+    signature: Signature | None
+    started_at: float
+    duration_s: float
+    phase_times: tuple[tuple[str, float], ...]
+    last_phase: Any
+    log_tail: str
+    rendered: str | None
+    probe_metric: float | None
+    detail: str
+
+    @classmethod
+    def from_row(cls, row: RunRow, label: str, host: Host,
+                 exp: Experiment | None = None) -> _CachedResult:  # fmt: skip
+        from orchestrator.diagnosis.verdicts import Phase
+
+        return cls(
+            experiment=exp or row.experiment(), label=label, host=host.name,
+            host_class=host.host_class,
+            verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
+            phase_times=tuple(row.phase_times.items()),
+            last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
+            rendered=row.rendered, probe_metric=row.probe_metric,
+            detail=f"reused from run {row.id}" + (f": {row.detail}" if row.detail else ""),
+        )  # fmt: skip
+
+
+__all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
+           "relative"]  # fmt: skip
+
+
+def single_run(
+    store: Store,
+    exp: Experiment,
+    host: Host,
+    *,
+    kind: str,
+    command: str,
+    label: str,
+    target: Signature | None = None,
+    env_keys: frozenset[str] = frozenset(),
+    listener: Listener = null_listener,
+    executor_factory: ExecutorFactory = _default_executor,
+    spec_extra: dict[str, Any] | None = None,
+    good_metric: float | None = None,
+) -> RunRow:
+    """One recorded run outside a bisection (`orchestrator run`, `orchestrator rerun`)."""
+    store.add_secrets(exp.secrets())
+    spec = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
+    spec |= spec_extra or {}
+    key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]
+    cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec)
+    if target is not None:
+        store.update_campaign(cid, target=target)
+    try:
+        with executor_factory(host, service_name(exp), cid, listener) as ex:
+            result = ex.run(exp, run_id=f"{cid}.1", label=label, target=target,
+                            env_keys=env_keys | frozenset(exp.env_map()),
+                            good_metric=good_metric)  # fmt: skip
+    except KeyboardInterrupt:
+        store.update_campaign(cid, status="interrupted")
+        raise
+    rid = store.add_run(cid, variant=(), purpose=kind, result=result)
+    store.update_campaign(cid, status="done")
+    row = store.run(rid)
+    listener(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=kind,
+                         verdict=row.verdict, signature=row.signature, duration_s=row.duration,
+                         done=1))  # fmt: skip
+    return row

@@ -1,0 +1,65 @@
+"""Environment changes during a campaign: runs after a change are not mixed with those before.
+
+Every run records the host's environment (driver, CUDA, packages, ...). When a run sees
+an environment other than the one this campaign's earlier runs saw on the same host (a
+driver upgraded overnight, a package reinstalled), its verdict is about another system:
+the run is recorded as `infra` (never cached, never an answer) with what changed, and the
+campaign stops saying so. Running the same command again starts a new campaign in the
+new environment; the cache only serves verdicts recorded in the environment the host
+has now (`Store.cached(..., env_digest=)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import InfraError
+from orchestrator.execution.environment import changes
+from orchestrator.results.store import Store
+
+
+class EnvironmentChanged(InfraError):
+    """A host's environment changed during a campaign; the campaign stopped there."""
+
+    #: the campaign's status: not resumable by the same command (a new one starts)
+    campaign_status = "changed"
+
+    def __init__(self, message: str, *, host: str, what: list[str]) -> None:
+        super().__init__(message, hint="the runs before the change are in the report; run the "
+                         "same command again for a new campaign in the new environment "
+                         "(verdicts from the old one are not reused)")  # fmt: skip
+        self.host = host
+        self.what = what
+
+
+def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
+    """What differs between this run's environment and the one the campaign's earlier runs
+    on its host saw; None when nothing changed (or nothing is known)."""
+    env = getattr(result, "environment", None)
+    if env is None:
+        return None
+    seen = [s for s in store.campaign_environments(cid) if s.host == result.host]
+    if not seen or seen[0].digest == env.digest():
+        return None
+    return changes(seen[0].env, env) or ["environment digest differs"]
+
+
+def as_infra(result: Any, host: str, what: list[str]) -> Any:
+    """The run, recorded as `infra`: its verdict is about another environment."""
+    return replace(result, verdict=Verdict.INFRA, signature=None,
+                   detail=f"environment of {host} changed during the campaign: "
+                   + "; ".join(what) + f" (was: {result.verdict.value})")  # fmt: skip
+
+
+def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged | None]:
+    """(the result to record, the error to raise after recording it, if any)."""
+    what = change_of(store, cid, result)
+    if what is None:
+        return result, None
+    err = EnvironmentChanged(
+        f"the environment of {result.host} changed during campaign {cid}: "
+        + "; ".join(what) + "; runs after the change are not mixed with those before",
+        host=result.host, what=what)  # fmt: skip
+    return as_infra(result, result.host, what), err

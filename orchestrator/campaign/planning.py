@@ -1,0 +1,82 @@
+"""Planning a campaign from two config files: deltas, closure, first round, run estimates.
+
+Shared by `orchestrator plan` and the campaign runner; pure apart from reading the two
+YAML files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.planner import (
+    Delta,
+    Planner,
+    apply_deltas,
+    coupling_closure,
+    diff,
+    estimate_runs,
+    make_strategy,
+)
+from orchestrator.planner.deltas import check_differ
+
+
+@dataclass(frozen=True)
+class Plan:
+    good: Experiment
+    bad: Experiment
+    deltas: tuple[Delta, ...]
+    strategy: str
+
+    @property
+    def n(self) -> int:
+        return len(self.deltas)
+
+    def closure(self):  # noqa: ANN201
+        return coupling_closure(list(self.deltas), self.good, self.bad)
+
+    def planner(self) -> Planner:
+        return Planner(
+            self.n,
+            make_strategy(self.strategy),
+            known={frozenset(): Verdict.PASS, frozenset(range(self.n)): Verdict.FAIL},
+            closure=self.closure(),
+        )
+
+    def variant(self, indices: frozenset[int]) -> Experiment:
+        if indices == frozenset(range(self.n)):
+            return self.bad
+        if not indices:
+            return self.good
+        chosen = [self.deltas[i] for i in sorted(indices)]
+        return apply_deltas(self.good, chosen, name=f"{self.good.name}+{len(chosen)}")
+
+    def describe(self, indices: frozenset[int]) -> str:
+        """`good + --ep-size 8, --enable-nccl-nvls` or `bad - --ep-size 8`, whichever is shorter."""
+        if not indices:
+            return "good"
+        if indices == frozenset(range(self.n)):
+            return "bad"
+        missing = frozenset(range(self.n)) - indices
+        if len(missing) < len(indices):
+            return "bad - " + ", ".join(self.deltas[i].short() for i in sorted(missing))
+        return "good + " + ", ".join(self.deltas[i].short() for i in sorted(indices))
+
+    def estimates(self) -> dict[str, float]:
+        strategy = make_strategy(self.strategy)
+        if getattr(strategy, "takes_evidence", False):
+            # the noise-aware search costs about what auto costs when nothing is flaky
+            # (bench/runs_to_answer.py --noise); simulating it for every placement is slow
+            strategy = make_strategy("auto")
+        return dict(estimate_runs(strategy, self.n))  # cached: a copy
+
+
+def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto") -> Plan:
+    make_strategy(strategy)  # validate the name early
+    good = load_experiment(good_path)
+    bad = load_experiment(bad_path)
+    deltas = diff(good, bad)
+    check_differ(deltas, good, bad)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy)

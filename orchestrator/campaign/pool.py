@@ -1,0 +1,224 @@
+"""Host pools: run independent runs in parallel, one run per host at a time.
+
+One worker thread per host owns that host's executor (its SSH connection, lock and
+restore). The coordinator (the caller's thread) hands out tasks to idle hosts and
+collects results; only the coordinator touches the results store. A host that fails
+with host trouble several runs in a row is taken out of the pool for the campaign; its
+task goes back to the queue for the others. Every host is restored when the pool closes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.errors import InfraError, OrchestratorError
+from orchestrator.events import Listener, Notice
+from orchestrator.execution.executor import Executor, RunCancelled, RunResult
+
+UNHEALTHY_AFTER = 2  # infra verdicts in a row that take a host out of the pool
+
+
+@dataclass
+class Task:
+    key: Any  # what the caller uses to recognise the result (a variant, a sweep item)
+    exp: Experiment
+    label: str
+    run_id: str
+    target: Signature | None = None
+    good_metric: float | None = None
+    purpose: str = "search"  # why it runs: endpoint, search, confirm, speculative, ...
+    attempts: int = 0
+
+
+@dataclass
+class Done:
+    task: Task
+    host: Host
+    result: RunResult | None
+    error: BaseException | None = None
+    worker: object = None  # the slot that ran it (a cluster host has several)
+
+
+ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+
+
+@dataclass
+class _Worker:
+    host: Host
+    inbox: queue.Queue = field(default_factory=queue.Queue)
+    thread: threading.Thread | None = None
+    busy: Task | None = None
+    infra_streak: int = 0
+    healthy: bool = True
+    opened: bool = False
+    restored: list[str] = field(default_factory=list)
+    executor: Executor | None = None
+
+
+class Pool:
+    def __init__(
+        self,
+        hosts: list[Host],
+        *,
+        service: str,
+        campaign: str,
+        executor_factory: ExecutorFactory,
+        listener: Listener,
+        env_keys: frozenset[str] = frozenset(),
+    ) -> None:
+        self.service = service
+        self.campaign = campaign
+        self.factory = executor_factory
+        self.emit = listener
+        self.env_keys = env_keys
+        # A Slurm host is a cluster: `max_jobs` slots, each with one job at a time.
+        self.workers = [_Worker(h) for h in hosts
+                        for _ in range(h.slurm.max_jobs if h.slurm is not None else 1)]
+        self.results: queue.Queue[Done] = queue.Queue()
+        self.removed: list[tuple[str, str]] = []  # (host, why)
+        self._lock = threading.Lock()
+
+    # ---- lifecycle
+    def __enter__(self) -> Pool:
+        for w in self.workers:
+            w.thread = threading.Thread(target=self._work, args=(w,), daemon=True,
+                                        name=f"pool-{w.host.name}-{id(w):x}")  # fmt: skip
+            w.thread.start()
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self.cancel_all()  # Ctrl-C or an error: stop the runs in progress, then restore
+        self.close()
+
+    def close(self, timeout: float = 900.0) -> None:
+        """Let each worker finish (restore its host). A Ctrl-C while waiting cancels the
+        runs in progress and keeps waiting; only a third one abandons the hosts as they are."""
+        for w in self.workers:
+            w.inbox.put(None)
+        deadline = time.monotonic() + timeout
+        interrupts = 0
+        for w in self.workers:
+            while w.thread is not None and w.thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    w.thread.join(0.5)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    self.cancel_all()
+                    if interrupts >= 3:
+                        raise
+                    self.emit(Notice(host=w.host.name, message=(
+                        "restoring the hosts before exiting; Ctrl-C "
+                        f"{3 - interrupts} more time(s) leaves them as they are")))  # fmt: skip
+
+    # ---- coordination
+    def idle(self) -> list[_Worker]:
+        return [w for w in self.workers if w.healthy and w.busy is None]
+
+    def healthy(self) -> list[_Worker]:
+        return [w for w in self.workers if w.healthy]
+
+    def healthy_hosts(self) -> list[Host]:
+        return [w.host for w in self.workers if w.healthy]
+
+    def busy(self) -> list[Task]:
+        return [w.busy for w in self.workers if w.busy is not None]
+
+    def submit(self, task: Task) -> bool:
+        """Give a task to an idle healthy host; False if none is idle."""
+        idle = self.idle()
+        if not idle:
+            return False
+        w = idle[0]
+        w.busy = task
+        task.attempts += 1
+        w.inbox.put(task)
+        return True
+
+    def cancel(self, task: Task) -> None:
+        """Abandon a task in progress (its round was decided): the host stops the server at
+        its next poll and reports RunCancelled."""
+        for w in self.workers:
+            if w.busy is task and w.executor is not None:
+                w.executor.cancel_event.set()
+
+    def cancel_all(self) -> None:
+        for w in self.workers:
+            if w.busy is not None and w.executor is not None:
+                w.executor.cancel_event.set()
+
+    def wait(self) -> Done:
+        """The next finished task (blocks, but lets Ctrl-C through). Marks its host idle."""
+        while True:
+            try:
+                done = self.results.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
+        w = next(w for w in self.workers if w is done.worker or (
+            done.worker is None and w.host.name == done.host.name))
+        w.busy = None
+        if done.result is not None and done.result.verdict is Verdict.INFRA:
+            w.infra_streak += 1
+            if w.infra_streak >= UNHEALTHY_AFTER and len(self.healthy()) > 1:
+                w.healthy = False
+                why = f"{w.infra_streak} runs in a row failed on host trouble: {done.result.detail}"
+                self.removed.append((w.host.name, why))
+                self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the "
+                                 f"pool for this campaign: {why}"))  # fmt: skip
+        elif done.result is not None:
+            w.infra_streak = 0
+        if isinstance(done.error, RunCancelled):
+            return done
+        # An error (not a verdict) would hit every run on this host: take it out, even the
+        # last one, so that the caller stops instead of handing it the same task forever.
+        if done.error is not None and w.healthy:
+            w.healthy = False
+            self.removed.append((w.host.name, str(done.error)))
+            self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the pool: "
+                             f"{done.error}"))  # fmt: skip
+        return done
+
+    # ---- the worker thread
+    def _work(self, w: _Worker) -> None:
+        executor: Executor | None = None
+        try:
+            while True:
+                task = w.inbox.get()
+                if task is None:
+                    return
+                try:
+                    if executor is None:
+                        executor = self.factory(w.host, self.service, self.campaign, self.emit)
+                        executor.open()
+                        w.opened = True
+                        w.executor = executor
+                    executor.cancel_event.clear()
+                    result = executor.run(task.exp, run_id=task.run_id, label=task.label,
+                                          target=task.target, env_keys=self.env_keys,
+                                          good_metric=task.good_metric)  # fmt: skip
+                    self.results.put(Done(task, w.host, result, worker=w))
+                except (OrchestratorError, InfraError, RunCancelled) as exc:
+                    if executor is not None and not w.opened:
+                        executor = None
+                    self.results.put(Done(task, w.host, None, exc, worker=w))
+                except BaseException as exc:  # noqa: BLE001 (reported to the coordinator)
+                    self.results.put(Done(task, w.host, None, exc, worker=w))
+        finally:
+            if executor is not None and w.opened:
+                try:
+                    w.restored = executor.close()
+                except BaseException as exc:  # noqa: BLE001
+                    w.restored = [f"restore failed: {exc}"]
+                    # The user must hear that the host is left as it is, and how to fix it.
+                    self.emit(Notice(host=w.host.name, message=(
+                        f"{w.host.name} could not be restored: {exc}; once it is reachable: "
+                        f"orchestrator restore --host {w.host.name}")))  # fmt: skip

@@ -1,0 +1,40 @@
+"""What a recorded run was judged against, so that `rerun` judges the new run the same way:
+the recorded probe bar (the recorded config's `pass_if`) and, for a bar relative to the good
+config (`>= 0.95 * good`), the good metric of the run's own campaign: a bisection's good
+endpoint, a sweep's reference run of the same repeat, or what an earlier rerun used."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.results.store import CampaignRow, RunRow, Store
+
+
+def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, str] | None:
+    """(good metric, the run that measured it) the recorded run was judged against, or None
+    when its bar is not relative or no such measurement is recorded."""
+    exp = run.experiment()
+    cond = exp.probe.condition if exp.probe else None
+    if cond is None or not cond.relative_to_good:
+        return None
+    if camp.kind in ("run", "rerun"):
+        if camp.spec.get("good_metric") is not None:
+            return float(camp.spec["good_metric"]), str(camp.spec.get("good_run") or "")
+        return None
+    runs = [r for r in store.runs(camp.id)
+            if r.probe_metric is not None and r.verdict is Verdict.PASS]  # fmt: skip
+    if camp.kind == "bisect":
+        goods = [r for r in runs if r.variant == ()]
+        earlier = [r for r in goods if r.seq <= run.seq] or goods
+        return (earlier[-1].probe_metric, earlier[-1].id) if earlier else None  # type: ignore[return-value]
+    if camp.kind == "sweep":
+        ref = camp.spec.get("reference")
+        if ref is None:
+            return None
+        refs = [r for r in runs if r.variant == (ref,)]
+        same = [r for r in refs
+                if r.purpose == run.purpose and re.fullmatch(r"sweep/\d+", r.purpose)]
+        pick = same or refs
+        return (pick[-1].probe_metric, pick[-1].id) if pick else None  # type: ignore[return-value]
+    return None

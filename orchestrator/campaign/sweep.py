@@ -1,0 +1,532 @@
+"""Sweeps: a list of experiment configs and/or a matrix of flag values over a base config,
+each run once per repeat, recorded as a campaign (resumable, budgeted).
+
+    name: nightly-rtx6000
+    base: experiments/lab/rtx6000/perf_good.yaml   # relative to the sweep file
+    matrix:                                         # cartesian product over the base
+      cuda-graph-max-bs: [128, 256, 512]
+      mem-fraction-static: [0.85, 0.92]
+    env_matrix: {NCCL_ALGO: [Ring, Tree]}           # optional
+    configs: [other.yaml]                           # optional extra configs
+    reference: tp8.yaml                             # optional: what "good" is (default: base)
+    repeat: 1
+    host: lab                                       # default host or pool
+
+A probe bar relative to the good config (`pass_if: ">= 0.95 * good"`) is judged against
+the reference config's metric measured in the same sweep, in the same repeat: the reference
+runs first, and is added to the table when it is not one of the swept configs. A sweep
+measures afresh (it is what a nightly schedule is for); results recorded by other campaigns
+are reused only when asked (`reuse`), and then judged by the same rule as the rows measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import itertools
+import json
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.campaign import envwatch
+from orchestrator.campaign.pool import Pool, Task
+from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.hosts import Host
+from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.errors import ConfigError, InfraError, OrchestratorError, UsageError
+from orchestrator.events import (
+    CampaignFinished,
+    CampaignStarted,
+    Listener,
+    RunRecorded,
+    null_listener,
+)
+from orchestrator.execution.executor import Executor, service_name
+from orchestrator.results.store import RunRow, Store
+
+Value = bool | int | float | str | None
+MAX_INFRA_IN_A_ROW = 3  # per healthy host, as in a bisection
+MAX_ATTEMPTS = 3  # of one (config, repeat) that ends in host trouble
+
+
+class SweepModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    base: str | None = None
+    matrix: dict[str, list[Value]] = Field(default_factory=dict)
+    env_matrix: dict[str, list[str | None]] = Field(default_factory=dict)
+    configs: list[str] = Field(default_factory=list)
+    repeat: int = Field(default=1, ge=1, le=100)
+    host: str | None = None
+    reference: str | None = None  # the config whose probe metric is "good" (default: base)
+    notify: str | None = None  # URL to POST a message to when the sweep ends
+
+
+def fmt_value(value: Value) -> str:
+    """A swept value as a label shows it: a flag set to null/false is not on the command
+    line at all, so it reads `(absent)`, never `None`."""
+    return "(absent)" if value is None or value is False else str(value)
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    index: int
+    label: str  # the config's delta against the base, e.g. "cuda-graph-max-bs=512"
+    exp: Experiment
+    values: tuple[tuple[str, Value], ...] = ()  # the swept values, for plots
+
+
+def relative_bar(exp: Experiment) -> bool:
+    """The config's probe bar is relative to the good config's metric."""
+    cond = exp.probe.condition if exp.probe else None
+    return cond is not None and cond.relative_to_good
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    source: str
+    items: tuple[SweepItem, ...]
+    repeat: int
+    host: str | None
+    base: Experiment | None
+    reference: int | None = None  # the item whose metric a relative bar compares with
+    notify: str | None = None
+
+    @property
+    def axes(self) -> list[str]:
+        names: list[str] = []
+        for it in self.items:
+            for k, _ in it.values:
+                if k not in names:
+                    names.append(k)
+        return names
+
+    def needs_reference(self, it: SweepItem) -> bool:
+        return self.reference is not None and it.index != self.reference and relative_bar(it.exp)
+
+
+def _reference(m: SweepModel, path: Path, base: Experiment | None,
+               items: list[SweepItem]) -> Experiment | None:  # fmt: skip
+    """The config a relative bar is judged against: `reference:`, else the base."""
+    ref: Experiment | None = None
+    if m.reference:
+        ref_path = path.parent / m.reference
+        if not ref_path.is_file():
+            raise ConfigError(f"reference config {ref_path} not found", file=str(path),
+                              key="reference", hint="name an experiment YAML, relative to "
+                              "the sweep file")  # fmt: skip
+        ref = load_experiment(ref_path)
+    relative = [it for it in items if relative_bar(it.exp)]
+    if relative and ref is None:
+        ref = base
+        if ref is None:
+            bar = relative[0].exp.probe.pass_if if relative[0].exp.probe else ""
+            raise ConfigError(
+                f"'{relative[0].label}' has a probe bar relative to a good config ({bar!r}) "
+                "but the sweep names no config to measure as good", file=str(path),
+                key="reference", hint="add `reference: GOOD.yaml` (or a `base:`) to the sweep")
+    if ref is not None and relative and (ref.probe is None or not ref.probe.metric):
+        raise ConfigError(f"the reference config {ref.source or ref.name} has no probe metric "
+                          "to judge the relative bars with", file=str(path),
+                          key="reference")  # fmt: skip
+    return ref
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    raw = read_yaml_mapping(path, what="sweep")
+    try:
+        m = SweepModel.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, SweepModel, file=str(path)) from None
+    items: list[SweepItem] = []
+    base = load_experiment(path.parent / m.base) if m.base else None
+    if (m.matrix or m.env_matrix) and base is None:
+        raise ConfigError("a matrix needs a base config to vary", file=str(path), key="base")
+    axes = [(k.lstrip("-"), "flag", vs) for k, vs in m.matrix.items()]
+    axes += [(k, "env", vs) for k, vs in m.env_matrix.items()]
+    if base is not None:
+        for key, _, vs in axes:
+            if not vs:
+                raise ConfigError("needs at least one value", file=str(path),
+                                  key=f"matrix.{key}")  # fmt: skip
+        combos = itertools.product(*[vs for _, _, vs in axes]) if axes else [()]
+        for combo in combos:
+            flags = {k: v for (k, kind, _), v in zip(axes, combo, strict=True) if kind == "flag"}
+            env = {k: v for (k, kind, _), v in zip(axes, combo, strict=True) if kind == "env"}
+            values = tuple((k, v) for (k, _, _), v in zip(axes, combo, strict=True))
+            label = " ".join(f"{k}={fmt_value(v)}" for k, v in values) or "base"
+            exp = base.with_changes(flags=flags, env=env, name=f"{base.name}[{label}]")
+            items.append(SweepItem(len(items), label, exp, values))
+    for i, ref in enumerate(m.configs):
+        exp = load_experiment(path.parent / ref)
+        items.append(SweepItem(len(items), exp.name or f"config {i}", exp))
+    if not items:
+        raise ConfigError("nothing to sweep: give configs, or a base with a matrix",
+                          file=str(path))  # fmt: skip
+    seen: dict[str, str] = {}
+    for it in items:
+        fp = it.exp.fingerprint()
+        if fp in seen:
+            raise ConfigError(f"'{it.label}' launches the same server as '{seen[fp]}'",
+                              file=str(path))  # fmt: skip
+        seen[fp] = it.label
+    ref_exp = _reference(m, path, base, items)
+    ref_index: int | None = None
+    if ref_exp is not None:
+        fp = ref_exp.fingerprint()
+        match = next((it for it in items if it.exp.fingerprint() == fp), None)
+        if match is not None:
+            ref_index = match.index
+        else:
+            # measured like any row (first in each repeat), at its place on the plot
+            flags, env = ref_exp.flag_map(), ref_exp.env_map()
+            values = tuple((k, (flags if kind == "flag" else env).get(k))
+                           for k, kind, _ in axes)  # fmt: skip
+            ref_item = SweepItem(0, f"reference {ref_exp.name}", ref_exp, values)
+            items = [ref_item, *(replace(it, index=it.index + 1) for it in items)]
+            ref_index = 0
+    return Sweep(m.name or path.stem, str(path), tuple(items), m.repeat, m.host, base,
+                 ref_index, notify=m.notify)  # fmt: skip
+
+
+def parse_until(text: str, now: dt.datetime | None = None) -> float:
+    """'07:00' -> seconds from now until the next 07:00 (local time)."""
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
+    if not m or int(m[1]) > 23 or int(m[2]) > 59:
+        raise UsageError(f"--until {text!r}: expected a time of day like 07:00")
+    now = now or dt.datetime.now()
+    at = now.replace(hour=int(m[1]), minute=int(m[2]), second=0, microsecond=0)
+    if at <= now:
+        at += dt.timedelta(days=1)
+    return (at - now).total_seconds()
+
+
+def judge_reused(row: RunRow, exp: Experiment,
+                 good_metric: float | None) -> tuple[Verdict, Signature | None]:  # fmt: skip
+    """A run recorded by another campaign, judged by this sweep's rule: no target (any
+    failure is `fail`), and the probe bar evaluated on its recorded metric against this
+    sweep's reference (the other campaign may have judged it against another good)."""
+    verdict, sig = row.verdict, row.signature
+    if verdict in (Verdict.OTHER, Verdict.TIMEOUT):
+        verdict = Verdict.FAIL
+    probe = exp.probe
+    cond = probe.condition if probe else None
+    by_the_bar = verdict is Verdict.PASS or (
+        sig is not None and sig.phase is Phase.PROBE and sig.error_class == "probe_threshold")
+    if probe is None or cond is None or not by_the_bar:
+        return verdict, sig
+    if cond.relative_to_good and good_metric is None:
+        return verdict, sig  # nothing to judge against: as recorded
+    if row.probe_metric is not None and cond.holds(row.probe_metric, good_metric):
+        return Verdict.PASS, None
+    return Verdict.FAIL, Signature(Phase.PROBE, "probe_threshold", f"metric missed {probe.pass_if}")
+
+
+@dataclass
+class SweepRow:
+    item: SweepItem
+    repeat: int
+    run: RunRow | None
+
+
+@dataclass
+class SweepOutcome:
+    campaign_id: str
+    status: str  # done | incomplete
+    rows: list[SweepRow] = field(default_factory=list)
+    message: str = ""
+    executed: int = 0  # by this invocation
+    reused: int = 0  # by this invocation
+    total_executed: int = 0  # by the whole campaign (every invocation)
+    total_reused: int = 0
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    resume: str = ""  # the command that continues it, when it stopped on a budget
+    reference: str | None = None  # the label of the reference config
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "campaign": self.campaign_id,
+            "status": self.status,
+            "message": self.message,
+            "resume": self.resume or None,
+            "resumable": bool(self.resume),
+            "executed": self.executed,
+            "reused": self.reused,
+            "total_executed": self.total_executed,
+            "total_reused": self.total_reused,
+            "removed_hosts": self.removed_hosts,
+            "reference": self.reference,
+            "notes": self.notes,
+            "rows": [
+                {"config": r.item.label, "repeat": r.repeat,
+                 "run": r.run.id if r.run else None,
+                 "verdict": r.run.verdict.value if r.run else None,
+                 "signature": str(r.run.signature) if r.run and r.run.signature else None,
+                 "metric": r.run.probe_metric if r.run else None,
+                 "duration": r.run.duration if r.run else None,
+                 "reused_from": r.run.cached_from if r.run else None,
+                 "reference": r.item.label == self.reference,
+                 "bar": r.item.exp.probe.pass_if if r.item.exp.probe else None}
+                for r in self.rows
+            ],
+        }  # fmt: skip
+
+
+def _default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
+    return Executor(host, service=service, campaign=campaign, listener=listener)
+
+
+def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
+    """Same sweep file content on the same hosts: what resumes, and what nights compare."""
+    blob = json.dumps([sweep.name, [it.exp.fingerprint() for it in sweep.items],
+                       sweep.repeat, sorted(h.name for h in hosts)])  # fmt: skip
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class SweepCampaign:
+    def __init__(
+        self,
+        store: Store,
+        sweep: Sweep,
+        hosts: list[Host],
+        *,
+        reuse: bool = False,
+        max_runs: int | None = None,
+        deadline_s: float | None = None,
+        listener: Listener = null_listener,
+        command: str = "",
+        resume_id: str | None = None,
+        executor_factory=_default_executor,  # noqa: ANN001
+    ) -> None:
+        self.store = store
+        self.sweep = sweep
+        self.hosts = hosts
+        self.reuse = reuse
+        self.max_runs = max_runs
+        self.deadline_s = deadline_s
+        self.emit = listener
+        self.factory = executor_factory
+        self.resume_options = ""  # e.g. " --hosts lab.yaml", set by the CLI
+        for it in sweep.items:
+            store.add_secrets(it.exp.secrets())
+        key = sweep_key(sweep, hosts)
+        cid = resume_id or store.find_resumable(key)
+        if cid is None:
+            # a sweep stopped by its budget (--until, --max-runs) goes on with the same command
+            last = store.latest_campaign(key)
+            if last is not None and last.status == "incomplete" and (
+                    last.answer or {}).get("resumable"):  # fmt: skip
+                cid = last.id
+        self.resumed = cid is not None
+        if cid is None:
+            spec = {"sweep": sweep.source, "name": sweep.name, "hosts": [h.name for h in hosts],
+                    "repeat": sweep.repeat, "axes": sweep.axes, "reference": sweep.reference,
+                    "reuse": reuse,
+                    "items": [{"label": it.label, "values": list(it.values),
+                               "config": it.exp.to_dict()} for it in sweep.items]}  # fmt: skip
+            cid = store.create_campaign(kind="sweep", key=key, command=command, spec=spec)
+        else:
+            store.update_campaign(cid, status="running")
+        self.cid = cid
+        self._t0 = time.monotonic()
+        self._started = 0  # runs this invocation started: what --max-runs counts
+
+    @property
+    def resume_command(self) -> str:
+        return f"orchestrator sweep --resume {self.cid}{self.resume_options}"
+
+    def _recorded(self) -> dict[tuple[int, int], RunRow]:
+        """(item, repeat) -> its recorded run: the variant column holds the item's index,
+        the purpose `sweep/<repeat>` the repeat."""
+        out: dict[tuple[int, int], RunRow] = {}
+        for r in self.store.runs(self.cid):
+            m = re.fullmatch(r"sweep/(\d+)", r.purpose)
+            if r.verdict is not Verdict.INFRA and len(r.variant) == 1 and m:
+                out[(r.variant[0], int(m[1]))] = r
+        return out
+
+    def _todo(self) -> list[tuple[SweepItem, int]]:
+        """Every (config, repeat), repeat by repeat, the reference first in each."""
+        ref = self.sweep.reference
+        order = sorted(self.sweep.items, key=lambda it: it.index != ref)
+        return [(it, k) for k in range(self.sweep.repeat) for it in order]
+
+    def _good(self, it: SweepItem, k: int, pending: set[tuple[int, int]],
+              recorded: dict[tuple[int, int], RunRow]) -> tuple[str, float | None, str]:
+        """What a config's relative bar is judged against in repeat k: ("ready", metric, ''),
+        ("wait", None, '') while the reference is still to run, or ("none", None, why)."""
+        ref = self.sweep.reference
+        if ref is None or not self.sweep.needs_reference(it):
+            return "ready", None, ""
+        row = recorded.get((ref, k))
+        if row is None:
+            if (ref, k) in pending:
+                return "wait", None, ""
+            return "none", None, (f"the reference {self.sweep.items[ref].label} has no "
+                                  f"verdict in repeat {k + 1}")  # fmt: skip
+        if row.probe_metric is None:
+            return "none", None, (f"the reference {row.label} has no metric in repeat {k + 1} "
+                                  f"({row.verdict.value}, run {row.id})")  # fmt: skip
+        return "ready", row.probe_metric, ""
+
+    def run(self) -> SweepOutcome:
+        from orchestrator.campaign.bisect import Interrupted
+
+        todo = self._todo()
+        done = self._recorded()
+        self.emit(CampaignStarted(campaign_id=self.cid, kind="sweep",
+                                  n_deltas=len(self.sweep.items), strategy="sweep",
+                                  expected_runs=len(todo), resumed_runs=len(done),
+                                  deadline_s=self.deadline_s))  # fmt: skip
+        outcome = SweepOutcome(self.cid, "done")
+        ref = self.sweep.reference
+        outcome.reference = self.sweep.items[ref].label if ref is not None else None
+        queue_ = [(it, k) for it, k in todo if (it.index, k) not in done]
+        attempts: dict[tuple[int, int], int] = {}
+        not_judged: dict[str, int] = {}
+        env_keys = frozenset(k for it in self.sweep.items for k in it.exp.env_map())
+        service = service_name(self.sweep.items[0].exp)
+        stop_reason = ""
+        try:
+            with Pool(self.hosts, service=service, campaign=self.cid,
+                      executor_factory=self.factory, listener=self.emit,
+                      env_keys=env_keys) as pool:  # fmt: skip
+                in_flight: dict[tuple[int, int], Task] = {}
+                infra_streak = 0
+                for _ in range(1_000_000):  # bounded: each pass records, drops or waits
+                    stop_reason = self._hand_out(pool, queue_, in_flight, not_judged,
+                                                 outcome, stop_reason)  # fmt: skip
+                    if not in_flight:
+                        break
+                    d = pool.wait()
+                    key = d.task.key
+                    in_flight.pop(key, None)
+                    it = self.sweep.items[key[0]]
+                    if d.result is None:
+                        # the pool took the host out (the last one too): the others take
+                        # the task; with none left the error ends the campaign
+                        if isinstance(d.error, KeyboardInterrupt) or not pool.healthy():
+                            raise d.error or RuntimeError("no host left in the pool")
+                        queue_.insert(0, (it, key[1]))
+                        continue
+                    result, env_changed = envwatch.check(self.store, self.cid, d.result)
+                    rid = self.store.add_run(self.cid, variant=(key[0],),
+                                             purpose=f"sweep/{key[1]}", result=result,
+                                             run_id=d.task.run_id)  # fmt: skip
+                    if env_changed is not None:
+                        raise env_changed
+                    outcome.executed += 1
+                    row = self.store.run(rid)
+                    infra_streak = infra_streak + 1 if row.verdict is Verdict.INFRA else 0
+                    if infra_streak >= MAX_INFRA_IN_A_ROW * max(len(pool.healthy()), 1):
+                        raise InfraError(
+                            f"{infra_streak} runs in a row failed on host trouble; last on "
+                            f"{row.host}: {row.detail}",
+                            hint="check the hosts (orchestrator hosts check), then resume "
+                            f"with: {self.resume_command}")  # fmt: skip
+                    attempts[key] = attempts.get(key, 0) + 1
+                    if row.verdict is Verdict.INFRA and attempts[key] < MAX_ATTEMPTS:
+                        queue_.insert(0, (it, key[1]))
+                    self._emit(row, "run")
+                outcome.removed_hosts = list(pool.removed)
+        except KeyboardInterrupt:
+            self.store.update_campaign(self.cid, status="interrupted")
+            raise Interrupted(self.cid, self.resume_command) from None
+        except OrchestratorError as exc:
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
+            raise
+        recorded = self._recorded()
+        outcome.rows = [SweepRow(it, k, recorded.get((it.index, k))) for it, k in todo]
+        runs = self.store.runs(self.cid)
+        outcome.total_executed = sum(1 for r in runs if r.cached_from is None)
+        outcome.total_reused = sum(1 for r in runs if r.cached_from is not None)
+        outcome.notes = [f"{n} config run(s) not judged: {why}" for why, n in not_judged.items()]
+        if stop_reason or any(r.run is None for r in outcome.rows):
+            outcome.status = "incomplete"
+            outcome.message = stop_reason or "; ".join(outcome.notes) or \
+                "some configs have no verdict"  # fmt: skip
+            if stop_reason:
+                outcome.resume = self.resume_command
+        self.store.update_campaign(self.cid, status=outcome.status, answer=outcome.to_json())
+        self.emit(CampaignFinished(campaign_id=self.cid, status=outcome.status,
+                                   message=outcome.message))  # fmt: skip
+        return outcome
+
+    def _hand_out(self, pool: Pool, queue_: list[tuple[SweepItem, int]],
+                  in_flight: dict[tuple[int, int], Task], not_judged: dict[str, int],
+                  outcome: SweepOutcome, stop_reason: str) -> str:  # fmt: skip
+        """Start what can start on idle hosts (a config judged against the reference waits
+        for the reference's run of its repeat); record reused runs. Returns why it stopped
+        starting runs (a budget), or ''."""
+        for _ in range(len(queue_) + 1):
+            if not queue_ or stop_reason:
+                return stop_reason
+            recorded = self._recorded()
+            pending = {(it.index, k) for it, k in queue_} | set(in_flight)
+            for pos, (it, k) in enumerate(queue_):
+                state, good, why = self._good(it, k, pending, recorded)
+                if state == "wait":
+                    continue
+                if state == "none":
+                    queue_.pop(pos)
+                    not_judged[why] = not_judged.get(why, 0) + 1
+                    break
+                if self.reuse and k == 0 and it.index != self.sweep.reference:
+                    hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class,
+                                            env_digest=self.store.latest_env_digest(
+                                                self.hosts[0].name))  # fmt: skip
+                    if hit is not None:
+                        self._record_reused(it, k, hit, good)
+                        outcome.reused += 1
+                        queue_.pop(pos)
+                        break
+                if not pool.idle():
+                    return stop_reason
+                stop_reason = self._budget()
+                if stop_reason:
+                    return stop_reason
+                task = Task(key=(it.index, k), exp=it.exp, label=it.label,
+                            run_id=self.store.reserve_run_id(self.cid),
+                            good_metric=good, purpose="sweep")  # fmt: skip
+                if not pool.submit(task):
+                    return stop_reason
+                queue_.pop(pos)
+                in_flight[(it.index, k)] = task
+                self._started += 1
+                break
+            else:
+                return stop_reason  # everything left waits for a reference in progress
+        return stop_reason
+
+    def _budget(self) -> str:
+        if self.max_runs is not None and self._started >= self.max_runs:
+            return f"--max-runs {self.max_runs} reached"
+        if self.deadline_s is not None and time.monotonic() - self._t0 >= self.deadline_s:
+            return "the time budget (--until / --deadline) is spent"
+        return ""
+
+    def _record_reused(self, it: SweepItem, k: int, hit: RunRow, good: float | None) -> None:
+        from orchestrator.campaign.bisect import _CachedResult
+
+        cached = _CachedResult.from_row(hit, it.label, self.hosts[0], it.exp)
+        verdict, sig = judge_reused(hit, it.exp, good)
+        cached = replace(cached, verdict=verdict, signature=sig)
+        rid = self.store.add_run(self.cid, variant=(it.index,), purpose=f"sweep/{k}",
+                                 result=cached, cached_from=hit.id)  # fmt: skip
+        self._emit(self.store.run(rid), "cache")
+
+    def _emit(self, row: RunRow, source: str) -> None:
+        n = sum(1 for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA)
+        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose="sweep",
+                              verdict=row.verdict, signature=row.signature, source=source,
+                              duration_s=row.duration, done=n))  # fmt: skip

@@ -1,0 +1,215 @@
+"""What each inference server's log looks like: the data the classifier reads logs with.
+
+One `ServerProfile` per server. Adding a server is adding one profile to `PROFILES`:
+
+- `detect`: strings only this server prints (a log is read with the markers of the
+  servers it matches, or of all of them when it matches none);
+- `markers`: startup milestones in the order the server prints them, each with the phase
+  the server is in once the line appears (the log's own progress);
+- `startup_frames`: functions that, on a traceback's stack, say which startup phase raised
+  it (innermost wins: vLLM captures CUDA graphs inside `_initialize_kv_caches`);
+- `loop_frames`: functions of the serving loop. The loop also runs the server's own warmup
+  request, so these say "warmup or serving" and the log's progress decides which;
+- `packages`: path segments of the server's own code (frames there name the place a
+  generic error came from; frames in torch, triton or the standard library do not).
+
+Functions that only pass a call through (checkers, decorators, dispatchers) are listed in
+`PASS_THROUGH`: they never name a place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from orchestrator.diagnosis.verdicts import Phase
+
+
+@dataclass(frozen=True)
+class Marker:
+    phase: Phase
+    needle: str  # a literal every matching line contains (a cheap test before the regex)
+    pattern: re.Pattern[str]
+
+
+def _m(phase: Phase, needle: str, regex: str | None = None) -> Marker:
+    return Marker(phase, needle, re.compile(regex if regex is not None else re.escape(needle)))
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    name: str
+    detect: tuple[str, ...]
+    markers: tuple[Marker, ...]
+    startup_frames: tuple[tuple[Phase, re.Pattern[str]], ...]
+    loop_frames: re.Pattern[str]
+    packages: tuple[str, ...]
+
+
+def _frames(*pairs: tuple[Phase, str]) -> tuple[tuple[Phase, re.Pattern[str]], ...]:
+    return tuple((phase, re.compile(rf"^(?:{names})$")) for phase, names in pairs)
+
+
+# argparse prints these before any server code runs, whatever the server.
+ARGS_MARKERS: tuple[Marker, ...] = (
+    _m(Phase.ARGS, "usage: ", r"^usage: \S+"),
+    _m(Phase.ARGS, ": error: ", r"^[\w.-]+(?:\.py)?: error: "),
+)
+
+SGLANG = ServerProfile(
+    name="sglang",
+    detect=("sglang", "ServerArgs(", "Scheduler hit an exception", " TP0]", "sgl_kernel",
+            "The server is fired up"),
+    markers=(
+        _m(Phase.INIT, "server_args=ServerArgs("),
+        _m(Phase.INIT, "Init torch distributed begin"),
+        _m(Phase.INIT, "Init nccl begin"),
+        _m(Phase.LOAD_WEIGHTS, "Init torch distributed ends"),
+        _m(Phase.LOAD_WEIGHTS, "Load weight begin"),
+        _m(Phase.LOAD_WEIGHTS, "checkpoint shards", r"^Loading (?:safetensors|pt) checkpoint"),
+        _m(Phase.KV_CACHE, "Load weight end"),
+        _m(Phase.KV_CACHE, "Using KV cache dtype"),
+        _m(Phase.KV_CACHE, "KV Cache is allocated"),
+        _m(Phase.KV_CACHE, "Memory pool end"),
+        _m(Phase.KV_CACHE, "is larger than the profiled value"),
+        _m(Phase.CUDA_GRAPH, "Capture cuda graph begin"),
+        _m(Phase.CUDA_GRAPH, "Capture piecewise CUDA graph begin"),
+        _m(Phase.CUDA_GRAPH, "Capture cuda graph bs"),
+        _m(Phase.CUDA_GRAPH, "Capturing batches"),
+        _m(Phase.WARMUP, "Capture cuda graph end"),
+        _m(Phase.WARMUP, "max_total_num_tokens="),
+        # SGLang starts uvicorn, then sends its own warmup request before it is ready
+        _m(Phase.WARMUP, "Started server process"),
+        _m(Phase.WARMUP, "Waiting for application startup"),
+        _m(Phase.WARMUP, "Application startup complete"),
+        _m(Phase.WARMUP, "Uvicorn running on"),
+        _m(Phase.SERVING, "The server is fired up and ready to roll"),
+        _m(Phase.SERVING, "Decode batch"),  # the warmup request is too short to log one
+        _m(Phase.SERVING, "POST /v1/"),  # the warmup request goes to /generate
+    ),
+    startup_frames=_frames(
+        (Phase.INIT, "init_torch_distributed|initialize_model_parallel|init_distributed_"
+                     "environment|_set_envs_and_config|_launch_subprocesses"),
+        (Phase.LOAD_WEIGHTS, "load_model|load_weights|load_weights_and_postprocess|"
+                             "post_load_weights|get_model|process_weights_after_loading"),
+        (Phase.KV_CACHE, "init_memory_pool|profile_max_num_token"),
+        (Phase.CUDA_GRAPH, "init_cuda_graphs|init_device_graphs|capture|"
+                           "capture_one_batch_size"),
+        (Phase.WARMUP, "_wait_and_warmup|_execute_server_warmup"),
+    ),
+    loop_frames=re.compile(r"^(?:event_loop_\w+|run_batch|forward_batch_generation|"
+                           r"process_batch_result\w*|forward_step|exposed_step|"
+                           r"forward_thread_func_?|forward_batch_speculative_generation)$"),
+    packages=("sglang", "sgl_kernel"),
+)
+
+VLLM = ServerProfile(
+    name="vllm",
+    detect=("vllm", "vLLM", "EngineCore", "VllmWorker", "LLM engine"),
+    markers=(
+        _m(Phase.INIT, "vLLM API server version"),
+        _m(Phase.INIT, "non-default args:"),
+        _m(Phase.INIT, "LLM engine", r"Initializing an? (?:V\d )?LLM engine"),
+        _m(Phase.INIT, "world_size=", r"world_size=\d+ rank=\d+"),
+        _m(Phase.LOAD_WEIGHTS, "Starting to load model"),
+        _m(Phase.LOAD_WEIGHTS, "checkpoint shards", r"^Loading (?:safetensors|pt) checkpoint"),
+        # after the weights vLLM profiles a forward pass (and compiles) to size the KV cache
+        _m(Phase.KV_CACHE, "Loading model weights took"),
+        _m(Phase.KV_CACHE, "Model loading took"),
+        _m(Phase.KV_CACHE, "Memory profiling"),
+        _m(Phase.KV_CACHE, "torch.compile takes"),
+        _m(Phase.KV_CACHE, "Loading weights took"),
+        _m(Phase.KV_CACHE, "Compiling a graph for"),
+        _m(Phase.KV_CACHE, "for vLLM's torch.compile"),
+        _m(Phase.KV_CACHE, "Dynamo bytecode transform time"),
+        _m(Phase.KV_CACHE, "Available KV cache memory"),
+        _m(Phase.KV_CACHE, "# GPU blocks:"),
+        _m(Phase.CUDA_GRAPH, "GPU KV cache size:"),
+        _m(Phase.CUDA_GRAPH, "Capturing CUDA graph"),
+        _m(Phase.CUDA_GRAPH, "Capturing the model for CUDA graphs"),
+        _m(Phase.CUDA_GRAPH, "Capturing cudagraphs"),
+        _m(Phase.WARMUP, "Graph capturing finished"),
+        _m(Phase.WARMUP, "init engine (profile, create kv cache, warmup model) took"),
+        # vLLM has no warmup request: once the API server is up, it serves
+        _m(Phase.SERVING, "Starting vLLM API server"),
+        _m(Phase.SERVING, "Available routes are"),
+        _m(Phase.SERVING, "Uvicorn running on"),
+        _m(Phase.SERVING, "Application startup complete"),
+        _m(Phase.SERVING, "Received request"),
+        _m(Phase.SERVING, "Avg prompt throughput"),
+    ),
+    startup_frames=_frames(
+        (Phase.INIT, "init_device|init_model|init_worker_distributed_environment|"
+                     "_check_if_gpu_supports_dtype|_raise_for_unsupported|create_engine_config"),
+        (Phase.LOAD_WEIGHTS, "load_model|load_weights|_load_weights_\\w+|get_model|"
+                             "process_weights_after_loading"),
+        (Phase.KV_CACHE, "determine_available_memory|profile_run|determine_num_available_"
+                         "blocks|check_enough_kv_cache_memory|get_kv_cache_configs?|"
+                         "raise_if_cache_size_invalid|initialize_cache|_initialize_kv_caches|"
+                         "initialize_from_config|initialize_kv_cache|_allocate_kv_cache_"
+                         "tensors|_reshape_kv_cache_tensors"),
+        (Phase.CUDA_GRAPH, "capture_model|_capture_cudagraphs|_warmup_and_capture|capture"),
+        # v1 warms up (compile sizes, then graphs, then the sampler) inside this one
+        (Phase.WARMUP, "_dummy_sampler_run|compile_or_warm_up_model"),
+    ),
+    loop_frames=re.compile(r"^(?:execute_model|step|step_async|run_busy_loop|"
+                           r"_process_engine_step|step_with_batch_queue|engine_step|"
+                           r"run_engine_loop|sample_tokens|execute_model_async)$"),
+    packages=("vllm",),
+)
+
+PROFILES: tuple[ServerProfile, ...] = (SGLANG, VLLM)
+
+# Functions that only pass a call on: checkers, decorators, torch dispatch.
+PASS_THROUGH = re.compile(
+    r"^(?:NCCL_CHECK|CUDA_CHECK|CUDART_CHECK|decorate_context|_call_impl|_wrapped_call_impl|"
+    r"__call__|wrapper|inner|_fn|run_method|_op|sync_wrapper|patched_\w+|forward_call|"
+    r"execute_method|worker_busy_loop|collective_rpc|get_response|_run_workers\w*|"
+    r"__exit__|__enter__|run|_bootstrap\w*|<lambda>|<module>|main)$"
+)
+
+# Files of the standard library and of third-party packages that appear in py-spy dumps
+# without their directory (py-spy prints paths relative to site-packages).
+FOREIGN_FILES = re.compile(
+    r"^(?:threading|queue|selectors|subprocess|socket|ssl|contextlib|runpy|functools|"
+    r"multiprocessing/\w+|asyncio/\w+|concurrent/futures/\w+|torch/.*|triton/.*|tqdm/.*|"
+    r"uvloop/.*|zmq/.*|<string>|<frozen [\w.]+>)\.?(?:py)?$|^<"
+)
+
+
+def own_file(path: str, *, loose: bool = False,
+             profiles: tuple[ServerProfile, ...] = PROFILES) -> str | None:
+    """`package/file` when `path` is the servers' own code (bare `file` from a stack
+    dump), else None.
+
+    The `/sglang/` (say) that counts is one not followed by site-packages: a venv named
+    `sglang` holds torch too. `loose` is for stack dumps (py-spy prints paths relative to
+    site-packages, `scheduler.py`): there a file counts unless it is a known foreign one.
+    """
+    clean = path.replace("\\", "/")
+    name = clean.rsplit("/", 1)[-1]
+    for prof in profiles:
+        for pkg in prof.packages:
+            at = clean.rfind(f"{pkg}/")
+            while at >= 0:
+                if (at == 0 or clean[at - 1] in "/ ") and not _SITE.search(clean, at):
+                    return f"{pkg}/{name}"
+                at = clean.rfind(f"{pkg}/", 0, at)
+    if loose and not clean.startswith("/") and not _SITE.search(clean) and not (
+        FOREIGN_FILES.search(clean)
+    ):
+        return name
+    return None
+
+
+_SITE = re.compile(r"(?:site|dist)-packages/")
+
+
+def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
+    """The servers a log looks like it comes from (all of them when it says nothing)."""
+    found = tuple(p for p in PROFILES if any(d in text_sample for d in p.detect))
+    return found or PROFILES
+
+
+__all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM",
+           "Marker", "ServerProfile", "own_file", "profiles_for"]  # fmt: skip

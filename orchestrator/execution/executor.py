@@ -1,0 +1,494 @@
+"""The executor: runs one variant on one host, start to verdict. The only code that
+touches hosts (through a transport and a service manager).
+
+Per campaign and host: connect, lock the unit, prepare (back up, note its state),
+preflight (the server's own `--help` says which flags it accepts; the port must be free
+or ours). Per run: stop, install the variant, start, poll state + health + log in one
+remote command with capped exponential backoff (tenacity) until ready, dead or past the
+deadline, run the optional probe, check the server survived it, fetch the log, stop,
+and judge. At the end (or on error, or Ctrl-C): restore the service as it was found.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.classify import (
+    ProbeOutcome,
+    RunEvidence,
+    judge,
+    last_phase,
+    outside_cause,
+)
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.errors import InfraError, ServiceError, TransportError
+from orchestrator.events import (
+    Listener,
+    Notice,
+    PhaseReached,
+    Polled,
+    ProbeStarted,
+    RunFinished,
+    RunStarted,
+    StepDone,
+    null_listener,
+)
+from orchestrator.execution import environment as envfacts
+from orchestrator.execution import preflight
+from orchestrator.execution.hostlock import HostLock
+from orchestrator.execution.services import ServiceManager, Started, manager_for
+from orchestrator.execution.transport import Transport, connect
+
+LOG_TAIL_LINES = 400
+BOOT_MARK = "@@BOOT"
+
+
+class RunCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """The run was abandoned on request; nothing about the config was learnt."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything recorded about one run."""
+
+    run_id: str
+    host: str
+    host_class: str
+    experiment: Experiment
+    label: str
+    verdict: Verdict
+    signature: Signature | None
+    started_at: float  # epoch seconds
+    duration_s: float
+    phase_times: tuple[tuple[str, float], ...] = ()  # phase -> seconds after start
+    last_phase: Phase | None = None
+    log_tail: str = ""
+    rendered: str | None = None  # the drop-in / launch script written for this run
+    probe_metric: float | None = None
+    detail: str = ""
+    invocation: str | None = None
+    polls: int = 0
+    ready_s: float | None = None  # seconds from start to ready
+    #: what the run did on the host (systemd: drop-in path, ExecStart read back,
+    #: InvocationID, journalctl command), see ServiceManager.host_record
+    host_record: dict[str, object] | None = None
+    #: the host's environment as the server's interpreter saw it just before the run
+    environment: envfacts.HostEnvironment | None = None
+
+
+@dataclass
+class _Watch:
+    ready: bool = False
+    died: bool = False
+    timed_out: bool = False
+    poll: object = None
+    phase: Phase | None = None
+    phase_times: dict[str, float] = field(default_factory=dict)
+    polls: int = 0
+    ready_at: float | None = None
+    dead_at: float | None = None
+
+
+def service_name(exp: Experiment) -> str:
+    return exp.unit or re.sub(r"[^A-Za-z0-9_.@-]", "_", exp.name)
+
+
+class Executor:
+    """Runs variants of one service on one host. Use as a context manager.
+
+    `Executor(host, ...)` for a host whose service manager is `slurm` gives the Slurm
+    executor (orchestrator.slurm.executor), which honours the same contract."""
+
+    def __new__(cls, host: Host, *args: object, **kwargs: object) -> Executor:
+        if cls is Executor and host.service_manager == "slurm":
+            from orchestrator.slurm.executor import SlurmExecutor
+
+            return super().__new__(SlurmExecutor)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        service: str,
+        campaign: str = "",
+        listener: Listener = null_listener,
+        transport: Transport | None = None,
+        accept_new_host_key: bool = False,
+        poll_min: float = 0.25,
+        poll_max: float = 1.0,
+        stable_for: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.host = host
+        self.service = service
+        self.campaign = campaign
+        self.emit = listener
+        self._own_transport = transport is None
+        self.t = transport or connect(host, accept_new_host_key=accept_new_host_key) \
+            if not host.is_local else (transport or connect(host))  # fmt: skip
+        self.manager: ServiceManager = manager_for(host, self.t, name=service, campaign=campaign)
+        self.lock = HostLock(host, self.t, service, campaign)
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        #: seconds a server that just became ready must stay alive before it counts as
+        #: ready: one more poll after this settle catches a server that answers /health a
+        #: few times and then dies (it must not be judged `pass`)
+        self.stable_for = stable_for
+        self.sleep = sleep
+        self._opened = False
+        #: the flag preflight: each executable's help read once, trusted until contradicted
+        self.preflight = preflight.Preflight(
+            lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
+            lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
+                                                    extra=extra)))  # fmt: skip
+        #: set from another thread to abandon the run in progress (a pool's decided round,
+        #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
+        self.cancel_event = threading.Event()
+
+    # ---- campaign scope
+    def open(self) -> Executor:
+        """Lock the unit and prepare it (back-up, state as found)."""
+        self.lock.acquire()
+        try:
+            self.manager.prepare()
+        except BaseException:
+            self.lock.release()
+            raise
+        self._opened = True
+        self.emit(StepDone(host=self.host.name, step="prepared", detail=self.service))
+        return self
+
+    def close(self, *, restore: bool = True) -> list[str]:
+        done: list[str] = []
+        try:
+            if restore and self._opened:
+                done = self.manager.restore()
+                for d in done:
+                    self.emit(StepDone(host=self.host.name, step="restore", detail=d))
+        finally:
+            try:
+                self.lock.release()
+            finally:
+                if self._own_transport:
+                    self.t.close()
+        self._opened = False
+        return done
+
+    def __enter__(self) -> Executor:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- preflight
+    def accepted_flags(self, exp: Experiment) -> tuple[str, ...] | None:
+        """The options the server's own `--help` lists, when that help is trusted to refuse
+        flags (None: it is not; see orchestrator.execution.preflight)."""
+        entry = self.preflight.help_of(exp)
+        return entry.facts.options if entry.trusted else None
+
+    def check_flags(self, exp: Experiment) -> str | None:
+        """Why the server refuses this variant's flags, in its own words, when its own parser
+        confirmed it without a start; None otherwise (a prediction is confirmed by the run)."""
+        return self.preflight.check(exp).refusal
+
+    def check_port(self, exp: Experiment) -> None:
+        """Refuse to go on when the config's port is held by something not ours."""
+        for pid, name in self.manager.listeners_on(exp.port):
+            if pid is not None and self.manager.owns_pid(pid):
+                continue
+            raise ServiceError(
+                f"{self.host.describe()}: port {exp.port} is already in use by "
+                f"{name} (pid {pid}), which is not {self.service}",
+                hint="stop that process, or check the port in the experiment config "
+                "(the health check uses the config's --port)",
+            )
+
+    # ---- one run
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
+        # Before the clock starts: the capture is not part of the run's time or deadline.
+        environment: envfacts.HostEnvironment | None = None
+        env_error: TransportError | InfraError | None = None
+        try:
+            environment = self.environment(exp)
+        except (TransportError, InfraError) as exc:
+            env_error = exc  # host trouble: judged below as this run's `infra`
+        started_at = time.time()
+        t0 = time.monotonic()
+        self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
+                             deadline_s=exp.health.timeout))  # fmt: skip
+        watch = _Watch()
+        ports: list[int] | None = None
+        log = ""
+        started: Started | None = None
+        metric: float | None = None
+        rendered: str | None = None
+        evidence: RunEvidence
+        flagcheck = preflight.Check()
+        try:
+            if env_error is not None:
+                raise env_error
+            flagcheck = self.preflight.check(exp)
+            if flagcheck.refusal is not None:
+                evidence = RunEvidence(invalid_reason=flagcheck.refusal)
+            else:
+                self.manager.stop()
+                self._step("stopped", self.service)
+                reason = self.manager.install(exp, env_keys=frozenset(env_keys), run_id=run_id)
+                rendered = self.manager.rendered()
+                self._step("installed", "drop-in written, read back" if self.manager.kind ==
+                           "systemd" else "launch script written")  # fmt: skip
+                if reason is not None:
+                    evidence = RunEvidence(invalid_reason=reason)
+                else:
+                    self.check_port(exp)
+                    started = self.manager.start(exp, run_id=run_id)
+                    self._step("started", started.invocation or f"pid {started.pid}")
+                    self._watch(exp, started, t0, watch)
+                    if watch.timed_out and not watch.died:
+                        ports = self._ports(started)
+                    probe = None
+                    if watch.ready and exp.probe is not None and not watch.died:
+                        probe, metric = self._probe(exp, started, good_metric, watch)
+                    log = self.manager.logs(started, lines=LOG_TAIL_LINES)
+                    p = watch.poll
+                    evidence = RunEvidence(
+                        log_tail=log,
+                        became_ready=watch.ready,
+                        died_after_ready=watch.ready and watch.died,
+                        exit_code=getattr(p, "exit_code", None) if watch.died else None,
+                        exit_signal=getattr(p, "exit_signal", None) if watch.died else None,
+                        unit_result=getattr(p, "unit_result", None) if watch.died else None,
+                        timed_out=watch.timed_out,
+                        last_phase=watch.phase,
+                        probe=probe,
+                    )
+                    self.manager.stop()
+                    self._step("stopped", "after the run")
+        except RunCancelled:
+            self.manager.stop()
+            self._step("stopped", "run cancelled")
+            raise
+        except ServiceError:
+            raise  # host or unit trouble that every run would hit: the campaign stops
+        except (TransportError, InfraError) as exc:
+            evidence = RunEvidence(infra_error=str(exc), log_tail=log)
+        verdict, sig = judge(evidence, target)
+        detail = evidence.invalid_reason or evidence.infra_error or ""
+        if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
+            detail = outside_cause(evidence) or ""
+        if preflight.is_args_failure(verdict, sig) and not detail:
+            detail = preflight.args_detail(log, sig, flagcheck)
+        self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
+        if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
+            detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
+                watch.phase.value if watch.phase else "none seen")  # fmt: skip
+            detail += _port_hint(exp.port, ports)
+        duration = time.monotonic() - t0
+        host_record = self.manager.host_record(started) if rendered is not None else None
+        if host_record is not None:
+            host_record["host"] = self.host.name
+            if not self.host.is_local:  # how to get there from this controller
+                h = self.host
+                ssh = ["ssh", "-p", str(h.port)]
+                ssh += ["-i", h.identity_file] if h.identity_file else []
+                ssh += ["-o", f"UserKnownHostsFile={h.known_hosts}"] if h.known_hosts else []
+                host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
+                                                 else h.address])  # fmt: skip
+        self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
+                              duration_s=duration, detail=detail))  # fmt: skip
+        return RunResult(
+            run_id=run_id,
+            host=self.host.name,
+            host_class=self.host.host_class,
+            experiment=exp,
+            label=label,
+            verdict=verdict,
+            signature=sig,
+            started_at=started_at,
+            duration_s=duration,
+            phase_times=tuple(watch.phase_times.items()),
+            last_phase=watch.phase,
+            log_tail=log,
+            rendered=rendered,
+            probe_metric=metric,
+            detail=detail,
+            invocation=started.invocation if started else None,
+            polls=watch.polls,
+            ready_s=watch.ready_at,
+            host_record=host_record,
+            environment=environment,
+        )
+
+    def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
+        """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
+        the server's own interpreter (one command; what is absent is recorded as absent)."""
+        unit_env, unit_wd = self.manager.interpreter_context()
+        cmd = envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
+                               workdir=exp.workdir or unit_wd)  # fmt: skip
+        return envfacts.parse(self.t.run(cmd, timeout=60).stdout)
+
+    def _ports(self, started: Started) -> list[int] | None:
+        """The ports the (still running) server listens on; None if that cannot be told."""
+        try:
+            return self.manager.listening_ports(started)
+        except InfraError:
+            return None
+
+    def _step(self, step: str, detail: str) -> None:
+        self.emit(StepDone(host=self.host.name, step=step, detail=detail))
+
+    def _watch(self, exp: Experiment, started: Started, t0: float, w: _Watch) -> None:
+        """Poll until ready, dead or past the deadline (capped exponential backoff)."""
+        # The host's boot id rides along: a host rebooted under the run (a reconnect that
+        # succeeded) shows a unit that never ran our variant, which is no verdict at all.
+        cmd = f"echo {BOOT_MARK} $(cat /proc/sys/kernel/random/boot_id 2>/dev/null); " + \
+            self.manager.poll_command(exp, started)  # fmt: skip
+        streak = 0
+        boot: str | None = None
+
+        def once() -> str | None:
+            nonlocal streak, boot
+            if self.cancel_event.is_set():
+                raise RunCancelled(f"run cancelled on {self.host.name}")
+            res = self.t.run(cmd, timeout=30)
+            w.polls += 1
+            first, _, text = res.stdout.partition("\n")
+            seen_boot = first.removeprefix(BOOT_MARK).strip()
+            if boot is None:
+                boot = seen_boot
+            elif seen_boot and seen_boot != boot:
+                raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
+                                 "changed); the run says nothing about the config")  # fmt: skip
+            poll = self.manager.parse_poll(text, started)
+            w.poll = poll
+            elapsed = time.monotonic() - t0
+            seen = last_phase(poll.log_tail.splitlines())
+            if seen is not None and (w.phase is None or _order(seen) > _order(w.phase)):
+                w.phase = seen
+                w.phase_times.setdefault(seen.value, round(elapsed, 3))
+                self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))
+            self.emit(Polled(host=self.host.name, state=poll.state, http_code=poll.http_code,
+                             elapsed_s=elapsed))  # fmt: skip
+            if not poll.alive:
+                w.died, w.dead_at = True, elapsed
+                return "dead"
+            streak = streak + 1 if poll.http_code == 200 else 0
+            if streak >= exp.health.ready_after:
+                w.ready = True
+                w.ready_at = elapsed if w.ready_at is None else w.ready_at
+                w.phase_times.setdefault(Phase.SERVING.value, round(elapsed, 3))
+                return "ready"
+            return None
+
+        remaining = max(exp.health.timeout - (time.monotonic() - t0), 0.1)
+        backoff = wait_exponential(multiplier=self.poll_min, min=self.poll_min,
+                                   max=self.poll_max)  # fmt: skip
+
+        def wait(state: object) -> float:
+            if exp.health.interval is not None:
+                return exp.health.interval
+            # Healthy once: confirm the next `ready_after` 200s at once instead of waiting
+            # out the backoff (it saved nothing: the server is up, and the verdict waits).
+            return self.poll_min if streak > 0 else backoff(state)
+
+        retrying = Retrying(
+            stop=stop_after_delay(remaining),
+            wait=wait,
+            retry=retry_if_result(lambda r: r is None),
+            sleep=self.sleep,
+            retry_error_callback=lambda _state: "timeout",
+        )
+        outcome = retrying(once)
+        if outcome == "timeout":
+            w.timed_out = True
+        elif outcome == "ready" and self.stable_for > 0:
+            self.sleep(self.stable_for)
+            once()  # marks the run dead if the server did not survive the settle
+
+    def _probe(
+        self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
+    ) -> tuple[ProbeOutcome, float | None]:
+        probe = exp.probe
+        assert probe is not None
+        command = probe.command(exp.port)
+        self.emit(ProbeStarted(host=self.host.name, command=command))
+        try:
+            r = self.t.run(command, timeout=probe.timeout)
+            exit_code, out = r.exit_code, r.stdout + "\n" + r.stderr
+        except TransportError as exc:
+            if "timed out" not in str(exc):
+                raise
+            exit_code, out = 124, str(exc)
+        metric = None
+        if probe.metric:
+            found = re.findall(probe.metric, out)
+            if found:
+                last = found[-1]
+                try:
+                    metric = float(last if isinstance(last, str) else last[0])
+                except ValueError:
+                    metric = None
+        cond = probe.condition
+        passed: bool | None = None
+        if cond is not None:
+            if metric is None:
+                passed = False
+            elif cond.relative_to_good and good_metric is None:
+                passed = None  # the campaign decides once the good config's metric is known
+            else:
+                passed = cond.holds(metric, good_metric)
+        # A crash under load takes a moment to show: look twice before calling it alive.
+        alive = True
+        for _ in range(2):
+            res = self.t.run(self.manager.poll_command(exp, started), timeout=30)
+            poll = self.manager.parse_poll(res.stdout, started)
+            w.polls += 1
+            w.poll = poll
+            if not poll.alive:
+                alive = False
+                w.died = True
+                break
+            self.sleep(0.5)
+        outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
+                               condition=probe.pass_if, server_alive=alive)  # fmt: skip
+        return outcome, metric
+
+
+def _port_hint(port: int, ports: list[int] | None) -> str:
+    """What a timed-out server listens on, when that tells the user what to fix."""
+    if ports is None or port in ports:
+        return ""
+    if not ports:
+        return f"; the server listens on no TCP port (the health check polls port {port})"
+    seen = ", ".join(str(p) for p in ports)
+    return (
+        f"; the server listens on {seen} but the health check polls port {port}: check "
+        "--port and health.port in the experiment config"
+    )
+
+
+_PHASES = list(Phase)
+
+
+def _order(p: Phase) -> int:
+    return _PHASES.index(p)

@@ -1,0 +1,121 @@
+"""Host-level operations outside a campaign: health checks and restore after a crash.
+
+`check_host` answers "can a campaign run here?": reachable, host key, sudo, service
+manager, a unit's presence, and the GPUs (and leftover processes on them) when
+`nvidia-smi` exists. `leftovers`/`restore_host` find and undo what a killed controller
+left behind: our drop-ins, detached servers and locks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from orchestrator.config.hosts import Host
+from orchestrator.errors import OrchestratorError
+from orchestrator.execution.hostlock import HostLock, lock_dir
+from orchestrator.execution.services import ProcessManager, SystemdManager
+from orchestrator.execution.services.systemd import DROPIN_NAME, STATE_NAME
+from orchestrator.execution.transport import Transport
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None  # None: not applicable / informational
+    detail: str
+    hint: str | None = None
+
+
+def check_host(host: Host, t: Transport, *, unit: str | None = None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        r = t.run("id -un; uname -sr", timeout=30)
+    except OrchestratorError as exc:
+        return [Check("reachable", False, str(exc), exc.hint)]
+    who = r.stdout.split()
+    checks.append(Check("reachable", True, f"{host.describe()} as {who[0] if who else '?'}"
+                        + ("" if host.is_local else "; host key verified")))  # fmt: skip
+    if host.sudo:
+        s = t.run("sudo -n true", timeout=30)
+        checks.append(Check("sudo", s.ok, "sudo -n works" if s.ok else s.stderr.strip()[-200:],
+                            None if s.ok else "allow passwordless sudo for this user"))  # fmt: skip
+    if host.service_manager == "systemd":
+        v = t.run("systemctl --version | head -1", timeout=30)
+        checks.append(Check("systemd", v.ok, v.stdout.strip() or v.stderr.strip()[-200:],
+                            None if v.ok else "use service_manager: process on this host"))
+        if unit:
+            u = t.run(f"systemctl show {shlex.quote(unit)} -p LoadState --value", timeout=30,
+                      sudo=True)  # fmt: skip
+            loaded = u.stdout.strip() == "loaded"
+            checks.append(Check("unit", loaded, f"{unit}: {u.stdout.strip() or 'unknown'}",
+                                None if loaded else f"install {unit} on the host first"))
+    else:
+        d = host.run_dir or "/tmp/orchestrator"
+        w = t.run(f"command -v setsid >/dev/null && mkdir -p {shlex.quote(d)} && test -w "
+                  f"{shlex.quote(d)}", timeout=30)  # fmt: skip
+        checks.append(Check("process manager", w.ok, f"setsid and writable {d}" if w.ok else
+                            (w.stderr.strip() or "setsid missing or run_dir not writable"),
+                            None if w.ok else "install util-linux, or set run_dir"))  # fmt: skip
+    g = t.run("command -v nvidia-smi >/dev/null || exit 3; nvidia-smi --query-gpu=index,name,"
+              "memory.used,memory.total --format=csv,noheader; echo @@APPS; nvidia-smi "
+              "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader",
+              timeout=60)  # fmt: skip
+    if g.exit_code == 3:
+        checks.append(Check("gpus", None, "nvidia-smi not found (no GPU check)"))
+    elif g.ok:
+        gpus, _, apps = g.stdout.partition("@@APPS")
+        n = len([x for x in gpus.splitlines() if x.strip()])
+        busy = [x.strip() for x in apps.splitlines() if x.strip()]
+        checks.append(Check("gpus", True, f"{n} GPU(s): " + "; ".join(
+            x.strip() for x in gpus.splitlines() if x.strip())))  # fmt: skip
+        checks.append(Check("gpus free", not busy, "no compute processes" if not busy else
+                            "busy: " + "; ".join(busy), None if not busy else
+                            "leftover processes hold GPU memory: stop them before a campaign"))
+    else:
+        checks.append(Check("gpus", False, g.stderr.strip()[-200:] or "nvidia-smi failed"))
+    return checks
+
+
+def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
+    """Services with our drop-in or a detached server of ours, and lock files."""
+    found: dict[str, list[str]] = {"systemd": [], "process": [], "locks": []}
+    if host.service_manager == "systemd":
+        d = shlex.quote(host.unit_dir)
+        r = t.run(f"ls -1 {d}/*.d/{DROPIN_NAME} {d}/*.d/{STATE_NAME} 2>/dev/null || true",
+                  sudo=True, timeout=30)  # fmt: skip
+        for line in r.stdout.split():
+            unit = line.rsplit("/", 2)[-2][: -len(".d")]
+            if unit not in found["systemd"]:
+                found["systemd"].append(unit)
+    run_dir = (host.run_dir or "/tmp/orchestrator").rstrip("/")
+    r = t.run(f"ls -1 {shlex.quote(run_dir)}/*/pid 2>/dev/null || true", timeout=30)
+    found["process"] = [line.rsplit("/", 2)[-2] for line in r.stdout.split()]
+    r = t.run(f"ls -1 {shlex.quote(lock_dir(host))}/*.lock 2>/dev/null || true", sudo=True,
+              timeout=30)  # fmt: skip
+    found["locks"] = [line.rsplit("/", 1)[-1][: -len(".lock")] for line in r.stdout.split()]
+    return found
+
+
+def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[str]:
+    """Undo what a crashed controller left: drop-ins, servers, and (if asked) locks."""
+    done: list[str] = []
+    left = leftovers(host, t)
+    for unit in left["systemd"]:
+        done += SystemdManager(host, t, name=unit).restore()
+    for service in left["process"]:
+        done += ProcessManager(host, t, name=service).restore()
+    for service in left["locks"]:
+        lock = HostLock(host, t, service, campaign="")
+        holder = lock.read()
+        if break_lock:
+            lock.break_lock()
+            done.append(f"removed the lock on {service}"
+                        + (f" held by {holder.describe()}" if holder else ""))  # fmt: skip
+        else:
+            done.append(f"lock on {service} kept"
+                        + (f" (held by {holder.describe()})" if holder else "")
+                        + "; --break-lock removes it")  # fmt: skip
+    if not done:
+        done.append("nothing to restore: no drop-in, server or lock of orchestrator found")
+    return done

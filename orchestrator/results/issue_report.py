@@ -1,0 +1,214 @@
+"""`report CAMPAIGN --issue`: a bug report to paste into an SGLang or vLLM GitHub issue.
+
+A one-line summary; the minimal reproducing command line (the good config plus the
+culprit set, as it ran, secrets as `<NAME>` placeholders); what does not reproduce (the
+bad config without each member of the set, the good config); the signature and the
+root traceback trimmed to the frames that matter; the environment the failing run saw;
+the run counts and how often the failure reproduced. GitHub-flavoured Markdown, under
+200 lines, and nothing of the controller: no local paths, no host names, no results
+directory (what upstream needs is the server's command line and environment).
+
+Pure: the caller hands in the campaign, its runs, each run's log text and environment.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from orchestrator.config.secrets import MARKER
+from orchestrator.diagnosis.classify import analyze_log, strip_prefix
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.execution.environment import HostEnvironment
+from orchestrator.results.store import CampaignRow, RunRow
+
+MAX_LINES = 199
+#: frames kept from the end of a traceback (the innermost are where it broke), plus the first
+KEEP_FRAMES = 6
+MAX_TRACE_LINES = 40
+
+
+def _relative(run: RunRow, camp: CampaignRow) -> Verdict:
+    from orchestrator.campaign.bisect import relative
+
+    return relative(run.verdict, run.signature, camp.target)
+
+
+def placeholders(word: str) -> str:
+    """`[REDACTED:HF_TOKEN]` -> `<HF_TOKEN>`: what the reader fills in."""
+    return MARKER.sub(lambda m: f"<{m[1]}>", word)
+
+
+def command_block(argv: Sequence[str], env: dict[str, str]) -> str:
+    """The command as a reader pastes it: env assignments, then one flag per line."""
+    words = [shlex.quote(placeholders(w)) for w in argv]
+    first = 0
+    while first < len(words) and not words[first].startswith("--"):
+        first += 1
+    lines = [f"{k}={shlex.quote(placeholders(v))}" for k, v in sorted(env.items())]
+    lines.append(" ".join(words[:first]))
+    i = first
+    while i < len(words):
+        group = [words[i]]
+        if i + 1 < len(words) and not words[i + 1].startswith("--"):
+            group.append(words[i + 1])
+            i += 1
+        lines.append("  " + " ".join(group))
+        i += 1
+    return " \\\n".join(lines)
+
+
+def trim_traceback(lines: Sequence[str], keep: int = KEEP_FRAMES) -> list[str]:
+    """The traceback's header, first frame and last `keep` frames, then the error lines;
+    the frames in between become one `... (N frames omitted)` line."""
+    # Python 3.11's `^^^^` markers under a frame's code line say nothing in an issue.
+    body = [b for b in (strip_prefix(x).rstrip() for x in lines)
+            if not re.fullmatch(r"\s*[\^~]+\s*", b)]  # fmt: skip
+    frame_starts = [i for i, x in enumerate(body) if re.match(r"\s*File \"", x)]
+    if len(frame_starts) <= keep + 1:
+        out = body
+    else:
+        cut_from = frame_starts[1]
+        cut_to = frame_starts[-keep]
+        omitted = len(frame_starts) - keep - 1
+        out = body[:cut_from] + [f"  ... ({omitted} frames omitted)"] + body[cut_to:]
+    if len(out) > MAX_TRACE_LINES:
+        out = out[:4] + ["  ..."] + out[-(MAX_TRACE_LINES - 5):]
+    return out
+
+
+def _hide(text: str, paths: Iterable[str]) -> str:
+    for p in sorted((p for p in paths if p and len(p) > 1), key=len, reverse=True):
+        text = text.replace(p, "<local>")
+    return text
+
+
+def _describe(v: Verdict, run: RunRow) -> str:
+    if v is Verdict.PASS:
+        return "starts and serves (passes)"
+    if v is Verdict.FAIL:
+        return "reproduces the failure"
+    if v is Verdict.OTHER:
+        return f"fails differently: `{run.signature}`"
+    if v is Verdict.TIMEOUT:
+        return "does not become ready (timeout)" + (f": `{run.signature}`" if run.signature
+                                                     else "")  # fmt: skip
+    return f"{v.value}: {run.detail}"
+
+
+def issue_markdown(
+    camp: CampaignRow,
+    runs: list[RunRow],
+    *,
+    log_of: Callable[[RunRow], str],
+    env_of: Callable[[RunRow], HostEnvironment | None],
+    local_paths: Iterable[str] = (),
+) -> str:
+    answer: dict[str, Any] = camp.answer or {}
+    by_id = {r.id: r for r in runs}
+    real = [r for r in runs if r.verdict is not Verdict.INFRA]
+    culprits = answer.get("culprits") or []
+    culprit = culprits[0] if culprits else None
+    n_deltas = len(camp.spec.get("deltas") or [])
+    full = tuple(range(n_deltas))
+    repro = by_id.get(culprit["reproduced_by"]) if culprit else None
+    if repro is None:  # not narrowed: the bad config itself
+        repro = next((r for r in real if r.variant == full and _relative(r, camp) is
+                      Verdict.FAIL), None)  # fmt: skip
+    if repro is None:
+        repro = next((r for r in real if _relative(r, camp) is Verdict.FAIL), None)
+    env = env_of(repro) if repro else None
+    server = (env.server if env and env.server else None) or "the server"
+    log = log_of(repro) if repro else ""
+    analysis = analyze_log(log) if log else None
+    error = (analysis.raw_message if analysis and analysis.raw_message else None) or (
+        camp.target.message if camp.target else "the failure")  # fmt: skip
+    phase = camp.target.phase.value if camp.target else "?"
+    flags = culprit["flags"] if culprit else []
+    set_text = " + ".join(f"`{f}`" for f in flags)
+
+    out: list[str] = []
+    title = f"[Bug] {server}: {camp.target.error_class if camp.target else 'failure'} " \
+        f"in {phase}" + (f" with {' + '.join(flags)}" if flags else "")  # fmt: skip
+    out += [f"# {title}", ""]
+    version = f" {env.server_version}" if env and env.server_version else ""
+    if culprit:
+        alone = ("without any one of them it does not reproduce" if len(flags) > 1 else
+                 "without it the failure does not reproduce")  # fmt: skip
+        summary = (f"{server}{version} fails during `{phase}` with `{error}` when "
+                   f"{set_text} {'are' if len(flags) > 1 else 'is'} set; {alone}.")  # fmt: skip
+    else:
+        summary = (f"{server}{version} fails during `{phase}` with `{error}`; the flags "
+                   "that cause it were not narrowed down.")  # fmt: skip
+    out += [f"**Summary:** {summary}", ""]
+
+    out += ["## Reproduction", ""]
+    if repro is not None:
+        out += ["```bash", command_block(repro.argv, repro.env), "```", ""]
+        if culprit:
+            out.append(f"The failure needs {'all of ' if len(flags) > 1 else ''}{set_text}: "
+                       f"found by bisecting the {n_deltas} differences between a working and a "
+                       f"failing launch.")  # fmt: skip
+        out.append("")
+    else:
+        out += ["No run reproduced the failure.", ""]
+
+    out += ["## What does not reproduce", "", "| launch | result |", "|---|---|"]
+    for flag, rid in (culprit or {}).get("cleared_by", {}).items():
+        r = by_id.get(rid) if rid else None
+        if r is not None:
+            said = _describe(_relative(r, camp), r)
+            out.append(f"| the failing launch without `{flag}` | {said} |")
+    good = next((r for r in real if r.variant == ()), None)
+    if good is not None:
+        out.append(f"| the working launch (none of these flags) | "
+                   f"{_describe(_relative(good, camp), good)} |")  # fmt: skip
+    out.append("")
+
+    out += ["## Error", ""]
+    if camp.target:
+        out += [f"Signature: `{camp.target}` (phase: error class: normalized message)", ""]
+    if analysis and analysis.excerpt:
+        out += ["```text", *trim_traceback(analysis.excerpt), "```", ""]
+
+    out += ["## Environment", ""]
+    if env is not None:
+        out += ["| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in env.rows()], ""]
+    else:
+        out += ["Not recorded.", ""]
+
+    out += ["## Runs", ""]
+    executed = [r for r in runs if not r.cached_from]
+    counts: dict[str, int] = {}
+    for r in real:
+        v = _relative(r, camp).value
+        counts[v] = counts.get(v, 0) + 1
+    out.append(f"- {len(runs)} runs ({len(executed)} executed, {len(runs) - len(executed)} "
+               "reused from earlier campaigns): "
+               + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))  # fmt: skip
+    if repro is not None:
+        same = [r for r in real if r.variant == repro.variant]
+        hits = sum(1 for r in same if _relative(r, camp) is Verdict.FAIL)
+        rate = f"{hits} of {len(same)} starts"
+        flaky = bool(answer.get("flaky")) or hits < len(same)
+        out.append(f"- the reproducing launch failed in {rate}"
+                   + (f" ({100 * hits / len(same):.0f}%: the failure is flaky)" if flaky else ""))
+        bad = [r for r in real if r.variant == full]
+        if bad and repro.variant != full:
+            bhits = sum(1 for r in bad if _relative(r, camp) is Verdict.FAIL)
+            out.append(f"- the original failing launch failed in {bhits} of {len(bad)} starts")
+    for fl in answer.get("flaky") or []:
+        out.append(f"- flaky: {fl}")
+    others = answer.get("findings") or []
+    if others:
+        out.append("- other failures met on the way: "
+                   + "; ".join(f"`{f['signature']}`" for f in others[:3]))  # fmt: skip
+    out += ["", "_Found with orchestrator (automated flag bisection on the real host)._"]
+
+    text = _hide("\n".join(out), local_paths)
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:  # the traceback and tables are already bounded; be safe
+        lines = lines[: MAX_LINES - 1] + ["_(trimmed)_"]
+    return "\n".join(lines) + "\n"

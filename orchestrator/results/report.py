@@ -1,0 +1,307 @@
+"""Campaign reports: Markdown and a self-contained HTML page (no server, no scripts).
+
+The answer comes first, then each step of the search as a table and as a matrix diagram
+(one row per run, one column per delta, filled where the variant has the delta, coloured
+by verdict), so the narrowing can be read at a glance; then the findings grouped by
+signature with log excerpts.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.diagnosis.classify import analyze_log
+from orchestrator.results import env_report
+from orchestrator.results.store import CampaignRow, EnvironmentSeen, RunRow, Store
+
+COLORS = {
+    "pass": "#2e7d32",
+    "fail": "#c62828",
+    "other": "#8e24aa",
+    "timeout": "#ef6c00",
+    "invalid": "#00838f",
+    "infra": "#757575",
+}
+
+
+def _relative(run: RunRow, camp: CampaignRow) -> str:
+    from orchestrator.campaign.bisect import relative
+
+    return relative(run.verdict, run.signature, camp.target).value
+
+
+def _excerpt(run: RunRow, limit: int = 14) -> str:
+    text = run.log_tail()
+    if not text:
+        return ""
+    analysis = analyze_log(text)
+    lines = list(analysis.excerpt) if analysis.excerpt else text.splitlines()[-limit:]
+    return "\n".join(lines[-limit:])
+
+
+def _deltas(camp: CampaignRow) -> list[str]:
+    from orchestrator.planner.deltas import Delta
+
+    out = []
+    for d in camp.spec.get("deltas", []):
+        old, new = d["old"], d["new"]
+        delta = Delta(d["kind"], d["key"], tuple(old) if isinstance(old, list) else old,
+                      tuple(new) if isinstance(new, list) else new)  # fmt: skip
+        out.append(delta.describe())
+    return out
+
+
+def _sureness(answer: dict[str, Any]) -> list[str]:
+    """The answer's confidence, measured reproduction rate and search switch, as sentences."""
+    noise = answer.get("noise") or {}
+    out = []
+    if noise.get("switched"):
+        out.append(str(noise["switched"]))
+    if noise.get("confidence") is not None:
+        out.append(f"confidence {noise['confidence']:.3f}")
+    if noise.get("reproduction_rate") is not None:
+        out.append(f"reproduction rate {noise['reproduction_rate']:.2f} "
+                   f"({noise.get('reproduction_counts')} runs with the culprit set)")  # fmt: skip
+    return out
+
+
+def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, str, int]]:
+    """(variant, "fail k of m", first run) per variant, in the order first run."""
+    from orchestrator.campaign.bisect import relative
+    from orchestrator.campaign.flaky import counts
+
+    by = counts(runs, camp.target, relative)
+    out, seen = [], set()
+    for r in runs:
+        if r.variant in seen or r.variant not in by:
+            continue
+        seen.add(r.variant)
+        out.append((r.label, str(by[r.variant]), r.seq))
+    return out
+
+
+def _with(text: str | None) -> str:
+    return f" ({text})" if text else ""
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def markdown(camp: CampaignRow, runs: list[RunRow],
+             environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
+    answer: dict[str, Any] = camp.answer or {}
+    deltas = _deltas(camp)
+    spec = camp.spec
+    out = [f"# Campaign {camp.id}: {camp.kind}", ""]
+    out.append(f"- good: `{spec.get('good_source')}`  bad: `{spec.get('bad_source')}`")
+    out.append(f"- hosts: {', '.join(spec.get('hosts', []))}; strategy: {spec.get('strategy')}")
+    out.append(f"- started {_when(camp.created)}, status **{camp.status}**")
+    if camp.target:
+        out.append(f"- target failure: `{camp.target}`")
+    out += ["", "## Answer", ""]
+    culprits = answer.get("culprits") or []
+    if culprits:
+        for c in culprits:
+            kind = "interacting set" if c["interacting"] else "single flag"
+            rep = (f"good + set reproduces the failure: run {c['reproduced_by']}"
+                   f"{_with(c.get('reproduced_counts'))}" if c["reproduced_by"] is not None
+                   else "no run of good + exactly this set is recorded")  # fmt: skip
+            out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); {rep}")
+            for flag, rid in c["cleared_by"].items():
+                if rid is None:  # evidence lines cite only runs that exist
+                    continue
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
+                got = _with((c.get("cleared_counts") or {}).get(flag))
+                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
+        used = {i for c in culprits for i in c["indices"]}
+        cleared = [d for i, d in enumerate(deltas) if i not in used]
+        if cleared:
+            out.append(f"- cleared: {', '.join(f'`{d}`' for d in cleared)}")
+    else:
+        out.append(f"No answer: {answer.get('message') or camp.status}")
+        if answer.get("narrowed"):
+            needs = ", ".join(f"`{d}`" for d in answer["narrowed"]["failure_needs_some_of"])
+            out.append(f"- narrowed so far: the failure needs some of {needs}")
+    for f in answer.get("findings") or []:
+        out.append(f"- other failure `{f['signature']}`: smallest variant {f['variant']} "
+                   f"(run {f['run']}, seen {f['count']}x)")  # fmt: skip
+    for inv in answer.get("invalid") or []:
+        out.append(f"- invalid: {inv['variant']}: {inv['reason']} (run {inv['run']})")
+    for fl in answer.get("flaky") or []:
+        out.append(f"- flaky: {fl}")
+    out += [f"- {line}" for line in _sureness(answer)]
+    if environments is not None:
+        out += ["", *env_report.markdown_section(environments)]
+    out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
+    out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
+    out += ["", "## Steps", "", "| run | variant | purpose | verdict | signature | time |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in runs:
+        src = " (cached)" if r.cached_from else ""
+        out.append(f"| {r.id} | {r.label} | {r.purpose} | {_relative(r, camp)}{src} | "
+                   f"{r.signature or ''} | {r.duration:.0f}s |")  # fmt: skip
+    out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
+            "|---|---|---|"]  # fmt: skip
+    out += [f"| {label} | {got} | {seq} |" for label, got, seq in _variant_counts(camp, runs)]
+    out += ["", "## Narrowing", "", "```"]
+    out.append("run      " + " ".join(f"{i:>2}" for i in range(len(deltas))) + "  verdict")
+    for r in runs:
+        cells = " ".join(" #" if i in r.variant else " ." for i in range(len(deltas)))
+        out.append(f"{r.id:<8} {cells}  {_relative(r, camp)}")
+    out += ["```", "", "## Findings by signature", ""]
+    groups: dict[str, list[RunRow]] = {}
+    for r in runs:
+        if r.signature and not r.cached_from:
+            groups.setdefault(str(r.signature), []).append(r)
+    for sig, rs in groups.items():
+        smallest = min(rs, key=lambda r: len(r.variant))
+        out += [f"### `{sig}`", "", f"{len(rs)} run(s); smallest variant: {smallest.label} "
+                f"(run {smallest.id})", "", "```", _excerpt(smallest), "```", ""]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f3f3f3}
+code,pre{font-family:ui-monospace,monospace;font-size:12.5px}pre{background:#f6f6f6;padding:8px;
+overflow-x:auto}.answer{border:2px solid #c62828;padding:.6em 1em;border-radius:6px;
+background:#fff7f7}
+.v{font-weight:600}.cell{width:18px;height:18px;border:1px solid #fff}
+.matrix td{padding:0;border:1px solid #fff}.matrix th{font-weight:normal;font-size:11px}
+.changed{border-left:4px solid #ef6c00;padding-left:.6em}
+"""
+
+
+def html_page(camp: CampaignRow, runs: list[RunRow],
+              environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
+    e = html.escape
+    answer: dict[str, Any] = camp.answer or {}
+    deltas = _deltas(camp)
+    spec = camp.spec
+    parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+             f"<title>Campaign {e(camp.id)}</title><style>{_CSS}</style></head><body>"]  # fmt: skip
+    parts.append(f"<h1>Campaign {e(camp.id)}: {e(camp.kind)}</h1>")
+    parts.append(f"<p>good <code>{e(str(spec.get('good_source')))}</code>, bad "
+                 f"<code>{e(str(spec.get('bad_source')))}</code>, hosts "
+                 f"{e(', '.join(spec.get('hosts', [])))}, strategy "
+                 f"{e(str(spec.get('strategy')))}, started {e(_when(camp.created))}, status "
+                 f"<b>{e(camp.status)}</b></p>")  # fmt: skip
+    parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
+    if camp.target:
+        parts.append(f"<p>Target failure: <code>{e(str(camp.target))}</code></p>")
+    culprits = answer.get("culprits") or []
+    if culprits:
+        parts.append("<ul>")
+        for c in culprits:
+            kind = "interacting set" if c["interacting"] else "single flag"
+            flags = " + ".join(f"<code>{e(f)}</code>" for f in c["flags"])
+            repro = c.get("reproduced_counts")
+            if c["reproduced_by"] is None:
+                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
+                             "exactly this set is recorded<ul>")  # fmt: skip
+            else:
+                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
+                             f"reproduces the failure (run {e(str(c['reproduced_by']))}"
+                             f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
+            for flag, rid in c["cleared_by"].items():
+                if rid is None:  # evidence lines cite only runs that exist
+                    continue
+                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
+                got = (c.get("cleared_counts") or {}).get(flag)
+                parts.append(f"<li>{e(claim)} (run {e(str(rid))}{'; ' + e(got) if got else ''})"
+                             "</li>")  # fmt: skip
+            parts.append("</ul></li>")
+        parts.append("</ul>")
+        used = {i for c in culprits for i in c["indices"]}
+        cleared = [d for i, d in enumerate(deltas) if i not in used]
+        if cleared:
+            parts.append("<p>Cleared: " + ", ".join(f"<code>{e(d)}</code>" for d in cleared)
+                         + "</p>")  # fmt: skip
+    else:
+        parts.append(f"<p>No answer: {e(answer.get('message') or camp.status)}</p>")
+        if answer.get("narrowed"):
+            parts.append("<p>Narrowed so far: the failure needs some of " + ", ".join(
+                f"<code>{e(d)}</code>" for d in answer["narrowed"]["failure_needs_some_of"])
+                + "</p>")  # fmt: skip
+    for f in answer.get("findings") or []:
+        parts.append(f"<p>Other failure <code>{e(f['signature'])}</code>: smallest variant "
+                     f"{e(f['variant'])} (run {e(f['run'])}, seen {f['count']}x)</p>")  # fmt: skip
+    for inv in answer.get("invalid") or []:
+        parts.append(f"<p>Invalid: {e(inv['variant'])}: {e(inv['reason'])}</p>")
+    parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
+    parts.append("</div>")
+    parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
+                 "<th>target failures</th><th>first run</th></tr>")  # fmt: skip
+    parts += [f"<tr><td>{e(label)}</td><td>{e(got)}</td><td>{seq}</td></tr>"
+              for label, got, seq in _variant_counts(camp, runs)]  # fmt: skip
+    parts.append("</table>")
+    if environments is not None:
+        parts.append(env_report.html_section(environments))
+    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th><th>purpose</th>"
+                 "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
+    for r in runs:
+        v = _relative(r, camp)
+        src = " (cached)" if r.cached_from else ""
+        parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
+                     f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
+                     f"<td><code>{e(str(r.signature or ''))}</code></td>"
+                     f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip
+    parts.append("</table>")
+    parts.append("<h2>How the difference was narrowed</h2><p>One row per run; a filled cell means "
+                 "the variant has that delta (good + filled cells).</p><table class=matrix>"
+                 "<tr><th>run</th>")  # fmt: skip
+    parts += [f"<th title='{e(d)}'>{i}</th>" for i, d in enumerate(deltas)]
+    parts.append("<th>verdict</th></tr>")
+    for r in runs:
+        v = _relative(r, camp)
+        color = COLORS.get(v, "#000")
+        parts.append(f"<tr><th>{e(r.id)}</th>")
+        for i in range(len(deltas)):
+            fill = color if i in r.variant else "#eee"
+            parts.append(f"<td><div class=cell style='background:{fill}'></div></td>")
+        parts.append(f"<td class=v style='color:{color}'>&nbsp;{e(v)}</td></tr>")
+    parts.append("</table><table>")
+    parts += [f"<tr><td>{i}</td><td><code>{e(d)}</code></td></tr>" for i, d in enumerate(deltas)]
+    parts.append("</table><h2>Findings by signature</h2>")
+    groups: dict[str, list[RunRow]] = {}
+    for r in runs:
+        if r.signature and not r.cached_from:
+            groups.setdefault(str(r.signature), []).append(r)
+    for sig, rs in groups.items():
+        smallest = min(rs, key=lambda r: len(r.variant))
+        parts.append(f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
+                     f"{e(smallest.label)} (run {e(smallest.id)})</p>"
+                     f"<pre>{e(_excerpt(smallest))}</pre>")  # fmt: skip
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_private(store: Store, campaign_id: str, texts: dict[str, str]) -> list[Path]:
+    """Write `results/reports/<campaign><suffix>` files atomically, readable by the owner."""
+    out_dir = store.root / "reports"
+    out_dir.mkdir(exist_ok=True, mode=0o700)
+    paths = []
+    for suffix, text in texts.items():
+        path = out_dir / f"{campaign_id}{suffix}"
+        tmp = path.with_suffix(suffix + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def write_reports(store: Store, campaign_id: str) -> list[Path]:
+    camp = store.campaign(campaign_id)
+    runs = store.runs(camp.id)
+    envs = store.campaign_environments(camp.id)
+    return write_private(store, camp.id, {".md": markdown(camp, runs, envs),
+                                          ".html": html_page(camp, runs, envs)})  # fmt: skip

@@ -1,0 +1,145 @@
+"""Signature versions in the results store: old runs re-signed when the classifier changes.
+
+A signature is only comparable with signatures of the same classifier version
+(`orchestrator.diagnosis.classify.SIGNATURE_VERSION`). The store keeps, additively:
+
+- `runs.signature_version` (NULL for runs recorded before versions existed: version 1);
+- `signature_history(run, version, signature)`: what a run was called before;
+- `meta['signature_version']`: the version every run in the store has been brought to.
+
+On opening a store whose version is older, every run with a signature is re-signed from
+its stored log tail (`classify.resign`), its old signature kept in the history, and each
+campaign's target (and the signatures quoted in its answer) moved to the new name of the
+same runs, so a campaign resumes against targets its new runs can match, and
+`orchestrator classify` finds old runs under the new signature. The upgrade runs once,
+inside one write transaction (a second process opening the store waits, then sees it done).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.diagnosis.classify import SIGNATURE_VERSION, resign
+from orchestrator.diagnosis.verdicts import Signature
+
+if TYPE_CHECKING:
+    from orchestrator.results.store import RunRow, Store
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS signature_history (
+    run TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    signature TEXT,
+    PRIMARY KEY (run, version)
+);
+"""
+
+
+def _ensure_schema(db: sqlite3.Connection) -> None:
+    db.executescript(_TABLES)
+    columns = {r[1] for r in db.execute("PRAGMA table_info(runs)").fetchall()}
+    if "signature_version" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN signature_version INTEGER")
+
+
+def stored_version(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT value FROM meta WHERE key='signature_version'").fetchone()
+    return int(row[0]) if row is not None else 1
+
+
+def stamp(db: sqlite3.Connection, run_id: str) -> None:
+    """Mark a run just recorded as signed by this classifier version."""
+    db.execute("UPDATE runs SET signature_version=? WHERE id=?", (SIGNATURE_VERSION, run_id))
+
+
+def _read_tail(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _swap(obj: Any, names: dict[str, str]) -> Any:
+    """`obj` (a campaign's answer) with every string naming an old signature renamed."""
+    if isinstance(obj, str):
+        return names.get(obj, obj)
+    if isinstance(obj, list):
+        return [_swap(v, names) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _swap(v, names) for k, v in obj.items()}
+    return obj
+
+
+def upgrade(store: Store) -> int:
+    """Bring every run of `store` to this classifier version; the number re-signed."""
+    db = store.db
+    _ensure_schema(db)
+    if stored_version(db) >= SIGNATURE_VERSION:
+        return 0
+    changed = 0
+    with store._tx():
+        if stored_version(db) >= SIGNATURE_VERSION:  # another process did it meanwhile
+            return 0
+        renamed: dict[str, dict[str, str]] = {}  # campaign -> old key -> new key
+        rows = db.execute(
+            "SELECT id, campaign, signature, signature_version, log_path FROM runs "
+            "WHERE signature_version IS NULL OR signature_version < ?", (SIGNATURE_VERSION,)
+        ).fetchall()
+        for r in rows:
+            old = Signature.from_key(r["signature"]) if r["signature"] else None
+            new = resign(old, _read_tail(r["log_path"]))
+            version = r["signature_version"] or 1
+            if old is not None:
+                db.execute("INSERT OR REPLACE INTO signature_history VALUES (?,?,?)",
+                           (r["id"], version, old.key()))  # fmt: skip
+                renamed.setdefault(r["campaign"], {}).setdefault(
+                    old.key(), new.key() if new else old.key())
+            db.execute("UPDATE runs SET signature=?, signature_version=? WHERE id=?",
+                       (new.key() if new else None, SIGNATURE_VERSION, r["id"]))  # fmt: skip
+            changed += old != new
+        for cid, names in renamed.items():
+            camp = db.execute("SELECT target, answer FROM campaigns WHERE id=?",
+                              (cid,)).fetchone()  # fmt: skip
+            if camp is None:
+                continue
+            target = names.get(camp["target"], camp["target"]) if camp["target"] else None
+            # answers quote signatures in their display form (`phase: class: message`)
+            shown = {str(Signature.from_key(o)): str(Signature.from_key(n))
+                     for o, n in names.items()}  # fmt: skip
+            answer = camp["answer"]
+            if answer:
+                answer = json.dumps(_swap(json.loads(answer), shown | names))
+            db.execute("UPDATE campaigns SET target=?, answer=? WHERE id=?",
+                       (target, answer, cid))  # fmt: skip
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('signature_version', ?)",
+                   (str(SIGNATURE_VERSION),))  # fmt: skip
+    return changed
+
+
+def runs_with_signature(store: Store, signature: Signature) -> list[RunRow]:
+    """Recorded runs with `signature` as this classifier names them.
+
+    A store opened read-only cannot be upgraded; when it is older, its runs are re-signed
+    in memory from their log tails (nothing is written), so old runs are still found.
+    """
+    from orchestrator.results.store import _run
+
+    if stored_version(store.db) >= SIGNATURE_VERSION:
+        return store.runs_with_signature(signature)
+    rows = store.db.execute(
+        "SELECT * FROM runs WHERE signature IS NOT NULL AND cached_from IS NULL ORDER BY started"
+    ).fetchall()
+    found = []
+    for r in rows:
+        run = _run(r)
+        if resign(run.signature, _read_tail(run.log_path)) == signature:
+            found.append(run)
+    return found
+
+
+__all__ = ["runs_with_signature", "stamp", "stored_version", "upgrade"]

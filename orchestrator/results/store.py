@@ -1,0 +1,573 @@
+"""The results store: campaigns and runs in SQLite (WAL) under `results/`, plus each run's
+log tail as a plain file beside the database (for grep).
+
+Writes are atomic: a run's log file is written to a temporary name and renamed, then its
+row is inserted in one transaction, before the next run starts. The store serves resume
+(a campaign's own runs), the cache (a verdict for the same config on the same host class)
+and rerun (the exact recorded config). Files are created private (mode 0600, dir 0700).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.secrets import Redactor
+from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.errors import StoreError
+from orchestrator.execution.environment import HostEnvironment
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS campaigns (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    command TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    target TEXT,
+    answer TEXT
+);
+CREATE INDEX IF NOT EXISTS campaigns_key ON campaigns(key, status);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    campaign TEXT NOT NULL REFERENCES campaigns(id),
+    seq INTEGER NOT NULL,
+    variant TEXT NOT NULL,
+    label TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    host TEXT NOT NULL,
+    host_class TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    config TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    env TEXT NOT NULL,
+    rendered TEXT,
+    verdict TEXT NOT NULL,
+    signature TEXT,
+    started REAL NOT NULL,
+    duration REAL NOT NULL,
+    phase_times TEXT NOT NULL,
+    last_phase TEXT,
+    probe_metric REAL,
+    detail TEXT NOT NULL,
+    log_path TEXT,
+    cached_from TEXT,
+    UNIQUE (campaign, seq)
+);
+CREATE INDEX IF NOT EXISTS runs_cache ON runs(fingerprint, host_class, verdict);
+CREATE INDEX IF NOT EXISTS runs_signature ON runs(signature);
+-- What a run did on its host (systemd: drop-in path, ExecStart read back, InvocationID,
+-- journalctl command), as JSON; added later, so created here on open of older databases.
+CREATE TABLE IF NOT EXISTS run_host (
+    run_id TEXT PRIMARY KEY REFERENCES runs(id),
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS environments (digest TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
+
+#: columns added after the first schema, with the statement that adds each (migrated on open)
+_ADDED_COLUMNS = {
+    ("runs", "env_digest"): "ALTER TABLE runs ADD COLUMN env_digest TEXT",
+}
+
+
+@dataclass(frozen=True)
+class CampaignRow:
+    id: str
+    kind: str
+    key: str
+    created: float
+    updated: float
+    status: str
+    command: str
+    spec: dict[str, Any]
+    target: Signature | None
+    answer: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    campaign: str
+    seq: int
+    variant: tuple[int, ...]
+    label: str
+    purpose: str
+    host: str
+    host_class: str
+    fingerprint: str
+    config: dict[str, Any]
+    argv: list[str]
+    env: dict[str, str]
+    rendered: str | None
+    verdict: Verdict
+    signature: Signature | None
+    started: float
+    duration: float
+    phase_times: dict[str, float]
+    last_phase: str | None
+    probe_metric: float | None
+    detail: str
+    log_path: str | None
+    cached_from: str | None
+    #: the host's environment when the run started (see `Store.environment`)
+    env_digest: str | None = None
+
+    def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
+        """The recorded config; `resolve_secrets` puts redacted secrets back from the
+        environment (needed to run it again)."""
+        return Experiment.from_dict(self.config, source=f"run {self.id}",
+                                    resolve_secrets=resolve_secrets)  # fmt: skip
+
+    def log_tail(self) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            return Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class EnvironmentSeen:
+    """One environment of one host in a campaign, and the runs that saw it."""
+
+    host: str
+    digest: str
+    env: HostEnvironment
+    runs: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "digest": self.digest, "first_run": self.runs[0],
+                "runs": len(self.runs), **self.env.to_dict()}  # fmt: skip
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("ORCH_RESULTS", "results"))
+
+
+class Store:
+    def __init__(self, root: str | Path | None = None, *, readonly: bool = False) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.db_path = self.root / "orchestrator.db"
+        self.logs = self.root / "logs"
+        #: every secret value seen so far is replaced by a marker before anything is written
+        self._secrets: dict[str, str] = {}
+        self.redact = Redactor()
+        #: campaign -> the last run sequence number handed out by reserve_run_id
+        self._reserved: dict[str, int] = {}
+        self.readonly = readonly
+        if readonly:
+            self._open_readonly()
+            return
+        self._check_writable()
+        try:
+            # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
+            # creates the database file's mode, so a database created by connect() (umask
+            # mode, chmod-ed later) would leave a world-readable WAL holding every new row.
+            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            pass  # connect() below reports an unusable database with the store's message
+        try:
+            self.db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_SCHEMA)
+            self._migrate()
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self._upgrade_signatures()
+            self.db.execute("SELECT count(*) FROM runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            # Closed, or the half-open connection keeps a lock and the next Store of this
+            # process (the user moved the broken file aside) reports "database is locked".
+            db = getattr(self, "db", None)
+            if db is not None:
+                db.close()
+            if isinstance(exc, sqlite3.OperationalError) and (
+                "full" in str(exc) or "readonly" in str(exc)
+            ):
+                # Past the write probe, yet no room (or no right) for the database: the
+                # directory is the problem, not a damaged file to move aside.
+                raise StoreError(
+                    f"cannot write results to {self.root}: {exc}",
+                    hint="free some space or make the directory writable, or choose another "
+                    "with --results DIR (or ORCH_RESULTS)",
+                ) from exc
+            raise self._unreadable(exc) from exc
+        try:
+            os.chmod(self.db_path, 0o600)
+        except OSError:
+            pass
+
+    def _migrate(self) -> None:
+        """Add the columns a database created by an older version lacks."""
+        for (table, column), statement in _ADDED_COLUMNS.items():
+            have = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                try:
+                    self.db.execute(statement)
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process added it first
+                        raise
+
+    def _unreadable(self, exc: Exception | None) -> StoreError:
+        return StoreError(
+            f"the results database {self.db_path} is unreadable: {exc}",
+            hint=f"move it aside (mv {self.db_path} {self.db_path}.broken) to start a new "
+            "one; the plain log files under logs/ are kept",
+        )
+
+    def _open_readonly(self) -> None:
+        """For commands that only read (runs, show, classify): nothing is created, and a
+        results directory on a read-only mount works."""
+        if not self.db_path.is_file():
+            raise StoreError(f"no results in {self.root} (no {self.db_path.name} there)",
+                             hint="pass the results directory of your campaigns with "
+                             "--results DIR (or ORCH_RESULTS)")  # fmt: skip
+        uri = self.db_path.resolve().as_uri()
+        last: Exception | None = None
+        # mode=ro needs the WAL's -shm file to exist or be creatable; on a read-only mount
+        # nobody writes the database, so it can be read as immutable instead.
+        for query in ("mode=ro", "immutable=1"):
+            try:
+                self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=30,
+                                          isolation_level=None)  # fmt: skip
+                self.db.row_factory = sqlite3.Row
+                self.db.execute("SELECT count(*) FROM runs").fetchone()
+                return
+            except sqlite3.DatabaseError as exc:
+                last = exc
+                self.db.close()
+        raise self._unreadable(last)
+
+    def _check_writable(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.logs.mkdir(exist_ok=True, mode=0o700)
+            probe = self.root / f".write-test-{os.getpid()}"
+            with open(probe, "wb") as fh:
+                fh.write(b"x" * 65536)  # a full disk shows here, before any host is touched
+                fh.flush()
+                os.fsync(fh.fileno())
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write results to {self.root}: {exc.strerror or exc}",
+                hint="free some space or make the directory writable, or choose another "
+                "with --results DIR (or ORCH_RESULTS)",
+            ) from exc
+
+    def add_secrets(self, secrets: dict[str, str]) -> None:
+        if any(self._secrets.get(k) != v for k, v in secrets.items()):
+            self._secrets.update(secrets)
+            self.redact = Redactor(self._secrets)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"cannot write to {self.db_path}: {exc}",
+                hint="is the disk full or the directory read-only?",
+            ) from exc
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- campaigns
+    def create_campaign(self, *, kind: str, key: str, command: str, spec: dict[str, Any]) -> str:
+        for _ in range(20):
+            cid = secrets.token_hex(3)
+            if self.db.execute("SELECT 1 FROM campaigns WHERE id=?", (cid,)).fetchone() is None:
+                break
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO campaigns (id, kind, key, created, updated, status, command, spec)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (cid, kind, key, now, now, "running", self.redact.text(command),
+                 json.dumps(self.redact.obj(spec))),
+            )
+        return cid
+
+    def find_resumable(self, key: str) -> str | None:
+        row = self.db.execute(
+            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted') "
+            "ORDER BY created DESC LIMIT 1",
+            (key,),
+        ).fetchone()
+        return row["id"] if row else None
+
+    def latest_campaign(self, key: str, before: float | None = None) -> CampaignRow | None:
+        """The newest campaign with this key (created before `before`), whatever its status."""
+        row = self.db.execute(
+            "SELECT * FROM campaigns WHERE key=? AND created < ? ORDER BY created DESC LIMIT 1",
+            (key, float("inf") if before is None else before),
+        ).fetchone()
+        return _campaign(row) if row else None
+
+    def update_campaign(self, cid: str, **fields: Any) -> None:
+        cols, vals = [], []
+        for k, v in fields.items():
+            if k in ("spec", "answer") and v is not None:
+                v = json.dumps(self.redact.obj(v))
+            if k == "target" and isinstance(v, Signature):
+                v = v.key()
+            cols.append(f"{k}=?")
+            vals.append(v)
+        cols.append("updated=?")
+        vals.append(time.time())
+        with self._tx() as db:
+            db.execute(f"UPDATE campaigns SET {', '.join(cols)} WHERE id=?", (*vals, cid))
+
+    def campaign(self, cid: str) -> CampaignRow:
+        """A campaign by id, or by a prefix of its id that names only one."""
+        from orchestrator.errors import UsageError
+
+        row = self.db.execute("SELECT * FROM campaigns WHERE id=?", (cid,)).fetchone()
+        if row is None and cid:
+            # literal prefix: substr, not LIKE (where % and _ match anything)
+            rows = self.db.execute(
+                "SELECT * FROM campaigns WHERE substr(id, 1, ?) = ? ORDER BY created DESC",
+                (len(cid), cid)).fetchall()  # fmt: skip
+            if len(rows) > 1:
+                raise UsageError(f"ambiguous prefix '{cid}': "
+                                 + ", ".join(r["id"] for r in rows[:10]),
+                                 hint="give more of the campaign id")  # fmt: skip
+            row = rows[0] if rows else None
+        if row is None:
+            raise UsageError(f"no campaign '{cid}' in {self.db_path}",
+                             hint="`orchestrator runs --campaigns` lists them")  # fmt: skip
+        return _campaign(row)
+
+    def campaigns(self, limit: int = 50) -> list[CampaignRow]:
+        rows = self.db.execute(
+            "SELECT * FROM campaigns ORDER BY created DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [_campaign(r) for r in rows]
+
+    # ---- runs
+    def next_seq(self, cid: str) -> int:
+        row = self.db.execute("SELECT max(seq) AS m FROM runs WHERE campaign=?", (cid,)).fetchone()
+        return (row["m"] or 0) + 1
+
+    def reserve_run_id(self, cid: str) -> str:
+        """The id the next run of this campaign is stored under, handed out when the run
+        starts: runs on a pool finish in any order, and the id announced live must be the
+        stored one. A run that never records (cancelled) leaves its number unused."""
+        seq = max(self.next_seq(cid), self._reserved.get(cid, 0) + 1)
+        self._reserved[cid] = seq
+        return f"{cid}.{seq}"
+
+    def add_run(
+        self,
+        cid: str,
+        *,
+        variant: tuple[int, ...],
+        purpose: str,
+        result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
+        cached_from: str | None = None,
+        run_id: str | None = None,  # reserved with reserve_run_id when the run started
+    ) -> str:
+        exp: Experiment = result.experiment
+        self.add_secrets(exp.secrets())
+        red = self.redact
+        run_id = run_id or self.reserve_run_id(cid)
+        seq = int(run_id.rsplit(".", 1)[1])
+        log_path = None
+        if result.log_tail:
+            log_path = self.logs / f"{run_id}.log"
+            tmp = log_path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(red.text(result.log_tail) or "")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, log_path)
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (id, campaign, seq, variant, label, purpose, host, host_class,"
+                " fingerprint, config, argv, env, rendered, verdict, signature, started, duration,"
+                " phase_times, last_phase, probe_metric, detail, log_path, cached_from)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id, cid, seq, json.dumps(sorted(variant)), red.text(result.label), purpose,
+                    result.host, result.host_class, exp.fingerprint(),
+                    json.dumps(red.obj(exp.to_dict())), json.dumps(red.obj(exp.argv())),
+                    json.dumps(red.obj(exp.env_map())), red.text(result.rendered),
+                    result.verdict.value, result.signature.key() if result.signature else None,
+                    result.started_at, result.duration_s, json.dumps(dict(result.phase_times)),
+                    result.last_phase.value if result.last_phase else None, result.probe_metric,
+                    red.text(result.detail), str(log_path) if log_path else None, cached_from,
+                ),
+            )  # fmt: skip
+            record = getattr(result, "host_record", None)
+            if record and cached_from is None:
+                db.execute("INSERT INTO run_host (run_id, record) VALUES (?, ?)",
+                           (run_id, json.dumps(red.obj(record))))  # fmt: skip
+            self._record_environment(db, run_id, getattr(result, "environment", None),
+                                     cached_from)  # fmt: skip
+            self._stamp_signature_version(db, run_id)
+        return run_id
+
+    def host_record(self, run_id: str) -> dict[str, Any] | None:
+        """What the run did on its host (see executor.RunResult.host_record), or None."""
+        try:
+            row = self.db.execute("SELECT record FROM run_host WHERE run_id=?",
+                                  (run_id,)).fetchone()  # fmt: skip
+        except sqlite3.OperationalError:
+            # An older database opened read-only (`show`): nobody created the table yet.
+            return None
+        return json.loads(row["record"]) if row else None
+
+    # ---- environments
+    def _record_environment(self, db: sqlite3.Connection, run_id: str, env: Any,
+                            cached_from: str | None) -> None:  # fmt: skip
+        """The run's environment (deduplicated by digest); a cache hit keeps its source's."""
+        if env is not None:
+            digest = env.digest()
+            db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)",
+                       (digest, json.dumps(self.redact.obj(env.to_dict()), sort_keys=True)))
+            db.execute("UPDATE runs SET env_digest=? WHERE id=?", (digest, run_id))
+        elif cached_from is not None:
+            db.execute("UPDATE runs SET env_digest=(SELECT env_digest FROM runs WHERE id=?) "
+                       "WHERE id=?", (cached_from, run_id))  # fmt: skip
+
+    def environment(self, digest: str | None) -> HostEnvironment | None:
+        if not digest:
+            return None
+        try:
+            row = self.db.execute("SELECT data FROM environments WHERE digest=?",
+                                  (digest,)).fetchone()  # fmt: skip
+        except sqlite3.OperationalError:  # an older database opened read-only: no such table
+            return None
+        return HostEnvironment.from_dict(json.loads(row["data"])) if row else None
+
+    def campaign_environments(self, cid: str) -> list[EnvironmentSeen]:
+        """Each host's environments in the order the campaign's runs saw them: one entry per
+        host unless the environment changed during the campaign."""
+        seen: list[EnvironmentSeen] = []
+        for r in self.runs(cid):
+            if not r.env_digest:
+                continue
+            mine = [s for s in seen if s.host == r.host]
+            if mine and mine[-1].digest == r.env_digest:
+                mine[-1].runs.append(r.id)
+                continue
+            env = self.environment(r.env_digest)
+            if env is not None:
+                seen.append(EnvironmentSeen(r.host, r.env_digest, env, [r.id]))
+        return seen
+
+    def latest_env_digest(self, host: str) -> str | None:
+        """The environment the newest run on this host (any campaign) saw."""
+        row = self.db.execute(
+            "SELECT env_digest FROM runs WHERE host=? AND env_digest IS NOT NULL AND "
+            "cached_from IS NULL ORDER BY started DESC LIMIT 1", (host,)).fetchone()  # fmt: skip
+        return row["env_digest"] if row else None
+
+    def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:
+        if cid:
+            rows = self.db.execute("SELECT * FROM runs WHERE campaign=? ORDER BY seq", (cid,))
+        else:
+            rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
+        return [_run(r) for r in rows.fetchall()]
+
+    def run(self, run_id: str) -> RunRow:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            from orchestrator.errors import UsageError
+
+            raise UsageError(f"no run '{run_id}' in {self.db_path}",
+                             hint="`orchestrator runs` lists the runs")  # fmt: skip
+        return _run(row)
+
+    def cached(self, fingerprint: str, host_class: str,
+               env_digest: str | None = None) -> RunRow | None:  # fmt: skip
+        """The newest real (not itself cached) run of this config on this host class,
+        infra verdicts excluded: they say nothing about the config. With `env_digest`,
+        only a run in that environment (a verdict under another driver is no verdict)."""
+        env_clause = " AND env_digest=?" if env_digest else ""
+        row = self.db.execute(
+            "SELECT * FROM runs WHERE fingerprint=? AND host_class=? AND verdict != 'infra'"
+            f" AND cached_from IS NULL{env_clause} ORDER BY started DESC LIMIT 1",
+            (fingerprint, host_class, *([env_digest] if env_digest else [])),
+        ).fetchone()
+        return _run(row) if row else None
+
+    def runs_with_signature(self, signature: Signature) -> list[RunRow]:
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE signature=? AND cached_from IS NULL ORDER BY started",
+            (signature.key(),),
+        ).fetchall()
+        return [_run(r) for r in rows]
+
+
+    # ---- signature versions (see orchestrator.results.signatures)
+    def _upgrade_signatures(self) -> None:
+        from orchestrator.results.signatures import upgrade
+
+        upgrade(self)
+
+    def _stamp_signature_version(self, db: sqlite3.Connection, run_id: str) -> None:
+        from orchestrator.results.signatures import stamp
+
+        stamp(db, run_id)
+
+    def signature_history(self, run_id: str) -> list[tuple[int, Signature | None]]:
+        """The signatures a run had under older classifier versions, oldest first."""
+        rows = self.db.execute(
+            "SELECT version, signature FROM signature_history WHERE run=? ORDER BY version",
+            (run_id,),
+        ).fetchall()
+        return [(r["version"], Signature.from_key(r["signature"]) if r["signature"] else None)
+                for r in rows]  # fmt: skip
+
+
+def _campaign(r: sqlite3.Row) -> CampaignRow:
+    return CampaignRow(
+        id=r["id"], kind=r["kind"], key=r["key"], created=r["created"], updated=r["updated"],
+        status=r["status"], command=r["command"], spec=json.loads(r["spec"]),
+        target=Signature.from_key(r["target"]) if r["target"] else None,
+        answer=json.loads(r["answer"]) if r["answer"] else None,
+    )  # fmt: skip
+
+
+def _run(r: sqlite3.Row) -> RunRow:
+    return RunRow(
+        id=r["id"], campaign=r["campaign"], seq=r["seq"], variant=tuple(json.loads(r["variant"])),
+        label=r["label"], purpose=r["purpose"], host=r["host"], host_class=r["host_class"],
+        fingerprint=r["fingerprint"], config=json.loads(r["config"]), argv=json.loads(r["argv"]),
+        env=json.loads(r["env"]), rendered=r["rendered"], verdict=Verdict(r["verdict"]),
+        signature=Signature.from_key(r["signature"]) if r["signature"] else None,
+        started=r["started"], duration=r["duration"], phase_times=json.loads(r["phase_times"]),
+        last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
+        log_path=r["log_path"], cached_from=r["cached_from"],
+        env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
+    )  # fmt: skip
