@@ -28,7 +28,7 @@ class _Raw(BaseModel):
 
 
 class SlurmModel(_Raw):
-    """A Slurm cluster: each variant is one `sbatch` job (see orchestrator/slurm)."""
+    """A Slurm cluster: each variant is one `sbatch` job (see orchestrator/execution/slurm)."""
 
     partition: str
     gres: str | None = None  # e.g. gpu:8

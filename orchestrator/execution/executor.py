@@ -106,11 +106,11 @@ class Executor:
     """Runs variants of one service on one host. Use as a context manager.
 
     `Executor(host, ...)` for a host whose service manager is `slurm` gives the Slurm
-    executor (orchestrator.slurm.executor), which honours the same contract."""
+    executor (orchestrator.execution.slurm.executor), which honours the same contract."""
 
     def __new__(cls, host: Host, *args: object, **kwargs: object) -> Executor:
         if cls is Executor and host.service_manager == "slurm":
-            from orchestrator.slurm.executor import SlurmExecutor
+            from orchestrator.execution.slurm.executor import SlurmExecutor
 
             return super().__new__(SlurmExecutor)
         return super().__new__(cls)

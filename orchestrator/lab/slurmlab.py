@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InfraError
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.lab.sshd import free_port
-from orchestrator.localproc import pid_alive
 
 CLUSTER = "orchlab"
 PARTITION = "lab"

@@ -31,11 +31,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from orchestrator import environment as envfacts
-from orchestrator import preflight
-from orchestrator.classify import ProbeOutcome, RunEvidence, judge, last_phase, outside_cause
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
+from orchestrator.diagnosis.classify import (
+    ProbeOutcome,
+    RunEvidence,
+    judge,
+    last_phase,
+    outside_cause,
+)
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import InfraError, SchedulerError, TransportError
 from orchestrator.events import (
     Listener,
@@ -47,11 +52,18 @@ from orchestrator.events import (
     StepDone,
     null_listener,
 )
-from orchestrator.executor import LOG_TAIL_LINES, Executor, RunCancelled, RunResult, _order
-from orchestrator.slurm import facts, jobscript
-from orchestrator.slurm.jobscript import JobFiles
-from orchestrator.transport import Transport, connect
-from orchestrator.verdicts import Phase, Verdict
+from orchestrator.execution import environment as envfacts
+from orchestrator.execution import preflight
+from orchestrator.execution.executor import (
+    LOG_TAIL_LINES,
+    Executor,
+    RunCancelled,
+    RunResult,
+    _order,
+)
+from orchestrator.execution.slurm import facts, jobscript
+from orchestrator.execution.slurm.jobscript import JobFiles
+from orchestrator.execution.transport import Transport, connect
 
 #: this controller process, as job comments name it: a job of the campaign that names
 #: another controller was left by one that died (SIGKILL, lost laptop)

@@ -22,9 +22,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from orchestrator import environment as envfacts
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import SlurmOptions
+from orchestrator.execution import environment as envfacts
 
 #: name and comment of every job: `squeue --name` finds the campaign's jobs again after
 #: a controller died (the comment says which run and which controller)
