@@ -7,7 +7,7 @@ import argparse
 import yaml
 
 from orchestrator.cli.output import console, err_console
-from orchestrator.lab import hostctl, sdlab
+from orchestrator.lab import hostctl, sdlab, slurmlab
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "hosts.example.yaml). With --systemd: a Debian container booted with "
             "systemd-nspawn (systemd as PID 1, its own sshd and network namespace, "
             f"{sdlab.UNIT} running the simulated SGLang server; the `lab-systemd` entry). "
+            "With --slurm: a single-node Slurm cluster beside the lab sshd, its login node "
+            f"(the `{slurmlab.HOST_NAME}` entry). "
             "`up` writes the entries of what runs to .lab/hosts.yaml. "
             f"Environment: ORCH_LAB_PORT, ORCH_LAB_DIR, {sdlab.NAME_ENV}."
         ),
@@ -30,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--systemd", action="store_true",
                     help="a real systemd host (root and systemd-nspawn needed; the rootfs is "
                     "built and cached on first use: a few minutes, once)")
+    up.add_argument("--slurm", action="store_true",
+                    help="also a single-node Slurm cluster (slurmctld, slurmd, munge on a "
+                    "private socket; 8 placeholder GPUs) with the lab sshd as its login node: "
+                    f"the `{slurmlab.HOST_NAME}` entry")
     up.set_defaults(handler=_up)
     sub.add_parser("down", help="stop what `lab up` started (both kinds)").set_defaults(
         handler=_down)
@@ -82,9 +88,24 @@ def _up(args: argparse.Namespace) -> int:
         return _up_systemd()
     settings = hostctl.LabSettings.from_env()
     res = hostctl.up(settings)
+    cluster = slurmlab.lab_cluster(settings.state_dir)
+    cluster_started = cluster.start() if getattr(args, "slurm", False) else False
     sdlab.write_hosts_file(settings, sdlab.status(sdlab.SdLabSettings.from_env()))
     st = res.status
     out = console()
+    if getattr(args, "slurm", False):
+        what = "up" if cluster_started else "already up"
+        out.print(f"lab: {what}: Slurm cluster {slurmlab.CLUSTER} (slurmctld pid "
+                  f"{cluster.pid('slurmctld')}, slurmd pid {cluster.pid('slurmd')}, node "
+                  f"{cluster.node} {cluster.node_state()}, partition {slurmlab.PARTITION}, "
+                  f"{slurmlab.GPUS} GPUs); clients: SLURM_CONF={cluster.conf}", highlight=False)
+        text = yaml.safe_dump({slurmlab.HOST_NAME: slurmlab.hosts_entry(st.hosts_entry(),
+                                                                         cluster)},
+                              sort_keys=False)  # fmt: skip
+        out.print(f"  hosts.yaml entry (all entries of what runs: "
+                  f"{settings.state_dir / 'hosts.yaml'}):", highlight=False)
+        for line in text.splitlines():
+            out.print(f"    {line}", highlight=False, markup=False)
     if not st.sshd_installed:
         out.print(
             "lab: OpenSSH's sshd is not installed, so the lab host uses the local transport "
@@ -109,7 +130,14 @@ def _down(args: argparse.Namespace) -> int:
     sd_settings = sdlab.SdLabSettings.from_env()
     res = hostctl.down(settings)
     sd = sdlab.down(sd_settings)
+    cluster = slurmlab.lab_cluster(settings.state_dir)
+    stopped = cluster.stop()
+    if cluster.state_dir.exists():
+        cluster.remove()
     out = console()
+    if stopped:
+        out.print(f"lab: down: stopped the Slurm cluster ({', '.join(stopped)})",
+                  highlight=False)  # fmt: skip
     for note in res.notes:
         out.print(f"lab: {note}", highlight=False)
     if res.stopped_pid is not None:
@@ -120,7 +148,7 @@ def _down(args: argparse.Namespace) -> int:
                    f"cleaned up after systemd host {sd_settings.name}")  # fmt: skip
         out.print(f"lab: down: {stopped}; removed {', '.join(sd.removed) or 'its state'}",
                   highlight=False)  # fmt: skip
-    if res.stopped_pid is None and sd.stopped_pid is None and not sd.removed:
+    if res.stopped_pid is None and sd.stopped_pid is None and not sd.removed and not stopped:
         out.print("lab: already down: nothing to stop", highlight=False)
     return 0
 
@@ -139,6 +167,11 @@ def _status(args: argparse.Namespace) -> int:
     elif sd.leftovers:
         out.print(f"lab: systemd host {sd_settings.name} is down but left "
                   f"{', '.join(sd.leftovers)}; `orchestrator lab down` removes them",
+                  highlight=False)  # fmt: skip
+    cluster = slurmlab.lab_cluster(settings.state_dir)
+    if cluster.running():
+        out.print(f"lab: Slurm cluster {slurmlab.CLUSTER} up (node {cluster.node} "
+                  f"{cluster.node_state() or '?'}); clients: SLURM_CONF={cluster.conf}",
                   highlight=False)  # fmt: skip
     st = hostctl.status(settings)
     if not st.sshd_installed:

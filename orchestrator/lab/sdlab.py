@@ -329,13 +329,19 @@ def unit_health(st: SdLabStatus, *, wait: float = 0.0) -> dict[str, str]:
 
 
 def write_hosts_file(lab: LabSettings, st: SdLabStatus | None) -> Path:
-    """<state dir>/hosts.yaml with the entries of what runs now (`lab` and `lab-systemd`)."""
+    """<state dir>/hosts.yaml with the entries of what runs now (`lab`, `lab-systemd`,
+    `lab-slurm`)."""
     hosts: dict[str, object] = {}
     process = hostctl.status(lab)
     if process.running or not process.sshd_installed:
         hosts["lab"] = process.hosts_entry()
     if st is not None and st.running:
         hosts[HOST_NAME] = st.hosts_entry()
+    from orchestrator.lab import slurmlab
+
+    cluster = slurmlab.lab_cluster(lab.state_dir)
+    if "lab" in hosts and cluster.running():
+        hosts[slurmlab.HOST_NAME] = slurmlab.hosts_entry(process.hosts_entry(), cluster)
     path = lab.state_dir / "hosts.yaml"
     lab.state_dir.mkdir(parents=True, exist_ok=True)
     path.write_text("# Written by `orchestrator lab up`: the lab hosts that run now.\n"

@@ -234,6 +234,8 @@ class SlurmCluster:
     def stop(self) -> list[str]:
         """Stop our daemons (slurmd, slurmctld, munged). Returns what was stopped."""
         stopped = []
+        if self.pid("slurmctld") is not None:
+            self.cancel_all()
         for daemon in ("slurmd", "slurmctld", "munged"):
             pid = self.pid(daemon)
             if pid is None:
@@ -241,6 +243,22 @@ class SlurmCluster:
             _kill(pid)
             stopped.append(f"{daemon} (pid {pid})")
         return stopped
+
+    def jobs(self) -> list[str]:
+        """The ids of the jobs the cluster knows that have not ended."""
+        r = self.client("squeue", "-h", "-o", "%i", timeout=30)
+        return [w for w in r.stdout.split() if w.isdigit()] if r.returncode == 0 else []
+
+    def cancel_all(self, *, timeout: float = 30.0) -> None:
+        """Cancel every job and wait until the queue is empty: a job's processes outlive
+        slurmd (slurmstepd runs them), so they must end before the daemons do."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jobs = self.jobs()
+            if not jobs:
+                return
+            self.client("scancel", *jobs, timeout=30)
+            time.sleep(0.2)
 
     def remove(self) -> None:
         shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -291,3 +309,31 @@ def _tail(path: Path, lines: int = 5) -> str:
         return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+# ---- the lab's cluster (`orchestrator lab up --slurm`): beside the lab sshd, its login node
+HOST_NAME = "lab-slurm"
+RUN_DIR = "/tmp/orchestrator-lab-slurm"
+
+
+def lab_cluster(lab_state_dir: Path) -> SlurmCluster:
+    """The lab's cluster: its state lives in `<lab dir>/slurm` (.lab/slurm by default)."""
+    return SlurmCluster(lab_state_dir / "slurm")
+
+
+def slurm_section(cluster: SlurmCluster, *, gres: str = "gpu:2", max_jobs: int = 4,
+                  **extra: object) -> dict[str, object]:  # fmt: skip
+    """The `slurm:` mapping of a hosts.yaml entry for this cluster. All jobs share its one
+    node, so each gets a private network namespace (the lab servers all use one port)."""
+    return {"partition": PARTITION, "gres": gres, "max_jobs": max_jobs,
+            "conf": str(cluster.conf), "private_network": True, **extra}
+
+
+def hosts_entry(login: dict[str, object], cluster: SlurmCluster, *,
+                run_dir: str = RUN_DIR, **slurm: object) -> dict[str, object]:  # fmt: skip
+    """A `lab-slurm` hosts.yaml entry: the login node's entry (the lab sshd's) with the
+    Slurm backend on top."""
+    entry = dict(login)
+    entry.update({"service_manager": "slurm", "run_dir": run_dir, "labels": ["lab"],
+                  "class": HOST_NAME, "slurm": slurm_section(cluster, **slurm)})  # fmt: skip
+    return entry
