@@ -15,11 +15,13 @@ if _REPO not in sys.path:
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
 from tests.hosts.fixtures import sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
+from tests.hosts.slurm import slurm_cluster  # noqa: E402
 
-__all__ = ["net", "sd", "sd_box", "sshd", "sshd_server", "systemd_host", "systemd_hosts"]
+__all__ = ["net", "sd", "sd_box", "slurm_cluster", "sshd", "sshd_server", "systemd_host",
+           "systemd_hosts"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
-            "systemd_hosts": "systemd", "sd_box": "systemd"}
+            "systemd_hosts": "systemd", "sd_box": "systemd", "slurm_cluster": "slurm"}
 
 
 #: Tests that need no test host but start real processes (lab servers, the lab's own sshd,

@@ -36,6 +36,10 @@ def check_host(host: Host, t: Transport, *, unit: str | None = None) -> list[Che
     who = r.stdout.split()
     checks.append(Check("reachable", True, f"{host.describe()} as {who[0] if who else '?'}"
                         + ("" if host.is_local else "; host key verified")))  # fmt: skip
+    if host.service_manager == "slurm":  # a login node: the jobs' nodes are the scheduler's
+        from orchestrator.execution.slurm.check import slurm_checks
+
+        return checks + slurm_checks(host, t)
     if host.sudo:
         s = t.run("sudo -n true", timeout=30)
         checks.append(Check("sudo", s.ok, "sudo -n works" if s.ok else s.stderr.strip()[-200:],

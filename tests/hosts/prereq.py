@@ -51,3 +51,13 @@ def require_systemd_host() -> None:
     ):
         if not shutil.which(tool):
             unavailable(f"'{tool}' is not installed (Debian package {pkg}; run scripts/bootstrap)")
+
+
+def require_slurm() -> None:
+    """Debian's Slurm (slurmctld, slurmd, clients) and munge, for the lab cluster."""
+    from orchestrator.lab.slurmlab import PACKAGES, missing_programs
+
+    missing = missing_programs()
+    if missing:
+        unavailable(f"{', '.join(missing)} not installed (Debian packages {PACKAGES}; run "
+                    "scripts/bootstrap as root)")

@@ -1,0 +1,55 @@
+"""`hosts check` for a Slurm cluster: through its login node, can a campaign run there?
+
+sinfo answers; the partition exists and is up; the gres the jobs ask for is configured on
+its nodes; how many nodes are idle (or only partly used) now; the run directory is
+writable. Each check is one line with what to fix.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from orchestrator.config.hosts import Host
+from orchestrator.errors import OrchestratorError
+from orchestrator.execution.hostops import Check
+from orchestrator.execution.slurm.executor import check_cluster
+from orchestrator.execution.transport import Transport
+
+
+def slurm_checks(host: Host, t: Transport) -> list[Check]:
+    opts = host.slurm
+    assert opts is not None
+
+    def run(command: str, *, timeout: float = 60):  # noqa: ANN202
+        if opts.conf:
+            command = f"export SLURM_CONF={shlex.quote(opts.conf)}; {command}"
+        return t.run(command, timeout=timeout)
+
+    checks: list[Check] = []
+    v = run("sinfo --version", timeout=30)
+    if not v.ok:
+        return [Check("slurm", False, (v.stderr or v.stdout).strip()[-200:] or "sinfo failed",
+                      "install Slurm's clients on the login node, or set slurm.conf")]
+    checks.append(Check("slurm", True, f"{v.stdout.strip()}; sinfo answers"))
+    try:
+        part = check_cluster(host, run)
+    except OrchestratorError as exc:
+        name = "gres" if "gres" in str(exc) else "partition"
+        return [*checks, Check(name, False, str(exc), exc.hint)]
+    checks.append(Check("partition", part.available,
+                        f"{part.name}: {'up' if part.available else 'down'}, {part.nodes} "
+                        f"node(s)", None if part.available else "the partition is not up"))
+    if opts.gres:
+        checks.append(Check("gres", True, f"{opts.gres} requested; nodes offer "
+                            f"{', '.join(part.gres)}"))  # fmt: skip
+    usable = sum(n for s, n in part.states.items() if s in ("idle", "mix"))
+    states = ", ".join(f"{n} {s}" for s, n in sorted(part.states.items()))
+    checks.append(Check("idle nodes", usable > 0, f"{usable} of {part.nodes} can start jobs "
+                        f"now ({states})", None if usable else
+                        "jobs will wait in the queue until a node frees up"))  # fmt: skip
+    d = shlex.quote(host.run_dir or "")
+    w = t.run(f"mkdir -p {d} && test -w {d}", timeout=30)
+    checks.append(Check("run directory", w.ok, f"{host.run_dir} writable" if w.ok else
+                        (w.stderr.strip()[-200:] or "not writable"), None if w.ok else
+                        "set run_dir to a directory shared by the login node and the nodes"))
+    return checks

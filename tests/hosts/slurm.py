@@ -1,0 +1,67 @@
+"""The real Slurm test cluster: the lab's own single-node cluster (orchestrator.lab.slurmlab),
+started once per test session in a private directory named by the session's pid, reached
+through the session's sshd as its login node.
+
+A session killed before its teardown leaves daemons behind; the next session stops them
+(their pid files are in a directory named by a pid that no longer runs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.lab import slurmlab
+from orchestrator.lab.sshd import SshdEndpoint
+from tests.hosts.prereq import require_slurm
+
+PREFIX = "orch-slurm-"
+#: the lab server's startup, sped up for the tests (see orchestrator.lab.server)
+TIME_SCALE = "0.1"
+
+
+def _cleanup_stale() -> None:
+    for state in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        m = re.match(rf"{PREFIX}(\d+)-", state.name)
+        if not m or Path(f"/proc/{m.group(1)}").exists():
+            continue
+        slurmlab.SlurmCluster(state).stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[slurmlab.SlurmCluster]:
+    """slurmctld + slurmd + munged of this session, with 8 placeholder GPUs; every job is
+    cancelled and every daemon stopped at the end."""
+    require_slurm()
+    _cleanup_stale()
+    state = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    cluster = slurmlab.SlurmCluster(state)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def slurm_hosts_file(sshd: SshdEndpoint, cluster: slurmlab.SlurmCluster, tmp: Path,
+                     **slurm: object) -> Path:  # fmt: skip
+    """A hosts.yaml whose `lab-slurm` is the cluster behind the session's sshd (the login
+    node), and whose `lab` is the same sshd as a process host; `slurm` overrides options."""
+    login = sshd.hosts_entry(env={"ORCH_LAB_TIME_SCALE": TIME_SCALE})
+    entry = slurmlab.hosts_entry({k: v for k, v in login.items() if k != "service_manager"},
+                                 cluster, run_dir=str(tmp / "jobs"), **slurm)  # fmt: skip
+    path = tmp / "hosts.yaml"
+    path.write_text(yaml.safe_dump({"hosts": {
+        "lab-slurm": entry,
+        "lab": {**login, "run_dir": str(tmp / "run")},
+    }}, sort_keys=False))  # fmt: skip
+    return path
