@@ -356,6 +356,12 @@ class SlurmExecutor(Executor):
                 ran["pending_s"] = now - t_submit
                 self.emit(Polled(host=self.host.name, state=f"pending ({state.reason or '...'})",
                                  elapsed_s=0.0))  # fmt: skip
+                if state.reason.replace(" ", "_") in facts.NEVER:
+                    self._slurm(f"scancel {job}", timeout=60)
+                    raise SchedulerError(
+                        f"{self.host.describe()}: job {job} can never start as asked "
+                        f"(Slurm: {state.reason})",
+                        hint="check the slurm: options of this host in the hosts file")
                 if ran["pending_s"] > self.opts.pending_timeout:
                     self._slurm(f"scancel {job}", timeout=60)
                     raise InfraError(f"job {job} still pending after "

@@ -22,6 +22,10 @@ INFRA = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REVOKED", "SPECIAL_EX
 #: the job script ran to its end (or was stopped): its result file tells what happened
 RAN = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
 
+#: pending reasons that mean the job can never start as asked: our error, not a wait
+NEVER = frozenset({"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                   "InvalidAccount", "InvalidQOS", "PartitionConfig"})  # fmt: skip
+
 SCTL_MARK = "@@SCTL"
 RESULT_MARK = "@@RESULT"
 LOG_MARK = "@@LOG"
