@@ -289,7 +289,7 @@ class SlurmExecutor(Executor):
             polls=int(ran.get("polls", 0)),
             ready_s=ready_s,
             host_record=record,
-            environment=envfacts.parse(env_text) if env_text.strip() else None,
+            environment=envfacts.parse(env_text) if _complete(env_text, verdict) else None,
         )
 
     def _step(self, step: str, detail: str) -> None:
@@ -405,6 +405,12 @@ class SlurmExecutor(Executor):
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
         return {"result": parts.get("", ""), "log": parts.get(facts.LOG_MARK, ""),
                 "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
+
+
+def _complete(env_text: str, verdict: Verdict) -> bool:
+    """Whether the node's environment was read to its end (a job killed during the read,
+    by a node failure say, leaves half of it: that is no change of the environment)."""
+    return verdict is not Verdict.INFRA and envfacts.PY_MARK in env_text
 
 
 def _num(text: str | None) -> float | None:

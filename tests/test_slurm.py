@@ -1,0 +1,390 @@
+"""The Slurm backend against a real Slurm 22.05 cluster (tests/hosts/slurm.py: slurmctld,
+slurmd and munged of this session, 8 placeholder GPUs), reached through the session's
+sshd as its login node.
+
+The b300 bisection on the cluster gives the answer and findings of the process host with
+several jobs at once; a sweep runs there, with variants that time out; a job killed by
+its time limit is `timeout`; a node that goes down mid-campaign costs `infra` runs that
+are retried, and the answer stays; Ctrl-C with jobs pending and running leaves no job in
+the queue; a controller killed with SIGKILL leaves jobs that the resume cancels; bad
+cluster options get one line of ours (exit 3), never a Slurm traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.campaign.sweep import SweepCampaign, load_sweep
+from orchestrator.config.experiment import load_experiment
+from orchestrator.config.hosts import load_inventory
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.events import Event, StepDone
+from orchestrator.execution.executor import Executor, RunResult
+from orchestrator.execution.slurm.jobscript import JOB_PREFIX
+from orchestrator.lab.slurmlab import SlurmCluster
+from orchestrator.lab.sshd import SshdEndpoint, free_port
+from orchestrator.results.store import Store
+from tests.campaign_lab import (
+    LAB,
+    check_b300_answer,
+    cli,
+    popen_cli,
+    read_runs,
+    recorded_b300,
+    stop_child,
+)
+from tests.hosts.slurm import slurm_hosts_file
+
+GOOD = LAB / "b300" / "good.yaml"
+BAD = LAB / "b300" / "bad.yaml"
+
+
+def _queue(cluster: SlurmCluster) -> list[tuple[str, str, str]]:
+    """(job id, state, name) of every job of ours the cluster has not finished."""
+    r = cluster.client("squeue", "-h", "-o", "%i|%T|%j")
+    assert r.returncode == 0, r.stderr
+    rows = [tuple(line.split("|")) for line in r.stdout.splitlines() if line.strip()]
+    return [row for row in rows if row[2].startswith(JOB_PREFIX)]  # type: ignore[misc]
+
+
+def _wait_queue_empty(cluster: SlurmCluster, timeout: float = 30) -> list[tuple[str, str, str]]:
+    deadline = time.monotonic() + timeout
+    left = _queue(cluster)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _queue(cluster)
+    return left
+
+
+def _same_answer(slurm: dict, lab: dict) -> None:
+    """The two campaigns name the same target, culprit sets, cleared flags and findings."""
+    assert slurm["status"] == lab["status"] == "found"
+    assert slurm["target"] == lab["target"]
+    assert sorted(sorted(c["flags"]) for c in slurm["culprits"]) == \
+        sorted(sorted(c["flags"]) for c in lab["culprits"])  # fmt: skip
+    assert sorted((f["signature"], f["variant"]) for f in slurm["findings"]) == \
+        sorted((f["signature"], f["variant"]) for f in lab["findings"])  # fmt: skip
+    assert sorted(slurm["deltas"]) == sorted(lab["deltas"])
+
+
+def _most_at_once(results: Path, campaign: str) -> int:
+    """The most runs of the campaign whose servers ran at the same time."""
+    runs = [r for r in read_runs(results, campaign) if r.cached_from is None]
+    edges = sorted([(r.started, 1) for r in runs] + [(r.started + r.duration, -1) for r in runs])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.fixture(scope="module")
+def hosts(sshd: SshdEndpoint, slurm_cluster: SlurmCluster,
+          tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
+    """lab-slurm: the cluster behind the sshd (gpu:2 per job, 4 jobs at once)."""
+    return slurm_hosts_file(sshd, slurm_cluster, tmp_path_factory.mktemp("slurm"))
+
+
+def _hang_scenario(tmp: Path) -> Path:
+    """The b300 scenario plus a rule that hangs in CUDA-graph capture at batch size 512."""
+    scen = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
+    scen["faults"].insert(0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
+                              "effect": "hang"})  # fmt: skip
+    path = tmp / "b300-hang.yaml"
+    path.write_text(yaml.safe_dump(scen, sort_keys=False))
+    return path
+
+
+def _hang_config(tmp: Path, *, health_timeout: str) -> Path:
+    path = tmp / f"hang-{health_timeout}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "b300-hang", "extends": str(GOOD),
+        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario "
+                            f"{_hang_scenario(tmp)}"},
+        "health": {"timeout": health_timeout},
+    }, sort_keys=False))  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def time_limited(sshd: SshdEndpoint, slurm_cluster: SlurmCluster,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:  # fmt: skip
+    """A run whose server hangs, as a job with a 1-minute time limit and a health deadline
+    far beyond it. Slurm enforces time limits in whole minutes, checked every half minute:
+    it runs beside the module's other tests and is judged by the last one."""
+    tmp = tmp_path_factory.mktemp("time-limit")
+    hosts = slurm_hosts_file(sshd, slurm_cluster, tmp, time="1", gres=None, max_jobs=1)
+    host = load_inventory(hosts).host("lab-slurm")
+    exp = load_experiment(_hang_config(tmp, health_timeout="10m"))
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            with Executor(host, service="b300-hang", campaign="timelimit") as ex:
+                # against a bisection's target (another failure), a hang is `timeout`
+                out["result"] = ex.run(exp, run_id="timelimit.1", label="hangs", target=Signature(
+                    Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED"))
+        except BaseException as exc:  # noqa: BLE001 (the test reports it)
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    out["thread"] = thread
+    yield out
+    thread.join(timeout=150)
+
+
+def test_bisect_on_slurm_gives_the_lab_hosts_answer(
+    sshd: SshdEndpoint, hosts: Path, tmp_path: Path, time_limited: dict,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:  # fmt: skip
+    lab = recorded_b300(sshd, tmp_path_factory.getbasetemp())
+    results = tmp_path / "results"
+    res = cli("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts", hosts,
+              "--results", results, "--json", timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    answer = json.loads(res.stdout)
+    _same_answer(answer, lab.outcome)
+    check_b300_answer(answer, results)
+    runs = read_runs(results, answer["campaign"])
+    assert {r.host for r in runs} == {"lab-slurm"}
+    # each run was a job of its own; up to 4 ran at once, and more than one did
+    store = Store(results)
+    try:
+        jobs = {store.host_record(r.id)["job"] for r in runs}  # type: ignore[index]
+    finally:
+        store.close()
+    assert len(jobs) == len(runs)
+    assert 2 <= _most_at_once(results, answer["campaign"]) <= 4
+    # the job script holds the variant's argv, quoted, and the environment read on the node
+    bad = next(r for r in runs if r.variant == (0, 1, 2))
+    assert "--ep-size 8 --enable-nccl-nvls" in (bad.rendered or "")
+    assert bad.env_digest is not None
+
+
+def test_a_sweep_runs_on_slurm_and_a_hang_is_a_timeout(hosts: Path, tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "name": "b300-sweep-base", "extends": str(_hang_config(tmp_path, health_timeout="3s")),
+    }))  # fmt: skip
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(yaml.safe_dump({
+        "name": "slurm-sweep", "base": str(base),
+        "matrix": {"cuda-graph-max-bs": [128, 256, 512], "max-running-requests": [128, 256]},
+    }))  # fmt: skip
+    store = Store(tmp_path / "results")
+    try:
+        host = load_inventory(hosts).resolve("lab-slurm")
+        outcome = SweepCampaign(store, load_sweep(sweep_file), host).run()
+        assert outcome.status == "done", outcome.message
+        runs = store.runs(outcome.campaign_id)
+    finally:
+        store.close()
+    assert len(runs) == 6
+    by_bs = {(r.config["service"]["flags"]["cuda-graph-max-bs"],
+              r.config["service"]["flags"]["max-running-requests"]): r for r in runs}  # fmt: skip
+    for (bs, _mrr), r in by_bs.items():
+        if bs == 512:  # a sweep has no target failure: a hang is its failure, as anywhere
+            assert r.verdict is Verdict.FAIL, (r.verdict, r.detail)
+            assert r.signature is not None and r.signature.error_class == "hang"
+            assert r.signature.phase is Phase.CUDA_GRAPH
+            assert "not ready after 3s; last phase: cuda_graph" in r.detail
+        else:
+            assert r.verdict is Verdict.PASS, (r.verdict, r.detail, r.log_tail())
+    assert len({r.host for r in runs}) == 1
+
+
+def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
+    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The node is drained and goes down while jobs run (their state: NODE_FAIL), then
+    comes back; those runs are `infra`, run again, and the answer is the lab's."""
+    from orchestrator.campaign.bisect import Bisection
+    from orchestrator.campaign.planning import make_plan
+
+    node = slurm_cluster.node
+    started = []
+    downed = threading.Event()
+
+    def listener(event: Event) -> None:
+        if isinstance(event, StepDone) and event.step == "started":
+            started.append(event.detail)
+            if len(started) == 3 and not downed.is_set():
+                downed.set()
+                for state in ("DRAIN", "DOWN"):
+                    slurm_cluster.client("scontrol", "update", f"NodeName={node}",
+                                         f"State={state}", "Reason=test")  # fmt: skip
+                threading.Timer(2.0, lambda: slurm_cluster.client(
+                    "scontrol", "update", f"NodeName={node}", "State=RESUME")).start()
+
+    store = Store(tmp_path / "results")
+    try:
+        plan = make_plan(str(GOOD), str(BAD), "auto")
+        outcome = Bisection(store, plan, load_inventory(hosts).resolve("lab-slurm"),
+                            listener=listener).run()  # fmt: skip
+        runs = store.runs(outcome.campaign_id)
+    finally:
+        store.close()
+        slurm_cluster.client("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    assert downed.is_set()
+    assert outcome.status == "found", outcome.message
+    [culprit] = outcome.culprits
+    assert sorted(culprit["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
+    [finding] = outcome.findings
+    assert str(finding.signature).startswith("init: AttributeError")
+    infra = [r for r in runs if r.verdict is Verdict.INFRA]
+    assert infra, [(r.id, r.verdict, r.detail) for r in runs]
+    assert all("node fail" in r.detail for r in infra), [r.detail for r in infra]
+    # every variant that met the node failure ran again and got a verdict
+    judged = {r.variant for r in runs if r.verdict is not Verdict.INFRA}
+    assert {r.variant for r in infra} <= judged
+
+
+def test_ctrl_c_with_jobs_pending_and_running_leaves_no_job(
+    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    # gpu:8 per job and 2 at once: one job runs, the other waits for the GPUs
+    hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, gres="gpu:8", max_jobs=2)
+    data = yaml.safe_load(hosts.read_text())
+    data["hosts"]["lab-slurm"]["env"]["ORCH_LAB_TIME_SCALE"] = "3"  # slow enough to catch
+    hosts.write_text(yaml.safe_dump(data))
+    child = popen_cli("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts",
+                      hosts, "--results", tmp_path / "results", log=tmp_path / "out.log")
+    try:
+        deadline = time.monotonic() + 60
+        states: set[str] = set()
+        while time.monotonic() < deadline and not {"RUNNING", "PENDING"} <= states:
+            states = {s for _, s, _ in _queue(slurm_cluster)}
+            time.sleep(0.1)
+        assert {"RUNNING", "PENDING"} <= states, states
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=60)
+    finally:
+        stop_child(child)
+    out = (tmp_path / "out.log").read_text()
+    assert code == 130, out[-3000:]
+    assert "resume with: orchestrator bisect --resume" in out
+    assert _queue(slurm_cluster) == []  # cancelled before the controller exited
+
+
+def test_resume_after_sigkill_cancels_the_orphaned_jobs_and_answers(
+    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    data = yaml.safe_load(hosts.read_text())
+    data["hosts"]["lab-slurm"]["env"]["ORCH_LAB_TIME_SCALE"] = "3"
+    slow = tmp_path / "hosts.yaml"
+    slow.write_text(yaml.safe_dump(data))
+    args = ("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts", slow,
+            "--results", tmp_path / "results")  # fmt: skip
+    child = popen_cli(*args, log=tmp_path / "killed.log")
+    try:
+        deadline = time.monotonic() + 60
+        running: list[tuple[str, str, str]] = []
+        while time.monotonic() < deadline and not running:
+            running = [j for j in _queue(slurm_cluster) if j[1] == "RUNNING"]
+            time.sleep(0.1)
+        assert running
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        stop_child(child)
+    orphans = {j for j, _, _ in _queue(slurm_cluster)}
+    assert orphans  # the dead controller's jobs are still there
+    data["hosts"]["lab-slurm"]["env"]["ORCH_LAB_TIME_SCALE"] = "0.1"
+    slow.write_text(yaml.safe_dump(data))  # the rest at the usual speed
+    res = cli(*args, "--json", timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    answer = json.loads(res.stdout)
+    assert answer["status"] == "found"
+    assert sorted(answer["culprits"][0]["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
+    left = _wait_queue_empty(slurm_cluster)
+    assert left == []
+    for job in orphans:  # cancelled by the resume (not left to run out)
+        r = slurm_cluster.client("scontrol", "show", "job", "-o", job)
+        assert "JobState=CANCELLED" in r.stdout or "JobState=COMPLETED" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"partition": "nope"}, "no partition 'nope' on this cluster"),
+    ({"gres": "tpu:1"}, "has no node with gres tpu:1"),
+    ({"options": ["--mem=999999"]}, "sbatch refused the job: Memory specification can not be "
+                                    "satisfied"),
+    ({"login_port": True}, "cannot reach 127.0.0.1"),
+])  # fmt: skip
+def test_bad_cluster_options_get_one_line_of_ours(
+    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path, change: dict, words: str,
+) -> None:  # fmt: skip
+    slurm = {k: v for k, v in change.items() if k != "login_port"}
+    hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, **slurm)
+    if change.get("login_port"):  # nothing listens there: the login node is unreachable
+        data = yaml.safe_load(hosts.read_text())
+        data["hosts"]["lab-slurm"]["port"] = free_port()
+        hosts.write_text(yaml.safe_dump(data))
+    res = cli("run", GOOD, "--host", "lab-slurm", "--hosts", hosts, "--results",
+              tmp_path / "results", timeout=120)  # fmt: skip
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert words in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+    [line] = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert len(line) < 400
+    assert _queue(slurm_cluster) == []
+    if "options" in change:
+        return  # only sbatch itself can tell: hosts check asks sinfo
+    check = cli("hosts", "check", "lab-slurm", "--hosts", hosts, "--json", timeout=120)
+    assert check.returncode == 3
+    [failed] = [c for c in json.loads(check.stdout)["lab-slurm"] if c["ok"] is False]
+    assert words in failed["detail"] and failed["hint"]
+
+
+def test_hosts_check_of_the_cluster(hosts: Path) -> None:
+    res = cli("hosts", "check", "lab-slurm", "--hosts", hosts, "--json", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    checks = {c["name"]: c for c in json.loads(res.stdout)["lab-slurm"]}
+    assert checks["reachable"]["ok"] and "host key verified" in checks["reachable"]["detail"]
+    assert checks["slurm"]["ok"] and "22.05" in checks["slurm"]["detail"]
+    assert checks["partition"]["ok"] and checks["partition"]["detail"].startswith("lab: up")
+    assert checks["gres"]["ok"] and "gpu:8" in checks["gres"]["detail"]
+    assert checks["idle nodes"]["ok"]
+
+
+def test_a_job_killed_by_its_time_limit_is_a_timeout(time_limited: dict) -> None:
+    time_limited["thread"].join(timeout=150)
+    assert "error" not in time_limited, time_limited.get("error")
+    result: RunResult = time_limited["result"]
+    assert result.verdict is Verdict.TIMEOUT, (result.verdict, result.detail)
+    assert "killed by its time limit (--time 1)" in result.detail
+    assert result.host_record is not None and result.host_record["state"] == "TIMEOUT"
+
+
+def test_lab_up_slurm_and_down(tmp_path: Path) -> None:
+    """`lab up --slurm` starts the lab's cluster beside its sshd and writes the lab-slurm
+    entry; `lab down` stops every daemon it started."""
+    env = {"ORCH_LAB_DIR": str(tmp_path / "lab"), "ORCH_LAB_PORT": str(free_port())}
+    up = cli("lab", "up", "--slurm", env=env, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        entry = yaml.safe_load((tmp_path / "lab" / "hosts.yaml").read_text())["hosts"]
+        assert entry["lab-slurm"]["service_manager"] == "slurm"
+        cluster = SlurmCluster(tmp_path / "lab" / "slurm")
+        assert cluster.running() and cluster.node_state() == "idle"
+        pids = [cluster.pid(d) for d in ("munged", "slurmctld", "slurmd")]
+        check = cli("hosts", "check", "lab-slurm", "--hosts", tmp_path / "lab" / "hosts.yaml",
+                    env=env, timeout=60)  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        down = cli("lab", "down", env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped the Slurm cluster" in down.stdout
+    for pid in pids:
+        assert pid is not None and not Path(f"/proc/{pid}").exists() or \
+            subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                           text=True).stdout.strip().startswith("Z")  # fmt: skip
