@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from orchestrator.lab import slurmlab
-from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.lab.sshd import SshdEndpoint, session_env
 from tests.hosts.prereq import require_slurm
+
+REPO = Path(__file__).resolve().parents[2]
 
 PREFIX = "orch-slurm-"
 #: the lab server's startup, sped up for the tests (see orchestrator.lab.server)
@@ -64,4 +66,15 @@ def slurm_hosts_file(sshd: SshdEndpoint, cluster: slurmlab.SlurmCluster, tmp: Pa
         "lab-slurm": entry,
         "lab": {**login, "run_dir": str(tmp / "run")},
     }}, sort_keys=False))  # fmt: skip
+    return path
+
+
+def local_slurm_hosts_file(cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: object) -> Path:
+    """A hosts.yaml whose `lab-slurm` is the cluster with this machine as its login node
+    (the local transport: no sshd needed)."""
+    login = {"address": "localhost", "transport": "local",
+             "env": {**session_env(REPO), "ORCH_LAB_TIME_SCALE": TIME_SCALE}}
+    entry = slurmlab.hosts_entry(login, cluster, run_dir=str(tmp / "jobs"), **slurm)
+    path = tmp / "hosts.yaml"
+    path.write_text(yaml.safe_dump({"hosts": {"lab-slurm": entry}}, sort_keys=False))
     return path

@@ -86,7 +86,7 @@ class SlurmExecutor(Executor):
         transport: Transport | None = None,
         accept_new_host_key: bool = False,
         poll_min: float = 0.25,
-        poll_max: float = 2.0,
+        poll_max: float = 1.0,
         stable_for: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
