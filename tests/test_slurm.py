@@ -347,3 +347,41 @@ def test_lab_up_slurm_and_down(tmp_path: Path) -> None:
         assert pid is not None and not Path(f"/proc/{pid}").exists() or \
             subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
                            text=True).stdout.strip().startswith("Z")  # fmt: skip
+
+
+def test_secrets_reach_the_server_but_not_the_script_or_the_shared_disk(
+    hosts: Path, tmp_path: Path,
+) -> None:  # fmt: skip
+    secret = "hf_" + "Z" * 32
+    exp = tmp_path / "secret.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "b300-secret", "extends": str(GOOD),
+        "service": {"env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
+                    "flags": {"api-key": "${ORCH_TEST_TOKEN}"}},
+        # the probe runs in the job's environment: it reports the token's length
+        "probe": {"run": "sh -c 'echo \"token length: ${#HF_TOKEN}\"'",
+                  "metric": r"token length: (\d+)", "pass_if": ">= 1"},
+    }))  # fmt: skip
+    results = tmp_path / "results"
+    res = cli("run", exp, "--host", "lab-slurm", "--hosts", hosts, "--results", results,
+              "--json", env={"ORCH_TEST_TOKEN": secret}, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "pass" and out["probe_metric"] == len(secret)
+    [run] = read_runs_any(results)
+    assert secret not in (run.rendered or "")
+    assert "[REDACTED:" in run.log_tail()  # the server printed its api key: it got it
+    jobs = Path(yaml.safe_load(hosts.read_text())["hosts"]["lab-slurm"]["run_dir"])
+    for f in jobs.rglob("*"):
+        if f.is_file():  # the server's own log holds what it printed (its api key): private
+            assert f.name == "server.log" or secret not in f.read_text(errors="replace"), f
+            assert f.stat().st_mode & 0o077 == 0 or f.name == "slurm.out", f
+    assert not list(jobs.rglob("secret.env"))
+
+
+def read_runs_any(results: Path) -> list:
+    store = Store(results)
+    try:
+        return [r for c in store.campaigns() for r in store.runs(c.id)]
+    finally:
+        store.close()

@@ -87,6 +87,10 @@ class LiveView:
             elif self.verbose:
                 self.c.print(f"    phase {e.phase.value} at {e.elapsed_s:.1f}s", highlight=False)
         elif isinstance(e, Polled):
+            if e.state.startswith("pending"):
+                # a queued job (Slurm): shown, and its clock against the health deadline
+                # starts only when the job does
+                self.phase, self.run_t0 = e.state, time.monotonic()
             if self.tty:
                 self._refresh()
         elif isinstance(e, ProbeStarted):
@@ -96,6 +100,8 @@ class LiveView:
             elif self.verbose:
                 self.c.print(f"    probe: {escape(e.command)}", highlight=False)
         elif isinstance(e, StepDone):
+            if e.step == "started" and self.phase.startswith("pending"):
+                self.phase, self.run_t0 = "starting", time.monotonic()
             if self.tty:
                 self._refresh(step=e.step)
             if e.step == "restore" or self.verbose:

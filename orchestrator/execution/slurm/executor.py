@@ -354,8 +354,8 @@ class SlurmExecutor(Executor):
             result = jobscript.parse_result(parts.get(facts.RESULT_MARK, ""))
             if state.pending or not state.state:
                 ran["pending_s"] = now - t_submit
-                self.emit(Polled(host=self.host.name, state=f"pending ({state.reason or '...'})",
-                                 elapsed_s=0.0))  # fmt: skip
+                self.emit(Polled(host=self.host.name, state=f"pending {ran['pending_s']:.0f}s"
+                                 f" ({state.reason or 'submitted'})", elapsed_s=0.0))  # fmt: skip
                 if state.reason.replace(" ", "_") in facts.NEVER:
                     self._slurm(f"scancel {job}", timeout=60)
                     raise SchedulerError(
@@ -402,6 +402,11 @@ class SlurmExecutor(Executor):
             f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_TAIL_LINES} {q(files.log)} "
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
             f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; true", timeout=60)
+        # Once copied, only the newest `keep_runs` run directories stay on the cluster (the
+        # server's log holds its arguments, API keys included; the store keeps every run).
+        keep = max(int(self.host.keep_runs), 1)
+        self.t.run(f"ls -1dt {q(self.base)}/*/ 2>/dev/null | tail -n +{keep + 1} | "
+                   'while IFS= read -r d; do rm -rf -- "$d"; done', timeout=60)
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
         return {"result": parts.get("", ""), "log": parts.get(facts.LOG_MARK, ""),
                 "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
