@@ -205,7 +205,7 @@ def test_example_hosts_file_loads() -> None:
         (
             "hosts:\n  a: {address: x, known_hosts: k, service_manager: docker}\n",
             "hosts.a.service_manager",
-            "'systemd' or 'process'",
+            "'systemd', 'process' or 'slurm'",
         ),
         ("hosts:\n  a: {address: x, known_hosts: k, unit_dir: etc}\n", "hosts.a.unit_dir",
          "absolute"),
