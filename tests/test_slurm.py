@@ -385,3 +385,28 @@ def read_runs_any(results: Path) -> list:
         return [r for c in store.campaigns() for r in store.runs(c.id)]
     finally:
         store.close()
+
+
+def test_restore_cancels_only_the_jobs_of_stopped_controllers(
+    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    import os
+    import socket
+
+    me = socket.gethostname().split(".")[0]
+    jobs = {}
+    for who, pid in (("dead", 2**22 + 12345), ("alive", os.getpid())):
+        r = slurm_cluster.client(
+            "sbatch", "--parsable", "--job-name=orch-restore", f"--output={tmp_path}/%j.out",
+            f"--comment=orchestrator campaign=restore run=restore.1 controller={me}:{pid}:x",
+            "--wrap", "sleep 60")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        jobs[who] = r.stdout.strip()
+    try:
+        res = cli("restore", "--host", "lab-slurm", "--hosts", hosts, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"cancelled job {jobs['dead']}" in res.stdout
+        left = {j for j, _, _ in _queue(slurm_cluster)}
+        assert jobs["alive"] in left and jobs["dead"] not in left
+    finally:
+        slurm_cluster.client("scancel", *jobs.values())

@@ -136,6 +136,9 @@ def show(args: argparse.Namespace) -> int:
 def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
     """What the tool did on the host for this run: the drop-in, what systemd read back,
     the invocation and the command that shows its whole journal there."""
+    if rec and rec.get("manager") == "slurm":
+        _on_cluster(rec)
+        return
     if not rec or rec.get("manager") != "systemd":
         return
     c = console()
@@ -157,6 +160,20 @@ def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
     ssh = rec.get("ssh")
     full = f"{ssh} {shlex.quote(journal)}" if ssh else journal
     c.print(f"  full log on the host: {escape(full)}", highlight=False, soft_wrap=True)
+
+
+def _on_cluster(rec: dict[str, object]) -> None:
+    """A Slurm run: the job, where and how long it waited, and how it was submitted."""
+    c = console()
+    c.print(f"on the cluster ({escape(str(rec.get('host') or '?'))}): job "
+            f"{escape(str(rec.get('job')))} on node {escape(str(rec.get('node') or '?'))}, "
+            f"ended {escape(str(rec.get('state') or '?'))}"
+            + (f" ({escape(str(rec['reason']))})" if rec.get("reason") else "")
+            + f", {float(rec.get('pending_s') or 0):.1f}s pending", highlight=False)  # type: ignore[arg-type]
+    c.print(f"  submitted: {escape(str(rec.get('sbatch')))} job.sh", highlight=False,
+            soft_wrap=True)  # fmt: skip
+    c.print(f"  files: {escape(str(rec.get('dir')))} (the newest runs are kept)",
+            highlight=False)  # fmt: skip
 
 
 def _lines(exp: Experiment) -> list[str]:

@@ -515,3 +515,25 @@ def check_cluster(host: Host, run: Callable[..., object]) -> facts.Partition:
             hint=f"set slurm.gres of {host.name} to what the nodes have, or configure it in "
             "gres.conf")  # fmt: skip
     return part
+
+
+def cancel_orphans(host: Host, t: Transport) -> list[str]:
+    """`orchestrator restore` of a cluster: cancel the jobs that controllers on this machine
+    submitted and that outlived them (their process is gone). Jobs of live controllers,
+    of other machines and of other tools are left alone. Returns what was done."""
+    opts = host.slurm
+    assert opts is not None
+    env = f"export SLURM_CONF={shlex.quote(opts.conf)}; " if opts.conf else ""
+    r = t.run(f"{env}squeue -h --me -o '%i|%T|%k'", timeout=60)
+    me = socket.gethostname().split(".")[0]
+    done = []
+    for job, state, comment in facts.parse_squeue_jobs(r.stdout):
+        ctl = jobscript.parse_comment(comment).get("controller", "")
+        name, _, rest = ctl.partition(":")
+        pid = rest.partition(":")[0]
+        if name != me or not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        t.run(f"{env}scancel {job}", timeout=60)
+        done.append(f"cancelled job {job} ({state.lower()}) left by a controller that "
+                    f"stopped ({comment.split(' ', 1)[-1]})")
+    return done
