@@ -93,19 +93,6 @@ def _up(args: argparse.Namespace) -> int:
     sdlab.write_hosts_file(settings, sdlab.status(sdlab.SdLabSettings.from_env()))
     st = res.status
     out = console()
-    if getattr(args, "slurm", False):
-        what = "up" if cluster_started else "already up"
-        out.print(f"lab: {what}: Slurm cluster {slurmlab.CLUSTER} (slurmctld pid "
-                  f"{cluster.pid('slurmctld')}, slurmd pid {cluster.pid('slurmd')}, node "
-                  f"{cluster.node} {cluster.node_state()}, partition {slurmlab.PARTITION}, "
-                  f"{slurmlab.GPUS} GPUs); clients: SLURM_CONF={cluster.conf}", highlight=False)
-        text = yaml.safe_dump({slurmlab.HOST_NAME: slurmlab.hosts_entry(st.hosts_entry(),
-                                                                         cluster)},
-                              sort_keys=False)  # fmt: skip
-        out.print(f"  hosts.yaml entry (all entries of what runs: "
-                  f"{settings.state_dir / 'hosts.yaml'}):", highlight=False)
-        for line in text.splitlines():
-            out.print(f"    {line}", highlight=False, markup=False)
     if not st.sshd_installed:
         out.print(
             "lab: OpenSSH's sshd is not installed, so the lab host uses the local transport "
@@ -113,6 +100,8 @@ def _up(args: argparse.Namespace) -> int:
             highlight=False,
         )
         _print_reach(st)
+        if getattr(args, "slurm", False):
+            _print_cluster(cluster, cluster_started, st, settings)
         return 0
     where = f"{settings.address}:{st.port}"
     if res.started:
@@ -122,7 +111,26 @@ def _up(args: argparse.Namespace) -> int:
     if res.python:
         out.print(f"  python3 over ssh: {res.python}", highlight=False)
     _print_reach(st)
+    if getattr(args, "slurm", False):
+        _print_cluster(cluster, cluster_started, st, settings)
     return 0
+
+
+def _print_cluster(cluster: slurmlab.SlurmCluster, started: bool, st: hostctl.LabStatus,
+                   settings: hostctl.LabSettings) -> None:  # fmt: skip
+    out = console()
+    what = "up" if started else "already up"
+    out.print(f"lab: {what}: Slurm cluster {slurmlab.CLUSTER} (slurmctld pid "
+              f"{cluster.pid('slurmctld')}, slurmd pid {cluster.pid('slurmd')}, node "
+              f"{cluster.node} {cluster.node_state()}, partition {slurmlab.PARTITION}, "
+              f"{slurmlab.GPUS} GPUs); clients: SLURM_CONF={cluster.conf}", highlight=False)
+    text = yaml.safe_dump({slurmlab.HOST_NAME: slurmlab.hosts_entry(st.hosts_entry(),
+                                                                     cluster)},
+                          sort_keys=False)  # fmt: skip
+    out.print(f"  hosts.yaml entry (all entries of what runs: "
+              f"{settings.state_dir / 'hosts.yaml'}):", highlight=False)
+    for line in text.splitlines():
+        out.print(f"    {line}", highlight=False, markup=False)
 
 
 def _down(args: argparse.Namespace) -> int:
