@@ -113,7 +113,8 @@ def hang_config(tmp: Path, *, health_timeout: str, flags: dict | None = None) ->
 
 
 def test_bisect_on_slurm_gives_the_lab_hosts_answer(
-    sshd: SshdEndpoint, hosts: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, hosts: Path, tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:  # fmt: skip
     lab = recorded_b300(sshd, tmp_path_factory.getbasetemp())
     results = tmp_path / "results"
@@ -133,6 +134,8 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
         store.close()
     assert len(jobs) == len(runs)
     assert 2 <= _most_at_once(results, answer["campaign"]) <= 4
+    # the jobs of rounds decided without them were cancelled: none is left
+    assert _wait_queue_empty(slurm_cluster, timeout=10) == []
     # the job script holds the variant's argv, quoted, and the environment read on the node
     bad = next(r for r in runs if r.variant == (0, 1, 2))
     assert "--ep-size 8 --enable-nccl-nvls" in (bad.rendered or "")
