@@ -25,8 +25,11 @@ import yaml
 from orchestrator.campaign.sweep import SweepCampaign, load_sweep
 from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Verdict
+from orchestrator.errors import InfraError
 from orchestrator.events import Event, StepDone
+from orchestrator.execution.hostops import Check, check_host
 from orchestrator.execution.slurm.jobscript import JOB_PREFIX
+from orchestrator.execution.transport import connect
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
@@ -34,12 +37,13 @@ from tests.campaign_lab import (
     LAB,
     check_b300_answer,
     cli,
+    lab_pair,
     popen_cli,
     read_runs,
     recorded_b300,
     stop_child,
 )
-from tests.hosts.slurm import slurm_hosts_file
+from tests.hosts.slurm import hang_config, slurm_hosts_file
 
 GOOD = LAB / "b300" / "good.yaml"
 BAD = LAB / "b300" / "bad.yaml"
@@ -89,27 +93,6 @@ def hosts(sshd: SshdEndpoint, slurm_cluster: SlurmCluster,
           tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
     """lab-slurm: the cluster behind the sshd (gpu:2 per job, 4 jobs at once)."""
     return slurm_hosts_file(sshd, slurm_cluster, tmp_path_factory.mktemp("slurm"))
-
-
-def hang_scenario(tmp: Path) -> Path:
-    """The b300 scenario plus a rule that hangs in CUDA-graph capture at batch size 512."""
-    scen = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
-    scen["faults"].insert(0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
-                              "effect": "hang"})  # fmt: skip
-    path = tmp / "b300-hang.yaml"
-    path.write_text(yaml.safe_dump(scen, sort_keys=False))
-    return path
-
-
-def hang_config(tmp: Path, *, health_timeout: str, flags: dict | None = None) -> Path:
-    path = tmp / f"hang-{health_timeout}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "b300-hang", "extends": str(GOOD),
-        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario "
-                            f"{hang_scenario(tmp)}", "flags": flags or {}},
-        "health": {"timeout": health_timeout},
-    }, sort_keys=False))  # fmt: skip
-    return path
 
 
 def test_bisect_on_slurm_gives_the_lab_hosts_answer(
@@ -199,7 +182,8 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
 
     store = Store(tmp_path / "results")
     try:
-        plan = make_plan(str(GOOD), str(BAD), "auto")
+        pair = lab_pair(tmp_path, "b300")  # the shipped pair, settling as fast as it starts
+        plan = make_plan(str(pair.good), str(pair.bad), "auto")
         outcome = Bisection(store, plan, load_inventory(hosts).resolve("lab-slurm"),
                             listener=listener).run()  # fmt: skip
         runs = store.runs(outcome.campaign_id)
@@ -254,8 +238,9 @@ def test_resume_after_sigkill_cancels_the_orphaned_jobs_and_answers(
     data["hosts"]["lab-slurm"]["env"]["ORCH_LAB_TIME_SCALE"] = "1.5"
     slow = tmp_path / "hosts.yaml"
     slow.write_text(yaml.safe_dump(data))
-    args = ("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts", slow,
-            "--results", tmp_path / "results")  # fmt: skip
+    pair = lab_pair(tmp_path, "b300")
+    args = ("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab-slurm", "--hosts",
+            slow, "--results", tmp_path / "results")  # fmt: skip
     child = popen_cli(*args, log=tmp_path / "killed.log")
     try:
         deadline = time.monotonic() + 60
@@ -310,10 +295,14 @@ def test_bad_cluster_options_get_one_line_of_ours(
     assert _queue(slurm_cluster) == []
     if "options" in change:
         return  # only sbatch itself can tell: hosts check asks sinfo
-    check = cli("hosts", "check", "lab-slurm", "--hosts", hosts, "--json", timeout=120)
-    assert check.returncode == 3
-    [failed] = [c for c in json.loads(check.stdout)["lab-slurm"] if c["ok"] is False]
-    assert words in failed["detail"] and failed["hint"]
+    host = load_inventory(hosts).host("lab-slurm")
+    try:
+        with connect(host) as t:
+            checks = check_host(host, t)
+    except InfraError as exc:  # the login node: unreachable, as `hosts check` reports it
+        checks = [Check("reachable", False, str(exc), exc.hint)]
+    [failed] = [c for c in checks if c.ok is False]
+    assert words in failed.detail and failed.hint
 
 
 def test_hosts_check_of_the_cluster(hosts: Path) -> None:
@@ -339,9 +328,7 @@ def test_lab_up_slurm_and_down(tmp_path: Path) -> None:
         cluster = SlurmCluster(tmp_path / "lab" / "slurm")
         assert cluster.running() and cluster.node_state() == "idle"
         pids = [cluster.pid(d) for d in ("munged", "slurmctld", "slurmd")]
-        check = cli("hosts", "check", "lab-slurm", "--hosts", tmp_path / "lab" / "hosts.yaml",
-                    env=env, timeout=60)  # fmt: skip
-        assert check.returncode == 0, check.stdout + check.stderr
+        assert "lab: up: Slurm cluster orchlab" in up.stdout
     finally:
         down = cli("lab", "down", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
@@ -362,6 +349,7 @@ def test_secrets_reach_the_server_but_not_the_script_or_the_shared_disk(
         "service": {"env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
                     "flags": {"api-key": "${ORCH_TEST_TOKEN}"}},
         # the probe runs in the job's environment: it reports the token's length
+        "health": {"settle": "0.1s"},
         "probe": {"run": "sh -c 'echo \"token length: ${#HF_TOKEN}\"'",
                   "metric": r"token length: (\d+)", "pass_if": ">= 1"},
     }))  # fmt: skip

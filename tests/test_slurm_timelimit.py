@@ -14,8 +14,7 @@ from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.slurmlab import SlurmCluster
-from tests.hosts.slurm import local_slurm_hosts_file
-from tests.test_slurm import hang_config
+from tests.hosts.slurm import hang_config, local_slurm_hosts_file
 
 
 def test_a_job_killed_by_its_time_limit_is_a_timeout(slurm_cluster: SlurmCluster,

@@ -23,6 +23,8 @@ from orchestrator.lab.sshd import SshdEndpoint, session_env
 from tests.hosts.prereq import require_slurm
 
 REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "experiments" / "lab"
+GOOD = LAB / "b300" / "good.yaml"
 
 PREFIX = "orch-slurm-"
 #: the lab server's startup, sped up for the tests (see orchestrator.lab.server)
@@ -77,4 +79,26 @@ def local_slurm_hosts_file(cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: o
     entry = slurmlab.hosts_entry(login, cluster, run_dir=str(tmp / "jobs"), **slurm)
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": {"lab-slurm": entry}}, sort_keys=False))
+    return path
+
+
+def hang_scenario(tmp: Path) -> Path:
+    """The b300 scenario plus a rule that hangs in CUDA-graph capture at batch size 512."""
+    scen = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
+    scen["faults"].insert(0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
+                              "effect": "hang"})  # fmt: skip
+    path = tmp / "b300-hang.yaml"
+    path.write_text(yaml.safe_dump(scen, sort_keys=False))
+    return path
+
+
+def hang_config(tmp: Path, *, health_timeout: str, flags: dict | None = None) -> Path:
+    """An experiment of that scenario (b300 good otherwise) with this health deadline."""
+    path = tmp / f"hang-{health_timeout}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "b300-hang", "extends": str(GOOD),
+        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario "
+                            f"{hang_scenario(tmp)}", "flags": flags or {}},
+        "health": {"timeout": health_timeout, "settle": "0.1s"},
+    }, sort_keys=False))  # fmt: skip
     return path

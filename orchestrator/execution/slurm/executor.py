@@ -87,7 +87,6 @@ class SlurmExecutor(Executor):
         accept_new_host_key: bool = False,
         poll_min: float = 0.25,
         poll_max: float = 1.0,
-        stable_for: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if host.slurm is None:
@@ -102,7 +101,6 @@ class SlurmExecutor(Executor):
                                else connect(host, accept_new_host_key=accept_new_host_key))
         self.poll_min = poll_min
         self.poll_max = poll_max
-        self.stable_for = stable_for
         self.sleep = sleep
         self._opened = False
         self.base = f"{(host.run_dir or '/tmp/orchestrator').rstrip('/')}/" \

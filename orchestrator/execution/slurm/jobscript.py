@@ -31,8 +31,6 @@ from orchestrator.execution import environment as envfacts
 JOB_PREFIX = "orch-"
 #: seconds between health polls on the node (the config's `health.interval` wins)
 POLL_S = 0.5
-#: seconds a server that just became ready must stay up before it counts as ready
-STABLE_S = 1.0
 #: seconds the server gets to stop on SIGTERM before SIGKILL
 STOP_GRACE_S = 20
 #: the result file's keys, written in this order as they become known
@@ -249,7 +247,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
     lines += [
         'if [ "$state" = ready ]; then',
         '  res ready_at "$(now)"',
-        f"  sleep {STABLE_S!r} & wait $!",
+        f"  sleep {exp.health.settle!r} & wait $!",
         '  if ! alive; then res after_ready dead; died; fi',
         "fi",
     ]
@@ -261,9 +259,12 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
             f"  timeout -k 10 {exp.probe.timeout!r} bash -c {q(probe_cmd)} > \"$D/probe.out\" "
             "2>&1 < /dev/null & wait $!",
             '  res probe_exit "$?"',
-            # a crash under load takes a moment to show: look twice before calling it alive
-            '  for i in 1 2; do if ! alive; then res after_probe dead; died; break; fi;'
-            ' sleep 0.5 & wait $!; done',
+            # a crash under load takes a moment to show: look twice, one gap apart (half
+            # a second, or the settle when shorter), before calling it alive
+            "  for i in 1 2; do",
+            f"    if [ $i = 2 ]; then sleep {min(0.5, exp.health.settle)!r} & wait $!; fi",
+            "    if ! alive; then res after_probe dead; died; break; fi",
+            "  done",
             "fi",
         ]
     lines += [
