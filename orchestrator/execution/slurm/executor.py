@@ -295,8 +295,7 @@ class SlurmExecutor(Executor):
 
     def _submit(self, exp: Experiment, files: JobFiles, script: str, run_id: str) -> str:
         d = shlex.quote(files.dir)
-        self.t.run(f"umask 077 && rm -rf {d} && mkdir -p {d}", timeout=30, check=True)
-        self.t.write_file(files.script, script, mode=0o600)
+        self.t.write_file(files.script, script, mode=0o600)  # makes the (private) directory
         secrets = jobscript.secret_file_text(exp)
         if secrets:
             self.t.write_file(files.secrets, secrets, mode=0o600)
@@ -395,16 +394,17 @@ class SlurmExecutor(Executor):
 
     def _collect(self, files: JobFiles) -> dict[str, str]:
         q = shlex.quote
+        # Once copied, only the newest `keep_runs` run directories stay on the cluster (the
+        # server's log holds its arguments, API keys included; the store keeps every run).
+        keep = max(int(self.host.keep_runs), 1)
         r = self.t.run(
             f"cat {q(files.result)} 2>/dev/null || cat {q(files.path('result.tmp'))} "
             f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_TAIL_LINES} {q(files.log)} "
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
-            f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; true", timeout=60)
-        # Once copied, only the newest `keep_runs` run directories stay on the cluster (the
-        # server's log holds its arguments, API keys included; the store keeps every run).
-        keep = max(int(self.host.keep_runs), 1)
-        self.t.run(f"ls -1dt {q(self.base)}/*/ 2>/dev/null | tail -n +{keep + 1} | "
-                   'while IFS= read -r d; do rm -rf -- "$d"; done', timeout=60)
+            f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; "
+            f"rm -f {q(files.secrets)}; ls -1dt {q(self.base)}/*/ 2>/dev/null | "
+            f"tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- \"$d\"; done; true",
+            timeout=60)
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
         return {"result": parts.get("", ""), "log": parts.get(facts.LOG_MARK, ""),
                 "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
