@@ -14,19 +14,20 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
-from tests.hosts.fixtures import sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
+from tests.hosts.fixtures import duo, sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 
-__all__ = ["net", "sd", "sd_box", "slurm_cluster", "sshd", "sshd_server", "systemd_host",
+__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "sshd", "sshd_server", "systemd_host",
            "systemd_hosts"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
-            "systemd_hosts": "systemd", "sd_box": "systemd", "slurm_cluster": "slurm"}
+            "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
+            "slurm_cluster": "slurm"}
 
 
 #: Tests that need no test host but start real processes (lab servers, the lab's own sshd,
 #: crontab, timed-out commands) or run thousands of generated cases: `slow`, so the fast
-#: tier (`scripts/test --fast`: not sshd, not systemd, not slow) stays within seconds.
+#: tier (`scripts/test --fast`: not sshd, systemd, slurm or slow) stays within seconds.
 #: Node id prefixes, relative to the repository.
 _SLOW = (
     "tests/test_lab_server.py",
