@@ -204,9 +204,11 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
     assert {r.variant for r in infra} <= judged
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_with_jobs_pending_and_running_leaves_no_job(
-    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path,
+    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path, sig: signal.Signals,
 ) -> None:  # fmt: skip
+    """Ctrl-C (SIGINT) and SIGTERM alike."""
     # gpu:8 per job and 2 at once: one job runs, the other waits for the GPUs
     hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, gres="gpu:8", max_jobs=2)
     data = yaml.safe_load(hosts.read_text())
@@ -221,7 +223,7 @@ def test_ctrl_c_with_jobs_pending_and_running_leaves_no_job(
             states = {s for _, s, _ in _queue(slurm_cluster)}
             time.sleep(0.1)
         assert {"RUNNING", "PENDING"} <= states, states
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
         code = child.wait(timeout=60)
     finally:
         stop_child(child)
