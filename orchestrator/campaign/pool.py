@@ -5,6 +5,8 @@ restore). The coordinator (the caller's thread) hands out tasks to idle hosts an
 collects results; only the coordinator touches the results store. A host that fails
 with host trouble several runs in a row is taken out of the pool for the campaign; its
 task goes back to the queue for the others. Every host is restored when the pool closes.
+A Slurm host (a cluster) has `max_jobs` slots, each a worker with one job at a time; the
+cluster's scheduler decides where each job runs.
 """
 
 from __future__ import annotations
@@ -168,7 +170,10 @@ class Pool:
         w.busy = None
         if done.result is not None and done.result.verdict is Verdict.INFRA:
             w.infra_streak += 1
-            if w.infra_streak >= UNHEALTHY_AFTER and len(self.healthy()) > 1:
+            # A cluster's slot is no host of its own: its job's node failing says nothing
+            # about the next job, which the scheduler places elsewhere.
+            if w.infra_streak >= UNHEALTHY_AFTER and len(self.healthy()) > 1 and \
+                    w.host.slurm is None:  # fmt: skip
                 w.healthy = False
                 why = f"{w.infra_streak} runs in a row failed on host trouble: {done.result.detail}"
                 self.removed.append((w.host.name, why))
