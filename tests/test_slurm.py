@@ -116,11 +116,20 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
     finally:
         store.close()
     assert len(jobs) == len(runs)
-    assert 2 <= _most_at_once(results, answer["campaign"]) <= 4
-    # the jobs of rounds decided without them were cancelled: none is left
-    assert _wait_queue_empty(slurm_cluster, timeout=10) == []
-    # the job script holds the variant's argv, quoted, and the environment read on the node
     bad = next(r for r in runs if r.variant == (0, 1, 2))
+    assert 2 <= _most_at_once(results, answer["campaign"]) <= 4
+    # the jobs of rounds decided without them were cancelled: none is left, and every job
+    # of the campaign is a recorded run's or ended CANCELLED
+    assert _wait_queue_empty(slurm_cluster, timeout=10) == []
+    r = slurm_cluster.client("squeue", "-h", "-t", "all", f"--name=orch-{answer['campaign']}",
+                             "-o", "%i|%T")  # fmt: skip
+    ended = dict(line.split("|") for line in r.stdout.split())
+    assert jobs <= set(ended)
+    assert all(state == "CANCELLED" for job, state in ended.items() if job not in jobs), ended
+    # `show` of a run says which job it was and where it ran
+    shown = cli("show", bad.id, "--results", results, timeout=60)
+    assert f"on the cluster (lab-slurm): job {store_job(results, bad.id)} on node" in shown.stdout
+    # the job script holds the variant's argv, quoted, and the environment read on the node
     assert "--ep-size 8 --enable-nccl-nvls" in (bad.rendered or "")
     assert bad.env_digest is not None
 
@@ -372,6 +381,14 @@ def test_secrets_reach_the_server_but_not_the_script_or_the_shared_disk(
             assert f.name == "server.log" or secret not in f.read_text(errors="replace"), f
             assert f.stat().st_mode & 0o077 == 0 or f.name == "slurm.out", f
     assert not list(jobs.rglob("secret.env"))
+
+
+def store_job(results: Path, run_id: str) -> str:
+    store = Store(results)
+    try:
+        return str(store.host_record(run_id)["job"])  # type: ignore[index]
+    finally:
+        store.close()
 
 
 def read_runs_any(results: Path) -> list:
