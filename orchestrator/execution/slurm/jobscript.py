@@ -33,7 +33,7 @@ JOB_PREFIX = "orch-"
 POLL_S = 0.5
 #: seconds the server gets to stop on SIGTERM before SIGKILL
 STOP_GRACE_S = 20
-#: the result file's keys, written in this order as they become known
+#: the small file of `key=value` lines (state, exit, timings) the job leaves at its end
 RESULT = "result"
 
 
