@@ -40,7 +40,7 @@ from orchestrator.diagnosis.classify import (
     last_phase,
     outside_cause,
 )
-from orchestrator.diagnosis.verdicts import Phase, Verdict
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import InfraError, SchedulerError, TransportError
 from orchestrator.events import (
     Listener,
@@ -187,7 +187,7 @@ class SlurmExecutor(Executor):
         *,
         run_id: str,
         label: str = "",
-        target: object = None,
+        target: Signature | None = None,
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
     ) -> RunResult:
@@ -226,13 +226,14 @@ class SlurmExecutor(Executor):
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=out.get("log", ""))
         finally:
-            if job is not None:  # the secrets never stay on the shared filesystem
+            if job is not None and not out:  # never collected: the secrets go now
+                # (collecting removes them otherwise: they never stay on the shared disk)
                 try:
                     self.t.run(f"rm -f {shlex.quote(files.secrets)}", timeout=30)
                 except (TransportError, InfraError):
                     pass
         self._job = None
-        verdict, sig = judge(evidence, target)  # type: ignore[arg-type]
+        verdict, sig = judge(evidence, target)
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:
             detail = outside_cause(evidence) or ""
