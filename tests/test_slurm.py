@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
 from tests.campaign_lab import (
     LAB,
+    REPO,
     check_b300_answer,
     cli,
     lab_pair,
@@ -99,12 +101,19 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
     sshd: SshdEndpoint, slurm_cluster: SlurmCluster, hosts: Path, tmp_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:  # fmt: skip
-    lab = recorded_b300(sshd, tmp_path_factory.getbasetemp())
     results = tmp_path / "results"
-    res = cli("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts", hosts,
-              "--results", results, "--json", timeout=300)  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    answer = json.loads(res.stdout)
+    # the cluster's bisection and the lab host's (made once per session) side by side
+    child = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "bisect", "--good", str(GOOD), "--bad", str(BAD),
+         "--host", "lab-slurm", "--hosts", str(hosts), "--results", str(results), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+    try:
+        lab = recorded_b300(sshd, tmp_path_factory.getbasetemp())
+        out, err = child.communicate(timeout=300)
+    finally:
+        stop_child(child)  # type: ignore[arg-type]
+    assert child.returncode == 0, out[-3000:] + err[-3000:]
+    answer = json.loads(out)
     _same_answer(answer, lab.outcome)
     check_b300_answer(answer, results)
     runs = read_runs(results, answer["campaign"])
