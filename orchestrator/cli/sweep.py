@@ -8,6 +8,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.campaign.records import Status
 from orchestrator.campaign.sweep import (
     Sweep,
     SweepCampaign,
@@ -17,12 +18,11 @@ from orchestrator.campaign.sweep import (
     parse_until,
 )
 from orchestrator.cli import common, notifying
-from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import UsageError
-from orchestrator.execution.executor import Executor
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow
 from orchestrator.results.sweep_report import Comparison, comparison, write_sweep_reports
@@ -123,22 +123,13 @@ def run(args: argparse.Namespace) -> int:
         resume_id = None
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
-    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-
-    def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=args.accept_new_host_key)  # fmt: skip
-
+    view = common.live_view(args)
     camp_run = SweepCampaign(store, sweep, hosts, reuse=reuse, max_runs=args.max_runs,
                              deadline_s=budget, listener=view, command=common.command_line(),
-                             resume_id=resume_id, executor_factory=factory)  # fmt: skip
-    camp_run.resume_options = common.resume_options(args)
-    outcome = notifying.guarded(store, notify_url, "sweep", lambda: camp_run.cid,
-                                lambda: common.run_campaign(camp_run.run, view, "sweep",
-                                                          as_json=args.json))
+                             resume_id=resume_id, executor_factory=common.executor_factory(args),
+                             resume_text=lambda ref: common.resume_command(args, ref))  # fmt: skip
+    outcome = notifying.conduct(args, store, notify_url, "sweep", camp_run, view, "sweep")
     if outcome is None:
-        notifying.concluded(store, notify_url, "sweep", camp_run.cid, "interrupted", None,
-                            detail=f"resume with: {camp_run.resume_command}")  # fmt: skip
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
     notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
@@ -153,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         print_table(outcome, paths, comp)
         for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
             console().print(escape(line), highlight=False)
-    return 0 if outcome.status == "done" else 1
+    return 0 if outcome.status is Status.DONE else 1
 
 
 def _comparison_json(comp: Comparison | None) -> dict | None:
