@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.campaign.core import (
     CachedResult,
@@ -43,7 +43,7 @@ from orchestrator.campaign.pool import Pool, Task
 from orchestrator.campaign.records import Status
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
-from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.config.yamlio import load_model
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, ConfigError, UsageError
 from orchestrator.events import CampaignStarted, Listener, null_listener
@@ -90,11 +90,13 @@ def relative_bar(exp: Experiment) -> bool:
 
 @dataclass(frozen=True)
 class Sweep:
+    """A loaded sweep file: its configs (matrix combinations, then `configs:`) and settings."""
+
     name: str
-    source: str
+    source: str  # the sweep file
     items: tuple[SweepItem, ...]
     repeat: int
-    host: str | None
+    host: str | None  # the default host or pool
     base: Experiment | None
     reference: int | None = None  # the item whose metric a relative bar compares with
     notify: str | None = None
@@ -141,11 +143,7 @@ def _reference(m: SweepModel, path: Path, base: Experiment | None,
 
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
-    raw = read_yaml_mapping(path, what="sweep")
-    try:
-        m = SweepModel.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, SweepModel, file=str(path)) from None
+    m = load_model(path, SweepModel, what="sweep")
     items: list[SweepItem] = []
     base = load_experiment(path.parent / m.base) if m.base else None
     if (m.matrix or m.env_matrix) and base is None:
@@ -307,12 +305,8 @@ class SweepCampaign:
     ) -> None:
         """`resume_text` words the command that resumes the sweep, for its stored answer
         (the CLI's wording: the core does not write command lines)."""
-        self.store = store
-        self.sweep = sweep
-        self.hosts = hosts
-        self.reuse = reuse
-        self.emit = listener
-        self.resume_text = resume_text
+        self.sweep, self.hosts, self.reuse = sweep, hosts, reuse
+        self.store, self.emit, self.resume_text = store, listener, resume_text
         self.core = CampaignCore(
             store, kind="sweep", key=sweep_key(sweep, hosts), spec=self._spec,
             secrets={k: v for it in sweep.items for k, v in it.exp.secrets().items()},
