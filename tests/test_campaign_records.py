@@ -24,13 +24,14 @@ from orchestrator.campaign.records import (
     Finding,
     Outcome,
     Status,
+    SweepAnswer,
     signature_from_text,
 )
 from orchestrator.campaign.sweep import SweepCampaign, load_sweep
 from orchestrator.cli import common
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted
-from orchestrator.events import Event, RunRecorded
+from orchestrator.events import CampaignFinished, Event, RunRecorded
 from orchestrator.results.notify import culprits_of
 from orchestrator.results.report import html_page, markdown
 from orchestrator.results.store import Store
@@ -160,6 +161,34 @@ def test_reports_read_an_answer_stored_the_old_way(tmp_path: Path) -> None:
     store.close()
 
 
+# a sweep's answer as the version before stored it (two of its rows), once resumed
+OLD_SWEEP_ANSWER = json.loads("""{"campaign": "99842d", "status": "done", "message": "",
+"resume": null, "resumable": false, "executed": 4, "reused": 0, "total_executed": 6,
+"total_reused": 0, "removed_hosts": [], "reference": "cuda-graph-max-bs=128
+mem-fraction-static=0.85", "notes": [], "rows": [{"config": "cuda-graph-max-bs=128
+mem-fraction-static=0.85", "repeat": 0, "run": "99842d.1", "verdict": "pass", "signature":
+null, "metric": 2371.06, "duration": 7.26972823899996, "reused_from": null, "reference": true,
+"bar": ">= 0.95 * good"}, {"config": "cuda-graph-max-bs=128 mem-fraction-static=0.92",
+"repeat": 0, "run": "99842d.2", "verdict": "pass", "signature": null, "metric": 2374.74,
+"duration": 7.091455509000298, "reused_from": null, "reference": false, "bar":
+">= 0.95 * good"}]}""".replace("\n", " "))
+
+
+def test_a_sweep_answer_stored_the_old_way_loads_and_writes_back_the_same() -> None:
+    answer = SweepAnswer.from_dict(OLD_SWEEP_ANSWER)
+    assert answer.status is Status.DONE and not answer.resumable
+    assert answer.reference == "cuda-graph-max-bs=128 mem-fraction-static=0.85"
+    assert [(r.run, r.reference, r.metric) for r in answer.rows] == [
+        ("99842d.1", True, 2371.06), ("99842d.2", False, 2374.74)]
+    assert answer.to_dict() == OLD_SWEEP_ANSWER
+    assert list(answer.to_dict()) == list(OLD_SWEEP_ANSWER)
+    # an answer from before the totals: that invocation's counts were the campaign's
+    older = {k: v for k, v in OLD_SWEEP_ANSWER.items()
+             if k not in ("total_executed", "total_reused", "resumable")}  # fmt: skip
+    read = SweepAnswer.from_dict(older)
+    assert (read.total_executed, read.total_reused, read.resumable) == (4, 0, False)
+
+
 # ------------------------------------------------------------------ campaigns on a scripted host
 
 
@@ -178,8 +207,11 @@ def test_a_finished_bisection_stores_its_answer_as_the_typed_record_writes_it(
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "results")
-    outcome = _bisection(tmp_path, store).run()
+    events: list[Event] = []
+    outcome = _bisection(tmp_path, store, listener=events.append).run()
     assert outcome.status is Status.FOUND
+    [done] = [e for e in events if isinstance(e, CampaignFinished)]
+    assert (done.campaign_id, done.status) == (outcome.campaign_id, "found")
     assert [c.indices for c in outcome.culprits] == [[1, 2]]
     assert [f.variant for f in outcome.findings] == [(1,)]
     stored = store.campaign(outcome.campaign_id)
@@ -253,6 +285,7 @@ def test_a_sweep_stopped_by_its_budget_is_resumable_and_the_cli_words_the_comman
     assert first.resume == cmd
     stored = store.campaign(first.campaign_id).answer
     assert stored["resumable"] is True and stored["resume"] == cmd
+    assert SweepAnswer.from_dict(stored).to_dict() == stored == first.to_json()
     second = camp()
     assert second.cid == first.campaign_id and second.resumed  # budget-stopped: it goes on
     assert second.run().total_executed == 2

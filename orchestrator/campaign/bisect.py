@@ -126,7 +126,8 @@ class Bisection:
             outcome = self._search(pool)
         outcome.removed_hosts = list(pool.removed)
         outcome.deltas = [d.describe() for d in self.plan.deltas]
-        self.core.finish(Status.DONE if outcome.found else outcome.status,
+        # a found answer is recorded as `done`, like every campaign that concluded
+        self.core.finish(outcome.status, stored_as=Status.DONE if outcome.found else None,
                          message=outcome.message, answer=outcome.to_dict(),
                          target=self.target)  # fmt: skip
         return outcome

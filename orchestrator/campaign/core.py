@@ -188,10 +188,12 @@ class CampaignCore:
                               signature=row.signature, source=source, duration_s=row.duration,
                               done=done))  # fmt: skip
 
-    def finish(self, status: str, *, message: str = "", **fields: Any) -> None:
-        """Store how the campaign ended (and its answer) and tell the listener."""
-        self.store.update_campaign(self.cid, status=status, **fields)
-        self.emit(CampaignFinished(campaign_id=self.cid, status=status, message=message))
+    def finish(self, status: str, *, message: str = "", stored_as: str | None = None,
+               **fields: Any) -> None:  # fmt: skip
+        """Store how the campaign ended (`stored_as`, default `status`) and its answer, and
+        tell the listener."""
+        self.store.update_campaign(self.cid, status=str(stored_as or status), **fields)
+        self.emit(CampaignFinished(campaign_id=self.cid, status=str(status), message=message))
 
 
 __all__ = ["MAX_INFRA_IN_A_ROW", "CachedResult", "CampaignCore", "ExecutorFactory",

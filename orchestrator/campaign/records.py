@@ -242,5 +242,79 @@ class Outcome:
         return self.status is Status.FOUND
 
 
+@dataclass(frozen=True)
+class SweepTableRow:
+    """One (config, repeat) of a sweep's table as its answer stores it."""
+
+    config: str  # the config's label
+    repeat: int  # from 0
+    run: str | None = None  # None: not run
+    verdict: str | None = None
+    signature: str | None = None
+    metric: float | None = None
+    duration: float | None = None
+    reused_from: str | None = None  # the run of an earlier campaign it reused
+    reference: bool = False  # the config relative bars are judged against
+    bar: str | None = None  # the config's probe bar (`pass_if`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "repeat": self.repeat, "run": self.run,
+                "verdict": self.verdict, "signature": self.signature, "metric": self.metric,
+                "duration": self.duration, "reused_from": self.reused_from,
+                "reference": self.reference, "bar": self.bar}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepTableRow:
+        return cls(config=d["config"], repeat=int(d.get("repeat") or 0), run=d.get("run"),
+                   verdict=d.get("verdict"), signature=d.get("signature"),
+                   metric=d.get("metric"), duration=d.get("duration"),
+                   reused_from=d.get("reused_from"), reference=bool(d.get("reference")),
+                   bar=d.get("bar"))  # fmt: skip
+
+
+@dataclass
+class SweepAnswer:
+    """A sweep's answer: what `sweep --json` prints and the store keeps (its table and totals)."""
+
+    campaign_id: str
+    status: Status
+    message: str = ""
+    resume: str | None = None  # the command that continues it, as the CLI worded it
+    resumable: bool = False  # stopped on a budget: the same command goes on
+    executed: int = 0  # by the invocation that stored it
+    reused: int = 0
+    total_executed: int = 0  # by every invocation
+    total_reused: int = 0
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    reference: str | None = None  # the reference config's label
+    notes: list[str] = field(default_factory=list)
+    rows: list[SweepTableRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"campaign": self.campaign_id, "status": self.status.value,
+                "message": self.message, "resume": self.resume, "resumable": self.resumable,
+                "executed": self.executed, "reused": self.reused,
+                "total_executed": self.total_executed, "total_reused": self.total_reused,
+                "removed_hosts": [list(h) for h in self.removed_hosts],
+                "reference": self.reference, "notes": self.notes,
+                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepAnswer:
+        executed, reused = int(d.get("executed") or 0), int(d.get("reused") or 0)
+        return cls(campaign_id=d.get("campaign", ""),
+                   status=Status(d.get("status") or "incomplete"),
+                   message=d.get("message") or "", resume=d.get("resume"),
+                   resumable=bool(d.get("resumable")),
+                   executed=executed, reused=reused,
+                   # answers from before the totals: one invocation's counts were the totals
+                   total_executed=int(d.get("total_executed", executed) or 0),
+                   total_reused=int(d.get("total_reused", reused) or 0),
+                   removed_hosts=[(str(h), str(w)) for h, w in d.get("removed_hosts") or []],
+                   reference=d.get("reference"), notes=list(d.get("notes") or []),
+                   rows=[SweepTableRow.from_dict(r) for r in d.get("rows") or []])  # fmt: skip
+
+
 __all__ = ["BisectOptions", "BisectSpec", "Culprit", "Finding", "InvalidRun", "Narrowed",
-           "Outcome", "Status", "signature_from_text"]  # fmt: skip
+           "Outcome", "Status", "SweepAnswer", "SweepTableRow",
+           "signature_from_text"]  # fmt: skip

@@ -40,7 +40,7 @@ from orchestrator.campaign.core import (
     default_executor,
 )
 from orchestrator.campaign.pool import Pool, Task
-from orchestrator.campaign.records import Status
+from orchestrator.campaign.records import Status, SweepAnswer, SweepTableRow
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.yamlio import load_model
@@ -251,33 +251,27 @@ class SweepOutcome:
     reference: str | None = None  # the label of the reference config
     notes: list[str] = field(default_factory=list)
 
+    def answer(self) -> SweepAnswer:
+        """The typed record of this outcome, as stored and printed by `--json`."""
+        return SweepAnswer(
+            self.campaign_id, self.status, message=self.message, resume=self.resume or None,
+            resumable=self.resumable, executed=self.executed, reused=self.reused,
+            total_executed=self.total_executed, total_reused=self.total_reused,
+            removed_hosts=list(self.removed_hosts), reference=self.reference, notes=self.notes,
+            rows=[SweepTableRow(
+                config=r.item.label, repeat=r.repeat, run=r.run.id if r.run else None,
+                verdict=r.run.verdict.value if r.run else None,
+                signature=str(r.run.signature) if r.run and r.run.signature else None,
+                metric=r.run.probe_metric if r.run else None,
+                duration=r.run.duration if r.run else None,
+                reused_from=r.run.cached_from if r.run else None,
+                reference=r.item.label == self.reference,
+                bar=r.item.exp.probe.pass_if if r.item.exp.probe else None,
+            ) for r in self.rows],
+        )  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "campaign": self.campaign_id,
-            "status": self.status.value,
-            "message": self.message,
-            "resume": self.resume or None,
-            "resumable": self.resumable,
-            "executed": self.executed,
-            "reused": self.reused,
-            "total_executed": self.total_executed,
-            "total_reused": self.total_reused,
-            "removed_hosts": self.removed_hosts,
-            "reference": self.reference,
-            "notes": self.notes,
-            "rows": [
-                {"config": r.item.label, "repeat": r.repeat,
-                 "run": r.run.id if r.run else None,
-                 "verdict": r.run.verdict.value if r.run else None,
-                 "signature": str(r.run.signature) if r.run and r.run.signature else None,
-                 "metric": r.run.probe_metric if r.run else None,
-                 "duration": r.run.duration if r.run else None,
-                 "reused_from": r.run.cached_from if r.run else None,
-                 "reference": r.item.label == self.reference,
-                 "bar": r.item.exp.probe.pass_if if r.item.exp.probe else None}
-                for r in self.rows
-            ],
-        }  # fmt: skip
+        return self.answer().to_dict()
 
 
 def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
@@ -312,8 +306,8 @@ class SweepCampaign:
             secrets={k: v for it in sweep.items for k, v in it.exp.secrets().items()},
             command=command, resume_id=resume_id,
             # a sweep stopped by its budget (--until, --max-runs) goes on with the same command
-            resumable=lambda last: last.status == "incomplete" and bool(
-                (last.answer or {}).get("resumable")),
+            resumable=lambda last: last.status == "incomplete" and SweepAnswer.from_dict(
+                last.answer or {}).resumable,
             max_runs=max_runs, deadline_s=deadline_s, listener=listener,
             executor_factory=executor_factory,
         )  # fmt: skip
