@@ -4,7 +4,8 @@ The lab pairs under `experiments/lab/` are used as shipped, through small YAML f
 `extends:` them and only move the server to a port of the test's own (on the sshd host the
 server listens on this machine's 127.0.0.1, where other tests may run servers too). The
 lab's startup is sped up with `ORCH_LAB_TIME_SCALE`: on the sshd host through the host's
-`env:` entry, on the systemd host through the unit's `Environment=`.
+`env:` entry, on the systemd host through the unit's `Environment=`; the pairs' settle after
+the first ready answers (`health.settle`) is shortened by the same factor.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
 UNIT_DIR = "/etc/systemd/system"
 TIME_SCALE = "0.1"
+#: the health settle of lab configs in the tests: shortened like the lab's startup
+SETTLE = {"settle": f"{float(TIME_SCALE):g}s"}
 
 #: the lab pairs: scenario -> (good, bad) file names under experiments/lab/<scenario>/
 PAIRS = {
@@ -85,6 +88,8 @@ def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
             "name": f"test-{pair}-{side}",
             "extends": str(LAB / scenario / name),
             "service": {"flags": {"port": port}},
+            # the lab starts TIME_SCALE times faster; so does the check that it stays up
+            "health": SETTLE,
         }, sort_keys=False))  # fmt: skip
         paths.append(path)
     unit = _unit(LAB / scenario / good_name)

@@ -1,7 +1,7 @@
 """Servers that misbehave right after starting, on the real systemd host.
 
 A server that answers `/health` `ready_after` times and dies at once must not be judged
-`pass`: the executor polls once more after a short settle (`Executor.stable_for`). A unit
+`pass`: the executor polls once more after a short settle (`health.settle`). A unit
 whose own configuration says `Restart=always`: our drop-in's `Restart=no` ends the run at
 the first death, and even when a drop-in of someone else's forces `Restart=always` over
 ours, the run ends at the first death (the InvocationID/NRestarts change is seen) and is

@@ -94,8 +94,10 @@ def test_restart_drops_sessions_and_comes_back(sshd_server: SshdServer) -> None:
     )
     try:
         # Wait (bounded) until the remote command runs, so the restart really cuts a session.
+        # Anchored: the client's own command line holds the marker too, and matching it
+        # would restart sshd before the session exists (the client then runs on the new one).
         for _ in range(200):
-            if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0:
+            if subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True).returncode == 0:
                 break
             time.sleep(0.05)
         else:
@@ -105,7 +107,7 @@ def test_restart_drops_sessions_and_comes_back(sshd_server: SshdServer) -> None:
         assert sshd_server.pid != old_pid
         assert session.wait(timeout=60) == 255  # the client saw the connection drop
         # The session's command went with its sshd: nothing left behind.
-        assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+        assert subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True).returncode == 1
     finally:
         if session.poll() is None:
             session.kill()

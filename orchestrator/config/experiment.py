@@ -29,6 +29,7 @@ Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime u
 FlagValue = Union[bool, int, float, str, tuple[Union[int, float, str], ...]]  # noqa: UP007
 
 DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
+DEFAULT_SETTLE = 1.0  # seconds a server must stay up after its first ready answers
 
 _DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)")
 _FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -134,8 +135,9 @@ class HealthModel(_Raw):
     timeout: float | None = None
     ready_after: int | None = Field(default=None, ge=1, le=100)
     interval: float | None = None
+    settle: float | None = None
 
-    @field_validator("timeout", "interval", mode="before")
+    @field_validator("timeout", "interval", "settle", mode="before")
     @classmethod
     def _duration(cls, v: object) -> float | None:
         return None if v is None else parse_duration(v)
@@ -243,6 +245,9 @@ class Health:
     timeout: float = DEFAULT_HEALTH_TIMEOUT
     ready_after: int = 2
     interval: float | None = None  # None: capped exponential backoff chosen by the executor
+    #: seconds a server that just became ready must stay alive before it counts as ready
+    #: (one more poll after them): a server that answers /health and then dies is no pass
+    settle: float = DEFAULT_SETTLE
 
 
 @dataclass(frozen=True)
@@ -334,7 +339,9 @@ class Experiment:
             "env": sorted([k, v] for k, v in self.env),
             "unit": self.unit,
             "workdir": self.workdir,
-            "health": [h.path, h.port, h.timeout, h.ready_after, h.interval],
+            # settle joins only when set: the keys of runs recorded before it existed hold
+            "health": [h.path, h.port, h.timeout, h.ready_after, h.interval]
+            + ([h.settle] if h.settle != DEFAULT_SETTLE else []),
             "probe": (
                 [self.probe.run, self.probe.metric, self.probe.pass_if, self.probe.timeout]
                 if self.probe else None
@@ -641,6 +648,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         timeout=h.timeout or DEFAULT_HEALTH_TIMEOUT,
         ready_after=h.ready_after or 2,
         interval=h.interval,
+        settle=DEFAULT_SETTLE if h.settle is None else h.settle,
     )
     probe = None
     if model.probe is not None:

@@ -116,7 +116,6 @@ class Executor:
         accept_new_host_key: bool = False,
         poll_min: float = 0.25,
         poll_max: float = 1.0,
-        stable_for: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.host = host
@@ -130,10 +129,6 @@ class Executor:
         self.lock = HostLock(host, self.t, service, campaign)
         self.poll_min = poll_min
         self.poll_max = poll_max
-        #: seconds a server that just became ready must stay alive before it counts as
-        #: ready: one more poll after this settle catches a server that answers /health a
-        #: few times and then dies (it must not be judged `pass`)
-        self.stable_for = stable_for
         self.sleep = sleep
         self._opened = False
         #: the flag preflight: each executable's help read once, trusted until contradicted
@@ -411,8 +406,10 @@ class Executor:
         outcome = retrying(once)
         if outcome == "timeout":
             w.timed_out = True
-        elif outcome == "ready" and self.stable_for > 0:
-            self.sleep(self.stable_for)
+        elif outcome == "ready":
+            # The settle (health.settle): one more poll after it catches a server that
+            # answers /health a few times and then dies (it must not be judged `pass`).
+            self.sleep(exp.health.settle)
             once()  # marks the run dead if the server did not survive the settle
 
     def _probe(
@@ -447,9 +444,12 @@ class Executor:
                 passed = None  # the campaign decides once the good config's metric is known
             else:
                 passed = cond.holds(metric, good_metric)
-        # A crash under load takes a moment to show: look twice before calling it alive.
+        # A crash under load takes a moment to show: look twice, a moment apart (half a
+        # second, or the settle when that is shorter), before calling it alive.
         alive = True
-        for _ in range(2):
+        for look in range(2):
+            if look:
+                self.sleep(min(0.5, exp.health.settle))
             res = self.t.run(self.manager.poll_command(exp, started), timeout=30)
             poll = self.manager.parse_poll(res.stdout, started)
             w.polls += 1
@@ -458,7 +458,6 @@ class Executor:
                 alive = False
                 w.died = True
                 break
-            self.sleep(0.5)
         outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
                                condition=probe.pass_if, server_alive=alive)  # fmt: skip
         return outcome, metric
