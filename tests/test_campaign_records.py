@@ -25,6 +25,7 @@ from orchestrator.campaign.records import (
     Outcome,
     Status,
     SweepAnswer,
+    SweepSpec,
     signature_from_text,
 )
 from orchestrator.campaign.sweep import SweepCampaign, load_sweep
@@ -189,6 +190,22 @@ def test_a_sweep_answer_stored_the_old_way_loads_and_writes_back_the_same() -> N
     assert (read.total_executed, read.total_reused, read.resumable) == (4, 0, False)
 
 
+def test_a_sweep_spec_stored_the_old_way_loads_and_writes_back_the_same() -> None:
+    old = {"sweep": "experiments/sweeps/rtx6000_cuda_graph.yaml", "name": "rtx6000-cuda-graph",
+           "hosts": ["lab"], "repeat": 1, "axes": ["cuda-graph-max-bs"], "reference": 0,
+           "reuse": False,
+           "items": [{"label": "cuda-graph-max-bs=128", "values": [["cuda-graph-max-bs", 128]],
+                      "config": OLD_SPEC["good"]},
+                     {"label": "cuda-graph-max-bs=(absent)", "values": [["cuda-graph-max-bs",
+                                                                         None]],
+                      "config": OLD_SPEC["bad"]}]}  # fmt: skip
+    spec = SweepSpec.from_dict(json.loads(json.dumps(old)))
+    assert spec.reference == 0 and spec.hosts == ["lab"] and not spec.reuse
+    assert [it.values for it in spec.items] == [[("cuda-graph-max-bs", 128)],
+                                                [("cuda-graph-max-bs", None)]]
+    assert spec.to_dict() == old
+
+
 # ------------------------------------------------------------------ campaigns on a scripted host
 
 
@@ -286,6 +303,8 @@ def test_a_sweep_stopped_by_its_budget_is_resumable_and_the_cli_words_the_comman
     stored = store.campaign(first.campaign_id).answer
     assert stored["resumable"] is True and stored["resume"] == cmd
     assert SweepAnswer.from_dict(stored).to_dict() == stored == first.to_json()
+    spec = store.campaign(first.campaign_id).spec
+    assert SweepSpec.from_dict(spec).to_dict() == spec
     second = camp()
     assert second.cid == first.campaign_id and second.resumed  # budget-stopped: it goes on
     assert second.run().total_executed == 2

@@ -243,6 +243,51 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class SweepSpecItem:
+    """One config of a sweep as recorded: its label, its swept values, the config itself."""
+
+    label: str
+    values: list[tuple[str, Any]]  # (axis, value) per swept axis
+    config: dict[str, Any]  # `Experiment.to_dict()`
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "values": [list(v) for v in self.values],
+                "config": self.config}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepSpecItem:
+        return cls(d["label"], [(str(k), v) for k, v in d.get("values") or []],
+                   d.get("config") or {})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep was asked: the sweep file, its configs as they ran, hosts and repeats."""
+
+    sweep: str  # the sweep file
+    name: str
+    hosts: list[str]
+    repeat: int
+    axes: list[str]
+    reference: int | None  # the index of the item relative bars are judged against
+    reuse: bool
+    items: list[SweepSpecItem]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "name": self.name, "hosts": self.hosts,
+                "repeat": self.repeat, "axes": self.axes, "reference": self.reference,
+                "reuse": self.reuse, "items": [it.to_dict() for it in self.items]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepSpec:
+        return cls(sweep=str(d.get("sweep")), name=str(d.get("name")),
+                   hosts=list(d.get("hosts") or []), repeat=int(d.get("repeat") or 1),
+                   axes=list(d.get("axes") or []), reference=d.get("reference"),
+                   reuse=bool(d.get("reuse")),
+                   items=[SweepSpecItem.from_dict(it) for it in d.get("items") or []])  # fmt: skip
+
+
+@dataclass(frozen=True)
 class SweepTableRow:
     """One (config, repeat) of a sweep's table as its answer stores it."""
 
@@ -316,5 +361,5 @@ class SweepAnswer:
 
 
 __all__ = ["BisectOptions", "BisectSpec", "Culprit", "Finding", "InvalidRun", "Narrowed",
-           "Outcome", "Status", "SweepAnswer", "SweepTableRow",
+           "Outcome", "Status", "SweepAnswer", "SweepSpec", "SweepSpecItem", "SweepTableRow",
            "signature_from_text"]  # fmt: skip

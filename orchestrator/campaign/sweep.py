@@ -40,7 +40,13 @@ from orchestrator.campaign.core import (
     default_executor,
 )
 from orchestrator.campaign.pool import Pool, Task
-from orchestrator.campaign.records import Status, SweepAnswer, SweepTableRow
+from orchestrator.campaign.records import (
+    Status,
+    SweepAnswer,
+    SweepSpec,
+    SweepSpecItem,
+    SweepTableRow,
+)
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.yamlio import load_model
@@ -317,11 +323,11 @@ class SweepCampaign:
 
     def _spec(self) -> dict[str, Any]:
         sweep = self.sweep
-        return {"sweep": sweep.source, "name": sweep.name, "hosts": [h.name for h in self.hosts],
-                "repeat": sweep.repeat, "axes": sweep.axes, "reference": sweep.reference,
-                "reuse": self.reuse,
-                "items": [{"label": it.label, "values": list(it.values),
-                           "config": it.exp.to_dict()} for it in sweep.items]}  # fmt: skip
+        return SweepSpec(sweep=sweep.source, name=sweep.name, hosts=[h.name for h in self.hosts],
+                         repeat=sweep.repeat, axes=sweep.axes, reference=sweep.reference,
+                         reuse=self.reuse,
+                         items=[SweepSpecItem(it.label, list(it.values), it.exp.to_dict())
+                                for it in sweep.items]).to_dict()  # fmt: skip
 
     def _recorded(self) -> dict[tuple[int, int], RunRow]:
         """(item, repeat) -> its recorded run: the variant column holds the item's index,

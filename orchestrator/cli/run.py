@@ -8,6 +8,7 @@ import json
 from rich.markup import escape
 
 from orchestrator.campaign.bisect import relative
+from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good
 from orchestrator.campaign.single import single_run
 from orchestrator.cli import common
@@ -94,9 +95,10 @@ def rerun(args: argparse.Namespace) -> int:
     # exactly as recorded (YAML files may have changed since); secrets from the environment
     exp = old.experiment(resolve_secrets=True)
     host = common.inventory(args).host(args.host or old.host)
-    env_keys = frozenset()
-    for side in ("good", "bad"):
-        env_keys |= frozenset((camp.spec.get(side, {}).get("service", {}) or {}).get("env") or {})
+    env_keys: frozenset[str] = frozenset()
+    spec = BisectSpec.from_dict(camp.spec)  # a bisection's two configs (none for other kinds)
+    for side in (spec.good, spec.bad):
+        env_keys |= frozenset((side.get("service") or {}).get("env") or {})
     # judged as the recorded run was: its recorded bar, against its campaign's good metric
     good = recorded_good(store, old, camp)
     bar = exp.probe.pass_if if exp.probe else None

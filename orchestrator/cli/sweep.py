@@ -8,7 +8,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.campaign.records import Status
+from orchestrator.campaign.records import Status, SweepSpec
 from orchestrator.campaign.sweep import (
     Sweep,
     SweepCampaign,
@@ -74,13 +74,11 @@ def wrong_kind(camp: CampaignRow, wanted: str, options: str) -> UsageError:
     return UsageError(f"campaign {camp.id} is {what}, not {KIND_WORDS[wanted]}: {how}")
 
 
-def _sweep_from_spec(spec: dict) -> Sweep:
-    items = tuple(SweepItem(i, it["label"], Experiment.from_dict(it["config"],
-                                                                 resolve_secrets=True),
-                            tuple(tuple(v) for v in it.get("values") or []))
-                  for i, it in enumerate(spec["items"]))  # fmt: skip
-    return Sweep(spec["name"], spec["sweep"], items, spec["repeat"], None, None,
-                 spec.get("reference"))  # fmt: skip
+def _sweep_from_spec(spec: SweepSpec) -> Sweep:
+    # the recorded configs, with their secrets taken from this environment again
+    items = tuple(SweepItem(i, it.label, Experiment.from_dict(it.config, resolve_secrets=True),
+                            tuple(it.values)) for i, it in enumerate(spec.items))  # fmt: skip
+    return Sweep(spec.name, spec.sweep, items, spec.repeat, None, None, spec.reference)
 
 
 def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, list[Host]]:
@@ -114,10 +112,11 @@ def run(args: argparse.Namespace) -> int:
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
-        sweep = _sweep_from_spec(camp.spec)
-        hosts = [inv.host(h) for h in camp.spec["hosts"]]
+        spec = SweepSpec.from_dict(camp.spec)
+        sweep = _sweep_from_spec(spec)
+        hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id
-        reuse = reuse or bool(camp.spec.get("reuse"))
+        reuse = reuse or spec.reuse
     else:
         sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.campaign.records import SweepAnswer, SweepTableRow
+from orchestrator.campaign.records import SweepAnswer, SweepSpec, SweepTableRow
 from orchestrator.config.experiment import Experiment
 from orchestrator.results.store import CampaignRow, Store
 
@@ -35,7 +35,7 @@ def _rows(camp: CampaignRow) -> list[SweepTableRow]:
 
 
 def _values(camp: CampaignRow) -> dict[str, dict[str, Any]]:
-    return {it["label"]: dict(it.get("values") or []) for it in camp.spec.get("items", [])}
+    return {it.label: dict(it.values) for it in SweepSpec.from_dict(camp.spec).items}
 
 
 def fmt(value: Any) -> str:
@@ -116,12 +116,12 @@ def _summary(rows: list[SweepTableRow]) -> dict[str, tuple[float | None, str]]:
 
 def _bars(camp: CampaignRow) -> dict[str, Any]:
     out = {}
-    for it in camp.spec.get("items", []):
+    for it in SweepSpec.from_dict(camp.spec).items:
         try:
-            exp = Experiment.from_dict(it["config"])
+            exp = Experiment.from_dict(it.config)
         except Exception:  # noqa: BLE001 - an unreadable old record: no bar, verdicts only
             continue
-        out[it["label"]] = exp.probe
+        out[it.label] = exp.probe
     return out
 
 
@@ -187,10 +187,11 @@ def _run_cell(r: SweepTableRow) -> str:
 
 
 def markdown(camp: CampaignRow, comp: Comparison | None = None) -> str:
-    out = [f"# Sweep {camp.spec.get('name')} (campaign {camp.id})", ""]
+    spec = SweepSpec.from_dict(camp.spec)
+    out = [f"# Sweep {spec.name} (campaign {camp.id})", ""]
     if comp is not None:
         out += [f"**{comp.headline()}**", ""]
-    out += [f"- sweep file: `{camp.spec.get('sweep')}`; hosts: {', '.join(camp.spec['hosts'])}",
+    out += [f"- sweep file: `{spec.sweep}`; hosts: {', '.join(spec.hosts)}",
             f"- started {_when(camp.created)}, status **{camp.status}**; {_totals(camp)}"]
     answer = _answer(camp)
     if answer.message:
@@ -242,7 +243,7 @@ class _Point:
 def _points(camp: CampaignRow) -> tuple[str, list[str], list[_Point]]:
     """(x axis title, x categories in order, points). Line mode: the first swept axis when
     every row has a value for it; else one category per config."""
-    axes: list[str] = list(camp.spec.get("axes") or [])
+    axes = SweepSpec.from_dict(camp.spec).axes
     values = _values(camp)
     rows = [r for r in _rows(camp) if r.verdict]
     line_mode = bool(axes) and all(axes[0] in values.get(r.config, {}) for r in rows)
@@ -363,15 +364,15 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
     from orchestrator.results.report import _CSS, COLORS
 
     e = html.escape
-    a = _answer(camp)
+    a, spec = _answer(camp), SweepSpec.from_dict(camp.spec)
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Sweep "
-             f"{e(str(camp.spec.get('name')))}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Sweep {e(str(camp.spec.get('name')))} (campaign {e(camp.id)})</h1>"]  # fmt: skip
+             f"{e(spec.name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>Sweep {e(spec.name)} (campaign {e(camp.id)})</h1>"]  # fmt: skip
     if comp is not None:
         color = FAILED if comp.regressions else "#2e7d32"
         parts.append(f"<p id=comparison style='color:{color}'><b>{e(comp.headline())}</b></p>")
-    parts.append(f"<p>sweep file <code>{e(str(camp.spec.get('sweep')))}</code>, hosts "
-                 f"{e(', '.join(camp.spec['hosts']))}, started {e(_when(camp.created))}, status "
+    parts.append(f"<p>sweep file <code>{e(spec.sweep)}</code>, hosts "
+                 f"{e(', '.join(spec.hosts))}, started {e(_when(camp.created))}, status "
                  f"<b>{e(camp.status)}</b>; {e(_totals(camp))}</p>")  # fmt: skip
     if a.message:
         parts.append(f"<p>{e(a.message)}</p>")
