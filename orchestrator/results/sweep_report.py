@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,18 @@ def _reference_line(camp: CampaignRow) -> str:
             f"{ref}, measured in this sweep (each repeat against its own)")
 
 
+def _said(camp: CampaignRow, text: Callable[[str], str], code: Callable[[str], str]) -> list[str]:
+    """Why the sweep stopped, how to resume it and what relative bars are judged against, in
+    one format (`text` escapes words, `code` marks up a command)."""
+    a = _answer(camp)
+    out = [text(a.message)] if a.message else []
+    if a.resume:
+        out.append(text("resume with: ") + code(a.resume))
+    if _reference_line(camp):
+        out.append(text(_reference_line(camp)))
+    return out
+
+
 def _verdict_cell(r: SweepTableRow) -> str:
     v = r.verdict or "not run"
     return f"{v} (reused)" if r.reused_from else v
@@ -193,13 +206,7 @@ def markdown(camp: CampaignRow, comp: Comparison | None = None) -> str:
         out += [f"**{comp.headline()}**", ""]
     out += [f"- sweep file: `{spec.sweep}`; hosts: {', '.join(spec.hosts)}",
             f"- started {_when(camp.created)}, status **{camp.status}**; {_totals(camp)}"]
-    answer = _answer(camp)
-    if answer.message:
-        out.append(f"- {answer.message}")
-    if answer.resume:
-        out.append(f"- resume with: `{answer.resume}`")
-    if _reference_line(camp):
-        out.append(f"- {_reference_line(camp)}")
+    out += [f"- {line}" for line in _said(camp, str, lambda c: f"`{c}`")]
     out += [*_removed_lines(camp), "",
             "| config | repeat | verdict | signature | metric | time | run |",
             "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -364,7 +371,7 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
     from orchestrator.results.report import _CSS, COLORS
 
     e = html.escape
-    a, spec = _answer(camp), SweepSpec.from_dict(camp.spec)
+    spec = SweepSpec.from_dict(camp.spec)
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Sweep "
              f"{e(spec.name)}</title><style>{_CSS}</style></head><body>",
              f"<h1>Sweep {e(spec.name)} (campaign {e(camp.id)})</h1>"]  # fmt: skip
@@ -374,12 +381,7 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
     parts.append(f"<p>sweep file <code>{e(spec.sweep)}</code>, hosts "
                  f"{e(', '.join(spec.hosts))}, started {e(_when(camp.created))}, status "
                  f"<b>{e(camp.status)}</b>; {e(_totals(camp))}</p>")  # fmt: skip
-    if a.message:
-        parts.append(f"<p>{e(a.message)}</p>")
-    if a.resume:
-        parts.append(f"<p>resume with: <code>{e(a.resume)}</code></p>")
-    if _reference_line(camp):
-        parts.append(f"<p>{e(_reference_line(camp))}</p>")
+    parts += [f"<p>{line}</p>" for line in _said(camp, e, lambda c: f"<code>{e(c)}</code>")]
     parts += [f"<p class=removed>host <b>{e(h)}</b> was taken out of the pool: {e(why)}</p>"
               for h, why in _removed(camp)]  # fmt: skip
     plot = svg_plot(camp)
