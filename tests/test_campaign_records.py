@@ -302,7 +302,7 @@ def test_a_sweep_stopped_by_its_budget_is_resumable_and_the_cli_words_the_comman
     assert first.resume == cmd
     stored = store.campaign(first.campaign_id).answer
     assert stored["resumable"] is True and stored["resume"] == cmd
-    assert SweepAnswer.from_dict(stored).to_dict() == stored == first.to_json()
+    assert SweepAnswer.from_dict(stored).to_dict() == stored == first.answer().to_dict()
     spec = store.campaign(first.campaign_id).spec
     assert SweepSpec.from_dict(spec).to_dict() == spec
     second = camp()

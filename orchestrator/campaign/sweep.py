@@ -276,9 +276,6 @@ class SweepOutcome:
             ) for r in self.rows],
         )  # fmt: skip
 
-    def to_json(self) -> dict[str, Any]:
-        return self.answer().to_dict()
-
 
 def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
     """Same sweep file content on the same hosts: what resumes, and what nights compare."""
@@ -422,7 +419,7 @@ class SweepCampaign:
             if stop_reason:
                 outcome.resumable = True
                 outcome.resume = self.resume_text(self.core.ref) if self.resume_text else ""
-        self.core.finish(outcome.status, message=outcome.message, answer=outcome.to_json())
+        self.core.finish(outcome.status, message=outcome.message, answer=outcome.answer().to_dict())
         return outcome
 
     def _settle(self, outcome: SweepOutcome, todo: list[tuple[SweepItem, int]]) -> None:

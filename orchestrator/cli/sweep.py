@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     comp = comparison(store, store.campaign(outcome.campaign_id))
     if args.json:
         extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs}
-        console().print_json(json.dumps(outcome.to_json() | extra))
+        console().print_json(json.dumps(outcome.answer().to_dict() | extra))
     else:
         print_table(outcome, paths, comp)
         for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
