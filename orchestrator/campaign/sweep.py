@@ -285,6 +285,8 @@ def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
 
 
 class SweepCampaign:
+    """One sweep campaign: every config once per repeat, on a host or a pool of hosts."""
+
     def __init__(
         self,
         store: Store,
@@ -305,7 +307,8 @@ class SweepCampaign:
         self.sweep, self.hosts, self.reuse = sweep, hosts, reuse
         self.store, self.emit, self.resume_text = store, listener, resume_text
         self.core = CampaignCore(
-            store, kind="sweep", key=sweep_key(sweep, hosts), spec=self._spec,
+            store, kind="sweep", key=sweep_key(sweep, hosts),
+            spec=lambda: self.spec().to_dict(),
             secrets={k: v for it in sweep.items for k, v in it.exp.secrets().items()},
             command=command, resume_id=resume_id,
             # a sweep stopped by its budget (--until, --max-runs) goes on with the same command
@@ -318,13 +321,13 @@ class SweepCampaign:
         self.resumed = self.core.resumed
         self._started = 0  # runs this invocation started: what --max-runs counts
 
-    def _spec(self) -> dict[str, Any]:
+    def spec(self) -> SweepSpec:
         sweep = self.sweep
         return SweepSpec(sweep=sweep.source, name=sweep.name, hosts=[h.name for h in self.hosts],
                          repeat=sweep.repeat, axes=sweep.axes, reference=sweep.reference,
                          reuse=self.reuse,
                          items=[SweepSpecItem(it.label, list(it.values), it.exp.to_dict())
-                                for it in sweep.items]).to_dict()  # fmt: skip
+                                for it in sweep.items])  # fmt: skip
 
     def _recorded(self) -> dict[tuple[int, int], RunRow]:
         """(item, repeat) -> its recorded run: the variant column holds the item's index,
