@@ -390,3 +390,54 @@ def test_culprit_dicts_round_trip() -> None:
                   reproduced_by="c.3", cleared_by={"--a": None}, confirmed=False)
     assert Culprit.from_dict(cul.to_dict()) == cul
     assert "cleared_counts" not in cul.to_dict()  # not counted: not written
+
+
+# ------------------------------------------------------------------ a single run, same core
+
+
+def test_a_single_run_is_a_campaign_of_one_recorded_by_the_core(tmp_path: Path) -> None:
+    from orchestrator.campaign.single import single_run
+    from orchestrator.config.experiment import load_experiment
+
+    store = Store(tmp_path / "results")
+    good, _ = scripted_pair(tmp_path / "exp", 1)
+    oracle = Oracle([Rule(frozenset({0}), "cuda_graph", TARGET_ERROR)])
+    events: list[Event] = []
+    row = single_run(store, load_experiment(good), host("r1"), kind="run", command="test",
+                     label="good", listener=events.append,
+                     executor_factory=factory(oracle, Faults()))  # fmt: skip
+    assert row.verdict is Verdict.PASS and row.id.endswith(".1")
+    camp = store.campaign(row.campaign)
+    assert (camp.kind, camp.status, camp.spec["hosts"]) == ("run", "done", ["r1"])
+    assert [e.run_id for e in events if isinstance(e, RunRecorded)] == [row.id]
+    store.close()
+
+
+def test_ctrl_c_during_a_single_run_marks_it_interrupted(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         ) -> None:  # fmt: skip
+    from orchestrator.campaign.single import single_run
+    from orchestrator.config.experiment import load_experiment
+    from tests.scripted import ScriptedExecutor
+
+    class CtrlCInRun(ScriptedExecutor):  # Ctrl-C arrives while the server starts
+        def run(self, *a: object, **kw: object) -> object:
+            raise KeyboardInterrupt
+
+    def make(h, service, campaign, listener):  # noqa: ANN001, ANN202
+        return CtrlCInRun(h, Oracle([]), Faults(), listener)
+
+    store = Store(tmp_path / "results")
+    good, _ = scripted_pair(tmp_path / "exp", 1)
+
+    def run() -> object:
+        return single_run(store, load_experiment(good), host("r2"), kind="run", command="t",
+                          label="good", executor_factory=make)  # fmt: skip
+
+    with pytest.raises(Interrupted) as caught:
+        run()
+    assert caught.value.campaign.kind == "run" and caught.value.partial is None
+    assert store.campaign(caught.value.campaign_id).status == "interrupted"
+    assert common.run_single(run, lambda e: None) is None  # the CLI says so, exit 130
+    assert "interrupted" in capsys.readouterr().out
+    store.close()
