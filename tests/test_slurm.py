@@ -211,7 +211,7 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
     assert downed.is_set()
     assert outcome.status == "found", outcome.message
     [culprit] = outcome.culprits
-    assert sorted(culprit["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
+    assert sorted(culprit.flags) == ["--enable-nccl-nvls", "--ep-size 8"]
     [finding] = outcome.findings
     assert str(finding.signature).startswith("init: AttributeError")
     infra = [r for r in runs if r.verdict is Verdict.INFRA]

@@ -111,6 +111,7 @@ class SlurmExecutor(Executor):
                                                     extra=extra)))  # fmt: skip
         self.cancel_event = threading.Event()
         self._job: str | None = None
+        self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
@@ -167,7 +168,9 @@ class SlurmExecutor(Executor):
             if self._job is not None:
                 job, self._job = self._job, None
                 self._slurm(f"scancel {job}", timeout=60)
+                self._cancelled.append(job)
                 done.append(f"cancelled job {job}")
+            self._wait_gone(self._cancelled)
         finally:
             if self._own_transport:
                 self.t.close()
@@ -218,6 +221,7 @@ class SlurmExecutor(Executor):
         except RunCancelled:
             if job is not None:
                 self._slurm(f"scancel {job}", timeout=60)
+                self._cancelled.append(job)
                 self._step("cancelled", f"job {job}")
             self._job = None
             raise
@@ -387,6 +391,18 @@ class SlurmExecutor(Executor):
             self.sleep(delay)
             delay = min(delay * 1.5, self.poll_max)
         raise InfraError(f"job {job}: gave up watching")
+
+    def _wait_gone(self, jobs: list[str], *, wait: float = 30.0) -> None:
+        """Wait (bounded) until the cancelled jobs have left the queue: a cancelled job stays
+        COMPLETING while its processes are killed, and nothing of the campaign may be left
+        in squeue when the controller exits."""
+        deadline = time.monotonic() + wait
+        while jobs and time.monotonic() < deadline:
+            r = self._slurm(f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))}"
+                            " -o %i", timeout=60)  # fmt: skip
+            if r.ok and not set(jobs) & set(r.stdout.split()):
+                return
+            self.sleep(0.2)
 
     def _sacct(self, job: str) -> facts.JobState | None:
         r = self._slurm(f"sacct -n -P -X -j {job} -o State,ExitCode,NodeList,Reason 2>/dev/null",
