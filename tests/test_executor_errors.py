@@ -25,8 +25,9 @@ from orchestrator.errors import HostKeyError, OrchestratorError, ServiceError
 from orchestrator.events import Event, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
+from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.campaign_lab import LAB_UNIT
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
@@ -35,14 +36,6 @@ V0523 = "lab-b300-v0523.service"
 B300 = "lab-b300.service"
 AMBIGUOUS = ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
              "--cuda-graph-max-bs-prefill")  # fmt: skip
-LAB_UNIT = """\
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart=no
-"""
 
 
 def exp(rel: str) -> Experiment:

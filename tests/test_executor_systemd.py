@@ -25,8 +25,8 @@ from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
-from tests.campaign_lab import sigkill_executor_child_while_polling
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
+from tests.campaign_lab import LAB_UNIT, sigkill_executor_child_while_polling
 from tests.hosts.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,22 +37,6 @@ GLM5 = "lab-glm5.service"
 HANG_SCENARIO = "/etc/orch-lab/hang.yaml"
 ODD = "a b 'single' \"double\" $HOME ${X} `id` ; & | %n %% \\ \\\\n * ? ü ✓ end"
 
-# The user's own unit: the lab's environment, and an ExecStart of its own that the
-# drop-in replaces (a plain sleep, so "running with its own config" is easy to see).
-LAB_UNIT = """\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 
 @dataclass

@@ -28,30 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.hosts import Host, load_inventory
-from tests.hosts.systemd import SystemdHost
+from orchestrator.lab.sdhosts import SystemdHost
+from orchestrator.lab.units import lab_unit
 
 UNIT_DIR = "/etc/systemd/system"
 B300 = "lab-b300.service"
 DROPIN = f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf"
 FLAKY_PATH = "/usr/local/lib/orch-flaky-server.py"
 TAG = f"orch-fault-{os.getpid()}"
-
-#: the user's unit: the lab's environment; its own ExecStart is replaced by our drop-in
-LAB_UNIT = """\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart={restart}
-RestartSec=200ms
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 #: answers /health `--healthy-for` times, then prints a serving crash and exits 1
 FLAKY_SERVER = '''\
@@ -200,7 +184,7 @@ class SdLab:
 
     @classmethod
     def setup(cls, box: SystemdHost, tmp: Path, *, restart: str = "no") -> SdLab:
-        box.write_file(f"{UNIT_DIR}/{B300}", LAB_UNIT.format(restart=restart))
+        box.write_file(f"{UNIT_DIR}/{B300}", lab_unit(restart=restart, restart_sec="200ms"))
         box.write_file(FLAKY_PATH, FLAKY_SERVER)
         box.ssh_run("systemctl daemon-reload", check=True)
         tmp.mkdir(parents=True, exist_ok=True)

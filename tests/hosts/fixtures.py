@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.sdhosts import REPO, SystemdHost, SystemdHostFactory
 from orchestrator.lab.sshd import (
     SshdEndpoint,
     SshdServer,
@@ -22,7 +23,6 @@ from orchestrator.lab.sshd import (
 )
 from tests.hosts.prereq import require_sshd, require_systemd_host
 from tests.hosts.procs import LabProcess
-from tests.hosts.systemd import REPO, SystemdHost, SystemdHostFactory
 
 SSHD_PREFIX = "orch-sshd-"
 DUO_UNIT = "lab-rtx6000.service"  # the unit of the `duo` pool
