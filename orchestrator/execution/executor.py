@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tenacity import Retrying, RetryCallState, retry_if_result, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
