@@ -21,6 +21,7 @@ this: those run on the real sshd and systemd hosts (`tests/hosts`).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable
@@ -133,6 +134,7 @@ class _Proc:
     script: Server
     started: float  # clock time
     log: str
+    invocation: str = ""
     stopped: float | None = None
 
     def end(self, reboot: float | None = None) -> tuple[float, int | None]:
@@ -186,6 +188,11 @@ class ScriptedTransport(Transport):
     link_down: list[tuple[float, float]] = field(default_factory=list)
     #: exit status and output of `EXEC --help` (None: the executable has no help to give)
     help_text: str | None = None
+    #: systemd hosts: the unit's own text, and when a dead server is started again by
+    #: systemd (None: never; a `Restart=always` that wins over our drop-in's Restart=no)
+    unit_text: str = ("[Service]\nEnvironment=PYTHONPATH=/opt/srv\nExecStart=/bin/sleep infinity\n"
+                      "Restart=no\n")
+    restart_after: float | None = None
     files: dict[str, str] = field(default_factory=dict)
     procs: list[_Proc] = field(default_factory=list)
     #: (clock time, kind) of every command, in order
@@ -195,6 +202,7 @@ class ScriptedTransport(Transport):
         Transport.__init__(self, self.host)
         self._next = 0
         self.polled_port = 0
+        self._loaded_dropin: str | None = None  # the drop-in as of the last daemon-reload
         self._table: list[tuple[str, re.Pattern[str], Handler]] = [
             (kind, re.compile(rx, re.S), getattr(self, f"_{kind}"))
             for kind, rx in _COMMANDS
@@ -273,15 +281,23 @@ class ScriptedTransport(Transport):
                    f"{self._http(_word(m['url'])):03d}\n{LOG_MARK}\n"
                    + self._tail(_word(m["log"]), int(m["lines"])))  # fmt: skip
 
+    def _spawn(self, log: str, script: Server | None = None, at: float | None = None) -> _Proc:
+        if script is None:
+            if self._next >= len(self.starts):
+                raise UnscriptedCommand(f"start #{self._next + 1}: the script has only "
+                                        f"{len(self.starts)}")  # fmt: skip
+            script = self.starts[self._next]
+            self._next += 1
+        n = len(self.procs)
+        p = _Proc(4242 + 100 * n, script, self.clock.now if at is None else at, log,
+                  invocation=f"{n + 1:032x}")  # fmt: skip
+        self.procs.append(p)
+        return p
+
     def _start(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
-        if self._next >= len(self.starts):
-            raise UnscriptedCommand(f"start #{self._next + 1}: the script has only "
-                                    f"{len(self.starts)}")  # fmt: skip
-        pid = 4242 + 100 * self._next
-        self.procs.append(_Proc(pid, self.starts[self._next], self.clock.now, _word(m["log"])))
-        self._next += 1
-        self.files[f"{_word(m['dir'])}/pid"] = f"{pid}\n"
-        return 0, f"{pid}\n"
+        p = self._spawn(_word(m["log"]))
+        self.files[f"{_word(m['dir'])}/pid"] = f"{p.pid}\n"
+        return 0, f"{p.pid}\n"
 
     def _stop(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pid"]))
@@ -342,6 +358,131 @@ class ScriptedTransport(Transport):
         return 0, ""
 
 
+    # ---- the systemd unit (orchestrator/execution/services/systemd.py)
+    def _unit_proc(self) -> _Proc | None:
+        """The unit's current server; a `restart_after` unit starts a dead one again."""
+        units = [p for p in self.procs if p.log == "journal"]
+        if not units:
+            return None
+        p = units[-1]
+        while self.restart_after is not None and p.stopped is None:
+            again = self._end(p)[0] + self.restart_after
+            if again > self.clock.now:
+                break
+            p = self._spawn("journal", p.script, at=again)
+        return p
+
+    def _unit_props(self) -> dict[str, str]:
+        p = self._unit_proc()
+        restarts = max(sum(1 for q in self.procs if q.log == "journal") - 1, 0)
+        props = {"LoadState": "loaded", "FragmentPath": "/etc/systemd/system/unit.service",
+                 "DropInPaths": self._loaded_dropin or "", "NRestarts": str(restarts),
+                 "ActiveState": "inactive", "SubState": "dead", "Result": "success",
+                 "InvocationID": "", "MainPID": "0", "ExecMainStatus": "0",
+                 "ExecMainCode": "0", "WorkingDirectory": "/opt/srv",
+                 "Environment": " ".join(self._unit_env())}  # fmt: skip
+        if p is None:
+            return props
+        props["InvocationID"] = p.invocation
+        dies, code = self._end(p)
+        reboot = next((t for t in sorted(self.reboots) if t > p.started), None)
+        if reboot is not None and reboot <= self.clock.now:
+            props["InvocationID"] = ""  # a unit not enabled is not started by the boot
+        elif self.clock.now < dies:
+            props |= {"ActiveState": "active", "SubState": "running", "MainPID": str(p.pid)}
+        elif p.stopped is not None and p.stopped == dies:
+            props |= {"ExecMainCode": "2", "ExecMainStatus": "15"}
+        elif code is not None and code > 128:
+            props |= {"ActiveState": "failed", "SubState": "failed", "Result": "signal",
+                      "ExecMainCode": "2", "ExecMainStatus": str(code - 128)}  # fmt: skip
+        elif code is not None:
+            props |= {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code",
+                      "ExecMainCode": "1", "ExecMainStatus": str(code)}  # fmt: skip
+        if self.restart_after is not None and props["ActiveState"] == "failed":
+            props |= {"ActiveState": "activating", "SubState": "auto-restart"}
+        return props
+
+    def _unit_env(self) -> list[str]:
+        env = [ln.split("=", 1)[1] for ln in self.unit_text.splitlines()
+               if ln.startswith("Environment=")]  # fmt: skip
+        return env + [w for ln in (self._loaded_dropin and self.files.get(
+            self._loaded_dropin, "") or "").splitlines() if ln.startswith("Environment=")
+            for w in _systemd_words(ln.split("=", 1)[1])]  # fmt: skip
+
+    def _exec_start(self) -> tuple[str, list[str]]:
+        text = self.files.get(self._loaded_dropin or "", "") if self._loaded_dropin else ""
+        lines = [ln.split("=", 1)[1] for ln in (text or self.unit_text).splitlines()
+                 if ln.startswith("ExecStart=") and ln != "ExecStart="]  # fmt: skip
+        words = _systemd_words(lines[-1]) if text else lines[-1].split()
+        return words[0], words
+
+    def _systemctl_version(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, "systemd 252 (252.30-1~deb12u2)\n"
+
+    def _show(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        names = [n for arg in re.findall(r"-p (\S+)", m["props"]) for n in arg.split(",")]
+        props = self._unit_props()
+        missing = [n for n in names if n not in props]
+        if missing:
+            raise UnscriptedCommand(f"systemctl show of properties not scripted: {missing}")
+        return 0, "".join(f"{n}={props[n]}\n" for n in names)
+
+    def _cat(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, self.unit_text
+
+    def _reload(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        dropins = [p for p in self.files if p.endswith(".service.d/99-orchestrator.conf")]
+        self._loaded_dropin = dropins[0] if dropins else None
+        return 0, ""
+
+    def _busctl(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        prop = m["prop"]
+        if prop == "ExecStart":
+            path, argv = self._exec_start()
+            return 0, json.dumps({"type": "a(sasbttttuii)",
+                                  "data": [[path, argv, False, 0, 0, 0, 0, 0, 0, 0]]})
+        if prop == "Environment":
+            return 0, json.dumps({"type": "as", "data": self._unit_env()})
+        if prop == "UnsetEnvironment":
+            return 0, json.dumps({"type": "as", "data": []})
+        raise UnscriptedCommand(f"busctl property not scripted: {prop}")
+
+    def _ctl(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        verb = m["verb"]
+        p = self._unit_proc()
+        if verb == "start --no-block":
+            if p is None or not self._alive(p):
+                self._spawn("journal")
+        elif verb == "stop" and p is not None and self._alive(p):
+            p.stopped = self.clock.now
+        elif verb == "stop" and p is not None and p.stopped is None:
+            p.stopped = self._end(p)[0]  # a unit restarting is stopped for good
+        return 0, ""
+
+    def _journal(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        self._unit_proc()  # a restart due by now writes its own lines
+        p = next((q for q in self.procs if q.invocation == m["inv"]), None)
+        lines = p.lines(self.clock.now) if p is not None else []
+        return 0, "".join(x + "\n" for x in lines[-int(m["lines"]):])
+
+    def _unit_poll(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        boot = f"{BOOT_MARK} {self.boot_id()}\n" if m["boot"] else ""
+        state = self._show(m, stdin)[1]
+        code = self._http(_word(m["url"]))
+        log = self._journal(m, stdin)[1]
+        return 0, f"{boot}{state}{HTTP_MARK} {code:03d}\n{LOG_MARK}\n{log}"
+
+    def _cgroup_pids(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        p = self._unit_proc()
+        if p is None or not self._alive(p):
+            return 0, f"{SS_MARK}\n"
+        port = p.script.listen_port or self.polled_port
+        return 0, (f"{p.pid}\n{SS_MARK}\nLISTEN 0 2048 127.0.0.1:{port} 0.0.0.0:* "
+                   f'users:(("python3",pid={p.pid},fd=9))\n')  # fmt: skip
+
+    def _rm_dropin(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return self._rm(m, stdin)
+
 #: the commands the scripted host knows: (kind, the whole command as a regex). One shape
 #: each, as the executor (poll with boot id, probe), the host lock and the process manager
 #: (orchestrator/execution/services/process.py) build them.
@@ -371,6 +512,23 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("write", rf"umask 077 && mkdir -p {_W} && cat > {_W} && .* mv -f {_W} "
               rf"(?P<path>{_W}); else .*"),
     ("rm", r"rm -f (?P<paths>[^;&|]+)"),
+    ("systemctl_version", r"command -v systemctl >/dev/null && systemctl --version \| head -1"),
+    ("show", r"systemctl show [\w.@-]+(?P<props>( -p [\w,]+)+)"),
+    ("cat", r"systemctl cat [\w.@-]+"),
+    ("reload", r"systemctl daemon-reload"),
+    ("ctl", r"systemctl (?P<verb>start --no-block|stop|reset-failed) [\w.@-]+"),
+    ("busctl", r"busctl --json=short get-property org\.freedesktop\.systemd1 \S+ "
+               r"org\.freedesktop\.systemd1\.Service (?P<prop>\w+)"),
+    ("journal", r"journalctl _SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
+                r"-n (?P<lines>\d+)"),
+    ("unit_poll", rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
+                  r"2>/dev/null\); )?systemctl show [\w.@-]+(?P<props> -p [\w,]+); "
+                  rf"if command -v curl .*? --max-time 3 (?P<url>{_W}) 2>/dev/null\); else "
+                  r".*?; fi; echo \"@@HTTP \$\{c:-000\}\"; echo '@@LOG'; journalctl "
+                  r"_SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
+                  r"-n (?P<lines>\d+) 2>/dev/null"),
+    ("cgroup_pids", r"cg=\$\(systemctl show -p ControlGroup --value [\w.@-]+\); .*"),
+    ("rm_dropin", r"rm -f (?P<paths>[^;&|]+); rmdir \S+ 2>/dev/null \|\| true"),
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),
     ("probe", r"python3 -m sglang\.bench_serving --port \d+ .*"),
 )
@@ -386,6 +544,19 @@ def _unwrap(command: str) -> str:
         raise UnscriptedCommand(f"not wrapped the way Transport.wrap wraps: {command!r}")
     inner = words[6]
     return re.sub(r"^export [^;]*; ", "", inner)
+
+
+def _systemd_words(text: str) -> list[str]:
+    """The words of an `ExecStart=`/`Environment=` value as orchestrator quotes them
+    (`systemd_quote`): double-quoted, C escapes, `%%` for `%` (and `$$` kept in the stored
+    argv, as systemd keeps it until it runs the command)."""
+    words = []
+    for raw in re.findall(r'"((?:[^"\\]|\\.)*)"', text):
+        word = re.sub(r"\\(x[0-9a-f]{2}|.)", lambda e: {"n": "\n", "t": "\t"}.get(
+            e[1], chr(int(e[1][1:], 16)) if e[1].startswith("x") and len(e[1]) == 3
+            else e[1]), raw)  # fmt: skip
+        words.append(word.replace("%%", "%"))
+    return words
 
 
 def _word(word: str) -> str:

@@ -13,7 +13,7 @@ test_executor_errors.py, test_faults_server.py and test_faults_net.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -68,7 +68,8 @@ class Rig:
 
     def polls(self) -> list[float]:
         """Poll times of the last run, in seconds after its start."""
-        return [round(t - self.t0, 6) for t, kind in self.t.log[self.mark:] if kind == "poll"]
+        return [round(t - self.t0, 6) for t, kind in self.t.log[self.mark:]
+                if kind in ("poll", "unit_poll")]
 
 
 def rig(*starts: Server, poll_min: float = 0.25, poll_max: float = 1.0, **host_events: object
@@ -382,3 +383,69 @@ def test_an_unknown_command_fails_the_test_loudly() -> None:
     exp = Experiment.from_dict({**data, "probe": {"run": "curl localhost:{port}"}})
     with pytest.raises(UnscriptedCommand):
         r.run(exp)
+
+
+# ---- the same decisions with the systemd manager ------------------------------------------------
+# The scripted host answers the systemd manager's commands too (systemctl show, start,
+# stop, daemon-reload, busctl, journalctl): the unit's state decides alive or dead, the
+# InvocationID tells one start from the next. What systemd itself does with a drop-in is
+# proven on the real systemd host (test_executor_systemd.py, test_faults_server.py).
+
+
+def systemd_rig(*starts: Server, **host_events: object) -> Rig:
+    r = rig(*starts, **host_events)
+    r.ex.close()
+    h = replace(host(), service_manager="systemd")
+    r.t.host = h
+    r.ex = Executor(h, service="sglang.service", campaign="c-watch", listener=r.events.append,
+                    transport=r.t, sleep=r.clock.sleep, clock=r.clock.monotonic,
+                    wall_clock=r.clock.time).open()  # fmt: skip
+    return r
+
+
+def test_systemd_runs_are_judged_on_their_own_invocation() -> None:
+    r = systemd_rig(Server(), Server(crash_in="cuda_graph", error=TARGET_ERROR))
+    good = r.run(experiment(), "good")
+    bad = r.run(experiment(), "bad")
+    assert good.verdict is Verdict.PASS, (good.detail, good.log_tail[-1500:])
+    assert bad.verdict is Verdict.FAIL, (bad.detail, bad.log_tail[-1500:])
+    assert bad.signature is not None and bad.signature.phase is Phase.CUDA_GRAPH
+    assert good.invocation and bad.invocation and good.invocation != bad.invocation
+    assert "The server is fired up" not in bad.log_tail  # the journal of its invocation only
+    assert good.host_record is not None
+    assert good.host_record["journal_command"] == (
+        f"journalctl _SYSTEMD_INVOCATION_ID={good.invocation} --no-pager")
+    assert good.ready_s == expected_polls(READY)[-1] + 1.25
+
+
+def test_systemd_unit_restarted_by_systemd_ends_the_run_at_the_first_death() -> None:
+    # A Restart=always that wins over our drop-in: systemd starts the server again 0.2 s
+    # after it died; the run ends at the first poll that sees another InvocationID, and is
+    # judged on the first start's journal.
+    r = systemd_rig(Server(crash_in="init", error=OTHER_ERROR), restart_after=0.2)
+    result = r.run(experiment())
+    first, again = r.t.procs[0], r.t.procs[1]
+    assert result.verdict is Verdict.FAIL, (result.detail, result.log_tail[-1500:])
+    assert result.signature is not None and result.signature.phase is Phase.INIT
+    assert result.invocation == first.invocation
+    assert result.log_tail.count("Traceback (most recent call last)") == 1
+    assert r.polls()[-1] == 0.75  # the first poll after the restart at 0.7 s
+    assert again.stopped is not None  # the restarted server is stopped, not left running
+
+
+def test_systemd_kill_from_outside_is_infra_and_a_crash_is_not() -> None:
+    r = systemd_rig(Server(killed_at=4.0), Server(crash_in="kv_cache", error=TARGET_ERROR))
+    killed = r.run(experiment(), "killed")
+    crashed = r.run(experiment(), "crashed")  # SIGKILLs itself too, after its traceback
+    assert killed.verdict is Verdict.INFRA, (killed.detail, killed.log_tail[-1500:])
+    assert "killed by SIGKILL from outside the campaign" in killed.detail
+    assert crashed.verdict is Verdict.FAIL and crashed.signature is not None
+    assert crashed.signature.phase is Phase.KV_CACHE
+
+
+def test_systemd_timeout_names_the_port_the_unit_listens_on() -> None:
+    r = systemd_rig(Server(listen_port=PORT + 1))
+    result = r.run(experiment(timeout=20.0))
+    assert r.polls()[-1] == 20.0
+    assert f"the server listens on {PORT + 1} but the health check polls port {PORT}" in (
+        result.detail)
