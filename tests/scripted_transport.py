@@ -21,6 +21,7 @@ this: those run on the real sshd and systemd hosts (`tests/hosts`).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -534,6 +535,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=256)  # a poll sends the same command hundreds of times
 def _unwrap(command: str) -> str:
     """The command as the caller wrote it, out of the transport's `timeout` (and `sudo`)
     wrapping and the host's environment exports."""
@@ -559,6 +561,7 @@ def _systemd_words(text: str) -> list[str]:
     return words
 
 
+@functools.lru_cache(maxsize=256)
 def _word(word: str) -> str:
     return shlex.split(word)[0]
 
