@@ -33,6 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
 UNIT_DIR = "/etc/systemd/system"
 TIME_SCALE = "0.1"
+#: the health settle of lab configs in the tests: shortened like the lab's startup
+SETTLE = {"settle": f"{float(TIME_SCALE):g}s"}
 
 #: the lab pairs: scenario -> (good, bad) file names under experiments/lab/<scenario>/
 PAIRS = {
@@ -87,7 +89,7 @@ def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
             "extends": str(LAB / scenario / name),
             "service": {"flags": {"port": port}},
             # the lab starts TIME_SCALE times faster; so does the check that it stays up
-            "health": {"settle": f"{float(TIME_SCALE):g}s"},
+            "health": SETTLE,
         }, sort_keys=False))  # fmt: skip
         paths.append(path)
     unit = _unit(LAB / scenario / good_name)

@@ -14,12 +14,12 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
-from tests.hosts.fixtures import sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
+from tests.hosts.fixtures import duo, sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
 
-__all__ = ["net", "sd", "sd_box", "sshd", "sshd_server", "systemd_host", "systemd_hosts"]
+__all__ = ["duo", "net", "sd", "sd_box", "sshd", "sshd_server", "systemd_host", "systemd_hosts"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
-            "systemd_hosts": "systemd", "sd_box": "systemd"}
+            "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd"}
 
 
 #: Tests that need no test host but start real processes (lab servers, the lab's own sshd,

@@ -66,19 +66,36 @@ def present(exp: Experiment) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class Rule:
-    """Good + a variant containing `needs` fails in `phase` with `error` (first match wins)."""
+    """Good + a variant containing `needs` fails in `phase` with `error` (first match wins).
+
+    With `probability` below 1 the rule is flaky, like the lab's: each start draws, and a
+    draw that does not come up passes the rule over (the next matching rule may fire)."""
 
     needs: frozenset[int]
     phase: str
     error: str
+    probability: float = 1.0
 
 
 @dataclass
 class Oracle:
     rules: list[Rule]
+    seed: int = 0  # the draws of flaky rules: one seeded sequence per oracle
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.lock = threading.Lock()
 
     def outcome(self, variant: frozenset[int]) -> Rule | None:
-        return next((r for r in self.rules if r.needs <= variant), None)
+        for rule in self.rules:
+            if not rule.needs <= variant:
+                continue
+            if rule.probability < 1.0:
+                with self.lock:
+                    if self.rng.random() >= rule.probability:
+                        continue
+            return rule
+        return None
 
     def target_terms(self, target_error: str = TARGET_ERROR) -> list[frozenset[int]]:
         return [r.needs for r in self.rules if r.error == target_error]

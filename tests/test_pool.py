@@ -19,7 +19,6 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,26 +34,22 @@ from orchestrator.execution.executor import Executor, RunCancelled
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
 from orchestrator.results.sweep_report import write_sweep_reports
-from tests.campaign_lab import LAB, LAB_UNIT, UNIT_DIR, cli, popen_cli, sshd_hosts_file, stop_child
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.campaign_lab import (
+    LAB,
+    SETTLE,
+    UNIT_DIR,
+    cli,
+    popen_cli,
+    sshd_hosts_file,
+    stop_child,
+)
+from tests.hosts.systemd import SystemdHost
 from tests.hosts.wait import wait_until
 
 UNIT = "lab-rtx6000.service"
 PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"
 PROBE = "python3 -m orchestrator.lab.bench --port {port} --num-prompts 24 --random-output-len 32"
 
-
-@pytest.fixture(scope="module")
-def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
-    """Two booted containers with the lab's unit installed."""
-    boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
-    try:
-        for box in boxes:
-            box.install_unit(UNIT, LAB_UNIT)
-        yield boxes
-    finally:
-        for box in boxes:
-            systemd_hosts.stop(box)
 
 
 def hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:
@@ -70,7 +65,8 @@ def hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:
 def experiment(tmp: Path, name: str, **extra: object) -> Path:
     """The shipped rtx6000 perf config with a short probe, plus `extra` keys."""
     tmp.mkdir(parents=True, exist_ok=True)
-    data = {"name": name, "extends": str(PERF_GOOD), "probe": {"run": PROBE}, **extra}
+    data = {"name": name, "extends": str(PERF_GOOD), "probe": {"run": PROBE},
+            "health": SETTLE, **extra}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -16,7 +16,6 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from orchestrator.results.store import CampaignRow, RunRow, Store
 from orchestrator.results.sweep_report import html_page, markdown, svg_plot
 from tests.campaign_lab import (
     LAB,
-    LAB_UNIT,
+    SETTLE,
     UNIT_DIR,
     cli,
     lab_servers,
@@ -38,7 +37,7 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.hosts.systemd import SystemdHost
 from tests.hosts.wait import wait_until
 
 PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"
@@ -61,7 +60,7 @@ def write_sweep(tmp: Path, *, port: int | None = None, matrix: dict | None = Non
     machine only: the copy lives in `tmp`)."""
     tmp.mkdir(parents=True, exist_ok=True)
     base: dict = {"name": "test-rtx6000-perf", "extends": str(PERF_GOOD),
-                  "probe": {"run": PROBE}}  # fmt: skip
+                  "probe": {"run": PROBE}, "health": SETTLE}  # fmt: skip
     service: dict = {}
     if port is not None:
         service["flags"] = {"port": port}
@@ -498,18 +497,6 @@ def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint,
 
 # ---- a pool of two systemd hosts ----------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
-    """Two booted containers with the lab's unit installed (each in its own netns)."""
-    boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
-    try:
-        for box in boxes:
-            box.install_unit(UNIT, LAB_UNIT)
-        yield boxes
-    finally:
-        for box in boxes:
-            systemd_hosts.stop(box)
 
 
 def pool_hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:

@@ -11,10 +11,8 @@ must be known before the bad endpoint can be judged against it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 
 from orchestrator.diagnosis.verdicts import Verdict
@@ -22,7 +20,6 @@ from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import RunRow, Store
 from tests.campaign_lab import (
     LAB,
-    LAB_UNIT,
     UNIT_DIR,
     check_answer_evidence,
     cli_json,
@@ -30,7 +27,7 @@ from tests.campaign_lab import (
     lab_servers,
     sshd_hosts_file,
 )
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.hosts.systemd import SystemdHost
 
 UNIT = "lab-rtx6000.service"
 TARGET = "probe: probe_threshold: metric missed >= 0.95 * good"
@@ -95,17 +92,6 @@ def test_throughput_bisection_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> N
     assert again["probe_metric"] < 0.95 * good.probe_metric
     assert again["verdict"] == "fail" and again["signature"] == TARGET and again["same"], again
 
-
-@pytest.fixture(scope="module")
-def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
-    boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
-    try:
-        for box in boxes:
-            box.install_unit(UNIT, LAB_UNIT)
-        yield boxes
-    finally:
-        for box in boxes:
-            systemd_hosts.stop(box)
 
 
 def test_throughput_bisection_on_a_pool_of_two_systemd_hosts(

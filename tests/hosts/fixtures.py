@@ -24,6 +24,7 @@ from tests.hosts.prereq import require_sshd, require_systemd_host
 from tests.hosts.systemd import REPO, SystemdHost, SystemdHostFactory
 
 SSHD_PREFIX = "orch-sshd-"
+DUO_UNIT = "lab-rtx6000.service"  # the unit of the `duo` pool
 
 
 def _cleanup_stale_sshd() -> None:
@@ -84,3 +85,19 @@ def systemd_host(systemd_hosts: SystemdHostFactory) -> Iterator[SystemdHost]:
         yield host
     finally:
         systemd_hosts.stop(host)
+
+
+@pytest.fixture(scope="module")
+def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
+    """Two booted containers (each in its own network namespace) with the lab's rtx6000
+    unit installed: a pool of two equivalent hosts, shared by a module's tests."""
+    from tests.campaign_lab import LAB_UNIT
+
+    boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
+    try:
+        for box in boxes:
+            box.install_unit(DUO_UNIT, LAB_UNIT)
+        yield boxes
+    finally:
+        for box in boxes:
+            systemd_hosts.stop(box)
