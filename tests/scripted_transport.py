@@ -2,16 +2,18 @@
 of the executor.
 
 `ScriptedTransport` answers the shell commands that the executor, the host lock and the
-process service manager send (the shapes they build in `orchestrator/execution/`), from a
-timeline of scripted servers driven by a `FakeClock`: each start prints SGLang's real
-startup lines (`orchestrator.lab.sglang_text`, as the lab server does) phase by phase,
-answers `/health` once warm, and crashes with a traceback, hangs, dies right after ready,
-dies under the probe, or is killed from outside at a scripted moment; the host can reboot
-(its boot id changes) or its link can drop (the transport's own `TransportError`, after
-the time the SSH transport spends on its reconnects).
+process and systemd service managers send (the shapes they build in
+`orchestrator/execution/`: one regex per shape in `_COMMANDS`), from a timeline of
+scripted servers driven by a `FakeClock`: each start prints SGLang's real startup lines
+(`orchestrator.lab.sglang_text`, as the lab server does) phase by phase, answers `/health`
+once warm, and crashes with a traceback, hangs, dies right after ready, dies under the
+probe, or is killed from outside at a scripted moment; a unit can be restarted by systemd
+behind the run's back; the host can reboot (its boot id changes) or its link can drop (the
+transport's own `TransportError`, after the time the SSH transport spends on reconnects).
 
-The clock advances only when the executor sleeps (and by a command's scripted cost), so a
-run with a 15-minute deadline is decided in milliseconds, and poll times are exact.
+The clock advances only when the executor sleeps (and by what a probe or a lost link
+costs), so a run with a 15-minute deadline is decided in milliseconds, and poll times are
+exact.
 
 Only the host is scripted: the executor, the service manager, the lock, the classifier and
 tenacity's retrying are the real ones. A command the script does not know fails the test
@@ -187,7 +189,8 @@ class ScriptedTransport(Transport):
     reboots: list[float] = field(default_factory=list)
     #: clock windows [from, until) in which the link is down
     link_down: list[tuple[float, float]] = field(default_factory=list)
-    #: exit status and output of `EXEC --help` (None: the executable has no help to give)
+    #: what `EXEC --help` prints (exit 0); None: it fails (exit 1), so the preflight
+    #: trusts no help and the server's own start judges its flags
     help_text: str | None = None
     #: systemd hosts: the unit's own text, and when a dead server is started again by
     #: systemd (None: never; a `Restart=always` that wins over our drop-in's Restart=no)
