@@ -7,11 +7,24 @@ saying what to try. The CLI prints both and picks the exit code from the class:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CampaignRef:
+    """Names a campaign to whoever resumes it: the CLI renders the resume command from it."""
+
+    kind: str  # bisect | sweep
+    campaign_id: str
+
 
 class OrchestratorError(Exception):
     """Base of every error the program raises on purpose."""
 
     exit_code = 1
+    #: set on an error that stopped a campaign the same command line can resume
+    resumable: CampaignRef | None = None
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -96,3 +109,25 @@ class CampaignIncomplete(OrchestratorError):
     """A campaign stopped before an answer (budget, deadline, endpoints wrong)."""
 
     exit_code = 1
+
+
+class Interrupted(OrchestratorError):
+    """A campaign was stopped by Ctrl-C or SIGTERM; its hosts were restored.
+
+    Carries the outcome so far (`partial`: the findings and runs recorded before the stop),
+    as picire's exceptions carry the best result found so far, and names the campaign so
+    that the CLI can print the command that resumes it.
+    """
+
+    exit_code = 130
+
+    def __init__(self, campaign: CampaignRef, partial: Any = None) -> None:
+        super().__init__(f"{campaign.kind} campaign {campaign.campaign_id} interrupted; "
+                         "the hosts were restored")  # fmt: skip
+        self.campaign = campaign
+        self.resumable = campaign
+        self.partial = partial
+
+    @property
+    def campaign_id(self) -> str:
+        return self.campaign.campaign_id

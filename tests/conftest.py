@@ -14,9 +14,17 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
-from tests.hosts.fixtures import duo, sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
+from tests.hosts.fixtures import (  # noqa: E402
+    duo,
+    spawn,
+    sshd,
+    sshd_server,
+    systemd_host,
+    systemd_hosts,
+)
 
-__all__ = ["duo", "net", "sd", "sd_box", "sshd", "sshd_server", "systemd_host", "systemd_hosts"]
+__all__ = ["duo", "net", "sd", "sd_box", "spawn", "sshd", "sshd_server", "systemd_host",
+           "systemd_hosts"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd"}

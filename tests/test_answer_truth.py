@@ -123,15 +123,15 @@ def check_outcome(store: Store, outcome: Outcome, n: int, oracle: Oracle, faults
     assert target is not None
     assert _verdict_of(oracle, full, target_error) == "target"
     for cul in outcome.culprits:
-        c = frozenset(cul["indices"])
-        assert cul["confirmed"]
-        rep = runs[cul["reproduced_by"]]
+        c = frozenset(cul.indices)
+        assert cul.confirmed
+        rep = runs[cul.reproduced_by]
         assert frozenset(rep.variant) == c, (cul, rep)
         assert relative(rep.verdict, rep.signature, target) is Verdict.FAIL
         assert _verdict_of(oracle, c, target_error) == "target", (cul, oracle, faults.log)
-        assert set(cul["cleared_by"]) == set(cul["flags"])
-        for fl, rid in cul["cleared_by"].items():
-            x = cul["indices"][cul["flags"].index(fl)]
+        assert set(cul.cleared_by) == set(cul.flags)
+        for fl, rid in cul.cleared_by.items():
+            x = cul.indices[cul.flags.index(fl)]
             row = runs[rid]
             v = frozenset(row.variant)
             assert x not in v and c - {x} <= v, (cul, row)
@@ -139,14 +139,14 @@ def check_outcome(store: Store, outcome: Outcome, n: int, oracle: Oracle, faults
             assert got in (Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT), (cul, row)
             truth = _verdict_of(oracle, v, target_error)
             assert truth != "target", (cul, row, oracle, faults.log)
-            claim = cul["clearing"][fl]
+            claim = cul.clearing[fl]
             assert ("does not fail" in claim) == (got is Verdict.PASS)
             assert claim.startswith("bad without") == (v == full - {x})
     if all(r.error == target_error for r in oracle.rules):
         # no masking failure: the answer is exactly the minimal target terms
         all_terms = oracle.target_terms(target_error)
         terms = {t for t in all_terms if not any(o < t for o in all_terms)}
-        assert {frozenset(c["indices"]) for c in outcome.culprits} == terms, (
+        assert {frozenset(c.indices) for c in outcome.culprits} == terms, (
             outcome.culprits, oracle, faults.log)
 
 
@@ -161,7 +161,7 @@ def test_fault_free_cases_conclude() -> None:
             outcome = Bisection(store, make_plan(good, bad), [host()], command="test",
                                 executor_factory=factory(oracle, Faults())).run()  # fmt: skip
             assert outcome.status == "found", outcome.message
-            assert sorted(sorted(c["indices"]) for c in outcome.culprits) == sorted(
+            assert sorted(sorted(c.indices) for c in outcome.culprits) == sorted(
                 sorted(t) for t in terms)
             store.close()
         finally:
@@ -191,7 +191,7 @@ def test_a_kill_from_outside_is_retried_not_judged() -> None:
         killed = [r for r in runs if r.verdict is Verdict.INFRA]
         assert len(killed) == 1 and "killed by SIGKILL from outside" in killed[0].detail
         assert outcome.status == "found"
-        assert [c["indices"] for c in outcome.culprits] == [[0]]
+        assert [c.indices for c in outcome.culprits] == [[0]]
         assert not outcome.findings
         store.close()
     finally:

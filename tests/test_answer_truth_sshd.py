@@ -20,8 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.campaign.bisect import Bisection, BisectOptions, single_run
+from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
+from orchestrator.campaign.single import single_run
 from orchestrator.config.experiment import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Polled, RunStarted
@@ -73,7 +74,7 @@ def test_server_killed_mid_bisection_is_infra_and_the_answer_stays_true(
     finally:
         store.close()
     assert killer.killed, "the third run was never polled"
-    answer = outcome.to_json(plan)
+    answer = outcome.to_dict()
     assert outcome.status == "found", answer
     assert [c["flags"] for c in answer["culprits"]] == [["--max-running-requests 512"]]
     check_answer_evidence(tmp_path / "results", answer, str(outcome.target))

@@ -77,7 +77,7 @@ def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
     hosts = sshd_hosts_file(sshd, tmp_path)
     plan = make_plan(str(pair.good), str(pair.bad), "auto")
     outcome, events = bisect_directly(plan, tmp_path / "results", hosts, "lab")
-    answer = outcome.to_json(plan)
+    answer = outcome.to_dict()
     assert outcome.status == "found", answer
     assert answer["target"].startswith("cuda_graph: AssertionError")
     [culprit] = answer["culprits"]
@@ -111,7 +111,7 @@ def test_glm5_crash_under_load_needs_the_probe_over_sshd(sshd: SshdEndpoint,
     hosts = sshd_hosts_file(sshd, tmp_path)
     plan = make_plan(str(pair.good), str(pair.bad), "auto")
     outcome, _ = bisect_directly(plan, tmp_path / "results", hosts, "lab")
-    answer = outcome.to_json(plan)
+    answer = outcome.to_dict()
     assert outcome.status == "found", answer
     [culprit] = answer["culprits"]
     assert culprit["flags"] == ["--max-running-requests 512"]
@@ -152,7 +152,7 @@ def test_b300_on_the_systemd_host(systemd_host: SystemdHost, tmp_path: Path) -> 
     assert load_inventory(hosts).host("sd").service_manager == "systemd"
     plan = make_plan(str(LAB / "b300" / "good.yaml"), str(LAB / "b300" / "bad.yaml"), "auto")
     outcome, events = bisect_directly(plan, tmp_path / "results", hosts, "sd")
-    answer = outcome.to_json(plan)
+    answer = outcome.to_dict()
     check_b300_answer(answer, tmp_path / "results")
     store = Store(tmp_path / "results")
     try:

@@ -108,7 +108,7 @@ def test_flaky_campaign_killed_midway_resumes_with_its_posterior(tmp_path: Path)
     assert [r.seq for r in after] == list(range(1, len(after) + 1))
     assert resumed.runs_executed == len(after) - n > 0
     assert after[n].variant == expected_next
-    answer = resumed.to_json(plan)
+    answer = resumed.to_dict()
     assert answer["status"] == "found", answer
     [culprit] = answer["culprits"]
     assert frozenset(culprit["indices"]) == PAIR and culprit["interacting"] is True

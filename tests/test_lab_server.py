@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,19 +88,6 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text(ZOO, encoding="utf-8")
     return path
 
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., LabProcess]]:
-    procs: list[LabProcess] = []
-
-    def _spawn(*args: str, env: dict[str, str] | None = None) -> LabProcess:
-        proc = LabProcess.server(list(args), env=env).start()
-        procs.append(proc)
-        return proc
-
-    yield _spawn
-    for proc in procs:
-        proc.stop(grace=3.0)
 
 
 def _before(lines: list[str], marker: str) -> list[str]:

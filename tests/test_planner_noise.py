@@ -217,17 +217,17 @@ def test_the_budget_ends_with_the_best_answer_and_its_confidence() -> None:
 
 
 def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    from orchestrator.campaign.bisect import Outcome
     from orchestrator.campaign.planning import make_plan
+    from orchestrator.campaign.records import Culprit, Outcome, Status
     from orchestrator.cli.bisect import print_outcome
 
     lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "flaky"
     plan = make_plan(lab / "good.yaml", lab / "bad.yaml")
-    outcome = Outcome("c1", "found", culprits=[{
+    outcome = Outcome("c1", Status.FOUND, culprits=[Culprit.from_dict({
         "flags": ["--cuda-graph-max-bs 256", "--enable-dp-attention"], "indices": [3, 5],
         "interacting": True, "reproduced_by": "c1.9", "reproduced_counts": "fail 2 of 3",
         "cleared_by": {"--enable-dp-attention": "c1.12"},
-        "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"}}],
+        "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"}})],
         noise={"switched": "the failure is flaky: bad failed 1 of 2 starts with the same "
                            "config; switched to the noise-aware search",
                "confidence": 0.9712, "reproduction_rate": 0.5,

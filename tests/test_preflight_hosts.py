@@ -63,7 +63,7 @@ def test_scenario_without_known_flags_bisects_to_the_right_answer(
                             command="test").run()  # fmt: skip
     finally:
         store.close()
-    answer = outcome.to_json(plan)
+    answer = outcome.to_dict()
     check_b300_answer(answer, tmp_path / "results")
     assert answer["invalid"] == []  # no variant thrown away
     # The server's help was read, judged, and said not to be trusted to refuse: once.

@@ -14,6 +14,7 @@ from orchestrator.config import load_experiment
 from orchestrator.config.importer import import_command_line, secret_references
 from orchestrator.config.secrets import Redactor, secrets_of
 from orchestrator.errors import ConfigError
+from orchestrator.lab.sshd import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_QmVyeVNlY3JldFRva2VuVmFsdWUxMjM0NTY"
@@ -74,8 +75,9 @@ def test_no_secret_under_results_or_in_output(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("API_KEY", API_KEY)
     lab = REPO / "experiments/lab/b300"
     good = tmp_path / "good.yaml"
-    good.write_text(f"extends: {lab / 'good.yaml'}\nservice:\n  flags: {{api-key: '${{API_KEY}}'}}"
-                    "\n  env: {HF_TOKEN: '${HF_TOKEN}'}\n")
+    # on a port of its own: the lab's default (30000) may be taken by a server of someone else
+    good.write_text(f"extends: {lab / 'good.yaml'}\nservice:\n  flags: {{api-key: '${{API_KEY}}', "
+                    f"port: {free_port()}}}\n  env: {{HF_TOKEN: '${{HF_TOKEN}}'}}\n")
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"extends: {good}\nservice:\n  flags: {{ep-size: 8, enable-nccl-nvls: true}}\n")
     results = tmp_path / "results"

@@ -12,96 +12,38 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import replace
 
-from orchestrator.campaign import envwatch, flaky
+from orchestrator.campaign import flaky
+from orchestrator.campaign.core import (
+    CachedResult,
+    CampaignCore,
+    ExecutorFactory,
+    default_executor,
+)
 from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.pool import Pool, Task
+from orchestrator.campaign.records import (
+    BisectOptions,
+    BisectSpec,
+    Culprit,
+    Finding,
+    InvalidRun,
+    Narrowed,
+    Outcome,
+    Status,
+)
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict
-from orchestrator.errors import CampaignIncomplete, InfraError, LockError, OrchestratorError
-from orchestrator.events import (
-    CampaignFinished,
-    CampaignStarted,
-    Listener,
-    Notice,
-    RunRecorded,
-    null_listener,
-)
-from orchestrator.execution.executor import Executor, RunCancelled, RunResult, service_name
+from orchestrator.errors import CampaignIncomplete, Interrupted
+from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
+from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.planner import Answer, Planner
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
-
-MAX_INFRA_IN_A_ROW = 3
-
-
-@dataclass(frozen=True)
-class BisectOptions:
-    strategy: str = "auto"
-    repeat: int = 1
-    max_runs: int | None = None
-    deadline_s: float | None = None
-    fresh: bool = False
-    #: the noise-aware search stops when its answer is this likely to be right
-    confidence: float = 0.95
-
-
-@dataclass
-class Finding:
-    signature: Signature
-    variant: tuple[int, ...]
-    run_id: str
-    label: str
-    count: int = 1
-
-
-@dataclass
-class Outcome:
-    campaign_id: str
-    status: str  # found | incomplete | endpoints | interrupted
-    message: str = ""
-    target: Signature | None = None
-    answer: Answer | None = None
-    culprits: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    invalid: list[dict[str, Any]] = field(default_factory=list)
-    runs_executed: int = 0
-    runs_reused: int = 0
-    narrowed: dict[str, Any] | None = None
-    flaky: list[str] = field(default_factory=list)
-    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
-    #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
-    noise: dict[str, Any] | None = None
-
-    def to_json(self, plan: Plan) -> dict[str, Any]:
-        return {
-            "campaign": self.campaign_id,
-            "status": self.status,
-            "message": self.message,
-            "target": str(self.target) if self.target else None,
-            "culprits": self.culprits,
-            "findings": [
-                {"signature": str(f.signature), "variant": f.label, "deltas": list(f.variant),
-                 "run": f.run_id, "count": f.count}
-                for f in self.findings
-            ],  # fmt: skip
-            "invalid": self.invalid,
-            "runs_executed": self.runs_executed,
-            "runs_reused": self.runs_reused,
-            "narrowed": self.narrowed,
-            "flaky": self.flaky,
-            "removed_hosts": self.removed_hosts,
-            "confidence": (self.noise or {}).get("confidence"),
-            "reproduction_rate": (self.noise or {}).get("reproduction_rate"),
-            "noise": self.noise,
-            "deltas": [d.describe() for d in plan.deltas],
-        }
 
 
 def relative(verdict: Verdict, signature: Signature | None, target: Signature | None) -> Verdict:
@@ -119,27 +61,11 @@ def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class Interrupted(OrchestratorError):
-    """The campaign was stopped by Ctrl-C or SIGTERM; the host was restored."""
-
-    exit_code = 130
-
-    def __init__(self, campaign_id: str, resume: str) -> None:
-        super().__init__(f"campaign {campaign_id} interrupted; the host was restored",
-                         hint=f"resume with: {resume}")  # fmt: skip
-        self.campaign_id = campaign_id
-        self.resume = resume
-
-
-ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
-
-
-def _default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
-    return Executor(host, service=service, campaign=campaign, listener=listener)
+DEFAULT_OPTIONS = BisectOptions()
 
 
 class Bisection:
-    """One bisection campaign on one host (pools: issue of its own)."""
+    """One bisection campaign on a host or a pool of hosts."""
 
     def __init__(
         self,
@@ -147,37 +73,30 @@ class Bisection:
         plan: Plan,
         hosts: list[Host],
         *,
-        options: BisectOptions = BisectOptions(),
+        options: BisectOptions = DEFAULT_OPTIONS,
         listener: Listener = null_listener,
         command: str = "",
         resume_id: str | None = None,
-        executor_factory: ExecutorFactory = _default_executor,
+        executor_factory: ExecutorFactory = default_executor,
     ) -> None:
         self.store = store
         self.plan = plan
         self.hosts = hosts
         self.opts = options
         self.emit = listener
-        self.command = command
-        self.executor_factory = executor_factory
-        #: options the resume command must repeat (e.g. " --hosts lab.yaml"), set by the CLI
-        self.resume_options = ""
-        store.add_secrets(plan.good.secrets() | plan.bad.secrets())
-        key = campaign_key(plan, hosts, options.strategy)
-        cid = resume_id or store.find_resumable(key)
-        self.resumed = cid is not None
-        if cid is None:
-            cid = store.create_campaign(kind="bisect", key=key, command=command, spec=self._spec())
-        else:
-            store.update_campaign(cid, status="running")
-        self.cid = cid
-        self.target: Signature | None = store.campaign(cid).target
+        self.core = CampaignCore(
+            store, kind="bisect", key=campaign_key(plan, hosts, options.strategy),
+            spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
+            command=command, resume_id=resume_id, max_runs=options.max_runs,
+            deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
+        )  # fmt: skip
+        self.cid = self.core.cid
+        self.resumed = self.core.resumed
+        self.target: Signature | None = store.campaign(self.cid).target
         self.executed = 0
         self.reused = 0
         self.good_metric: float | None = None
-        self._infra_streak = 0
         self._rows_cache: list[RunRow] | None = None
-        self._t0 = time.monotonic()
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
 
     def _rows(self) -> list[RunRow]:
@@ -187,23 +106,11 @@ class Bisection:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
 
-    def _spec(self) -> dict[str, Any]:
-        return {
-            "good": self.plan.good.to_dict(),
-            "bad": self.plan.bad.to_dict(),
-            "good_source": self.plan.good.source,
-            "bad_source": self.plan.bad.source,
-            "deltas": [d.to_dict() for d in self.plan.deltas],
-            "strategy": self.opts.strategy,
-            "hosts": [h.name for h in self.hosts],
-            "options": {"repeat": self.opts.repeat, "max_runs": self.opts.max_runs,
-                        "deadline_s": self.opts.deadline_s, "fresh": self.opts.fresh,
-                        "confidence": self.opts.confidence},
-        }  # fmt: skip
-
-    @property
-    def resume_command(self) -> str:
-        return f"orchestrator bisect --resume {self.cid}{self.resume_options}"
+    def spec(self) -> BisectSpec:
+        return BisectSpec(good=self.plan.good.to_dict(), bad=self.plan.bad.to_dict(),
+                          good_source=self.plan.good.source, bad_source=self.plan.bad.source,
+                          deltas=[d.to_dict() for d in self.plan.deltas],
+                          hosts=[h.name for h in self.hosts], options=self.opts)  # fmt: skip
 
     # ---- the campaign
     def run(self) -> Outcome:
@@ -213,33 +120,24 @@ class Bisection:
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
                                   expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
                                   deadline_s=self.opts.deadline_s))  # fmt: skip
-        try:
-            # Each host's executor opens in its worker: it restores first when a crashed
-            # controller left our drop-in behind. Leaving the pool restores every host.
-            with Pool(self.hosts, service=service_name(self.plan.good), campaign=self.cid,
-                      executor_factory=self.executor_factory, listener=self.emit,
-                      env_keys=self.env_keys) as pool:  # fmt: skip
-                outcome = self._search(pool)
-        except KeyboardInterrupt:
-            self.store.update_campaign(self.cid, status="interrupted")
-            self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
-            raise Interrupted(self.cid, self.resume_command) from None
-        except OrchestratorError as exc:
-            if isinstance(exc, LockError):
-                raise  # another process runs this campaign: its status is not ours to change
-            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                "interrupted"))  # fmt: skip
-            if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
-                exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
-                    f"then resume with: {self.resume_command}"  # fmt: skip
-            raise
+        with self.core.guard(self._partial), \
+                self.core.pool(self.hosts, service=service_name(self.plan.good),
+                               env_keys=self.env_keys) as pool:  # fmt: skip
+            outcome = self._search(pool)
         outcome.removed_hosts = list(pool.removed)
-        self.store.update_campaign(self.cid, status="done" if outcome.status == "found" else
-                                   outcome.status, answer=outcome.to_json(self.plan),
-                                   target=self.target)  # fmt: skip
-        self.emit(CampaignFinished(campaign_id=self.cid, status=outcome.status,
-                                   message=outcome.message))  # fmt: skip
+        outcome.deltas = [d.describe() for d in self.plan.deltas]
+        # a found answer is recorded as `done`, like every campaign that concluded
+        self.core.finish(outcome.status, stored_as=Status.DONE if outcome.found else None,
+                         message=outcome.message, answer=outcome.to_dict(),
+                         target=self.target)  # fmt: skip
         return outcome
+
+    def _partial(self) -> Outcome:
+        """The outcome so far, for an interrupt: what was found on the way, nothing more."""
+        return Outcome(self.cid, Status.INTERRUPTED, message="interrupted", target=self.target,
+                       runs_executed=self.executed, runs_reused=self.reused,
+                       findings=self._findings(), invalid=self._invalid(),
+                       deltas=[d.describe() for d in self.plan.deltas])  # fmt: skip
 
     def _search(self, pool: Pool) -> Outcome:
         n = self.plan.n
@@ -280,7 +178,8 @@ class Bisection:
         stop = self._drive(pool, want_ends, got_end, target=None,
                            purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
-            return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {stop}",
+            return Outcome(self.cid, Status.INCOMPLETE,
+                           message=f"stopped before an answer: {stop}",
                            target=self.target, runs_executed=self.executed,
                            runs_reused=self.reused, findings=self._findings())  # fmt: skip
         good, bad = ends[()], ends[full]
@@ -428,14 +327,11 @@ class Bisection:
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
             self._rows_cache = None
-            result, env_changed = envwatch.check(self.store, self.cid, d.result)
-            rid = self.store.add_run(self.cid, variant=d.task.key, purpose=d.task.purpose,
-                                     result=result, run_id=d.task.run_id)  # fmt: skip
-            if env_changed is not None:
-                raise env_changed
+            row = self.core.record(d.result, variant=d.task.key, purpose=d.task.purpose,
+                                   run_id=d.task.run_id)  # fmt: skip
             self.executed += 1
-            self._note_infra(result, len(pool.healthy()))
-            on_result(d.task.key, self._relabel(self.store.run(rid), target, "run"))
+            self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
+            on_result(d.task.key, self._relabel(row, target, "run"))
         raise RuntimeError("the campaign did not converge")
 
     def _known(self, variant: tuple[int, ...], target: Signature | None,
@@ -453,13 +349,12 @@ class Bisection:
                                     env_digest=self.store.latest_env_digest(host.name))
             if hit is None or not self._cache_usable(hit, exp):
                 continue
-            cached = _CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
-                                            exp)  # fmt: skip
+            cached = CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
+                                           exp)  # fmt: skip
             self._rows_cache = None
-            rid = self.store.add_run(self.cid, variant=variant, purpose="cache", result=cached,
-                                     cached_from=hit.id)  # fmt: skip
+            row = self.core.record(cached, variant=variant, purpose="cache", cached_from=hit.id)
             self.reused += 1
-            return self._relabel(self.store.run(rid), target, "cache")
+            return self._relabel(row, target, "cache")
         return None
 
     def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
@@ -473,42 +368,22 @@ class Bisection:
         return not (sig is not None and sig.error_class == "signal"
                     and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
-    def _note_infra(self, result: RunResult, healthy: int) -> None:
-        if result.verdict is not Verdict.INFRA:
-            self._infra_streak = 0
-            return
-        self._infra_streak += 1
-        if self._infra_streak >= MAX_INFRA_IN_A_ROW * max(healthy, 1):
-            raise InfraError(
-                f"{self._infra_streak} runs in a row failed on host trouble; last on "
-                f"{result.host}: {result.detail}",
-                hint="check the hosts (orchestrator hosts check)",
-            )
-
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
         verdict = relative(row.verdict, row.signature, target)
         if source != "run" or verdict is not row.verdict:
-            from dataclasses import replace
-
             row = replace(row, verdict=verdict)
         done = sum(1 for r in self._rows() if r.verdict is not Verdict.INFRA)
-        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=row.purpose,
-                              verdict=verdict, signature=row.signature, source=source,
-                              duration_s=row.duration, done=done))  # fmt: skip
+        self.core.recorded(row, source=source, done=done)
         return row
 
     # ---- budgets and endings
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
-        if self.opts.max_runs is not None:
-            total = sum(1 for r in self._rows() if r.cached_from is None)
-            if total + in_flight >= self.opts.max_runs:
-                return f"--max-runs {self.opts.max_runs} reached"
-        if self.opts.deadline_s is not None and time.monotonic() - self._t0 >= self.opts.deadline_s:
-            return f"--deadline {self.opts.deadline_s:g}s reached"
-        return None
+        """--max-runs counts this campaign's executed runs across resumes."""
+        total = sum(1 for r in self._rows() if r.cached_from is None)
+        return self.core.budget_spent(total + in_flight) or None
 
     def _stop_endpoints(self, message: str) -> Outcome:
-        return Outcome(self.cid, "endpoints", message=message, target=self.target,
+        return Outcome(self.cid, Status.ENDPOINTS, message=message, target=self.target,
                        runs_executed=self.executed, runs_reused=self.reused,
                        findings=self._findings())  # fmt: skip
 
@@ -525,11 +400,9 @@ class Bisection:
         passes = [v for v, x in verdicts.items() if x is Verdict.PASS]
         smallest = min(fails, key=len) if fails else tuple(range(self.plan.n))
         largest = max(passes, key=len) if passes else ()
-        narrowed = {
-            "failure_needs_some_of": [self.plan.deltas[i].describe() for i in smallest],
-            "harmless_together": [self.plan.deltas[i].describe() for i in largest],
-        }
-        return Outcome(self.cid, "incomplete", message=f"stopped before an answer: {why}",
+        narrowed = Narrowed([self.plan.deltas[i].describe() for i in smallest],
+                            [self.plan.deltas[i].describe() for i in largest])  # fmt: skip
+        return Outcome(self.cid, Status.INCOMPLETE, message=f"stopped before an answer: {why}",
                        target=self.target, runs_executed=self.executed, runs_reused=self.reused,
                        narrowed=narrowed, findings=self._findings(),
                        invalid=self._invalid())  # fmt: skip
@@ -549,8 +422,8 @@ class Bisection:
                     f.variant, f.run_id, f.label = r.variant, r.id, r.label
         return list(by_sig.values())
 
-    def _invalid(self) -> list[dict[str, Any]]:
-        return [{"variant": r.label, "run": r.id, "reason": r.detail}
+    def _invalid(self) -> list[InvalidRun]:
+        return [InvalidRun(r.label, r.id, r.detail)
                 for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
 
     def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
@@ -637,109 +510,30 @@ class Bisection:
                          and len(claims) == len(c.deltas))  # fmt: skip
             if not confirmed:
                 unbacked.append(" + ".join(flags))
-            culprits.append({
-                "deltas": [self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                "flags": flags,
-                "indices": sorted(c.deltas),
-                "interacting": len(c.deltas) > 1,
-                "reproduced_by": rep.id if rep else None,
-                "cleared_by": cleared,
-                "clearing": claims,
-                "confirmed": confirmed,
-            })  # fmt: skip
+            culprits.append(Culprit(
+                deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
+                flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
+                reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
+                confirmed=confirmed,
+            ))  # fmt: skip
         # A noise-aware answer stands on its posterior (its confidence reached what was
         # asked): its evidence lines cite the runs there are, and misses are expected.
         contradictions = self._contradictions([c.deltas for c in answer.culprits],
                                               misses=answer.noise_aware)  # fmt: skip
-        status = "found" if (answer.culprits and answer.complete
+        status = Status.FOUND if (answer.culprits and answer.complete
                              and (answer.noise_aware or not unbacked)
-                             and not contradictions) else "incomplete"  # fmt: skip
+                             and not contradictions) else Status.INCOMPLETE  # fmt: skip
         message = ""
-        if status != "found":
+        if status is not Status.FOUND:
             message = answer.reason or (
                 "no evidence run backs " + ", ".join(unbacked) if unbacked else
                 "the recorded runs contradict the answer (flaky?): "
                 + "; ".join(contradictions[:3]))  # fmt: skip
-        return Outcome(self.cid, status, message=message, target=self.target, answer=answer,
+        return Outcome(self.cid, status, message=message, target=self.target,
                        culprits=culprits, findings=self._findings(), invalid=self._invalid(),
                        runs_executed=self.executed, runs_reused=self.reused,
                        flaky=flaky)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _CachedResult:
-    """A stored run presented as a RunResult, for recording a cache hit in a campaign."""
-
-    experiment: Experiment
-    label: str
-    host: str
-    host_class: str
-    verdict: Verdict
-    signature: Signature | None
-    started_at: float
-    duration_s: float
-    phase_times: tuple[tuple[str, float], ...]
-    last_phase: Any
-    log_tail: str
-    rendered: str | None
-    probe_metric: float | None
-    detail: str
-
-    @classmethod
-    def from_row(cls, row: RunRow, label: str, host: Host,
-                 exp: Experiment | None = None) -> _CachedResult:  # fmt: skip
-        from orchestrator.diagnosis.verdicts import Phase
-
-        return cls(
-            experiment=exp or row.experiment(), label=label, host=host.name,
-            host_class=host.host_class,
-            verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
-            phase_times=tuple(row.phase_times.items()),
-            last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
-            rendered=row.rendered, probe_metric=row.probe_metric,
-            detail=f"reused from run {row.id}" + (f": {row.detail}" if row.detail else ""),
-        )  # fmt: skip
-
-
 __all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
            "relative"]  # fmt: skip
-
-
-def single_run(
-    store: Store,
-    exp: Experiment,
-    host: Host,
-    *,
-    kind: str,
-    command: str,
-    label: str,
-    target: Signature | None = None,
-    env_keys: frozenset[str] = frozenset(),
-    listener: Listener = null_listener,
-    executor_factory: ExecutorFactory = _default_executor,
-    spec_extra: dict[str, Any] | None = None,
-    good_metric: float | None = None,
-) -> RunRow:
-    """One recorded run outside a bisection (`orchestrator run`, `orchestrator rerun`)."""
-    store.add_secrets(exp.secrets())
-    spec = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
-    spec |= spec_extra or {}
-    key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]
-    cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec)
-    if target is not None:
-        store.update_campaign(cid, target=target)
-    try:
-        with executor_factory(host, service_name(exp), cid, listener) as ex:
-            result = ex.run(exp, run_id=f"{cid}.1", label=label, target=target,
-                            env_keys=env_keys | frozenset(exp.env_map()),
-                            good_metric=good_metric)  # fmt: skip
-    except KeyboardInterrupt:
-        store.update_campaign(cid, status="interrupted")
-        raise
-    rid = store.add_run(cid, variant=(), purpose=kind, result=result)
-    store.update_campaign(cid, status="done")
-    row = store.run(rid)
-    listener(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose=kind,
-                         verdict=row.verdict, signature=row.signature, duration_s=row.duration,
-                         done=1))  # fmt: skip
-    return row

@@ -1,7 +1,7 @@
 """Flaky failures in a campaign: the bad endpoint retried, the search chosen, the switch
 announced, and how sure the answer is.
 
-The campaign runner (`campaign.py`) calls these few functions; the search itself is the
+The bisection (`campaign/bisect.py`) calls these few functions; the search itself is the
 planner's (`planner.adaptive`, `planner.noisy`). Everything here is read from the runs
 recorded in the store, so a resumed campaign sees exactly what the interrupted one saw:
 the planner gets every recorded run as evidence (repeats included) and the noise-aware
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.campaign.records import Culprit
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.events import Listener, SearchSwitched
 from orchestrator.planner import Answer, Planner, StrategyFn, make_strategy
@@ -73,7 +74,7 @@ def counts(rows: Iterable[RunRow], target: Signature | None,
     return {k: Counts(fails[k], n) for k, n in runs.items()}
 
 
-def add_counts(culprits: list[dict[str, Any]], answer: Answer | None,
+def add_counts(culprits: list[Culprit], answer: Answer | None,
                by_variant: dict[tuple[int, ...], Counts]) -> None:  # fmt: skip
     """Give each culprit's evidence its counts ("fail 2 of 3"): the variant that reproduced
     the failure and the variants of bad without each member."""
@@ -81,12 +82,12 @@ def add_counts(culprits: list[dict[str, Any]], answer: Answer | None,
         return
     for c, cul in zip(culprits, answer.culprits, strict=False):
         got = by_variant.get(tuple(sorted(cul.reproduced_by)))
-        c["reproduced_counts"] = str(got) if got else None
-        cleared = {}
-        for flag, (_, v) in zip(c.get("cleared_by", {}), cul.cleared_by, strict=False):
+        c.reproduced_counts = str(got) if got else None
+        cleared: dict[str, str | None] = {}
+        for flag, (_, v) in zip(c.cleared_by, cul.cleared_by, strict=False):
             got = by_variant.get(tuple(sorted(v)))
             cleared[flag] = str(got) if got else None
-        c["cleared_counts"] = cleared
+        c.cleared_counts = cleared
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.campaign.records import SweepSpec
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.results.store import CampaignRow, RunRow, Store
 
@@ -29,7 +30,7 @@ def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, 
         earlier = [r for r in goods if r.seq <= run.seq] or goods
         return (earlier[-1].probe_metric, earlier[-1].id) if earlier else None  # type: ignore[return-value]
     if camp.kind == "sweep":
-        ref = camp.spec.get("reference")
+        ref = SweepSpec.from_dict(camp.spec).reference
         if ref is None:
             return None
         refs = [r for r in runs if r.variant == (ref,)]

@@ -26,32 +26,37 @@ import hashlib
 import itertools
 import json
 import re
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.campaign import envwatch
+from orchestrator.campaign.core import (
+    CachedResult,
+    CampaignCore,
+    ExecutorFactory,
+    default_executor,
+)
 from orchestrator.campaign.pool import Pool, Task
+from orchestrator.campaign.records import (
+    Status,
+    SweepAnswer,
+    SweepSpec,
+    SweepSpecItem,
+    SweepTableRow,
+)
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
-from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.config.yamlio import load_model
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.errors import ConfigError, InfraError, OrchestratorError, UsageError
-from orchestrator.events import (
-    CampaignFinished,
-    CampaignStarted,
-    Listener,
-    RunRecorded,
-    null_listener,
-)
-from orchestrator.execution.executor import Executor, service_name
+from orchestrator.errors import CampaignRef, ConfigError, UsageError
+from orchestrator.events import CampaignStarted, Listener, null_listener
+from orchestrator.execution.executor import service_name
 from orchestrator.results.store import RunRow, Store
 
 Value = bool | int | float | str | None
-MAX_INFRA_IN_A_ROW = 3  # per healthy host, as in a bisection
+TIME_SPENT = "the time budget (--until / --deadline) is spent"
 MAX_ATTEMPTS = 3  # of one (config, repeat) that ends in host trouble
 
 
@@ -90,11 +95,13 @@ def relative_bar(exp: Experiment) -> bool:
 
 @dataclass(frozen=True)
 class Sweep:
+    """A loaded sweep file: its configs (matrix combinations, then `configs:`) and settings."""
+
     name: str
-    source: str
+    source: str  # the sweep file
     items: tuple[SweepItem, ...]
     repeat: int
-    host: str | None
+    host: str | None  # the default host or pool
     base: Experiment | None
     reference: int | None = None  # the item whose metric a relative bar compares with
     notify: str | None = None
@@ -141,11 +148,7 @@ def _reference(m: SweepModel, path: Path, base: Experiment | None,
 
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
-    raw = read_yaml_mapping(path, what="sweep")
-    try:
-        m = SweepModel.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, SweepModel, file=str(path)) from None
+    m = load_model(path, SweepModel, what="sweep")
     items: list[SweepItem] = []
     base = load_experiment(path.parent / m.base) if m.base else None
     if (m.matrix or m.env_matrix) and base is None:
@@ -240,7 +243,7 @@ class SweepRow:
 @dataclass
 class SweepOutcome:
     campaign_id: str
-    status: str  # done | incomplete
+    status: Status  # done | incomplete | interrupted
     rows: list[SweepRow] = field(default_factory=list)
     message: str = ""
     executed: int = 0  # by this invocation
@@ -248,41 +251,29 @@ class SweepOutcome:
     total_executed: int = 0  # by the whole campaign (every invocation)
     total_reused: int = 0
     removed_hosts: list[tuple[str, str]] = field(default_factory=list)
-    resume: str = ""  # the command that continues it, when it stopped on a budget
+    resumable: bool = False  # stopped on a budget: the same command continues it
+    resume: str = ""  # that command, as the CLI words it
     reference: str | None = None  # the label of the reference config
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "campaign": self.campaign_id,
-            "status": self.status,
-            "message": self.message,
-            "resume": self.resume or None,
-            "resumable": bool(self.resume),
-            "executed": self.executed,
-            "reused": self.reused,
-            "total_executed": self.total_executed,
-            "total_reused": self.total_reused,
-            "removed_hosts": self.removed_hosts,
-            "reference": self.reference,
-            "notes": self.notes,
-            "rows": [
-                {"config": r.item.label, "repeat": r.repeat,
-                 "run": r.run.id if r.run else None,
-                 "verdict": r.run.verdict.value if r.run else None,
-                 "signature": str(r.run.signature) if r.run and r.run.signature else None,
-                 "metric": r.run.probe_metric if r.run else None,
-                 "duration": r.run.duration if r.run else None,
-                 "reused_from": r.run.cached_from if r.run else None,
-                 "reference": r.item.label == self.reference,
-                 "bar": r.item.exp.probe.pass_if if r.item.exp.probe else None}
-                for r in self.rows
-            ],
-        }  # fmt: skip
-
-
-def _default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
-    return Executor(host, service=service, campaign=campaign, listener=listener)
+    def answer(self) -> SweepAnswer:
+        """The typed record of this outcome, as stored and printed by `--json`."""
+        return SweepAnswer(
+            self.campaign_id, self.status, message=self.message, resume=self.resume or None,
+            resumable=self.resumable, executed=self.executed, reused=self.reused,
+            total_executed=self.total_executed, total_reused=self.total_reused,
+            removed_hosts=list(self.removed_hosts), reference=self.reference, notes=self.notes,
+            rows=[SweepTableRow(
+                config=r.item.label, repeat=r.repeat, run=r.run.id if r.run else None,
+                verdict=r.run.verdict.value if r.run else None,
+                signature=str(r.run.signature) if r.run and r.run.signature else None,
+                metric=r.run.probe_metric if r.run else None,
+                duration=r.run.duration if r.run else None,
+                reused_from=r.run.cached_from if r.run else None,
+                reference=r.item.label == self.reference,
+                bar=r.item.exp.probe.pass_if if r.item.exp.probe else None,
+            ) for r in self.rows],
+        )  # fmt: skip
 
 
 def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
@@ -293,6 +284,8 @@ def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
 
 
 class SweepCampaign:
+    """One sweep campaign: every config once per repeat, on a host or a pool of hosts."""
+
     def __init__(
         self,
         store: Store,
@@ -305,44 +298,35 @@ class SweepCampaign:
         listener: Listener = null_listener,
         command: str = "",
         resume_id: str | None = None,
-        executor_factory=_default_executor,  # noqa: ANN001
+        executor_factory: ExecutorFactory = default_executor,
+        resume_text: Callable[[CampaignRef], str] | None = None,
     ) -> None:
-        self.store = store
-        self.sweep = sweep
-        self.hosts = hosts
-        self.reuse = reuse
-        self.max_runs = max_runs
-        self.deadline_s = deadline_s
-        self.emit = listener
-        self.factory = executor_factory
-        self.resume_options = ""  # e.g. " --hosts lab.yaml", set by the CLI
-        for it in sweep.items:
-            store.add_secrets(it.exp.secrets())
-        key = sweep_key(sweep, hosts)
-        cid = resume_id or store.find_resumable(key)
-        if cid is None:
+        """`resume_text` words the command that resumes the sweep, for its stored answer
+        (the CLI's wording: the core does not write command lines)."""
+        self.sweep, self.hosts, self.reuse = sweep, hosts, reuse
+        self.store, self.emit, self.resume_text = store, listener, resume_text
+        self.core = CampaignCore(
+            store, kind="sweep", key=sweep_key(sweep, hosts),
+            spec=lambda: self.spec().to_dict(),
+            secrets={k: v for it in sweep.items for k, v in it.exp.secrets().items()},
+            command=command, resume_id=resume_id,
             # a sweep stopped by its budget (--until, --max-runs) goes on with the same command
-            last = store.latest_campaign(key)
-            if last is not None and last.status == "incomplete" and (
-                    last.answer or {}).get("resumable"):  # fmt: skip
-                cid = last.id
-        self.resumed = cid is not None
-        if cid is None:
-            spec = {"sweep": sweep.source, "name": sweep.name, "hosts": [h.name for h in hosts],
-                    "repeat": sweep.repeat, "axes": sweep.axes, "reference": sweep.reference,
-                    "reuse": reuse,
-                    "items": [{"label": it.label, "values": list(it.values),
-                               "config": it.exp.to_dict()} for it in sweep.items]}  # fmt: skip
-            cid = store.create_campaign(kind="sweep", key=key, command=command, spec=spec)
-        else:
-            store.update_campaign(cid, status="running")
-        self.cid = cid
-        self._t0 = time.monotonic()
+            resumable=lambda last: last.status == "incomplete" and SweepAnswer.from_dict(
+                last.answer or {}).resumable,
+            max_runs=max_runs, deadline_s=deadline_s, listener=listener,
+            executor_factory=executor_factory,
+        )  # fmt: skip
+        self.cid = self.core.cid
+        self.resumed = self.core.resumed
         self._started = 0  # runs this invocation started: what --max-runs counts
 
-    @property
-    def resume_command(self) -> str:
-        return f"orchestrator sweep --resume {self.cid}{self.resume_options}"
+    def spec(self) -> SweepSpec:
+        sweep = self.sweep
+        return SweepSpec(sweep=sweep.source, name=sweep.name, hosts=[h.name for h in self.hosts],
+                         repeat=sweep.repeat, axes=sweep.axes, reference=sweep.reference,
+                         reuse=self.reuse,
+                         items=[SweepSpecItem(it.label, list(it.values), it.exp.to_dict())
+                                for it in sweep.items])  # fmt: skip
 
     def _recorded(self) -> dict[tuple[int, int], RunRow]:
         """(item, repeat) -> its recorded run: the variant column holds the item's index,
@@ -379,15 +363,13 @@ class SweepCampaign:
         return "ready", row.probe_metric, ""
 
     def run(self) -> SweepOutcome:
-        from orchestrator.campaign.bisect import Interrupted
-
         todo = self._todo()
         done = self._recorded()
         self.emit(CampaignStarted(campaign_id=self.cid, kind="sweep",
                                   n_deltas=len(self.sweep.items), strategy="sweep",
                                   expected_runs=len(todo), resumed_runs=len(done),
-                                  deadline_s=self.deadline_s))  # fmt: skip
-        outcome = SweepOutcome(self.cid, "done")
+                                  deadline_s=self.core.deadline_s))  # fmt: skip
+        outcome = SweepOutcome(self.cid, Status.DONE)
         ref = self.sweep.reference
         outcome.reference = self.sweep.items[ref].label if ref is not None else None
         queue_ = [(it, k) for it, k in todo if (it.index, k) not in done]
@@ -396,71 +378,59 @@ class SweepCampaign:
         env_keys = frozenset(k for it in self.sweep.items for k in it.exp.env_map())
         service = service_name(self.sweep.items[0].exp)
         stop_reason = ""
-        try:
-            with Pool(self.hosts, service=service, campaign=self.cid,
-                      executor_factory=self.factory, listener=self.emit,
-                      env_keys=env_keys) as pool:  # fmt: skip
-                in_flight: dict[tuple[int, int], Task] = {}
-                infra_streak = 0
-                for _ in range(1_000_000):  # bounded: each pass records, drops or waits
-                    stop_reason = self._hand_out(pool, queue_, in_flight, not_judged,
-                                                 outcome, stop_reason)  # fmt: skip
-                    if not in_flight:
-                        break
-                    d = pool.wait()
-                    key = d.task.key
-                    in_flight.pop(key, None)
-                    it = self.sweep.items[key[0]]
-                    if d.result is None:
-                        # the pool took the host out (the last one too): the others take
-                        # the task; with none left the error ends the campaign
-                        if isinstance(d.error, KeyboardInterrupt) or not pool.healthy():
-                            raise d.error or RuntimeError("no host left in the pool")
-                        queue_.insert(0, (it, key[1]))
-                        continue
-                    result, env_changed = envwatch.check(self.store, self.cid, d.result)
-                    rid = self.store.add_run(self.cid, variant=(key[0],),
-                                             purpose=f"sweep/{key[1]}", result=result,
-                                             run_id=d.task.run_id)  # fmt: skip
-                    if env_changed is not None:
-                        raise env_changed
-                    outcome.executed += 1
-                    row = self.store.run(rid)
-                    infra_streak = infra_streak + 1 if row.verdict is Verdict.INFRA else 0
-                    if infra_streak >= MAX_INFRA_IN_A_ROW * max(len(pool.healthy()), 1):
-                        raise InfraError(
-                            f"{infra_streak} runs in a row failed on host trouble; last on "
-                            f"{row.host}: {row.detail}",
-                            hint="check the hosts (orchestrator hosts check), then resume "
-                            f"with: {self.resume_command}")  # fmt: skip
-                    attempts[key] = attempts.get(key, 0) + 1
-                    if row.verdict is Verdict.INFRA and attempts[key] < MAX_ATTEMPTS:
-                        queue_.insert(0, (it, key[1]))
-                    self._emit(row, "run")
-                outcome.removed_hosts = list(pool.removed)
-        except KeyboardInterrupt:
-            self.store.update_campaign(self.cid, status="interrupted")
-            raise Interrupted(self.cid, self.resume_command) from None
-        except OrchestratorError as exc:
-            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                "interrupted"))  # fmt: skip
-            raise
+
+        def partial() -> SweepOutcome:  # what an interrupt leaves: the rows so far
+            self._settle(outcome, todo)
+            outcome.status = Status.INTERRUPTED
+            return outcome
+
+        with self.core.guard(partial), \
+                self.core.pool(self.hosts, service=service, env_keys=env_keys) as pool:
+            in_flight: dict[tuple[int, int], Task] = {}
+            for _ in range(1_000_000):  # bounded: each pass records, drops or waits
+                stop_reason = self._hand_out(pool, queue_, in_flight, not_judged,
+                                             outcome, stop_reason)  # fmt: skip
+                if not in_flight:
+                    break
+                d = pool.wait()
+                key = d.task.key
+                in_flight.pop(key, None)
+                it = self.sweep.items[key[0]]
+                if d.result is None:
+                    # the pool took the host out (the last one too): the others take
+                    # the task; with none left the error ends the campaign
+                    if isinstance(d.error, KeyboardInterrupt) or not pool.healthy():
+                        raise d.error or RuntimeError("no host left in the pool")
+                    queue_.insert(0, (it, key[1]))
+                    continue
+                row = self.core.record(d.result, variant=(key[0],), purpose=f"sweep/{key[1]}",
+                                       run_id=d.task.run_id)  # fmt: skip
+                outcome.executed += 1
+                self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
+                attempts[key] = attempts.get(key, 0) + 1
+                if row.verdict is Verdict.INFRA and attempts[key] < MAX_ATTEMPTS:
+                    queue_.insert(0, (it, key[1]))
+                self._emit(row, "run")
+            outcome.removed_hosts = list(pool.removed)
+        self._settle(outcome, todo)
+        outcome.notes = [f"{n} config run(s) not judged: {why}" for why, n in not_judged.items()]
+        if stop_reason or any(r.run is None for r in outcome.rows):
+            outcome.status = Status.INCOMPLETE
+            outcome.message = stop_reason or "; ".join(outcome.notes) or \
+                "some configs have no verdict"  # fmt: skip
+            if stop_reason:
+                outcome.resumable = True
+                outcome.resume = self.resume_text(self.core.ref) if self.resume_text else ""
+        self.core.finish(outcome.status, message=outcome.message, answer=outcome.answer().to_dict())
+        return outcome
+
+    def _settle(self, outcome: SweepOutcome, todo: list[tuple[SweepItem, int]]) -> None:
+        """The table as recorded: a row per (config, repeat), and the campaign's totals."""
         recorded = self._recorded()
         outcome.rows = [SweepRow(it, k, recorded.get((it.index, k))) for it, k in todo]
         runs = self.store.runs(self.cid)
         outcome.total_executed = sum(1 for r in runs if r.cached_from is None)
         outcome.total_reused = sum(1 for r in runs if r.cached_from is not None)
-        outcome.notes = [f"{n} config run(s) not judged: {why}" for why, n in not_judged.items()]
-        if stop_reason or any(r.run is None for r in outcome.rows):
-            outcome.status = "incomplete"
-            outcome.message = stop_reason or "; ".join(outcome.notes) or \
-                "some configs have no verdict"  # fmt: skip
-            if stop_reason:
-                outcome.resume = self.resume_command
-        self.store.update_campaign(self.cid, status=outcome.status, answer=outcome.to_json())
-        self.emit(CampaignFinished(campaign_id=self.cid, status=outcome.status,
-                                   message=outcome.message))  # fmt: skip
-        return outcome
 
     def _hand_out(self, pool: Pool, queue_: list[tuple[SweepItem, int]],
                   in_flight: dict[tuple[int, int], Task], not_judged: dict[str, int],
@@ -492,7 +462,7 @@ class SweepCampaign:
                         break
                 if not pool.idle():
                     return stop_reason
-                stop_reason = self._budget()
+                stop_reason = self.core.budget_spent(self._started, deadline_reason=TIME_SPENT)
                 if stop_reason:
                     return stop_reason
                 task = Task(key=(it.index, k), exp=it.exp, label=it.label,
@@ -508,25 +478,14 @@ class SweepCampaign:
                 return stop_reason  # everything left waits for a reference in progress
         return stop_reason
 
-    def _budget(self) -> str:
-        if self.max_runs is not None and self._started >= self.max_runs:
-            return f"--max-runs {self.max_runs} reached"
-        if self.deadline_s is not None and time.monotonic() - self._t0 >= self.deadline_s:
-            return "the time budget (--until / --deadline) is spent"
-        return ""
-
     def _record_reused(self, it: SweepItem, k: int, hit: RunRow, good: float | None) -> None:
-        from orchestrator.campaign.bisect import _CachedResult
-
-        cached = _CachedResult.from_row(hit, it.label, self.hosts[0], it.exp)
+        cached = CachedResult.from_row(hit, it.label, self.hosts[0], it.exp)
         verdict, sig = judge_reused(hit, it.exp, good)
         cached = replace(cached, verdict=verdict, signature=sig)
-        rid = self.store.add_run(self.cid, variant=(it.index,), purpose=f"sweep/{k}",
-                                 result=cached, cached_from=hit.id)  # fmt: skip
-        self._emit(self.store.run(rid), "cache")
+        row = self.core.record(cached, variant=(it.index,), purpose=f"sweep/{k}",
+                               cached_from=hit.id)  # fmt: skip
+        self._emit(row, "cache")
 
     def _emit(self, row: RunRow, source: str) -> None:
         n = sum(1 for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA)
-        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label, purpose="sweep",
-                              verdict=row.verdict, signature=row.signature, source=source,
-                              duration_s=row.duration, done=n))  # fmt: skip
+        self.core.recorded(row, purpose="sweep", source=source, done=n)

@@ -7,15 +7,15 @@ import json
 
 from rich.markup import escape
 
-from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome
+from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.campaign.records import BisectOptions, BisectSpec, Outcome
 from orchestrator.cli import common, notifying
-from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import UsageError
-from orchestrator.execution.executor import Executor
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
 from orchestrator.results import env_report
@@ -53,15 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)  # fmt: skip
 
 
-def _plan_from_spec(spec: dict) -> Plan:
+def _plan_from_spec(spec: BisectSpec) -> Plan:
     # the recorded configs, with their secrets taken from this environment again
-    good = Experiment.from_dict(spec["good"], source=spec.get("good_source") or "good",
+    good = Experiment.from_dict(spec.good, source=spec.good_source or "good",
                                 resolve_secrets=True)  # fmt: skip
-    bad = Experiment.from_dict(spec["bad"], source=spec.get("bad_source") or "bad",
+    bad = Experiment.from_dict(spec.bad, source=spec.bad_source or "bad",
                                resolve_secrets=True)  # fmt: skip
     deltas = diff(good, bad)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec["strategy"])
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,19 +89,19 @@ def run(args: argparse.Namespace) -> int:
             from orchestrator.cli.sweep import wrong_kind
 
             raise wrong_kind(camp, "bisect", common.resume_options(args))
-        plan = _plan_from_spec(camp.spec)
-        host_names = camp.spec["hosts"]
-        opts = camp.spec.get("options", {})
+        spec = BisectSpec.from_dict(camp.spec)
+        plan = _plan_from_spec(spec)
+        opts = spec.options
         options = BisectOptions(
             strategy=plan.strategy,
-            repeat=args.repeat if args.repeat > 1 else opts.get("repeat", 1),
-            max_runs=args.max_runs or opts.get("max_runs"),
-            deadline_s=deadline or opts.get("deadline_s"),
-            fresh=args.fresh or opts.get("fresh", False),
-            confidence=args.confidence or opts.get("confidence", 0.95),
+            repeat=args.repeat if args.repeat > 1 else opts.repeat,
+            max_runs=args.max_runs or opts.max_runs,
+            deadline_s=deadline or opts.deadline_s,
+            fresh=args.fresh or opts.fresh,
+            confidence=args.confidence or opts.confidence,
         )
         inv = common.inventory(args)
-        hosts = [inv.host(h) for h in host_names]
+        hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id
     else:
         if not (args.good and args.bad and args.host):
@@ -114,22 +114,12 @@ def run(args: argparse.Namespace) -> int:
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
-    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-
-    def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=args.accept_new_host_key)
-
+    view = common.live_view(args)
     bisection = Bisection(store, plan, hosts, options=options, listener=view,
                           command=common.command_line(), resume_id=resume_id,
-                          executor_factory=factory)  # fmt: skip
-    bisection.resume_options = common.resume_options(args)
-    outcome = notifying.guarded(store, notify_url, "bisect", lambda: bisection.cid,
-                                lambda: common.run_campaign(bisection.run, view, "campaign",
-                                                          as_json=args.json))
+                          executor_factory=common.executor_factory(args))  # fmt: skip
+    outcome = notifying.conduct(args, store, notify_url, "bisect", bisection, view, "campaign")
     if outcome is None:
-        notifying.concluded(store, notify_url, "bisect", bisection.cid, "interrupted", None,
-                            detail=f"resume with: {bisection.resume_command}")  # fmt: skip
         return 130
     report_paths: list[str] = []
     if not args.no_report:
@@ -141,14 +131,14 @@ def run(args: argparse.Namespace) -> int:
                         detail=outcome.message)  # fmt: skip
     envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
-        data = outcome.to_json(plan) | {"reports": report_paths,
+        data = outcome.to_dict() | {"reports": report_paths,
                                         "environment": env_report.to_json(envs)}
         console().print_json(json.dumps(data))
     else:
         print_outcome(outcome, plan, report_paths)
         for line in env_report.text_lines(envs):
             console().print(escape(line), highlight=False)
-    return 0 if outcome.status == "found" else 1
+    return 0 if outcome.found else 1
 
 
 def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None:
@@ -156,21 +146,20 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
     c.print()
     if outcome.target:
         c.print(f"target failure: [red]{escape(str(outcome.target))}[/]", highlight=False)
-    if outcome.status == "found":
+    if outcome.found:
         for cul in outcome.culprits:
-            kind = "interacting set" if cul["interacting"] else "single flag"
-            c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul['flags']))}[/]",
+            kind = "interacting set" if cul.interacting else "single flag"
+            c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
                     highlight=False)  # fmt: skip
-            if cul["reproduced_by"] is not None:  # evidence lines cite only runs that exist
-                c.print(f"  good + these reproduces the failure: run {cul['reproduced_by']}"
-                        + _counts(cul.get("reproduced_counts")), highlight=False)  # fmt: skip
-            for flag, rid in cul["cleared_by"].items():
+            if cul.reproduced_by is not None:  # evidence lines cite only runs that exist
+                c.print(f"  good + these reproduces the failure: run {cul.reproduced_by}"
+                        + _counts(cul.reproduced_counts), highlight=False)  # fmt: skip
+            for flag, rid in cul.cleared_by.items():
                 if rid is None:
                     continue
-                claim = cul.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                got = _counts((cul.get("cleared_counts") or {}).get(flag))
-                c.print(f"  {escape(claim)}: run {rid}{got}", highlight=False)
-        suspects = {i for cul in outcome.culprits for i in cul["indices"]}
+                got = _counts(cul.cleared_count(flag))
+                c.print(f"  {escape(cul.claim(flag))}: run {rid}{got}", highlight=False)
+        suspects = {i for cul in outcome.culprits for i in cul.indices}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:
             c.print("cleared (not needed for the failure): "
@@ -178,10 +167,10 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
     else:
         c.print(f"[yellow]no answer[/]: {escape(outcome.message)}", highlight=False)
         for cul in outcome.culprits:  # the best answer so far (noise-aware search)
-            c.print(f"  best so far: {escape(' + '.join(cul['flags']))}", highlight=False)
+            c.print(f"  best so far: {escape(' + '.join(cul.flags))}", highlight=False)
         if outcome.narrowed:
             c.print("  narrowed so far: the failure needs some of: "
-                    + escape(", ".join(outcome.narrowed["failure_needs_some_of"])),
+                    + escape(", ".join(outcome.narrowed.failure_needs_some_of)),
                     highlight=False)  # fmt: skip
     for f in outcome.findings:
         c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
@@ -189,7 +178,7 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
                 highlight=False)  # fmt: skip
     for inv in outcome.invalid:
         c.print(f"{verdict_text(Verdict.INVALID)} "
-                f"{escape(inv['variant'])}: {escape(inv['reason'])}", highlight=False)  # fmt: skip
+                f"{escape(inv.variant)}: {escape(inv.reason)}", highlight=False)  # fmt: skip
     for fl in outcome.flaky:
         c.print(f"[yellow]flaky[/]: {escape(fl)}", highlight=False)
     for line in sureness_lines(outcome.noise):

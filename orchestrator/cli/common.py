@@ -9,12 +9,17 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator.cli.output import err_console
 from orchestrator.config.hosts import Host, Inventory, load_inventory
-from orchestrator.errors import UsageError
+from orchestrator.errors import CampaignRef, Interrupted, OrchestratorError, UsageError
+from orchestrator.events import Listener
 from orchestrator.results.store import Store
+
+if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
+    from orchestrator.campaign.core import ExecutorFactory
+    from orchestrator.execution.executor import Executor
 
 T = TypeVar("T")
 
@@ -93,13 +98,38 @@ def resume_options(args: argparse.Namespace) -> str:
     return out
 
 
-def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str, *,
-                 as_json: bool = False) -> T | None:  # fmt: skip
+def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
+    """The command that resumes `campaign`, with the options that find its hosts and results."""
+    return f"orchestrator {campaign.kind} --resume {campaign.campaign_id}{resume_options(args)}"
+
+
+def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
+    """Executors as the command line asks (`--accept-new-host-key`)."""
+
+    def make(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
+        from orchestrator.execution.executor import Executor
+
+        return Executor(host, service=service, campaign=campaign, listener=listener,
+                        accept_new_host_key=getattr(args, "accept_new_host_key", False))
+
+    return make
+
+
+def live_view(args: argparse.Namespace) -> Callable[..., None]:
+    """Progress on the terminal; nothing with --json (stdout is one JSON document)."""
+    from orchestrator.cli.live import LiveView
+    from orchestrator.cli.output import console
+
+    return LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+
+
+def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str,
+                 args: argparse.Namespace) -> T | None:  # fmt: skip
     """Run a campaign with SIGTERM treated like Ctrl-C. On either, the core restores the
-    hosts and raises `Interrupted`: print the resume command and return None (exit 130)."""
+    hosts and raises `Interrupted`: print the resume command and return None (exit 130).
+    An error that stopped a resumable campaign gets the resume command as its hint."""
     from rich.markup import escape
 
-    from orchestrator.campaign.bisect import Interrupted
     from orchestrator.cli.live import LiveView
     from orchestrator.cli.output import console
 
@@ -109,18 +139,24 @@ def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str, *,
     except Interrupted as exc:
         if isinstance(view, LiveView):
             view.close()
-        if as_json:
+        resume = resume_command(args, exc.campaign)
+        if getattr(args, "json", False):
             import json
 
             console().print_json(json.dumps({
                 "campaign": exc.campaign_id, "status": "interrupted",
                 "error": f"{noun} {exc.campaign_id} interrupted; the hosts were restored",
-                "resume": exc.resume}))  # fmt: skip
+                "resume": resume}))  # fmt: skip
             return None
         console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped; the hosts "
-                        f"were restored.\nresume with: [bold]{escape(exc.resume)}[/]",
+                        f"were restored.\nresume with: [bold]{escape(resume)}[/]",
                         highlight=False)  # fmt: skip
         return None
+    except OrchestratorError as exc:
+        if exc.resumable is not None:
+            exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
+                f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if isinstance(view, LiveView):
@@ -137,7 +173,7 @@ def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         return run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         if isinstance(view, LiveView):
             view.close()
         if as_json:

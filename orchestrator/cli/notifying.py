@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from rich.markup import escape
 
 from orchestrator.cli.output import err_console
-from orchestrator.errors import InfraError, OrchestratorError
+from orchestrator.errors import CampaignRef, InfraError, OrchestratorError
 from orchestrator.results.notify import Message, check_url, culprits_of, send, shown
 from orchestrator.results.store import Store
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Campaign(Protocol[T_co]):
+    """A bisection or a sweep, as the command line runs it."""
+
+    cid: str
+
+    def run(self) -> T_co: ...
 
 
 def add_option(p: argparse.ArgumentParser) -> None:
@@ -73,6 +82,21 @@ def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str
         deliver(store, url, Message(cid, kind, status, culprits=culprits_of(answer),
                                     detail=str(exc)))  # fmt: skip
         raise
+
+
+def conduct(args: argparse.Namespace, store: Store, url: str | None, kind: str,
+            campaign: Campaign[T], view: Callable[..., None], noun: str) -> T | None:
+    """Run a bisection or a sweep from the command line: notify however it ends; None when
+    it was interrupted (the resume command is printed and sent)."""
+    from orchestrator.cli import common
+
+    outcome = guarded(store, url, kind, lambda: campaign.cid,
+                      lambda: common.run_campaign(campaign.run, view, noun, args))
+    if outcome is None:
+        resume = common.resume_command(args, CampaignRef(kind, campaign.cid))
+        concluded(store, url, kind, campaign.cid, "interrupted", None,
+                  detail=f"resume with: {resume}")
+    return outcome
 
 
 def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status: str,

@@ -7,15 +7,16 @@ import json
 
 from rich.markup import escape
 
-from orchestrator.campaign.bisect import relative, single_run
+from orchestrator.campaign.bisect import relative
+from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good
+from orchestrator.campaign.single import single_run
 from orchestrator.cli import common
-from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import UsageError
-from orchestrator.execution.executor import Executor
 from orchestrator.results.store import RunRow
 
 
@@ -40,14 +41,6 @@ def _shared(p: argparse.ArgumentParser) -> None:
     common.add_results_option(p)
 
 
-def _factory(args: argparse.Namespace):  # noqa: ANN202
-    def make(host, service, campaign, listener):  # noqa: ANN001, ANN202
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=args.accept_new_host_key)  # fmt: skip
-
-    return make
-
-
 def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> None:
     if args.json:
         data = {"run": row.id, "host": row.host, "verdict": row.verdict.value,
@@ -69,10 +62,11 @@ def run_one(args: argparse.Namespace) -> int:
     if len(hosts) != 1:
         raise UsageError(f"'{args.host}' is a pool; `run` takes one host")
     store = common.store(args)
-    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+    view = common.live_view(args)
     row = common.run_single(
         lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
-                           label=exp.name, listener=view, executor_factory=_factory(args)),
+                           label=exp.name, listener=view,
+                           executor_factory=common.executor_factory(args)),
         view, as_json=args.json)  # fmt: skip
     if row is None:
         return 130
@@ -101,18 +95,20 @@ def rerun(args: argparse.Namespace) -> int:
     # exactly as recorded (YAML files may have changed since); secrets from the environment
     exp = old.experiment(resolve_secrets=True)
     host = common.inventory(args).host(args.host or old.host)
-    env_keys = frozenset()
-    for side in ("good", "bad"):
-        env_keys |= frozenset((camp.spec.get(side, {}).get("service", {}) or {}).get("env") or {})
+    env_keys: frozenset[str] = frozenset()
+    spec = BisectSpec.from_dict(camp.spec)  # a bisection's two configs (none for other kinds)
+    for side in (spec.good, spec.bad):
+        env_keys |= frozenset((side.get("service") or {}).get("env") or {})
     # judged as the recorded run was: its recorded bar, against its campaign's good metric
     good = recorded_good(store, old, camp)
     bar = exp.probe.pass_if if exp.probe else None
     judged = _judged_by(bar, good, exp)
-    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
+    view = common.live_view(args)
     row = common.run_single(
         lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
                            label=f"rerun of {old.id}: {old.label}", target=camp.target,
-                           env_keys=env_keys, listener=view, executor_factory=_factory(args),
+                           env_keys=env_keys, listener=view,
+                           executor_factory=common.executor_factory(args),
                            spec_extra={"rerun_of": old.id,
                                        "good_metric": good[0] if good else None,
                                        "good_run": good[1] if good else None},

@@ -15,6 +15,7 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment
+from orchestrator.results.notify import culprits_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,8 +54,7 @@ def run_list(args: argparse.Namespace) -> int:
         for col in ("id", "kind", "started", "status", "runs", "target / answer"):
             t.add_column(col)
         for x in camps:
-            ans = x.answer or {}
-            culprits = "; ".join(" + ".join(cul["flags"]) for cul in ans.get("culprits") or [])
+            culprits = "; ".join(culprits_of(x.answer))
             t.add_row(x.id, x.kind, _when(x.created), x.status, str(len(store.runs(x.id))),
                       escape(culprits or str(x.target or "")))  # fmt: skip
         c.print(t)

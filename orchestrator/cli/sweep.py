@@ -8,6 +8,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.campaign.records import Status, SweepSpec
 from orchestrator.campaign.sweep import (
     Sweep,
     SweepCampaign,
@@ -17,12 +18,11 @@ from orchestrator.campaign.sweep import (
     parse_until,
 )
 from orchestrator.cli import common, notifying
-from orchestrator.cli.live import LiveView, verdict_text
+from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import UsageError
-from orchestrator.execution.executor import Executor
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow
 from orchestrator.results.sweep_report import Comparison, comparison, write_sweep_reports
@@ -74,13 +74,11 @@ def wrong_kind(camp: CampaignRow, wanted: str, options: str) -> UsageError:
     return UsageError(f"campaign {camp.id} is {what}, not {KIND_WORDS[wanted]}: {how}")
 
 
-def _sweep_from_spec(spec: dict) -> Sweep:
-    items = tuple(SweepItem(i, it["label"], Experiment.from_dict(it["config"],
-                                                                 resolve_secrets=True),
-                            tuple(tuple(v) for v in it.get("values") or []))
-                  for i, it in enumerate(spec["items"]))  # fmt: skip
-    return Sweep(spec["name"], spec["sweep"], items, spec["repeat"], None, None,
-                 spec.get("reference"))  # fmt: skip
+def _sweep_from_spec(spec: SweepSpec) -> Sweep:
+    # the recorded configs, with their secrets taken from this environment again
+    items = tuple(SweepItem(i, it.label, Experiment.from_dict(it.config, resolve_secrets=True),
+                            tuple(it.values)) for i, it in enumerate(spec.items))  # fmt: skip
+    return Sweep(spec.name, spec.sweep, items, spec.repeat, None, None, spec.reference)
 
 
 def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, list[Host]]:
@@ -114,31 +112,23 @@ def run(args: argparse.Namespace) -> int:
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
-        sweep = _sweep_from_spec(camp.spec)
-        hosts = [inv.host(h) for h in camp.spec["hosts"]]
+        spec = SweepSpec.from_dict(camp.spec)
+        sweep = _sweep_from_spec(spec)
+        hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id
-        reuse = reuse or bool(camp.spec.get("reuse"))
+        reuse = reuse or spec.reuse
     else:
         sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
-    view = LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
-
-    def factory(host, service, campaign, listener):  # noqa: ANN001, ANN202
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=args.accept_new_host_key)  # fmt: skip
-
+    view = common.live_view(args)
     camp_run = SweepCampaign(store, sweep, hosts, reuse=reuse, max_runs=args.max_runs,
                              deadline_s=budget, listener=view, command=common.command_line(),
-                             resume_id=resume_id, executor_factory=factory)  # fmt: skip
-    camp_run.resume_options = common.resume_options(args)
-    outcome = notifying.guarded(store, notify_url, "sweep", lambda: camp_run.cid,
-                                lambda: common.run_campaign(camp_run.run, view, "sweep",
-                                                          as_json=args.json))
+                             resume_id=resume_id, executor_factory=common.executor_factory(args),
+                             resume_text=lambda ref: common.resume_command(args, ref))  # fmt: skip
+    outcome = notifying.conduct(args, store, notify_url, "sweep", camp_run, view, "sweep")
     if outcome is None:
-        notifying.concluded(store, notify_url, "sweep", camp_run.cid, "interrupted", None,
-                            detail=f"resume with: {camp_run.resume_command}")  # fmt: skip
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
     notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
@@ -148,12 +138,12 @@ def run(args: argparse.Namespace) -> int:
     comp = comparison(store, store.campaign(outcome.campaign_id))
     if args.json:
         extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs}
-        console().print_json(json.dumps(outcome.to_json() | extra))
+        console().print_json(json.dumps(outcome.answer().to_dict() | extra))
     else:
         print_table(outcome, paths, comp)
         for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
             console().print(escape(line), highlight=False)
-    return 0 if outcome.status == "done" else 1
+    return 0 if outcome.status is Status.DONE else 1
 
 
 def _comparison_json(comp: Comparison | None) -> dict | None:

@@ -21,7 +21,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from orchestrator.config.secrets import resolve_reference
-from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.config.yamlio import load_model, validation_error
 from orchestrator.errors import ConfigError
 
 Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime union here)
@@ -467,11 +467,7 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     if resolved in stack:
         chain = " -> ".join(str(p) for p in (*stack, resolved))
         raise ConfigError(f"'extends' makes a cycle: {chain}", file=str(path), key="extends")
-    raw = read_yaml_mapping(path, what="experiment")
-    try:
-        model = ExperimentModel.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, ExperimentModel, file=str(path)) from None
+    model = load_model(path, ExperimentModel, what="experiment")
     data = model.model_dump(exclude_unset=True, by_alias=False)
     parent_ref = data.pop("extends", None)
     if parent_ref is None:

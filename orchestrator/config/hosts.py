@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.config.yamlio import read_yaml_mapping, validation_error
+from orchestrator.config.yamlio import load_model
 from orchestrator.errors import ConfigError, UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -136,11 +136,7 @@ def _expand(path: str | None, base: Path) -> str | None:
 
 def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
-    raw = read_yaml_mapping(path, what="hosts")
-    try:
-        model = InventoryModel.model_validate(raw)
-    except ValidationError as exc:
-        raise validation_error(exc, InventoryModel, file=str(path)) from None
+    model = load_model(path, InventoryModel, what="hosts")
     base = path.resolve().parent
     hosts: dict[str, Host] = {}
     for name, h in model.hosts.items():

@@ -9,12 +9,14 @@ from __future__ import annotations
 import difflib
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
 
 #: no config is this large; a bigger file is a mistake (a model file, a log)
 MAX_BYTES = 16 * 1024 * 1024
@@ -135,6 +137,15 @@ def _model_in(annotation: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def load_model(path: Path, model: type[M], *, what: str) -> M:
+    """Read a YAML mapping and validate it as `model`; errors name the file and the key."""
+    raw = read_yaml_mapping(path, what=what)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, model, file=str(path)) from None
 
 
 def validation_error(

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
+from orchestrator.campaign.records import Outcome
 from orchestrator.config.secrets import MARKER
 from orchestrator.diagnosis.classify import analyze_log, strip_prefix
 from orchestrator.diagnosis.verdicts import Verdict
@@ -106,14 +106,13 @@ def issue_markdown(
     env_of: Callable[[RunRow], HostEnvironment | None],
     local_paths: Iterable[str] = (),
 ) -> str:
-    answer: dict[str, Any] = camp.answer or {}
+    answer = Outcome.from_dict(camp.answer or {})
     by_id = {r.id: r for r in runs}
     real = [r for r in runs if r.verdict is not Verdict.INFRA]
-    culprits = answer.get("culprits") or []
-    culprit = culprits[0] if culprits else None
+    culprit = answer.culprits[0] if answer.culprits else None
     n_deltas = len(camp.spec.get("deltas") or [])
     full = tuple(range(n_deltas))
-    repro = by_id.get(culprit["reproduced_by"]) if culprit else None
+    repro = by_id.get(culprit.reproduced_by) if culprit and culprit.reproduced_by else None
     if repro is None:  # not narrowed: the bad config itself
         repro = next((r for r in real if r.variant == full and _relative(r, camp) is
                       Verdict.FAIL), None)  # fmt: skip
@@ -126,7 +125,7 @@ def issue_markdown(
     error = (analysis.raw_message if analysis and analysis.raw_message else None) or (
         camp.target.message if camp.target else "the failure")  # fmt: skip
     phase = camp.target.phase.value if camp.target else "?"
-    flags = culprit["flags"] if culprit else []
+    flags = culprit.flags if culprit else []
     set_text = " + ".join(f"`{f}`" for f in flags)
 
     out: list[str] = []
@@ -156,7 +155,7 @@ def issue_markdown(
         out += ["No run reproduced the failure.", ""]
 
     out += ["## What does not reproduce", "", "| launch | result |", "|---|---|"]
-    for flag, rid in (culprit or {}).get("cleared_by", {}).items():
+    for flag, rid in (culprit.cleared_by if culprit else {}).items():
         r = by_id.get(rid) if rid else None
         if r is not None:
             said = _describe(_relative(r, camp), r)
@@ -192,19 +191,18 @@ def issue_markdown(
         same = [r for r in real if r.variant == repro.variant]
         hits = sum(1 for r in same if _relative(r, camp) is Verdict.FAIL)
         rate = f"{hits} of {len(same)} starts"
-        flaky = bool(answer.get("flaky")) or hits < len(same)
+        flaky = bool(answer.flaky) or hits < len(same)
         out.append(f"- the reproducing launch failed in {rate}"
                    + (f" ({100 * hits / len(same):.0f}%: the failure is flaky)" if flaky else ""))
         bad = [r for r in real if r.variant == full]
         if bad and repro.variant != full:
             bhits = sum(1 for r in bad if _relative(r, camp) is Verdict.FAIL)
             out.append(f"- the original failing launch failed in {bhits} of {len(bad)} starts")
-    for fl in answer.get("flaky") or []:
+    for fl in answer.flaky:
         out.append(f"- flaky: {fl}")
-    others = answer.get("findings") or []
-    if others:
+    if answer.findings:
         out.append("- other failures met on the way: "
-                   + "; ".join(f"`{f['signature']}`" for f in others[:3]))  # fmt: skip
+                   + "; ".join(f"`{f.signature}`" for f in answer.findings[:3]))  # fmt: skip
     out += ["", "_Found with orchestrator (automated flag bisection on the real host)._"]
 
     text = _hide("\n".join(out), local_paths)

@@ -136,6 +136,8 @@ def send(url: str, payload: dict[str, Any], *, timeout: float = TIMEOUT_S,
 
 
 def culprits_of(answer: dict[str, Any] | None) -> tuple[str, ...]:
-    """`--a + --b` per culprit set of a campaign's recorded answer."""
-    return tuple(" + ".join(c.get("flags") or c.get("deltas") or [])
+    """`--a + --b` per culprit set of a campaign's recorded answer (none for a sweep's)."""
+    from orchestrator.campaign.records import Culprit
+
+    return tuple(" + ".join(Culprit.from_dict(c).flags)
                  for c in (answer or {}).get("culprits") or [])  # fmt: skip

@@ -12,8 +12,8 @@ import html
 import os
 import time
 from pathlib import Path
-from typing import Any
 
+from orchestrator.campaign.records import Outcome
 from orchestrator.diagnosis.classify import analyze_log
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow, EnvironmentSeen, RunRow, Store
@@ -55,9 +55,9 @@ def _deltas(camp: CampaignRow) -> list[str]:
     return out
 
 
-def _sureness(answer: dict[str, Any]) -> list[str]:
+def _sureness(answer: Outcome) -> list[str]:
     """The answer's confidence, measured reproduction rate and search switch, as sentences."""
-    noise = answer.get("noise") or {}
+    noise = answer.noise or {}
     out = []
     if noise.get("switched"):
         out.append(str(noise["switched"]))
@@ -84,6 +84,22 @@ def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, st
     return out
 
 
+def _by_signature(runs: list[RunRow]) -> list[tuple[str, list[RunRow], RunRow]]:
+    """(signature, its executed runs, the run of the smallest variant) per signature met."""
+    groups: dict[str, list[RunRow]] = {}
+    for r in runs:
+        if r.signature and not r.cached_from:
+            groups.setdefault(str(r.signature), []).append(r)
+    return [(sig, rs, min(rs, key=lambda r: len(r.variant))) for sig, rs in groups.items()]
+
+
+def _answer(camp: CampaignRow) -> tuple[Outcome, list[str]]:
+    """The campaign's recorded answer (empty when it has none) and its cleared deltas."""
+    answer = Outcome.from_dict(camp.answer or {})
+    used = {i for c in answer.culprits for i in c.indices}
+    return answer, [d for i, d in enumerate(_deltas(camp)) if i not in used]
+
+
 def _with(text: str | None) -> str:
     return f" ({text})" if text else ""
 
@@ -94,7 +110,7 @@ def _when(ts: float) -> str:
 
 def markdown(camp: CampaignRow, runs: list[RunRow],
              environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
-    answer: dict[str, Any] = camp.answer or {}
+    answer, cleared = _answer(camp)
     deltas = _deltas(camp)
     spec = camp.spec
     out = [f"# Campaign {camp.id}: {camp.kind}", ""]
@@ -104,35 +120,31 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     if camp.target:
         out.append(f"- target failure: `{camp.target}`")
     out += ["", "## Answer", ""]
-    culprits = answer.get("culprits") or []
-    if culprits:
-        for c in culprits:
-            kind = "interacting set" if c["interacting"] else "single flag"
-            rep = (f"good + set reproduces the failure: run {c['reproduced_by']}"
-                   f"{_with(c.get('reproduced_counts'))}" if c["reproduced_by"] is not None
+    if answer.culprits:
+        for c in answer.culprits:
+            kind = "interacting set" if c.interacting else "single flag"
+            rep = (f"good + set reproduces the failure: run {c.reproduced_by}"
+                   f"{_with(c.reproduced_counts)}" if c.reproduced_by is not None
                    else "no run of good + exactly this set is recorded")  # fmt: skip
-            out.append(f"- **{' + '.join(f'`{f}`' for f in c['flags'])}** ({kind}); {rep}")
-            for flag, rid in c["cleared_by"].items():
+            out.append(f"- **{' + '.join(f'`{f}`' for f in c.flags)}** ({kind}); {rep}")
+            for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
                     continue
-                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                got = _with((c.get("cleared_counts") or {}).get(flag))
-                out.append(f"  - {claim.replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
-        used = {i for c in culprits for i in c["indices"]}
-        cleared = [d for i, d in enumerate(deltas) if i not in used]
+                got = _with(c.cleared_count(flag))
+                out.append(f"  - {c.claim(flag).replace(flag, f'`{flag}`', 1)}: run {rid}{got}")
         if cleared:
             out.append(f"- cleared: {', '.join(f'`{d}`' for d in cleared)}")
     else:
-        out.append(f"No answer: {answer.get('message') or camp.status}")
-        if answer.get("narrowed"):
-            needs = ", ".join(f"`{d}`" for d in answer["narrowed"]["failure_needs_some_of"])
+        out.append(f"No answer: {answer.message or camp.status}")
+        if answer.narrowed:
+            needs = ", ".join(f"`{d}`" for d in answer.narrowed.failure_needs_some_of)
             out.append(f"- narrowed so far: the failure needs some of {needs}")
-    for f in answer.get("findings") or []:
-        out.append(f"- other failure `{f['signature']}`: smallest variant {f['variant']} "
-                   f"(run {f['run']}, seen {f['count']}x)")  # fmt: skip
-    for inv in answer.get("invalid") or []:
-        out.append(f"- invalid: {inv['variant']}: {inv['reason']} (run {inv['run']})")
-    for fl in answer.get("flaky") or []:
+    for f in answer.findings:
+        out.append(f"- other failure `{f.signature}`: smallest variant {f.label} "
+                   f"(run {f.run_id}, seen {f.count}x)")  # fmt: skip
+    for inv in answer.invalid:
+        out.append(f"- invalid: {inv.variant}: {inv.reason} (run {inv.run})")
+    for fl in answer.flaky:
         out.append(f"- flaky: {fl}")
     out += [f"- {line}" for line in _sureness(answer)]
     if environments is not None:
@@ -154,12 +166,7 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         cells = " ".join(" #" if i in r.variant else " ." for i in range(len(deltas)))
         out.append(f"{r.id:<8} {cells}  {_relative(r, camp)}")
     out += ["```", "", "## Findings by signature", ""]
-    groups: dict[str, list[RunRow]] = {}
-    for r in runs:
-        if r.signature and not r.cached_from:
-            groups.setdefault(str(r.signature), []).append(r)
-    for sig, rs in groups.items():
-        smallest = min(rs, key=lambda r: len(r.variant))
+    for sig, rs, smallest in _by_signature(runs):
         out += [f"### `{sig}`", "", f"{len(rs)} run(s); smallest variant: {smallest.label} "
                 f"(run {smallest.id})", "", "```", _excerpt(smallest), "```", ""]  # fmt: skip
     return "\n".join(out) + "\n"
@@ -182,7 +189,7 @@ background:#fff7f7}
 def html_page(camp: CampaignRow, runs: list[RunRow],
               environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
     e = html.escape
-    answer: dict[str, Any] = camp.answer or {}
+    answer, cleared = _answer(camp)
     deltas = _deltas(camp)
     spec = camp.spec
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8>"
@@ -196,45 +203,41 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
     if camp.target:
         parts.append(f"<p>Target failure: <code>{e(str(camp.target))}</code></p>")
-    culprits = answer.get("culprits") or []
-    if culprits:
+    if answer.culprits:
         parts.append("<ul>")
-        for c in culprits:
-            kind = "interacting set" if c["interacting"] else "single flag"
-            flags = " + ".join(f"<code>{e(f)}</code>" for f in c["flags"])
-            repro = c.get("reproduced_counts")
-            if c["reproduced_by"] is None:
+        for c in answer.culprits:
+            kind = "interacting set" if c.interacting else "single flag"
+            flags = " + ".join(f"<code>{e(f)}</code>" for f in c.flags)
+            repro = c.reproduced_counts
+            if c.reproduced_by is None:
                 parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
                              "exactly this set is recorded<ul>")  # fmt: skip
             else:
                 parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
-                             f"reproduces the failure (run {e(str(c['reproduced_by']))}"
+                             f"reproduces the failure (run {e(str(c.reproduced_by))}"
                              f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
-            for flag, rid in c["cleared_by"].items():
+            for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
                     continue
-                claim = c.get("clearing", {}).get(flag) or f"bad without {flag} does not fail"
-                got = (c.get("cleared_counts") or {}).get(flag)
-                parts.append(f"<li>{e(claim)} (run {e(str(rid))}{'; ' + e(got) if got else ''})"
-                             "</li>")  # fmt: skip
+                got = c.cleared_count(flag)
+                parts.append(f"<li>{e(c.claim(flag))} (run {e(str(rid))}"
+                             f"{'; ' + e(got) if got else ''})</li>")  # fmt: skip
             parts.append("</ul></li>")
         parts.append("</ul>")
-        used = {i for c in culprits for i in c["indices"]}
-        cleared = [d for i, d in enumerate(deltas) if i not in used]
         if cleared:
             parts.append("<p>Cleared: " + ", ".join(f"<code>{e(d)}</code>" for d in cleared)
                          + "</p>")  # fmt: skip
     else:
-        parts.append(f"<p>No answer: {e(answer.get('message') or camp.status)}</p>")
-        if answer.get("narrowed"):
+        parts.append(f"<p>No answer: {e(answer.message or camp.status)}</p>")
+        if answer.narrowed:
             parts.append("<p>Narrowed so far: the failure needs some of " + ", ".join(
-                f"<code>{e(d)}</code>" for d in answer["narrowed"]["failure_needs_some_of"])
+                f"<code>{e(d)}</code>" for d in answer.narrowed.failure_needs_some_of)
                 + "</p>")  # fmt: skip
-    for f in answer.get("findings") or []:
-        parts.append(f"<p>Other failure <code>{e(f['signature'])}</code>: smallest variant "
-                     f"{e(f['variant'])} (run {e(f['run'])}, seen {f['count']}x)</p>")  # fmt: skip
-    for inv in answer.get("invalid") or []:
-        parts.append(f"<p>Invalid: {e(inv['variant'])}: {e(inv['reason'])}</p>")
+    for f in answer.findings:
+        parts.append(f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
+                     f"{e(f.label)} (run {e(f.run_id)}, seen {f.count}x)</p>")  # fmt: skip
+    for inv in answer.invalid:
+        parts.append(f"<p>Invalid: {e(inv.variant)}: {e(inv.reason)}</p>")
     parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
     parts.append("</div>")
     parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
@@ -270,12 +273,7 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts.append("</table><table>")
     parts += [f"<tr><td>{i}</td><td><code>{e(d)}</code></td></tr>" for i, d in enumerate(deltas)]
     parts.append("</table><h2>Findings by signature</h2>")
-    groups: dict[str, list[RunRow]] = {}
-    for r in runs:
-        if r.signature and not r.cached_from:
-            groups.setdefault(str(r.signature), []).append(r)
-    for sig, rs in groups.items():
-        smallest = min(rs, key=lambda r: len(r.variant))
+    for sig, rs, smallest in _by_signature(runs):
         parts.append(f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
                      f"{e(smallest.label)} (run {e(smallest.id)})</p>"
                      f"<pre>{e(_excerpt(smallest))}</pre>")  # fmt: skip

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.campaign.records import SweepAnswer, SweepSpec, SweepTableRow
 from orchestrator.config.experiment import Experiment
 from orchestrator.results.store import CampaignRow, Store
 
@@ -25,12 +27,16 @@ FAILED = "#c62828"
 CHAR_W = 6.6  # px per character of the 11px sans-serif labels (generous: labels never clip)
 
 
-def _rows(camp: CampaignRow) -> list[dict[str, Any]]:
-    return list((camp.answer or {}).get("rows") or [])
+def _answer(camp: CampaignRow) -> SweepAnswer:
+    return SweepAnswer.from_dict(camp.answer or {})
+
+
+def _rows(camp: CampaignRow) -> list[SweepTableRow]:
+    return _answer(camp).rows
 
 
 def _values(camp: CampaignRow) -> dict[str, dict[str, Any]]:
-    return {it["label"]: dict(it.get("values") or []) for it in camp.spec.get("items", [])}
+    return {it.label: dict(it.values) for it in SweepSpec.from_dict(camp.spec).items}
 
 
 def fmt(value: Any) -> str:
@@ -94,15 +100,15 @@ class Comparison:
                 + "; ".join(f"{c.config}: {c.regression}" for c in regs))
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, tuple[float | None, str]]:
+def _summary(rows: list[SweepTableRow]) -> dict[str, tuple[float | None, str]]:
     """config -> (mean metric, verdict over the repeats: pass only if every repeat passed)."""
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[str, list[SweepTableRow]] = {}
     for r in rows:
-        by.setdefault(r["config"], []).append(r)
+        by.setdefault(r.config, []).append(r)
     out: dict[str, tuple[float | None, str]] = {}
     for config, rs in by.items():
-        ms = [float(r["metric"]) for r in rs if r.get("metric") is not None]
-        verdicts = [r["verdict"] for r in rs if r.get("verdict")]
+        ms = [float(r.metric) for r in rs if r.metric is not None]
+        verdicts = [r.verdict for r in rs if r.verdict]
         bad = [v for v in verdicts if v != "pass"]
         verdict = bad[0] if bad else ("pass" if verdicts else "not run")
         out[config] = (sum(ms) / len(ms) if ms else None, verdict)
@@ -111,12 +117,12 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, tuple[float | None, str]]:
 
 def _bars(camp: CampaignRow) -> dict[str, Any]:
     out = {}
-    for it in camp.spec.get("items", []):
+    for it in SweepSpec.from_dict(camp.spec).items:
         try:
-            exp = Experiment.from_dict(it["config"])
+            exp = Experiment.from_dict(it.config)
         except Exception:  # noqa: BLE001 - an unreadable old record: no bar, verdicts only
             continue
-        out[it["label"]] = exp.probe
+        out[it.label] = exp.probe
     return out
 
 
@@ -159,50 +165,55 @@ def comparison(store: Store, camp: CampaignRow) -> Comparison | None:
 
 
 def _totals(camp: CampaignRow) -> str:
-    a = camp.answer or {}
-    executed = a.get("total_executed", a.get("executed", 0))
-    reused = a.get("total_reused", a.get("reused", 0))
-    return f"runs: {executed} executed, {reused} reused from earlier campaigns"
+    a = _answer(camp)
+    return f"runs: {a.total_executed} executed, {a.total_reused} reused from earlier campaigns"
 
 
 def _reference_line(camp: CampaignRow) -> str:
-    ref = (camp.answer or {}).get("reference")
+    ref = _answer(camp).reference
     if not ref:
         return ""
     return (f"probe bars relative to good are judged against the reference config "
             f"{ref}, measured in this sweep (each repeat against its own)")
 
 
-def _verdict_cell(r: dict[str, Any]) -> str:
-    v = r["verdict"] or "not run"
-    return f"{v} (reused)" if r.get("reused_from") else v
+def _said(camp: CampaignRow, text: Callable[[str], str], code: Callable[[str], str]) -> list[str]:
+    """Why the sweep stopped, how to resume it and what relative bars are judged against, in
+    one format (`text` escapes words, `code` marks up a command)."""
+    a = _answer(camp)
+    out = [text(a.message)] if a.message else []
+    if a.resume:
+        out.append(text("resume with: ") + code(a.resume))
+    if _reference_line(camp):
+        out.append(text(_reference_line(camp)))
+    return out
 
 
-def _run_cell(r: dict[str, Any]) -> str:
-    run = r["run"] or ""
-    return f"{run}, reused from {r['reused_from']}" if r.get("reused_from") else run
+def _verdict_cell(r: SweepTableRow) -> str:
+    v = r.verdict or "not run"
+    return f"{v} (reused)" if r.reused_from else v
+
+
+def _run_cell(r: SweepTableRow) -> str:
+    run = r.run or ""
+    return f"{run}, reused from {r.reused_from}" if r.reused_from else run
 
 
 def markdown(camp: CampaignRow, comp: Comparison | None = None) -> str:
-    out = [f"# Sweep {camp.spec.get('name')} (campaign {camp.id})", ""]
+    spec = SweepSpec.from_dict(camp.spec)
+    out = [f"# Sweep {spec.name} (campaign {camp.id})", ""]
     if comp is not None:
         out += [f"**{comp.headline()}**", ""]
-    out += [f"- sweep file: `{camp.spec.get('sweep')}`; hosts: {', '.join(camp.spec['hosts'])}",
+    out += [f"- sweep file: `{spec.sweep}`; hosts: {', '.join(spec.hosts)}",
             f"- started {_when(camp.created)}, status **{camp.status}**; {_totals(camp)}"]
-    msg = (camp.answer or {}).get("message")
-    if msg:
-        out.append(f"- {msg}")
-    if (camp.answer or {}).get("resume"):
-        out.append(f"- resume with: `{camp.answer['resume']}`")
-    if _reference_line(camp):
-        out.append(f"- {_reference_line(camp)}")
+    out += [f"- {line}" for line in _said(camp, str, lambda c: f"`{c}`")]
     out += [*_removed_lines(camp), "",
             "| config | repeat | verdict | signature | metric | time | run |",
             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in _rows(camp):
-        dur = "" if r["duration"] is None else f"{r['duration']:.0f}s"
-        out.append(f"| {r['config']} | {r['repeat'] + 1} | {_verdict_cell(r)} | "
-                   f"{r['signature'] or ''} | {_metric(r['metric'])} | {dur} | "
+        dur = "" if r.duration is None else f"{r.duration:.0f}s"
+        out.append(f"| {r.config} | {r.repeat + 1} | {_verdict_cell(r)} | "
+                   f"{r.signature or ''} | {_metric(r.metric)} | {dur} | "
                    f"{_run_cell(r)} |")  # fmt: skip
     if comp is not None:
         out += ["", f"## Against the previous run (campaign {comp.previous.id}, "
@@ -217,7 +228,7 @@ def markdown(camp: CampaignRow, comp: Comparison | None = None) -> str:
 
 
 def _removed(camp: CampaignRow) -> list[tuple[str, str]]:
-    return [(str(h), str(why)) for h, why in (camp.answer or {}).get("removed_hosts") or []]
+    return _answer(camp).removed_hosts
 
 
 def _removed_lines(camp: CampaignRow) -> list[str]:
@@ -239,27 +250,27 @@ class _Point:
 def _points(camp: CampaignRow) -> tuple[str, list[str], list[_Point]]:
     """(x axis title, x categories in order, points). Line mode: the first swept axis when
     every row has a value for it; else one category per config."""
-    axes: list[str] = list(camp.spec.get("axes") or [])
+    axes = SweepSpec.from_dict(camp.spec).axes
     values = _values(camp)
-    rows = [r for r in _rows(camp) if r.get("verdict")]
-    line_mode = bool(axes) and all(axes[0] in values.get(r["config"], {}) for r in rows)
+    rows = [r for r in _rows(camp) if r.verdict]
+    line_mode = bool(axes) and all(axes[0] in values.get(r.config, {}) for r in rows)
     points: list[_Point] = []
     xs: list[str] = []
     for r in rows:
-        vals = values.get(r["config"], {})
+        vals = values.get(r.config, {})
         if line_mode:
             x = fmt(vals[axes[0]])
             series = ", ".join(f"{a}={fmt(vals.get(a))}" for a in axes[1:]) or axes[0]
         else:
-            x, series = r["config"], "metric"
+            x, series = r.config, "metric"
         if x not in xs:
             xs.append(x)
-        y = None if r.get("metric") is None else float(r["metric"])
-        title = f"{r['config']} (repeat {r['repeat'] + 1}): {r['verdict']}" + (
+        y = None if r.metric is None else float(r.metric)
+        title = f"{r.config} (repeat {r.repeat + 1}): {r.verdict}" + (
             f", {y:g}" if y is not None else ", no metric")  # fmt: skip
-        points.append(_Point(series, x, y, r["verdict"] == "pass", title))
+        points.append(_Point(series, x, y, r.verdict == "pass", title))
     if line_mode:
-        raw = {fmt(v): v for r in rows for k, v in values.get(r["config"], {}).items()
+        raw = {fmt(v): v for r in rows for k, v in values.get(r.config, {}).items()
                if k == axes[0]}  # fmt: skip
 
         def order(label: str) -> tuple[int, float, str]:
@@ -360,22 +371,17 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
     from orchestrator.results.report import _CSS, COLORS
 
     e = html.escape
-    a = camp.answer or {}
+    spec = SweepSpec.from_dict(camp.spec)
     parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Sweep "
-             f"{e(str(camp.spec.get('name')))}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Sweep {e(str(camp.spec.get('name')))} (campaign {e(camp.id)})</h1>"]  # fmt: skip
+             f"{e(spec.name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>Sweep {e(spec.name)} (campaign {e(camp.id)})</h1>"]  # fmt: skip
     if comp is not None:
         color = FAILED if comp.regressions else "#2e7d32"
         parts.append(f"<p id=comparison style='color:{color}'><b>{e(comp.headline())}</b></p>")
-    parts.append(f"<p>sweep file <code>{e(str(camp.spec.get('sweep')))}</code>, hosts "
-                 f"{e(', '.join(camp.spec['hosts']))}, started {e(_when(camp.created))}, status "
+    parts.append(f"<p>sweep file <code>{e(spec.sweep)}</code>, hosts "
+                 f"{e(', '.join(spec.hosts))}, started {e(_when(camp.created))}, status "
                  f"<b>{e(camp.status)}</b>; {e(_totals(camp))}</p>")  # fmt: skip
-    if a.get("message"):
-        parts.append(f"<p>{e(a['message'])}</p>")
-    if a.get("resume"):
-        parts.append(f"<p>resume with: <code>{e(a['resume'])}</code></p>")
-    if _reference_line(camp):
-        parts.append(f"<p>{e(_reference_line(camp))}</p>")
+    parts += [f"<p>{line}</p>" for line in _said(camp, e, lambda c: f"<code>{e(c)}</code>")]
     parts += [f"<p class=removed>host <b>{e(h)}</b> was taken out of the pool: {e(why)}</p>"
               for h, why in _removed(camp)]  # fmt: skip
     plot = svg_plot(camp)
@@ -384,11 +390,11 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
     parts.append("<h2>Results</h2><table id=results><tr><th>config</th><th>repeat</th>"
                  "<th>verdict</th><th>signature</th><th>metric</th><th>time</th><th>run</th></tr>")
     for r in _rows(camp):
-        v = r["verdict"] or "not run"
-        dur = "" if r["duration"] is None else f"{r['duration']:.0f}s"
-        parts.append(f"<tr><td>{e(r['config'])}</td><td>{r['repeat'] + 1}</td>"
+        v = r.verdict or "not run"
+        dur = "" if r.duration is None else f"{r.duration:.0f}s"
+        parts.append(f"<tr><td>{e(r.config)}</td><td>{r.repeat + 1}</td>"
                      f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(_verdict_cell(r))}</td>"
-                     f"<td><code>{e(r['signature'] or '')}</code></td><td>{_metric(r['metric'])}"
+                     f"<td><code>{e(r.signature or '')}</code></td><td>{_metric(r.metric)}"
                      f"</td><td>{dur}</td><td>{e(_run_cell(r))}</td></tr>")  # fmt: skip
     parts.append("</table>")
     if comp is not None:

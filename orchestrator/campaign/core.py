@@ -1,0 +1,200 @@
+"""What every campaign shares, whatever it searches: a bisection, a sweep, a single run.
+
+One implementation of each concern: the campaign record created or resumed by its key, the
+budgets (`--max-runs`, `--deadline`/`--until`), the streak of host trouble that stops a
+campaign, a stored run presented again as a cache hit, the default executor, and the
+handling of an interrupt or an error (the record's status, `Interrupted` carrying the
+partial outcome, the campaign named on the error so that the CLI can print how to resume).
+The kinds of campaign use it by composition: each holds a `CampaignCore`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.campaign import envwatch
+from orchestrator.campaign.pool import Pool
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.errors import CampaignRef, InfraError, Interrupted, LockError, OrchestratorError
+from orchestrator.events import CampaignFinished, Listener, RunRecorded, null_listener
+from orchestrator.execution.executor import Executor
+from orchestrator.results.store import CampaignRow, RunRow, Store
+
+#: runs in a row that end in host trouble (per healthy host) before a campaign stops
+MAX_INFRA_IN_A_ROW = 3
+
+ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+
+
+def default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
+    return Executor(host, service=service, campaign=campaign, listener=listener)
+
+
+@dataclass(frozen=True)
+class CachedResult:
+    """A stored run presented as a RunResult, for recording a cache hit in a campaign."""
+
+    experiment: Experiment
+    label: str
+    host: str
+    host_class: str
+    verdict: Verdict
+    signature: Signature | None
+    started_at: float
+    duration_s: float
+    phase_times: tuple[tuple[str, float], ...]
+    last_phase: Phase | None
+    log_tail: str
+    rendered: str | None
+    probe_metric: float | None
+    detail: str
+
+    @classmethod
+    def from_row(cls, row: RunRow, label: str, host: Host,
+                 exp: Experiment | None = None) -> CachedResult:  # fmt: skip
+        return cls(
+            experiment=exp or row.experiment(), label=label, host=host.name,
+            host_class=host.host_class,
+            verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
+            phase_times=tuple(row.phase_times.items()),
+            last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
+            rendered=row.rendered, probe_metric=row.probe_metric,
+            detail=f"reused from run {row.id}" + (f": {row.detail}" if row.detail else ""),
+        )  # fmt: skip
+
+
+class CampaignCore:
+    """One campaign's record and the rules every kind of campaign runs by."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        kind: str,
+        key: str,
+        spec: Callable[[], dict[str, Any]],
+        secrets: dict[str, str],
+        command: str = "",
+        resume_id: str | None = None,
+        resumable: Callable[[CampaignRow], bool] | None = None,
+        max_runs: int | None = None,
+        deadline_s: float | None = None,
+        listener: Listener = null_listener,
+        executor_factory: ExecutorFactory = default_executor,
+    ) -> None:
+        """Create the campaign record, or resume the one named (`resume_id`), or the
+        unfinished one with the same key; `resumable` also accepts the newest campaign of
+        the key when it says so (a sweep stopped by its budget goes on)."""
+        self.store = store
+        self.kind = kind
+        self.max_runs = max_runs
+        self.deadline_s = deadline_s
+        self.emit = listener
+        self.executor_factory = executor_factory
+        store.add_secrets(secrets)
+        cid = resume_id or store.find_resumable(key)
+        if cid is None and resumable is not None:
+            last = store.latest_campaign(key)
+            if last is not None and resumable(last):
+                cid = last.id
+        self.resumed = cid is not None
+        if cid is None:
+            cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec())
+        else:
+            store.update_campaign(cid, status="running")
+        self.cid: str = cid
+        self.infra_streak = 0
+        self._t0 = time.monotonic()
+
+    @property
+    def ref(self) -> CampaignRef:
+        """What names this campaign to whoever resumes it."""
+        return CampaignRef(self.kind, self.cid)
+
+    # ---- budgets
+    def budget_spent(self, runs: int, *, deadline_reason: str | None = None) -> str:
+        """Why no further run may start after `runs` counted ones, or ''."""
+        if self.max_runs is not None and runs >= self.max_runs:
+            return f"--max-runs {self.max_runs} reached"
+        if self.deadline_s is not None and time.monotonic() - self._t0 >= self.deadline_s:
+            return deadline_reason or f"--deadline {self.deadline_s:g}s reached"
+        return ""
+
+    # ---- host trouble
+    def note_infra(self, verdict: Verdict, host: str, detail: str, healthy: int) -> None:
+        """Count runs in a row that ended in host trouble; too many stop the campaign."""
+        if verdict is not Verdict.INFRA:
+            self.infra_streak = 0
+            return
+        self.infra_streak += 1
+        if self.infra_streak >= MAX_INFRA_IN_A_ROW * max(healthy, 1):
+            raise InfraError(
+                f"{self.infra_streak} runs in a row failed on host trouble; last on "
+                f"{host}: {detail}",
+                hint="check the hosts (orchestrator hosts check)",
+            )
+
+    # ---- running
+    def pool(self, hosts: list[Host], *, service: str, env_keys: frozenset[str]) -> Pool:
+        """The hosts as a pool: each host's executor opens (and restores first when a crashed
+        controller left our drop-in behind) in its worker; leaving it restores every host."""
+        return Pool(hosts, service=service, campaign=self.cid,
+                    executor_factory=self.executor_factory, listener=self.emit,
+                    env_keys=env_keys)  # fmt: skip
+
+    @contextmanager
+    def guard(self, partial: Callable[[], Any]) -> Iterator[None]:
+        """Ctrl-C/SIGTERM becomes `Interrupted` with `partial()` (the outcome so far); any of
+        our errors marks the record (`interrupted`, or the error's `campaign_status`) and
+        names this campaign on the error, so that the CLI can say how to resume it."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.store.update_campaign(self.cid, status="interrupted")
+            self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
+            raise Interrupted(self.ref, partial()) from None
+        except OrchestratorError as exc:
+            if isinstance(exc, LockError):
+                raise  # another process runs this campaign: its status is not ours to change
+            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
+                                                                "interrupted"))  # fmt: skip
+            if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
+                exc.resumable = self.ref  # the same command starts afresh after a change
+            raise
+
+    def record(self, result: Any, *, variant: tuple[int, ...], purpose: str,
+               run_id: str | None = None, cached_from: str | None = None) -> RunRow:  # fmt: skip
+        """Store a run's result (an executed run: checked for a changed host environment)."""
+        env_changed = None
+        if cached_from is None:
+            result, env_changed = envwatch.check(self.store, self.cid, result)
+        rid = self.store.add_run(self.cid, variant=variant, purpose=purpose, result=result,
+                                 run_id=run_id, cached_from=cached_from)  # fmt: skip
+        if env_changed is not None:
+            raise env_changed
+        return self.store.run(rid)
+
+    def recorded(self, row: RunRow, *, verdict: Verdict | None = None, purpose: str | None = None,
+                 source: str = "run", done: int) -> None:  # fmt: skip
+        """Tell the listener about a recorded run (`done`: judged runs so far)."""
+        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label,
+                              purpose=purpose or row.purpose, verdict=verdict or row.verdict,
+                              signature=row.signature, source=source, duration_s=row.duration,
+                              done=done))  # fmt: skip
+
+    def finish(self, status: str, *, message: str = "", stored_as: str | None = None,
+               **fields: Any) -> None:  # fmt: skip
+        """Store how the campaign ended (`stored_as`, default `status`) and its answer, and
+        tell the listener."""
+        self.store.update_campaign(self.cid, status=str(stored_as or status), **fields)
+        self.emit(CampaignFinished(campaign_id=self.cid, status=str(status), message=message))
+
+
+__all__ = ["MAX_INFRA_IN_A_ROW", "CachedResult", "CampaignCore", "ExecutorFactory",
+           "default_executor"]  # fmt: skip

@@ -1,0 +1,365 @@
+"""The typed records of a campaign: its spec, its answer, the culprit sets and the findings.
+
+Each has exactly one way to and from the dict stored in the results store (`to_dict` /
+`from_dict`); the dict is the stored JSON, so `from_dict` also reads what older versions
+wrote (keys they did not write get their defaults). The runner builds these records, the
+store keeps their dicts, and the CLI and the reports read them back as types.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.diagnosis.verdicts import Phase, Signature
+
+
+class Status(enum.StrEnum):
+    """How a campaign ended (or stands): the `status` of its answer and of its record."""
+
+    FOUND = "found"  # a bisection named its culprit sets, backed by runs
+    DONE = "done"  # a sweep has a verdict for every config and repeat
+    INCOMPLETE = "incomplete"  # stopped before an answer (a budget, contradicting runs)
+    ENDPOINTS = "endpoints"  # good does not pass or bad does not fail: nothing to bisect
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM; resumable
+
+
+def signature_from_text(text: str) -> Signature:
+    """A signature from its printed form (`phase: error_class: message`), as answers store it."""
+    phase, error_class, message = text.split(": ", 2)
+    return Signature(Phase(phase), error_class, message)
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """The options of a bisection that its resume repeats."""
+
+    strategy: str = "auto"
+    repeat: int = 1
+    max_runs: int | None = None
+    deadline_s: float | None = None
+    fresh: bool = False
+    #: the noise-aware search stops when its answer is this likely to be right
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class BisectSpec:
+    """What a bisection was asked: the two configs as recorded, the deltas, hosts, options."""
+
+    good: dict[str, Any]
+    bad: dict[str, Any]
+    good_source: str | None
+    bad_source: str | None
+    deltas: list[dict[str, Any]]
+    hosts: list[str]
+    options: BisectOptions = BisectOptions()
+
+    def to_dict(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "good": self.good, "bad": self.bad,
+            "good_source": self.good_source, "bad_source": self.bad_source,
+            "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
+            "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
+                        "fresh": o.fresh, "confidence": o.confidence},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BisectSpec:
+        opts = d.get("options") or {}
+        settings = BisectOptions(
+            strategy=d.get("strategy") or "auto", repeat=opts.get("repeat") or 1,
+            max_runs=opts.get("max_runs"), deadline_s=opts.get("deadline_s"),
+            fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
+        )  # fmt: skip
+        return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
+                   good_source=d.get("good_source"), bad_source=d.get("bad_source"),
+                   deltas=list(d.get("deltas") or []), hosts=list(d.get("hosts") or []),
+                   options=settings)  # fmt: skip
+
+
+@dataclass
+class Culprit:
+    """One culprit set of an answer, with the runs that back it."""
+
+    deltas: list[str]  # each delta described in full (`--ep-size: absent -> 8`)
+    flags: list[str]  # each delta as a flag (`--ep-size 8`)
+    indices: list[int]  # the deltas' positions in the campaign's delta list
+    interacting: bool  # more than one delta, needed together
+    reproduced_by: str | None  # the run of good + exactly this set that failed
+    cleared_by: dict[str, str | None]  # flag -> the run without it that did not fail
+    clearing: dict[str, str] = field(default_factory=dict)  # flag -> what that run shows
+    confirmed: bool = False
+    #: how often the evidence variants failed ("fail 2 of 3"), when counted
+    reproduced_counts: str | None = None
+    cleared_counts: dict[str, str | None] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"deltas": self.deltas, "flags": self.flags, "indices": self.indices,
+               "interacting": self.interacting, "reproduced_by": self.reproduced_by,
+               "cleared_by": self.cleared_by, "clearing": self.clearing,
+               "confirmed": self.confirmed}  # fmt: skip
+        if self.cleared_counts is not None:  # counted (every answer since they exist)
+            out |= {"reproduced_counts": self.reproduced_counts,
+                    "cleared_counts": self.cleared_counts}  # fmt: skip
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Culprit:
+        flags = list(d.get("flags") or d.get("deltas") or [])
+        return cls(deltas=list(d.get("deltas") or flags), flags=flags,
+                   indices=list(d.get("indices") or []),
+                   interacting=bool(d.get("interacting", len(flags) > 1)),
+                   reproduced_by=d.get("reproduced_by"), cleared_by=dict(d.get("cleared_by") or {}),
+                   clearing=dict(d.get("clearing") or {}), confirmed=bool(d.get("confirmed")),
+                   reproduced_counts=d.get("reproduced_counts"),
+                   cleared_counts=d.get("cleared_counts"))  # fmt: skip
+
+    def claim(self, flag: str) -> str:
+        """What the run that clears `flag` shows, in words."""
+        return self.clearing.get(flag) or f"bad without {flag} does not fail"
+
+    def cleared_count(self, flag: str) -> str | None:
+        return (self.cleared_counts or {}).get(flag)
+
+
+@dataclass
+class Finding:
+    """A failure other than the target, met on the way: a separate bug to report."""
+
+    signature: Signature
+    variant: tuple[int, ...]  # the smallest variant that showed it (delta indices)
+    run_id: str
+    label: str
+    count: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signature": str(self.signature), "variant": self.label,
+                "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(signature_from_text(d["signature"]), tuple(d.get("deltas") or ()),
+                   d["run"], d["variant"], int(d.get("count", 1)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InvalidRun:
+    """A variant rejected before it could run (a flag the server refuses, ...)."""
+
+    variant: str
+    run: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "run": self.run, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> InvalidRun:
+        return cls(d.get("variant", ""), d.get("run", ""), d.get("reason", ""))
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """Where a search that stopped early stands."""
+
+    failure_needs_some_of: list[str]
+    harmless_together: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"failure_needs_some_of": self.failure_needs_some_of,
+                "harmless_together": self.harmless_together}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Narrowed:
+        return cls(list(d.get("failure_needs_some_of") or []),
+                   list(d.get("harmless_together") or []))  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    """A bisection's answer: what `--json` prints and the store keeps as the campaign's answer."""
+
+    campaign_id: str
+    status: Status
+    message: str = ""
+    target: Signature | None = None
+    culprits: list[Culprit] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    invalid: list[InvalidRun] = field(default_factory=list)
+    runs_executed: int = 0
+    runs_reused: int = 0
+    narrowed: Narrowed | None = None
+    flaky: list[str] = field(default_factory=list)
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
+    noise: dict[str, Any] | None = None
+    deltas: list[str] = field(default_factory=list)  # the campaign's deltas, described
+
+    def to_dict(self) -> dict[str, Any]:
+        noise = self.noise or {}
+        return {
+            "campaign": self.campaign_id,
+            "status": self.status.value,
+            "message": self.message,
+            "target": str(self.target) if self.target else None,
+            "culprits": [c.to_dict() for c in self.culprits],
+            "findings": [f.to_dict() for f in self.findings],
+            "invalid": [i.to_dict() for i in self.invalid],
+            "runs_executed": self.runs_executed,
+            "runs_reused": self.runs_reused,
+            "narrowed": self.narrowed.to_dict() if self.narrowed else None,
+            "flaky": self.flaky,
+            "removed_hosts": [list(h) for h in self.removed_hosts],
+            "confidence": noise.get("confidence"),
+            "reproduction_rate": noise.get("reproduction_rate"),
+            "noise": self.noise,
+            "deltas": self.deltas,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Outcome:
+        target = d.get("target")
+        return cls(
+            campaign_id=d.get("campaign", ""), status=Status(d.get("status") or "incomplete"),
+            message=d.get("message") or "",
+            target=signature_from_text(target) if target else None,
+            culprits=[Culprit.from_dict(c) for c in d.get("culprits") or []],
+            findings=[Finding.from_dict(f) for f in d.get("findings") or []],
+            invalid=[InvalidRun.from_dict(i) for i in d.get("invalid") or []],
+            runs_executed=int(d.get("runs_executed") or 0),
+            runs_reused=int(d.get("runs_reused") or 0),
+            narrowed=Narrowed.from_dict(d["narrowed"]) if d.get("narrowed") else None,
+            flaky=list(d.get("flaky") or []),
+            removed_hosts=[(str(h), str(why)) for h, why in d.get("removed_hosts") or []],
+            noise=d.get("noise"), deltas=list(d.get("deltas") or []),
+        )  # fmt: skip
+
+    @property
+    def found(self) -> bool:
+        return self.status is Status.FOUND
+
+
+@dataclass(frozen=True)
+class SweepSpecItem:
+    """One config of a sweep as recorded: its label, its swept values, the config itself."""
+
+    label: str
+    values: list[tuple[str, Any]]  # (axis, value) per swept axis
+    config: dict[str, Any]  # `Experiment.to_dict()`
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "values": [list(v) for v in self.values],
+                "config": self.config}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepSpecItem:
+        return cls(d["label"], [(str(k), v) for k, v in d.get("values") or []],
+                   d.get("config") or {})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep was asked: the sweep file, its configs as they ran, hosts and repeats."""
+
+    sweep: str  # the sweep file
+    name: str
+    hosts: list[str]
+    repeat: int
+    axes: list[str]
+    reference: int | None  # the index of the item relative bars are judged against
+    reuse: bool
+    items: list[SweepSpecItem]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "name": self.name, "hosts": self.hosts,
+                "repeat": self.repeat, "axes": self.axes, "reference": self.reference,
+                "reuse": self.reuse, "items": [it.to_dict() for it in self.items]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepSpec:
+        return cls(sweep=str(d.get("sweep")), name=str(d.get("name")),
+                   hosts=list(d.get("hosts") or []), repeat=int(d.get("repeat") or 1),
+                   axes=list(d.get("axes") or []), reference=d.get("reference"),
+                   reuse=bool(d.get("reuse")),
+                   items=[SweepSpecItem.from_dict(it) for it in d.get("items") or []])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepTableRow:
+    """One (config, repeat) of a sweep's table as its answer stores it."""
+
+    config: str  # the config's label
+    repeat: int  # from 0
+    run: str | None = None  # None: not run
+    verdict: str | None = None
+    signature: str | None = None
+    metric: float | None = None
+    duration: float | None = None
+    reused_from: str | None = None  # the run of an earlier campaign it reused
+    reference: bool = False  # the config relative bars are judged against
+    bar: str | None = None  # the config's probe bar (`pass_if`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "repeat": self.repeat, "run": self.run,
+                "verdict": self.verdict, "signature": self.signature, "metric": self.metric,
+                "duration": self.duration, "reused_from": self.reused_from,
+                "reference": self.reference, "bar": self.bar}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepTableRow:
+        return cls(config=d["config"], repeat=int(d.get("repeat") or 0), run=d.get("run"),
+                   verdict=d.get("verdict"), signature=d.get("signature"),
+                   metric=d.get("metric"), duration=d.get("duration"),
+                   reused_from=d.get("reused_from"), reference=bool(d.get("reference")),
+                   bar=d.get("bar"))  # fmt: skip
+
+
+@dataclass
+class SweepAnswer:
+    """A sweep's answer: what `sweep --json` prints and the store keeps (its table and totals)."""
+
+    campaign_id: str
+    status: Status
+    message: str = ""
+    resume: str | None = None  # the command that continues it, as the CLI worded it
+    resumable: bool = False  # stopped on a budget: the same command goes on
+    executed: int = 0  # by the invocation that stored it
+    reused: int = 0
+    total_executed: int = 0  # by every invocation
+    total_reused: int = 0
+    removed_hosts: list[tuple[str, str]] = field(default_factory=list)
+    reference: str | None = None  # the reference config's label
+    notes: list[str] = field(default_factory=list)
+    rows: list[SweepTableRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"campaign": self.campaign_id, "status": self.status.value,
+                "message": self.message, "resume": self.resume, "resumable": self.resumable,
+                "executed": self.executed, "reused": self.reused,
+                "total_executed": self.total_executed, "total_reused": self.total_reused,
+                "removed_hosts": [list(h) for h in self.removed_hosts],
+                "reference": self.reference, "notes": self.notes,
+                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepAnswer:
+        executed, reused = int(d.get("executed") or 0), int(d.get("reused") or 0)
+        return cls(campaign_id=d.get("campaign", ""),
+                   status=Status(d.get("status") or "incomplete"),
+                   message=d.get("message") or "", resume=d.get("resume"),
+                   resumable=bool(d.get("resumable")),
+                   executed=executed, reused=reused,
+                   # answers from before the totals: one invocation's counts were the totals
+                   total_executed=int(d.get("total_executed", executed) or 0),
+                   total_reused=int(d.get("total_reused", reused) or 0),
+                   removed_hosts=[(str(h), str(w)) for h, w in d.get("removed_hosts") or []],
+                   reference=d.get("reference"), notes=list(d.get("notes") or []),
+                   rows=[SweepTableRow.from_dict(r) for r in d.get("rows") or []])  # fmt: skip
+
+
+__all__ = ["BisectOptions", "BisectSpec", "Culprit", "Finding", "InvalidRun", "Narrowed",
+           "Outcome", "Status", "SweepAnswer", "SweepSpec", "SweepSpecItem", "SweepTableRow",
+           "signature_from_text"]  # fmt: skip
