@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import HostKeyError, OrchestratorError, ServiceError
 from orchestrator.events import Event, Polled
 from orchestrator.execution.executor import Executor
@@ -216,6 +216,12 @@ def test_wrong_port_on_systemd_names_the_port_too(clean_box: Box) -> None:
         r = ex.run(e, run_id="port", target=target)
     assert r.verdict is Verdict.TIMEOUT
     assert "the server listens on 30000 but the health check polls port 30001" in r.detail
+    # A server alive but never ready on a real unit: ended at the deadline on the real
+    # clock (not before it), its last phase from its journal, and the unit stopped after.
+    assert r.detail.startswith("not ready after 4s; last phase: serving")
+    assert r.last_phase is Phase.SERVING and r.ready_s is None
+    assert 4.0 <= r.duration_s < 4.0 + 60
+    assert clean_box.sh(f"systemctl show {B300} -p ActiveState").strip() == "ActiveState=inactive"
 
 
 # ---------------------------------------------------------------------------- host setup

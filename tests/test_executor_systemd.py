@@ -4,6 +4,11 @@ One Debian container booted with systemd-nspawn serves the whole module (a boot 
 seconds); a fixture puts it back to its installed state after every test. The executor
 reaches it only through the project's `SSHTransport`; the fixture's OpenSSH client is
 used for setup and for checking what the executor did.
+
+The watch loop's decisions (deadline, last phase, settle, probe, other vs fail) are
+proven on the scripted host (test_executor_watch.py); here, what only systemd can show:
+the unit's state, InvocationID and journal read through the real commands, the drop-in
+applied and read back exactly, and the unit left as found.
 """
 
 from __future__ import annotations
@@ -129,7 +134,6 @@ def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
         good = ex.run(exp("b300/good.yaml"), run_id="good")
         assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # ours, during
         bad = ex.run(exp("b300/bad.yaml"), run_id="bad")
-        ep8 = ex.run(exp("b300/ep8_only.yaml"), run_id="ep8", target=bad.signature)
         assert ex.t.connection_count == 1
     assert good.verdict is Verdict.PASS, (good.detail, good.log_tail[-2000:])
     assert good.invocation and good.ready_s is not None
@@ -138,11 +142,7 @@ def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
     assert bad.signature is not None
     assert (bad.signature.phase, bad.signature.error_class) == (Phase.CUDA_GRAPH, "cublas")
     assert "The server is fired up" not in bad.log_tail  # only its own invocation's lines
-    assert ep8.verdict is Verdict.OTHER, (ep8.detail, ep8.log_tail[-2000:])
-    assert ep8.signature is not None
-    assert (ep8.signature.phase, ep8.signature.error_class) == (Phase.INIT, "AttributeError")
-    assert ep8.signature != bad.signature
-    assert len({good.invocation, bad.invocation, ep8.invocation}) == 3
+    assert bad.invocation and bad.invocation != good.invocation
     assert Phase.CUDA_GRAPH in phases
     # Left as found: the unit file byte-identical, no drop-in, stopped, no lock.
     assert lab.unit_sha(B300) == before
@@ -165,28 +165,6 @@ def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
     assert argv_of(after["ExecStart"]) == argv_of(before["ExecStart"]) == "/bin/sleep infinity"
     assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
-
-
-def test_hang_ends_timeout_at_the_deadline_with_its_last_phase(lab: Lab) -> None:
-    with Executor(lab.host, service=B300, campaign="c-hang") as ex:
-        target = ex.run(exp("b300/bad.yaml"), run_id="bad").signature
-        r = ex.run(hang_exp(timeout=4.0), run_id="hang", target=target)
-    assert r.verdict is Verdict.TIMEOUT, (r.detail, r.log_tail[-2000:])
-    assert r.last_phase is Phase.CUDA_GRAPH
-    assert r.signature is not None
-    assert (r.signature.phase, r.signature.error_class) == (Phase.CUDA_GRAPH, "hang")
-    assert "not ready after 4s" in r.detail and "last phase: cuda_graph" in r.detail
-    assert r.duration_s >= 4.0 and r.duration_s < 4.0 + 60
-    assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"  # stopped after
-
-
-def test_crash_under_load_is_caught_by_the_probe(lab: Lab) -> None:
-    with Executor(lab.host, service=GLM5, campaign="c-load") as ex:
-        r = ex.run(exp("glm5/bad.yaml"), run_id="load")
-    assert r.ready_s is not None  # healthy at startup: only the load found it
-    assert r.verdict is Verdict.FAIL, (r.detail, r.log_tail[-2000:])
-    assert r.signature is not None
-    assert (r.signature.phase, r.signature.error_class) == (Phase.SERVING, "illegal_address")
 
 
 def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:
@@ -221,7 +199,12 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     assert "ExecStart read back differs" in r.detail
     assert "orchestrator.lab.server" in r.detail and "'/bin/sleep', '1234'" in r.detail
     assert r.invocation is None
-    assert lab.show(B300, "InvocationID", "ActiveState") == before  # never started
+    # Never started: no new invocation. The previous test's InvocationID may be dropped by
+    # systemd meanwhile (an inactive unit's runtime state is unloaded when unreferenced),
+    # so "the same one, or none" is what an untouched unit shows.
+    after = lab.show(B300, "InvocationID", "ActiveState")
+    assert after["ActiveState"] == before["ActiveState"] == "inactive"
+    assert after["InvocationID"] in (before["InvocationID"], "")
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
 

@@ -34,42 +34,7 @@ from orchestrator.lab.units import lab_unit
 UNIT_DIR = "/etc/systemd/system"
 B300 = "lab-b300.service"
 DROPIN = f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf"
-FLAKY_PATH = "/usr/local/lib/orch-flaky-server.py"
 TAG = f"orch-fault-{os.getpid()}"
-
-#: answers /health `--healthy-for` times, then prints a serving crash and exits 1
-FLAKY_SERVER = '''\
-import argparse, os, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-p = argparse.ArgumentParser(description="healthy a few times, then dead")
-p.add_argument("--port", type=int, default=30000)
-p.add_argument("--healthy-for", type=int, default=2)
-args = p.parse_args()
-served = 0
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        global served
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-        self.wfile.flush()
-        served += 1
-        if served >= args.healthy_for:
-            print("Traceback (most recent call last):", flush=True)
-            print("RuntimeError: CUDA error: an illegal memory access was encountered",
-                  flush=True)
-            os._exit(1)
-
-    def log_message(self, *a):
-        pass
-
-
-print("The server is fired up and ready to roll!", flush=True)
-HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
-'''
 
 
 def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -185,7 +150,6 @@ class SdLab:
     @classmethod
     def setup(cls, box: SystemdHost, tmp: Path, *, restart: str = "no") -> SdLab:
         box.write_file(f"{UNIT_DIR}/{B300}", lab_unit(restart=restart, restart_sec="200ms"))
-        box.write_file(FLAKY_PATH, FLAKY_SERVER)
         box.ssh_run("systemctl daemon-reload", check=True)
         tmp.mkdir(parents=True, exist_ok=True)
         hosts_file = tmp / "hosts.yaml"
