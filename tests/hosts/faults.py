@@ -6,8 +6,7 @@
 - `small_tmpfs` / `read_only_dir`: a results directory that is full, or read-only, as
   mounts of the test's own; always unmounted.
 - `SdLab`: a systemd test host with the lab unit installed, the checks that it is
-  restored (no drop-in, unit as found, no lab server, no lock), and `FLAKY_SERVER`, a
-  tiny server that answers `/health` a few times and then dies.
+  restored (no drop-in, unit as found, no lab server, no lock).
 - `python -m tests.hosts.faults STEP N -- ORCHESTRATOR-ARGS`: the CLI, paused at STEP of
   its Nth run (the marker file in ORCH_FAULT_MARKER says so), for a test to SIGKILL it
   there. The pause is injected by wrapping one method in this child process only.
