@@ -31,6 +31,7 @@ from orchestrator.errors import (
 from orchestrator.execution.transport import connect
 from orchestrator.execution.transport.ssh import SSHTransport, keyscan_command
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, known_hosts_line
+from tests.hosts.wait import wait_gone
 
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 
@@ -58,20 +59,6 @@ def other_key(tmp_path: Path) -> str:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                    check=True, timeout=60)  # fmt: skip
     return key.with_suffix(".pub").read_text()
-
-
-def pgrep(pattern: str) -> list[str]:
-    res = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30)
-    return res.stdout.splitlines()
-
-
-def wait_gone(pattern: str, within: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + within
-    left = pgrep(pattern)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = pgrep(pattern)
-    return left
 
 
 # ---- commands, stdin, files ---------------------------------------------------------------
