@@ -25,9 +25,10 @@ from orchestrator.errors import HostKeyError, OrchestratorError, ServiceError
 from orchestrator.events import Event, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
-from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
+from orchestrator.lab.sdhosts import SystemdHostFactory
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port
 from tests.campaign_lab import LAB_UNIT
+from tests.hosts.faults import BoxView
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
@@ -59,13 +60,8 @@ def one_line(err: OrchestratorError) -> str:
 
 
 @dataclass
-class Box:
-    box: SystemdHost
-    host: Host
+class Box(BoxView):
     dir: Path
-
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
 
     def host_as(self, name: str, **extra: object) -> Host:
         path = self.dir / f"{name}.yaml"

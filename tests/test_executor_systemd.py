@@ -24,14 +24,15 @@ import pytest
 import yaml
 
 from orchestrator.config.experiment import Experiment, load_experiment
-from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
-from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
+from orchestrator.lab.sdhosts import SystemdHostFactory
 from tests.campaign_lab import LAB_UNIT, sigkill_executor_child_while_polling
+from tests.hosts.faults import BoxView
 from tests.hosts.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,13 +46,8 @@ ODD = "a b 'single' \"double\" $HOME ${X} `id` ; & | %n %% \\ \\\\n * ? ü ✓ e
 
 
 @dataclass
-class Lab:
-    box: SystemdHost
-    host: Host
+class Lab(BoxView):
     hosts_file: Path
-
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
@@ -59,9 +55,6 @@ class Lab:
 
     def unit_sha(self, unit: str) -> str:
         return hashlib.sha256(self.sh(f"cat {UNIT_DIR}/{unit}").encode()).hexdigest()
-
-    def exists(self, path: str) -> bool:
-        return self.box.ssh_run(f"test -e {path}").returncode == 0
 
     def proc_words(self, pid: str, what: str) -> list[str]:
         raw = base64.b64decode(self.sh(f"base64 -w0 /proc/{pid}/{what}"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts.procs import free_port
+from tests.hosts.procs import free_port, scenario_file
 
 WAIT = 15.0
 METRIC = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")  # the probes' regex
@@ -29,9 +29,7 @@ throughput:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("bench") / "scenario.yaml"
-    path.write_text(SCENARIO, encoding="utf-8")
-    return path
+    return scenario_file(tmp_path_factory, SCENARIO)
 
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab import scenario as sc
-from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open
+from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open, scenario_file
 
 SCALE = "0.05"
 WAIT = 10.0
@@ -84,9 +84,7 @@ throughput: 1000
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("lab") / "zoo.yaml"
-    path.write_text(ZOO, encoding="utf-8")
-    return path
+    return scenario_file(tmp_path_factory, ZOO)
 
 
 

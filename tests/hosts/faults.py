@@ -139,11 +139,24 @@ def _umount(path: Path) -> None:
 
 
 @dataclass
-class SdLab:
-    """One systemd container with the lab unit; `host` reaches it through our transport."""
+class BoxView:
+    """A booted systemd container (`box`, reached with the OpenSSH client for checks) and
+    the same container as a host of ours (`host`, reached through our transport)."""
 
     box: SystemdHost
     host: Host
+
+    def sh(self, command: str, *, check: bool = True) -> str:
+        return self.box.ssh_run(command, check=check, timeout=120).stdout
+
+    def exists(self, path: str) -> bool:
+        return self.box.ssh_run(f"test -e {path}").returncode == 0
+
+
+@dataclass
+class SdLab(BoxView):
+    """One systemd container with the lab unit; `host` reaches it through our transport."""
+
     hosts_file: Path
 
     @classmethod
@@ -159,15 +172,9 @@ class SdLab:
     def netns(self) -> str:
         return self.box.netns.name
 
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
-
     def show(self, *props: str, unit: str = B300) -> dict[str, str]:
         out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    def exists(self, path: str) -> bool:
-        return self.box.ssh_run(f"test -e {path}").returncode == 0
 
     def unit_sha(self) -> str:
         return hashlib.sha256(self.sh(f"cat {UNIT_DIR}/{B300}").encode()).hexdigest()
