@@ -241,16 +241,14 @@ def sshd_backend(work: Path) -> Iterator[Backend]:
 
 @contextmanager
 def systemd_backend(work: Path) -> Iterator[Backend]:
-    from tests.hosts.systemd import SystemdHostFactory
+    from orchestrator.lab.sdhosts import SystemdHostFactory
+    from orchestrator.lab.units import lab_unit
 
     unit = "lab-latency.service"
     factory = SystemdHostFactory()
     try:
         box = factory.boot()
-        box.write_file(f"/etc/systemd/system/{unit}", (
-            "[Service]\nType=simple\nWorkingDirectory=/opt/orchestrator\n"
-            "Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.2\n"
-            "ExecStart=/bin/sleep infinity\nRestart=no\n"))  # fmt: skip
+        box.write_file(f"/etc/systemd/system/{unit}", lab_unit(time_scale=0.2))
         box.write_file("/etc/orch-lab/hang.yaml", hang_scenario())
         box.ssh_run("systemctl daemon-reload", check=True)
         (work / "sd.yaml").write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}))

@@ -27,26 +27,13 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
+from orchestrator.lab.sdhosts import SystemdHostFactory  # noqa: E402
+from orchestrator.lab.units import lab_unit  # noqa: E402
 from orchestrator.results.store import Store  # noqa: E402
-from tests.hosts.systemd import SystemdHostFactory  # noqa: E402
 
 UNIT = "lab-rtx6000.service"
 MATRIX = {"cuda-graph-max-bs": [128, 256, 384, 512], "mem-fraction-static": [0.85, 0.92]}
 
-
-def lab_unit(time_scale: str) -> str:
-    """The lab server's unit on a host; the orchestrator's drop-in replaces ExecStart."""
-    return f"""\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE={time_scale}
-ExecStart=/bin/sleep infinity
-Restart=no
-"""
 
 
 def sweep(where: str, hosts_file: Path, sweep_file: Path, results: Path) -> tuple[float, dict]:
@@ -78,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         boxes = [factory.boot(), factory.boot()]
         for box in boxes:
-            box.install_unit(UNIT, lab_unit(args.time_scale))
+            box.install_unit(UNIT, lab_unit(time_scale=args.time_scale))
         with tempfile.TemporaryDirectory(prefix="bench-pool-") as tmp_name:
             tmp = Path(tmp_name)
             hosts = {f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"})

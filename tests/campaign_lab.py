@@ -27,6 +27,7 @@ from orchestrator.campaign.bisect import relative
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint, free_port
+from orchestrator.lab.units import lab_unit
 from orchestrator.results.store import RunRow, Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,20 +49,7 @@ PAIRS = {
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its
 #: own that the orchestrator's drop-in replaces for each run
-LAB_UNIT = f"""\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE={TIME_SCALE}
-ExecStart=/bin/sleep infinity
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-"""
+LAB_UNIT = lab_unit(time_scale=TIME_SCALE)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,18 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
-from tests.hosts.fixtures import duo, sshd, sshd_server, systemd_host, systemd_hosts  # noqa: E402
+from tests.hosts.fixtures import (  # noqa: E402
+    duo,
+    spawn,
+    sshd,
+    sshd_server,
+    systemd_host,
+    systemd_hosts,
+)
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 
-__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "sshd", "sshd_server", "systemd_host",
-           "systemd_hosts"]
+__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
+           "systemd_host", "systemd_hosts"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
@@ -50,12 +57,30 @@ _SLOW = (
 )
 
 
+#: the order tests are handed to the workers in: the real hosts' tests first (they run for
+#: seconds to minutes, mostly waiting), the fast tier last (it fills the workers' gaps)
+_ORDER = {"systemd": 0, "slurm": 0, "sshd": 1, "slow": 2}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the hosts they use, so `-m "not systemd"` deselects them, and the slow
-    ones without a host (see _SLOW)."""
+    ones without a host (see _SLOW). For `scripts/test` (pytest-xdist, `--dist loadgroup`):
+    the tests of a module that shares a module-scoped fixture (a booted container, recorded
+    runs) go to one worker together, every other test goes wherever a worker is free, and
+    the long ones go first."""
     for item in items:
         for fixture, marker in _MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
         if item.nodeid.startswith(_SLOW):
             item.add_marker("slow")
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope == "module" for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+    def rank(item: pytest.Item) -> int:
+        return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),
+                   default=len(_ORDER))
+
+    items.sort(key=rank)  # stable: file order within a tier

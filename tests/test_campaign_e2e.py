@@ -20,6 +20,7 @@ from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, RunStarted
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
 from tests.campaign_lab import (
@@ -34,7 +35,6 @@ from tests.campaign_lab import (
     recorded_b300,
     sshd_hosts_file,
 )
-from tests.hosts.systemd import SystemdHost
 
 B300_UNIT = "lab-b300.service"
 

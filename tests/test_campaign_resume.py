@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
 from tests.campaign_lab import (
@@ -38,7 +39,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.systemd import SystemdHost
 from tests.hosts.wait import wait_until
 
 B300_UNIT = "lab-b300.service"

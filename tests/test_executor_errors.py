@@ -20,13 +20,15 @@ import pytest
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host, load_inventory
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import HostKeyError, OrchestratorError, ServiceError
 from orchestrator.events import Event, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
+from orchestrator.lab.sdhosts import SystemdHostFactory
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from tests.campaign_lab import LAB_UNIT
+from tests.hosts.faults import BoxView
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
@@ -35,14 +37,6 @@ V0523 = "lab-b300-v0523.service"
 B300 = "lab-b300.service"
 AMBIGUOUS = ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
              "--cuda-graph-max-bs-prefill")  # fmt: skip
-LAB_UNIT = """\
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart=no
-"""
 
 
 def exp(rel: str) -> Experiment:
@@ -66,13 +60,8 @@ def one_line(err: OrchestratorError) -> str:
 
 
 @dataclass
-class Box:
-    box: SystemdHost
-    host: Host
+class Box(BoxView):
     dir: Path
-
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
 
     def host_as(self, name: str, **extra: object) -> Host:
         path = self.dir / f"{name}.yaml"
@@ -223,6 +212,12 @@ def test_wrong_port_on_systemd_names_the_port_too(clean_box: Box) -> None:
         r = ex.run(e, run_id="port", target=target)
     assert r.verdict is Verdict.TIMEOUT
     assert "the server listens on 30000 but the health check polls port 30001" in r.detail
+    # A server alive but never ready on a real unit: ended at the deadline on the real
+    # clock (not before it), its last phase from its journal, and the unit stopped after.
+    assert r.detail.startswith("not ready after 4s; last phase: serving")
+    assert r.last_phase is Phase.SERVING and r.ready_s is None
+    assert 4.0 <= r.duration_s < 4.0 + 60
+    assert clean_box.sh(f"systemctl show {B300} -p ActiveState").strip() == "ActiveState=inactive"
 
 
 # ---------------------------------------------------------------------------- host setup

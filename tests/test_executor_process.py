@@ -2,8 +2,11 @@
 
 Every run goes through the project's `SSHTransport` (host key checked against the
 fixture's known_hosts), starts the lab server detached on the host, and is judged from
-its health, exit and log. Each test gets its own run_dir (pid file, launch script, logs,
-lock) and its own free port, so tests never meet another session's servers.
+its health, exit and log. The watch loop's decisions (deadline, last phase, settle, probe,
+other vs fail) are proven on the scripted host (test_executor_watch.py); here, what only
+a real host shows: the detached process group, its signals, its exit file and log.
+Each test gets its own run_dir (pid file, launch script, logs, lock) and its own free
+port, so tests never meet another session's servers.
 """
 
 from __future__ import annotations
@@ -114,13 +117,11 @@ def test_verdicts_through_real_sshd(lab_host: Host, tmp_path: Path) -> None:
     port = free_port()
     good = lab_exp("b300/good.yaml", port)
     bad = lab_exp("b300/bad.yaml", port)
-    ep8 = lab_exp("b300/ep8_only.yaml", port)
     rec = Recorder()
     with Executor(lab_host, service="lab-b300", campaign="c-verdicts", listener=rec) as ex:
         assert isinstance(ex.t, SSHTransport)
         r_good = ex.run(good, run_id="good")
         r_bad = ex.run(bad, run_id="bad")
-        r_ep8 = ex.run(ep8, run_id="ep8", target=r_bad.signature)
         assert ex.t.connection_count == 1  # one connection for the whole campaign
     assert r_good.verdict is Verdict.PASS, (r_good.detail, r_good.log_tail[-2000:])
     assert r_good.ready_s is not None and r_good.signature is None
@@ -128,39 +129,19 @@ def test_verdicts_through_real_sshd(lab_host: Host, tmp_path: Path) -> None:
     assert r_bad.signature is not None
     assert (r_bad.signature.phase, r_bad.signature.error_class) == (Phase.CUDA_GRAPH, "cublas")
     assert "CUBLAS_STATUS_EXECUTION_FAILED" in r_bad.signature.message
-    assert r_ep8.verdict is Verdict.OTHER
-    assert r_ep8.signature is not None
-    assert (r_ep8.signature.phase, r_ep8.signature.error_class) == (Phase.INIT, "AttributeError")
     # Each run has its own log file on the host; the launch script is recorded.
     logs = sorted(p.name for p in (tmp_path / "run" / "lab-b300").glob("run-*.log"))
-    assert logs == ["run-bad.log", "run-ep8.log", "run-good.log"]
+    assert logs == ["run-bad.log", "run-good.log"]
     assert r_good.rendered is not None and "exec python3 -m orchestrator.lab.server" in (
         r_good.rendered
     )
     # Events: each run started and finished, phases reported live, in order.
-    assert [e.run_id for e in rec.of(RunStarted)] == ["good", "bad", "ep8"]
-    assert [e.verdict for e in rec.of(RunFinished)] == [Verdict.PASS, Verdict.FAIL, Verdict.OTHER]
+    assert [e.run_id for e in rec.of(RunStarted)] == ["good", "bad"]
+    assert [e.verdict for e in rec.of(RunFinished)] == [Verdict.PASS, Verdict.FAIL]
     assert rec.of(PhaseReached) and rec.of(Polled)
     # Nothing left: no pid file, no lock, no process.
     assert not (tmp_path / "run" / "lab-b300" / "pid").exists()
     assert not list((tmp_path / "run" / "locks").glob("*.lock"))
-
-
-def test_hang_times_out_at_the_deadline_with_its_last_phase(lab_host: Host, tmp_path: Path) -> None:
-    port = free_port()
-    exp = hang_exp(hang_scenario(tmp_path / "hang.yaml"), port, timeout=4.0)
-    bad_sig = None
-    with Executor(lab_host, service="lab-hang", campaign="c-hang") as ex:
-        bad_sig = ex.run(lab_exp("b300/bad.yaml", port), run_id="bad").signature
-        r = ex.run(exp, run_id="hang", target=bad_sig)
-    assert r.verdict is Verdict.TIMEOUT, (r.detail, r.log_tail[-2000:])
-    assert r.last_phase is Phase.CUDA_GRAPH
-    assert r.signature is not None and r.signature.phase is Phase.CUDA_GRAPH
-    assert r.signature.error_class == "hang"
-    assert "not ready after 4s" in r.detail and "cuda_graph" in r.detail
-    assert r.ready_s is None
-    assert r.duration_s >= 4.0  # not given up before the configured deadline
-    assert r.duration_s < 4.0 + 60  # and not long after it (generous for a loaded machine)
 
 
 def test_crash_under_load_is_caught_by_the_probe(lab_host: Host) -> None:

@@ -4,6 +4,11 @@ One Debian container booted with systemd-nspawn serves the whole module (a boot 
 seconds); a fixture puts it back to its installed state after every test. The executor
 reaches it only through the project's `SSHTransport`; the fixture's OpenSSH client is
 used for setup and for checking what the executor did.
+
+The watch loop's decisions (deadline, last phase, settle, probe, other vs fail) are
+proven on the scripted host (test_executor_watch.py); here, what only systemd can show:
+the unit's state, InvocationID and journal read through the real commands, the drop-in
+applied and read back exactly, and the unit left as found.
 """
 
 from __future__ import annotations
@@ -19,14 +24,15 @@ import pytest
 import yaml
 
 from orchestrator.config.experiment import Experiment, load_experiment
-from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
-from tests.campaign_lab import sigkill_executor_child_while_polling
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
+from orchestrator.lab.sdhosts import SystemdHostFactory
+from tests.campaign_lab import LAB_UNIT, sigkill_executor_child_while_polling
+from tests.hosts.faults import BoxView
 from tests.hosts.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,32 +43,11 @@ GLM5 = "lab-glm5.service"
 HANG_SCENARIO = "/etc/orch-lab/hang.yaml"
 ODD = "a b 'single' \"double\" $HOME ${X} `id` ; & | %n %% \\ \\\\n * ? ü ✓ end"
 
-# The user's own unit: the lab's environment, and an ExecStart of its own that the
-# drop-in replaces (a plain sleep, so "running with its own config" is easy to see).
-LAB_UNIT = """\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 
 @dataclass
-class Lab:
-    box: SystemdHost
-    host: Host
+class Lab(BoxView):
     hosts_file: Path
-
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
@@ -70,9 +55,6 @@ class Lab:
 
     def unit_sha(self, unit: str) -> str:
         return hashlib.sha256(self.sh(f"cat {UNIT_DIR}/{unit}").encode()).hexdigest()
-
-    def exists(self, path: str) -> bool:
-        return self.box.ssh_run(f"test -e {path}").returncode == 0
 
     def proc_words(self, pid: str, what: str) -> list[str]:
         raw = base64.b64decode(self.sh(f"base64 -w0 /proc/{pid}/{what}"))
@@ -145,7 +127,6 @@ def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
         good = ex.run(exp("b300/good.yaml"), run_id="good")
         assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # ours, during
         bad = ex.run(exp("b300/bad.yaml"), run_id="bad")
-        ep8 = ex.run(exp("b300/ep8_only.yaml"), run_id="ep8", target=bad.signature)
         assert ex.t.connection_count == 1
     assert good.verdict is Verdict.PASS, (good.detail, good.log_tail[-2000:])
     assert good.invocation and good.ready_s is not None
@@ -154,11 +135,7 @@ def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
     assert bad.signature is not None
     assert (bad.signature.phase, bad.signature.error_class) == (Phase.CUDA_GRAPH, "cublas")
     assert "The server is fired up" not in bad.log_tail  # only its own invocation's lines
-    assert ep8.verdict is Verdict.OTHER, (ep8.detail, ep8.log_tail[-2000:])
-    assert ep8.signature is not None
-    assert (ep8.signature.phase, ep8.signature.error_class) == (Phase.INIT, "AttributeError")
-    assert ep8.signature != bad.signature
-    assert len({good.invocation, bad.invocation, ep8.invocation}) == 3
+    assert bad.invocation and bad.invocation != good.invocation
     assert Phase.CUDA_GRAPH in phases
     # Left as found: the unit file byte-identical, no drop-in, stopped, no lock.
     assert lab.unit_sha(B300) == before
@@ -181,28 +158,6 @@ def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
     assert argv_of(after["ExecStart"]) == argv_of(before["ExecStart"]) == "/bin/sleep infinity"
     assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
-
-
-def test_hang_ends_timeout_at_the_deadline_with_its_last_phase(lab: Lab) -> None:
-    with Executor(lab.host, service=B300, campaign="c-hang") as ex:
-        target = ex.run(exp("b300/bad.yaml"), run_id="bad").signature
-        r = ex.run(hang_exp(timeout=4.0), run_id="hang", target=target)
-    assert r.verdict is Verdict.TIMEOUT, (r.detail, r.log_tail[-2000:])
-    assert r.last_phase is Phase.CUDA_GRAPH
-    assert r.signature is not None
-    assert (r.signature.phase, r.signature.error_class) == (Phase.CUDA_GRAPH, "hang")
-    assert "not ready after 4s" in r.detail and "last phase: cuda_graph" in r.detail
-    assert r.duration_s >= 4.0 and r.duration_s < 4.0 + 60
-    assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"  # stopped after
-
-
-def test_crash_under_load_is_caught_by_the_probe(lab: Lab) -> None:
-    with Executor(lab.host, service=GLM5, campaign="c-load") as ex:
-        r = ex.run(exp("glm5/bad.yaml"), run_id="load")
-    assert r.ready_s is not None  # healthy at startup: only the load found it
-    assert r.verdict is Verdict.FAIL, (r.detail, r.log_tail[-2000:])
-    assert r.signature is not None
-    assert (r.signature.phase, r.signature.error_class) == (Phase.SERVING, "illegal_address")
 
 
 def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:
@@ -237,7 +192,12 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     assert "ExecStart read back differs" in r.detail
     assert "orchestrator.lab.server" in r.detail and "'/bin/sleep', '1234'" in r.detail
     assert r.invocation is None
-    assert lab.show(B300, "InvocationID", "ActiveState") == before  # never started
+    # Never started: no new invocation. The previous test's InvocationID may be dropped by
+    # systemd meanwhile (an inactive unit's runtime state is unloaded when unreferenced),
+    # so "the same one, or none" is what an untouched unit shows.
+    after = lab.show(B300, "InvocationID", "ActiveState")
+    assert after["ActiveState"] == before["ActiveState"] == "inactive"
+    assert after["InvocationID"] in (before["InvocationID"], "")
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
 

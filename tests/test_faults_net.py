@@ -56,28 +56,22 @@ def block_at_first_poll(net: NetFault, action: str, seconds: float) -> tuple[obj
 
 @pytest.mark.parametrize("action", ["REJECT", "DROP"])
 def test_link_dropped_mid_poll_keeps_the_verdict(sd: SdLab, net: NetFault, action: str) -> None:
+    # The bad endpoint's undisturbed verdict is known (test_executor_systemd.py judges it):
+    # a failure in CUDA-graph capture, read from its own invocation's journal.
     sha = sd.unit_sha()
-    with Executor(sd.host, service=B300, campaign="c-undisturbed") as ex:
-        ref_good = ex.run(exp("b300/good.yaml", **SLOW), run_id="ref-good")
-        ref_bad = ex.run(exp("b300/bad.yaml", **SLOW), run_id="ref-bad")
     listener, timers = block_at_first_poll(net, action, 3.0)
     with Executor(sd.host, service=B300, campaign="c-drop", listener=listener) as ex:
-        good = ex.run(exp("b300/good.yaml", **SLOW), run_id="good")
+        bad = ex.run(exp("b300/bad.yaml", **SLOW), run_id="bad")
         for t in timers:
             t.join(timeout=30)
         assert timers and not net.rules  # the fault happened, and was lifted
-        timers.clear()
-        bad = ex.run(exp("b300/bad.yaml", **SLOW), run_id="bad", target=ref_bad.signature)
-        for t in timers:
-            t.join(timeout=30)
         assert isinstance(ex.t, SSHTransport)
         drops = ex.t.drop_count
-    assert ref_good.verdict is Verdict.PASS and ref_bad.verdict is Verdict.FAIL
-    assert good.verdict is Verdict.PASS, (good.detail, good.log_tail[-1500:])
     assert bad.verdict is Verdict.FAIL, (bad.detail, bad.log_tail[-1500:])
-    assert bad.signature == ref_bad.signature
+    assert bad.signature is not None
+    assert (bad.signature.phase, bad.signature.error_class) == (Phase.CUDA_GRAPH, "cublas")
     if action == "REJECT":
-        assert drops >= 2  # both runs lost their connection and reconnected
+        assert drops >= 1  # the connection was lost and re-established mid-run
     assert sd.restored_problems(sha=sha) == []
 
 
@@ -155,10 +149,16 @@ def test_unreachable_past_the_reconnect_budget_is_infra_then_the_next_run_works(
             blocked.append(True)
             net.block("REJECT")  # lifted only after the run ended
 
-    with Executor(sd.host, service=B300, campaign="c-away", listener=listener) as ex:
+    # The transport's reconnect backoff (0.5 s doubling: 15.5 s for 4 attempts) is the
+    # clock edge: not waited out here; the attempts and the REJECTs are real.
+    waits: list[float] = []
+    with SSHTransport(sd.host, sleep=waits.append) as t, \
+            Executor(sd.host, service=B300, campaign="c-away", listener=listener,
+                     transport=t) as ex:  # fmt: skip
         lost = ex.run(exp("b300/good.yaml", **SLOW), run_id="lost")
         net.unblock()
         again = ex.run(exp("b300/good.yaml"), run_id="again")
+    assert waits[:4] == [0.5, 1.0, 2.0, 4.0]
     assert lost.verdict is Verdict.INFRA, (lost.detail, lost.log_tail[-1500:])
     assert lost.signature is None
     assert "lost and not re-established after 4 attempts" in lost.detail

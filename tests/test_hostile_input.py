@@ -51,8 +51,8 @@ from orchestrator.execution.services.process import ProcessManager
 from orchestrator.execution.services.systemd import ENV_FILE_NAME, SystemdManager
 from orchestrator.execution.transport.local import LocalTransport
 from orchestrator.execution.transport.ssh import SSHTransport
+from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
 from orchestrator.lab.sshd import SshdEndpoint
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory
 from tests.hosts.wait import wait_until
 
 UNIT = "hostile-argv.service"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.hosts.procs import LabProcess, free_port
+from tests.hosts.procs import free_port, scenario_file
 
 WAIT = 15.0
 METRIC = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")  # the probes' regex
@@ -30,28 +29,13 @@ throughput:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("bench") / "scenario.yaml"
-    path.write_text(SCENARIO, encoding="utf-8")
-    return path
+    return scenario_file(tmp_path_factory, SCENARIO)
 
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., LabProcess]]:
-    procs: list[LabProcess] = []
-
-    def _spawn(module: str, *args: str) -> LabProcess:
-        proc = LabProcess(f"orchestrator.lab.{module}", list(args)).start()
-        procs.append(proc)
-        return proc
-
-    yield _spawn
-    for proc in procs:
-        proc.stop(grace=3.0)
 
 
 def _server(spawn, scenario: Path, *flags: str) -> int:
     port = free_port()
-    proc = spawn("server", "--scenario", str(scenario), "--port", str(port), "--time-scale",
+    proc = spawn("--scenario", str(scenario), "--port", str(port), "--time-scale",
                  "0.1", *flags)
     assert proc.wait_healthy(port, WAIT), proc.out
     return port
@@ -69,8 +53,8 @@ def _server(spawn, scenario: Path, *flags: str) -> int:
 def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flags: tuple,
                                               bench_flags: tuple, expected: float) -> None:
     port = _server(spawn, scenario, *server_flags)
-    bench = spawn("bench", "--port", str(port), "--num-prompts", "40",
-                  "--random-output-len", "50", *bench_flags)
+    bench = spawn("--port", str(port), "--num-prompts", "40",
+                  "--random-output-len", "50", *bench_flags, module="bench")
     assert bench.wait_exit(WAIT) == 0, bench.err
     match = METRIC.search(bench.out)
     assert match, bench.out
@@ -84,8 +68,8 @@ def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flag
 
 def test_result_block_layout(spawn, scenario: Path) -> None:
     port = _server(spawn, scenario)
-    bench = spawn("bench", "--port", str(port), "--num-prompts", "8", "--random-output-len",
-                  "20", "--dataset-name", "random", "--model", "x")
+    bench = spawn("--port", str(port), "--num-prompts", "8", "--random-output-len",
+                  "20", "--dataset-name", "random", "--model", "x", module="bench")
     assert bench.wait_exit(WAIT) == 0, bench.err
     lines = bench.stdout
     top = lines.index("============ Serving Benchmark Result ============")
@@ -108,14 +92,14 @@ def test_result_block_layout(spawn, scenario: Path) -> None:
 
 def test_server_dying_mid_run_fails_the_bench(spawn, scenario: Path) -> None:
     port = _server(spawn, scenario, "--max-running-requests", "512")
-    bench = spawn("bench", "--port", str(port), "--num-prompts", "30",
-                  "--random-output-len", "20")
+    bench = spawn("--port", str(port), "--num-prompts", "30",
+                  "--random-output-len", "20", module="bench")
     assert bench.wait_exit(WAIT) == 1
     assert "Serving Benchmark Result" not in bench.out
     assert re.search(r"Error: \d+ of 30 requests failed", bench.err)
 
 
 def test_no_server_fails_the_bench(spawn) -> None:
-    bench = spawn("bench", "--port", str(free_port()), "--num-prompts", "3")
+    bench = spawn("--port", str(free_port()), "--num-prompts", "3", module="bench")
     assert bench.wait_exit(WAIT) == 1
     assert "initial test run failed" in bench.err

@@ -15,13 +15,12 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator.lab import scenario as sc
-from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open
+from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open, scenario_file
 
 SCALE = "0.05"
 WAIT = 10.0
@@ -85,23 +84,8 @@ throughput: 1000
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("lab") / "zoo.yaml"
-    path.write_text(ZOO, encoding="utf-8")
-    return path
+    return scenario_file(tmp_path_factory, ZOO)
 
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., LabProcess]]:
-    procs: list[LabProcess] = []
-
-    def _spawn(*args: str, env: dict[str, str] | None = None) -> LabProcess:
-        proc = LabProcess.server(list(args), env=env).start()
-        procs.append(proc)
-        return proc
-
-    yield _spawn
-    for proc in procs:
-        proc.stop(grace=3.0)
 
 
 def _before(lines: list[str], marker: str) -> list[str]:

@@ -31,6 +31,7 @@ from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
 from orchestrator.execution.executor import Executor, RunCancelled
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
 from orchestrator.results.sweep_report import write_sweep_reports
@@ -43,7 +44,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.systemd import SystemdHost
 from tests.hosts.wait import wait_until
 
 UNIT = "lab-rtx6000.service"

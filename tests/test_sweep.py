@@ -24,6 +24,7 @@ import yaml
 from orchestrator.campaign.sweep import load_sweep, parse_until
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import CampaignRow, RunRow, Store
 from orchestrator.results.sweep_report import html_page, markdown, svg_plot
@@ -37,7 +38,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.systemd import SystemdHost
 from tests.hosts.wait import wait_until
 
 PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"

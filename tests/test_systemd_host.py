@@ -13,23 +13,12 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from tests.hosts.systemd import SystemdHost, SystemdHostFactory, cleanup_stale
+from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory, cleanup_stale
+from orchestrator.lab.units import lab_unit
 from tests.hosts.wait import wait_until
 
-LAB_UNIT = """\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/usr/bin/python3 -m orchestrator.lab.server --scenario b300 --port 30000 --tp-size 8
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-"""
+LAB_UNIT = lab_unit(exec_start="/usr/bin/python3 -m orchestrator.lab.server --scenario b300 "
+                    "--port 30000 --tp-size 8")
 
 # The b300 scenario's bad config: EP8 + NVLS dies in CUDA-graph capture.
 FAILING_DROPIN = """\

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import RunRow, Store
 from tests.campaign_lab import (
@@ -27,7 +28,6 @@ from tests.campaign_lab import (
     lab_servers,
     sshd_hosts_file,
 )
-from tests.hosts.systemd import SystemdHost
 
 UNIT = "lab-rtx6000.service"
 TARGET = "probe: probe_threshold: metric missed >= 0.95 * good"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from orchestrator.config.hosts import Host
 from orchestrator.errors import CommandTimeout, ServiceError, TransportError
 from orchestrator.execution.transport import LocalTransport, connect
+from tests.hosts.wait import wait_gone
 
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 
@@ -27,20 +27,6 @@ def t() -> LocalTransport:
     transport = connect(local_host())
     assert isinstance(transport, LocalTransport)
     return transport
-
-
-def pgrep(pattern: str) -> list[str]:
-    res = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30)
-    return res.stdout.splitlines()
-
-
-def wait_gone(pattern: str, within: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + within
-    left = pgrep(pattern)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = pgrep(pattern)
-    return left
 
 
 def test_exit_code_stdout_stderr(t: LocalTransport) -> None:

@@ -31,6 +31,7 @@ from orchestrator.errors import (
 from orchestrator.execution.transport import connect
 from orchestrator.execution.transport.ssh import SSHTransport, keyscan_command
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, known_hosts_line
+from tests.hosts.wait import wait_gone
 
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 
@@ -58,20 +59,6 @@ def other_key(tmp_path: Path) -> str:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                    check=True, timeout=60)  # fmt: skip
     return key.with_suffix(".pub").read_text()
-
-
-def pgrep(pattern: str) -> list[str]:
-    res = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30)
-    return res.stdout.splitlines()
-
-
-def wait_gone(pattern: str, within: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + within
-    left = pgrep(pattern)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = pgrep(pattern)
-    return left
 
 
 # ---- commands, stdin, files ---------------------------------------------------------------
@@ -404,28 +391,52 @@ def _thaw(pids: list[int]) -> None:
 
 
 def test_connection_stuck_mid_command_times_out_locally(
-    sshd_server: SshdServer, mocker: MockerFixture
+    sshd_server: SshdServer, mocker: MockerFixture, tmp_path: Path
 ) -> None:
     """The host stops answering while a command runs (its sshd frozen with SIGSTOP): our
-    own timeout ends the wait, and the next command gets a fresh connection."""
-    mocker.patch("orchestrator.execution.transport.base.LOCAL_GRACE", 2.0)  # the clock edge only
+    own timeout ends the wait, and the next command gets a fresh connection.
+
+    No race with the machine's load: the command cannot end before sshd is frozen (it
+    waits for a file that is created only after the freeze), and its host-side `timeout`
+    (60 s) cannot end it first either; only our local wait can end the call."""
+    # The clock edge only: our local wait is the host-side timeout plus LOCAL_GRACE; here
+    # 3 s in all, well before the host-side 60 s.
+    mocker.patch("orchestrator.execution.transport.base.LOCAL_GRACE", -57.0)
+    started, go, done = tmp_path / "started", tmp_path / "go", tmp_path / "done"
     t = SSHTransport(host_of(sshd_server.endpoint))
     frozen: list[int] = []
-    timer: threading.Timer | None = None
+    errors: list[BaseException] = []
+
+    def freeze_once_running() -> None:
+        try:
+            deadline = time.monotonic() + 30
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            frozen.extend(_session_sshds(sshd_server))
+            _freeze(frozen)
+            go.touch()  # the command ends on the host now; its answer cannot leave it
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    freezer = threading.Thread(target=freeze_once_running)
     try:
         t.run("true")
-        frozen = _session_sshds(sshd_server)
-        assert frozen
-        timer = threading.Timer(0.5, _freeze, [frozen])
-        timer.start()
+        assert _session_sshds(sshd_server)
+        freezer.start()
         start = time.monotonic()
         with pytest.raises(CommandTimeout, match="no answer from the host within 3s"):
-            t.run("sleep 1; echo stuck", timeout=1)
+            t.run(f"touch {started}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do "
+                  f"sleep 0.05; i=$((i+1)); done; touch {done}; echo stuck", timeout=60)
         assert time.monotonic() - start < 20
         assert not t.connected
+        freezer.join(30)
+        assert not errors and frozen, errors
+        wait_done = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < wait_done:
+            time.sleep(0.05)
+        assert done.exists()  # it did end on the host: only its answer never came
     finally:
-        if timer is not None:
-            timer.join(30)
+        freezer.join(30)
         _thaw(frozen)
     try:
         assert t.run("echo fresh").stdout == "fresh\n"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
@@ -127,6 +127,8 @@ class Executor:
         poll_min: float = 0.25,
         poll_max: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.host = host
         self.service = service
@@ -139,7 +141,13 @@ class Executor:
         self.lock = HostLock(host, self.t, service, campaign)
         self.poll_min = poll_min
         self.poll_max = poll_max
+        #: the run's clocks and its sleep, injected together so that a test can drive the
+        #: watch loop (backoff, deadline, settle) on a scripted clock that advances only
+        #: when the executor sleeps: `clock` measures runs and deadlines, `wall_clock`
+        #: dates them
         self.sleep = sleep
+        self.clock = clock
+        self.wall_clock = wall_clock
         self._opened = False
         #: the flag preflight: each executable's help read once, trusted until contradicted
         self.preflight = preflight.Preflight(
@@ -227,8 +235,8 @@ class Executor:
             environment = self.environment(exp)
         except (TransportError, InfraError) as exc:
             env_error = exc  # host trouble: judged below as this run's `infra`
-        started_at = time.time()
-        t0 = time.monotonic()
+        started_at = self.wall_clock()
+        t0 = self.clock()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
                              deadline_s=exp.health.timeout))  # fmt: skip
         watch = _Watch()
@@ -298,7 +306,7 @@ class Executor:
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip
             detail += _port_hint(exp.port, ports)
-        duration = time.monotonic() - t0
+        duration = self.clock() - t0
         host_record = self.manager.host_record(started) if rendered is not None else None
         if host_record is not None:
             host_record["host"] = self.host.name
@@ -376,7 +384,7 @@ class Executor:
                                  "changed); the run says nothing about the config")  # fmt: skip
             poll = self.manager.parse_poll(text, started)
             w.poll = poll
-            elapsed = time.monotonic() - t0
+            elapsed = self.clock() - t0
             seen = last_phase(poll.log_tail.splitlines())
             if seen is not None and (w.phase is None or _order(seen) > _order(w.phase)):
                 w.phase = seen
@@ -395,19 +403,30 @@ class Executor:
                 return "ready"
             return None
 
-        remaining = max(exp.health.timeout - (time.monotonic() - t0), 0.1)
+        # The deadline is the config's, counted from the run's start (at least one look
+        # when the start itself took that long); the last wait is cut short to end on it,
+        # so a server not ready by then is judged at the deadline, not a backoff later.
+        deadline = max(t0 + exp.health.timeout, self.clock() + 0.1)
         backoff = wait_exponential(multiplier=self.poll_min, min=self.poll_min,
                                    max=self.poll_max)  # fmt: skip
 
-        def wait(state: object) -> float:
+        def wait(state: RetryCallState) -> float:
             if exp.health.interval is not None:
-                return exp.health.interval
-            # Healthy once: confirm the next `ready_after` 200s at once instead of waiting
-            # out the backoff (it saved nothing: the server is up, and the verdict waits).
-            return self.poll_min if streak > 0 else backoff(state)
+                pause = exp.health.interval
+            elif streak > 0:
+                # Healthy once: confirm the next `ready_after` 200s at once instead of
+                # waiting out the backoff (it saved nothing: the server is up, and the
+                # verdict waits).
+                pause = self.poll_min
+            else:
+                pause = backoff(state)
+            return max(min(pause, deadline - self.clock()), 0.0)
+
+        def past_deadline(state: RetryCallState) -> bool:
+            return self.clock() >= deadline
 
         retrying = Retrying(
-            stop=stop_after_delay(remaining),
+            stop=past_deadline,
             wait=wait,
             retry=retry_if_result(lambda r: r is None),
             sleep=self.sleep,

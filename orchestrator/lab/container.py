@@ -1,7 +1,7 @@
 """A real systemd host on this machine: the Debian rootfs booted with `systemd-nspawn -b`.
 
 One copy of the machinery behind both `orchestrator lab up --systemd` (orchestrator.lab.
-sdlab) and the tests' `systemd_host` fixture (tests/hosts/systemd.py, which adds its own
+sdlab) and the tests' `systemd_host` fixture (orchestrator/lab/sdhosts.py, which adds its own
 pid-based names and the cleanup of killed test sessions).
 
 The image: `orchestrator/lab/rootfs.py` (run by scripts/build-rootfs) builds and caches a

@@ -5,7 +5,7 @@
 - `sshd` (session): `orchestrator.lab.sshd.SshdEndpoint` of an sshd on 127.0.0.1 (random
   port, throwaway keys, known_hosts checked); `sshd_server` (session) is its controller
   with `restart()` for connection-drop tests.
-- `systemd_host` (per test): `tests.hosts.systemd.SystemdHost`, a Debian container booted
+- `systemd_host` (per test): `orchestrator.lab.sdhosts.SystemdHost`, a Debian container booted
   with systemd-nspawn in its own network namespace, reached as root over SSH on port 22;
   `systemd_hosts` (session) boots more of them (`.boot()`), e.g. for pools.
 

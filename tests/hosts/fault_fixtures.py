@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from orchestrator.lab.sdhosts import SystemdHostFactory
 from tests.hosts.faults import NetFault, SdLab
-from tests.hosts.systemd import SystemdHostFactory
 
 
 @pytest.fixture(scope="module")

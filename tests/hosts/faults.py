@@ -6,8 +6,7 @@
 - `small_tmpfs` / `read_only_dir`: a results directory that is full, or read-only, as
   mounts of the test's own; always unmounted.
 - `SdLab`: a systemd test host with the lab unit installed, the checks that it is
-  restored (no drop-in, unit as found, no lab server, no lock), and `FLAKY_SERVER`, a
-  tiny server that answers `/health` a few times and then dies.
+  restored (no drop-in, unit as found, no lab server, no lock).
 - `python -m tests.hosts.faults STEP N -- ORCHESTRATOR-ARGS`: the CLI, paused at STEP of
   its Nth run (the marker file in ORCH_FAULT_MARKER says so), for a test to SIGKILL it
   there. The pause is injected by wrapping one method in this child process only.
@@ -28,64 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.hosts import Host, load_inventory
-from tests.hosts.systemd import SystemdHost
+from orchestrator.lab.sdhosts import SystemdHost
+from orchestrator.lab.units import lab_unit
 
 UNIT_DIR = "/etc/systemd/system"
 B300 = "lab-b300.service"
 DROPIN = f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf"
-FLAKY_PATH = "/usr/local/lib/orch-flaky-server.py"
 TAG = f"orch-fault-{os.getpid()}"
-
-#: the user's unit: the lab's environment; its own ExecStart is replaced by our drop-in
-LAB_UNIT = """\
-[Unit]
-Description=simulated SGLang server (orchestrator lab)
-
-[Service]
-Type=simple
-WorkingDirectory=/opt/orchestrator
-Environment=PYTHONPATH=/opt/orchestrator ORCH_LAB_TIME_SCALE=0.1
-ExecStart=/bin/sleep infinity
-Restart={restart}
-RestartSec=200ms
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-#: answers /health `--healthy-for` times, then prints a serving crash and exits 1
-FLAKY_SERVER = '''\
-import argparse, os, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-p = argparse.ArgumentParser(description="healthy a few times, then dead")
-p.add_argument("--port", type=int, default=30000)
-p.add_argument("--healthy-for", type=int, default=2)
-args = p.parse_args()
-served = 0
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        global served
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-        self.wfile.flush()
-        served += 1
-        if served >= args.healthy_for:
-            print("Traceback (most recent call last):", flush=True)
-            print("RuntimeError: CUDA error: an illegal memory access was encountered",
-                  flush=True)
-            os._exit(1)
-
-    def log_message(self, *a):
-        pass
-
-
-print("The server is fired up and ready to roll!", flush=True)
-HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
-'''
 
 
 def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -191,17 +139,29 @@ def _umount(path: Path) -> None:
 
 
 @dataclass
-class SdLab:
-    """One systemd container with the lab unit; `host` reaches it through our transport."""
+class BoxView:
+    """A booted systemd container (`box`, reached with the OpenSSH client for checks) and
+    the same container as a host of ours (`host`, reached through our transport)."""
 
     box: SystemdHost
     host: Host
+
+    def sh(self, command: str, *, check: bool = True) -> str:
+        return self.box.ssh_run(command, check=check, timeout=120).stdout
+
+    def exists(self, path: str) -> bool:
+        return self.box.ssh_run(f"test -e {path}").returncode == 0
+
+
+@dataclass
+class SdLab(BoxView):
+    """One systemd container with the lab unit; `host` reaches it through our transport."""
+
     hosts_file: Path
 
     @classmethod
     def setup(cls, box: SystemdHost, tmp: Path, *, restart: str = "no") -> SdLab:
-        box.write_file(f"{UNIT_DIR}/{B300}", LAB_UNIT.format(restart=restart))
-        box.write_file(FLAKY_PATH, FLAKY_SERVER)
+        box.write_file(f"{UNIT_DIR}/{B300}", lab_unit(restart=restart, restart_sec="200ms"))
         box.ssh_run("systemctl daemon-reload", check=True)
         tmp.mkdir(parents=True, exist_ok=True)
         hosts_file = tmp / "hosts.yaml"
@@ -212,15 +172,9 @@ class SdLab:
     def netns(self) -> str:
         return self.box.netns.name
 
-    def sh(self, command: str, *, check: bool = True) -> str:
-        return self.box.ssh_run(command, check=check, timeout=120).stdout
-
     def show(self, *props: str, unit: str = B300) -> dict[str, str]:
         out = self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    def exists(self, path: str) -> bool:
-        return self.box.ssh_run(f"test -e {path}").returncode == 0
 
     def unit_sha(self) -> str:
         return hashlib.sha256(self.sh(f"cat {UNIT_DIR}/{B300}").encode()).hexdigest()

@@ -6,11 +6,12 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.sdhosts import REPO, SystemdHost, SystemdHostFactory
 from orchestrator.lab.sshd import (
     SshdEndpoint,
     SshdServer,
@@ -21,7 +22,7 @@ from orchestrator.lab.sshd import (
     session_env,
 )
 from tests.hosts.prereq import require_sshd, require_systemd_host
-from tests.hosts.systemd import REPO, SystemdHost, SystemdHostFactory
+from tests.hosts.procs import LabProcess
 
 SSHD_PREFIX = "orch-sshd-"
 DUO_UNIT = "lab-rtx6000.service"  # the unit of the `duo` pool
@@ -101,3 +102,20 @@ def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
     finally:
         for box in boxes:
             systemd_hosts.stop(box)
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., LabProcess]]:
+    """Starts lab processes (`orchestrator.lab.<module>`, the server by default) for one test
+    and stops every one after it."""
+    procs: list[LabProcess] = []
+
+    def _spawn(*args: str, env: dict[str, str] | None = None,
+               module: str = "server") -> LabProcess:  # fmt: skip
+        proc = LabProcess(f"orchestrator.lab.{module}", list(args), env=env).start()
+        procs.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in procs:
+        proc.stop(grace=3.0)

@@ -161,3 +161,10 @@ class LabProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def scenario_file(tmp_path_factory: object, text: str) -> Path:
+    """A lab scenario written to a fresh temporary directory of the test session."""
+    path = tmp_path_factory.mktemp("lab") / "scenario.yaml"  # type: ignore[attr-defined]
+    path.write_text(text, encoding="utf-8")
+    return path

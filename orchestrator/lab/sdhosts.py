@@ -1,9 +1,10 @@
-"""A real systemd host for the tests: a Debian rootfs booted with `systemd-nspawn -b`.
+"""Throwaway systemd hosts for the tests and the benchmarks: a Debian rootfs booted with
+`systemd-nspawn -b`, as many as asked for, each in its own network namespace.
 
-The machinery (image, overlay root, network namespace, nspawn, boot wait) is the
-product's own, `orchestrator.lab.container`, which `orchestrator lab up --systemd` uses
-too; this module adds what only the tests need: names that carry the owning pid, a
-per-session client key, helpers to install units, and the cleanup of killed sessions.
+The machinery (image, overlay root, network namespace, nspawn, boot wait) is
+`orchestrator.lab.container`, which `orchestrator lab up --systemd` uses too; this module
+adds what many short-lived hosts need: names that carry the owning pid, a per-session
+client key, helpers to install units, and the cleanup of killed sessions.
 
 Layout of one test session (all under /var/tmp/orch-systemd-host-<pid>-*/, removed at the end):
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from orchestrator.execution.localproc import pid_alive
 from orchestrator.lab import container as ct
 from orchestrator.lab.container import ContainerError, Netns, build_rootfs, extracted_rootfs
-from tests.hosts.target import SshTarget
+from orchestrator.lab.sshd import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_IN_CONTAINER = "/opt/orchestrator"
