@@ -46,7 +46,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: the module of each command, for loading only the one a command line names
+_MODULE_OF = {"plan": "plan", "bisect": "bisect", "run": "run", "rerun": "run",
+              "sweep": "sweep", "runs": "runs", "show": "runs", "report": "report",
+              "classify": "classify", "import": "import_", "hosts": "hosts",
+              "restore": "restore", "lab": "lab", "schedule": "schedule"}  # fmt: skip
+
+
+def _named_module(argv: Sequence[str]) -> str | None:
+    """The module of the command `argv` names (its first word that is not an option), or
+    None when it names none we know: then every command is loaded, for help and errors."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return _MODULE_OF.get(word) if word is not None else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv`, only the named command's module is imported (each command
+    module pulls in its part of the package: `runs` need not load the executor)."""
     parser = _Parser(
         prog="orchestrator",
         description="Find which server flag breaks an inference deployment.",
@@ -56,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show tracebacks and debug detail"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    only = _named_module(argv) if argv is not None else None
     for name in COMMAND_MODULES:
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(f"orchestrator.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -68,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[: argv.index("--")] if "--" in argv else argv)
     # Everything after the first `--` is a command line given to a subcommand (`import --
     # CMD`, `schedule add NAME --at ... -- sweep FILE`), not options for us: argparse's
     # subparsers do not handle `--` well, so it is split off here.
