@@ -264,6 +264,28 @@ class Probe:
     def command(self, port: int) -> str:
         return self.run.replace("{port}", str(port))
 
+    def read(self, output: str, good_metric: float | None) -> tuple[float | None, bool | None]:
+        """The metric (the metric regex's last match in `output`) and whether it meets the
+        bar: False when there is a bar and no metric; None when the bar is relative to the
+        good config's metric and that is not known yet (the campaign decides later)."""
+        metric = None
+        if self.metric:
+            found = re.findall(self.metric, output)
+            if found:
+                last = found[-1]
+                try:
+                    metric = float(last if isinstance(last, str) else last[0])
+                except ValueError:
+                    metric = None
+        cond = self.condition
+        if cond is None:
+            return metric, None
+        if metric is None:
+            return None, False
+        if cond.relative_to_good and good_metric is None:
+            return metric, None
+        return metric, cond.holds(metric, good_metric)
+
 
 def render_value(value: FlagValue) -> list[str]:
     """The argv words of a flag's value (nothing for a bare switch)."""

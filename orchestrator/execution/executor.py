@@ -455,24 +455,7 @@ class Executor:
             if "timed out" not in str(exc):
                 raise
             exit_code, out = 124, str(exc)
-        metric = None
-        if probe.metric:
-            found = re.findall(probe.metric, out)
-            if found:
-                last = found[-1]
-                try:
-                    metric = float(last if isinstance(last, str) else last[0])
-                except ValueError:
-                    metric = None
-        cond = probe.condition
-        passed: bool | None = None
-        if cond is not None:
-            if metric is None:
-                passed = False
-            elif cond.relative_to_good and good_metric is None:
-                passed = None  # the campaign decides once the good config's metric is known
-            else:
-                passed = cond.holds(metric, good_metric)
+        metric, passed = probe.read(out, good_metric)
         # A crash under load takes a moment to show: look twice, a moment apart (half a
         # second, or the settle when that is shorter), before calling it alive.
         alive = True

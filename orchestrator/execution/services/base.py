@@ -145,15 +145,19 @@ class ServiceManager(ABC):
         """True if the pid belongs to this service (so its port is ours)."""
 
 
-def health_snippet(exp: Experiment) -> str:
-    """Shell printing `@@HTTP <code>` for the config's own health URL (curl, or python)."""
-    flags = exp.flag_map()
-    host = str(flags.get("host", "127.0.0.1"))
+def health_url(exp: Experiment) -> str:
+    """The config's own health URL, on the address the server binds (loopback for any)."""
+    host = str(exp.flag_map().get("host", "127.0.0.1"))
     if host in ("0.0.0.0", "::", "", "True"):
         host = "127.0.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    url = f"http://{host}:{exp.port}{exp.health.path}"
+    return f"http://{host}:{exp.port}{exp.health.path}"
+
+
+def health_snippet(exp: Experiment) -> str:
+    """Shell printing `@@HTTP <code>` for the config's own health URL (curl, or python)."""
+    url = health_url(exp)
     py = (
         "import sys,urllib.request,urllib.error\n"
         "try:\n print(urllib.request.urlopen(sys.argv[1],timeout=3).status)\n"

@@ -471,25 +471,7 @@ def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
         died = True
     probe: ProbeOutcome | None = None
     if ready and exp.probe is not None and "probe_exit" in result:
-        text = out.get("probe", "")
-        metric = None
-        if exp.probe.metric:
-            found = re.findall(exp.probe.metric, text)
-            if found:
-                last = found[-1]
-                try:
-                    metric = float(last if isinstance(last, str) else last[0])
-                except ValueError:
-                    metric = None
-        cond = exp.probe.condition
-        passed: bool | None = None
-        if cond is not None:
-            if metric is None:
-                passed = False
-            elif cond.relative_to_good and good_metric is None:
-                passed = None
-            else:
-                passed = cond.holds(metric, good_metric)
+        metric, passed = exp.probe.read(out.get("probe", ""), good_metric)
         probe = ProbeOutcome(exit_code=int(result["probe_exit"]), metric=metric, passed=passed,
                              condition=exp.probe.pass_if,
                              server_alive="after_probe" not in result)  # fmt: skip

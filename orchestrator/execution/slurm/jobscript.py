@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import SlurmOptions
 from orchestrator.execution import environment as envfacts
+from orchestrator.execution.services.base import health_url
 
 #: name and comment of every job: `squeue --name` finds the campaign's jobs again after
 #: a controller died (the comment says which run and which controller)
@@ -150,13 +151,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
     secret_vars = secret_env(exp)
     env = exp.env_map()
     q = shlex.quote
-    flags = exp.flag_map()
-    host = str(flags.get("host", "127.0.0.1"))
-    if host in ("0.0.0.0", "::", "", "True"):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"http://{host}:{exp.port}{exp.health.path}"
+    url = health_url(exp)
     # the command line; a secret flag value is a reference to its variable in secret.env
     words = []
     by_value = {v: k for k, v in secrets.items()}
