@@ -12,7 +12,9 @@ cluster options get one line of ours (exit 3), never a Slurm traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from orchestrator.events import Event, StepDone
 from orchestrator.execution.hostops import Check, check_host
 from orchestrator.execution.slurm.jobscript import JOB_PREFIX
 from orchestrator.execution.transport import connect
+from orchestrator.lab import slurmlab
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
@@ -46,6 +49,7 @@ from tests.campaign_lab import (
     stop_child,
 )
 from tests.hosts.slurm import hang_config, slurm_hosts_file
+from tests.hosts.wait import wait_until
 
 GOOD = LAB / "b300" / "good.yaml"
 BAD = LAB / "b300" / "bad.yaml"
@@ -196,6 +200,11 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
                 for state in ("DRAIN", "DOWN"):
                     slurm_cluster.client("scontrol", "update", f"NodeName={node}",
                                          f"State={state}", "Reason=test")  # fmt: skip
+                # a node that fails takes its jobs' processes with it; the lab's node does
+                # not really fail, so the drill ends them (Slurm has forgotten them)
+                for pid in slurmlab.job_processes(slurm_cluster.conf):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 threading.Timer(2.0, lambda: slurm_cluster.client(
                     "scontrol", "update", f"NodeName={node}", "State=RESUME")).start()
 
@@ -221,6 +230,9 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
     # every variant that met the node failure ran again and got a verdict
     judged = {r.variant for r in runs if r.verdict is not Verdict.INFRA}
     assert {r.variant for r in infra} <= judged
+    # and nothing of the campaign's jobs is left running on the node
+    assert wait_until(lambda: not slurmlab.job_processes(slurm_cluster.conf) or None,
+                      timeout=60, what="the jobs' processes gone") is True
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
@@ -317,30 +318,23 @@ class Executor:
                 ssh += ["-o", f"UserKnownHostsFile={h.known_hosts}"] if h.known_hosts else []
                 host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
                                                  else h.address])  # fmt: skip
+        return self._finish(
+            exp, run_id, label, verdict, sig, detail, duration, started_at=started_at,
+            phase_times=tuple(watch.phase_times.items()), last_phase=watch.phase, log_tail=log,
+            rendered=rendered, probe_metric=metric, polls=watch.polls, ready_s=watch.ready_at,
+            invocation=started.invocation if started else None, host_record=host_record,
+            environment=environment)  # fmt: skip
+
+    def _finish(self, exp: Experiment, run_id: str, label: str, verdict: Verdict,
+                sig: Signature | None, detail: str, duration: float,
+                **fields: Any) -> RunResult:  # fmt: skip
+        """Announce the end of a run and make its record: every backend ends a run here,
+        with what only it knows in `fields`."""
         self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
                               duration_s=duration, detail=detail))  # fmt: skip
-        return RunResult(
-            run_id=run_id,
-            host=self.host.name,
-            host_class=self.host.host_class,
-            experiment=exp,
-            label=label,
-            verdict=verdict,
-            signature=sig,
-            started_at=started_at,
-            duration_s=duration,
-            phase_times=tuple(watch.phase_times.items()),
-            last_phase=watch.phase,
-            log_tail=log,
-            rendered=rendered,
-            probe_metric=metric,
-            detail=detail,
-            invocation=started.invocation if started else None,
-            polls=watch.polls,
-            ready_s=watch.ready_at,
-            host_record=host_record,
-            environment=environment,
-        )
+        return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
+                         experiment=exp, label=label, verdict=verdict, signature=sig,
+                         duration_s=duration, detail=detail, **fields)  # fmt: skip
 
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with

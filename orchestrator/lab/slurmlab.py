@@ -242,6 +242,12 @@ class SlurmCluster:
                 continue
             _kill(pid)
             stopped.append(f"{daemon} (pid {pid})")
+        # What a job left running on the lab's node: a job taken from a node set DOWN (the
+        # node-failure drill) is forgotten by Slurm, but here the node did not really die,
+        # so its server would live on and hold its port.
+        for pid in job_processes(self.conf):
+            _kill(pid, grace=5.0)
+            stopped.append(f"a job's process (pid {pid})")
         return stopped
 
     def jobs(self) -> list[str]:
@@ -287,6 +293,27 @@ def _spawn(argv: list[str], env: dict[str, str], log: Path) -> None:
                            stdin=subprocess.DEVNULL, timeout=60, start_new_session=True)
     if r.returncode != 0:
         raise InfraError(f"{shlex.join(argv)} exited {r.returncode}: {_tail(log)}")
+
+
+def job_processes(conf: Path) -> list[int]:
+    """The processes on this machine started by jobs of the cluster whose configuration is
+    `conf`: Slurm gives a job's processes SLURM_JOB_ID, and this lab's clients and daemons
+    SLURM_CONF, in their environment (the daemons themselves have no job id)."""
+    mark = f"SLURM_CONF={conf}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith(("slurm", "munge")):
+            continue
+        if mark in env and any(e.startswith(b"SLURM_JOB_ID=") for e in env):
+            found.append(int(entry.name))
+    return found
 
 
 def _kill(pid: int, grace: float = 10.0) -> None:

@@ -47,7 +47,6 @@ from orchestrator.events import (
     Notice,
     PhaseReached,
     Polled,
-    RunFinished,
     RunStarted,
     StepDone,
     null_listener,
@@ -76,19 +75,11 @@ _recovered_lock = threading.Lock()
 class SlurmExecutor(Executor):
     """Runs variants as Slurm jobs through one login node. Use as a context manager."""
 
-    def __init__(
-        self,
-        host: Host,
-        *,
-        service: str,
-        campaign: str = "",
-        listener: Listener = null_listener,
-        transport: Transport | None = None,
-        accept_new_host_key: bool = False,
-        poll_min: float = 0.25,
-        poll_max: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, host: Host, *, service: str, campaign: str = "",
+                 listener: Listener = null_listener, transport: Transport | None = None,
+                 accept_new_host_key: bool = False, poll_min: float = 0.25,
+                 poll_max: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
         if host.slurm is None:
             raise SchedulerError(f"{host.name}: no slurm: section in the hosts file")
         self.host = host
@@ -184,16 +175,9 @@ class SlurmExecutor(Executor):
         raise InfraError("a Slurm job reads its node's environment itself")
 
     # ---- one run
-    def run(
-        self,
-        exp: Experiment,
-        *,
-        run_id: str,
-        label: str = "",
-        target: Signature | None = None,
-        env_keys: Iterable[str] = (),
-        good_metric: float | None = None,
-    ) -> RunResult:
+    def run(self, exp: Experiment, *, run_id: str, label: str = "",
+            target: Signature | None = None, env_keys: Iterable[str] = (),
+            good_metric: float | None = None) -> RunResult:  # fmt: skip
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -270,30 +254,14 @@ class SlurmExecutor(Executor):
                       "sbatch": shlex.join(jobscript.sbatch_argv(
                           exp, self.opts, files, campaign=self.campaign, run_id=run_id,
                           controller=CONTROLLER))}  # fmt: skip
-        self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
-                              duration_s=duration, detail=detail))  # fmt: skip
-        return RunResult(
-            run_id=run_id,
-            host=self.host.name,
-            host_class=self.host.host_class,
-            experiment=exp,
-            label=label,
-            verdict=verdict,
-            signature=sig,
-            started_at=started_at + ran["pending_s"],
-            duration_s=round(duration, 3),
-            phase_times=tuple(phase_times.items()),
-            last_phase=evidence.last_phase or seen_phase,
-            log_tail=log,
-            rendered=script if job is not None else None,
-            probe_metric=evidence.probe.metric if evidence.probe else None,
-            detail=detail,
-            invocation=f"slurm job {job}" if job else None,
-            polls=int(ran.get("polls", 0)),
-            ready_s=ready_s,
-            host_record=record,
-            environment=envfacts.parse(env_text) if _complete(env_text, verdict) else None,
-        )
+        env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
+        return self._finish(
+            exp, run_id, label, verdict, sig, detail, round(duration, 3),
+            started_at=started_at + ran["pending_s"], ready_s=ready_s, host_record=record,
+            last_phase=evidence.last_phase or seen_phase, phase_times=tuple(phase_times.items()),
+            probe_metric=evidence.probe.metric if evidence.probe else None, environment=env,
+            rendered=script if job is not None else None, polls=int(ran.get("polls", 0)),
+            log_tail=log, invocation=f"slurm job {job}" if job else None)  # fmt: skip
 
     def _step(self, step: str, detail: str) -> None:
         self.emit(StepDone(host=self.host.name, step=step, detail=detail))
