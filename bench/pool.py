@@ -18,6 +18,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -29,31 +30,34 @@ from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
 from orchestrator.lab.sdhosts import SystemdHostFactory  # noqa: E402
 from orchestrator.lab.units import lab_unit  # noqa: E402
-from orchestrator.results.store import Store  # noqa: E402
+from orchestrator.results.store import RunRow, Store  # noqa: E402
 
 UNIT = "lab-rtx6000.service"
 MATRIX = {"cuda-graph-max-bs": [128, 256, 384, 512], "mem-fraction-static": [0.85, 0.92]}
 
 
 
-def sweep(where: str, hosts_file: Path, sweep_file: Path, results: Path) -> tuple[float, dict]:
-    """One sweep on host or pool `where`; (wall seconds, runs per host)."""
+def sweep(where: str, hosts_file: Path, sweep_file: Path, results: Path,
+          command: str = "bench/pool.py") -> tuple[float, list[RunRow]]:  # fmt: skip
+    """One fresh sweep on host or pool `where`: (wall seconds, its runs). Every run must
+    have a verdict on the config (pass or fail): host trouble would not measure the host."""
     store = Store(results)
     try:
         hosts = load_inventory(hosts_file).resolve(where)
         t0 = time.monotonic()
-        outcome = SweepCampaign(store, load_sweep(sweep_file), hosts, fresh=True,
-                                command=f"bench/pool.py {where}").run()  # fmt: skip
+        outcome = SweepCampaign(store, load_sweep(sweep_file), hosts,
+                                command=f"{command} {where}").run()  # fmt: skip
         wall = time.monotonic() - t0
         if outcome.status != "done":
             raise SystemExit(f"sweep on {where} did not finish: {outcome.message}")
-        per_host: dict[str, int] = {}
-        for r in store.runs(outcome.campaign_id):
-            per_host[r.host] = per_host.get(r.host, 0) + 1
-        busy = sum(r.duration for r in store.runs(outcome.campaign_id))
-        return wall, per_host | {"busy": round(busy, 1)}
+        runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
+    bad = [(r.id, r.verdict.value, r.detail) for r in runs
+           if r.verdict.value not in ("pass", "fail")]  # fmt: skip
+    if bad:
+        raise SystemExit(f"sweep on {where}: runs without a verdict on the config: {bad}")
+    return wall, runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                 "name": "bench-pool", "matrix": MATRIX, "repeat": args.repeat,
                 "base": str(REPO / "experiments/lab/rtx6000/perf_good.yaml")}))  # fmt: skip
             n = len(load_sweep(sweep_file).items) * args.repeat
-            one, one_hosts = sweep("gpu1", hosts_file, sweep_file, tmp / "results-one")
-            two, two_hosts = sweep("duo", hosts_file, sweep_file, tmp / "results-two")
+            one, one_runs = sweep("gpu1", hosts_file, sweep_file, tmp / "results-one")
+            two, two_runs = sweep("duo", hosts_file, sweep_file, tmp / "results-two")
         print(f"sweep of {n} runs (rtx6000 perf config, lab time scale {args.time_scale})")
         print("| hosts | wall time | runs per host | run time summed |")
         print("|---|---|---|---|")
-        for label, wall, per in (("1 (gpu1)", one, one_hosts), ("2 (gpu1, gpu2)", two, two_hosts)):
-            runs = ", ".join(f"{h}: {c}" for h, c in per.items() if h != "busy")
-            print(f"| {label} | {wall:.1f} s | {runs} | {per['busy']:.1f} s |")
+        for label, wall, runs in (("1 (gpu1)", one, one_runs), ("2 (gpu1, gpu2)", two, two_runs)):
+            per_host = ", ".join(f"{h}: {c}" for h, c in Counter(r.host for r in runs).items())
+            busy = sum(r.duration for r in runs)
+            print(f"| {label} | {wall:.1f} s | {per_host} | {busy:.1f} s |")
         print(f"ratio two hosts / one host: {two / one:.2f}")
     finally:
         factory.stop_all()

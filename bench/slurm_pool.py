@@ -23,7 +23,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -31,35 +30,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
-from orchestrator.config.hosts import load_inventory  # noqa: E402
+from pool import MATRIX, sweep  # noqa: E402  (bench/pool.py: one sweep, one matrix)
+
 from orchestrator.lab import sdlab, slurmlab  # noqa: E402
 from orchestrator.lab.hostctl import LabSettings  # noqa: E402
 from orchestrator.lab.sshd import free_port, session_env  # noqa: E402
-from orchestrator.results.store import Store  # noqa: E402
-
-MATRIX = {"cuda-graph-max-bs": [128, 256, 384, 512], "mem-fraction-static": [0.85, 0.92]}
-
-
-def sweep(where: str, hosts_file: Path, sweep_file: Path, results: Path) -> tuple[float, int]:
-    """One sweep on host or pool `where`: (wall seconds, runs)."""
-    store = Store(results)
-    try:
-        hosts = load_inventory(hosts_file).resolve(where)
-        t0 = time.monotonic()
-        outcome = SweepCampaign(store, load_sweep(sweep_file), hosts,
-                                command=f"bench/slurm_pool.py {where}").run()  # fmt: skip
-        wall = time.monotonic() - t0
-        if outcome.status != "done":
-            raise SystemExit(f"sweep on {where} did not finish: {outcome.message}")
-        runs = store.runs(outcome.campaign_id)
-        bad = [r for r in runs if r.verdict.value not in ("pass", "fail")]
-        if bad:
-            said = [(r.id, r.verdict.value, r.detail) for r in bad]
-            raise SystemExit(f"sweep on {where}: runs without a verdict on the config: {said}")
-        return wall, len(runs)
-    finally:
-        store.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                                  ("ssh1+ssh2", "2 SSH hosts (systemd)"),
                                  ("slurm1", "Slurm, max_jobs 1"), ("slurm2", "Slurm, max_jobs 2"),
                                  ("slurm4", "Slurm, max_jobs 4")):  # fmt: skip
-                wall, n = sweep(where, hosts_file, sweep_file, tmp / f"results-{where}")
-                rows.append((label, wall, n))
+                wall, runs = sweep(where, hosts_file, sweep_file, tmp / f"results-{where}",
+                                   command="bench/slurm_pool.py")  # fmt: skip
+                rows.append((label, wall, len(runs)))
         finally:
             cluster.stop()
             for box in boxes:

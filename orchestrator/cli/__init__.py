@@ -18,23 +18,6 @@ from collections.abc import Sequence
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
 
-# Subcommand modules, in the order `--help` lists them. A module missing from a
-# checkout is skipped, so the CLI grows with the product.
-COMMAND_MODULES = (
-    "plan",
-    "bisect",
-    "run",
-    "sweep",
-    "runs",
-    "report",
-    "classify",
-    "import_",
-    "hosts",
-    "restore",
-    "lab",
-    "schedule",
-)
-
 
 class _Parser(argparse.ArgumentParser):
     last_error: str | None = None
@@ -51,6 +34,9 @@ _MODULE_OF = {"plan": "plan", "bisect": "bisect", "run": "run", "rerun": "run",
               "sweep": "sweep", "runs": "runs", "show": "runs", "report": "report",
               "classify": "classify", "import": "import_", "hosts": "hosts",
               "restore": "restore", "lab": "lab", "schedule": "schedule"}  # fmt: skip
+#: the command modules, in the order `--help` lists their commands (a module missing from
+#: a checkout is skipped, so the CLI grows with the product)
+COMMAND_MODULES = tuple(dict.fromkeys(_MODULE_OF.values()))
 
 
 def _named_module(argv: Sequence[str]) -> str | None:
