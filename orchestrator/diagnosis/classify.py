@@ -36,8 +36,14 @@ from dataclasses import dataclass
 
 from orchestrator.diagnosis.server_logs import (
     ARGS_MARKERS,
+    GENERIC_CLASSES,
+    GENERIC_HEADERS,
     PASS_THROUGH,
+    PHASE_HINTS,
     PROFILES,
+    SELF_NAMING,
+    SPECIFIC_WORDS,
+    STOP_MARKERS,
     ServerProfile,
     own_file,
     profiles_for,
@@ -45,7 +51,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 2
+SIGNATURE_VERSION = 3
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -208,9 +214,36 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# A wrapper's tag in front of a message: "[address=0.0.0.0:37591, pid=324770] The ..."
+_TAG = re.compile(r"^\[\w+=[^\]]*\]\s*")
+# The end of a message's first sentence: what follows is advice or a dump that versions
+# reword ("Make sure that ...", "Please verify ...").
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]'`\">])\.\s+(?=[A-Z(])")
+
+
+_QUOTED = re.compile(r"'[^'\s][^']*'|\"[^\"\s][^\"]*\"")
+
+
+def first_sentence(message: str) -> str:
+    """The first sentence of a message that has several (when it is long enough to name
+    something on its own)."""
+    m = _SENTENCE_END.search(message)
+    if m is not None and len(message[: m.start()].split()) >= SPECIFIC_WORDS:
+        message = message[: m.start()]
+    return message.rstrip(" .")
+
+
+def names_itself(error_class: str, message: str) -> bool:
+    """True when the message says what went wrong in its own words, so the place that
+    raised it is not needed to tell it from other failures (server_logs.GENERIC_CLASSES)."""
+    if SELF_NAMING.search(message):
+        return True
+    return error_class not in GENERIC_CLASSES and len(message.split()) >= SPECIFIC_WORDS
+
+
 def normalize_message(text: str) -> str:
     """The message with everything that varies between ranks, days and hosts replaced."""
-    out = strip_prefix(text)
+    out = _TAG.sub("", strip_prefix(text))
     for pattern, repl in _NORMALIZERS:
         out = pattern.sub(repl, out)
     return out.strip()
@@ -298,6 +331,17 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
                r"--mem-fraction-static)?",
                "Not enough memory. Please try to increase --mem-fraction-static",
                priority=15, phase_hint=Phase.KV_CACHE),
+            # vLLM's KV cache sizing: a memory pool too small for the blocks, or for one
+            # request of the model's length (v0 and v1 word the second differently)
+            _r("kv_cache_memory", r"No available memory for the cache blocks",
+               "No available memory for the cache blocks", priority=16,
+               phase_hint=Phase.KV_CACHE),
+            _r("kv_cache_too_small",
+               r"max seq len \(\d+\) is larger than the maximum number of tokens that can be "
+               r"stored in KV cache|To serve at least one request with the models's max seq "
+               r"len \(\d+\), \([\d.]+ GiB KV cache is needed",
+               "the model's max seq len is larger than the KV cache", priority=17,
+               phase_hint=Phase.KV_CACHE),
             _r("cuda_oom", r"CUDA out of memory occurred when (?P<when>[a-z ]+)",
                "CUDA out of memory when {when}", priority=19),
             _r("cuda_oom", r"CUDA out of memory\.(?: Tried to allocate [\d.]+ ?[KMGT]i?B)?",
@@ -349,7 +393,8 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
 )
 
 # A cheap test before the rules: a line with none of these cannot match any rule.
-_RULE_NEEDLES = ("rror", "ERROR", "CUBLAS", "memory", "ssert", "captur", "nvshmem", "NVSHMEM",
+_RULE_NEEDLES = ("rror", "ERROR", "max seq len", "CUBLAS", "memory",
+                 "ssert", "captur", "nvshmem", "NVSHMEM",
                  "NCCL", "nccl", "resource", "imed out", "atchdog", "Fatal", "Killed",
                  "not found", "No such file", "denied", "No module", "can't open", "SIGQUIT",
                  "sigquit")
@@ -589,7 +634,37 @@ def classify_error(text: str) -> tuple[str, str, ErrorRule | None] | None:
     return None
 
 
-def _classify_event(event: _Event, extra: Sequence[str]) -> tuple[str, str, ErrorRule | None]:
+def _detail(event: _Event, bodies: Sequence[str]) -> tuple[str, str | None] | None:
+    """(key, error class or None) of an error whose own line is a generic header
+    (server_logs.GENERIC_HEADERS), from the line that names the real error; or None."""
+    for gh in GENERIC_HEADERS:
+        head = gh.header.search(event.text)
+        if head is None:
+            continue
+        if gh.direction == "after":
+            span = range(event.index + 1, min(len(bodies), event.index + 1 + gh.within))
+        else:  # the cause printed first: the earliest one in the window
+            span = range(max(0, event.index - gh.within), event.index)
+        for i in span:
+            body = bodies[i]
+            if gh.direction == "after" and (_TRACEBACK_RE.search(body) or _FRAME_RE.match(body)):
+                break
+            m = gh.detail.search(body)
+            if m is None:
+                continue
+            groups = {k: (v or "") for k, v in (head.groupdict() | m.groupdict()).items()}
+            if not groups.get("msg", "").strip():  # "Last error:" alone: the cause is next
+                nxt = next((b.strip() for b in bodies[i + 1 : i + 3] if b.strip()), "")
+                if not nxt:
+                    continue
+                groups["msg"] = nxt
+            klass = (gh.classes or {}).get(groups.get("kind", ""))
+            return gh.template.format(**groups).strip(), klass
+    return None
+
+
+def _classify_event(event: _Event, extra: Sequence[str],
+                    bodies: Sequence[str] = ()) -> tuple[str, str, ErrorRule | None]:  # fmt: skip
     # The rule table sees the exception line plus its continuation lines: CUDA's messages
     # often put the interesting part on the next line.
     hit = classify_error(event.text)
@@ -598,6 +673,15 @@ def _classify_event(event: _Event, extra: Sequence[str]) -> tuple[str, str, Erro
             hit = classify_error(line.strip())
             if hit is not None:
                 break
+    found = _detail(event, bodies) if bodies else None
+    if found is not None:
+        key, klass = found
+        named = classify_error(key)  # the real error may be one the rules know
+        if named is not None and named[2] is not None and named[2].phase is None:
+            return named
+        if hit is not None:
+            return klass or hit[0], key, hit[2]
+        return klass or (_short_type(event.exc_type) if event.exc_type else "error"), key, None
     if hit is not None:
         return hit
     if event.exc_type:
@@ -622,27 +706,50 @@ def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> st
     return " < ".join(found) or None
 
 
+# An exception whose message quotes another one ("Capture cuda graph failed: RuntimeError:
+# CUDA error: ...") re-raises it: its frames are where it was caught, not where it happened.
+_QUOTED_EXC = re.compile(r":\s(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception):\s")
+
+
+def _reraise(event: _Event, chain_head: dict[int, int]) -> bool:
+    """True when `event` only reports an exception raised before it: a later link of a
+    chained traceback, or a message quoting another exception."""
+    return chain_head.get(event.chain, event.index) != event.index or bool(
+        _QUOTED_EXC.search(event.text))
+
+
 def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
                  roots: Sequence[_Event], bodies: Sequence[str],
-                 peer_frames: list[Frame]) -> str | None:  # fmt: skip
+                 peer_frames: list[Frame],
+                 events: Sequence[_Event] = ()) -> str | None:  # fmt: skip
     """The place most ranks report the root error from (ties: the first by name); the
     frames of those other ranks' reports go to `peer_frames`.
 
     With an asynchronous CUDA error every rank prints its own traceback, and which rank
-    prints first changes from run to run; the place most of them name does not.
+    prints first changes from run to run; the place most of them name does not. Reports
+    that raised the error count before reports that re-raise it (a wrapper's frames say
+    where it was caught): so the place does not depend on which of them the log kept.
     """
-    votes: dict[str, int] = {}
+    chain_head: dict[int, int] = {}
+    for e in events or roots:
+        chain_head.setdefault(e.chain, e.index)
+    direct: dict[str, int] = {}
+    caught: dict[str, int] = {}
     if (own := _site(frames)) is not None:
-        votes[own] = 1
+        tally = caught if _reraise(root, chain_head) and frames is root.frames else direct
+        tally[own] = 1
     for peer in roots:
-        if peer is root or not peer.frames or not 0 < peer.index - root.index <= 5000:
+        if peer is root or not peer.frames or not 0 < abs(peer.index - root.index) <= 5000:
             continue
-        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index))
+        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index),
+                                                 bodies)
         if (error_class, normalize_message(key)) != (what[0], normalize_message(what[1])):
             continue
         peer_frames.extend(peer.frames)
         if (site := _site(peer.frames)) is not None:
-            votes[site] = votes.get(site, 0) + 1
+            tally = caught if _reraise(peer, chain_head) else direct
+            tally[site] = tally.get(site, 0) + 1
+    votes = direct or caught
     if not votes:
         return None
     return min(votes, key=lambda s: (-votes[s], s))
@@ -747,6 +854,27 @@ def _not_a_log(text: str) -> str | None:
     return None
 
 
+def _stopped_at(bodies: Sequence[str]) -> int | None:
+    """The line where the server says it was told to stop (server_logs.STOP_MARKERS)."""
+    for i, body in enumerate(bodies):
+        if any(p.search(body) for p in STOP_MARKERS):
+            return i
+    return None
+
+
+def _hang_before_kill(roots: Sequence[_Event], bodies: Sequence[str]) -> _Event | None:
+    """A hang or timeout report when the first error is only the kill that ended it (a
+    watchdog's SIGKILL, `Killed`, `Aborted`): the server is named by what it waited on."""
+    first = classify_error(roots[0].text)
+    if first is None or first[0] not in ("signal", "child_died"):
+        return None
+    for e in roots[1:]:
+        hit = classify_error(e.text)
+        if hit is not None and hit[2] is not None and hit[2].kind in ("hang", "timeout"):
+            return e
+    return None
+
+
 def analyze_log(text: str) -> LogAnalysis:
     """Find the root failure in a server log (any number of ranks) and its signature."""
     why = _not_a_log(text)
@@ -762,6 +890,10 @@ def analyze_log(text: str) -> LogAnalysis:
         progress.append(best)
     reached = best
     events = _events_by_process(lines, bodies)
+    stop = _stopped_at(bodies)
+    if stop is not None:
+        # told to stop (SIGTERM): what it prints from then on is its shutdown
+        events = [e for e in events if e.start < stop]
     # a wrapper is the root only when the cause was never printed (killed without a word)
     roots = [e for e in events if not _is_wrapper(e)] or events
     server = profiles[0].name if len(profiles) == 1 else None
@@ -777,9 +909,9 @@ def analyze_log(text: str) -> LogAnalysis:
 
     # The first real error is the root: ranks that fail because a peer died print later,
     # and chained tracebacks print the cause first.
-    root = roots[0]
+    root = _hang_before_kill(roots, bodies) or roots[0]
     extra = _continuation(bodies, root.index)
-    error_class, key, rule = _classify_event(root, extra)
+    error_class, key, rule = _classify_event(root, extra, bodies)
     if not key and rule is None:
         # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
         for later in events:
@@ -809,7 +941,8 @@ def analyze_log(text: str) -> LogAnalysis:
     dump_frames: tuple[Frame, ...] = ()
     peer_frames: list[Frame] = []
     if kind == "crash":
-        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames)
+        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames,
+                            events)
     else:
         site, dump_frames = _stuck_place(_find_dumps(bodies), root.index)
         if site is None:
@@ -827,13 +960,22 @@ def analyze_log(text: str) -> LogAnalysis:
         if phase is None and rule is not None:
             phase = rule.phase_hint
         if phase is None:
+            phase = next((ph for ph, pat in PHASE_HINTS if pat.search(key or "")), None)
+        if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""
+    if rule is None:
+        message = first_sentence(message)
     if len(message) > KEY_LENGTH:
         # what follows is a dump (supported architectures, a request, a config) that
         # changes with versions and inputs; the bug is named by the start
         message = message[:KEY_LENGTH].rstrip() + "..."
-    if site:
+    specific = kind == "crash" and names_itself(error_class, message)
+    if specific:
+        # a message in the server's own words quotes what the user gave it (a model
+        # path or repo id, an architecture, a file): the words name the failure
+        message = _QUOTED.sub("'<v>'", message)
+    if site and not specific:
         message = f"{message} @ {site}" if message else f"@ {site}"
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])
     excerpt += tuple(lines[root.index + 1 : root.index + 1 + len(extra)])

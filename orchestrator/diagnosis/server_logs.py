@@ -15,6 +15,12 @@ One `ServerProfile` per server. Adding a server is adding one profile to `PROFIL
 
 Functions that only pass a call through (checkers, decorators, dispatchers) are listed in
 `PASS_THROUGH`: they never name a place.
+
+Errors whose own line says little (`GENERIC_HEADERS`) are named by the line that does:
+pydantic's `N validation error for X` by its `Value error, ...` line, NCCL's `internal
+error` by the `NCCL WARN` line that names the cause. Lines that say the server was asked
+to stop (`STOP_MARKERS`) end the part of a log where errors count: vLLM prints an
+`EngineDeadError` traceback on every SIGTERM.
 """
 
 from __future__ import annotations
@@ -160,6 +166,110 @@ VLLM = ServerProfile(
 
 PROFILES: tuple[ServerProfile, ...] = (SGLANG, VLLM)
 
+
+@dataclass(frozen=True)
+class GenericHeader:
+    """An error line that only announces the real error, and where that one is printed.
+
+    `header` is searched in the exception's text; `detail` is matched on the lines
+    `after` it (or `before` it) up to `within` lines away, the first match wins; its
+    group `msg` names the failure. The key becomes `template` over both matches' groups.
+    """
+
+    name: str
+    header: re.Pattern[str]
+    detail: re.Pattern[str]
+    template: str
+    direction: str = "after"  # or "before": the cause was printed first
+    within: int = 8
+    # the error class the detail names, by its `kind` group (pydantic's "Value error"
+    # is the validator's ValueError); absent: the class stays the header's
+    classes: dict[str, str] | None = None
+
+
+GENERIC_HEADERS: tuple[GenericHeader, ...] = (
+    # pydantic: "1 validation error for SchedulerConfig" then, indented, the validator's
+    # own error: "  Value error, max_num_batched_tokens (64) is smaller than ... [type=...]"
+    # (its text may go on over several lines before the `[type=...]`)
+    GenericHeader(
+        "pydantic-validator",
+        re.compile(r"\b\d+ validation errors? for (?P<model>[\w.]+)"),
+        re.compile(r"^\s*(?P<kind>Value error|Assertion failed|Assertion error),\s*"
+                   r"(?P<msg>.*?)\s*(?:\[type=\w+.*)?$"),
+        "{msg}",
+        classes={"Value error": "ValueError", "Assertion failed": "AssertionError",
+                 "Assertion error": "AssertionError"},
+    ),
+    # or a field's name on one line, then "  Input should be ... [type=int_parsing, ...]"
+    GenericHeader(
+        "pydantic-field",
+        re.compile(r"\b\d+ validation errors? for (?P<model>[\w.]+)"),
+        re.compile(r"^\s+(?P<msg>\S.*?)\s*\[type=(?P<type>\w+)"),
+        "{model}: {msg}",
+    ),
+    # newer NCCL prints the cause after the summary: "Last error:" then the cause
+    GenericHeader(
+        "nccl-last-error",
+        re.compile(r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
+                   r"error|unhandled cuda error|remote process exited|invalid usage)",
+                   re.IGNORECASE),
+        re.compile(r"^Last error:\s*(?P<msg>.*)$"),
+        "NCCL error: {what}: {msg}",
+        within=3,
+    ),
+    # NCCL's own summary ("internal error", "unhandled system error", ...) names no cause;
+    # the `NCCL WARN` line it printed first (socket, cuda, shm failures) does.
+    GenericHeader(
+        "nccl",
+        re.compile(r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
+                   r"error|unhandled cuda error|remote process exited|invalid usage)",
+                   re.IGNORECASE),
+        re.compile(r"NCCL WARN (?P<msg>.+)"),
+        "NCCL error: {what}: {msg}",
+        direction="before",
+        within=400,
+    ),
+)
+
+# Errors whose message does not say what went wrong, only what broke (a device, a library,
+# a memory pool, a bare Python error naming a value): the same text comes from many bugs,
+# so their signature keeps the place in the server's own code that raised them. Any other
+# error says what went wrong in its own words, and those words are its name: the place
+# is left out, so the same message from another version, rank or wrapper (code moved, a
+# traceback cut or re-printed shorter) stays one failure.
+GENERIC_CLASSES = frozenset({
+    "illegal_address", "device_assert", "cublas", "cuda_error", "cuda_oom",
+    "not_enough_memory", "kv_cache_memory", "nccl", "nvshmem", "triton_out_of_resources",
+    "cuda_graph_capture", "assertion", "signal", "error",
+    "KeyError", "IndexError", "AttributeError", "ZeroDivisionError", "StopIteration",
+    "UnboundLocalError", "NameError", "OutOfResources",
+})  # fmt: skip
+# Device errors that name their cause, wherever they are raised: a build for another GPU,
+# a device that is not there or is taken.
+SELF_NAMING = re.compile(
+    r"no kernel image is available|invalid device ordinal|busy or unavailable|unsupported "
+    r"toolchain|driver version is insufficient|no CUDA-capable device|not compiled with"
+)
+
+# Messages that say which startup phase raised them, for logs that show neither the
+# milestones nor the frames (a report that quotes only the error line).
+PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
+    (Phase.SERVING, re.compile(r"The decoder prompt \(length \d+\) is longer than the "
+                               r"maximum model length|prompt \(length \d+\) is longer than")),
+    (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
+)
+SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
+
+# Lines a server prints once it has been told to stop (SIGTERM from systemd or the tool):
+# errors after them are the shutdown, never the failure of a run.
+STOP_MARKERS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"Shutting down FastAPI HTTP server"),  # vLLM's API server
+    re.compile(r"^(?:INFO:\s+)?Shutting down$"),  # uvicorn
+    re.compile(r"^(?:INFO:\s+)?Waiting for application shutdown"),  # uvicorn
+    re.compile(r"Received (?:SIGTERM|signal 15|SIGINT)\b"),
+    re.compile(r"Terminated by signal|Stopping .*\.service\.\.\.$"),  # systemd journal
+)
+
 # Functions that only pass a call on: checkers, decorators, torch dispatch.
 PASS_THROUGH = re.compile(
     r"^(?:NCCL_CHECK|CUDA_CHECK|CUDART_CHECK|decorate_context|_call_impl|_wrapped_call_impl|"
@@ -211,5 +321,7 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
     return found or PROFILES
 
 
-__all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM",
-           "Marker", "ServerProfile", "own_file", "profiles_for"]  # fmt: skip
+__all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
+           "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS", "GenericHeader", "PASS_THROUGH",
+           "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
+           "profiles_for"]  # fmt: skip
