@@ -1,7 +1,11 @@
 """How far the classifier's signatures can be trusted on a folder of labelled real logs.
 
-    .venv/bin/python bench/diagnosis.py DIR [--details] [--half heldout|tune|whole]
+    .venv/bin/python bench/diagnosis.py [DIR ...] [--details] [--half heldout|tune|whole]
     .venv/bin/python bench/diagnosis.py --big [MB]      # speed on a huge non-server log
+
+Without DIR it scores the project's two corpora side by side: tests/data/real_logs (reruns
+of each bug made by a generator) and tests/data/thread_logs (reports of one bug by
+different people in public issue threads, never generated).
 
 DIR holds logs and a labels.tsv (file, class, phase, root_cause_key, source). Prints, for
 the held-out half (split by root cause, see orchestrator.diagnosis.scoring.half_of), the tuning
@@ -25,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.diagnosis.classify import analyze_log  # noqa: E402
 from orchestrator.diagnosis.scoring import TARGETS, Score, classify, load, score_halves  # noqa: E402
+
+DEFAULT_CORPORA = ("tests/data/real_logs", "tests/data/thread_logs")
 
 
 def table(scores: dict[str, Score]) -> str:
@@ -83,7 +89,8 @@ def big(mb: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", nargs="?", help="a folder with logs and labels.tsv")
+    parser.add_argument("folders", nargs="*", metavar="DIR",
+                        help="folders with logs and labels.tsv (default: both corpora)")
     parser.add_argument("--details", action="store_true", help="list the pairs that went wrong")
     parser.add_argument("--half", choices=["heldout", "tune", "whole"], default=None,
                         help="details for this part only (default: both halves)")
@@ -93,15 +100,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.big:
         big(args.big)
         return 0
-    if not args.folder:
-        parser.error("give a folder with labels.tsv (or --big)")
-    scores = score_halves(classify(load(args.folder)))
-    print(table(scores))
+    root = Path(__file__).resolve().parents[1]
+    folders = args.folders or [str(root / f) for f in DEFAULT_CORPORA]
+    per_folder = {f: score_halves(classify(load(f))) for f in folders}
+    if len(per_folder) == 1:
+        scores = next(iter(per_folder.values()))
+        print(table(scores))
+    else:
+        # the held-out half and the whole of every corpus, side by side
+        columns = {f"{Path(f).name} {half}": s[half]
+                   for f, s in per_folder.items() for half in ("heldout", "whole")}
+        print(table(columns))
     if args.details:
-        for name, s in scores.items():
-            if args.half == name or (args.half is None and name != "whole"):
-                print(f"\n## {name}\n{details(s)}")
-    return 0 if all(s.meets_targets() for s in (scores["heldout"], scores["whole"])) else 1
+        for f, scores in per_folder.items():
+            for name, s in scores.items():
+                if args.half == name or (args.half is None and name != "whole"):
+                    print(f"\n## {Path(f).name} {name}\n{details(s)}")
+    return 0 if all(s["heldout"].meets_targets() and s["whole"].meets_targets()
+                    for s in per_folder.values()) else 1  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -79,8 +79,9 @@ CASES = [
     ("sglang_illegal_address_serving.log", Phase.SERVING, "illegal_address",
      f"cuda an illegal memory access was encountered @ {SG}/scheduler.py:"
      f"process_batch_result_decode"),
+    # the checker that raised it is the place every report of the failure keeps
     ("sglang_nccl_init.log", Phase.INIT, "nccl", "NCCL error: unhandled system error @ "
-     f"{SG}/pynccl_wrapper.py:ncclCommInitRank"),
+     f"{SG}/pynccl_wrapper.py:NCCL_CHECK"),
     ("sglang_attribute_error_cuda_graph.log", Phase.CUDA_GRAPH, "AttributeError",
      "'Glm4MoeSparseMoeBlock' object has no attribute '_enable_a2a_moe' @ "
      f"{SG}/cuda_graph_runner.py:__init__"),
@@ -256,7 +257,9 @@ def test_judge_timeout_and_hang_target() -> None:
                        timed_out=True)  # fmt: skip
     verdict, sig = judge(hang, CUBLAS)
     assert verdict == Verdict.TIMEOUT
-    assert sig == Signature(Phase.CUDA_GRAPH, "hang", HANG_MESSAGE)
+    # named by what it waited on: the last milestone before the silence
+    assert sig == Signature(Phase.CUDA_GRAPH, "hang",
+                            f"{HANG_MESSAGE} after 'Capture cuda graph begin'")  # fmt: skip
     assert judge(hang, sig) == (Verdict.FAIL, sig)
     other_phase = Signature(Phase.KV_CACHE, "hang", HANG_MESSAGE)
     assert judge(hang, other_phase)[0] == Verdict.TIMEOUT
@@ -372,3 +375,167 @@ def test_a_port_clash_is_infra_with_its_own_message() -> None:
     assert judge(store, None)[0] is Verdict.INFRA
     # a healthy server that logs the phrase is not judged by it
     assert judge(RunEvidence(log_tail=clash, became_ready=True), None) == (Verdict.PASS, None)
+
+
+# --- the real message under a generic header; hangs named by what they wait on ---------
+
+_API = "(APIServer pid=4021) "
+_SCHED_TB = [
+    "Traceback (most recent call last):",
+    '  File "/opt/venv/bin/vllm", line 10, in <module>',
+    "    sys.exit(main())",
+    '  File "/opt/venv/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1702, in '
+    "create_engine_config",
+    "    scheduler_config = SchedulerConfig(",
+    '  File "/opt/venv/lib/python3.12/site-packages/pydantic/_internal/_dataclasses.py", '
+    "line 121, in __init__",
+    "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig",
+]
+
+
+def _scheduler_error(value_error: str) -> str:
+    lines = [*_SCHED_TB, f"  Value error, {value_error} [type=value_error, input_value="
+             "ArgsKwargs((), {'runner_type': 'generate', ...}), input_type=ArgsKwargs]",
+             "    For further information visit https://errors.pydantic.dev/2.12/v/value_error"]
+    return "\n".join(_API + line for line in lines) + "\n"
+
+
+def test_three_scheduler_config_errors_get_three_signatures() -> None:
+    """vLLM's config validation raises one pydantic header for all of them; the `Value
+    error, ...` line under it is the failure (and it is the validator's ValueError)."""
+    errors = [
+        "max_num_batched_tokens (64) is smaller than max_model_len (2048). This effectively "
+        "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
+        "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.",
+        "max_num_batched_tokens (64) must be greater than or equal to max_num_seqs (128).",
+        "long_prefill_token_threshold (1500) cannot be greater than the max_model_len (1024).",
+    ]
+    sigs = [analyze_log(_scheduler_error(e)).signature for e in errors]
+    assert all(s is not None and s.phase == Phase.INIT and s.error_class == "ValueError"
+               for s in sigs)  # fmt: skip
+    assert len({s.key() for s in sigs if s}) == 3
+    assert sigs[0] is not None and sigs[0].message == (
+        "max_num_batched_tokens (<n>) is smaller than max_model_len (<n>)")
+    assert all("validation error" not in (s.message if s else "") for s in sigs)
+    # the same error at other sizes is the same failure
+    again = _scheduler_error(errors[1].replace("(64)", "(32)").replace("(128)", "(256)"))
+    assert analyze_log(again).signature == sigs[1]
+
+
+def test_engine_dead_error_printed_on_sigterm_is_not_a_failure() -> None:
+    """vLLM prints an EngineDeadError traceback on every SIGTERM: a server that served and
+    was stopped shows no failure; a crash before the stop still does."""
+    served = [
+        "(APIServer pid=88) INFO 11-30 10:00:00 [api_server.py:1886] Starting vLLM API server 0 "
+        "on http://0.0.0.0:8000",
+        "(APIServer pid=88) INFO:     Application startup complete.",
+        '(APIServer pid=88) INFO:     127.0.0.1:40312 - "GET /health HTTP/1.1" 200 OK',
+        "(APIServer pid=88) INFO 11-30 10:01:00 [launcher.py:110] Shutting down FastAPI HTTP "
+        "server.",
+        "(APIServer pid=88) ERROR 11-30 10:01:00 [async_llm.py:480] AsyncLLM output_handler "
+        "failed.",
+        "(APIServer pid=88) ERROR 11-30 10:01:00 [async_llm.py:480] Traceback (most recent "
+        "call last):",
+        '(APIServer pid=88) ERROR 11-30 10:01:00 [async_llm.py:480]   File "/opt/venv/lib/'
+        'python3.12/site-packages/vllm/v1/engine/async_llm.py", line 439, in output_handler',
+        "(APIServer pid=88) ERROR 11-30 10:01:00 [async_llm.py:480]     outputs = await "
+        "engine_core.get_output_async()",
+        "(APIServer pid=88) ERROR 11-30 10:01:00 [async_llm.py:480] vllm.v1.engine.exceptions."
+        "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the "
+        "root cause.",
+        "(APIServer pid=88) INFO:     Shutting down",
+    ]
+    text = "\n".join(served) + "\n"
+    assert analyze_log(text).signature is None
+    assert judge(RunEvidence(log_tail=text, became_ready=True), None) == (Verdict.PASS, None)
+    crashed = served[:3] + ["(APIServer pid=88) RuntimeError: CUDA error: an illegal memory "
+                            "access was encountered"] + served[3:]  # fmt: skip
+    sig = analyze_log("\n".join(crashed)).signature
+    assert sig is not None and sig.error_class == "illegal_address"
+
+
+def _watchdog(seq: int, rank: int, op: str, numel: int) -> str:
+    return (f"[rank{rank}]:[E226 11:16:37.170295281 ProcessGroupNCCL.cpp:616] [Rank {rank}] "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}"
+            f", NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran for 600077 "
+            "milliseconds before timing out.\n")  # fmt: skip
+
+
+def test_nccl_watchdog_timeout_is_named_by_its_collective_and_a_kill_ends_it() -> None:
+    start = "[2025-02-26 11:06:01 TP0] Decode batch. #running-req: 3, #token: 900\n"
+    a = analyze_log(start + _watchdog(5653, 7, "ALLREDUCE", 58720256))
+    b = analyze_log(start + _watchdog(808, 1, "ALLREDUCE", 9801523) + "Killed\n")
+    c = analyze_log(start + _watchdog(7753, 0, "_REDUCE_SCATTER_BASE", 544997376))
+    assert a.signature is not None and a.kind == "timeout"
+    assert a.signature == b.signature  # another run, rank and size; the watchdog's kill
+    assert "ALLREDUCE" in a.signature.message and a.signature != c.signature
+    stuck = analyze_log(start + "[rank6]:[E429 13:55:49.384372190 ProcessGroupNCCL.cpp:1743] "
+                        "[PG ID 0 PG GUID 0(default_pg) Rank 6] ProcessGroupNCCL's watchdog "
+                        "got stuck for 480 seconds without making progress in monitoring "
+                        "enqueued collectives.\nKilled\n")  # fmt: skip
+    assert stuck.kind == "hang" and stuck.signature is not None
+    assert stuck.signature.error_class == "hang"
+
+
+def test_a_silent_hang_is_named_by_its_last_milestone() -> None:
+    def run(bs: int, done: int) -> str:
+        return ("[2025-10-06 20:05:22 DP0 TP0] Capture cuda graph begin. This can take up to "
+                "several minutes. avail mem=3.66 GB\n"
+                f"Capturing batches (bs={bs} avail_mem=3.10 GB):   {done}%|      | 0/52 "
+                "[00:04<?, ?it/s]\n[2025-10-06 20:05:27 DP0 TP0] Registering 0 cuda graph "
+                "addresses\n")  # fmt: skip
+
+    sigs = [judge(RunEvidence(log_tail=run(bs, d), timed_out=True), None)[1]
+            for bs, d in ((512, 0), (160, 12))]  # fmt: skip
+    assert sigs[0] == sigs[1] == Signature(
+        Phase.CUDA_GRAPH, "hang", f"{HANG_MESSAGE} after 'Capturing batches'")
+
+
+def test_nccl_summary_is_named_by_the_warn_line_that_names_the_cause() -> None:
+    def crash(warn: str) -> str:
+        return (f"node1:36748:36748 [0] misc/socket.cc:484 NCCL WARN {warn}\n"
+                "node1:36748:36748 [0] NCCL INFO init.cc:1234 -> 2\n"
+                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+                "for details)\n")  # fmt: skip
+
+    refused = analyze_log(crash("socketStartConnect: Connect to 10.0.0.5<35221> failed : "
+                                "Connection refused"))  # fmt: skip
+    refused2 = analyze_log(crash("socketStartConnect: Connect to 10.0.0.9<41007> failed : "
+                                 "Connection refused"))  # fmt: skip
+    shm = analyze_log(crash("Error while creating shared memory segment /dev/shm/nccl-x "
+                            "(size 9637888)"))  # fmt: skip
+    assert refused.signature is not None and shm.signature is not None
+    assert refused.signature == refused2.signature != shm.signature
+    # NCCL prints the WARN before its summary: the first error of the failure names it
+    assert refused.signature.message.startswith("NCCL WARN socketStartConnect: Connect to "
+                                                "<addr> failed")  # fmt: skip
+
+
+def test_a_failure_while_the_server_prints_its_progress_gets_that_phase() -> None:
+    """vLLM captures its CUDA graphs inside its KV-cache initialization: the stack says
+    kv_cache, the capture progress printed right above the traceback says cuda_graph."""
+    text = "\n".join([
+        "(EngineCore_DP0 pid=7) INFO 08-01 10:00:00 [kv_cache_utils.py:833] GPU KV cache size: "
+        "1,024,000 tokens",
+        "(EngineCore_DP0 pid=7) Capturing CUDA graph shapes:  45%|████▌     | 30/67 "
+        "[00:05<00:06,  5.9it/s]",
+        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] Traceback (most recent call "
+        "last):",
+        '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
+        'core.py", line 83, in __init__',
+        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self._initialize_kv_"
+        "caches(vllm_config)",
+        '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
+        'core.py", line 169, in _initialize_kv_caches',
+        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self.model_executor."
+        "initialize_from_config(kv_cache_configs)",
+        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] torch.OutOfMemoryError: CUDA "
+        "out of memory. Tried to allocate 2.00 GiB.",
+    ])  # fmt: skip
+    a = analyze_log(text)
+    assert a.signature is not None and a.phase == Phase.CUDA_GRAPH
+    # without the progress line the stack alone speaks
+    a2 = analyze_log("\n".join(ln for ln in text.splitlines() if "ERROR" in ln))
+    assert a2.phase == Phase.KV_CACHE

@@ -95,7 +95,8 @@ def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:
              "minutes. avail mem=12.00 GB\n")  # fmt: skip
     label = Label("x.log", "hang", "cuda_graph", "k", "")
     [out] = classify([Case(label, stops)])
-    assert out.signature == "cuda_graph|hang|no readiness before the deadline"
+    assert out.signature == ("cuda_graph|hang|no readiness before the deadline after "
+                             "'Capture cuda graph begin'")
     assert out.phase == "cuda_graph"
     crash = Label("y.log", "crash", "cuda_graph", "k", "")
     assert classify([Case(crash, stops)])[0].signature is None  # a crash needs its log
@@ -250,3 +251,63 @@ def test_any_text_gets_an_answer_never_an_exception(rows: list[list[str]]) -> No
     if analysis.signature is not None:
         assert analysis.message is not None and analysis.phase is not None
     judge(RunEvidence(log_tail=text, timed_out=True), analysis.signature)
+
+
+# --- a log cut anywhere above its deepest server frame keeps its signature -------------
+
+THREADS = Path(__file__).parent / "data" / "thread_logs"
+
+
+def _cut_points(text: str) -> tuple[list[str], int, int, bool] | None:
+    """The log's lines, the first line of its root traceback, the line of that traceback's
+    deepest frame in the server's own code, and whether its frames say the phase."""
+    from orchestrator.diagnosis.classify import _FRAME_RE, strip_prefix
+    from orchestrator.diagnosis.server_logs import own_file, profiles_for
+
+    lines = [ln for ln in text.splitlines() if not ln.startswith("# source:")]
+    analysis = analyze_log(text)
+    if analysis.signature is None or analysis.kind != "crash" or not analysis.excerpt:
+        return None
+    start = lines.index(analysis.excerpt[0])
+    deepest, frames = None, []
+    for i in range(start, start + len(analysis.excerpt)):
+        fm = _FRAME_RE.match(strip_prefix(lines[i]))
+        if fm is not None:
+            frames.append((fm.group("file"), fm.group("func")))
+            if own_file(fm.group("file")) is not None:
+                deepest = i
+    if deepest is None:
+        return None
+    # a startup function on the stack says the phase; the serving loop leaves it to the
+    # milestones (the loop also runs the server's own warmup request)
+    says_phase = any(pattern.match(func) for prof in profiles_for(text)
+                     for _phase, pattern in prof.startup_frames for _path, func in frames)
+    return lines, start, deepest, says_phase
+
+
+@pytest.mark.parametrize("corpus", [CORPUS, THREADS], ids=["real_logs", "thread_logs"])
+def test_a_cut_above_the_deepest_server_frame_keeps_the_signature(corpus: Path) -> None:
+    """Journal tails start anywhere, reports quote tracebacks cut short: wherever a log of
+    a crash starts, above the deepest frame of the server's own code that raised it, it
+    keeps its error class and message (with the place); and while the cut leaves that
+    traceback whole, its phase too when the traceback's frames say it."""
+    checked, broken = 0, []
+    for case in load(corpus):
+        found = _cut_points(case.text)
+        if found is None:
+            continue
+        lines, start, deepest, says_phase = found
+        whole = analyze_log(case.text).signature
+        assert whole is not None
+        checked += 1
+        for cut in range(1, deepest + 1):
+            got = analyze_log("\n".join(lines[cut:]) + "\n").signature
+            same = got is not None and (got.error_class, got.message) == (
+                whole.error_class, whole.message)
+            if same and cut <= start and says_phase:
+                same = got.phase == whole.phase
+            if not same:
+                broken.append(f"{case.label.file} cut at line {cut}: {whole} -> {got}")
+                break
+    assert checked >= 7  # logs of a crash with a traceback through the server's code
+    assert broken == []

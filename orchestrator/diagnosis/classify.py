@@ -177,6 +177,20 @@ def phase_of_line(line: str, profiles: Sequence[ServerProfile] | None = None) ->
     return _phase_of_body(strip_prefix(line), profiles or profiles_for(line))
 
 
+def last_milestone(lines: Sequence[str]) -> str | None:
+    """The last startup milestone the log printed, by the marker's literal (`Capturing
+    batches`, not the progress bar's numbers): what a server that fell silent was doing."""
+    lines = [ln for ln in lines if not ln.startswith("# source:")]
+    profiles = profiles_for("\n".join(lines[:400] + lines[-400:]))
+    for line in reversed(lines[-5000:]):
+        body = strip_prefix(line)
+        for prof in profiles:
+            for marker in reversed(prof.markers):
+                if marker.needle in body and marker.pattern.search(body):
+                    return marker.needle
+    return None
+
+
 def last_phase(lines: Iterable[str]) -> Phase | None:
     """The latest phase any of `lines` proves (phases only move forward)."""
     lines = [ln for ln in lines if not ln.startswith("# source:")]
@@ -205,7 +219,7 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (_PATH, "<path>/"),
     (re.compile(r"\(\d+(?:\.\d+)?/\d+(?:\.\d+)?\s?(?:[KMGTP]i?B)\)"), "(<size>)"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b"), "<size>"),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<addr>"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+\b|<\d+>|\b)"), "<addr>"),  # NCCL: ip<port>
     (re.compile(r"\[(?:[A-Z]{2,3}\d+ ?)+\]"), ""),
     (re.compile(r"\b(pid|PID|tid|rank|Rank|device|GPU|gpu|cuda:|TP|DP|EP|PP)[ =]?\d+\b"), r"\1<n>"),
     (re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])"), "<num>"),
@@ -315,6 +329,10 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
             _r("nccl_timeout",
                r"Watchdog caught collective operation timeout: WorkNCCL\(.*?OpType=(?P<op>\w+)",
                "collective operation timeout: {op}", priority=7, kind="timeout"),
+            # torch's NCCL heartbeat monitor: the watchdog thread itself is stuck
+            _r("hang", r"watchdog got stuck for \d+ seconds without making progress|Heartbeat "
+                       r"monitor timed out|due to ProcessGroupNCCL watchdog hang",
+               "ProcessGroupNCCL watchdog stuck", priority=7, kind="hang"),
             _r("hang", r"Watchdog timeout \(self\.watchdog_timeout=",
                "scheduler watchdog timeout", priority=7, kind="hang"),
             _r("hang", r"Engine iteration timed out", "engine iteration timed out",
@@ -484,6 +502,8 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             linked = True
             continue
         if (fm := _FRAME_RE.match(body)) is not None:
+            if start is None:  # a traceback quoted without its header line
+                start = idx
             frames.append((fm.group("file"), fm.group("func")))
             last_frame = idx
             continue
@@ -854,6 +874,27 @@ def _not_a_log(text: str) -> str | None:
     return None
 
 
+FRESH_LINES = 3  # a milestone this close above a traceback was being printed when it failed
+
+
+def _fresh_progress(bodies: Sequence[str], progress: Sequence[Phase | None], start: int,
+                    profiles: Sequence[ServerProfile]) -> Phase | None:  # fmt: skip
+    """The phase of a milestone printed right above line `start` (blank lines and other
+    processes' lines aside), or None."""
+    seen = 0
+    for i in range(start - 1, -1, -1):
+        body = bodies[i].strip()
+        if not body:
+            continue
+        phase = _phase_of_body(bodies[i], profiles)
+        if phase is not None:
+            return progress[i] if i < len(progress) else phase
+        seen += 1
+        if seen >= FRESH_LINES:
+            return None
+    return None
+
+
 def _stopped_at(bodies: Sequence[str]) -> int | None:
     """The line where the server says it was told to stop (server_logs.STOP_MARKERS)."""
     for i, body in enumerate(bodies):
@@ -957,6 +998,12 @@ def analyze_log(text: str) -> LogAnalysis:
                  or _frame_phase(chain_frames + dump_frames + tuple(peer_frames), profiles,
                                  at_root)
                  or at_root)  # fmt: skip
+        fresh = _fresh_progress(bodies, progress, root.start, profiles)
+        if fresh is not None and _later(fresh, phase) is fresh and fresh is not phase:
+            # the server was printing its own progress of a later phase when it failed
+            # (a capture progress bar, then the traceback): the stack's startup function
+            # is the one that runs that phase too (vLLM captures inside its KV-cache init)
+            phase = fresh
         if phase is None and rule is not None:
             phase = rule.phase_hint
         if phase is None:
@@ -999,6 +1046,12 @@ def analyze_log(text: str) -> LogAnalysis:
 # ---------------------------------------------------------------------------------------
 
 HANG_MESSAGE = "no readiness before the deadline"
+
+
+def hang_message(log_tail: str) -> str:
+    """A silent hang named by what it waited on: the last milestone before the silence."""
+    last = last_milestone(log_tail[-2_000_000:].splitlines()) if log_tail else None
+    return f"{HANG_MESSAGE} after '{last}'" if last else HANG_MESSAGE
 
 _SIGNAL_NAMES = {
     1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS",
@@ -1162,7 +1215,7 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         if analysis.signature is not None:
             sig = analysis.signature
             return _verdict_for(sig, target), sig
-        sig = Signature(reached, "hang", HANG_MESSAGE)
+        sig = Signature(reached, "hang", hang_message(evidence.log_tail))
         if target is None or sig == target:
             return Verdict.FAIL, sig
         return Verdict.TIMEOUT, sig
@@ -1208,6 +1261,8 @@ def resign(old: Signature | None, log_tail: str) -> Signature | None:
     analysis = analyze_log(log_tail) if log_tail else None
     new = analysis.signature if analysis is not None else None
     if new is None:
+        if old.error_class == "hang" and old.message == HANG_MESSAGE:
+            return Signature(old.phase, "hang", hang_message(log_tail))
         return old
     if old.phase == Phase.SERVING and new.phase != Phase.SERVING:
         return Signature(Phase.SERVING, new.error_class, new.message)
@@ -1228,7 +1283,9 @@ __all__ = [
     "RunEvidence",
     "analyze_log",
     "classify_error",
+    "hang_message",
     "judge",
+    "last_milestone",
     "last_phase",
     "normalize_message",
     "outside_cause",

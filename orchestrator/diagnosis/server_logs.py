@@ -18,7 +18,8 @@ Functions that only pass a call through (checkers, decorators, dispatchers) are 
 
 Errors whose own line says little (`GENERIC_HEADERS`) are named by the line that does:
 pydantic's `N validation error for X` by its `Value error, ...` line, NCCL's `internal
-error` by the `NCCL WARN` line that names the cause. Lines that say the server was asked
+error` by its `Last error:` line. (The `NCCL WARN` line NCCL prints before its summary is
+an error of its own, the first of the failure, so it names it.) Lines that say the server was asked
 to stop (`STOP_MARKERS`) end the part of a log where errors count: vLLM prints an
 `EngineDeadError` traceback on every SIGTERM.
 """
@@ -217,18 +218,6 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
         "NCCL error: {what}: {msg}",
         within=3,
     ),
-    # NCCL's own summary ("internal error", "unhandled system error", ...) names no cause;
-    # the `NCCL WARN` line it printed first (socket, cuda, shm failures) does.
-    GenericHeader(
-        "nccl",
-        re.compile(r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
-                   r"error|unhandled cuda error|remote process exited|invalid usage)",
-                   re.IGNORECASE),
-        re.compile(r"NCCL WARN (?P<msg>.+)"),
-        "NCCL error: {what}: {msg}",
-        direction="before",
-        within=400,
-    ),
 )
 
 # Errors whose message does not say what went wrong, only what broke (a device, a library,
@@ -270,9 +259,11 @@ STOP_MARKERS: tuple[re.Pattern[str], ...] = (
     re.compile(r"Terminated by signal|Stopping .*\.service\.\.\.$"),  # systemd journal
 )
 
-# Functions that only pass a call on: checkers, decorators, torch dispatch.
+# Functions that only pass a call on: decorators, dispatchers, re-raise sites. (A checker
+# such as NCCL_CHECK is not one of them: it raised the error, and it is the frame every
+# report of the failure keeps, however much of the stack above it was cut.)
 PASS_THROUGH = re.compile(
-    r"^(?:NCCL_CHECK|CUDA_CHECK|CUDART_CHECK|decorate_context|_call_impl|_wrapped_call_impl|"
+    r"^(?:decorate_context|_call_impl|_wrapped_call_impl|"
     r"__call__|wrapper|inner|_fn|run_method|_op|sync_wrapper|patched_\w+|forward_call|"
     r"execute_method|worker_busy_loop|collective_rpc|get_response|_run_workers\w*|"
     r"__exit__|__enter__|run|_bootstrap\w*|<lambda>|<module>|main)$"
