@@ -311,3 +311,32 @@ def test_a_cut_above_the_deepest_server_frame_keeps_the_signature(corpus: Path) 
                 break
     assert checked >= 7  # logs of a crash with a traceback through the server's code
     assert broken == []
+
+
+def test_thread_corpus_labels_and_sources() -> None:
+    """The second corpus: every log names the public thread it comes from, and most root
+    causes are reported by two or more people; both halves exist."""
+    labels = read_labels(THREADS)
+    causes = {lab.root_cause for lab in labels}
+    assert len(causes) >= 15 and len(labels) >= 35
+    assert all(lab.source.startswith("https://github.com/") for lab in labels)
+    for lab in labels:
+        first = (THREADS / lab.file).read_text(encoding="utf-8").splitlines()[0]
+        assert first == f"# source: {lab.source}"
+    reported_twice = [c for c in causes if sum(lab.root_cause == c for lab in labels) >= 2]
+    assert len(reported_twice) >= len(causes) - 1
+    assert {half_of(c) for c in causes} == {"tune", "heldout"}
+
+
+def test_bench_prints_both_corpora(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+    import sys
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "bench" / "diagnosis.py"),
+                            run_name="bench_diagnosis")  # fmt: skip
+    sys.modules.pop("bench_diagnosis", None)
+    module["main"]([])
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    assert "real_logs heldout" in header and "thread_logs heldout" in header
+    assert "pairwise recall" in out

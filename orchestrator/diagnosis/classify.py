@@ -44,6 +44,7 @@ from orchestrator.diagnosis.server_logs import (
     SELF_NAMING,
     SPECIFIC_WORDS,
     STOP_MARKERS,
+    WRAPPED_CAUSES,
     ServerProfile,
     own_file,
     profiles_for,
@@ -953,6 +954,13 @@ def analyze_log(text: str) -> LogAnalysis:
     root = _hang_before_kill(roots, bodies) or roots[0]
     extra = _continuation(bodies, root.index)
     error_class, key, rule = _classify_event(root, extra, bodies)
+    if _is_wrapper(root):
+        # only the wrapper was printed: the error it quotes, if any, is the failure
+        inner = next((m.group("inner") for p in WRAPPED_CAUSES
+                      if (m := p.search(root.text)) is not None), None)  # fmt: skip
+        if inner and inner.strip("'\" "):
+            hit = classify_error(inner)
+            error_class, key, rule = hit if hit is not None else (error_class, inner, None)
     if not key and rule is None:
         # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
         for later in events:
@@ -1007,7 +1015,11 @@ def analyze_log(text: str) -> LogAnalysis:
         if phase is None and rule is not None:
             phase = rule.phase_hint
         if phase is None:
-            phase = next((ph for ph, pat in PHASE_HINTS if pat.search(key or "")), None)
+            # the error's own words, or the wrapper printed right after it, may say
+            said = [key or "", root.text] + [e.text for e in events
+                                             if 0 < e.index - root.index <= 5]  # fmt: skip
+            phase = next((ph for ph, pat in PHASE_HINTS if any(pat.search(t) for t in said)),
+                         None)  # fmt: skip
         if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""

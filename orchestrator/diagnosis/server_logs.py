@@ -243,11 +243,22 @@ SELF_NAMING = re.compile(
 # Messages that say which startup phase raised them, for logs that show neither the
 # milestones nor the frames (a report that quotes only the error line).
 PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
+    # SGLang's wrapper of any error raised while capturing says so
+    (Phase.CUDA_GRAPH, re.compile(r"Capture cuda graph failed")),
     (Phase.SERVING, re.compile(r"The decoder prompt \(length \d+\) is longer than the "
                                r"maximum model length|prompt \(length \d+\) is longer than")),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
 )
 SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
+
+# Wrappers that quote the error they report: when the log kept only the wrapper (the
+# worker's own traceback went elsewhere), the quoted error is the failure. ('' quotes
+# nothing: the cause is the traceback above, if the log has it.)
+WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"Worker failed with error '(?P<inner>.+)'(?:, please check the stack trace "
+               r"above for the root cause)?$"),
+    re.compile(r"Error in model execution(?: \(input dumped to [^)]*\))?: (?P<inner>.+)$"),
+)
 
 # Lines a server prints once it has been told to stop (SIGTERM from systemd or the tool):
 # errors after them are the shutdown, never the failure of a run.
@@ -313,6 +324,6 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS", "GenericHeader", "PASS_THROUGH",
-           "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
+           "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
+           "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
