@@ -105,3 +105,17 @@ def test_classify_cli_finds_old_runs_under_the_new_signature(
         assert stored_version(db) == 1
     finally:
         db.close()
+
+
+def test_a_stored_silent_hang_is_renamed_by_its_last_milestone() -> None:
+    """Version 3 names a silent hang by the last milestone before the silence; a hang
+    stored by an older version is renamed from its log tail, so old and new runs of the
+    same hang still match."""
+    from orchestrator.diagnosis.classify import HANG_MESSAGE, resign
+
+    tail = ("[2025-10-06 20:05:22 TP0] Capture cuda graph begin. This can take up to "
+            "several minutes. avail mem=3.66 GB\n")  # fmt: skip
+    old = Signature(Phase.CUDA_GRAPH, "hang", HANG_MESSAGE)
+    assert resign(old, tail) == Signature(Phase.CUDA_GRAPH, "hang",
+                                          f"{HANG_MESSAGE} after 'Capture cuda graph begin'")
+    assert resign(old, "") == old  # no tail kept: nothing to rename it by
