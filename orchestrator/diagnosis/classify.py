@@ -357,8 +357,8 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
                phase_hint=Phase.KV_CACHE),
             _r("kv_cache_too_small",
                r"max seq len \(\d+\) is larger than the maximum number of tokens that can be "
-               r"stored in KV cache|To serve at least one request with the models's max seq "
-               r"len \(\d+\), \([\d.]+ GiB KV cache is needed",
+               r"stored in KV cache|To serve at least one request with the models?'s max seq "
+               r"len \(\d+\)",
                "the model's max seq len is larger than the KV cache", priority=17,
                phase_hint=Phase.KV_CACHE),
             _r("cuda_oom", r"CUDA out of memory occurred when (?P<when>[a-z ]+)",
