@@ -380,16 +380,12 @@ class Experiment:
         name: str | None = None,
     ) -> Experiment:
         """A copy with flags/env set (None removes). New flags go after existing ones."""
-        new_flags = list(self.flags)
+        # a dict keeps the config's order and puts new keys last; a removed key is marked
+        # and dropped at the end (deleting from a list per key would be quadratic)
+        merged: dict[str, FlagValue | None] = dict(self.flags)
         for key, value in (flags or {}).items():
-            idx = next((i for i, (k, _) in enumerate(new_flags) if k == key), None)
-            if value is None or value is False:
-                if idx is not None:
-                    del new_flags[idx]
-            elif idx is None:
-                new_flags.append((key, value))
-            else:
-                new_flags[idx] = (key, value)
+            merged[key] = None if value is False else value
+        new_flags = [(k, v) for k, v in merged.items() if v is not None]
         new_env = dict(self.env)
         for key, value in (env or {}).items():
             if value is None:
@@ -604,6 +600,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
+    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
     for raw_name, value in (svc.flags or {}).items():
         name = raw_name.lstrip("-")
         if value is None or value is False:
@@ -620,10 +617,11 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             why = uncarriable(word) if isinstance(word, str) else None
             if why:
                 raise ConfigError(f"the value {why}", file=source, key=f"service.flags.{raw_name}")
-        if any(n == name for n, _ in flags):
+        if name in seen:
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
             )
+        seen.add(name)
         flags.append((name, value))
 
     env: list[tuple[str, str]] = []
