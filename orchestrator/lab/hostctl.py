@@ -12,6 +12,12 @@ sshd that `up` started, identified by its pid file *and* its command line, so a 
 reused by another process is never signalled. Overrides: ORCH_LAB_PORT (the port) and
 ORCH_LAB_DIR (the state directory), for tests and for a second checkout on one machine.
 
+Everything a lab creates lives under its state directory: the sshd's files, and the run
+directory of its hosts.yaml entry (`<state dir>/run`: the process manager's locks, pid
+and log files), so two labs on one machine never see each other's units or locks. Without
+ORCH_LAB_PORT the lab takes 2222 when that is free and another free port when it is not
+(recorded in lab.json and written into its hosts.yaml); with it, that port or nothing.
+
 This module returns data and raises `orchestrator.errors`; the CLI prints.
 """
 
@@ -22,7 +28,7 @@ import json
 import os
 import socket
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.errors import InfraError, UsageError
@@ -45,6 +51,13 @@ class LabSettings:
     port: int = DEFAULT_PORT
     address: str = DEFAULT_ADDRESS
     repo: Path = field(default_factory=repo_root)
+    #: the port was asked for (ORCH_LAB_PORT): a taken one is refused, never replaced
+    port_given: bool = False
+
+    @property
+    def run_dir(self) -> Path:
+        """The process manager's directory on the lab host (locks, pid and log files)."""
+        return self.state_dir / "run"
 
     @property
     def ssh_dir(self) -> Path:
@@ -77,7 +90,8 @@ class LabSettings:
                 raise UsageError(
                     f"{PORT_ENV}={env[PORT_ENV]!r} is not a TCP port", hint="e.g. 2222"
                 )
-        return cls(state_dir=state_dir.resolve(), port=port, repo=repo)
+        return cls(state_dir=state_dir.resolve(), port=port, repo=repo,
+                   port_given=bool(env.get(PORT_ENV)))
 
 
 @dataclass(frozen=True)
@@ -101,15 +115,17 @@ class LabStatus:
 
     def hosts_entry(self) -> dict[str, object]:
         """The `lab` entry of hosts.yaml that reaches this lab (absolute paths)."""
+        run_dir = str(self.settings.run_dir)
         if not self.sshd_installed:
             return {"address": "localhost", "transport": "local", "service_manager": "process",
-                    "labels": ["lab"]}
+                    "run_dir": run_dir, "labels": ["lab"]}
         entry: dict[str, object] = {
             "address": self.settings.address,
             "port": self.port,
             "identity_file": str(self.identity_file),
             "known_hosts": str(self.known_hosts),
             "service_manager": "process",
+            "run_dir": run_dir,
             "labels": ["lab"],
         }
         if self.user:
@@ -183,12 +199,16 @@ def up(settings: LabSettings) -> UpResult:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         return UpResult(status=current, started=False)
     if current.running:
-        if current.port != settings.port:
+        if current.port != settings.port and settings.port_given:
             raise UsageError(
                 f"the lab sshd already runs on port {current.port}, not {settings.port}",
                 hint="run `orchestrator lab down` first to move it",
             )
+        settings = replace(settings, port=current.port)
         return UpResult(status=current, started=False, python=_python_over_ssh(settings))
+    if _port_taken(settings.address, settings.port) and not settings.port_given:
+        # another lab (another checkout's) or another program has it: this lab picks its own
+        settings = replace(settings, port=sshd_mod.free_port(settings.address))
     if _port_taken(settings.address, settings.port):
         raise InfraError(
             f"{settings.address}:{settings.port} is already in use by another program",
@@ -209,6 +229,7 @@ def up(settings: LabSettings) -> UpResult:
         json.dumps({"pid": pid, "port": settings.port, "address": settings.address,
                     "user": endpoint.user}, indent=2) + "\n"
     )
+    settings.run_dir.mkdir(mode=0o700, exist_ok=True)
     return UpResult(status=status(settings), started=True, python=_python_over_ssh(settings))
 
 
