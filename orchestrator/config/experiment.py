@@ -196,13 +196,14 @@ class ExperimentModel(_Raw):
 
 _COND = re.compile(
     r"^\s*(?P<op>>=|<=|==|!=|>|<)\s*(?:(?P<num>[-+]?\d+(?:\.\d+)?)"
-    r"(?:\s*\*\s*(?P<ref>good))?|(?P<ref_only>good))\s*$"
+    r"(?:\s*\*\s*(?P<ref>good|reference))?|(?P<ref_only>good|reference))\s*$"
 )
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A pass condition on a probe metric: `>= 3000`, or relative: `>= 0.95 * good`."""
+    """A pass condition on a probe metric: `>= 3000`, or relative: `>= 0.95 * good`
+    (`reference` is the same word: a sweep calls its good config `reference:`)."""
 
     op: str
     number: float
@@ -228,7 +229,8 @@ def parse_condition(text: str) -> Condition:
     m = _COND.match(text)
     if not m:
         raise ValueError(
-            f"pass_if {text!r} is not a condition; expected e.g. '>= 3000' or '>= 0.95 * good'"
+            f"pass_if {text!r} is not a condition; expected e.g. '>= 3000', '>= 0.95 * good' "
+            "or '>= 0.95 * reference'"
         )
     if m["ref_only"]:
         return Condition(m["op"], 1.0, True)
