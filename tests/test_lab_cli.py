@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
 from orchestrator.lab import hostctl
 from orchestrator.lab.sshd import free_port, is_our_sshd, kill_tree, read_pid
@@ -187,9 +188,10 @@ def test_what_a_lab_creates_follows_its_state_dir(tmp_path: Path) -> None:
 
 def test_two_labs_with_other_state_dirs_do_not_see_or_stop_each_other(tmp_path: Path) -> None:
     """Lab A on a port it was given; lab B without ORCH_LAB_PORT while the default port is
-    taken (held here if nobody holds it): B picks a free port of its own. B's status does
-    not show A, B's `down` leaves A running, and a run on A keeps its lock and run files
-    under A's state directory."""
+    taken (held here if nobody holds it): B picks a free port of its own. Each lab's copy of
+    the shipped configs uses a server port of its own. B's status does not show A, B's
+    `down` leaves A running, and a run on A keeps its lock and run files under A's state
+    directory."""
     require_sshd()
     a = Lab(tmp_path / "a", free_port())
     b = Lab(tmp_path / "b", hostctl.DEFAULT_PORT)
@@ -216,10 +218,17 @@ def test_two_labs_with_other_state_dirs_do_not_see_or_stop_each_other(tmp_path: 
         assert Path(str(hosts_b.run_dir)).is_relative_to(b.state_dir)
         assert f"sshd pid {pid_a}" not in b.cli("status").stdout
 
-        # a run on lab A: its lock and run files land under A's state dir
-        exp = tmp_path / "exp.yaml"
-        exp.write_text(f"extends: {REPO / 'experiments/lab/demo/good.yaml'}\nname: iso\n"
-                       f"service:\n  flags:\n    port: {free_port()}\n")  # fmt: skip
+        # each lab's copies of the shipped configs are on a server port of its own
+        ports = {}
+        for lab in (a, b):
+            exp = load_experiment(lab.state_dir / "experiments" / "demo" / "good.yaml")
+            shipped = load_experiment(REPO / "experiments" / "lab" / "demo" / "good.yaml")
+            assert exp.fingerprint() == shipped.with_changes(flags={"port": exp.port}).fingerprint()
+            ports[lab] = exp.port
+        assert len({ports[a], ports[b], 30000}) == 3, ports
+
+        # a run on lab A of its demo config: its lock and run files land under A's state dir
+        exp = a.state_dir / "experiments" / "demo" / "good.yaml"
         res = subprocess.run(
             [sys.executable, "-m", "orchestrator", "run", str(exp), "--host", "lab",
              "--hosts", str(a.state_dir / "hosts.yaml"), "--results", str(tmp_path / "res")],

@@ -17,6 +17,10 @@ directory of its hosts.yaml entry (`<state dir>/run`: the process manager's lock
 and log files), so two labs on one machine never see each other's units or locks. Without
 ORCH_LAB_PORT the lab takes 2222 when that is free and another free port when it is not
 (recorded in lab.json and written into its hosts.yaml); with it, that port or nothing.
+The servers a process lab starts listen on this machine, so the lab chooses their port
+too: a free one, recorded in lab.json, and `up` writes every shipped lab config
+(experiments/lab/*/*.yaml) moved to that port under `<state dir>/experiments/` (what
+`scripts/demo` bisects on the process lab host).
 
 This module returns data and raises `orchestrator.errors`; the CLI prints.
 """
@@ -108,6 +112,12 @@ class LabStatus:
     known_hosts: Path
     log_path: Path
     stale_pid_file: bool = False
+    server_port: int | None = None  # the port of the lab's configs (experiments_dir)
+
+    @property
+    def experiments_dir(self) -> Path:
+        """The shipped lab configs moved to this lab's server port (written by `up`)."""
+        return self.settings.state_dir / "experiments"
 
     @property
     def transport(self) -> str:
@@ -170,6 +180,7 @@ def status(settings: LabSettings) -> LabStatus:
     state = _read_state(settings)
     port = state.get("port") if pid is not None else None
     user = state.get("user")
+    server_port = state.get("server_port")
     return LabStatus(
         settings=settings,
         sshd_installed=sshd_mod.find_sshd() is not None,
@@ -181,7 +192,39 @@ def status(settings: LabSettings) -> LabStatus:
         known_hosts=settings.ssh_dir / "known_hosts",
         log_path=settings.ssh_dir / "sshd.log",
         stale_pid_file=stale,
+        server_port=server_port if isinstance(server_port, int) else None,
     )
+
+
+def _server_port(settings: LabSettings) -> int:
+    """This lab's server port: the one it recorded, else a free one of the kernel's
+    choosing (never the shipped 30000, which every other lab would pick too)."""
+    recorded = _read_state(settings).get("server_port")
+    if isinstance(recorded, int) and 0 < recorded < 65536:
+        return recorded
+    return sshd_mod.free_port(settings.address)
+
+
+def write_lab_configs(settings: LabSettings, server_port: int) -> Path:
+    """Every shipped lab config (experiments/lab/*/*.yaml but the scenarios) as a config
+    of the same name that extends it on `server_port`, under `<state dir>/experiments/`."""
+    from orchestrator.config.experiment import load_experiment
+
+    out = settings.state_dir / "experiments"
+    for shipped in sorted((settings.repo / "experiments" / "lab").glob("*/*.yaml")):
+        if shipped.name == "scenario.yaml":
+            continue
+        exp = load_experiment(shipped)
+        if "port" not in exp.flag_map():
+            continue  # its port is not a flag: it cannot be moved
+        dest = out / shipped.parent.name / shipped.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        head = (f"# Written by `orchestrator lab up`: {shipped.relative_to(settings.repo)} "
+                "on this lab's server port.\n")
+        body = {"name": exp.name, "extends": str(shipped),
+                "service": {"flags": {"port": server_port}}}
+        dest.write_text(head + json.dumps(body) + "\n")
+    return out
 
 
 def _port_taken(address: str, port: int) -> bool:
@@ -197,7 +240,10 @@ def up(settings: LabSettings) -> UpResult:
     current = status(settings)
     if not current.sshd_installed:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-        return UpResult(status=current, started=False)
+        server_port = _server_port(settings)
+        settings.state_file.write_text(json.dumps({"server_port": server_port}) + "\n")
+        write_lab_configs(settings, server_port)
+        return UpResult(status=status(settings), started=False)
     if current.running:
         if current.port != settings.port and settings.port_given:
             raise UsageError(
@@ -205,6 +251,11 @@ def up(settings: LabSettings) -> UpResult:
                 hint="run `orchestrator lab down` first to move it",
             )
         settings = replace(settings, port=current.port)
+        if current.server_port is None:  # started before its servers had a port of their own
+            state = _read_state(settings) | {"server_port": _server_port(settings)}
+            settings.state_file.write_text(json.dumps(state, indent=2) + "\n")
+            current = status(settings)
+        write_lab_configs(settings, current.server_port or _server_port(settings))
         return UpResult(status=current, started=False, python=_python_over_ssh(settings))
     if _port_taken(settings.address, settings.port) and not settings.port_given:
         # another lab (another checkout's) or another program has it: this lab picks its own
@@ -224,11 +275,13 @@ def up(settings: LabSettings) -> UpResult:
         env=sshd_mod.session_env(settings.repo),
         pid_file=settings.pid_file,
     )
+    server_port = _server_port(settings)
     pid = sshd_mod.start_daemon(endpoint, settings.pid_file)
     settings.state_file.write_text(
         json.dumps({"pid": pid, "port": settings.port, "address": settings.address,
-                    "user": endpoint.user}, indent=2) + "\n"
+                    "user": endpoint.user, "server_port": server_port}, indent=2) + "\n"
     )
+    write_lab_configs(settings, server_port)
     settings.run_dir.mkdir(mode=0o700, exist_ok=True)
     return UpResult(status=status(settings), started=True, python=_python_over_ssh(settings))
 
