@@ -1,7 +1,7 @@
 """Every reference in the code and the docs resolves: a path of the repository that a
 docstring, a comment, a user-facing message, the README or docs/ names exists; a module
-named by its dotted path (`orchestrator.lab.server`) imports; a Markdown link reaches its file and heading; and no text
-sends readers to a design file the repository does not have."""
+named by its dotted path (`orchestrator.lab.server`) imports; a Markdown link reaches its
+file and heading; and no text sends readers to a design file the repository lacks."""
 
 from __future__ import annotations
 
