@@ -111,6 +111,18 @@ def test_env_conditions_compare_the_same_way_whatever_the_quoting(
         assert (s.select_fault(flags, {}, 0) is not None) is expected, flags
 
 
+def test_a_quoted_default_is_read_as_the_command_line_would_be(tmp_path: Path) -> None:
+    s = load_text(tmp_path, """
+defaults: {mem-fraction-static: "0.85"}
+faults:
+  - when: {mem-fraction-static: {lt: 0.9}}
+    phase: kv_cache
+    error: "RuntimeError: Not enough memory."
+""")
+    assert s.select_fault({}, {}, 0) is not None
+    assert s.select_fault({"mem-fraction-static": 0.95}, {}, 0) is None
+
+
 def test_first_matching_rule_wins_and_all_conditions_must_hold(tmp_path: Path) -> None:
     s = load_text(tmp_path, """
 faults:

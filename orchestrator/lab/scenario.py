@@ -421,7 +421,10 @@ class _Validator:
         for key, val in data.items():
             if not isinstance(val, int | float | str) or isinstance(val, bool):
                 raise self.fail(f"defaults.{key}", f"expected a number or string, got {_kind(val)}")
-        return {flagcat.canonical(str(k).lstrip("-")): val for k, val in data.items()}
+        # a default stands for the flag on the command line: its text is read as the
+        # command line's is, so `"0.85"` and `0.85` are the same default
+        return {flagcat.canonical(str(k).lstrip("-")): coerce(val) if isinstance(val, str)
+                else val for k, val in data.items()}  # fmt: skip
 
     def model(self, v: object) -> ModelInfo:
         data = self.mapping("model", v if v is not None else {})
