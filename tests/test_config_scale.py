@@ -119,3 +119,29 @@ def test_run_estimates_simulate_a_bounded_amount_of_work(monkeypatch) -> None:  
     simulated.clear()
     strategies.estimate_runs.__wrapped__(strategies.auto, 8)
     assert len(simulated) == 8 + 28  # small n: every single and every pair placement
+
+
+def test_libyaml_reads_what_the_python_parser_reads(tmp_path: Path) -> None:
+    """Where PyYAML has libyaml, configs are parsed by it (the pure-Python parser needs
+    about a minute for a file at the size cap); both read every shipped file the same, and
+    both refuse a key given twice."""
+    import yaml
+
+    from orchestrator.config import yamlio
+
+    if yaml.__with_libyaml__:
+        assert yamlio.FastStrictLoader is not yamlio.StrictLoader
+    repo = Path(__file__).resolve().parents[1]
+    files = [*repo.glob("experiments/**/*.yaml"), repo / "hosts.example.yaml"]
+    assert len(files) > 20
+    for path in files:
+        text = path.read_text()
+        assert yaml.load(text, Loader=yamlio.FastStrictLoader) == \
+            yaml.load(text, Loader=yamlio.StrictLoader), path  # fmt: skip
+    for loader in (yamlio.FastStrictLoader, yamlio.StrictLoader):
+        try:
+            yaml.load("a: 1\nb: 2\na: 3\n", Loader=loader)
+        except yamlio.DuplicateKey as exc:
+            assert (exc.key, exc.line) == ("a", 3)
+        else:
+            raise AssertionError(f"{loader.__name__} took a key given twice")
