@@ -44,6 +44,7 @@ _SLOW = (
     "tests/test_lab_cli.py::test_down_leaves_other_processes_alone",
     "tests/test_lab_cli.py::test_up_refuses_a_port_taken_by_someone_else",
     "tests/test_lab_cli.py::test_default_layout_matches_the_hosts_example",
+    "tests/test_lab_cli.py::test_two_labs_with_other_state_dirs_do_not_see_or_stop_each_other",
     "tests/test_hostile_input.py::test_any_",
     "tests/test_hostile_input.py::test_extends_chains_load_or_name_the_bad_file",
     "tests/test_hostile_input.py::test_cli_plan_exits_2",

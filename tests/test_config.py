@@ -224,3 +224,21 @@ def test_bad_hosts_input_gets_a_clear_message(
         load_inventory(p)
     message = str(err.value) + " " + (err.value.hint or "")
     assert str(p) in message and key in message and words in message
+
+
+@pytest.mark.parametrize(("text", "at_90"), [(">= 0.95 * reference", False),
+                                             (">=0.95*reference", False), ("< reference", True)])
+def test_reference_is_a_synonym_of_good_in_pass_if(tmp_path: Path, text: str,
+                                                   at_90: bool) -> None:
+    """A sweep names its good config `reference:`; a bar may say so too."""
+    from orchestrator.config.experiment import parse_condition
+
+    exp = load_experiment(write(tmp_path, "p.yaml", BASE + "probe:\n  run: bench\n"
+                                f"  metric: 'tok/s: ([\\d.]+)'\n  pass_if: '{text}'\n"))
+    cond = exp.probe.condition
+    assert cond is not None and cond.relative_to_good
+    assert cond == parse_condition(text.replace("reference", "good"))
+    assert exp.probe.read("tok/s: 90", good_metric=100.0) == (90.0, at_90)  # bar: good's 100
+    with pytest.raises(ConfigError, match="reference"):
+        load_experiment(write(tmp_path, "q.yaml", BASE + "probe:\n  run: bench\n"
+                              "  metric: 'x ([0-9]+)'\n  pass_if: '>= 0.95 * referenc'\n"))

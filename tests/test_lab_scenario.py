@@ -36,7 +36,12 @@ def load_text(tmp_path: Path, text: str) -> sc.Scenario:
         ("0.92", {"mem-fraction-static": 0.92}, True),
         ("8.0", {"ep-size": 8}, True),  # numbers compare numerically
         ("flashinfer", {"moe-a2a-backend": "flashinfer"}, True),
-        ("'8'", {"ep-size": 8}, False),  # a string never equals a number
+        ("'8'", {"ep-size": 8}, True),  # text compares with the value's text: "8"
+        ("'8.0'", {"ep-size": 8}, False),  # ... which is "8"
+        ("'0.92'", {"mem-fraction-static": 0.92}, True),
+        ("'true'", {"enable-nccl-nvls": True}, True),  # a switch's text
+        ("{in: ['4', 8]}", {"ep-size": 4}, True),
+        ("{ne: '8'}", {"ep-size": 8}, False),
         ("true", {"enable-nccl-nvls": True}, True),
         ("true", {"enable-nccl-nvls": "yes"}, True),  # present with any value
         ("true", {}, False),
@@ -64,6 +69,58 @@ def test_condition_kinds(tmp_path: Path, cond: str, flags: dict, expected: bool)
     s = load_text(tmp_path, f"faults:\n  - when: {{{key}: {cond}}}\n    phase: init\n"
                             "    error: 'RuntimeError: x'\n")
     assert (s.select_fault(flags, {}, 0) is not None) is expected
+
+
+@pytest.mark.parametrize(
+    ("cond", "value", "expected"),
+    [
+        ("'1'", "1", True),  # quoted: the env value's text
+        ("1", "1", True),  # a number: numerically
+        ("1", "1.0", True),
+        ("'1'", "1.0", False),  # text is text
+        ("'1.0'", "1.0", True),
+        ("'01'", "01", True),
+        ("'01'", "1", False),
+        ("Tree", "Tree", True),
+        ("Tree", "tree", False),
+        ("{ne: '1'}", "1", False),
+        ("{ne: '1'}", "2", True),
+        ("{in: ['1', 2]}", "1", True),
+        ("{in: ['1', 2]}", "2", True),
+        ("{in: ['1', 2]}", "3", False),
+        ("{gt: 4}", "8", True),  # order: numbers only
+        ("{gt: 4}", "many", False),
+        ("true", "", True),  # set, even empty
+    ],
+)
+def test_env_conditions_compare_the_same_way_whatever_the_quoting(
+    tmp_path: Path, cond: str, value: str, expected: bool
+) -> None:
+    """An env value is text: a condition written as text ("1") compares with that text, one
+    written as a number (1) compares numerically; before, "1" silently never matched the
+    env value 1 (the value was read as a number, the condition was not)."""
+    s = load_text(tmp_path, f"faults:\n  - when: {{env: {{NCCL_X: {cond}}}}}\n"
+                            "    phase: init\n    error: 'RuntimeError: x'\n")  # fmt: skip
+    assert (s.select_fault({}, {"NCCL_X": value}, 0) is not None) is expected
+    # a flag's condition compares the same way (with the flag's text as the server read
+    # it: `01` was read as 1, so its text is "1")
+    s = load_text(tmp_path, f"faults:\n  - when: {{x: {cond}}}\n"
+                            "    phase: init\n    error: 'RuntimeError: x'\n")  # fmt: skip
+    flags = cmdline.parse_permissive(["--x", value] if value else ["--x"])
+    if value and str(flags["x"]) == value:
+        assert (s.select_fault(flags, {}, 0) is not None) is expected, flags
+
+
+def test_a_quoted_default_is_read_as_the_command_line_would_be(tmp_path: Path) -> None:
+    s = load_text(tmp_path, """
+defaults: {mem-fraction-static: "0.85"}
+faults:
+  - when: {mem-fraction-static: {lt: 0.9}}
+    phase: kv_cache
+    error: "RuntimeError: Not enough memory."
+""")
+    assert s.select_fault({}, {}, 0) is not None
+    assert s.select_fault({"mem-fraction-static": 0.95}, {}, 0) is None
 
 
 def test_first_matching_rule_wins_and_all_conditions_must_hold(tmp_path: Path) -> None:

@@ -301,3 +301,32 @@ def test_the_process_lab_host_gives_the_demos_answer(lab: SdLab, tmp_path: Path)
             "init: AttributeError: 'NoneType' object has no attribute 'dtype'"), finding
     finally:
         hostctl.down(lab.settings.lab)  # the process lab only: the systemd one is the module's
+
+
+def test_lab_down_of_another_state_dir_leaves_the_systemd_lab_running(tmp_path: Path) -> None:
+    """Two labs with other state directories (two checkouts), neither naming its container:
+    the container's name follows the state dir, so `lab down` of one never halts the
+    other's container."""
+    require_systemd_host()
+    require_sshd()
+    a, b = SdLab(tmp_path / "a", "a"), SdLab(tmp_path / "b", "b")
+    for lab in (a, b):
+        lab.env.pop(sdlab.NAME_ENV)
+        lab.settings = sdlab.SdLabSettings.from_env(lab.env)
+        lab.name = lab.settings.name
+    assert a.name != b.name
+    try:
+        up = a.cli("lab", "up", "--systemd")
+        assert up.returncode == 0, up.stdout + up.stderr
+        st = a.status()
+        assert st.running and f"systemd host {a.name} " in up.stdout
+        assert "down" in b.cli("lab", "status").stdout  # B sees no systemd host of its own
+        down_b = b.cli("lab", "down")
+        assert down_b.returncode == 0, down_b.stderr
+        assert "already down" in down_b.stdout
+        after = a.status()
+        assert after.running and after.pid == st.pid
+        assert a.sh(f"systemctl is-active {sdlab.UNIT}").strip() == "active"
+    finally:
+        _down(a)
+        _down(b)

@@ -33,6 +33,7 @@ from tests.campaign_lab import (
     lab_pair,
     lab_servers,
     load_host,
+    read_runs,
     sshd_hosts_file,
 )
 
@@ -125,3 +126,33 @@ def test_the_cli_shows_the_withdrawn_trust(sshd: SshdEndpoint, tmp_path: Path) -
     notes = [ln for ln in res.stdout.splitlines() if ln.strip().startswith("note:")]
     assert len([n for n in notes if "no longer trusted" in n]) == 1, res.stdout
     assert "--seed" in " ".join(notes)
+
+
+def test_a_typo_in_either_config_is_refused_before_anything_starts(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    """A misspelt flag in the bad config (or the good one) is put to the server's own parser
+    before the first start: `bisect` stops with the file, the flag and the close match and
+    starts nothing (not even the good config); `plan --host` says the same without a
+    campaign, and says the flags are taken when they are."""
+    pair = lab_pair(tmp_path, "b300")
+    hosts = sshd_hosts_file(sshd, tmp_path)
+    results = tmp_path / "results"
+    ok = cli("plan", "--good", pair.good, "--bad", pair.bad, "--host", "lab", "--hosts", hosts)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "lab: the server takes both configs' flags" in ok.stdout
+    for side in ("bad", "good"):
+        typo = tmp_path / f"typo-{side}.yaml"
+        typo.write_text(yaml.safe_dump({"extends": str(getattr(pair, side)),
+                                        "service": {"flags": {"ep-szie": 8}}}))  # fmt: skip
+        good, bad = (pair.good, typo) if side == "bad" else (typo, pair.bad)
+        planned = cli("plan", "--good", good, "--bad", bad, "--host", "lab", "--hosts", hosts)
+        res = cli("bisect", "--good", good, "--bad", bad, "--host", "lab", "--hosts", hosts,
+                  "--results", results, "--fresh", env=SCALE)  # fmt: skip
+        for out in (planned, res):
+            assert out.returncode == 2, out.stdout + out.stderr
+            error = out.stderr
+            assert f"{typo}: service.flags: on lab, before anything started" in error, error
+            assert "--ep-szie" in error and "did you mean --ep-size" in error, error
+        assert read_runs(results) == []  # nothing started, not even the good config
+        assert lab_servers(pair.port) == []

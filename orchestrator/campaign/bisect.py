@@ -23,7 +23,7 @@ from orchestrator.campaign.core import (
     default_executor,
 )
 from orchestrator.campaign.planning import Plan
-from orchestrator.campaign.pool import Pool, Task
+from orchestrator.campaign.pool import FlagsRefused, Pool, Task
 from orchestrator.campaign.records import (
     BisectOptions,
     BisectSpec,
@@ -98,6 +98,9 @@ class Bisection:
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+        #: both configs' flags go to each host's server before it starts anything: a typo
+        #: in the bad config is refused before the good config's long start, not after it
+        self._precheck = (plan.good, plan.bad)
 
     def _rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
@@ -294,7 +297,8 @@ class Bisection:
                 exp = self.plan.variant(frozenset(v))
                 task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
                             run_id=self.store.reserve_run_id(self.cid), target=target,
-                            good_metric=self.good_metric, purpose=purpose(v))  # fmt: skip
+                            good_metric=self.good_metric, purpose=purpose(v),
+                            precheck=self._precheck)  # fmt: skip
                 pool.submit(task)
                 in_flight[v] = task
             if progressed:
@@ -309,7 +313,7 @@ class Bisection:
                             label=self.plan.describe(frozenset(v)),
                             run_id=self.store.reserve_run_id(self.cid),
                             target=target, good_metric=self.good_metric,
-                            purpose="speculative")  # fmt: skip
+                            purpose="speculative", precheck=self._precheck)  # fmt: skip
                 pool.submit(task)
                 in_flight[v] = task
             if not in_flight:
@@ -319,6 +323,8 @@ class Bisection:
             if d.result is None:
                 if isinstance(d.error, RunCancelled):
                     continue
+                if isinstance(d.error, FlagsRefused):
+                    raise d.error  # about the config, not the host: no other host takes it
                 # The last host stays in the pool whatever its error (a lock held by another
                 # campaign, a missing unit): raise it, or the variant is resubmitted to the
                 # same failing host again and again.

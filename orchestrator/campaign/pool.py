@@ -21,11 +21,34 @@ from typing import Any
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
-from orchestrator.errors import InfraError, OrchestratorError
+from orchestrator.errors import ConfigError, InfraError, OrchestratorError
 from orchestrator.events import Listener, Notice
 from orchestrator.execution.executor import Executor, RunCancelled, RunResult
 
 UNHEALTHY_AFTER = 2  # infra verdicts in a row that take a host out of the pool
+
+
+class FlagsRefused(ConfigError):
+    """A config's flags are refused by the server's own parser on a host (a dry parse:
+    nothing was started). Every run of it would be `invalid`: the campaign stops before
+    its first start, naming the file and what the server said."""
+
+    campaign_status = "error"  # the campaign's record: stopped on a config error
+
+
+def refused_flags(executor: Executor, exp: Experiment) -> None:
+    """Raise FlagsRefused when the host's server refuses `exp`'s flags, as the preflight
+    decides it (orchestrator.execution.preflight: a trusted --help predicts, the server's
+    own parser confirms); a help that is not trusted refuses nothing here."""
+    pf = getattr(executor, "preflight", None)
+    if pf is None:
+        return
+    refusal = pf.check(exp).refusal
+    if refusal is not None:
+        raise FlagsRefused(f"on {executor.host.name}, before anything started: {refusal}",
+                           file=exp.source, key="service.flags",
+                           hint="correct the flag in the file (the server's own parser "
+                           "refused it)")  # fmt: skip
 
 
 @dataclass
@@ -38,6 +61,10 @@ class Task:
     good_metric: float | None = None
     purpose: str = "search"  # why it runs: endpoint, search, confirm, speculative, ...
     attempts: int = 0
+    #: configs whose flags the host's server must take before this host starts anything
+    #: (a bisection's good and bad: every variant's flags are among theirs); checked once
+    #: per host, see `refused_flags`
+    precheck: tuple[Experiment, ...] = ()
 
 
 @dataclass
@@ -63,6 +90,7 @@ class _Worker:
     opened: bool = False
     restored: list[str] = field(default_factory=list)
     executor: Executor | None = None
+    prechecked: set[str] = field(default_factory=set)  # fingerprints checked on this host
 
 
 class Pool:
@@ -207,6 +235,10 @@ class Pool:
                         w.opened = True
                         w.executor = executor
                     executor.cancel_event.clear()
+                    for exp in task.precheck:
+                        if exp.fingerprint() not in w.prechecked:
+                            refused_flags(executor, exp)
+                            w.prechecked.add(exp.fingerprint())
                     result = executor.run(task.exp, run_id=task.run_id, label=task.label,
                                           target=task.target, env_keys=self.env_keys,
                                           good_metric=task.good_metric)  # fmt: skip

@@ -128,8 +128,8 @@ def job_env(results: Path) -> dict[str, str]:
 def job_command(args: list[str]) -> list[str]:
     """How the job calls this program again: the same interpreter, as a module."""
     if not args:
-        raise UsageError("nothing to schedule", hint="e.g. schedule add nightly --at "
-                         "'Mon..Fri 01:30' -- sweep experiments/sweeps/nightly.yaml")  # fmt: skip
+        raise UsageError("nothing to schedule", hint="e.g. schedule add nightly --at 'Mon..Fri "
+                         "01:30' -- sweep experiments/sweeps/rtx6000_cuda_graph.yaml")  # fmt: skip
     return [sys.executable, "-m", "orchestrator", *args]
 
 

@@ -103,11 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OrchestratorError as exc:
         if args.verbose:
             traceback.print_exc()
+        from orchestrator.cli.common import with_hosts_file
+
+        message = with_hosts_file(args, exc)
         if as_json:  # with --json, stdout is always one JSON document
-            _json_error(str(exc), exc.hint, exc.exit_code)
+            _json_error(message, exc.hint, exc.exit_code)
         from rich.markup import escape
 
-        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", markup=True,
+        err_console().print(f"[bold red]error:[/] {escape(message)}", markup=True,
                             highlight=False)  # fmt: skip
         if exc.hint:
             err_console().print(f"  [yellow]hint:[/] {escape(exc.hint)}", markup=True,

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator.cli.output import err_console
 from orchestrator.config.hosts import Host, Inventory, load_inventory
-from orchestrator.errors import CampaignRef, Interrupted, OrchestratorError, UsageError
+from orchestrator.errors import (
+    CampaignRef,
+    InfraError,
+    Interrupted,
+    OrchestratorError,
+    UsageError,
+)
 from orchestrator.events import Listener
 from orchestrator.results.store import Store
 
@@ -41,18 +47,35 @@ def add_results_option(p: argparse.ArgumentParser) -> None:
 
 
 def inventory(args: argparse.Namespace) -> Inventory:
+    """The hosts file the command line names (--hosts, ORCH_HOSTS), else hosts.yaml, else
+    hosts.example.yaml: that fallback is said once. The file read is kept on `args`
+    (`hosts_file`), so that every host error can name it (see `with_hosts_file`)."""
     path = args.hosts
     if path is None:
         if Path("hosts.yaml").exists():
             path = "hosts.yaml"
         elif Path("hosts.example.yaml").exists():
             path = "hosts.example.yaml"
+            if getattr(args, "hosts_file", None) is None:
+                note("note: no hosts.yaml here and no --hosts: using the example hosts file, "
+                     f"{Path(path).resolve()} (pass --hosts FILE or set ORCH_HOSTS)")
         else:
             raise UsageError(
                 "no hosts file: hosts.yaml not found here",
                 hint="copy hosts.example.yaml to hosts.yaml and edit it, or pass --hosts FILE",
             )
+    args.hosts_file = str(Path(path).resolve())
     return load_inventory(path)
+
+
+def with_hosts_file(args: argparse.Namespace, exc: OrchestratorError) -> str:
+    """An error's message; for host trouble (exit 3: connection, host key, lock, unit,
+    scheduler) with the hosts file the host came from, unless it names it already."""
+    message = str(exc)
+    hosts_file = getattr(args, "hosts_file", None)
+    if hosts_file and isinstance(exc, InfraError) and hosts_file not in message:
+        message += f" (host from {hosts_file})"
+    return message
 
 
 def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:

@@ -38,12 +38,13 @@ def run(args: argparse.Namespace) -> int:
                     if not host.is_local else connect(host) as t:  # fmt: skip
                 results[host.name] = check_host(host, t, unit=args.unit)
         except OrchestratorError as exc:
-            results[host.name] = [Check("reachable", False, str(exc), exc.hint)]
+            results[host.name] = [Check("reachable", False, common.with_hosts_file(args, exc),
+                                        exc.hint)]
     bad = any(c.ok is False for cs in results.values() for c in cs)
     if args.json:
         console().print_json(json.dumps({h: [c.__dict__ for c in cs] for h, cs in results.items()}))
         return 3 if bad else 0
-    t = Table(title="hosts check", title_justify="left")
+    t = Table(title=f"hosts check ({escape(args.hosts_file)})", title_justify="left")
     for col in ("host", "check", "", "detail"):
         t.add_column(col)
     for h, cs in results.items():

@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _print_reach(st: hostctl.LabStatus) -> None:
     out = console()
+    if st.server_port is not None:
+        out.print(f"  lab configs on this lab's server port {st.server_port}: "
+                  f"{st.experiments_dir}/PAIR/good.yaml, ...", highlight=False)
     if st.transport == "ssh":
         out.print(f"  ssh {st.user or ''}{'@' if st.user else ''}{st.settings.address} "
                   f"-p {st.port} -i {st.identity_file} "

@@ -1,4 +1,8 @@
-"""`orchestrator plan --good G --bad B`: deltas, the first round, and run estimates. No host."""
+"""`orchestrator plan --good G --bad B`: deltas, the first round, and run estimates.
+
+With `--host`, both configs' flags also go to the server's own parser on that host (the
+bisection's preflight: its `--help`, then a dry parse that starts nothing); nothing else
+on the host is touched (no lock, no unit, no start)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.campaign.planning import make_plan
+from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.planner import STRATEGIES
 
@@ -22,12 +27,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--good", required=True, help="experiment YAML that works")
     p.add_argument("--bad", required=True, help="experiment YAML that fails")
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
+    p.add_argument("--host", help="also put both configs' flags to the server's own parser on "
+                   "this host or pool (its --help, then a dry parse that starts nothing)")
+    p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_hosts_option(p)
     p.set_defaults(handler=run)
+
+
+def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
+    """Both configs' flags put to the server on each host of --host, as a bisection does
+    before its first start: a refusal raises FlagsRefused (exit 2, naming the file and what
+    the server said). Returns what the check said (a help it does not trust, ...)."""
+    from orchestrator.campaign.pool import refused_flags
+    from orchestrator.events import Notice
+    from orchestrator.execution.executor import service_name
+
+    said: list[str] = []
+
+    def listen(event: object) -> None:
+        if isinstance(event, Notice):
+            said.append(f"{event.host}: {event.message}")
+
+    make = common.executor_factory(args)
+    for host in common.hosts_for(args, args.host):
+        executor = make(host, service_name(plan.good), "", listen)
+        try:
+            for exp in (plan.good, plan.bad):
+                refused_flags(executor, exp)
+        finally:
+            executor.close(restore=False)
+        if not any(line.startswith(f"{host.name}: ") for line in said):
+            said.append(f"{host.name}: the server takes both configs' flags (its --help, "
+                        "and its own parser where the help foresaw a refusal)")
+    return said
 
 
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.good, args.bad, args.strategy)
+    flag_notes = check_flags(args, plan) if args.host else []
     planner = plan.planner()
     first = planner.pending()
     est = plan.estimates()
@@ -48,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             ],
             "estimated_runs": est,
         }
+        if args.host:
+            out["flag_check"] = flag_notes
         console().print_json(json.dumps(out))
         return 0
     c = console()
@@ -64,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
     for v in first:
         c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+    for line in flag_notes:
+        c.print(f"flags: {escape(line)}", highlight=False)
     c.print(
         f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
         f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "

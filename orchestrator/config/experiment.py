@@ -196,13 +196,14 @@ class ExperimentModel(_Raw):
 
 _COND = re.compile(
     r"^\s*(?P<op>>=|<=|==|!=|>|<)\s*(?:(?P<num>[-+]?\d+(?:\.\d+)?)"
-    r"(?:\s*\*\s*(?P<ref>good))?|(?P<ref_only>good))\s*$"
+    r"(?:\s*\*\s*(?P<ref>good|reference))?|(?P<ref_only>good|reference))\s*$"
 )
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A pass condition on a probe metric: `>= 3000`, or relative: `>= 0.95 * good`."""
+    """A pass condition on a probe metric: `>= 3000`, or relative: `>= 0.95 * good`
+    (`reference` is the same word: a sweep calls its good config `reference:`)."""
 
     op: str
     number: float
@@ -228,7 +229,8 @@ def parse_condition(text: str) -> Condition:
     m = _COND.match(text)
     if not m:
         raise ValueError(
-            f"pass_if {text!r} is not a condition; expected e.g. '>= 3000' or '>= 0.95 * good'"
+            f"pass_if {text!r} is not a condition; expected e.g. '>= 3000', '>= 0.95 * good' "
+            "or '>= 0.95 * reference'"
         )
     if m["ref_only"]:
         return Condition(m["op"], 1.0, True)
@@ -380,16 +382,12 @@ class Experiment:
         name: str | None = None,
     ) -> Experiment:
         """A copy with flags/env set (None removes). New flags go after existing ones."""
-        new_flags = list(self.flags)
+        # a dict keeps the config's order and puts new keys last; a removed key is marked
+        # and dropped at the end (deleting from a list per key would be quadratic)
+        merged: dict[str, FlagValue | None] = dict(self.flags)
         for key, value in (flags or {}).items():
-            idx = next((i for i, (k, _) in enumerate(new_flags) if k == key), None)
-            if value is None or value is False:
-                if idx is not None:
-                    del new_flags[idx]
-            elif idx is None:
-                new_flags.append((key, value))
-            else:
-                new_flags[idx] = (key, value)
+            merged[key] = None if value is False else value
+        new_flags = [(k, v) for k, v in merged.items() if v is not None]
         new_env = dict(self.env)
         for key, value in (env or {}).items():
             if value is None:
@@ -604,6 +602,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
+    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
     for raw_name, value in (svc.flags or {}).items():
         name = raw_name.lstrip("-")
         if value is None or value is False:
@@ -620,10 +619,11 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
             why = uncarriable(word) if isinstance(word, str) else None
             if why:
                 raise ConfigError(f"the value {why}", file=source, key=f"service.flags.{raw_name}")
-        if any(n == name for n, _ in flags):
+        if name in seen:
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
             )
+        seen.add(name)
         flags.append((name, value))
 
     env: list[tuple[str, str]] = []

@@ -46,7 +46,7 @@ def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
     """Load one YAML file that must hold a mapping at the top."""
     text = read_text_file(path, what=f"{what} file")
     try:
-        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = _parse(text)
     except DuplicateKey as exc:
         raise ConfigError(f"key '{exc.key}' is given twice (line {exc.line}); YAML would keep "
                           "only the last", file=str(path), key=exc.key,
@@ -80,9 +80,9 @@ class DuplicateKey(yaml.YAMLError):
         self.key, self.line = key, line
 
 
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (plain PyYAML keeps
-    the last one silently: a config would run with a value its author did not see)."""
+class _Strict:
+    """Refuses a key given twice in one mapping (plain PyYAML keeps the last one silently:
+    a config would run with a value its author did not see)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
@@ -97,7 +97,30 @@ class StrictLoader(yaml.SafeLoader):
             if dup:
                 raise DuplicateKey(str(key), key_node.start_mark.line + 1)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class StrictLoader(_Strict, yaml.SafeLoader):
+    """PyYAML's safe loader (pure Python), strict about repeated keys."""
+
+
+#: the same with libyaml's parser, where PyYAML was built with it: the pure-Python parser
+#: takes about a minute for a file at MAX_BYTES, libyaml a few seconds
+FastStrictLoader: type = (type("FastStrictLoader", (_Strict, yaml.CSafeLoader), {})
+                          if hasattr(yaml, "CSafeLoader") else StrictLoader)  # fmt: skip
+#: a file libyaml refuses is read again by the pure-Python parser, whose messages (and
+#: few differences, such as escaped lone surrogates) the rest of the checks expect; past
+#: this size libyaml's own message is given instead (the slow parser would take minutes)
+REPARSE_BYTES = 1024 * 1024
+
+
+def _parse(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError:
+        if FastStrictLoader is StrictLoader or len(text) > REPARSE_BYTES:
+            raise
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506
 
 
 def _type_name(value: object) -> str:

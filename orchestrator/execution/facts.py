@@ -12,6 +12,7 @@ long options a server accepts) with `check_flags`, argparse's own accept/reject 
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import re
@@ -481,6 +482,10 @@ class FlagProblem:
         return self.kind != "abbreviation"
 
 
+#: unknown flags that get close matches suggested (see check_flags)
+MAX_SUGGESTED = 20
+
+
 def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
                 suggest: bool = True) -> list[FlagProblem]:
     """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
@@ -496,13 +501,22 @@ def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
     if isinstance(accepted, (set, frozenset)):
         options.sort()  # no parser order to follow: at least be deterministic
     known = set(options)
+    # prefix matches by bisection in a sorted copy, reported in the parser's order: the
+    # check stays linear in the requested flags however long the help is
+    order = {o: i for i, o in enumerate(options)}
+    ranked = sorted(options)
     problems: list[FlagProblem] = []
+    suggested = 0
     for raw in requested:
         arg = raw if raw.startswith("-") else f"--{raw}"
         name = arg.split("=", 1)[0]
         if arg in known or name in known:
             continue
-        matches = tuple(o for o in options if o.startswith(name))
+        lo = bisect.bisect_left(ranked, name)
+        hi = lo
+        while hi < len(ranked) and ranked[hi].startswith(name):  # bounded by the options
+            hi += 1
+        matches = tuple(sorted(ranked[lo:hi], key=order.__getitem__))
         if len(matches) > 1:
             problems.append(
                 FlagProblem(
@@ -522,8 +536,11 @@ def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
                 )
             )
         else:
+            # close matches for the first few unknown flags only: difflib costs the whole
+            # option list per flag, and nobody reads a thousand suggestions
             close = tuple(difflib.get_close_matches(name, options, n=3, cutoff=0.6)
-                          if suggest else ())
+                          if suggest and suggested < MAX_SUGGESTED else ())
+            suggested += 1
             problems.append(
                 FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
             )

@@ -12,6 +12,16 @@ sshd that `up` started, identified by its pid file *and* its command line, so a 
 reused by another process is never signalled. Overrides: ORCH_LAB_PORT (the port) and
 ORCH_LAB_DIR (the state directory), for tests and for a second checkout on one machine.
 
+Everything a lab creates lives under its state directory: the sshd's files, and the run
+directory of its hosts.yaml entry (`<state dir>/run`: the process manager's locks, pid
+and log files), so two labs on one machine never see each other's units or locks. Without
+ORCH_LAB_PORT the lab takes 2222 when that is free and another free port when it is not
+(recorded in lab.json and written into its hosts.yaml); with it, that port or nothing.
+The servers a process lab starts listen on this machine, so the lab chooses their port
+too: a free one, recorded in lab.json, and `up` writes every shipped lab config
+(experiments/lab/*/*.yaml) moved to that port under `<state dir>/experiments/` (what
+`scripts/demo` bisects on the process lab host).
+
 This module returns data and raises `orchestrator.errors`; the CLI prints.
 """
 
@@ -22,7 +32,7 @@ import json
 import os
 import socket
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.errors import InfraError, UsageError
@@ -45,6 +55,13 @@ class LabSettings:
     port: int = DEFAULT_PORT
     address: str = DEFAULT_ADDRESS
     repo: Path = field(default_factory=repo_root)
+    #: the port was asked for (ORCH_LAB_PORT): a taken one is refused, never replaced
+    port_given: bool = False
+
+    @property
+    def run_dir(self) -> Path:
+        """The process manager's directory on the lab host (locks, pid and log files)."""
+        return self.state_dir / "run"
 
     @property
     def ssh_dir(self) -> Path:
@@ -77,7 +94,8 @@ class LabSettings:
                 raise UsageError(
                     f"{PORT_ENV}={env[PORT_ENV]!r} is not a TCP port", hint="e.g. 2222"
                 )
-        return cls(state_dir=state_dir.resolve(), port=port, repo=repo)
+        return cls(state_dir=state_dir.resolve(), port=port, repo=repo,
+                   port_given=bool(env.get(PORT_ENV)))
 
 
 @dataclass(frozen=True)
@@ -94,6 +112,12 @@ class LabStatus:
     known_hosts: Path
     log_path: Path
     stale_pid_file: bool = False
+    server_port: int | None = None  # the port of the lab's configs (experiments_dir)
+
+    @property
+    def experiments_dir(self) -> Path:
+        """The shipped lab configs moved to this lab's server port (written by `up`)."""
+        return self.settings.state_dir / "experiments"
 
     @property
     def transport(self) -> str:
@@ -101,15 +125,17 @@ class LabStatus:
 
     def hosts_entry(self) -> dict[str, object]:
         """The `lab` entry of hosts.yaml that reaches this lab (absolute paths)."""
+        run_dir = str(self.settings.run_dir)
         if not self.sshd_installed:
             return {"address": "localhost", "transport": "local", "service_manager": "process",
-                    "labels": ["lab"]}
+                    "run_dir": run_dir, "labels": ["lab"]}
         entry: dict[str, object] = {
             "address": self.settings.address,
             "port": self.port,
             "identity_file": str(self.identity_file),
             "known_hosts": str(self.known_hosts),
             "service_manager": "process",
+            "run_dir": run_dir,
             "labels": ["lab"],
         }
         if self.user:
@@ -154,6 +180,7 @@ def status(settings: LabSettings) -> LabStatus:
     state = _read_state(settings)
     port = state.get("port") if pid is not None else None
     user = state.get("user")
+    server_port = state.get("server_port")
     return LabStatus(
         settings=settings,
         sshd_installed=sshd_mod.find_sshd() is not None,
@@ -165,7 +192,39 @@ def status(settings: LabSettings) -> LabStatus:
         known_hosts=settings.ssh_dir / "known_hosts",
         log_path=settings.ssh_dir / "sshd.log",
         stale_pid_file=stale,
+        server_port=server_port if isinstance(server_port, int) else None,
     )
+
+
+def _server_port(settings: LabSettings) -> int:
+    """This lab's server port: the one it recorded, else a free one of the kernel's
+    choosing (never the shipped 30000, which every other lab would pick too)."""
+    recorded = _read_state(settings).get("server_port")
+    if isinstance(recorded, int) and 0 < recorded < 65536:
+        return recorded
+    return sshd_mod.free_port(settings.address)
+
+
+def write_lab_configs(settings: LabSettings, server_port: int) -> Path:
+    """Every shipped lab config (experiments/lab/*/*.yaml but the scenarios) as a config
+    of the same name that extends it on `server_port`, under `<state dir>/experiments/`."""
+    from orchestrator.config.experiment import load_experiment
+
+    out = settings.state_dir / "experiments"
+    for shipped in sorted((settings.repo / "experiments" / "lab").glob("*/*.yaml")):
+        if shipped.name == "scenario.yaml":
+            continue
+        exp = load_experiment(shipped)
+        if "port" not in exp.flag_map():
+            continue  # its port is not a flag: it cannot be moved
+        dest = out / shipped.parent.name / shipped.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        head = (f"# Written by `orchestrator lab up`: {shipped.relative_to(settings.repo)} "
+                "on this lab's server port.\n")
+        body = {"name": exp.name, "extends": str(shipped),
+                "service": {"flags": {"port": server_port}}}
+        dest.write_text(head + json.dumps(body) + "\n")
+    return out
 
 
 def _port_taken(address: str, port: int) -> bool:
@@ -181,14 +240,26 @@ def up(settings: LabSettings) -> UpResult:
     current = status(settings)
     if not current.sshd_installed:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
-        return UpResult(status=current, started=False)
+        server_port = _server_port(settings)
+        settings.state_file.write_text(json.dumps({"server_port": server_port}) + "\n")
+        write_lab_configs(settings, server_port)
+        return UpResult(status=status(settings), started=False)
     if current.running:
-        if current.port != settings.port:
+        if current.port != settings.port and settings.port_given:
             raise UsageError(
                 f"the lab sshd already runs on port {current.port}, not {settings.port}",
                 hint="run `orchestrator lab down` first to move it",
             )
+        settings = replace(settings, port=current.port)
+        if current.server_port is None:  # started before its servers had a port of their own
+            state = _read_state(settings) | {"server_port": _server_port(settings)}
+            settings.state_file.write_text(json.dumps(state, indent=2) + "\n")
+            current = status(settings)
+        write_lab_configs(settings, current.server_port or _server_port(settings))
         return UpResult(status=current, started=False, python=_python_over_ssh(settings))
+    if _port_taken(settings.address, settings.port) and not settings.port_given:
+        # another lab (another checkout's) or another program has it: this lab picks its own
+        settings = replace(settings, port=sshd_mod.free_port(settings.address))
     if _port_taken(settings.address, settings.port):
         raise InfraError(
             f"{settings.address}:{settings.port} is already in use by another program",
@@ -204,11 +275,14 @@ def up(settings: LabSettings) -> UpResult:
         env=sshd_mod.session_env(settings.repo),
         pid_file=settings.pid_file,
     )
+    server_port = _server_port(settings)
     pid = sshd_mod.start_daemon(endpoint, settings.pid_file)
     settings.state_file.write_text(
         json.dumps({"pid": pid, "port": settings.port, "address": settings.address,
-                    "user": endpoint.user}, indent=2) + "\n"
+                    "user": endpoint.user, "server_port": server_port}, indent=2) + "\n"
     )
+    write_lab_configs(settings, server_port)
+    settings.run_dir.mkdir(mode=0o700, exist_ok=True)
     return UpResult(status=status(settings), started=True, python=_python_over_ssh(settings))
 
 

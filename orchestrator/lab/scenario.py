@@ -1,14 +1,18 @@
 """Lab scenarios: how the simulated server starts, how fast it serves, and how it fails.
 
-A scenario is a YAML file (see DESIGN.md, "Lab scenario"). It is validated here by hand,
+A scenario is a YAML file (see docs/formats.md, "Lab scenario"). It is validated here by hand,
 not with pydantic, because this module runs inside minimal hosts that only have python3
 and PyYAML. Every problem is reported as one `ScenarioError` line naming the file, the key
 path and what was expected.
 
-Matching: a rule's `when` maps flag names (no dashes) to a condition: a scalar (equal;
-numbers compare numerically, strings as strings), `true` (present), `false` (absent), a
-list (equal to a multi-value flag), or a mapping of `lt, le, gt, ge, ne, in`. The special
-key `env` holds the same kind of conditions on environment variables. Rules are tried in
+Matching: a rule's `when` maps flag names (no dashes) to a condition: a scalar (equal),
+`true` (present), `false` (absent), a list (equal to a multi-value flag), or a mapping of
+`lt, le, gt, ge, ne, in`. The special key `env` holds the same kind of conditions on
+environment variables. Values on the command line and in the environment are text. A
+condition written as a number compares numerically (`8` matches `--ep-size 8.0`, `1`
+matches the env value `1`); one written as text (quoted, or a word) compares with the
+value's text (`"1"` matches the env value `1` and `--x 1`, `Tree` matches `Tree`), for
+flags and environment variables alike. `lt, le, gt, ge` compare numbers only. Rules are tried in
 order and the first whose conditions all hold (and whose `probability`, if any, comes up
 for this seed and command line) wins. With `seed: random` (or ORCH_LAB_SEED=random) every
 start draws afresh, so `probability: 0.5` reproduces on about half of the starts of the
@@ -90,7 +94,9 @@ class Condition:
     op: str  # eq, present, absent, lt, le, gt, ge, ne, in
     value: Any = None
 
-    def holds(self, actual: FlagValue | None, present: bool) -> bool:
+    def holds(self, actual: FlagValue | None, present: bool, text: str | None = None) -> bool:
+        """Whether the condition holds of a value (`actual`, read as the server reads it)
+        whose text is `text` (an environment variable's own; None: rendered from actual)."""
         if self.op == "present":
             return present
         if self.op == "absent":
@@ -99,11 +105,11 @@ class Condition:
             # Absent and no default: only "not equal to X" can be said of it.
             return self.op == "ne"
         if self.op == "eq":
-            return _equal(actual, self.value)
+            return _equal(actual, self.value, text)
         if self.op == "ne":
-            return not _equal(actual, self.value)
+            return not _equal(actual, self.value, text)
         if self.op == "in":
-            return any(_equal(actual, v) for v in self.value)
+            return any(_equal(actual, v, text) for v in self.value)
         if not _is_number(actual):
             return False
         return {
@@ -133,8 +139,8 @@ class When:
                 return False
         for c in self.env:
             present = c.key in env
-            actual = coerce(env[c.key]) if present else None
-            if not c.holds(actual, present):
+            raw = env[c.key] if present else None
+            if not c.holds(coerce(raw) if raw is not None else None, present, raw):
                 return False
         return True
 
@@ -242,7 +248,16 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _equal(actual: object, expected: object) -> bool:
+def _text(value: object) -> str:
+    """A value's text as it stood on the command line (a switch: `true`)."""
+    if value is True:
+        return "true"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _equal(actual: object, expected: object, text: str | None = None) -> bool:
+    """A condition's value against a flag's or env var's: a number in the scenario compares
+    numerically, text compares with the value's text (`text`, else rendered from actual)."""
     if isinstance(expected, list):
         return (
             isinstance(actual, list)
@@ -251,11 +266,11 @@ def _equal(actual: object, expected: object) -> bool:
         )
     if isinstance(actual, list):
         return False
+    if isinstance(expected, str):
+        return (text if text is not None else _text(actual)) == expected
     if _is_number(actual) and _is_number(expected):
         return math.isclose(float(actual), float(expected), rel_tol=0, abs_tol=1e-12)
-    if _is_number(expected) != _is_number(actual):
-        return False
-    return str(actual) == str(expected)
+    return False
 
 
 # ---------------------------------------------------------------------------- loading
@@ -406,7 +421,10 @@ class _Validator:
         for key, val in data.items():
             if not isinstance(val, int | float | str) or isinstance(val, bool):
                 raise self.fail(f"defaults.{key}", f"expected a number or string, got {_kind(val)}")
-        return {flagcat.canonical(str(k).lstrip("-")): val for k, val in data.items()}
+        # a default stands for the flag on the command line: its text is read as the
+        # command line's is, so `"0.85"` and `0.85` are the same default
+        return {flagcat.canonical(str(k).lstrip("-")): coerce(val) if isinstance(val, str)
+                else val for k, val in data.items()}  # fmt: skip
 
     def model(self, v: object) -> ModelInfo:
         data = self.mapping("model", v if v is not None else {})

@@ -16,9 +16,13 @@ Files:
 `up` is idempotent (a running host is reported, not rebooted); `down` halts the machine
 (systemd stops the unit, then everything else), unmounts its root, deletes its namespace
 and work dir: no container, sshd or server is left. A host found half-gone (the machine
-rebooted, nspawn killed) is cleaned up by the next `up` or `down`. The container name is
-stable so `lab status/down` find it from any shell; ORCH_LAB_SYSTEMD_NAME overrides it (and
-with it the netns, the work dir and the address block), for tests and a second lab.
+rebooted, nspawn killed) is cleaned up by the next `up` or `down`. The container name
+follows the lab's state directory (`orch-lab-<hash of ORCH_LAB_DIR>`, or the name its
+lab.json records), so `lab status/down` find it from any shell and never reach the
+container of a lab with another state directory (another checkout's); with it go the
+netns, the veth and the work dir. ORCH_LAB_SYSTEMD_NAME overrides it, for tests. The
+address block of hosts.example.yaml's `lab-systemd` (10.213.255.252/30) is taken when it is
+free and a free one otherwise: the lab's own hosts.yaml always names the address it got.
 
 This module returns data and raises `orchestrator.errors`; the CLI prints.
 """
@@ -45,7 +49,7 @@ from orchestrator.lab.hostctl import LabSettings
 from orchestrator.lab.sshd import SshTarget
 
 NAME_ENV = "ORCH_LAB_SYSTEMD_NAME"
-DEFAULT_NAME = "orch-lab"
+NAME_PREFIX = "orch-lab"
 HOST_NAME = "lab-systemd"  # the hosts.yaml entry
 UNIT = "sglang-lab.service"
 USER = "ubuntu"  # the image's login user with passwordless sudo (rootfs.LOGIN_USER)
@@ -82,19 +86,41 @@ WantedBy=multi-user.target
 """
 
 
+def name_for(state_dir: Path) -> str:
+    """The container name of the lab whose state directory is `state_dir`."""
+    return f"{NAME_PREFIX}-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:8]
+
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,30}")
+
+
 @dataclass(frozen=True)
 class SdLabSettings:
     lab: LabSettings
-    name: str = DEFAULT_NAME
+    name: str = ""  # "" = the lab's own (see from_env)
+    #: the lab of `lab up`: it wants the default address block (taken only when free)
+    default_block: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SdLabSettings:
         env = dict(os.environ) if env is None else env
-        name = env.get(NAME_ENV) or DEFAULT_NAME
-        if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
-            raise UsageError(f"{NAME_ENV}={name!r} is not a usable name",
-                             hint="lower-case letters, digits and '-', at most 31")  # fmt: skip
-        return cls(lab=LabSettings.from_env(env), name=name)
+        lab = LabSettings.from_env(env)
+        name = env.get(NAME_ENV)
+        if name:
+            if not _NAME_RE.fullmatch(name):
+                raise UsageError(f"{NAME_ENV}={name!r} is not a usable name",
+                                 hint="lower-case letters, digits and '-', at most 31")  # fmt: skip
+            # a name of its own (tests, bench) never takes the default's address block
+            return cls(lab=lab, name=name)
+        return cls(lab=lab, default_block=True)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            # what this state dir's lab.json records (a lab started before names followed
+            # the state dir keeps its own), else the name derived from the state dir
+            recorded = _read_json(self.lab.state_dir / "systemd" / "lab.json").get("name")
+            ok = isinstance(recorded, str) and _NAME_RE.fullmatch(recorded)
+            object.__setattr__(self, "name", recorded if ok else name_for(self.lab.state_dir))
 
     @property
     def state_dir(self) -> Path:
@@ -131,7 +157,7 @@ class SdLabSettings:
 
     @property
     def block(self) -> str | None:
-        return DEFAULT_BLOCK if self.name == DEFAULT_NAME else None
+        return DEFAULT_BLOCK if self.default_block else None
 
 
 @dataclass(frozen=True)
@@ -192,12 +218,16 @@ def missing_prerequisites() -> str | None:
     return None
 
 
-def _read_state(settings: SdLabSettings) -> dict[str, object]:
+def _read_json(path: Path) -> dict[str, object]:
     try:
-        data = json.loads(settings.state_file.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _read_state(settings: SdLabSettings) -> dict[str, object]:
+    return _read_json(settings.state_file)
 
 
 def _container(settings: SdLabSettings, rootfs: Path | None = None) -> ct.Container:
@@ -285,8 +315,11 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
     rootfs = ct.extracted_rootfs(tarball)
     _keys(settings)
     c = _container(settings, rootfs)
+    block = settings.block
+    if block is not None and block in ct.used_blocks():
+        block = None  # another lab (another checkout's) has it: a free one, named in hosts.yaml
     try:
-        c.netns.create(block=settings.block)
+        c.netns.create(block=block)
         settings.known_hosts.write_text(f"{c.netns.address} {ct.rootfs_host_key(rootfs)}\n")
         settings.workdir.mkdir(parents=True, exist_ok=True)
         c.mount_root()

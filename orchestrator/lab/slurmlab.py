@@ -340,12 +340,17 @@ def _tail(path: Path, lines: int = 5) -> str:
 
 # ---- the lab's cluster (`orchestrator lab up --slurm`): beside the lab sshd, its login node
 HOST_NAME = "lab-slurm"
-RUN_DIR = "/tmp/orchestrator-lab-slurm"
 
 
 def lab_cluster(lab_state_dir: Path) -> SlurmCluster:
     """The lab's cluster: its state lives in `<lab dir>/slurm` (.lab/slurm by default)."""
     return SlurmCluster(lab_state_dir / "slurm")
+
+
+def lab_run_dir(cluster: SlurmCluster) -> str:
+    """The jobs' run directory of a cluster (shared by login and compute node: here one
+    machine), inside the cluster's own state directory: two labs never share one."""
+    return str(cluster.state_dir / "jobs")
 
 
 def slurm_section(cluster: SlurmCluster, *, gres: str = "gpu:2", max_jobs: int = 4,
@@ -357,10 +362,11 @@ def slurm_section(cluster: SlurmCluster, *, gres: str = "gpu:2", max_jobs: int =
 
 
 def hosts_entry(login: dict[str, object], cluster: SlurmCluster, *,
-                run_dir: str = RUN_DIR, **slurm: object) -> dict[str, object]:  # fmt: skip
+                run_dir: str | None = None, **slurm: object) -> dict[str, object]:  # fmt: skip
     """A `lab-slurm` hosts.yaml entry: the login node's entry (the lab sshd's) with the
-    Slurm backend on top."""
+    Slurm backend on top; its run directory is the cluster's unless one is given."""
     entry = dict(login)
-    entry.update({"service_manager": "slurm", "run_dir": run_dir, "labels": ["lab"],
+    entry.update({"service_manager": "slurm", "run_dir": run_dir or lab_run_dir(cluster),
+                  "labels": ["lab"],
                   "class": HOST_NAME, "slurm": slurm_section(cluster, **slurm)})  # fmt: skip
     return entry

@@ -280,17 +280,45 @@ def and_oracle(*terms: frozenset[int]) -> Callable[[Variant], Verdict]:
     return oracle
 
 
+#: how many delta positions the simulations of one estimate may touch in all: each
+#: simulated search costs about n, so the number of placements tried shrinks as n grows
+#: and an estimate for thousands of deltas costs what one for a few hundred does
+ESTIMATE_BUDGET = 100_000
+#: placements tried at least (for the largest n) and at most (pairs, for any n)
+ESTIMATE_MIN_SAMPLES, ESTIMATE_MAX_PAIRS = 16, 400
+
+
+def _evenly(count: int, k: int) -> list[int]:
+    """`k` indices spread evenly over range(count), first and last included (all if fewer)."""
+    if count <= k:
+        return list(range(count))
+    return sorted({round(j * (count - 1) / (k - 1)) for j in range(k)})
+
+
+def _pair_at(n: int, k: int) -> tuple[int, int]:
+    """The k-th pair (a, b), a < b, in the order a for-loop over a then b gives."""
+    a = 0
+    while k >= n - 1 - a:  # bounded by n: each step moves past one row of pairs
+        k -= n - 1 - a
+        a += 1
+    return a, a + 1 + k
+
+
 @functools.lru_cache(maxsize=256)
 def estimate_runs(strategy: StrategyFn, n: int) -> dict[str, float]:
     """Runs after the two endpoint checks, for a single culprit and an interacting pair.
 
-    Exhaustive over culprit positions for small n, sampled evenly for large n; pure.
+    Exhaustive over culprit positions for small n, sampled evenly for large n (never
+    more simulated work than ESTIMATE_BUDGET positions' worth); pure.
     """
-    singles = [simulate(strategy, n, and_oracle(frozenset({i})))[1] for i in range(n)]
-    pairs_idx = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    if len(pairs_idx) > 400:
-        step = len(pairs_idx) / 400
-        pairs_idx = [pairs_idx[int(k * step)] for k in range(400)]
+    samples = max(ESTIMATE_MIN_SAMPLES, ESTIMATE_BUDGET // max(n, 1))
+    singles = [simulate(strategy, n, and_oracle(frozenset({i})))[1]
+               for i in _evenly(n, samples)] or [0]  # fmt: skip
+    n_pairs = n * (n - 1) // 2
+    k_pairs = min(ESTIMATE_MAX_PAIRS, samples)
+    picks = range(n_pairs) if n_pairs <= k_pairs else (
+        int(k * n_pairs / k_pairs) for k in range(k_pairs))  # fmt: skip
+    pairs_idx = [_pair_at(n, k) for k in picks]
     pairs = [simulate(strategy, n, and_oracle(frozenset(pr)))[1] for pr in pairs_idx] or [0]
     return {
         "single_mean": sum(singles) / len(singles),

@@ -1,8 +1,9 @@
 """The systemd service manager: the user's unit plus one drop-in, never an edited unit file.
 
-Sequence per run (DESIGN.md, "One run on a systemd host"): stop + reset-failed, write
-`UNIT.d/99-orchestrator.conf` atomically (`ExecStart=` reset, the variant's `ExecStart`,
-`Environment=`/`UnsetEnvironment=`, `Restart=no`), `daemon-reload`, read the effective
+Sequence per run (README.md, "One run on a systemd host"; docs/design.md for the
+contracts): stop + reset-failed, write `UNIT.d/99-orchestrator.conf` atomically
+(`ExecStart=` reset, the variant's `ExecStart`, `Environment=`/`UnsetEnvironment=`,
+`Restart=no`), `daemon-reload`, read the effective
 `ExecStart` argv and environment back and compare with what was intended (a mismatch is
 `invalid`, never a silent run), start, note `InvocationID`. Restore removes the drop-in,
 reloads, and leaves the service running or stopped as it was found.
