@@ -67,7 +67,7 @@ def run_one(args: argparse.Namespace) -> int:
         lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
                            label=exp.name, listener=view,
                            executor_factory=common.executor_factory(args)),
-        view, as_json=args.json)  # fmt: skip
+        view, as_json=args.json, args=args)  # fmt: skip
     if row is None:
         return 130
     _print(row, args)
@@ -113,7 +113,7 @@ def rerun(args: argparse.Namespace) -> int:
                                        "good_metric": good[0] if good else None,
                                        "good_run": good[1] if good else None},
                            good_metric=good[0] if good else None),
-        view, as_json=args.json)  # fmt: skip
+        view, as_json=args.json, args=args)  # fmt: skip
     if row is None:
         return 130
     old_v = relative(old.verdict, old.signature, camp.target)

@@ -103,6 +103,7 @@ class SlurmExecutor(Executor):
         self.cancel_event = threading.Event()
         self._job: str | None = None
         self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
+        self.left: list[str] | None = None  # what close() read back as left (see Executor)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
@@ -155,6 +156,7 @@ class SlurmExecutor(Executor):
 
     def close(self, *, restore: bool = True) -> list[str]:
         done: list[str] = []
+        self.left = None
         try:
             if self._job is not None:
                 job, self._job = self._job, None
@@ -162,6 +164,9 @@ class SlurmExecutor(Executor):
                 self._cancelled.append(job)
                 done.append(f"cancelled job {job}")
             self._wait_gone(self._cancelled)
+            # read back: none of this slot's jobs is left in the queue
+            self.left = [] if self._gone(self._cancelled) else [
+                f"job(s) {' '.join(self._cancelled)} still in the queue"]
         finally:
             if self._own_transport:
                 self.t.close()
@@ -359,6 +364,13 @@ class SlurmExecutor(Executor):
             self.sleep(delay)
             delay = min(delay * 1.5, self.poll_max)
         raise InfraError(f"job {job}: gave up watching")
+
+    def _gone(self, jobs: list[str]) -> bool:
+        if not jobs:
+            return True
+        r = self._slurm(f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))}"
+                        " -o %i", timeout=60)  # fmt: skip
+        return r.ok and not set(jobs) & set(r.stdout.split())
 
     def _wait_gone(self, jobs: list[str], *, wait: float = 30.0) -> None:
         """Wait (bounded) until the cancelled jobs have left the queue: a cancelled job stays
