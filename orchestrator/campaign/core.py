@@ -113,6 +113,7 @@ class CampaignCore:
         # gone `dead`, and `runs --follow` finds its output
         controller = {"owner": me(), "pid": os.getpid()} | store.controller_note
         store.update_campaign(cid, status="running", controller=controller)
+        store.controlled.append(cid)
         self.cid: str = cid
         self.infra_streak = 0
         self._t0 = time.monotonic()

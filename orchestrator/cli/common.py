@@ -64,8 +64,30 @@ def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
 
 def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
     """The results store; `readonly` for commands that only read (nothing is created, and a
-    read-only results directory works)."""
-    return Store(args.results, readonly=readonly)
+    read-only results directory works). A detached command notes its log on the campaigns
+    it runs (for `runs --follow`); the store is kept on `args` so that the command's exit
+    code can be recorded on them (`record_exit`)."""
+    s = Store(args.results, readonly=readonly)
+    if not readonly:
+        from orchestrator.cli.detached import LOG_ENV
+
+        if os.environ.get(LOG_ENV):
+            s.controller_note["log"] = os.environ[LOG_ENV]
+        args.store_ = s
+    return s
+
+
+def record_exit(args: argparse.Namespace, code: int) -> None:
+    """Note the command's exit code on the campaigns it ran (`runs --follow` exits with it)."""
+    s = getattr(args, "store_", None)
+    if s is None:
+        return
+    for cid in s.controlled:
+        try:
+            ctl = s.campaign(cid).controller or {}
+            s.update_campaign(cid, controller=ctl | {"exit_code": code})
+        except OrchestratorError:
+            pass  # the store went away: nothing to note it in
 
 
 def positive_int(text: str) -> int:

@@ -177,6 +177,8 @@ class Store:
         self._reserved: dict[str, int] = {}
         #: added to the controller of each campaign this process runs (a detached one's log)
         self.controller_note: dict[str, Any] = {}
+        #: the campaigns this process has run (created or resumed), in order
+        self.controlled: list[str] = []
         self.readonly = readonly
         if readonly:
             self._open_readonly()
