@@ -231,7 +231,9 @@ def test_second_campaign_on_the_same_unit_is_refused_naming_the_holder(
         err = res.stderr
         assert "lab-b300.service is locked by" in err
         assert f"campaign {cid}" in err and f"pid {first.pid}" in err and "@" in err
-        assert "--break-lock" in err and "Traceback" not in err
+        # a live holder: waiting is the advice, never breaking its lock
+        assert "wait for that campaign" in err and "--break-lock" not in err
+        assert "Traceback" not in err
     assert "is running now" in same.stderr
     answer = json.loads(log.read_text()[log.read_text().index("{"):])
     check_found(code, answer, results)  # the first campaign, unaffected
