@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
@@ -110,13 +111,15 @@ class Pool:
         for w in self.workers:
             w.inbox.put(None)
         deadline = time.monotonic() + timeout
-        for w in self.workers:
-            while w.thread is not None and w.thread.is_alive() and time.monotonic() < deadline:
-                try:
-                    w.thread.join(0.5)
-                except KeyboardInterrupt:
-                    self.cancel_all()
-                    raise
+        with shield.shielded():  # a first interrupt now is raised once every host is restored
+            for w in self.workers:
+                while w.thread is not None and w.thread.is_alive() and \
+                        time.monotonic() < deadline:  # fmt: skip
+                    try:
+                        w.thread.join(0.5)
+                    except KeyboardInterrupt:
+                        self.cancel_all()
+                        raise
 
     def left(self) -> dict[str, list[str] | None]:
         """Per host that was opened: what its restore read back as still there (empty: as

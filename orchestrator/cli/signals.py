@@ -21,7 +21,10 @@ import signal
 from collections.abc import Callable
 from types import FrameType, TracebackType
 
-#: the interrupt that abandons a restore in progress (the first one starts it)
+from orchestrator import shield
+
+#: the interrupt that abandons a restore in progress (the first one starts it, or, during a
+#: restore that was already running, stops the command once it ends)
 ABANDON_AT = 3
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -70,8 +73,12 @@ class Interrupts:
             self._quiet_terminal()
         self.count += 1
         self.received.append(signal.Signals(signum).name)
-        if self.count == 1 or self.count >= ABANDON_AT:
+        if self.count >= ABANDON_AT:
             raise KeyboardInterrupt
+        if self.count == 1 and not shield.active():
+            raise KeyboardInterrupt
+        if self.count == 1:  # a restore is running: stop once it has read the hosts back
+            shield.defer()
         self._say(f"restoring the hosts, please wait ({ABANDON_AT - self.count} more Ctrl-C "
                   "abandons the restore and leaves them as they are)")  # fmt: skip
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify import (
@@ -180,22 +181,23 @@ class Executor:
         of ours is still there, None when that could not be read)."""
         done: list[str] = []
         opened, self.left = self._opened, None
-        try:
-            if restore and self._opened:
-                done = self.manager.restore()
-                for d in done:
-                    self.emit(StepDone(host=self.host.name, step="restore", detail=d))
-        finally:
+        with shield.shielded():  # an interrupt now waits until the host is restored
             try:
-                self.lock.release()
+                if restore and self._opened:
+                    done = self.manager.restore()
+                    for d in done:
+                        self.emit(StepDone(host=self.host.name, step="restore", detail=d))
             finally:
                 try:
-                    self.left = self._read_back() if opened and restore else (
-                        [] if not opened else None)  # fmt: skip
+                    self.lock.release()
                 finally:
-                    if self._own_transport:
-                        self.t.close()
-        self._opened = False
+                    try:
+                        self.left = self._read_back() if opened and restore else (
+                            [] if not opened else None)  # fmt: skip
+                    finally:
+                        if self._own_transport:
+                            self.t.close()
+                        self._opened = False
         return done
 
     def _read_back(self) -> list[str] | None:

@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
 from orchestrator.diagnosis.classify import (
@@ -157,20 +158,21 @@ class SlurmExecutor(Executor):
     def close(self, *, restore: bool = True) -> list[str]:
         done: list[str] = []
         self.left = None
-        try:
-            if self._job is not None:
-                job, self._job = self._job, None
-                self._slurm(f"scancel {job}", timeout=60)
-                self._cancelled.append(job)
-                done.append(f"cancelled job {job}")
-            self._wait_gone(self._cancelled)
-            # read back: none of this slot's jobs is left in the queue
-            self.left = [] if self._gone(self._cancelled) else [
-                f"job(s) {' '.join(self._cancelled)} still in the queue"]
-        finally:
-            if self._own_transport:
-                self.t.close()
-            self._opened = False
+        with shield.shielded():  # an interrupt now waits until the jobs are gone
+            try:
+                if self._job is not None:
+                    job, self._job = self._job, None
+                    self._slurm(f"scancel {job}", timeout=60)
+                    self._cancelled.append(job)
+                    done.append(f"cancelled job {job}")
+                self._wait_gone(self._cancelled)
+                # read back: none of this slot's jobs is left in the queue
+                self.left = [] if self._gone(self._cancelled) else [
+                    f"job(s) {' '.join(self._cancelled)} still in the queue"]
+            finally:
+                if self._own_transport:
+                    self.t.close()
+                self._opened = False
         return done
 
     def check_port(self, exp: Experiment) -> None:
