@@ -123,15 +123,15 @@ class HostLock:
             self._held()
             return
         holder = self.read()
-        live = holder is not None and holder.owner == me() and holder.pid != os.getpid() \
-            and pid_alive(holder.pid)  # fmt: skip
-        if holder is not None and holder.campaign == self.campaign and not live:
+        if holder is not None and holder.owner != me():  # another machine's: its lease
+            holder = self.read(with_age=True) or holder
+        mine = holder is not None and holder.owner == me() and holder.pid == os.getpid()
+        if holder is not None and holder.campaign == self.campaign and (
+                mine or holder.alive() is False):  # fmt: skip
             # our own campaign, resumed after the controller died: take the lock over
             self.t.write_file(self.path, json.dumps(info) + "\n", sudo=True)
             self._held()
             return
-        if holder is not None and holder.owner != me():
-            holder = self.read(with_age=True) or holder
         who = holder.describe() if holder else "another orchestrator"
         alive = holder.alive() if holder else None
         restore = f"orchestrator restore --host {self.host.name}"
@@ -172,6 +172,9 @@ class HostLock:
 
     def release(self) -> None:
         self._stop_renewing.set()
+        if self._renewer is not None and self._renewer is not threading.current_thread():
+            self._renewer.join(timeout=30)  # a renewal in flight: not after the release
+            self._renewer = None
         if self.held:
             self.t.run(f"rm -f {shlex.quote(self.path)}", sudo=True, timeout=20)
             self.held = False
