@@ -218,7 +218,7 @@ def interrupted_cases(draw: st.DrawFn) -> tuple[int, Oracle, list[str], dict[int
     n, oracle, _ = draw(cases())
     hosts = ["a", "b"][: draw(st.integers(1, 2))]
     kind = draw(st.sampled_from(["SIGHUP", "double SIGINT", "triple SIGINT", "SIGTERM"]))
-    first = draw(st.integers(1, 60))
+    first = draw(st.integers(1, 40))
     gaps = draw(st.lists(st.integers(0, 6), min_size=2, max_size=2))
     names = {"SIGHUP": ["SIGHUP", "SIGHUP"], "double SIGINT": ["SIGINT", "SIGINT"],
              "triple SIGINT": ["SIGINT"] * 3, "SIGTERM": ["SIGTERM"]}[kind]  # fmt: skip

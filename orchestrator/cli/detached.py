@@ -77,6 +77,12 @@ def detach(args: argparse.Namespace) -> int:
         return code
     follow = f"orchestrator runs --follow {cid}" + common.resume_options(args)
     c = console()
+    if getattr(args, "json", False):  # stdout is one JSON document (the campaign's goes
+        import json  # to the log)
+
+        c.print_json(json.dumps({"campaign": cid, "status": "detached", "pid": child.pid,
+                                 "log": str(log), "follow": follow}))  # fmt: skip
+        return 0
     c.print(f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
             "terminal closes", highlight=False)  # fmt: skip
     c.print(f"output: {log}", highlight=False)
