@@ -266,7 +266,7 @@ def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
         [signal.SIGHUP] * (signal.SIGHUP in signals.sent)  # a hang-up counts once
     for line in text.splitlines():  # every "restored" is true of the host read back
         if "restored" in line and "NOT restored" not in line:
-            named = [h for h in truths if h in line.replace(",", " ").split()]
+            named = [h for h in truths if h in line.replace(",", " ").replace(":", " ").split()]
             assert named, line
             for h in named:
                 assert truths[h].as_found(), (line, h, truths[h].left(), text)
