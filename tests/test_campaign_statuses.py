@@ -82,3 +82,28 @@ def test_the_live_view_numbers_runs_as_stored() -> None:
                          verdict=Verdict.PASS, source="resume", done=5))
     numbers = [line.split(".")[0].strip() for line in out.getvalue().splitlines()]
     assert numbers == ["1", "2", "3"]
+
+
+def test_follow_of_a_campaign_that_ended_shows_its_runs_and_exits_with_its_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.scripted import TARGET_ERROR, Rule
+
+    good, bad = write_pair(tmp_path / "exp", 3)
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
+    b = Bisection(store, make_plan(good, bad), [host()], command="t",
+                  executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+    outcome = b.run()
+    refused = store.create_campaign(kind="bisect", key="r", command="t", spec={})
+    store.update_campaign(refused, status="refused")
+    n = len(store.runs(b.cid))
+    store.close()
+    results = str(tmp_path / "results")
+    assert outcome.found
+    assert main(["runs", "--follow", b.cid, "--results", results]) == 0
+    out = capsys.readouterr().out
+    assert f"campaign {b.cid} ended: done (exit 0)" in out
+    assert all(f"{b.cid}.{seq}" in out for seq in range(1, n + 1))
+    assert main(["runs", "--follow", refused, "--results", results]) == 3
+    assert f"campaign {refused} ended: refused (exit 3)" in capsys.readouterr().out
