@@ -166,8 +166,8 @@ def restore_lines(args: argparse.Namespace, left: dict[str, list[str] | None] | 
         return True, ["no host had been changed"]
     bad = {h: what for h, what in left.items() if what is None or what}
     if not bad:
-        return True, [f"the host{'s' if len(left) > 1 else ''} were restored (read back: "
-                      f"as found): {', '.join(left)}".replace("host were", "host was")]
+        which = "the hosts were" if len(left) > 1 else "the host was"
+        return True, [f"{which} restored (read back: as found): {', '.join(left)}"]
     lines = []
     for h, what in left.items():
         if h not in bad:
@@ -201,13 +201,21 @@ def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str,
                 view.close()
             restored, lines = restore_lines(args, exc.left if isinstance(exc, Interrupted)
                                             else None)  # fmt: skip
-            if not isinstance(exc, Interrupted):
+            as_json = getattr(args, "json", False)
+            if not isinstance(exc, Interrupted):  # cut short before the core could say more
+                if as_json:
+                    import json
+
+                    console().print_json(json.dumps({
+                        "status": "interrupted", "restored": False, "left": None,
+                        "error": f"{noun} interrupted; " + "; ".join(lines)}))  # fmt: skip
+                    return None
                 console().print(f"\n[yellow]interrupted[/]: {noun} stopped.", highlight=False)
                 for line in lines:
                     console().print(escape(line), highlight=False)
                 return None
             resume = resume_command(args, exc.campaign)
-            if getattr(args, "json", False):
+            if as_json:
                 import json
 
                 console().print_json(json.dumps({
