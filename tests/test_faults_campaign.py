@@ -220,6 +220,12 @@ def test_second_campaign_on_the_same_unit_is_refused_naming_the_holder(
         same = cli(*bisect_args(sd, results))
         other = cli(*bisect_args(sd, tmp_path / "other-results", "--strategy", "linear"))
         assert sd.show("InvocationID")["InvocationID"] == holder  # the first's run untouched
+        store = Store(results)
+        try:  # the refused second process left the first one's record as it was
+            camp = store.campaign(cid)
+            assert (camp.status, camp.controller["pid"]) == ("running", first.pid)
+        finally:
+            store.close()
         go.touch()
         code = first.wait(timeout=400)
     finally:

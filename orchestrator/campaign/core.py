@@ -111,6 +111,7 @@ class CampaignCore:
             cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec())
         # who runs it now: `runs --campaigns` calls a running campaign whose controller is
         # gone `dead`, and `runs --follow` finds its output
+        self._previous_controller = store.campaign(cid).controller if self.resumed else None
         controller = {"owner": me(), "pid": os.getpid()} | store.controller_note
         store.update_campaign(cid, status="running", controller=controller)
         store.controlled.append(cid)
@@ -191,7 +192,10 @@ class CampaignCore:
         except OrchestratorError as exc:
             if isinstance(exc, LockError):
                 if exc.holder_campaign == self.cid:
-                    raise  # this campaign runs in another process: its record is not ours
+                    # this campaign runs in another process: its record is that one's
+                    self.store.update_campaign(self.cid, status="running",
+                                               controller=self._previous_controller)
+                    raise
                 self.store.update_campaign(self.cid, status=Status.REFUSED.value)
                 raise
             default = Status.INTERRUPTED if isinstance(exc, InfraError) else Status.ERROR
