@@ -103,6 +103,10 @@ class SchedulerError(ServiceError):
 class LockError(InfraError):
     """Another orchestrator holds the host lock for this unit."""
 
+    #: the campaign of the holder (None: unknown), so that a campaign refused by another
+    #: one is recorded as `refused`, and one already running elsewhere is left alone
+    holder_campaign: str | None = None
+
 
 class StoreError(OrchestratorError):
     """The results store is unusable (read-only, full, corrupted)."""
@@ -117,21 +121,24 @@ class CampaignIncomplete(OrchestratorError):
 
 
 class Interrupted(OrchestratorError):
-    """A campaign was stopped by Ctrl-C or SIGTERM; its hosts were restored.
+    """A campaign was stopped by Ctrl-C, SIGTERM or SIGHUP; its hosts restored.
 
     Carries the outcome so far (`partial`: the findings and runs recorded before the stop),
     as picire's exceptions carry the best result found so far, and names the campaign so
-    that the CLI can print the command that resumes it.
+    that the CLI can print the command that resumes it. `left`: per host, what the restore
+    read back from it as still there (empty: as found; None: not read back, the restore
+    was abandoned or the host could not be read).
     """
 
     exit_code = 130
 
-    def __init__(self, campaign: CampaignRef, partial: Any = None) -> None:
-        super().__init__(f"{campaign.kind} campaign {campaign.campaign_id} interrupted; "
-                         "the hosts were restored")  # fmt: skip
+    def __init__(self, campaign: CampaignRef, partial: Any = None,
+                 left: dict[str, list[str] | None] | None = None) -> None:  # fmt: skip
+        super().__init__(f"{campaign.kind} campaign {campaign.campaign_id} interrupted")
         self.campaign = campaign
         self.resumable = campaign
         self.partial = partial
+        self.left: dict[str, list[str] | None] = dict(left or {})
 
     @property
     def campaign_id(self) -> str:

@@ -487,6 +487,16 @@ class ScriptedTransport(Transport):
     def _rm_dropin(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return self._rm(m, stdin)
 
+    # ---- the read-back after a restore (ServiceManager.left_over)
+    def _left_systemd(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        present = [f for f in shlex.split(m["files"]) if f in self.files]
+        return 0, "".join(f + "\n" for f in present) + "@@\n" + \
+            self._unit_props()["ActiveState"] + "\n"  # fmt: skip
+
+    def _left_process(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        p = self._proc(int(m["pgid"]))
+        return (0, "") if p is not None and self._alive(p) else (1, "")
+
 #: the commands the scripted host knows: (kind, the whole command as a regex). One shape
 #: each, as the executor (poll with boot id, probe), the host lock and the process manager
 #: (orchestrator/execution/services/process.py) build them.
@@ -516,6 +526,9 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("write", rf"umask 077 && mkdir -p {_W} && cat > {_W} && .* mv -f {_W} "
               rf"(?P<path>{_W}); else .*"),
     ("rm", r"rm -f (?P<paths>[^;&|]+)"),
+    ("left_systemd", r"for f in (?P<files>.*?); do \[ -e \"\$f\" \] && echo \"\$f\"; done; "
+                     r"echo @@; systemctl show [\w.@-]+ -p ActiveState --value"),
+    ("left_process", r"ps -eo pgid=,stat= \| awk '\$1 == (?P<pgid>\d+) && .*"),
     ("systemctl_version", r"command -v systemctl >/dev/null && systemctl --version \| head -1"),
     ("show", r"systemctl show [\w.@-]+(?P<props>( -p [\w,]+)+)"),
     ("cat", r"systemctl cat [\w.@-]+"),

@@ -11,9 +11,13 @@ Otherwise the campaign says it did not conclude. Fast tier: no real host.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import itertools
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +28,11 @@ from hypothesis import strategies as st
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome, relative
 from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.cli import common
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
 from orchestrator.results.store import Store
+from tests import scripted_restore
 from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.scripted import write_pair as scripted_pair
 
@@ -196,3 +202,83 @@ def test_a_kill_from_outside_is_retried_not_judged() -> None:
         store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- the controller interrupted: every "restored" is true of the host read back ----------------
+
+_SIGNALS = {"SIGINT": signal.SIGINT, "SIGHUP": signal.SIGHUP, "SIGTERM": signal.SIGTERM}
+
+
+@st.composite
+def interrupted_cases(draw: st.DrawFn) -> tuple[int, Oracle, list[str], dict[int, list[str]]]:
+    """A campaign on one or two scripted hosts, and the signals its controller gets: a
+    SIGHUP (a closed terminal: sent twice, as the kernel and the shell both send it), a
+    double SIGINT (the second a few host steps later: during the run or its restore), or
+    three (the third abandons the restore), each at a random step of the campaign."""
+    n, oracle, _ = draw(cases())
+    hosts = ["a", "b"][: draw(st.integers(1, 2))]
+    kind = draw(st.sampled_from(["SIGHUP", "double SIGINT", "triple SIGINT", "SIGTERM"]))
+    first = draw(st.integers(1, 40))
+    gaps = draw(st.lists(st.integers(0, 6), min_size=2, max_size=2))
+    names = {"SIGHUP": ["SIGHUP", "SIGHUP"], "double SIGINT": ["SIGINT", "SIGINT"],
+             "triple SIGINT": ["SIGINT"] * 3, "SIGTERM": ["SIGTERM"]}[kind]  # fmt: skip
+    at: dict[int, list[str]] = {}
+    step = first
+    for i, name in enumerate(names):
+        step += gaps[i - 1] if i else 0
+        at.setdefault(step, []).append(name)
+    return n, oracle, hosts, at
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=interrupted_cases())
+def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
+    shared_store: tuple[Path, Store], case: tuple[int, Oracle, list[str], dict[int, list[str]]],
+) -> None:
+    """SIGHUP, a double SIGINT or SIGTERM at any moment: the hosts are restored before the
+    command returns (a second Ctrl-C does not cut the restore short), the campaign is
+    recorded as interrupted with its resume line, and the message says so. A third Ctrl-C
+    may abandon the restore: then no host is called restored unless the host itself shows
+    it. Whatever happens, every line that calls a host restored is true of that host."""
+    n, oracle, names, at = case
+    tmp, store = shared_store
+    plan = _plan(tmp, n)
+    k = next(_CASE)
+    truths = {f"{h}{k}": scripted_restore.HostTruth() for h in names}
+    signals = scripted_restore.SignalPlan({s: [_SIGNALS[x] for x in xs] for s, xs in at.items()})
+    bisection = Bisection(store, plan, [host(h) for h in truths],
+                          options=BisectOptions(fresh=True), command="test",
+                          executor_factory=scripted_restore.factory(oracle, truths, signals))
+    args = argparse.Namespace(hosts="h.yaml", results="results", json=False, verbose=False,
+                              host=next(iter(truths)))  # fmt: skip
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            got = common.run_campaign(bisection.run, lambda e: None, "campaign", args)
+    except InfraError:
+        got = None
+    finally:
+        signals.disarm()
+    text = out.getvalue()
+    sent = [s for s in signals.sent if s is not signal.SIGHUP] + \
+        [signal.SIGHUP] * (signal.SIGHUP in signals.sent)  # a hang-up counts once
+    for line in text.splitlines():  # every "restored" is true of the host read back
+        if "restored" in line and "NOT restored" not in line:
+            named = [h for h in truths if h in line.replace(",", " ").replace(":", " ").split()]
+            assert named, line
+            for h in named:
+                assert truths[h].as_found(), (line, h, truths[h].left(), text)
+    if not sent:  # the campaign ended before the first signal was due
+        assert got is not None or "interrupted" not in text
+        return
+    if got is not None:  # signalled only as the campaign was returning its answer
+        return
+    assert "interrupted" in text and "resume with: orchestrator bisect --resume" in text, text
+    assert store.campaign(bisection.cid).status == "interrupted"
+    if len(sent) < 3:  # no third Ctrl-C: the restore ran to its end, read back as found
+        for h, truth in truths.items():
+            assert truth.as_found(), (h, truth.left(), text)
+        assert "NOT restored" not in text, text
+        assert "restored (read back: as found)" in text or "no host had been changed" in text

@@ -334,19 +334,34 @@ def test_the_cli_renders_the_resume_command_from_the_interrupt(
 ) -> None:
     ref = CampaignRef("bisect", "abc123")
 
+    left: dict[str, list[str] | None] = {"lab": []}
+
     def interrupted() -> None:
-        raise Interrupted(ref, Outcome("abc123", Status.INTERRUPTED))
+        raise Interrupted(ref, Outcome("abc123", Status.INTERRUPTED), left)
 
     args = argparse.Namespace(hosts="lab.yaml", results="results", json=False, verbose=False)
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
     out = capsys.readouterr().out
     assert "resume with: orchestrator bisect --resume abc123 --hosts lab.yaml" in out
+    assert "the host was restored (read back: as found): lab" in out
     args.json = True
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
     data = json.loads(capsys.readouterr().out)
-    assert data == {"campaign": "abc123", "status": "interrupted",
-                    "error": "campaign abc123 interrupted; the hosts were restored",
+    assert data == {"campaign": "abc123", "status": "interrupted", "restored": True,
+                    "error": "campaign abc123 interrupted; the host was restored (read back: "
+                             "as found): lab", "left": {"lab": []},
                     "resume": "orchestrator bisect --resume abc123 --hosts lab.yaml"}
+    # What the host read back shows is said, with the command that finishes the restore;
+    # never "restored".
+    left = {"lab": ["sglang.service is failed (it was active when the campaign found it)"],
+            "other": None}
+    args.json = False
+    assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
+    out = capsys.readouterr().out
+    assert "restored" not in out.replace("NOT restored", "")
+    assert ("lab: NOT restored: sglang.service is failed (it was active when the campaign "
+            "found it); finish it with: orchestrator restore --host lab --hosts lab.yaml") in out
+    assert "other: NOT restored: the restore was abandoned" in out
 
 
 def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path: Path) -> None:

@@ -161,7 +161,8 @@ def test_sigkill_mid_run_then_the_same_command_resumes(
     assert lab.restored()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_interrupt_restores_the_host_prints_the_resume_command_and_resumes(
     sshd: SshdEndpoint, tmp_path: Path, reference: Recorded, sig: signal.Signals
 ) -> None:
@@ -179,8 +180,10 @@ def test_interrupt_restores_the_host_prints_the_resume_command_and_resumes(
     resume = shlex.split(line.removeprefix("resume with: "))
     assert resume[:4] == ["orchestrator", "bisect", "--resume", cid]
     assert "Traceback" not in out
-    # Restored before it exited: the server of the interrupted run is gone.
+    # Restored before it exited: the server of the interrupted run is gone, and the
+    # message says so only because the host read back showed it.
     assert lab.restored(), out
+    assert "the host was restored (read back: as found)" in out, out
     store = Store(lab.results)
     try:
         assert store.campaign(cid).status == "interrupted"

@@ -220,6 +220,12 @@ def test_second_campaign_on_the_same_unit_is_refused_naming_the_holder(
         same = cli(*bisect_args(sd, results))
         other = cli(*bisect_args(sd, tmp_path / "other-results", "--strategy", "linear"))
         assert sd.show("InvocationID")["InvocationID"] == holder  # the first's run untouched
+        store = Store(results)
+        try:  # the refused second process left the first one's record as it was
+            camp = store.campaign(cid)
+            assert (camp.status, camp.controller["pid"]) == ("running", first.pid)
+        finally:
+            store.close()
         go.touch()
         code = first.wait(timeout=400)
     finally:
@@ -231,7 +237,9 @@ def test_second_campaign_on_the_same_unit_is_refused_naming_the_holder(
         err = res.stderr
         assert "lab-b300.service is locked by" in err
         assert f"campaign {cid}" in err and f"pid {first.pid}" in err and "@" in err
-        assert "--break-lock" in err and "Traceback" not in err
+        # a live holder: waiting is the advice, never breaking its lock
+        assert "wait for that campaign" in err and "--break-lock" not in err
+        assert "Traceback" not in err
     assert "is running now" in same.stderr
     answer = json.loads(log.read_text()[log.read_text().index("{"):])
     check_found(code, answer, results)  # the first campaign, unaffected

@@ -147,8 +147,9 @@ def test_cancel_stops_the_run_and_frees_the_host(duo: list[SystemdHost], tmp_pat
         check_restored(box)
 
 
-def test_ctrl_c_on_a_pool_sweep_restores_every_host(duo: list[SystemdHost],
-                                                   tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_ctrl_c_on_a_pool_sweep_restores_every_host(duo: list[SystemdHost], tmp_path: Path,
+                                                   sig: signal.Signals) -> None:  # fmt: skip
     path = sweep_file(tmp_path, {"cuda-graph-max-bs": [128, 256, 384, 512]})
     hosts = hosts_file(duo, tmp_path)
     child = popen_cli("sweep", path, "--pool", "duo", "--hosts", hosts,
@@ -157,13 +158,14 @@ def test_ctrl_c_on_a_pool_sweep_restores_every_host(duo: list[SystemdHost],
         wait_until(lambda: all(unit_state(b)["ActiveState"] == "active" for b in duo),
                    timeout=60, what="a run in progress on both hosts",
                    describe=lambda: (tmp_path / "sweep.log").read_text()[-2000:])  # fmt: skip
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
         code = child.wait(timeout=120)
     finally:
         stop_child(child)
     log = (tmp_path / "sweep.log").read_text()
     assert code == 130, log[-3000:]
     assert "resume with: orchestrator sweep --resume" in log
+    assert "the hosts were restored (read back: as found): gpu1, gpu2" in log, log[-3000:]
     for box in duo:
         check_restored(box)
 

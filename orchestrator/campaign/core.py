@@ -10,6 +10,7 @@ The kinds of campaign use it by composition: each holds a `CampaignCore`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,12 +19,14 @@ from typing import Any
 
 from orchestrator.campaign import envwatch
 from orchestrator.campaign.pool import Pool
+from orchestrator.campaign.records import Status
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted, LockError, OrchestratorError
 from orchestrator.events import CampaignFinished, Listener, RunRecorded, null_listener
 from orchestrator.execution.executor import Executor
+from orchestrator.execution.hostlock import me
 from orchestrator.results.store import CampaignRow, RunRow, Store
 
 #: runs in a row that end in host trouble (per healthy host) before a campaign stops
@@ -106,11 +109,17 @@ class CampaignCore:
         self.resumed = cid is not None
         if cid is None:
             cid = store.create_campaign(kind=kind, key=key, command=command, spec=spec())
-        else:
-            store.update_campaign(cid, status="running")
+        # who runs it now: `runs --campaigns` calls a running campaign whose controller is
+        # gone `dead`, and `runs --follow` finds its output
+        self._previous_controller = store.campaign(cid).controller if self.resumed else None
+        controller = {"owner": me(), "pid": os.getpid()} | store.controller_note
+        store.update_campaign(cid, status="running", controller=controller)
+        store.controlled.append(cid)
         self.cid: str = cid
         self.infra_streak = 0
         self._t0 = time.monotonic()
+        #: what restores this campaign's hosts (pools, executors), read back after an interrupt
+        self._restorers: list[Any] = []
 
     @property
     def ref(self) -> CampaignRef:
@@ -144,26 +153,54 @@ class CampaignCore:
     def pool(self, hosts: list[Host], *, service: str, env_keys: frozenset[str]) -> Pool:
         """The hosts as a pool: each host's executor opens (and restores first when a crashed
         controller left our drop-in behind) in its worker; leaving it restores every host."""
-        return Pool(hosts, service=service, campaign=self.cid,
+        pool = Pool(hosts, service=service, campaign=self.cid,
                     executor_factory=self.executor_factory, listener=self.emit,
                     env_keys=env_keys)  # fmt: skip
+        self._restorers.append(pool)
+        return pool
+
+    def track(self, executor: Executor) -> Executor:
+        """An executor this campaign drives itself (no pool): its restore is read back too."""
+        self._restorers.append(executor)
+        return executor
+
+    def left_on_hosts(self) -> dict[str, list[str] | None]:
+        """Per host: what the restores read back as still there (None: not read back)."""
+        out: dict[str, list[str] | None] = {}
+        for r in self._restorers:
+            if isinstance(r, Pool):
+                out |= r.left()
+            elif getattr(r, "_opened", False):
+                out[r.host.name] = None  # still open: its restore never ran
+            else:
+                out[r.host.name] = getattr(r, "left", None)
+        return out
 
     @contextmanager
     def guard(self, partial: Callable[[], Any]) -> Iterator[None]:
-        """Ctrl-C/SIGTERM becomes `Interrupted` with `partial()` (the outcome so far); any of
-        our errors marks the record (`interrupted`, or the error's `campaign_status`) and
+        """Ctrl-C/SIGTERM/SIGHUP becomes `Interrupted` with `partial()` (the outcome so far)
+        and what each host's restore read back; any of our errors marks the record (the
+        error's `campaign_status`; `refused` when another campaign holds a host's lock;
+        `interrupted` for host trouble, which the same command resumes; else `error`) and
         names this campaign on the error, so that the CLI can say how to resume it."""
         try:
             yield
         except KeyboardInterrupt:
-            self.store.update_campaign(self.cid, status="interrupted")
+            self.store.update_campaign(self.cid, status=Status.INTERRUPTED.value)
             self.emit(CampaignFinished(campaign_id=self.cid, status="interrupted"))
-            raise Interrupted(self.ref, partial()) from None
+            raise Interrupted(self.ref, partial(), self.left_on_hosts()) from None
         except OrchestratorError as exc:
             if isinstance(exc, LockError):
-                raise  # another process runs this campaign: its status is not ours to change
+                if exc.holder_campaign == self.cid:
+                    # this campaign runs in another process: its record is that one's
+                    self.store.update_campaign(self.cid, status="running",
+                                               controller=self._previous_controller)
+                    raise
+                self.store.update_campaign(self.cid, status=Status.REFUSED.value)
+                raise
+            default = Status.INTERRUPTED if isinstance(exc, InfraError) else Status.ERROR
             self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                "interrupted"))  # fmt: skip
+                                                                default.value))  # fmt: skip
             if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
                 exc.resumable = self.ref  # the same command starts afresh after a change
             raise

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
@@ -89,6 +90,7 @@ class _Worker:
     healthy: bool = True
     opened: bool = False
     restored: list[str] = field(default_factory=list)
+    left: list[str] | None = None  # what the restore read back as still there
     executor: Executor | None = None
     prechecked: set[str] = field(default_factory=set)  # fingerprints checked on this host
 
@@ -130,24 +132,36 @@ class Pool:
         self.close()
 
     def close(self, timeout: float = 900.0) -> None:
-        """Let each worker finish (restore its host). A Ctrl-C while waiting cancels the
-        runs in progress and keeps waiting; only a third one abandons the hosts as they are."""
+        """Let each worker finish (restore its host and read it back). An interrupt that
+        reaches this wait abandons the hosts as they are (the command line's signal handler
+        lets only a third Ctrl-C through: see orchestrator.cli.signals); `left()` then says
+        which hosts were not read back."""
         for w in self.workers:
             w.inbox.put(None)
         deadline = time.monotonic() + timeout
-        interrupts = 0
-        for w in self.workers:
-            while w.thread is not None and w.thread.is_alive() and time.monotonic() < deadline:
-                try:
-                    w.thread.join(0.5)
-                except KeyboardInterrupt:
-                    interrupts += 1
-                    self.cancel_all()
-                    if interrupts >= 3:
+        with shield.shielded():  # a first interrupt now is raised once every host is restored
+            for w in self.workers:
+                while w.thread is not None and w.thread.is_alive() and \
+                        time.monotonic() < deadline:  # fmt: skip
+                    try:
+                        w.thread.join(0.5)
+                    except KeyboardInterrupt:
+                        self.cancel_all()
                         raise
-                    self.emit(Notice(host=w.host.name, message=(
-                        "restoring the hosts before exiting; Ctrl-C "
-                        f"{3 - interrupts} more time(s) leaves them as they are")))  # fmt: skip
+
+    def left(self) -> dict[str, list[str] | None]:
+        """Per host that was opened: what its restore read back as still there (empty: as
+        found), or None when it was not read back (abandoned, unreachable, still running)."""
+        out: dict[str, list[str] | None] = {}
+        for w in self.workers:
+            if not w.opened:
+                continue
+            got = None if (w.thread is not None and w.thread.is_alive()) else w.left
+            if w.host.name in out:
+                before = out[w.host.name]
+                got = None if before is None or got is None else before + got
+            out[w.host.name] = got
+        return out
 
     # ---- coordination
     def idle(self) -> list[_Worker]:
@@ -253,6 +267,11 @@ class Pool:
             if executor is not None and w.opened:
                 try:
                     w.restored = executor.close()
+                    w.left = getattr(executor, "left", None)
+                    if w.left:  # the host read back shows what the restore did not undo
+                        self.emit(Notice(host=w.host.name, message=(
+                            f"{w.host.name} is not as it was found: " + "; ".join(w.left)
+                            + f"; orchestrator restore --host {w.host.name} finishes it")))
                 except BaseException as exc:  # noqa: BLE001
                     w.restored = [f"restore failed: {exc}"]
                     # The user must hear that the host is left as it is, and how to fix it.

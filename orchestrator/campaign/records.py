@@ -22,7 +22,10 @@ class Status(enum.StrEnum):
     DONE = "done"  # a sweep has a verdict for every config and repeat
     INCOMPLETE = "incomplete"  # stopped before an answer (a budget, contradicting runs)
     ENDPOINTS = "endpoints"  # good does not pass or bad does not fail: nothing to bisect
-    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM; resumable
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP or host trouble; resumable
+    REFUSED = "refused"  # another campaign held a host's lock: nothing ran
+    ERROR = "error"  # stopped by an error of the configs or the program (see its message)
+    DEAD = "dead"  # shown, never stored: `running`, but its controller's process is gone
 
 
 def signature_from_text(text: str) -> Signature:

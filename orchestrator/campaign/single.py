@@ -44,7 +44,7 @@ def single_run(
     if target is not None:
         store.update_campaign(core.cid, target=target)
     with core.guard(lambda: None), \
-            executor_factory(host, service_name(exp), core.cid, listener) as ex:  # fmt: skip
+            core.track(executor_factory(host, service_name(exp), core.cid, listener)) as ex:
         result = ex.run(exp, run_id=f"{core.cid}.1", label=label, target=target,
                         env_keys=env_keys | frozenset(exp.env_map()),
                         good_metric=good_metric)  # fmt: skip

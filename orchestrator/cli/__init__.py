@@ -95,9 +95,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    as_json = bool(getattr(args, "json", False))
+    args.argv = argv + (["--", *rest] if rest is not None else [])  # for --detach
+    code = 1  # an unexpected error's traceback: Python's exit status
+    try:
+        code = _handle(args, as_json)
+        return code
+    finally:
+        from orchestrator.cli.common import record_exit
+
+        record_exit(args, code)
+
+
+def _handle(args: argparse.Namespace, as_json: bool) -> int:
     from orchestrator.cli.output import err_console
 
-    as_json = bool(getattr(args, "json", False))
     try:
         return int(args.handler(args) or 0)
     except OrchestratorError as exc:

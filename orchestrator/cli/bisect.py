@@ -10,7 +10,7 @@ from rich.markup import escape
 from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Outcome
-from orchestrator.cli import common, notifying
+from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     notifying.add_option(p)
+    detached.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)  # fmt: skip
@@ -65,6 +66,8 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.detach:
+        return detached.detach(args)
     store = common.store(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -88,8 +87,30 @@ def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
 
 def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
     """The results store; `readonly` for commands that only read (nothing is created, and a
-    read-only results directory works)."""
-    return Store(args.results, readonly=readonly)
+    read-only results directory works). A detached command notes its log on the campaigns
+    it runs (for `runs --follow`); the store is kept on `args` so that the command's exit
+    code can be recorded on them (`record_exit`)."""
+    s = Store(args.results, readonly=readonly)
+    if not readonly:
+        from orchestrator.cli.detached import LOG_ENV
+
+        if os.environ.get(LOG_ENV):
+            s.controller_note["log"] = os.environ[LOG_ENV]
+        args.store_ = s
+    return s
+
+
+def record_exit(args: argparse.Namespace, code: int) -> None:
+    """Note the command's exit code on the campaigns it ran (`runs --follow` exits with it)."""
+    s = getattr(args, "store_", None)
+    if s is None:
+        return
+    for cid in s.controlled:
+        try:
+            ctl = s.campaign(cid).controller or {}
+            s.update_campaign(cid, controller=ctl | {"exit_code": code})
+        except OrchestratorError:
+            pass  # the store went away: nothing to note it in
 
 
 def positive_int(text: str) -> int:
@@ -146,75 +167,133 @@ def live_view(args: argparse.Namespace) -> Callable[..., None]:
     return LiveView(console(), verbose=args.verbose) if not args.json else (lambda e: None)
 
 
+def restore_command(args: argparse.Namespace, host: str) -> str:
+    """The command that finishes the restore of `host`."""
+    hosts = getattr(args, "hosts", None)
+    return f"orchestrator restore --host {host}" + (
+        f" --hosts {shlex.quote(hosts)}" if hosts else "")  # fmt: skip
+
+
+def restore_lines(args: argparse.Namespace, left: dict[str, list[str] | None] | None,
+                  ) -> tuple[bool, list[str]]:  # fmt: skip
+    """(whether every host was read back as found, the lines that say so): a host is called
+    restored only when the host itself, read back after the restore, showed nothing of ours
+    (no drop-in, the unit in the state it was found in, no server, no lock). Otherwise: what
+    is left and the command that finishes it."""
+    if left is None:  # the interrupt cut the campaign's own handling short
+        host = getattr(args, "host", None)
+        return False, ["the hosts were not read back after the restore; finish it with: "
+                       + (restore_command(args, host) if host else
+                          "orchestrator restore --host HOST (for each host of the campaign)")]
+    if not left:
+        return True, ["no host had been changed"]
+    bad = {h: what for h, what in left.items() if what is None or what}
+    if not bad:
+        which = "the hosts were" if len(left) > 1 else "the host was"
+        return True, [f"{which} restored (read back: as found): {', '.join(left)}"]
+    lines = []
+    for h, what in left.items():
+        if h not in bad:
+            lines.append(f"{h}: restored (read back: as found)")
+        elif what is None:
+            lines.append(f"{h}: NOT restored: the restore was abandoned or the host could not "
+                         f"be read back; finish it with: {restore_command(args, h)}")
+        else:
+            lines.append(f"{h}: NOT restored: {'; '.join(what)}; finish it with: "
+                         f"{restore_command(args, h)}")
+    return False, lines
+
+
 def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str,
                  args: argparse.Namespace) -> T | None:  # fmt: skip
-    """Run a campaign with SIGTERM treated like Ctrl-C. On either, the core restores the
-    hosts and raises `Interrupted`: print the resume command and return None (exit 130).
-    An error that stopped a resumable campaign gets the resume command as its hint."""
+    """Run a campaign with SIGTERM and SIGHUP treated like Ctrl-C (see cli.signals). On
+    either, the core restores the hosts, reads them back and raises `Interrupted`: print
+    what the hosts showed and the resume command, and return None (exit 130). An error
+    that stopped a resumable campaign gets the resume command as its hint."""
     from rich.markup import escape
 
     from orchestrator.cli.live import LiveView
     from orchestrator.cli.output import console
+    from orchestrator.cli.signals import Interrupts
 
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        return run()
-    except Interrupted as exc:
-        if isinstance(view, LiveView):
-            view.close()
-        resume = resume_command(args, exc.campaign)
-        if getattr(args, "json", False):
-            import json
+    with Interrupts():
+        try:
+            return run()
+        except (Interrupted, KeyboardInterrupt) as exc:
+            if isinstance(view, LiveView):
+                view.close()
+            restored, lines = restore_lines(args, exc.left if isinstance(exc, Interrupted)
+                                            else None)  # fmt: skip
+            as_json = getattr(args, "json", False)
+            if not isinstance(exc, Interrupted):  # cut short before the core could say more
+                if as_json:
+                    import json
 
-            console().print_json(json.dumps({
-                "campaign": exc.campaign_id, "status": "interrupted",
-                "error": f"{noun} {exc.campaign_id} interrupted; the hosts were restored",
-                "resume": resume}))  # fmt: skip
+                    console().print_json(json.dumps({
+                        "status": "interrupted", "restored": False, "left": None,
+                        "error": f"{noun} interrupted; " + "; ".join(lines)}))  # fmt: skip
+                    return None
+                console().print(f"\n[yellow]interrupted[/]: {noun} stopped.", highlight=False)
+                for line in lines:
+                    console().print(escape(line), highlight=False)
+                return None
+            resume = resume_command(args, exc.campaign)
+            if as_json:
+                import json
+
+                console().print_json(json.dumps({
+                    "campaign": exc.campaign_id, "status": "interrupted",
+                    "error": f"{noun} {exc.campaign_id} interrupted; " + "; ".join(lines),
+                    "restored": restored, "left": exc.left, "resume": resume}))  # fmt: skip
+                return None
+            console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped.",
+                            highlight=False)  # fmt: skip
+            for line in lines:
+                console().print(escape(line), highlight=False)
+            console().print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)
             return None
-        console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped; the hosts "
-                        f"were restored.\nresume with: [bold]{escape(resume)}[/]",
-                        highlight=False)  # fmt: skip
-        return None
-    except OrchestratorError as exc:
-        if exc.resumable is not None:
-            exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
-                f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if isinstance(view, LiveView):
-            view.close()
+        except OrchestratorError as exc:
+            if exc.resumable is not None:
+                exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
+                    f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
+            raise
+        finally:
+            if isinstance(view, LiveView):
+                view.close()
 
 
 def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool = False,
-               ) -> T | None:  # fmt: skip
-    """One recorded run (`run`, `rerun`) with SIGTERM treated like Ctrl-C: the executor
-    restores the host on the way out; print that and return None (exit 130)."""
+               args: argparse.Namespace | None = None) -> T | None:  # fmt: skip
+    """One recorded run (`run`, `rerun`) with SIGTERM and SIGHUP treated like Ctrl-C: the
+    executor restores the host on the way out and reads it back; print what it showed and
+    return None (exit 130)."""
+    from rich.markup import escape
+
     from orchestrator.cli.live import LiveView
     from orchestrator.cli.output import console
+    from orchestrator.cli.signals import Interrupts
 
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        return run()
-    except (KeyboardInterrupt, Interrupted):
-        if isinstance(view, LiveView):
-            view.close()
-        if as_json:
-            import json
+    with Interrupts():
+        try:
+            return run()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            if isinstance(view, LiveView):
+                view.close()
+            restored, lines = restore_lines(args or argparse.Namespace(),
+                                            exc.left if isinstance(exc, Interrupted) else None)
+            if as_json:
+                import json
 
-            console().print_json(json.dumps({"status": "interrupted", "error": "interrupted; "
-                                             "the host was restored"}))  # fmt: skip
-        else:
-            console().print("\n[yellow]interrupted[/]: the run was stopped; the host was "
-                            "restored.", highlight=False)  # fmt: skip
-        return None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if isinstance(view, LiveView):
-            view.close()
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    # SIGTERM (systemd stopping a scheduled job, a `kill`) ends a campaign like Ctrl-C:
-    # the hosts are restored and the resume command printed.
-    raise KeyboardInterrupt
+                console().print_json(json.dumps({
+                    "status": "interrupted", "restored": restored,
+                    "error": "interrupted; " + "; ".join(lines),
+                    "left": exc.left if isinstance(exc, Interrupted) else None}))  # fmt: skip
+            else:
+                console().print("\n[yellow]interrupted[/]: the run was stopped.",
+                                highlight=False)  # fmt: skip
+                for line in lines:
+                    console().print(escape(line), highlight=False)
+            return None
+        finally:
+            if isinstance(view, LiveView):
+                view.close()

@@ -113,8 +113,10 @@ class LiveView:
             self.done = e.done
             sig = f"  {escape(str(e.signature))}" if e.signature else ""
             src = {"cache": " (cached)", "resume": " (recorded)"}.get(e.source, "")
+            # the run's number as stored (a resumed campaign shows its recorded runs again)
+            seq = e.run_id.rpartition(".")[2] if e.run_id else str(e.done)
             self.c.print(
-                f"{e.done:>3}. {verdict_text(e.verdict)} {escape(e.label)}"
+                f"{seq:>3}. {verdict_text(e.verdict)} {escape(e.label)}"
                 f"[dim]{sig}  {e.duration_s:.0f}s {e.run_id}{src}[/]",
                 highlight=False,
             )

@@ -11,7 +11,7 @@ from orchestrator.campaign.bisect import relative
 from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good
 from orchestrator.campaign.single import single_run
-from orchestrator.cli import common
+from orchestrator.cli import common, detached
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="experiment YAML")
     p.add_argument("--host", required=True)
     _shared(p)
+    detached.add_option(p)
     p.set_defaults(handler=run_one)
 
     r = sub.add_parser("rerun", help="run a recorded variant again, exactly as recorded")
@@ -57,6 +58,8 @@ def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> 
 
 
 def run_one(args: argparse.Namespace) -> int:
+    if args.detach:
+        return detached.detach(args)
     exp = load_experiment(args.config)
     hosts = common.hosts_for(args, args.host)
     if len(hosts) != 1:
@@ -67,7 +70,7 @@ def run_one(args: argparse.Namespace) -> int:
         lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
                            label=exp.name, listener=view,
                            executor_factory=common.executor_factory(args)),
-        view, as_json=args.json)  # fmt: skip
+        view, as_json=args.json, args=args)  # fmt: skip
     if row is None:
         return 130
     _print(row, args)
@@ -113,7 +116,7 @@ def rerun(args: argparse.Namespace) -> int:
                                        "good_metric": good[0] if good else None,
                                        "good_run": good[1] if good else None},
                            good_metric=good[0] if good else None),
-        view, as_json=args.json)  # fmt: skip
+        view, as_json=args.json, args=args)  # fmt: skip
     if row is None:
         return 130
     old_v = relative(old.verdict, old.signature, camp.target)

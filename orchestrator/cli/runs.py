@@ -15,13 +15,22 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment
+from orchestrator.errors import UsageError
+from orchestrator.execution.hostlock import me
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.results.notify import culprits_of
+from orchestrator.results.store import CampaignRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list recorded runs (or campaigns)")
     p.add_argument("--campaign", metavar="ID", help="only this campaign's runs")
     p.add_argument("--campaigns", action="store_true", help="list campaigns instead of runs")
+    p.add_argument("--follow", metavar="ID",
+                   help="show a campaign's progress until it ends, and exit with its exit "
+                        "code (Ctrl-C stops following; the campaign keeps running)")
+    p.add_argument("--max-wait", metavar="DURATION", default="24h",
+                   help="with --follow: stop following after this long (default 24h)")
     p.add_argument("--limit", type=common.positive_int, default=50)
     p.add_argument("--json", action="store_true")
     common.add_results_option(p)
@@ -40,13 +49,34 @@ def _when(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts))
 
 
+def status_of(camp: CampaignRow) -> str:
+    """The campaign's status as it stands: a `running` one whose controller's process is
+    gone from this machine is `dead` (killed, lost power); one run from another machine
+    cannot be told and stays `running`."""
+    ctl = camp.controller or {}
+    if camp.status == "running" and ctl.get("owner") == me() and isinstance(ctl.get("pid"), int) \
+            and not pid_alive(ctl["pid"]):  # fmt: skip
+        return "dead"
+    return camp.status
+
+
 def run_list(args: argparse.Namespace) -> int:
+    if args.follow:
+        from orchestrator.cli import detached
+        from orchestrator.config.experiment import parse_duration
+
+        detached.check_follow_args(args)
+        try:
+            max_wait = parse_duration(args.max_wait)
+        except ValueError as exc:
+            raise UsageError(f"--max-wait: {exc}") from None
+        return detached.follow(args, max_wait)
     store = common.store(args, readonly=True)
     c = console()
     if args.campaigns:
         camps = store.campaigns(args.limit)
         if args.json:
-            c.print_json(json.dumps([{"id": x.id, "kind": x.kind, "status": x.status,
+            c.print_json(json.dumps([{"id": x.id, "kind": x.kind, "status": status_of(x),
                                       "created": x.created, "target": str(x.target or "")}
                                      for x in camps]))  # fmt: skip
             return 0
@@ -55,7 +85,7 @@ def run_list(args: argparse.Namespace) -> int:
             t.add_column(col)
         for x in camps:
             culprits = "; ".join(culprits_of(x.answer))
-            t.add_row(x.id, x.kind, _when(x.created), x.status, str(len(store.runs(x.id))),
+            t.add_row(x.id, x.kind, _when(x.created), status_of(x), str(len(store.runs(x.id))),
                       escape(culprits or str(x.target or "")))  # fmt: skip
         c.print(t)
         return 0

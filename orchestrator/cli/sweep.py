@@ -17,7 +17,7 @@ from orchestrator.campaign.sweep import (
     load_sweep,
     parse_until,
 )
-from orchestrator.cli import common, notifying
+from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
@@ -59,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true")
     notifying.add_option(p)
+    detached.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)
@@ -94,6 +95,8 @@ def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, li
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.detach:
+        return detached.detach(args)
     store = common.store(args)
     budget = None
     if args.until:

@@ -11,6 +11,7 @@ and judge. At the end (or on error, or Ctrl-C): restore the service as it was fo
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify import (
@@ -31,7 +33,7 @@ from orchestrator.diagnosis.classify import (
     outside_cause,
 )
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.errors import InfraError, ServiceError, TransportError
+from orchestrator.errors import InfraError, OrchestratorError, ServiceError, TransportError
 from orchestrator.events import (
     Listener,
     Notice,
@@ -45,7 +47,7 @@ from orchestrator.events import (
 )
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
-from orchestrator.execution.hostlock import HostLock
+from orchestrator.execution.hostlock import HostLock, me
 from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
 
@@ -150,6 +152,8 @@ class Executor:
         self.clock = clock
         self.wall_clock = wall_clock
         self._opened = False
+        #: what close() read back as left on the host (see close)
+        self.left: list[str] | None = None
         #: the flag preflight: each executable's help read once, trusted until contradicted
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
@@ -173,20 +177,43 @@ class Executor:
         return self
 
     def close(self, *, restore: bool = True) -> list[str]:
+        """Restore the service and release the lock; then read the host back (`left`: what
+        of ours is still there, None when that could not be read)."""
         done: list[str] = []
-        try:
-            if restore and self._opened:
-                done = self.manager.restore()
-                for d in done:
-                    self.emit(StepDone(host=self.host.name, step="restore", detail=d))
-        finally:
+        opened, self.left = self._opened, None
+        with shield.shielded():  # an interrupt now waits until the host is restored
             try:
-                self.lock.release()
+                if restore and self._opened:
+                    done = self.manager.restore()
+                    for d in done:
+                        self.emit(StepDone(host=self.host.name, step="restore", detail=d))
             finally:
-                if self._own_transport:
-                    self.t.close()
-        self._opened = False
+                try:
+                    self.lock.release()
+                finally:
+                    try:
+                        self.left = self._read_back() if opened and restore else (
+                            [] if not opened else None)  # fmt: skip
+                    finally:
+                        if self._own_transport:
+                            self.t.close()
+                        self._opened = False
         return done
+
+    def _read_back(self) -> list[str] | None:
+        """What of this campaign the host still shows: our files, the unit's state against
+        the one it was found in, a server of ours, our lock. None: it could not be read."""
+        try:
+            left = self.manager.left_over()
+            if left is None:
+                return None
+            holder = self.lock.read()
+        except OrchestratorError:
+            return None
+        if holder is not None and holder.campaign == self.campaign and holder.owner == me() \
+                and holder.pid == os.getpid():  # fmt: skip
+            left.append(f"the lock {self.lock.path} is still held")
+        return left
 
     def __enter__(self) -> Executor:
         return self.open()

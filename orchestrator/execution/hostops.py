@@ -3,17 +3,18 @@
 `check_host` answers "can a campaign run here?": reachable, host key, sudo, service
 manager, a unit's presence, and the GPUs (and leftover processes on them) when
 `nvidia-smi` exists. `leftovers`/`restore_host` find and undo what a killed controller
-left behind: our drop-ins, detached servers and locks.
+left behind: our drop-ins, detached servers and locks, never what a live one holds.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
-from orchestrator.execution.hostlock import HostLock, lock_dir
+from orchestrator.execution.hostlock import HostLock, LockInfo, lock_dir
 from orchestrator.execution.services import ProcessManager, SystemdManager
 from orchestrator.execution.services.systemd import DROPIN_NAME, STATE_NAME
 from orchestrator.execution.transport import Transport
@@ -101,8 +102,17 @@ def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
     return found
 
 
+def _key(service: str) -> str:
+    """The name a service's lock and run directory are kept under."""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", service)
+
+
 def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[str]:
-    """Undo what a crashed controller left: drop-ins, servers, and (if asked) locks."""
+    """Undo what dead controllers left: drop-ins, servers and their locks; then read each
+    service back. A service whose lock a live controller holds (on this machine: its pid
+    runs; from another: its lease is not expired) is refused, named, and left untouched,
+    `break_lock` or not; `break_lock` only adds the services whose holder cannot be told
+    alive or dead (an unreadable lock, a lease that cannot be read)."""
     done: list[str] = []
     if host.service_manager == "slurm":  # a cluster: jobs, not units or processes
         from orchestrator.execution.slurm.executor import cancel_orphans
@@ -110,21 +120,45 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
         return cancel_orphans(host, t) or ["nothing to restore: no job of a stopped "
                                            "orchestrator found"]  # fmt: skip
     left = leftovers(host, t)
-    for unit in left["systemd"]:
-        done += SystemdManager(host, t, name=unit).restore()
-    for service in left["process"]:
-        done += ProcessManager(host, t, name=service).restore()
+    keep: set[str] = set()  # services held by a live controller, or one not told dead
+    dead_locks: list[tuple[HostLock, LockInfo | None]] = []
     for service in left["locks"]:
         lock = HostLock(host, t, service, campaign="")
-        holder = lock.read()
-        if break_lock:
-            lock.break_lock()
-            done.append(f"removed the lock on {service}"
-                        + (f" held by {holder.describe()}" if holder else ""))  # fmt: skip
+        holder = lock.read(with_age=True)
+        alive = holder.alive() if holder is not None else False
+        if alive:
+            keep.add(service)
+            done.append(f"refused: {service} belongs to a campaign that is running: "
+                        f"{holder.describe()}; {holder.why_alive()}. Nothing of it was "
+                        "touched; wait for it to end")  # fmt: skip
+        elif alive is None and not break_lock:
+            keep.add(service)
+            done.append(f"{service} kept: locked by {holder.describe() if holder else '?'}, "
+                        "which cannot be told alive or dead; if you know it is dead, "
+                        "--break-lock restores it and removes the lock")  # fmt: skip
         else:
-            done.append(f"lock on {service} kept"
-                        + (f" (held by {holder.describe()})" if holder else "")
-                        + "; --break-lock removes it")  # fmt: skip
+            dead_locks.append((lock, holder))
+    managers: list[SystemdManager | ProcessManager] = []
+    for unit in left["systemd"]:
+        if _key(unit) not in keep:
+            managers.append(SystemdManager(host, t, name=unit))
+    for service in left["process"]:
+        if service not in keep:
+            managers.append(ProcessManager(host, t, name=service))
+    for m in managers:
+        done += m.restore()
+    for lock, holder in dead_locks:
+        lock.break_lock()
+        done.append(f"removed the lock on {lock.service}"
+                    + (f" left by {holder.describe()}, which is gone" if holder else ""))
+    for m in managers:  # read back: never "restored" on the word of the commands alone
+        got = m.left_over()
+        if got is None:
+            done.append(f"{m.name}: could not be read back")
+        elif got:
+            done.append(f"{m.name}: NOT as found: " + "; ".join(got))
+        else:
+            done.append(f"{m.name}: read back: as found")
     if not done:
         done.append("nothing to restore: no drop-in, server or lock of orchestrator found")
     return done

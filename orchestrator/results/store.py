@@ -83,6 +83,8 @@ CREATE TABLE IF NOT EXISTS environments (digest TEXT PRIMARY KEY, data TEXT NOT 
 #: columns added after the first schema, with the statement that adds each (migrated on open)
 _ADDED_COLUMNS = {
     ("runs", "env_digest"): "ALTER TABLE runs ADD COLUMN env_digest TEXT",
+    # who runs the campaign (user@machine, pid; the log of a detached one), as JSON
+    ("campaigns", "controller"): "ALTER TABLE campaigns ADD COLUMN controller TEXT",
 }
 
 
@@ -98,6 +100,8 @@ class CampaignRow:
     spec: dict[str, Any]
     target: Signature | None
     answer: dict[str, Any] | None
+    #: who runs (or last ran) it: owner (user@machine), pid, and `log` when detached
+    controller: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,10 @@ class Store:
         self.redact = Redactor()
         #: campaign -> the last run sequence number handed out by reserve_run_id
         self._reserved: dict[str, int] = {}
+        #: added to the controller of each campaign this process runs (a detached one's log)
+        self.controller_note: dict[str, Any] = {}
+        #: the campaigns this process has run (created or resumed), in order
+        self.controlled: list[str] = []
         self.readonly = readonly
         if readonly:
             self._open_readonly()
@@ -335,7 +343,7 @@ class Store:
     def update_campaign(self, cid: str, **fields: Any) -> None:
         cols, vals = [], []
         for k, v in fields.items():
-            if k in ("spec", "answer") and v is not None:
+            if k in ("spec", "answer", "controller") and v is not None:
                 v = json.dumps(self.redact.obj(v))
             if k == "target" and isinstance(v, Signature):
                 v = v.key()
@@ -556,6 +564,9 @@ def _campaign(r: sqlite3.Row) -> CampaignRow:
         status=r["status"], command=r["command"], spec=json.loads(r["spec"]),
         target=Signature.from_key(r["target"]) if r["target"] else None,
         answer=json.loads(r["answer"]) if r["answer"] else None,
+        # (a read-only store of an older version has no such column)
+        controller=json.loads(r["controller"]) if "controller" in r.keys() and r["controller"]
+        else None,
     )  # fmt: skip
 
 

@@ -85,6 +85,11 @@ class ServiceManager(ABC):
     def restore(self) -> list[str]:
         """Leave the service as it was found; returns what was done, for the user."""
 
+    def left_over(self) -> list[str] | None:
+        """Read back from the host what of ours is still there after `restore` (empty: the
+        service is as it was found); None when this manager cannot tell."""
+        return None
+
     def rendered(self) -> str | None:
         """The unit drop-in (or launch script) last written, for the record."""
         return None

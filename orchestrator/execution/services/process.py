@@ -173,6 +173,16 @@ class ProcessManager(ServiceManager):
         self.t.run(f"rm -f {self._q('launch.sh')} {self._q('exit')}", timeout=20)
         return done
 
+    def left_over(self) -> list[str] | None:
+        """A server of ours still running (its process group alive), as the host shows it."""
+        pid = self._pid()
+        if pid is None:
+            return []
+        r = self.t.run(f"ps -eo pgid=,stat= | awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} "
+                       "END {exit !f}'", timeout=20)  # fmt: skip
+        return [f"the server started in {self.dir} (process group {pid}) still runs"] \
+            if r.exit_code == 0 else []  # fmt: skip
+
     def owns_pid(self, pid: int) -> bool:
         mine = self._pid()
         if mine is None:

@@ -436,6 +436,26 @@ class SystemdManager(ServiceManager):
             done.append(f"left {self.name} stopped (as it was found)")
         return done
 
+    def left_over(self) -> list[str] | None:
+        """Our files in the unit's drop-in directory, and the unit's state against the one
+        it was found in, as the host shows them now."""
+        files = " ".join(shlex.quote(f) for f in (self.dropin, self.state_file, self.env_file))
+        r = self.t.run(f"for f in {files}; do [ -e \"$f\" ] && echo \"$f\"; done; "
+                       f"echo @@; systemctl show {shlex.quote(self.name)} -p ActiveState --value",
+                       sudo=True, timeout=30)  # fmt: skip
+        if "@@" not in r.stdout:
+            return None
+        present, _, state = r.stdout.partition("@@")
+        left = [f"{f} is still on the host" for f in present.split()]
+        state = state.strip()
+        if self.found_active is not None:
+            want = "active" if self.found_active else "inactive"
+            now = "active" if state in ("active", "activating", "reloading") else state
+            if now != want:
+                left.append(f"{self.name} is {state or 'unknown'} (it was {want} when the "
+                            "campaign found it)")  # fmt: skip
+        return left
+
     def owns_pid(self, pid: int) -> bool:
         r = self.t.run(f"cat /proc/{int(pid)}/cgroup 2>/dev/null", timeout=20)
         return f"/{self.name}" in r.stdout

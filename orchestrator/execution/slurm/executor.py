@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
 from orchestrator.diagnosis.classify import (
@@ -103,6 +104,7 @@ class SlurmExecutor(Executor):
         self.cancel_event = threading.Event()
         self._job: str | None = None
         self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
+        self.left: list[str] | None = None  # what close() read back as left (see Executor)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
@@ -155,17 +157,22 @@ class SlurmExecutor(Executor):
 
     def close(self, *, restore: bool = True) -> list[str]:
         done: list[str] = []
-        try:
-            if self._job is not None:
-                job, self._job = self._job, None
-                self._slurm(f"scancel {job}", timeout=60)
-                self._cancelled.append(job)
-                done.append(f"cancelled job {job}")
-            self._wait_gone(self._cancelled)
-        finally:
-            if self._own_transport:
-                self.t.close()
-            self._opened = False
+        self.left = None
+        with shield.shielded():  # an interrupt now waits until the jobs are gone
+            try:
+                if self._job is not None:
+                    job, self._job = self._job, None
+                    self._slurm(f"scancel {job}", timeout=60)
+                    self._cancelled.append(job)
+                    done.append(f"cancelled job {job}")
+                self._wait_gone(self._cancelled)
+                # read back: none of this slot's jobs is left in the queue
+                self.left = [] if self._gone(self._cancelled) else [
+                    f"job(s) {' '.join(self._cancelled)} still in the queue"]
+            finally:
+                if self._own_transport:
+                    self.t.close()
+                self._opened = False
         return done
 
     def check_port(self, exp: Experiment) -> None:
@@ -359,6 +366,13 @@ class SlurmExecutor(Executor):
             self.sleep(delay)
             delay = min(delay * 1.5, self.poll_max)
         raise InfraError(f"job {job}: gave up watching")
+
+    def _gone(self, jobs: list[str]) -> bool:
+        if not jobs:
+            return True
+        r = self._slurm(f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))}"
+                        " -o %i", timeout=60)  # fmt: skip
+        return r.ok and not set(jobs) & set(r.stdout.split())
 
     def _wait_gone(self, jobs: list[str], *, wait: float = 30.0) -> None:
         """Wait (bounded) until the cancelled jobs have left the queue: a cancelled job stays

@@ -1,0 +1,187 @@
+"""Campaigns that outlive their terminal: `--detach` and `runs --follow ID`.
+
+`--detach` (on `run`, `bisect`, `sweep`) starts the same command again in a session of
+its own (`setsid`: no controlling terminal, so a closed terminal or a dropped SSH session
+sends it no SIGHUP), stdin from /dev/null, its output to a log file under the results
+directory, with this process's environment (secrets from the environment travel that way,
+never on a command line). It waits until the campaign is recorded, prints its id, the log
+and how to follow it, and returns. A command that fails before it records a campaign (a
+usage or config error) is reported with its own output and exit code.
+
+`runs --follow ID` shows the campaign's progress until it ends: the detached log as it
+grows (or, for a campaign started in a terminal, its runs as they are recorded), then its
+status, and exits with the campaign's exit code. Ctrl-C stops following only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.markup import escape
+
+from orchestrator.cli import common
+from orchestrator.cli.live import verdict_text
+from orchestrator.cli.output import console, err_console
+from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.results.store import CampaignRow, Store
+
+#: the environment variable that tells a detached command where its output goes
+LOG_ENV = "ORCH_DETACHED_LOG"
+#: how long `--detach` waits for the campaign to be recorded
+START_WAIT_S = 120.0
+#: how often `--follow` looks again
+FOLLOW_POLL_S = 1.0
+#: the exit code of each campaign status, when the campaign did not record its own
+STATUS_EXIT = {"found": 0, "done": 0, "incomplete": 1, "endpoints": 1, "interrupted": 130,
+               "refused": 3, "error": 2, "dead": 3}  # fmt: skip
+
+
+def add_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detach", action="store_true",
+                   help="keep running after this terminal is gone: run in a session of its "
+                        "own, output to a log under the results directory; prints the "
+                        "campaign id and how to follow it (runs --follow ID)")  # fmt: skip
+
+
+def detach(args: argparse.Namespace) -> int:
+    """Start this command line again, detached; print the campaign it records."""
+    argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--detach"]
+    results = Path(getattr(args, "results", None) or "results")
+    logs = results / "detached"
+    logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.log"
+    env = os.environ | {LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the log may hold
+    try:  # a server's arguments: the user's only, like the store
+        child = subprocess.Popen([sys.executable, "-m", "orchestrator", *argv],
+                                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
+                                 start_new_session=True, close_fds=True)  # fmt: skip
+    finally:
+        os.close(fd)
+    cid = _await_campaign(results, child)
+    if cid is None:
+        code = child.poll()
+        text = log.read_text(errors="replace") if log.exists() else ""
+        err_console().print(escape(text.rstrip()), highlight=False)
+        if code is None:
+            err_console().print(f"the detached command (pid {child.pid}) recorded no campaign "
+                                f"in {START_WAIT_S:.0f}s; it still runs; output: {log}",
+                                highlight=False)  # fmt: skip
+            return 1
+        return code
+    follow = f"orchestrator runs --follow {cid}" + common.resume_options(args)
+    c = console()
+    if getattr(args, "json", False):  # stdout is one JSON document (the campaign's goes
+        import json  # to the log)
+
+        c.print_json(json.dumps({"campaign": cid, "status": "detached", "pid": child.pid,
+                                 "log": str(log), "follow": follow}))  # fmt: skip
+        return 0
+    c.print(f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
+            "terminal closes", highlight=False)  # fmt: skip
+    c.print(f"output: {log}", highlight=False)
+    c.print(f"follow it with: {follow}", highlight=False)
+    c.print(f"stop it with: kill {child.pid}  (restores the hosts; the same command resumes it)",
+            highlight=False)  # fmt: skip
+    return 0
+
+
+def _await_campaign(results: Path, child: subprocess.Popen[bytes]) -> str | None:
+    """The campaign the child records (found by its pid), or None when it exits first or
+    records none in time."""
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:
+        exited = child.poll() is not None
+        cid = _campaign_of(results, child.pid)
+        if cid is not None or exited:
+            return cid
+        time.sleep(0.2)
+    return None
+
+
+def _campaign_of(results: Path, pid: int) -> str | None:
+    if not (results / "orchestrator.db").exists():
+        return None
+    try:
+        store = Store(results, readonly=True)
+    except OrchestratorError:
+        return None
+    try:
+        for camp in store.campaigns(20):
+            if (camp.controller or {}).get("pid") == pid:
+                return camp.id
+    finally:
+        store.close()
+    return None
+
+
+def exit_code_of(camp: CampaignRow, status: str) -> int:
+    """The exit code the campaign's command returned (recorded), or its status's."""
+    code = (camp.controller or {}).get("exit_code")
+    return code if isinstance(code, int) else STATUS_EXIT.get(status, 1)
+
+
+def follow(args: argparse.Namespace, max_wait_s: float) -> int:
+    """Show a campaign's progress until it ends; its exit code."""
+    from orchestrator.cli.runs import status_of
+
+    store = common.store(args, readonly=True)
+    camp = store.campaign(args.follow)
+    c = console()
+    log_path = (camp.controller or {}).get("log")
+    log = Path(log_path) if isinstance(log_path, str) and Path(log_path).exists() else None
+    c.print(f"following campaign {camp.id} ({camp.kind}; "
+            + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops following "
+            "only", highlight=False)  # fmt: skip
+    offset, seen = 0, set()
+    deadline = time.monotonic() + max_wait_s
+    try:
+        while True:
+            camp = store.campaign(camp.id)
+            status = status_of(camp)
+            if log is not None:
+                offset = _print_new(log, offset)
+            else:
+                for r in store.runs(camp.id):
+                    if r.id not in seen:
+                        seen.add(r.id)
+                        c.print(f"{r.seq:>3}. {verdict_text(r.verdict)} {escape(r.label)}"
+                                f"  {escape(str(r.signature or ''))} {r.id}", highlight=False)
+            if status != "running":
+                if log is not None:
+                    _print_new(log, offset)
+                code = exit_code_of(camp, status)
+                c.print(f"campaign {camp.id} ended: {status} (exit {code})", highlight=False)
+                return code
+            if time.monotonic() >= deadline:
+                c.print(f"campaign {camp.id} still running after {max_wait_s:.0f}s; "
+                        "stopped following", highlight=False)  # fmt: skip
+                return 1
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        c.print(f"\nstopped following; campaign {camp.id} keeps running", highlight=False)
+        return 130
+
+
+def _print_new(log: Path, offset: int) -> int:
+    with log.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    if data:
+        sys.stdout.write(data.decode(errors="replace"))
+        sys.stdout.flush()
+    return offset + len(data)
+
+
+def check_follow_args(args: argparse.Namespace) -> None:
+    if args.campaign or args.campaigns:
+        raise UsageError("--follow ID takes no --campaign/--campaigns")
+
+
+__all__ = ["LOG_ENV", "add_option", "detach", "exit_code_of", "follow"]

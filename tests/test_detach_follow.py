@@ -1,0 +1,83 @@
+"""`--detach` and `runs --follow` on the real sshd host.
+
+A detached bisection prints its campaign, its log and how to follow it, and returns at
+once; the campaign runs in a session of its own (no terminal to lose), its output in the
+log. `runs --follow ID` shows its progress; Ctrl-C stops following only (the campaign goes
+on); following again to the end exits with the campaign's exit code, with the answer in
+the output. A detached command that fails before it records a campaign says why, with its
+exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.results.store import Store
+from tests.campaign_lab import REPO, cli
+from tests.hosts.wait import wait_until
+from tests.test_campaign_resume import SshdLab
+
+
+def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    lab = SshdLab(sshd, tmp_path)
+    res = cli(*lab.command(), "--detach", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = re.search(r"campaign (\w+) runs detached \(pid (\d+)\)", res.stdout)
+    assert m, res.stdout
+    cid, pid = m[1], int(m[2])
+    [log] = re.findall(r"^output: (.+)$", res.stdout, re.M)
+    assert Path(log).parent == (lab.results / "detached").resolve()
+    assert f"follow it with: orchestrator runs --follow {cid}" in res.stdout
+    try:
+        assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: no terminal
+        # Following, then Ctrl-C: following stops, the campaign goes on.
+        seen = tmp_path / "follow.out"
+        with seen.open("wb") as fh:
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", "runs", "--follow", cid, "--results",
+                 lab.results], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: f" run {cid}.1 on lab" in seen.read_text() or None, timeout=60,
+                       what="the campaign's output, followed", describe=seen.read_text)
+            follower.send_signal(signal.SIGINT)
+            follower.wait(timeout=60)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+        out = seen.read_text()
+        assert follower.returncode == 130, out
+        assert f"campaign {cid} keeps running" in out
+        assert Path(f"/proc/{pid}").exists()
+        # Following to the end: the campaign's output and exit code.
+        res = cli("runs", "--follow", cid, "--results", lab.results, timeout=400)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "culprit (interacting set): --ep-size 8 + --enable-nccl-nvls" in res.stdout
+        assert f"campaign {cid} ended: done (exit 0)" in res.stdout
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGTERM)
+            wait_until(lambda: not Path(f"/proc/{pid}").exists() or None, timeout=120,
+                       what="the detached campaign to stop")  # fmt: skip
+    store = Store(lab.results, readonly=True)
+    try:
+        camp = store.campaign(cid)
+        assert camp.status == "done" and camp.controller["exit_code"] == 0
+        assert camp.controller["log"] == log
+    finally:
+        store.close()
+    assert lab.restored()
+
+
+def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
+    res = cli("bisect", "--good", tmp_path / "missing.yaml", "--bad", tmp_path / "m2.yaml",
+              "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "missing.yaml" in res.stderr
