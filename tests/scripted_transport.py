@@ -541,14 +541,15 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
 @functools.lru_cache(maxsize=256)  # a poll sends the same command hundreds of times
 def _unwrap(command: str) -> str:
     """The command as the caller wrote it, out of the transport's `timeout` (and `sudo`)
-    wrapping and the host's environment exports."""
+    wrapping and the reading of the host's environment."""
     words = shlex.split(command)
     if words[:4] == ["sudo", "-n", "--", "sh"]:
         words = shlex.split(words[5])
     if words[:3] != ["timeout", "-k", "5"] or words[4:6] != ["sh", "-c"] or len(words) != 7:
         raise UnscriptedCommand(f"not wrapped the way Transport.wrap wraps: {command!r}")
     inner = words[6]
-    return re.sub(r"^export [^;]*; ", "", inner)
+    # the host's environment is read from stdin ahead of the command (Transport.wrap)
+    return re.sub(r"^_e=; while .*?; unset _e _l; ", "", inner, flags=re.DOTALL)
 
 
 def _systemd_words(text: str) -> list[str]:

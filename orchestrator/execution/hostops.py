@@ -104,11 +104,11 @@ def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
 def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[str]:
     """Undo what a crashed controller left: drop-ins, servers, and (if asked) locks."""
     done: list[str] = []
-    if host.service_manager == "slurm":  # a cluster: jobs, not units or processes
+    if host.service_manager == "slurm":  # a cluster: jobs and their files, not units
         from orchestrator.execution.slurm.executor import cancel_orphans
 
-        return cancel_orphans(host, t) or ["nothing to restore: no job of a stopped "
-                                           "orchestrator found"]  # fmt: skip
+        return cancel_orphans(host, t) or ["nothing to restore: no job or secrets file of "
+                                           "a stopped orchestrator found"]  # fmt: skip
     left = leftovers(host, t)
     for unit in left["systemd"]:
         done += SystemdManager(host, t, name=unit).restore()
