@@ -469,6 +469,10 @@ class ScriptedTransport(Transport):
         lines = p.lines(self.clock.now) if p is not None else []
         return 0, "".join(x + "\n" for x in lines[-int(m["lines"]):])
 
+    def _stop_jobs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        # systemd's record of stop jobs: none here (the scripted faults kill, never stop)
+        return 0, ""
+
     def _unit_poll(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         boot = f"{BOOT_MARK} {self.boot_id()}\n" if m["boot"] else ""
         state = self._show(m, stdin)[1]
@@ -525,6 +529,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
                r"org\.freedesktop\.systemd1\.Service (?P<prop>\w+)"),
     ("journal", r"journalctl _SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
                 r"-n (?P<lines>\d+)"),
+    ("stop_jobs", r"journalctl _PID=1 INVOCATION_ID=(?P<inv>[0-9a-f]+) MESSAGE_ID=[0-9a-f]+ "
+                  r"-o cat --no-pager -n 1"),
     ("unit_poll", rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
                   r"2>/dev/null\); )?systemctl show [\w.@-]+(?P<props> -p [\w,]+); "
                   rf"if command -v curl .*? --max-time 3 (?P<url>{_W}) 2>/dev/null\); else "

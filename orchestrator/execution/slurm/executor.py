@@ -421,7 +421,7 @@ def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
         return RunEvidence(infra_error=f"job {job} {why}{where}: the cluster's trouble, not "
                            "the config's", log_tail=log)  # fmt: skip
     if state.state == "TIMEOUT":
-        return RunEvidence(log_tail=log, timed_out=True, last_phase=phase,
+        return RunEvidence(log_tail=log, timed_out=True, time_limit=True, last_phase=phase,
                            became_ready=result.get("state") == "ready")  # fmt: skip
     s = result.get("state")
     if s is None:  # the script ended before it could say how the server did
