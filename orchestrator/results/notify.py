@@ -2,7 +2,8 @@
 
 The message is Slack-compatible (`text`, which Slack, Mattermost, Discord's /slack
 endpoint and most chat webhooks show) plus structured fields for other receivers:
-`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`. It is sent
+`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`, `regressions` (a
+sweep's, against its previous run, with the reference's own move). It is sent
 when a campaign concludes, stops on infrastructure or is interrupted, with a few retries
 on connection errors, 5xx and 429, all within one overall deadline. Whatever the receiver
 does (answers in another protocol, answers byte by byte or never, redirects), the
@@ -84,13 +85,20 @@ class Message:
     target: str | None = None
     report: str | None = None
     detail: str = ""
+    #: a sweep's regressions against its previous run, one line each ("config: why"), and
+    #: the reference's own move when it moved
+    regressions: tuple[str, ...] = ()
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
         said = _SAID.get(self.status, self.status)
+        if self.regressions:
+            said += " with a REGRESSION"
         text = f"orchestrator {self.kind} {self.campaign} {said}"
         if self.culprits:
             text += ": " + "; ".join(self.culprits)
+        if self.regressions:
+            text += ": " + "; ".join(self.regressions)
         if self.target and self.status != "found":
             text += f" (target failure: {self.target})"
         if self.detail:
@@ -106,6 +114,7 @@ class Message:
             "target": r.text(self.target),
             "report": r.text(self.report),
             "detail": r.text(self.detail),
+            "regressions": [r.text(x) for x in self.regressions],
         }
 
 
