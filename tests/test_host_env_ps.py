@@ -106,3 +106,28 @@ def test_systemd_host_env_not_in_ps(sd: SdLab) -> None:
     assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
     assert seen == SECRET  # under sudo too
     _judge(lines)
+
+
+def test_the_host_env_travels_on_stdin_not_the_command_line() -> None:
+    """Any value (quotes, `$`, backslashes, lines) arrives whole, the command's own stdin
+    after it is untouched (`cat`, `. /dev/stdin`), and the command line holds no value."""
+    from orchestrator.execution.transport.base import CommandResult
+    from orchestrator.execution.transport.local import LocalTransport
+
+    odd = "a 'b' \"c\" $HOME `id` \\n \\\\ ; |\nsecond line\n"
+    host = Host(name="x", address="localhost", transport="local",
+                env=(("HF_TOKEN", SECRET), ("ODD", odd)))  # fmt: skip
+    seen: list[str] = []
+
+    class Recording(LocalTransport):
+        def _exec(self, command: str, *, timeout: float, stdin: str | None) -> CommandResult:
+            seen.append(command)
+            return super()._exec(command, timeout=timeout, stdin=stdin)
+
+    t = Recording(host)
+    r = t.run('printf "%s|%s|" "$HF_TOKEN" "$ODD"; cat', stdin="own\ninput\n")
+    assert r.ok and r.stdout == f"{SECRET}|{odd}|own\ninput\n", r
+    r = t.run('. /dev/stdin && printf "%s %s" "$X" "$HF_TOKEN"', stdin="export X=1\n")
+    assert r.stdout == f"1 {SECRET}"
+    assert t.run("cat", timeout=10).stdout == ""  # no input of its own: EOF at once
+    assert seen and not any(SECRET in c or "second line" in c for c in seen)
