@@ -147,6 +147,10 @@ class SlurmExecutor(Executor):
             return
         ids = " ".join(j for j, _, _ in stale)
         self._slurm(f"scancel {ids}", timeout=60)
+        # their secrets: no job will read them now
+        self.t.run("rm -f -- " + " ".join(
+            shlex.quote(JobFiles(run_dir_of(self.host, self.campaign, run)).secrets)
+            for _, _, run in stale if run != "?"), timeout=60)  # fmt: skip
         for job, state, run in stale:
             self.emit(Notice(host=self.host.name, message=(
                 f"cancelled job {job} ({state.lower()}, run {run}) left by a controller that "
