@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: the exit code of a sweep that finished and found a regression against its previous run
+#: (not an error: the sweep did its job, and a scheduler or CI can act on the code)
+EXIT_REGRESSION = 5
+
 
 @dataclass(frozen=True)
 class CampaignRef:

@@ -53,6 +53,7 @@ _SLOW = (
     "tests/test_schedule.py::test_add_refuses_what_would_not_run",
     "tests/test_schedule.py::test_without_crontab_nothing_is_scheduled",
     "tests/test_schedule.py::test_bad_calendar_is_a_usage_error_with_the_reason",
+    "tests/test_schedule_notify.py",
     "tests/test_lab_scenario.py::test_flaky_pair_answer",
     "tests/test_transport_ssh.py::test_silent_host_times_out_at_connect_timeout",
     "tests/test_detach_follow.py::test_a_detached_command_that_fails_at_once_says_why",

@@ -469,6 +469,10 @@ class ScriptedTransport(Transport):
         lines = p.lines(self.clock.now) if p is not None else []
         return 0, "".join(x + "\n" for x in lines[-int(m["lines"]):])
 
+    def _stop_jobs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        # systemd's record of stop jobs: none here (the scripted faults kill, never stop)
+        return 0, ""
+
     def _unit_poll(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         boot = f"{BOOT_MARK} {self.boot_id()}\n" if m["boot"] else ""
         state = self._show(m, stdin)[1]
@@ -538,6 +542,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
                r"org\.freedesktop\.systemd1\.Service (?P<prop>\w+)"),
     ("journal", r"journalctl _SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
                 r"-n (?P<lines>\d+)"),
+    ("stop_jobs", r"journalctl _PID=1 INVOCATION_ID=(?P<inv>[0-9a-f]+) MESSAGE_ID=[0-9a-f]+ "
+                  r"-o cat --no-pager -n 1"),
     ("unit_poll", rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
                   r"2>/dev/null\); )?systemctl show [\w.@-]+(?P<props> -p [\w,]+); "
                   rf"if command -v curl .*? --max-time 3 (?P<url>{_W}) 2>/dev/null\); else "
@@ -554,14 +560,15 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
 @functools.lru_cache(maxsize=256)  # a poll sends the same command hundreds of times
 def _unwrap(command: str) -> str:
     """The command as the caller wrote it, out of the transport's `timeout` (and `sudo`)
-    wrapping and the host's environment exports."""
+    wrapping and the reading of the host's environment."""
     words = shlex.split(command)
     if words[:4] == ["sudo", "-n", "--", "sh"]:
         words = shlex.split(words[5])
     if words[:3] != ["timeout", "-k", "5"] or words[4:6] != ["sh", "-c"] or len(words) != 7:
         raise UnscriptedCommand(f"not wrapped the way Transport.wrap wraps: {command!r}")
     inner = words[6]
-    return re.sub(r"^export [^;]*; ", "", inner)
+    # the host's environment is read from stdin ahead of the command (Transport.wrap)
+    return re.sub(r"^_e=; while .*?; unset _e _l; ", "", inner, flags=re.DOTALL)
 
 
 def _systemd_words(text: str) -> list[str]:

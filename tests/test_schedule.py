@@ -342,7 +342,7 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     scenario["throughput"]["factors"].append({"when": {"cuda-graph-max-bs": 256},
                                               "multiply": 0.7})  # fmt: skip
     box.write_file(f"{WORK}/scenario.yaml", yaml.safe_dump(scenario))
-    night2 = night(box)
+    night2 = night(box, code=5)  # the regression is the job's exit status
     assert "runs: 3 executed, 0 reused" in night2
     second = box.ssh_run(f"cat {report_of(night2, '.md')}", check=True).stdout
     assert report_of(night2, ".md") != report_of(night1, ".md")
@@ -395,16 +395,18 @@ def test_timer_in_the_systemd_host_runs_the_sweep_to_a_report(systemd_host: Syst
     assert box.ssh_run("ls /etc/systemd/system/orchestrator-*").returncode != 0
 
 
-def night(box: SystemdHost) -> str:
-    """Start the timer's service now, as the timer would at 01:30; this night's log."""
+def night(box: SystemdHost, code: int = 0) -> str:
+    """Start the timer's service now, as the timer would at 01:30; this night's log. `code`:
+    the sweep's exit status (5: it found a regression, and systemd shows the job failed)."""
     before = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
     start = box.ssh_run("systemctl start orchestrator-nightly.service", timeout=300)
     show = box.ssh_run("systemctl show orchestrator-nightly.service -p Result "
                        "-p ExecMainStatus", check=True).stdout  # fmt: skip
     log = box.ssh_run(f"cat {WORK}/results/schedules/nightly.log").stdout
     journal = box.ssh_run("journalctl -u orchestrator-nightly.service --no-pager -n 40").stdout
-    assert start.returncode == 0, start.stderr + show + log[-3000:] + journal
-    assert "Result=success" in show and "ExecMainStatus=0" in show
+    assert (start.returncode == 0) == (code == 0), start.stderr + show + log[-3000:] + journal
+    result = "success" if code == 0 else "exit-code"
+    assert f"Result={result}" in show and f"ExecMainStatus={code}" in show, show
     assert log.startswith(before)
     return log[len(before):]
 

@@ -115,14 +115,16 @@ def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
     return f"{minute} {hour} * * {dow} " + line.replace("%", "\\%")
 
 
-def job_env(results: Path) -> dict[str, str]:
+def job_env(results: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment the job needs to find what `schedule add` was given: the results
-    directory, and the hosts file and Python path of this shell."""
+    directory, and the hosts file and Python path of this shell (`extra`: e.g. the path of
+    the file holding the notification URL; never a secret itself: this is stored in the
+    clear)."""
     env = {"ORCH_RESULTS": str(results)}
     for key in ("PYTHONPATH", "ORCH_HOSTS"):
         if os.environ.get(key):
             env[key] = os.environ[key]
-    return env
+    return env | dict(extra or {})
 
 
 def job_command(args: list[str]) -> list[str]:
@@ -134,9 +136,10 @@ def job_command(args: list[str]) -> list[str]:
 
 
 def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
-                 results: Path) -> dict[str, str]:  # fmt: skip
+                 results: Path,
+                 env_extra: dict[str, str] | None = None) -> dict[str, str]:  # fmt: skip
     log = results / "schedules" / f"{name}.log"
-    env = [f"{k}={v}" for k, v in job_env(results).items()]
+    env = [f"{k}={v}" for k, v in job_env(results, env_extra).items()]
     # The shell makes the log's directory first: `StandardOutput=append:` would need it to
     # exist before any command of the unit starts (systemd fails such a job with
     # 209/STDOUT), and results/ may have been cleared since the schedule was added.
@@ -187,7 +190,8 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Path) -> dict:
+def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Path,
+        env: dict[str, str] | None = None) -> dict:  # fmt: skip
     """Install the schedule: a systemd timer, or (without systemd) a line in the user's
     crontab. The command was checked by the caller (the CLI knows its own parser)."""
     check_name(name)
@@ -196,7 +200,8 @@ def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Pa
     if not systemd_available():
         results = results.resolve()
         log = results / "schedules" / f"{name}.log"
-        line = cron_line(calendar, command, workdir=workdir, log=log, env=job_env(results))
+        line = cron_line(calendar, command, workdir=workdir, log=log,
+                         env=job_env(results, env))  # fmt: skip
         if line is None:
             raise UsageError(f"--at {calendar!r} has no crontab form, and systemd is not "
                              "running here: nothing was scheduled",
@@ -207,7 +212,8 @@ def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Pa
                 "where": f"the crontab of {_user()}", "log": str(log)}
     sc = scope()
     sc.unit_dir.mkdir(parents=True, exist_ok=True)
-    units = render_units(name, calendar, command, workdir=workdir, results=results.resolve())
+    units = render_units(name, calendar, command, workdir=workdir, results=results.resolve(),
+                         env_extra=env)  # fmt: skip
     for fname, text in units.items():
         path = sc.unit_dir / fname
         tmp = path.with_name(path.name + ".tmp")

@@ -4,7 +4,8 @@ Each subcommand lives in its own module under `orchestrator.cli` and exposes
 `register(subparsers)`; the module's handler returns an exit code. Errors from the
 core arrive as `OrchestratorError`s and are shown as one line (plus a hint); `-v`
 adds the traceback. Exit codes: 0 found/done, 1 campaign did not conclude,
-2 usage or config error, 3 infrastructure error, 130 interrupted.
+2 usage or config error, 3 infrastructure error, 5 a sweep finished with a regression,
+130 interrupted.
 """
 
 from __future__ import annotations

@@ -129,9 +129,6 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.results.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
-    notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,
-                        next((p for p in report_paths if p.endswith(".html")), None),
-                        detail=outcome.message)  # fmt: skip
     envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
         data = outcome.to_dict() | {"reports": report_paths,
@@ -141,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         print_outcome(outcome, plan, report_paths)
         for line in env_report.text_lines(envs):
             console().print(escape(line), highlight=False)
+    # after the answer is printed: the receiver decides neither the answer nor the exit code
+    notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,
+                        next((p for p in report_paths if p.endswith(".html")), None),
+                        detail=outcome.message)  # fmt: skip
     return 0 if outcome.found else 1
 
 

@@ -1,22 +1,25 @@
 """`--notify URL` for bisect and sweep: one message when the campaign ends, however it ends.
 
 The URL comes from `--notify`, else the sweep file's `notify:`, else the hosts file's
-`notify:` (for schedules, whose command line is fixed). It is registered as a secret
-with the store, so the recorded command line and the reports never hold it (a webhook's
-URL is its password). Delivery failures are one note on stderr; the exit code is the
-campaign's.
+`notify:`, else $ORCH_NOTIFY_URL, else the private file $ORCH_NOTIFY_FILE names (what a
+schedule uses: its command line is stored in the clear, so it never holds the URL). It is
+registered as a secret with the store, so the recorded command line and the reports never
+hold it (a webhook's URL is its password). Delivery failures are one note on stderr; the
+exit code is the campaign's.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from rich.markup import escape
 
 from orchestrator.cli.output import err_console
-from orchestrator.errors import CampaignRef, InfraError, OrchestratorError
+from orchestrator.errors import CampaignRef, InfraError, OrchestratorError, UsageError
 from orchestrator.results.notify import Message, check_url, culprits_of, send, shown
 from orchestrator.results.store import Store
 
@@ -38,9 +41,37 @@ def add_option(p: argparse.ArgumentParser) -> None:
                    "(default: notify: in the sweep or hosts file)")  # fmt: skip
 
 
+#: where a schedule (or any run) finds the URL without a command line: the URL itself, or
+#: a private file holding it (`schedule add --notify-file` sets this one)
+URL_ENV, FILE_ENV = "ORCH_NOTIFY_URL", "ORCH_NOTIFY_FILE"
+
+
 def url_for(args: argparse.Namespace, *fallbacks: str | None) -> str | None:
-    url = getattr(args, "notify", None) or next((f for f in fallbacks if f), None)
-    return check_url(url) if url else None
+    """--notify, else the files' `notify:` (sweep, then hosts), else $ORCH_NOTIFY_URL, else
+    the file $ORCH_NOTIFY_FILE names; checked before anything runs (exit 2 when bad)."""
+    url = getattr(args, "notify", None)
+    if url:
+        return check_url(url)
+    url = next((f for f in fallbacks if f), None) or os.environ.get(URL_ENV)
+    if url:
+        return check_url(url, where="notify:" if url != os.environ.get(URL_ENV) else URL_ENV)
+    path = os.environ.get(FILE_ENV)
+    return url_from_file(path, where=FILE_ENV) if path else None
+
+
+def url_from_file(path: str, *, where: str) -> str:
+    """The URL a private file holds (its first non-empty line)."""
+    try:
+        text = Path(path).expanduser().read_text()
+        mode = Path(path).expanduser().stat().st_mode
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read {path}: {exc.strerror or exc}",
+                         hint="write the webhook URL alone in that file (chmod 600)") from None
+    if mode & 0o077:
+        raise UsageError(f"{where}: {path} is readable by other users, and a webhook's URL is "
+                         "its password", hint=f"chmod 600 {path}")  # fmt: skip
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return check_url(line, where=f"{where} ({path})")
 
 
 def register_secret(store: Store, url: str | None) -> None:
@@ -100,8 +131,10 @@ def conduct(args: argparse.Namespace, store: Store, url: str | None, kind: str,
 
 
 def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status: str,
-              report: str | None, detail: str = "") -> None:  # fmt: skip
+              report: str | None, detail: str = "",
+              regressions: tuple[str, ...] = ()) -> None:  # fmt: skip
     camp = store.campaign(campaign_id)
     deliver(store, url, Message(campaign_id, kind, status, culprits=culprits_of(camp.answer),
                                 target=str(camp.target) if camp.target else None,
-                                report=report, detail=detail))  # fmt: skip
+                                report=report, detail=detail,
+                                regressions=regressions))  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.cli import common
 from orchestrator.cli.output import console
+from orchestrator.errors import OrchestratorError
 from orchestrator.results.report import write_reports
 
 
@@ -24,9 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     store = common.store(args, readonly=args.issue)  # --issue only reads
     if args.issue:
-        from orchestrator.results.issue_report import issue_markdown
+        from orchestrator.results.issue_report import issue_markdown, nothing_to_report
 
         camp = store.campaign(args.campaign)
+        why = nothing_to_report(camp, store.runs(camp.id))
+        if why is not None:
+            raise OrchestratorError(f"nothing to report upstream: {why}",
+                                    hint=f"`orchestrator runs --campaign {camp.id}` shows what "
+                                    "ran; `orchestrator report ID` writes its reports")
         sources = [str(camp.spec.get(k) or "") for k in ("good_source", "bad_source", "sweep")]
         local = [str(store.root.resolve()), str(store.root), os.getcwd(),
                  str(Path.home()), *(str(Path(s).resolve().parent) for s in sources if s),

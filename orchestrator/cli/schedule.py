@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from rich.table import Table
 
 from orchestrator.campaign import schedule as sched
 from orchestrator.cli import common
-from orchestrator.cli.output import console
+from orchestrator.cli.notifying import FILE_ENV, url_from_file
+from orchestrator.cli.output import console, err_console
 from orchestrator.errors import OrchestratorError, UsageError
 
 
@@ -36,6 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--at", required=True, metavar="CALENDAR",
                    help="systemd calendar, e.g. 'Mon..Fri 01:30' (crontab: a time of day with "
                    "optional weekdays, or 'daily')")  # fmt: skip
+    a.add_argument("--notify-file", metavar="FILE",
+                   help="a private file (chmod 600) holding the URL the job notifies; the "
+                   "command itself never carries --notify (a schedule's command is stored "
+                   "in the clear)")  # fmt: skip
     common.add_results_option(a)
     a.set_defaults(handler=add, command_words=[])
     li = ss.add_parser("list", help="installed schedules")
@@ -65,11 +71,17 @@ def check_command(words: list[str]) -> None:
     except SystemExit:
         errors = [ln for ln in said.getvalue().splitlines() if "error:" in ln]
         why = errors[-1].split("error:", 1)[1].strip() if errors else "it only prints help"
-        raise UsageError(f"the scheduled command `{shown}` would not run: {why}",
+        raise UsageError(f"the scheduled command `{_masked(shown)}` would not run: {why}",
                          hint="`orchestrator --help` lists the commands") from None
     if not getattr(ns, "handler", None) or getattr(ns, "command", None) == "schedule":
         raise UsageError(f"the scheduled command `{shown}` does nothing on its own",
                          hint="schedule e.g. `sweep nightly.yaml`")  # fmt: skip
+    if getattr(ns, "notify", None):
+        raise UsageError("a scheduled command cannot carry --notify: the timer unit, the "
+                         "crontab line and `schedule list` hold it in the clear, and a "
+                         "webhook's URL is its password",
+                         hint="put the URL in a file (chmod 600) and pass --notify-file FILE "
+                         "to `schedule add`, or use notify: in the sweep or hosts file")
     try:
         _load_what_it_names(ns)
     except OrchestratorError as exc:
@@ -102,7 +114,13 @@ def add(args: argparse.Namespace) -> int:
     sched.check_name(args.name)
     sched.validate_calendar(args.at)
     check_command(words)
-    info = sched.add(args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results))
+    env = {}
+    if args.notify_file:
+        notify_file = Path(args.notify_file).expanduser().resolve()
+        url_from_file(str(notify_file), where="--notify-file")  # refused now, not at 01:30
+        env[FILE_ENV] = str(notify_file)  # a path: the URL stays in the file
+    info = sched.add(args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results),
+                     env=env)  # fmt: skip
     c = console()
     if "timer" in info:
         c.print(f"installed {info['timer']} in {info['unit_dir']} ({info['calendar']}); "
@@ -114,8 +132,21 @@ def add(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `--notify URL` / `--notify=URL` in a command a schedule stored (before it was refused)
+_NOTIFY_WORD = re.compile(r"(--notify(?:=|\s+))('[^']*'|\S+)")
+
+
+def _masked(command: str) -> str:
+    return _NOTIFY_WORD.sub(lambda m: m[1] + "[hidden]", command)
+
+
 def list_(args: argparse.Namespace) -> int:
-    rows = sched.listing()
+    raw = sched.listing()
+    rows = [{k: _masked(v) if isinstance(v, str) else v for k, v in r.items()} for r in raw]
+    if rows != raw:
+        err_console().print("[yellow]note:[/] a schedule carries --notify on its command line "
+                            "(stored in the clear): remove it and add it again with "
+                            "--notify-file", highlight=False)  # fmt: skip
     if args.json:
         console().print_json(json.dumps(rows))
         return 0

@@ -22,7 +22,7 @@ from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.config.hosts import Host, Inventory
-from orchestrator.errors import UsageError
+from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow
 from orchestrator.results.sweep_report import Comparison, comparison, write_sweep_reports
@@ -134,25 +134,36 @@ def run(args: argparse.Namespace) -> int:
     if outcome is None:
         return 130
     paths = [str(p) for p in write_sweep_reports(store, outcome.campaign_id)]
-    notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
-                        next((p for p in paths if p.endswith(".html")), None),
-                        detail=outcome.message)  # fmt: skip
     envs = env_report.to_json(store.campaign_environments(outcome.campaign_id))
     comp = comparison(store, store.campaign(outcome.campaign_id))
+    regressions = tuple(comp.regression_lines()) if comp is not None else ()
     if args.json:
-        extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs}
+        extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs,
+                 "regressions": list(regressions)}  # fmt: skip
         console().print_json(json.dumps(outcome.answer().to_dict() | extra))
     else:
         print_table(outcome, paths, comp)
         for line in env_report.text_lines(store.campaign_environments(outcome.campaign_id)):
             console().print(escape(line), highlight=False)
-    return 0 if outcome.status is Status.DONE else 1
+        if comp is not None and comp.regressions:  # the last word, as the exit code says it
+            console().print(
+                f"[bold red]REGRESSION[/] against campaign {comp.previous.id}: "
+                + escape("; ".join(f"{ch.config}: {ch.regression}" for ch in comp.regressions))
+                + f" (exit {EXIT_REGRESSION})", highlight=False)  # fmt: skip
+    # after the answer is printed: the receiver decides neither the answer nor the exit code
+    notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
+                        next((p for p in paths if p.endswith(".html")), None),
+                        detail=outcome.message, regressions=regressions)  # fmt: skip
+    if outcome.status is not Status.DONE:
+        return 1
+    return EXIT_REGRESSION if comp is not None and comp.regressions else 0
 
 
 def _comparison_json(comp: Comparison | None) -> dict | None:
     if comp is None:
         return None
     return {"previous": comp.previous.id, "headline": comp.headline(),
+            "reference_moved": comp.reference_moved or None,
             "changes": [{"config": c.config, "metric_before": c.before, "metric_now": c.now,
                          "change": c.ratio, "verdict_before": c.verdict_before,
                          "verdict_now": c.verdict_now, "regression": c.regression}
@@ -204,3 +215,6 @@ def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None
                 highlight=False)  # fmt: skip
     for p in paths:
         c.print(f"report: {p}", highlight=False)
+    if comp is not None and comp.reference_moved:
+        c.print(f"[yellow]note:[/] {escape(comp.reference_moved)}", highlight=False)
+

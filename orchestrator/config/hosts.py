@@ -80,6 +80,16 @@ class HostModel(_Raw):
             raise ValueError(f"a path on the host cannot hold control characters: {v!r}")
         return v
 
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        # each name is exported by a shell on the host: a name must be a name, not code
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name "
+                                 "(letters, digits and _, not starting with a digit)")  # fmt: skip
+        return v
+
 
 class PoolModel(_Raw):
     hosts: list[str] = Field(default_factory=list)

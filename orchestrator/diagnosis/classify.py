@@ -1104,6 +1104,8 @@ class RunEvidence:
     exit_signal: str | int | None = None  # "KILL", "SIGKILL", 9
     unit_result: str | None = None  # systemd Result=: exit-code, signal, oom-kill, ...
     timed_out: bool = False
+    time_limit: bool = False  # ended by the scheduler's time limit, not by our health deadline
+    stopped_by: str | None = None  # the host's record that someone stopped the server
     last_phase: Phase | None = None  # tracked live from the log; the log is used otherwise
     invalid_reason: str | None = None  # preflight or read-back mismatch
     infra_error: str | None = None
@@ -1149,6 +1151,14 @@ _PORT_CLASH_RE = re.compile(
 )
 
 
+#: the server's own words for a stop signal it received (and then, often, exit 0); never
+#: SIGQUIT, which SGLang's parent gets from a child that failed
+_STOP_NOTICE_RE = re.compile(
+    r"\b(?:received|caught|got)\s+(?:signal\s+)?(?:SIGTERM|SIGINT|SIGHUP|15|2|1)\b"
+    r"|\b(?:SIGTERM|SIGINT|SIGHUP) received\b"  # SGLang's TokenizerManager
+    r"|Shutting down FastAPI HTTP server", re.IGNORECASE)  # vLLM's, on SIGTERM/SIGINT
+
+
 def _died_by_signal(evidence: RunEvidence) -> str | None:
     if evidence.exit_signal is not None:
         return signal_name(evidence.exit_signal)
@@ -1191,17 +1201,27 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
     clash = port_clash(tail)
     if clash is not None:
         return f"{clash}; not a verdict about the config"
+    if (evidence.unit_result or "").lower() == "oom-kill":
+        return None
     sig = _died_by_signal(evidence)
-    if sig in OUTSIDE_SIGNALS and (evidence.unit_result or "").lower() != "oom-kill":
+    # A server that handles the stop signal may exit 0: then who sent it is told by the host
+    # (systemd logged a stop of the unit) or by the server's own notice of the signal.
+    notice = _STOP_NOTICE_RE.search(tail)
+    stopped = evidence.stopped_by or (f"its log: {notice[0]!r}" if notice else None)
+    if sig in OUTSIDE_SIGNALS or stopped:
         own = (analysis or analyze_log(tail)).signature
         # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
-        # "a child process died" note is the kill seen from the parent.
+        # "a child process died" note is the kill seen from the parent. A failure of its own
+        # (a crash, then an exit 0 on its own) stays the config's.
         if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES) or (
             own.error_class == "child_died"
         ):
-            return (f"the server was killed by {sig} from outside the campaign (its log shows "
-                    "no failure of its own: a person, a watchdog, the kernel's OOM killer?); "
-                    "not a verdict about the config")
+            if sig in OUTSIDE_SIGNALS:
+                return (f"the server was killed by {sig} from outside the campaign (its log "
+                        "shows no failure of its own: a person, a watchdog, the kernel's OOM "
+                        "killer?); not a verdict about the config")
+            return (f"the server was stopped from outside the campaign ({stopped}) and its "
+                    "log shows no failure of its own; not a verdict about the config")
     return None
 
 
@@ -1228,6 +1248,10 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
             sig = analysis.signature
             return _verdict_for(sig, target), sig
         sig = Signature(reached, "hang", hang_message(evidence.log_tail))
+        # The scheduler's time limit ended it before the health deadline could say anything
+        # (a slow start, a short --time): no hang was shown, whatever the target.
+        if evidence.time_limit:
+            return Verdict.TIMEOUT, sig
         if target is None or sig == target:
             return Verdict.FAIL, sig
         return Verdict.TIMEOUT, sig

@@ -301,6 +301,9 @@ class Executor:
                     if watch.ready and exp.probe is not None and not watch.died:
                         probe, metric = self._probe(exp, started, good_metric, watch)
                     log = self.manager.logs(started, lines=LOG_TAIL_LINES)
+                    # before our own stop below: a stop job now would be someone else's
+                    stopped_by = self.manager.stopped_from_outside(started) \
+                        if watch.died else None  # fmt: skip
                     p = watch.poll
                     evidence = RunEvidence(
                         log_tail=log,
@@ -310,6 +313,7 @@ class Executor:
                         exit_signal=getattr(p, "exit_signal", None) if watch.died else None,
                         unit_result=getattr(p, "unit_result", None) if watch.died else None,
                         timed_out=watch.timed_out,
+                        stopped_by=stopped_by,
                         last_phase=watch.phase,
                         probe=probe,
                     )

@@ -114,11 +114,11 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
     `break_lock` or not; `break_lock` only adds the services whose holder cannot be told
     alive or dead (an unreadable lock, a lease that cannot be read)."""
     done: list[str] = []
-    if host.service_manager == "slurm":  # a cluster: jobs, not units or processes
+    if host.service_manager == "slurm":  # a cluster: jobs and their files, not units
         from orchestrator.execution.slurm.executor import cancel_orphans
 
-        return cancel_orphans(host, t) or ["nothing to restore: no job of a stopped "
-                                           "orchestrator found"]  # fmt: skip
+        return cancel_orphans(host, t) or ["nothing to restore: no job or secrets file of "
+                                           "a stopped orchestrator found"]  # fmt: skip
     left = leftovers(host, t)
     keep: set[str] = set()  # services held by a live controller, or one not told dead
     dead_locks: list[tuple[HostLock, LockInfo | None]] = []

@@ -22,7 +22,8 @@ Rule keys: `when`, `phase` (args, init, load_weights, kv_cache, cuda_graph, warm
 serving), `effect` (crash, the default, or hang), `error` (the last line(s) of the
 traceback; for `args` the argparse error message), `after_requests` (serving: fire once N
 requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
-`exit_code` (default 1, 2 for args), `kill` (die by SIGKILL instead), `frames` (innermost
+`exit_code` (default 1, 2 for args; 0: the crash ends in a clean exit, as vLLM's API
+server exits 0 once its engine died), `kill` (die by SIGKILL instead), `frames` (innermost
 traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
 `description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
 time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
@@ -505,7 +506,7 @@ class _Validator:
             if not 0 < prob <= 1:
                 raise self.fail(f"{where}.probability", f"expected a number in (0, 1], got {prob}")
         default_code = 2 if phase == "args" else 1
-        code = self.integer(f"{where}.exit_code", data.get("exit_code", default_code), 1, 255)
+        code = self.integer(f"{where}.exit_code", data.get("exit_code", default_code), 0, 255)
         kill = data.get("kill", False)
         if not isinstance(kill, bool):
             raise self.fail(f"{where}.kill", f"expected true or false, got {_kind(kill)}")

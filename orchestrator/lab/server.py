@@ -19,7 +19,8 @@ Knobs: `--time-scale X` or ORCH_LAB_TIME_SCALE scale the startup phases (the fla
 `--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws;
 `random` (in any of the three) draws afresh on every start; `random:N` too, from a sequence
 fixed by N (starts counted in ORCH_LAB_DIR), to replay one flaky history.
-SIGTERM/SIGINT stop it cleanly with exit 0; requests arriving meanwhile get 503.
+SIGTERM/SIGINT stop it cleanly with exit 0, saying so first as SGLang does ("SIGTERM
+received. ... Draining requests and shutting down..."); requests arriving meanwhile get 503.
 All log lines go to stdout, flushed line by line; argparse messages go to stderr.
 Exit codes: 0 stopped, 1 crashed (or the rule's code), 2 bad command line or scenario.
 """
@@ -321,6 +322,23 @@ class Run:
         rate = scen.tokens_per_second(flags, os.environ)
         self.engine = Engine(rate, rule, self.log)
         self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
+        self.stop_signal: int | None = None  # the signal that asked it to stop
+        self._noticed = False
+
+    def on_signal(self, signum: int, _frame: object = None) -> None:
+        # A handler runs on the main thread between bytecodes: only flags here (the log's
+        # lock may be held); the main thread says it once it sees the stop.
+        self.stop_signal = signum
+        self.engine.stop()
+
+    def stop_notice(self) -> None:
+        """SGLang's own line for a stop signal (TokenizerManager's SIGTERM handler)."""
+        if self.stop_signal is None or self._noticed:
+            return
+        self._noticed = True
+        name = signal.Signals(self.stop_signal).name
+        self.log.main(f"{name} received. signum={self.stop_signal} frame=None. Draining "
+                      "requests and shutting down...")
 
     def sleep(self, seconds: float) -> bool:
         """Sleep scaled time; True if a stop was requested meanwhile."""
@@ -411,6 +429,7 @@ class Run:
             if eng.stopping.is_set():
                 break
             # stalled: keep the port open but answer nothing, until stopped
+        self.stop_notice()
         self.log.main("INFO:     Shutting down")
         # Like uvicorn's graceful shutdown: requests already running may finish (bounded),
         # new ones get 503 meanwhile.
@@ -550,9 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rule.exit_code
     run = Run(scen, flags, rule, scale, seed)
     # SIGTERM/SIGINT end the run cleanly wherever it is; handlers run on the main thread.
-    signal.signal(signal.SIGTERM, lambda *_: run.engine.stop())
-    signal.signal(signal.SIGINT, lambda *_: run.engine.stop())
-    return run.start()
+    signal.signal(signal.SIGTERM, run.on_signal)
+    signal.signal(signal.SIGINT, run.on_signal)
+    code = run.start()
+    run.stop_notice()  # stopped during startup: said now, once
+    return code
 
 
 if __name__ == "__main__":

@@ -98,6 +98,26 @@ def _describe(v: Verdict, run: RunRow) -> str:
     return f"{v.value}: {run.detail}"
 
 
+def nothing_to_report(camp: CampaignRow, runs: list[RunRow]) -> str | None:
+    """Why the campaign has no bug to report upstream (None: it has one). A report needs a
+    failure, a signature for it and a run that reproduced it: without them it would say
+    "failure in ?" and "not recorded", which is not true of anything."""
+    what = f"campaign {camp.id}"
+    if camp.kind != "bisect":
+        return (f"{what} is a {camp.kind}: it measures configs and names no failing flags "
+                "(its report: `orchestrator report ID` without --issue)")
+    status = (camp.answer or {}).get("status") or camp.status
+    message = (camp.answer or {}).get("message") or ""
+    said = f" ({status}{': ' + message if message else ''})"
+    if camp.target is None:
+        return (f"{what} reproduced no failure{said}: the failing config never failed, or "
+                "the campaign stopped before it ran")
+    real = [r for r in runs if r.verdict is not Verdict.INFRA]
+    if not any(_relative(r, camp) is Verdict.FAIL for r in real):
+        return f"{what} recorded no run that shows its target failure{said}"
+    return None
+
+
 def issue_markdown(
     camp: CampaignRow,
     runs: list[RunRow],
@@ -119,6 +139,9 @@ def issue_markdown(
     if repro is None:
         repro = next((r for r in real if _relative(r, camp) is Verdict.FAIL), None)
     env = env_of(repro) if repro else None
+    if env is None and repro is not None:  # a reused run: the same host's, as it was then
+        env = next((e for r in runs if r.host == repro.host and r.env_digest
+                    for e in [env_of(r)] if e is not None), None)  # fmt: skip
     server = (env.server if env and env.server else None) or "the server"
     log = log_of(repro) if repro else ""
     analysis = analyze_log(log) if log else None

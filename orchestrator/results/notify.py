@@ -2,36 +2,34 @@
 
 The message is Slack-compatible (`text`, which Slack, Mattermost, Discord's /slack
 endpoint and most chat webhooks show) plus structured fields for other receivers:
-`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`. It is sent
-when a campaign concludes, stops on infrastructure or is interrupted, with a short
-timeout and a few retries (tenacity) on connection errors, 5xx and 429. A notification
-that cannot be delivered is reported and never fails the campaign. Every text field
-goes through the campaign's redactor: secrets never leave in a message.
+`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`, `regressions` (a
+sweep's, against its previous run, with the reference's own move). It is sent
+when a campaign concludes, stops on infrastructure or is interrupted, with a few retries
+on connection errors, 5xx and 429, all within one overall deadline. Whatever the receiver
+does (answers in another protocol, answers byte by byte or never, redirects), the
+delivery ends by that deadline with one line saying why it failed; it never fails the
+campaign nor changes its exit code. Every text field goes through the campaign's
+redactor: secrets never leave in a message.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
+import socket
+import threading
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
-
 from orchestrator.config.secrets import Redactor
 from orchestrator.errors import UsageError
 
-TIMEOUT_S = 5.0
+TIMEOUT_S = 5.0  # one attempt's socket operations
 ATTEMPTS = 3
+DEADLINE_S = 20.0  # the whole delivery, retries included
 
 #: status -> how the text says it
 _SAID = {
@@ -47,18 +45,35 @@ _SAID = {
 
 
 def check_url(url: str, *, where: str = "--notify") -> str:
-    """Refuse anything but an http(s) URL with a host (urllib would open file:// too)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """Refuse anything but an http(s) URL with a host and a valid port, before anything
+    runs (a URL that cannot be sent to is a usage error, not a note after the campaign)."""
+    hint = "e.g. --notify https://hooks.slack.com/services/..."
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises on a port that is not a number in range
+        host = parts.hostname
+    except ValueError as exc:
+        raise UsageError(f"{where}: not a valid URL ({exc})", hint=hint) from None
+    if parts.scheme not in ("http", "https") or not host:
         raise UsageError(f"{where}: expected an http:// or https:// URL, got {shown(url)!r}",
-                         hint="e.g. --notify https://hooks.slack.com/services/...")  # fmt: skip
+                         hint=hint)  # fmt: skip
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise UsageError(f"{where}: the URL holds a space or a control character", hint=hint)
+    if port == 0:
+        raise UsageError(f"{where}: port 0 is not a port", hint=hint)
     return url
 
 
 def shown(url: str) -> str:
     """The URL for messages: scheme and host only (a webhook's path is its secret)."""
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "the notification URL"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
 @dataclass(frozen=True)
@@ -70,13 +85,20 @@ class Message:
     target: str | None = None
     report: str | None = None
     detail: str = ""
+    #: a sweep's regressions against its previous run, one line each ("config: why"), and
+    #: the reference's own move when it moved
+    regressions: tuple[str, ...] = ()
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
         said = _SAID.get(self.status, self.status)
+        if self.regressions:
+            said += " with a REGRESSION"
         text = f"orchestrator {self.kind} {self.campaign} {said}"
         if self.culprits:
             text += ": " + "; ".join(self.culprits)
+        if self.regressions:
+            text += ": " + "; ".join(self.regressions)
         if self.target and self.status != "found":
             text += f" (target failure: {self.target})"
         if self.detail:
@@ -92,47 +114,133 @@ class Message:
             "target": r.text(self.target),
             "report": r.text(self.report),
             "detail": r.text(self.detail),
+            "regressions": [r.text(x) for x in self.regressions],
         }
 
 
-class _Retry(Exception):  # noqa: N818 (an internal signal)
+class _Retry(Exception):  # noqa: N818 (an internal signal: try again)
+    pass
+
+
+class _Final(Exception):  # noqa: N818 (an internal signal: the delivery failed for good)
     pass
 
 
 def send(url: str, payload: dict[str, Any], *, timeout: float = TIMEOUT_S,
-         attempts: int = ATTEMPTS,
+         attempts: int = ATTEMPTS, deadline: float = DEADLINE_S,
          sleep: Callable[[float], None] | None = None) -> str | None:  # fmt: skip
-    """POST `payload` as JSON. None when delivered, else why not (one line; the URL's
-    path is never in it)."""
+    """POST `payload` as JSON. None when delivered (a 2xx answer), else why not: one line,
+    never the URL's path, never an exception.
+
+    One overall deadline covers the whole delivery, retries included: a receiver that
+    answers byte by byte, or not at all, cannot hold the command past it (the attempt runs
+    in a thread whose socket is shut at the deadline). A redirect is not followed: a POST
+    that follows a 301/302 arrives as a GET without the message, so it is a failure that
+    names where it pointed."""
     body = json.dumps(payload).encode()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    end = time.monotonic() + deadline
 
-    def once() -> None:
-        req = urllib.request.Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json", "User-Agent": "orchestrator"})  # fmt: skip
+    def work() -> None:
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (checked)
-                resp.read(65536)
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500 or exc.code == 429:
-                raise _Retry(f"HTTP {exc.code}") from exc
-            raise RuntimeError(f"HTTP {exc.code} {exc.reason}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise _Retry(str(reason)) from exc
+            box["problem"] = _deliver(url, body, timeout=timeout, attempts=attempts,
+                                      end=end, sleep=sleep or time.sleep, box=box)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 (any failure of a receiver is one note)
+            box["problem"] = f"{type(exc).__name__}: {_line(exc)}"
+        finally:
+            done.set()
 
-    kwargs: dict[str, Any] = {"sleep": sleep} if sleep is not None else {}
-    retrying = Retrying(stop=stop_after_attempt(max(attempts, 1)),
-                        wait=wait_exponential(multiplier=0.5, max=4),
-                        retry=retry_if_exception(lambda e: isinstance(e, _Retry)),
-                        **kwargs)  # fmt: skip
+    worker = threading.Thread(target=work, name="notify", daemon=True)
+    worker.start()
+    if not done.wait(max(deadline, 0.0)):
+        box["abandoned"] = True
+        _shut(box.get("conn"))
+        return f"{shown(url)}: no complete answer within {deadline:g}s (given up)"
+    problem = box.get("problem")
+    return f"{shown(url)}: {problem}" if problem else None
+
+
+def _deliver(url: str, body: bytes, *, timeout: float, attempts: int, end: float,
+             sleep: Callable[[float], None], box: dict[str, Any]) -> str | None:  # fmt: skip
+    """The attempts of one delivery, until `end`: None when delivered, else why not."""
+    last = "no attempt made"
+    for attempt in range(1, max(attempts, 1) + 1):
+        left = end - time.monotonic()
+        if left <= 0 or box.get("abandoned"):
+            break
+        try:
+            _post(url, body, timeout=min(timeout, left), box=box)
+            return None
+        except _Final as exc:
+            return str(exc)
+        except _Retry as exc:
+            last = str(exc)
+        if attempt < attempts:
+            sleep(max(min(0.5 * 2 ** (attempt - 1), 4.0, end - time.monotonic()), 0.0))
+    return f"{last} (after {attempt} attempt{'s' if attempt != 1 else ''})"
+
+
+def _post(url: str, body: bytes, *, timeout: float, box: dict[str, Any]) -> None:
+    """One POST; returns on a 2xx answer, else raises _Retry or _Final."""
+    parts = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "", parts.port, timeout=timeout)
+    box["conn"] = conn
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        retrying(once)
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        return f"{shown(url)}: {last} (after {attempts} attempts)"
-    except RuntimeError as exc:
-        return f"{shown(url)}: {exc}"
-    return None
+        conn.request("POST", target, body=body, headers={
+            "Content-Type": "application/json", "User-Agent": "orchestrator"})  # fmt: skip
+        # The status line and headers say whether it was taken; the answer's body says
+        # nothing more, so it is not read (a receiver may send it slowly, or forever).
+        resp = conn.getresponse()
+        status, reason = resp.status, resp.reason
+        location = resp.getheader("Location") or ""
+    except (http.client.RemoteDisconnected, ConnectionError, TimeoutError) as exc:
+        raise _Retry(_net(exc)) from exc
+    except http.client.HTTPException as exc:
+        raise _Final("the receiver does not answer in HTTP "
+                     f"({type(exc).__name__}: {_line(exc)})") from exc  # fmt: skip
+    except OSError as exc:  # refused, unreachable, DNS, TLS
+        raise _Retry(_net(exc)) from exc
+    finally:
+        _shut(conn)
+    if 200 <= status < 300:
+        return
+    if 300 <= status < 400:
+        where = f" to {shown(urllib.parse.urljoin(url, location))}" if location else ""
+        raise _Final(f"HTTP {status} {reason}: a redirect{where}, not followed (the message "
+                     "would arrive as a GET without its body); give the final URL")
+    if status >= 500 or status == 429:
+        raise _Retry(f"HTTP {status}")
+    raise _Final(f"HTTP {status} {reason}")
+
+
+def _shut(conn: http.client.HTTPConnection | None) -> None:
+    """Close a connection, waking any thread blocked reading from it."""
+    if conn is None:
+        return
+    sock = getattr(conn, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 (closing what is already broken)
+        pass
+
+
+def _net(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return _line(getattr(exc, "strerror", None) or exc)
+
+
+def _line(exc: object) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] or "no detail"
 
 
 def culprits_of(answer: dict[str, Any] | None) -> tuple[str, ...]:

@@ -85,6 +85,9 @@ class Change:
 class Comparison:
     previous: CampaignRow
     changes: list[Change]
+    #: the reference config moved beyond the bar since the previous run: relative bars moved
+    #: with it, so verdicts may have changed with no change of their own metric ("" if not)
+    reference_moved: str = ""
 
     @property
     def regressions(self) -> list[Change]:
@@ -93,11 +96,17 @@ class Comparison:
     def headline(self) -> str:
         when = _when(self.previous.created)
         regs = self.regressions
+        moved = f"; {self.reference_moved}" if self.reference_moved else ""
         if not regs:
             return (f"compared with campaign {self.previous.id} ({when}): "
-                    "no regression beyond the bar")  # fmt: skip
+                    f"no regression beyond the bar{moved}")  # fmt: skip
         return (f"REGRESSION since campaign {self.previous.id} ({when}): "
-                + "; ".join(f"{c.config}: {c.regression}" for c in regs))
+                + "; ".join(f"{c.config}: {c.regression}" for c in regs) + moved)
+
+    def regression_lines(self) -> list[str]:
+        """One line per regression (config: why), then the reference's move, if any."""
+        return [f"{c.config}: {c.regression}" for c in self.regressions] + (
+            [self.reference_moved] if self.reference_moved else [])
 
 
 def _summary(rows: list[SweepTableRow]) -> dict[str, tuple[float | None, str]]:
@@ -145,7 +154,36 @@ def compare(previous: CampaignRow, camp: CampaignRow) -> Comparison:
         if v_before == "pass" and v_now not in ("pass", "not run"):
             why.append(f"verdict pass -> {v_now}")
         changes.append(Change(config, m_before, m_now, v_before, v_now, "; ".join(why)))
-    return Comparison(previous, changes)
+    return Comparison(previous, changes, _reference_moved(previous, camp, changes, probes))
+
+
+def _reference_moved(previous: CampaignRow, camp: CampaignRow, changes: list[Change],
+                     probes: dict[str, Any]) -> str:  # fmt: skip
+    """Why the verdicts against the reference moved with it, or "" when it held still (within
+    its relative bar, either way) or there is none to compare."""
+    ref = _answer(camp).reference
+    if not ref or ref != _answer(previous).reference:
+        return ""
+    change = next((c for c in changes if c.config == ref), None)
+    probe = probes.get(ref)
+    cond = probe.condition if probe is not None else None
+    if (change is None or cond is None or not cond.relative_to_good or not change.before
+            or change.now is None):  # fmt: skip
+        return ""
+    if cond.holds(change.now, change.before) and cond.holds(change.before, change.now):
+        return ""
+    # verdicts that changed while the config's own metric stayed within the bar: the
+    # reference's move, not the config's, changed them
+    flipped = [c for c in changes if c.config != ref and c.verdict_before != c.verdict_now
+               and c.before is not None and c.now is not None and c.before > 0
+               and cond.holds(c.now, c.before) and cond.holds(c.before, c.now)]  # fmt: skip
+    text = (f"the reference {ref} itself moved {change.now / change.before - 1:+.1%} "
+            f"({change.before:g} -> {change.now:g}), beyond its bar {probe.pass_if}: relative "
+            "bars moved with it")  # fmt: skip
+    if flipped:
+        text += "; verdicts that changed with it, not with their own metric: " + ", ".join(
+            f"{c.config} {c.verdict_before} -> {c.verdict_now}" for c in flipped)
+    return text
 
 
 def previous_run(store: Store, camp: CampaignRow) -> CampaignRow | None:

@@ -94,6 +94,11 @@ class ServiceManager(ABC):
         """The unit drop-in (or launch script) last written, for the record."""
         return None
 
+    def stopped_from_outside(self, started: Started) -> str | None:
+        """The host's own record that someone stopped the server we started (asked right
+        after its death was seen, before we stop anything), or None when it has none."""
+        return None
+
     def host_record(self, started: Started | None) -> dict[str, object] | None:
         """What the last run did on the host, for `orchestrator show` (None: nothing to add)."""
         return None

@@ -33,6 +33,9 @@ from orchestrator.execution.transport.base import Transport
 DROPIN_NAME = "99-orchestrator.conf"
 #: secret environment variables, beside the drop-in (systemd reads only `*.conf` there)
 ENV_FILE_NAME = "99-orchestrator.env"
+#: journal MESSAGE_ID of systemd's "Stopping UNIT..." (SD_MESSAGE_UNIT_STOPPING): a stop
+#: job of the unit, which the campaign never runs while it watches a server
+UNIT_STOPPING_ID = "de5b426a63be47a7b6ac3eaac82e2f6f"
 #: the drop-in's temporary copy while it is written (systemd ignores the name)
 TMP_SUFFIX = ".orchestrator-tmp"
 #: how the unit was found (active/inactive), written once per campaign before anything changes
@@ -400,6 +403,17 @@ class SystemdManager(ServiceManager):
             timeout=60,
         )
         return r.stdout
+
+    def stopped_from_outside(self, started: Started) -> str | None:
+        # PID 1 logs a stop job of the unit ("Stopping UNIT...") with the invocation's id;
+        # asked by message id, not by its words (which vary with the version and locale).
+        inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
+        if not inv:
+            return None
+        r = self.t.run(f"journalctl _PID=1 INVOCATION_ID={inv} MESSAGE_ID={UNIT_STOPPING_ID} "
+                       "-o cat --no-pager -n 1", sudo=True, timeout=60)  # fmt: skip
+        line = r.stdout.strip().splitlines()[-1:] if r.ok else []
+        return f"systemd: {line[0].strip()[:200]!r}" if line else None
 
     def stop(self) -> None:
         self._ctl(f"stop {shlex.quote(self.name)}", timeout=300, check=False)

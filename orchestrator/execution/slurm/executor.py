@@ -95,8 +95,7 @@ class SlurmExecutor(Executor):
         self.poll_max = poll_max
         self.sleep = sleep
         self._opened = False
-        self.base = f"{(host.run_dir or '/tmp/orchestrator').rstrip('/')}/" \
-            f"{re.sub(r'[^A-Za-z0-9_.-]', '_', campaign or 'runs')}"  # fmt: skip
+        self.base = campaign_dir(host, campaign)
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
             lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
@@ -150,6 +149,10 @@ class SlurmExecutor(Executor):
             return
         ids = " ".join(j for j, _, _ in stale)
         self._slurm(f"scancel {ids}", timeout=60)
+        # their secrets: no job will read them now
+        self.t.run("rm -f -- " + " ".join(
+            shlex.quote(JobFiles(run_dir_of(self.host, self.campaign, run)).secrets)
+            for _, _, run in stale if run != "?"), timeout=60)  # fmt: skip
         for job, state, run in stale:
             self.emit(Notice(host=self.host.name, message=(
                 f"cancelled job {job} ({state.lower()}, run {run}) left by a controller that "
@@ -189,7 +192,7 @@ class SlurmExecutor(Executor):
         t_submit = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
                              deadline_s=exp.health.timeout))  # fmt: skip
-        files = JobFiles(f"{self.base}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}")
+        files = JobFiles(run_dir_of(self.host, self.campaign, run_id))
         script = jobscript.render(exp, files, run_id=run_id, campaign=self.campaign,
                                   env_keys=frozenset(env_keys),
                                   private_network=self.opts.private_network)  # fmt: skip
@@ -221,8 +224,10 @@ class SlurmExecutor(Executor):
         except (TransportError, InfraError) as exc:
             evidence = RunEvidence(infra_error=str(exc), log_tail=out.get("log", ""))
         finally:
-            if job is not None and not out:  # never collected: the secrets go now
-                # (collecting removes them otherwise: they never stay on the shared disk)
+            # Never collected (sbatch refused the job, the job was lost or cancelled, an
+            # interrupt): the secrets go now; collecting removes them otherwise. They never
+            # stay on the shared disk, and `restore` removes any an abrupt end left.
+            if not out and jobscript.secret_env(exp):
                 try:
                     self.t.run(f"rm -f {shlex.quote(files.secrets)}", timeout=30)
                 except (TransportError, InfraError):
@@ -276,7 +281,7 @@ class SlurmExecutor(Executor):
     def _submit(self, exp: Experiment, files: JobFiles, script: str, run_id: str) -> str:
         d = shlex.quote(files.dir)
         self.t.write_file(files.script, script, mode=0o600)  # makes the (private) directory
-        secrets = jobscript.secret_file_text(exp)
+        secrets = jobscript.secret_file_text(exp, controller=CONTROLLER)
         if secrets:
             self.t.write_file(files.secrets, secrets, mode=0o600)
         argv = jobscript.sbatch_argv(exp, self.opts, files, campaign=self.campaign,
@@ -434,7 +439,7 @@ def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
         return RunEvidence(infra_error=f"job {job} {why}{where}: the cluster's trouble, not "
                            "the config's", log_tail=log)  # fmt: skip
     if state.state == "TIMEOUT":
-        return RunEvidence(log_tail=log, timed_out=True, last_phase=phase,
+        return RunEvidence(log_tail=log, timed_out=True, time_limit=True, last_phase=phase,
                            became_ready=result.get("state") == "ready")  # fmt: skip
     s = result.get("state")
     if s is None:  # the script ended before it could say how the server did
@@ -496,23 +501,81 @@ def check_cluster(host: Host, run: Callable[..., object]) -> facts.Partition:
     return part
 
 
+#: a secrets file of another machine's controller younger than this may be one that is
+#: about to be submitted: `restore` leaves it (the job would start without its secrets)
+FOREIGN_SECRETS_GRACE_S = 600
+
+
+def _dead_here(controller: str) -> bool | None:
+    """True: a controller of this machine whose process is gone; False: alive here;
+    None: another machine's (or unknown)."""
+    name, _, rest = controller.partition(":")
+    pid = rest.partition(":")[0]
+    if name != socket.gethostname().split(".")[0] or not pid.isdigit():
+        return None
+    return not os.path.exists(f"/proc/{pid}")
+
+
 def cancel_orphans(host: Host, t: Transport) -> list[str]:
     """`orchestrator restore` of a cluster: cancel the jobs that controllers on this machine
-    submitted and that outlived them (their process is gone). Jobs of live controllers,
-    of other machines and of other tools are left alone. Returns what was done."""
+    submitted and that outlived them (their process is gone), then remove the secrets files
+    that no queued job will read. Jobs of live controllers, of other machines and of other
+    tools are left alone. Returns what was done."""
     opts = host.slurm
     assert opts is not None
     env = f"export SLURM_CONF={shlex.quote(opts.conf)}; " if opts.conf else ""
     r = t.run(f"{env}squeue -h --me -o '%i|%T|%k'", timeout=60)
-    me = socket.gethostname().split(".")[0]
+    if not r.ok:  # without the queue, no secrets file can be known to be unread
+        raise SchedulerError(f"{host.describe()}: squeue does not answer: "
+                             f"{(r.stderr or r.stdout).strip()[-200:]}")  # fmt: skip
     done = []
+    queued: set[str] = set()
     for job, state, comment in facts.parse_squeue_jobs(r.stdout):
-        ctl = jobscript.parse_comment(comment).get("controller", "")
-        name, _, rest = ctl.partition(":")
-        pid = rest.partition(":")[0]
-        if name != me or not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+        words = jobscript.parse_comment(comment)
+        if not _dead_here(words.get("controller", "")):
+            queued.add(run_dir_of(host, words.get("campaign", ""), words.get("run", "")))
             continue
         t.run(f"{env}scancel {job}", timeout=60)
         done.append(f"cancelled job {job} ({state.lower()}) left by a controller that "
                     f"stopped ({comment.split(' ', 1)[-1]})")
-    return done
+    return done + remove_left_secrets(host, t, queued)
+
+
+def run_dir_of(host: Host, campaign: str, run_id: str) -> str:
+    """The run's directory on the shared filesystem (as SlurmExecutor makes it)."""
+    return f"{campaign_dir(host, campaign)}/{_safe(run_id)}"
+
+
+def campaign_dir(host: Host, campaign: str) -> str:
+    return f"{(host.run_dir or '/tmp/orchestrator').rstrip('/')}/{_safe(campaign or 'runs')}"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def remove_left_secrets(host: Host, t: Transport, queued: set[str]) -> list[str]:
+    """Remove the `secret.env` files that no job will read: not of a queued job's run, and
+    written by a controller of this machine that is gone (or by an older version, which
+    did not say who wrote it; or by another machine's controller long enough ago)."""
+    base = shlex.quote((host.run_dir or "/tmp/orchestrator").rstrip("/"))
+    # the file name, its age and its header's controller: never a line of the secrets
+    r = t.run(f'now=$(date +%s); for f in {base}/*/*/secret.env; do [ -f "$f" ] || continue; '
+              'printf \'%s|%s|%s\\n\' "$f" "$((now - $(stat -c %Y "$f")))" '
+              f'"$(sed -n \'1s/^{jobscript.SECRETS_HEADER}//p\' "$f")"; done; true',
+              timeout=60)  # fmt: skip
+    gone = []
+    for line in r.stdout.splitlines():
+        path, _, rest = line.partition("|")
+        age, _, controller = rest.partition("|")
+        if not path.endswith("/secret.env") or path.rsplit("/", 1)[0] in queued:
+            continue
+        dead = _dead_here(controller) if controller else True
+        if dead is False or (dead is None and age.isdigit() and
+                             int(age) < FOREIGN_SECRETS_GRACE_S):  # fmt: skip
+            continue
+        gone.append(path)
+    if gone:
+        t.run("rm -f -- " + " ".join(shlex.quote(p) for p in gone), timeout=60, check=True)
+    return [f"removed {p} (secrets no job will read, left by a controller that stopped)"
+            for p in gone]  # fmt: skip

@@ -139,8 +139,15 @@ def _flag_var(name: str) -> str:
     return "ORCH_SECRET_" + re.sub(r"\W", "_", name).upper()
 
 
-def secret_file_text(exp: Experiment) -> str:
-    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in secret_env(exp).items())
+#: the first line of a secrets file: which controller wrote it (`restore` keeps the files
+#: of live controllers and of queued jobs, and removes the others)
+SECRETS_HEADER = "# orchestrator controller="
+
+
+def secret_file_text(exp: Experiment, *, controller: str = "") -> str:
+    """The 0600 `secret.env` of a run ("" when it has no secret)."""
+    lines = "".join(f"{k}={shlex.quote(v)}\n" for k, v in secret_env(exp).items())
+    return f"{SECRETS_HEADER}{controller}\n{lines}" if lines else ""
 
 
 def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,

@@ -3,10 +3,17 @@
 Every command is wrapped the same way whatever the transport: the host's environment
 exported, `sudo -n` where the host says so, and coreutils' `timeout` so that a command
 that runs past its time is killed on the host too, not only abandoned by us.
+
+The host's environment (`env:` in the hosts file, often a token) never appears on a
+command line, which every local user of the host can read (`ps`): it goes ahead of the
+command's own input on stdin, ended by a line no value can hold, and the wrapping shell
+reads it (the shell's `read` takes one byte at a time from a pipe, so the rest of stdin
+is left, untouched, for the command).
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -41,6 +48,9 @@ class Transport(ABC):
     def __init__(self, host: Host) -> None:
         self.host = host
         self.commands_run = 0
+        # Ends the environment on stdin. Random: a value would have to contain it to end
+        # the environment early, and values are quoted, so they cannot guess it.
+        self._env_end = f"orchestrator-env-end-{secrets.token_hex(8)}"
 
     # ---- the public surface
     def run(
@@ -55,6 +65,8 @@ class Transport(ABC):
         """Run a shell command; raise CommandTimeout past `timeout`, TransportError on
         connection trouble. A non-zero exit is returned, or raised with `check=True`."""
         wrapped = self.wrap(command, timeout=timeout, sudo=sudo and self.host.sudo)
+        if self.host.env:
+            stdin = self.env_header() + (stdin or "")
         self.commands_run += 1
         result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
         result = CommandResult(command, result.exit_code, result.stdout, result.stderr,
@@ -128,13 +140,24 @@ class Transport(ABC):
 
     # ---- wrapping
     def wrap(self, command: str, *, timeout: float, sudo: bool) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.host.env)
-        inner = f"export {env}; {command}" if env else command
+        inner = command
+        if self.host.env:
+            # The lines up to the end mark are `export K='v'` lines (env_header): read,
+            # then evaluated in the shell that runs the command, under sudo where asked.
+            inner = (f'_e=; while IFS= read -r _l; do [ "$_l" = {self._env_end} ] && break; '
+                     # a real newline inside the quotes: a value may span lines
+                     '_e="$_e$_l\n"; done; eval "$_e"; unset _e _l; '
+                     + command)  # fmt: skip
         # -k: SIGKILL if the command ignores SIGTERM for 5 s after its time is up
         wrapped = f"timeout -k 5 {max(int(timeout + 0.999), 1)} sh -c {shlex.quote(inner)}"
         if sudo:
             wrapped = f"sudo -n -- sh -c {shlex.quote(wrapped)}"
         return wrapped
+
+    def env_header(self) -> str:
+        """The host's environment as the wrapping shell reads it from stdin."""
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.host.env)
+        return f"{lines}{self._env_end}\n"
 
     @abstractmethod
     def _exec(self, command: str, *, timeout: float, stdin: str | None) -> CommandResult:
