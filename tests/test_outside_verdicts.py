@@ -10,7 +10,7 @@ scheduler's time limit is `timeout`, with or without a target.
 
 from __future__ import annotations
 
-from orchestrator.diagnosis.classify import RunEvidence, judge, outside_cause
+from orchestrator.diagnosis.classify import RunEvidence, hang_message, judge, outside_cause
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 START = "[2026-12-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n"
@@ -62,7 +62,8 @@ def test_an_exit_0_nobody_explains_stays_a_failure() -> None:
 def test_the_time_limit_is_a_timeout_with_or_without_a_target() -> None:
     cut = RunEvidence(log_tail=START, timed_out=True, time_limit=True,
                       last_phase=Phase.LOAD_WEIGHTS)  # fmt: skip
-    hang = Signature(Phase.LOAD_WEIGHTS, "hang", "no readiness before the deadline")
+    hang = Signature(Phase.LOAD_WEIGHTS, "hang", hang_message(START))
+    assert hang.message.startswith("no readiness before the deadline")
     assert judge(cut, None) == (Verdict.TIMEOUT, hang)
     assert judge(cut, hang) == (Verdict.TIMEOUT, hang)
     # our own health deadline still shows a hang (the bad endpoint's failure)
