@@ -228,6 +228,23 @@ def test_two_workers_interleaved_line_by_line() -> None:
     assert analyze_log("\n".join(mixed)).signature == analyze_log(text).signature is not None
 
 
+def test_a_paste_that_lost_its_line_breaks_reads_like_the_log() -> None:
+    """A report copied as one paragraph runs the logger's records together on one line:
+    it is cut before each record start and gets the signature of the log it came from,
+    while a worker tag in front of a record is not cut off it."""
+    text = (THREADS / "vllm_pynccl_unhandled_cuda_error.a.log").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("# source:")]
+    records = [ln.split(") ", 1)[1] for ln in lines]  # without the worker tag
+    joined = " ".join(records) + " 0a1b2c:213:213 [1] NCCL INFO cudaDriverVersion 12080\n"
+    assert "\n" not in joined.rstrip("\n") and len(joined) > 500
+    whole = analyze_log(text).signature
+    assert whole is not None and analyze_log(joined).signature == whole
+    # a tag glued to its record is one record, not a cut point
+    from orchestrator.diagnosis.classify import _source_lines
+
+    assert _source_lines(lines[1] + " " * 200) == [lines[1] + " " * 200]
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",
@@ -261,10 +278,10 @@ THREADS = Path(__file__).parent / "data" / "thread_logs"
 def _cut_points(text: str) -> tuple[list[str], int, int, bool] | None:
     """The log's lines, the first line of its root traceback, the line of that traceback's
     deepest frame in the server's own code, and whether its frames say the phase."""
-    from orchestrator.diagnosis.classify import _FRAME_RE, strip_prefix
+    from orchestrator.diagnosis.classify import _FRAME_RE, _source_lines, strip_prefix
     from orchestrator.diagnosis.server_logs import own_file, profiles_for
 
-    lines = [ln for ln in text.splitlines() if not ln.startswith("# source:")]
+    lines = _source_lines(text)  # the lines the classifier reads (run-together ones cut)
     analysis = analyze_log(text)
     if analysis.signature is None or analysis.kind != "crash" or not analysis.excerpt:
         return None

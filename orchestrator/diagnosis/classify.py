@@ -41,6 +41,8 @@ from orchestrator.diagnosis.server_logs import (
     PASS_THROUGH,
     PHASE_HINTS,
     PROFILES,
+    RECORD_STARTS,
+    RUN_TOGETHER_MIN,
     SELF_NAMING,
     SPECIFIC_WORDS,
     STOP_MARKERS,
@@ -88,7 +90,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ", "INFO 08-19 07:51:03 x.py:732] "
     re.compile(
         r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? \d\d:\d\d:\d\d(?:\.\d+)? "
-        r"\[?[\w.]+:\d+\]\s?"
+        r"\[?[\w./-]+:\d+\]\s?"
     ),
     # torch.distributed: "[rank0]: ", "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:20] "
     re.compile(r"^\[rank\d+\]:\s?"),
@@ -118,9 +120,28 @@ def strip_prefix(line: str) -> str:
     return body
 
 
+_RUN_TOGETHER = re.compile(r"\s+(?=" + "|".join(f"(?:{p.pattern})" for p in RECORD_STARTS) + ")")
+
+
 def _source_lines(text: str) -> list[str]:
-    """Log lines, minus the `# source:` headers of recorded test logs."""
-    return [line for line in text.splitlines() if not line.startswith("# source:")]
+    """Log lines, minus the `# source:` headers of recorded test logs; a line that holds
+    several log records run together (a paste that lost its line breaks) is cut into them."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("# source:"):
+            continue
+        if len(line) >= RUN_TOGETHER_MIN and _RUN_TOGETHER.search(line, 1) is not None:
+            begin = 0
+            for m in _RUN_TOGETHER.finditer(line, 1):
+                # a record start behind a mere prefix (a worker tag, a journal stamp) is
+                # still the same record
+                if strip_prefix(line[begin:m.end()]).strip():
+                    out.append(line[begin:m.start()])
+                    begin = m.end()
+            out.append(line[begin:])
+        else:
+            out.append(line)
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -260,6 +260,19 @@ WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
     re.compile(r"Error in model execution(?: \(input dumped to [^)]*\))?: (?P<inner>.+)$"),
 )
 
+# The start of a log record, where a pasted log lost its line breaks and runs several
+# records together on one line (a web page or a chat copied as one paragraph): the line is
+# cut before each. Only record starts that carry a timestamp or a process/rank id, so a
+# message that merely mentions a level word is never cut.
+RECORD_STARTS: tuple[re.Pattern[str], ...] = (
+    # vLLM's logger: "ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] "
+    re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? "
+               r"\d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"),
+    # NCCL's debug lines: "02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080"
+    re.compile(r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)"),
+)
+RUN_TOGETHER_MIN = 160  # characters: a shorter line is one record
+
 # Lines a server prints once it has been told to stop (SIGTERM from systemd or the tool):
 # errors after them are the shutdown, never the failure of a run.
 STOP_MARKERS: tuple[re.Pattern[str], ...] = (
@@ -324,6 +337,7 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
+           "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS",
+           "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
