@@ -95,8 +95,8 @@ CASES = [
      "ambiguous option: --expect-worker could match --expect-workers, --expect-workers-max-wait"),
     # a message in the server's own words is named by its first sentence, without the place
     ("vllm_free_memory_init.log", Phase.INIT, "ValueError",
-     "Free memory on device (<size>) on startup is less than desired GPU memory utilization "
-     "(<num>, <size>)"),
+     # the head of the message (server_logs.KEY_WORDS): the tail holds the values
+     "Free memory on device (<size>) on startup is less than desired GPU..."),
     # the tail lost the worker's traceback: the engine's frames printed after it say where
     ("vllm_nccl_worker.log", Phase.INIT, "nccl", "NCCL error: unhandled system error @ "
      "vllm/engine.py:__init__"),

@@ -245,6 +245,34 @@ def test_a_paste_that_lost_its_line_breaks_reads_like_the_log() -> None:
     assert _source_lines(lines[1] + " " * 200) == [lines[1] + " " * 200]
 
 
+def test_pydantic_detail_quoted_without_its_header() -> None:
+    """A report that quotes only pydantic's `Value error, ...` line names the same error as
+    the whole `N validation error for X` block."""
+    detail = ("  Value error, Total number of attention heads (64) must be divisible by tensor "
+              "parallel size (3). [type=value_error, input_value=ArgsKwargs((), {}), "
+              "input_type=ArgsKwargs]")  # fmt: skip
+    whole = analyze_log("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                        f"ParallelConfig\n{detail}\n")  # fmt: skip
+    alone = analyze_log(detail.strip() + "\n")
+    assert whole.signature is not None and alone.signature is not None
+    assert (alone.error_class, alone.message) == (whole.error_class, whole.message) == (
+        "ValueError", "Total number of attention heads (<n>) must be divisible by tensor "
+        "parallel...")
+
+
+def test_a_message_cut_short_keeps_its_name() -> None:
+    """A report that cut the exception line mid-word names the failure like the whole line:
+    the signature keeps the head of the message."""
+    full = ("ValueError: TP rank 1 could finish the model loading, but there are other ranks "
+            "that didn't finish loading. It is likely due to unexpected failures.\n")  # fmt: skip
+    cut = "ValueError: TP rank 3 could finish the model loading, but there are other ranks th\n"
+    a, b = analyze_log(full).signature, analyze_log(cut).signature
+    assert a is not None and a == b
+    # a short message is kept whole
+    short = analyze_log("ValueError: No such tokenizer mode slow2\n")
+    assert short.message == "No such tokenizer mode slow2"
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",

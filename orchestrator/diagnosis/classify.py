@@ -38,6 +38,7 @@ from orchestrator.diagnosis.server_logs import (
     ARGS_MARKERS,
     GENERIC_CLASSES,
     GENERIC_HEADERS,
+    KEY_WORDS,
     PASS_THROUGH,
     PHASE_HINTS,
     PROFILES,
@@ -54,7 +55,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 3
+SIGNATURE_VERSION = 4
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -506,6 +507,28 @@ class _Dump:
     frames: tuple[Frame, ...]  # innermost last, like a traceback
 
 
+# Details that name their own error class (pydantic's "Value error, ..."): a report that
+# quotes that line without its "N validation error for X" header still names the error.
+_LONE_DETAILS = tuple(gh for gh in GENERIC_HEADERS if gh.classes)
+
+
+def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
+    """(error class, exception text) of a self-naming detail line printed without its
+    generic header above it, or None."""
+    body = bodies[idx]
+    if "," not in body:
+        return None
+    for gh in _LONE_DETAILS:
+        d = gh.detail.match(body)
+        if d is None or d.groupdict().get("kind") not in (gh.classes or {}):
+            continue
+        if any(gh.header.search(b) for b in bodies[max(0, idx - gh.within) : idx]):
+            return None  # the header's own event reads it
+        klass = (gh.classes or {})[d.group("kind")]
+        return klass, f"{klass}: {d.group('msg')}"
+    return None
+
+
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
     events: list[_Event] = []
     frames: list[Frame] = []
@@ -531,6 +554,10 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             continue
         if (w := _WHAT_RE.match(body)) is not None:
             events.append(_Event(idx, idx, None, w.group("msg"), (), chain := chain + 1))
+            continue
+        if (lone := _lone_detail(bodies, idx)) is not None:
+            events.append(_Event(idx, idx, lone[0], lone[1], (), chain := chain + 1))
+            frames, start, linked = [], None, False
             continue
         # The line after a frame is the frame's source code (`raise RuntimeError(f"NCCL
         # error: ...")`), even when a copy of the log lost the indentation; indented lines
@@ -1046,6 +1073,9 @@ def analyze_log(text: str) -> LogAnalysis:
     message = normalize_message(key) if key else ""
     if rule is None:
         message = first_sentence(message)
+        words = message.split(" ")
+        if len(words) > KEY_WORDS:
+            message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."
     if len(message) > KEY_LENGTH:
         # what follows is a dump (supported architectures, a request, a config) that
         # changes with versions and inputs; the bug is named by the start

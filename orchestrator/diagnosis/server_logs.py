@@ -250,6 +250,10 @@ PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
 )
 SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
+# Words of a message (its first sentence) kept in a signature. The head of a message says
+# what failed; the tail carries values, a hint that versions reword, or nothing at all when
+# a report cut the line short ("...but there are other ranks th").
+KEY_WORDS = 12
 
 # Wrappers that quote the error they report: when the log kept only the wrapper (the
 # worker's own traceback went elsewhere), the quoted error is the failure. ('' quotes
@@ -337,7 +341,7 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS",
-           "WRAPPED_CAUSES", "GenericHeader",
+           "KEY_WORDS", "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
+           "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
