@@ -273,6 +273,19 @@ def test_a_message_cut_short_keeps_its_name() -> None:
     assert short.message == "No such tokenizer mode slow2"
 
 
+def test_a_reraise_with_context_in_front_is_named_by_the_error_it_quotes() -> None:
+    """vLLM re-raises a model error as "Error in model execution (input dumped to ...):
+    <the error>": the quoted error names the failure, as a sentence quoting it does."""
+    rewrapped = ("RuntimeError: Error in model execution (input dumped to /tmp/err_x_1.pkl): "
+                 "FlashAttention only supports Ampere GPUs or newer.\n")  # fmt: skip
+    plain = "RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n"
+    prose = ("When running it, I still encounter the error: \u201cRuntimeError: FlashAttention "
+             "only supports Ampere GPUs or newer. \u201d\n")  # fmt: skip
+    sigs = [analyze_log(t).signature for t in (rewrapped, plain, prose)]
+    assert sigs[0] is not None and sigs[0] == sigs[1] == sigs[2]
+    assert sigs[0].message == "FlashAttention only supports Ampere GPUs or newer"
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",
@@ -313,7 +326,7 @@ def _cut_points(text: str) -> tuple[list[str], int, int, bool] | None:
     analysis = analyze_log(text)
     if analysis.signature is None or analysis.kind != "crash" or not analysis.excerpt:
         return None
-    start = lines.index(analysis.excerpt[0])
+    start = [ln.rstrip() for ln in lines].index(analysis.excerpt[0])  # excerpts are rstripped
     deepest, frames = None, []
     for i in range(start, start + len(analysis.excerpt)):
         fm = _FRAME_RE.match(strip_prefix(lines[i]))

@@ -476,6 +476,11 @@ _EXC_LINE_RE = re.compile(
     r"Exception|Error)|(?:[a-z_]\w*\.)+errors?\.[A-Z]\w*)(?::\s?(?P<msg>.*))?$"
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
+# An exception line quoted whole inside a sentence, between quotes or backticks
+_QUOTED_EXC_LINE = re.compile(
+    r"[\u201c\"`]\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"`]+?)"
+    r"\s*[\u201d\"`]"
+)
 _SIGQUIT_RE = re.compile(r"Received sigquit from a child proces|SIGQUIT received")
 _CARETS_RE = re.compile(r"^\s*[\^~]+\s*$")
 
@@ -578,6 +583,13 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             events.append(_Event(idx, start if start is not None else idx, m.group("type"),
                                  stripped, tuple(frames), chain))  # fmt: skip
             frames, start, linked = [], None, False
+            continue
+        if (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
+            # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
+            text = q.group("exc").rstrip()
+            m = _EXC_LINE_RE.match(text)
+            events.append(_Event(idx, idx, m.group("type") if m else None, text, (),
+                                 chain := chain + 1))  # fmt: skip
             continue
         if _needles(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
             events.append(_Event(idx, idx, None, stripped, (), chain := chain + 1))
@@ -1002,8 +1014,10 @@ def analyze_log(text: str) -> LogAnalysis:
     root = _hang_before_kill(roots, bodies) or roots[0]
     extra = _continuation(bodies, root.index)
     error_class, key, rule = _classify_event(root, extra, bodies)
-    if _is_wrapper(root):
-        # only the wrapper was printed: the error it quotes, if any, is the failure
+    if _is_wrapper(root) or rule is None:
+        # only the wrapper was printed, or the error was re-raised with the wrapper's words
+        # in front of its own ("Error in model execution (input dumped to ...): ..."): the
+        # error it quotes, if any, is the failure
         inner = next((m.group("inner") for p in WRAPPED_CAUSES
                       if (m := p.search(root.text)) is not None), None)  # fmt: skip
         if inner and inner.strip("'\" "):
