@@ -286,6 +286,19 @@ def test_a_reraise_with_context_in_front_is_named_by_the_error_it_quotes() -> No
     assert sigs[0].message == "FlashAttention only supports Ampere GPUs or newer"
 
 
+def test_an_exception_a_sentence_runs_into_is_read_when_nothing_else_is() -> None:
+    """A report whose only error is at the end of a sentence names that error; a log with
+    an error line of its own is not read for such mentions."""
+    prose = ("Qwen SFT then deploying with vllm fails ValueError: Tokenizer class "
+             "TokenizersBackend does not exist or is not currently imported.\n")  # fmt: skip
+    line = ("ValueError: Tokenizer class TokenizersBackend does not exist or is not currently "
+            "imported.\n")  # fmt: skip
+    a, b = analyze_log(prose).signature, analyze_log(line).signature
+    assert a is not None and a == b
+    both = "retrying after a ConnectionError: reset by peer\n" + line
+    assert analyze_log(both).signature == b
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",

@@ -534,6 +534,19 @@ def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
     return None
 
 
+# An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
+# read only when the log shows no error line of its own.
+_MID_LINE_EXC = re.compile(r"(?<=\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+
+
+def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
+    found = [(i, m.group("exc").rstrip()) for i, body in enumerate(bodies)
+             if "rror: " in body or "xception: " in body
+             if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
+    return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
+                   (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
+
+
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
     events: list[_Event] = []
     frames: list[Frame] = []
@@ -991,7 +1004,7 @@ def analyze_log(text: str) -> LogAnalysis:
         best = _later(best, _phase_of_body(body, profiles))
         progress.append(best)
     reached = best
-    events = _events_by_process(lines, bodies)
+    events = _events_by_process(lines, bodies) or _mid_line_errors(bodies)
     stop = _stopped_at(bodies)
     if stop is not None:
         # told to stop (SIGTERM): what it prints from then on is its shutdown
