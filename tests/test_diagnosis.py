@@ -299,6 +299,15 @@ def test_an_exception_a_sentence_runs_into_is_read_when_nothing_else_is() -> Non
     assert analyze_log(both).signature == b
 
 
+def test_an_error_raised_for_a_client_of_the_running_engine_is_a_serving_failure() -> None:
+    """vLLM's engine core handles client RPCs (add_lora) and loads LoRA adapters once it
+    is up: an error raised there is a failure while serving, not at startup."""
+    from orchestrator.diagnosis.verdicts import Phase
+
+    for name in ("vllm_lora_unsupported_weight.a.log", "vllm_lora_unsupported_weight.b.log"):
+        assert analyze_log((THREADS / name).read_text()).phase == Phase.SERVING, name
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",

@@ -159,9 +159,12 @@ VLLM = ServerProfile(
         # v1 warms up (compile sizes, then graphs, then the sampler) inside this one
         (Phase.WARMUP, "_dummy_sampler_run|compile_or_warm_up_model"),
     ),
+    # the engine loop, and what it does for a client once up (an RPC such as add_lora; a
+    # LoRA adapter is loaded when a request or the API server asks for it)
     loop_frames=re.compile(r"^(?:execute_model|step|step_async|run_busy_loop|"
                            r"_process_engine_step|step_with_batch_queue|engine_step|"
-                           r"run_engine_loop|sample_tokens|execute_model_async)$"),
+                           r"run_engine_loop|sample_tokens|execute_model_async|"
+                           r"_handle_client_request|add_lora|_load_adapter)$"),
     packages=("vllm",),
 )
 
