@@ -308,6 +308,14 @@ def test_an_error_raised_for_a_client_of_the_running_engine_is_a_serving_failure
         assert analyze_log((THREADS / name).read_text()).phase == Phase.SERVING, name
 
 
+def test_a_request_the_server_rejects_is_a_serving_failure() -> None:
+    from orchestrator.diagnosis.verdicts import Phase
+
+    line = ("ValueError: This model's maximum context length is 512 tokens. However, you "
+            "requested 1451 tokens in the input for embedding generation.\n")  # fmt: skip
+    assert analyze_log(line).phase == Phase.SERVING
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",

@@ -248,8 +248,10 @@ SELF_NAMING = re.compile(
 PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
     # SGLang's wrapper of any error raised while capturing says so
     (Phase.CUDA_GRAPH, re.compile(r"Capture cuda graph failed")),
+    # a request the server rejects: only ever raised while serving
     (Phase.SERVING, re.compile(r"The decoder prompt \(length \d+\) is longer than the "
-                               r"maximum model length|prompt \(length \d+\) is longer than")),
+                               r"maximum model length|prompt \(length \d+\) is longer than|"
+                               r"maximum context length is \d+ tokens\. However, you requested")),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
 )
 SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
