@@ -316,6 +316,16 @@ def test_a_request_the_server_rejects_is_a_serving_failure() -> None:
     assert analyze_log(line).phase == Phase.SERVING
 
 
+def test_a_message_that_starts_on_the_next_line_is_read_there() -> None:
+    """Python prints "ImportError: " and then, on the next line, a message that starts with
+    a newline: that line names the error, not an empty message."""
+    text = ("ImportError: \n[sgl_kernel] CRITICAL: Could not load any common_ops library!\n"
+            "Attempted locations:\n")  # fmt: skip
+    a = analyze_log(text)
+    assert a.error_class == "ImportError"
+    assert a.message == "[sgl_kernel] CRITICAL: Could not load any common_ops library!"
+
+
 _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", line 3, in f',
            '  File "/x/vllm/b.py", line 9 in g', "Thread 0x7f00 (most recent call first):",
            'Thread 12 (idle): "MainThread"', "    f (a.py:1)", "KeyError", "what():  x",

@@ -780,7 +780,11 @@ def _classify_event(event: _Event, extra: Sequence[str],
         return hit
     if event.exc_type:
         m = _EXC_LINE_RE.match(event.text)
-        msg = (m.group("msg") if m else None) or ""
+        msg = ((m.group("msg") if m else None) or "").strip()
+        if not msg and extra:
+            # a message that starts with a newline ("ImportError: " then the text): its
+            # first line names the error
+            msg = extra[0].strip()
         return _short_type(event.exc_type), msg, None
     return "error", event.text, None
 
