@@ -259,6 +259,24 @@ _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]'`\">])\.\s+(?=[A-Z(])")
 
 
 _QUOTED = re.compile(r"'[^'\s][^']*'|\"[^\"\s][^\"]*\"")
+# A quoted value that changes with the host, the day or the reporter: a path, a repo id
+# or URL, a long dump. Short names (a module, an attribute, a method, a dtype) name the
+# failure and stay: "No module named 'flash_attn'" is not "No module named 'vllm._C'".
+_VARIABLE_QUOTE = re.compile(r"[/\\]|^.{41,}$|\s")
+
+
+# A printed list of quoted values (`['Glm4ForCausalLM']`) is what the input held (the
+# model's architectures, the devices), not the name of what broke.
+_QUOTED_LIST = re.compile(r"\[\s*(?:'[^']*'|\"[^\"]*\")(?:\s*,\s*(?:'[^']*'|\"[^\"]*\"))*\s*\]")
+
+
+def _mask_variable_quotes(message: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        inner = m.group(0)[1:-1]
+        # one quoting style: Python's repr and a formatted message quote alike names apart
+        return "'<v>'" if _VARIABLE_QUOTE.search(inner) else f"'{inner}'"
+
+    return _QUOTED.sub(one, _QUOTED_LIST.sub("['<v>']", message))
 
 
 def first_sentence(message: str) -> str:
@@ -1115,7 +1133,7 @@ def analyze_log(text: str) -> LogAnalysis:
     if specific:
         # a message in the server's own words quotes what the user gave it (a model
         # path or repo id, an architecture, a file): the words name the failure
-        message = _QUOTED.sub("'<v>'", message)
+        message = _mask_variable_quotes(message)
     if site and not specific:
         message = f"{message} @ {site}" if message else f"@ {site}"
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])
