@@ -95,8 +95,8 @@ CASES = [
      "ambiguous option: --expect-worker could match --expect-workers, --expect-workers-max-wait"),
     # a message in the server's own words is named by its first sentence, without the place
     ("vllm_free_memory_init.log", Phase.INIT, "ValueError",
-     "Free memory on device (<size>) on startup is less than desired GPU memory utilization "
-     "(<num>, <size>)"),
+     # the head of the message (server_logs.KEY_WORDS): the tail holds the values
+     "Free memory on device (<size>) on startup is less than desired GPU..."),
     # the tail lost the worker's traceback: the engine's frames printed after it say where
     ("vllm_nccl_worker.log", Phase.INIT, "nccl", "NCCL error: unhandled system error @ "
      "vllm/engine.py:__init__"),
@@ -539,3 +539,25 @@ def test_a_failure_while_the_server_prints_its_progress_gets_that_phase() -> Non
     # without the progress line the stack alone speaks
     a2 = analyze_log("\n".join(ln for ln in text.splitlines() if "ERROR" in ln))
     assert a2.phase == Phase.KV_CACHE
+
+
+def test_quoted_names_tell_failures_apart_and_variable_values_do_not() -> None:
+    """A short quoted name (a module, a method) is part of what broke; a path, a repo id or
+    a printed list of the input's values is not, and the quoting style never matters."""
+    def sig(exc: str) -> str:
+        log = ("Traceback (most recent call last):\n"
+               '  File "/opt/x/vllm/engine.py", line 3, in start\n    f()\n' + exc + "\n")
+        analysis = analyze_log(log)
+        assert analysis.signature is not None, exc
+        return str(analysis.signature)
+
+    assert (sig("ModuleNotFoundError: No module named 'flash_attn'")
+            != sig("ModuleNotFoundError: No module named 'vllm._C'"))
+    assert (sig("ValueError: Unsupported quantization method 'fp8' for this model here")
+            != sig("ValueError: Unsupported quantization method 'awq' for this model here"))
+    assert (sig("ModuleNotFoundError: No module named 'vllm._C'")
+            == sig('ModuleNotFoundError: No module named "vllm._C"'))
+    assert (sig("OSError: Can't load the config of '/models/a/Llama-3-8B' from the hub")
+            == sig("OSError: Can't load the config of '/root/m/Llama-3-8B' from the hub"))
+    assert (sig("ValueError: Model architectures ['Glm4ForCausalLM'] are not supported for now")
+            == sig("ValueError: Model architectures ['GlmForCausalLM'] are not supported for now"))

@@ -38,9 +38,12 @@ from orchestrator.diagnosis.server_logs import (
     ARGS_MARKERS,
     GENERIC_CLASSES,
     GENERIC_HEADERS,
+    KEY_WORDS,
     PASS_THROUGH,
     PHASE_HINTS,
     PROFILES,
+    RECORD_STARTS,
+    RUN_TOGETHER_MIN,
     SELF_NAMING,
     SPECIFIC_WORDS,
     STOP_MARKERS,
@@ -52,7 +55,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 3
+SIGNATURE_VERSION = 4
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -88,7 +91,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # vLLM logger: "ERROR 05-07 02:14:18 [core.py:396] ", "INFO 08-19 07:51:03 x.py:732] "
     re.compile(
         r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? \d\d:\d\d:\d\d(?:\.\d+)? "
-        r"\[?[\w.]+:\d+\]\s?"
+        r"\[?[\w./-]+:\d+\]\s?"
     ),
     # torch.distributed: "[rank0]: ", "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:20] "
     re.compile(r"^\[rank\d+\]:\s?"),
@@ -118,9 +121,28 @@ def strip_prefix(line: str) -> str:
     return body
 
 
+_RUN_TOGETHER = re.compile(r"\s+(?=" + "|".join(f"(?:{p.pattern})" for p in RECORD_STARTS) + ")")
+
+
 def _source_lines(text: str) -> list[str]:
-    """Log lines, minus the `# source:` headers of recorded test logs."""
-    return [line for line in text.splitlines() if not line.startswith("# source:")]
+    """Log lines, minus the `# source:` headers of recorded test logs; a line that holds
+    several log records run together (a paste that lost its line breaks) is cut into them."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("# source:"):
+            continue
+        if len(line) >= RUN_TOGETHER_MIN and _RUN_TOGETHER.search(line, 1) is not None:
+            begin = 0
+            for m in _RUN_TOGETHER.finditer(line, 1):
+                # a record start behind a mere prefix (a worker tag, a journal stamp) is
+                # still the same record
+                if strip_prefix(line[begin:m.end()]).strip():
+                    out.append(line[begin:m.start()])
+                    begin = m.end()
+            out.append(line[begin:])
+        else:
+            out.append(line)
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,6 +259,24 @@ _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]'`\">])\.\s+(?=[A-Z(])")
 
 
 _QUOTED = re.compile(r"'[^'\s][^']*'|\"[^\"\s][^\"]*\"")
+# A quoted value that changes with the host, the day or the reporter: a path, a repo id
+# or URL, a long dump. Short names (a module, an attribute, a method, a dtype) name the
+# failure and stay: "No module named 'flash_attn'" is not "No module named 'vllm._C'".
+_VARIABLE_QUOTE = re.compile(r"[/\\]|^.{41,}$|\s")
+
+
+# A printed list of quoted values (`['Glm4ForCausalLM']`) is what the input held (the
+# model's architectures, the devices), not the name of what broke.
+_QUOTED_LIST = re.compile(r"\[\s*(?:'[^']*'|\"[^\"]*\")(?:\s*,\s*(?:'[^']*'|\"[^\"]*\"))*\s*\]")
+
+
+def _mask_variable_quotes(message: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        inner = m.group(0)[1:-1]
+        # one quoting style: Python's repr and a formatted message quote alike names apart
+        return "'<v>'" if _VARIABLE_QUOTE.search(inner) else f"'{inner}'"
+
+    return _QUOTED.sub(one, _QUOTED_LIST.sub("['<v>']", message))
 
 
 def first_sentence(message: str) -> str:
@@ -454,6 +494,11 @@ _EXC_LINE_RE = re.compile(
     r"Exception|Error)|(?:[a-z_]\w*\.)+errors?\.[A-Z]\w*)(?::\s?(?P<msg>.*))?$"
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
+# An exception line quoted whole inside a sentence, between quotes or backticks
+_QUOTED_EXC_LINE = re.compile(
+    r"[\u201c\"`]\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"`]+?)"
+    r"\s*[\u201d\"`]"
+)
 _SIGQUIT_RE = re.compile(r"Received sigquit from a child proces|SIGQUIT received")
 _CARETS_RE = re.compile(r"^\s*[\^~]+\s*$")
 
@@ -485,6 +530,41 @@ class _Dump:
     frames: tuple[Frame, ...]  # innermost last, like a traceback
 
 
+# Details that name their own error class (pydantic's "Value error, ..."): a report that
+# quotes that line without its "N validation error for X" header still names the error.
+_LONE_DETAILS = tuple(gh for gh in GENERIC_HEADERS if gh.classes)
+
+
+def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
+    """(error class, exception text) of a self-naming detail line printed without its
+    generic header above it, or None."""
+    body = bodies[idx]
+    if "," not in body:
+        return None
+    for gh in _LONE_DETAILS:
+        d = gh.detail.match(body)
+        if d is None or d.groupdict().get("kind") not in (gh.classes or {}):
+            continue
+        if any(gh.header.search(b) for b in bodies[max(0, idx - gh.within) : idx]):
+            return None  # the header's own event reads it
+        klass = (gh.classes or {})[d.group("kind")]
+        return klass, f"{klass}: {d.group('msg')}"
+    return None
+
+
+# An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
+# read only when the log shows no error line of its own.
+_MID_LINE_EXC = re.compile(r"(?<=\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+
+
+def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
+    found = [(i, m.group("exc").rstrip()) for i, body in enumerate(bodies)
+             if "rror: " in body or "xception: " in body
+             if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
+    return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
+                   (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
+
+
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
     events: list[_Event] = []
     frames: list[Frame] = []
@@ -511,6 +591,10 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
         if (w := _WHAT_RE.match(body)) is not None:
             events.append(_Event(idx, idx, None, w.group("msg"), (), chain := chain + 1))
             continue
+        if (lone := _lone_detail(bodies, idx)) is not None:
+            events.append(_Event(idx, idx, lone[0], lone[1], (), chain := chain + 1))
+            frames, start, linked = [], None, False
+            continue
         # The line after a frame is the frame's source code (`raise RuntimeError(f"NCCL
         # error: ...")`), even when a copy of the log lost the indentation; indented lines
         # inside a traceback are source continuation lines and carets.
@@ -530,6 +614,13 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             events.append(_Event(idx, start if start is not None else idx, m.group("type"),
                                  stripped, tuple(frames), chain))  # fmt: skip
             frames, start, linked = [], None, False
+            continue
+        if (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
+            # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
+            text = q.group("exc").rstrip()
+            m = _EXC_LINE_RE.match(text)
+            events.append(_Event(idx, idx, m.group("type") if m else None, text, (),
+                                 chain := chain + 1))  # fmt: skip
             continue
         if _needles(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
             events.append(_Event(idx, idx, None, stripped, (), chain := chain + 1))
@@ -707,7 +798,11 @@ def _classify_event(event: _Event, extra: Sequence[str],
         return hit
     if event.exc_type:
         m = _EXC_LINE_RE.match(event.text)
-        msg = (m.group("msg") if m else None) or ""
+        msg = ((m.group("msg") if m else None) or "").strip()
+        if not msg and extra:
+            # a message that starts with a newline ("ImportError: " then the text): its
+            # first line names the error
+            msg = extra[0].strip()
         return _short_type(event.exc_type), msg, None
     return "error", event.text, None
 
@@ -931,7 +1026,7 @@ def analyze_log(text: str) -> LogAnalysis:
         best = _later(best, _phase_of_body(body, profiles))
         progress.append(best)
     reached = best
-    events = _events_by_process(lines, bodies)
+    events = _events_by_process(lines, bodies) or _mid_line_errors(bodies)
     stop = _stopped_at(bodies)
     if stop is not None:
         # told to stop (SIGTERM): what it prints from then on is its shutdown
@@ -954,8 +1049,10 @@ def analyze_log(text: str) -> LogAnalysis:
     root = _hang_before_kill(roots, bodies) or roots[0]
     extra = _continuation(bodies, root.index)
     error_class, key, rule = _classify_event(root, extra, bodies)
-    if _is_wrapper(root):
-        # only the wrapper was printed: the error it quotes, if any, is the failure
+    if _is_wrapper(root) or rule is None:
+        # only the wrapper was printed, or the error was re-raised with the wrapper's words
+        # in front of its own ("Error in model execution (input dumped to ...): ..."): the
+        # error it quotes, if any, is the failure
         inner = next((m.group("inner") for p in WRAPPED_CAUSES
                       if (m := p.search(root.text)) is not None), None)  # fmt: skip
         if inner and inner.strip("'\" "):
@@ -1025,6 +1122,9 @@ def analyze_log(text: str) -> LogAnalysis:
     message = normalize_message(key) if key else ""
     if rule is None:
         message = first_sentence(message)
+        words = message.split(" ")
+        if len(words) > KEY_WORDS:
+            message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."
     if len(message) > KEY_LENGTH:
         # what follows is a dump (supported architectures, a request, a config) that
         # changes with versions and inputs; the bug is named by the start
@@ -1033,7 +1133,7 @@ def analyze_log(text: str) -> LogAnalysis:
     if specific:
         # a message in the server's own words quotes what the user gave it (a model
         # path or repo id, an architecture, a file): the words name the failure
-        message = _QUOTED.sub("'<v>'", message)
+        message = _mask_variable_quotes(message)
     if site and not specific:
         message = f"{message} @ {site}" if message else f"@ {site}"
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])

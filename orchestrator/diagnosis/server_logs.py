@@ -159,9 +159,12 @@ VLLM = ServerProfile(
         # v1 warms up (compile sizes, then graphs, then the sampler) inside this one
         (Phase.WARMUP, "_dummy_sampler_run|compile_or_warm_up_model"),
     ),
+    # the engine loop, and what it does for a client once up (an RPC such as add_lora; a
+    # LoRA adapter is loaded when a request or the API server asks for it)
     loop_frames=re.compile(r"^(?:execute_model|step|step_async|run_busy_loop|"
                            r"_process_engine_step|step_with_batch_queue|engine_step|"
-                           r"run_engine_loop|sample_tokens|execute_model_async)$"),
+                           r"run_engine_loop|sample_tokens|execute_model_async|"
+                           r"_handle_client_request|add_lora|_load_adapter)$"),
     packages=("vllm",),
 )
 
@@ -245,11 +248,17 @@ SELF_NAMING = re.compile(
 PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
     # SGLang's wrapper of any error raised while capturing says so
     (Phase.CUDA_GRAPH, re.compile(r"Capture cuda graph failed")),
+    # a request the server rejects: only ever raised while serving
     (Phase.SERVING, re.compile(r"The decoder prompt \(length \d+\) is longer than the "
-                               r"maximum model length|prompt \(length \d+\) is longer than")),
+                               r"maximum model length|prompt \(length \d+\) is longer than|"
+                               r"maximum context length is \d+ tokens\. However, you requested")),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
 )
 SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
+# Words of a message (its first sentence) kept in a signature. The head of a message says
+# what failed; the tail carries values, a hint that versions reword, or nothing at all when
+# a report cut the line short ("...but there are other ranks th").
+KEY_WORDS = 12
 
 # Wrappers that quote the error they report: when the log kept only the wrapper (the
 # worker's own traceback went elsewhere), the quoted error is the failure. ('' quotes
@@ -259,6 +268,19 @@ WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
                r"above for the root cause)?$"),
     re.compile(r"Error in model execution(?: \(input dumped to [^)]*\))?: (?P<inner>.+)$"),
 )
+
+# The start of a log record, where a pasted log lost its line breaks and runs several
+# records together on one line (a web page or a chat copied as one paragraph): the line is
+# cut before each. Only record starts that carry a timestamp or a process/rank id, so a
+# message that merely mentions a level word is never cut.
+RECORD_STARTS: tuple[re.Pattern[str], ...] = (
+    # vLLM's logger: "ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] "
+    re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? "
+               r"\d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"),
+    # NCCL's debug lines: "02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080"
+    re.compile(r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)"),
+)
+RUN_TOGETHER_MIN = 160  # characters: a shorter line is one record
 
 # Lines a server prints once it has been told to stop (SIGTERM from systemd or the tool):
 # errors after them are the shutdown, never the failure of a run.
@@ -324,6 +346,7 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "SELF_NAMING", "SPECIFIC_WORDS", "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
+           "KEY_WORDS", "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
+           "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
