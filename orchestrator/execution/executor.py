@@ -46,6 +46,7 @@ from orchestrator.events import (
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
 from orchestrator.execution.hostlock import HostLock
+from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
 
@@ -84,6 +85,8 @@ class RunResult:
     host_record: dict[str, object] | None = None
     #: the host's environment as the server's interpreter saw it just before the run
     environment: envfacts.HostEnvironment | None = None
+    #: what reached the server besides its config (the cache key's other half)
+    inputs: LaunchInputs | None = None
 
 
 @dataclass
@@ -330,11 +333,28 @@ class Executor:
                 **fields: Any) -> RunResult:  # fmt: skip
         """Announce the end of a run and make its record: every backend ends a run here,
         with what only it knows in `fields`."""
+        env = fields.get("environment")
+        fields.setdefault("inputs", self._inputs(env.digest() if env is not None else None))
         self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
                               duration_s=duration, detail=detail))  # fmt: skip
         return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
                          experiment=exp, label=label, verdict=verdict, signature=sig,
                          duration_s=duration, detail=detail, **fields)  # fmt: skip
+
+    def _inputs(self, environment: str | None) -> LaunchInputs:
+        manager = getattr(self, "manager", None)  # a Slurm job has no unit of the user's
+        return launch_inputs(self.host, unit=manager.unit_inputs() if manager else "",
+                             environment=environment)  # fmt: skip
+
+    def inputs(self, exp: Experiment) -> LaunchInputs:
+        """What would reach the server of `exp` if it started now, besides its config: read
+        on the host (its environment as the server's interpreter sees it, the unit's own
+        definition). A part that cannot be read now is unknown (then nothing is reused)."""
+        try:
+            env: str | None = self.environment(exp).digest()
+        except (TransportError, InfraError):
+            env = None
+        return self._inputs(env)
 
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with

@@ -25,6 +25,7 @@ from orchestrator.config.secrets import Redactor
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.execution.environment import HostEnvironment
+from orchestrator.execution.inputs import LaunchInputs
 
 SCHEMA_VERSION = 1
 
@@ -83,6 +84,9 @@ CREATE TABLE IF NOT EXISTS environments (digest TEXT PRIMARY KEY, data TEXT NOT 
 #: columns added after the first schema, with the statement that adds each (migrated on open)
 _ADDED_COLUMNS = {
     ("runs", "env_digest"): "ALTER TABLE runs ADD COLUMN env_digest TEXT",
+    # what reached the server besides its config, and the cache key made of both
+    ("runs", "inputs"): "ALTER TABLE runs ADD COLUMN inputs TEXT",
+    ("runs", "launch_key"): "ALTER TABLE runs ADD COLUMN launch_key TEXT",
 }
 
 
@@ -127,6 +131,10 @@ class RunRow:
     cached_from: str | None
     #: the host's environment when the run started (see `Store.environment`)
     env_digest: str | None = None
+    #: what reached the server besides its config (for a reused run: the inputs of the
+    #: campaign that reused it, equal to its source's), and the cache key of both
+    inputs: LaunchInputs | None = None
+    launch_key: str | None = None
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -228,6 +236,7 @@ class Store:
                 except sqlite3.OperationalError as exc:
                     if "duplicate column" not in str(exc):  # another process added it first
                         raise
+        self.db.execute("CREATE INDEX IF NOT EXISTS runs_launch ON runs(launch_key)")
 
     def _unreadable(self, exc: Exception | None) -> StoreError:
         return StoreError(
@@ -433,6 +442,11 @@ class Store:
                            (run_id, json.dumps(red.obj(record))))  # fmt: skip
             self._record_environment(db, run_id, getattr(result, "environment", None),
                                      cached_from)  # fmt: skip
+            inputs = getattr(result, "inputs", None)
+            if inputs is not None:
+                db.execute("UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
+                           (json.dumps(inputs.to_dict(), sort_keys=True),
+                            inputs.key(exp.fingerprint()), run_id))  # fmt: skip
             self._stamp_signature_version(db, run_id)
         return run_id
 
@@ -521,6 +535,30 @@ class Store:
         ).fetchone()
         return _run(row) if row else None
 
+    def has_reusable(self, fingerprint: str, host_class: str, *,
+                     exclude_campaign: str | None = None) -> bool:  # fmt: skip
+        """Whether any run of this config on this host class could be reused under some
+        inputs (cheap: asked before the host is asked for the inputs it has now)."""
+        row = self.db.execute(
+            "SELECT 1 FROM runs WHERE fingerprint=? AND host_class=? AND launch_key IS NOT NULL"
+            " AND verdict != 'infra' AND cached_from IS NULL AND campaign != ? LIMIT 1",
+            (fingerprint, host_class, exclude_campaign or "")).fetchone()  # fmt: skip
+        return row is not None
+
+    def reusable(self, launch_key: str | None, *, exclude_campaign: str | None = None,
+                 ) -> list[RunRow]:  # fmt: skip
+        """Every executed run (not itself reused) of the launch `launch_key` names, oldest
+        first, infra verdicts excluded (they say nothing about the config): each start of
+        a flaky config counts. Runs recorded without a key (before keys covered what
+        reaches the server, or with a part unknown) are never reused."""
+        if not launch_key:
+            return []
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE launch_key=? AND verdict != 'infra' AND cached_from IS NULL"
+            " AND campaign != ? ORDER BY started, seq", (launch_key, exclude_campaign or ""),
+        ).fetchall()  # fmt: skip
+        return [_run(r) for r in rows]
+
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
         rows = self.db.execute(
             "SELECT * FROM runs WHERE signature=? AND cached_from IS NULL ORDER BY started",
@@ -570,4 +608,7 @@ def _run(r: sqlite3.Row) -> RunRow:
         last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
         log_path=r["log_path"], cached_from=r["cached_from"],
         env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
+        inputs=LaunchInputs.from_dict(json.loads(r["inputs"]))
+        if "inputs" in r.keys() and r["inputs"] else None,
+        launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
     )  # fmt: skip
