@@ -6,7 +6,7 @@ driver upgraded overnight, a package reinstalled), its verdict is about another 
 the run is recorded as `infra` (never cached, never an answer) with what changed, and the
 campaign stops saying so. Running the same command again starts a new campaign in the
 new environment; the cache only serves verdicts recorded in the environment the host
-has now (`Store.cached(..., env_digest=)`).
+has now (it is part of the cache key: `orchestrator.execution.inputs`).
 """
 
 from __future__ import annotations

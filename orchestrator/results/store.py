@@ -3,8 +3,9 @@ log tail as a plain file beside the database (for grep).
 
 Writes are atomic: a run's log file is written to a temporary name and renamed, then its
 row is inserted in one transaction, before the next run starts. The store serves resume
-(a campaign's own runs), the cache (a verdict for the same config on the same host class)
-and rerun (the exact recorded config). Files are created private (mode 0600, dir 0700).
+(a campaign's own runs), the cache (every start of the same launch: the config and what
+reached its server, `launch_key`; see orchestrator.execution.inputs) and rerun (the exact
+recorded config). Files are created private (mode 0600, dir 0700).
 """
 
 from __future__ import annotations
@@ -526,7 +527,8 @@ class Store:
                env_digest: str | None = None) -> RunRow | None:  # fmt: skip
         """The newest real (not itself cached) run of this config on this host class,
         infra verdicts excluded: they say nothing about the config. With `env_digest`,
-        only a run in that environment (a verdict under another driver is no verdict)."""
+        only a run in that environment. For looking at the store: campaigns reuse only
+        through `reusable` (the whole key, read on the host)."""
         env_clause = " AND env_digest=?" if env_digest else ""
         row = self.db.execute(
             "SELECT * FROM runs WHERE fingerprint=? AND host_class=? AND verdict != 'infra'"
