@@ -204,3 +204,51 @@ def test_a_rerun_of_a_flaky_pair_carries_every_start(tmp_path: Path, strategy: s
             sum(x is Verdict.FAIL for x in resolved), len(resolved)))
         assert noise["reproduction_rate"] < 1.0  # the passes of bad are in it
     store.close()
+
+
+def test_the_environment_capture_resolves_the_exec_and_keeps_older_digests() -> None:
+    """The exec's file as the host resolves it, and its sha256, are part of the host's
+    environment (so of the key); an environment recorded before they were keeps its digest."""
+    from orchestrator.execution import environment as envfacts
+
+    sha = "ab" * 32
+    text = (f"@@NVSMI\n@@KERNEL\n6.1.0\n@@EXEC\n/opt/venv/bin/python3\n{sha}\n"
+            "@@PYHOW exec python3\n@@PYJSON {\"python\": \"3.12.3\", \"packages\": {}}\n")
+    env = envfacts.parse(text)
+    assert (env.exec_path, env.exec_sha256) == ("/opt/venv/bin/python3", sha)
+    assert ("exec", f"/opt/venv/bin/python3 (sha256 {sha[:12]})") in env.rows()
+    other = envfacts.parse(text.replace(sha, "cd" * 32))
+    assert other.digest() != env.digest()
+    older = replace(env, exec_path=None, exec_sha256=None)
+    import hashlib
+    import json
+
+    data = older.to_dict()
+    del data["exec_path"], data["exec_sha256"]
+    assert older.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()
+                                            ).hexdigest()[:16]  # fmt: skip
+    cmd = envfacts.command(["/opt/venv/bin/python3", "-m", "sglang.launch_server"])
+    assert "command -v /opt/venv/bin/python3" in cmd and "sha256sum" in cmd
+
+
+def test_inputs_a_host_cannot_read_mean_no_reuse(tmp_path: Path) -> None:
+    """Anything unknown: no reuse. A host whose environment cannot be read before a run
+    (a Slurm job's node, a capture that failed) reuses nothing, though the store holds
+    runs of the same config on the same host class."""
+    from tests.scripted import ScriptedExecutor
+
+    class Blind(ScriptedExecutor):
+        def inputs(self, exp: object) -> LaunchInputs:  # type: ignore[override]
+            return replace(super().inputs(exp), environment=None)  # type: ignore[arg-type]
+
+    good, bad = write_pair(tmp_path / "exp", 3)
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
+    h = host("blind-01")
+    first = _bisect(store, good, bad, h, oracle)
+    assert first.status == "found"
+    second = Bisection(store, make_plan(good, bad), [h], command="test",
+                       executor_factory=lambda hh, s, c, li: Blind(hh, oracle, Faults())).run()
+    assert second.status == "found" and second.runs_reused == 0
+    assert all(r.cached_from is None for r in store.runs(second.campaign_id))
+    store.close()
