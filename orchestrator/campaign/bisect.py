@@ -369,8 +369,9 @@ class Bisection:
         fp = exp.fingerprint()
         taken = {r.cached_from for r in self._rows() if r.cached_from}
         for host in pool.healthy_hosts():
-            if not self.store.has_reusable(fp, host.host_class, exclude_campaign=self.cid):
-                continue  # nothing to reuse: the host need not be asked
+            if not self.store.reuse_candidates(fp, host.host_class,
+                                               exclude_campaign=self.cid) - taken:
+                continue  # nothing (left) to reuse: the host need not be asked
             inputs = pool.inputs_of(host, exp)
             if inputs is None:
                 continue  # busy, or it cannot tell what would reach the server: unknown

@@ -483,7 +483,7 @@ class SweepCampaign:
         or if the host cannot tell."""
         host = self.hosts[0]
         fp = exp.fingerprint()
-        if not self.store.has_reusable(fp, host.host_class, exclude_campaign=self.cid):
+        if not self.store.reuse_candidates(fp, host.host_class, exclude_campaign=self.cid):
             return None, None
         inputs = pool.inputs_of(host, exp)
         hits = self.store.reusable(inputs.key(fp), exclude_campaign=self.cid) if inputs else []

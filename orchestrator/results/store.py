@@ -537,15 +537,15 @@ class Store:
         ).fetchone()
         return _run(row) if row else None
 
-    def has_reusable(self, fingerprint: str, host_class: str, *,
-                     exclude_campaign: str | None = None) -> bool:  # fmt: skip
-        """Whether any run of this config on this host class could be reused under some
-        inputs (cheap: asked before the host is asked for the inputs it has now)."""
-        row = self.db.execute(
-            "SELECT 1 FROM runs WHERE fingerprint=? AND host_class=? AND launch_key IS NOT NULL"
-            " AND verdict != 'infra' AND cached_from IS NULL AND campaign != ? LIMIT 1",
-            (fingerprint, host_class, exclude_campaign or "")).fetchone()  # fmt: skip
-        return row is not None
+    def reuse_candidates(self, fingerprint: str, host_class: str, *,
+                         exclude_campaign: str | None = None) -> set[str]:  # fmt: skip
+        """The runs of this config on this host class that some inputs could reuse (cheap:
+        asked before the host is asked for the inputs it has now)."""
+        rows = self.db.execute(
+            "SELECT id FROM runs WHERE fingerprint=? AND host_class=? AND launch_key IS NOT NULL"
+            " AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
+            (fingerprint, host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+        return {r["id"] for r in rows}
 
     def reusable(self, launch_key: str | None, *, exclude_campaign: str | None = None,
                  ) -> list[RunRow]:  # fmt: skip
