@@ -28,16 +28,7 @@ from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
 from orchestrator.results.store import Store
-from tests.scripted import (
-    OTHER_ERROR,
-    TARGET_ERROR,
-    Faults,
-    Oracle,
-    Rule,
-    ScriptedExecutor,
-    factory,
-    host,
-)
+from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.scripted import write_pair as scripted_pair
 
 _SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -258,6 +249,8 @@ def test_no_reused_verdict_is_judged_under_other_inputs_than_its_own(
                                       executor_factory=factory(oracle, faults)).run())
         except InfraError:
             return  # three infra runs in a row: nothing answered, nothing to reuse from
+    from tests.scripted import ScriptedExecutor
+
     second = outcomes[1]
     now = ScriptedExecutor(replace(host(name), env=env2), oracle, faults).inputs(plan.good)
     reused = [r for r in store.runs(second.campaign_id) if r.cached_from is not None]
