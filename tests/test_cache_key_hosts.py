@@ -118,6 +118,9 @@ def test_a_hosts_env_that_breaks_good_is_not_answered_from_the_cache(
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-3000:]
     assert "(cached)" not in second.stdout and "culprit" not in second.stdout
     assert "good config does not pass" in second.stdout, second.stdout[-3000:]
+    # and it says why the recorded verdicts were not taken
+    assert "note: 1 recorded run(s) of good not reused: changed since they ran: the hosts " \
+        "file's env:" in second.stdout, second.stdout[-3000:]  # fmt: skip
     store = Store(results)
     try:
         [camp] = [c for c in store.campaigns() if c.id != one["campaign"]]

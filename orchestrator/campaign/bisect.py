@@ -41,6 +41,7 @@ from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
+from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.planner import Answer, Planner
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
@@ -97,6 +98,7 @@ class Bisection:
         self.reused = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
+        self._told: set[str] = set()  # why recorded runs were not reused, said once
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
 
     def _rows(self) -> list[RunRow]:
@@ -369,8 +371,9 @@ class Bisection:
         fp = exp.fingerprint()
         taken = {r.cached_from for r in self._rows() if r.cached_from}
         for host in pool.healthy_hosts():
-            if not self.store.reuse_candidates(fp, host.host_class,
-                                               exclude_campaign=self.cid) - taken:
+            left = self.store.reuse_candidates(fp, host.host_class,
+                                               exclude_campaign=self.cid) - taken
+            if not left:
                 continue  # nothing (left) to reuse: the host need not be asked
             inputs = pool.inputs_of(host, exp)
             if inputs is None:
@@ -378,6 +381,7 @@ class Bisection:
             hits = [h for h in self.store.reusable(inputs.key(fp), exclude_campaign=self.cid)
                     if h.id not in taken and self._reusable_run(h)]  # fmt: skip
             if not hits:
+                self._not_reused(variant, host, inputs, left)
                 continue
             label = self.plan.describe(frozenset(variant))
             row: RunRow | None = None
@@ -392,6 +396,25 @@ class Bisection:
             assert row is not None
             return self._relabel(row, target, "cache")
         return None
+
+    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
+                    ids: set[str]) -> None:  # fmt: skip
+        """Say once per campaign and reason why recorded runs of a variant were not reused
+        (what reaches the server differs now), so a cold cache is no mystery."""
+        exp = self.plan.variant(frozenset(variant))
+        old = self.store.runs_of(exp.fingerprint(), host.host_class, ids)
+        if not inputs.known:
+            why = f"what would reach the server cannot be read on {host.name} now"
+        else:
+            parts = sorted({d for r in old if r.inputs is not None
+                            for d in inputs.differences(r.inputs)})  # fmt: skip
+            why = "changed since they ran: " + "; ".join(parts) if parts else ""
+        if not why or why in self._told:
+            return
+        self._told.add(why)
+        self.emit(Notice(host=host.name, message=(
+            f"{len(old)} recorded run(s) of {self.plan.describe(frozenset(variant))} not "
+            f"reused: {why}")))  # fmt: skip
 
     @staticmethod
     def _reusable_config(exp: Experiment) -> bool:

@@ -31,11 +31,11 @@ from orchestrator.config.hosts import Host
 
 #: the parts of the key, in the words `differences` uses
 PARTS = {
-    "host_class": "host class",
-    "backend": "service manager or cluster options",
-    "host_env": "host env: in the hosts file",
-    "unit": "the unit's own definition or environment",
-    "environment": "host environment (interpreter, packages, driver)",
+    "host_class": "the host class",
+    "backend": "the service manager or the cluster's job options",
+    "host_env": "the hosts file's env:",
+    "unit": "the unit's own files or environment",
+    "environment": "the host's environment (exec, packages, driver)",
 }
 
 

@@ -547,6 +547,16 @@ class Store:
             (fingerprint, host_class, exclude_campaign or "")).fetchall()  # fmt: skip
         return {r["id"] for r in rows}
 
+    def runs_of(self, fingerprint: str, host_class: str, ids: set[str]) -> list[RunRow]:
+        """The runs named by `ids` (from `reuse_candidates`), oldest first."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.db.execute(
+            f"SELECT * FROM runs WHERE id IN ({marks}) AND fingerprint=? AND host_class=?"
+            " ORDER BY started, seq", (*sorted(ids), fingerprint, host_class)).fetchall()
+        return [_run(r) for r in rows]
+
     def reusable(self, launch_key: str | None, *, exclude_campaign: str | None = None,
                  ) -> list[RunRow]:  # fmt: skip
         """Every executed run (not itself reused) of the launch `launch_key` names, oldest
