@@ -193,6 +193,7 @@ def test_a_rerun_of_a_flaky_pair_carries_every_start(tmp_path: Path, strategy: s
     assert second.noise["confidence"] == first.noise["confidence"]
     assert second.noise["reproduction_counts"] == first.noise["reproduction_counts"]
     assert [c.indices for c in second.culprits] == [c.indices for c in first.culprits]
+    assert bool(second.noise["switched"]) == bool(first.noise["switched"])  # said again
     # The sureness speaks of all the runs of the culprit set, the reused ones included.
     noise = second.noise
     if second.culprits and noise.get("reproduction_counts"):
@@ -251,4 +252,30 @@ def test_inputs_a_host_cannot_read_mean_no_reuse(tmp_path: Path) -> None:
                        executor_factory=lambda hh, s, c, li: Blind(hh, oracle, Faults())).run()
     assert second.status == "found" and second.runs_reused == 0
     assert all(r.cached_from is None for r in store.runs(second.campaign_id))
+    store.close()
+
+
+def test_a_rerun_counts_the_recorded_runs_its_search_does_not_ask_for(tmp_path: Path) -> None:
+    """Every recorded run of a variant of the pair joins the rerun, not only those of the
+    variants its own search asks for: the first campaign (one flag at a time) ran variants
+    the noise-aware rerun never picks, and their passes still weigh in its sureness."""
+    n = 4
+    good, bad = write_pair(tmp_path / "exp", n)
+    store = Store(tmp_path / "results")
+    full = frozenset(range(n))
+    rule = Rule(frozenset({1, 3}), "cuda_graph", TARGET_ERROR)
+    h = host("flaky-02")
+    first = _bisect(store, good, bad, h, Starts([rule], {full: [False, True]}), strategy="linear")
+    recorded = [r for r in store.runs(first.campaign_id) if r.verdict is not Verdict.INFRA]
+    second = _bisect(store, good, bad, h, Oracle([rule]), strategy="noisy", confidence=0.9)
+    runs2 = store.runs(second.campaign_id)
+    taken = {r.cached_from for r in runs2 if r.cached_from}
+    assert taken == {r.id for r in recorded}  # every recorded start, asked for or not
+    assert [c.indices for c in second.culprits] == [[1, 3]]
+    term = frozenset({1, 3})
+    carried = [relative(r.verdict, r.signature, second.target) for r in runs2
+               if term <= frozenset(r.variant)]  # fmt: skip
+    resolved = [x for x in carried if x.resolved]
+    assert second.noise["reproduction_counts"] == str(flaky.Counts(
+        sum(x is Verdict.FAIL for x in resolved), len(resolved)))
     store.close()

@@ -206,6 +206,7 @@ class Bisection:
         #    the runs it no longer needs
         #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
         #    `auto` turns noise-aware by itself once the runs show flakiness.
+        self._reuse_recorded(pool)
         strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
                                       lambda v: self.plan.describe(frozenset(v)))
 
@@ -259,6 +260,11 @@ class Bisection:
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
             outcome = self._conclude(best, disagree)
         rows = self._rows()
+        if self.opts.strategy == "auto":
+            watch.settled(best, [(frozenset(r.variant), relative(r.verdict, r.signature,
+                                                                 self.target))
+                                 for r in rows if r.verdict is not Verdict.INFRA],
+                          lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
         outcome.noise = watch.summary(best, rows, self.target, relative)
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
@@ -396,6 +402,25 @@ class Bisection:
             assert row is not None
             return self._relabel(row, target, "cache")
         return None
+
+    def _reuse_recorded(self, pool: Pool) -> None:
+        """Before the search: every start that earlier campaigns recorded of a variant of
+        this pair, under the inputs the hosts have now, joins this campaign's runs, the
+        variants the search will not ask for included: the posterior, the reproduction
+        rate and the confidence stand on all the recorded runs, as the first campaign's
+        did (a rerun that read only what it asked for would drop some passes)."""
+        if self.opts.fresh:
+            return
+        n = self.plan.n
+        wanted: set[tuple[int, ...]] = set()
+        for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
+            for variant, fp in self.store.recorded_launches(cls, exclude_campaign=self.cid):
+                if variant in wanted or any(i >= n for i in variant):
+                    continue
+                if self.plan.variant(frozenset(variant)).fingerprint() == fp:
+                    wanted.add(variant)  # the same launch as this pair's variant
+        for variant in sorted(wanted, key=lambda v: (len(v), v)):
+            self._known(variant, self.target, pool, again=True)
 
     def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
                     ids: set[str]) -> None:  # fmt: skip

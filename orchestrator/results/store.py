@@ -547,6 +547,16 @@ class Store:
             (fingerprint, host_class, exclude_campaign or "")).fetchall()  # fmt: skip
         return {r["id"] for r in rows}
 
+    def recorded_launches(self, host_class: str, *,
+                          exclude_campaign: str | None = None) -> list[tuple[tuple[int, ...], str]]:
+        """(variant, fingerprint) of every launch on this host class that some inputs could
+        reuse: what earlier campaigns recorded."""
+        rows = self.db.execute(
+            "SELECT DISTINCT variant, fingerprint FROM runs WHERE host_class=? AND launch_key IS"
+            " NOT NULL AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
+            (host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+        return [(tuple(json.loads(r["variant"])), r["fingerprint"]) for r in rows]
+
     def runs_of(self, fingerprint: str, host_class: str, ids: set[str]) -> list[RunRow]:
         """The runs named by `ids` (from `reuse_candidates`), oldest first."""
         if not ids:
