@@ -7,7 +7,9 @@ variable comes from the hosts file's `env:` (the row-1 incident, through the CLI
 wrapper executable changed in place; on the systemd host from the unit's own definition:
 an operator's drop-in with `Environment=`, or the contents of its `EnvironmentFile=`. In
 each case the campaign after the change reuses nothing and sees the good config fail;
-with the inputs of the first campaign back, everything is reused again.
+with the inputs of the first campaign back, everything is reused again. Last, the lab's
+flaky pair bisected twice: the rerun takes every recorded start and states the first
+campaign's counts and confidence.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
-from tests.campaign_lab import LAB, LAB_UNIT, SETTLE, TIME_SCALE, cli, load_host
+from tests.campaign_lab import (
+    LAB,
+    LAB_UNIT,
+    SETTLE,
+    TIME_SCALE,
+    cli,
+    lab_pair,
+    load_host,
+    sshd_hosts_file,
+)
 
 B300_UNIT = "lab-b300.service"
 #: the rule added in front of the b300 scenario's (not a number: env values are compared
@@ -190,3 +201,39 @@ def test_the_units_own_environment_is_in_the_key_on_systemd(
     check_nothing_reused_and_good_fails(results, bisect(results, good, bad, hosts, "sd"))
     box.ssh_run(f"rm {site}", check=True)
     check_all_reused_from(results, bisect(results, good, bad, hosts, "sd"), first.campaign_id)
+
+
+# ---- row 12 on the sshd host: a flaky pair run again ---------------------------------------------
+
+
+def test_a_flaky_pair_run_again_reuses_every_start_with_its_counts(
+    sshd: SshdEndpoint, tmp_path: Path,
+) -> None:
+    """The lab's flaky pair (a capture race on about half the starts), bisected twice on one
+    store without --fresh: the second campaign takes every recorded start, so it states the
+    first one's reproduction rate and confidence, not "fail 3 of 3" from the newest run of
+    each variant."""
+    p = lab_pair(tmp_path, "flaky")
+    hosts = sshd_hosts_file(sshd, tmp_path)
+    args = ("bisect", "--good", p.good, "--bad", p.bad, "--host", "lab", "--hosts", hosts,
+            "--results", tmp_path / "results", "--json")
+    first = cli(*args, timeout=900)
+    one = json.loads(first.stdout)
+    second = cli(*args, timeout=900)
+    two = json.loads(second.stdout)
+    store = Store(tmp_path / "results")
+    try:
+        runs1 = store.runs(one["campaign"])
+        runs2 = store.runs(two["campaign"])
+    finally:
+        store.close()
+    recorded = {r.id for r in runs1 if r.verdict is not Verdict.INFRA
+                and not (r.signature and r.signature.error_class == "signal")}  # fmt: skip
+    assert {r.cached_from for r in runs2 if r.cached_from} == recorded
+    if one["status"] == "found":  # the rerun's evidence is the first one's: the same answer
+        assert second.returncode == first.returncode == 0
+        assert two["runs_executed"] == 0 and two["runs_reused"] == len(recorded)
+        assert two["noise"]["confidence"] == one["noise"]["confidence"]
+        assert two["noise"]["reproduction_counts"] == one["noise"]["reproduction_counts"]
+        assert bool(two["noise"]["switched"]) == bool(one["noise"]["switched"])
+        assert [c["flags"] for c in two["culprits"]] == [c["flags"] for c in one["culprits"]]
