@@ -279,3 +279,58 @@ def test_a_rerun_counts_the_recorded_runs_its_search_does_not_ask_for(tmp_path: 
     assert second.noise["reproduction_counts"] == str(flaky.Counts(
         sum(x is Verdict.FAIL for x in resolved), len(resolved)))
     store.close()
+
+
+def test_another_host_env_is_another_campaign_and_a_resume_under_it_stops(
+    tmp_path: Path,
+) -> None:
+    """Resuming is reusing a campaign's own verdicts: the same command with another hosts
+    file `env:` starts a new campaign instead of resuming the interrupted one, and a resume
+    named by id whose host inputs changed stops at its first run (`changed`), as a changed
+    driver does, rather than mixing verdicts judged under both."""
+    from orchestrator.campaign.envwatch import EnvironmentChanged
+
+    good, bad = write_pair(tmp_path / "exp", 4)
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
+    plain = replace(host("b300-02"), env=(("NCCL_DEBUG", "WARN"),))
+    other = replace(plain, env=(("NCCL_DEBUG", "WARN"), ("HOSTVAR", "1")))
+    first = _bisect(store, good, bad, plain, oracle, max_runs=3, fresh=True)
+    store.update_campaign(first.campaign_id, status="interrupted")  # as a Ctrl-C leaves it
+    second = _bisect(store, good, bad, other, oracle, fresh=True)
+    assert second.campaign_id != first.campaign_id and second.status == "found"
+    again = _bisect(store, good, bad, plain, oracle, max_runs=3, fresh=True)
+    assert again.campaign_id == first.campaign_id  # the same hosts file resumes it
+    store.update_campaign(first.campaign_id, status="interrupted")
+    n_runs = len(store.runs(first.campaign_id))
+    with pytest.raises(EnvironmentChanged, match="the hosts file's env: changed"):
+        Bisection(store, make_plan(good, bad), [other], command="test",
+                  resume_id=first.campaign_id,
+                  executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+    assert store.campaign(first.campaign_id).status == "changed"
+    assert len(store.runs(first.campaign_id)) == n_runs  # nothing judged, nothing run
+    store.close()
+
+
+def test_a_unit_changed_during_a_campaign_stops_it(tmp_path: Path) -> None:
+    """An operator edits the unit's environment while the campaign runs: the first run after
+    the edit is `infra` and the campaign stops as `changed`, as for a driver upgrade."""
+    from orchestrator.campaign.envwatch import EnvironmentChanged
+    from tests.scripted import ScriptedExecutor
+
+    class Edited(ScriptedExecutor):
+        def inputs(self, exp: object) -> LaunchInputs:  # type: ignore[override]
+            got = super().inputs(exp)  # type: ignore[arg-type]
+            return replace(got, unit="edited") if self.runs > 2 else got
+
+    good, bad = write_pair(tmp_path / "exp", 4)
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
+    h = host("b300-03")
+    with pytest.raises(EnvironmentChanged, match="the unit's own files or environment changed"):
+        Bisection(store, make_plan(good, bad), [h], command="test",
+                  executor_factory=lambda hh, s, c, li: Edited(hh, oracle, Faults())).run()
+    [camp] = store.campaigns()
+    runs = store.runs(camp.id)
+    assert camp.status == "changed" and len(runs) == 3 and runs[-1].verdict is Verdict.INFRA
+    store.close()

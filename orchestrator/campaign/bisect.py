@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import flaky
+from orchestrator.campaign import envwatch, flaky
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -41,7 +41,7 @@ from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
-from orchestrator.execution.inputs import LaunchInputs
+from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
@@ -57,8 +57,12 @@ def relative(verdict: Verdict, signature: Signature | None, target: Signature | 
 
 
 def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
-    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy,
-                       sorted(h.name for h in hosts)])  # fmt: skip
+    """The same command resumes an unfinished campaign of this key: the pair, the strategy,
+    the hosts, and what the hosts file hands their servers (another `env:` is another
+    campaign, never the resume of one judged without it)."""
+    # a host without env: keeps the key it always had (its campaigns resume as before)
+    names = sorted(h.name + (f"+env:{env_digest(h.env)}" if h.env else "") for h in hosts)
+    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -125,6 +129,8 @@ class Bisection:
         with self.core.guard(self._partial), \
                 self.core.pool(self.hosts, service=service_name(self.plan.good),
                                env_keys=self.env_keys) as pool:  # fmt: skip
+            if previous:
+                envwatch.check_hosts(self.store, self.cid, self.hosts)
             outcome = self._search(pool)
         outcome.removed_hosts = list(pool.removed)
         outcome.deltas = [d.describe() for d in self.plan.deltas]
