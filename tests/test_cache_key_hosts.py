@@ -200,7 +200,14 @@ def test_the_units_own_environment_is_in_the_key_on_systemd(
     box.write_file(site, "HOSTVAR=on\n")
     check_nothing_reused_and_good_fails(results, bisect(results, good, bad, hosts, "sd"))
     box.ssh_run(f"rm {site}", check=True)
+    # The operator's service runs its own config now: a campaign that reuses everything
+    # only reads the host, and leaves the service running, the same invocation.
+    box.ssh_run(f"systemctl start {B300_UNIT}", check=True)
+    before = box.ssh_run(f"systemctl show {B300_UNIT} -p InvocationID --value", check=True)
     check_all_reused_from(results, bisect(results, good, bad, hosts, "sd"), first.campaign_id)
+    after = box.ssh_run(f"systemctl show {B300_UNIT} -p InvocationID -p ActiveState", check=True)
+    assert f"InvocationID={before.stdout.strip()}" in after.stdout, after.stdout
+    assert "ActiveState=active" in after.stdout
 
 
 # ---- row 12 on the sshd host: a flaky pair run again ---------------------------------------------

@@ -224,13 +224,14 @@ class Pool:
 
     # ---- the worker thread
     def _answer(self, w: _Worker, executor: Executor | None, probe: _Probe) -> Executor | None:
-        """Answer a probe on the worker's thread (the only one that may use its host)."""
+        """Answer a probe on the worker's thread (the only one that may use its host). It
+        only reads: the host is not locked, prepared or restored for it (a campaign that
+        reuses everything leaves the host's service alone)."""
         got: LaunchInputs | None = None
         try:
             if executor is None:
-                made = self.factory(w.host, self.service, self.campaign, self.emit)
-                made.open()
-                executor, w.opened, w.executor = made, True, made
+                executor = self.factory(w.host, self.service, self.campaign, self.emit)
+                w.executor = executor
             read = getattr(executor, "inputs", None)  # a stand-in may not tell: unknown
             got = read(probe.exp) if read is not None else None
         except Exception:  # noqa: BLE001 (unknown inputs; the run that follows meets it)
@@ -252,9 +253,10 @@ class Pool:
                 try:
                     if executor is None:
                         executor = self.factory(w.host, self.service, self.campaign, self.emit)
+                        w.executor = executor
+                    if not w.opened:
                         executor.open()
                         w.opened = True
-                        w.executor = executor
                     executor.cancel_event.clear()
                     result = executor.run(task.exp, run_id=task.run_id, label=task.label,
                                           target=task.target, env_keys=self.env_keys,
@@ -276,3 +278,8 @@ class Pool:
                     self.emit(Notice(host=w.host.name, message=(
                         f"{w.host.name} could not be restored: {exc}; once it is reachable: "
                         f"orchestrator restore --host {w.host.name}")))  # fmt: skip
+            elif executor is not None:  # it only answered probes: nothing to restore
+                try:
+                    executor.close(restore=False)
+                except Exception:  # noqa: BLE001 (a connection that is gone already)
+                    pass
