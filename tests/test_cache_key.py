@@ -19,6 +19,7 @@ import pytest
 from orchestrator.campaign import flaky
 from orchestrator.campaign.bisect import Bisection, BisectOptions, relative
 from orchestrator.campaign.planning import make_plan
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import SlurmOptions
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
@@ -73,10 +74,12 @@ def _systemd_inputs(unit_text: str) -> LaunchInputs:
     t = ScriptedTransport(h, clock, [], unit_text=unit_text)
     ex = Executor(h, service="sglang.service", campaign="c-key", transport=t,
                   sleep=clock.sleep, clock=clock.monotonic, wall_clock=clock.time).open()
+    exp = Experiment.from_dict({
+        "name": "scripted", "service": {"exec": "python3 -m sglang.launch_server",
+                                        "flags": {"model-path": "/models/m", "port": 30000}},
+        "health": {"path": "/health", "timeout": 60}})  # fmt: skip
     try:
-        from tests.test_executor_watch import experiment
-
-        return ex.inputs(experiment())
+        return ex.inputs(exp)
     finally:
         ex.close()
 
