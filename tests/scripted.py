@@ -27,6 +27,7 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener
 from orchestrator.execution.executor import RunResult
+from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario import ModelInfo
 
@@ -75,6 +76,8 @@ class Rule:
     phase: str
     error: str
     probability: float = 1.0
+    #: host environment variables (the hosts file's `env:`) the rule needs as well
+    env: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass
@@ -86,9 +89,11 @@ class Oracle:
         self.rng = random.Random(self.seed)
         self.lock = threading.Lock()
 
-    def outcome(self, variant: frozenset[int]) -> Rule | None:
+    def outcome(self, variant: frozenset[int],
+                env: Iterable[tuple[str, str]] = ()) -> Rule | None:  # fmt: skip
+        have = set(env)
         for rule in self.rules:
-            if not rule.needs <= variant:
+            if not rule.needs <= variant or not rule.env <= have:
                 continue
             if rule.probability < 1.0:
                 with self.lock:
@@ -188,7 +193,7 @@ class ScriptedExecutor:
             good_metric: float | None = None) -> RunResult:  # fmt: skip
         self.runs += 1
         variant = present(exp)
-        rule = self.oracle.outcome(variant)
+        rule = self.oracle.outcome(variant, self.host.env)
         fault = self.faults.draw()
         crash_at = PHASES.index(rule.phase) if rule else len(PHASES)
         log = startup_log(min(crash_at, len(PHASES)))
@@ -220,7 +225,13 @@ class ScriptedExecutor:
         return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
                          experiment=exp, label=label, verdict=verdict, signature=sig,
                          started_at=time.time(), duration_s=0.0, log_tail=evidence.log_tail,
-                         detail=detail, last_phase=evidence.last_phase)  # fmt: skip
+                         detail=detail, last_phase=evidence.last_phase,
+                         inputs=self.inputs(exp))  # fmt: skip
+
+    def inputs(self, exp: Experiment) -> LaunchInputs:
+        """What reaches the scripted server besides its config: the host's `env:` (the
+        oracle reads it) and a fixed environment."""
+        return launch_inputs(self.host, unit="", environment="scripted")
 
 
 def factory(oracle: Oracle, faults: Faults) -> Callable[..., ScriptedExecutor]:

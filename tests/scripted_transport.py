@@ -434,6 +434,11 @@ class ScriptedTransport(Transport):
     def _cat(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, self.unit_text
 
+    def _unit_inputs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        env = " ".join(self._unit_env())
+        return 0, (f"Environment={env}\nUnsetEnvironment=\nWorkingDirectory=/opt/srv\n"
+                   "User=\nGroup=\n@@MANAGER\nPATH=/usr/bin:/bin\n")
+
     def _reload(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         dropins = [p for p in self.files if p.endswith(".service.d/99-orchestrator.conf")]
         self._loaded_dropin = dropins[0] if dropins else None
@@ -536,6 +541,9 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("systemctl_version", r"command -v systemctl >/dev/null && systemctl --version \| head -1"),
     ("show", r"systemctl show [\w.@-]+(?P<props>( -p [\w,]+)+)"),
     ("cat", r"systemctl cat [\w.@-]+"),
+    ("unit_inputs", r"systemctl show [\w.@-]+ -p Environment -p UnsetEnvironment "
+                    r"-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
+                    r"echo @@MANAGER; systemctl show-environment"),
     ("reload", r"systemctl daemon-reload"),
     ("ctl", r"systemctl (?P<verb>start --no-block|stop|reset-failed) [\w.@-]+"),
     ("busctl", r"busctl --json=short get-property org\.freedesktop\.systemd1 \S+ "

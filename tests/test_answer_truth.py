@@ -20,6 +20,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,87 @@ def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
             assert truth.as_found(), (h, truth.left(), text)
         assert "NOT restored" not in text, text
         assert "restored (read back: as found)" in text or "no host had been changed" in text
+
+
+# ---- the host's env changes between two campaigns on the same store ----------------------------
+
+HOST_VARS = [(), (("NCCL_ALGO", "Tree"),), (("NCCL_ALGO", "Ring"),),
+             (("NCCL_ALGO", "Tree"), ("HOSTVAR", "1"))]
+
+
+@st.composite
+def env_cases(draw: st.DrawFn) -> tuple[int, Oracle, Faults, tuple, tuple]:
+    """A case of `cases()` plus a rule that fires only under a host env:, and the host's
+    env: in the first and the second campaign (equal, or changed in between)."""
+    n, oracle, faults = draw(cases())
+    needs = draw(st.frozensets(st.integers(0, n - 1), max_size=2))
+    env = draw(st.sampled_from([frozenset({("NCCL_ALGO", "Tree")}), frozenset({("HOSTVAR", "1")})]))
+    error = draw(st.sampled_from([TARGET_ERROR, OTHER_ERROR]))
+    rules = list(oracle.rules)
+    phase = "cuda_graph" if error == TARGET_ERROR else "init"  # a signature is phase + error
+    rules.insert(draw(st.integers(0, len(rules))), Rule(needs, phase, error, env=env))
+    first = draw(st.sampled_from(HOST_VARS))
+    second = draw(st.sampled_from(HOST_VARS)) if draw(st.booleans()) else first
+    return n, Oracle(rules), faults, first, second
+
+
+def _under(oracle: Oracle, env: tuple) -> Oracle:
+    """The oracle as a host with this env: sees it (the rules that need other env dropped)."""
+    return Oracle([replace(r, env=frozenset()) for r in oracle.rules if r.env <= set(env)])
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=env_cases())
+def test_no_reused_verdict_is_judged_under_other_inputs_than_its_own(
+    shared_store: tuple[Path, Store], case: tuple[int, Oracle, Faults, tuple, tuple],
+) -> None:
+    """Two campaigns of one pair on one host and one store, the host's `env:` (which the
+    server reads) changed in between or not: every verdict the second reuses was recorded
+    under exactly the inputs the second runs under, and its answer is true of the oracle
+    under its own env."""
+    n, oracle, faults, env1, env2 = case
+    tmp, store = shared_store
+    plan = _plan(tmp, n)
+    name = f"e{next(_CASE)}"
+    outcomes = []
+    for env in (env1, env2):
+        h = replace(host(name), env=env)
+        try:
+            outcomes.append(Bisection(store, plan, [h], command="test",
+                                      executor_factory=factory(oracle, faults)).run())
+        except InfraError:
+            return  # three infra runs in a row: nothing answered, nothing to reuse from
+    from tests.scripted import ScriptedExecutor
+
+    second = outcomes[1]
+    now = ScriptedExecutor(replace(host(name), env=env2), oracle, faults).inputs(plan.good)
+    reused = [r for r in store.runs(second.campaign_id) if r.cached_from is not None]
+    for r in reused:
+        src = store.run(r.cached_from or "")
+        assert src.cached_from is None and src.verdict is not Verdict.INFRA
+        assert src.inputs == now == r.inputs, (src.inputs, now, faults.log)
+        assert src.launch_key == r.launch_key == now.key(src.fingerprint)
+    if env1 != env2:
+        assert not reused, "a verdict recorded under another host env: was reused"
+    check_outcome(store, second, n, _under(oracle, env2), faults)
+
+
+def test_the_same_host_env_is_reused_by_the_second_campaign() -> None:
+    """The property above is not vacuous: with the env: unchanged, the second campaign
+    reuses the first one's verdicts."""
+    tmp = Path(tempfile.mkdtemp(prefix="orch-truth-", dir=_SCRATCH))
+    try:
+        good, bad = scripted_pair(tmp / "exp", 4)
+        store = Store(tmp / "results")
+        oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
+        h = replace(host(), env=(("NCCL_ALGO", "Tree"),))
+        for _ in range(2):
+            outcome = Bisection(store, make_plan(good, bad), [h], command="test",
+                                executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+        assert outcome.status == "found" and outcome.runs_executed == 0
+        assert outcome.runs_reused > 0
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import flaky
+from orchestrator.campaign import envwatch, flaky
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -41,6 +41,7 @@ from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
+from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
@@ -56,8 +57,12 @@ def relative(verdict: Verdict, signature: Signature | None, target: Signature | 
 
 
 def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
-    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy,
-                       sorted(h.name for h in hosts)])  # fmt: skip
+    """The same command resumes an unfinished campaign of this key: the pair, the strategy,
+    the hosts, and what the hosts file hands their servers (another `env:` is another
+    campaign, never the resume of one judged without it)."""
+    # a host without env: keeps the key it always had (its campaigns resume as before)
+    names = sorted(h.name + (f"+env:{env_digest(h.env)}" if h.env else "") for h in hosts)
+    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -97,6 +102,7 @@ class Bisection:
         self.reused = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
+        self._told: set[str] = set()  # why recorded runs were not reused, said once
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
@@ -126,6 +132,8 @@ class Bisection:
         with self.core.guard(self._partial), \
                 self.core.pool(self.hosts, service=service_name(self.plan.good),
                                env_keys=self.env_keys) as pool:  # fmt: skip
+            if previous:
+                envwatch.check_hosts(self.store, self.cid, self.hosts)
             outcome = self._search(pool)
         outcome.removed_hosts = list(pool.removed)
         outcome.deltas = [d.describe() for d in self.plan.deltas]
@@ -207,13 +215,18 @@ class Bisection:
         #    the runs it no longer needs
         #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
         #    `auto` turns noise-aware by itself once the runs show flakiness.
-        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
-                    for r in self._rows() if r.verdict is not Verdict.INFRA]
+        self._reuse_recorded(pool)
         strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
                                       lambda v: self.plan.describe(frozenset(v)))
-        planner = Planner(n, strategy,
-                          known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
-                          closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+
+        def new_planner() -> Planner:
+            evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                        for r in self._rows() if r.verdict is not Verdict.INFRA]
+            return Planner(n, strategy,
+                           known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
+                           closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+
+        planner = new_planner()
         watch = flaky.NoiseWatch(self.emit, self.cid)
         watch.check(planner)
 
@@ -228,7 +241,16 @@ class Bisection:
             return [tuple(sorted(v)) for v in planner.lookahead(limit)]
 
         def record(v: tuple[int, ...], row: RunRow) -> None:
-            planner.record(frozenset(v), row.verdict)
+            nonlocal planner
+            starts = sum(1 for r in self._rows() if r.variant == v and r.verdict is not
+                         Verdict.INFRA)  # fmt: skip
+            if row.cached_from is not None and starts > 1:
+                # Reused starts of a variant: all of them count (a flaky config that failed
+                # 1 of 4 times is not one that failed once). The search is a function of the
+                # recorded runs, so it starts again from all of them, as a resume does.
+                planner = new_planner()
+            else:
+                planner.record(frozenset(v), row.verdict)
             watch.check(planner)
 
         def again(_: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
@@ -247,6 +269,11 @@ class Bisection:
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
             outcome = self._conclude(best, disagree)
         rows = self._rows()
+        if self.opts.strategy == "auto":
+            watch.settled(best, [(frozenset(r.variant), relative(r.verdict, r.signature,
+                                                                 self.target))
+                                 for r in rows if r.verdict is not Verdict.INFRA],
+                          lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
         outcome.noise = watch.summary(best, rows, self.target, relative)
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
@@ -262,11 +289,14 @@ class Bisection:
         purpose: Callable[[tuple[int, ...]], str],
         fresh_runs: bool | Callable[[tuple[int, ...]], bool] = False,
         speculate: Callable[[int], list[tuple[int, ...]]] | None = None,
+        reuse: bool = True,
     ) -> str | None:
         """Obtain verdicts for the variants `wanted()` names until it names none: from this
         campaign's records, the cache, or runs on idle hosts. With `speculate`, hosts left
         idle run the variants the search will want next whatever the runs in progress
-        show. Returns why it stopped early (a budget), or None."""
+        show. A variant that wants a new start (`fresh_runs`) takes the starts earlier
+        campaigns recorded of the same launch that this one has not taken yet, if any
+        (`reuse`). Returns why it stopped early (a budget), or None."""
         in_flight: dict[tuple[int, ...], Task] = {}
         stop: str | None = None
         for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
@@ -286,7 +316,8 @@ class Bisection:
                 if v in in_flight:
                     continue
                 fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
-                row = None if fresh else self._known(v, target, pool.healthy_hosts())
+                row = None if fresh and not reuse else self._known(v, target, pool,
+                                                                   again=fresh)  # fmt: skip
                 if row is not None:
                     on_result(v, row)
                     progressed = True
@@ -307,7 +338,7 @@ class Bisection:
                 if v in in_flight or not pool.idle():
                     continue
                 stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or self._known(v, target, pool.healthy_hosts()) is not None:
+                if stop or self._known(v, target, pool) is not None:
                     break
                 task = Task(key=v, exp=self.plan.variant(frozenset(v)),
                             label=self.plan.describe(frozenset(v)),
@@ -340,36 +371,98 @@ class Bisection:
             on_result(d.task.key, self._relabel(row, target, "run"))
         raise RuntimeError("the campaign did not converge")
 
-    def _known(self, variant: tuple[int, ...], target: Signature | None,
-               hosts: list[Host]) -> RunRow | None:  # fmt: skip
-        """This campaign's recorded verdict of the variant, or a cached one (not --fresh)."""
-        mine = [r for r in self._rows()
-                if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
-        if mine:
-            return self._relabel(mine[-1], target, "resume")
-        if self.opts.fresh or not hosts:
-            return None
+    def _known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
+               again: bool = False) -> RunRow | None:  # fmt: skip
+        """This campaign's recorded verdict of the variant (unless a new start is wanted:
+        `again`), else the starts earlier campaigns recorded of the same launch (not
+        --fresh): the config's fingerprint and what would reach its server on a host of
+        the pool now (`LaunchInputs`, read on the host). Every such start this campaign
+        has not taken yet is recorded as a reused run; the newest is returned."""
+        if not again:
+            mine = [r for r in self._rows()
+                    if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
+            if mine:
+                return self._relabel(mine[-1], target, "resume")
         exp = self.plan.variant(frozenset(variant))
-        for host in hosts:
-            hit = self.store.cached(exp.fingerprint(), host.host_class,
-                                    env_digest=self.store.latest_env_digest(host.name))
-            if hit is None or not self._cache_usable(hit, exp):
+        if self.opts.fresh or not self._reusable_config(exp):
+            return None
+        fp = exp.fingerprint()
+        taken = {r.cached_from for r in self._rows() if r.cached_from}
+        for host in pool.healthy_hosts():
+            left = self.store.reuse_candidates(fp, host.host_class,
+                                               exclude_campaign=self.cid) - taken
+            if not left:
+                continue  # nothing (left) to reuse: the host need not be asked
+            inputs = pool.inputs_of(host, exp)
+            if inputs is None:
+                continue  # busy, or it cannot tell what would reach the server: unknown
+            hits = [h for h in self.store.reusable(inputs.key(fp), exclude_campaign=self.cid)
+                    if h.id not in taken and self._reusable_run(h)]  # fmt: skip
+            if not hits:
+                self._not_reused(variant, host, inputs, left)
                 continue
-            cached = CachedResult.from_row(hit, self.plan.describe(frozenset(variant)), host,
-                                           exp)  # fmt: skip
-            self._rows_cache = None
-            row = self.core.record(cached, variant=variant, purpose="cache", cached_from=hit.id)
-            self.reused += 1
+            label = self.plan.describe(frozenset(variant))
+            row: RunRow | None = None
+            for hit in hits:  # oldest first: the newest is this campaign's last word on it
+                cached = CachedResult.from_row(hit, label, host, exp, inputs)
+                self._rows_cache = None
+                row = self.core.record(cached, variant=variant, purpose="cache",
+                                       cached_from=hit.id)  # fmt: skip
+                self.reused += 1
+                if hit is not hits[-1]:
+                    self._relabel(row, target, "cache")
+            assert row is not None
             return self._relabel(row, target, "cache")
         return None
 
-    def _cache_usable(self, hit: RunRow, exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused, nor
-        one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM with
-        no failure in the log: today such a run is infra)."""
+    def _reuse_recorded(self, pool: Pool) -> None:
+        """Before the search: every start that earlier campaigns recorded of a variant of
+        this pair, under the inputs the hosts have now, joins this campaign's runs, the
+        variants the search will not ask for included: the posterior, the reproduction
+        rate and the confidence stand on all the recorded runs, as the first campaign's
+        did (a rerun that read only what it asked for would drop some passes)."""
+        if self.opts.fresh:
+            return
+        n = self.plan.n
+        wanted: set[tuple[int, ...]] = set()
+        for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
+            for variant, fp in self.store.recorded_launches(cls, exclude_campaign=self.cid):
+                if variant in wanted or any(i >= n for i in variant):
+                    continue
+                if self.plan.variant(frozenset(variant)).fingerprint() == fp:
+                    wanted.add(variant)  # the same launch as this pair's variant
+        for variant in sorted(wanted, key=lambda v: (len(v), v)):
+            self._known(variant, self.target, pool, again=True)
+
+    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
+                    ids: set[str]) -> None:  # fmt: skip
+        """Say once per campaign and reason why recorded runs of a variant were not reused
+        (what reaches the server differs now), so a cold cache is no mystery."""
+        exp = self.plan.variant(frozenset(variant))
+        old = self.store.runs_of(exp.fingerprint(), host.host_class, ids)
+        if not inputs.known:
+            why = f"what would reach the server cannot be read on {host.name} now"
+        else:
+            parts = sorted({d for r in old if r.inputs is not None
+                            for d in inputs.differences(r.inputs)})  # fmt: skip
+            why = "changed since they ran: " + "; ".join(parts) if parts else ""
+        if not why or why in self._told:
+            return
+        self._told.add(why)
+        self.emit(Notice(host=host.name, message=(
+            f"{len(old)} recorded run(s) of {self.plan.describe(frozenset(variant))} not "
+            f"reused: {why}")))  # fmt: skip
+
+    @staticmethod
+    def _reusable_config(exp: Experiment) -> bool:
+        """A verdict judged against another campaign's good throughput cannot be reused."""
         cond = exp.probe.condition if exp.probe else None
-        if cond is not None and cond.relative_to_good:
-            return False
+        return cond is None or not cond.relative_to_good
+
+    @staticmethod
+    def _reusable_run(hit: RunRow) -> bool:
+        """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
+        with no failure in the log: today such a run is infra)."""
         sig = hit.signature
         return not (sig is not None and sig.error_class == "signal"
                     and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
@@ -487,7 +580,7 @@ class Bisection:
 
         self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
                     lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
-                    fresh_runs=True)  # fmt: skip
+                    fresh_runs=True, reuse=False)  # fmt: skip
         flaky: list[str] = []
         for v, want in expected.items():
             for r in repeats(v):

@@ -27,6 +27,7 @@ from orchestrator.errors import CampaignRef, InfraError, Interrupted, LockError,
 from orchestrator.events import CampaignFinished, Listener, RunRecorded, null_listener
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.hostlock import me
+from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.results.store import CampaignRow, RunRow, Store
 
 #: runs in a row that end in host trouble (per healthy host) before a campaign stops
@@ -57,10 +58,12 @@ class CachedResult:
     rendered: str | None
     probe_metric: float | None
     detail: str
+    #: the inputs of the campaign that reuses it (equal to its source's: its cache key)
+    inputs: LaunchInputs | None = None
 
     @classmethod
-    def from_row(cls, row: RunRow, label: str, host: Host,
-                 exp: Experiment | None = None) -> CachedResult:  # fmt: skip
+    def from_row(cls, row: RunRow, label: str, host: Host, exp: Experiment | None = None,
+                 inputs: LaunchInputs | None = None) -> CachedResult:  # fmt: skip
         return cls(
             experiment=exp or row.experiment(), label=label, host=host.name,
             host_class=host.host_class,
@@ -69,6 +72,7 @@ class CachedResult:
             last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
             rendered=row.rendered, probe_metric=row.probe_metric,
             detail=f"reused from run {row.id}" + (f": {row.detail}" if row.detail else ""),
+            inputs=inputs,
         )  # fmt: skip
 
 

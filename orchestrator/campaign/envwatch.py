@@ -6,7 +6,7 @@ driver upgraded overnight, a package reinstalled), its verdict is about another 
 the run is recorded as `infra` (never cached, never an answer) with what changed, and the
 campaign stops saying so. Running the same command again starts a new campaign in the
 new environment; the cache only serves verdicts recorded in the environment the host
-has now (`Store.cached(..., env_digest=)`).
+has now (it is part of the cache key: `orchestrator.execution.inputs`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
 from orchestrator.execution.environment import changes
+from orchestrator.execution.inputs import PARTS, LaunchInputs
 from orchestrator.results.store import Store
 
 
@@ -35,15 +36,25 @@ class EnvironmentChanged(InfraError):
 
 
 def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
-    """What differs between this run's environment and the one the campaign's earlier runs
+    """What differs between this run's environment, and what else reached its server (the
+    hosts file's env:, the unit's own definition, ...), and what the campaign's earlier runs
     on its host saw; None when nothing changed (or nothing is known)."""
+    what: list[str] = []
     env = getattr(result, "environment", None)
-    if env is None:
-        return None
     seen = [s for s in store.campaign_environments(cid) if s.host == result.host]
-    if not seen or seen[0].digest == env.digest():
-        return None
-    return changes(seen[0].env, env) or ["environment digest differs"]
+    if env is not None and seen and seen[0].digest != env.digest():
+        what = changes(seen[0].env, env) or ["environment digest differs"]
+    inputs: LaunchInputs | None = getattr(result, "inputs", None)
+    if inputs is not None:
+        first = next((r.inputs for r in store.runs(cid)
+                      if r.host == result.host and r.inputs is not None), None)  # fmt: skip
+        if first is not None:
+            # the environment's own change is told above, in detail; an unknown part is none
+            for key, words in PARTS.items():
+                now, then = getattr(inputs, key), getattr(first, key)
+                if key != "environment" and None not in (now, then) and now != then:
+                    what.append(f"{words} changed")
+    return what or None
 
 
 def as_infra(result: Any, host: str, what: list[str]) -> Any:
@@ -63,3 +74,23 @@ def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged 
         + "; ".join(what) + "; runs after the change are not mixed with those before",
         host=result.host, what=what)  # fmt: skip
     return as_infra(result, result.host, what), err
+
+
+def check_hosts(store: Store, cid: str, hosts: list[Any]) -> None:
+    """Before a resumed campaign uses its own runs: what the hosts file hands each host's
+    servers (its `env:`, the service manager, the host class) must be what those runs had;
+    otherwise the campaign stops as `changed` (its verdicts are about another launch)."""
+    from orchestrator.execution.inputs import launch_inputs
+
+    runs = store.runs(cid)
+    for host in hosts:
+        first = next((r.inputs for r in runs if r.host == host.name and r.inputs), None)
+        if first is None:
+            continue
+        now = launch_inputs(host, unit=first.unit, environment=first.environment)
+        what = [f"{d} changed" for d in now.differences(first)]
+        if what:
+            raise EnvironmentChanged(
+                f"what {host.name} hands its servers changed since campaign {cid} ran there: "
+                + "; ".join(what) + "; its runs are not mixed with new ones",
+                host=host.name, what=what)  # fmt: skip

@@ -18,7 +18,7 @@ from orchestrator.campaign.records import Culprit
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.events import Listener, SearchSwitched
 from orchestrator.planner import Answer, Planner, StrategyFn, make_strategy
-from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart
+from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart, flakiness
 from orchestrator.planner.noisy import NoiseModel
 from orchestrator.results.store import RunRow
 
@@ -105,6 +105,18 @@ class NoiseWatch:
         if note and not self.switched:
             self.switched = note
             self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=note))
+
+    def settled(self, answer: Answer | None, runs: Iterable[tuple[frozenset[int], Verdict]],
+                describe: Callable[[frozenset[int]], str]) -> None:  # fmt: skip
+        """An `auto` search that was noise-aware from its first round (the recorded runs,
+        reused or resumed, already showed the flakiness) never announced the switch: say
+        it now, in the words the switch uses."""
+        if self.switched or answer is None or not answer.noise_aware:
+            return
+        reason = flakiness(list(runs), describe)
+        if reason:
+            self.switched = f"the failure is flaky: {reason}; switched to the noise-aware search"
+            self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=self.switched))
 
     def summary(self, answer: Answer | None, rows: list[RunRow], target: Signature | None,
                 relative: Callable[..., Verdict]) -> dict[str, Any]:  # fmt: skip

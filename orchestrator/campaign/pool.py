@@ -25,8 +25,12 @@ from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import ConfigError, InfraError, OrchestratorError
 from orchestrator.events import Listener, Notice
 from orchestrator.execution.executor import Executor, RunCancelled, RunResult
+from orchestrator.execution.inputs import LaunchInputs
 
 UNHEALTHY_AFTER = 2  # infra verdicts in a row that take a host out of the pool
+#: the longest a cache lookup waits for a host to read what would reach a server (opening
+#: the host for the campaign included: lock, back-up, environment capture)
+PROBE_WAIT_S = 600.0
 
 
 class FlagsRefused(ConfigError):
@@ -78,6 +82,14 @@ class Done:
 
 
 ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+
+
+@dataclass
+class _Probe:
+    """A question for a host's worker: what would reach this config's server now."""
+
+    exp: Experiment
+    reply: queue.Queue = field(default_factory=queue.Queue)
 
 
 @dataclass
@@ -187,6 +199,24 @@ class Pool:
         w.inbox.put(task)
         return True
 
+    def inputs_of(self, host: Host, exp: Experiment) -> LaunchInputs | None:
+        """What would reach the server of `exp` on `host` if it started now, read on the
+        host by its worker (opening the host for the campaign if it is not yet). None when
+        no worker of the host is idle, or the host cannot tell: nothing is reused then."""
+        w = next((w for w in self.idle() if w.host.name == host.name), None)
+        if w is None:
+            return None
+        probe = _Probe(exp)
+        w.inbox.put(probe)
+        deadline = time.monotonic() + PROBE_WAIT_S
+        while time.monotonic() < deadline:  # in slices: Ctrl-C gets through
+            try:
+                got = probe.reply.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            return got if isinstance(got, LaunchInputs) else None
+        return None
+
     def cancel(self, task: Task) -> None:
         """Abandon a task in progress (its round was decided): the host stops the server at
         its next poll and reports RunCancelled."""
@@ -235,6 +265,23 @@ class Pool:
         return done
 
     # ---- the worker thread
+    def _answer(self, w: _Worker, executor: Executor | None, probe: _Probe) -> Executor | None:
+        """Answer a probe on the worker's thread (the only one that may use its host). It
+        only reads: the host is not locked, prepared or restored for it (a campaign that
+        reuses everything leaves the host's service alone)."""
+        got: LaunchInputs | None = None
+        try:
+            if executor is None:
+                executor = self.factory(w.host, self.service, self.campaign, self.emit)
+                w.executor = executor
+            read = getattr(executor, "inputs", None)  # a stand-in may not tell: unknown
+            got = read(probe.exp) if read is not None else None
+        except Exception:  # noqa: BLE001 (unknown inputs; the run that follows meets it)
+            got = None
+        finally:
+            probe.reply.put(got)
+        return executor
+
     def _work(self, w: _Worker) -> None:
         executor: Executor | None = None
         try:
@@ -242,12 +289,16 @@ class Pool:
                 task = w.inbox.get()
                 if task is None:
                     return
+                if isinstance(task, _Probe):
+                    executor = self._answer(w, executor, task)
+                    continue
                 try:
                     if executor is None:
                         executor = self.factory(w.host, self.service, self.campaign, self.emit)
+                        w.executor = executor
+                    if not w.opened:
                         executor.open()
                         w.opened = True
-                        w.executor = executor
                     executor.cancel_event.clear()
                     for exp in task.precheck:
                         if exp.fingerprint() not in w.prechecked:
@@ -278,3 +329,8 @@ class Pool:
                     self.emit(Notice(host=w.host.name, message=(
                         f"{w.host.name} could not be restored: {exc}; once it is reachable: "
                         f"orchestrator restore --host {w.host.name}")))  # fmt: skip
+            elif executor is not None:  # it only answered probes: nothing to restore
+                try:
+                    executor.close(restore=False)
+                except Exception:  # noqa: BLE001 (a connection that is gone already)
+                    pass

@@ -53,6 +53,7 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, ConfigError, UsageError
 from orchestrator.events import CampaignStarted, Listener, null_listener
 from orchestrator.execution.executor import service_name
+from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.results.store import RunRow, Store
 
 Value = bool | int | float | str | None
@@ -452,11 +453,9 @@ class SweepCampaign:
                     not_judged[why] = not_judged.get(why, 0) + 1
                     break
                 if self.reuse and k == 0 and it.index != self.sweep.reference:
-                    hit = self.store.cached(it.exp.fingerprint(), self.hosts[0].host_class,
-                                            env_digest=self.store.latest_env_digest(
-                                                self.hosts[0].name))  # fmt: skip
+                    hit, inputs = self._reusable(pool, it.exp)
                     if hit is not None:
-                        self._record_reused(it, k, hit, good)
+                        self._record_reused(it, k, hit, good, inputs)
                         outcome.reused += 1
                         queue_.pop(pos)
                         break
@@ -478,8 +477,21 @@ class SweepCampaign:
                 return stop_reason  # everything left waits for a reference in progress
         return stop_reason
 
-    def _record_reused(self, it: SweepItem, k: int, hit: RunRow, good: float | None) -> None:
-        cached = CachedResult.from_row(hit, it.label, self.hosts[0], it.exp)
+    def _reusable(self, pool: Pool, exp: Experiment) -> tuple[RunRow | None, LaunchInputs | None]:
+        """The newest run of an earlier campaign of the same launch: the config, and what
+        would reach its server on the first host now (read there); (None, None) if none,
+        or if the host cannot tell."""
+        host = self.hosts[0]
+        fp = exp.fingerprint()
+        if not self.store.reuse_candidates(fp, host.host_class, exclude_campaign=self.cid):
+            return None, None
+        inputs = pool.inputs_of(host, exp)
+        hits = self.store.reusable(inputs.key(fp), exclude_campaign=self.cid) if inputs else []
+        return (hits[-1], inputs) if hits else (None, None)
+
+    def _record_reused(self, it: SweepItem, k: int, hit: RunRow, good: float | None,
+                       inputs: LaunchInputs | None = None) -> None:  # fmt: skip
+        cached = CachedResult.from_row(hit, it.label, self.hosts[0], it.exp, inputs)
         verdict, sig = judge_reused(hit, it.exp, good)
         cached = replace(cached, verdict=verdict, signature=sig)
         row = self.core.record(cached, variant=(it.index,), purpose=f"sweep/{k}",

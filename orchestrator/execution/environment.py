@@ -29,6 +29,7 @@ NVSMI_MARK = "@@NVSMI"
 BANNER_MARK = "@@NVBANNER"
 KERNEL_MARK = "@@KERNEL"
 PY_MARK = "@@PYJSON"
+EXEC_MARK = "@@EXEC"
 
 #: distributions recorded whenever installed (name as shown -> distribution names to try)
 KEY_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -103,6 +104,10 @@ class HostEnvironment:
     server: str | None = None  # the server's package (sglang, vllm, ...)
     server_version: str | None = None
     packages: dict[str, str | None] = field(default_factory=dict)
+    #: the exec's first word as the host resolves it (`command -v`, with the server's PATH)
+    #: and the sha256 of that file: a wrapper script or binary changed in place shows
+    exec_path: str | None = None
+    exec_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,7 +120,11 @@ class HostEnvironment:
 
     def digest(self) -> str:
         """Equal environments have equal digests (what the cache and change checks use)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True)
+        data = self.to_dict()
+        for late in ("exec_path", "exec_sha256"):  # recorded later: older digests hold
+            if data[late] is None:
+                del data[late]
+        blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def rows(self) -> list[tuple[str, str]]:
@@ -135,6 +144,9 @@ class HostEnvironment:
         ]
         if self.server:
             out.append((f"server package ({self.server})", self.server_version or "absent"))
+        if self.exec_path:
+            sha = f" (sha256 {self.exec_sha256[:12]})" if self.exec_sha256 else ""
+            out.append(("exec", self.exec_path + sha))
         out += [(name, v) for name, v in self.packages.items() if v]
         missing = [name for name, v in self.packages.items() if not v]
         if missing:
@@ -212,12 +224,15 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
     keys = shlex.quote(json.dumps(KEY_PACKAGES))
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env)
     cd = f"cd {shlex.quote(workdir)} 2>/dev/null; " if workdir else ""
+    first = shlex.quote(argv[0]) if argv else "''"
+    resolve = (f"echo {EXEC_MARK}; e=$(command -v {first} 2>/dev/null) && echo \"$e\" && "
+               'sha256sum "$e" 2>/dev/null | cut -c1-64; ')  # fmt: skip
     return (
         f"echo {NVSMI_MARK}; if command -v nvidia-smi >/dev/null 2>&1; then "
         "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader "
         f"2>&1; echo {BANNER_MARK}; nvidia-smi 2>/dev/null | head -n 6; fi; "
         f"echo {KERNEL_MARK}; uname -r; "
-        f"{cd}{exports}{find_py}; echo \"@@PYHOW $how $py\"; "
+        f"{cd}{exports}{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
         f"$py -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
         f"{shlex.quote(server_hint(argv))} 2>/dev/null; true"
     )
@@ -281,6 +296,8 @@ def parse(text: str) -> HostEnvironment:
         except ValueError:
             data = {}
     packages = data.get("packages") if isinstance(data.get("packages"), dict) else {}
+    exe = [ln.strip() for ln in (_section(text, EXEC_MARK) or "").splitlines() if ln.strip()]
+    sha = exe[1] if len(exe) > 1 and re.fullmatch(r"[0-9a-f]{64}", exe[1]) else None
     pk = {name: _str(packages.get(name)) for name in KEY_PACKAGES}
     return HostEnvironment(
         gpu_model=model, gpu_count=count, gpu_memory=mem, driver=driver,
@@ -290,7 +307,7 @@ def parse(text: str) -> HostEnvironment:
         python=_str(data.get("python")),
         interpreter=(f"{how[2].strip()} ({how[1]})" if how else None) if data else None,
         server=_str(data.get("server")), server_version=_str(data.get("server_version")),
-        packages=pk,
+        packages=pk, exec_path=exe[0] if exe else None, exec_sha256=sha,
     )  # fmt: skip
 
 

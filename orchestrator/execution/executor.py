@@ -48,6 +48,7 @@ from orchestrator.events import (
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
 from orchestrator.execution.hostlock import HostLock, me
+from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
 
@@ -86,6 +87,8 @@ class RunResult:
     host_record: dict[str, object] | None = None
     #: the host's environment as the server's interpreter saw it just before the run
     environment: envfacts.HostEnvironment | None = None
+    #: what reached the server besides its config (the cache key's other half)
+    inputs: LaunchInputs | None = None
 
 
 @dataclass
@@ -162,6 +165,8 @@ class Executor:
         #: set from another thread to abandon the run in progress (a pool's decided round,
         #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
         self.cancel_event = threading.Event()
+        #: what `inputs` read since the last run, by environment capture command
+        self._inputs_memo: dict[str, LaunchInputs] = {}
 
     # ---- campaign scope
     def open(self) -> Executor:
@@ -257,6 +262,7 @@ class Executor:
         good_metric: float | None = None,
     ) -> RunResult:
         # Before the clock starts: the capture is not part of the run's time or deadline.
+        self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None
         env_error: TransportError | InfraError | None = None
         try:
@@ -361,19 +367,45 @@ class Executor:
                 **fields: Any) -> RunResult:  # fmt: skip
         """Announce the end of a run and make its record: every backend ends a run here,
         with what only it knows in `fields`."""
+        env = fields.get("environment")
+        fields.setdefault("inputs", self._inputs(env.digest() if env is not None else None))
         self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
                               duration_s=duration, detail=detail))  # fmt: skip
         return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
                          experiment=exp, label=label, verdict=verdict, signature=sig,
                          duration_s=duration, detail=detail, **fields)  # fmt: skip
 
+    def _inputs(self, environment: str | None) -> LaunchInputs:
+        manager = getattr(self, "manager", None)  # a Slurm job has no unit of the user's
+        return launch_inputs(self.host, unit=manager.unit_inputs() if manager else "",
+                             environment=environment)  # fmt: skip
+
+    def inputs(self, exp: Experiment) -> LaunchInputs:
+        """What would reach the server of `exp` if it started now, besides its config: read
+        on the host (its environment as the server's interpreter sees it, the unit's own
+        definition). A part that cannot be read now is unknown (then nothing is reused).
+        Read once per capture between two runs (variants of one pair mostly share it);
+        every run reads it afresh."""
+        memo = self._inputs_memo
+        key = self._capture_command(exp)
+        if key not in memo:
+            try:
+                env: str | None = self.environment(exp).digest()
+            except (TransportError, InfraError):
+                env = None
+            memo[key] = self._inputs(env)
+        return memo[key]
+
+    def _capture_command(self, exp: Experiment) -> str:
+        manager = getattr(self, "manager", None)  # a Slurm job's node reads its own
+        unit_env, unit_wd = manager.interpreter_context() if manager else ([], None)
+        return envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
+                                workdir=exp.workdir or unit_wd)  # fmt: skip
+
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
         the server's own interpreter (one command; what is absent is recorded as absent)."""
-        unit_env, unit_wd = self.manager.interpreter_context()
-        cmd = envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
-                               workdir=exp.workdir or unit_wd)  # fmt: skip
-        return envfacts.parse(self.t.run(cmd, timeout=60).stdout)
+        return envfacts.parse(self.t.run(self._capture_command(exp), timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""

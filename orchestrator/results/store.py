@@ -3,8 +3,9 @@ log tail as a plain file beside the database (for grep).
 
 Writes are atomic: a run's log file is written to a temporary name and renamed, then its
 row is inserted in one transaction, before the next run starts. The store serves resume
-(a campaign's own runs), the cache (a verdict for the same config on the same host class)
-and rerun (the exact recorded config). Files are created private (mode 0600, dir 0700).
+(a campaign's own runs), the cache (every start of the same launch: the config and what
+reached its server, `launch_key`; see orchestrator.execution.inputs) and rerun (the exact
+recorded config). Files are created private (mode 0600, dir 0700).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from orchestrator.config.secrets import Redactor
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.execution.environment import HostEnvironment
+from orchestrator.execution.inputs import LaunchInputs
 
 SCHEMA_VERSION = 1
 
@@ -85,6 +87,9 @@ _ADDED_COLUMNS = {
     ("runs", "env_digest"): "ALTER TABLE runs ADD COLUMN env_digest TEXT",
     # who runs the campaign (user@machine, pid; the log of a detached one), as JSON
     ("campaigns", "controller"): "ALTER TABLE campaigns ADD COLUMN controller TEXT",
+    # what reached the server besides its config, and the cache key made of both
+    ("runs", "inputs"): "ALTER TABLE runs ADD COLUMN inputs TEXT",
+    ("runs", "launch_key"): "ALTER TABLE runs ADD COLUMN launch_key TEXT",
 }
 
 
@@ -131,6 +136,10 @@ class RunRow:
     cached_from: str | None
     #: the host's environment when the run started (see `Store.environment`)
     env_digest: str | None = None
+    #: what reached the server besides its config (for a reused run: the inputs of the
+    #: campaign that reused it, equal to its source's), and the cache key of both
+    inputs: LaunchInputs | None = None
+    launch_key: str | None = None
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -236,6 +245,7 @@ class Store:
                 except sqlite3.OperationalError as exc:
                     if "duplicate column" not in str(exc):  # another process added it first
                         raise
+        self.db.execute("CREATE INDEX IF NOT EXISTS runs_launch ON runs(launch_key)")
 
     def _unreadable(self, exc: Exception | None) -> StoreError:
         return StoreError(
@@ -441,6 +451,11 @@ class Store:
                            (run_id, json.dumps(red.obj(record))))  # fmt: skip
             self._record_environment(db, run_id, getattr(result, "environment", None),
                                      cached_from)  # fmt: skip
+            inputs = getattr(result, "inputs", None)
+            if inputs is not None:
+                db.execute("UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
+                           (json.dumps(inputs.to_dict(), sort_keys=True),
+                            inputs.key(exp.fingerprint()), run_id))  # fmt: skip
             self._stamp_signature_version(db, run_id)
         return run_id
 
@@ -520,7 +535,8 @@ class Store:
                env_digest: str | None = None) -> RunRow | None:  # fmt: skip
         """The newest real (not itself cached) run of this config on this host class,
         infra verdicts excluded: they say nothing about the config. With `env_digest`,
-        only a run in that environment (a verdict under another driver is no verdict)."""
+        only a run in that environment. For looking at the store: campaigns reuse only
+        through `reusable` (the whole key, read on the host)."""
         env_clause = " AND env_digest=?" if env_digest else ""
         row = self.db.execute(
             "SELECT * FROM runs WHERE fingerprint=? AND host_class=? AND verdict != 'infra'"
@@ -528,6 +544,50 @@ class Store:
             (fingerprint, host_class, *([env_digest] if env_digest else [])),
         ).fetchone()
         return _run(row) if row else None
+
+    def reuse_candidates(self, fingerprint: str, host_class: str, *,
+                         exclude_campaign: str | None = None) -> set[str]:  # fmt: skip
+        """The runs of this config on this host class that some inputs could reuse (cheap:
+        asked before the host is asked for the inputs it has now)."""
+        rows = self.db.execute(
+            "SELECT id FROM runs WHERE fingerprint=? AND host_class=? AND launch_key IS NOT NULL"
+            " AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
+            (fingerprint, host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+        return {r["id"] for r in rows}
+
+    def recorded_launches(self, host_class: str, *,
+                          exclude_campaign: str | None = None) -> list[tuple[tuple[int, ...], str]]:
+        """(variant, fingerprint) of every launch on this host class that some inputs could
+        reuse: what earlier campaigns recorded."""
+        rows = self.db.execute(
+            "SELECT DISTINCT variant, fingerprint FROM runs WHERE host_class=? AND launch_key IS"
+            " NOT NULL AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
+            (host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+        return [(tuple(json.loads(r["variant"])), r["fingerprint"]) for r in rows]
+
+    def runs_of(self, fingerprint: str, host_class: str, ids: set[str]) -> list[RunRow]:
+        """The runs named by `ids` (from `reuse_candidates`), oldest first."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.db.execute(
+            f"SELECT * FROM runs WHERE id IN ({marks}) AND fingerprint=? AND host_class=?"
+            " ORDER BY started, seq", (*sorted(ids), fingerprint, host_class)).fetchall()
+        return [_run(r) for r in rows]
+
+    def reusable(self, launch_key: str | None, *, exclude_campaign: str | None = None,
+                 ) -> list[RunRow]:  # fmt: skip
+        """Every executed run (not itself reused) of the launch `launch_key` names, oldest
+        first, infra verdicts excluded (they say nothing about the config): each start of
+        a flaky config counts. Runs recorded without a key (before keys covered what
+        reaches the server, or with a part unknown) are never reused."""
+        if not launch_key:
+            return []
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE launch_key=? AND verdict != 'infra' AND cached_from IS NULL"
+            " AND campaign != ? ORDER BY started, seq", (launch_key, exclude_campaign or ""),
+        ).fetchall()  # fmt: skip
+        return [_run(r) for r in rows]
 
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
         rows = self.db.execute(
@@ -581,4 +641,7 @@ def _run(r: sqlite3.Row) -> RunRow:
         last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
         log_path=r["log_path"], cached_from=r["cached_from"],
         env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
+        inputs=LaunchInputs.from_dict(json.loads(r["inputs"]))
+        if "inputs" in r.keys() and r["inputs"] else None,
+        launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
     )  # fmt: skip

@@ -103,6 +103,12 @@ class ServiceManager(ABC):
         """What the last run did on the host, for `orchestrator show` (None: nothing to add)."""
         return None
 
+    def unit_inputs(self) -> str | None:
+        """A digest of what the user's own service definition hands the server (its unit
+        file, drop-ins and environment), as read when the campaign prepared the host; ""
+        when there is none (the launch is wholly ours), None when it could not be read."""
+        return ""
+
     def interpreter_context(self) -> tuple[list[tuple[str, str]], str | None]:
         """What decides which interpreter and packages the server sees, beyond its config:
         (environment variables such as PATH/PYTHONPATH, working directory). A process

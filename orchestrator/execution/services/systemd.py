@@ -18,8 +18,9 @@ import shlex
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.secrets import TOKEN_VALUE, is_secret_name
-from orchestrator.errors import ServiceError
+from orchestrator.errors import ServiceError, TransportError
 from orchestrator.execution import facts
+from orchestrator.execution.inputs import digest as inputs_digest
 from orchestrator.execution.services.base import (
     LOG_MARK,
     Poll,
@@ -149,6 +150,8 @@ class SystemdManager(ServiceManager):
         self.read_back_exec: list[str] | None = None
         self.read_back_path: str | None = None  # the binary systemd resolved argv[0] to
         self._context: tuple[list[tuple[str, str]], str | None] | None = None
+        self._unit_inputs: str | None = None  # read by prepare(), before any drop-in
+        self._prepared = False
 
     # ---- helpers
     def _ctl(self, args: str, *, timeout: float = 60, check: bool = True) -> str:
@@ -193,6 +196,36 @@ class SystemdManager(ServiceManager):
         self.t.write_file(self.state_file, "active\n" if self.found_active else "inactive\n",
                           mode=0o600, sudo=True)  # fmt: skip
         self.backup = self._ctl(f"cat {shlex.quote(self.name)}", check=False)
+        self._unit_inputs = self._read_unit_inputs(self.backup)
+        self._prepared = True
+
+    def _read_unit_inputs(self, text: str | None = None) -> str | None:
+        """The unit as the operator left it, before our drop-in: its files (`systemctl cat`),
+        the environment systemd gives it (`Environment=`, `UnsetEnvironment=`, the
+        manager's own environment) and the contents of its `EnvironmentFile=`s. None when
+        any of it cannot be read, or when a drop-in of ours is in it (another campaign's,
+        or a crashed one's): then no verdict is reused on this host."""
+        unit = shlex.quote(self.name)
+        if text is None:
+            text = self._ctl(f"cat {unit}", check=False)
+        if DROPIN_NAME in text:
+            return None
+        r = self.t.run(f"systemctl show {unit} -p Environment -p UnsetEnvironment "
+                       "-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
+                       "echo @@MANAGER; systemctl show-environment", sudo=True,
+                       timeout=30)  # fmt: skip
+        if not r.ok or not text:
+            return None
+        shown, _, manager = r.stdout.partition("@@MANAGER")
+        files: list[list[str | None]] = []
+        for line in shown.splitlines():
+            if line.startswith("EnvironmentFiles="):  # `PATH (ignore_errors=yes|no)`
+                path = line.removeprefix("EnvironmentFiles=").rsplit(" (ignore_errors=", 1)[0]
+                try:
+                    files.append([path, self.t.read_file(path, sudo=True)])
+                except TransportError:
+                    return None
+        return inputs_digest([text, shown, manager, files])
 
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
@@ -330,6 +363,10 @@ class SystemdManager(ServiceManager):
             "invocation": inv or None,
             "journal_command": ("sudo " if self.host.sudo else "") + journal,
         }
+
+    def unit_inputs(self) -> str | None:
+        # Before the campaign prepared the unit (a cache lookup only reads), read it now.
+        return self._unit_inputs if self._prepared else self._read_unit_inputs()
 
     def interpreter_context(self) -> tuple[list[tuple[str, str]], str | None]:
         """The unit's own PATH/PYTHONPATH/venv variables and WorkingDirectory=: the server

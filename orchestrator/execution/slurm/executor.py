@@ -104,6 +104,7 @@ class SlurmExecutor(Executor):
         self._job: str | None = None
         self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
         self.left: list[str] | None = None  # what close() read back as left (see Executor)
+        self._inputs_memo = {}  # see Executor.inputs (here: the node is unknown before a job)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202

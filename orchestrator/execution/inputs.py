@@ -1,0 +1,112 @@
+"""What reaches a server's process besides its experiment config: the other half of the
+key under which a verdict is cached.
+
+A verdict is about one launch on one system. The config's own part (command, flags,
+environment, unit, health check, probe) is `Experiment.fingerprint()`; the rest is here:
+
+- the host class (hosts of one class are equivalent) and the backend (service manager,
+  and for a Slurm cluster the job options that reach the job: partition, gres, time...);
+- the host's `env:` from the hosts file (every command on the host, the server's launch
+  and the flag pre-check included, runs with it);
+- the unit's own definition and environment, as systemd reads them back (its unit file and
+  drop-ins, `Environment=`, the contents of its `EnvironmentFile=`s, the manager's
+  environment); a process-manager host has none: its launch script is wholly ours;
+- the host's environment as the server's own interpreter sees it (`environment.py`: the
+  resolved interpreter, the server's and key libraries' versions, driver, CUDA, kernel).
+
+Only digests are kept (values may be secrets). A part that could not be read is unknown
+(None), and a launch with an unknown part has no key: its verdict is never reused, nor is
+an earlier one reused for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.config.hosts import Host
+
+#: the parts of the key, in the words `differences` uses
+PARTS = {
+    "host_class": "the host class",
+    "backend": "the service manager or the cluster's job options",
+    "host_env": "the hosts file's env:",
+    "unit": "the unit's own files or environment",
+    "environment": "the host's environment (exec, packages, driver)",
+}
+
+
+def digest(obj: object) -> str:
+    """A short stable digest of a JSON-able value."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def env_digest(items: Iterable[tuple[str, str]]) -> str:
+    """The digest of environment variables, whatever their order."""
+    return digest(sorted([k, v] for k, v in items))
+
+
+def backend_digest(host: Host) -> str:
+    """The service manager, and for a cluster the options that reach each job (a time
+    limit decides `timeout`, a gres or constraint the node a job gets)."""
+    slurm = host.slurm
+    opts: Any = None
+    if slurm is not None:
+        opts = [slurm.partition, slurm.gres, slurm.time, slurm.account, slurm.constraint,
+                slurm.exclusive, list(slurm.options), slurm.conf, slurm.private_network]
+    return digest([host.service_manager, opts])
+
+
+@dataclass(frozen=True)
+class LaunchInputs:
+    """Everything besides the config that reaches a run's server, as digests."""
+
+    host_class: str
+    backend: str
+    host_env: str
+    #: the unit's own definition and environment ("" where there is no unit of the
+    #: user's: a process-manager host, a Slurm job); None: it could not be read
+    unit: str | None
+    #: `HostEnvironment.digest()` of the host as the server's interpreter sees it; None:
+    #: unknown (not read, or not readable before the run: a Slurm job's node)
+    environment: str | None
+
+    @property
+    def known(self) -> bool:
+        return self.unit is not None and self.environment is not None
+
+    def key(self, fingerprint: str) -> str | None:
+        """The cache key of a launch of the config `fingerprint` under these inputs; None
+        when a part is unknown (nothing is reused then)."""
+        if not self.known:
+            return None
+        return digest([fingerprint, self.to_dict()])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> LaunchInputs | None:
+        if not data:
+            return None
+        try:
+            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        except TypeError:
+            return None
+
+    def differences(self, other: LaunchInputs) -> list[str]:
+        """What differs from `other`, for people."""
+        return [PARTS[k] for k in PARTS if getattr(self, k) != getattr(other, k)]
+
+
+def launch_inputs(host: Host, *, unit: str | None, environment: str | None) -> LaunchInputs:
+    return LaunchInputs(host_class=host.host_class, backend=backend_digest(host),
+                        host_env=env_digest(host.env), unit=unit,
+                        environment=environment)  # fmt: skip
+
+
+__all__ = ["PARTS", "LaunchInputs", "backend_digest", "digest", "env_digest", "launch_inputs"]
