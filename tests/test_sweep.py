@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -530,10 +529,8 @@ def test_sweep_on_a_pool_of_two_systemd_hosts(duo: list[SystemdHost], tmp_path: 
     path = write_sweep(tmp_path)  # both servers on port 30000, each in its own namespace
     hosts = pool_hosts_file(duo, tmp_path)
     results = tmp_path / "results"
-    t0 = time.monotonic()
     res = cli("sweep", path, "--pool", "duo", "--hosts", hosts, "--results", results, "--json",
               timeout=300)  # fmt: skip
-    wall = time.monotonic() - t0
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = json.loads(res.stdout)
     cid, runs = sweep_runs(results)
@@ -546,8 +543,6 @@ def test_sweep_on_a_pool_of_two_systemd_hosts(duo: list[SystemdHost], tmp_path: 
     assert all(by_host.values()), {h: len(rs) for h, rs in by_host.items()}  # both used
     pairs = overlapping(by_host["gpu1"], by_host["gpu2"])
     assert len(pairs) >= 2, [(r.id, r.host, r.started, r.duration) for r in runs]
-    busy = sum(r.duration for r in runs)
-    assert wall < 0.75 * busy + 3, (wall, busy)
     store = Store(results)
     try:
         assert store.campaign(cid).spec["hosts"] == ["gpu1", "gpu2"]
