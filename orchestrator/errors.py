@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: a bisection's best answer is below the confidence asked (status `unsure`; its resume
+#: goes on); not an error: the answer is printed as usual
+EXIT_UNSURE = 4
+
 
 @dataclass(frozen=True)
 class CampaignRef:

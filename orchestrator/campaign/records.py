@@ -19,6 +19,8 @@ class Status(enum.StrEnum):
     """How a campaign ended (or stands): the `status` of its answer and of its record."""
 
     FOUND = "found"  # a bisection named its culprit sets, backed by runs
+    #: a best answer below the requested confidence (its runs so far); `--resume` goes on
+    UNSURE = "unsure"
     DONE = "done"  # a sweep has a verdict for every config and repeat
     INCOMPLETE = "incomplete"  # stopped before an answer (a budget, contradicting runs)
     ENDPOINTS = "endpoints"  # good does not pass or bad does not fail: nothing to bisect

@@ -102,6 +102,8 @@ def conduct(args: argparse.Namespace, store: Store, url: str | None, kind: str,
 def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status: str,
               report: str | None, detail: str = "") -> None:  # fmt: skip
     camp = store.campaign(campaign_id)
+    answer = camp.answer or {}
     deliver(store, url, Message(campaign_id, kind, status, culprits=culprits_of(camp.answer),
                                 target=str(camp.target) if camp.target else None,
-                                report=report, detail=detail))  # fmt: skip
+                                report=report, detail=detail,
+                                confidence=answer.get("confidence")))  # fmt: skip

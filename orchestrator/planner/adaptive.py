@@ -125,7 +125,8 @@ def adaptive(
 
     def switch(reason: str) -> Search:
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        answer = yield from noisy_search(n, runs, model=model, closure=closure, note=note)
+        answer = yield from noisy_search(n, runs, model=_default_model(model), closure=closure,
+                                         note=note)  # fmt: skip
         return answer
 
     reason = flakiness(runs, describe)
@@ -163,7 +164,39 @@ def adaptive(
     reason = answer_doubt(answer, runs, describe)
     if reason:
         return (yield from switch(reason))
+    got = _deterministic_confidence(n, runs, answer, model)
+    conf = got["confidence"]
+    if conf is not None and conf >= model.confidence:
+        return replace(answer, **got)
+    # Not yet as sure as asked (a few unlucky passes of a flaky failure could explain the
+    # same runs): the posterior search goes on from these runs, under the same prior,
+    # until its answer reaches the confidence or its budget ends.
+    sure = yield from _recording(noisy_search(n, list(runs), model=_default_model(model),
+                                              closure=closure), runs, close)  # fmt: skip
+    if set(sure.culprit_sets) == set(answer.culprit_sets):
+        # the same sets: `auto`'s answer, with the evidence it cites, at the new confidence
+        return replace(answer, confidence=sure.confidence, complete=sure.complete,
+                       reason=sure.reason, reproduction_rate=sure.reproduction_rate,
+                       noise_aware=True)  # fmt: skip
+    if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
+        return sure  # the new runs showed flakiness: the posterior's answer stands
+    # Every run still fits `auto`'s answer exactly: a shape the posterior does not model
+    # (causes that share a change) and no run says the failure is flaky.
     return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+
+
+def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
+    """`search`, with every verdict it receives added to `runs`."""
+    try:
+        rnd = next(search)
+        for _ in range(100_000):  # bounded: the search has a run budget
+            got = yield rnd
+            runs.extend((close(v), x) for v, x in got.items() if x is not Verdict.INFRA)
+            rnd = search.send(got)
+        raise RuntimeError("the search did not converge")
+    except StopIteration as stop:
+        answer: Answer = stop.value
+        return answer
 
 
 def _shared(terms: list[frozenset[int]]) -> list[int]:
@@ -175,11 +208,17 @@ def _shared(terms: list[frozenset[int]]) -> list[int]:
     return sorted(x for x, k in seen.items() if k > 1)
 
 
+def _default_model(model: NoiseModel) -> NoiseModel:
+    """The prior of the default search: a failure reproduces on every start with prior
+    probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1)."""
+    return model if model.spike > 0 else replace(model, spike=DETERMINISTIC)
+
+
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
                               model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
     """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
     # every set of up to three changes is weighed here (one posterior, not a search step)
-    state = Noisy(n, replace(model, spike=DETERMINISTIC, max_triples=10**5))
+    state = Noisy(n, replace(_default_model(model), max_triples=10**5))
     for v, x in runs:
         state.add(v, x)
     a = state.analyze()

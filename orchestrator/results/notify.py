@@ -36,6 +36,7 @@ ATTEMPTS = 3
 #: status -> how the text says it
 _SAID = {
     "found": "found the culprit",
+    "unsure": "is not sure yet (best answer below the confidence asked)",
     "done": "finished",
     "incomplete": "stopped without an answer",
     "endpoints": "stopped at the endpoint checks",
@@ -70,13 +71,16 @@ class Message:
     target: str | None = None
     report: str | None = None
     detail: str = ""
+    #: an answer's confidence (posterior), when the search computed one
+    confidence: float | None = None
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
         said = _SAID.get(self.status, self.status)
         text = f"orchestrator {self.kind} {self.campaign} {said}"
         if self.culprits:
-            text += ": " + "; ".join(self.culprits)
+            text += (": best so far " if self.status == "unsure" else ": ") \
+                + "; ".join(self.culprits)
         if self.target and self.status != "found":
             text += f" (target failure: {self.target})"
         if self.detail:
@@ -92,6 +96,7 @@ class Message:
             "target": r.text(self.target),
             "report": r.text(self.report),
             "detail": r.text(self.detail),
+            "confidence": self.confidence,
         }
 
 
