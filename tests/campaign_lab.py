@@ -45,6 +45,8 @@ PAIRS = {
     "glm5": ("good.yaml", "bad.yaml"),
     "b300-any": ("good.yaml", "bad.yaml"),
     "flaky": ("good.yaml", "bad.yaml"),
+    "flaky-load": ("good.yaml", "bad.yaml"),
+    "decoy": ("good.yaml", "bad.yaml"),
 }
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its

@@ -437,6 +437,11 @@ class Bisection:
                 f.count += 1
                 if len(r.variant) < len(f.variant):
                     f.variant, f.run_id, f.label = r.variant, r.id, r.label
+        # a failure needs all of its deltas: a pass of a variant that has them all shows
+        # that it comes on some starts only
+        for f in by_sig.values():
+            f.passed = sum(1 for r in self._rows() if r.verdict is Verdict.PASS
+                           and set(f.variant) <= set(r.variant))  # fmt: skip
         return list(by_sig.values())
 
     def _invalid(self) -> list[InvalidRun]:

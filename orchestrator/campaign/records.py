@@ -136,15 +136,30 @@ class Finding:
     run_id: str
     label: str
     count: int = 1
+    #: starts of variants with all of its deltas that passed: > 0 means it shows on some
+    #: starts only (a flaky failure); None: not counted (answers stored before the count)
+    passed: int | None = None
+
+    @property
+    def flaky(self) -> bool:
+        return bool(self.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"signature": str(self.signature), "variant": self.label,
-                "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+        out = {"signature": str(self.signature), "variant": self.label,
+               "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+        if self.passed is not None:
+            out |= {"flaky": self.flaky, "passed": self.passed}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
         return cls(signature_from_text(d["signature"]), tuple(d.get("deltas") or ()),
-                   d["run"], d["variant"], int(d.get("count", 1)))  # fmt: skip
+                   d["run"], d["variant"], int(d.get("count", 1)), d.get("passed"))  # fmt: skip
+
+    def seen(self) -> str:
+        """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`."""
+        flaky = f"; flaky: passed {self.passed}x with it" if self.flaky else ""
+        return f"seen {self.count}x{flaky}"
 
 
 @dataclass(frozen=True)

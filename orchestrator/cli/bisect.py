@@ -222,7 +222,7 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
                     highlight=False)  # fmt: skip
     for f in outcome.findings:
         c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
-                f"{escape(f.label)}, run {f.run_id}; seen {f.count}x)",
+                f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
                 highlight=False)  # fmt: skip
     for inv in outcome.invalid:
         c.print(f"{verdict_text(Verdict.INVALID)} "

@@ -158,7 +158,7 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             out.append(f"- narrowed so far: the failure needs some of {needs}")
     for f in answer.findings:
         out.append(f"- other failure `{f.signature}`: smallest variant {f.label} "
-                   f"(run {f.run_id}, seen {f.count}x)")  # fmt: skip
+                   f"(run {f.run_id}, {f.seen()})")  # fmt: skip
     for inv in answer.invalid:
         out.append(f"- invalid: {inv.variant}: {inv.reason} (run {inv.run})")
     for fl in answer.flaky:
@@ -261,7 +261,7 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
                 + "</p>")  # fmt: skip
     for f in answer.findings:
         parts.append(f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
-                     f"{e(f.label)} (run {e(f.run_id)}, seen {f.count}x)</p>")  # fmt: skip
+                     f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>")  # fmt: skip
     for inv in answer.invalid:
         parts.append(f"<p>Invalid: {e(inv.variant)}: {e(inv.reason)}</p>")
     parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
