@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
                    help="run the variants that decide the answer N times (flaky failures)")
     p.add_argument("--confidence", type=float, metavar="P",
-                   help="when the failure is flaky, search until the answer is this likely to "
-                        "be right (default 0.95)")
+                   help="search until the answer is this likely to be right (default 0.95); "
+                        "an answer below it is `unsure` (exit 4) and --resume goes on")
     p.add_argument("--max-runs", type=common.positive_int, metavar="N",
                    help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",

@@ -2,9 +2,9 @@
 
 The message is Slack-compatible (`text`, which Slack, Mattermost, Discord's /slack
 endpoint and most chat webhooks show) plus structured fields for other receivers:
-`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`. It is sent
-when a campaign concludes, stops on infrastructure or is interrupted, with a short
-timeout and a few retries (tenacity) on connection errors, 5xx and 429. A notification
+`campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`, `confidence`.
+It is sent when a campaign concludes, stops on infrastructure or is interrupted, with a
+short timeout and a few retries (tenacity) on connection errors, 5xx and 429. A notification
 that cannot be delivered is reported and never fails the campaign. Every text field
 goes through the campaign's redactor: secrets never leave in a message.
 """
