@@ -42,8 +42,8 @@ MAX_SET = 3
 #: runs of a change shared by two culprit sets, alone, before the sets are believed
 SHARED_CHECKS = 2
 #: starts of the bad config before a campaign concludes that it does not fail: with a
-#: reproduction rate of 0.5 all pass once in 4,000 campaigns, with 0.3 once in 70
-BAD_ATTEMPTS = 12
+#: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
+BAD_ATTEMPTS = 16
 
 
 def _describe(v: Variant) -> str:
