@@ -151,11 +151,11 @@ def adaptive(
         answer: Answer = stop.value
     # Causes that share a change: real (two causes with a common flag) or the chain a
     # flaky culprit leaves when unlucky passes made each pass of the search pick up a
-    # partner. The shared change alone tells them apart (it fails only if it is the
-    # culprit): it runs until it has two verdicts. Never needed in the deterministic
-    # table (no shape there shares a change).
-    for x in _shared(answer.culprit_sets):
-        v = close(frozenset({x}))
+    # partner. The changes common to every set that has a shared change tell them apart
+    # (they fail only if they hold the culprit): they run until they have two verdicts.
+    # Never needed in the deterministic table (no shape there shares a change).
+    for core in _shared(answer.culprit_sets):
+        v = close(core)
         for _ in range(SHARED_CHECKS):
             if sum(1 for u, y in runs if u == v and y.resolved) >= SHARED_CHECKS:
                 break
@@ -180,9 +180,16 @@ def adaptive(
                        noise_aware=True)  # fmt: skip
     if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
         return sure  # the new runs showed flakiness: the posterior's answer stands
-    # Every run still fits `auto`'s answer exactly: a shape the posterior does not model
-    # (causes that share a change) and no run says the failure is flaky.
-    return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+    # Every run still fits `auto`'s answer exactly, and the posterior prefers another (one
+    # flaky cause where `auto` saw several that share changes): not sure either way. The
+    # answer that fits every run is the best one; its chance is at most what the
+    # posterior leaves beside its own answer.
+    got = _deterministic_confidence(n, runs, answer, model)
+    if got["confidence"] is None:
+        got["confidence"] = 1.0 - (sure.confidence or 0.0)
+    return replace(answer, complete=False, noise_aware=True,
+                   reason="the runs fit causes that share changes, or one flaky cause",
+                   **got)  # fmt: skip
 
 
 def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
@@ -199,19 +206,27 @@ def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Varia
         return answer
 
 
-def _shared(terms: list[frozenset[int]]) -> list[int]:
-    """Changes that belong to more than one culprit set."""
+def _shared(terms: list[frozenset[int]]) -> list[frozenset[int]]:
+    """For each change that belongs to more than one culprit set: the changes common to
+    all the sets it belongs to (the change alone when they share nothing else)."""
     seen: dict[int, int] = {}
     for t in terms:
         for x in t:
             seen[x] = seen.get(x, 0) + 1
-    return sorted(x for x, k in seen.items() if k > 1)
+    cores: list[frozenset[int]] = []
+    for x in sorted(x for x, k in seen.items() if k > 1):
+        core = frozenset.intersection(*(t for t in terms if x in t))
+        if core not in cores:
+            cores.append(core)
+    return cores
 
 
 def _default_model(model: NoiseModel) -> NoiseModel:
     """The prior of the default search: a failure reproduces on every start with prior
-    probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1)."""
-    return model if model.spike > 0 else replace(model, spike=DETERMINISTIC)
+    probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
+    in another way did not show the target (as `auto` reads it)."""
+    return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
+                   other_clears=True)  # fmt: skip
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,

@@ -69,6 +69,10 @@ class NoiseModel:
     spike: float = 0.0
     #: runs the search may ask for before it answers with what it has (None: 60 + 25 n)
     max_runs: int | None = None
+    #: True: a run that failed otherwise (`other`, `timeout`) counts as a run without the
+    #: target failure, as `auto` reads it (the default search); False: it says nothing
+    #: (a different failure may have come first and hidden the target)
+    other_clears: bool = False
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -292,6 +296,8 @@ class Noisy:
         m = _mask(variant)
         if verdict is Verdict.INFRA:
             return
+        if self.model.other_clears and verdict in (Verdict.OTHER, Verdict.TIMEOUT):
+            verdict = Verdict.PASS  # it ran, and did not show the target failure
         self.runs.append((m, verdict))
         if not verdict.resolved:
             self.unresolved[m] = self.unresolved.get(m, 0) + 1
