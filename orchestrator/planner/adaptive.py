@@ -13,8 +13,12 @@ evidence as soon as the runs show that the failure does not reproduce every time
   that unlucky passes dressed up as several sets.
 
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
-the same path. When it does not switch, the answer carries the posterior confidence of
-the noise model with a prior weight on deterministic failures (`DETERMINISTIC`).
+the same path. When it does not switch, `auto`'s answer is weighed by the posterior of
+the noise model with a prior weight on deterministic failures (`DETERMINISTIC`); below the
+confidence asked, the posterior search goes on from the runs so far (usually a run or two
+that a flaky explanation of the same runs would fail) until the answer reaches it or the
+budget ends. Either way the answer's confidence is that posterior: one model, whether or
+not the failure turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
 """
 
 from __future__ import annotations
