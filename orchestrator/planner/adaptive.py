@@ -45,6 +45,9 @@ DETERMINISTIC = 0.5
 MAX_SET = 3
 #: runs of a change shared by two culprit sets, alone, before the sets are believed
 SHARED_CHECKS = 2
+#: sets of three changes the default's posterior weighs (every one up to n = 32): a search
+#: that leaves them out names a flaky triple's pairs with a confidence it does not have
+TRIPLES = 5000
 #: starts of the bad config before a campaign concludes that it does not fail: with a
 #: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
 BAD_ATTEMPTS = 16
@@ -230,7 +233,7 @@ def _default_model(model: NoiseModel) -> NoiseModel:
     probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
     in another way did not show the target (as `auto` reads it)."""
     return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
-                   other_clears=True)  # fmt: skip
+                   other_clears=True, max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
