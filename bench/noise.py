@@ -1,16 +1,29 @@
 """Runs to the right answer when the failure reproduces only on some starts (`--noise`).
 
-Oracles: a culprit set (one flag, or an AND-pair) among n deltas, placed at random; a run
-of a variant that carries it fails with probability p, every other run passes. Each case
-has its own random placement and its own random stream (seeded, so the table repeats).
+Oracles: a culprit set (one flag, an AND-pair or an AND-triple) among n deltas, placed at
+random; a run of a variant that carries it fails with probability p, every other run
+passes. Each case has its own random placement and its own random stream (seeded, so the
+table repeats). Two more shapes put a second, different failure (`other`) beside it, on
+one more delta placed at random (the target's rule comes first, as in a lab scenario):
+
+- `masked`: the target flaky (rate p), the other failure deterministic: a run that carries
+  both shows the other failure whenever the target misses, so a miss looks like `other`
+  and not like a pass;
+- `decoy`: the target deterministic, the other failure flaky (rate p: the p column is the
+  other failure's here): the decoy must never be named.
+
+The bad config is started until it shows the target (a pass or the other failure: again),
+at most BAD_ATTEMPTS times.
 
 Every run counts here, the endpoint checks included (unlike the deterministic table,
 whose two endpoint checks are fixed and left out): with noise the bad endpoint may need
 several starts before it fails, and that is part of the cost. Policies:
 
-- `ours`: the campaign's default: good once, bad until it fails (at most BAD_ATTEMPTS
-  starts), then `auto`, which switches to the noise-aware search with every run so far
-  as evidence as soon as a run shows flakiness (`orchestrator.planner.adaptive`);
+- `default`: the campaign's default (`--strategy auto`): good once, bad until it fails (at
+  most BAD_ATTEMPTS starts), then `auto`, which switches to the noise-aware search with
+  every run so far as evidence as soon as a run shows flakiness, and otherwise goes on
+  with the posterior search (a prior that weighs a deterministic failure) until its
+  answer reaches the confidence (`orchestrator.planner.adaptive`);
 - `noisy`: the noise-aware search from the first run (`--strategy noisy`: a failure known
   to be intermittent);
 - `go`: Go's cmd/bisect policy: every trial (endpoints too) runs twice and the search gives
@@ -21,10 +34,10 @@ several starts before it fails, and that is part of the cost. Policies:
   applied to flags), the same endpoint policy and stopping rule as `noisy`.
 
 Columns per policy: ok% (the exact culprit set, nothing else), mean and 95th-percentile
-runs; for the posterior policies `cal%` (of the answers reported with confidence >= 0.95,
-the share that is right) and how many such answers there were. `vs fixed`: mean runs of
-`ours`/`noisy` over those of the cheapest fixed-repeat peer whose ok% is at least as high
-("-" when no fixed-repeat peer gets there).
+runs; for the posterior policies `sure%` (the share of all answers reported with
+confidence >= 0.95) and `cal%` (of those, the share that is right). `vs fixed`: mean runs
+of `default`/`noisy` over those of the cheapest fixed-repeat peer whose ok% is at least as
+high ("-" when no fixed-repeat peer gets there).
 """
 
 from __future__ import annotations
@@ -39,9 +52,11 @@ from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto
 
-P, F = Verdict.PASS, Verdict.FAIL
+P, F, OTHER = Verdict.PASS, Verdict.FAIL, Verdict.OTHER
 Variant = frozenset[int]
-POLICIES = ("ours", "noisy", "go", "fixed r=3", "fixed r=5", "bayesect")
+POLICIES = ("default", "noisy", "go", "fixed r=3", "fixed r=5", "bayesect")
+POSTERIOR = ("default", "noisy", "bayesect")
+SHAPES = ("single", "AND-pair", "AND-triple", "masked", "decoy")
 CONFIDENCE = 0.95
 
 
@@ -58,18 +73,26 @@ class Oracle:
     p: float
     rng: random.Random
     runs: int = 0
+    #: a different failure (its deltas, its rate), checked after the target's rule
+    other: Variant | None = None
+    q: float = 1.0
 
     def __call__(self, v: Variant) -> Verdict:
         self.runs += 1
         carried = any(t <= v for t in self.terms)
-        return F if carried and self.rng.random() < self.p else P
+        if carried and (self.p >= 1.0 or self.rng.random() < self.p):
+            return F
+        if self.other is not None and self.other <= v and (
+                self.q >= 1.0 or self.rng.random() < self.q):  # fmt: skip
+            return OTHER
+        return P
 
 
 def _endpoints(o: Oracle, n: int) -> list[tuple[Variant, Verdict]] | None:
     """Good once, bad until it fails (the campaign's rule); None if bad never failed."""
     runs = [(frozenset(), o(frozenset()))]
     full = frozenset(range(n))
-    for _ in range(BAD_ATTEMPTS):
+    for _ in range(BAD_ATTEMPTS):  # a pass or the other failure: start it again
         x = o(full)
         runs.append((full, x))
         if x is F:
@@ -150,7 +173,7 @@ def run_bayesect(n: int, o: Oracle) -> Result:
 
 
 def run_policy(name: str, n: int, o: Oracle) -> Result:
-    if name == "ours":
+    if name in ("default", "ours"):
         return run_ours(n, o, Adaptive(NoiseModel(confidence=CONFIDENCE)))
     if name == "noisy":
         return run_ours(n, o, NoisyFromStart(NoiseModel(confidence=CONFIDENCE)))
@@ -173,26 +196,33 @@ class Row:
 
 def make_case(shape: str, n: int, p: float, seed: int) -> Callable[[], Oracle]:
     place = random.Random(f"place:{shape}:{n}:{seed}")
-    if shape == "single":
-        terms = (frozenset({place.randrange(n)}),)
+    size = {"AND-pair": 2, "AND-triple": 3}.get(shape, 1)
+    if shape == "single":  # (the placements the table has always used)
+        picked = [place.randrange(n)]
     else:
-        terms = (frozenset(place.sample(range(n), 2)),)
-    return lambda: Oracle(terms, p, random.Random(f"runs:{shape}:{n}:{p}:{seed}"))
+        picked = place.sample(range(n), size + (shape in ("masked", "decoy")))
+    terms = (frozenset(picked[:size]),)
+    runs = random.Random(f"runs:{shape}:{n}:{p}:{seed}")
+    if shape == "masked":  # a flaky target, a deterministic other failure
+        return lambda: Oracle(terms, p, runs, other=frozenset(picked[size:]), q=1.0)
+    if shape == "decoy":  # a deterministic target, a flaky other failure
+        return lambda: Oracle(terms, 1.0, runs, other=frozenset(picked[size:]), q=p)
+    return lambda: Oracle(terms, p, runs)
 
 
 def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] = POLICIES,
           on_row: Callable[[list[str], list[str]], None] | None = None,
-          ) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+          shapes: tuple[str, ...] = SHAPES) -> tuple[list[str], list[list[str]]]:  # fmt: skip
     header = ["p", "shape", "n"]
     for name in policies:
         header += [f"{name} ok%", f"{name} mean", f"{name} p95"]
-        if name in ("ours", "noisy", "bayesect"):
-            header += [f"{name} cal% (k)"]
-    header += ["ours vs fixed", "noisy vs fixed"]
+        if name in POSTERIOR:
+            header += [f"{name} sure%", f"{name} cal%"]
+    header += ["default vs fixed", "noisy vs fixed"]
     rows: list[list[str]] = []
     for p in ps:
         for n in ns:
-            for shape in ("single", "AND-pair"):
+            for shape in shapes:
                 stats: dict[str, tuple[float, float]] = {}
                 row = [f"{p:g}", shape, str(n)]
                 for name in policies:
@@ -203,12 +233,13 @@ def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] 
                     p95 = runs[min(len(runs) - 1, int(0.95 * len(runs)))]
                     stats[name] = (ok, mean)
                     row += [f"{ok:.1f}", f"{mean:.1f}", str(p95)]
-                    if name in ("ours", "noisy", "bayesect"):
+                    if name in POSTERIOR:
                         sure = [r for r in res if r.confidence is not None
                                 and r.confidence >= CONFIDENCE]  # fmt: skip
                         cal = 100 * sum(r.right for r in sure) / len(sure) if sure else 0.0
-                        row.append(f"{cal:.1f} ({len(sure)})" if sure else "- (0)")
-                for ours in ("ours", "noisy"):
+                        row.append(f"{100 * len(sure) / len(res):.1f}")
+                        row.append(f"{cal:.1f}" if sure else "-")
+                for ours in ("default", "noisy"):
                     if ours not in stats:
                         row.append("")
                         continue

@@ -7,7 +7,8 @@ mean runs after the two endpoint checks (which every strategy needs and are coun
 separately). picire's ddmin (a peer implementation from PyPI) runs on the same oracles.
 
     .venv/bin/python bench/runs_to_answer.py [--max-cases 200] [--n 8,16] [--markdown]
-        [--pools 1,2,4] [--noise [--p 1.0,0.8,0.5,0.3] [--policies ours,noisy,go,...]]
+        [--pools 1,2,4] [--noise [--p 1.0,0.8,0.5,0.3] [--policies default,noisy,go,...]
+        [--shapes single,AND-pair,...] [--quick]]
 
 `--noise` prints the table for failures that reproduce only on some starts: the policies,
 oracles and columns are described in `bench/noise.py`.
@@ -208,20 +209,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="the table for failures that reproduce only sometimes (bench/noise.py)")
     ap.add_argument("--p", default="1.0,0.8,0.5,0.3", help="--noise: reproduction rates")
     ap.add_argument("--policies", help="--noise: comma-separated subset of the policies")
+    ap.add_argument("--shapes", help="--noise: comma-separated subset of the shapes "
+                    "(single, AND-pair, AND-triple, masked, decoy)")
+    ap.add_argument("--quick", action="store_true",
+                    help="--noise: n = 8 and 50 placements per row (a minute, not a quarter hour)")
     args = ap.parse_args(argv)
     if args.noise:
+        import time
+
         import noise
 
-        ns = [int(x) for x in args.n.split(",")] if args.n else [8, 16, 32]
+        ns = [int(x) for x in args.n.split(",")] if args.n else [8] if args.quick else [8, 16, 32]
+        cases_per_row = min(args.max_cases, 50) if args.quick else args.max_cases
         policies = tuple(args.policies.split(",")) if args.policies else noise.POLICIES
-        print(f"runs to the right answer with noise: {args.max_cases} random placements and "
-              "seeds per row, every run counted (endpoints included)")
+        shapes = tuple(args.shapes.split(",")) if args.shapes else noise.SHAPES
+        print(f"runs to the right answer with noise: {cases_per_row} random placements and "
+              "seeds per row, every run counted (endpoints included); masked: the other "
+              "failure deterministic, decoy: the target deterministic and p the other's rate")
         def progress(header: list[str], row: list[str]) -> None:
             print(" | ".join(f"{h}={c}" for h, c in zip(header, row, strict=True)),
                   file=sys.stderr, flush=True)  # fmt: skip
 
-        print_table(*noise.table([float(x) for x in args.p.split(",")], ns, args.max_cases,
-                                 policies, progress), args.markdown)  # fmt: skip
+        start = time.monotonic()
+        print_table(*noise.table([float(x) for x in args.p.split(",")], ns, cases_per_row,
+                                 policies, progress, shapes), args.markdown)  # fmt: skip
+        print(f"({time.monotonic() - start:.0f} s)")
         return 0
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
     if args.pools:

@@ -13,6 +13,9 @@ from typing import Any
 #: the exit code of a sweep that finished and found a regression against its previous run
 #: (not an error: the sweep did its job, and a scheduler or CI can act on the code)
 EXIT_REGRESSION = 5
+#: a bisection's best answer is below the confidence asked (status `unsure`; its resume
+#: goes on); not an error: the answer is printed as usual
+EXIT_UNSURE = 4
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,8 @@ def test_resolve_bare_names_and_paths(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- shipped files
 
 
-@pytest.mark.parametrize("name", ["b300", "b300-v0523", "rtx6000", "glm5"])
+@pytest.mark.parametrize("name", ["b300", "b300-v0523", "rtx6000", "glm5", "flaky-load",
+                                  "decoy"])
 def test_shipped_scenarios_load_and_start_in_2_to_3_seconds(name: str) -> None:
     s = sc.load(name)
     assert s.name == name
@@ -439,6 +440,28 @@ def test_flaky_pair_answer_is_dp_attention_with_the_bigger_graph_batch() -> None
     fault = scen.faults[rule]
     assert fault.phase == "cuda_graph" and fault.probability == 0.5
     assert "operation not permitted when stream is capturing" in fault.error
+
+
+def test_flaky_load_pair_answer_is_one_environment_variable_under_load() -> None:
+    minimal, (rule, _) = _minimal_culprits("flaky-load", "good.yaml", "bad.yaml",
+                                           certain=True)  # fmt: skip
+    assert minimal == [{"env:NCCL_NVLS_ENABLE"}]
+    scen = sc.load("flaky-load")
+    assert scen.seed is None  # `seed: random`
+    fault = scen.faults[rule]
+    assert fault.phase == "serving" and fault.after_requests == 40  # only the probe sees it
+    assert fault.probability == 0.5
+
+
+def test_decoy_pair_answer_is_the_moe_runner_and_the_decoy_fails_differently() -> None:
+    minimal, (rule, _) = _minimal_culprits("decoy", "good.yaml", "bad.yaml")
+    assert minimal == [{"moe-runner-backend"}]
+    scen = sc.load("decoy")
+    target, decoy = scen.faults
+    assert rule == target.index and target.probability is None  # on every start
+    assert decoy.probability == 0.5 and decoy.phase == "warmup"  # after the target's phase
+    assert decoy.error != target.error
+    assert {c.key for c in decoy.when.flags} == {"enable-metrics"}
 
 
 def test_seed_random_is_accepted_and_other_words_are_refused(tmp_path: Path) -> None:

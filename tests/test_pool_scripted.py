@@ -81,8 +81,10 @@ def test_a_pool_gives_the_single_hosts_answer_with_runs_on_every_host(tmp_path: 
     assert set(Recorded.ran) == {"h1", "h2", "h3"}  # the pool used every host
     assert {r.host for r in runs} == {"h1", "h2", "h3"}
     assert sorted(Recorded.restored) == ["h1", "h2", "h3"]  # each closed with restore
-    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA]
-    assert len(judged) == len(set(judged))  # no variant judged twice
+    # no variant judged twice, but by the posterior search that makes the answer sure
+    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA
+              and not r.purpose.startswith("noise-")]  # fmt: skip
+    assert len(judged) == len(set(judged))
 
 
 def test_a_host_with_trouble_on_every_run_leaves_the_pool_and_its_runs_move(

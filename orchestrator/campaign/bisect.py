@@ -42,7 +42,7 @@ from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
-from orchestrator.planner import Answer, Planner
+from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
@@ -264,6 +264,8 @@ class Bisection:
             outcome = self._incomplete(planner, stop)
             if best is not None and best.culprits:  # the partial answer, with its confidence
                 outcome.culprits = self._conclude(best, []).culprits
+                outcome.status = Status.UNSURE
+                outcome.message = f"stopped before the answer was sure: {stop}"
         else:
             best = planner.answer
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
@@ -275,8 +277,23 @@ class Bisection:
                                  for r in rows if r.verdict is not Verdict.INFRA],
                           lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
         outcome.noise = watch.summary(best, rows, self.target, relative)
+        if outcome.status is Status.UNSURE:
+            # what `bisect --resume ID` would run next: the search replayed on every run
+            outcome.noise["asked_confidence"] = self.opts.confidence
+            outcome.noise["next_runs"] = self._next_runs(strategy)
+            outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
+
+    def _next_runs(self, strategy: StrategyFn) -> list[str]:
+        """The variants a resumed search would run first (pure: the planner on the records)."""
+        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        full = frozenset(range(self.plan.n))
+        planner = Planner(self.plan.n, strategy, known={frozenset(): Verdict.PASS,
+                                                         full: Verdict.FAIL},
+                          closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+        return [self.plan.describe(v) for v in planner.pending()]
 
     # ---- obtaining verdicts
     def _drive(
@@ -519,6 +536,11 @@ class Bisection:
                 f.count += 1
                 if len(r.variant) < len(f.variant):
                     f.variant, f.run_id, f.label = r.variant, r.id, r.label
+        # a failure needs all of its deltas: a pass of a variant that has them all shows
+        # that it comes on some starts only
+        for f in by_sig.values():
+            f.passed = sum(1 for r in self._rows() if r.verdict is Verdict.PASS
+                           and set(f.variant) <= set(r.variant))  # fmt: skip
         return list(by_sig.values())
 
     def _invalid(self) -> list[InvalidRun]:
@@ -623,7 +645,20 @@ class Bisection:
                              and (answer.noise_aware or not unbacked)
                              and not contradictions) else Status.INCOMPLETE  # fmt: skip
         message = ""
-        if status is not Status.FOUND:
+        sure = answer.confidence is None or answer.confidence >= self.opts.confidence
+        if answer.culprits and answer.noise_aware and not contradictions and (
+                status is Status.INCOMPLETE or not sure):  # fmt: skip
+            # a best answer that has not reached the confidence asked (its budget ended)
+            status = Status.UNSURE
+        elif status is Status.FOUND and not sure:
+            status = Status.UNSURE
+        if status is Status.UNSURE:
+            message = (f"the best answer is {answer.confidence or 0:.3f} likely to be right, "
+                       f"below the {self.opts.confidence:g} asked"
+                       + (f" ({answer.reason})" if answer.reason else ""))  # fmt: skip
+            for cul in culprits:  # "confirmed" only at the confidence asked
+                cul.confirmed = False
+        elif status is not Status.FOUND:
             message = answer.reason or (
                 "no evidence run backs " + ", ".join(unbacked) if unbacked else
                 "the recorded runs contradict the answer (flaky?): "

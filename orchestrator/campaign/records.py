@@ -19,6 +19,8 @@ class Status(enum.StrEnum):
     """How a campaign ended (or stands): the `status` of its answer and of its record."""
 
     FOUND = "found"  # a bisection named its culprit sets, backed by runs
+    #: a best answer below the requested confidence (its runs so far); `--resume` goes on
+    UNSURE = "unsure"
     DONE = "done"  # a sweep has a verdict for every config and repeat
     INCOMPLETE = "incomplete"  # stopped before an answer (a budget, contradicting runs)
     ENDPOINTS = "endpoints"  # good does not pass or bad does not fail: nothing to bisect
@@ -137,15 +139,30 @@ class Finding:
     run_id: str
     label: str
     count: int = 1
+    #: starts of variants with all of its deltas that passed: > 0 means it shows on some
+    #: starts only (a flaky failure); None: not counted (answers stored before the count)
+    passed: int | None = None
+
+    @property
+    def flaky(self) -> bool:
+        return bool(self.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"signature": str(self.signature), "variant": self.label,
-                "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+        out = {"signature": str(self.signature), "variant": self.label,
+               "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+        if self.passed is not None:
+            out |= {"flaky": self.flaky, "passed": self.passed}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
         return cls(signature_from_text(d["signature"]), tuple(d.get("deltas") or ()),
-                   d["run"], d["variant"], int(d.get("count", 1)))  # fmt: skip
+                   d["run"], d["variant"], int(d.get("count", 1)), d.get("passed"))  # fmt: skip
+
+    def seen(self) -> str:
+        """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`."""
+        flaky = f"; flaky: passed {self.passed}x with it" if self.flaky else ""
+        return f"seen {self.count}x{flaky}"
 
 
 @dataclass(frozen=True)

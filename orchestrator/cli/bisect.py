@@ -9,13 +9,13 @@ from rich.markup import escape
 
 from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import Plan, make_plan
-from orchestrator.campaign.records import BisectOptions, BisectSpec, Outcome
+from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.errors import UsageError
+from orchestrator.errors import EXIT_UNSURE, CampaignRef, UsageError
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
 from orchestrator.results import env_report
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
                    help="run the variants that decide the answer N times (flaky failures)")
     p.add_argument("--confidence", type=float, metavar="P",
-                   help="when the failure is flaky, search until the answer is this likely to "
-                        "be right (default 0.95)")
+                   help="search until the answer is this likely to be right (default 0.95); "
+                        "an answer below it is `unsure` (exit 4) and --resume goes on")
     p.add_argument("--max-runs", type=common.positive_int, metavar="N",
                    help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",
@@ -129,40 +129,88 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.results.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
+    resume, detail = None, outcome.message
+    if outcome.status is Status.UNSURE:
+        resume = common.resume_command(args, CampaignRef("bisect", outcome.campaign_id))
+        detail = "; ".join([outcome.message, *unsure_details(outcome.noise),
+                            f"continue with: {resume}"])  # fmt: skip
     envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
         data = outcome.to_dict() | {"reports": report_paths,
                                         "environment": env_report.to_json(envs)}
+        if resume:
+            data["resume"] = resume
         console().print_json(json.dumps(data))
     else:
-        print_outcome(outcome, plan, report_paths)
+        print_outcome(outcome, plan, report_paths, resume)
         for line in env_report.text_lines(envs):
             console().print(escape(line), highlight=False)
     # after the answer is printed: the receiver decides neither the answer nor the exit code
     notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,
                         next((p for p in report_paths if p.endswith(".html")), None),
-                        detail=outcome.message)  # fmt: skip
+                        detail=detail)  # fmt: skip
+    if outcome.status is Status.UNSURE:
+        return EXIT_UNSURE
     return 0 if outcome.found else 1
 
 
-def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None:
+def _evidence(cul: Culprit) -> list[str]:
+    """A culprit's evidence lines: only runs that exist, each with its counts."""
+    out = []
+    if cul.reproduced_by is not None:
+        out.append(f"good + these reproduces the failure: run {cul.reproduced_by}"
+                   + _counts(cul.reproduced_counts))  # fmt: skip
+    for flag, rid in cul.cleared_by.items():
+        if rid is not None:
+            out.append(f"{cul.claim(flag)}: run {rid}{_counts(cul.cleared_count(flag))}")
+    return out
+
+
+def unsure_details(noise: dict | None) -> list[str]:
+    """The reproduction counts and the next runs of an answer below the confidence asked."""
+    noise = noise or {}
+    out = []
+    if noise.get("reproduction_counts"):
+        out.append(f"runs with the best set: {noise['reproduction_counts']}")
+    if noise.get("next_runs"):
+        out.append("next runs: " + ", ".join(noise["next_runs"]))
+    return out
+
+
+def _unsure(outcome: Outcome, resume: str | None) -> None:
+    """A best answer below the confidence asked: it, its evidence, and how to go on."""
+    c = console()
+    noise = outcome.noise or {}
+    conf, asked = noise.get("confidence"), noise.get("asked_confidence")
+    sure = f"confidence {conf or 0:.3f}" + (f", below the {asked:g} asked" if asked else "")
+    c.print(f"[yellow]unsure[/]: {escape(outcome.message)}", highlight=False)
+    for cul in outcome.culprits:
+        kind = "interacting set" if cul.interacting else "single flag"
+        c.print(f"[yellow]best answer ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]"
+                f" ({sure})", highlight=False)  # fmt: skip
+        for line in _evidence(cul):
+            c.print(f"  {escape(line)} (not yet conclusive)", highlight=False)
+    nxt = noise.get("next_runs") or []
+    if nxt:
+        c.print("next runs: " + escape("; ".join(nxt)), highlight=False)
+    c.print(f"continue with: {escape(resume or noise.get('resume') or '')}", highlight=False)
+
+
+def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
+                  resume: str | None = None) -> None:
     c = console()
     c.print()
     if outcome.target:
         c.print(f"target failure: [red]{escape(str(outcome.target))}[/]", highlight=False)
-    if outcome.found:
+    if outcome.status is Status.UNSURE:
+        _unsure(outcome, resume)
+    elif outcome.found:
         for cul in outcome.culprits:
             kind = "interacting set" if cul.interacting else "single flag"
             c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
                     highlight=False)  # fmt: skip
-            if cul.reproduced_by is not None:  # evidence lines cite only runs that exist
-                c.print(f"  good + these reproduces the failure: run {cul.reproduced_by}"
-                        + _counts(cul.reproduced_counts), highlight=False)  # fmt: skip
-            for flag, rid in cul.cleared_by.items():
-                if rid is None:
-                    continue
-                got = _counts(cul.cleared_count(flag))
-                c.print(f"  {escape(cul.claim(flag))}: run {rid}{got}", highlight=False)
+            for line in _evidence(cul):
+                c.print(f"  {escape(line)}", highlight=False)
         suspects = {i for cul in outcome.culprits for i in cul.indices}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:
@@ -178,7 +226,7 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
                     highlight=False)  # fmt: skip
     for f in outcome.findings:
         c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
-                f"{escape(f.label)}, run {f.run_id}; seen {f.count}x)",
+                f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
                 highlight=False)  # fmt: skip
     for inv in outcome.invalid:
         c.print(f"{verdict_text(Verdict.INVALID)} "

@@ -134,7 +134,9 @@ def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status
               report: str | None, detail: str = "",
               regressions: tuple[str, ...] = ()) -> None:  # fmt: skip
     camp = store.campaign(campaign_id)
+    answer = camp.answer or {}
     deliver(store, url, Message(campaign_id, kind, status, culprits=culprits_of(camp.answer),
                                 target=str(camp.target) if camp.target else None,
                                 report=report, detail=detail,
-                                regressions=regressions))  # fmt: skip
+                                regressions=regressions,
+                                confidence=answer.get("confidence")))  # fmt: skip

@@ -13,8 +13,12 @@ evidence as soon as the runs show that the failure does not reproduce every time
   that unlucky passes dressed up as several sets.
 
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
-the same path. When it does not switch, the answer carries the posterior confidence of
-the noise model with a prior weight on deterministic failures (`DETERMINISTIC`).
+the same path. When it does not switch, `auto`'s answer is weighed by the posterior of
+the noise model with a prior weight on deterministic failures (`DETERMINISTIC`); below the
+confidence asked, the posterior search goes on from the runs so far (usually a run or two
+that a flaky explanation of the same runs would fail) until the answer reaches it or the
+budget ends. Either way the answer's confidence is that posterior: one model, whether or
+not the failure turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
 """
 
 from __future__ import annotations
@@ -41,9 +45,12 @@ DETERMINISTIC = 0.5
 MAX_SET = 3
 #: runs of a change shared by two culprit sets, alone, before the sets are believed
 SHARED_CHECKS = 2
+#: sets of three changes the default's posterior weighs (every one up to n = 32): a search
+#: that leaves them out names a flaky triple's pairs with a confidence it does not have
+TRIPLES = 5000
 #: starts of the bad config before a campaign concludes that it does not fail: with a
-#: reproduction rate of 0.5 all pass once in 4,000 campaigns, with 0.3 once in 70
-BAD_ATTEMPTS = 12
+#: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
+BAD_ATTEMPTS = 16
 
 
 def _describe(v: Variant) -> str:
@@ -125,7 +132,8 @@ def adaptive(
 
     def switch(reason: str) -> Search:
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        answer = yield from noisy_search(n, runs, model=model, closure=closure, note=note)
+        answer = yield from noisy_search(n, runs, model=_default_model(model), closure=closure,
+                                         note=note)  # fmt: skip
         return answer
 
     reason = flakiness(runs, describe)
@@ -150,11 +158,11 @@ def adaptive(
         answer: Answer = stop.value
     # Causes that share a change: real (two causes with a common flag) or the chain a
     # flaky culprit leaves when unlucky passes made each pass of the search pick up a
-    # partner. The shared change alone tells them apart (it fails only if it is the
-    # culprit): it runs until it has two verdicts. Never needed in the deterministic
-    # table (no shape there shares a change).
-    for x in _shared(answer.culprit_sets):
-        v = close(frozenset({x}))
+    # partner. The changes common to every set that has a shared change tell them apart
+    # (they fail only if they hold the culprit): they run until they have two verdicts.
+    # Never needed in the deterministic table (no shape there shares a change).
+    for core in _shared(answer.culprit_sets):
+        v = close(core)
         for _ in range(SHARED_CHECKS):
             if sum(1 for u, y in runs if u == v and y.resolved) >= SHARED_CHECKS:
                 break
@@ -163,23 +171,76 @@ def adaptive(
     reason = answer_doubt(answer, runs, describe)
     if reason:
         return (yield from switch(reason))
-    return replace(answer, **_deterministic_confidence(n, runs, answer, model))
+    got = _deterministic_confidence(n, runs, answer, model)
+    conf = got["confidence"]
+    if conf is not None and conf >= model.confidence:
+        return replace(answer, **got)
+    # Not yet as sure as asked (a few unlucky passes of a flaky failure could explain the
+    # same runs): the posterior search goes on from these runs, under the same prior,
+    # until its answer reaches the confidence or its budget ends.
+    sure = yield from _recording(noisy_search(n, list(runs), model=_default_model(model),
+                                              closure=closure), runs, close)  # fmt: skip
+    if set(sure.culprit_sets) == set(answer.culprit_sets):
+        # the same sets: `auto`'s answer, with the evidence it cites, at the new confidence
+        return replace(answer, confidence=sure.confidence, complete=sure.complete,
+                       reason=sure.reason, reproduction_rate=sure.reproduction_rate,
+                       noise_aware=True)  # fmt: skip
+    if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
+        return sure  # the new runs showed flakiness: the posterior's answer stands
+    # Every run still fits `auto`'s answer exactly, and the posterior prefers another (one
+    # flaky cause where `auto` saw several that share changes): not sure either way. The
+    # answer that fits every run is the best one; its chance is at most what the
+    # posterior leaves beside its own answer.
+    got = _deterministic_confidence(n, runs, answer, model)
+    if got["confidence"] is None:
+        got["confidence"] = 1.0 - (sure.confidence or 0.0)
+    return replace(answer, complete=False, noise_aware=True,
+                   reason="the runs fit causes that share changes, or one flaky cause",
+                   **got)  # fmt: skip
 
 
-def _shared(terms: list[frozenset[int]]) -> list[int]:
-    """Changes that belong to more than one culprit set."""
+def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
+    """`search`, with every verdict it receives added to `runs`."""
+    try:
+        rnd = next(search)
+        for _ in range(100_000):  # bounded: the search has a run budget
+            got = yield rnd
+            runs.extend((close(v), x) for v, x in got.items() if x is not Verdict.INFRA)
+            rnd = search.send(got)
+        raise RuntimeError("the search did not converge")
+    except StopIteration as stop:
+        answer: Answer = stop.value
+        return answer
+
+
+def _shared(terms: list[frozenset[int]]) -> list[frozenset[int]]:
+    """For each change that belongs to more than one culprit set: the changes common to
+    all the sets it belongs to (the change alone when they share nothing else)."""
     seen: dict[int, int] = {}
     for t in terms:
         for x in t:
             seen[x] = seen.get(x, 0) + 1
-    return sorted(x for x, k in seen.items() if k > 1)
+    cores: list[frozenset[int]] = []
+    for x in sorted(x for x, k in seen.items() if k > 1):
+        core = frozenset.intersection(*(t for t in terms if x in t))
+        if core not in cores:
+            cores.append(core)
+    return cores
+
+
+def _default_model(model: NoiseModel) -> NoiseModel:
+    """The prior of the default search: a failure reproduces on every start with prior
+    probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
+    in another way did not show the target (as `auto` reads it)."""
+    return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
+                   other_clears=True, max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
                               model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
     """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
     # every set of up to three changes is weighed here (one posterior, not a search step)
-    state = Noisy(n, replace(model, spike=DETERMINISTIC, max_triples=10**5))
+    state = Noisy(n, replace(_default_model(model), max_triples=10**5))
     for v, x in runs:
         state.add(v, x)
     a = state.analyze()

@@ -44,6 +44,8 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Culprit, Round, Search, Variant
 
 Run = tuple[Variant, Verdict]
+#: verdicts of a run that ran and did not show the target failure
+_CLEARING = frozenset({Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT})
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class NoiseModel:
     spike: float = 0.0
     #: runs the search may ask for before it answers with what it has (None: 60 + 25 n)
     max_runs: int | None = None
+    #: True: a run that failed otherwise (`other`, `timeout`) counts as a run without the
+    #: target failure, as `auto` reads it (the default search); False: it says nothing
+    #: (a different failure may have come first and hidden the target)
+    other_clears: bool = False
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -290,6 +296,8 @@ class Noisy:
         m = _mask(variant)
         if verdict is Verdict.INFRA:
             return
+        if self.model.other_clears and verdict in (Verdict.OTHER, Verdict.TIMEOUT):
+            verdict = Verdict.PASS  # it ran, and did not show the target failure
         self.runs.append((m, verdict))
         if not verdict.resolved:
             self.unresolved[m] = self.unresolved.get(m, 0) + 1
@@ -307,6 +315,9 @@ class Noisy:
 
     def _fails_inside(self, work: int) -> list[int]:
         return [v for v, x in self.runs if x is Verdict.FAIL and v & ~work == 0]
+
+    def _clears_of(self, v: int) -> int:
+        return sum(1 for u, x in self.runs if u == v and x in _CLEARING)
 
     def _passes_of(self, v: int) -> int:
         return sum(1 for u, x in self.runs if u == v and x is Verdict.PASS)
@@ -346,7 +357,9 @@ class Noisy:
                 if not rest:
                     f.no_other[x] = 1.0
                     continue
-                k = self._passes_of(rest)
+                # runs of W - {x} that did not show the target: a pass, or another failure
+                # (a run that failed differently did not fail with the target either)
+                k = self._clears_of(rest)
                 miss = self._miss(belief, term, k)
                 q = self.model.other
                 f.no_other[x] = (1 - q) / ((1 - q) + q * miss)
@@ -357,11 +370,23 @@ class Noisy:
             break
         return self._result(found, conf, None, "done")
 
+    def _clearing(self, preferred: int, rest: int, x: int) -> int | None:
+        """A variant that passed with `rest` and without `x` (the work set without x first,
+        else the largest such run): the evidence that x is needed."""
+        if self._passes_of(preferred):
+            return preferred
+        runs = [v for v, got in self.runs
+                if got is Verdict.PASS and not v >> x & 1 and rest & ~v == 0]  # fmt: skip
+        return max(runs, key=lambda v: (v.bit_count(), v), default=None)
+
     def _miss(self, belief: Belief, term: frozenset[int], k: int) -> float:
         """E[(1 - p)^k]: the chance that k runs of a variant with another cause all pass."""
         m = self.model
         _, _, _, s = belief.best()
         f = belief.fails
+        # (the rate integrated over the slab only: a cause that reproduces every time would
+        # be ruled out by one pass, but taking that into account made the default answer
+        # confidently wrong more often at p = 0.5; bench/runs_to_answer.py --noise)
         return math.exp(math.lgamma(m.b + s + k) - math.lgamma(m.b + s)
                         + math.lgamma(m.a + m.b + f + s) - math.lgamma(m.a + m.b + f + s + k))
 
@@ -423,8 +448,8 @@ class Noisy:
             repro = min(fails, key=lambda v: (bin(v).count("1"), _bits(v))) if fails else t
             cleared = []
             for x in sorted(f.term):
-                rest = f.work & ~(1 << x)
-                if self._passes_of(rest):
+                rest = self._clearing(f.work & ~(1 << x), t & ~(1 << x), x)
+                if rest is not None:
                     cleared.append((x, frozenset(_bits(rest))))
             culprits.append(Culprit(f.term, frozenset(_bits(repro)), tuple(cleared),
                                     confirmed=repro == t))  # fmt: skip

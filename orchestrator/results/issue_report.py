@@ -17,7 +17,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 
-from orchestrator.campaign.records import Outcome
+from orchestrator.campaign.records import Outcome, Status
 from orchestrator.config.secrets import MARKER
 from orchestrator.diagnosis.classify import analyze_log, strip_prefix
 from orchestrator.diagnosis.verdicts import Verdict
@@ -165,6 +165,14 @@ def issue_markdown(
         summary = (f"{server}{version} fails during `{phase}` with `{error}`; the flags "
                    "that cause it were not narrowed down.")  # fmt: skip
     out += [f"**Summary:** {summary}", ""]
+    if answer.status is Status.UNSURE and culprit:
+        noise = answer.noise or {}
+        conf = noise.get("confidence")
+        out += [f"**Not yet conclusive:** {set_text} is the best answer so far, "
+                f"{conf or 0:.0%} likely to be right (below the "
+                f"{noise.get('asked_confidence') or 0.95:.0%} the bisection asked for; runs "
+                f"with it: {noise.get('reproduction_counts') or 'none'}). More runs are "
+                "needed before this is a finding.", ""]  # fmt: skip
 
     out += ["## Reproduction", ""]
     if repro is not None:

@@ -3,7 +3,8 @@
 The message is Slack-compatible (`text`, which Slack, Mattermost, Discord's /slack
 endpoint and most chat webhooks show) plus structured fields for other receivers:
 `campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`, `regressions` (a
-sweep's, against its previous run, with the reference's own move). It is sent
+sweep's, against its previous run, with the reference's own move), `confidence` (a
+bisection's, when its search computed one). It is sent
 when a campaign concludes, stops on infrastructure or is interrupted, with a few retries
 on connection errors, 5xx and 429, all within one overall deadline. Whatever the receiver
 does (answers in another protocol, answers byte by byte or never, redirects), the
@@ -34,6 +35,7 @@ DEADLINE_S = 20.0  # the whole delivery, retries included
 #: status -> how the text says it
 _SAID = {
     "found": "found the culprit",
+    "unsure": "is not sure yet (best answer below the confidence asked)",
     "done": "finished",
     "incomplete": "stopped without an answer",
     "endpoints": "stopped at the endpoint checks",
@@ -88,6 +90,8 @@ class Message:
     #: a sweep's regressions against its previous run, one line each ("config: why"), and
     #: the reference's own move when it moved
     regressions: tuple[str, ...] = ()
+    #: an answer's confidence (posterior), when the search computed one
+    confidence: float | None = None
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
@@ -96,7 +100,8 @@ class Message:
             said += " with a REGRESSION"
         text = f"orchestrator {self.kind} {self.campaign} {said}"
         if self.culprits:
-            text += ": " + "; ".join(self.culprits)
+            text += (": best so far " if self.status == "unsure" else ": ") \
+                + "; ".join(self.culprits)
         if self.regressions:
             text += ": " + "; ".join(self.regressions)
         if self.target and self.status != "found":
@@ -115,6 +120,7 @@ class Message:
             "report": r.text(self.report),
             "detail": r.text(self.detail),
             "regressions": [r.text(x) for x in self.regressions],
+            "confidence": self.confidence,
         }
 
 

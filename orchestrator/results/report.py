@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator.campaign.records import Outcome
+from orchestrator.campaign.records import Outcome, Status
 from orchestrator.diagnosis.classify import analyze_log
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow, EnvironmentSeen, RunRow, Store
@@ -69,6 +69,19 @@ def _sureness(answer: Outcome) -> list[str]:
     return out
 
 
+def _unsure(answer: Outcome) -> list[str]:
+    """For an answer below the confidence asked: why, the next runs and how to go on."""
+    if answer.status is not Status.UNSURE:
+        return []
+    noise = answer.noise or {}
+    out = [f"unsure: {answer.message}" if answer.message else "unsure"]
+    if noise.get("next_runs"):
+        out.append("next runs: " + "; ".join(noise["next_runs"]))
+    if noise.get("resume"):
+        out.append(f"continue with: {noise['resume']}")
+    return out
+
+
 def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, str, int]]:
     """(variant, "fail k of m", first run) per variant, in the order first run."""
     from orchestrator.campaign.bisect import relative
@@ -119,10 +132,14 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     out.append(f"- started {_when(camp.created)}, status **{camp.status}**")
     if camp.target:
         out.append(f"- target failure: `{camp.target}`")
-    out += ["", "## Answer", ""]
+    unsure = answer.status is Status.UNSURE
+    out += ["", "## Best answer (unsure)" if unsure else "## Answer", ""]
+    out += [f"**{line}**" for line in _unsure(answer)[:1]]
     if answer.culprits:
         for c in answer.culprits:
             kind = "interacting set" if c.interacting else "single flag"
+            if unsure:
+                kind += ", not yet conclusive"
             rep = (f"good + set reproduces the failure: run {c.reproduced_by}"
                    f"{_with(c.reproduced_counts)}" if c.reproduced_by is not None
                    else "no run of good + exactly this set is recorded")  # fmt: skip
@@ -141,12 +158,13 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             out.append(f"- narrowed so far: the failure needs some of {needs}")
     for f in answer.findings:
         out.append(f"- other failure `{f.signature}`: smallest variant {f.label} "
-                   f"(run {f.run_id}, seen {f.count}x)")  # fmt: skip
+                   f"(run {f.run_id}, {f.seen()})")  # fmt: skip
     for inv in answer.invalid:
         out.append(f"- invalid: {inv.variant}: {inv.reason} (run {inv.run})")
     for fl in answer.flaky:
         out.append(f"- flaky: {fl}")
     out += [f"- {line}" for line in _sureness(answer)]
+    out += [f"- {line}" for line in _unsure(answer)[1:]]
     if environments is not None:
         out += ["", *env_report.markdown_section(environments)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
@@ -179,7 +197,7 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding
 text-align:left;vertical-align:top}th{background:#f3f3f3}
 code,pre{font-family:ui-monospace,monospace;font-size:12.5px}pre{background:#f6f6f6;padding:8px;
 overflow-x:auto}.answer{border:2px solid #c62828;padding:.6em 1em;border-radius:6px;
-background:#fff7f7}
+background:#fff7f7}.unsure{border-color:#ef6c00;background:#fff8e1}
 .v{font-weight:600}.cell{width:18px;height:18px;border:1px solid #fff}
 .matrix td{padding:0;border:1px solid #fff}.matrix th{font-weight:normal;font-size:11px}
 .changed{border-left:4px solid #ef6c00;padding-left:.6em}
@@ -200,13 +218,21 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
                  f"{e(', '.join(spec.get('hosts', [])))}, strategy "
                  f"{e(str(spec.get('strategy')))}, started {e(_when(camp.created))}, status "
                  f"<b>{e(camp.status)}</b></p>")  # fmt: skip
-    parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
+    unsure = answer.status is Status.UNSURE
+    if unsure:  # amber, not the answer's colours: below the confidence asked
+        parts.append('<div class="answer unsure" id=answer><h2 style="margin-top:0">'
+                     'Best answer (unsure)</h2>')  # fmt: skip
+        parts += [f"<p><b>{e(line)}</b></p>" for line in _unsure(answer)[:1]]
+    else:
+        parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
     if camp.target:
         parts.append(f"<p>Target failure: <code>{e(str(camp.target))}</code></p>")
     if answer.culprits:
         parts.append("<ul>")
         for c in answer.culprits:
             kind = "interacting set" if c.interacting else "single flag"
+            if unsure:
+                kind += ", not yet conclusive"
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c.flags)
             repro = c.reproduced_counts
             if c.reproduced_by is None:
@@ -235,10 +261,11 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
                 + "</p>")  # fmt: skip
     for f in answer.findings:
         parts.append(f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
-                     f"{e(f.label)} (run {e(f.run_id)}, seen {f.count}x)</p>")  # fmt: skip
+                     f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>")  # fmt: skip
     for inv in answer.invalid:
         parts.append(f"<p>Invalid: {e(inv.variant)}: {e(inv.reason)}</p>")
     parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
+    parts += [f"<p class=next>{e(line)}</p>" for line in _unsure(answer)[1:]]
     parts.append("</div>")
     parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
                  "<th>target failures</th><th>first run</th></tr>")  # fmt: skip
