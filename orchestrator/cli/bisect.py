@@ -148,7 +148,7 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str]) -> None
         c.print(f"target failure: [red]{escape(str(outcome.target))}[/]", highlight=False)
     if outcome.found:
         for cul in outcome.culprits:
-            kind = "interacting set" if cul.interacting else "single flag"
+            kind = cul.kind
             c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
                     highlight=False)  # fmt: skip
             if cul.reproduced_by is not None:  # evidence lines cite only runs that exist

@@ -122,7 +122,7 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     out += ["", "## Answer", ""]
     if answer.culprits:
         for c in answer.culprits:
-            kind = "interacting set" if c.interacting else "single flag"
+            kind = c.kind
             rep = (f"good + set reproduces the failure: run {c.reproduced_by}"
                    f"{_with(c.reproduced_counts)}" if c.reproduced_by is not None
                    else "no run of good + exactly this set is recorded")  # fmt: skip
@@ -206,7 +206,7 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     if answer.culprits:
         parts.append("<ul>")
         for c in answer.culprits:
-            kind = "interacting set" if c.interacting else "single flag"
+            kind = c.kind
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c.flags)
             repro = c.reproduced_counts
             if c.reproduced_by is None:
