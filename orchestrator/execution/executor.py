@@ -30,6 +30,7 @@ from orchestrator.diagnosis.classify import (
     last_phase,
     outside_cause,
 )
+from orchestrator.diagnosis.logtail import keep_what_matters, last_log_line, probe_excerpt
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import InfraError, ServiceError, TransportError
 from orchestrator.events import (
@@ -50,6 +51,9 @@ from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
 
 LOG_TAIL_LINES = 400
+#: lines read from the host, of which the tail and the tracebacks above it are kept
+#: (orchestrator.diagnosis.logtail): a server's shutdown noise can run to hundreds of lines
+LOG_FETCH_LINES = 5000
 BOOT_MARK = "@@BOOT"
 
 
@@ -248,6 +252,7 @@ class Executor:
         rendered: str | None = None
         evidence: RunEvidence
         flagcheck = preflight.Check()
+        probe_record: dict[str, object] | None = None
         try:
             if env_error is not None:
                 raise env_error
@@ -272,8 +277,10 @@ class Executor:
                         ports = self._ports(started)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
-                        probe, metric = self._probe(exp, started, good_metric, watch)
-                    log = self.manager.logs(started, lines=LOG_TAIL_LINES)
+                        probe, metric, probe_record = self._probe(exp, started, good_metric,
+                                                                  watch)  # fmt: skip
+                    log = keep_what_matters(self.manager.logs(started, lines=LOG_FETCH_LINES),
+                                            LOG_TAIL_LINES)  # fmt: skip
                     p = watch.poll
                     evidence = RunEvidence(
                         log_tail=log,
@@ -307,10 +314,15 @@ class Executor:
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip
             detail += _port_hint(exp.port, ports)
+            last = last_log_line(log)
+            if last and not watch.died:  # alive, never healthy: what it was last doing
+                detail += f"; last log line: {last}"
         duration = self.clock() - t0
         host_record = self.manager.host_record(started) if rendered is not None else None
         if host_record is not None:
             host_record["host"] = self.host.name
+            if probe_record is not None:
+                host_record["probe"] = probe_record
             if not self.host.is_local:  # how to get there from this controller
                 h = self.host
                 ssh = ["ssh", "-p", str(h.port)]
@@ -437,7 +449,7 @@ class Executor:
 
     def _probe(
         self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
-    ) -> tuple[ProbeOutcome, float | None]:
+    ) -> tuple[ProbeOutcome, float | None, dict[str, object]]:
         probe = exp.probe
         assert probe is not None
         command = probe.command(exp.port)
@@ -466,7 +478,12 @@ class Executor:
                 break
         outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
                                condition=probe.pass_if, server_alive=alive)  # fmt: skip
-        return outcome, metric
+        # kept with the run: `show` tells what the probe did, whatever the server logged
+        record: dict[str, object] = {
+            "command": command, "exit_code": exit_code, "metric": metric, "bar": probe.pass_if,
+            "passed": passed, "server_alive": alive,
+            "output": probe_excerpt(out, probe.metric)}  # fmt: skip
+        return outcome, metric, record
 
 
 def _port_hint(port: int, ports: list[int] | None) -> str:
