@@ -23,13 +23,14 @@ from tests.hosts.fixtures import (  # noqa: E402
     systemd_hosts,
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
+from tests.hosts.vllm import vllm_real  # noqa: E402
 
 __all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
-           "systemd_host", "systemd_hosts"]
+           "systemd_host", "systemd_hosts", "vllm_real"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
-            "slurm_cluster": "slurm"}
+            "slurm_cluster": "slurm", "vllm_real": "real"}
 
 
 #: Tests that need no test host but start real processes (lab servers, the lab's own sshd,
@@ -59,7 +60,7 @@ _SLOW = (
 
 #: the order tests are handed to the workers in: the real hosts' tests first (they run for
 #: seconds to minutes, mostly waiting), the fast tier last (it fills the workers' gaps)
-_ORDER = {"systemd": 0, "slurm": 0, "sshd": 1, "slow": 2}
+_ORDER = {"real": 0, "systemd": 0, "slurm": 0, "sshd": 1, "slow": 2}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
