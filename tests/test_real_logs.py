@@ -116,3 +116,15 @@ def test_a_cpu_only_host_is_no_gpu_with_its_cpu_and_torch_build() -> None:
     # the config's environment is exported before anything is read (nvidia-smi included)
     cmd = envfacts.command(["/v/bin/vllm", "serve"], env=[("ORCH_LAB_GPUS", "none")])
     assert cmd.index("export ORCH_LAB_GPUS=none") < cmd.index("nvidia-smi")
+
+
+def test_a_probe_miss_with_an_error_in_the_log_is_named_by_the_error() -> None:
+    # the server was still alive when looked at after the probe (it exits seconds later)
+    probe = ProbeOutcome(exit_code=0, metric=0.0, passed=False, condition=">= 4")
+    verdict, sig = judge(RunEvidence(log_tail=CRASH, became_ready=True, probe=probe), None)
+    assert verdict is Verdict.FAIL
+    assert sig is not None and sig.phase is Phase.SERVING
+    assert sig.error_class != "probe_threshold", sig
+    # a miss with nothing in the log stays a probe miss
+    verdict, sig = judge(RunEvidence(log_tail=STOPPED, became_ready=True, probe=probe), None)
+    assert sig is not None and sig.error_class == "probe_threshold"
