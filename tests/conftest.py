@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,11 @@ import pytest
 _REPO = str(Path(__file__).resolve().parents[1])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
+
+# The help pages the preflight keeps per host and server build: the tests' own, never the
+# user's (each test process starts with an empty one).
+os.environ["ORCH_HELP_CACHE"] = tempfile.mkdtemp(prefix="orch-help-cache-")
+atexit.register(shutil.rmtree, os.environ["ORCH_HELP_CACHE"], True)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
 from tests.hosts.fixtures import (  # noqa: E402

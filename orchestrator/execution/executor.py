@@ -46,6 +46,7 @@ from orchestrator.events import (
 )
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
+from orchestrator.execution.helpcache import HelpCache, build_of
 from orchestrator.execution.hostlock import HostLock
 from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
@@ -158,7 +159,9 @@ class Executor:
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
             lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
-                                                    extra=extra)))  # fmt: skip
+                                                    extra=extra)),
+            # the same name may be another machine in another hosts file: keyed by address
+            cache=HelpCache(), host=f"{host.name} {host.user}@{host.address}:{host.port}")
         #: set from another thread to abandon the run in progress (a pool's decided round,
         #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
         self.cancel_event = threading.Event()
@@ -204,6 +207,17 @@ class Executor:
         flags (None: it is not; see orchestrator.execution.preflight)."""
         entry = self.preflight.help_of(exp)
         return entry.facts.options if entry.trusted else None
+
+    def parser_facts(self, exp: Experiment) -> preflight.HelpFacts | None:
+        """What the server's parser takes, as its own help lists it (read once per host and
+        server build, see orchestrator.execution.helpcache), when that help is trusted to
+        tell; None otherwise. Needs no lock: it only reads."""
+        try:
+            env: envfacts.HostEnvironment | None = self.environment(exp)
+        except (TransportError, InfraError):
+            env = None
+        entry = self.preflight.help_of(exp, build_of(env))
+        return entry.facts if entry.trusted else None
 
     def check_flags(self, exp: Experiment) -> str | None:
         """Why the server refuses this variant's flags, in its own words, when its own parser
@@ -256,7 +270,7 @@ class Executor:
         try:
             if env_error is not None:
                 raise env_error
-            flagcheck = self.preflight.check(exp)
+            flagcheck = self.preflight.check(exp, build=build_of(environment))
             if flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
