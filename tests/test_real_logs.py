@@ -85,6 +85,13 @@ def test_last_log_line_is_stripped_of_its_prefixes() -> None:
     assert last_log_line("(APIServer pid=1) INFO 12-01 18:30:15 [launcher.py:195] Route: "
                          "/health, Methods: GET\n\n") == "Route: /health, Methods: GET"
     assert last_log_line("") is None
+    # vLLM --headless: its last own log line, not the bare line its engine process printed
+    headless = ("(MainProcess pid=25679) INFO 12-01 18:59:38 [serve.py:239] Launching 1 data "
+                "parallel engine(s) in headless mode, with head node address "
+                "tcp://127.0.0.1:29550.\nTriton is installed, but doesn't include CPU backend."
+                " Disabling Triton.\n")
+    assert last_log_line(headless).startswith("Launching 1 data parallel engine(s) in headless")
+    assert last_log_line("plain output only\n") == "plain output only"
 
 
 def test_an_environment_variable_culprit_is_not_a_single_flag() -> None:

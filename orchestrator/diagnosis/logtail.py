@@ -107,13 +107,21 @@ def probe_excerpt(output: str, metric: str | None = None, *, last: int = 8,
 
 
 def last_log_line(log: str, width: int = 200) -> str | None:
-    """The last line of a log that says something (its prefixes stripped), cut to `width`:
-    what a server that never became healthy was last doing."""
+    """What a server that never became healthy was last doing: the last line its logger
+    wrote (a line with a level/time/process prefix, shown without it), else the last line
+    that says something; cut to `width`. A bare line printed by a library on import
+    (vLLM's engine process prints "Triton is installed, but ..." as it starts) says less
+    than the server's own last log line above it."""
+    fallback = None
     for line in reversed(log.splitlines()):
+        raw = line.strip()
+        if not raw or is_cut_marker(raw):
+            continue
         body = strip_prefix(line).strip()
-        if body and not is_cut_marker(body):
+        if body and body != raw:
             return body[:width]
-    return None
+        fallback = fallback or raw[:width]
+    return fallback
 
 
 def is_cut_marker(line: str) -> bool:
