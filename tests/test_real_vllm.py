@@ -19,7 +19,7 @@ import pytest
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Phase, Verdict
-from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store
 from tests.campaign_lab import cli, load_host, our_processes, sshd_hosts_file
 from tests.hosts.vllm import RealVllm
@@ -30,9 +30,15 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("real-results")
 
 
+@pytest.fixture(scope="module")
+def port() -> int:
+    """One port for the module's servers: the pairs' common configs share fingerprints."""
+    return free_port()
+
+
 def _bisect(real: RealVllm, sshd: SshdEndpoint, tmp: Path, results: Path, good: str,
-            bad: str) -> dict:  # fmt: skip
-    g, b = real.pair(tmp, good, bad)
+            bad: str, port: int) -> dict:  # fmt: skip
+    g, b = real.pair(tmp, good, bad, port)
     hosts = sshd_hosts_file(sshd, tmp)
     plan = make_plan(str(g), str(b), "auto")
     store = Store(results)
@@ -51,29 +57,32 @@ def _no_server_left(real: RealVllm) -> None:
 
 
 def test_single_flag_then_env_var_over_sshd(vllm_real: RealVllm, sshd: SshdEndpoint,
-                                            tmp_path: Path, results: Path) -> None:  # fmt: skip
+                                            tmp_path: Path, results: Path,
+                                            port: int) -> None:  # fmt: skip
     # --block-size 16 is refused by the CPU attention backend; --seed 7 is harmless
-    answer = _bisect(vllm_real, sshd, tmp_path, results, "good.yaml", "single_flag.yaml")
+    answer = _bisect(vllm_real, sshd, tmp_path, results, "good.yaml", "single_flag.yaml", port)
     [culprit] = answer["culprits"]
     assert culprit["flags"] == ["--block-size 16"]
     assert culprit["interacting"] is False
     assert answer["findings"] == []
     _no_server_left(vllm_real)
     # the env var pair: good and good + --seed 7 were run above (reused from the store)
-    answer = _bisect(vllm_real, sshd, tmp_path, results, "good.yaml", "env_var.yaml")
+    answer = _bisect(vllm_real, sshd, tmp_path, results, "good.yaml", "env_var.yaml", port)
     [culprit] = answer["culprits"]
     assert culprit["flags"] == ["VLLM_CPU_KVCACHE_SPACE=40"]
     assert answer["findings"] == []
     assert answer["runs_reused"] >= 1, answer
     res = cli("report", answer["campaign"], "--results", results)
-    assert "environment variable" in res.stdout and "single flag" not in res.stdout, res.stdout
+    [md] = [Path(p) for p in res.stdout.split() if p.endswith(".md")]
+    text = md.read_text()
+    assert "(environment variable)" in text and "single flag" not in text, text
     _no_server_left(vllm_real)
 
 
 def test_crash_under_load_exit_0_is_a_failure_and_show_keeps_error_and_probe(
-    vllm_real: RealVllm, sshd: SshdEndpoint, tmp_path: Path, results: Path
+    vllm_real: RealVllm, sshd: SshdEndpoint, tmp_path: Path, results: Path, port: int
 ) -> None:
-    _, bad = vllm_real.pair(tmp_path, "probe_good.yaml", "crash_under_load.yaml")
+    _, bad = vllm_real.pair(tmp_path, "probe_good.yaml", "crash_under_load.yaml", port)
     hosts = sshd_hosts_file(sshd, tmp_path)
     res = cli("run", bad, "--host", "lab", "--hosts", hosts, "--results", results, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr

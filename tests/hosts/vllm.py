@@ -28,14 +28,18 @@ class RealVllm:
     model: Path
     experiments: Path = REAL
 
-    def pair(self, tmp: Path, good: str, bad: str) -> tuple[Path, Path]:
-        """The shipped pair moved to a free port of the test's own (both sides)."""
-        port = free_port()
+    def pair(self, tmp: Path, good: str, bad: str, port: int | None = None,
+             ) -> tuple[Path, Path]:  # fmt: skip
+        """The shipped pair moved to a port of the test's own (both sides; a free one by
+        default). Pairs that share a port share their runs' fingerprints: a results store
+        reuses the verdicts of the configs they have in common."""
+        port = port or free_port()
         out = []
         for side, name in (("good", good), ("bad", bad)):
             path = tmp / f"{Path(bad).stem}-{side}.yaml"
             path.write_text(yaml.safe_dump({
-                "name": f"test-{Path(name).stem}", "extends": str(REAL / name),
+                "name": f"test-{Path(name).stem}" if side == "bad" else "test-good",
+                "extends": str(REAL / name),
                 "service": {"flags": {"port": port}}}, sort_keys=False))  # fmt: skip
             out.append(path)
         return out[0], out[1]
