@@ -74,12 +74,20 @@ def _print_sd_reach(st: sdlab.SdLabStatus) -> None:
         out.print(f"    {line}", highlight=False, markup=False)
 
 
-def _up_systemd() -> int:
+def _up_systemd(vllm: bool = False) -> int:
     settings = sdlab.SdLabSettings.from_env()
     out = console()
     # Progress to stderr: it must show even when the summary on stdout is not wanted.
     res = sdlab.up(settings, progress=lambda m: err_console().print(f"lab: {m}",
-                                                                    highlight=False))
+                                                                    highlight=False),
+                   vllm=vllm)  # fmt: skip
+    if vllm and res.started:
+        out.print(f"lab: {sdlab.VLLM_UNIT} (real vllm serve, port {sdlab.VLLM_PORT} inside "
+                  "it) enabled and starting: `systemctl status` there shows it",
+                  highlight=False)  # fmt: skip
+    elif vllm:
+        out.print(f"lab: the systemd host was already up: {sdlab.VLLM_UNIT} is there only if "
+                  "it was started with --vllm (`lab down` first)", highlight=False)
     st = res.status
     what = "up" if res.started else "already up"
     out.print(f"lab: {what}: systemd host {settings.name} (systemd-nspawn pid {st.pid}) at "
@@ -108,7 +116,7 @@ def _up(args: argparse.Namespace) -> int:
     if getattr(args, "vllm", False):
         _up_vllm()
     if getattr(args, "systemd", False):
-        return _up_systemd()
+        return _up_systemd(vllm=getattr(args, "vllm", False))
     settings = hostctl.LabSettings.from_env()
     res = hostctl.up(settings)
     cluster = slurmlab.lab_cluster(settings.state_dir)
