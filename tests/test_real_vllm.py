@@ -95,8 +95,8 @@ def test_crash_under_load_exit_0_is_a_failure_and_show_keeps_error_and_probe(
     # healthy, then the first completions fail; the server exits with status 0: a failure
     assert row.verdict is Verdict.FAIL, (row.detail, row.signature)
     assert row.signature is not None and row.signature.phase is Phase.SERVING
-    assert "head_dim=16" in row.signature.message or "Worker failed" in \
-        row.signature.message, row.signature  # fmt: skip
+    # named by the worker's error (numbers are normalized in signatures)
+    assert "Unsupported CPU attention configuration" in row.signature.message, row.signature
     show = cli("show", row.id, "--results", results).stdout
     # the probe: its command, status and what it said, whatever the server logged after
     assert "probe: " in show and "vllm bench serve" in show, show
