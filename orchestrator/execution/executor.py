@@ -333,10 +333,11 @@ class Executor:
                 detail += f"; last log line: {last}"
         duration = self.clock() - t0
         host_record = self.manager.host_record(started) if rendered is not None else None
+        if probe_record is not None:  # kept whatever the manager records of its own
+            host_record = {"manager": self.manager.kind, **(host_record or {}),
+                           "probe": probe_record}  # fmt: skip
         if host_record is not None:
             host_record["host"] = self.host.name
-            if probe_record is not None:
-                host_record["probe"] = probe_record
             if not self.host.is_local:  # how to get there from this controller
                 h = self.host
                 ssh = ["ssh", "-p", str(h.port)]
