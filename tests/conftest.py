@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,11 @@ import pytest
 _REPO = str(Path(__file__).resolve().parents[1])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
+
+# The help pages the preflight keeps per host and server build: the tests' own, never the
+# user's (each test process starts with an empty one).
+os.environ["ORCH_HELP_CACHE"] = tempfile.mkdtemp(prefix="orch-help-cache-")
+atexit.register(shutil.rmtree, os.environ["ORCH_HELP_CACHE"], True)
 
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
 from tests.hosts.fixtures import (  # noqa: E402
@@ -23,13 +32,14 @@ from tests.hosts.fixtures import (  # noqa: E402
     systemd_hosts,
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
+from tests.hosts.vllm import vllm_real  # noqa: E402
 
 __all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
-           "systemd_host", "systemd_hosts"]
+           "systemd_host", "systemd_hosts", "vllm_real"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
-            "slurm_cluster": "slurm"}
+            "slurm_cluster": "slurm", "vllm_real": "real"}
 
 
 #: Tests that need no test host but start real processes (lab servers, the lab's own sshd,
@@ -62,7 +72,7 @@ _SLOW = (
 
 #: the order tests are handed to the workers in: the real hosts' tests first (they run for
 #: seconds to minutes, mostly waiting), the fast tier last (it fills the workers' gaps)
-_ORDER = {"systemd": 0, "slurm": 0, "sshd": 1, "slow": 2}
+_ORDER = {"real": 0, "systemd": 0, "slurm": 0, "sshd": 1, "slow": 2}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -527,7 +527,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
              r"command -v ss >/dev/null && echo '@@SS' && ss -Hltnp 2>/dev/null"),
     ("logs", rf"tail -n (?P<lines>\d+) (?P<log>{_W}); s=\$\?; ls -1t .*; exit \$s"),
     ("listeners", r"ss -Hltnp 'sport = :\d+' 2>/dev/null \|\| true"),
-    ("environment", r"echo @@NVSMI; .*"),
+    ("environment", r"(?:cd \S+ 2>/dev/null; )?(?:export \S+; )*echo @@NVSMI; .*"),
     ("lock", rf"umask 077 && mkdir -p {_W} && \(set -C; printf '%s\\n' (?P<body>{_W}) > "
              rf"(?P<path>{_W})\) 2>/dev/null"),
     ("mkdir", rf"umask 077 && mkdir -p (?P<dir>{_W}) && \[ ! -L (?P=dir) \] && .*"),

@@ -224,8 +224,13 @@ def test_hang_times_out_exactly_at_the_deadline_with_its_last_phase() -> None:
     assert 0 < gaps[-1] <= 1.0  # the last wait cut short to end on the deadline
     assert result.duration_s == 300.0
     assert result.ready_s is None
-    assert result.detail == "not ready after 300s; last phase: cuda_graph"  # no port hint:
-    # the server listens on the port polled
+    # no port hint (the server listens on the port polled); the server is alive and never
+    # healthy: the detail names what it printed last
+    # (the server's own last log line, not the progress bar a library printed under it)
+    assert result.detail == ("not ready after 300s; last phase: cuda_graph; last log line: "
+                             "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, "
+                             "64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, "
+                             "176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256]")
     assert r.t.procs[-1].stopped == r.t0 + 300.0  # and it is stopped at once
 
 
@@ -247,7 +252,7 @@ def test_timeout_names_the_port_the_server_listens_on() -> None:
     assert result.detail == (
         "not ready after 30s; last phase: serving; the server listens on "
         f"{PORT + 1} but the health check polls port {PORT}: check --port and health.port in "
-        "the experiment config"
+        "the experiment config; last log line: The server is fired up and ready to roll!"
     )
 
 

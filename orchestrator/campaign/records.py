@@ -101,6 +101,19 @@ class Culprit:
     reproduced_counts: str | None = None
     cleared_counts: dict[str, str | None] | None = None
 
+    @property
+    def kind(self) -> str:
+        """How the answer words it: an environment variable is no "single flag"."""
+        if self.interacting:
+            return "interacting set"
+        # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b"
+        what = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
+        if what == "env":
+            return "environment variable"
+        if what == "exec":
+            return "command"
+        return "single flag"
+
     def to_dict(self) -> dict[str, Any]:
         out = {"deltas": self.deltas, "flags": self.flags, "indices": self.indices,
                "interacting": self.interacting, "reproduced_by": self.reproduced_by,

@@ -12,10 +12,11 @@ from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
-from orchestrator.cli.output import console
+from orchestrator.cli.output import console, err_console
 from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.errors import EXIT_UNSURE, CampaignRef, UsageError
+from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
 from orchestrator.results import env_report
@@ -65,6 +66,35 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy)
 
 
+def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
+    """The plan with both configs' flags named as the server's parser reads them: two
+    spellings of one option (`max_num_seqs` / `max-num-seqs`, a unique prefix, an alias)
+    are one option, not a removed flag and an added one. Without a help trusted to tell
+    (or a host that cannot be reached yet), the plan as written."""
+    from orchestrator.execution.executor import service_name
+    from orchestrator.execution.preflight import respell
+
+    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
+    try:
+        facts = getattr(ex, "parser_facts", lambda exp: None)(plan.good)
+    except OrchestratorError:
+        return plan  # the campaign itself will say what is wrong with the host
+    finally:
+        ex.close(restore=False)
+    if facts is None:
+        return plan
+    good, g = respell(plan.good, facts)
+    bad, b = respell(plan.bad, facts)
+    if not g and not b:
+        return plan
+    said = ", ".join(f"--{a} -> --{c}" for a, c in dict(g + b).items())
+    err_console().print(f"flags as the server's parser reads them: {escape(said)}",
+                        highlight=False)  # fmt: skip
+    deltas = diff(good, bad)
+    check_differ(deltas, good, bad)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
@@ -111,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
         plan = make_plan(args.good, args.bad, args.strategy)
         hosts = common.hosts_for(args, args.host)
+        plan = _respelled(plan, hosts[0], args)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
                                 confidence=args.confidence or 0.95)
@@ -206,7 +237,7 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
         _unsure(outcome, resume)
     elif outcome.found:
         for cul in outcome.culprits:
-            kind = "interacting set" if cul.interacting else "single flag"
+            kind = cul.kind
             c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
                     highlight=False)  # fmt: skip
             for line in _evidence(cul):

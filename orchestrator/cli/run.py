@@ -74,7 +74,17 @@ def run_one(args: argparse.Namespace) -> int:
     if row is None:
         return 130
     _print(row, args)
-    return 3 if row.verdict is Verdict.INFRA else 0
+    return _exit_code(row.verdict)
+
+
+def _exit_code(verdict: Verdict) -> int:
+    """3 when the host failed the run (nothing learnt); 2 when the server refused the
+    config (`invalid`: a config error, as a usage error is); 0 when the run was judged."""
+    if verdict is Verdict.INFRA:
+        return 3
+    if verdict is Verdict.INVALID:
+        return 2
+    return 0
 
 
 def _judged_by(bar: str | None, good: tuple[float, str] | None, exp: Experiment) -> str:
@@ -127,7 +137,7 @@ def rerun(args: argparse.Namespace) -> int:
                            "same": same, "bar": bar, "good_metric": good[0] if good else None,
                            "good_run": good[1] if good else None,
                            "judged_by": judged})  # fmt: skip
-        return 3 if row.verdict is Verdict.INFRA else 0
+        return _exit_code(row.verdict)
     c = console()
     if judged:
         c.print(judged, highlight=False)
@@ -141,4 +151,4 @@ def rerun(args: argparse.Namespace) -> int:
             highlight=False)  # fmt: skip
     c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
             highlight=False)  # fmt: skip
-    return 3 if row.verdict is Verdict.INFRA else 0
+    return _exit_code(row.verdict)

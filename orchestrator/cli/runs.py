@@ -15,6 +15,7 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment
+from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.errors import UsageError
 from orchestrator.execution.hostlock import me
 from orchestrator.execution.localproc import pid_alive
@@ -156,11 +157,35 @@ def show(args: argparse.Namespace) -> int:
             c.print(f"  [{color}]{escape(line)}[/]", highlight=False)
     c.print(f"command: {escape(exp.command_line())}", highlight=False)
     _on_host(store.host_record(r.id), r.rendered)
-    tail = r.log_tail().splitlines()[-args.lines:]
+    # the last lines, and the error above them (a failed server's shutdown noise can
+    # bury it: vLLM's shutdown, triton's leak warnings)
+    text = r.log_tail()
+    if r.verdict.value != "pass":
+        text = keep_what_matters(text, args.lines, budget=max(2 * args.lines, 60))
+    tail = text.splitlines()[-args.lines:] if r.verdict.value == "pass" else text.splitlines()
+    _probe_record(store.host_record(r.id))
     if tail:
         c.print(f"log tail ({r.log_path}):", highlight=False)
         c.out("\n".join(tail), highlight=False)
     return 0
+
+
+def _probe_record(rec: dict[str, object] | None) -> None:
+    """The probe of this run: its command, exit status and the end of its output."""
+    probe = (rec or {}).get("probe")
+    if not isinstance(probe, dict):
+        return
+    c = console()
+    alive = "alive" if probe.get("server_alive") else "DEAD after it"
+    c.print(f"probe: {escape(str(probe.get('command')))}", highlight=False, soft_wrap=True)
+    c.print(f"  exit status {probe.get('exit_code')}; metric {probe.get('metric')}; bar "
+            f"{escape(str(probe.get('bar') or '-'))}: {probe.get('passed')}; server {alive}",
+            highlight=False)  # fmt: skip
+    out = str(probe.get("output") or "")
+    if out.strip():
+        c.print("  its output (the lines that matter):", highlight=False)
+        for line in out.splitlines():
+            c.print(f"    {escape(line)}", highlight=False)
 
 
 def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:

@@ -1374,6 +1374,14 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
 
     if probe is None:
         return Verdict.PASS, None
+    missed = probe.exit_code not in (None, 0) or probe.passed is False
+    if missed and analysis.signature is not None:
+        # The probe failed and the server logged an error under its load: a crash under
+        # load that had not ended the process yet when it was looked at (vLLM's engine dies
+        # first; its API server exits, with status 0, seconds later). Named by the error.
+        sig = Signature(Phase.SERVING, analysis.signature.error_class,
+                        analysis.signature.message)  # fmt: skip
+        return _verdict_for(sig, target), sig
     if probe.exit_code not in (None, 0):
         sig = Signature(Phase.PROBE, "probe_error", f"probe exit status {probe.exit_code}")
         return _verdict_for(sig, target), sig

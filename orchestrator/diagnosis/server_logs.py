@@ -116,6 +116,8 @@ VLLM = ServerProfile(
     markers=(
         _m(Phase.INIT, "vLLM API server version"),
         _m(Phase.INIT, "non-default args:"),
+        # 0.32 prints its banner without "API server version"; headless mode no args line
+        _m(Phase.INIT, "Resolved architecture"),
         _m(Phase.INIT, "LLM engine", r"Initializing an? (?:V\d )?LLM engine"),
         _m(Phase.INIT, "world_size=", r"world_size=\d+ rank=\d+"),
         _m(Phase.LOAD_WEIGHTS, "Starting to load model"),

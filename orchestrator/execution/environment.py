@@ -28,6 +28,7 @@ from typing import Any
 NVSMI_MARK = "@@NVSMI"
 BANNER_MARK = "@@NVBANNER"
 KERNEL_MARK = "@@KERNEL"
+CPU_MARK = "@@CPU"
 PY_MARK = "@@PYJSON"
 EXEC_MARK = "@@EXEC"
 
@@ -99,6 +100,7 @@ class HostEnvironment:
     torch_cuda: str | None = None  # the CUDA runtime torch was built with
     nccl: str | None = None
     kernel: str | None = None
+    cpu: str | None = None  # the CPU model (/proc/cpuinfo) and its count of CPUs
     python: str | None = None
     interpreter: str | None = None  # how the server's interpreter was found
     server: str | None = None  # the server's package (sglang, vllm, ...)
@@ -140,6 +142,7 @@ class HostEnvironment:
             ("CUDA (torch)", self.torch_cuda or "absent"),
             ("NCCL", self.nccl or "absent"),
             ("kernel", self.kernel or "absent"),
+            ("CPU", self.cpu or "absent"),
             ("python", self.python or "absent"),
         ]
         if self.server:
@@ -155,9 +158,14 @@ class HostEnvironment:
 
     def summary(self) -> str:
         """One line: GPU, driver, CUDA, the server package."""
-        parts = [f"{self.gpu_count}x {self.gpu_model}" if self.gpu_count else "no GPU"]
-        parts.append(f"driver {self.driver or 'absent'}")
-        parts.append(f"CUDA {self.cuda or 'absent'}")
+        if self.gpu_count:
+            parts = [f"{self.gpu_count}x {self.gpu_model}", f"driver {self.driver or 'absent'}",
+                     f"CUDA {self.cuda or 'absent'}"]  # fmt: skip
+        else:
+            # a CPU-only host: what runs the server is the CPU and torch's build
+            parts = ["no GPU"] + ([f"CPU {self.cpu}"] if self.cpu else [])
+            torch = self.packages.get("torch")
+            parts += [f"torch {torch}"] if torch else []
         if self.server:
             parts.append(f"{self.server} {self.server_version or 'absent'}")
         return ", ".join(parts)
@@ -227,12 +235,16 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
     first = shlex.quote(argv[0]) if argv else "''"
     resolve = (f"echo {EXEC_MARK}; e=$(command -v {first} 2>/dev/null) && echo \"$e\" && "
                'sha256sum "$e" 2>/dev/null | cut -c1-64; ')  # fmt: skip
+    # The config's environment first: every fact is read as the server would see it.
     return (
+        f"{cd}{exports}"
         f"echo {NVSMI_MARK}; if command -v nvidia-smi >/dev/null 2>&1; then "
         "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader "
         f"2>&1; echo {BANNER_MARK}; nvidia-smi 2>/dev/null | head -n 6; fi; "
         f"echo {KERNEL_MARK}; uname -r; "
-        f"{cd}{exports}{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
+        f"echo {CPU_MARK}; sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
+        "| sort | uniq -c; "
+        f"{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
         f"$py -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
         f"{shlex.quote(server_hint(argv))} 2>/dev/null; true"
     )
@@ -276,6 +288,16 @@ def parse_gpus(text: str | None) -> tuple[str | None, int, str | None, str | Non
     return model, len(models), (mems[0] if mems else None), drivers[0]
 
 
+def parse_cpus(text: str | None) -> str | None:
+    """`uniq -c` of /proc/cpuinfo's model names -> `AMD EPYC (2 CPUs)`; None if unread."""
+    found = []
+    for line in (text or "").splitlines():
+        m = re.match(r"\s*(\d+)\s+(\S.*)$", line)
+        if m:
+            found.append(f"{m[2].strip()} ({m[1]} CPU{'s' if m[1] != '1' else ''})")
+    return ", ".join(found) or None
+
+
 def parse_banner_cuda(text: str | None) -> str | None:
     """`CUDA Version: 12.8` from nvidia-smi's banner."""
     m = re.search(r"CUDA Version:\s*([0-9][0-9.]*)", text or "")
@@ -286,6 +308,7 @@ def parse(text: str) -> HostEnvironment:
     """The output of `command()` -> the environment. Missing sections are absent facts."""
     model, count, mem, driver = parse_gpus(_section(text, NVSMI_MARK))
     kernel = (_section(text, KERNEL_MARK) or "").strip().splitlines()
+    cpu = parse_cpus(_section(text, CPU_MARK))
     how = re.search(r"^@@PYHOW (\S+) (.*)$", text, re.M)
     data: dict[str, Any] = {}
     m = re.search(rf"^{PY_MARK} (.*)$", text, re.M)
@@ -303,7 +326,7 @@ def parse(text: str) -> HostEnvironment:
         gpu_model=model, gpu_count=count, gpu_memory=mem, driver=driver,
         cuda=parse_banner_cuda(_section(text, BANNER_MARK)),
         torch_cuda=_str(data.get("torch_cuda")), nccl=_str(data.get("nccl")),
-        kernel=kernel[0].strip() if kernel and kernel[0].strip() else None,
+        kernel=kernel[0].strip() if kernel and kernel[0].strip() else None, cpu=cpu,
         python=_str(data.get("python")),
         interpreter=(f"{how[2].strip()} ({how[1]})" if how else None) if data else None,
         server=_str(data.get("server")), server_version=_str(data.get("server_version")),

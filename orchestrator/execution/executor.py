@@ -32,6 +32,7 @@ from orchestrator.diagnosis.classify import (
     last_phase,
     outside_cause,
 )
+from orchestrator.diagnosis.logtail import keep_what_matters, last_log_line, probe_excerpt
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import InfraError, OrchestratorError, ServiceError, TransportError
 from orchestrator.events import (
@@ -47,12 +48,16 @@ from orchestrator.events import (
 )
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
+from orchestrator.execution.helpcache import HelpCache, build_of
 from orchestrator.execution.hostlock import HostLock, me
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.execution.services import ServiceManager, Started, manager_for
 from orchestrator.execution.transport import Transport, connect
 
 LOG_TAIL_LINES = 400
+#: lines read from the host, of which the tail and the tracebacks above it are kept
+#: (orchestrator.diagnosis.logtail): a server's shutdown noise can run to hundreds of lines
+LOG_FETCH_LINES = 5000
 BOOT_MARK = "@@BOOT"
 
 
@@ -161,7 +166,9 @@ class Executor:
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
             lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
-                                                    extra=extra)))  # fmt: skip
+                                                    extra=extra)),
+            # the same name may be another machine in another hosts file: keyed by address
+            cache=HelpCache(), host=f"{host.name} {host.user}@{host.address}:{host.port}")
         #: set from another thread to abandon the run in progress (a pool's decided round,
         #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
         self.cancel_event = threading.Event()
@@ -233,6 +240,17 @@ class Executor:
         entry = self.preflight.help_of(exp)
         return entry.facts.options if entry.trusted else None
 
+    def parser_facts(self, exp: Experiment) -> preflight.HelpFacts | None:
+        """What the server's parser takes, as its own help lists it (read once per host and
+        server build, see orchestrator.execution.helpcache), when that help is trusted to
+        tell; None otherwise. Needs no lock: it only reads."""
+        try:
+            env: envfacts.HostEnvironment | None = self.environment(exp)
+        except (TransportError, InfraError):
+            env = None
+        entry = self.preflight.help_of(exp, build_of(env))
+        return entry.facts if entry.trusted else None
+
     def check_flags(self, exp: Experiment) -> str | None:
         """Why the server refuses this variant's flags, in its own words, when its own parser
         confirmed it without a start; None otherwise (a prediction is confirmed by the run)."""
@@ -281,10 +299,11 @@ class Executor:
         rendered: str | None = None
         evidence: RunEvidence
         flagcheck = preflight.Check()
+        probe_record: dict[str, object] | None = None
         try:
             if env_error is not None:
                 raise env_error
-            flagcheck = self.preflight.check(exp)
+            flagcheck = self.preflight.check(exp, build=build_of(environment))
             if flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
@@ -305,8 +324,10 @@ class Executor:
                         ports = self._ports(started)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
-                        probe, metric = self._probe(exp, started, good_metric, watch)
-                    log = self.manager.logs(started, lines=LOG_TAIL_LINES)
+                        probe, metric, probe_record = self._probe(exp, started, good_metric,
+                                                                  watch)  # fmt: skip
+                    log = keep_what_matters(self.manager.logs(started, lines=LOG_FETCH_LINES),
+                                            LOG_TAIL_LINES)  # fmt: skip
                     # before our own stop below: a stop job now would be someone else's
                     stopped_by = self.manager.stopped_from_outside(started) \
                         if watch.died else None  # fmt: skip
@@ -344,8 +365,14 @@ class Executor:
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
                 watch.phase.value if watch.phase else "none seen")  # fmt: skip
             detail += _port_hint(exp.port, ports)
+            last = last_log_line(log)
+            if last and not watch.died:  # alive, never healthy: what it was last doing
+                detail += f"; last log line: {last}"
         duration = self.clock() - t0
         host_record = self.manager.host_record(started) if rendered is not None else None
+        if probe_record is not None:  # kept whatever the manager records of its own
+            host_record = {"manager": self.manager.kind, **(host_record or {}),
+                           "probe": probe_record}  # fmt: skip
         if host_record is not None:
             host_record["host"] = self.host.name
             if not self.host.is_local:  # how to get there from this controller
@@ -500,7 +527,7 @@ class Executor:
 
     def _probe(
         self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
-    ) -> tuple[ProbeOutcome, float | None]:
+    ) -> tuple[ProbeOutcome, float | None, dict[str, object]]:
         probe = exp.probe
         assert probe is not None
         command = probe.command(exp.port)
@@ -529,7 +556,12 @@ class Executor:
                 break
         outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
                                condition=probe.pass_if, server_alive=alive)  # fmt: skip
-        return outcome, metric
+        # kept with the run: `show` tells what the probe did, whatever the server logged
+        record: dict[str, object] = {
+            "command": command, "exit_code": exit_code, "metric": metric, "bar": probe.pass_if,
+            "passed": passed, "server_alive": alive,
+            "output": probe_excerpt(out, probe.metric)}  # fmt: skip
+        return outcome, metric, record
 
 
 def _port_hint(port: int, ports: list[int] | None) -> str:

@@ -39,6 +39,7 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CommandTimeout
 from orchestrator.execution import facts
 from orchestrator.execution.facts import FlagProblem
+from orchestrator.execution.helpcache import HelpCache
 from orchestrator.execution.transport.base import CommandResult
 
 HELP_TIMEOUT = 180.0
@@ -84,6 +85,8 @@ class HelpFacts:
     passthrough: bool = False  # says it accepts or passes on flags it does not list
     flexible: bool = False  # vLLM's FlexibleArgumentParser: `_` for `-`, dotted, -O<n>
     more: str | None = None  # the argument that prints the full list (`--help=all`)
+    #: the option strings of each help entry (`--tensor-parallel-size, -tp`): one option
+    groups: tuple[tuple[str, ...], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -133,16 +136,20 @@ def read_help(text: str) -> HelpFacts:
         j += 1
     found: dict[str, None] = {}
     switches: set[str] = set()
+    groups: list[tuple[str, ...]] = []
     prose: list[str] = []
     sections = 0
     for line in lines[j:]:
         m = _INVOCATION_RE.match(line)
         if m:
             invocation = re.split(r"\s{2,}", m.group(1), maxsplit=1)[0]
-            for opt, is_switch in _invocation_options(invocation):
+            entry = _invocation_options(invocation)
+            for opt, is_switch in entry:
                 found.setdefault(opt, None)
                 if is_switch:
                     switches.add(opt)
+            if len(entry) > 1:
+                groups.append(tuple(opt for opt, _ in entry))
             continue
         if _HEADER_RE.match(line):
             sections += 1
@@ -168,6 +175,7 @@ def read_help(text: str) -> HelpFacts:
         passthrough=remainder or bool(_PASSTHROUGH_RE.search(joined)),
         flexible=flexible,
         more=more,
+        groups=tuple(groups),
     )
 
 
@@ -177,7 +185,8 @@ def follow(first: HelpFacts, full: HelpFacts) -> HelpFacts:
     page may repeat the pointer (vLLM's does): it is followed once, not again."""
     return HelpFacts(options=full.options, switches=full.switches, argparse=full.argparse,
                      passthrough=full.passthrough or first.passthrough,
-                     flexible=full.flexible or first.flexible)  # fmt: skip
+                     flexible=full.flexible or first.flexible,
+                     groups=full.groups)  # fmt: skip
 
 
 def _hidden_forms(facts_: HelpFacts) -> list[str]:
@@ -202,6 +211,54 @@ def normalize(token: str, flexible: bool) -> str:
         return name
     base = name[2:].split(".", 1)[0].rstrip("+")
     return "--" + base.replace("_", "-")
+
+
+def option_of(name: str, help_: HelpFacts) -> str | None:
+    """The option a config's flag name (`max_num_seqs`, `max-num-batch`, `tp`) is to the
+    server's parser, by the name its help lists first for it (`max-num-seqs`,
+    `max-num-batched-tokens`, `tensor-parallel-size`); None when the help cannot tell
+    (unknown, ambiguous, or a help that does not list every option).
+
+    The parser's own rules: vLLM's `_` for `-`, an entry's aliases (`--tensor-parallel-size,
+    -tp`), and argparse's unique prefixes. A negation stays itself: `--no-enable-x` is
+    listed with `--enable-x` but says the opposite."""
+    if not help_.complete:
+        return None
+    token = normalize(name if name.startswith("-") else f"--{name}", help_.flexible)
+    longs = [o for o in help_.options if o.startswith("--")]
+    hidden = _hidden_forms(help_) if help_.flexible else []
+    if token in hidden or token.startswith("--no-"):
+        return token[2:] if token in longs or token in hidden else None
+    if token not in help_.options:
+        matches = [o for o in longs if o.startswith(token) and not o.startswith("--no-")]
+        if len(matches) != 1:
+            return None
+        token = matches[0]
+    for group in help_.groups:
+        if token in group:
+            first = next((o for o in group if o.startswith("--") and not o.startswith("--no-")),
+                         token)  # fmt: skip
+            return first[2:] if first.startswith("--") else None
+    return token[2:] if token.startswith("--") else None
+
+
+def respell(exp: Experiment, help_: HelpFacts) -> tuple[Experiment, list[tuple[str, str]]]:
+    """`exp` with each flag named as the server's parser reads it (see `option_of`), and
+    the (as written, as read) pairs that changed. Two spellings of one option in one config
+    keep the last value, as argparse does."""
+    renamed: list[tuple[str, str]] = []
+    flags: dict[str, object] = {}
+    for key, value in exp.flags:
+        name = option_of(key, help_) or key
+        if name != key:
+            renamed.append((key, name))
+        flags.pop(name, None)
+        flags[name] = value
+    if not renamed:
+        return exp, []
+    from dataclasses import replace
+
+    return replace(exp, flags=tuple(flags.items())), renamed  # type: ignore[arg-type]
 
 
 def predict(help_: HelpFacts, requested: Iterable[str], *,
@@ -331,10 +388,16 @@ class _Help:
 class Preflight:
     """Reads each executable's help once, predicts, confirms, and withdraws trust."""
 
-    def __init__(self, run: Runner, say: Say) -> None:
+    def __init__(self, run: Runner, say: Say, *, cache: HelpCache | None = None,
+                 host: str = "") -> None:  # fmt: skip
         self._run = run
         self._say = say
         self._helps: dict[tuple[str, ...], _Help] = {}
+        #: help pages kept per host and server build (orchestrator.execution.helpcache)
+        self._cache = cache
+        self._host = host
+        #: how many help pages were read on the host (not from the cache)
+        self.reads = 0
 
     # -- commands
     def _in_env(self, exp: Experiment, argv: list[str], timeout: float) -> CommandResult:
@@ -363,22 +426,37 @@ class Preflight:
             return r.stderr, "", r.duration
         return r.stdout, "", r.duration
 
-    def help_of(self, exp: Experiment) -> _Help:
-        """The help of this variant's executable (read once, the fuller page followed)."""
+    def help_of(self, exp: Experiment, build: str | None = None) -> _Help:
+        """The help of this variant's executable (read once, the fuller page followed; from
+        the cache when this host's server `build` was read before)."""
         key = exp.exec
         if key in self._helps:
             return self._helps[key]
-        text, why, seconds = self._help_text(exp, "--help")
+        cached = self._cache.get(self._host, key, build) if self._cache and build else None
+        if cached is not None:
+            text, why, seconds = cached["help"], "", float(cached.get("seconds") or 0.0)
+        else:
+            text, why, seconds = self._help_text(exp, "--help")
+            self.reads += 1
         help_ = read_help(text or "")
         followed = None
+        more_text: str | None = None
         if help_.more is not None:
-            more_text, more_why, more_seconds = self._help_text(exp, help_.more)
-            seconds = max(seconds, more_seconds)
+            if cached is not None and cached.get("more_arg") == help_.more:
+                more_text, more_why = cached.get("more"), ""
+            else:
+                more_text, more_why, more_seconds = self._help_text(exp, help_.more)
+                self.reads += 1
+                seconds = max(seconds, more_seconds)
             more = read_help(more_text or "")
             if more.options:
                 followed = help_.more
                 help_ = follow(help_, more)
             why = why or more_why
+        if cached is None and self._cache and build and text is not None and not why:
+            self._cache.put(self._host, key, build, {
+                "help": text, "more_arg": followed, "more": more_text if followed else None,
+                "seconds": seconds})  # fmt: skip
         entry = _Help(help_, trusted=help_.complete, followed=followed, help_seconds=seconds)
         self._helps[key] = entry
         if not entry.trusted:
@@ -388,10 +466,10 @@ class Preflight:
                       {"kind": "help-untrusted", "reason": reason})  # fmt: skip
         return entry
 
-    def check(self, exp: Experiment) -> Check:
+    def check(self, exp: Experiment, build: str | None = None) -> Check:
         """What the help predicts for this variant; a predicted refusal is put to the
         server's own parser (a dry parse, nothing started) before it counts."""
-        entry = self.help_of(exp)
+        entry = self.help_of(exp, build)
         if not entry.trusted:
             return Check()
         problems = tuple(p for p in predict(entry.facts, [f"--{k}" for k, _ in exp.flags])

@@ -40,6 +40,8 @@ SUITE = "bookworm"
 PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-yaml",
     "curl", "iproute2", "procps", "sudo",
+    # vLLM's CPU kernels (vllm._C) link libnuma: the lab's real vLLM unit (lab up --vllm)
+    "libnuma1",
 ]
 #: the unprivileged login user of the image (`sudo -n` works for it, as on a GPU host)
 LOGIN_USER = "ubuntu"

@@ -44,7 +44,7 @@ import yaml
 
 from orchestrator.errors import InfraError, UsageError
 from orchestrator.lab import container as ct
-from orchestrator.lab import hostctl
+from orchestrator.lab import hostctl, vllm_env
 from orchestrator.lab.hostctl import LabSettings
 from orchestrator.lab.sshd import SshTarget
 
@@ -230,14 +230,49 @@ def _read_state(settings: SdLabSettings) -> dict[str, object]:
     return _read_json(settings.state_file)
 
 
-def _container(settings: SdLabSettings, rootfs: Path | None = None) -> ct.Container:
+#: the real vLLM's unit (`lab up --systemd --vllm`): real `vllm serve` on the lab's tiny
+#: model, from the cached venv of scripts/build-vllm, bound read-only at the same path
+VLLM_UNIT = "vllm-lab.service"
+VLLM_PORT = 8000
+
+
+def vllm_unit_text() -> str:
+    lab = vllm_env.lab_dir()
+    return (
+        "[Unit]\n"
+        "Description=vLLM (CPU build) serving the lab's tiny Llama (orchestrator lab)\n"
+        "After=network-online.target\n\n"
+        "[Service]\n"
+        "Type=simple\n"
+        "Environment=VLLM_CPU_KVCACHE_SPACE=1\n"
+        f"ExecStart={lab}/bin/vllm serve {lab}/model --load-format dummy --enforce-eager "
+        f"--port {VLLM_PORT}\n"
+        "Restart=no\n"
+        "TimeoutStopSec=60\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def _vllm_binds() -> list[tuple[Path | str, str]]:
+    """The venv cache, and the Python installation its interpreter links to (a venv's
+    `bin/python` is a symlink to it), both at their own paths."""
+    venv_python = (vllm_env.venv_path() / "bin" / "python").resolve()
+    base = venv_python.parent.parent
+    cache = vllm_env.cache_dir()
+    return [(cache, str(cache)), (base, str(base))]
+
+
+def _container(settings: SdLabSettings, rootfs: Path | None = None,
+               vllm: bool = False) -> ct.Container:  # fmt: skip
     return ct.Container(
         machine=settings.name,
         rootfs=rootfs or Path("/nonexistent"),
         workdir=settings.workdir,
         netns=ct.Netns(settings.netns_name, settings.veth),
         binds=[(settings.lab.repo, REPO_IN_CONTAINER),
-               (settings.identity_file.with_suffix(".pub"), "/etc/ssh/orch_authorized_keys")],
+               (settings.identity_file.with_suffix(".pub"), "/etc/ssh/orch_authorized_keys"),
+               *(_vllm_binds() if vllm else [])],
     )
 
 
@@ -276,15 +311,17 @@ def _keys(settings: SdLabSettings) -> None:
     key.with_suffix(".pub").chmod(0o644)
 
 
-def _provision(root: Path, name: str) -> None:
+def _provision(root: Path, name: str, vllm: bool = False) -> None:
     """Files of the machine written into its overlay before it boots."""
     unit_dir = root / UNIT_DIR.lstrip("/")
-    (unit_dir / UNIT).write_text(UNIT_TEXT)
+    units = {UNIT: UNIT_TEXT} | ({VLLM_UNIT: vllm_unit_text()} if vllm else {})
     wants = unit_dir / "multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
-    link = wants / UNIT
-    link.unlink(missing_ok=True)
-    link.symlink_to(f"{UNIT_DIR}/{UNIT}")  # `systemctl enable`, done offline
+    for unit, text in units.items():
+        (unit_dir / unit).write_text(text)
+        link = wants / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to(f"{UNIT_DIR}/{unit}")  # `systemctl enable`, done offline
     # The project (bound read-only at /opt/orchestrator) on python3's path for every user
     # and unit, the way a pip-installed sglang is: no PYTHONPATH in units or hosts.yaml.
     (root / "usr/lib/python3/dist-packages/orchestrator-lab.pth").write_text(
@@ -295,7 +332,7 @@ def _provision(root: Path, name: str) -> None:
 
 
 def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: None,
-       timeout: float = 180.0) -> SdUpResult:  # fmt: skip
+       timeout: float = 180.0, vllm: bool = False) -> SdUpResult:  # fmt: skip
     """Boot the systemd lab host unless it runs already; wait for its unit to serve."""
     why = missing_prerequisites()
     if why:
@@ -314,7 +351,7 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         tarball = ct.build_rootfs()
     rootfs = ct.extracted_rootfs(tarball)
     _keys(settings)
-    c = _container(settings, rootfs)
+    c = _container(settings, rootfs, vllm=vllm)
     block = settings.block
     if block is not None and block in ct.used_blocks():
         block = None  # another lab (another checkout's) has it: a free one, named in hosts.yaml
@@ -323,7 +360,7 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         settings.known_hosts.write_text(f"{c.netns.address} {ct.rootfs_host_key(rootfs)}\n")
         settings.workdir.mkdir(parents=True, exist_ok=True)
         c.mount_root()
-        _provision(c.root, HOST_NAME)
+        _provision(c.root, HOST_NAME, vllm=vllm)
         pid = c.spawn(hostname=HOST_NAME)
         settings.state_file.write_text(json.dumps({
             "name": settings.name, "pid": pid, "address": c.netns.address,

@@ -137,7 +137,7 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     out += [f"**{line}**" for line in _unsure(answer)[:1]]
     if answer.culprits:
         for c in answer.culprits:
-            kind = "interacting set" if c.interacting else "single flag"
+            kind = c.kind
             if unsure:
                 kind += ", not yet conclusive"
             rep = (f"good + set reproduces the failure: run {c.reproduced_by}"
@@ -230,7 +230,7 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     if answer.culprits:
         parts.append("<ul>")
         for c in answer.culprits:
-            kind = "interacting set" if c.interacting else "single flag"
+            kind = c.kind
             if unsure:
                 kind += ", not yet conclusive"
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c.flags)

@@ -41,6 +41,7 @@ from orchestrator.diagnosis.classify import (
     last_phase,
     outside_cause,
 )
+from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import InfraError, SchedulerError, TransportError
 from orchestrator.events import (
@@ -55,6 +56,7 @@ from orchestrator.events import (
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
 from orchestrator.execution.executor import (
+    LOG_FETCH_LINES,
     LOG_TAIL_LINES,
     Executor,
     RunCancelled,
@@ -404,14 +406,16 @@ class SlurmExecutor(Executor):
         keep = max(int(self.host.keep_runs), 1)
         r = self.t.run(
             f"cat {q(files.result)} 2>/dev/null || cat {q(files.path('result.tmp'))} "
-            f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_TAIL_LINES} {q(files.log)} "
+            f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_FETCH_LINES} {q(files.log)} "
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
             f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; "
             f"rm -f {q(files.secrets)}; ls -1dt {q(self.base)}/*/ 2>/dev/null | "
             f"tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- \"$d\"; done; true",
             timeout=60)
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
-        return {"result": parts.get("", ""), "log": parts.get(facts.LOG_MARK, ""),
+        # the tail, and the tracebacks above it (a server's shutdown noise can bury them)
+        log = keep_what_matters(parts.get(facts.LOG_MARK, ""), LOG_TAIL_LINES)
+        return {"result": parts.get("", ""), "log": log,
                 "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
 
 
