@@ -561,3 +561,16 @@ def test_quoted_names_tell_failures_apart_and_variable_values_do_not() -> None:
             == sig("OSError: Can't load the config of '/root/m/Llama-3-8B' from the hub"))
     assert (sig("ValueError: Model architectures ['Glm4ForCausalLM'] are not supported for now")
             == sig("ValueError: Model architectures ['GlmForCausalLM'] are not supported for now"))
+
+
+def test_an_exception_quoted_in_a_warning_is_advice_not_a_failure() -> None:
+    """vLLM warns on every start that a low ulimit 'can cause fd limit errors like
+    `OSError: [Errno 24] Too many open files`': advice, not an error it raised. The same
+    quote in an ERROR record, or in a report's prose, still counts."""
+    warn = ("(APIServer pid=12) WARNING 12-01 18:30:36 [system_utils.py:255] Found ulimit of "
+            "20000 and failed to automatically increase it. This can cause fd limit errors "
+            "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
+            "(APIServer pid=12) INFO 12-01 18:30:40 [api_server.py:1] Starting vLLM API server\n")
+    assert analyze_log(warn).signature is None
+    error = warn.replace("WARNING 12-01", "ERROR 12-01")
+    assert analyze_log(error).signature is not None

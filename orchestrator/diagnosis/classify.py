@@ -121,6 +121,27 @@ def strip_prefix(line: str) -> str:
     return body
 
 
+# A record the server's logger wrote below ERROR (vLLM's "WARNING 12-01 10:00:00 [x.py:1]",
+# glog's "[W1209 ...]", Python's "WARNING:name:") is advice: an exception it quotes
+# ("fd limit errors like `OSError: [Errno 24] Too many open files`") is not one it raised.
+_ADVICE_HEAD = re.compile(
+    r"(?:^|[\s)\]])(?:DEBUG|INFO|WARNING|WARN) \d\d-\d\d|\[[WI]\d{4} |^(?:DEBUG|INFO|WARNING):"
+)
+
+
+class _Advice(str):
+    """A line body the server logged below ERROR (see _ADVICE_HEAD)."""
+
+
+def _body(line: str) -> str:
+    body = strip_prefix(line)
+    cut = line.find(body) if body else -1
+    head = line[:cut] if cut > 0 else (line if not body else "")
+    if head and _ADVICE_HEAD.search(head) or _ADVICE_HEAD.match(body):
+        return _Advice(body)
+    return body
+
+
 _RUN_TOGETHER = re.compile(r"\s+(?=" + "|".join(f"(?:{p.pattern})" for p in RECORD_STARTS) + ")")
 
 
@@ -559,7 +580,7 @@ _MID_LINE_EXC = re.compile(r"(?<=\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|
 
 def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
     found = [(i, m.group("exc").rstrip()) for i, body in enumerate(bodies)
-             if "rror: " in body or "xception: " in body
+             if not isinstance(body, _Advice) and ("rror: " in body or "xception: " in body)
              if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
     return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
                    (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
@@ -615,7 +636,7 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
                                  stripped, tuple(frames), chain))  # fmt: skip
             frames, start, linked = [], None, False
             continue
-        if (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
+        if not isinstance(body, _Advice) and (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
             # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
             text = q.group("exc").rstrip()
             m = _EXC_LINE_RE.match(text)
@@ -1018,7 +1039,7 @@ def analyze_log(text: str) -> LogAnalysis:
     if why is not None:
         return LogAnalysis(phase=None, note=why)
     lines, skipped = _select_lines(text)
-    bodies = [strip_prefix(line) for line in lines]
+    bodies = [_body(line) for line in lines]
     profiles = profiles_for("\n".join(lines[:300] + lines[-300:]))
     progress: list[Phase | None] = []
     best: Phase | None = None
