@@ -97,3 +97,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                    default=len(_ORDER))
 
     items.sort(key=rank)  # stable: file order within a tier
+
+
+@pytest.fixture(autouse=True)
+def _help_cache_of_the_module(request: pytest.FixtureRequest,
+                              tmp_path_factory: pytest.TempPathFactory,
+                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The preflight's help cache (orchestrator.execution.helpcache) is kept per test
+    module, never in the user's home: a test that asks whether the flag pre-check ran, or
+    a lab scenario with its own flags, never sees another module's cached help; the tests
+    of one module (the real vLLM tier's bisections) still pay a slow `--help=all` once."""
+    module = request.node.nodeid.split("::")[0].replace("/", "_")
+    monkeypatch.setenv("ORCH_HELP_CACHE", str(tmp_path_factory.getbasetemp() / "help" / module))

@@ -229,6 +229,8 @@ def test_a_secret_is_never_on_a_command_line(sshd: SshdEndpoint, tmp_path: Path,
 
     secret = "hf_" + "Q" * 10 + "secretvalue1234567890"
     monkeypatch.setenv("HF_TOKEN", secret)  # type: ignore[attr-defined]
+    # a help cache of its own: the pre-check must run here, not be answered from an earlier test
+    monkeypatch.setenv("ORCH_HELP_CACHE", str(tmp_path / "help"))  # type: ignore[attr-defined]
     pair = lab_pair(tmp_path, "glm5")
     exp_path = _variant_of(pair.good, tmp_path / "secret.yaml", extends=str(pair.good),
                            service={"env": {"HF_TOKEN": "${HF_TOKEN}"}})  # fmt: skip

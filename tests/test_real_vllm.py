@@ -11,6 +11,7 @@ servers at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,11 @@ def _bisect(real: RealVllm, sshd: SshdEndpoint, tmp: Path, results: Path, good: 
 
 
 def _no_server_left(real: RealVllm) -> None:
+    # a process killed with its group may take the kernel a moment to tear down (vLLM's
+    # workers free gigabytes): bounded wait, then nothing of the server may be left
+    deadline = time.monotonic() + 30
+    while our_processes(f"{real.vllm} serve") and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert [p for p in our_processes(f"{real.vllm} serve")] == []
 
 

@@ -131,9 +131,12 @@ class SlurmExecutor(Executor):
         return self
 
     def _recover(self) -> None:
-        """Cancel the jobs of this campaign that a controller which died left queued or
-        running (their runs were never recorded: the campaign runs those variants again).
-        Once per campaign and controller, whatever the number of slots."""
+        """Cancel the jobs that a controller which died left queued or running: this
+        campaign's (their runs were never recorded: the campaign runs those variants again),
+        and any other campaign's whose controller on this machine is gone (the same command
+        after the hosts file changed starts a new campaign: the dead one's jobs would hold
+        the GPUs until they end). Once per campaign and controller, whatever the number of
+        slots. Jobs of live controllers and of other machines are left alone."""
         if not self.campaign:
             return
         with _recovered_lock:
@@ -141,25 +144,29 @@ class SlurmExecutor(Executor):
             if key in _recovered:
                 return
             _recovered.add(key)
-        name = jobscript.job_name(self.campaign)
-        r = self._slurm(f"squeue -h --name={shlex.quote(name)} -o '%i|%T|%k'", timeout=60)
+        r = self._slurm("squeue -h --me -o '%i|%T|%k'", timeout=60)
         stale = []
         for job, state, comment in facts.parse_squeue_jobs(r.stdout):
             info = jobscript.parse_comment(comment)
-            if info.get("campaign") == self.campaign and info.get("controller") != CONTROLLER:
-                stale.append((job, state, info.get("run", "?")))
+            camp, ctl = info.get("campaign"), info.get("controller", "")
+            if not camp or ctl == CONTROLLER:
+                continue
+            if camp == self.campaign or _dead_here(ctl):
+                stale.append((job, state, camp, info.get("run", "?")))
         if not stale:
             return
-        ids = " ".join(j for j, _, _ in stale)
+        ids = " ".join(j for j, _, _, _ in stale)
         self._slurm(f"scancel {ids}", timeout=60)
         # their secrets: no job will read them now
         self.t.run("rm -f -- " + " ".join(
-            shlex.quote(JobFiles(run_dir_of(self.host, self.campaign, run)).secrets)
-            for _, _, run in stale if run != "?"), timeout=60)  # fmt: skip
-        for job, state, run in stale:
+            shlex.quote(JobFiles(run_dir_of(self.host, camp, run)).secrets)
+            for _, _, camp, run in stale if run != "?"), timeout=60)  # fmt: skip
+        for job, state, camp, run in stale:
+            again = "; its variant runs again" if camp == self.campaign else \
+                f" (campaign {camp})"  # fmt: skip
             self.emit(Notice(host=self.host.name, message=(
                 f"cancelled job {job} ({state.lower()}, run {run}) left by a controller that "
-                "stopped; its variant runs again")))  # fmt: skip
+                f"stopped{again}")))  # fmt: skip
 
     def close(self, *, restore: bool = True) -> list[str]:
         done: list[str] = []
