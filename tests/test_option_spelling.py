@@ -101,3 +101,11 @@ def test_help_is_read_once_per_host_and_build(tmp_path: Path) -> None:
     Preflight(run, lambda m, e: None, cache=cache, host="lab").help_of(exp, None)
     assert len(ran) == 8
     assert build_of(None) is None
+
+
+def test_an_executable_edited_in_place_is_another_build() -> None:
+    """A wrapper script edited in place (same versions, another file) may take other flags:
+    its help is read again."""
+    same, edited = _Env(), _Env()
+    same.exec_sha256, edited.exec_sha256 = "a" * 64, "b" * 64  # type: ignore[attr-defined]
+    assert build_of(same) != build_of(edited)

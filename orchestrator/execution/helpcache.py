@@ -32,8 +32,10 @@ def build_of(environment: Any) -> str | None:
     if environment is None or not getattr(environment, "server_version", None):
         return None
     packages = sorted((k, v) for k, v in (environment.packages or {}).items() if v)
+    # the executable's own file too: a wrapper script edited in place takes other flags
     return json.dumps([environment.interpreter, environment.server, environment.server_version,
-                       environment.python, packages])  # fmt: skip
+                       environment.python, packages,
+                       getattr(environment, "exec_sha256", None)])  # fmt: skip
 
 
 class HelpCache:
