@@ -91,7 +91,7 @@ def shared_store() -> Iterator[tuple[Path, Store]]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-@settings(max_examples=320, deadline=None, derandomize=True,
+@settings(max_examples=240, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(case=cases())
@@ -312,7 +312,7 @@ def _under(oracle: Oracle, env: tuple) -> Oracle:
     return Oracle([replace(r, env=frozenset()) for r in oracle.rules if r.env <= set(env)])
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
+@settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(case=env_cases())
