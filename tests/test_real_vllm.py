@@ -56,7 +56,7 @@ def _bisect(real: RealVllm, sshd: SshdEndpoint, tmp: Path, results: Path, good: 
 def _no_server_left(real: RealVllm) -> None:
     # a process killed with its group may take the kernel a moment to tear down (vLLM's
     # workers free gigabytes): bounded wait, then nothing of the server may be left
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while our_processes(f"{real.vllm} serve") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert [p for p in our_processes(f"{real.vllm} serve")] == []
