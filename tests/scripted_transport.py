@@ -187,6 +187,9 @@ class ScriptedTransport(Transport):
     starts: list[Server]
     #: clock times the host reboots at
     reboots: list[float] = field(default_factory=list)
+    #: how long before each reboot its shutdown stops the server (the boot id is still the
+    #: old one then, and systemd says `stopping`): a poll can see the server dead first
+    shutdown_lead: float = 0.0
     #: clock windows [from, until) in which the link is down
     link_down: list[tuple[float, float]] = field(default_factory=list)
     #: what `EXEC --help` prints (exit 0); None: it fails (exit 1), so the preflight
@@ -249,7 +252,10 @@ class ScriptedTransport(Transport):
 
     def _end(self, p: _Proc) -> tuple[float, int | None]:
         reboot = next((t for t in sorted(self.reboots) if t > p.started), None)
-        return p.end(reboot)
+        return p.end(None if reboot is None else reboot - self.shutdown_lead)
+
+    def _stopping(self) -> bool:
+        return any(t - self.shutdown_lead <= self.clock.now < t for t in self.reboots)
 
     def _alive(self, p: _Proc) -> bool:
         return self.clock.now < self._end(p)[0]
@@ -502,6 +508,9 @@ class ScriptedTransport(Transport):
         return 0, "".join(f + "\n" for f in present) + "@@\n" + \
             self._unit_props()["ActiveState"] + "\n"  # fmt: skip
 
+    def _boot_state(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, f"{self.boot_id()}\n{'stopping' if self._stopping() else 'running'}\n"
+
     def _left_process(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pgid"]))
         return (0, "") if p is not None and self._alive(p) else (1, "")
@@ -558,6 +567,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
                   r".*?; fi; echo \"@@HTTP \$\{c:-000\}\"; echo '@@LOG'; journalctl "
                   r"_SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
                   r"-n (?P<lines>\d+) 2>/dev/null"),
+    ("boot_state", r"cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
+                   r"systemctl is-system-running 2>/dev/null \|\| true"),
     ("cgroup_pids", r"cg=\$\(systemctl show -p ControlGroup --value [\w.@-]+\); .*"),
     ("rm_dropin", r"rm -f (?P<paths>[^;&|]+); rmdir \S+ 2>/dev/null \|\| true"),
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),

@@ -334,6 +334,23 @@ def test_reboot_mid_run_is_infra_and_the_next_run_judges() -> None:
     assert retry.signature.phase is Phase.CUDA_GRAPH
 
 
+@pytest.mark.parametrize("lead", [0.5, 3.0])
+def test_a_server_seen_dead_while_its_host_shuts_down_is_infra(lead: float) -> None:
+    # The shutdown stops the server before the boot id changes: the poll that sees it dead
+    # still reads the old boot; the host's own state (stopping, or a new boot by the time
+    # the death's evidence was read) says the run judged nothing.
+    r = rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
+            Server(crash_in="cuda_graph", error=TARGET_ERROR), reboots=[1000.0 + 6.0],
+            shutdown_lead=lead)  # fmt: skip
+    first = r.run(experiment(), "shutdown")
+    r.clock.now = max(r.clock.now, 1000.0 + 6.0)  # the next run starts on the booted host
+    retry = r.run(experiment(), "retry")
+    assert first.verdict is Verdict.INFRA, (first.detail, first.log_tail[-1500:])
+    assert first.signature is None
+    assert "shutting down" in first.detail or "rebooted" in first.detail, first.detail
+    assert retry.verdict is Verdict.FAIL and retry.signature is not None
+
+
 def test_link_lost_mid_poll_is_infra_and_the_next_run_works() -> None:
     r = rig(Server(), Server(), link_down=[(1000.0 + 5.0, 1000.0 + 6.0)])
     lost = r.run(experiment(), "lost")

@@ -169,9 +169,6 @@ def test_unreachable_past_the_reconnect_budget_is_infra_then_the_next_run_works(
 # ---- 4. rebooted mid-run ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, open: when the reboot lands at one moment of the run (seen 1 in 3 full "
-    "runs), the run is judged fail with an empty detail and log instead of infra"))
 def test_host_rebooted_mid_run_is_infra_and_the_retry_judges(sd: SdLab) -> None:
     sha = sd.unit_sha()
     errors: list[BaseException] = []

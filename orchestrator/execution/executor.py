@@ -107,6 +107,7 @@ class _Watch:
     polls: int = 0
     ready_at: float | None = None
     dead_at: float | None = None
+    boot: str | None = None  # the host's boot id at the first poll
 
 
 def service_name(exp: Experiment) -> str:
@@ -331,6 +332,8 @@ class Executor:
                     # before our own stop below: a stop job now would be someone else's
                     stopped_by = self.manager.stopped_from_outside(started) \
                         if watch.died else None  # fmt: skip
+                    if watch.died:
+                        self._host_stayed_up(watch)
                     p = watch.poll
                     evidence = RunEvidence(
                         log_tail=log,
@@ -451,19 +454,18 @@ class Executor:
         cmd = f"echo {BOOT_MARK} $(cat /proc/sys/kernel/random/boot_id 2>/dev/null); " + \
             self.manager.poll_command(exp, started)  # fmt: skip
         streak = 0
-        boot: str | None = None
 
         def once() -> str | None:
-            nonlocal streak, boot
+            nonlocal streak
             if self.cancel_event.is_set():
                 raise RunCancelled(f"run cancelled on {self.host.name}")
             res = self.t.run(cmd, timeout=30)
             w.polls += 1
             first, _, text = res.stdout.partition("\n")
             seen_boot = first.removeprefix(BOOT_MARK).strip()
-            if boot is None:
-                boot = seen_boot
-            elif seen_boot and seen_boot != boot:
+            if w.boot is None:
+                w.boot = seen_boot or None
+            elif seen_boot and seen_boot != w.boot:
                 raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
                                  "changed); the run says nothing about the config")  # fmt: skip
             poll = self.manager.parse_poll(text, started)
@@ -524,6 +526,23 @@ class Executor:
             # answers /health a few times and then dies (it must not be judged `pass`).
             self.sleep(exp.health.settle)
             once()  # marks the run dead if the server did not survive the settle
+
+    def _host_stayed_up(self, w: _Watch) -> None:
+        """A server seen dead while its host went down (a reboot or shutdown under the
+        run: the unit stopped by the system, its log gone with the old boot) died of
+        nothing in its config: raise the run's `infra` instead of letting it be judged.
+        Asked after the death's evidence was read, so a reboot that lands between the
+        last poll and that read is seen too."""
+        r = self.t.run("cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
+                       "systemctl is-system-running 2>/dev/null || true", timeout=30)  # fmt: skip
+        lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+        boot = lines[0] if lines else ""
+        if w.boot and boot and boot != w.boot:
+            raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
+                             "changed); the run says nothing about the config")  # fmt: skip
+        if "stopping" in lines[1:]:
+            raise InfraError(f"{self.host.describe()} was shutting down when the server died "
+                             "(systemd: stopping); the run says nothing about the config")
 
     def _probe(
         self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
