@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from orchestrator.campaign.bisect import relative
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint, free_port
@@ -91,6 +92,34 @@ def _unit(path: Path) -> str:
     data = yaml.safe_load(path.read_text())
     unit = (data.get("service") or {}).get("unit")
     return unit or _unit(path.parent / data["extends"])
+
+
+def replayed_hosts_file(sshd: SshdEndpoint, tmp: Path, base: int) -> Path:
+    """The sshd lab host whose flaky scenarios (`seed: random`) replay the fixed draw
+    sequence `base` (`ORCH_LAB_SEED=random:BASE`), so that a test repeats its history."""
+    path = tmp / "hosts.yaml"
+    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), env={
+        "ORCH_LAB_TIME_SCALE": TIME_SCALE, "ORCH_LAB_SEED": f"random:{base}",
+        "ORCH_LAB_DIR": str(tmp / "lab-state")}))  # fmt: skip
+    return path
+
+
+def bad_passes_first(bad: Experiment, scenario: str) -> int:
+    """The first replay sequence whose 2nd start (bad, after good) does not crash: the
+    campaign then meets the flakiness on its own bad config."""
+    from orchestrator.lab import cmdline
+    from orchestrator.lab import scenario as sc
+    from orchestrator.lab.server import replayed_seed
+
+    scen = sc.load(scenario)
+    argv = bad.argv()
+    flags = cmdline.parse_strict(argv[argv.index("--scenario") + 2:], scen.known_flags)
+    for name in sc.LAB_ONLY_FLAGS:
+        flags.pop(name, None)
+    for base in range(1, 200):
+        if scen.select_fault(flags, bad.env_map(), replayed_seed(base, 2)) is None:
+            return base
+    raise AssertionError("no sequence starts with a pass of bad")
 
 
 def sshd_hosts_file(sshd: SshdEndpoint, tmp: Path, name: str = "lab") -> Path:

@@ -247,3 +247,11 @@ def host(name: str = "scripted") -> Host:
 
 __all__ = ["Faults", "Oracle", "Rule", "ScriptedExecutor", "Verdict", "factory", "host",
            "present", "write_pair"]  # fmt: skip
+
+
+def first_draw_passes(p: float = 0.5) -> int:
+    """An `Oracle` seed whose first draw (the bad endpoint's, when good matches no rule)
+    passes a rule of probability `p`."""
+    import random
+
+    return next(s for s in range(100) if random.Random(s).random() >= p)

@@ -21,11 +21,17 @@ from pathlib import Path
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.lab import cmdline
-from orchestrator.lab import scenario as sc
-from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.sshd import SshdEndpoint
-from tests.campaign_lab import TIME_SCALE, Pair, cli, cli_json, lab_pair, lab_servers, read_runs
+from tests.campaign_lab import (
+    Pair,
+    bad_passes_first,
+    cli,
+    cli_json,
+    lab_pair,
+    lab_servers,
+    read_runs,
+    replayed_hosts_file,
+)
 
 COUNTS = re.compile(r"^fail \d+ of \d+$")
 #: a replay sequence in which the search meets the decoy's failure on one start of a
@@ -36,32 +42,9 @@ COUNTS = re.compile(r"^fail \d+ of \d+$")
 DECOY_SEQUENCE = 9
 
 
-def hosts_file(sshd: SshdEndpoint, tmp: Path, base: int) -> Path:
-    path = tmp / "hosts.yaml"
-    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), env={
-        "ORCH_LAB_TIME_SCALE": TIME_SCALE, "ORCH_LAB_SEED": f"random:{base}",
-        "ORCH_LAB_DIR": str(tmp / "lab-state")}))  # fmt: skip
-    return path
-
-
 def bisect(pair: Pair, hosts: Path, results: Path) -> tuple[int, dict]:
     return cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
                     "--hosts", hosts, "--results", results, timeout=900)  # fmt: skip
-
-
-def bad_passes_first(pair: Pair, scenario: str) -> int:
-    """The first replay sequence whose 2nd start (bad, after good) does not crash: the
-    campaign then meets the flakiness on its own bad config."""
-    bad = make_plan(pair.good, pair.bad).bad
-    scen = sc.load(scenario)
-    argv = bad.argv()
-    flags = cmdline.parse_strict(argv[argv.index("--scenario") + 2:], scen.known_flags)
-    for name in sc.LAB_ONLY_FLAGS:
-        flags.pop(name, None)
-    for base in range(1, 200):
-        if scen.select_fault(flags, bad.env_map(), replayed_seed(base, 2)) is None:
-            return base
-    raise AssertionError("no sequence starts with a pass of bad")
 
 
 def test_flaky_env_var_crashing_under_load_is_found_without_repeat(
@@ -69,8 +52,8 @@ def test_flaky_env_var_crashing_under_load_is_found_without_repeat(
 ) -> None:
     pair = lab_pair(tmp_path, "flaky-load")
     results = tmp_path / "results"
-    base = bad_passes_first(pair, "flaky-load")
-    code, answer = bisect(pair, hosts_file(sshd, tmp_path, base), results)
+    base = bad_passes_first(make_plan(pair.good, pair.bad).bad, "flaky-load")
+    code, answer = bisect(pair, replayed_hosts_file(sshd, tmp_path, base), results)
     assert code == 0, answer
     assert answer["status"] == "found"
     [cul] = answer["culprits"]
@@ -95,7 +78,7 @@ def test_flaky_env_var_crashing_under_load_is_found_without_repeat(
 def test_deterministic_target_beside_a_flaky_decoy(sshd: SshdEndpoint, tmp_path: Path) -> None:
     pair = lab_pair(tmp_path, "decoy")
     results = tmp_path / "results"
-    code, answer = bisect(pair, hosts_file(sshd, tmp_path, DECOY_SEQUENCE), results)
+    code, answer = bisect(pair, replayed_hosts_file(sshd, tmp_path, DECOY_SEQUENCE), results)
     assert code == 0, answer
     assert answer["status"] == "found"
     [cul] = answer["culprits"]

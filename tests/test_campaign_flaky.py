@@ -23,45 +23,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.lab import cmdline
-from orchestrator.lab import scenario as sc
-from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.sshd import SshdEndpoint
 from tests.campaign_lab import (
-    TIME_SCALE,
     Pair,
+    bad_passes_first,
     cli_json,
     lab_pair,
     lab_servers,
     read_runs,
+    replayed_hosts_file,
 )
 
 PAIR = ["--cuda-graph-max-bs 256", "--enable-dp-attention"]
 COUNTS = re.compile(r"^fail \d+ of \d+$")
-
-
-def bad_passes_first(plan: Plan) -> int:
-    """The first replay sequence whose 2nd start (bad, after good) does not crash."""
-    scen = sc.load("flaky")
-    argv = plan.bad.argv()
-    at = argv.index("--scenario")
-    flags = cmdline.parse_strict(argv[at + 2:], scen.known_flags)
-    for name in sc.LAB_ONLY_FLAGS:
-        flags.pop(name, None)
-    for base in range(1, 200):
-        if scen.select_fault(flags, {}, replayed_seed(base, 2)) is None:
-            return base
-    raise AssertionError("no sequence starts with a pass of bad")
-
-
-def flaky_hosts(sshd: SshdEndpoint, tmp: Path, base: int) -> Path:
-    path = tmp / "hosts.yaml"
-    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), env={
-        "ORCH_LAB_TIME_SCALE": TIME_SCALE, "ORCH_LAB_SEED": f"random:{base}",
-        "ORCH_LAB_DIR": str(tmp / "lab-state")}))  # fmt: skip
-    return path
 
 
 def command(pair: Pair, hosts: Path, results: Path) -> list[str | Path]:
@@ -113,7 +89,7 @@ def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint,
                                                       tmp_path: Path) -> None:  # fmt: skip
     pair = small_pair(tmp_path)
     plan = make_plan(pair.good, pair.bad)
-    hosts = flaky_hosts(sshd, tmp_path, bad_passes_first(plan))
+    hosts = replayed_hosts_file(sshd, tmp_path, bad_passes_first(plan.bad, "flaky"))
     results = tmp_path / "results"
     code, answer = cli_json(*command(pair, hosts, results))
     assert code == 0, answer

@@ -13,7 +13,6 @@ the real sshd and systemd hosts in test_campaign_resume.py.
 
 from __future__ import annotations
 
-import random
 import shutil
 import sqlite3
 from pathlib import Path
@@ -24,15 +23,19 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
 from orchestrator.results.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    first_draw_passes,
+    host,
+    write_pair,
+)
 
 N = 6
 PAIR = frozenset({1, 4})
-
-
-def bad_passes_first() -> int:
-    """A seed whose first draw (the bad endpoint's: good matches no rule) passes."""
-    return next(s for s in range(100) if random.Random(s).random() >= 0.5)
 
 
 def snapshot(results: Path, into: Path) -> None:
@@ -56,7 +59,7 @@ def test_flaky_campaign_killed_midway_resumes_with_its_posterior(tmp_path: Path)
     full = frozenset(range(N))
     results, killed = tmp_path / "results", tmp_path / "killed"
     oracle = Oracle([Rule(PAIR, "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=bad_passes_first())  # fmt: skip
+                    seed=first_draw_passes())  # fmt: skip
     store = Store(results)
 
     class KilledMidway(ScriptedExecutor):

@@ -58,21 +58,28 @@ def status(results: Path, cid: str) -> str:
         store.close()
 
 
-def test_ctrl_c_twice_half_a_second_apart_restores_and_says_so_truly(
-    sd: SdLab, tmp_path: Path
-) -> None:
-    sha = sd.unit_sha()
-    results, log = tmp_path / "results", tmp_path / "bisect.log"
+def signalled(sd: SdLab, results: Path, log: Path, gaps: list[float]) -> tuple[int, str, str]:
+    """A bisect in progress on `sd`, sent SIGINT once and again after each of `gaps`
+    (seconds): (its exit code, its output, its campaign id)."""
     child = popen_cli(*bisect_args(sd, results), log=log)
     try:
         cid = in_progress(sd, results, child, log)
         child.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        child.send_signal(signal.SIGINT)
+        for gap in gaps:
+            time.sleep(gap)
+            child.send_signal(signal.SIGINT)
         code = child.wait(timeout=300)
     finally:
         stop_child(child)
-    out = log.read_text()
+    return code, log.read_text(), cid
+
+
+def test_ctrl_c_twice_half_a_second_apart_restores_and_says_so_truly(
+    sd: SdLab, tmp_path: Path
+) -> None:
+    sha = sd.unit_sha()
+    results = tmp_path / "results"
+    code, out, cid = signalled(sd, results, tmp_path / "bisect.log", [0.5])
     assert code == 130, out
     assert "restoring the hosts, please wait" in out, out
     assert "sd: NOT restored" not in out and "Traceback" not in out, out
@@ -89,17 +96,7 @@ def test_ctrl_c_three_times_abandons_and_prints_the_restore_that_finishes_it(
     sd: SdLab, tmp_path: Path
 ) -> None:
     sha = sd.unit_sha()
-    results, log = tmp_path / "results", tmp_path / "bisect.log"
-    child = popen_cli(*bisect_args(sd, results), log=log)
-    try:
-        in_progress(sd, results, child, log)
-        for _ in range(3):
-            child.send_signal(signal.SIGINT)
-            time.sleep(0.05)
-        code = child.wait(timeout=300)
-    finally:
-        stop_child(child)
-    out = log.read_text()
+    code, out, _ = signalled(sd, tmp_path / "results", tmp_path / "bisect.log", [0.05, 0.05])
     assert code == 130, out
     assert "NOT restored" in out and "restored (read back" not in out, out
     restore = [ln for ln in out.splitlines() if "finish it with: " in ln]

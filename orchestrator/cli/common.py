@@ -210,56 +210,14 @@ def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str,
     either, the core restores the hosts, reads them back and raises `Interrupted`: print
     what the hosts showed and the resume command, and return None (exit 130). An error
     that stopped a resumable campaign gets the resume command as its hint."""
-    from rich.markup import escape
-
-    from orchestrator.cli.live import LiveView
-    from orchestrator.cli.output import console
-    from orchestrator.cli.signals import Interrupts
-
-    with Interrupts():
-        try:
-            return run()
-        except (Interrupted, KeyboardInterrupt) as exc:
-            if isinstance(view, LiveView):
-                view.close()
-            restored, lines = restore_lines(args, exc.left if isinstance(exc, Interrupted)
-                                            else None)  # fmt: skip
-            as_json = getattr(args, "json", False)
-            if not isinstance(exc, Interrupted):  # cut short before the core could say more
-                if as_json:
-                    import json
-
-                    console().print_json(json.dumps({
-                        "status": "interrupted", "restored": False, "left": None,
-                        "error": f"{noun} interrupted; " + "; ".join(lines)}))  # fmt: skip
-                    return None
-                console().print(f"\n[yellow]interrupted[/]: {noun} stopped.", highlight=False)
-                for line in lines:
-                    console().print(escape(line), highlight=False)
-                return None
-            resume = resume_command(args, exc.campaign)
-            if as_json:
-                import json
-
-                console().print_json(json.dumps({
-                    "campaign": exc.campaign_id, "status": "interrupted",
-                    "error": f"{noun} {exc.campaign_id} interrupted; " + "; ".join(lines),
-                    "restored": restored, "left": exc.left, "resume": resume}))  # fmt: skip
-                return None
-            console().print(f"\n[yellow]interrupted[/]: {noun} {exc.campaign_id} stopped.",
-                            highlight=False)  # fmt: skip
-            for line in lines:
-                console().print(escape(line), highlight=False)
-            console().print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)
-            return None
-        except OrchestratorError as exc:
-            if exc.resumable is not None:
-                exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
-                    f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
-            raise
-        finally:
-            if isinstance(view, LiveView):
-                view.close()
+    try:
+        return _interruptible(run, view, args, noun=noun, campaign=True,
+                              as_json=getattr(args, "json", False))  # fmt: skip
+    except OrchestratorError as exc:
+        if exc.resumable is not None:
+            exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
+                f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
+        raise
 
 
 def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool = False,
@@ -267,33 +225,59 @@ def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool
     """One recorded run (`run`, `rerun`) with SIGTERM and SIGHUP treated like Ctrl-C: the
     executor restores the host on the way out and reads it back; print what it showed and
     return None (exit 130)."""
-    from rich.markup import escape
+    return _interruptible(run, view, args or argparse.Namespace(), noun="the run",
+                          campaign=False, as_json=as_json)  # fmt: skip
 
+
+def _interruptible(run: Callable[[], T], view: Callable[..., None], args: argparse.Namespace,
+                   *, noun: str, campaign: bool, as_json: bool) -> T | None:  # fmt: skip
+    """`run` under `Interrupts` (SIGTERM and SIGHUP raise like Ctrl-C); on an interrupt,
+    say what the hosts read back showed (never "restored" unless they were), and for a
+    campaign the command that resumes it; None then (exit 130). The live view is closed
+    either way."""
     from orchestrator.cli.live import LiveView
-    from orchestrator.cli.output import console
     from orchestrator.cli.signals import Interrupts
 
-    with Interrupts():
-        try:
+    try:
+        with Interrupts():
             return run()
-        except (KeyboardInterrupt, Interrupted) as exc:
-            if isinstance(view, LiveView):
-                view.close()
-            restored, lines = restore_lines(args or argparse.Namespace(),
-                                            exc.left if isinstance(exc, Interrupted) else None)
-            if as_json:
-                import json
+    except (Interrupted, KeyboardInterrupt) as exc:
+        if isinstance(view, LiveView):
+            view.close()
+        _say_interrupted(exc, args, noun=noun, campaign=campaign, as_json=as_json)
+        return None
+    finally:
+        if isinstance(view, LiveView):
+            view.close()
 
-                console().print_json(json.dumps({
-                    "status": "interrupted", "restored": restored,
-                    "error": "interrupted; " + "; ".join(lines),
-                    "left": exc.left if isinstance(exc, Interrupted) else None}))  # fmt: skip
-            else:
-                console().print("\n[yellow]interrupted[/]: the run was stopped.",
-                                highlight=False)  # fmt: skip
-                for line in lines:
-                    console().print(escape(line), highlight=False)
-            return None
-        finally:
-            if isinstance(view, LiveView):
-                view.close()
+
+def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
+                     campaign: bool, as_json: bool) -> None:  # fmt: skip
+    import json
+
+    from rich.markup import escape
+
+    from orchestrator.cli.output import console
+
+    left = exc.left if isinstance(exc, Interrupted) else None
+    restored, lines = restore_lines(args, left)
+    # a campaign the core could speak for has an id and a resume command; one cut short
+    # before that (a KeyboardInterrupt) has neither
+    ref = exc if campaign and isinstance(exc, Interrupted) else None
+    subject = f"{noun} {ref.campaign_id}" if ref is not None else noun
+    resume = resume_command(args, ref.campaign) if ref is not None else None
+    if as_json:
+        doc: dict[str, object] = {"status": "interrupted", "restored": restored,
+                                  "error": f"{subject} {'' if campaign else 'was '}"
+                                           "interrupted; " + "; ".join(lines),
+                                  "left": left}  # fmt: skip
+        if ref is not None:
+            doc = {"campaign": ref.campaign_id, **doc, "resume": resume}
+        console().print_json(json.dumps(doc))
+        return
+    stopped = f"{subject} stopped." if campaign else f"{noun} was stopped."
+    console().print(f"\n[yellow]interrupted[/]: {stopped}", highlight=False)
+    for line in lines:
+        console().print(escape(line), highlight=False)
+    if resume is not None:
+        console().print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)

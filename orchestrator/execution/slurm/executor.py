@@ -148,11 +148,8 @@ class SlurmExecutor(Executor):
         stale = []
         for job, state, comment in facts.parse_squeue_jobs(r.stdout):
             info = jobscript.parse_comment(comment)
-            camp, ctl = info.get("campaign"), info.get("controller", "")
-            if not camp or ctl == CONTROLLER:
-                continue
-            if camp == self.campaign or _dead_here(ctl):
-                stale.append((job, state, camp, info.get("run", "?")))
+            if left_behind(info, campaign=self.campaign):
+                stale.append((job, state, info.get("campaign", ""), info.get("run", "?")))
         if not stale:
             return
         ids = " ".join(j for j, _, _, _ in stale)
@@ -528,6 +525,19 @@ def _dead_here(controller: str) -> bool | None:
     return not os.path.exists(f"/proc/{pid}")
 
 
+def left_behind(info: dict[str, str], *, campaign: str | None = None) -> bool:
+    """Whether a queued job (its comment's words) was left by a controller that stopped:
+    one of this machine whose process is gone, or, given `campaign`, an earlier controller
+    of that campaign. Never this controller's own, another machine's or another tool's.
+    The one rule of the campaign start's recovery and of `orchestrator restore`."""
+    ctl = info.get("controller", "")
+    if ctl == CONTROLLER:
+        return False
+    if campaign and info.get("campaign") == campaign:
+        return True
+    return bool(_dead_here(ctl))
+
+
 def cancel_orphans(host: Host, t: Transport) -> list[str]:
     """`orchestrator restore` of a cluster: cancel the jobs that controllers on this machine
     submitted and that outlived them (their process is gone), then remove the secrets files
@@ -544,7 +554,7 @@ def cancel_orphans(host: Host, t: Transport) -> list[str]:
     queued: set[str] = set()
     for job, state, comment in facts.parse_squeue_jobs(r.stdout):
         words = jobscript.parse_comment(comment)
-        if not _dead_here(words.get("controller", "")):
+        if not left_behind(words):
             queued.add(run_dir_of(host, words.get("campaign", ""), words.get("run", "")))
             continue
         t.run(f"{env}scancel {job}", timeout=60)
