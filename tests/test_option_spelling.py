@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.config.experiment import load_experiment
+from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.helpcache import HelpCache, build_of
 from orchestrator.execution.preflight import Preflight, follow, option_of, read_help, respell
 from orchestrator.execution.transport.base import CommandResult
@@ -66,12 +67,11 @@ def test_two_spellings_in_one_config_keep_the_last_value_as_argparse_does() -> N
     assert out.flag_map()["max-num-seqs"] == 32 and "max_num_seqs" not in out.flag_map()
 
 
-class _Env:
-    interpreter = "/v/bin/python (shebang)"
-    server = "vllm"
-    server_version = "0.32.0"
-    python = "3.11.7"
-    packages = {"torch": "2.13.0+cpu", "vllm": "0.32.0+cpu"}
+def _Env(**changes: object) -> HostEnvironment:  # noqa: N802 (reads as the record it makes)
+    return HostEnvironment(**{
+        "interpreter": "/v/bin/python (shebang)", "server": "vllm", "server_version": "0.32.0",
+        "python": "3.11.7", "packages": {"torch": "2.13.0+cpu", "vllm": "0.32.0+cpu"},
+        **changes})  # type: ignore[arg-type]
 
 
 def test_help_is_read_once_per_host_and_build(tmp_path: Path) -> None:
@@ -106,6 +106,7 @@ def test_help_is_read_once_per_host_and_build(tmp_path: Path) -> None:
 def test_an_executable_edited_in_place_is_another_build() -> None:
     """A wrapper script edited in place (same versions, another file) may take other flags:
     its help is read again."""
-    same, edited = _Env(), _Env()
-    same.exec_sha256, edited.exec_sha256 = "a" * 64, "b" * 64  # type: ignore[attr-defined]
+    same, edited = _Env(exec_sha256="a" * 64), _Env(exec_sha256="b" * 64)
     assert build_of(same) != build_of(edited)
+    # the build is part of the record the verdict cache digests: never one without the other
+    assert same.digest() != edited.digest()

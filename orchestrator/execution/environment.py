@@ -120,6 +120,18 @@ class HostEnvironment:
         known["packages"] = dict(known.get("packages") or {})
         return cls(**known)
 
+    def build(self) -> str | None:
+        """The server build this capture saw, as the help cache keys what the server's
+        parser takes (None: no server version, so builds are not told apart). Made of
+        fields that `digest()` covers too: a changed build is always a changed
+        environment, so the verdict cache and the help cache cannot disagree on it."""
+        if not self.server_version:
+            return None
+        packages = sorted((k, v) for k, v in (self.packages or {}).items() if v)
+        # the executable's own file too: a wrapper script edited in place takes other flags
+        return json.dumps([self.interpreter, self.server, self.server_version, self.python,
+                           packages, self.exec_sha256])  # fmt: skip
+
     def digest(self) -> str:
         """Equal environments have equal digests (what the cache and change checks use)."""
         data = self.to_dict()

@@ -28,14 +28,9 @@ def default_dir() -> Path:
 
 
 def build_of(environment: Any) -> str | None:
-    """The server build an environment capture saw (None: not told apart)."""
-    if environment is None or not getattr(environment, "server_version", None):
-        return None
-    packages = sorted((k, v) for k, v in (environment.packages or {}).items() if v)
-    # the executable's own file too: a wrapper script edited in place takes other flags
-    return json.dumps([environment.interpreter, environment.server, environment.server_version,
-                       environment.python, packages,
-                       getattr(environment, "exec_sha256", None)])  # fmt: skip
+    """The server build an environment capture saw (None: not told apart); see
+    `HostEnvironment.build`, which derives it from the record the verdict cache digests."""
+    return None if environment is None else environment.build()
 
 
 class HelpCache:
