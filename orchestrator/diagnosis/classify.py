@@ -46,7 +46,10 @@ from orchestrator.diagnosis.server_logs import (
     RUN_TOGETHER_MIN,
     SELF_NAMING,
     SPECIFIC_WORDS,
+    QUOTED_MESSAGES,
     STOP_MARKERS,
+    UNTYPED_ERROR,
+    VALUE_PARTS,
     WRAPPED_CAUSES,
     ServerProfile,
     own_file,
@@ -55,7 +58,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 4
+SIGNATURE_VERSION = 5
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -309,6 +312,24 @@ def first_sentence(message: str) -> str:
     return message.rstrip(" .")
 
 
+# What a message's words keep when they are its name (server_logs.VALUE_PARTS): markdown's
+# backticks and typographic quotes come and go between reports of one line.
+_MARKUP = str.maketrans({"`": None, "\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+_SPACE_PUNCT = re.compile(r"\s+(?=[,.;:)\]])|(?<=[(\[])\s+")
+
+
+def message_words(message: str) -> str:
+    """A normalized message without the parts that hold values rather than words (a
+    parenthesized value, a device name, a trailing `got ...`), so reports of one error from
+    other versions, devices and inputs read alike; the message itself when that would
+    leave too few words to name anything."""
+    out = message.translate(_MARKUP)
+    for pattern in VALUE_PARTS:
+        out = pattern.sub("", out)
+    out = _SPACE_PUNCT.sub("", re.sub(r"\s{2,}", " ", out)).strip(" ,;:")
+    return out if len(out.split()) >= SPECIFIC_WORDS else message.translate(_MARKUP)
+
+
 def names_itself(error_class: str, message: str) -> bool:
     """True when the message says what went wrong in its own words, so the place that
     raised it is not needed to tell it from other failures (server_logs.GENERIC_CLASSES)."""
@@ -542,6 +563,7 @@ class _Event:
     text: str  # the exception line's body, prefix-free
     frames: tuple[Frame, ...]  # innermost last
     chain: int  # events of one chained traceback share this
+    untyped: bool = False  # a message quoted without its exception type
 
 
 @dataclass(frozen=True)
@@ -584,6 +606,22 @@ def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
              if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
     return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
                    (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
+
+
+def _untyped_error(bodies: Sequence[str]) -> list[_Event]:
+    """The first line that reads as an error message quoted without its exception type
+    (server_logs.UNTYPED_ERROR), or the message a sentence quotes; for a text that shows no
+    error line and no milestone at all."""
+    for i, body in enumerate(bodies):
+        if isinstance(body, _Advice) or not body.strip():
+            continue
+        # (text, whether its place says it is an error): an error answer's `message` is one
+        found = [(next(g for g in m.groups() if g).strip(), n == 0)
+                 for n, pattern in enumerate(QUOTED_MESSAGES) for m in pattern.finditer(body)]
+        for text, known in [*found, (body.strip(), False)]:
+            if len(text.split()) >= SPECIFIC_WORDS and (known or UNTYPED_ERROR.search(text)):
+                return [_Event(i, i, None, text, (), 1, untyped=True)]
+    return []
 
 
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
@@ -825,7 +863,7 @@ def _classify_event(event: _Event, extra: Sequence[str],
             # first line names the error
             msg = extra[0].strip()
         return _short_type(event.exc_type), msg, None
-    return "error", event.text, None
+    return ("untyped" if event.untyped else "error"), event.text, None
 
 
 def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> str | None:
@@ -896,7 +934,9 @@ def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
                  progress: Phase | None) -> Phase | None:  # fmt: skip
     """The phase the stack says: a startup function on it (innermost wins), else the
     serving loop (warmup or serving: the log's progress tells which)."""
-    for _path, func in reversed(frames):
+    for path, func in reversed(frames):
+        if own_file(path) is None:
+            continue  # the caller's own code ("load_model" in a demo script) says nothing
         for prof in profiles:
             for phase, pattern in prof.startup_frames:
                 if pattern.match(func):
@@ -1048,6 +1088,8 @@ def analyze_log(text: str) -> LogAnalysis:
         progress.append(best)
     reached = best
     events = _events_by_process(lines, bodies) or _mid_line_errors(bodies)
+    if not events and reached is None:
+        events = _untyped_error(bodies)
     stop = _stopped_at(bodies)
     if stop is not None:
         # told to stop (SIGTERM): what it prints from then on is its shutdown
@@ -1142,7 +1184,7 @@ def analyze_log(text: str) -> LogAnalysis:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""
     if rule is None:
-        message = first_sentence(message)
+        message = first_sentence(message_words(message))
         words = message.split(" ")
         if len(words) > KEY_WORDS:
             message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."
