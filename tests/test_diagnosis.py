@@ -503,7 +503,7 @@ def test_thread_corpus_labels_and_sources() -> None:
     causes are reported by two or more people; both halves exist."""
     labels = read_labels(THREADS)
     causes = {lab.root_cause for lab in labels}
-    assert len(causes) >= 35 and len(labels) >= 90
+    assert len(causes) >= 50 and len(labels) >= 130
     assert all(lab.source.startswith("https://github.com/") for lab in labels)
     for lab in labels:
         first = (THREADS / lab.file).read_text(encoding="utf-8").splitlines()[0]
