@@ -382,6 +382,36 @@ def test_a_message_quoted_without_its_type_is_named_by_its_words() -> None:
     assert analyze_log("just some words here\n").signature is None
 
 
+def test_an_error_quoted_by_a_wrapper_or_in_markdown_is_read() -> None:
+    """A wrapper prints the exception's repr, a title puts the line in parentheses, a
+    comment quotes a whole log line in backticks (prefix and all), a wrapper's logger stamps
+    its lines in ISO form: each still names the error, and where the user keeps the model
+    (a directory, a repo id) is not part of the name."""
+    from orchestrator.diagnosis.verdicts import Phase
+
+    repr_ = analyze_log("`Runner failed with exception: RuntimeError('Cannot find any model "
+                        "weights with /llamas/c123ian/irish_eng_transl_2k_test_uuix')`\n")
+    ticked = analyze_log("`(RayWorkerVllm pid=1842765) ERROR 04-24 09:33:04 ray_utils.py:44] "
+                         "RuntimeError: Cannot find any model weights with "
+                         "'meta-llama/CodeLlama-7b-Instruct-hf'`\n")
+    nested = analyze_log("`RuntimeError: Cannot find any model weights with `/home/models/"
+                         "snapshots/3deb0106f72a3a433f0c6ea0cb978bdf14bcd3a6``\n")
+    assert repr_.signature is not None
+    assert repr_.signature == ticked.signature == nested.signature
+    assert (repr_.error_class, repr_.phase) == ("RuntimeError", Phase.LOAD_WEIGHTS)
+    assert repr_.message == "Cannot find any model weights with"
+    # a file's own name stays: it says which file
+    lib = analyze_log("OSError: /opt/x/libcudart.so.12: cannot open shared object file\n")
+    assert lib.message == "libcudart.so.<n>: cannot open shared object file"
+    title = analyze_log("vllm does not start (RuntimeError: operator torchvision::nms does "
+                        "not exist)\n")
+    assert (title.error_class, title.message) == ("RuntimeError",
+                                                   "operator torchvision::nms does not exist")
+    iso = analyze_log("2025-04-17T08:59:26+00:00 - gpustack.worker.backends.vllm - ERROR - "
+                      "ValueError: Unrecognized model in /tmp/m. Should have a model_type\n")
+    assert iso.error_class == "ValueError"
+
+
 def test_the_callers_own_function_names_no_phase() -> None:
     """A script's `load_model` that starts the engine is not the server loading weights:
     only frames of the server's own code say the phase."""

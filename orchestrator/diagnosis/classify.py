@@ -77,7 +77,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # loguru: "... | ERROR | mod:fn:12 - "), "2025-03-07 23:50:27,531 - __main__ - INFO - "
     re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
                r"[\w.:<>-]+\s*(?:\||-)\s?"),
-    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - "),
+    # (the stamp in ISO form too: "2025-04-17T08:59:26+00:00 - gpustack.worker - ERROR - ")
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? - "
+               r"[\w.<>-]+ - [A-Z]+ - "),
     # docker compose: "service-1  | "
     re.compile(r"^[\w.-]+\s+\|\s"),
     # CI log viewers: "  | [2025-03-10T15:07:20Z] "
@@ -113,6 +115,8 @@ def strip_prefix(line: str) -> str:
     body = line.rstrip("\r\n")
     if "\x1b" in body or "#033[" in body:
         body = _ANSI.sub("", body)
+    if len(body) > 2 and body[0] == "`" and body[-1] == "`" and body[1] != "`":
+        body = body[1:-1]  # a line quoted whole in markdown's backticks
     if not body or body[0] in " \t":
         return body  # continuation lines keep their indentation
     for _ in range(6):  # prefixes nest a few layers deep at most
@@ -252,7 +256,7 @@ def last_phase(lines: Iterable[str]) -> Phase | None:
 # Normalization: what varies between ranks, days, hosts and installs goes
 # ---------------------------------------------------------------------------------------
 
-_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
+_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=`]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
                    r"""(?=[^\s/'"():,\[\]]+)""")
 
 # Order matters: specific shapes before the generic number rules.
@@ -323,7 +327,7 @@ def message_words(message: str) -> str:
     parenthesized value, a device name, a trailing `got ...`), so reports of one error from
     other versions, devices and inputs read alike; the message itself when that would
     leave too few words to name anything."""
-    out = message.translate(_MARKUP)
+    out = _mask_variable_quotes(message).translate(_MARKUP)
     for pattern in VALUE_PARTS:
         out = pattern.sub("", out)
     out = _SPACE_PUNCT.sub("", re.sub(r"\s{2,}", " ", out)).strip(" ,;:")
@@ -537,9 +541,10 @@ _EXC_LINE_RE = re.compile(
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
 # An exception line quoted whole inside a sentence, between quotes or backticks
+# (in double quotes the line may hold backticks of its own: "... a `model_type` key ...")
 _QUOTED_EXC_LINE = re.compile(
-    r"[\u201c\"`]\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"`]+?)"
-    r"\s*[\u201d\"`]"
+    r"(?:[\u201c\"]\s*(?P<dq>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"]+?)"
+    r"\s*[\u201d\"]|`\s*(?P<bq>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^`]+?)\s*`)"
 )
 _SIGQUIT_RE = re.compile(r"Received sigquit from a child proces|SIGQUIT received")
 _CARETS_RE = re.compile(r"^\s*[\^~]+\s*$")
@@ -597,13 +602,25 @@ def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
 
 # An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
 # read only when the log shows no error line of its own.
-_MID_LINE_EXC = re.compile(r"(?<=\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+_MID_LINE_EXC = re.compile(r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+# or its repr, as a wrapper prints the exception it caught ("Runner failed with exception:
+# RuntimeError('Cannot find any model weights with ...')")
+_EXC_REPR = re.compile(r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                       r"\((?P<q>['\"])(?P<msg>.+?)(?P=q)\)")
 
 
 def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
-    found = [(i, m.group("exc").rstrip()) for i, body in enumerate(bodies)
-             if not isinstance(body, _Advice) and ("rror: " in body or "xception: " in body)
-             if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
+    found: list[tuple[int, str]] = []
+    for i, body in enumerate(bodies):
+        if isinstance(body, _Advice) or not ("rror" in body or "xception" in body):
+            continue
+        if (m := _MID_LINE_EXC.search(body)) is not None:
+            text = m.group("exc").rstrip()
+            if body[m.start() - 1] == "(" and text.endswith(")") and text.count(")") > text.count("("):
+                text = text[:-1]  # "(RuntimeError: ...)": the parenthesis is the sentence's
+            found.append((i, text))
+        elif (r := _EXC_REPR.search(body)) is not None:
+            found.append((i, f"{r.group('type')}: {r.group('msg')}"))
     return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
                    (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
 
@@ -676,7 +693,7 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             continue
         if not isinstance(body, _Advice) and (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
             # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
-            text = q.group("exc").rstrip()
+            text = (q.group("dq") or q.group("bq")).rstrip()
             m = _EXC_LINE_RE.match(text)
             events.append(_Event(idx, idx, m.group("type") if m else None, text, (),
                                  chain := chain + 1))  # fmt: skip

@@ -255,6 +255,7 @@ PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
                                r"maximum model length|prompt \(length \d+\) is longer than|"
                                r"maximum context length is \d+ tokens\. However, you requested")),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
+    (Phase.LOAD_WEIGHTS, re.compile(r"\bmodel weights\b|\bload(?:ing)? (?:the )?weights\b")),
     # an NCCL watchdog's work item counts the collectives its group ran: a server that
     # ran a hundred thousand of them was serving (startup runs hundreds, not more)
     (Phase.SERVING, re.compile(r"WorkNCCL\(SeqNum=\d{6,}")),
@@ -279,6 +280,11 @@ VALUE_PARTS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?<=\bdevice)<n>|(?<=\bGPU)<n>"),
     # "..., got X" / "but got X": the value the check saw
     re.compile(r",?\s*\b(?:but )?got\b.*$"),
+    # a quoted value (a repo id, a path: classify masks them to '<v>')
+    re.compile(r"\s*'<v>'"),
+    # a path to a directory or a model (no file extension): where the user keeps it
+    re.compile(r"\s*<path>/(?![^\s'\",:;()]*\.[A-Za-z]\w{0,4}(?:\.(?:\d+|<n>))*(?![^\s'\",:;()]))"
+               r"[^\s'\",:;()]*[^\s'\",:;().]"),
     re.compile(r"<path>/"),  # where a file lives: the file names it
 )
 
