@@ -42,11 +42,11 @@ from orchestrator.diagnosis.server_logs import (
     PASS_THROUGH,
     PHASE_HINTS,
     PROFILES,
+    QUOTED_MESSAGES,
     RECORD_STARTS,
     RUN_TOGETHER_MIN,
     SELF_NAMING,
     SPECIFIC_WORDS,
-    QUOTED_MESSAGES,
     STOP_MARKERS,
     UNTYPED_ERROR,
     VALUE_PARTS,
@@ -602,7 +602,8 @@ def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
 
 # An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
 # read only when the log shows no error line of its own.
-_MID_LINE_EXC = re.compile(r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+_MID_LINE_EXC = re.compile(
+    r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
 # or its repr, as a wrapper prints the exception it caught ("Runner failed with exception:
 # RuntimeError('Cannot find any model weights with ...')")
 _EXC_REPR = re.compile(r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
@@ -616,7 +617,8 @@ def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
             continue
         if (m := _MID_LINE_EXC.search(body)) is not None:
             text = m.group("exc").rstrip()
-            if body[m.start() - 1] == "(" and text.endswith(")") and text.count(")") > text.count("("):
+            if (body[m.start() - 1] == "(" and text.endswith(")")
+                    and text.count(")") > text.count("(")):
                 text = text[:-1]  # "(RuntimeError: ...)": the parenthesis is the sentence's
             found.append((i, text))
         elif (r := _EXC_REPR.search(body)) is not None:

@@ -394,7 +394,8 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES", "UNTYPED_ERROR", "VALUE_PARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
+           "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES", "UNTYPED_ERROR", "VALUE_PARTS",
+           "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
            "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
