@@ -42,11 +42,14 @@ from orchestrator.diagnosis.server_logs import (
     PASS_THROUGH,
     PHASE_HINTS,
     PROFILES,
+    QUOTED_MESSAGES,
     RECORD_STARTS,
     RUN_TOGETHER_MIN,
     SELF_NAMING,
     SPECIFIC_WORDS,
     STOP_MARKERS,
+    UNTYPED_ERROR,
+    VALUE_PARTS,
     WRAPPED_CAUSES,
     ServerProfile,
     own_file,
@@ -55,7 +58,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 4
+SIGNATURE_VERSION = 5
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -74,7 +77,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # loguru: "... | ERROR | mod:fn:12 - "), "2025-03-07 23:50:27,531 - __main__ - INFO - "
     re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
                r"[\w.:<>-]+\s*(?:\||-)\s?"),
-    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - "),
+    # (the stamp in ISO form too: "2025-04-17T08:59:26+00:00 - gpustack.worker - ERROR - ")
+    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? - "
+               r"[\w.<>-]+ - [A-Z]+ - "),
     # docker compose: "service-1  | "
     re.compile(r"^[\w.-]+\s+\|\s"),
     # CI log viewers: "  | [2025-03-10T15:07:20Z] "
@@ -110,6 +115,8 @@ def strip_prefix(line: str) -> str:
     body = line.rstrip("\r\n")
     if "\x1b" in body or "#033[" in body:
         body = _ANSI.sub("", body)
+    if len(body) > 2 and body[0] == "`" and body[-1] == "`" and body[1] != "`":
+        body = body[1:-1]  # a line quoted whole in markdown's backticks
     if not body or body[0] in " \t":
         return body  # continuation lines keep their indentation
     for _ in range(6):  # prefixes nest a few layers deep at most
@@ -249,7 +256,7 @@ def last_phase(lines: Iterable[str]) -> Phase | None:
 # Normalization: what varies between ranks, days, hosts and installs goes
 # ---------------------------------------------------------------------------------------
 
-_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
+_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=`]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
                    r"""(?=[^\s/'"():,\[\]]+)""")
 
 # Order matters: specific shapes before the generic number rules.
@@ -307,6 +314,24 @@ def first_sentence(message: str) -> str:
     if m is not None and len(message[: m.start()].split()) >= SPECIFIC_WORDS:
         message = message[: m.start()]
     return message.rstrip(" .")
+
+
+# What a message's words keep when they are its name (server_logs.VALUE_PARTS): markdown's
+# backticks and typographic quotes come and go between reports of one line.
+_MARKUP = str.maketrans({"`": None, "\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+_SPACE_PUNCT = re.compile(r"\s+(?=[,.;:)\]])|(?<=[(\[])\s+")
+
+
+def message_words(message: str) -> str:
+    """A normalized message without the parts that hold values rather than words (a
+    parenthesized value, a device name, a trailing `got ...`), so reports of one error from
+    other versions, devices and inputs read alike; the message itself when that would
+    leave too few words to name anything."""
+    out = _mask_variable_quotes(message).translate(_MARKUP)
+    for pattern in VALUE_PARTS:
+        out = pattern.sub("", out)
+    out = _SPACE_PUNCT.sub("", re.sub(r"\s{2,}", " ", out)).strip(" ,;:")
+    return out if len(out.split()) >= SPECIFIC_WORDS else message.translate(_MARKUP)
 
 
 def names_itself(error_class: str, message: str) -> bool:
@@ -516,9 +541,10 @@ _EXC_LINE_RE = re.compile(
 )
 _WHAT_RE = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
 # An exception line quoted whole inside a sentence, between quotes or backticks
+# (in double quotes the line may hold backticks of its own: "... a `model_type` key ...")
 _QUOTED_EXC_LINE = re.compile(
-    r"[\u201c\"`]\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"`]+?)"
-    r"\s*[\u201d\"`]"
+    r"(?:[\u201c\"]\s*(?P<dq>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^\u201c\u201d\"]+?)"
+    r"\s*[\u201d\"]|`\s*(?P<bq>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^`]+?)\s*`)"
 )
 _SIGQUIT_RE = re.compile(r"Received sigquit from a child proces|SIGQUIT received")
 _CARETS_RE = re.compile(r"^\s*[\^~]+\s*$")
@@ -542,6 +568,7 @@ class _Event:
     text: str  # the exception line's body, prefix-free
     frames: tuple[Frame, ...]  # innermost last
     chain: int  # events of one chained traceback share this
+    untyped: bool = False  # a message quoted without its exception type
 
 
 @dataclass(frozen=True)
@@ -575,15 +602,45 @@ def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
 
 # An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
 # read only when the log shows no error line of its own.
-_MID_LINE_EXC = re.compile(r"(?<=\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+_MID_LINE_EXC = re.compile(
+    r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+# or its repr, as a wrapper prints the exception it caught ("Runner failed with exception:
+# RuntimeError('Cannot find any model weights with ...')")
+_EXC_REPR = re.compile(r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                       r"\((?P<q>['\"])(?P<msg>.+?)(?P=q)\)")
 
 
 def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
-    found = [(i, m.group("exc").rstrip()) for i, body in enumerate(bodies)
-             if not isinstance(body, _Advice) and ("rror: " in body or "xception: " in body)
-             if (m := _MID_LINE_EXC.search(body)) is not None]  # fmt: skip
+    found: list[tuple[int, str]] = []
+    for i, body in enumerate(bodies):
+        if isinstance(body, _Advice) or not ("rror" in body or "xception" in body):
+            continue
+        if (m := _MID_LINE_EXC.search(body)) is not None:
+            text = m.group("exc").rstrip()
+            if (body[m.start() - 1] == "(" and text.endswith(")")
+                    and text.count(")") > text.count("(")):
+                text = text[:-1]  # "(RuntimeError: ...)": the parenthesis is the sentence's
+            found.append((i, text))
+        elif (r := _EXC_REPR.search(body)) is not None:
+            found.append((i, f"{r.group('type')}: {r.group('msg')}"))
     return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
                    (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
+
+
+def _untyped_error(bodies: Sequence[str]) -> list[_Event]:
+    """The first line that reads as an error message quoted without its exception type
+    (server_logs.UNTYPED_ERROR), or the message a sentence quotes; for a text that shows no
+    error line and no milestone at all."""
+    for i, body in enumerate(bodies):
+        if isinstance(body, _Advice) or not body.strip():
+            continue
+        # (text, whether its place says it is an error): an error answer's `message` is one
+        found = [(next(g for g in m.groups() if g).strip(), n == 0)
+                 for n, pattern in enumerate(QUOTED_MESSAGES) for m in pattern.finditer(body)]
+        for text, known in [*found, (body.strip(), False)]:
+            if len(text.split()) >= SPECIFIC_WORDS and (known or UNTYPED_ERROR.search(text)):
+                return [_Event(i, i, None, text, (), 1, untyped=True)]
+    return []
 
 
 def _find_events(bodies: Sequence[str]) -> list[_Event]:
@@ -638,7 +695,7 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
             continue
         if not isinstance(body, _Advice) and (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
             # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
-            text = q.group("exc").rstrip()
+            text = (q.group("dq") or q.group("bq")).rstrip()
             m = _EXC_LINE_RE.match(text)
             events.append(_Event(idx, idx, m.group("type") if m else None, text, (),
                                  chain := chain + 1))  # fmt: skip
@@ -825,7 +882,7 @@ def _classify_event(event: _Event, extra: Sequence[str],
             # first line names the error
             msg = extra[0].strip()
         return _short_type(event.exc_type), msg, None
-    return "error", event.text, None
+    return ("untyped" if event.untyped else "error"), event.text, None
 
 
 def _site(frames: Sequence[Frame], *, loose: bool = False, depth: int = 1) -> str | None:
@@ -896,7 +953,9 @@ def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
                  progress: Phase | None) -> Phase | None:  # fmt: skip
     """The phase the stack says: a startup function on it (innermost wins), else the
     serving loop (warmup or serving: the log's progress tells which)."""
-    for _path, func in reversed(frames):
+    for path, func in reversed(frames):
+        if own_file(path) is None:
+            continue  # the caller's own code ("load_model" in a demo script) says nothing
         for prof in profiles:
             for phase, pattern in prof.startup_frames:
                 if pattern.match(func):
@@ -1048,6 +1107,8 @@ def analyze_log(text: str) -> LogAnalysis:
         progress.append(best)
     reached = best
     events = _events_by_process(lines, bodies) or _mid_line_errors(bodies)
+    if not events and reached is None:
+        events = _untyped_error(bodies)
     stop = _stopped_at(bodies)
     if stop is not None:
         # told to stop (SIGTERM): what it prints from then on is its shutdown
@@ -1142,7 +1203,7 @@ def analyze_log(text: str) -> LogAnalysis:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = normalize_message(key) if key else ""
     if rule is None:
-        message = first_sentence(message)
+        message = first_sentence(message_words(message))
         words = message.split(" ")
         if len(words) > KEY_WORDS:
             message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."

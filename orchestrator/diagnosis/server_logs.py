@@ -255,12 +255,58 @@ PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
                                r"maximum model length|prompt \(length \d+\) is longer than|"
                                r"maximum context length is \d+ tokens\. However, you requested")),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
+    (Phase.LOAD_WEIGHTS, re.compile(r"\bmodel weights\b|\bload(?:ing)? (?:the )?weights\b")),
+    # an NCCL watchdog's work item counts the collectives its group ran: a server that
+    # ran a hundred thousand of them was serving (startup runs hundreds, not more)
+    (Phase.SERVING, re.compile(r"WorkNCCL\(SeqNum=\d{6,}")),
 )
 SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
 # Words of a message (its first sentence) kept in a signature. The head of a message says
 # what failed; the tail carries values, a hint that versions reword, or nothing at all when
 # a report cut the line short ("...but there are other ranks th").
 KEY_WORDS = 12
+
+# Parts of a normalized message that hold values, not words: a message's name is read
+# without them (`classify.message_words`). Versions add or drop them ("Free memory on
+# device (...)" became "Free memory on device cuda:0 (...)"), and they change with the
+# input ("derived max_model_len (None=2048 in model's config.json)" and "(max_position_
+# embeddings=512 or model_max_length=None in ...)"). A short quoted name ('flash_attn')
+# is a word: it stays.
+VALUE_PARTS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\s*\((?:[^()]|\([^()]*\))*\)"),  # a parenthesized value or dump
+    re.compile(r"\s*\{(?:[^{}]|\{[^{}]*\})*\}"),  # a printed dict
+    # a device: "cuda:<n>", "cuda:<n>,<n>", "device <n>" was already "device<n>"
+    re.compile(r"\b(?:cuda|xpu|npu|hpu|mps|cpu|rocm|gpu):<n>(?:,<n>)*"),
+    re.compile(r"(?<=\bdevice)<n>|(?<=\bGPU)<n>"),
+    # "..., got X" / "but got X": the value the check saw
+    re.compile(r",?\s*\b(?:but )?got\b.*$"),
+    # a quoted value (a repo id, a path: classify masks them to '<v>')
+    re.compile(r"\s*'<v>'"),
+    # a path to a directory or a model (no file extension): where the user keeps it
+    re.compile(r"\s*<path>/(?![^\s'\",:;()]*\.[A-Za-z]\w{0,4}(?:\.(?:\d+|<n>))*(?![^\s'\",:;()]))"
+               r"[^\s'\",:;()]*[^\s'\",:;().]"),
+    re.compile(r"<path>/"),  # where a file lives: the file names it
+)
+
+# Words that make a line an error message when a report quotes the message without its
+# exception type (an issue title, a sentence, a console that dropped it). Read only when
+# a text shows no error line, no traceback and no startup milestone at all: a quote, not a
+# server's log (a server that went silent keeps its milestones and is a hang).
+UNTYPED_ERROR = re.compile(
+    r"\b(?:error|failed|failure|unknown|not supported|unsupported|does not|do not|cannot|"
+    r"can't|could not|unable to|invalid|undefined|missing|mismatch|exceeds?|must be|"
+    r"not found|no such|out of)\b", re.IGNORECASE)
+# Where such a text quotes the message itself, first match wins: the `message` of the
+# servers' OpenAI-style error answer as a client printed it (`{'object': 'error',
+# 'message': "This model's maximum context length is ..."}`), or a message quoted in a
+# sentence ("I hit the error "The checkpoint ... architecture."").
+QUOTED_MESSAGES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"""['"]message['"]:\s*(?:"(?P<dq>[^"]{20,})"|'(?P<sq>[^']{20,})')"""),
+    # in double quotes (backticks may be inside: "... model type `x` but ..."), then in
+    # backticks
+    re.compile(r"[\"\u201c](?P<msg>[^\"\u201c\u201d]{20,})[\"\u201d]"),
+    re.compile(r"`(?P<msg>[^`]{20,})`"),
+)
 
 # Wrappers that quote the error they report: when the log kept only the wrapper (the
 # worker's own traceback went elsewhere), the quoted error is the failure. ('' quotes
@@ -348,7 +394,8 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 
 
 __all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "KEY_WORDS", "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
+           "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES", "UNTYPED_ERROR", "VALUE_PARTS",
+           "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
            "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
