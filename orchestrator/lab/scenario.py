@@ -12,8 +12,9 @@ environment variables. A key with dots is a key path inside a flag whose value i
 object: `compilation-config.pass_config.enable_fusion` is the key `enable_fusion` of the
 object `pass_config` in `--compilation-config '{...}'`; it is absent when the flag is, when
 its value is no JSON object or when a key on the way is missing, and its conditions compare
-JSON values (`true`/`false` are JSON's booleans there, not present/absent; a list is equal
-to a JSON list). Values on the command line and in the environment are text. A
+JSON values (`true`/`false` are JSON's booleans there, not present/absent, which
+`{present: true}` / `{present: false}` ask; a list is equal to a JSON list; `defaults:` may
+give a key path a value). Values on the command line and in the environment are text. A
 condition written as a number compares numerically (`8` matches `--ep-size 8.0`, `1`
 matches the env value `1`); one written as text (quoted, or a word) compares with the
 value's text (`"1"` matches the env value `1` and `--x 1`, `Tree` matches `Tree`), for
