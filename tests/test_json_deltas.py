@@ -298,3 +298,56 @@ def test_compile_pair_answer_by_the_planner() -> None:
 def test_lab_pair_files_load() -> None:
     for name in ("good.yaml", "bad.yaml"):
         load_experiment(LAB / "compile" / name)
+
+
+# ---- lists documented as sets ---------------------------------------------------------------
+
+
+def test_a_set_valued_list_gives_one_delta_per_member() -> None:
+    good = _exp({"compilation-config": '{"cudagraph_capture_sizes": [1, 2, 4, 8], "level": 3}'})
+    bad = _exp({"compilation-config": '{"cudagraph_capture_sizes": [1, 2, 4, 16, 32], '
+                                      '"level": 3}'})
+    deltas = diff(good, bad)
+    assert [d.describe() for d in deltas] == [
+        "+ --compilation-config.cudagraph_capture_sizes member 16",
+        "+ --compilation-config.cudagraph_capture_sizes member 32",
+        "- --compilation-config.cudagraph_capture_sizes member 8"]
+    assert [d.short() for d in deltas] == [
+        "--compilation-config.cudagraph_capture_sizes with 16",
+        "--compilation-config.cudagraph_capture_sizes with 32",
+        "--compilation-config.cudagraph_capture_sizes without 8"]
+    add16, _, drop8 = deltas
+
+    def sizes(ds: list[Delta]) -> list[int]:
+        return json.loads(_value(apply_deltas(good, ds), "compilation-config"))[
+            "cudagraph_capture_sizes"]
+
+    assert sizes([add16]) == [1, 2, 4, 8, 16]  # good's members where good had them
+    assert sizes([drop8]) == [1, 2, 4]
+    assert sizes([add16, drop8]) == [1, 2, 4, 16]
+    assert _value(apply_deltas(good, deltas), "compilation-config") == \
+        bad.flag_map()["compilation-config"]
+    assert Delta.from_dict(drop8.to_dict()).short() == drop8.short()
+    # the same members in another order: the list changed as one value
+    same = _exp({"compilation-config": '{"cudagraph_capture_sizes": [8, 4, 2, 1], "level": 3}'})
+    [d] = diff(good, same)
+    assert (d.name, d.member) == ("compilation-config.cudagraph_capture_sizes", False)
+
+
+def test_a_multi_value_flag_documented_as_a_set() -> None:
+    good = _exp({"cuda-graph-bs": [1, 2, 4, 8]})
+    bad = _exp({"cuda-graph-bs": [1, 2, 4, 8, 160, 256]})
+    deltas = diff(good, bad)
+    assert [d.short() for d in deltas] == ["--cuda-graph-bs with 160", "--cuda-graph-bs with 256"]
+    assert [d.describe() for d in deltas] == ["+ --cuda-graph-bs member 160",
+                                              "+ --cuda-graph-bs member 256"]
+    argv = apply_deltas(good, deltas[1:]).argv()
+    assert argv[argv.index("--cuda-graph-bs"):][:6] == ["--cuda-graph-bs", "1", "2", "4", "8",
+                                                        "256"]
+    assert _value(apply_deltas(good, deltas[1:]), "cuda-graph-bs") == (1, 2, 4, 8, 256)
+    assert _value(apply_deltas(good, deltas), "cuda-graph-bs") == (1, 2, 4, 8, 160, 256)
+    # absent on one side: the server's default set is not empty, so the option is one delta
+    assert [d.kind for d in diff(_exp({}), bad)] == ["flag"]
+    # another multi-value flag is one value, and so is everything with --no-split
+    assert [d.kind for d in diff(_exp({"x": [1, 2]}), _exp({"x": [1, 2, 3]}))] == ["flag"]
+    assert [d.kind for d in diff(good, bad, split=False)] == ["flag"]

@@ -5,6 +5,11 @@ key paths that differ between two of them, and a value rebuilt from some of thos
 Pure. A key path is a tuple of object keys (`("pass_config", "enable_fusion")`); a leaf is
 any value that is not a non-empty object on both sides (a list is one value). Leaf values
 travel as JSON text, so JSON's `null` stays apart from "absent" (None).
+
+A list the server documents as a set (vLLM's `compilation-config.cudagraph_capture_sizes`:
+the batch sizes captured, each on its own) is not one value: each member added or removed
+is a change of its own (`SET_PATHS`; multi-value flags such as SGLang's `--cuda-graph-bs`
+are in `SET_FLAGS`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,18 @@ import re
 from typing import Any
 
 KeyPath = tuple[str, ...]
-#: (key path, good's leaf as JSON text or None when absent, bad's likewise)
-LeafChange = tuple[KeyPath, "str | None", "str | None"]
+#: (key path, good's leaf as JSON text or None when absent, bad's likewise, whether it is
+#: one member of a set-valued list at that path: then old/new is that member)
+LeafChange = tuple[KeyPath, "str | None", "str | None", bool]
+
+#: JSON options' lists that their servers document as sets of independent members (flag,
+#: key path): vLLM's CUDA-graph capture sizes and compile sizes, SGLang's the same
+SET_PATHS: frozenset[tuple[str, KeyPath]] = frozenset({
+    ("compilation-config", ("cudagraph_capture_sizes",)),
+    ("compilation-config", ("compile_sizes",)),
+})
+#: multi-value flags documented as sets (batch sizes to capture, each on its own)
+SET_FLAGS: frozenset[str] = frozenset({"cuda-graph-bs", "cuda-graph-sizes"})
 
 
 def parse_object(value: object) -> dict[str, Any] | None:
@@ -54,36 +69,73 @@ def same_json(a: object, b: object) -> bool:
     return ca is not None and ca == canonical(b)
 
 
-def leaf_changes(good: dict[str, Any], bad: dict[str, Any]) -> list[LeafChange]:
+def set_paths(flag: str) -> frozenset[KeyPath]:
+    return frozenset(p for f, p in SET_PATHS if f == flag)
+
+
+def leaf_changes(good: dict[str, Any], bad: dict[str, Any],
+                 sets: frozenset[KeyPath] = frozenset()) -> list[LeafChange]:  # fmt: skip
     """Every key path whose value differs, in the bad value's key order, then good's
     removed keys in their order. Objects present on one side only are walked into (each of
-    their leaves is added or removed); an empty one is a leaf."""
+    their leaves is added or removed); an empty one is a leaf. A list at one of `sets`,
+    a list on both sides, gives one change per member added or removed."""
     out: list[LeafChange] = []
-    _walk(good, bad, (), out)
+    _walk(good, bad, (), out, sets)
     return out
 
 
-def _walk(g: dict[str, Any], b: dict[str, Any], prefix: KeyPath, out: list[LeafChange]) -> None:
+def _walk(g: dict[str, Any], b: dict[str, Any], prefix: KeyPath, out: list[LeafChange],
+          sets: frozenset[KeyPath]) -> None:  # fmt: skip
     for k, bv in b.items():
         path = (*prefix, k)
         if k in g:
             gv = g[k]
             if isinstance(gv, dict) and isinstance(bv, dict) and gv and bv:
-                _walk(gv, bv, path, out)
-            elif dump_canonical(gv) != dump_canonical(bv):
-                out.append((path, _text(gv), _text(bv)))
+                _walk(gv, bv, path, out, sets)
+            elif dump_canonical(gv) == dump_canonical(bv):
+                continue
+            elif path in sets and isinstance(gv, list) and isinstance(bv, list) and (
+                    changes := member_changes(gv, bv)):  # (only reordered: one value)
+                out.extend((path, o, n, True) for o, n in changes)
+            else:
+                out.append((path, _text(gv), _text(bv), False))
         elif isinstance(bv, dict) and bv:
-            _walk({}, bv, path, out)
+            _walk({}, bv, path, out, sets)
         else:
-            out.append((path, None, _text(bv)))
+            out.append((path, None, _text(bv), False))
     for k, gv in g.items():
         if k in b:
             continue
         path = (*prefix, k)
         if isinstance(gv, dict) and gv:
-            _walk(gv, {}, path, out)
+            _walk(gv, {}, path, out, sets)
         else:
-            out.append((path, _text(gv), None))
+            out.append((path, _text(gv), None, False))
+
+
+def member_changes(good: list[Any], bad: list[Any]) -> list[tuple[str | None, str | None]]:
+    """(None, member) per member only bad has, in its order, then (member, None) per
+    member only good has; members as JSON text, compared as JSON."""
+    gk = {dump_canonical(v) for v in good}
+    bk = {dump_canonical(v) for v in bad}
+    added = list(dict.fromkeys(_text(v) for v in bad if dump_canonical(v) not in gk))
+    removed = list(dict.fromkeys(_text(v) for v in good if dump_canonical(v) not in bk))
+    return [(None, a) for a in added] + [(r, None) for r in removed]
+
+
+def rebuild_set(good: list[Any], bad: list[Any],
+                changes: list[tuple[str | None, str | None]]) -> list[Any]:  # fmt: skip
+    """Good's members with the chosen members added or removed, in bad's order (members
+    only good has where good had them)."""
+    members = {dump_canonical(v): v for v in good}
+    for old, new in changes:
+        if new is not None:
+            v = json.loads(new)
+            members.setdefault(dump_canonical(v), v)
+        elif old is not None:
+            members.pop(dump_canonical(json.loads(old)), None)
+    order = _merge_order([dump_canonical(v) for v in bad], [dump_canonical(v) for v in good])
+    return [members[k] for k in dict.fromkeys(order) if k in members]
 
 
 def _text(v: Any) -> str:
@@ -91,9 +143,10 @@ def _text(v: Any) -> str:
 
 
 def rebuild(good_text: str | None, bad_text: str | None,
-            changes: list[tuple[KeyPath, str | None]]) -> str | None:
-    """The value of a variant: good's object with each (key path, bad's leaf) applied
-    (None removes the key), rendered back as JSON with keys in their original order.
+            changes: list[LeafChange]) -> str | None:
+    """The value of a variant: good's object with each change applied (bad's leaf set, or
+    the key removed when bad lacks it; a set's member added or removed), rendered back as
+    JSON with keys in their original order.
     None means the option is absent: a variant equal to a side that lacks the option
     lacks it too. A variant equal to good or bad keeps that side's own text."""
     g = parse_object(good_text) if good_text is not None else {}
@@ -101,11 +154,18 @@ def rebuild(good_text: str | None, bad_text: str | None,
     g = g if g is not None else {}
     b = b if b is not None else {}
     result: dict[str, Any] = copy.deepcopy(g)
-    for path, new in changes:
-        if new is None:
+    members: dict[KeyPath, list[tuple[str | None, str | None]]] = {}
+    for path, old, new, member in changes:
+        if member:
+            members.setdefault(path, []).append((old, new))
+        elif new is None:
             _delete(result, path, b)
         else:
             _set(result, path, json.loads(new))
+    for path, chosen in members.items():
+        gl, bl = _get(g, path), _get(b, path)
+        _set(result, path, rebuild_set(gl if isinstance(gl, list) else [],
+                                       bl if isinstance(bl, list) else [], chosen))
     result = _ordered(result, g, b)
     text = dump_canonical(result)
     if text == dump_canonical(b):
@@ -194,5 +254,6 @@ def leaf_label(text: str) -> str:
     return text
 
 
-__all__ = ["KeyPath", "LeafChange", "canonical", "dump_canonical", "leaf_changes", "leaf_label",
-           "parse_object", "path_text", "rebuild", "same_json"]
+__all__ = ["SET_FLAGS", "SET_PATHS", "KeyPath", "LeafChange", "canonical", "dump_canonical",
+           "leaf_changes", "leaf_label", "member_changes", "parse_object", "path_text",
+           "rebuild", "rebuild_set", "same_json", "set_paths"]

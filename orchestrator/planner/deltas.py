@@ -16,7 +16,7 @@ from orchestrator.config import jsonvalue
 from orchestrator.config.experiment import Experiment, FlagValue, render_value
 from orchestrator.errors import PlanError
 
-DeltaKind = Literal["flag", "env", "exec", "json"]
+DeltaKind = Literal["flag", "env", "exec", "json", "member"]
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,10 @@ class Delta:
     """One difference: `old` is the good config's value, `new` the bad one's (None = absent).
 
     A `json` delta is one key path inside a flag whose value is a JSON object (`key` is the
-    flag, `path` the keys, `old`/`new` the leaf as JSON text); `whole` holds the flag's
-    whole value in good and in bad, which a variant's value is rebuilt from."""
+    flag, `path` the keys, `old`/`new` the leaf as JSON text); with `member`, the list at
+    `path` is a set and `old`/`new` one member removed/added. A `member` delta is one
+    value of a multi-value flag documented as a set (`--cuda-graph-bs`). `whole` holds the
+    flag's whole value in good and in bad, which a variant's value is rebuilt from."""
 
     kind: DeltaKind
     key: str
@@ -33,6 +35,7 @@ class Delta:
     new: FlagValue | str | None
     path: tuple[str, ...] = ()
     whole: tuple[FlagValue | None, FlagValue | None] = field(default=(None, None), compare=False)
+    member: bool = False
 
     @property
     def name(self) -> str:
@@ -54,6 +57,10 @@ class Delta:
     def _describe(self) -> str:
         if self.kind == "exec":
             return f"~ exec {self.old} -> {self.new}"
+        if self.member or self.kind == "member":
+            if self.old is None:
+                return f"+ --{self.name} member {self._leaf(self.new)}"
+            return f"- --{self.name} member {self._leaf(self.old)}"
         if self.kind == "json":
             if self.old is None:
                 return f"+ {_json_words(self.name, self.new)}"
@@ -81,11 +88,18 @@ class Delta:
             return f"{self.key}={self.new}" if self.new is not None else f"unset {self.key}"
         if self.kind == "exec":
             return "exec"
+        if self.member or self.kind == "member":
+            if self.old is None:
+                return shlex.join([f"--{self.name}", "with", self._leaf(self.new)])
+            return shlex.join([f"--{self.name}", "without", self._leaf(self.old)])
         if self.new is None:
             return f"no --{self.name}"
         if self.kind == "json":
             return _json_words(self.name, self.new)
         return _flag_words(self.key, self.new)
+
+    def _leaf(self, v: object) -> str:
+        return _json_leaf(v) if self.kind == "json" else " ".join(render_value(v))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
         def j(v: object) -> object:
@@ -94,6 +108,8 @@ class Delta:
         out = {"kind": self.kind, "key": self.key, "old": j(self.old), "new": j(self.new)}
         if self.kind == "json":
             out |= {"path": list(self.path), "name": self.name}
+        if self.member or self.kind == "member":
+            out["member"] = True
         return out
 
     @classmethod
@@ -104,7 +120,8 @@ class Delta:
             return tuple(v) if isinstance(v, list) else v
 
         return cls(d["kind"], d["key"], t(d.get("old")), t(d.get("new")),  # type: ignore[arg-type]
-                   path=tuple(d.get("path") or ()))  # type: ignore[arg-type]
+                   path=tuple(d.get("path") or ()),  # type: ignore[arg-type]
+                   member=bool(d.get("member")) and d["kind"] == "json")
 
 
 def _redacted(d: Delta, text: str) -> str:
@@ -174,11 +191,42 @@ def _flag_deltas(key: str, old: FlagValue | None, new: FlagValue | None,
     if split:
         g, b = jsonvalue.parse_object(old), jsonvalue.parse_object(new)
         if (g is not None or old is None) and (b is not None or new is None):
-            leaves = jsonvalue.leaf_changes(g or {}, b or {})
+            leaves = jsonvalue.leaf_changes(g or {}, b or {}, jsonvalue.set_paths(key))
             if leaves:  # (an empty object added or removed is the option's own change)
-                return [Delta("json", key, o, n, path=p, whole=(old, new))
-                        for p, o, n in leaves]  # fmt: skip
+                return [Delta("json", key, o, n, path=p, whole=(old, new), member=m)
+                        for p, o, n, m in leaves]  # fmt: skip
+        if key in jsonvalue.SET_FLAGS and old is not None and new is not None:
+            # a set of values given on both sides (absent is the server's default set)
+            changes = jsonvalue.member_changes(_members(old), _members(new))
+            if changes:
+                return [Delta("member", key, o, n, whole=(old, new))
+                        for o, n in ((_scalar(o), _scalar(n)) for o, n in changes)]
     return [Delta("flag", key, old, new)]
+
+
+def _members(v: FlagValue) -> list[object]:
+    return list(v) if isinstance(v, tuple) else [v]
+
+
+def _scalar(text: str | None) -> FlagValue | None:
+    import json
+
+    return None if text is None else json.loads(text)
+
+
+def _set_value(old: FlagValue | None, new: FlagValue | None,
+               ds: list[Delta]) -> FlagValue | None:  # fmt: skip
+    """A multi-value flag documented as a set, with the chosen members added or removed."""
+    import json
+
+    members = jsonvalue.rebuild_set(
+        _members(old) if old is not None else [], _members(new) if new is not None else [],
+        [(None if d.old is None else json.dumps(d.old),
+          None if d.new is None else json.dumps(d.new)) for d in ds])  # fmt: skip
+    for side in (new, old):
+        if side is not None and _members(side) == members:
+            return side
+    return tuple(members) if members else None  # type: ignore[arg-type]
 
 
 def apply_deltas(
@@ -190,18 +238,24 @@ def apply_deltas(
     env: dict[str, str | None] = {}
     exe = None
     inside: dict[str, list[Delta]] = {}
+    members: dict[str, list[Delta]] = {}
     for d in deltas:
         if d.kind == "flag":
             flags[d.key] = d.new  # type: ignore[assignment]
         elif d.kind == "json":
             inside.setdefault(d.key, []).append(d)
+        elif d.kind == "member":
+            members.setdefault(d.key, []).append(d)
         elif d.kind == "env":
             env[d.key] = d.new  # type: ignore[assignment]
         else:
             exe = d.new
     for key, ds in inside.items():
         old, new = ds[0].whole
-        flags[key] = jsonvalue.rebuild(old, new, [(d.path, d.new) for d in ds])  # type: ignore[arg-type]
+        flags[key] = jsonvalue.rebuild(old, new, [(d.path, d.old, d.new, d.member)  # type: ignore[arg-type]
+                                                  for d in ds])  # fmt: skip
+    for key, ds in members.items():
+        flags[key] = _set_value(*ds[0].whole, ds)
     out = good.with_changes(flags=flags, env=env, name=name)
     if exe is not None:
         from dataclasses import replace
