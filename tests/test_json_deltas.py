@@ -351,3 +351,27 @@ def test_a_multi_value_flag_documented_as_a_set() -> None:
     # another multi-value flag is one value, and so is everything with --no-split
     assert [d.kind for d in diff(_exp({"x": [1, 2]}), _exp({"x": [1, 2, 3]}))] == ["flag"]
     assert [d.kind for d in diff(good, bad, split=False)] == ["flag"]
+
+
+def test_no_split_is_recorded_for_the_resume_and_keys_another_campaign() -> None:
+    from orchestrator.campaign.bisect import campaign_key
+    from orchestrator.campaign.records import BisectOptions, BisectSpec
+
+    spec = BisectSpec(good={}, bad={}, good_source=None, bad_source=None, deltas=[], hosts=[],
+                      options=BisectOptions(split=False))
+    assert BisectSpec.from_dict(spec.to_dict()).options.split is False
+    assert "split" not in BisectSpec(good={}, bad={}, good_source=None, bad_source=None,
+                                     deltas=[], hosts=[]).to_dict()["options"]
+    assert BisectSpec.from_dict({"options": {}}).options.split is True  # recorded before
+    split = make_plan(REAL / "hf_overrides_good.yaml", REAL / "hf_overrides_subkey.yaml")
+    whole = make_plan(REAL / "hf_overrides_good.yaml", REAL / "hf_overrides_subkey.yaml",
+                      split=False)
+    assert campaign_key(split, [], "auto") != campaign_key(whole, [], "auto")
+
+
+def test_resume_refuses_no_split(tmp_path: Path, capsys) -> None:
+    from orchestrator.cli import main
+
+    code = main(["bisect", "--resume", "abc", "--no-split", "--results", str(tmp_path)])
+    assert code == 2
+    assert "--no-split cannot be given with it" in capsys.readouterr().err

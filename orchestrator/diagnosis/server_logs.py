@@ -355,7 +355,8 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
     return found or PROFILES
 
 
-__all__ = ["ARGS_FILES", "ARGS_FRAMES", "ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
+__all__ = ["ARGS_FILES", "ARGS_FRAMES", "ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES",
+           "GENERIC_HEADERS", "PHASE_HINTS",
            "KEY_WORDS", "RECORD_STARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
            "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
