@@ -43,6 +43,7 @@ PAIRS = {
     "and_pair": "good", "single_flag": "good", "env_var": "good",
     "crash_under_load": "probe_good", "never_healthy": "good_short",
     "members_differ": "good", "alias_bad": "alias_good",
+    "hf_overrides_subkey": "hf_overrides_good",
 }
 #: vLLM's own markers, in start order (first line that contains the text)
 MARKERS = (

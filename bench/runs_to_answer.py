@@ -10,6 +10,13 @@ separately). picire's ddmin (a peer implementation from PyPI) runs on the same o
         [--pools 1,2,4] [--noise [--p 1.0,0.8,0.5,0.3] [--policies default,noisy,go,...]
         [--shapes single,AND-pair,...] [--quick]]
 
+`--json-option` prints only the table of one JSON-valued option (a `--compilation-config`)
+carrying 8 changed keys beside 4 other changed flags: the runs when each key path is a delta
+of its own (the default), against the option taken as one delta (`--no-split`) and then
+edited by hand, counted as a linear search over its keys (`linear`, good + the rest of the
+first answer as the base, both of whose verdicts the first search already has). The
+default run prints it after the main table.
+
 `--noise` prints the table for failures that reproduce only on some starts: the policies,
 oracles and columns are described in `bench/noise.py`.
 
@@ -186,6 +193,85 @@ def pool_rows(ns: list[int], pools: list[int], max_cases: int) -> tuple[list[str
     return header, rows
 
 
+JSON_KEYS, JSON_OTHER = 8, 4
+JSON_SHAPES = ("single key", "AND-pair of keys", "key + other flag")
+
+
+def json_cases(shape: str) -> Iterator[Case]:
+    """Deltas 0..3: the other flags; 4..11: the option's keys. The culprit sets."""
+    keys = range(JSON_OTHER, JSON_OTHER + JSON_KEYS)
+    if shape == "single key":
+        terms = [frozenset({k}) for k in keys]
+    elif shape == "AND-pair of keys":
+        terms = [frozenset(t) for t in itertools.combinations(keys, 2)]
+    else:
+        terms = [frozenset({f, k}) for f in range(JSON_OTHER) for k in keys]
+    for t in terms:
+        yield Case(_and(t), frozenset({t}))
+
+
+def _drive(n: int, name: str, oracle: Oracle) -> tuple[frozenset[frozenset[int]], int]:
+    full = frozenset(range(n))
+    planner = Planner(n, STRATEGIES[name], known={frozenset(): Verdict.PASS, full: Verdict.FAIL})
+    for _ in range(20 * n * n + 100):
+        if planner.done:
+            break
+        v = planner.pending()[0]
+        planner.record(v, oracle(v))
+    return frozenset(frozenset(c) for c in planner.answer.culprit_sets), planner.runs
+
+
+def run_json_case(case: Case) -> tuple[tuple[bool, int], tuple[bool, int, int]]:
+    """(split: correct, runs), (one delta then by hand: correct, search runs, hand runs)."""
+    n = JSON_OTHER + JSON_KEYS
+    split = _drive(n, "auto", case.oracle)
+    split_ok = split[0] == case.expected
+    # the option as one delta: index JSON_OTHER stands for all of its keys at once
+    keys = frozenset(range(JSON_OTHER, n))
+
+    def whole(v: frozenset[int]) -> Verdict:
+        expanded = frozenset(i for i in v if i < JSON_OTHER) | (keys if JSON_OTHER in v else set())
+        return case.oracle(expanded)
+
+    found, search = _drive(JSON_OTHER + 1, "auto", whole)
+    with_option = [c for c in found if JSON_OTHER in c]
+    if len(found) != 1 or not with_option:
+        return (split_ok, split[1]), (False, search, 0)
+    rest = frozenset(i for i in with_option[0] if i != JSON_OTHER)  # the flags named beside it
+
+    def by_hand(v: frozenset[int]) -> Verdict:  # keys 0..7 of the option over good + rest
+        return case.oracle(rest | frozenset(JSON_OTHER + i for i in v))
+
+    sub, hand = _drive(JSON_KEYS, "linear", by_hand)
+    answer = frozenset(frozenset(rest | {JSON_OTHER + i for i in c}) for c in sub)
+    return (split_ok, split[1]), (answer == case.expected, search, hand)
+
+
+def json_rows() -> tuple[list[str], list[list[str]]]:
+    header = ["shape", "placements", "split ok%", "split mean", "split worst",
+              "one delta ok%", "search mean", "by hand mean", "total mean", "total worst"]
+    rows = []
+    for shape in JSON_SHAPES:
+        results = [run_json_case(c) for c in json_cases(shape)]
+        k = len(results)
+        split_runs = [r[0][1] for r in results]
+        totals = [r[1][1] + r[1][2] for r in results]
+        rows.append([shape, str(k), f"{100 * sum(r[0][0] for r in results) / k:.0f}",
+                     f"{sum(split_runs) / k:.1f}", str(max(split_runs)),
+                     f"{100 * sum(r[1][0] for r in results) / k:.0f}",
+                     f"{sum(r[1][1] for r in results) / k:.1f}",
+                     f"{sum(r[1][2] for r in results) / k:.1f}",
+                     f"{sum(totals) / k:.1f}", str(max(totals))])  # fmt: skip
+    return header, rows
+
+
+def print_json_table(markdown: bool) -> None:
+    print(f"one JSON option with {JSON_KEYS} changed keys beside {JSON_OTHER} other changed "
+          "flags: runs after the 2 endpoint checks; split = each key a delta (auto); one "
+          "delta = the option whole (auto), then its keys by hand (linear)")  # fmt: skip
+    print_table(*json_rows(), markdown)
+
+
 def print_table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
     if markdown:
         print("| " + " | ".join(header) + " |")
@@ -211,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", help="--noise: comma-separated subset of the policies")
     ap.add_argument("--shapes", help="--noise: comma-separated subset of the shapes "
                     "(single, AND-pair, AND-triple, masked, decoy)")
+    ap.add_argument("--json-option", action="store_true",
+                    help="only the table of one JSON option with 8 changed keys")
     ap.add_argument("--quick", action="store_true",
                     help="--noise: n = 8 and 50 placements per row (a minute, not a quarter hour)")
     args = ap.parse_args(argv)
@@ -234,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         print_table(*noise.table([float(x) for x in args.p.split(",")], ns, cases_per_row,
                                  policies, progress, shapes), args.markdown)  # fmt: skip
         print(f"({time.monotonic() - start:.0f} s)")
+        return 0
+    if args.json_option:
+        print_json_table(args.markdown)
         return 0
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
     if args.pools:
@@ -275,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
     print("runs after the 2 endpoint checks (good must pass, bad must fail; not counted)")
     print_table(header, rows, args.markdown)
+    print()
+    print_json_table(args.markdown)
     return 0
 
 

@@ -135,6 +135,60 @@ def test_glm5_crash_under_load_needs_the_probe_over_sshd(sshd: SshdEndpoint,
     assert lab_servers(pair.port) == []
 
 
+def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
+        sshd: SshdEndpoint, tmp_path: Path) -> None:  # fmt: skip
+    """The culprit is two keys of --compilation-config together: the answer names them by
+    key path, in --json, the issue report and the notification's culprits; a variant whose
+    rebuilt value the server's parser refuses is `invalid`, never a finding."""
+    import json as jsonlib
+
+    import yaml
+
+    from orchestrator.results.notify import culprits_of
+    from tests.campaign_lab import cli, cli_json
+
+    pair = lab_pair(tmp_path, "compile")
+    hosts = sshd_hosts_file(sshd, tmp_path)
+    results = tmp_path / "results"
+    code, answer = cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
+                            "--hosts", hosts, "--results", results, "--no-report")
+    assert code == 0, answer
+    assert answer["target"].startswith("cuda_graph: "), answer["target"]
+    [culprit] = answer["culprits"]
+    assert sorted(culprit["flags"]) == ["--compilation-config.cudagraph_mode FULL",
+                                        "--compilation-config.pass_config.enable_fusion true"]
+    assert culprit["interacting"] is True
+    cleared = {d for i, d in enumerate(answer["deltas"]) if i not in culprit["indices"]}
+    assert "~ --max-running-requests 128 -> 256" in cleared
+    assert "+ --compilation-config.max_capture_size 32" in cleared
+    assert answer["findings"] == []
+    check_answer_evidence(results, answer, answer["target"])
+    store = Store(results)
+    try:
+        camp = store.campaign(answer["campaign"])
+        assert culprits_of(camp.answer) == (
+            "--compilation-config.cudagraph_mode FULL + "
+            "--compilation-config.pass_config.enable_fusion true",)
+    finally:
+        store.close()
+    issue = cli("report", answer["campaign"], "--issue", "--results", results)
+    assert "`--compilation-config.cudagraph_mode FULL`" in issue.stdout, issue.stdout
+    # good + max_capture_size alone: the value rebuilt from good lacks bad's longer sizes,
+    # and the server's parser refuses it: invalid, with the parser's words
+    plan = make_plan(str(pair.good), str(pair.bad), "auto")
+    [i] = [k for k, d in enumerate(plan.deltas) if d.name.endswith(".max_capture_size")]
+    variant = plan.variant(frozenset({i})).to_dict()
+    variant["health"] = {**variant["health"], "settle": "0.1s"}
+    path = tmp_path / "refused.yaml"
+    path.write_text(yaml.safe_dump(variant, sort_keys=False))
+    assert jsonlib.loads(variant["service"]["flags"]["compilation-config"])[
+        "max_capture_size"] == 32
+    code, run = cli_json("run", path, "--host", "lab", "--hosts", hosts, "--results", results)
+    assert run["verdict"] == "invalid", run
+    assert "max_capture_size must be the largest" in jsonlib.dumps(run)
+    assert lab_servers(pair.port) == []
+
+
 # ---- on the systemd host -------------------------------------------------------------------
 
 

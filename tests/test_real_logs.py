@@ -135,3 +135,18 @@ def test_a_probe_miss_with_an_error_in_the_log_is_named_by_the_error() -> None:
     # a miss with nothing in the log stays a probe miss
     verdict, sig = judge(RunEvidence(log_tail=STOPPED, became_ready=True, probe=probe), None)
     assert sig is not None and sig.error_class == "probe_threshold"
+
+
+def test_a_json_value_the_parser_refuses_is_invalid_not_a_failure() -> None:
+    # --compilation-config '{"cudagraph_mode": "NOT_A_MODE"}': vLLM validates the JSON in
+    # the option's type function, while argparse reads the command line; the KeyError is no
+    # `error:` line and the exit status is 1, but the stack runs through argparse's parsing
+    log = (LOGS / "compilation_config_refused_at_parse.log").read_text()
+    assert "usage:" not in log and ": error:" not in log
+    verdict, sig = judge(RunEvidence(log_tail=log, exit_code=1), None)
+    assert verdict is Verdict.INVALID
+    assert sig is not None and sig.phase is Phase.ARGS and sig.error_class == "KeyError"
+    # a failure inside a startup function stays that phase's, argparse or not further out
+    verdict, sig = judge(RunEvidence(log_tail=(LOGS / "and_pair_chunked_prefill_validation.log")
+                                     .read_text(), exit_code=1), None)  # fmt: skip
+    assert verdict is Verdict.FAIL and sig is not None and sig.phase is Phase.INIT

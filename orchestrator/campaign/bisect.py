@@ -62,7 +62,10 @@ def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
     campaign, never the resume of one judged without it)."""
     # a host without env: keeps the key it always had (its campaigns resume as before)
     names = sorted(h.name + (f"+env:{env_digest(h.env)}" if h.env else "") for h in hosts)
-    blob = json.dumps([plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names])
+    parts = [plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names]
+    if not plan.split:  # other deltas: another campaign (a split plan keeps its old key)
+        parts.append("no-split")
+    blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -29,6 +29,8 @@ class Plan:
     bad: Experiment
     deltas: tuple[Delta, ...]
     strategy: str
+    #: a JSON-valued flag's changed key paths are deltas of their own (off: `--no-split`)
+    split: bool = True
 
     @property
     def n(self) -> int:
@@ -73,10 +75,11 @@ class Plan:
         return dict(estimate_runs(strategy, self.n))  # cached: a copy
 
 
-def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto") -> Plan:
+def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto", *,
+              split: bool = True) -> Plan:  # fmt: skip
     make_strategy(strategy)  # validate the name early
     good = load_experiment(good_path)
     bad = load_experiment(bad_path)
-    deltas = diff(good, bad)
+    deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy, split=split)

@@ -47,6 +47,8 @@ class BisectOptions:
     fresh: bool = False
     #: the noise-aware search stops when its answer is this likely to be right
     confidence: float = 0.95
+    #: a JSON-valued flag's key paths are deltas of their own (False: `--no-split`)
+    split: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class BisectSpec:
             "good_source": self.good_source, "bad_source": self.bad_source,
             "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
-                        "fresh": o.fresh, "confidence": o.confidence},
+                        "fresh": o.fresh, "confidence": o.confidence}
+            | ({} if o.split else {"split": False}),
         }  # fmt: skip
 
     @classmethod
@@ -78,6 +81,7 @@ class BisectSpec:
             strategy=d.get("strategy") or "auto", repeat=opts.get("repeat") or 1,
             max_runs=opts.get("max_runs"), deadline_s=opts.get("deadline_s"),
             fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
+            split=bool(opts.get("split", True)),
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),

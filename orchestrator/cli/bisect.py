@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deadline", metavar="DURATION",
                    help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
     p.add_argument("--fresh", action="store_true", help="do not reuse cached verdicts")
+    p.add_argument("--no-split", action="store_true",
+                   help="a flag whose value is a JSON object stays one delta (by default each "
+                        "changed key path in it is a delta of its own)")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="record a host key seen for the first time (never a changed one)")
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
@@ -61,9 +64,11 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
                                 resolve_secrets=True)  # fmt: skip
     bad = Experiment.from_dict(spec.bad, source=spec.bad_source or "bad",
                                resolve_secrets=True)  # fmt: skip
-    deltas = diff(good, bad)
+    split = spec.options.split
+    deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy,
+                split=split)
 
 
 def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
@@ -90,9 +95,10 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     said = ", ".join(f"--{a} -> --{c}" for a, c in dict(g + b).items())
     err_console().print(f"flags as the server's parser reads them: {escape(said)}",
                         highlight=False)  # fmt: skip
-    deltas = diff(good, bad)
+    deltas = diff(good, bad, split=plan.split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy,
+                split=plan.split)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         given = [f"--{o}" for o in ("good", "bad", "host") if getattr(args, o)]
         if args.strategy != "auto":
             given.append("--strategy")
+        if args.no_split:
+            given.append("--no-split")
         if given:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
@@ -139,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not (args.good and args.bad and args.host):
             raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
-        plan = make_plan(args.good, args.bad, args.strategy)
+        plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
-                                confidence=args.confidence or 0.95)
+                                confidence=args.confidence or 0.95, split=not args.no_split)
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line

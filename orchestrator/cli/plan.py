@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="also put both configs' flags to the server's own parser on "
                    "this host or pool (its --help, then a dry parse that starts nothing)")
     p.add_argument("--accept-new-host-key", action="store_true")
+    p.add_argument("--no-split", action="store_true",
+                   help="a flag whose value is a JSON object stays one delta (by default each "
+                        "changed key path in it is a delta of its own)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_hosts_option(p)
     p.set_defaults(handler=run)
@@ -64,7 +67,7 @@ def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = make_plan(args.good, args.bad, args.strategy)
+    plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
     flag_notes = check_flags(args, plan) if args.host else []
     planner = plan.planner()
     first = planner.pending()

@@ -359,7 +359,9 @@ class Experiment:
         h = self.health
         launch = {
             "exec": list(self.exec),
-            "flags": sorted([k, _jsonable(v)] for k, v in self.flags),
+            # a JSON object or array value by its canonical text: key order and spacing
+            # decide nothing (the argv keeps the text as written)
+            "flags": sorted([k, _keyed(v)] for k, v in self.flags),
             "env": sorted([k, v] for k, v in self.env),
             "unit": self.unit,
             "workdir": self.workdir,
@@ -463,6 +465,13 @@ class Experiment:
 
 def _jsonable(v: FlagValue) -> Any:
     return list(v) if isinstance(v, tuple) else v
+
+
+def _keyed(v: FlagValue) -> Any:
+    from orchestrator.config.jsonvalue import canonical
+
+    c = canonical(v)
+    return _jsonable(v) if c is None else c
 
 
 # ---------------------------------------------------------------------------- loading

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.diagnosis.server_logs import (
+    ARGS_FILES,
+    ARGS_FRAMES,
     ARGS_MARKERS,
     GENERIC_CLASSES,
     GENERIC_HEADERS,
@@ -58,7 +60,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 5
+SIGNATURE_VERSION = 6
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -960,6 +962,8 @@ def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
             for phase, pattern in prof.startup_frames:
                 if pattern.match(func):
                     return phase
+        if ARGS_FRAMES.match(func) and ARGS_FILES.search(path):
+            return Phase.ARGS
     if any(prof.loop_frames.match(func) for _p, func in frames for prof in profiles):
         return progress if progress in (Phase.WARMUP, Phase.SERVING) else Phase.SERVING
     return None

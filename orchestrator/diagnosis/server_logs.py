@@ -62,6 +62,14 @@ ARGS_MARKERS: tuple[Marker, ...] = (
     _m(Phase.ARGS, "usage: ", r"^usage: \S+"),
     _m(Phase.ARGS, ": error: ", r"^[\w.-]+(?:\.py)?: error: "),
 )
+# A traceback through argparse's own parsing (a file named argparse*: the standard
+# library's, vLLM's FlexibleArgumentParser) was raised while the command line was read: an
+# option's type function refused its value with an exception argparse does not turn into
+# `error:` (vLLM validates a JSON option such as --compilation-config there), whatever the
+# server. Unless a startup function sits inside it on the stack, that is phase `args`.
+ARGS_FRAMES = re.compile(r"^(?:parse_args|parse_known_args|_parse_known_args|_get_values?|"
+                         r"parse_known_intermixed_args)$")
+ARGS_FILES = re.compile(r"(?:^|/)argparse\w*\.py$")
 
 SGLANG = ServerProfile(
     name="sglang",
@@ -393,9 +401,9 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
     return found or PROFILES
 
 
-__all__ = ["ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES", "GENERIC_HEADERS", "PHASE_HINTS",
-           "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES", "UNTYPED_ERROR", "VALUE_PARTS",
-           "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
+__all__ = ["ARGS_FILES", "ARGS_FRAMES", "ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES",
+           "GENERIC_HEADERS", "PHASE_HINTS", "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES",
+           "UNTYPED_ERROR", "VALUE_PARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
            "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip

@@ -8,7 +8,13 @@ path and what was expected.
 Matching: a rule's `when` maps flag names (no dashes) to a condition: a scalar (equal),
 `true` (present), `false` (absent), a list (equal to a multi-value flag), or a mapping of
 `lt, le, gt, ge, ne, in`. The special key `env` holds the same kind of conditions on
-environment variables. Values on the command line and in the environment are text. A
+environment variables. A key with dots is a key path inside a flag whose value is a JSON
+object: `compilation-config.pass_config.enable_fusion` is the key `enable_fusion` of the
+object `pass_config` in `--compilation-config '{...}'`; it is absent when the flag is, when
+its value is no JSON object or when a key on the way is missing, and its conditions compare
+JSON values (`true`/`false` are JSON's booleans there, not present/absent, which
+`{present: true}` / `{present: false}` ask; a list is equal to a JSON list; `defaults:` may
+give a key path a value). Values on the command line and in the environment are text. A
 condition written as a number compares numerically (`8` matches `--ep-size 8.0`, `1`
 matches the env value `1`); one written as text (quoted, or a word) compares with the
 value's text (`"1"` matches the env value `1` and `--x 1`, `Tree` matches `Tree`), for
@@ -94,6 +100,12 @@ class Condition:
     key: str
     op: str  # eq, present, absent, lt, le, gt, ge, ne, in
     value: Any = None
+    #: keys inside the flag's JSON object value (a key-path condition); () for the flag
+    path: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return ".".join((self.key, *self.path))
 
     def holds(self, actual: FlagValue | None, present: bool, text: str | None = None) -> bool:
         """Whether the condition holds of a value (`actual`, read as the server reads it)
@@ -134,8 +146,13 @@ class When:
     ) -> bool:
         defaults = defaults or {}
         for c in self.flags:
-            present = c.key in flags
-            actual = flags[c.key] if present else defaults.get(c.key)
+            if c.path:
+                present, actual = json_key(flags.get(c.key), c.path)
+                if not present:
+                    actual = defaults.get(c.name)
+            else:
+                present = c.key in flags
+                actual = flags[c.key] if present else defaults.get(c.key)
             if not c.holds(actual, present):
                 return False
         for c in self.env:
@@ -245,6 +262,21 @@ def draw(seed: int, rule: Rule, flags: Mapping[str, FlagValue], env: Mapping[str
     return random.Random(key).random()
 
 
+def json_key(value: object, path: tuple[str, ...]) -> tuple[bool, Any]:
+    """(present, value) of a key path inside a flag's value that is a JSON object."""
+    if not isinstance(value, str):
+        return False, None
+    try:
+        obj: Any = json.loads(value)
+    except ValueError:
+        return False, None
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return False, None
+        obj = obj[key]
+    return True, obj
+
+
 def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -267,6 +299,8 @@ def _equal(actual: object, expected: object, text: str | None = None) -> bool:
         )
     if isinstance(actual, list):
         return False
+    if isinstance(expected, bool):
+        return expected is actual  # JSON's booleans (key-path conditions)
     if isinstance(expected, str):
         return (text if text is not None else _text(actual)) == expected
     if _is_number(actual) and _is_number(expected):
@@ -419,13 +453,21 @@ class _Validator:
 
     def defaults(self, v: object) -> dict[str, Any]:
         data = self.mapping("defaults", v if v is not None else {})
+        out: dict[str, Any] = {}
         for key, val in data.items():
+            flag, *path = str(key).lstrip("-").split(".")
+            if path:  # a key path: a JSON value, as the server's JSON reads it
+                if not isinstance(val, int | float | str | bool):
+                    raise self.fail(f"defaults.{key}",
+                                    f"expected a number, string or boolean, got {_kind(val)}")
+                out[".".join((flagcat.canonical(flag), *path))] = val
+                continue
             if not isinstance(val, int | float | str) or isinstance(val, bool):
                 raise self.fail(f"defaults.{key}", f"expected a number or string, got {_kind(val)}")
-        # a default stands for the flag on the command line: its text is read as the
-        # command line's is, so `"0.85"` and `0.85` are the same default
-        return {flagcat.canonical(str(k).lstrip("-")): coerce(val) if isinstance(val, str)
-                else val for k, val in data.items()}  # fmt: skip
+            # a default stands for the flag on the command line: its text is read as the
+            # command line's is, so `"0.85"` and `0.85` are the same default
+            out[flagcat.canonical(flag)] = coerce(val) if isinstance(val, str) else val
+        return out
 
     def model(self, v: object) -> ModelInfo:
         data = self.mapping("model", v if v is not None else {})
@@ -542,9 +584,28 @@ class _Validator:
                 continue
             if not isinstance(key, str) or not key.strip("-"):
                 raise self.fail(f"{where}.{key}", "expected a flag name like 'ep-size'")
-            name = flagcat.canonical(key.lstrip("-"))
-            flag_conds.append(self.condition(f"{where}.{key}", name, cond))
+            flag, *path = key.lstrip("-").split(".")
+            if not flag or not all(path):
+                raise self.fail(f"{where}.{key}", "expected a flag name or a key path like "
+                                                  "'compilation-config.pass_config.enable_fusion'")
+            name = flagcat.canonical(flag)
+            if path:
+                flag_conds.append(self.key_condition(f"{where}.{key}", name, tuple(path), cond))
+            else:
+                flag_conds.append(self.condition(f"{where}.{key}", name, cond))
         return When(tuple(flag_conds), tuple(env_conds))
+
+    def key_condition(self, where: str, key: str, path: tuple[str, ...], v: object) -> Condition:
+        """A condition on a key path: booleans are JSON values, not present/absent."""
+        if isinstance(v, bool):
+            return Condition(key, "eq", v, path)
+        if isinstance(v, dict) and set(v) == {"present"}:
+            if not isinstance(v["present"], bool):
+                raise self.fail(f"{where}.present", f"expected true or false, got "
+                                                    f"{_kind(v['present'])}")  # fmt: skip
+            return Condition(key, "present" if v["present"] else "absent", None, path)
+        c = self.condition(where, key, v)
+        return Condition(c.key, c.op, c.value, path)
 
     def condition(self, where: str, key: str, v: object) -> Condition:
         if v is True:

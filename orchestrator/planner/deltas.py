@@ -9,23 +9,38 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.config import jsonvalue
 from orchestrator.config.experiment import Experiment, FlagValue, render_value
 from orchestrator.errors import PlanError
 
-DeltaKind = Literal["flag", "env", "exec"]
+DeltaKind = Literal["flag", "env", "exec", "json", "member"]
 
 
 @dataclass(frozen=True)
 class Delta:
-    """One difference: `old` is the good config's value, `new` the bad one's (None = absent)."""
+    """One difference: `old` is the good config's value, `new` the bad one's (None = absent).
+
+    A `json` delta is one key path inside a flag whose value is a JSON object (`key` is the
+    flag, `path` the keys, `old`/`new` the leaf as JSON text); with `member`, the list at
+    `path` is a set and `old`/`new` one member removed/added. A `member` delta is one
+    value of a multi-value flag documented as a set (`--cuda-graph-bs`). `whole` holds the
+    flag's whole value in good and in bad, which a variant's value is rebuilt from."""
 
     kind: DeltaKind
     key: str
     old: FlagValue | str | None
     new: FlagValue | str | None
+    path: tuple[str, ...] = ()
+    whole: tuple[FlagValue | None, FlagValue | None] = field(default=(None, None), compare=False)
+    member: bool = False
+
+    @property
+    def name(self) -> str:
+        """The option, or the option and key path of a json delta: `hf-overrides.head_dim`."""
+        return f"{self.key}.{jsonvalue.path_text(self.path)}" if self.kind == "json" else self.key
 
     @property
     def change(self) -> str:
@@ -42,6 +57,16 @@ class Delta:
     def _describe(self) -> str:
         if self.kind == "exec":
             return f"~ exec {self.old} -> {self.new}"
+        if self.member or self.kind == "member":
+            if self.old is None:
+                return f"+ --{self.name} member {self._leaf(self.new)}"
+            return f"- --{self.name} member {self._leaf(self.old)}"
+        if self.kind == "json":
+            if self.old is None:
+                return f"+ {_json_words(self.name, self.new)}"
+            if self.new is None:
+                return f"- --{self.name} (was {_json_leaf(self.old)})"
+            return f"~ --{self.name} {_json_leaf(self.old)} -> {_json_leaf(self.new)}"
         if self.kind == "env":
             if self.old is None:
                 return f"+ env {self.key}={self.new}"
@@ -63,15 +88,40 @@ class Delta:
             return f"{self.key}={self.new}" if self.new is not None else f"unset {self.key}"
         if self.kind == "exec":
             return "exec"
+        if self.member or self.kind == "member":
+            if self.old is None:
+                return shlex.join([f"--{self.name}", "with", self._leaf(self.new)])
+            return shlex.join([f"--{self.name}", "without", self._leaf(self.old)])
         if self.new is None:
-            return f"no --{self.key}"
+            return f"no --{self.name}"
+        if self.kind == "json":
+            return _json_words(self.name, self.new)
         return _flag_words(self.key, self.new)
+
+    def _leaf(self, v: object) -> str:
+        return _json_leaf(v) if self.kind == "json" else " ".join(render_value(v))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
         def j(v: object) -> object:
             return list(v) if isinstance(v, tuple) else v
 
-        return {"kind": self.kind, "key": self.key, "old": j(self.old), "new": j(self.new)}
+        out = {"kind": self.kind, "key": self.key, "old": j(self.old), "new": j(self.new)}
+        if self.kind == "json":
+            out |= {"path": list(self.path), "name": self.name}
+        if self.member or self.kind == "member":
+            out["member"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Delta:
+        """A recorded delta (for its labels: `whole` is not recorded)."""
+
+        def t(v: object) -> object:
+            return tuple(v) if isinstance(v, list) else v
+
+        return cls(d["kind"], d["key"], t(d.get("old")), t(d.get("new")),  # type: ignore[arg-type]
+                   path=tuple(d.get("path") or ()),  # type: ignore[arg-type]
+                   member=bool(d.get("member")) and d["kind"] == "json")
 
 
 def _redacted(d: Delta, text: str) -> str:
@@ -91,24 +141,41 @@ def _value_text(v: FlagValue | str | None) -> str:
     return " ".join(render_value(v)) if v is not None else "(absent)"
 
 
+def _json_leaf(text: object) -> str:
+    return jsonvalue.leaf_label(str(text))
+
+
+def _json_words(name: str, text: object) -> str:
+    return shlex.join([f"--{name}", _json_leaf(text)])
+
+
 def _flag_words(key: str, value: FlagValue | str | None) -> str:
     words = [f"--{key}", *render_value(value)] if value is not None else [f"--{key}"]
     return shlex.join(words)
 
 
-def diff(good: Experiment, bad: Experiment) -> list[Delta]:
-    """All differences between two resolved configs, in a stable order."""
+def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta]:
+    """All differences between two resolved configs, in a stable order.
+
+    A flag whose value is a JSON object in good, in bad or in both (absent on the other
+    side counts as `{}`) gives one `json` delta per key path that differs, unless `split`
+    is off or the value is a secret; the option keeps one delta otherwise. Two values that
+    are the same JSON whatever their key order and spacing are no difference."""
     deltas: list[Delta] = []
     if good.exec != bad.exec:
         deltas.append(Delta("exec", "exec", shlex.join(good.exec), shlex.join(bad.exec)))
     gf, bf = good.flag_map(), bad.flag_map()
+    secret = set(good.secrets().values()) | set(bad.secrets().values()) if split else set()
     for key, new in bad.flags:
         old = gf.get(key)
-        if old != new or type(old) is not type(new):
-            deltas.append(Delta("flag", key, old, new))
+        if old == new and type(old) is type(new):
+            continue
+        if jsonvalue.same_json(old, new):
+            continue  # key order and spacing only
+        deltas.extend(_flag_deltas(key, old, new, split and not {old, new} & secret))
     for key, old in good.flags:
         if key not in bf:
-            deltas.append(Delta("flag", key, old, None))
+            deltas.extend(_flag_deltas(key, old, None, split and old not in secret))
     ge, be = good.env_map(), bad.env_map()
     for key, new in bad.env:
         if ge.get(key) != new:
@@ -119,20 +186,76 @@ def diff(good: Experiment, bad: Experiment) -> list[Delta]:
     return deltas
 
 
+def _flag_deltas(key: str, old: FlagValue | None, new: FlagValue | None,
+                 split: bool) -> list[Delta]:
+    if split:
+        g, b = jsonvalue.parse_object(old), jsonvalue.parse_object(new)
+        if (g is not None or old is None) and (b is not None or new is None):
+            leaves = jsonvalue.leaf_changes(g or {}, b or {}, jsonvalue.set_paths(key))
+            if leaves:  # (an empty object added or removed is the option's own change)
+                return [Delta("json", key, o, n, path=p, whole=(old, new), member=m)
+                        for p, o, n, m in leaves]  # fmt: skip
+        if key in jsonvalue.SET_FLAGS and old is not None and new is not None:
+            # a set of values given on both sides (absent is the server's default set)
+            changes = jsonvalue.member_changes(_members(old), _members(new))
+            if changes:
+                return [Delta("member", key, o, n, whole=(old, new))
+                        for o, n in ((_scalar(o), _scalar(n)) for o, n in changes)]
+    return [Delta("flag", key, old, new)]
+
+
+def _members(v: FlagValue) -> list[object]:
+    return list(v) if isinstance(v, tuple) else [v]
+
+
+def _scalar(text: str | None) -> FlagValue | None:
+    import json
+
+    return None if text is None else json.loads(text)
+
+
+def _set_value(old: FlagValue | None, new: FlagValue | None,
+               ds: list[Delta]) -> FlagValue | None:  # fmt: skip
+    """A multi-value flag documented as a set, with the chosen members added or removed."""
+    import json
+
+    members = jsonvalue.rebuild_set(
+        _members(old) if old is not None else [], _members(new) if new is not None else [],
+        [(None if d.old is None else json.dumps(d.old),
+          None if d.new is None else json.dumps(d.new)) for d in ds])  # fmt: skip
+    for side in (new, old):
+        if side is not None and _members(side) == members:
+            return side
+    return tuple(members) if members else None  # type: ignore[arg-type]
+
+
 def apply_deltas(
     good: Experiment, deltas: Iterable[Delta], *, name: str | None = None
 ) -> Experiment:
-    """The good config with the given deltas applied (each set to its bad value)."""
+    """The good config with the given deltas applied (each set to its bad value); the
+    `json` deltas of one flag rebuild its value from good's (jsonvalue.rebuild)."""
     flags: dict[str, FlagValue | None] = {}
     env: dict[str, str | None] = {}
     exe = None
+    inside: dict[str, list[Delta]] = {}
+    members: dict[str, list[Delta]] = {}
     for d in deltas:
         if d.kind == "flag":
             flags[d.key] = d.new  # type: ignore[assignment]
+        elif d.kind == "json":
+            inside.setdefault(d.key, []).append(d)
+        elif d.kind == "member":
+            members.setdefault(d.key, []).append(d)
         elif d.kind == "env":
             env[d.key] = d.new  # type: ignore[assignment]
         else:
             exe = d.new
+    for key, ds in inside.items():
+        old, new = ds[0].whole
+        flags[key] = jsonvalue.rebuild(old, new, [(d.path, d.old, d.new, d.member)  # type: ignore[arg-type]
+                                                  for d in ds])  # fmt: skip
+    for key, ds in members.items():
+        flags[key] = _set_value(*ds[0].whole, ds)
     out = good.with_changes(flags=flags, env=env, name=name)
     if exe is not None:
         from dataclasses import replace
@@ -169,6 +292,8 @@ def coupling_closure(deltas: list[Delta], good: Experiment, bad: Experiment):  #
                         present.discard(d.key)
                     else:
                         present.add(d.key)
+                elif d.kind == "json" and d.new is not None:
+                    present.add(d.key)
             for key, needs in rules.items():
                 if key not in present:
                     continue

@@ -48,10 +48,7 @@ def _deltas(camp: CampaignRow) -> list[str]:
 
     out = []
     for d in camp.spec.get("deltas", []):
-        old, new = d["old"], d["new"]
-        delta = Delta(d["kind"], d["key"], tuple(old) if isinstance(old, list) else old,
-                      tuple(new) if isinstance(new, list) else new)  # fmt: skip
-        out.append(delta.describe())
+        out.append(Delta.from_dict(d).describe())
     return out
 
 
