@@ -352,6 +352,7 @@ def test_hosts_check_of_the_cluster(hosts: Path) -> None:
     assert checks["idle nodes"]["ok"]
 
 
+@pytest.mark.slurm  # starts a real Slurm cluster of its own: not the fast tier
 def test_lab_up_slurm_and_down(tmp_path: Path) -> None:
     """`lab up --slurm` starts the lab's cluster beside its sshd and writes the lab-slurm
     entry; `lab down` stops every daemon it started."""
