@@ -90,13 +90,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope == "module" for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            _group(item, item.nodeid.split("::")[0])
 
     def rank(item: pytest.Item) -> int:
         return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),
                    default=len(_ORDER))
 
     items.sort(key=rank)  # stable: file order within a tier
+
+
+def _group(item: pytest.Item, name: str) -> None:
+    """Put `item` in the xdist group `name`. pytest-xdist's `loadgroup` scheduler reads the
+    group from the node id (`ID@GROUP`), which its worker writes into `item._nodeid`; pytest
+    9 keeps the id in `item._id` and no longer reads `_nodeid`, so every group would be
+    spread over the workers (each booting the module's container). Written here the way
+    this pytest keeps it; with an older pytest, xdist's own hook does it."""
+    item.add_marker(pytest.mark.xdist_group(name))
+    if not getattr(item.config.option, "loadgroup", False) or "@" in item.nodeid:
+        return
+    try:
+        from _pytest.nodes import coerce_node_id  # pytest >= 9
+    except ImportError:
+        return
+    item._id = coerce_node_id(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
