@@ -11,6 +11,7 @@ answer is the one a single host gives.
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import Counter
 from pathlib import Path
@@ -20,7 +21,16 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import Status
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.results.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    present,
+    write_pair,
+)
 
 N = 8
 CULPRITS = [frozenset({2}), frozenset({5, 6})]
@@ -101,3 +111,61 @@ def test_a_host_with_trouble_on_every_run_leaves_the_pool_and_its_runs_move(
     judged = {r.variant for r in runs if r.verdict is not Verdict.INFRA}
     assert {r.variant for r in on_bad} <= judged
     assert "bad-host" in Recorded.restored  # it is restored all the same
+
+
+class Gate(ScriptedExecutor):
+    """A scripted host whose search runs (not the endpoints) wait, bounded, until every
+    host of the pool has a run in progress; each notes how many were then in progress."""
+
+    running = 0
+    seen: dict[str, int] = {}
+    cond = threading.Condition()
+
+    def run(self, exp, *, run_id: str, **kw):  # noqa: ANN001, ANN003, ANN201
+        cls = Gate
+        endpoint = present(exp) in (frozenset(), frozenset(range(N)))
+        with cls.cond:
+            cls.running += 1
+            cls.cond.notify_all()
+            for _ in range(500):  # bounded (5 s); a cancel is seen within 10 ms
+                if endpoint or cls.running >= 4 or self.cancel_event.is_set():
+                    break
+                cls.cond.wait(0.01)
+            cls.seen[run_id] = cls.running
+        try:
+            return super().run(exp, run_id=run_id, **kw)
+        finally:
+            with cls.cond:
+                cls.running -= 1
+
+
+def first_bad_start_passes(p: float) -> int:
+    """A seed of the oracle whose first draw passes a rule of probability p."""
+    return next(s for s in range(100) if random.Random(s).random() >= p)
+
+
+def test_a_flaky_pair_on_four_hosts_keeps_every_host_busy(tmp_path: Path) -> None:
+    # the pair fails on half of the starts; bad passes its first start, so the search is
+    # noise-aware from its first run and names 4 runs at a time (planner.batch)
+    good, bad = write_pair(tmp_path / "exp", N)
+    plan = make_plan(good, bad, "auto")
+    pair = frozenset({1, 6})
+    flaky = Oracle([Rule(pair, "cuda_graph", TARGET_ERROR, probability=0.5)],
+                   seed=first_bad_start_passes(0.5))  # fmt: skip
+    Gate.running, Gate.seen = 0, {}
+    store = Store(tmp_path / "results")
+    try:
+        outcome = Bisection(store, plan, [host(f"h{i}") for i in range(4)], command="test",
+                            executor_factory=lambda h, *_: Gate(h, flaky, Faults())).run()
+        runs = store.runs(outcome.campaign_id)
+    finally:
+        store.close()
+    assert outcome.status is Status.FOUND, outcome.message
+    assert culprit_sets(outcome) == [pair]
+    assert "flaky" in (outcome.noise or {}).get("switched", "")
+    noisy = [r for r in runs if r.purpose.startswith("noise-")]
+    assert len(noisy) >= 8 and {r.host for r in noisy} == {f"h{i}" for i in range(4)}
+    # every noise-aware run found the other hosts busy too, but those the answer made
+    # unnecessary (cancelled while they waited)
+    full = [r for r in noisy if Gate.seen[r.id] == 4]
+    assert len(full) >= len(noisy) - 3, [Gate.seen[r.id] for r in noisy]

@@ -20,9 +20,8 @@ import yaml
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.lab import cmdline
+from orchestrator.lab import cmdline, slurmlab
 from orchestrator.lab import scenario as sc
-from orchestrator.lab import slurmlab
 from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import session_env

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner import batch
+from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto
 

@@ -219,7 +219,7 @@ def batch_search(
     n: int,
     evidence: Sequence[Run] = (),
     *,
-    model: NoiseModel = NoiseModel(),
+    model: NoiseModel | None = None,
     closure: Callable[[Variant], Variant] | None = None,
     note: str = "",
     slots: int = 2,
@@ -227,6 +227,7 @@ def batch_search(
     """`noisy_search` with `slots` runs in progress: each round names them all and is
     decided by the first verdict; the search answers as soon as the posterior does (the
     runs still going are no longer wanted)."""
+    model = model or NoiseModel()
     state = Noisy(n, model, closure)
     for v, verdict in evidence:
         state.add(v, verdict)
@@ -257,10 +258,11 @@ def batch_search(
                         reason=f"run budget of the noise-aware search spent ({budget} runs)")
 
 
-def search(n: int, evidence: Sequence[Run] = (), *, model: NoiseModel = NoiseModel(),
+def search(n: int, evidence: Sequence[Run] = (), *, model: NoiseModel | None = None,
            closure: Callable[[Variant], Variant] | None = None, note: str = "",
            slots: int = 1) -> Search:  # fmt: skip
     """The noise-aware search for `slots` runs at a time (one: `noisy_search` itself)."""
+    model = model or NoiseModel()
     if slots <= 1:
         return noisy_search(n, evidence, model=model, closure=closure, note=note)
     return batch_search(n, evidence, model=model, closure=closure, note=note, slots=slots)
