@@ -236,9 +236,11 @@ def batch_search(
     started = 0
     for _ in range(10 * budget + 10):  # bounded: each round takes a verdict
         a = state.analyze()
-        if a.next is None:
+        if a.next is None and not pending:
             return state.answer(a, complete=True)
-        room = min(slots - len(pending), budget - started)
+        # sure already: the runs in progress are read before the answer is given (their
+        # slots are taken either way, and each may still change it); nothing new starts
+        room = 0 if a.next is None else min(slots - len(pending), budget - started)
         if room <= 0 and not pending:
             break
         new = next_batch(state, a, room, pending) if room > 0 else []
