@@ -17,6 +17,8 @@ single variant are chosen only when nothing else is worth as much.
 While the search confirms a culprit set (bad without each member, to rule out another
 cause behind it), the runs in progress count as the passes they most likely are, and each
 slot goes to the member whose "no other cause" is least sure under that assumption.
+Once the answer is sure, the runs in progress are read before it is given (at 4 slots
+this made the answers at least as often right as with one; bench/parallel_noisy.py).
 
 The joint outcome of m runs has 2^m values: the runs in progress weighed jointly are the
 newest `JOINT` ones (a cluster with more slots than that weighs the rest as not there).
@@ -225,8 +227,9 @@ def batch_search(
     slots: int = 2,
 ) -> Search:
     """`noisy_search` with `slots` runs in progress: each round names them all and is
-    decided by the first verdict; the search answers as soon as the posterior does (the
-    runs still going are no longer wanted)."""
+    decided by the first verdict. Once the posterior is sure, nothing new starts and the
+    runs still in progress are read (each may still change the answer; their slots are
+    taken either way); then the search answers."""
     model = model or NoiseModel()
     state = Noisy(n, model, closure)
     for v, verdict in evidence:
@@ -246,7 +249,8 @@ def batch_search(
         new = next_batch(state, a, room, pending) if room > 0 else []
         started += len(new)
         pending += new
-        best = state.answer(a, complete=False, reason="the search was stopped")
+        best = state.answer(a, complete=True) if a.next is None else \
+            state.answer(a, complete=False, reason="the search was stopped")  # fmt: skip
         got = yield Round(tuple(frozenset(_bits(v)) for v in pending),
                           purpose=f"noise-{a.purpose}", again=True, any_verdict=True,
                           best=best, note=note)  # fmt: skip

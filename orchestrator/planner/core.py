@@ -199,7 +199,7 @@ class Planner:
         replayed on the known verdicts plus hypothetical ones, breadth first, nearest
         first; nothing already known or pending is returned."""
         if limit <= 0 or self.done or (self._round is not None and self._round.again):
-            return []  # a noise-aware round is one run at a time: nothing to speculate on
+            return []  # a noise-aware round names every run it wants: nothing to speculate on
         out: list[Variant] = []
         skip = set(self.results) | set(self.pending())
         frontier: list[dict[Variant, Verdict]] = [{}]
