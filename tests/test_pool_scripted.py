@@ -114,23 +114,30 @@ def test_a_host_with_trouble_on_every_run_leaves_the_pool_and_its_runs_move(
 
 class Gate(ScriptedExecutor):
     """A scripted host whose search runs (not the endpoints) wait, bounded, until every
-    host of the pool has a run in progress; each notes how many were then in progress."""
+    host of the pool has a run in progress; each notes whether that moment came (4) or
+    how many were in progress when it gave up waiting."""
 
+    n = 4  # deltas of the pair (the endpoints do not wait)
     running = 0
+    full = 0  # how many times every host had a run in progress
     seen: dict[str, int] = {}
     cond = threading.Condition()
 
     def run(self, exp, *, run_id: str, **kw):  # noqa: ANN001, ANN003, ANN201
         cls = Gate
-        endpoint = present(exp) in (frozenset(), frozenset(range(N)))
+        endpoint = present(exp) in (frozenset(), frozenset(range(cls.n)))
         with cls.cond:
+            before = cls.full
             cls.running += 1
-            cls.cond.notify_all()
-            for _ in range(500):  # bounded (5 s); a cancel is seen within 10 ms
-                if endpoint or cls.running >= 4 or self.cancel_event.is_set():
+            if cls.running >= 4:
+                cls.full += 1
+                cls.cond.notify_all()
+            for _ in range(100):  # bounded (1 s: the runs read after the answer is sure
+                # wait for no new one); a cancel is seen within 10 ms
+                if endpoint or cls.full > before or self.cancel_event.is_set():
                     break
                 cls.cond.wait(0.01)
-            cls.seen[run_id] = cls.running
+            cls.seen[run_id] = 4 if cls.full > before else cls.running
         try:
             return super().run(exp, run_id=run_id, **kw)
         finally:
@@ -160,11 +167,11 @@ class EveryOther(Oracle):
 def test_a_flaky_pair_on_four_hosts_keeps_every_host_busy(tmp_path: Path) -> None:
     # the pair fails on half of the starts; bad passes its first start, so the search is
     # noise-aware from its first run and names 4 runs at a time (planner.batch)
-    good, bad = write_pair(tmp_path / "exp", N)
+    good, bad = write_pair(tmp_path / "exp", Gate.n)
     plan = make_plan(good, bad, "auto")
-    pair = frozenset({1, 6})
+    pair = frozenset({1, 3})
     flaky = EveryOther([Rule(pair, "cuda_graph", TARGET_ERROR, probability=0.5)])
-    Gate.running, Gate.seen = 0, {}
+    Gate.running, Gate.full, Gate.seen = 0, 0, {}
     store = Store(tmp_path / "results")
     try:
         outcome = Bisection(store, plan, [host(f"h{i}") for i in range(4)], command="test",
@@ -177,7 +184,7 @@ def test_a_flaky_pair_on_four_hosts_keeps_every_host_busy(tmp_path: Path) -> Non
     assert "flaky" in (outcome.noise or {}).get("switched", "")
     noisy = [r for r in runs if r.purpose.startswith("noise-")]
     assert len(noisy) >= 8 and {r.host for r in noisy} == {f"h{i}" for i in range(4)}
-    # every noise-aware run found the other hosts busy too, but those the answer made
-    # unnecessary (cancelled while they waited)
+    # every noise-aware run found the other hosts busy too, but the last ones (once the
+    # answer is sure, the runs in progress are read and nothing new starts)
     full = [r for r in noisy if Gate.seen[r.id] == 4]
     assert len(full) >= len(noisy) - 3, [Gate.seen[r.id] for r in noisy]
