@@ -138,7 +138,8 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
                              "-o", "%i|%T")  # fmt: skip
     ended = dict(line.split("|") for line in r.stdout.split())
     assert jobs <= set(ended)
-    assert all(state == "CANCELLED" for job, state in ended.items() if job not in jobs), ended
+    unrecorded = {job: state for job, state in ended.items() if job not in jobs}
+    assert all(state == "CANCELLED" for state in unrecorded.values()), (unrecorded, ended)
     # `show` of a run says which job it was and where it ran
     shown = cli("show", bad.id, "--results", results, timeout=60)
     assert f"on the cluster (lab-slurm): job {store_job(results, bad.id)} on node" in shown.stdout

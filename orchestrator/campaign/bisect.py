@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -219,8 +220,10 @@ class Bisection:
         #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
         #    `auto` turns noise-aware by itself once the runs show flakiness.
         self._reuse_recorded(pool)
+        # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
         strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
-                                      lambda v: self.plan.describe(frozenset(v)))
+                                      lambda v: self.plan.describe(frozenset(v)),
+                                      slots=len(pool.healthy()))  # fmt: skip
 
         def new_planner() -> Planner:
             evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
@@ -296,7 +299,7 @@ class Bisection:
         planner = Planner(self.plan.n, strategy, known={frozenset(): Verdict.PASS,
                                                          full: Verdict.FAIL},
                           closure=self.plan.closure(), evidence=evidence)  # fmt: skip
-        return [self.plan.describe(v) for v in planner.pending()]
+        return [self.plan.describe(v) for v in dict.fromkeys(planner.pending())]
 
     # ---- obtaining verdicts
     def _drive(
@@ -317,23 +320,30 @@ class Bisection:
         show. A variant that wants a new start (`fresh_runs`) takes the starts earlier
         campaigns recorded of the same launch that this one has not taken yet, if any
         (`reuse`). Returns why it stopped early (a budget), or None."""
-        in_flight: dict[tuple[int, ...], Task] = {}
+        in_flight: dict[str, Task] = {}  # by run id: a variant wanted twice runs twice
+        cancelled: set[str] = set()
         stop: str | None = None
         for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
             want = wanted()
+            need = Counter(want)
+            have = Counter(t.key for r, t in in_flight.items() if r not in cancelled)
+            missing = sum(max(0, c - have[v]) for v, c in need.items())
             ahead: list[tuple[int, ...]] = []
-            spare = len(pool.idle()) - len([v for v in want if v not in in_flight])
+            spare = len(pool.idle()) - missing
             if speculate is not None and len(pool.healthy()) > 1 and not stop and (
                 spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
             ):
                 running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
                 ahead = speculate(max(spare, 0) + running)
-            for v, task in list(in_flight.items()):
-                if v not in want and v not in ahead:
-                    pool.cancel(task)  # the round was decided without it
+            for rid, task in reversed(list(in_flight.items())):
+                v = task.key
+                if rid not in cancelled and have[v] > need[v] + (v in ahead):
+                    pool.cancel(task)  # the round was decided without it (newest first)
+                    cancelled.add(rid)
+                    have[v] -= 1
             progressed = False
             for v in want:
-                if v in in_flight:
+                if have[v] >= need[v]:
                     continue
                 fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
                 row = None if fresh and not reuse else self._known(v, target, pool,
@@ -351,11 +361,12 @@ class Bisection:
                             good_metric=self.good_metric, purpose=purpose(v),
                             precheck=self._precheck)  # fmt: skip
                 pool.submit(task)
-                in_flight[v] = task
+                in_flight[task.run_id] = task
+                have[v] += 1
             if progressed:
                 continue
             for v in ahead:  # spare hosts run ahead; a verdict found later is reused
-                if v in in_flight or not pool.idle():
+                if have[v] or not pool.idle():
                     continue
                 stop = stop or self._budget_exhausted(len(in_flight))
                 if stop or self._known(v, target, pool) is not None:
@@ -366,11 +377,13 @@ class Bisection:
                             target=target, good_metric=self.good_metric,
                             purpose="speculative", precheck=self._precheck)  # fmt: skip
                 pool.submit(task)
-                in_flight[v] = task
+                in_flight[task.run_id] = task
+                have[v] += 1
             if not in_flight:
                 return stop if want else None
             d = pool.wait()
-            in_flight.pop(d.task.key, None)
+            in_flight.pop(d.task.run_id, None)
+            cancelled.discard(d.task.run_id)
             if d.result is None:
                 if isinstance(d.error, RunCancelled):
                     continue

@@ -26,14 +26,15 @@ __all__ = ["BAD_ATTEMPTS", "Counts", "NoiseWatch", "add_counts", "bad_starts", "
            "strategy_for"]
 
 
-def strategy_for(name: str, confidence: float,
-                 describe: Callable[[frozenset[int]], str]) -> StrategyFn:  # fmt: skip
-    """The search a campaign runs: `auto` switches to the noise-aware search by itself."""
+def strategy_for(name: str, confidence: float, describe: Callable[[frozenset[int]], str],
+                 slots: int = 1) -> StrategyFn:  # fmt: skip
+    """The search a campaign runs: `auto` switches to the noise-aware search by itself,
+    which keeps `slots` runs in progress (the pool's hosts, a Slurm host's max_jobs)."""
     model = NoiseModel(confidence=confidence)
     if name == "auto":
-        return Adaptive(model, describe)
+        return Adaptive(model, describe, slots=max(1, slots))
     if name == "noisy":
-        return NoisyFromStart(model)
+        return NoisyFromStart(model, slots=max(1, slots))
     return make_strategy(name)
 
 

@@ -149,7 +149,10 @@ class SlurmCluster:
             "SlurmdParameters=config_overrides\n"
             "ReturnToService=2\n"
             "SchedulerType=sched/backfill\n"
-            "SchedulerParameters=sched_interval=2\n"
+            # a job is placed when it is submitted (Slurm's default lets a batch job wait
+            # up to 3 s for the next scheduling pass: on lab runs of seconds, that is most
+            # of a slot's time)
+            "SchedulerParameters=sched_interval=2,batch_sched_delay=0\n"
             "MinJobAge=600\n"
             "KillWait=5\n"
             "InactiveLimit=0\n"

@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.planner import batch
 from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
-from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
+from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto
 
 Run = tuple[Variant, Verdict]
@@ -107,11 +108,14 @@ class Adaptive:
 
     model: NoiseModel = NoiseModel()
     describe: Describe = _describe
+    #: runs the noise-aware search keeps in progress (the campaign's slots: planner.batch)
+    slots: int = 1
     takes_evidence = True
 
     def __call__(self, n: int, evidence: Sequence[Run] = (),
                  closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
-        return adaptive(n, evidence, model=self.model, closure=closure, describe=self.describe)
+        return adaptive(n, evidence, model=self.model, closure=closure, describe=self.describe,
+                        slots=self.slots)  # fmt: skip
 
 
 def adaptive(
@@ -121,6 +125,7 @@ def adaptive(
     model: NoiseModel | None = None,
     closure: Callable[[Variant], Variant] | None = None,
     describe: Describe = _describe,
+    slots: int = 1,
 ) -> Search:
     model = model or NoiseModel()
     close = closure or (lambda v: v)
@@ -132,8 +137,8 @@ def adaptive(
 
     def switch(reason: str) -> Search:
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        answer = yield from noisy_search(n, runs, model=_default_model(model), closure=closure,
-                                         note=note)  # fmt: skip
+        answer = yield from batch.search(n, runs, model=_default_model(model), closure=closure,
+                                         note=note, slots=slots)  # fmt: skip
         return answer
 
     reason = flakiness(runs, describe)
@@ -178,8 +183,9 @@ def adaptive(
     # Not yet as sure as asked (a few unlucky passes of a flaky failure could explain the
     # same runs): the posterior search goes on from these runs, under the same prior,
     # until its answer reaches the confidence or its budget ends.
-    sure = yield from _recording(noisy_search(n, list(runs), model=_default_model(model),
-                                              closure=closure), runs, close)  # fmt: skip
+    sure = yield from _recording(batch.search(n, list(runs), model=_default_model(model),
+                                              closure=closure, slots=slots), runs,
+                                 close)  # fmt: skip
     if set(sure.culprit_sets) == set(answer.culprit_sets):
         # the same sets: `auto`'s answer, with the evidence it cites, at the new confidence
         return replace(answer, confidence=sure.confidence, complete=sure.complete,
@@ -258,9 +264,10 @@ class NoisyFromStart:
     """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
 
     model: NoiseModel = NoiseModel()
+    slots: int = 1
     takes_evidence = True
 
     def __call__(self, n: int, evidence: Sequence[Run] = (),
                  closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
         runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
-        return noisy_search(n, runs, model=self.model, closure=closure)
+        return batch.search(n, runs, model=self.model, closure=closure, slots=self.slots)

@@ -73,6 +73,10 @@ class Round:
     best: Answer | None = None
     #: why the search runs as it does (e.g. the flakiness that switched it to noise-aware)
     note: str = ""
+    #: with `again`: the first fresh verdict of any variant decides the round, and the others
+    #: keep running (the next round names them again); a variant named twice runs twice
+    #: (a noise-aware search keeping k slots busy: planner.batch)
+    any_verdict: bool = False
 
 
 Search = Generator[Round, Results, Answer]
@@ -145,6 +149,9 @@ class Planner:
         """Closed variants of the current round that still need a verdict, in round order."""
         if self._round is None:
             return []
+        if self._round.again and self._round.any_verdict:
+            # a multiset: none has its fresh verdict yet (the first one decides the round)
+            return [self.closure(raw) for raw in self._round.variants]
         done = self._fresh if self._round.again else self.results
         out: list[Variant] = []
         for raw in self._round.variants:
@@ -192,7 +199,7 @@ class Planner:
         replayed on the known verdicts plus hypothetical ones, breadth first, nearest
         first; nothing already known or pending is returned."""
         if limit <= 0 or self.done or (self._round is not None and self._round.again):
-            return []  # a noise-aware round is one run at a time: nothing to speculate on
+            return []  # a noise-aware round names every run it wants: nothing to speculate on
         out: list[Variant] = []
         skip = set(self.results) | set(self.pending())
         frontier: list[dict[Variant, Verdict]] = [{}]
@@ -226,6 +233,9 @@ class Planner:
     def _satisfied(self, rnd: Round) -> dict[Variant, Verdict] | None:
         got: dict[Variant, Verdict] = {}
         known = self._fresh if rnd.again else self.results
+        if rnd.again and rnd.any_verdict:
+            raw = next((r for r in rnd.variants if self.closure(r) in known), None)
+            return None if raw is None else {raw: known[self.closure(raw)]}
         for raw in rnd.variants:
             v = self.closure(raw)
             if v in known:

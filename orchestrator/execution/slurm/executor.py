@@ -325,8 +325,10 @@ class SlurmExecutor(Executor):
         unknown = 0
         state = facts.JobState("")
         for _ in range(10_000_000):  # bounded by the deadlines below
-            if self.cancel_event.is_set():
-                raise RunCancelled(f"run cancelled on {self.host.name}")
+            # a cancel is honoured after one more look at the job: one that has ended by
+            # now is collected and recorded (a job of the campaign that completed is a run
+            # of it), one that still runs is cancelled
+            cancelled = self.cancel_event.is_set()
             r = self._slurm(cmd, timeout=60)
             ran["polls"] = ran.get("polls", 0) + 1
             parts = facts.split(r.stdout, facts.RESULT_MARK, facts.LOG_MARK)
@@ -375,6 +377,8 @@ class SlurmExecutor(Executor):
                     raise InfraError(f"job {job} ran {elapsed:.0f}s, past its time limit")
             if state.state and not state.active:
                 return state, phase
+            if cancelled:
+                raise RunCancelled(f"run cancelled on {self.host.name}")
             self.sleep(delay)
             delay = min(delay * 1.5, self.poll_max)
         raise InfraError(f"job {job}: gave up watching")
