@@ -23,6 +23,7 @@ not the failure turns out to be flaky (bench/runs_to_answer.py --noise: `default
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -39,7 +40,10 @@ Describe = Callable[[Variant], str]
 #: unlucky passes (they then point at a superset of the culprit set): an even prior keeps
 #: the confidence of such an interacting set honest (bench/runs_to_answer.py --noise,
 #: calibration of `ours`); a single flag reproduced by good + it is certain either way.
-DETERMINISTIC = 0.5
+DETERMINISTIC = 0.3
+#: the same weight when the chance is weighed that another cause hid behind a set no run
+#: of which passed (`NoiseModel.miss_spike`)
+MISS_DETERMINISTIC = 0.5
 #: the largest interacting set taken at face value from runs that all agree: a larger one
 #: is the mark a missed failure leaves (the noise-aware search then checks it)
 MAX_SET = 3
@@ -51,6 +55,8 @@ TRIPLES = 5000
 #: starts of the bad config before a campaign concludes that it does not fail: with a
 #: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
 BAD_ATTEMPTS = 16
+#: runs (plus 2 per change) that weigh causes sharing a change against one flaky cause
+WEIGH_RUNS = 6
 
 
 def _describe(v: Variant) -> str:
@@ -187,16 +193,68 @@ def adaptive(
                        noise_aware=True)  # fmt: skip
     if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
         return sure  # the new runs showed flakiness: the posterior's answer stands
-    # Every run still fits `auto`'s answer exactly, and the posterior prefers another (one
-    # flaky cause where `auto` saw several that share changes): not sure either way. The
-    # answer that fits every run is the best one; its chance is at most what the
-    # posterior leaves beside its own answer.
-    got = _deterministic_confidence(n, runs, answer, model)
-    if got["confidence"] is None:
-        got["confidence"] = 1.0 - (sure.confidence or 0.0)
-    return replace(answer, complete=False, noise_aware=True,
-                   reason="the runs fit causes that share changes, or one flaky cause",
-                   **got)  # fmt: skip
+    # Every run still fits `auto`'s answer exactly, and the one-cause posterior prefers
+    # another (one flaky cause where `auto` saw several that share changes). The two
+    # models are weighed against each other; runs of the flaky candidate alone (which
+    # the several causes say pass) and of `auto`'s sets (which they say fail) go on until
+    # one of them reaches the confidence, the runs contradict `auto` (then the failure
+    # is flaky: the posterior search takes over) or the budget ends.
+    for _ in range(WEIGH_RUNS + 2 * n):
+        several, lead = _several_causes(n, runs, answer, model)
+        if several >= model.confidence:
+            return replace(answer, confidence=several, noise_aware=True,
+                           reproduction_rate=1.0)  # fmt: skip
+        if 1.0 - several >= model.confidence and set(sure.culprit_sets) == {lead}:
+            conf = (sure.confidence or 0.0) * (1.0 - several)
+            if conf >= model.confidence:
+                return replace(sure, confidence=conf)
+        v = _weigh_next(runs, answer, lead, close)
+        got = yield Round((v,), purpose="noise-check", again=True)
+        runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
+        reason = flakiness(runs, describe) or answer_doubt(answer, runs, describe)
+        if reason:
+            return (yield from switch(reason))
+    several, _ = _several_causes(n, runs, answer, model)
+    return replace(answer, complete=False, noise_aware=True, confidence=several,
+                   reason="the runs fit causes that share changes, or one flaky cause")  # fmt: skip
+
+
+def _several_causes(n: int, runs: Sequence[Run], answer: Answer,
+                    model: NoiseModel) -> tuple[float, frozenset[int] | None]:  # fmt: skip
+    """(P(`auto`'s causes | runs) against every single cause, the leading single cause).
+
+    `auto`'s sets explain every run (each variant carrying one failed, every other one
+    passed): with one reproduction rate for all of them, their likelihood is that of a
+    set no run of which passed; their prior is the product of the sets' priors, each
+    cause after the first with the prior weight of another cause (`other`). A single
+    cause has the prior and likelihood of the posterior (`Noisy`), weighed together.
+    """
+    m = replace(_default_model(model), max_triples=10**5)
+    state = Noisy(n, m)
+    for v, x in runs:
+        state.add(v, x)
+    belief = state.belief((1 << n) - 1)
+    terms = answer.culprit_sets
+    if not belief.consistent:
+        return 1.0, None
+    if any(len(t) > len(m.sizes) or m.sizes[len(t) - 1] <= 0 for t in terms):
+        return 0.0, belief.best()[0]
+    prior = sum(math.log(m.sizes[len(t) - 1] / math.comb(n, len(t))) for t in terms)
+    prior += (len(terms) - 1) * math.log(m.other)
+    several = prior + belief.likelihood(0)
+    one = belief.log_evidence() + math.log1p(-m.other)
+    return 1.0 / (1.0 + math.exp(min(one - several, 700.0))), belief.best()[0]
+
+
+def _weigh_next(runs: Sequence[Run], answer: Answer, lead: frozenset[int] | None,
+                close: Callable[[Variant], Variant]) -> Variant:  # fmt: skip
+    """The variant with the fewest runs among the leading single cause alone and `auto`'s
+    sets (the leading cause first)."""
+    count: dict[Variant, int] = {}
+    for v, _ in runs:
+        count[v] = count.get(v, 0) + 1
+    options = ([close(lead)] if lead is not None else []) + [close(t) for t in answer.culprit_sets]
+    return min(options, key=lambda v: count.get(v, 0))
 
 
 def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
@@ -233,7 +291,8 @@ def _default_model(model: NoiseModel) -> NoiseModel:
     probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
     in another way did not show the target (as `auto` reads it)."""
     return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
-                   other_clears=True, max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
+                   miss_spike=model.miss_spike or MISS_DETERMINISTIC, other_clears=True,
+                   max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
