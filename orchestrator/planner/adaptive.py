@@ -17,8 +17,11 @@ the same path. When it does not switch, `auto`'s answer is weighed by the poster
 the noise model with a prior weight on deterministic failures (`DETERMINISTIC`); below the
 confidence asked, the posterior search goes on from the runs so far (usually a run or two
 that a flaky explanation of the same runs would fail) until the answer reaches it or the
-budget ends. Either way the answer's confidence is that posterior: one model, whether or
-not the failure turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
+budget ends. When `auto`'s sets share a change and every run fits them, while the
+posterior (one cause) prefers a single flaky change, the two models are weighed against
+each other and that change runs alone until one of them reaches the confidence. Either
+way the answer's confidence is that posterior: one model, whether or not the failure
+turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
 """
 
 from __future__ import annotations
@@ -37,13 +40,25 @@ Describe = Callable[[Variant], str]
 
 #: prior weight of "this failure reproduces on every start" when no run says otherwise.
 #: Runs that never contradict themselves can still come from a flaky failure and a few
-#: unlucky passes (they then point at a superset of the culprit set): an even prior keeps
-#: the confidence of such an interacting set honest (bench/runs_to_answer.py --noise,
-#: calibration of `ours`); a single flag reproduced by good + it is certain either way.
+#: unlucky passes (they then point at a superset of the culprit set): a weight below even
+#: keeps the confidence of such an interacting set honest (bench/runs_to_answer.py
+#: --noise, calibration of `default` at p = 0.5: 0.5 named a flaky flag's pair wrongly in
+#: 6% of answers at n = 16); a single flag reproduced by good + it is certain either way.
 DETERMINISTIC = 0.3
 #: the same weight when the chance is weighed that another cause hid behind a set no run
 #: of which passed (`NoiseModel.miss_spike`)
 MISS_DETERMINISTIC = 0.5
+#: prior chance that any one change of bad without a member is a further cause of the same
+#: failure: another cause hides among the 7 others of 8 changes with chance 0.1, among the
+#: 31 others of 32 with 0.37 (`NoiseModel.other_per_change`: more changes, more places to
+#: hide; a flaky flag that picked up a partner is checked harder where there are many)
+OTHER_PER_CHANGE = 0.015
+#: once the runs contradicted each other (a failure that does not reproduce every time),
+#: the posterior search stops when the doubt left is this share of the doubt allowed (0.975
+#: for --confidence 0.95): the model (one rate, runs independent, a uniform prior on the
+#: rate) is an approximation, and a search that stops at the first crossing lands just
+#: above it (bench/runs_to_answer.py --noise: default right 96 -> 97% at p = 0.5, n = 8)
+FLAKY_DOUBT = 0.5
 #: the largest interacting set taken at face value from runs that all agree: a larger one
 #: is the mark a missed failure leaves (the noise-aware search then checks it)
 MAX_SET = 3
@@ -138,8 +153,15 @@ def adaptive(
 
     def switch(reason: str) -> Search:
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        answer = yield from noisy_search(n, runs, model=_default_model(model), closure=closure,
+        # once runs contradicted each other, the search goes on until the doubt left is
+        # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
+        strict = replace(_default_model(model),
+                         confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT)  # fmt: skip
+        answer = yield from noisy_search(n, runs, model=strict, closure=closure,
                                          note=note)  # fmt: skip
+        if not answer.complete and answer.culprits and (
+                answer.confidence or 0.0) >= model.confidence:  # fmt: skip
+            answer = replace(answer, complete=True, reason="")
         return answer
 
     reason = flakiness(runs, describe)
@@ -292,7 +314,9 @@ def _default_model(model: NoiseModel) -> NoiseModel:
     in another way did not show the target (as `auto` reads it)."""
     return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
                    miss_spike=model.miss_spike or MISS_DETERMINISTIC, other_clears=True,
+                   other_per_change=model.other_per_change or OTHER_PER_CHANGE,
                    max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
+
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,

@@ -20,7 +20,8 @@ Independent causes are peeled off as `auto` does: within a work set W (at first 
 delta) the search looks for one culprit set; once it is sure of T it asks whether bad
 without a member x of T (W - {x}) still fails. A target failure of a variant inside
 W - {x} proves another cause there and the search goes on in W - {x}; passes of W - {x}
-make "another cause" less likely (prior `other`). When the runs inside W cannot be
+make "another cause" less likely (prior `other`, or `other_per_change` for each change of
+W - {x}). When the runs inside W cannot be
 explained by one culprit set (two failing variants with nothing in common), the search
 narrows to the smallest failing variant, which must hold a complete cause.
 
@@ -78,6 +79,9 @@ class NoiseModel:
     #: (the rate is shared: a set that failed on every start makes a missed failure of
     #: another cause unlikely); 0: the rate over the slab only
     miss_spike: float = 0.0
+    #: > 0: the prior chance that another cause hides among m changes is 1 - (1 - this)^m
+    #: (each change independently a further cause) instead of `other`
+    other_per_change: float = 0.0
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -379,6 +383,8 @@ class Noisy:
                 k = self._clears_of(rest)
                 miss = self._miss(belief, term, k)
                 q = self.model.other
+                if self.model.other_per_change > 0:
+                    q = 1.0 - (1.0 - self.model.other_per_change) ** rest.bit_count()
                 f.no_other[x] = (1 - q) / ((1 - q) + q * miss)
                 conf *= f.no_other[x]
             if conf < self.model.confidence:
