@@ -59,6 +59,9 @@ OTHER_PER_CHANGE = 0.015
 #: rate) is an approximation, and a search that stops at the first crossing lands just
 #: above it (bench/runs_to_answer.py --noise: default right 96 -> 97% at p = 0.5, n = 8)
 FLAKY_DOUBT = 0.5
+#: at most this many runs alone of a set the flaky search is sure of but that never failed
+#: alone, before it is named without that evidence
+CONFIRM_TRIES = 12
 #: the largest interacting set taken at face value from runs that all agree: a larger one
 #: is the mark a missed failure leaves (the noise-aware search then checks it)
 MAX_SET = 3
@@ -157,8 +160,28 @@ def adaptive(
         # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
         strict = replace(_default_model(model),
                          confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT)  # fmt: skip
-        answer = yield from noisy_search(n, runs, model=strict, closure=closure,
-                                         note=note)  # fmt: skip
+        budget = strict.max_runs if strict.max_runs is not None else 60 + 25 * n
+        start = len(runs)
+        for _ in range(CONFIRM_TRIES + 1):  # bounded: one run alone per pass
+            left = replace(strict, max_runs=max(0, budget - (len(runs) - start)))
+            answer = yield from _recording(noisy_search(n, list(runs), model=left,
+                                                        closure=closure, note=note),
+                                           runs, close)  # fmt: skip
+            # a set the posterior is sure of that never failed alone: it runs alone (the
+            # evidence a culprit is named with) until it fails, or until a failure with its
+            # measured rate would have shown with the confidence asked (at most
+            # CONFIRM_TRIES runs); each run is weighed again (a pure function of the runs)
+            alone = [close(c.deltas) for c in answer.culprits if not c.confirmed]
+            if not answer.complete or not alone or len(runs) - start >= budget:
+                break
+            v = alone[0]
+            rate = min(max(answer.reproduction_rate or 0.5, 0.05), 0.95)
+            tries = min(CONFIRM_TRIES, math.ceil(math.log1p(-model.confidence)
+                                                 / math.log1p(-rate)))  # fmt: skip
+            if sum(1 for u, x in runs if u == v and x is Verdict.PASS) >= tries:
+                break
+            got = yield Round((v,), purpose="noise-confirm", again=True, note=note)
+            runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
         if not answer.complete and answer.culprits and (
                 answer.confidence or 0.0) >= model.confidence:  # fmt: skip
             answer = replace(answer, complete=True, reason="")
