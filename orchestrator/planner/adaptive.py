@@ -244,62 +244,82 @@ def adaptive(
     # the several causes say pass) and of `auto`'s sets (which they say fail) go on until
     # one of them reaches the confidence, the runs contradict `auto` (then the failure
     # is flaky: the posterior search takes over) or the budget ends.
+    rival = [t for t in sure.culprit_sets]
     for _ in range(WEIGH_RUNS + 2 * n):
-        several, lead = _several_causes(n, runs, answer, model)
+        several, lead = _several_causes(n, runs, answer.culprit_sets, rival, model)
         if several >= model.confidence:
             return replace(answer, confidence=several, noise_aware=True,
                            reproduction_rate=1.0)  # fmt: skip
-        if 1.0 - several >= model.confidence and set(sure.culprit_sets) == {lead}:
-            conf = (sure.confidence or 0.0) * (1.0 - several)
-            if conf >= model.confidence:
-                return replace(sure, confidence=conf)
-        v = _weigh_next(runs, answer, lead, close)
+        conf = (sure.confidence or 0.0) * (1.0 - several)
+        if conf >= model.confidence:
+            return replace(sure, confidence=conf)
+        v = _weigh_next(runs, [*([lead] if lead else []), *rival, *answer.culprit_sets], close)
         got = yield Round((v,), purpose="noise-check", again=True)
         runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
         reason = flakiness(runs, describe) or answer_doubt(answer, runs, describe)
         if reason:
             return (yield from switch(reason))
-    several, _ = _several_causes(n, runs, answer, model)
+    several, _ = _several_causes(n, runs, answer.culprit_sets, rival, model)
     return replace(answer, complete=False, noise_aware=True, confidence=several,
                    reason="the runs fit causes that share changes, or one flaky cause")  # fmt: skip
 
 
-def _several_causes(n: int, runs: Sequence[Run], answer: Answer,
+def _several_causes(n: int, runs: Sequence[Run], terms: Sequence[frozenset[int]],
+                    rival: Sequence[frozenset[int]],
                     model: NoiseModel) -> tuple[float, frozenset[int] | None]:  # fmt: skip
-    """(P(`auto`'s causes | runs) against every single cause, the leading single cause).
+    """(P(`auto`'s causes `terms` | runs) against every single cause and against the
+    posterior's own answer `rival`, the leading single cause if one explains every
+    failure).
 
-    `auto`'s sets explain every run (each variant carrying one failed, every other one
-    passed): with one reproduction rate for all of them, their likelihood is that of a
-    set no run of which passed; their prior is the product of the sets' priors, each
-    cause after the first with the prior weight of another cause (`other`). A single
-    cause has the prior and likelihood of the posterior (`Noisy`), weighed together.
+    A set of causes is weighed as one model: its prior is the product of the sets' priors,
+    each cause after the first with the prior weight of another cause (`other`); with one
+    reproduction rate for all of them, its likelihood is that of a set carried by every
+    failing run and by the passing runs that carry any of its sets (`auto`'s: none). A
+    single cause has the prior and likelihood of the posterior (`Noisy`), weighed together.
     """
     m = replace(_default_model(model), max_triples=10**5)
     state = Noisy(n, m)
     for v, x in runs:
         state.add(v, x)
     belief = state.belief((1 << n) - 1)
-    terms = answer.culprit_sets
-    if not belief.consistent:
+
+    def evidence(sets: Sequence[frozenset[int]]) -> float:
+        if not sets or any(len(t) > len(m.sizes) or m.sizes[len(t) - 1] <= 0 for t in sets):
+            return -math.inf
+        masks = [sum(1 << i for i in t) for t in sets]
+        passes = 0
+        for v, x in state.runs:  # as the posterior reads them (another failure: a pass)
+            if not x.resolved:
+                continue
+            carried = any(t & ~v == 0 for t in masks)
+            if x is Verdict.FAIL and not carried:
+                return -math.inf  # a target failure none of the sets is in
+            passes += carried and x is not Verdict.FAIL
+        prior = sum(math.log(m.sizes[len(t) - 1] / math.comb(n, len(t))) for t in sets)
+        return prior + (len(sets) - 1) * math.log(m.other) + belief.likelihood(passes)
+
+    several = evidence(terms)
+    if several == -math.inf:
+        return 0.0, None
+    others = [evidence(rival) if len(rival) > 1 else -math.inf]
+    if belief.consistent:
+        others.append(belief.log_evidence() + math.log1p(-m.other))
+    top = max(others)
+    if top == -math.inf:
         return 1.0, None
-    if any(len(t) > len(m.sizes) or m.sizes[len(t) - 1] <= 0 for t in terms):
-        return 0.0, belief.best()[0]
-    prior = sum(math.log(m.sizes[len(t) - 1] / math.comb(n, len(t))) for t in terms)
-    prior += (len(terms) - 1) * math.log(m.other)
-    several = prior + belief.likelihood(0)
-    one = belief.log_evidence() + math.log1p(-m.other)
-    return 1.0 / (1.0 + math.exp(min(one - several, 700.0))), belief.best()[0]
+    rest = top + math.log(sum(math.exp(x - top) for x in others))
+    lead = belief.best()[0] if belief.consistent else None
+    return 1.0 / (1.0 + math.exp(min(rest - several, 700.0))), lead
 
 
-def _weigh_next(runs: Sequence[Run], answer: Answer, lead: frozenset[int] | None,
+def _weigh_next(runs: Sequence[Run], options: Sequence[frozenset[int]],
                 close: Callable[[Variant], Variant]) -> Variant:  # fmt: skip
-    """The variant with the fewest runs among the leading single cause alone and `auto`'s
-    sets (the leading cause first)."""
+    """The variant with the fewest runs among `options` (each set alone; the first
+    first)."""
     count: dict[Variant, int] = {}
     for v, _ in runs:
         count[v] = count.get(v, 0) + 1
-    options = ([close(lead)] if lead is not None else []) + [close(t) for t in answer.culprit_sets]
-    return min(options, key=lambda v: count.get(v, 0))
+    return min((close(t) for t in options), key=lambda v: count.get(v, 0))
 
 
 def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
