@@ -180,7 +180,8 @@ def adaptive(
                                                  / math.log1p(-rate)))  # fmt: skip
             if sum(1 for u, x in runs if u == v and x is Verdict.PASS) >= tries:
                 break
-            got = yield Round((v,), purpose="noise-confirm", again=True, note=note)
+            best = replace(answer, complete=False, reason="the search was stopped")
+            got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
             runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
         if not answer.complete and answer.culprits and (
                 answer.confidence or 0.0) >= model.confidence:  # fmt: skip
@@ -244,7 +245,7 @@ def adaptive(
     # the several causes say pass) and of `auto`'s sets (which they say fail) go on until
     # one of them reaches the confidence, the runs contradict `auto` (then the failure
     # is flaky: the posterior search takes over) or the budget ends.
-    rival = [t for t in sure.culprit_sets]
+    rival = list(sure.culprit_sets)
     for _ in range(WEIGH_RUNS + 2 * n):
         several, lead = _several_causes(n, runs, answer.culprit_sets, rival, model)
         if several >= model.confidence:
@@ -254,7 +255,9 @@ def adaptive(
         if conf >= model.confidence:
             return replace(sure, confidence=conf)
         v = _weigh_next(runs, [*([lead] if lead else []), *rival, *answer.culprit_sets], close)
-        got = yield Round((v,), purpose="noise-check", again=True)
+        best = replace(answer, complete=False, noise_aware=True, confidence=several,
+                       reason="the search was stopped")  # fmt: skip
+        got = yield Round((v,), purpose="noise-check", again=True, best=best)
         runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
         reason = flakiness(runs, describe) or answer_doubt(answer, runs, describe)
         if reason:
