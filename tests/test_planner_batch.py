@@ -70,7 +70,9 @@ def drive(strategy, term: frozenset[int], p: float, seed: int, k: int):  # noqa:
             break
         want = Counter(planner.pending())
         rnd = planner.current_round
-        if rnd is not None and rnd.purpose.startswith("noise-"):
+        # the search's own confirmation of a set (run alone until it fails) is one run
+        if rnd is not None and rnd.purpose.startswith("noise-") and \
+                rnd.purpose != "noise-confirm":  # fmt: skip
             named.append(sum(want.values()))
         have = Counter(running)
         for v, c in want.items():
@@ -90,7 +92,9 @@ def test_every_slot_holds_a_run_until_the_answer() -> None:
         # every noise-aware round names 4 runs, but once the answer is sure: the runs still
         # in progress are read (one fewer each round), nothing new starts
         assert named[0] == 4
-        assert all(b in (4, a - 1) for a, b in zip(named, named[1:], strict=False)), named
+        # (after a drain, a set's confirmation may send the search on: a new pass)
+        assert all(b in (4, a - 1) or a == 1 for a, b in zip(named, named[1:], strict=False)), \
+            named  # fmt: skip
         assert named.count(4) >= len(named) - 3 * named.count(1)
         right += planner.answer.culprit_sets == [term]
     assert right >= 5

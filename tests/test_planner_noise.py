@@ -186,12 +186,12 @@ def test_with_nothing_flaky_the_default_is_auto_then_runs_until_it_is_sure() -> 
                         len(t) for t in b.answer.culprit_sets):  # no shared change
                     assert b.answer.confidence >= 0.95, (n, shape, b.answer)
                 extra.setdefault(shape, []).append(len(ran_b) - len(ran_a))
-    # measured: none for a single flag (good + it proves it), about 2 for a pair, 4.4 for
-    # a triple (15 at most: n = 3, where good + the triple is bad itself)
+    # measured: none for a single flag (good + it proves it), 1.8 for a pair, 4.4 for a
+    # triple (18 at most: n = 3, where good + the triple is bad itself)
     mean = {shape: sum(v) / len(v) for shape, v in extra.items()}
     assert mean["single"] == mean["OR-pair"] == mean["single+other"] == 0, mean
     assert mean["AND-pair"] <= 2.5 and mean["AND-triple"] <= 5, mean
-    assert max(max(v) for v in extra.values()) <= 16, extra
+    assert max(max(v) for v in extra.values()) <= 18, extra
 
 
 @pytest.mark.parametrize(("terms", "seed"), [
@@ -209,6 +209,27 @@ def test_bad_passing_on_a_start_switches_and_the_answer_is_right(terms, seed: in
     a = planner.answer
     assert a.complete and a.culprit_sets == terms
     assert a.confidence >= 0.95 and 0 < a.reproduction_rate < 1
+    # once flaky, the search leaves half the doubt allowed (its budget is far off here)
+    assert a.confidence >= 0.975
+
+
+def test_another_cause_is_likelier_to_hide_among_more_changes() -> None:
+    """The same runs around a single flag: bad without it passed once. Among 31 other
+    changes another cause is likelier to have been missed than among 7, so the answer is
+    less sure there and the search asks for bad without the flag again."""
+    model = NoiseModel(other_per_change=0.015, spike=0.3, miss_spike=0.5)
+    got = {}
+    for n in (8, 32):
+        s = Noisy(n, model)
+        full = frozenset(range(n))
+        for v, x in [(frozenset(), P), (full, F), (frozenset({0}), F), (frozenset({0}), P),
+                     (full - {0}, P), (frozenset({0, 1}), F)]:  # fmt: skip
+            s.add(v, x)
+        a = s.analyze()
+        assert [f.term for f in a.found] == [frozenset({0})]
+        got[n] = (a.found[0].no_other[0], a)
+    assert got[32][0] < got[8][0] < 1.0
+    assert got[32][1].confidence < got[8][1].confidence
 
 
 def test_the_budget_ends_with_the_best_answer_and_its_confidence() -> None:
@@ -257,18 +278,18 @@ def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[st
 
 
 def test_a_change_shared_by_two_answers_runs_alone_before_they_are_believed() -> None:
-    """Deterministic: {0, 1} and {0, 2} are two real causes; 0 alone passes twice and the
-    answer stands, as the best one, but not as a sure one: one flaky change 0 explains the
-    same runs, and the posterior (one cause more likely than two) prefers it. Flaky: the
-    same answer from a chain of unlucky passes is undone when 0 alone fails, and the
-    noise-aware search takes over."""
+    """Deterministic: {0, 1} and {0, 2} are two real causes; one flaky change 0 explains
+    the same runs, and the one-cause posterior prefers it until 0 alone has passed often
+    enough: the two models are weighed, 0 alone runs again, and the two causes are the
+    answer at the confidence asked. Flaky: the same answer from a chain of unlucky passes
+    is undone when 0 alone fails, and the noise-aware search takes over."""
     n = 5
     both = [frozenset({0, 1}), frozenset({0, 2})]
     planner = Planner(n, Adaptive(), known=ends(n))
     asked = drive(planner, lambda v: F if any(t <= v for t in both) else P)
-    assert asked.count(frozenset({0})) >= 1
+    assert asked.count(frozenset({0})) >= 3
     assert sorted(map(sorted, planner.answer.culprit_sets)) == [[0, 1], [0, 2]]
-    assert not planner.answer.complete and planner.answer.confidence < 0.95
+    assert planner.answer.complete and planner.answer.confidence >= 0.95
     # the shared change fails alone: what looked like two causes is one flaky change
     runs = [(frozenset(), P), (frozenset(range(n)), F)]
     chain = Planner(n, Adaptive(), known=ends(n), evidence=runs)
@@ -285,3 +306,16 @@ def test_a_change_shared_by_two_answers_runs_alone_before_they_are_believed() ->
         chain.record(v, F if any(t <= v for t in both) else P)
     assert seen_check  # auto reached the two sets and ran the shared change alone
     assert chain.answer.noise_aware  # its failure switched the search
+
+
+@pytest.mark.parametrize("n", [6, 12])
+def test_deterministic_causes_sharing_a_change_are_found_sure(n: int) -> None:
+    """Two causes that share a change, every start agreeing: the answer is both sets at
+    the confidence asked (never `unsure` because one flaky change fits the runs too)."""
+    for a, b, c in list(itertools.permutations(range(n), 3))[:: 3 * n + 1]:
+        terms = [frozenset({a, b}), frozenset({b, c})]
+        planner = Planner(n, Adaptive(), known=ends(n))
+        drive(planner, lambda v, terms=terms: F if any(t <= v for t in terms) else P)
+        got = planner.answer
+        assert set(got.culprit_sets) == set(terms), (terms, got)
+        assert got.complete and got.confidence >= 0.95, (terms, got)

@@ -17,12 +17,16 @@ the same path. When it does not switch, `auto`'s answer is weighed by the poster
 the noise model with a prior weight on deterministic failures (`DETERMINISTIC`); below the
 confidence asked, the posterior search goes on from the runs so far (usually a run or two
 that a flaky explanation of the same runs would fail) until the answer reaches it or the
-budget ends. Either way the answer's confidence is that posterior: one model, whether or
-not the failure turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
+budget ends. When `auto`'s sets share a change and every run fits them, while the
+posterior (one cause) prefers a single flaky change, the two models are weighed against
+each other and that change runs alone until one of them reaches the confidence. Either
+way the answer's confidence is that posterior: one model, whether or not the failure
+turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -37,10 +41,28 @@ Describe = Callable[[Variant], str]
 
 #: prior weight of "this failure reproduces on every start" when no run says otherwise.
 #: Runs that never contradict themselves can still come from a flaky failure and a few
-#: unlucky passes (they then point at a superset of the culprit set): an even prior keeps
-#: the confidence of such an interacting set honest (bench/runs_to_answer.py --noise,
-#: calibration of `ours`); a single flag reproduced by good + it is certain either way.
-DETERMINISTIC = 0.5
+#: unlucky passes (they then point at a superset of the culprit set): a weight below even
+#: keeps the confidence of such an interacting set honest (bench/runs_to_answer.py
+#: --noise, calibration of `default` at p = 0.5: 0.5 named a flaky flag's pair wrongly in
+#: 6% of answers at n = 16); a single flag reproduced by good + it is certain either way.
+DETERMINISTIC = 0.3
+#: the same weight when the chance is weighed that another cause hid behind a set no run
+#: of which passed (`NoiseModel.miss_spike`)
+MISS_DETERMINISTIC = 0.5
+#: prior chance that any one change of bad without a member is a further cause of the same
+#: failure: another cause hides among the 7 others of 8 changes with chance 0.1, among the
+#: 31 others of 32 with 0.37 (`NoiseModel.other_per_change`: more changes, more places to
+#: hide; a flaky flag that picked up a partner is checked harder where there are many)
+OTHER_PER_CHANGE = 0.015
+#: once the runs contradicted each other (a failure that does not reproduce every time),
+#: the posterior search stops when the doubt left is this share of the doubt allowed (0.975
+#: for --confidence 0.95): the model (one rate, runs independent, a uniform prior on the
+#: rate) is an approximation, and a search that stops at the first crossing lands just
+#: above it (bench/runs_to_answer.py --noise: default right 96 -> 97% at p = 0.5, n = 8)
+FLAKY_DOUBT = 0.5
+#: at most this many runs alone of a set the flaky search is sure of but that never failed
+#: alone, before it is named without that evidence
+CONFIRM_TRIES = 12
 #: the largest interacting set taken at face value from runs that all agree: a larger one
 #: is the mark a missed failure leaves (the noise-aware search then checks it)
 MAX_SET = 3
@@ -52,6 +74,8 @@ TRIPLES = 5000
 #: starts of the bad config before a campaign concludes that it does not fail: with a
 #: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
 BAD_ATTEMPTS = 16
+#: runs (plus 2 per change) that weigh causes sharing a change against one flaky cause
+WEIGH_RUNS = 6
 
 
 def _describe(v: Variant) -> str:
@@ -137,8 +161,37 @@ def adaptive(
 
     def switch(reason: str) -> Search:
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        answer = yield from batch.search(n, runs, model=_default_model(model), closure=closure,
-                                         note=note, slots=slots)  # fmt: skip
+        # once runs contradicted each other, the search goes on until the doubt left is
+        # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
+        strict = replace(_default_model(model),
+                         confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT)  # fmt: skip
+        budget = strict.max_runs if strict.max_runs is not None else 60 + 25 * n
+        start = len(runs)
+        for _ in range(CONFIRM_TRIES + 1):  # bounded: one run alone per pass
+            left = replace(strict, max_runs=max(0, budget - (len(runs) - start)))
+            answer = yield from _recording(batch.search(n, list(runs), model=left,
+                                                        closure=closure, note=note,
+                                                        slots=slots),
+                                           runs, close)  # fmt: skip
+            # a set the posterior is sure of that never failed alone: it runs alone (the
+            # evidence a culprit is named with) until it fails, or until a failure with its
+            # measured rate would have shown with the confidence asked (at most
+            # CONFIRM_TRIES runs); each run is weighed again (a pure function of the runs)
+            alone = [close(c.deltas) for c in answer.culprits if not c.confirmed]
+            if not answer.complete or not alone or len(runs) - start >= budget:
+                break
+            v = alone[0]
+            rate = min(max(answer.reproduction_rate or 0.5, 0.05), 0.95)
+            tries = min(CONFIRM_TRIES, math.ceil(math.log1p(-model.confidence)
+                                                 / math.log1p(-rate)))  # fmt: skip
+            if sum(1 for u, x in runs if u == v and x is Verdict.PASS) >= tries:
+                break
+            best = replace(answer, complete=False, reason="the search was stopped")
+            got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
+            runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
+        if not answer.complete and answer.culprits and (
+                answer.confidence or 0.0) >= model.confidence:  # fmt: skip
+            answer = replace(answer, complete=True, reason="")
         return answer
 
     reason = flakiness(runs, describe)
@@ -193,16 +246,90 @@ def adaptive(
                        noise_aware=True)  # fmt: skip
     if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
         return sure  # the new runs showed flakiness: the posterior's answer stands
-    # Every run still fits `auto`'s answer exactly, and the posterior prefers another (one
-    # flaky cause where `auto` saw several that share changes): not sure either way. The
-    # answer that fits every run is the best one; its chance is at most what the
-    # posterior leaves beside its own answer.
-    got = _deterministic_confidence(n, runs, answer, model)
-    if got["confidence"] is None:
-        got["confidence"] = 1.0 - (sure.confidence or 0.0)
-    return replace(answer, complete=False, noise_aware=True,
-                   reason="the runs fit causes that share changes, or one flaky cause",
-                   **got)  # fmt: skip
+    # Every run still fits `auto`'s answer exactly, and the one-cause posterior prefers
+    # another (one flaky cause where `auto` saw several that share changes). The two
+    # models are weighed against each other; runs of the flaky candidate alone (which
+    # the several causes say pass) and of `auto`'s sets (which they say fail) go on until
+    # one of them reaches the confidence, the runs contradict `auto` (then the failure
+    # is flaky: the posterior search takes over) or the budget ends.
+    rival = list(sure.culprit_sets)
+    for _ in range(WEIGH_RUNS + 2 * n):
+        several, lead = _several_causes(n, runs, answer.culprit_sets, rival, model)
+        if several >= model.confidence:
+            return replace(answer, confidence=several, noise_aware=True,
+                           reproduction_rate=1.0)  # fmt: skip
+        conf = (sure.confidence or 0.0) * (1.0 - several)
+        if conf >= model.confidence:
+            return replace(sure, confidence=conf)
+        v = _weigh_next(runs, [*([lead] if lead else []), *rival, *answer.culprit_sets], close)
+        best = replace(answer, complete=False, noise_aware=True, confidence=several,
+                       reason="the search was stopped")  # fmt: skip
+        got = yield Round((v,), purpose="noise-check", again=True, best=best)
+        runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
+        reason = flakiness(runs, describe) or answer_doubt(answer, runs, describe)
+        if reason:
+            return (yield from switch(reason))
+    several, _ = _several_causes(n, runs, answer.culprit_sets, rival, model)
+    return replace(answer, complete=False, noise_aware=True, confidence=several,
+                   reason="the runs fit causes that share changes, or one flaky cause")  # fmt: skip
+
+
+def _several_causes(n: int, runs: Sequence[Run], terms: Sequence[frozenset[int]],
+                    rival: Sequence[frozenset[int]],
+                    model: NoiseModel) -> tuple[float, frozenset[int] | None]:  # fmt: skip
+    """(P(`auto`'s causes `terms` | runs) against every single cause and against the
+    posterior's own answer `rival`, the leading single cause if one explains every
+    failure).
+
+    A set of causes is weighed as one model: its prior is the product of the sets' priors,
+    each cause after the first with the prior weight of another cause (`other`); with one
+    reproduction rate for all of them, its likelihood is that of a set carried by every
+    failing run and by the passing runs that carry any of its sets (`auto`'s: none). A
+    single cause has the prior and likelihood of the posterior (`Noisy`), weighed together.
+    """
+    m = replace(_default_model(model), max_triples=10**5)
+    state = Noisy(n, m)
+    for v, x in runs:
+        state.add(v, x)
+    belief = state.belief((1 << n) - 1)
+
+    def evidence(sets: Sequence[frozenset[int]]) -> float:
+        if not sets or any(len(t) > len(m.sizes) or m.sizes[len(t) - 1] <= 0 for t in sets):
+            return -math.inf
+        masks = [sum(1 << i for i in t) for t in sets]
+        passes = 0
+        for v, x in state.runs:  # as the posterior reads them (another failure: a pass)
+            if not x.resolved:
+                continue
+            carried = any(t & ~v == 0 for t in masks)
+            if x is Verdict.FAIL and not carried:
+                return -math.inf  # a target failure none of the sets is in
+            passes += carried and x is not Verdict.FAIL
+        prior = sum(math.log(m.sizes[len(t) - 1] / math.comb(n, len(t))) for t in sets)
+        return prior + (len(sets) - 1) * math.log(m.other) + belief.likelihood(passes)
+
+    several = evidence(terms)
+    if several == -math.inf:
+        return 0.0, None
+    others = [evidence(rival) if len(rival) > 1 else -math.inf]
+    if belief.consistent:
+        others.append(belief.log_evidence() + math.log1p(-m.other))
+    top = max(others)
+    if top == -math.inf:
+        return 1.0, None
+    rest = top + math.log(sum(math.exp(x - top) for x in others))
+    lead = belief.best()[0] if belief.consistent else None
+    return 1.0 / (1.0 + math.exp(min(rest - several, 700.0))), lead
+
+
+def _weigh_next(runs: Sequence[Run], options: Sequence[frozenset[int]],
+                close: Callable[[Variant], Variant]) -> Variant:  # fmt: skip
+    """The variant with the fewest runs among `options` (each set alone; the first
+    first)."""
+    count: dict[Variant, int] = {}
+    for v, _ in runs:
+        count[v] = count.get(v, 0) + 1
+    return min((close(t) for t in options), key=lambda v: count.get(v, 0))
 
 
 def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
@@ -239,7 +366,10 @@ def _default_model(model: NoiseModel) -> NoiseModel:
     probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
     in another way did not show the target (as `auto` reads it)."""
     return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
-                   other_clears=True, max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
+                   miss_spike=model.miss_spike or MISS_DETERMINISTIC, other_clears=True,
+                   other_per_change=model.other_per_change or OTHER_PER_CHANGE,
+                   max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
+
 
 
 def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,

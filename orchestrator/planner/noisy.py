@@ -20,7 +20,8 @@ Independent causes are peeled off as `auto` does: within a work set W (at first 
 delta) the search looks for one culprit set; once it is sure of T it asks whether bad
 without a member x of T (W - {x}) still fails. A target failure of a variant inside
 W - {x} proves another cause there and the search goes on in W - {x}; passes of W - {x}
-make "another cause" less likely (prior `other`). When the runs inside W cannot be
+make "another cause" less likely (prior `other`, or `other_per_change` for each change of
+W - {x}). When the runs inside W cannot be
 explained by one culprit set (two failing variants with nothing in common), the search
 narrows to the smallest failing variant, which must hold a complete cause.
 
@@ -73,6 +74,14 @@ class NoiseModel:
     #: target failure, as `auto` reads it (the default search); False: it says nothing
     #: (a different failure may have come first and hidden the target)
     other_clears: bool = False
+    #: prior mass on a rate of 1 when the chance is weighed that runs of bad without a
+    #: member of a found set all missed another cause, if no run carrying the set passed
+    #: (the rate is shared: a set that failed on every start makes a missed failure of
+    #: another cause unlikely); 0: the rate over the slab only
+    miss_spike: float = 0.0
+    #: > 0: the prior chance that another cause hides among m changes is 1 - (1 - this)^m
+    #: (each change independently a further cause) instead of `other`
+    other_per_change: float = 0.0
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -164,6 +173,18 @@ class Belief:
         slab = (1.0 - m.spike) * math.exp(lb)
         like = m.spike + slab
         return math.log(like), (m.spike + slab * mean) / like
+
+    def likelihood(self, s: int) -> float:
+        """log P(runs | T) for a set T carried by s passing runs."""
+        return self._like(s)[0]
+
+    def log_evidence(self) -> float:
+        """log of the sum over the sets of prior times likelihood (for weighing models)."""
+        logs = [lp + self._like(s)[0] for lp, s in zip(self.logprior, self.passes, strict=True)]
+        if not logs:
+            return -math.inf
+        top = max(logs)
+        return top + math.log(sum(math.exp(x - top) for x in logs))
 
     def weights(self) -> tuple[list[float], list[float]]:
         """(normalised posterior weights, expected reproduction rate) per hypothesis."""
@@ -362,6 +383,8 @@ class Noisy:
                 k = self._clears_of(rest)
                 miss = self._miss(belief, term, k)
                 q = self.model.other
+                if self.model.other_per_change > 0:
+                    q = 1.0 - (1.0 - self.model.other_per_change) ** rest.bit_count()
                 f.no_other[x] = (1 - q) / ((1 - q) + q * miss)
                 conf *= f.no_other[x]
             if conf < self.model.confidence:
@@ -384,11 +407,19 @@ class Noisy:
         m = self.model
         _, _, _, s = belief.best()
         f = belief.fails
-        # (the rate integrated over the slab only: a cause that reproduces every time would
-        # be ruled out by one pass, but taking that into account made the default answer
-        # confidently wrong more often at p = 0.5; bench/runs_to_answer.py --noise)
-        return math.exp(math.lgamma(m.b + s + k) - math.lgamma(m.b + s)
+        # The rate over the slab, unless no run carrying the found set passed: then the
+        # rate is 1 with the posterior weight of `miss_spike` (with the found set's own
+        # spike, 0.3 in the default, it made the default confidently wrong more often at
+        # p = 0.5; a weight of 0.5 here spares a deterministic pair about two runs;
+        # bench/runs_to_answer.py --noise)
+        slab = math.exp(math.lgamma(m.b + s + k) - math.lgamma(m.b + s)
                         + math.lgamma(m.a + m.b + f + s) - math.lgamma(m.a + m.b + f + s + k))
+        if m.miss_spike > 0 and s == 0:
+            lb = math.lgamma(m.a + f) + math.lgamma(m.b) - math.lgamma(m.a + m.b + f) - (
+                math.lgamma(m.a) + math.lgamma(m.b) - math.lgamma(m.a + m.b))
+            w = (1 - m.miss_spike) * math.exp(lb)
+            return slab * w / (m.miss_spike + w)
+        return slab
 
     def _result(self, found: list[Found], conf: float, belief: Belief | None, purpose: str,
                 nxt: int | None = None) -> Analysis:  # fmt: skip
