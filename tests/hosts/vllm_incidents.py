@@ -62,23 +62,23 @@ INCIDENTS = (
     Incident("and_pair.yaml", "good.yaml",
              ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
              "smaller than max_model_len", "good"),
-    Incident("single_flag.yaml", "good.yaml", ("--block-size 16",), "block", "good"),
+    Incident("single_flag.yaml", "good.yaml", ("--block-size 16",), "kv_cache:", "good"),
     Incident("members_differ.yaml", "good.yaml",
              ("--max-num-batched-tokens 64", "--no-enable-chunked-prefill"),
              "smaller than max_model_len", "good",
-             other=("--max-num-batched-tokens 64", "greater than or equal to max_num_seqs")),
+             other=("--max-num-batched-tokens 64", "must be greater than or equal")),
     Incident("alias_bad.yaml", "good.yaml",
              ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
              "smaller than max_model_len", "good", respelled=True),
     Incident("crash_under_load.yaml", "probe_good.yaml", ('--hf-overrides \'{"head_dim": 16}\'',),
              "Unsupported CPU attention configuration", "probe"),
-    Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "headless", "hang"),
+    Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "hang", "hang"),
 )  # fmt: skip
 LANES = ("good", "probe", "hang")
 #: the environment variable incident, bisected through the systemd lab host's unit
 #: (tests/test_real_vllm_systemd.py)
 ENV_VAR = Incident("env_var.yaml", "good.yaml", ("VLLM_CPU_KVCACHE_SPACE=40",),
-                   "less than requested memory for kv", "unit")
+                   "Available memory on node", "unit")
 
 
 def vllm_facts():  # noqa: ANN201
