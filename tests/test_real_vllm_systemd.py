@@ -116,8 +116,9 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
     while _health(lab) != "200" and time.monotonic() < deadline:
         time.sleep(2)
     assert _health(lab) == "200"
+    # (the unified hierarchy's line of /proc/PID/cgroup: `0::/system.slice/UNIT`)
     procs = lab.sh("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
-                   "case \"$c\" in *vllm*|VLLM*) echo \"$(cat $p/cgroup 2>/dev/null) $c\";; "
-                   "esac; done")  # fmt: skip
+                   "case \"$c\" in *vllm*|VLLM*) echo \"$(sed -n 's/^0:://p' $p/cgroup "
+                   "2>/dev/null) $c\";; esac; done")  # fmt: skip
     lines = [ln for ln in procs.splitlines() if ln.strip() and "/proc/[0-9]" not in ln]
     assert lines and all(f"/system.slice/{UNIT} " in ln for ln in lines), procs
