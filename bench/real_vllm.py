@@ -87,7 +87,8 @@ def summarize(store: Store) -> list[str]:
            "after its first log line (median of passing starts) | in-run overhead s | "
            "between runs s |", "|---|---|---|---|---|---|---|---|"]
     for camp in sorted(store.campaigns(limit=500), key=lambda c: c.created):
-        bad = Path(str(camp.spec.get("bad_source") or "")).stem
+        # a pair the real tier moved to its own port: `<pair>-bad.yaml`
+        bad = Path(str(camp.spec.get("bad_source") or "")).stem.removesuffix("-bad")
         if camp.kind != "bisect" or bad not in PAIRS:
             continue
         runs: list[RunRow] = store.runs(camp.id)
