@@ -531,8 +531,9 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
              rf"2>/dev/null\); )?{_POLL}"),
     ("start", rf"umask 077; rm -f (?P<dir>{_W})/pid {_W}/exit; setsid -f sh -c {_W} > "
               rf"(?P<log>{_W}) 2>&1 < /dev/null; for i in \$\(seq 50\); do .*; cat {_W}/pid"),
-    ("stop", r"kill -s TERM -- -(?P<pid>\d+) 2>/dev/null \|\| exit 0; for i in .*"),
-    ("pids", r"ps -eo pid=,pgid= \| awk '\$2 == (?P<pgid>\d+) \{print \$1\}'; "
+    ("stop", r"m\(\) \{ if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= \| "
+             r"awk '\$2 == (?P<pid>\d+) && .*"),
+    ("pids", r"ps -eo pid=,sid= \| awk '\$2 == (?P<pgid>\d+) \{print \$1\}'; "
              r"command -v ss >/dev/null && echo '@@SS' && ss -Hltnp 2>/dev/null"),
     ("logs", rf"tail -n (?P<lines>\d+) (?P<log>{_W}); s=\$\?; ls -1t .*; exit \$s"),
     ("listeners", r"ss -Hltnp 'sport = :\d+' 2>/dev/null \|\| true"),
@@ -546,7 +547,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("rm", r"rm -f (?P<paths>[^;&|]+)"),
     ("left_systemd", r"for f in (?P<files>.*?); do \[ -e \"\$f\" \] && echo \"\$f\"; done; "
                      r"echo @@; systemctl show [\w.@-]+ -p ActiveState --value"),
-    ("left_process", r"ps -eo pgid=,stat= \| awk '\$1 == (?P<pgid>\d+) && .*"),
+    ("left_process", r"ps -eo sid=,stat= \| awk '\$1 == (?P<pgid>\d+) && .*"),
     ("systemctl_version", r"command -v systemctl >/dev/null && systemctl --version \| head -1"),
     ("show", r"systemctl show [\w.@-]+(?P<props>( -p [\w,]+)+)"),
     ("cat", r"systemctl cat [\w.@-]+"),

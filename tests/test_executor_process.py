@@ -202,6 +202,31 @@ def test_stop_sends_sigterm_then_sigkill(lab_host: Host, tmp_path: Path,
                what="the stubborn server to be killed")  # ...then SIGKILL  # fmt: skip
 
 
+def test_stop_reaches_a_child_that_made_its_own_process_group(lab_host: Host, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             ) -> None:  # fmt: skip
+    # vLLM's data-parallel API servers call setpgrp: a kill of the server's process group
+    # misses them. The stop kills the server's session, which they stay in.
+    escaped = tmp_path / "escaped-child"
+    script = tmp_path / "forks.sh"
+    script.write_text(
+        '[ "$1" = --help ] && exit 0\n'
+        "python3 -c 'import os, sys, time; os.setpgrp(); open(sys.argv[1], \"w\").write("
+        f"str(os.getpgrp())); time.sleep(600)' {escaped} &\n"
+        "echo server starting\n"
+        "while :; do sleep 0.2; done\n"
+    )
+    exp = Experiment(name="forks", exec=("sh", str(script)))
+    exp = replace(exp, health=replace(exp.health, port=free_port(), timeout=3.0))
+    monkeypatch.setattr(process_mod, "STOP_GRACE_S", 2)
+    with Executor(lab_host, service="forks", campaign="c-forks") as ex:
+        r = ex.run(exp, run_id="forks")
+        assert r.verdict is Verdict.FAIL
+    # the child ran, in a group of its own (its pid file holds its group)...
+    assert escaped.exists() and escaped.read_text().isdigit()
+    # ...and the run's stop (SIGTERM to the session, then the wait) left nothing of it
+    assert our_processes(str(escaped)) == []
+
 def test_restore_after_the_controller_is_sigkilled(lab_host: Host, sshd: SshdEndpoint,
                                                   tmp_path: Path) -> None:  # fmt: skip
     _, hosts = make_host(sshd, tmp_path)

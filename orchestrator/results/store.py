@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -281,7 +282,9 @@ class Store:
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.logs.mkdir(exist_ok=True, mode=0o700)
-            probe = self.root / f".write-test-{os.getpid()}"
+            # named by process and thread: two stores opened at once in one process (a
+            # pool's threads) must not remove each other's probe
+            probe = self.root / f".write-test-{os.getpid()}-{threading.get_ident()}"
             with open(probe, "wb") as fh:
                 fh.write(b"x" * 65536)  # a full disk shows here, before any host is touched
                 fh.flush()

@@ -12,37 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator.lab import vllm_env
-from orchestrator.lab.sshd import free_port
 
 REAL = Path(__file__).resolve().parents[2] / "experiments" / "real" / "vllm-cpu"
 
 
 @dataclass(frozen=True)
 class RealVllm:
-    """Where the built vLLM and model are, and the shipped incidents."""
+    """Where the built vLLM and model are, and the shipped incidents (moved to a test's
+    ports by tests/hosts/vllm_incidents.py)."""
 
     vllm: Path
     model: Path
     experiments: Path = REAL
-
-    def pair(self, tmp: Path, good: str, bad: str, port: int | None = None,
-             ) -> tuple[Path, Path]:  # fmt: skip
-        """The shipped pair moved to a port of the test's own (both sides; a free one by
-        default). Pairs that share a port share their runs' fingerprints: a results store
-        reuses the verdicts of the configs they have in common."""
-        port = port or free_port()
-        out = []
-        for side, name in (("good", good), ("bad", bad)):
-            path = tmp / f"{Path(bad).stem}-{side}.yaml"
-            path.write_text(yaml.safe_dump({
-                "name": f"test-{Path(name).stem}" if side == "bad" else "test-good",
-                "extends": str(REAL / name),
-                "service": {"flags": {"port": port}}}, sort_keys=False))  # fmt: skip
-            out.append(path)
-        return out[0], out[1]
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,11 @@
 
 Each service gets a directory under the host's run_dir holding the pid file, the exit
 status and one log file per run. The server runs detached in its own session (setsid),
-so it outlives the SSH command that started it and can be stopped as a process group:
-SIGTERM first, SIGKILL after a grace period.
+so it outlives the SSH command that started it and can be stopped as a whole: SIGTERM
+first, SIGKILL after a grace period, to every process of that session. The session, not
+only the process group: a server's child may make a group of its own (vLLM's
+data-parallel API servers call setpgrp) and would outlive a group kill, holding the port
+and gigabytes of memory into the next run.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ from orchestrator.execution.services.base import (
 from orchestrator.execution.transport.base import Transport
 
 STOP_GRACE_S = 20
+#: after SIGKILL, how long the stop waits for the kernel to tear the processes down
+KILL_WAIT_S = 10
+
+
+def session_members(sid: int) -> str:
+    """Shell that prints the live (not zombie) processes of the server's session, one pid
+    a line; without ps, the session leader's process group (`kill -0` counts zombies).
+    Each line is an argument `kill` takes (a pid, or `-PGID`)."""
+    return (f"if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= | "
+            f"awk '$2 == {sid} && $3 !~ /^Z/ {{print $1}}'; "
+            f"else kill -s 0 -- -{sid} 2>/dev/null && echo -{sid}; fi")
 
 
 class ProcessManager(ServiceManager):
@@ -123,9 +137,9 @@ class ProcessManager(ServiceManager):
                     log_tail=log)  # fmt: skip
 
     def server_pids_command(self, started: Started) -> str | None:
-        # The wrapper leads its own session and process group: the server is in that group.
-        pgid = int(started.pid or 0)
-        return f"ps -eo pid=,pgid= | awk '$2 == {pgid} {{print $1}}'" if pgid else None
+        # The wrapper leads its own session: every process of the server is in it.
+        sid = int(started.pid or 0)
+        return f"ps -eo pid=,sid= | awk '$2 == {sid} {{print $1}}'" if sid else None
 
     def logs(self, started: Started, *, lines: int = 400) -> str:
         if not started.log_ref:
@@ -147,22 +161,22 @@ class ProcessManager(ServiceManager):
         pid = self._pid()
         if pid is None:
             return
-        # The wrapper is a session leader: its pid is the process group of the server.
-        # `kill -s SIG -- -PGID`: the one spelling both dash and bash accept for a group.
-        # "Alive" means a member of the group that is not a zombie: the wrapper dies with
+        # The wrapper is a session leader: its pid is the session (and process group) of
+        # the server. "Alive" means a member that is not a zombie: the wrapper dies with
         # the server and waits as a zombie until init reaps it, which some inits (container
-        # and VM init shims) do only every second or so; `kill -0` counts zombies.
-        alive = (
-            f"if command -v ps >/dev/null 2>&1; then ps -eo pgid=,stat= | "
-            f"awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}'; "
-            f"else kill -s 0 -- -{pid} 2>/dev/null; fi"
-        )
+        # and VM init shims) do only every second or so. One SIGTERM each (a second one
+        # makes some servers skip their own shutdown); `kill -s SIG -- -PGID`: the one
+        # spelling both dash and bash accept for a group. After SIGKILL the stop waits,
+        # bounded, until the kernel has torn every member down (memory, the port).
         cmd = (
-            f"kill -s TERM -- -{pid} 2>/dev/null || exit 0; "
-            f"for i in $(seq {STOP_GRACE_S * 10}); do {alive} || exit 0; "
-            f"sleep 0.1; done; kill -s KILL -- -{pid} 2>/dev/null; sleep 0.5; exit 0"
+            f"m() {{ {session_members(pid)}; }}; "
+            f"p=$(m); [ -n \"$p\" ] || exit 0; kill -s TERM -- $p 2>/dev/null; "
+            f"for i in $(seq {STOP_GRACE_S * 10}); do [ -n \"$(m)\" ] || exit 0; "
+            f"sleep 0.1; done; kill -s KILL -- -{pid} $(m) 2>/dev/null; "
+            f"for i in $(seq {KILL_WAIT_S * 10}); do [ -n \"$(m)\" ] || exit 0; "
+            f"sleep 0.1; done; exit 0"
         )
-        self.t.run(cmd, timeout=STOP_GRACE_S + 15)
+        self.t.run(cmd, timeout=STOP_GRACE_S + KILL_WAIT_S + 15)
         self.t.run(f"rm -f {self._q('pid')}", timeout=20)
 
     def restore(self) -> list[str]:
@@ -174,20 +188,21 @@ class ProcessManager(ServiceManager):
         return done
 
     def left_over(self) -> list[str] | None:
-        """A server of ours still running (its process group alive), as the host shows it."""
+        """A server of ours still running (a live process of its session), as the host
+        shows it."""
         pid = self._pid()
         if pid is None:
             return []
-        r = self.t.run(f"ps -eo pgid=,stat= | awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} "
+        r = self.t.run(f"ps -eo sid=,stat= | awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} "
                        "END {exit !f}'", timeout=20)  # fmt: skip
-        return [f"the server started in {self.dir} (process group {pid}) still runs"] \
+        return [f"the server started in {self.dir} (session {pid}) still runs"] \
             if r.exit_code == 0 else []  # fmt: skip
 
     def owns_pid(self, pid: int) -> bool:
         mine = self._pid()
         if mine is None:
             return False
-        r = self.t.run(f"ps -o pgid= -p {int(pid)} 2>/dev/null", timeout=20)
+        r = self.t.run(f"ps -o sid= -p {int(pid)} 2>/dev/null", timeout=20)
         return r.stdout.strip() == str(mine)
 
     def wait_port_free(self, port: int, timeout: float = 30.0) -> None:
