@@ -47,6 +47,8 @@ class BisectOptions:
     fresh: bool = False
     #: the noise-aware search stops when its answer is this likely to be right
     confidence: float = 0.95
+    #: search on dummy weights (`--load-format dummy`) and confirm the answer on real ones
+    rehearse: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class BisectSpec:
             "good_source": self.good_source, "bad_source": self.bad_source,
             "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
-                        "fresh": o.fresh, "confidence": o.confidence},
+                        "fresh": o.fresh, "confidence": o.confidence,
+                        "rehearse": o.rehearse},
         }  # fmt: skip
 
     @classmethod
@@ -78,6 +81,7 @@ class BisectSpec:
             strategy=d.get("strategy") or "auto", repeat=opts.get("repeat") or 1,
             max_runs=opts.get("max_runs"), deadline_s=opts.get("deadline_s"),
             fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
+            rehearse=bool(opts.get("rehearse", False)),
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -230,6 +234,10 @@ class Outcome:
     #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
     noise: dict[str, Any] | None = None
     deltas: list[str] = field(default_factory=list)  # the campaign's deltas, described
+    #: which weights the runs loaded: {"search": real|dummy, "real_starts", "dummy_starts",
+    #: and with a rehearsal its course: "rehearsal" (reproduced|not reproduced|...),
+    #: "check_run", "confirmed_by" (run ids on real weights), "note"}
+    weights: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
@@ -250,6 +258,7 @@ class Outcome:
             "reproduction_rate": noise.get("reproduction_rate"),
             "noise": self.noise,
             "deltas": self.deltas,
+            "weights": self.weights,
         }
 
     @classmethod
@@ -268,6 +277,7 @@ class Outcome:
             flaky=list(d.get("flaky") or []),
             removed_hosts=[(str(h), str(why)) for h, why in d.get("removed_hosts") or []],
             noise=d.get("noise"), deltas=list(d.get("deltas") or []),
+            weights=d.get("weights"),
         )  # fmt: skip
 
     @property

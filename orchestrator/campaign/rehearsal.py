@@ -1,0 +1,66 @@
+"""Rehearsal on dummy weights: a bisection's search on random weights of the same shapes.
+
+SGLang and vLLM both take `--load-format dummy`: the same shapes, kernels, graph capture
+and communication, with random weights that load in seconds instead of the minutes a
+checkpoint of hundreds of GB takes. A campaign with `rehearse: dummy-weights` (or
+`--rehearse`) starts the bad config on real weights (the target), then on dummy weights;
+when that shows the target too, the search runs on dummy weights, and the answer is
+called found only once good + each culprit set fails with the target on real weights.
+A failure of the checkpoint's values (a missing tensor, a NaN from real values) does not
+show on dummy weights: the campaign says so once and searches on real weights.
+
+Pure helpers; the course itself is `Bisection._rehearsed` (campaign/bisect.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.campaign.planning import Plan
+from orchestrator.config.experiment import LOAD_FORMAT
+from orchestrator.results.store import RunRow
+
+#: starts of the bad config on dummy weights before the target counts as not showing there
+#: (a failure that shows on half of the starts stays hidden from 5 with odds of 1 in 32)
+CHECK_ATTEMPTS = 5
+#: at most this many starts of good + a culprit set on real weights to confirm it
+MAX_CONFIRM_STARTS = 12
+
+
+def refused(plan: Plan) -> str:
+    """Why this pair cannot be rehearsed on dummy weights, or ''."""
+    for d in plan.deltas:
+        if d.kind == "flag" and d.key == LOAD_FORMAT:
+            return f"the configs differ in --{LOAD_FORMAT}, which a rehearsal replaces"
+    for exp in (plan.good, plan.bad):
+        fmt = exp.flag_map().get(LOAD_FORMAT)
+        if fmt is not None and str(fmt) not in ("auto", "dummy"):
+            return (f"{exp.source or exp.name} loads its weights with --{LOAD_FORMAT} {fmt}; "
+                    "dummy weights would not have its shapes")
+    return ""
+
+
+def on_dummy(plan: Plan) -> Plan:
+    """The same pair, both configs on dummy weights (the deltas are unchanged)."""
+    return Plan(good=plan.good.with_dummy_weights(), bad=plan.bad.with_dummy_weights(),
+                deltas=plan.deltas, strategy=plan.strategy)  # fmt: skip
+
+
+def confirm_attempts(fails: int, runs: int, confidence: float) -> int:
+    """Starts of good + a culprit set on real weights that show a failure seen `fails` of
+    `runs` times on dummy weights at least once, with the confidence asked (the rate
+    estimated with one pseudo-start each way, so a set that failed 1 of 1 gets 3)."""
+    rate = (fails + 1) / (runs + 2)
+    if rate >= 1:
+        return 1
+    need = math.ceil(math.log(1 - confidence) / math.log(1 - rate))
+    return max(1, min(MAX_CONFIRM_STARTS, need))
+
+
+def shown(row: RunRow) -> str:
+    """A run's verdict as a few words: `pass`, `fail: RuntimeError: ...`."""
+    return row.verdict.value + (f": {row.signature}" if row.signature else "")
+
+
+__all__ = ["CHECK_ATTEMPTS", "MAX_CONFIRM_STARTS", "confirm_attempts", "on_dummy", "refused",
+           "shown"]
