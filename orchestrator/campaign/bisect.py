@@ -326,9 +326,14 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
+        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, relative)
+        seen = real.get(full)
         self._use("dummy")
+        # as many dummy starts as the bad config's rate on real weights needs to show once
+        attempts = rehearsal.confirm_attempts(seen.fails if seen else 1,
+                                              seen.runs if seen else 1, self.opts.confidence)
         check, stop = self._bad_until_target(pool, target=self.target,
-                                             attempts=rehearsal.CHECK_ATTEMPTS)  # fmt: skip
+                                             attempts=attempts)  # fmt: skip
         if stop:
             self._use("real")
             return self._search(pool)

@@ -20,10 +20,8 @@ from orchestrator.campaign.planning import Plan
 from orchestrator.config.experiment import LOAD_FORMAT
 from orchestrator.results.store import RunRow
 
-#: starts of the bad config on dummy weights before the target counts as not showing there
-#: (a failure that shows on half of the starts stays hidden from 5 with odds of 1 in 32)
-CHECK_ATTEMPTS = 5
-#: at most this many starts of good + a culprit set on real weights to confirm it
+#: at most this many starts of a config on the other weights to see a failure once (the bad
+#: config on dummy weights, good + a culprit set on real ones)
 MAX_CONFIRM_STARTS = 12
 
 
@@ -47,9 +45,9 @@ def on_dummy(plan: Plan) -> Plan:
 
 
 def confirm_attempts(fails: int, runs: int, confidence: float) -> int:
-    """Starts of good + a culprit set on real weights that show a failure seen `fails` of
-    `runs` times on dummy weights at least once, with the confidence asked (the rate
-    estimated with one pseudo-start each way, so a set that failed 1 of 1 gets 3)."""
+    """Starts on the other weights that show a failure seen `fails` of `runs` times at
+    least once, with the confidence asked (the rate estimated with one pseudo-start each
+    way, so a config that failed 1 of 1 gets 3)."""
     rate = (fails + 1) / (runs + 2)
     if rate >= 1:
         return 1
@@ -62,5 +60,5 @@ def shown(row: RunRow) -> str:
     return row.verdict.value + (f": {row.signature}" if row.signature else "")
 
 
-__all__ = ["CHECK_ATTEMPTS", "MAX_CONFIRM_STARTS", "confirm_attempts", "on_dummy", "refused",
+__all__ = ["MAX_CONFIRM_STARTS", "confirm_attempts", "on_dummy", "refused",
            "shown"]
