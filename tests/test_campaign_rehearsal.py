@@ -92,6 +92,6 @@ def test_flaky_pair_rehearsed_is_confirmed_on_real_weights(tmp_path: Path) -> No
 
 
 def test_confirm_attempts_follow_the_rate() -> None:
-    assert confirm_attempts(1, 1, 0.95) == 3
+    assert confirm_attempts(1, 1, 0.95) == 3 and confirm_attempts(1, 1) == 5
     assert confirm_attempts(5, 10, 0.95) == 5
     assert confirm_attempts(1, 10, 0.95) == 12  # capped

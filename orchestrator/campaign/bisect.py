@@ -43,6 +43,7 @@ from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
+from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
@@ -150,7 +151,9 @@ class Bisection:
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
                                   expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
-                                  deadline_s=self.opts.deadline_s))  # fmt: skip
+                                  deadline_s=self.opts.deadline_s,
+                                  run_time_s=self.plan.bad.run_time
+                                  or self.plan.good.run_time))  # fmt: skip
         with self.core.guard(self._partial), \
                 self.core.pool(self.hosts, service=service_name(self.plan.good),
                                env_keys=self.env_keys) as pool:  # fmt: skip
@@ -251,7 +254,7 @@ class Bisection:
                            closure=self.plan.closure(), evidence=evidence)  # fmt: skip
 
         planner = new_planner()
-        watch = flaky.NoiseWatch(self.emit, self.cid)
+        watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
         watch.check(planner)
 
         def wanted() -> list[tuple[int, ...]]:
@@ -309,6 +312,20 @@ class Bisection:
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
 
+    def _flaky_estimate(self) -> tuple[float, int]:
+        """(runs the campaign is expected to take in all now that the failure shows on only
+        some starts, runs so far): the noise-aware search's cost at the rate seen so far
+        (`planner.noise_estimate`), for the smallest culprit the failing runs allow."""
+        got = [(r.variant, relative(r.verdict, r.signature, self.target))
+               for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        failing = {v for v, x in got if x is Verdict.FAIL}
+        starts = [x for v, x in got if v in failing and x.resolved]
+        rate = observed_rate(sum(x is Verdict.FAIL for x in starts), len(starts))
+        size = 1 if any(len(v) == 1 for v in failing) or self.plan.n == 1 else 2
+        est = self.plan.estimates()
+        mean, _ = flaky_runs(2 + est["single_mean" if size == 1 else "pair_mean"], rate, size)
+        return max(mean, len(got) + 1.0), len(got)
+
     # ---- rehearsal on dummy weights
     def _rehearsed(self, pool: Pool) -> Outcome:
         """The bad config on real weights (the target), then on dummy weights: when that
@@ -331,7 +348,7 @@ class Bisection:
         self._use("dummy")
         # as many dummy starts as the bad config's rate on real weights needs to show once
         attempts = rehearsal.confirm_attempts(seen.fails if seen else 1,
-                                              seen.runs if seen else 1, self.opts.confidence)
+                                              seen.runs if seen else 1)
         check, stop = self._bad_until_target(pool, target=self.target,
                                              attempts=attempts)  # fmt: skip
         if stop:
@@ -399,15 +416,16 @@ class Bisection:
         """Good + each culprit set on real weights, started until it fails with the target
         (as many starts as its rate on dummy weights needs to show once at the confidence
         asked). Returns the confirming run per set and, if one did not, what it showed."""
-        rates = flaky.counts([r for r in self._all_rows() if r.weights == "dummy"],
-                             self.target, relative)  # fmt: skip
+        dummy = [r for r in self._all_rows() if r.weights == "dummy"]
         confirmed: dict[str, str] = {}
         for c in outcome.culprits:
             v = tuple(sorted(c.indices))
-            seen = rates.get(v)
-            attempts = rehearsal.confirm_attempts(seen.fails if seen else 1,
-                                                  seen.runs if seen else 1,
-                                                  self.opts.confidence)  # fmt: skip
+            # its rate on dummy weights: every resolved run that carries the set
+            got = [relative(r.verdict, r.signature, self.target) for r in dummy
+                   if set(v) <= set(r.variant)]  # fmt: skip
+            got = [x for x in got if x.resolved]
+            attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
+                                                  len(got))  # fmt: skip
 
             def starts(v: tuple[int, ...] = v) -> list[RunRow]:
                 return [r for r in self._rows() if r.variant == v

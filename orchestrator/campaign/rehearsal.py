@@ -20,6 +20,9 @@ from orchestrator.campaign.planning import Plan
 from orchestrator.config.experiment import LOAD_FORMAT
 from orchestrator.results.store import RunRow
 
+#: how sure a config's starts on the other weights must be to show a failure it showed
+#: (a miss costs a whole search on real weights)
+SHOW_CONFIDENCE = 0.99
 #: at most this many starts of a config on the other weights to see a failure once (the bad
 #: config on dummy weights, good + a culprit set on real ones)
 MAX_CONFIRM_STARTS = 12
@@ -44,10 +47,10 @@ def on_dummy(plan: Plan) -> Plan:
                 deltas=plan.deltas, strategy=plan.strategy)  # fmt: skip
 
 
-def confirm_attempts(fails: int, runs: int, confidence: float) -> int:
+def confirm_attempts(fails: int, runs: int, confidence: float = SHOW_CONFIDENCE) -> int:
     """Starts on the other weights that show a failure seen `fails` of `runs` times at
     least once, with the confidence asked (the rate estimated with one pseudo-start each
-    way, so a config that failed 1 of 1 gets 3)."""
+    way, so a config that failed 1 of 1 gets 5)."""
     rate = (fails + 1) / (runs + 2)
     if rate >= 1:
         return 1
@@ -60,5 +63,5 @@ def shown(row: RunRow) -> str:
     return row.verdict.value + (f": {row.signature}" if row.signature else "")
 
 
-__all__ = ["MAX_CONFIRM_STARTS", "confirm_attempts", "on_dummy", "refused",
+__all__ = ["MAX_CONFIRM_STARTS", "SHOW_CONFIDENCE", "confirm_attempts", "on_dummy", "refused",
            "shown"]

@@ -20,6 +20,7 @@ from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, Usa
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
 from orchestrator.results import env_report
+from orchestrator.results.store import Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,6 +100,17 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy)
 
 
+def _known_run_time(view: object, plan: Plan, store: Store, hosts: list[Host]) -> None:
+    """The live view's time per start before the first one ends: declared, else learned
+    from the earlier runs of the same config family on the (one) host."""
+    from orchestrator.campaign import timing
+    from orchestrator.cli.live import LiveView
+
+    if isinstance(view, LiveView):
+        host = hosts[0].name if len(hosts) == 1 else None
+        view.run_time_s = timing.run_time(plan, store, host).seconds
+
+
 def wants_rehearsal(plan: Plan) -> bool:
     """Either config asks for it (`rehearse: dummy-weights`) and neither turns it `off`."""
     asked = {plan.good.rehearse, plan.bad.rehearse}
@@ -173,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)
+    _known_run_time(view, plan, store, hosts)
     bisection = Bisection(store, plan, hosts, options=options, listener=view,
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=common.executor_factory(args))  # fmt: skip
