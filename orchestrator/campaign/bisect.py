@@ -434,9 +434,9 @@ class Bisection:
             def hit(r: RunRow) -> bool:
                 return relative(r.verdict, r.signature, self.target) is Verdict.FAIL
 
-            def want(v: tuple[int, ...] = v) -> list[tuple[int, ...]]:
+            def want(v: tuple[int, ...] = v, most: int = attempts) -> list[tuple[int, ...]]:
                 got = starts(v)
-                return [] if any(map(hit, got)) or len(got) >= attempts else [v]
+                return [] if any(map(hit, got)) or len(got) >= most else [v]
 
             self._drive(pool, want, lambda v, row: None, target=self.target,
                         purpose=lambda v: "confirm", fresh_runs=lambda v: bool(starts(v)))

@@ -15,10 +15,9 @@ from orchestrator.cli import common, detached
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
-from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.errors import UsageError
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.verdicts import Signature
+from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.errors import UsageError
 from orchestrator.results.store import CampaignRow, RunRow, Store
 
 

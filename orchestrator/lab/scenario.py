@@ -23,9 +23,10 @@ serving), `effect` (crash, the default, or hang), `error` (the last line(s) of t
 traceback; for `args` the argparse error message), `after_requests` (serving: fire once N
 requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
 `needs_real_weights` (true: a failure of the checkpoint's values, e.g. a missing tensor;
-it never fires with `--load-format dummy`), `exit_code` (default 1, 2 for args; 0: the crash ends in a clean exit, as vLLM's API
-server exits 0 once its engine died), `kill` (die by SIGKILL instead), `frames` (innermost
-traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
+it never fires with `--load-format dummy`), `exit_code` (default 1, 2 for args; 0: the
+crash ends in a clean exit, as vLLM's API server exits 0 once its engine died), `kill`
+(die by SIGKILL instead), `frames` (innermost traceback frames: file, line, func, code),
+`description`. Top-level keys: `name`,
 `description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
 time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
 every matching factor applies), `defaults` (flag values the server assumes when a flag

@@ -289,13 +289,15 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
-    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th><th>purpose</th>"
-                 "<th>weights</th><th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
+    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
+                 "<th>purpose</th><th>weights</th><th>verdict</th><th>signature</th>"
+                 "<th>time</th></tr>")  # fmt: skip
     for r in runs:
         v = _relative(r, camp)
         src = " (cached)" if r.cached_from else ""
         parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
-                     f"<td>{e(r.weights)}</td><td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
+                     f"<td>{e(r.weights)}</td>"
+                     f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
                      f"<td><code>{e(str(r.signature or ''))}</code></td>"
                      f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip
     parts.append("</table>")
