@@ -70,8 +70,8 @@ class BisectSpec:
             "good_source": self.good_source, "bad_source": self.bad_source,
             "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
-                        "fresh": o.fresh, "confidence": o.confidence,
-                        "rehearse": o.rehearse},
+                        "fresh": o.fresh, "confidence": o.confidence}
+            | ({"rehearse": True} if o.rehearse else {}),
         }  # fmt: skip
 
     @classmethod
@@ -241,6 +241,8 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
+        # (an answer stored before runs recorded their weights writes back as it was)
+        weights = {"weights": self.weights} if self.weights is not None else {}
         return {
             "campaign": self.campaign_id,
             "status": self.status.value,
@@ -258,8 +260,7 @@ class Outcome:
             "reproduction_rate": noise.get("reproduction_rate"),
             "noise": self.noise,
             "deltas": self.deltas,
-            "weights": self.weights,
-        }
+        } | weights
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Outcome:

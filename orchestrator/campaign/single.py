@@ -72,7 +72,7 @@ def single_runs(
     if target is not None:
         store.update_campaign(core.cid, target=target)
     rows: list[RunRow] = []
-    with core.guard(lambda: list(rows)), \
+    with core.guard(lambda: list(rows) or None), \
             core.track(executor_factory(host, service_name(exp), core.cid, listener)) as ex:
         for n in range(1, starts + 1):
             result = ex.run(exp, run_id=f"{core.cid}.{n}",
