@@ -95,3 +95,18 @@ def test_confirm_attempts_follow_the_rate() -> None:
     assert confirm_attempts(1, 1, 0.95) == 3 and confirm_attempts(1, 1) == 5
     assert confirm_attempts(5, 10, 0.95) == 5
     assert confirm_attempts(1, 10, 0.95) == 12  # capped
+
+
+def test_a_pair_on_dummy_weights_already_is_not_rehearsed(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path / "exp", 3)
+    for path in (good, bad):
+        text = path.read_text()
+        path.write_text(text.replace("tp-size: 8", "tp-size: 8\n    load-format: dummy"))
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
+    out = Bisection(store, make_plan(good, bad), [host()], command="test",
+                    options=BisectOptions(rehearse=True),
+                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    assert out.status is Status.FOUND and [c.indices for c in out.culprits] == [[2]]
+    assert out.weights["rehearsal"] == "refused" and "already load dummy" in out.weights["note"]
+    assert out.weights["real_starts"] == 0 and out.weights["search"] == "dummy"

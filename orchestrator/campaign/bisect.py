@@ -159,8 +159,7 @@ class Bisection:
                                env_keys=self.env_keys) as pool:  # fmt: skip
             if previous:
                 envwatch.check_hosts(self.store, self.cid, self.hosts)
-            rehearse = self.opts.rehearse and self.real_plan.bad.weights == "real"
-            outcome = self._rehearsed(pool) if rehearse else self._search(pool)
+            outcome = self._rehearsed(pool) if self.opts.rehearse else self._search(pool)
         outcome.removed_hosts = list(pool.removed)
         outcome.weights = self._weights_summary()
         outcome.deltas = [d.describe() for d in self.plan.deltas]

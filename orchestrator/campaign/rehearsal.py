@@ -30,6 +30,8 @@ MAX_CONFIRM_STARTS = 12
 
 def refused(plan: Plan) -> str:
     """Why this pair cannot be rehearsed on dummy weights, or ''."""
+    if plan.good.weights == "dummy" and plan.bad.weights == "dummy":
+        return f"both configs already load dummy weights (--{LOAD_FORMAT} dummy)"
     for d in plan.deltas:
         if d.kind == "flag" and d.key == LOAD_FORMAT:
             return f"the configs differ in --{LOAD_FORMAT}, which a rehearsal replaces"
