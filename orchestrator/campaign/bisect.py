@@ -356,8 +356,8 @@ class Bisection:
         starts = flaky.bad_starts(self._rows(), full)
         if check is None or relative(check.verdict, check.signature, self.target) \
                 is not Verdict.FAIL:  # fmt: skip
-            seen = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
-            self._say(f"the target failure does not show with dummy weights ({seen} on "
+            shown = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
+            self._say(f"the target failure does not show with dummy weights ({shown} on "
                       f"{len(starts)} start(s)); it needs the real weights: the search runs "
                       f"on real weights", rehearsal="not reproduced",
                       check_run=starts[-1].id if starts else None)  # fmt: skip

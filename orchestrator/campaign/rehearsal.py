@@ -32,6 +32,11 @@ def refused(plan: Plan) -> str:
     """Why this pair cannot be rehearsed on dummy weights, or ''."""
     if plan.good.weights == "dummy" and plan.bad.weights == "dummy":
         return f"both configs already load dummy weights (--{LOAD_FORMAT} dummy)"
+    for exp in (plan.good, plan.bad):
+        cond = exp.probe.condition if exp.probe else None
+        if cond is not None and cond.relative_to_good:
+            return ("the probe's bar is relative to the good config's metric, which the bad "
+                    "config's start on real weights would need first")
     for d in plan.deltas:
         if d.kind == "flag" and d.key == LOAD_FORMAT:
             return f"the configs differ in --{LOAD_FORMAT}, which a rehearsal replaces"
