@@ -110,3 +110,10 @@ def test_a_pair_on_dummy_weights_already_is_not_rehearsed(tmp_path: Path) -> Non
     assert out.status is Status.FOUND and [c.indices for c in out.culprits] == [[2]]
     assert out.weights["rehearsal"] == "refused" and "already load dummy" in out.weights["note"]
     assert out.weights["real_starts"] == 0 and out.weights["search"] == "dummy"
+
+
+def test_the_dummy_check_reads_a_few_real_starts_as_a_rate_of_at_most_0_4() -> None:
+    from orchestrator.campaign.rehearsal import check_attempts
+
+    assert check_attempts(1, 1) == 10  # 0.6 ** 10 < 0.01
+    assert check_attempts(1, 3) == confirm_attempts(1, 3)  # (1+1)/(3+2) = 0.4 already

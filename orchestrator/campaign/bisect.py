@@ -345,9 +345,8 @@ class Bisection:
         real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, relative)
         seen = real.get(full)
         self._use("dummy")
-        # as many dummy starts as the bad config's rate on real weights needs to show once
-        attempts = rehearsal.confirm_attempts(seen.fails if seen else 1,
-                                              seen.runs if seen else 1)
+        # as many dummy starts as a failure of the bad config's rate needs to show once
+        attempts = rehearsal.check_attempts(seen.fails if seen else 1, seen.runs if seen else 1)
         check, stop = self._bad_until_target(pool, target=self.target,
                                              attempts=attempts)  # fmt: skip
         if stop:

@@ -23,6 +23,8 @@ from orchestrator.results.store import RunRow
 #: how sure a config's starts on the other weights must be to show a failure it showed
 #: (a miss costs a whole search on real weights)
 SHOW_CONFIDENCE = 0.99
+#: the highest rate the bad config's real-weight starts are read as, for the dummy check
+CHECK_RATE = 0.4
 #: at most this many starts of a config on the other weights to see a failure once (the bad
 #: config on dummy weights, good + a culprit set on real ones)
 MAX_CONFIRM_STARTS = 12
@@ -54,11 +56,21 @@ def on_dummy(plan: Plan) -> Plan:
                 deltas=plan.deltas, strategy=plan.strategy)  # fmt: skip
 
 
-def confirm_attempts(fails: int, runs: int, confidence: float = SHOW_CONFIDENCE) -> int:
+def check_attempts(fails: int, runs: int) -> int:
+    """Starts of the bad config on dummy weights before its target counts as needing the
+    real weights. The bad config's few starts on real weights say little of its rate (1 of
+    1 is as likely from a failure that shows on a third of the starts), and a miss costs a
+    whole search on real weights while the extra starts cost only when the target does not
+    show: its rate is taken as at most CHECK_RATE (10 starts)."""
+    return confirm_attempts(min(fails, runs), runs, rate_cap=CHECK_RATE)
+
+
+def confirm_attempts(fails: int, runs: int, confidence: float = SHOW_CONFIDENCE,
+                     rate_cap: float = 1.0) -> int:
     """Starts on the other weights that show a failure seen `fails` of `runs` times at
     least once, with the confidence asked (the rate estimated with one pseudo-start each
     way, so a config that failed 1 of 1 gets 5)."""
-    rate = (fails + 1) / (runs + 2)
+    rate = min((fails + 1) / (runs + 2), rate_cap)
     if rate >= 1:
         return 1
     need = math.ceil(math.log(1 - confidence) / math.log(1 - rate))
@@ -70,5 +82,5 @@ def shown(row: RunRow) -> str:
     return row.verdict.value + (f": {row.signature}" if row.signature else "")
 
 
-__all__ = ["MAX_CONFIRM_STARTS", "SHOW_CONFIDENCE", "confirm_attempts", "on_dummy", "refused",
-           "shown"]
+__all__ = ["CHECK_RATE", "MAX_CONFIRM_STARTS", "SHOW_CONFIDENCE", "check_attempts",
+           "confirm_attempts", "on_dummy", "refused", "shown"]
