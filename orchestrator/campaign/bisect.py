@@ -423,7 +423,7 @@ class Bisection:
                    if set(v) <= set(r.variant)]  # fmt: skip
             got = [x for x in got if x.resolved]
             attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
-                                                  len(got))  # fmt: skip
+                                                  len(got), rate_cap=rehearsal.CHECK_RATE)
 
             def starts(v: tuple[int, ...] = v) -> list[RunRow]:
                 return [r for r in self._rows() if r.variant == v

@@ -23,7 +23,9 @@ from orchestrator.results.store import RunRow
 #: how sure a config's starts on the other weights must be to show a failure it showed
 #: (a miss costs a whole search on real weights)
 SHOW_CONFIDENCE = 0.99
-#: the highest rate the bad config's real-weight starts are read as, for the dummy check
+#: the highest rate a few starts are read as, before more starts on the other weights: the
+#: search's runs overstate a flaky set's rate (it runs where failures show), and a miss
+#: costs a whole search on real weights while extra starts cost only when it misses
 CHECK_RATE = 0.4
 #: at most this many starts of a config on the other weights to see a failure once (the bad
 #: config on dummy weights, good + a culprit set on real ones)
