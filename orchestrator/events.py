@@ -83,6 +83,8 @@ class CampaignStarted(Event):
     expected_runs: float = 0.0
     resumed_runs: int = 0
     deadline_s: float | None = None
+    #: one start's time when the configs declare it (`expect.run_time`), else None
+    run_time_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,3 +114,6 @@ class SearchSwitched(Event):
 
     campaign_id: str = ""
     reason: str = ""
+    #: the runs the whole campaign is now expected to take (None: not estimated)
+    expected_runs: float | None = None
+    done: int = 0

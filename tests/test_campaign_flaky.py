@@ -106,3 +106,16 @@ def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint,
         assert "confidence" in text and "reproduction rate" in text
         assert "Counts per variant" in text and re.search(r"fail \d+ of \d+", text)
     assert lab_servers(pair.port) == []
+    # the switch said what the noise-aware search would cost, in runs
+    assert answer["noise"]["expected_runs_at_switch"] > len(bad)
+    # `plan` prices this pair in hours: under a declared start time, its range holds what
+    # the campaign cost (every start counted, at that time)
+    declared = tmp_path / "experiments" / "flaky-bad-declared.yaml"
+    declared.write_text(yaml.safe_dump({"extends": str(pair.bad),
+                                        "expect": {"run_time": "14m"}}))  # fmt: skip
+    code, planned = cli_json("plan", "--good", pair.good, "--bad", declared,
+                             "--results", results)  # fmt: skip
+    assert code == 0, planned
+    low, high = planned["hours_range"]
+    cost = len([r for r in runs if r.cached_from is None]) * 14 * 60 / 3600
+    assert low <= cost <= high, (low, cost, high)

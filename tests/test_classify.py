@@ -574,3 +574,19 @@ def test_an_exception_quoted_in_a_warning_is_advice_not_a_failure() -> None:
     assert analyze_log(warn).signature is None
     error = warn.replace("WARNING 12-01", "ERROR 12-01")
     assert analyze_log(error).signature is not None
+
+
+def test_a_printed_set_of_names_signs_alike_in_any_order() -> None:
+    """Python prints a set in an order that changes from process to process (string hashes
+    are randomized): vLLM's missing-weights error must sign the same on every start."""
+    from orchestrator.diagnosis.classify import normalize_message
+
+    names = ["'model.layers.2.post_attention_layernorm.weight'",
+             "'model.layers.2.input_layernorm.weight'"]
+    msgs = [f"ValueError: Following weights were not initialized from checkpoint: "
+            f"{{{', '.join(order)}}}" for order in (names, names[::-1])]
+    from orchestrator.diagnosis.classify import _mask_variable_quotes
+
+    a, b = (_mask_variable_quotes(normalize_message(x)) for x in msgs)
+    assert a == b and a.endswith("{'<v>'}")
+    assert _mask_variable_quotes("got {'a': 1}") == "got {'a': 1}"  # a dict stays

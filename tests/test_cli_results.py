@@ -207,3 +207,17 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
     again_finding = new[f"rerun of {old.id}: {old.label}"]
     assert again_finding.argv == old.argv and str(again_finding.signature) == FINDING
     assert lab_servers(results.rec.pair.port) == []
+
+
+def test_rerun_repeat_reports_the_reproduction_rate(
+    results: Results, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = results.run_of("bad")
+    code, out, err = run_cli(capsys, "rerun", bad.id, "--repeat", "2", "--hosts",
+                             results.rec.hosts, "--results", results.dir, "--json")  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["starts"], data["judged"], data["failed"], data["target_failures"]) == (2, 2, 2, 2)
+    assert data["signatures"] == {str(bad.signature): 2} and data["rate"] == 1.0
+    assert [r["verdict"] for r in data["runs"]] == ["fail", "fail"]
+    assert lab_servers(results.rec.pair.port) == []

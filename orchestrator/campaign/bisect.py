@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import envwatch, flaky
+from orchestrator.campaign import envwatch, flaky, rehearsal
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -44,6 +44,7 @@ from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
+from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
@@ -94,7 +95,8 @@ class Bisection:
         self.opts = options
         self.emit = listener
         self.core = CampaignCore(
-            store, kind="bisect", key=campaign_key(plan, hosts, options.strategy),
+            store, kind="bisect", key=campaign_key(
+                plan, hosts, options.strategy + ("+rehearse" if options.rehearse else "")),
             spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
             command=command, resume_id=resume_id, max_runs=options.max_runs,
             deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
@@ -110,14 +112,35 @@ class Bisection:
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
-        self._precheck = (plan.good, plan.bad)
+        self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
+        #: the pair on real weights; `self.plan` is the pair the search runs on now
+        self.real_plan = plan
+        #: the weights the search runs on now: `_rows()` are the runs on them
+        self.weights = plan.bad.weights
+        self._weights_note: dict[str, object] = {}
+        if options.rehearse and self.weights == "real" and not rehearsal.refused(plan):
+            self._precheck += (plan.bad.with_dummy_weights(),)
 
-    def _rows(self) -> list[RunRow]:
+    def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
         host lock refuses a second controller), and it drops the copy whenever it does."""
         if self._rows_cache is None:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
+
+    def _rows(self) -> list[RunRow]:
+        """This campaign's runs on the weights the search runs on now (a dummy-weight start
+        is another launch than a real one: never evidence for it)."""
+        return [r for r in self._all_rows() if r.weights == self.weights]
+
+    def _use(self, weights: str) -> None:
+        """Run on `weights` from now on: the pair's launches and the runs read switch."""
+        self.weights = weights
+        self.plan = rehearsal.on_dummy(self.real_plan) if weights == "dummy" else self.real_plan
+
+    def _label(self, v: tuple[int, ...]) -> str:
+        label = self.plan.describe(frozenset(v))
+        return label + " [dummy weights]" if self.weights == "dummy" else label
 
     def spec(self) -> BisectSpec:
         return BisectSpec(good=self.plan.good.to_dict(), bad=self.plan.bad.to_dict(),
@@ -132,14 +155,17 @@ class Bisection:
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
                                   expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
-                                  deadline_s=self.opts.deadline_s))  # fmt: skip
+                                  deadline_s=self.opts.deadline_s,
+                                  run_time_s=self.plan.bad.run_time
+                                  or self.plan.good.run_time))  # fmt: skip
         with self.core.guard(self._partial), \
                 self.core.pool(self.hosts, service=service_name(self.plan.good),
                                env_keys=self.env_keys) as pool:  # fmt: skip
             if previous:
                 envwatch.check_hosts(self.store, self.cid, self.hosts)
-            outcome = self._search(pool)
+            outcome = self._rehearsed(pool) if self.opts.rehearse else self._search(pool)
         outcome.removed_hosts = list(pool.removed)
+        outcome.weights = self._weights_summary()
         outcome.deltas = [d.describe() for d in self.plan.deltas]
         # a found answer is recorded as `done`, like every campaign that concluded
         self.core.finish(outcome.status, stored_as=Status.DONE if outcome.found else None,
@@ -233,7 +259,7 @@ class Bisection:
                            closure=self.plan.closure(), evidence=evidence)  # fmt: skip
 
         planner = new_planner()
-        watch = flaky.NoiseWatch(self.emit, self.cid)
+        watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
         watch.check(planner)
 
         def wanted() -> list[tuple[int, ...]]:
@@ -290,6 +316,152 @@ class Bisection:
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
         return outcome
+
+    def _flaky_estimate(self) -> tuple[float, int]:
+        """(runs the campaign is expected to take in all now that the failure shows on only
+        some starts, runs so far): the noise-aware search's cost at the rate seen so far
+        (`planner.noise_estimate`), for the smallest culprit the failing runs allow."""
+        got = [(r.variant, relative(r.verdict, r.signature, self.target))
+               for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        failing = {v for v, x in got if x is Verdict.FAIL}
+        starts = [x for v, x in got if v in failing and x.resolved]
+        rate = observed_rate(sum(x is Verdict.FAIL for x in starts), len(starts))
+        size = 1 if any(len(v) == 1 for v in failing) or self.plan.n == 1 else 2
+        est = self.plan.estimates()
+        mean, _ = flaky_runs(2 + est["single_mean" if size == 1 else "pair_mean"], rate, size)
+        return max(mean, len(got) + 1.0), len(got)
+
+    # ---- rehearsal on dummy weights
+    def _rehearsed(self, pool: Pool) -> Outcome:
+        """The bad config on real weights (the target), then on dummy weights: when that
+        shows the target too, the search runs on dummy weights and its answer is called
+        found only once good + each culprit set fails with the target on real weights;
+        otherwise (a failure of the checkpoint's values) the search runs on real weights."""
+        why = rehearsal.refused(self.real_plan)
+        if why:
+            self._say(f"no rehearsal on dummy weights: {why}", rehearsal="refused")
+            return self._search(pool)
+        full = tuple(range(self.plan.n))
+        bad, stop = self._bad_until_target(pool, target=None)
+        if bad is None or bad.verdict is not Verdict.FAIL or bad.signature is None:
+            return self._search(pool)  # stopped, or the bad config does not fail: as ever
+        if self.target is None:
+            self.target = bad.signature
+            self.store.update_campaign(self.cid, target=self.target)
+        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, relative)
+        seen = real.get(full)
+        self._use("dummy")
+        # as many dummy starts as a failure of the bad config's rate needs to show once
+        attempts = rehearsal.check_attempts(seen.fails if seen else 1, seen.runs if seen else 1)
+        check, stop = self._bad_until_target(pool, target=self.target,
+                                             attempts=attempts)  # fmt: skip
+        if stop:
+            self._use("real")
+            return self._search(pool)
+        starts = flaky.bad_starts(self._rows(), full)
+        if check is None or relative(check.verdict, check.signature, self.target) \
+                is not Verdict.FAIL:  # fmt: skip
+            shown = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
+            self._say(f"the target failure does not show with dummy weights ({shown} on "
+                      f"{len(starts)} start(s)); it needs the real weights: the search runs "
+                      f"on real weights", rehearsal="not reproduced",
+                      check_run=starts[-1].id if starts else None)  # fmt: skip
+            self._use("real")
+            return self._search(pool)
+        self._say(f"the target failure shows with dummy weights too [run {check.id}]: the "
+                  "search runs on dummy weights; the answer is confirmed on real weights",
+                  rehearsal="reproduced", check_run=check.id)  # fmt: skip
+        outcome = self._search(pool)
+        if not outcome.found:
+            return outcome
+        self._use("real")
+        confirmed, missed = self._confirm(pool, outcome)
+        outcome.runs_executed, outcome.runs_reused = self.executed, self.reused
+        if missed is None:
+            self._weights_note["confirmed_by"] = confirmed
+            self._say("the answer holds on real weights: " + ", ".join(
+                f"good + {flags} fails with the target [run {rid}]"
+                for flags, rid in confirmed.items()), rehearsal="confirmed")  # fmt: skip
+            return outcome
+        self._say(f"the answer found on dummy weights does not hold on real weights: "
+                  f"{missed}; the search runs on real weights",
+                  rehearsal="not confirmed")  # fmt: skip
+        return self._search(pool)
+
+    def _say(self, message: str, **note: object) -> None:
+        self._weights_note.update(note)
+        self._weights_note["note"] = message
+        self.emit(Notice(host=self.hosts[0].name, message=message))
+
+    def _bad_until_target(self, pool: Pool, *, target: Signature | None,
+                          attempts: int = flaky.BAD_ATTEMPTS,
+                          ) -> tuple[RunRow | None, str | None]:  # fmt: skip
+        """Start the bad config until it fails (with `target`, when given), at most
+        `attempts` starts; the failing start, else the last, and why it stopped early."""
+        full = tuple(range(self.plan.n))
+
+        def starts() -> list[RunRow]:
+            return flaky.bad_starts(self._rows(), full)
+
+        def hit(r: RunRow) -> bool:
+            return relative(r.verdict, r.signature, target) is Verdict.FAIL
+
+        def want() -> list[tuple[int, ...]]:
+            got = starts()
+            return [] if any(map(hit, got)) or len(got) >= attempts else [full]
+
+        stop = self._drive(pool, want, lambda v, row: None, target=target,
+                           purpose=lambda v: "endpoint" if target is None else "rehearsal",
+                           fresh_runs=lambda v: bool(starts()))  # fmt: skip
+        got = starts()
+        return next((r for r in got if hit(r)), got[-1] if got else None), stop
+
+    def _confirm(self, pool: Pool, outcome: Outcome) -> tuple[dict[str, str], str | None]:
+        """Good + each culprit set on real weights, started until it fails with the target
+        (as many starts as its rate on dummy weights needs to show once at the confidence
+        asked). Returns the confirming run per set and, if one did not, what it showed."""
+        dummy = [r for r in self._all_rows() if r.weights == "dummy"]
+        confirmed: dict[str, str] = {}
+        for c in outcome.culprits:
+            v = tuple(sorted(c.indices))
+            # its rate on dummy weights: every resolved run that carries the set
+            got = [relative(r.verdict, r.signature, self.target) for r in dummy
+                   if set(v) <= set(r.variant)]  # fmt: skip
+            got = [x for x in got if x.resolved]
+            attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
+                                                  len(got), rate_cap=rehearsal.CHECK_RATE)
+
+            def starts(v: tuple[int, ...] = v) -> list[RunRow]:
+                return [r for r in self._rows() if r.variant == v
+                        and r.verdict is not Verdict.INFRA]  # fmt: skip
+
+            def hit(r: RunRow) -> bool:
+                return relative(r.verdict, r.signature, self.target) is Verdict.FAIL
+
+            def want(v: tuple[int, ...] = v, most: int = attempts) -> list[tuple[int, ...]]:
+                got = starts(v)
+                return [] if any(map(hit, got)) or len(got) >= most else [v]
+
+            self._drive(pool, want, lambda v, row: None, target=self.target,
+                        purpose=lambda v: "confirm", fresh_runs=lambda v: bool(starts(v)))
+            got = starts(v)
+            ok = next((r for r in got if hit(r)), None)
+            flags = " + ".join(c.flags)
+            if ok is None:
+                shown = "; ".join(sorted({rehearsal.shown(r) for r in got})) or "no verdict"
+                return confirmed, f"good + {flags}: {shown} on {len(got)} start(s)"
+            confirmed[flags] = ok.id
+        return confirmed, None
+
+    def _weights_summary(self) -> dict[str, object]:
+        executed = [r for r in self._all_rows() if r.cached_from is None]
+        out: dict[str, object] = {
+            "search": self.weights if self._weights_note.get("rehearsal") != "confirmed"
+            else "dummy",
+            "real_starts": sum(1 for r in executed if r.weights == "real"),
+            "dummy_starts": sum(1 for r in executed if r.weights == "dummy"),
+        }  # fmt: skip
+        return out | self._weights_note
 
     def _next_runs(self, strategy: StrategyFn) -> list[str]:
         """The variants a resumed search would run first (pure: the planner on the records)."""
@@ -356,7 +528,7 @@ class Bisection:
                 if stop or not pool.idle():
                     break
                 exp = self.plan.variant(frozenset(v))
-                task = Task(key=v, exp=exp, label=self.plan.describe(frozenset(v)),
+                task = Task(key=v, exp=exp, label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid), target=target,
                             good_metric=self.good_metric, purpose=purpose(v),
                             precheck=self._precheck)  # fmt: skip
@@ -372,7 +544,7 @@ class Bisection:
                 if stop or self._known(v, target, pool) is not None:
                     break
                 task = Task(key=v, exp=self.plan.variant(frozenset(v)),
-                            label=self.plan.describe(frozenset(v)),
+                            label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid),
                             target=target, good_metric=self.good_metric,
                             purpose="speculative", precheck=self._precheck)  # fmt: skip
@@ -434,7 +606,7 @@ class Bisection:
             if not hits:
                 self._not_reused(variant, host, inputs, left)
                 continue
-            label = self.plan.describe(frozenset(variant))
+            label = self._label(variant)
             row: RunRow | None = None
             for hit in hits:  # oldest first: the newest is this campaign's last word on it
                 cached = CachedResult.from_row(hit, label, host, exp, inputs)
@@ -504,14 +676,14 @@ class Bisection:
         verdict = relative(row.verdict, row.signature, target)
         if source != "run" or verdict is not row.verdict:
             row = replace(row, verdict=verdict)
-        done = sum(1 for r in self._rows() if r.verdict is not Verdict.INFRA)
+        done = sum(1 for r in self._all_rows() if r.verdict is not Verdict.INFRA)
         self.core.recorded(row, source=source, done=done)
         return row
 
     # ---- budgets and endings
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         """--max-runs counts this campaign's executed runs across resumes."""
-        total = sum(1 for r in self._rows() if r.cached_from is None)
+        total = sum(1 for r in self._all_rows() if r.cached_from is None)
         return self.core.budget_spent(total + in_flight) or None
 
     def _stop_endpoints(self, message: str) -> Outcome:

@@ -99,13 +99,22 @@ class NoiseWatch:
     campaign_id: str
     switched: str = ""
     notes: list[str] = field(default_factory=list)
+    #: (runs the campaign is now expected to take in all, runs so far), for the switch
+    estimate: Callable[[], tuple[float, int]] | None = None
+    expected_at_switch: float | None = None
+
+    def _switch(self, reason: str) -> None:
+        self.switched = reason
+        expected, done = self.estimate() if self.estimate is not None else (None, 0)
+        self.expected_at_switch = expected
+        self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=reason,
+                                 expected_runs=expected, done=done))  # fmt: skip
 
     def check(self, planner: Planner) -> None:
         rnd = planner.current_round
         note = rnd.note if rnd is not None else ""
         if note and not self.switched:
-            self.switched = note
-            self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=note))
+            self._switch(note)
 
     def settled(self, answer: Answer | None, runs: Iterable[tuple[frozenset[int], Verdict]],
                 describe: Callable[[frozenset[int]], str]) -> None:  # fmt: skip
@@ -116,8 +125,7 @@ class NoiseWatch:
             return
         reason = flakiness(list(runs), describe)
         if reason:
-            self.switched = f"the failure is flaky: {reason}; switched to the noise-aware search"
-            self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=self.switched))
+            self._switch(f"the failure is flaky: {reason}; switched to the noise-aware search")
 
     def summary(self, answer: Answer | None, rows: list[RunRow], target: Signature | None,
                 relative: Callable[..., Verdict]) -> dict[str, Any]:  # fmt: skip
@@ -125,6 +133,8 @@ class NoiseWatch:
         out: dict[str, Any] = {"switched": self.switched or None,
                                "confidence": None, "reproduction_rate": None,
                                "reproduction_counts": None}  # fmt: skip
+        if self.expected_at_switch is not None:
+            out["expected_runs_at_switch"] = round(self.expected_at_switch, 1)
         if answer is None:
             return out
         out["confidence"] = answer.confidence

@@ -49,6 +49,8 @@ class BisectOptions:
     confidence: float = 0.95
     #: a JSON-valued flag's key paths are deltas of their own (False: `--no-split`)
     split: bool = True
+    #: search on dummy weights (`--load-format dummy`) and confirm the answer on real ones
+    rehearse: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class BisectSpec:
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
                         "fresh": o.fresh, "confidence": o.confidence}
             | ({} if o.split else {"split": False}),
+            | ({"rehearse": True} if o.rehearse else {}),
         }  # fmt: skip
 
     @classmethod
@@ -82,6 +85,7 @@ class BisectSpec:
             max_runs=opts.get("max_runs"), deadline_s=opts.get("deadline_s"),
             fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
             split=bool(opts.get("split", True)),
+            rehearse=bool(opts.get("rehearse", False)),
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -234,9 +238,15 @@ class Outcome:
     #: how sure the answer is and whether the search went noise-aware (`flaky.NoiseWatch`)
     noise: dict[str, Any] | None = None
     deltas: list[str] = field(default_factory=list)  # the campaign's deltas, described
+    #: which weights the runs loaded: {"search": real|dummy, "real_starts", "dummy_starts",
+    #: and with a rehearsal its course: "rehearsal" (reproduced|not reproduced|...),
+    #: "check_run", "confirmed_by" (run ids on real weights), "note"}
+    weights: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
+        # (an answer stored before runs recorded their weights writes back as it was)
+        weights = {"weights": self.weights} if self.weights is not None else {}
         return {
             "campaign": self.campaign_id,
             "status": self.status.value,
@@ -254,7 +264,7 @@ class Outcome:
             "reproduction_rate": noise.get("reproduction_rate"),
             "noise": self.noise,
             "deltas": self.deltas,
-        }
+        } | weights
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Outcome:
@@ -272,6 +282,7 @@ class Outcome:
             flaky=list(d.get("flaky") or []),
             removed_hosts=[(str(h), str(why)) for h, why in d.get("removed_hosts") or []],
             noise=d.get("noise"), deltas=list(d.get("deltas") or []),
+            weights=d.get("weights"),
         )  # fmt: skip
 
     @property

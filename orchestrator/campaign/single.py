@@ -34,7 +34,35 @@ def single_run(
 ) -> RunRow:
     """Run `exp` once on `host`, record and return the run. Ctrl-C restores the host and
     raises `Interrupted` (no partial outcome: the run did not finish)."""
-    spec = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
+    return single_runs(store, exp, host, kind=kind, command=command, label=label,
+                       target=target, env_keys=env_keys, listener=listener,
+                       executor_factory=executor_factory, spec_extra=spec_extra,
+                       good_metric=good_metric)[0]  # fmt: skip
+
+
+def single_runs(
+    store: Store,
+    exp: Experiment,
+    host: Host,
+    *,
+    kind: str,
+    command: str,
+    label: str,
+    starts: int = 1,
+    target: Signature | None = None,
+    env_keys: frozenset[str] = frozenset(),
+    listener: Listener = null_listener,
+    executor_factory: ExecutorFactory = default_executor,
+    spec_extra: dict[str, Any] | None = None,
+    good_metric: float | None = None,
+) -> list[RunRow]:
+    """Start `exp` `starts` times on `host` (one campaign, the host locked throughout),
+    record every start and return them in order. Ctrl-C restores the host and raises
+    `Interrupted` with the starts recorded so far."""
+    spec: dict[str, Any] = {"config": exp.to_dict(), "source": exp.source,
+                            "hosts": [host.name]}  # fmt: skip
+    if starts > 1:
+        spec["starts"] = starts
     spec |= spec_extra or {}
     # every run is a campaign of its own: a key no other campaign has
     key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]
@@ -43,16 +71,20 @@ def single_run(
                         executor_factory=executor_factory)  # fmt: skip
     if target is not None:
         store.update_campaign(core.cid, target=target)
-    with core.guard(lambda: None), \
+    rows: list[RunRow] = []
+    with core.guard(lambda: list(rows) or None), \
             core.track(executor_factory(host, service_name(exp), core.cid, listener)) as ex:
-        result = ex.run(exp, run_id=f"{core.cid}.1", label=label, target=target,
-                        env_keys=env_keys | frozenset(exp.env_map()),
-                        good_metric=good_metric)  # fmt: skip
-    rid = store.add_run(core.cid, variant=(), purpose=kind, result=result)
+        for n in range(1, starts + 1):
+            result = ex.run(exp, run_id=f"{core.cid}.{n}",
+                            label=label + (f" (start {n}/{starts})" if starts > 1 else ""),
+                            target=target, env_keys=env_keys | frozenset(exp.env_map()),
+                            good_metric=good_metric)  # fmt: skip
+            rid = store.add_run(core.cid, variant=(), purpose=kind, result=result,
+                                run_id=f"{core.cid}.{n}")  # fmt: skip
+            rows.append(store.run(rid))
+            core.recorded(rows[-1], purpose=kind, source="run", done=n)
     store.update_campaign(core.cid, status=Status.DONE.value)
-    row = store.run(rid)
-    core.recorded(row, purpose=kind, source="run", done=1)
-    return row
+    return rows
 
 
-__all__ = ["single_run"]
+__all__ = ["single_run", "single_runs"]

@@ -20,6 +20,7 @@ from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, Usa
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
 from orchestrator.results import env_report
+from orchestrator.results.store import Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
+    p.add_argument("--rehearse", action="store_true",
+                   help="search on dummy weights (--load-format dummy: seconds to load, not "
+                   "minutes) and confirm the answer on real weights; the experiment's "
+                   "`rehearse: dummy-weights` asks the same")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="record a host key seen for the first time (never a changed one)")
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
@@ -101,6 +106,35 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
                 split=plan.split)
 
 
+def _known_run_time(view: object, plan: Plan, store: Store, hosts: list[Host]) -> None:
+    """The live view's time per start before the first one ends: declared, else learned
+    from the earlier runs of the same config family on the (one) host."""
+    from orchestrator.campaign import timing
+    from orchestrator.cli.live import LiveView
+
+    if isinstance(view, LiveView):
+        host = hosts[0].name if len(hosts) == 1 else None
+        view.run_time_s = timing.run_time(plan, store, host).seconds
+
+
+def wants_rehearsal(plan: Plan) -> bool:
+    """Either config asks for it (`rehearse: dummy-weights`) and neither turns it `off`."""
+    asked = {plan.good.rehearse, plan.bad.rehearse}
+    return "dummy-weights" in asked and "off" not in asked
+
+
+def weights_lines(weights: dict | None) -> list[str]:
+    """Which weights the runs loaded, and the rehearsal's course."""
+    if not weights:
+        return []
+    out = []
+    if weights.get("note"):
+        out.append(f"weights: {weights['note']}")
+    out.append(f"starts on real weights: {weights.get('real_starts', 0)}, on dummy weights: "
+               f"{weights.get('dummy_starts', 0)}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
@@ -140,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
             deadline_s=deadline or opts.deadline_s,
             fresh=args.fresh or opts.fresh,
             confidence=args.confidence or opts.confidence,
+            rehearse=opts.rehearse,
         )
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in spec.hosts]
@@ -152,11 +187,13 @@ def run(args: argparse.Namespace) -> int:
         plan = _respelled(plan, hosts[0], args)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
-                                confidence=args.confidence or 0.95, split=not args.no_split)
+                                confidence=args.confidence or 0.95, split=not args.no_split,
+                                rehearse=args.rehearse or wants_rehearsal(plan))
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)
+    _known_run_time(view, plan, store, hosts)
     bisection = Bisection(store, plan, hosts, options=options, listener=view,
                           command=common.command_line(), resume_id=resume_id,
                           executor_factory=common.executor_factory(args))  # fmt: skip
@@ -274,6 +311,10 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
         c.print(f"[yellow]flaky[/]: {escape(fl)}", highlight=False)
     for line in sureness_lines(outcome.noise):
         c.print(escape(line), highlight=False)
+    if outcome.weights and (outcome.weights.get("rehearsal")
+                            or outcome.weights.get("dummy_starts")):  # fmt: skip
+        for line in weights_lines(outcome.weights):
+            c.print(escape(line), highlight=False)
     c.print(f"runs: {outcome.runs_executed} executed, {outcome.runs_reused} reused from the cache;"
             f" campaign {outcome.campaign_id}", highlight=False)  # fmt: skip
     for p in report_paths:

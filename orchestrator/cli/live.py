@@ -12,6 +12,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.campaign.timing import duration_text
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import (
     CampaignStarted,
@@ -55,19 +56,41 @@ class LiveView:
         self.phase = ""
         self.run_t0 = 0.0
         self.run_deadline = 0.0
+        #: one start's time as known before the campaign (declared or learned), else None
+        self.run_time_s: float | None = None
+        #: the times of the starts executed in this campaign (not reused, not resumed)
+        self.took: list[float] = []
+
+    def per_start(self) -> float | None:
+        """One start's time: the mean of this campaign's starts, else what was known."""
+        if self.took:
+            return sum(self.took) / len(self.took)
+        return self.run_time_s
+
+    def to_answer(self) -> str:
+        """The revised estimate of the time left to the answer, in words ('' if unknown)."""
+        each = self.per_start()
+        if each is None or not self.expected:
+            return ""
+        left = max(self.expected - self.done, 1.0) * each
+        return f"~{duration_text(left)} to the answer"
 
     def __call__(self, e: Event) -> None:
         if isinstance(e, CampaignStarted):
             self.expected = e.expected_runs
             self.deadline = e.deadline_s
+            self.run_time_s = e.run_time_s or self.run_time_s
             resumed = f", resuming with {e.resumed_runs} recorded runs" if e.resumed_runs else ""
             if e.kind == "sweep":  # n_deltas counts the sweep's configs
                 self.c.print(f"sweep campaign [bold]{e.campaign_id}[/]: {e.n_deltas} configs, "
                              f"{e.expected_runs:.0f} runs{resumed}", highlight=False)  # fmt: skip
                 return
+            each = self.per_start()
+            hours = (f" (about {duration_text(e.expected_runs * each)} at "
+                     f"{duration_text(each)} a start)" if each else "")  # fmt: skip
             self.c.print(
                 f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} deltas, strategy {e.strategy}, "
-                f"about {e.expected_runs:.0f} runs expected{resumed}",
+                f"about {e.expected_runs:.0f} runs expected{hours}{resumed}",
                 highlight=False,
             )
         elif isinstance(e, RunStarted):
@@ -111,6 +134,8 @@ class LiveView:
         elif isinstance(e, RunRecorded):
             self._stop_status()
             self.done = e.done
+            if e.source == "run" and e.duration_s > 0:
+                self.took.append(e.duration_s)
             sig = f"  {escape(str(e.signature))}" if e.signature else ""
             src = {"cache": " (cached)", "resume": " (recorded)"}.get(e.source, "")
             # the run's number as stored (a resumed campaign shows its recorded runs again)
@@ -124,13 +149,24 @@ class LiveView:
             self.c.print(f"  note: {escape(e.message)}", highlight=False)
         elif isinstance(e, SearchSwitched):
             self.c.print(f"[bold yellow]flaky[/]: {escape(e.reason)}", highlight=False)
+            if e.expected_runs is not None:
+                was = self.expected
+                self.expected = e.expected_runs
+                more = max(e.expected_runs - e.done, 1.0)
+                each = self.per_start()
+                cost = f", about {duration_text(more * each)}" if each else ""
+                self.c.print(f"  the noise-aware search costs about {more:.0f} more runs{cost} "
+                             f"(about {e.expected_runs:.0f} in all, was {was:.0f})",
+                             highlight=False)  # fmt: skip
 
     def _refresh(self, step: str = "") -> None:
         if self.status is None:
             return
         now = time.monotonic()
-        total = f" | campaign {now - self.t0:.0f}s" + (
-            f"/{self.deadline:.0f}s" if self.deadline else "")  # fmt: skip
+        total = f" | campaign {duration_text(now - self.t0)}" + (
+            f"/{duration_text(self.deadline)}" if self.deadline else "")  # fmt: skip
+        left = self.to_answer()
+        total += f", {left}" if left else ""
         self.status.update(
             f"run {self.done + 1}/~{max(self.expected, self.done + 1):.0f}: {escape(self.label)}"
             f" | {self.phase or step} {now - self.run_t0:.0f}s/{self.run_deadline:.0f}s{total}"

@@ -12,6 +12,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.campaign import timing
 from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.cli import common
 from orchestrator.cli.output import console
@@ -35,7 +36,47 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "changed key path in it is a delta of its own)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_hosts_option(p)
+    common.add_results_option(p)
     p.set_defaults(handler=run)
+
+
+def known_run_time(args: argparse.Namespace, plan: Plan) -> timing.RunTime:
+    """A start's time: declared in the configs, else learned from the results store (on
+    the host of --host when given), else unknown."""
+    from orchestrator.errors import OrchestratorError
+
+    store = None
+    try:
+        store = common.store(args, readonly=True)
+    except OrchestratorError:
+        store = None  # no results yet: nothing to learn from
+    try:
+        return timing.run_time(plan, store, args.host if getattr(args, "host", None)
+                               and "," not in args.host else None)  # fmt: skip
+    finally:
+        if store is not None:
+            store.close()
+
+
+def time_lines(rt: timing.RunTime, casts: list[timing.Forecast]) -> list[str]:
+    """The forecast in words: runs, and hours where a start's time is known."""
+    dur = timing.duration_text
+    if rt.seconds is not None:
+        head = f"runs and time to the answer at {dur(rt.seconds)} a start ({rt.source}):"
+    else:
+        head = (f"runs to the answer (a start's time is {rt.source}; the worst case takes "
+                f"every start to its health deadline, {dur(rt.worst)}):")
+    out = [head]
+    for f in casts:
+        time = f", about {dur(f.seconds)}" if f.seconds is not None else ""
+        worst = "p95" if "flaky" in f.shape else "worst"
+        out.append(f"  {f.shape}: {f.runs:.0f} runs{time} ({worst} {f.worst_runs:.0f} runs, "
+                   f"{dur(f.worst_seconds)} at {dur(rt.worst)} a start)")
+    if rt.seconds is not None:
+        low, high = casts[0].seconds or 0, (casts[-1].worst_runs * rt.seconds)
+        out.append(f"  expect {dur(low)} to {dur(high)}: {dur(low)} for one flag that fails "
+                   f"every time, {dur(high)} for a pair that fails on half of the starts (p95)")
+    return out
 
 
 def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
@@ -72,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     planner = plan.planner()
     first = planner.pending()
     est = plan.estimates()
+    rt = known_run_time(args, plan)
+    casts = timing.forecasts(est, rt)
     if args.json:
         from orchestrator.config.secrets import Redactor
 
@@ -88,7 +131,12 @@ def run(args: argparse.Namespace) -> int:
                 for v in first
             ],
             "estimated_runs": est,
+            "run_time": rt.to_dict(),
+            "forecast": [f.to_dict() for f in casts],
         }
+        if rt.seconds is not None:
+            out["hours_range"] = [round((casts[0].seconds or 0) / 3600, 2),
+                                  round(casts[-1].worst_runs * rt.seconds / 3600, 2)]
         if args.host:
             out["flag_check"] = flag_notes
         console().print_json(json.dumps(out))
@@ -115,4 +163,6 @@ def run(args: argparse.Namespace) -> int:
         f"(worst {est['pair_worst']:.0f})",
         highlight=False,
     )
+    for line in time_lines(rt, casts):
+        c.print(escape(line), highlight=False)
     return 0

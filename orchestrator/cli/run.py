@@ -10,14 +10,15 @@ from rich.markup import escape
 from orchestrator.campaign.bisect import relative
 from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good
-from orchestrator.campaign.single import single_run
+from orchestrator.campaign.single import single_run, single_runs
 from orchestrator.cli import common, detached
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import UsageError
-from orchestrator.results.store import RunRow
+from orchestrator.results.store import CampaignRow, RunRow, Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("rerun", help="run a recorded variant again, exactly as recorded")
     r.add_argument("run_id")
     r.add_argument("--host", help="another host (default: the recorded run's host)")
+    r.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
+                   help="start it N times and report how often it fails, with each start's "
+                   "signature")
     _shared(r)
     r.set_defaults(handler=rerun)
 
@@ -101,6 +105,73 @@ def _judged_by(bar: str | None, good: tuple[float, str] | None, exp: Experiment)
             f"bar = {cond.number * good[0]:g}")
 
 
+def reproduction(rows: list[RunRow], target: Signature | None) -> dict:
+    """How often the starts failed: judged starts (host trouble left out), failures, those
+    with the target signature, and each signature's count."""
+    judged = [r for r in rows if r.verdict is not Verdict.INFRA]
+    failed = [r for r in judged if r.verdict not in (Verdict.PASS, Verdict.INVALID)]
+    sigs: dict[str, int] = {}
+    for r in failed:
+        key = str(r.signature) if r.signature else r.verdict.value
+        sigs[key] = sigs.get(key, 0) + 1
+    return {
+        "starts": len(rows), "judged": len(judged), "failed": len(failed),
+        "target_failures": sum(1 for r in failed if target is not None
+                               and r.signature == target),
+        "passed": sum(1 for r in judged if r.verdict is Verdict.PASS),
+        "infra": len(rows) - len(judged),
+        "rate": round(len(failed) / len(judged), 3) if judged else None,
+        "signatures": dict(sorted(sigs.items(), key=lambda kv: -kv[1])),
+    }  # fmt: skip
+
+
+def _rerun_repeated(args: argparse.Namespace, store: Store, old: RunRow, camp: CampaignRow,
+                    exp: Experiment, host: Host, env_keys: frozenset[str],
+                    good: tuple[float, str] | None, judged: str,
+                    view: object) -> int:  # fmt: skip
+    """`rerun ID --repeat N`: the recorded variant started N times, its reproduction rate."""
+    rows = common.run_single(
+        lambda: single_runs(store, exp, host, kind="rerun", command=common.command_line(),
+                            label=f"rerun of {old.id}: {old.label}", starts=args.repeat,
+                            target=camp.target, env_keys=env_keys, listener=view,
+                            executor_factory=common.executor_factory(args),
+                            spec_extra={"rerun_of": old.id,
+                                        "good_metric": good[0] if good else None,
+                                        "good_run": good[1] if good else None},
+                            good_metric=good[0] if good else None),
+        view, as_json=args.json, args=args)  # type: ignore[arg-type]  # fmt: skip
+    if rows is None:
+        return 130
+    rep = reproduction(rows, camp.target)
+    if args.json:
+        console().print_json(json.dumps({
+            "rerun_of": old.id, "host": host.name, **rep,
+            "target": str(camp.target) if camp.target else None,
+            "runs": [{"run": r.id, "verdict": r.verdict.value,
+                      "signature": str(r.signature) if r.signature else None,
+                      "duration": r.duration, "weights": r.weights} for r in rows],
+            "judged_by": judged}))  # fmt: skip
+    else:
+        c = console()
+        if judged:
+            c.print(judged, highlight=False)
+        for i, r in enumerate(rows, 1):
+            c.print(f"start {i}: {verdict_text(r.verdict)}"
+                    + (f"  {escape(str(r.signature))}" if r.signature else "")
+                    + f"  (run {r.id}, {r.duration:.0f}s)", highlight=False)  # fmt: skip
+        line = f"failed {rep['failed']} of {rep['judged']} starts"
+        if camp.target is not None:
+            line += f" ({rep['target_failures']} with the target failure)"
+        if rep["infra"]:
+            line += f"; {rep['infra']} lost to host trouble, not counted"
+        c.print(line, highlight=False)
+        for sig, n in rep["signatures"].items():
+            c.print(f"  {n} x {escape(sig)}", highlight=False)
+    if not rep["judged"]:
+        return 3
+    return 2 if all(r.verdict is Verdict.INVALID for r in rows) else 0
+
+
 def rerun(args: argparse.Namespace) -> int:
     store = common.store(args)
     old = store.run(args.run_id)
@@ -117,6 +188,8 @@ def rerun(args: argparse.Namespace) -> int:
     bar = exp.probe.pass_if if exp.probe else None
     judged = _judged_by(bar, good, exp)
     view = common.live_view(args)
+    if args.repeat > 1:
+        return _rerun_repeated(args, store, old, camp, exp, host, env_keys, good, judged, view)
     row = common.run_single(
         lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
                            label=f"rerun of {old.id}: {old.label}", target=camp.target,

@@ -96,7 +96,8 @@ def run_list(args: argparse.Namespace) -> int:
         c.print_json(json.dumps([{"id": r.id, "campaign": r.campaign, "label": r.label,
                                   "host": r.host, "verdict": r.verdict.value,
                                   "signature": str(r.signature or ""), "duration": r.duration,
-                                  "started": r.started, "cached_from": r.cached_from}
+                                  "started": r.started, "cached_from": r.cached_from,
+                                  "weights": r.weights}
                                  for r in runs]))  # fmt: skip
         return 0
     t = Table(title=f"runs of campaign {cid}" if cid else "recent runs", title_justify="left")
@@ -124,13 +125,15 @@ def show(args: argparse.Namespace) -> int:
             "verdict": r.verdict.value, "signature": str(r.signature or ""), "argv": r.argv,
             "env": r.env, "detail": r.detail, "phase_times": r.phase_times,
             "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
-            "cached_from": r.cached_from, "on_host": store.host_record(r.id),
+            "cached_from": r.cached_from, "weights": r.weights,
+            "on_host": store.host_record(r.id),
             "environment": env.to_dict() if env else None}))  # fmt: skip
         return 0
     c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
             f"{r.duration:.1f}s", highlight=False)  # fmt: skip
-    c.print(f"variant: {escape(r.label)}  ({r.purpose})", highlight=False)
+    weights = ", dummy weights" if r.weights == "dummy" else ""
+    c.print(f"variant: {escape(r.label)}  ({r.purpose}{weights})", highlight=False)
     c.print(f"verdict: {verdict_text(r.verdict)}"
             + (f"  signature: {escape(str(r.signature))}" if r.signature else ""),
             highlight=False)  # fmt: skip

@@ -29,6 +29,8 @@ Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime u
 FlagValue = Union[bool, int, float, str, tuple[Union[int, float, str], ...]]  # noqa: UP007
 
 DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
+#: the flag SGLang and vLLM both take to load random weights instead of the checkpoint
+LOAD_FORMAT = "load-format"
 DEFAULT_SETTLE = 1.0  # seconds a server must stay up after its first ready answers
 
 _DURATION = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)")
@@ -181,6 +183,21 @@ class ProbeModel(_Raw):
         return v
 
 
+class ExpectModel(_Raw):
+    """What the user knows of a start on the target host: how long one takes."""
+
+    run_time: float | None = None
+
+    @field_validator("run_time", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else parse_duration(v)
+
+
+#: the values of `rehearse:`
+REHEARSALS = ("dummy-weights", "off")
+
+
 class ExperimentModel(_Raw):
     name: str | None = None
     description: str | None = None
@@ -189,7 +206,17 @@ class ExperimentModel(_Raw):
     health: HealthModel | None = None
     probe: ProbeModel | None = None
     requires: dict[str, list[str]] | None = None
+    #: a bisection searches on random weights first (`--load-format dummy`), see README
+    rehearse: str | None = None
+    expect: ExpectModel | None = None
     schema_version: StrictBool | int | None = Field(default=None, alias="version")
+
+    @field_validator("rehearse")
+    @classmethod
+    def _rehearse(cls, v: str | None) -> str | None:
+        if v is not None and v not in REHEARSALS:
+            raise ValueError(f"expected one of {', '.join(REHEARSALS)}, got {v!r}")
+        return v
 
 
 # ---------------------------------------------------------------------------- conditions
@@ -322,6 +349,19 @@ class Experiment:
     source: str | None = field(default=None, compare=False)
     #: (env var or flag, the `${VAR}` its value came from): secret
     secret_refs: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    #: campaign hints, not part of the launch: `rehearse:` and `expect.run_time` (seconds)
+    rehearse: str | None = field(default=None, compare=False)
+    run_time: float | None = field(default=None, compare=False)
+
+    @property
+    def weights(self) -> str:
+        """Which weights the server loads: `dummy` (`--load-format dummy`: random weights of
+        the same shapes) or `real`."""
+        return "dummy" if str(self.flag_map().get(LOAD_FORMAT, "")) == "dummy" else "real"
+
+    def with_dummy_weights(self) -> Experiment:
+        """The same launch on random weights (SGLang and vLLM: `--load-format dummy`)."""
+        return self.with_changes(flags={LOAD_FORMAT: "dummy"})
 
     def secrets(self) -> dict[str, str]:
         """VAR -> value of everything secret in this launch (see orchestrator.config.secrets)."""
@@ -708,4 +748,6 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         requires=requires,
         source=source,
         secret_refs=tuple(secret_refs),
+        rehearse=model.rehearse,
+        run_time=model.expect.run_time if model.expect else None,
     )

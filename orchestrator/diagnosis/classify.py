@@ -60,7 +60,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 6
+SIGNATURE_VERSION = 7
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -298,6 +298,10 @@ _VARIABLE_QUOTE = re.compile(r"[/\\]|^.{41,}$|\s")
 # A printed list of quoted values (`['Glm4ForCausalLM']`) is what the input held (the
 # model's architectures, the devices), not the name of what broke.
 _QUOTED_LIST = re.compile(r"\[\s*(?:'[^']*'|\"[^\"]*\")(?:\s*,\s*(?:'[^']*'|\"[^\"]*\"))*\s*\]")
+# So is a printed set of them (`{'model.layers.2.input_layernorm.weight', ...}`), whose
+# order changes from one process to the next (Python randomizes string hashes): the same
+# failure would otherwise get another signature on every start.
+_QUOTED_SET = re.compile(r"\{\s*(?:'[^']*'|\"[^\"]*\")(?:\s*,\s*(?:'[^']*'|\"[^\"]*\"))*\s*\}")
 
 
 def _mask_variable_quotes(message: str) -> str:
@@ -306,7 +310,8 @@ def _mask_variable_quotes(message: str) -> str:
         # one quoting style: Python's repr and a formatted message quote alike names apart
         return "'<v>'" if _VARIABLE_QUOTE.search(inner) else f"'{inner}'"
 
-    return _QUOTED.sub(one, _QUOTED_LIST.sub("['<v>']", message))
+    message = _QUOTED_SET.sub("{'<v>'}", _QUOTED_LIST.sub("['<v>']", message))
+    return _QUOTED.sub(one, message)
 
 
 def first_sentence(message: str) -> str:

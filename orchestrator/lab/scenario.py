@@ -28,17 +28,20 @@ Rule keys: `when`, `phase` (args, init, load_weights, kv_cache, cuda_graph, warm
 serving), `effect` (crash, the default, or hang), `error` (the last line(s) of the
 traceback; for `args` the argparse error message), `after_requests` (serving: fire once N
 requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
-`exit_code` (default 1, 2 for args; 0: the crash ends in a clean exit, as vLLM's API
-server exits 0 once its engine died), `kill` (die by SIGKILL instead), `frames` (innermost
-traceback frames: file, line, func, code), `description`. Top-level keys: `name`,
+`needs_real_weights` (true: a failure of the checkpoint's values, e.g. a missing tensor;
+it never fires with `--load-format dummy`), `exit_code` (default 1, 2 for args; 0: the
+crash ends in a clean exit, as vLLM's API server exits 0 once its engine died), `kill`
+(die by SIGKILL instead), `frames` (innermost traceback frames: file, line, func, code),
+`description`. Top-level keys: `name`,
 `description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
 time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
 every matching factor applies), `defaults` (flag values the server assumes when a flag
 is absent, used by comparisons but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
 `{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
-`--help` lists three flags and says so, as pass-through wrappers do), `model` (cosmetic
-figures for the startup lines).
+`--help` lists three flags and says so, as pass-through wrappers do), `model` (figures for
+the startup lines; `weights_gb` with `load_gb_per_s` sets the load phase's time, and
+`dummy_load_s` its time with `--load-format dummy`, which loads random weights).
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ OPERATORS = ("lt", "le", "gt", "ge", "ne", "in")
 #: Flags that steer the simulation, not the simulated server: never part of a fault's
 #: random draw, so a flaky rule depends on the seed and the server's own flags only.
 LAB_ONLY_FLAGS = ("scenario", "seed", "time-scale")
-_NOT_IN_DRAW = (*LAB_ONLY_FLAGS, "port", "host")
+#: (nor the load format: a dummy-weight start draws as the real one of the same flags does)
+_NOT_IN_DRAW = (*LAB_ONLY_FLAGS, "port", "host", "load-format")
+#: the load format that loads random weights of the checkpoint's shapes (SGLang and vLLM)
+DUMMY = "dummy"
 
 _INT = re.compile(r"^[-+]?\d+$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
@@ -185,6 +191,8 @@ class Rule:
     exit_code: int = 1
     kill: bool = False
     frames: tuple[Frame, ...] = ()
+    #: a failure of the checkpoint's values (a missing tensor, a NaN): never with dummy weights
+    needs_real_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +211,11 @@ class ModelInfo:
     gpu_mem_gb: float = 79.1
     weights_gb: float = 15.0
     context_len: int = 131072
+    #: when set, loading the checkpoint takes weights_gb / load_gb_per_s seconds (at time
+    #: scale 1) instead of `startup.load_weights`
+    load_gb_per_s: float | None = None
+    #: seconds the load phase takes with `--load-format dummy` (random weights, no reading)
+    dummy_load_s: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -221,7 +234,18 @@ class Scenario:
     model: ModelInfo = ModelInfo()
 
     def startup_total(self) -> float:
-        return sum(self.startup.values())
+        """Seconds from start to ready at time scale 1, on the checkpoint's weights."""
+        return sum(v for k, v in self.startup.items() if k != "load_weights") + \
+            self.load_seconds({})  # fmt: skip
+
+    def load_seconds(self, flags: Mapping[str, FlagValue]) -> float:
+        """The load phase: from the model's size (or `startup.load_weights`), unless the
+        load format is dummy."""
+        if str(flags.get("load-format", "")) == DUMMY:
+            return self.model.dummy_load_s
+        if self.model.load_gb_per_s:
+            return self.model.weights_gb / self.model.load_gb_per_s
+        return self.startup["load_weights"]
 
     def select_fault(
         self, flags: Mapping[str, FlagValue], env: Mapping[str, str], seed: int
@@ -229,6 +253,8 @@ class Scenario:
         """The first rule that matches (and, if flaky, whose draw comes up), else None."""
         for rule in self.faults:
             if not rule.when.holds(flags, env, self.defaults):
+                continue
+            if rule.needs_real_weights and str(flags.get("load-format", "")) == DUMMY:
                 continue
             if rule.probability is not None and draw(seed, rule, flags, env) >= rule.probability:
                 continue
@@ -472,7 +498,7 @@ class _Validator:
     def model(self, v: object) -> ModelInfo:
         data = self.mapping("model", v if v is not None else {})
         self.keys("model", data, ("arch", "dtype", "shards", "gpu_mem_gb", "weights_gb",
-                                  "context_len"))
+                                  "context_len", "load_gb_per_s", "dummy_load_s"))
         kw: dict[str, Any] = {}
         for key in ("arch", "dtype"):
             if key in data:
@@ -480,9 +506,12 @@ class _Validator:
         for key in ("shards", "context_len"):
             if key in data:
                 kw[key] = self.integer(f"model.{key}", data[key], 1, 10**9)
-        for key in ("gpu_mem_gb", "weights_gb"):
+        for key in ("gpu_mem_gb", "weights_gb", "load_gb_per_s"):
             if key in data:
                 kw[key] = self.number(f"model.{key}", data[key], positive=True)
+        if "dummy_load_s" in data:
+            kw["dummy_load_s"] = self.number("model.dummy_load_s", data["dummy_load_s"],
+                                             minimum=0)  # fmt: skip
         return ModelInfo(**kw)
 
     def throughput(self, v: object) -> tuple[float, tuple[Factor, ...]]:
@@ -513,7 +542,8 @@ class _Validator:
         where = f"faults[{i}]"
         data = self.mapping(where, v)
         self.keys(where, data, ("when", "phase", "effect", "error", "after_requests",
-                                "probability", "exit_code", "kill", "frames", "description"))
+                                "probability", "exit_code", "kill", "frames", "description",
+                                "needs_real_weights"))
         if "when" not in data:
             raise self.fail(f"{where}.when",
                             "missing; expected a mapping of conditions ({} = always)")
@@ -557,7 +587,12 @@ class _Validator:
             raise self.fail(f"{where}.frames",
                             f"expected a list of frames, got {_kind(raw_frames)}")
         frames = tuple(self.frame(f"{where}.frames[{j}]", f) for j, f in enumerate(raw_frames))
+        real = data.get("needs_real_weights", False)
+        if not isinstance(real, bool):
+            raise self.fail(f"{where}.needs_real_weights",
+                            f"expected true or false, got {_kind(real)}")
         return Rule(index=i, when=when, phase=phase, effect=effect, error=error,
+                    needs_real_weights=real,
                     after_requests=after if phase == "serving" else None, probability=prob,
                     exit_code=code, kill=kill, frames=frames)
 

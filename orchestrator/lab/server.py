@@ -362,7 +362,8 @@ class Run:
         for phase in STARTUP_PHASES:
             self.log.emit(sglang_text.phase_begin(phase, self.nums, scen.model, self.flags,
                                                   self.host, self.port, self.pid))
-            duration = scen.startup[phase]
+            duration = scen.load_seconds(self.flags) if phase == "load_weights" \
+                else scen.startup[phase]
             failing = self.rule is not None and self.rule.phase == phase
             if failing:
                 assert self.rule is not None
@@ -384,6 +385,8 @@ class Run:
         return 0
 
     def load_weights(self, duration: float) -> bool:
+        if str(self.flags.get("load-format", "")) == "dummy":
+            return self.sleep(duration)  # random weights: nothing read, no shard progress
         total = self.scen.model.shards
         steps = min(total, 4)
         start = time.monotonic()

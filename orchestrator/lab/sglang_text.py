@@ -111,9 +111,14 @@ def phase_begin(phase: str, n: Numbers, model: ModelInfo, flags: Mapping[str, ob
             *_ranks(n.tp, "Init torch distributed begin."),
         ]
     if phase == "load_weights":
-        return [
+        begin = [
             *_ranks(n.tp, f"Init torch distributed ends. mem usage={n.gpu - n.after_init:.2f} GB"),
             *_ranks(n.tp, f"Load weight begin. avail mem={n.after_init:.2f} GB"),
+        ]
+        if str(flags.get("load-format", "")) == "dummy":
+            return begin  # random weights: no checkpoint is read
+        return [
+            *begin,
             (0, "Using model weights format ['*.safetensors']"),
             (RAW, f"Loading safetensors checkpoint shards:   0% Completed | 0/{model.shards} "
                   "[00:00<?, ?it/s]"),

@@ -66,6 +66,17 @@ def _sureness(answer: Outcome) -> list[str]:
     return out
 
 
+def _weights(answer: Outcome) -> list[str]:
+    """The rehearsal on dummy weights, and how many starts loaded which weights."""
+    w = answer.weights or {}
+    if not (w.get("rehearsal") or w.get("dummy_starts")):
+        return []
+    out = [f"weights: {w['note']}"] if w.get("note") else []
+    out.append(f"starts on real weights: {w.get('real_starts', 0)}, on dummy weights: "
+               f"{w.get('dummy_starts', 0)}")
+    return out
+
+
 def _unsure(answer: Outcome) -> list[str]:
     """For an answer below the confidence asked: why, the next runs and how to go on."""
     if answer.status is not Status.UNSURE:
@@ -161,17 +172,20 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     for fl in answer.flaky:
         out.append(f"- flaky: {fl}")
     out += [f"- {line}" for line in _sureness(answer)]
+    out += [f"- {line}" for line in _weights(answer)]
     out += [f"- {line}" for line in _unsure(answer)[1:]]
     if environments is not None:
         out += ["", *env_report.markdown_section(environments)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
     out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
-    out += ["", "## Steps", "", "| run | variant | purpose | verdict | signature | time |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    out += ["", "## Steps", "",
+            "| run | variant | purpose | weights | verdict | signature | time |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
         src = " (cached)" if r.cached_from else ""
-        out.append(f"| {r.id} | {r.label} | {r.purpose} | {_relative(r, camp)}{src} | "
-                   f"{r.signature or ''} | {r.duration:.0f}s |")  # fmt: skip
+        out.append(f"| {r.id} | {r.label} | {r.purpose} | {r.weights} | "
+                   f"{_relative(r, camp)}{src} | {r.signature or ''} | "
+                   f"{r.duration:.0f}s |")  # fmt: skip
     out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
             "|---|---|---|"]  # fmt: skip
     out += [f"| {label} | {got} | {seq} |" for label, got, seq in _variant_counts(camp, runs)]
@@ -262,6 +276,7 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     for inv in answer.invalid:
         parts.append(f"<p>Invalid: {e(inv.variant)}: {e(inv.reason)}</p>")
     parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]
+    parts += [f"<p class=weights>{e(line)}</p>" for line in _weights(answer)]
     parts += [f"<p class=next>{e(line)}</p>" for line in _unsure(answer)[1:]]
     parts.append("</div>")
     parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
@@ -271,12 +286,14 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
-    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th><th>purpose</th>"
-                 "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
+    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
+                 "<th>purpose</th><th>weights</th><th>verdict</th><th>signature</th>"
+                 "<th>time</th></tr>")  # fmt: skip
     for r in runs:
         v = _relative(r, camp)
         src = " (cached)" if r.cached_from else ""
         parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
+                     f"<td>{e(r.weights)}</td>"
                      f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
                      f"<td><code>{e(str(r.signature or ''))}</code></td>"
                      f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip

@@ -91,6 +91,8 @@ _ADDED_COLUMNS = {
     # what reached the server besides its config, and the cache key made of both
     ("runs", "inputs"): "ALTER TABLE runs ADD COLUMN inputs TEXT",
     ("runs", "launch_key"): "ALTER TABLE runs ADD COLUMN launch_key TEXT",
+    # which weights the server loaded: real (the checkpoint; NULL in older rows) or dummy
+    ("runs", "weights"): "ALTER TABLE runs ADD COLUMN weights TEXT",
 }
 
 
@@ -141,6 +143,8 @@ class RunRow:
     #: campaign that reused it, equal to its source's), and the cache key of both
     inputs: LaunchInputs | None = None
     launch_key: str | None = None
+    #: `real` (the checkpoint) or `dummy` (`--load-format dummy`: random weights)
+    weights: str = "real"
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -459,6 +463,7 @@ class Store:
                 db.execute("UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
                            (json.dumps(inputs.to_dict(), sort_keys=True),
                             inputs.key(exp.fingerprint()), run_id))  # fmt: skip
+            db.execute("UPDATE runs SET weights=? WHERE id=?", (exp.weights, run_id))
             self._stamp_signature_version(db, run_id)
         return run_id
 
@@ -647,4 +652,5 @@ def _run(r: sqlite3.Row) -> RunRow:
         inputs=LaunchInputs.from_dict(json.loads(r["inputs"]))
         if "inputs" in r.keys() and r["inputs"] else None,
         launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
+        weights=(r["weights"] if "weights" in r.keys() else None) or "real",
     )  # fmt: skip

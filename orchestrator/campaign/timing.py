@@ -1,0 +1,128 @@
+"""Time, not only runs: how long one start of a pair takes on its host, and what a search
+of so many runs costs in wall time.
+
+A start's time is known, in this order, from: the configs' `expect.run_time` (declared),
+the earlier starts of the same config family on that host in the results store (learned:
+the same command and model, real weights, judged, executed here, not reused: their
+median), or not at all; the worst case of a start is its health deadline plus its probe's
+timeout (a start that never becomes ready is stopped at the deadline), or the known time
+when that is longer.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from orchestrator.campaign.planning import Plan
+from orchestrator.config.experiment import Experiment
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.planner.noise_estimate import flaky_runs
+from orchestrator.results.store import RunRow, Store
+
+#: the earlier runs read to learn a start's time (the newest first)
+LEARN_FROM = 2000
+#: the flaky case `plan` prices: a failure that shows on half of the starts
+PLAN_RATE = 0.5
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """One start's time: `seconds` (None: unknown), where it came from, the worst case."""
+
+    seconds: float | None
+    source: str  # "declared in FILE", "learned from N runs on HOST", "unknown"
+    worst: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"seconds": self.seconds, "source": self.source, "worst_seconds": self.worst}
+
+
+def family(exp: Experiment) -> tuple[str, ...]:
+    """What makes runs comparable in time: the command and the model it serves."""
+    flags = exp.flag_map()
+    model = flags.get("model-path", flags.get("model", ""))
+    return (*exp.exec, str(model), exp.unit or "")
+
+
+def _family_of(row: RunRow) -> tuple[str, ...] | None:
+    try:
+        return family(row.experiment())
+    except Exception:  # noqa: BLE001 (an old or redacted record: not comparable)
+        return None
+
+
+def worst_start(plan: Plan) -> float:
+    """A start that hangs is stopped at its health deadline; then its probe may run."""
+    def worst(e: Experiment) -> float:
+        return e.health.timeout + (e.probe.timeout if e.probe else 0.0)
+
+    return max(worst(plan.good), worst(plan.bad))
+
+
+def run_time(plan: Plan, store: Store | None = None, host: str | None = None) -> RunTime:
+    """What one start of this pair takes, as far as it is known."""
+    worst = worst_start(plan)
+    for exp in (plan.bad, plan.good):
+        if exp.run_time is not None:
+            return RunTime(exp.run_time, f"declared in {exp.source or exp.name} "
+                                         "(expect.run_time)",
+                           max(worst, exp.run_time))  # fmt: skip
+    if store is not None:
+        want = {family(plan.good), family(plan.bad)}
+        took = [r.duration for r in store.runs(limit=LEARN_FROM)
+                if r.cached_from is None and r.weights == "real" and r.duration > 0
+                and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
+                and (host is None or r.host == host) and _family_of(r) in want]
+        if took:
+            where = f" on {host}" if host else ""
+            return RunTime(statistics.median(took),
+                           f"learned from {len(took)} earlier run(s){where}",
+                           max(worst, max(took)))  # fmt: skip
+    return RunTime(None, "unknown: declare it with expect.run_time", worst)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Runs and wall time to the answer, every run counted (the endpoint checks included)."""
+
+    shape: str  # "one flag", "interacting pair", "interacting pair, flaky (p = 0.5)"
+    runs: float
+    worst_runs: float
+    seconds: float | None  # at the known time per start
+    worst_seconds: float  # the worst runs, each at the health deadline
+
+    def to_dict(self) -> dict[str, object]:
+        return {"shape": self.shape, "runs": round(self.runs, 1),
+                "worst_runs": round(self.worst_runs, 1),
+                "hours": round(self.seconds / 3600, 2) if self.seconds is not None else None,
+                "worst_hours": round(self.worst_seconds / 3600, 2)}  # fmt: skip
+
+
+def forecasts(est: dict[str, float], rt: RunTime) -> list[Forecast]:
+    """One flag, an interacting pair, and that pair flaky (showing on half of the starts)."""
+    out = []
+    for shape, mean, worst in (("one flag", est["single_mean"], est["single_worst"]),
+                               ("interacting pair", est["pair_mean"], est["pair_worst"])):
+        runs, worst_runs = 2 + mean, 2 + worst
+        out.append(Forecast(shape, runs, worst_runs,
+                            runs * rt.seconds if rt.seconds is not None else None,
+                            worst_runs * rt.worst))  # fmt: skip
+    mean, p95 = flaky_runs(2 + est["pair_mean"], PLAN_RATE, 2)
+    out.append(Forecast(f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
+                        mean, p95, mean * rt.seconds if rt.seconds is not None else None,
+                        p95 * rt.worst))  # fmt: skip
+    return out
+
+
+def duration_text(seconds: float) -> str:
+    """`40 s`, `25 min`, `3.2 h`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+__all__ = ["Forecast", "RunTime", "duration_text", "family", "forecasts", "run_time",
+           "worst_start"]

@@ -1,0 +1,127 @@
+"""Time in hours where a person decides (fast tier): a start's time declared, learned from
+the store or unknown; `plan`'s forecast; the live line's revised estimate and the cost the
+switch to the noise-aware search announces; the noise-aware estimate itself."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from orchestrator.campaign import timing
+from orchestrator.campaign.bisect import Bisection
+from orchestrator.campaign.planning import make_plan
+from orchestrator.cli import main
+from orchestrator.cli.live import LiveView
+from orchestrator.config.experiment import load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import ConfigError
+from orchestrator.events import CampaignStarted, RunRecorded, SearchSwitched
+from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
+from orchestrator.results.store import Store
+from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+
+
+def declare(path: Path, **keys: object) -> None:
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump(data | keys))
+
+
+def test_run_time_declared_learned_or_unknown(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path / "exp", 4)
+    plan = make_plan(good, bad)
+    rt = timing.run_time(plan)
+    assert rt.seconds is None and rt.worst == 60.0  # the pair's health timeout
+    store = Store(tmp_path / "results")
+    oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
+    Bisection(store, plan, [host()], command="t",
+              executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    store.db.execute("UPDATE runs SET duration = 600")  # as a 10-minute start would record
+    learned = timing.run_time(plan, store, "scripted")
+    assert learned.seconds == 600 and learned.source.startswith("learned from ")
+    assert learned.worst == 600  # longer than the health deadline
+    assert timing.run_time(plan, store, "elsewhere").seconds is None  # another host
+    declare(bad, expect={"run_time": "14m"})
+    plan = make_plan(good, bad)
+    rt = timing.run_time(plan, store, "scripted")  # declared wins over learned
+    assert rt.seconds == 840 and "expect.run_time" in rt.source
+
+
+def test_expect_run_time_is_validated(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path / "exp", 2)
+    declare(bad, expect={"run_time": "soon"})
+    with pytest.raises(ConfigError) as exc:
+        load_experiment(bad)
+    assert "expect.run_time" in str(exc.value) and "duration" in str(exc.value)
+    declare(bad, expect={"run_time": "14m"}, rehearse="yes")
+    with pytest.raises(ConfigError) as exc:
+        load_experiment(bad)
+    assert "rehearse" in str(exc.value) and "dummy-weights" in str(exc.value)
+
+
+def test_plan_prints_hours_and_its_range(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good, bad = write_pair(tmp_path / "exp", 8)
+    declare(bad, expect={"run_time": "14m"})
+    capsys.readouterr()
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run_time"]["seconds"] == 840
+    one, pair, flaky = data["forecast"]
+    assert one["hours"] == pytest.approx(one["runs"] * 840 / 3600, abs=0.03)
+    assert one["runs"] < pair["runs"] < flaky["runs"] < flaky["worst_runs"]
+    assert data["hours_range"][0] == one["hours"]
+    assert data["hours_range"][1] == pytest.approx(flaky["worst_runs"] * 840 / 3600, abs=0.01)
+    assert not (tmp_path / "none").exists()  # plan creates no results directory
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "at 14 min a start (declared in" in out and " h to " in out
+
+
+def test_noise_estimate_grows_with_rarer_failures() -> None:
+    det = 12.9  # the default search on an AND-pair of 8, p = 1 (README table)
+    assert flaky_runs(det, 1.0) == (det, det)
+    means = [flaky_runs(det, p)[0] for p in (0.8, 0.5, 0.3)]
+    # within 10 % of the table's 24.2, 42.3, 76.8
+    for got, table in zip(means, (24.2, 42.3, 76.8), strict=True):
+        assert abs(got - table) / table < 0.1
+    assert flaky_runs(det, 0.5)[1] > means[1]
+    assert observed_rate(1, 2) == 0.5 and observed_rate(0, 0) == 0.5
+
+
+def test_live_view_revises_the_estimate_and_prices_the_switch() -> None:
+    buf = io.StringIO()
+    view = LiveView(Console(file=buf, width=200, force_terminal=False))
+    view(CampaignStarted(host="h", campaign_id="c1", n_deltas=8, strategy="auto",
+                         expected_runs=12.0, run_time_s=840.0))
+    assert "about 12 runs expected (about 2.8 h at 14 min a start)" in buf.getvalue()
+    for i in range(1, 5):
+        view(RunRecorded(host="h", run_id=f"c1.{i}", label="x", purpose="search",
+                         verdict=Verdict.PASS, duration_s=600.0, done=i))
+    assert view.per_start() == 600.0  # what the starts took, not what was declared
+    assert view.to_answer() == f"~{timing.duration_text(8 * 600)} to the answer"
+    view(SearchSwitched(campaign_id="c1", reason="the failure is flaky: bad passed",
+                        expected_runs=40.0, done=4))
+    out = " ".join(buf.getvalue().split())
+    assert "the noise-aware search costs about 36 more runs, about 6.0 h (about 40 in all, " \
+           "was 12)" in out
+    assert view.to_answer() == "~6.0 h to the answer"
+
+
+def test_campaign_switch_carries_a_revised_estimate(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path / "exp", 6)
+    seen: list[SearchSwitched] = []
+    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)],
+                    seed=3)  # fmt: skip
+    out = Bisection(Store(tmp_path / "r"), make_plan(good, bad), [host()], command="t",
+                    listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
+                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    [switch] = seen
+    assert switch.expected_runs is not None and switch.expected_runs > switch.done + 1
+    assert switch.expected_runs > 2 + make_plan(good, bad).estimates()["pair_mean"]
+    assert out.noise["expected_runs_at_switch"] == round(switch.expected_runs, 1)
