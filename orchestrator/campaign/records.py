@@ -73,7 +73,7 @@ class BisectSpec:
             "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
                         "fresh": o.fresh, "confidence": o.confidence}
-            | ({} if o.split else {"split": False}),
+            | ({} if o.split else {"split": False})
             | ({"rehearse": True} if o.rehearse else {}),
         }  # fmt: skip
 
