@@ -16,6 +16,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import BisectOptions, Status
 from orchestrator.campaign.rehearsal import confirm_attempts
 from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.results.report import write_reports
 from orchestrator.results.store import Store
 from tests.scripted import (
     OTHER_ERROR,
@@ -39,7 +40,29 @@ def campaign(tmp: Path, rules: list[Rule], *, rehearse: bool, seed: int = 0):  #
     out = Bisection(store, make_plan(good, bad), [host()], command="test",
                     options=BisectOptions(rehearse=rehearse),
                     executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    md, page = write_reports(store, out.campaign_id)
+    REPORTS[tmp] = (md.read_text(), page.read_text())
     return out, store.runs(out.campaign_id)
+
+
+#: each campaign's reports (Markdown, HTML), by its directory
+REPORTS: dict[Path, tuple[str, str]] = {}
+
+
+def test_the_reports_say_which_weights_each_step_loaded_when_some_were_dummy(
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    rules = [Rule(PAIR, "cuda_graph", TARGET_ERROR)]
+    campaign(tmp_path / "plain", rules, rehearse=False)
+    campaign(tmp_path / "rehearsed", rules, rehearse=True)
+    plain_md, plain_html = REPORTS[tmp_path / "plain"]
+    md, page = REPORTS[tmp_path / "rehearsed"]
+    assert "| run | variant | purpose | weights | verdict |" in md
+    assert "| dummy |" in md and "| real |" in md
+    assert "<th>weights</th>" in page and "<td>dummy</td>" in page
+    # nothing was rehearsed: no column that says "real" on every row
+    assert "| run | variant | purpose | verdict |" in plain_md
+    assert "<th>weights</th>" not in plain_html
 
 
 def test_pair_found_on_dummy_weights_and_confirmed_on_real(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -138,7 +139,25 @@ def find_sshd() -> str | None:
     return os.path.abspath(found) if found else None
 
 
+#: where the lab's listeners take their ports: below the kernel's ephemeral range
+#: (32768-60999 by default), which outgoing connections (ssh, curl, a probe) and every
+#: `bind(port 0)` draw from; a port handed out there can be taken again before the lab
+#: server that was given it listens
+LAB_PORTS = range(20000, 32000)
+
+
 def free_port(address: str = DEFAULT_ADDRESS) -> int:
+    """A TCP port free on `address` now, drawn at random from LAB_PORTS (two labs, or a lab
+    and a test cluster, asking at once rarely draw the same one), else one the kernel picks."""
+    draw = random.SystemRandom()
+    for _ in range(200):  # bounded; almost always the first draw
+        port = draw.choice(LAB_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((address, 0))
         return int(s.getsockname()[1])

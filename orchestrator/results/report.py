@@ -66,6 +66,11 @@ def _sureness(answer: Outcome) -> list[str]:
     return out
 
 
+def _rehearsed(runs: list[RunRow]) -> bool:
+    """Whether any run loaded dummy weights (a rehearsal): then each step says which."""
+    return any(getattr(r, "weights", "real") == "dummy" for r in runs)
+
+
 def _weights(answer: Outcome) -> list[str]:
     """The rehearsal on dummy weights, and how many starts loaded which weights."""
     w = answer.weights or {}
@@ -178,13 +183,17 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         out += ["", *env_report.markdown_section(environments)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
     out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
+    # which weights a run loaded: a column only when some run loaded dummy ones
+    rehearsed = _rehearsed(runs)
     out += ["", "## Steps", "",
-            "| run | variant | purpose | weights | verdict | signature | time |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| run | variant | purpose |" + (" weights |" if rehearsed else "")
+            + " verdict | signature | time |",
+            "|---|---|---|" + ("---|" if rehearsed else "") + "---|---|---|"]  # fmt: skip
     for r in runs:
         src = " (cached)" if r.cached_from else ""
-        out.append(f"| {r.id} | {r.label} | {r.purpose} | {r.weights} | "
-                   f"{_relative(r, camp)}{src} | {r.signature or ''} | "
+        out.append(f"| {r.id} | {r.label} | {r.purpose} | "
+                   + (f"{r.weights} | " if rehearsed else "")
+                   + f"{_relative(r, camp)}{src} | {r.signature or ''} | "
                    f"{r.duration:.0f}s |")  # fmt: skip
     out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
             "|---|---|---|"]  # fmt: skip
@@ -286,15 +295,16 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
+    rehearsed = _rehearsed(runs)
     parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
-                 "<th>purpose</th><th>weights</th><th>verdict</th><th>signature</th>"
-                 "<th>time</th></tr>")  # fmt: skip
+                 "<th>purpose</th>" + ("<th>weights</th>" if rehearsed else "")
+                 + "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
     for r in runs:
         v = _relative(r, camp)
         src = " (cached)" if r.cached_from else ""
         parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
-                     f"<td>{e(r.weights)}</td>"
-                     f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
+                     + (f"<td>{e(r.weights)}</td>" if rehearsed else "")
+                     + f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
                      f"<td><code>{e(str(r.signature or ''))}</code></td>"
                      f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip
     parts.append("</table>")

@@ -70,7 +70,7 @@ INCIDENTS = (
     Incident("alias_bad.yaml", "good.yaml",
              ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
              "smaller than max_model_len", "good", respelled=True),
-    Incident("crash_under_load.yaml", "probe_good.yaml", ('--hf-overrides \'{"head_dim": 16}\'',),
+    Incident("crash_under_load.yaml", "probe_good.yaml", ("--hf-overrides.head_dim 16",),
              "Unsupported CPU attention configuration", "probe"),
     Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "hang", "hang"),
 )  # fmt: skip
