@@ -6,14 +6,14 @@ The runs of the noise-aware search grow with 1/p (p: the share of starts that sh
 failure) over what the same answer costs when it shows every time. Fitted to the default
 search's means in `bench/runs_to_answer.py --noise` (n = 8, every run counted, endpoints
 included; the README's table): mean(p) = deterministic * (a + b / p) per culprit size,
-within 5 % of the table at p = 0.8, 0.5 and 0.3; its 95th percentile is about 1.9 times
-the mean there. An estimate, not a bound: it is meant to tell minutes from hours.
+within 5 % of the table at p = 0.8, 0.5 and 0.3 (least squares in 1/p); its 95th
+percentile is about 1.9 times the mean there (1.7-1.9 measured). An estimate, not a bound: it is meant to tell minutes from hours.
 """
 
 from __future__ import annotations
 
 #: culprit size -> (a, b) of mean(p) = deterministic runs * (a + b / p)
-_FIT = {1: (0.23, 1.17), 2: (-0.45, 1.87), 3: (-0.73, 2.09)}
+_FIT = {1: (0.23, 1.25), 2: (-1.13, 2.56), 3: (-0.99, 2.46)}
 #: the 95th percentile of the runs over their mean (the table's p95 column)
 P95_OVER_MEAN = 1.9
 #: rates outside these are read as these (a rate below 0.2 is not estimated from the fit)
