@@ -7,7 +7,8 @@ failure) over what the same answer costs when it shows every time. Fitted to the
 search's means in `bench/runs_to_answer.py --noise` (n = 8, every run counted, endpoints
 included; the README's table): mean(p) = deterministic * (a + b / p) per culprit size,
 within 5 % of the table at p = 0.8, 0.5 and 0.3 (least squares in 1/p); its 95th
-percentile is about 1.9 times the mean there (1.7-1.9 measured). An estimate, not a bound: it is meant to tell minutes from hours.
+percentile is about 1.9 times the mean there (1.7-1.9 measured). An estimate, not a
+bound: it is meant to tell minutes from hours.
 """
 
 from __future__ import annotations
