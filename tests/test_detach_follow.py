@@ -15,8 +15,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
 from tests.campaign_lab import REPO, cli
@@ -81,3 +83,35 @@ def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
               "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "missing.yaml" in res.stderr
+
+
+def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(tmp_path: Path) -> None:
+    """A command records its campaign's end, then prints its answer, then records its exit
+    code. A follower that sees the end must still show the answer (seen once: the output
+    ended at the last run line)."""
+    results = tmp_path / "results"
+    log = tmp_path / "detached.log"
+    log.write_text(" 12. pass    bad - --ep-size 8\n")
+    # A live process of this machine stands for the detached command.
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        store = Store(results)
+        cid = store.create_campaign(kind="bisect", key="k", command="bisect", spec={})
+        store.update_campaign(cid, status="done",
+                              controller={"owner": me(), "pid": stand_in.pid, "log": str(log)})
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "runs", "--follow", cid, "--results",
+             results], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(3)  # the follower has seen the ended status by now; the answer comes late
+        with log.open("a") as fh:
+            fh.write("culprit: --ep-size 8\n")
+        store.update_campaign(cid, controller={"owner": me(), "pid": stand_in.pid,
+                                               "log": str(log), "exit_code": 0})
+        out, _ = follower.communicate(timeout=60)
+        store.close()
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    text = out.decode()
+    assert follower.returncode == 0, text
+    assert text.index("culprit: --ep-size 8") < text.index(f"campaign {cid} ended: done (exit 0)")

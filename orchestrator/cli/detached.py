@@ -29,6 +29,8 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
 from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.execution.hostlock import me
+from orchestrator.execution.localproc import pid_alive
 from orchestrator.results.store import CampaignRow, Store
 
 #: the environment variable that tells a detached command where its output goes
@@ -37,6 +39,9 @@ LOG_ENV = "ORCH_DETACHED_LOG"
 START_WAIT_S = 120.0
 #: how often `--follow` looks again
 FOLLOW_POLL_S = 1.0
+#: how long `--follow` waits, after the campaign's status has left "running", for its command
+#: to finish printing (its answer is printed after the status is recorded)
+FINISH_WAIT_S = 30.0
 #: the exit code of each campaign status, when the campaign did not record its own
 STATUS_EXIT = {"found": 0, "done": 0, "incomplete": 1, "endpoints": 1, "interrupted": 130,
                "refused": 3, "error": 2, "dead": 3}  # fmt: skip
@@ -154,6 +159,7 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
                         c.print(f"{r.seq:>3}. {verdict_text(r.verdict)} {escape(r.label)}"
                                 f"  {escape(str(r.signature or ''))} {r.id}", highlight=False)
             if status != "running":
+                camp = _finished(store, camp)
                 if log is not None:
                     _print_new(log, offset)
                 code = exit_code_of(camp, status)
@@ -167,6 +173,22 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
     except KeyboardInterrupt:
         c.print(f"\nstopped following; campaign {camp.id} keeps running", highlight=False)
         return 130
+
+
+def _finished(store: Store, camp: CampaignRow) -> CampaignRow:
+    """The campaign once its command has finished: it records its exit code after printing
+    its answer, or its process is gone (killed: it records nothing) or not on this machine
+    (nothing to wait for), or FINISH_WAIT_S."""
+    deadline = time.monotonic() + FINISH_WAIT_S
+    while time.monotonic() < deadline:
+        ctl = camp.controller or {}
+        pid = ctl.get("pid")
+        if "exit_code" in ctl or not (ctl.get("owner") == me() and isinstance(pid, int)
+                                      and pid_alive(pid)):  # fmt: skip
+            return camp
+        time.sleep(0.2)
+        camp = store.campaign(camp.id)
+    return camp
 
 
 def _print_new(log: Path, offset: int) -> int:
