@@ -22,6 +22,7 @@ from orchestrator.diagnosis.scoring import (
     score,
     score_halves,
 )
+from orchestrator.diagnosis.verdicts import Phase, Signature
 from orchestrator.errors import UsageError
 
 CORPUS = Path(__file__).parent / "data" / "real_logs"
@@ -80,12 +81,35 @@ def test_score_counts_pairs() -> None:
     def out(name: str, key: str, sig: str | None, phase: str = "init") -> Outcome:
         return Outcome(Label(name, "crash", phase, key, ""), sig, "init")
 
-    s = score([out("a", "k1", "x"), out("b", "k1", "x"), out("c", "k2", "x"),
+    x = "init|ValueError|x"
+    s = score([out("a", "k1", x), out("b", "k1", x), out("c", "k2", x),
                out("d", "k2", None, "serving")])  # fmt: skip
     assert (s.pairs_same_signature, s.pairs_same_cause, s.true_pairs) == (3, 2, 1)
     assert s.precision == pytest.approx(1 / 3) and s.recall == pytest.approx(1 / 2)
     assert s.unclassified == ["d"] and s.phase_right == 3 and s.phase_counted == 4
     assert [c[:2] for c in s.collisions] == [("a", "c"), ("b", "c")]
+    # pairs are compared as a campaign compares signatures: an exception's type is not
+    # compared when its message names the failure; a rule's class and the phase are
+    s = score([out("a", "k1", "init|RuntimeError|socket failed"),
+               out("b", "k1", "init|DistNetworkError|socket failed"),
+               out("c", "k1", "init|untyped|socket failed"),
+               out("d", "k2", "init|cuda_oom|socket failed"),
+               out("e", "k2", "serving|RuntimeError|socket failed")])  # fmt: skip
+    assert (s.pairs_same_signature, s.true_pairs) == (3, 3)
+
+
+def test_an_exceptions_type_is_shown_but_compared_only_where_the_message_needs_it() -> None:
+    old = Signature(Phase.INIT, "RuntimeError", "The server socket has failed to listen")
+    new = Signature(Phase.INIT, "DistNetworkError", "The server socket has failed to listen")
+    assert old == new and hash(old) == hash(new) and {old: 1}[new] == 1
+    assert str(old) != str(new) and old.key() != new.key()  # each shown as it was raised
+    assert old == Signature(Phase.INIT, "untyped", old.message)  # a title quoting it
+    assert old != Signature(Phase.LOAD_WEIGHTS, "RuntimeError", old.message)
+    assert old != Signature(Phase.INIT, "nccl", old.message)  # a rule's class is compared
+    # a type whose message is empty or only a place is all there is to compare
+    bare = Signature(Phase.INIT, "AssertionError", "@ vllm/worker.py:load_model")
+    assert bare != Signature(Phase.INIT, "IndexError", "@ vllm/worker.py:load_model")
+    assert Signature(Phase.INIT, "KeyError", "") != Signature(Phase.INIT, "IndexError", "")
 
 
 def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:

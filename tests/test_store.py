@@ -87,6 +87,12 @@ def test_run_rows_and_log_files_survive_reopening(tmp_path: Path) -> None:
     assert row.argv == list(exp.argv())
     assert row.log_tail() == "line 1\nboom\n"
     assert [r.id for r in again.runs_with_signature(sig)] == [rid]
+    # found as the signature compares: another type of one message is one failure
+    retyped = Signature(Phase.INIT, "TypeError", sig.message)
+    assert [r.id for r in again.runs_with_signature(retyped)] == [rid]
+    assert again.runs_with_signature(Signature(Phase.LOAD_WEIGHTS, sig.error_class,
+                                               sig.message)) == []  # fmt: skip
+    assert again.runs_with_signature(Signature(Phase.INIT, sig.error_class, "other")) == []
     # no temporary file is left beside the log
     assert sorted(p.name for p in (tmp_path / "results" / "logs").iterdir()) == [f"{rid}.log"]
     again.close()

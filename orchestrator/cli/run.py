@@ -111,8 +111,10 @@ def reproduction(rows: list[RunRow], target: Signature | None) -> dict:
     judged = [r for r in rows if r.verdict is not Verdict.INFRA]
     failed = [r for r in judged if r.verdict not in (Verdict.PASS, Verdict.INVALID)]
     sigs: dict[str, int] = {}
+    shown: dict[Signature, str] = {}  # one failure is counted once, as first met
     for r in failed:
-        key = str(r.signature) if r.signature else r.verdict.value
+        key = shown.setdefault(r.signature, str(r.signature)) if r.signature \
+            else r.verdict.value
         sigs[key] = sigs.get(key, 0) + 1
     return {
         "starts": len(rows), "judged": len(judged), "failed": len(failed),

@@ -27,6 +27,7 @@ from itertools import combinations
 from pathlib import Path
 
 from orchestrator.diagnosis.classify import LogAnalysis, RunEvidence, analyze_log, judge
+from orchestrator.diagnosis.verdicts import Signature
 from orchestrator.errors import UsageError
 
 COLUMNS = ("file", "class", "phase", "root_cause_key", "source")
@@ -169,9 +170,13 @@ def score(outcomes: Sequence[Outcome]) -> Score:
                 s.phase_right += 1
             else:
                 s.wrong_phase.append((o.label.file, o.label.phase, o.phase or "none"))
+    # signatures are compared as a campaign compares them (`Signature.__eq__`)
+    same = {o.signature: Signature.from_key(o.signature).same_key()
+            for o in outcomes if o.signature is not None}
     for a, b in combinations(outcomes, 2):
         same_cause = a.label.root_cause == b.label.root_cause
-        same_sig = a.signature is not None and a.signature == b.signature
+        same_sig = a.signature is not None and b.signature is not None \
+            and same[a.signature] == same[b.signature]
         s.pairs_same_cause += same_cause
         s.pairs_same_signature += same_sig
         s.true_pairs += same_cause and same_sig

@@ -43,11 +43,16 @@ class Phase(str, enum.Enum):  # noqa: UP042
         return list(cls)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Signature:
     """What identifies a failure regardless of timestamps, ranks, addresses and sizes.
 
-    Two runs with equal signatures hit the same bug.
+    Two runs with equal signatures hit the same bug. Equality is `same_key()`: an
+    exception's type is shown but not compared when its message names the failure (one
+    error reaches a log as torch's older `RuntimeError` and its newer `DistNetworkError`,
+    as vLLM's `ValueError` and a client's `BadRequestError` around the server's answer,
+    or quoted without its type at all); an error class the rules name (`cuda_oom`,
+    `hang`, `nccl_timeout`) and a type whose message is empty or only a place are compared.
     """
 
     phase: Phase
@@ -55,8 +60,22 @@ class Signature:
     message: str  # the key message, normalized
 
     def key(self) -> str:
-        """A stable one-line text form, used for storage and comparison."""
+        """A stable one-line text form, used for storage and display."""
         return f"{self.phase.value}|{self.error_class}|{self.message}"
+
+    def same_key(self) -> str:
+        """What two signatures must share to name one failure (see the class)."""
+        if typed(self.error_class) and self.message and not self.message.startswith("@"):
+            return f"{self.phase.value}||{self.message}"
+        return self.key()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Signature):
+            return NotImplemented
+        return self.same_key() == other.same_key()
+
+    def __hash__(self) -> int:
+        return hash(self.same_key())
 
     @classmethod
     def from_key(cls, key: str) -> Signature:
@@ -65,3 +84,19 @@ class Signature:
 
     def __str__(self) -> str:
         return f"{self.phase.value}: {self.error_class}: {self.message}"
+
+
+#: error classes that are no exception's type: a class the rules name is lower case
+#: (`cuda_oom`); `untyped` and `error` stand for a message quoted without its type
+UNTYPED_CLASSES = frozenset({"untyped", "error"})
+
+
+def typed(error_class: str) -> bool:
+    """True for an exception's type (`ValueError`, `DistNetworkError`) or no type at all,
+    False for an error class a rule names."""
+    return error_class[:1].isupper() or error_class in UNTYPED_CLASSES
+
+
+def same_signature(a: str | None, b: str | None) -> bool:
+    """Two stored signature keys (`Signature.key()`) name one failure."""
+    return a is not None and b is not None and Signature.from_key(a) == Signature.from_key(b)

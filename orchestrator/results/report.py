@@ -15,6 +15,7 @@ from pathlib import Path
 
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.diagnosis.classify import analyze_log
+from orchestrator.diagnosis.verdicts import Signature
 from orchestrator.results import env_report
 from orchestrator.results.store import CampaignRow, EnvironmentSeen, RunRow, Store
 
@@ -112,11 +113,11 @@ def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, st
 
 def _by_signature(runs: list[RunRow]) -> list[tuple[str, list[RunRow], RunRow]]:
     """(signature, its executed runs, the run of the smallest variant) per signature met."""
-    groups: dict[str, list[RunRow]] = {}
+    groups: dict[Signature, list[RunRow]] = {}  # one failure is one group, shown as first met
     for r in runs:
         if r.signature and not r.cached_from:
-            groups.setdefault(str(r.signature), []).append(r)
-    return [(sig, rs, min(rs, key=lambda r: len(r.variant))) for sig, rs in groups.items()]
+            groups.setdefault(r.signature, []).append(r)
+    return [(str(sig), rs, min(rs, key=lambda r: len(r.variant))) for sig, rs in groups.items()]
 
 
 def _answer(camp: CampaignRow) -> tuple[Outcome, list[str]]:

@@ -598,11 +598,15 @@ class Store:
         return [_run(r) for r in rows]
 
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
+        """Runs whose signature equals `signature` (`Signature.__eq__`: one phase and
+        message; the exception's type is compared only where the message does not name
+        the failure)."""
+        phase = signature.phase.value
         rows = self.db.execute(
-            "SELECT * FROM runs WHERE signature=? AND cached_from IS NULL ORDER BY started",
-            (signature.key(),),
-        ).fetchall()
-        return [_run(r) for r in rows]
+            "SELECT * FROM runs WHERE signature >= ? AND signature < ? AND cached_from IS NULL"
+            " ORDER BY started", (phase + "|", phase + "}"),
+        ).fetchall()  # fmt: skip
+        return [run for run in map(_run, rows) if run.signature == signature]
 
 
     # ---- signature versions (see orchestrator.results.signatures)
