@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.diagnosis.classify import analyze_log
+from orchestrator.diagnosis.classify import RunEvidence, analyze_log, judge
 from orchestrator.diagnosis.scoring import (
     TARGETS,
     Label,
@@ -124,6 +124,14 @@ def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:
     assert out.phase == "cuda_graph"
     crash = Label("y.log", "crash", "cuda_graph", "k", "")
     assert classify([Case(crash, stops)])[0].signature is None  # a crash needs its log
+    # a hang that a watchdog (or the deadline's stop) ended with a kill is the same hang;
+    # a kill with no deadline passed stays the kill
+    killed = stops + "  0%|          | 0/23 [00:00<?, ?it/s]\nKilled\n"
+    [out_killed] = classify([Case(label, killed)])
+    assert out_killed.signature == out.signature
+    assert judge(RunEvidence(log_tail=killed, timed_out=True), None)[1] == \
+        Signature.from_key(out.signature)
+    assert str(judge(RunEvidence(log_tail=killed), None)[1]) == "cuda_graph: signal: Killed"
 
 
 def test_labels_tsv_is_checked(tmp_path: Path) -> None:
@@ -374,6 +382,37 @@ def test_a_message_is_named_by_its_words_not_its_values() -> None:
             != analyze_log("ModuleNotFoundError: No module named 'vllm._C'\n").signature)
     # a message that is all values keeps them
     assert analyze_log("ValueError: bad size (3)\n").message == "bad size (<n>)"
+
+
+def test_a_clause_a_wrapper_or_a_checkpoint_adds_is_not_the_name() -> None:
+    """A title adds when it happened ("... when importing vLLM"), a wrapper says what it
+    was doing before the error it caught ("Failed to derive max model length: ..."), an
+    adapter names its own weights: one error keeps one name. A clause that would leave too
+    few words, and a quoted key a KeyError names, stay."""
+    assert (analyze_log("RuntimeError: operator torchvision::nms does not exist\n").signature
+            == analyze_log("operator torchvision::nms does not exist when importing vLLM\n"
+                           ).signature)  # fmt: skip
+    assert (analyze_log("AssertionError: Torch not compiled with CUDA enabled\n").signature
+            == analyze_log("AssertionError: Torch not compiled with CUDA enabled when "
+                           "specified --device tpu\n").signature)  # fmt: skip
+    short = analyze_log("RuntimeError: Error when loading the model\n")
+    assert short.message == "Error when loading the model"
+    wrapped = analyze_log("2025-04-17T08:59:26+00:00 - a.worker - ERROR - Failed to derive max "
+                          "model length: Unrecognized model in /tmp/m. Should have a "
+                          "`model_type` key in its config.json\n")
+    direct = analyze_log("ValueError: Unrecognized model in /app/m. Should have a `model_type` "
+                         "key in its config.json\n")
+    assert wrapped.signature == direct.signature
+    assert analyze_log("RuntimeError: Failed to load model: out of luck\n").message == (
+        "Failed to load model: out of luck")  # too few words to name the cause alone
+    lora = analyze_log("ValueError: base_model.model.lm_head.weight is unsupported LoRA weight\n")
+    other = analyze_log("ValueError: base_model.model.lm_head.base_layer.weight is unsupported "
+                        "LoRA weight\n")
+    assert lora.signature == other.signature
+    assert lora.message == "is unsupported LoRA weight"
+    # a quoted key is a word
+    assert (analyze_log("KeyError: 'layers.0.mlp.gate.g_idx'\n").signature
+            != analyze_log("KeyError: 'layers.0.mlp.down_proj.weight_scale'\n").signature)
 
 
 def test_a_message_quoted_without_its_type_is_named_by_its_words() -> None:

@@ -38,6 +38,7 @@ from orchestrator.diagnosis.server_logs import (
     ARGS_FILES,
     ARGS_FRAMES,
     ARGS_MARKERS,
+    CIRCUMSTANCES,
     GENERIC_CLASSES,
     GENERIC_HEADERS,
     KEY_WORDS,
@@ -60,7 +61,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 7
+SIGNATURE_VERSION = 8
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 # ---------------------------------------------------------------------------------------
@@ -338,7 +339,13 @@ def message_words(message: str) -> str:
     for pattern in VALUE_PARTS:
         out = pattern.sub("", out)
     out = _SPACE_PUNCT.sub("", re.sub(r"\s{2,}", " ", out)).strip(" ,;:")
-    return out if len(out.split()) >= SPECIFIC_WORDS else message.translate(_MARKUP)
+    if len(out.split()) < SPECIFIC_WORDS:
+        return message.translate(_MARKUP)
+    for pattern in CIRCUMSTANCES:  # "... does not exist when importing vLLM"
+        head = pattern.sub("", out).rstrip(" ,;:")
+        if len(head.split()) >= SPECIFIC_WORDS:
+            out = head
+    return out
 
 
 def names_itself(error_class: str, message: str) -> bool:
@@ -1404,9 +1411,7 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
         # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
         # "a child process died" note is the kill seen from the parent. A failure of its own
         # (a crash, then an exit 0 on its own) stays the config's.
-        if own is None or (own.error_class == "signal" and own.message in _KILL_NOTICES) or (
-            own.error_class == "child_died"
-        ):
+        if own is None or _kill_notice(own) or own.error_class == "child_died":
             if sig in OUTSIDE_SIGNALS:
                 return (f"the server was killed by {sig} from outside the campaign (its log "
                         "shows no failure of its own: a person, a watchdog, the kernel's OOM "
@@ -1414,6 +1419,11 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
             return (f"the server was stopped from outside the campaign ({stopped}) and its "
                     "log shows no failure of its own; not a verdict about the config")
     return None
+
+
+def _kill_notice(sig: Signature) -> bool:
+    """The log's failure is only a shell's notice of a kill (`Killed`, `Terminated`)."""
+    return sig.error_class == "signal" and sig.message in _KILL_NOTICES
 
 
 def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Signature | None]:
@@ -1435,7 +1445,9 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
 
     if evidence.timed_out and not evidence.became_ready:
         # A log error during the wait is a crash that left the unit hanging; report it.
-        if analysis.signature is not None:
+        # Not a shell's kill notice alone (`Killed`): that is how the hang ended (a
+        # watchdog, the deadline's stop), so the hang is named by what it waited on.
+        if analysis.signature is not None and not _kill_notice(analysis.signature):
             sig = analysis.signature
             return _verdict_for(sig, target), sig
         sig = Signature(reached, "hang", hang_message(evidence.log_tail))

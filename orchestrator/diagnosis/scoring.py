@@ -143,15 +143,16 @@ def classify(cases: Sequence[Case],
     """Each log's signature and phase as a run leaving that log would be judged.
 
     A crash must be named by its log alone. For a log labelled a hang or a timeout the
-    orchestrator also knows the deadline passed: when the log names nothing (the server
-    just stopped printing), the run is the hang `judge` names (`hang` at the last phase
-    the log reached), as it would be in a campaign.
+    orchestrator also knows the deadline passed: the run is judged as such (`judge`): when
+    the log names nothing (the server just stopped printing) or only the kill that ended
+    the wait (`Killed`), it is the hang at the last phase the log reached, named by what it
+    waited on, as it would be in a campaign.
     """
     out = []
     for case in cases:
         analysis = analyze(case.text)
         sig, phase = analysis.signature, analysis.phase
-        if sig is None and timed_out(case.label) and analysis.note is None:
+        if timed_out(case.label) and analysis.note is None:
             _verdict, sig = judge(RunEvidence(log_tail=case.text, timed_out=True), None)
             phase = sig.phase if sig is not None else phase
         out.append(Outcome(case.label, sig.key() if sig else None,

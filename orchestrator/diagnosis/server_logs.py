@@ -294,6 +294,18 @@ VALUE_PARTS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\s*<path>/(?![^\s'\",:;()]*\.[A-Za-z]\w{0,4}(?:\.(?:\d+|<n>))*(?![^\s'\",:;()]))"
                r"[^\s'\",:;()]*[^\s'\",:;().]"),
     re.compile(r"<path>/"),  # where a file lives: the file names it
+    # an unquoted dotted name of four parts or more: a parameter of the model's checkpoint
+    # ("base_model.model.lm_head.weight is unsupported ..."), which adapters and models
+    # name each their own way (a quoted one is a word: a KeyError names the key it missed)
+    re.compile(r"(?<![\w.<>'\"`])\s*(?:[A-Za-z_][\w<>]*\.){3,}[A-Za-z_][\w<>]*(?![\w.<>'\"`])"),
+)
+
+# A clause that says when an error happened, not what it is: a title or another version
+# adds it after the message ("operator torchvision::nms does not exist when importing
+# vLLM", "Torch not compiled with CUDA enabled when specified --device tpu"). A message is
+# named by the words before it, when those are enough to name anything (SPECIFIC_WORDS).
+CIRCUMSTANCES: tuple[re.Pattern[str], ...] = (
+    re.compile(r",?\s+\b(?:when|while)\s+\S.*$"),
 )
 
 # Words that make a line an error message when a report quotes the message without its
@@ -323,6 +335,10 @@ WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
     re.compile(r"Worker failed with error '(?P<inner>.+)'(?:, please check the stack trace "
                r"above for the root cause)?$"),
     re.compile(r"Error in model execution(?: \(input dumped to [^)]*\))?: (?P<inner>.+)$"),
+    # what failed, then after a colon why: "Failed to derive max model length: Unrecognized
+    # model in ..." (a wrapper's own logger quoting the error it caught); the why is named
+    # when it has words enough to name something (SPECIFIC_WORDS)
+    re.compile(r"^(?:[\w.]+: )?Failed to [\w ]{3,60}: (?P<inner>\S+(?: \S+){3,}.*)$"),
 )
 
 # The start of a log record, where a pasted log lost its line breaks and runs several
@@ -404,6 +420,6 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
 __all__ = ["ARGS_FILES", "ARGS_FRAMES", "ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES",
            "GENERIC_HEADERS", "PHASE_HINTS", "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES",
            "UNTYPED_ERROR", "VALUE_PARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
-           "STOP_MARKERS", "WRAPPED_CAUSES", "GenericHeader",
+           "STOP_MARKERS", "WRAPPED_CAUSES", "CIRCUMSTANCES", "GenericHeader",
            "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
            "profiles_for"]  # fmt: skip
