@@ -415,6 +415,48 @@ def test_a_clause_a_wrapper_or_a_checkpoint_adds_is_not_the_name() -> None:
             != analyze_log("KeyError: 'layers.0.mlp.down_proj.weight_scale'\n").signature)
 
 
+def _tb(*frames: tuple[str, str], exc: str) -> str:
+    out = ["Traceback (most recent call last):"]
+    for path, func in frames:
+        out += [f'  File "/usr/lib/python3/dist-packages/{path}", line 10, in {func}',
+                "    x = y()"]
+    return "\n".join([*out, exc]) + "\n"
+
+
+def test_a_compile_assertion_keeps_its_name_wherever_it_is_raised_or_re_raised() -> None:
+    """A JIT compiler's host-side assertion names its file and condition: the module that
+    started the compile, or re-raised it, is not part of its name."""
+    exc = ("RuntimeError: Assertion error (csrc/apis/../jit/compiler.hpp:38): "
+           "not library_root_path.empty()")
+    one = _tb(("sglang/srt/model_executor/model_runner.py", "load_model"),
+              ("sglang/srt/layers/quantization/fp8_utils.py", "_transform_scale"), exc=exc)
+    other = _tb(("sglang/srt/model_executor/model_runner.py", "load_model"),
+                ("sglang/srt/layers/deep_gemm_wrapper/compile_utils.py", "update_config"),
+                exc=exc)  # fmt: skip
+    a, b = analyze_log(one), analyze_log(other)
+    assert a.signature == b.signature and a.error_class == "assertion"
+    assert a.message == "Assertion error (compiler.hpp:<n>): not library_root_path.empty()"
+
+
+def test_nccl_names_its_cause_by_the_warn_line_or_the_last_error_it_repeats() -> None:
+    """NCCL's summary (`internal error`, `unhandled system error`) says little; the cause
+    is its `NCCL WARN` line, which newer NCCL repeats after `Last error:`: a report that
+    kept either names one failure."""
+    warn = ("host:1:1 [0] misc/shmutils.cc:72 NCCL WARN Error: failed to extend "
+            "/dev/shm/nccl-abc to 9637892 bytes\n")
+    summary = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+               "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with "
+               "NCCL_DEBUG=INFO for details), NCCL version 2.20.5\nncclSystemError: System "
+               "call (e.g. socket, malloc) or external library call failed or device error.\n"
+               "Last error:\nError: failed to extend /dev/shm/nccl-abc to 9637892 bytes")
+    stack = ("vllm/distributed/parallel_state.py", "all_reduce")
+    kept_warn = analyze_log(warn + _tb(stack, exc=summary))
+    kept_summary = analyze_log(_tb(stack, exc=summary))
+    assert kept_warn.signature == kept_summary.signature
+    assert kept_summary.message is not None
+    assert kept_summary.message.startswith("NCCL WARN Error: failed to extend <path>/nccl-abc")
+
+
 def test_a_message_quoted_without_its_type_is_named_by_its_words() -> None:
     """An issue title or a sentence quotes the message without its exception type: it is
     still a failure (class `untyped`), and two such quotes of one error read alike; an

@@ -221,14 +221,16 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
         re.compile(r"^\s+(?P<msg>\S.*?)\s*\[type=(?P<type>\w+)"),
         "{model}: {msg}",
     ),
-    # newer NCCL prints the cause after the summary: "Last error:" then the cause
+    # newer NCCL prints the cause after the summary: "Last error:" then the cause, the
+    # text of the last `NCCL WARN` line; named as that line is, so a report that kept the
+    # WARN line and one that kept only the summary name one failure
     GenericHeader(
         "nccl-last-error",
         re.compile(r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
                    r"error|unhandled cuda error|remote process exited|invalid usage)",
                    re.IGNORECASE),
         re.compile(r"^Last error:\s*(?P<msg>.*)$"),
-        "NCCL error: {what}: {msg}",
+        "NCCL WARN {msg}",
         within=3,
     ),
 )
@@ -242,10 +244,12 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
 GENERIC_CLASSES = frozenset({
     "illegal_address", "device_assert", "cublas", "cuda_error", "cuda_oom",
     "not_enough_memory", "kv_cache_memory", "nccl", "nvshmem", "triton_out_of_resources",
-    "cuda_graph_capture", "assertion", "signal", "error",
+    "cuda_graph_capture", "signal", "error",
     "KeyError", "IndexError", "AttributeError", "ZeroDivisionError", "StopIteration",
     "UnboundLocalError", "NameError", "OutOfResources",
 })  # fmt: skip
+# (A host-side assertion of a JIT compiler, `Assertion error (compiler.hpp:38): cond`,
+# names its file and condition: one check, wherever the compile was started or re-raised.)
 # Device errors that name their cause, wherever they are raised: a build for another GPU,
 # a device that is not there or is taken.
 SELF_NAMING = re.compile(
