@@ -457,6 +457,23 @@ def test_nccl_names_its_cause_by_the_warn_line_or_the_last_error_it_repeats() ->
     assert kept_summary.message.startswith("NCCL WARN Error: failed to extend <path>/nccl-abc")
 
 
+def test_a_clients_exception_is_named_by_the_servers_error_answer_it_carries() -> None:
+    """The OpenAI client raises `BadRequestError: Error code: 400 - {..., 'message': ...}`
+    around the server's answer: the answer's message names the failure, as the server's
+    own error line and a sentence quoting the answer do."""
+    client = analyze_log(
+        "openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': \"This "
+        "model's maximum context length is 4096 tokens. However, you requested 5000 tokens."
+        "\", 'type': 'BadRequestError', 'param': None, 'code': 400}\n")  # fmt: skip
+    server = analyze_log("ValueError: This model's maximum context length is 2048 tokens. "
+                         "However, you requested 3000 tokens.\n")
+    assert client.signature == server.signature
+    assert client.message == "This model's maximum context length is <n> tokens"
+    # an answer without a message long enough to name anything stays the client's words
+    short = analyze_log("openai.NotFoundError: Error code: 404 - {'detail': 'Not Found'}\n")
+    assert short.message == "Error code: <n> -"
+
+
 def test_a_message_quoted_without_its_type_is_named_by_its_words() -> None:
     """An issue title or a sentence quotes the message without its exception type: it is
     still a failure (class `untyped`), and two such quotes of one error read alike; an

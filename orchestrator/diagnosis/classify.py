@@ -845,6 +845,13 @@ def _detail(event: _Event, bodies: Sequence[str]) -> tuple[str, str | None] | No
         head = gh.header.search(event.text)
         if head is None:
             continue
+        if gh.direction == "same":
+            m = gh.detail.search(event.text, head.end())
+            if m is not None:
+                groups = {k: (v or "") for k, v in (head.groupdict() | m.groupdict()).items()}
+                return gh.template.format(**groups).strip(), (gh.classes or {}).get(
+                    groups.get("kind", ""))
+            continue
         if gh.direction == "after":
             span = range(event.index + 1, min(len(bodies), event.index + 1 + gh.within))
         else:  # the cause printed first: the earliest one in the window

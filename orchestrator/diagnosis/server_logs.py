@@ -194,7 +194,7 @@ class GenericHeader:
     header: re.Pattern[str]
     detail: re.Pattern[str]
     template: str
-    direction: str = "after"  # or "before": the cause was printed first
+    direction: str = "after"  # or "before": the cause was printed first; "same": its line
     within: int = 8
     # the error class the detail names, by its `kind` group (pydantic's "Value error"
     # is the validator's ValueError); absent: the class stays the header's
@@ -220,6 +220,16 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
         re.compile(r"\b\d+ validation errors? for (?P<model>[\w.]+)"),
         re.compile(r"^\s+(?P<msg>\S.*?)\s*\[type=(?P<type>\w+)"),
         "{model}: {msg}",
+    ),
+    # a client's exception around the server's error answer (the OpenAI client's
+    # `BadRequestError: Error code: 400 - {'object': 'error', 'message': "...", ...}`): the
+    # answer's `message` is the server's own error, as a quoted answer is read
+    GenericHeader(
+        "client-error-answer",
+        re.compile(r"\bError code: \d{3} - \{"),
+        re.compile(r"""['"]message['"]:\s*(?P<q>["'])(?P<msg>.{20,}?)(?P=q)\s*[,}]"""),
+        "{msg}",
+        direction="same",
     ),
     # newer NCCL prints the cause after the summary: "Last error:" then the cause, the
     # text of the last `NCCL WARN` line; named as that line is, so a report that kept the
