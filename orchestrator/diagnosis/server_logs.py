@@ -18,9 +18,13 @@ Functions that only pass a call through (checkers, decorators, dispatchers) are 
 
 Errors whose own line says little (`GENERIC_HEADERS`) are named by the line that does:
 pydantic's `N validation error for X` by its `Value error, ...` line, NCCL's `internal
-error` by its `Last error:` line. (The `NCCL WARN` line NCCL prints before its summary is
-an error of its own, the first of the failure, so it names it.) Lines that say the server was asked
-to stop (`STOP_MARKERS`) end the part of a log where errors count: vLLM prints an
+error` by its `Last error:` line (named as the `NCCL WARN` line it repeats: that line,
+printed before the summary, is an error of its own, the first of the failure, so it names
+a log that kept it), a client's `Error code: 400 - {...}` by the answer's `message`. A
+message is named by its words: not the parts that hold values (`VALUE_PARTS`), not a
+clause that says when it happened (`CIRCUMSTANCES`), not a wrapper's words in front of
+the error it quotes (`WRAPPED_CAUSES`). Lines that say the server was asked to stop
+(`STOP_MARKERS`) end the part of a log where errors count: vLLM prints an
 `EngineDeadError` traceback on every SIGTERM.
 """
 
