@@ -40,3 +40,26 @@ def test_repeat_counts_failures_and_signatures(tmp_path: Path) -> None:
     assert rep["passed"] == 8 - len(fails)
     assert rep["signatures"] == {str(target): len(fails)}
     assert rep["rate"] == round(len(fails) / 8, 3)
+
+
+def test_one_failure_raised_with_two_types_is_counted_once(tmp_path: Path) -> None:
+    """Reports count signatures as they compare: one message raised as torch's older
+    `RuntimeError` and its newer `DistNetworkError` is one failure (shown as first met)."""
+    from dataclasses import replace
+
+    from orchestrator.diagnosis.verdicts import Phase, Signature
+
+    _, bad = write_pair(tmp_path / "exp", 3)
+    exp = load_experiment(bad)
+    oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR)], seed=1)
+    store = Store(tmp_path / "results")
+    rows = single_runs(store, exp, host(), kind="rerun", command="test", label="rerun of x",
+                       starts=2,
+                       executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+    old = Signature(Phase.INIT, "RuntimeError", "The server socket has failed to listen")
+    rows = [replace(rows[0], verdict=Verdict.FAIL, signature=old),
+            replace(rows[1], verdict=Verdict.FAIL,
+                    signature=replace(old, error_class="DistNetworkError"))]  # fmt: skip
+    rep = reproduction(rows, old)
+    assert rep["target_failures"] == 2
+    assert rep["signatures"] == {str(old): 2}
