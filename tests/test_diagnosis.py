@@ -110,6 +110,9 @@ def test_an_exceptions_type_is_shown_but_compared_only_where_the_message_needs_i
     bare = Signature(Phase.INIT, "AssertionError", "@ vllm/worker.py:load_model")
     assert bare != Signature(Phase.INIT, "IndexError", "@ vllm/worker.py:load_model")
     assert Signature(Phase.INIT, "KeyError", "") != Signature(Phase.INIT, "IndexError", "")
+    # and so is the type of a message too short to name anything alone
+    assert Signature(Phase.INIT, "KeyError", "'weight' @ vllm/llama.py:load_weights") != \
+        Signature(Phase.INIT, "IndexError", "'weight' @ vllm/llama.py:load_weights")
 
 
 def test_a_hang_that_just_stops_is_judged_as_a_run_would_be() -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.diagnosis.verdicts import Phase
+from orchestrator.diagnosis.verdicts import NAMING_WORDS, Phase
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,7 @@ PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
     # ran a hundred thousand of them was serving (startup runs hundreds, not more)
     (Phase.SERVING, re.compile(r"WorkNCCL\(SeqNum=\d{6,}")),
 )
-SPECIFIC_WORDS = 4  # a message of fewer words than this names no failure by itself
+SPECIFIC_WORDS = NAMING_WORDS  # a message of fewer words than this names no failure by itself
 # Words of a message (its first sentence) kept in a signature. The head of a message says
 # what failed; the tail carries values, a hint that versions reword, or nothing at all when
 # a report cut the line short ("...but there are other ranks th").

@@ -52,7 +52,8 @@ class Signature:
     error reaches a log as torch's older `RuntimeError` and its newer `DistNetworkError`,
     as vLLM's `ValueError` and a client's `BadRequestError` around the server's answer,
     or quoted without its type at all); an error class the rules name (`cuda_oom`,
-    `hang`, `nccl_timeout`) and a type whose message is empty or only a place are compared.
+    `hang`, `nccl_timeout`) and the type of a message too short to name anything alone
+    (`KeyError: 'weight'`, an empty message, only a place) are compared.
     """
 
     phase: Phase
@@ -65,7 +66,9 @@ class Signature:
 
     def same_key(self) -> str:
         """What two signatures must share to name one failure (see the class)."""
-        if typed(self.error_class) and self.message and not self.message.startswith("@"):
+        words = self.message.split(" @ ", 1)[0].split()
+        if typed(self.error_class) and len(words) >= NAMING_WORDS \
+                and not self.message.startswith("@"):
             return f"{self.phase.value}||{self.message}"
         return self.key()
 
@@ -85,6 +88,9 @@ class Signature:
     def __str__(self) -> str:
         return f"{self.phase.value}: {self.error_class}: {self.message}"
 
+
+#: a message of fewer words than this names no failure by itself
+NAMING_WORDS = 4
 
 #: error classes that are no exception's type: a class the rules name is lower case
 #: (`cuda_oom`); `untyped` and `error` stand for a message quoted without its type
