@@ -90,11 +90,11 @@ def test_score_counts_pairs() -> None:
     assert [c[:2] for c in s.collisions] == [("a", "c"), ("b", "c")]
     # pairs are compared as a campaign compares signatures: an exception's type is not
     # compared when its message names the failure; a rule's class and the phase are
-    s = score([out("a", "k1", "init|RuntimeError|socket failed"),
-               out("b", "k1", "init|DistNetworkError|socket failed"),
-               out("c", "k1", "init|untyped|socket failed"),
-               out("d", "k2", "init|cuda_oom|socket failed"),
-               out("e", "k2", "serving|RuntimeError|socket failed")])  # fmt: skip
+    s = score([out("a", "k1", "init|RuntimeError|the server socket has failed"),
+               out("b", "k1", "init|DistNetworkError|the server socket has failed"),
+               out("c", "k1", "init|untyped|the server socket has failed"),
+               out("d", "k2", "init|cuda_oom|the server socket has failed"),
+               out("e", "k2", "serving|RuntimeError|the server socket has failed")])  # fmt: skip
     assert (s.pairs_same_signature, s.true_pairs) == (3, 3)
 
 
