@@ -159,8 +159,8 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
                         c.print(f"{r.seq:>3}. {verdict_text(r.verdict)} {escape(r.label)}"
                                 f"  {escape(str(r.signature or ''))} {r.id}", highlight=False)
             if status != "running":
-                camp = _finished(store, camp)
-                if log is not None:
+                if log is not None:  # its answer is printed to the log after the status
+                    camp = _finished(store, camp)
                     _print_new(log, offset)
                 code = exit_code_of(camp, status)
                 c.print(f"campaign {camp.id} ended: {status} (exit {code})", highlight=False)
@@ -183,8 +183,8 @@ def _finished(store: Store, camp: CampaignRow) -> CampaignRow:
     while time.monotonic() < deadline:
         ctl = camp.controller or {}
         pid = ctl.get("pid")
-        if "exit_code" in ctl or not (ctl.get("owner") == me() and isinstance(pid, int)
-                                      and pid_alive(pid)):  # fmt: skip
+        if "exit_code" in ctl or pid == os.getpid() or not (
+                ctl.get("owner") == me() and isinstance(pid, int) and pid_alive(pid)):
             return camp
         time.sleep(0.2)
         camp = store.campaign(camp.id)
