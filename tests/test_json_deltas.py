@@ -375,3 +375,21 @@ def test_resume_refuses_no_split(tmp_path: Path, capsys) -> None:
     code = main(["bisect", "--resume", "abc", "--no-split", "--results", str(tmp_path)])
     assert code == 2
     assert "--no-split cannot be given with it" in capsys.readouterr().err
+
+
+def test_an_answer_words_each_kind_of_culprit_for_what_it_is() -> None:
+    """A key of a JSON-valued option, a member of a set-valued one, an environment variable
+    and a flag: each culprit is named as what it is, never all "single flag"."""
+    from orchestrator.campaign.records import Culprit
+
+    good = _exp({"hf-overrides": '{"head_dim": 32}', "cuda-graph-bs": [1, 2], "seed": 0},
+                env={"A": "1"})  # fmt: skip
+    bad = _exp({"hf-overrides": '{"head_dim": 16}', "cuda-graph-bs": [1, 2, 4], "seed": 7},
+               env={"A": "2"})  # fmt: skip
+    kinds = {}
+    for d in diff(good, bad):
+        cul = Culprit(deltas=[d.describe()], flags=[d.short()], indices=[0], interacting=False,
+                      reproduced_by=None, cleared_by={})  # fmt: skip
+        kinds[d.short()] = cul.kind
+    assert kinds == {"--hf-overrides.head_dim 16": "JSON key", "--cuda-graph-bs with 4":
+                     "set member", "A=2": "environment variable", "--seed 7": "single flag"}

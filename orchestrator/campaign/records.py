@@ -111,7 +111,8 @@ class Culprit:
 
     @property
     def kind(self) -> str:
-        """How the answer words it: an environment variable is no "single flag"."""
+        """How the answer words it: an environment variable, one key of a JSON-valued
+        option or one member of a set-valued one is no "single flag"."""
         if self.interacting:
             return "interacting set"
         # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b"
@@ -120,6 +121,10 @@ class Culprit:
             return "environment variable"
         if what == "exec":
             return "command"
+        if self.deltas and " member " in self.deltas[0]:
+            return "set member"  # `+ --cuda-graph-bs member 4`
+        if "." in what:
+            return "JSON key"  # `+ --hf-overrides.head_dim 16`: one key of an option's value
         return "single flag"
 
     def to_dict(self) -> dict[str, Any]:

@@ -261,7 +261,7 @@ def _unsure(outcome: Outcome, resume: str | None) -> None:
     sure = f"confidence {conf or 0:.3f}" + (f", below the {asked:g} asked" if asked else "")
     c.print(f"[yellow]unsure[/]: {escape(outcome.message)}", highlight=False)
     for cul in outcome.culprits:
-        kind = "interacting set" if cul.interacting else "single flag"
+        kind = cul.kind
         c.print(f"[yellow]best answer ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]"
                 f" ({sure})", highlight=False)  # fmt: skip
         for line in _evidence(cul):
