@@ -10,15 +10,18 @@ manager, twice over:
    fail differently, a failure of its own;
 2. `orchestrator bisect` on the pair, the README's command, gives the documented answer.
 
-Starts are shared (tests/hosts/vllm_incidents.py: one port for the pairs built on
-good.yaml, three lanes at once) and the bisections reuse what the subsets recorded (the
+Starts are shared (tests/hosts/vllm_incidents.py: four lanes at once, a port each; pairs
+with starts in common on one lane) and the bisections reuse what the subsets recorded (the
 results store's cache: the same launch on the same host class), starting only what their
-search asks beyond it. No process of any server started here may outlive its stop. The
-systemd lab host's unit: test_real_vllm_systemd.py.
+search asks beyond it; each lane bisects its pairs as soon as its own subsets are in. No
+process of any server started here may outlive its stop. The systemd lab host's unit:
+test_real_vllm_systemd.py.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from orchestrator.diagnosis.verdicts import Phase, Verdict
@@ -91,6 +94,25 @@ def _crash_shows_its_error_and_probe(lab: Lab) -> None:
     assert "Unsupported CPU attention configuration" in show, show
 
 
+def _lane(lab: Lab, lane: str) -> dict[str, str]:
+    """One lane: its pairs' subsets started, then each pair bisected; what differs from the
+    documented answers, by pair."""
+    incidents = [inc for inc in INCIDENTS if inc.lane == lane]
+    wanted = [(lane, lab.plan(inc).variant(s.indices))
+              for inc in incidents for s in subsets(inc, lab.plan(inc))]  # fmt: skip
+    start_missing(lab.results, {lane: lab.host(lane)}, wanted)
+    wrong: dict[str, str] = {}
+    checks = [(inc.name, partial(_documented, lab, inc)) for inc in incidents]
+    if any(inc.name == "crash_under_load" for inc in incidents):
+        checks.append(("crash_under_load (show)", partial(_crash_shows_its_error_and_probe, lab)))
+    for name, check in checks:
+        try:
+            check()
+        except AssertionError as exc:  # every pair is checked; all that differ are told
+            wrong[name] = str(exc)[:3000]
+    return wrong
+
+
 # One test: its servers must run one lane at a time each, on one worker (pytest-xdist's
 # loadgroup does not keep a module's tests together under pytest 9, so module-scoped
 # lanes in several tests could start twice, on two workers at once).
@@ -100,18 +122,9 @@ def test_every_incident_gives_its_documented_answer(
     lab = make_lab(sshd, tmp_path)
     wrong: dict[str, str] = {}
     with SessionWatch(lab.root / "run") as watch:
-        wanted = [(inc.lane, lab.plan(inc).variant(s.indices))
-                  for inc in INCIDENTS for s in subsets(inc, lab.plan(inc))]  # fmt: skip
-        start_missing(lab.results, {lane: lab.host(lane) for lane in LANES}, wanted)
-        for inc in INCIDENTS:
-            try:
-                _documented(lab, inc)
-            except AssertionError as exc:  # every pair is checked; all that differ are told
-                wrong[inc.name] = str(exc)[:3000]
-        try:
-            _crash_shows_its_error_and_probe(lab)
-        except AssertionError as exc:
-            wrong["crash_under_load (show)"] = str(exc)[:3000]
+        with ThreadPoolExecutor(max_workers=len(LANES)) as pool:
+            for done in [pool.submit(_lane, lab, lane) for lane in LANES]:
+                wrong |= done.result()
     assert watch.sessions, "no server was seen starting"
     # no process of any server started here outlives its stop
     assert wait_none_left(watch) == []

@@ -2,11 +2,13 @@
 the starts each answer stands on (its subsets), run on the real server and kept in a
 results store that the bisections then reuse.
 
-A vLLM start takes 20-45 s of both cores, so the starts are shared and spread: the pairs
-built on good.yaml use one port (a config common to two pairs is one launch, started
-once); the starts go on three lanes, each a host entry with a port of its own (the
-good.yaml pairs; the crash under load; the hang, idle while it waits out its deadline),
-one server per lane at a time.
+A vLLM start takes 20-45 s of both cores, so the starts are shared and spread over four
+lanes, each a host entry with a port of its own, one server per lane at a time: the AND
+pair and its respelling (one launch each start of theirs has in common, started once);
+the other two pairs built on good.yaml; the crash under load; the hang, idle while it
+waits out its deadline. A lane starts its pairs' subsets, then bisects its pairs, while
+the other lanes do the same: the bisections that need starts beyond the subsets (a pair's
+members passing again, until the answer is sure) do not wait for the other lanes'.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class Incident:
 INCIDENTS = (
     Incident("and_pair.yaml", "good.yaml",
              ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
-             "smaller than max_model_len", "good"),
+             "smaller than max_model_len", "pairs"),
     Incident("single_flag.yaml", "good.yaml", ("--block-size 16",), "kv_cache:", "good"),
     Incident("members_differ.yaml", "good.yaml",
              ("--max-num-batched-tokens 64", "--no-enable-chunked-prefill"),
@@ -69,12 +71,12 @@ INCIDENTS = (
              other=("--max-num-batched-tokens 64", "must be greater than or equal")),
     Incident("alias_bad.yaml", "good.yaml",
              ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
-             "smaller than max_model_len", "good", respelled=True),
+             "smaller than max_model_len", "pairs", respelled=True),
     Incident("crash_under_load.yaml", "probe_good.yaml", ("--hf-overrides.head_dim 16",),
              "Unsupported CPU attention configuration", "probe"),
     Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "hang", "hang"),
 )  # fmt: skip
-LANES = ("good", "probe", "hang")
+LANES = ("pairs", "good", "probe", "hang")
 #: the environment variable incident, bisected through the systemd lab host's unit
 #: (tests/test_real_vllm_systemd.py)
 ENV_VAR = Incident("env_var.yaml", "good.yaml", ("VLLM_CPU_KVCACHE_SPACE=40",),
