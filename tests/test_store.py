@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
-from tests.campaign_lab import LAB, cli, lab_pair, load_host, sshd_hosts_file
+from tests.campaign_lab import LAB, REPO, cli, lab_pair, load_host, sshd_hosts_file
 from tests.run_results import run_result
 
 GOOD = LAB / "b300" / "good.yaml"
@@ -261,3 +262,60 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
     assert {str(p): oct(mode(p)) for p in dirs if mode(p) != 0o700} == {}
     store.close()
     shutil.rmtree(results)
+
+
+def test_a_store_opened_beside_another_keeps_the_database_locked_for_other_processes(
+    tmp_path: Path,
+) -> None:
+    """A process's stores share its POSIX locks on the database file, and closing any
+    descriptor of the file drops them all: a second store must not open and close the file
+    itself. Else another process finds the database unused: its last connection deletes
+    the WAL the first store still writes to (seen as "database disk image is malformed"
+    and "disk I/O error" with a pool's threads and a bisection writing at once)."""
+    first = Store(tmp_path)
+    first.create_campaign(kind="bisect", key="k", command="c", spec={})
+    second = Store(tmp_path)
+    wal = tmp_path / "orchestrator.db-wal"
+    assert wal.exists()
+    reader = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+              "c.execute('SELECT count(*) FROM runs').fetchone(); c.close()")
+    other = subprocess.run([sys.executable, "-c", reader, str(tmp_path / "orchestrator.db")],
+                           capture_output=True, text=True)  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert wal.exists(), "another process took the database for unused and removed its WAL"
+    first.create_campaign(kind="bisect", key="k2", command="c", spec={})
+    second.close()
+    first.close()
+    assert [c.key for c in Store(tmp_path).campaigns(10)] == ["k2", "k"]
+
+
+def test_two_processes_creating_and_writing_one_database_at_once(tmp_path: Path) -> None:
+    """Both processes create the database at the same moment, with two threads each opening
+    stores while a third writes: no error, and the database stays whole."""
+    code = (
+        "import sys, threading, time\n"
+        "from orchestrator.results.store import Store\n"
+        "root, role = sys.argv[1], sys.argv[2]; errors = []\n"
+        "def writer():\n"
+        "    try:\n"
+        "        s = Store(root)\n"
+        "        for i in range(40):\n"
+        "            s.update_campaign(s.create_campaign(kind='bisect', key=f'{role}{i}',\n"
+        "                              command='c', spec={}), status='done')\n"
+        "    except Exception as e: errors.append(repr(e))\n"
+        "def opener():\n"
+        "    try:\n"
+        "        for _ in range(15): Store(root).close()\n"
+        "    except Exception as e: errors.append(repr(e))\n"
+        "ts = [threading.Thread(target=f) for f in (writer, opener, opener)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(errors); sys.exit(1 if errors else 0)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), role], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for role in "AB"]  # fmt: skip
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    store = Store(tmp_path)
+    assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert len(store.campaigns(200)) == 80

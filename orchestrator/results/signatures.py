@@ -42,7 +42,11 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
     db.executescript(_TABLES)
     columns = {r[1] for r in db.execute("PRAGMA table_info(runs)").fetchall()}
     if "signature_version" not in columns:
-        db.execute("ALTER TABLE runs ADD COLUMN signature_version INTEGER")
+        try:
+            db.execute("ALTER TABLE runs ADD COLUMN signature_version INTEGER")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):  # another process added it first
+                raise
 
 
 def stored_version(db: sqlite3.Connection) -> int:

@@ -29,6 +29,10 @@ from orchestrator.errors import StoreError
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.inputs import LaunchInputs
 
+#: held while a store of this process creates its database file and connects to it (see
+#: Store.__init__)
+_CREATING = threading.Lock()
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -199,25 +203,7 @@ class Store:
             return
         self._check_writable()
         try:
-            # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
-            # creates the database file's mode, so a database created by connect() (umask
-            # mode, chmod-ed later) would leave a world-readable WAL holding every new row.
-            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
-        except OSError:
-            pass  # connect() below reports an unusable database with the store's message
-        try:
-            self.db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(_SCHEMA)
-            self._migrate()
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            self._upgrade_signatures()
-            self.db.execute("SELECT count(*) FROM runs").fetchone()
+            self._connect()
         except sqlite3.DatabaseError as exc:
             # Closed, or the half-open connection keeps a lock and the next Store of this
             # process (the user moved the broken file aside) reports "database is locked".
@@ -239,6 +225,47 @@ class Store:
             os.chmod(self.db_path, 0o600)
         except OSError:
             pass
+
+    def _connect(self) -> None:
+        """Connect, and make or bring up to date the schema. Two processes opening a new
+        database at once can be told "database is locked" at once (SQLite waits for no
+        lock while a database turns to WAL): the opening is tried again, for up to 30 s."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._open_and_set_up()
+                return
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                self.db.close()
+                time.sleep(0.05 + secrets.randbelow(100) / 1000)
+
+    def _open_and_set_up(self) -> None:
+        with _CREATING:
+            # Created private before SQLite opens it: SQLite gives the -wal and -shm files it
+            # creates the database file's mode, so a database created by connect() (umask
+            # mode, chmod-ed later) would leave a world-readable WAL holding every new row.
+            # Only when it does not exist yet (O_EXCL), and with no other store of this
+            # process connecting meanwhile: closing a descriptor of the file drops every
+            # POSIX lock this process holds on it, the locks other stores' connections (a
+            # pool's threads) keep their transactions safe from other processes with (the
+            # database was seen damaged that way).
+            try:
+                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except OSError:
+                pass  # it exists, or connect() reports why it cannot be made
+            self.db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(_SCHEMA)
+        self._migrate()
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        self._upgrade_signatures()
+        self.db.execute("SELECT count(*) FROM runs").fetchone()
 
     def _migrate(self) -> None:
         """Add the columns a database created by an older version lacks."""
