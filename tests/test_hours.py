@@ -125,3 +125,24 @@ def test_campaign_switch_carries_a_revised_estimate(tmp_path: Path) -> None:
     assert switch.expected_runs is not None and switch.expected_runs > switch.done + 1
     assert switch.expected_runs > 2 + make_plan(good, bad).estimates()["pair_mean"]
     assert out.noise["expected_runs_at_switch"] == round(switch.expected_runs, 1)
+
+
+@pytest.mark.parametrize("n, needs", [(3, {0}), (3, {1, 2}), (5, {1, 3}), (8, {2, 6})])
+def test_plan_estimates_what_the_default_search_costs_when_nothing_is_flaky(
+    tmp_path: Path, n: int, needs: set[int]
+) -> None:
+    """`plan`'s runs for one flag and an interacting pair are those of the search a
+    campaign runs: `auto`, then runs until the answer is sure. They were `auto`'s alone, so
+    a pair among 3 changes was said to take 7 runs at worst, and took 12."""
+    good, bad = write_pair(tmp_path / "exp", n)
+    oracle = Oracle([Rule(frozenset(needs), "cuda_graph", TARGET_ERROR)])
+    store = Store(tmp_path / "r")
+    plan = make_plan(good, bad)
+    out = Bisection(store, plan, [host()], command="t",
+                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    assert out.found
+    spent = len(store.runs(out.campaign_id)) - 2  # after the endpoints
+    est = plan.estimates()
+    shape = "single" if len(needs) == 1 else "pair"
+    assert spent <= est[f"{shape}_worst"], (spent, est)
+    assert abs(spent - est[f"{shape}_mean"]) <= 3, (spent, est)

@@ -328,7 +328,8 @@ class Bisection:
         rate = observed_rate(sum(x is Verdict.FAIL for x in starts), len(starts))
         size = 1 if any(len(v) == 1 for v in failing) or self.plan.n == 1 else 2
         est = self.plan.estimates()
-        mean, _ = flaky_runs(2 + est["single_mean" if size == 1 else "pair_mean"], rate, size)
+        base = est["auto_single_mean" if size == 1 else "auto_pair_mean"]  # the fit's base
+        mean, _ = flaky_runs(2 + base, rate, size)
         return max(mean, len(got) + 1.0), len(got)
 
     # ---- rehearsal on dummy weights

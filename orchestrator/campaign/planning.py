@@ -67,12 +67,17 @@ class Plan:
         return "good + " + ", ".join(self.deltas[i].short() for i in sorted(indices))
 
     def estimates(self) -> dict[str, float]:
+        """Runs after the endpoints, for a single culprit and an interacting pair that fail
+        on every start (`*_mean`, `*_worst`), and what `auto` alone costs (`auto_*`: the
+        base of the flaky estimates, planner.noise_estimate)."""
+        if self.strategy == "auto":  # the campaign's: auto, then runs until it is sure
+            from orchestrator.planner.adaptive import estimate_default
+
+            return dict(estimate_default(self.n))  # cached: a copy
         strategy = make_strategy(self.strategy)
-        if getattr(strategy, "takes_evidence", False):
-            # the noise-aware search costs about what auto costs when nothing is flaky
-            # (bench/runs_to_answer.py --noise); simulating it for every placement is slow
-            strategy = make_strategy("auto")
-        return dict(estimate_runs(strategy, self.n))  # cached: a copy
+        est = dict(estimate_runs(strategy, self.n))
+        return est | {f"auto_{k}": v for k, v in estimate_runs(make_strategy("auto"),
+                                                                self.n).items()}  # fmt: skip
 
 
 def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto", *,

@@ -26,6 +26,7 @@ turns out to be flaky (bench/runs_to_answer.py --noise: `default`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,7 +35,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import batch
 from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy
-from orchestrator.planner.strategies import auto
+from orchestrator.planner.strategies import auto, estimate_runs
 
 Run = tuple[Variant, Verdict]
 Describe = Callable[[Variant], str]
@@ -387,6 +388,28 @@ def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
 
 def make_adaptive(confidence: float = 0.95, describe: Describe = _describe) -> StrategyFn:
     return Adaptive(NoiseModel(confidence=confidence), describe)
+
+
+#: the largest number of deltas the default search is simulated at for an estimate;
+#: beyond it, what its confirmation adds to `auto` there is added to `auto`'s estimate
+#: (those runs confirm the culprit set: they do not grow with the number of deltas)
+SIMULATED_UP_TO = 24
+#: the simulated work of one estimate of the default search (strategies.estimate_runs)
+DEFAULT_ESTIMATE_BUDGET = 1500
+
+
+@functools.lru_cache(maxsize=64)
+def estimate_default(n: int, confidence: float = 0.95) -> dict[str, float]:
+    """Runs after the endpoints of the campaign's default search (`auto`, then runs until
+    the answer reaches `confidence`) for a single culprit and an interacting pair, each
+    failing on every start; `auto_*`: what `auto` alone costs (the base the flaky
+    estimates of planner.noise_estimate scale)."""
+    m = min(n, SIMULATED_UP_TO)
+    search = estimate_runs(make_adaptive(confidence), m, DEFAULT_ESTIMATE_BUDGET)
+    base = estimate_runs(auto, n)
+    at_m = estimate_runs(auto, m)
+    out = {k: base[k] + max(0.0, search[k] - at_m[k]) for k in base}
+    return out | {f"auto_{k}": v for k, v in base.items()}
 
 
 @dataclass(frozen=True)

@@ -305,13 +305,13 @@ def _pair_at(n: int, k: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def estimate_runs(strategy: StrategyFn, n: int) -> dict[str, float]:
+def estimate_runs(strategy: StrategyFn, n: int, budget: int = ESTIMATE_BUDGET) -> dict[str, float]:
     """Runs after the two endpoint checks, for a single culprit and an interacting pair.
 
     Exhaustive over culprit positions for small n, sampled evenly for large n (never
-    more simulated work than ESTIMATE_BUDGET positions' worth); pure.
+    more simulated work than `budget` positions' worth); pure.
     """
-    samples = max(ESTIMATE_MIN_SAMPLES, ESTIMATE_BUDGET // max(n, 1))
+    samples = max(ESTIMATE_MIN_SAMPLES, budget // max(n, 1))
     singles = [simulate(strategy, n, and_oracle(frozenset({i})))[1]
                for i in _evenly(n, samples)] or [0]  # fmt: skip
     n_pairs = n * (n - 1) // 2
