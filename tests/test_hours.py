@@ -13,7 +13,7 @@ import yaml
 from rich.console import Console
 
 from orchestrator.campaign import timing
-from orchestrator.campaign.bisect import Bisection
+from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.cli.live import LiveView
@@ -127,18 +127,22 @@ def test_campaign_switch_carries_a_revised_estimate(tmp_path: Path) -> None:
     assert out.noise["expected_runs_at_switch"] == round(switch.expected_runs, 1)
 
 
-@pytest.mark.parametrize("n, needs", [(3, {0}), (3, {1, 2}), (5, {1, 3}), (8, {2, 6})])
-def test_plan_estimates_what_the_default_search_costs_when_nothing_is_flaky(
-    tmp_path: Path, n: int, needs: set[int]
+@pytest.mark.parametrize("strategy, n, needs", [
+    ("auto", 3, {0}), ("auto", 3, {1, 2}), ("auto", 5, {1, 3}), ("auto", 8, {2, 6}),
+    ("noisy", 3, {1, 2}), ("noisy", 6, {4}),
+])  # fmt: skip
+def test_plan_estimates_what_the_search_costs_when_nothing_is_flaky(
+    tmp_path: Path, strategy: str, n: int, needs: set[int]
 ) -> None:
     """`plan`'s runs for one flag and an interacting pair are those of the search a
-    campaign runs: `auto`, then runs until the answer is sure. They were `auto`'s alone, so
-    a pair among 3 changes was said to take 7 runs at worst, and took 12."""
+    campaign runs: by default `auto`, then runs until the answer is sure; with `noisy`, the
+    noise-aware search from the start. They were `auto`'s alone, so a pair among 3 changes
+    was said to take 7 runs at worst, and took 12."""
     good, bad = write_pair(tmp_path / "exp", n)
     oracle = Oracle([Rule(frozenset(needs), "cuda_graph", TARGET_ERROR)])
     store = Store(tmp_path / "r")
-    plan = make_plan(good, bad)
-    out = Bisection(store, plan, [host()], command="t",
+    plan = make_plan(good, bad, strategy)
+    out = Bisection(store, plan, [host()], command="t", options=BisectOptions(strategy=strategy),
                     executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
     assert out.found
     spent = len(store.runs(out.campaign_id)) - 2  # after the endpoints

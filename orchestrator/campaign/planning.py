@@ -70,10 +70,10 @@ class Plan:
         """Runs after the endpoints, for a single culprit and an interacting pair that fail
         on every start (`*_mean`, `*_worst`), and what `auto` alone costs (`auto_*`: the
         base of the flaky estimates, planner.noise_estimate)."""
-        if self.strategy == "auto":  # the campaign's: auto, then runs until it is sure
-            from orchestrator.planner.adaptive import estimate_default
+        if self.strategy in ("auto", "noisy"):  # searches that weigh every run: simulated
+            from orchestrator.planner.adaptive import estimate_search
 
-            return dict(estimate_default(self.n))  # cached: a copy
+            return dict(estimate_search(self.strategy, self.n))  # cached: a copy
         strategy = make_strategy(self.strategy)
         est = dict(estimate_runs(strategy, self.n))
         return est | {f"auto_{k}": v for k, v in estimate_runs(make_strategy("auto"),

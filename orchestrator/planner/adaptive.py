@@ -390,28 +390,6 @@ def make_adaptive(confidence: float = 0.95, describe: Describe = _describe) -> S
     return Adaptive(NoiseModel(confidence=confidence), describe)
 
 
-#: the largest number of deltas the default search is simulated at for an estimate;
-#: beyond it, what its confirmation adds to `auto` there is added to `auto`'s estimate
-#: (those runs confirm the culprit set: they do not grow with the number of deltas)
-SIMULATED_UP_TO = 24
-#: the simulated work of one estimate of the default search (strategies.estimate_runs)
-DEFAULT_ESTIMATE_BUDGET = 1500
-
-
-@functools.lru_cache(maxsize=64)
-def estimate_default(n: int, confidence: float = 0.95) -> dict[str, float]:
-    """Runs after the endpoints of the campaign's default search (`auto`, then runs until
-    the answer reaches `confidence`) for a single culprit and an interacting pair, each
-    failing on every start; `auto_*`: what `auto` alone costs (the base the flaky
-    estimates of planner.noise_estimate scale)."""
-    m = min(n, SIMULATED_UP_TO)
-    search = estimate_runs(make_adaptive(confidence), m, DEFAULT_ESTIMATE_BUDGET)
-    base = estimate_runs(auto, n)
-    at_m = estimate_runs(auto, m)
-    out = {k: base[k] + max(0.0, search[k] - at_m[k]) for k in base}
-    return out | {f"auto_{k}": v for k, v in base.items()}
-
-
 @dataclass(frozen=True)
 class NoisyFromStart:
     """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
@@ -424,3 +402,28 @@ class NoisyFromStart:
                  closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
         runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
         return batch.search(n, runs, model=self.model, closure=closure, slots=self.slots)
+
+
+#: the largest number of deltas a search that weighs every run is simulated at for an
+#: estimate; beyond it, what it costs over `auto` there is added to `auto`'s estimate
+#: (those runs confirm the culprit set: they do not grow with the number of deltas)
+SIMULATED_UP_TO = 24
+#: the simulated work of one such estimate (strategies.estimate_runs)
+DEFAULT_ESTIMATE_BUDGET = 1500
+
+
+@functools.lru_cache(maxsize=64)
+def estimate_search(name: str, n: int, confidence: float = 0.95) -> dict[str, float]:
+    """Runs after the endpoints of the search a campaign runs for strategy `name` ("auto":
+    auto, then runs until the answer reaches `confidence`; "noisy": the noise-aware search
+    from the first run) for a single culprit and an interacting pair, each failing on
+    every start; `auto_*`: what `auto` alone costs (the base the flaky estimates of
+    planner.noise_estimate scale)."""
+    model = NoiseModel(confidence=confidence)
+    strategy = Adaptive(model) if name == "auto" else NoisyFromStart(model)
+    m = min(n, SIMULATED_UP_TO)
+    search = estimate_runs(strategy, m, DEFAULT_ESTIMATE_BUDGET)
+    base = estimate_runs(auto, n)
+    at_m = estimate_runs(auto, m)
+    out = {k: base[k] + max(0.0, search[k] - at_m[k]) for k in base}
+    return out | {f"auto_{k}": v for k, v in base.items()}
