@@ -108,7 +108,7 @@ def forecasts(est: dict[str, float], rt: RunTime) -> list[Forecast]:
         out.append(Forecast(shape, runs, worst_runs,
                             runs * rt.seconds if rt.seconds is not None else None,
                             worst_runs * rt.worst))  # fmt: skip
-    mean, p95 = flaky_runs(2 + est.get("auto_pair_mean", est["pair_mean"]), PLAN_RATE, 2)
+    mean, p95 = flaky_runs(2 + est["auto_pair_mean"], PLAN_RATE, 2)
     out.append(Forecast(f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
                         mean, p95, mean * rt.seconds if rt.seconds is not None else None,
                         p95 * rt.worst))  # fmt: skip

@@ -29,8 +29,6 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
 from orchestrator.errors import OrchestratorError, UsageError
-from orchestrator.execution.hostlock import me
-from orchestrator.execution.localproc import pid_alive
 from orchestrator.results.store import CampaignRow, Store
 
 #: the environment variable that tells a detached command where its output goes
@@ -179,12 +177,12 @@ def _finished(store: Store, camp: CampaignRow) -> CampaignRow:
     """The campaign once its command has finished: it records its exit code after printing
     its answer, or its process is gone (killed: it records nothing) or not on this machine
     (nothing to wait for), or FINISH_WAIT_S."""
+    from orchestrator.cli.runs import controller_alive
+
     deadline = time.monotonic() + FINISH_WAIT_S
     while time.monotonic() < deadline:
         ctl = camp.controller or {}
-        pid = ctl.get("pid")
-        if "exit_code" in ctl or pid == os.getpid() or not (
-                ctl.get("owner") == me() and isinstance(pid, int) and pid_alive(pid)):
+        if "exit_code" in ctl or ctl.get("pid") == os.getpid() or not controller_alive(camp):
             return camp
         time.sleep(0.2)
         camp = store.campaign(camp.id)

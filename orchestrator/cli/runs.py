@@ -50,13 +50,20 @@ def _when(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts))
 
 
+def controller_alive(camp: CampaignRow) -> bool | None:
+    """Whether the process that runs the campaign still runs: None when it cannot be told
+    (another machine's, or none recorded)."""
+    ctl = camp.controller or {}
+    if ctl.get("owner") != me() or not isinstance(ctl.get("pid"), int):
+        return None
+    return pid_alive(ctl["pid"])
+
+
 def status_of(camp: CampaignRow) -> str:
     """The campaign's status as it stands: a `running` one whose controller's process is
     gone from this machine is `dead` (killed, lost power); one run from another machine
     cannot be told and stays `running`."""
-    ctl = camp.controller or {}
-    if camp.status == "running" and ctl.get("owner") == me() and isinstance(ctl.get("pid"), int) \
-            and not pid_alive(ctl["pid"]):  # fmt: skip
+    if camp.status == "running" and controller_alive(camp) is False:
         return "dead"
     return camp.status
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_random
+
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.secrets import Redactor
 from orchestrator.diagnosis.verdicts import Signature, Verdict
@@ -230,17 +232,19 @@ class Store:
         """Connect, and make or bring up to date the schema. Two processes opening a new
         database at once can be told "database is locked" at once (SQLite waits for no
         lock while a database turns to WAL): the opening is tried again, for up to 30 s."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self._open_and_set_up()
-                return
-            except sqlite3.OperationalError as exc:
-                busy = "locked" in str(exc) or "busy" in str(exc)
-                if not busy or time.monotonic() >= deadline:
-                    raise
-                self.db.close()
-                time.sleep(0.05 + secrets.randbelow(100) / 1000)
+
+        def busy(exc: BaseException) -> bool:
+            return isinstance(exc, sqlite3.OperationalError) and (
+                "locked" in str(exc) or "busy" in str(exc))
+
+        def close(_state: RetryCallState) -> None:
+            db = getattr(self, "db", None)
+            if db is not None:
+                db.close()
+
+        Retrying(retry=retry_if_exception(busy), stop=stop_after_delay(30),
+                 wait=wait_random(0.05, 0.15), before_sleep=close,
+                 reraise=True)(self._open_and_set_up)  # fmt: skip
 
     def _open_and_set_up(self) -> None:
         with _CREATING:
