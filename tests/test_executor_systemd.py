@@ -149,15 +149,53 @@ def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
     lab.sh(f"systemctl start {B300}")
     before = lab.show(B300, "ActiveState", "InvocationID", "ExecStart")
     assert before["ActiveState"] == "active"
-    with Executor(lab.host, service=B300, campaign="c-running") as ex:
+    ex = Executor(lab.host, service=B300, campaign="c-running").open()
+    try:
         r = ex.run(exp("b300/good.yaml"), run_id="good")
+    finally:
+        said = ex.close()
     assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-2000:])
     after = lab.show(B300, "ActiveState", "InvocationID", "ExecStart", "MainPID")
-    assert after["ActiveState"] == "active"
+    assert after["ActiveState"] == "active", (said, ex.left, lab.sh(
+        f"journalctl -u {B300} -n 40 --no-pager", check=False))  # fmt: skip
+    assert f"started {B300} again with its own configuration (it was running)" in said
+    assert ex.left == []
     assert after["InvocationID"] != before["InvocationID"]  # started again by restore
     assert argv_of(after["ExecStart"]) == argv_of(before["ExecStart"]) == "/bin/sleep infinity"
     assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
+
+
+ONCE = "lab-once.service"  # its own start fails while a marker file is there
+ONCE_UNIT = ("[Service]\nType=simple\nExecStart=/bin/sh -c 'if [ -e /run/fail-always ]; then "
+             "exit 3; fi; if [ -e /run/fail-next ]; then rm -f /run/fail-next; exit 3; fi; "
+             "exec sleep infinity'\n")
+
+
+@pytest.mark.parametrize("marker", ["fail-next", "fail-always"])
+def test_a_unit_found_running_is_said_running_again_only_when_it_is(lab: Lab,
+                                                                  marker: str) -> None:  # fmt: skip
+    lab.box.write_file(f"{UNIT_DIR}/{ONCE}", ONCE_UNIT)
+    lab.sh(f"systemctl daemon-reload; systemctl start {ONCE}")
+    try:
+        assert lab.show(ONCE, "ActiveState")["ActiveState"] == "active"
+        lab.sh(f"touch /run/{marker}")  # its next start (the restore's) fails
+        ex = Executor(lab.host, service=ONCE, campaign="c-once").open()
+        said = ex.close()
+        state = lab.show(ONCE, "ActiveState", "Result")
+        if marker == "fail-next":  # tried again: running, and said so
+            assert state["ActiveState"] == "active", (said, state)
+            assert said[-1] == f"started {ONCE} again with its own configuration (it was running)"
+            assert ex.left == []
+        else:  # never said started: what the host shows instead
+            assert state["ActiveState"] == "failed", (said, state)
+            assert said[-1].startswith(f"could not start {ONCE} again with its own "
+                                       "configuration (it was running): it is failed (failed, "
+                                       "result exit-code)"), said  # fmt: skip
+            assert ex.left == [f"{ONCE} is failed (it was active when the campaign found it)"]
+    finally:
+        lab.sh(f"rm -f /run/fail-next /run/fail-always {UNIT_DIR}/{ONCE}; systemctl stop {ONCE}; "
+               "systemctl daemon-reload; systemctl reset-failed", check=False)  # fmt: skip
 
 
 def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:

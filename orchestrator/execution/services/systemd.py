@@ -481,11 +481,33 @@ class SystemdManager(ServiceManager):
         self._ctl("daemon-reload", timeout=120)
         self._ctl(f"reset-failed {unit}", check=False)
         if self.found_active:
-            self._ctl(f"start {unit}", timeout=300, check=False)
-            done.append(f"started {self.name} again with its own configuration (it was running)")
+            why = self._start_again()
+            done.append(f"started {self.name} again with its own configuration (it was running)"
+                        if why is None else f"could not start {self.name} again with its own "
+                        f"configuration (it was running): {why}")  # fmt: skip
         else:
             done.append(f"left {self.name} stopped (as it was found)")
         return done
+
+    def _start_again(self, *, attempts: int = 2) -> str | None:
+        """Start the unit as it was found and see it running a second later; None when it
+        is, else why not (what systemctl and the unit's state say). A start that fails is
+        tried once more after a reset-failed: what is said must be what the host shows."""
+        unit = shlex.quote(self.name)
+        why = ""
+        for attempt in range(attempts):
+            if attempt:  # the failed state is kept when nothing is tried after it
+                self._ctl(f"reset-failed {unit}", check=False)
+            # a second later: a unit that dies at once has been "started" too
+            r = self.t.run(f"systemctl start {unit} && sleep 1", sudo=True, timeout=300)
+            props = self._show("ActiveState,SubState,Result")
+            state = props.get("ActiveState", "")
+            if r.ok and state in ("active", "activating", "reloading"):
+                return None
+            said = (r.stderr or r.stdout).strip().splitlines()[-1:] if not r.ok else []
+            why = f"it is {state or 'unknown'} ({props.get('SubState') or '?'}, result " \
+                f"{props.get('Result') or '?'})" + (f"; systemctl: {said[0][:300]}" if said else "")
+        return why
 
     def left_over(self) -> list[str] | None:
         """Our files in the unit's drop-in directory, and the unit's state against the one
