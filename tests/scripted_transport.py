@@ -190,6 +190,8 @@ class ScriptedTransport(Transport):
     #: how long before each reboot its shutdown stops the server (the boot id is still the
     #: old one then, and systemd says `stopping`): a poll can see the server dead first
     shutdown_lead: float = 0.0
+    #: systemd answers `systemctl show` with nothing while it shuts down (its bus is going)
+    show_fails_while_stopping: bool = False
     #: clock windows [from, until) in which the link is down
     link_down: list[tuple[float, float]] = field(default_factory=list)
     #: what `EXEC --help` prints (exit 0); None: it fails (exit 1), so the preflight
@@ -431,6 +433,8 @@ class ScriptedTransport(Transport):
 
     def _show(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         names = [n for arg in re.findall(r"-p (\S+)", m["props"]) for n in arg.split(",")]
+        if self.show_fails_while_stopping and self._stopping():
+            return 1, ""  # "Failed to connect to bus" goes to stderr
         props = self._unit_props()
         missing = [n for n in names if n not in props]
         if missing:

@@ -471,3 +471,19 @@ def test_systemd_timeout_names_the_port_the_unit_listens_on() -> None:
     assert r.polls()[-1] == 20.0
     assert f"the server listens on {PORT + 1} but the health check polls port {PORT}" in (
         result.detail)
+
+
+def test_systemd_answering_half_while_its_host_shuts_down_is_the_shutdown() -> None:
+    # Going down, systemd answers `systemctl show` with nothing (its bus is closing) while
+    # the boot id is still the old one: the run is `infra` for the shutdown, not for a
+    # reply the executor could not read.
+    r = systemd_rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
+                    Server(crash_in="cuda_graph", error=TARGET_ERROR), reboots=[1000.0 + 6.0],
+                    shutdown_lead=3.0, show_fails_while_stopping=True)  # fmt: skip
+    first = r.run(experiment(), "shutdown")
+    r.clock.now = max(r.clock.now, 1000.0 + 6.0)
+    retry = r.run(experiment(), "retry")
+    assert first.verdict is Verdict.INFRA, (first.detail, first.log_tail[-1500:])
+    assert first.signature is None
+    assert "was shutting down" in first.detail, first.detail
+    assert retry.verdict is Verdict.FAIL and retry.signature is not None

@@ -468,7 +468,13 @@ class Executor:
             elif seen_boot and seen_boot != w.boot:
                 raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
                                  "changed); the run says nothing about the config")  # fmt: skip
-            poll = self.manager.parse_poll(text, started)
+            try:
+                poll = self.manager.parse_poll(text, started)
+            except InfraError:
+                # A host going down answers half (systemd's bus closes before the boot id
+                # changes): say the shutdown, when that is what it was, not the half answer.
+                self._host_stayed_up(w)
+                raise
             w.poll = poll
             elapsed = self.clock() - t0
             seen = last_phase(poll.log_tail.splitlines())
