@@ -326,7 +326,11 @@ def run_on_systemd(sd: SdBox, batch: Batch, run_id: str) -> tuple[list[str], dic
     """Install through the real manager (read-back must agree), run, read the dumps."""
     problem = sd.manager.install(batch.exp, env_keys=frozenset(), run_id=run_id)
     assert problem is None, problem
-    sd.sh(f"rm -f {DUMP}.argv {DUMP}.environ; systemctl start {UNIT}")
+    r = sd.box.ssh_run(f"rm -f {DUMP}.argv {DUMP}.environ; systemctl start {UNIT}", check=False,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, (r.stderr, sd.sh(f"systemctl show {UNIT} -p Result -p ExecMainStatus;"
+                                               f" journalctl -u {UNIT} -n 15 --no-pager -o short-precise",
+                                               check=False))  # fmt: skip
     return nul_split(sd.read_bytes(f"{DUMP}.argv")), environ_of(sd.read_bytes(f"{DUMP}.environ"))
 
 
