@@ -138,6 +138,9 @@ def auto(n: int) -> Search:
        independent cause exists without that member: it is removed and the search goes
        on, so every cause is reported, each as its own set. A cause found earlier gets
        its clearing run from a later pass (bad minus one member of every cause found).
+    5. Completeness: bad minus one member of every cause found, for every such choice,
+       must not fail; one that fails holds a cause not found yet (one sharing a member
+       with a found one), searched for within it.
     """
     p = Probe(n)
     removed: set[int] = set()  # members taken out of "bad" to expose further causes
@@ -168,6 +171,24 @@ def auto(n: int) -> Search:
         removed.add(survivor)
     else:
         complete = bool(found)
+    # 5. The list of causes is complete only when bad without one member of every cause
+    #    found passes for every such choice: a cause that shares a member with one found
+    #    (the survivor taken out above) hides from the passes of step 4.
+    for _ in range(n + 1):  # each turn finds one more cause: bounded by n
+        if not (complete and found):
+            break
+        missed = yield from _missed_cause(p, [t for t, _ in found])
+        if missed is None:
+            break
+        if not missed:
+            complete, reason = False, "too many causes to check that the list is complete"
+            break
+        term = yield from _find_term(p, sorted(missed))
+        if term is None:
+            complete, reason = False, "unresolved variants hide a further cause"
+            break
+        term = yield from _minimize(p, term)
+        found.append((term, {}))
     # A cause found before another had no clearing run of its own (bad minus a member
     # still failed through the other cause); a later pass's run clears it instead.
     for term, cleared in found:
@@ -179,6 +200,38 @@ def auto(n: int) -> Search:
     if not culprits:
         return Answer((), complete=False, reason=reason or "no cause found")
     return _answer(culprits, complete=complete, reason=reason)
+
+
+#: the most choices of one member per cause `auto` checks before it calls its list complete
+MAX_HITTING_SETS = 256
+
+
+def hitting_sets(terms: Sequence[frozenset[int]], limit: int = MAX_HITTING_SETS
+                 ) -> list[frozenset[int]] | None:  # fmt: skip
+    """The minimal sets that hold a member of every term (None: more than `limit` choices)."""
+    choices = [frozenset()]
+    for t in terms:
+        choices = list({c if c & t else c | {x} for c in choices for x in sorted(t)})
+        if len(choices) > limit:
+            return None
+    minimal = [c for c in choices if not any(o < c for o in choices)]
+    return sorted(set(minimal), key=lambda c: (len(c), sorted(c)))
+
+
+def _missed_cause(p: Probe, terms: Sequence[frozenset[int]]) -> Search:
+    """A variant that holds no cause found and still fails (None: every such variant bad
+    leaves ran without the target failure; an empty set: too many to check)."""
+    choices = hitting_sets(terms)
+    if choices is None:
+        return frozenset()
+    for h in choices:
+        v = p.all - h
+        if not v or p.known_not_failing(v):
+            continue
+        verdict = yield from p.test(v, purpose="confirm")
+        if verdict is FAIL:
+            return v
+    return None
 
 
 def _clearing_run(p: Probe, term: frozenset[int], x: int) -> Variant | None:
