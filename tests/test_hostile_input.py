@@ -328,9 +328,8 @@ def run_on_systemd(sd: SdBox, batch: Batch, run_id: str) -> tuple[list[str], dic
     assert problem is None, problem
     r = sd.box.ssh_run(f"rm -f {DUMP}.argv {DUMP}.environ; systemctl start {UNIT}", check=False,
                        timeout=120)  # fmt: skip
-    assert r.returncode == 0, (r.stderr, sd.sh(f"systemctl show {UNIT} -p Result -p ExecMainStatus;"
-                                               f" journalctl -u {UNIT} -n 15 --no-pager -o short-precise",
-                                               check=False))  # fmt: skip
+    why = f"systemctl show {UNIT} -p Result -p ExecMainStatus; journalctl -u {UNIT} -n 15 -o cat"
+    assert r.returncode == 0, (r.stderr, sd.sh(why, check=False))
     return nul_split(sd.read_bytes(f"{DUMP}.argv")), environ_of(sd.read_bytes(f"{DUMP}.environ"))
 
 
