@@ -192,6 +192,9 @@ class ScriptedTransport(Transport):
     shutdown_lead: float = 0.0
     #: systemd answers `systemctl show` with nothing while it shuts down (its bus is going)
     show_fails_while_stopping: bool = False
+    #: clock windows [from, until) in which another process holds memory on GPU `gpu`
+    #: (from, until, gpu); None: the host has no nvidia-smi (no GPU check)
+    gpu_held: list[tuple[float, float, int]] | None = None
     #: clock windows [from, until) in which the link is down
     link_down: list[tuple[float, float]] = field(default_factory=list)
     #: what `EXEC --help` prints (exit 0); None: it fails (exit 1), so the preflight
@@ -339,6 +342,15 @@ class ScriptedTransport(Transport):
 
     def _listeners(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, ""  # nothing else holds the port
+
+    def _gpu_holders(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        if self.gpu_held is None:
+            return 3, ""
+        gpus = "".join(f"{i}, GPU-scripted-{i}\n" for i in range(8))
+        apps = "".join(f"GPU-scripted-{gpu}, {7000 + gpu}, python3, 70000\n"
+                       for begins, until, gpu in self.gpu_held
+                       if begins <= self.clock.now < until)  # fmt: skip
+        return 0, f"{gpus}@@APPS\n{apps}"
 
     def _environment(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, "@@NVSMI\n@@KERNEL\n6.1.0-scripted\n@@PYHOW exec python3\n"
@@ -541,6 +553,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
              r"command -v ss >/dev/null && echo '@@SS' && ss -Hltnp 2>/dev/null"),
     ("logs", rf"tail -n (?P<lines>\d+) (?P<log>{_W}); s=\$\?; ls -1t .*; exit \$s"),
     ("listeners", r"ss -Hltnp 'sport = :\d+' 2>/dev/null \|\| true"),
+    ("gpu_holders", r"command -v nvidia-smi >/dev/null 2>&1 \|\| exit 3; nvidia-smi "
+                    r"--query-gpu=index,uuid .*"),
     ("environment", r"(?:cd \S+ 2>/dev/null; )?(?:export \S+; )*echo @@NVSMI; .*"),
     ("lock", rf"umask 077 && mkdir -p {_W} && \(set -C; printf '%s\\n' (?P<body>{_W}) > "
              rf"(?P<path>{_W})\) 2>/dev/null"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -196,6 +197,31 @@ def test_a_unit_found_running_is_said_running_again_only_when_it_is(lab: Lab,
     finally:
         lab.sh(f"rm -f /run/fail-next /run/fail-always {UNIT_DIR}/{ONCE}; systemctl stop {ONCE}; "
                "systemctl daemon-reload; systemctl reset-failed", check=False)  # fmt: skip
+
+
+SHIM = "/opt/orchestrator/orchestrator/lab/bin/nvidia-smi"  # the lab's stand-in
+GPUS = "/etc/orchestrator-lab/gpus.json"
+
+
+def test_gpu_memory_of_another_process_is_waited_for_then_infra(lab: Lab) -> None:
+    # Someone's process holds GPU 5 (nvidia-smi lists it): the run waits, does not start
+    # the server beside it, and is infra naming it; once it is gone, the run judges.
+    lab.sh(f"mkdir -p /etc/orchestrator-lab && ln -sf {SHIM} /usr/local/bin/nvidia-smi")
+    lab.box.write_file(GPUS, json.dumps({"apps": [{"gpu": 5, "pid": 4242, "name": "python3",
+                                                   "used_mib": 81000}]}))  # fmt: skip
+    try:
+        with Executor(lab.host, service=B300, campaign="c-gpus") as ex:
+            ex.gpu_wait = 2.0
+            held = ex.run(exp("b300/good.yaml"), run_id="held")
+            inv_held = lab.show(B300, "InvocationID")["InvocationID"]
+            lab.box.write_file(GPUS, json.dumps({"apps": []}))
+            free = ex.run(exp("b300/good.yaml"), run_id="free")
+        assert held.verdict is Verdict.INFRA and held.signature is None, held.detail
+        assert "GPU 5: 81000 MiB held by pid 4242 (python3), still after 2s" in held.detail
+        assert held.invocation is None and inv_held == ""  # the server never started
+        assert free.verdict is Verdict.PASS, (free.detail, free.log_tail[-2000:])
+    finally:
+        lab.sh(f"rm -f /usr/local/bin/nvidia-smi {GPUS}", check=False)
 
 
 def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:

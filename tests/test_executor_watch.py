@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.events import Event, PhaseReached, Polled, RunFinished
+from orchestrator.events import Event, PhaseReached, Polled, RunFinished, StepDone
 from orchestrator.execution.executor import Executor, RunCancelled, RunResult
 from tests.scripted import OTHER_ERROR, TARGET_ERROR
 from tests.scripted_transport import (
@@ -487,3 +487,36 @@ def test_systemd_answering_half_while_its_host_shuts_down_is_the_shutdown() -> N
     assert first.signature is None
     assert "was shutting down" in first.detail, first.detail
     assert retry.verdict is Verdict.FAIL and retry.signature is not None
+
+
+# ---- GPU memory another process holds ---------------------------------------------------------
+
+
+def test_a_start_waits_for_gpu_memory_another_process_frees() -> None:
+    # A server still exiting, a job that ends: its GPU memory is freed within the wait;
+    # the run starts then, and its deadline is counted from there.
+    r = rig(Server(), gpu_held=[(0.0, 1000.0 + 40.0, 0)])  # ready 13 s after its start
+    result = r.run(experiment(timeout=20.0), "after-wait")
+    assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
+    assert r.t.procs[0].started >= 1000.0 + 40.0  # started once GPU 0 was free
+    waits = [e.detail for e in r.events if isinstance(e, StepDone) and e.step == "waiting"]
+    assert waits[0].startswith("GPU 0: 70000 MiB held by pid 7000 (python3): waiting up to "
+                               "180s"), waits  # fmt: skip
+    assert waits[-1].startswith("the GPUs are free after 4")
+
+
+def test_gpu_memory_held_past_the_wait_is_infra_naming_the_holder() -> None:
+    r = rig(Server(), gpu_held=[(0.0, 1e9, 3)])
+    result = r.run(experiment(), "held")
+    assert result.verdict is Verdict.INFRA and result.signature is None
+    assert "GPU 3: 70000 MiB held by pid 7003 (python3), still after 180s" in result.detail
+    assert "not this run's server" in result.detail
+    assert r.t.procs == []  # never started beside it
+
+
+def test_gpus_the_config_does_not_use_are_not_waited_for() -> None:
+    r = rig(Server(), gpu_held=[(0.0, 1e9, 0)])
+    e = experiment().with_changes(env={"CUDA_VISIBLE_DEVICES": "1,2"})
+    result = r.run(e, "other-gpus")
+    assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
+    assert not [e for e in r.events if isinstance(e, StepDone) and e.step == "waiting"]

@@ -9,12 +9,15 @@ import pytest
 
 from orchestrator.execution.facts import (
     FactParseError,
+    GpuHolder,
     argv_matches,
     check_flags,
+    holders_on,
     journal_text,
     parse_busctl_exec,
     parse_environment,
     parse_exec_start,
+    parse_gpu_holders,
     parse_help_options,
     parse_journal_cat,
     parse_journal_json,
@@ -268,3 +271,30 @@ def test_check_flags_agrees_with_argparse(flag: str) -> None:
         assert fatal == []
     else:
         assert [p.message for p in fatal] == [argparse_error]
+
+
+# --- nvidia-smi: who holds GPU memory ------------------------------------------------------
+
+
+def test_gpu_holders_by_index_with_odd_names_and_unknown_memory() -> None:
+    got = parse_gpu_holders(read("gpu_holders.txt"))
+    assert got == [
+        GpuHolder(1, "GPU-7f8e9d0c-1111-2222-3333-444455556666", 31337, "/usr/bin/python3", 80512),
+        GpuHolder(3, "GPU-9a8b7c6d-1111-2222-3333-444455556666", 4021,
+                  "ray::RayWorkerWrapper, with, comma", 1024),
+        GpuHolder(None, "GPU-deadbeef-1111-2222-3333-444455556666", 77, "python", None),
+    ]  # fmt: skip
+    assert got[0].describe() == "GPU 1: 80512 MiB held by pid 31337 (/usr/bin/python3)"
+    assert got[2].describe().startswith("GPU-deadbeef-1111-2222-3333-444455556666: memory held")
+    assert parse_gpu_holders("0, GPU-a\n@@APPS\n") == []
+    assert parse_gpu_holders("") == []
+
+
+def test_gpu_holders_on_the_gpus_a_server_uses() -> None:
+    got = parse_gpu_holders(read("gpu_holders.txt"))
+    assert holders_on(got, None) == got  # unset: every GPU
+    assert [h.pid for h in holders_on(got, "0,1")] == [31337]
+    assert [h.pid for h in holders_on(got, " 2 ")] == []
+    assert [h.pid for h in holders_on(got, "GPU-9a8b7c6d")] == [4021]  # a uuid's prefix
+    assert holders_on(got, "MIG-1234") == got  # not an index or a GPU uuid: all count
+    assert holders_on(got, "") == []  # no GPU at all

@@ -47,7 +47,7 @@ from orchestrator.events import (
     null_listener,
 )
 from orchestrator.execution import environment as envfacts
-from orchestrator.execution import preflight
+from orchestrator.execution import facts, preflight
 from orchestrator.execution.helpcache import HelpCache, build_of
 from orchestrator.execution.hostlock import HostLock, me
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
@@ -59,6 +59,11 @@ LOG_TAIL_LINES = 400
 #: (orchestrator.diagnosis.logtail): a server's shutdown noise can run to hundreds of lines
 LOG_FETCH_LINES = 5000
 BOOT_MARK = "@@BOOT"
+#: how long a run waits, before its start, for GPU memory held by another process (a
+#: server still exiting, someone's job) to be freed; then it is `infra` (three in a row
+#: stop the campaign, saying who holds the GPUs): a start beside it would fail for it
+GPU_FREE_WAIT_S = 180.0
+GPU_FREE_POLL_S = 10.0
 
 
 class RunCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -160,6 +165,8 @@ class Executor:
         self.sleep = sleep
         self.clock = clock
         self.wall_clock = wall_clock
+        #: seconds a run waits for GPU memory held by another process (GPU_FREE_WAIT_S)
+        self.gpu_wait = GPU_FREE_WAIT_S
         self._opened = False
         #: what close() read back as left on the host (see close)
         self.left: list[str] | None = None
@@ -318,9 +325,10 @@ class Executor:
                     evidence = RunEvidence(invalid_reason=reason)
                 else:
                     self.check_port(exp)
+                    waited = self._wait_for_gpus(exp)
                     started = self.manager.start(exp, run_id=run_id)
                     self._step("started", started.invocation or f"pid {started.pid}")
-                    self._watch(exp, started, t0, watch)
+                    self._watch(exp, started, t0 + waited, watch)  # the deadline's own time
                     if watch.timed_out and not watch.died:
                         ports = self._ports(started)
                     probe = None
@@ -532,6 +540,41 @@ class Executor:
             # answers /health a few times and then dies (it must not be judged `pass`).
             self.sleep(exp.health.settle)
             once()  # marks the run dead if the server did not survive the settle
+
+    def _wait_for_gpus(self, exp: Experiment) -> float:
+        """Seconds waited until no process holds memory on the GPUs the server will use
+        (CUDA_VISIBLE_DEVICES of the config or the host, else all); 0 on a host without
+        nvidia-smi. Still held after `gpu_wait` seconds: InfraError naming the holders,
+        because a server started beside them fails for them, not for its config."""
+        visible = exp.env_map().get("CUDA_VISIBLE_DEVICES", dict(self.host.env).get(
+            "CUDA_VISIBLE_DEVICES"))  # fmt: skip
+        t = self.clock()
+        told = False
+        for k in range(10_000):  # bounded by the wait below as well
+            if self.cancel_event.is_set():
+                raise RunCancelled(f"run cancelled on {self.host.name}")
+            r = self.t.run(facts.GPU_HOLDERS_COMMAND, timeout=60)
+            held = facts.holders_on(facts.parse_gpu_holders(r.stdout), visible) if r.ok else []
+            waited = self.clock() - t
+            if not held:
+                if told:
+                    self._step("waiting", f"the GPUs are free after {waited:.0f}s")
+                return waited
+            who = "; ".join(h.describe() for h in held[:4]) + (
+                f"; and {len(held) - 4} more" if len(held) > 4 else "")  # fmt: skip
+            if waited >= self.gpu_wait:
+                raise InfraError(f"{self.host.describe()}: {who}, still after {waited:.0f}s: "
+                                 "not this run's server, so a start would fail for it, not "
+                                 "for the config (stop it, or set CUDA_VISIBLE_DEVICES in the "
+                                 "config to GPUs it does not use)")  # fmt: skip
+            if not told:
+                self._step("waiting", f"{who}: waiting up to {self.gpu_wait:.0f}s for it to "
+                           "be freed before the start")  # fmt: skip
+                told = True
+            # soon at first (a server just stopped frees its memory in seconds), then
+            # every GPU_FREE_POLL_S
+            self.sleep(min(2.0 * 2 ** min(k, 8), GPU_FREE_POLL_S, max(self.gpu_wait - waited, 0.0)))
+        return self.clock() - t
 
     def _host_stayed_up(self, w: _Watch) -> None:
         """A server seen dead while its host went down (a reboot or shutdown under the

@@ -6,8 +6,9 @@ output under `tests/data/facts/`.
 
 Covered: `systemctl show` (key=value lines, `ExecStart=` records, `Environment=`, the unit
 state), `busctl --json=short get-property ... ExecStart` (the exact argv), `journalctl -o
-json` / `-o cat`, `ss -ltnpH` (who listens on a port), and argparse `--help` text (which
-long options a server accepts) with `check_flags`, argparse's own accept/reject decision.
+json` / `-o cat`, `ss -ltnpH` (who listens on a port), `nvidia-smi --query-compute-apps`
+(who holds GPU memory), and argparse `--help` text (which long options a server accepts)
+with `check_flags`, argparse's own accept/reject decision.
 """
 
 from __future__ import annotations
@@ -545,3 +546,69 @@ def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
                 FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
             )
     return problems
+
+
+# ---------------------------------------------------------------------------------------
+# nvidia-smi: who holds GPU memory
+# ---------------------------------------------------------------------------------------
+
+GPU_APPS_MARK = "@@APPS"
+#: exit 3 when the host has no nvidia-smi (no GPU check); the GPUs (index, uuid), then the
+#: processes that hold memory on them (uuid, pid, name, MiB)
+GPU_HOLDERS_COMMAND = (
+    "command -v nvidia-smi >/dev/null 2>&1 || exit 3; "
+    "nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null; "
+    f"echo {GPU_APPS_MARK}; nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,"
+    "used_memory --format=csv,noheader,nounits 2>/dev/null"
+)
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """A process that holds memory on a GPU, as nvidia-smi lists it."""
+
+    gpu: int | None  # the GPU's index (None: its uuid is not among the GPUs listed)
+    uuid: str
+    pid: int
+    name: str
+    used_mib: int | None
+
+    def describe(self) -> str:
+        where = f"GPU {self.gpu}" if self.gpu is not None else self.uuid
+        used = f"{self.used_mib} MiB" if self.used_mib is not None else "memory"
+        return f"{where}: {used} held by pid {self.pid} ({self.name})"
+
+
+def parse_gpu_holders(text: str) -> list[GpuHolder]:
+    """The output of GPU_HOLDERS_COMMAND -> the processes holding GPU memory. Lines of
+    another shape ("No running processes found", an error) hold no process."""
+    gpus_text, _, apps_text = text.partition(GPU_APPS_MARK)
+    index: dict[str, int] = {}
+    for line in gpus_text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            index[parts[1]] = int(parts[0])
+    holders = []
+    for line in apps_text.splitlines():
+        parts = line.split(",")
+        if len(parts) < 4 or not parts[1].strip().isdigit():
+            continue
+        uuid, pid, used = parts[0].strip(), int(parts[1]), parts[-1].strip()
+        name = ",".join(parts[2:-1]).strip()  # a name may hold commas
+        holders.append(GpuHolder(index.get(uuid), uuid, pid, name,
+                                 int(used) if used.isdigit() else None))  # fmt: skip
+    return holders
+
+
+def holders_on(holders: Sequence[GpuHolder], visible: str | None) -> list[GpuHolder]:
+    """The holders on the GPUs a server with CUDA_VISIBLE_DEVICES=`visible` uses (every
+    GPU when unset, or when an entry is neither an index nor a GPU uuid)."""
+    if visible is None:
+        return list(holders)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if not entries:
+        return []  # CUDA_VISIBLE_DEVICES= (empty): no GPU at all
+    if not all(e.isdigit() or e.startswith("GPU-") for e in entries):
+        return list(holders)  # MIG devices and the like: every GPU counts
+    return [h for h in holders
+            if any(str(h.gpu) == e if e.isdigit() else h.uuid.startswith(e) for e in entries)]
