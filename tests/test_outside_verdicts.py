@@ -68,3 +68,32 @@ def test_the_time_limit_is_a_timeout_with_or_without_a_target() -> None:
     assert judge(cut, hang) == (Verdict.TIMEOUT, hang)
     # our own health deadline still shows a hang (the bad endpoint's failure)
     assert judge(RunEvidence(log_tail=START, timed_out=True), None)[0] is Verdict.FAIL
+
+
+def test_the_host_failing_under_the_server_is_infra_not_the_configs_failure() -> None:
+    # A GPU's uncorrectable ECC or NVLink error, a full disk: no config causes them, and a
+    # run that met one must not clear its variant as "another failure" (public reports:
+    # NVIDIA's ECC error "should be recovered by a new run").
+    ecc = ("[2025-01-29 08:52:44 TP5] Scheduler hit an exception: Traceback (most recent "
+           "call last):\n  File \"/x/scheduler.py\", line 1, in event_loop\n    self.run_batch()"
+           "\nRuntimeError: CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors"
+           " might be asynchronously reported at some other API call, so the stacktrace below "
+           "might be incorrect.\n")  # fmt: skip
+    nvlink = "RuntimeError: CUDA error: an uncorrectable NVLink error was detected during the " \
+        "execution\n"  # fmt: skip
+    disk = ("Traceback (most recent call last):\n  File \"/x/jit.py\", line 3, in build\n    "
+            "f.write(so)\nOSError: [Errno 28] No space left on device: '/root/.cache/x.so'\n")
+    target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
+    for tail, what in ((ecc, "uncorrectable ECC error"), (nvlink, "uncorrectable NVLink"),
+                       (disk, "No space left on device")):  # fmt: skip
+        for ev in (RunEvidence(log_tail=START + tail, exit_code=1),
+                   RunEvidence(log_tail=START + tail, became_ready=True, died_after_ready=True,
+                               exit_code=1)):  # fmt: skip
+            assert judge(ev, target) == (Verdict.INFRA, None), tail
+            assert judge(ev, None) == (Verdict.INFRA, None), tail
+            cause = outside_cause(ev) or ""
+            assert cause.startswith("the host failed under the server (") and what in cause
+    # a warning about a full disk before a failure of the server's own stays that failure
+    warned = START + "WARNING: could not write the cache: No space left on device\n" + CRASH
+    verdict, sig = judge(RunEvidence(log_tail=warned, exit_code=1), None)
+    assert verdict is Verdict.FAIL and sig is not None and "illegal memory" in sig.message

@@ -1384,15 +1384,33 @@ def port_clash(log: str) -> str | None:
     return f"port clash: another process holds an address the server binds ({line})"
 
 
+#: failures of the host under the server, whatever its config: the GPU's memory or link
+#: reports a hardware error (NVIDIA: "should be recovered by a new run"; repeated, the
+#: hardware is broken), or the disk is full
+_HOST_FAULT_RE = re.compile(
+    r"uncorrectable ECC error|ECC_UNCORRECTABLE|uncorrectable NVLink error"
+    r"|NVLINK_UNCORRECTABLE|No space left on device", re.IGNORECASE)
+
+
+def host_fault(sig: Signature | None) -> str | None:
+    """'the host failed under the server (...)' when the run's own failure is one no
+    config causes (a GPU's uncorrectable ECC or NVLink error, a full disk), else None."""
+    if sig is None or not _HOST_FAULT_RE.search(sig.message):
+        return None
+    return (f"the host failed under the server ({sig.error_class}: {sig.message}); not a "
+            "verdict about the config")
+
+
 def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) -> str | None:
     """Why a failed run says nothing about its config, or None. `analysis`: the log's
     analysis when the caller has it already (judge does), else it is made when needed.
 
-    Two things end a run from outside the campaign: a port the server binds taken by
-    another process (it binds late, after the port check), and a kill nobody in the
-    campaign sent (a person, another tool, a host watchdog): the server died by SIGKILL,
-    SIGTERM, SIGINT or SIGHUP and its log shows no failure of its own. Such runs are
-    `infra`: retried, never cached, never a finding. The kernel's OOM killer, which
+    Three things end a run from outside the campaign: a port the server binds taken by
+    another process (it binds late, after the port check), the host failing under it (a
+    GPU's uncorrectable ECC or NVLink error, a full disk: `host_fault`), and a kill nobody
+    in the campaign sent (a person, another tool, a host watchdog): the server died by
+    SIGKILL, SIGTERM, SIGINT or SIGHUP and its log shows no failure of its own. Such runs
+    are `infra`: retried, never cached, never a finding. The kernel's OOM killer, which
     systemd reports as `oom-kill`, stays a failure of the config.
     """
     if evidence.infra_error or evidence.invalid_reason:
@@ -1406,6 +1424,10 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
     clash = port_clash(tail)
     if clash is not None:
         return f"{clash}; not a verdict about the config"
+    analysis = analysis or analyze_log(tail)
+    fault = host_fault(analysis.signature)
+    if fault is not None:
+        return fault
     if (evidence.unit_result or "").lower() == "oom-kill":
         return None
     sig = _died_by_signal(evidence)
@@ -1414,7 +1436,7 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
     notice = _STOP_NOTICE_RE.search(tail)
     stopped = evidence.stopped_by or (f"its log: {notice[0]!r}" if notice else None)
     if sig in OUTSIDE_SIGNALS or stopped:
-        own = (analysis or analyze_log(tail)).signature
+        own = analysis.signature
         # A shell's "Killed" line is the kill itself, not a failure of the server; a parent's
         # "a child process died" note is the kill seen from the parent. A failure of its own
         # (a crash, then an exit 0 on its own) stays the config's.
@@ -1542,6 +1564,7 @@ __all__ = [
     "last_milestone",
     "last_phase",
     "normalize_message",
+    "host_fault",
     "outside_cause",
     "phase_of_line",
     "port_clash",
