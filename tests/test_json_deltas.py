@@ -393,3 +393,21 @@ def test_an_answer_words_each_kind_of_culprit_for_what_it_is() -> None:
         kinds[d.short()] = cul.kind
     assert kinds == {"--hf-overrides.head_dim 16": "JSON key", "--cuda-graph-bs with 4":
                      "set member", "A=2": "environment variable", "--seed 7": "single flag"}
+
+
+def test_a_culprits_kind_is_its_deltas_not_read_back_from_its_words() -> None:
+    """The answer records each delta's kind: a flag whose value reads like a set member or
+    a dotted name is still a flag; an answer stored before the kinds were recorded is read
+    from its words as before."""
+    from orchestrator.campaign.records import Culprit
+
+    good = _exp({"served-model-name": "base", "load-format": "auto"})
+    bad = _exp({"served-model-name": "team member 4", "load-format": "a.b"})
+    for d in diff(good, bad):
+        cul = Culprit(deltas=[d.describe()], flags=[d.short()], indices=[0], interacting=False,
+                      reproduced_by=None, cleared_by={}, whats=[d.what])  # fmt: skip
+        assert cul.kind == "single flag", d.describe()
+        assert Culprit.from_dict(cul.to_dict()).kind == "single flag"
+    old = {"deltas": ["+ --cuda-graph-bs member 4"], "flags": ["--cuda-graph-bs with 4"],
+           "indices": [0], "interacting": False}  # an answer stored without `whats`
+    assert Culprit.from_dict(old).kind == "set member"

@@ -824,7 +824,7 @@ class Bisection:
                 deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
                 flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
                 reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
-                confirmed=confirmed,
+                confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
             ))  # fmt: skip
         # A noise-aware answer stands on its posterior (its confidence reached what was
         # asked): its evidence lines cite the runs there are, and misses are expected.

@@ -108,6 +108,9 @@ class Culprit:
     #: how often the evidence variants failed ("fail 2 of 3"), when counted
     reproduced_counts: str | None = None
     cleared_counts: dict[str, str | None] | None = None
+    #: each delta's `Delta.what` (flag, env, exec, json, member); None in answers stored
+    #: before it was recorded
+    whats: list[str] | None = None
 
     @property
     def kind(self) -> str:
@@ -115,17 +118,20 @@ class Culprit:
         option or one member of a set-valued one is no "single flag"."""
         if self.interacting:
             return "interacting set"
+        what = self.whats[0] if self.whats else self._what_from_text()
+        return {"env": "environment variable", "exec": "command", "member": "set member",
+                "json": "JSON key"}.get(what, "single flag")  # fmt: skip
+
+    def _what_from_text(self) -> str:
+        """`Delta.what` read back from the described delta, for an answer stored before
+        the kinds were recorded."""
         # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b"
-        what = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
-        if what == "env":
-            return "environment variable"
-        if what == "exec":
-            return "command"
+        word = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
+        if word in ("env", "exec"):
+            return word
         if self.deltas and " member " in self.deltas[0]:
-            return "set member"  # `+ --cuda-graph-bs member 4`
-        if "." in what:
-            return "JSON key"  # `+ --hf-overrides.head_dim 16`: one key of an option's value
-        return "single flag"
+            return "member"  # `+ --cuda-graph-bs member 4`
+        return "json" if "." in word else "flag"  # `+ --hf-overrides.head_dim 16`
 
     def to_dict(self) -> dict[str, Any]:
         out = {"deltas": self.deltas, "flags": self.flags, "indices": self.indices,
@@ -135,6 +141,8 @@ class Culprit:
         if self.cleared_counts is not None:  # counted (every answer since they exist)
             out |= {"reproduced_counts": self.reproduced_counts,
                     "cleared_counts": self.cleared_counts}  # fmt: skip
+        if self.whats is not None:
+            out["whats"] = self.whats
         return out
 
     @classmethod
@@ -146,7 +154,8 @@ class Culprit:
                    reproduced_by=d.get("reproduced_by"), cleared_by=dict(d.get("cleared_by") or {}),
                    clearing=dict(d.get("clearing") or {}), confirmed=bool(d.get("confirmed")),
                    reproduced_counts=d.get("reproduced_counts"),
-                   cleared_counts=d.get("cleared_counts"))  # fmt: skip
+                   cleared_counts=d.get("cleared_counts"),
+                   whats=list(d["whats"]) if d.get("whats") else None)  # fmt: skip
 
     def claim(self, flag: str) -> str:
         """What the run that clears `flag` shows, in words."""

@@ -43,6 +43,12 @@ class Delta:
         return f"{self.key}.{jsonvalue.path_text(self.path)}" if self.kind == "json" else self.key
 
     @property
+    def what(self) -> str:
+        """What kind of thing changed, as an answer words it: `flag`, `env`, `exec`, `json`
+        (one key of a JSON-valued option) or `member` (one member of a set)."""
+        return "member" if self.member or self.kind == "member" else self.kind
+
+    @property
     def change(self) -> str:
         if self.old is None:
             return "added"
