@@ -12,6 +12,10 @@ column layout as SGLang's bench_serving, so a probe's metric regex such as
 tool that do not apply here (`--dataset-name`, `--model`, ...) are accepted and ignored,
 so a probe command written for a real host runs against the lab as it is.
 
+Against the lab server the duration is its engine's busy span, which the server reports
+with each answer (ENGINE_WINDOW_HEADER): a test's throughput then does not depend on how
+busy the machine running it is. Against any other server it is the wall clock.
+
 Exit codes: 0 all requests succeeded; 1 the server refused, died or failed requests
 mid-run (an error line on stderr says how many and why); 2 bad command line.
 Standard library only: it runs on the same bare hosts as the simulated server.
@@ -31,6 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 _MAX_THREADS = 256
+#: the lab server's answer header: when its engine generated the request ("START END",
+#: seconds on the server's clock). With it on every answer, the benchmark's duration is
+#: the engine's busy span (first start to last end), so a loaded machine's scheduling
+#: delays between client and server do not read as lost throughput; a server without it
+#: (a real one) is timed on the wall clock, as bench_serving does.
+ENGINE_WINDOW_HEADER = "X-Lab-Engine-Window"
 
 
 @dataclass
@@ -41,6 +51,7 @@ class Result:
     latency: float = 0.0
     ttft: float = 0.0
     error: str = ""
+    window: tuple[float, float] | None = None  # ENGINE_WINDOW_HEADER, when the server sent it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,6 +107,7 @@ class Client:
             self.local.conn = None
             return Result(False, prompt_len, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         latency = time.perf_counter() - start
+        window = _window(resp.getheader(ENGINE_WINDOW_HEADER))
         if resp.status != 200:
             return Result(False, prompt_len, error=f"HTTP {resp.status} {resp.reason}")
         try:
@@ -109,7 +121,24 @@ class Client:
             meta = payload.get("meta_info") or {}
             out = int(meta.get("completion_tokens", output_len))
             ttft = float(meta.get("ttft", latency / max(out, 1)))
-        return Result(True, prompt_len, out, latency, min(ttft, latency))
+        return Result(True, prompt_len, out, latency, min(ttft, latency), window=window)
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    try:
+        start, end = (float(x) for x in (text or "").split())
+    except ValueError:
+        return None
+    return (start, end) if end >= start else None
+
+
+def engine_span(results: Sequence[Result]) -> float | None:
+    """The engine's busy span over `results` (ENGINE_WINDOW_HEADER), None unless every one
+    of them has a window."""
+    windows = [r.window for r in results]
+    if not windows or any(w is None for w in windows):
+        return None
+    return max(w[1] for w in windows if w) - min(w[0] for w in windows if w)
 
 
 def _prompt(i: int, length: int) -> str:
@@ -208,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
                    for i in range(n)]
         results = [f.result() for f in futures]
     duration = time.perf_counter() - start
+    span = engine_span(results)
+    duration = span if span is not None and span > 0 else duration
     failed = [r for r in results if not r.ok]
     if failed:
         reasons = sorted({r.error for r in failed})

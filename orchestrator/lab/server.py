@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from orchestrator.lab import cmdline, sglang_text
+from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
 from orchestrator.lab.scenario import (
     LAB_ONLY_FLAGS,
     STARTUP_PHASES,
@@ -101,9 +102,9 @@ class Engine:
         self.stalled = threading.Event()
         self.wake = threading.Event()  # tells the main thread to look at the flags
 
-    def reserve(self, tokens: int) -> tuple[float, float]:
+    def reserve(self, tokens: int, *, now: float | None = None) -> tuple[float, float]:
         """Book `tokens` of decode time; returns (seconds queued, seconds generating)."""
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         with self.lock:
             start = max(now, self.next_free)
             self.next_free = start + tokens / self.rate
@@ -173,12 +174,15 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _send(self, code: int, body: object | None) -> None:
+    def _send(self, code: int, body: object | None,
+              headers: Mapping[str, str] | None = None) -> None:  # fmt: skip
         data = b"" if body is None else json.dumps(body).encode()
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
             self.wfile.flush()
@@ -233,7 +237,8 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, path: str, req: Mapping[str, Any], prompt_tokens: int,
                   max_tokens: int) -> None:
         eng = self.engine
-        queued, generating = eng.reserve(max_tokens)
+        booked = time.monotonic()
+        queued, generating = eng.reserve(max_tokens, now=booked)
         # Waiting on `crashed` lets a crash cut in-flight requests off, as a dead server does.
         if eng.crashed.wait(queued + generating):
             self.close_connection = True
@@ -246,7 +251,10 @@ class Handler(BaseHTTPRequestHandler):
         per_token = generating / max(max_tokens, 1)
         meta = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                 "e2e_latency": queued + generating, "ttft": queued + per_token}
-        self._send(200, _response(path, req, text, meta))
+        # when the engine generated it, on the engine's clock: the lab bench's duration is
+        # the engine's own busy span, not the client's wall clock (ENGINE_WINDOW_HEADER)
+        window = f"{booked + queued:.6f} {booked + queued + generating:.6f}"
+        self._send(200, _response(path, req, text, meta), {ENGINE_WINDOW_HEADER: window})
         eng.done(max_tokens)
 
 
