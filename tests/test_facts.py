@@ -298,3 +298,5 @@ def test_gpu_holders_on_the_gpus_a_server_uses() -> None:
     assert [h.pid for h in holders_on(got, "GPU-9a8b7c6d")] == [4021]  # a uuid's prefix
     assert holders_on(got, "MIG-1234") == got  # not an index or a GPU uuid: all count
     assert holders_on(got, "") == []  # no GPU at all
+    mps = GpuHolder(0, "GPU-0a1b2c3d", 900, "/usr/bin/nvidia-cuda-mps-server", 30)
+    assert holders_on([mps, *got], "0,1") == [got[0]]  # MPS serves the servers: not another's

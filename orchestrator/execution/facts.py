@@ -600,9 +600,16 @@ def parse_gpu_holders(text: str) -> list[GpuHolder]:
     return holders
 
 
+#: processes that hold GPU memory on behalf of the servers they serve (the MPS server
+#: is listed on every GPU while MPS runs): never someone else's
+GPU_SERVICE_PROCESSES = ("nvidia-cuda-mps-server",)
+
+
 def holders_on(holders: Sequence[GpuHolder], visible: str | None) -> list[GpuHolder]:
     """The holders on the GPUs a server with CUDA_VISIBLE_DEVICES=`visible` uses (every
-    GPU when unset, or when an entry is neither an index nor a GPU uuid)."""
+    GPU when unset, or when an entry is neither an index nor a GPU uuid), besides the
+    GPU_SERVICE_PROCESSES."""
+    holders = [h for h in holders if h.name.rsplit("/", 1)[-1] not in GPU_SERVICE_PROCESSES]
     if visible is None:
         return list(holders)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
