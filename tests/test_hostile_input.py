@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.campaign.sweep import load_sweep
@@ -641,6 +641,8 @@ def test_any_experiment_file_loads_or_names_itself_in_our_error(files: Files, bo
 @cases(200)
 @given(parent=file_bytes(EXPERIMENT_KEYS), child=documents(EXPERIMENT_KEYS),
        target=st.one_of(st.just("parent.yaml"), st.just("child.yaml"), scalars))  # fmt: skip
+@example(parent=b"", child={}, target="/dev/zero")  # a device: read forever
+@example(parent=b"", child={}, target="/etc")  # a directory
 def test_extends_chains_load_or_name_the_bad_file(
     files: Files, parent: bytes, child: Any, target: Any
 ) -> None:

@@ -559,6 +559,10 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
             key="extends",
             hint="the path is relative to the file that extends it",
         )
+    if not parent_path.is_file():  # a directory, a device, a pipe: named from here
+        what = "a directory" if parent_path.is_dir() else "not a regular file"
+        raise ConfigError(f"'extends' target {parent_ref!r} is {what} ({parent_path}), "
+                          "expected an experiment file", file=str(path), key="extends")
     parent = _load_chain(parent_path, (*stack, resolved))
     parent.pop("name", None)  # a child without a name is named after its own file
     parent.pop("description", None)

@@ -22,6 +22,10 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BYTES = 16 * 1024 * 1024
 
 
+def _a(what: str) -> str:
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
     """A small text file a person wrote (a config, a unit, a script), or our error naming
     it: never a device or a pipe (read forever), nothing past `limit`, UTF-8 only."""
@@ -29,15 +33,15 @@ def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
             # a device or a pipe (`/dev/zero`, `/dev/stdin`) would be read forever
-            raise ConfigError(f"not a regular file, expected a {what}", file=str(path))
+            raise ConfigError(f"not a regular file, expected {_a(what)}", file=str(path))
         if st.st_size > limit:
-            raise ConfigError(f"{st.st_size} bytes is too large for a {what} (limit {limit})",
+            raise ConfigError(f"{st.st_size} bytes is too large for {_a(what)} (limit {limit})",
                               file=str(path))  # fmt: skip
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", file=str(path)) from None
     except IsADirectoryError:
-        raise ConfigError(f"is a directory, expected a {what}", file=str(path)) from None
+        raise ConfigError(f"is a directory, expected {_a(what)}", file=str(path)) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the name, or not UTF-8
         raise ConfigError(f"cannot read {what}: {exc}", file=str(path)) from exc
 
