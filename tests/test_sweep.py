@@ -194,7 +194,7 @@ def test_a_relative_bar_is_judged_against_a_reference_in_the_sweep(tmp_path: Pat
 @pytest.mark.parametrize("body, expect", [
     ({"configs": ["base.yaml"]}, "names no config to measure as good"),
     ({"base": "base.yaml", "matrix": {"tp-size": [4, 8]}, "reference": "gone.yaml"},
-     "reference config"),
+     "config 'gone.yaml' not found"),
 ])  # fmt: skip
 def test_a_missing_reference_is_a_load_error(tmp_path: Path, body: dict, expect: str) -> None:
     write_sweep(tmp_path)  # base.yaml: the perf config, `pass_if: ">= 0.95 * good"`
@@ -203,6 +203,22 @@ def test_a_missing_reference_is_a_load_error(tmp_path: Path, body: dict, expect:
     with pytest.raises(ConfigError) as err:
         load_sweep(path)
     assert expect in str(err.value) and err.value.key == "reference", str(err.value)
+    assert err.value.file == str(path)
+
+
+@pytest.mark.parametrize("body, key, expect", [
+    ({"base": "gone.yaml", "matrix": {"tp-size": [4, 8]}}, "base", "'gone.yaml' not found"),
+    ({"base": ".", "matrix": {"tp-size": [4, 8]}}, "base", "'.' is a directory"),
+    ({"configs": ["base.yaml", "/dev/null"]}, "configs[1]", "is not a regular file"),
+])  # fmt: skip
+def test_a_config_the_sweep_names_that_is_no_file_names_the_sweep_and_key(
+        tmp_path: Path, body: dict, key: str, expect: str) -> None:  # fmt: skip
+    write_sweep(tmp_path)
+    path = tmp_path / "bad-sweep.yaml"
+    path.write_text(yaml.safe_dump(body))
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    assert expect in str(err.value) and err.value.key == key, str(err.value)
     assert err.value.file == str(path)
 
 

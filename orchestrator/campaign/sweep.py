@@ -120,17 +120,24 @@ class Sweep:
         return self.reference is not None and it.index != self.reference and relative_bar(it.exp)
 
 
+def _config_at(path: Path, ref: str, key: str) -> Experiment:
+    """The experiment a sweep names under `key`, relative to the sweep file; a name that is
+    no file is refused naming the sweep and the key (errors inside that file name it)."""
+    target = path.parent / ref
+    if not target.is_file():
+        what = "is a directory" if target.is_dir() else "is not a regular file" if \
+            target.exists() else "not found"  # fmt: skip
+        raise ConfigError(f"config {ref!r} {what} ({target})", file=str(path), key=key,
+                          hint="name an experiment YAML, relative to the sweep file")
+    return load_experiment(target)
+
+
 def _reference(m: SweepModel, path: Path, base: Experiment | None,
                items: list[SweepItem]) -> Experiment | None:  # fmt: skip
     """The config a relative bar is judged against: `reference:`, else the base."""
     ref: Experiment | None = None
     if m.reference:
-        ref_path = path.parent / m.reference
-        if not ref_path.is_file():
-            raise ConfigError(f"reference config {ref_path} not found", file=str(path),
-                              key="reference", hint="name an experiment YAML, relative to "
-                              "the sweep file")  # fmt: skip
-        ref = load_experiment(ref_path)
+        ref = _config_at(path, m.reference, "reference")
     relative = [it for it in items if relative_bar(it.exp)]
     if relative and ref is None:
         ref = base
@@ -151,7 +158,7 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     m = load_model(path, SweepModel, what="sweep")
     items: list[SweepItem] = []
-    base = load_experiment(path.parent / m.base) if m.base else None
+    base = _config_at(path, m.base, "base") if m.base else None
     if (m.matrix or m.env_matrix) and base is None:
         raise ConfigError("a matrix needs a base config to vary", file=str(path), key="base")
     axes = [(k.lstrip("-"), "flag", vs) for k, vs in m.matrix.items()]
@@ -170,7 +177,7 @@ def load_sweep(path: str | Path) -> Sweep:
             exp = base.with_changes(flags=flags, env=env, name=f"{base.name}[{label}]")
             items.append(SweepItem(len(items), label, exp, values))
     for i, ref in enumerate(m.configs):
-        exp = load_experiment(path.parent / ref)
+        exp = _config_at(path, ref, f"configs[{i}]")
         items.append(SweepItem(len(items), exp.name or f"config {i}", exp))
     if not items:
         raise ConfigError("nothing to sweep: give configs, or a base with a matrix",
