@@ -105,13 +105,17 @@ def test_no_server_fails_the_bench(spawn) -> None:
     assert "initial test run failed" in bench.err
 
 
-def test_the_duration_is_the_engines_busy_span_when_every_answer_reports_it() -> None:
-    from orchestrator.lab.bench import Result, _window, engine_span
+def test_the_duration_is_the_engines_busy_time_when_every_answer_reports_it() -> None:
+    from orchestrator.lab.bench import Result, _window, engine_busy
 
     timed = [Result(True, 8, 50, 0.9, window=(100.0, 100.5)),
-             Result(True, 8, 50, 1.4, window=(100.5, 101.0))]  # fmt: skip
-    assert engine_span(timed) == pytest.approx(1.0)  # client delays do not count
-    assert engine_span([*timed, Result(True, 8, 50, 1.0)]) is None  # a real server's answer
-    assert engine_span([]) is None
+             Result(True, 8, 50, 1.4, window=(100.5, 101.0)),
+             Result(True, 8, 50, 0.6, window=(103.0, 103.5))]  # fmt: skip
+    # client delays do not count: neither the latencies nor the idle gap before 103.0
+    assert engine_busy(timed) == pytest.approx(1.5)
+    assert engine_busy([Result(True, 8, 50, 1.0, window=(1.0, 2.0)),
+                        Result(True, 8, 50, 1.0, window=(1.5, 2.5))]) == pytest.approx(1.5)
+    assert engine_busy([*timed, Result(True, 8, 50, 1.0)]) is None  # a real server's answer
+    assert engine_busy([]) is None
     assert _window("100.25 100.75") == (100.25, 100.75)
     assert _window(None) is None and _window("x y") is None and _window("2 1") is None

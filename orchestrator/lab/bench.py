@@ -12,9 +12,10 @@ column layout as SGLang's bench_serving, so a probe's metric regex such as
 tool that do not apply here (`--dataset-name`, `--model`, ...) are accepted and ignored,
 so a probe command written for a real host runs against the lab as it is.
 
-Against the lab server the duration is its engine's busy span, which the server reports
-with each answer (ENGINE_WINDOW_HEADER): a test's throughput then does not depend on how
-busy the machine running it is. Against any other server it is the wall clock.
+Against the lab server the duration is the time its engine was busy, from the windows
+the server reports with each answer (ENGINE_WINDOW_HEADER): a test's throughput then does
+not depend on how busy the machine running it is. Against any other server it is the wall
+clock.
 
 Exit codes: 0 all requests succeeded; 1 the server refused, died or failed requests
 mid-run (an error line on stderr says how many and why); 2 bad command line.
@@ -37,9 +38,9 @@ from dataclasses import dataclass
 _MAX_THREADS = 256
 #: the lab server's answer header: when its engine generated the request ("START END",
 #: seconds on the server's clock). With it on every answer, the benchmark's duration is
-#: the engine's busy span (first start to last end), so a loaded machine's scheduling
-#: delays between client and server do not read as lost throughput; a server without it
-#: (a real one) is timed on the wall clock, as bench_serving does.
+#: the time the engine was busy, so a loaded machine's scheduling delays between client
+#: and server do not read as lost throughput; a server without it (a real one) is timed
+#: on the wall clock, as bench_serving does.
 ENGINE_WINDOW_HEADER = "X-Lab-Engine-Window"
 
 
@@ -132,13 +133,19 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return (start, end) if end >= start else None
 
 
-def engine_span(results: Sequence[Result]) -> float | None:
-    """The engine's busy span over `results` (ENGINE_WINDOW_HEADER), None unless every one
-    of them has a window."""
-    windows = [r.window for r in results]
-    if not windows or any(w is None for w in windows):
+def engine_busy(results: Sequence[Result]) -> float | None:
+    """How long the engine was busy with `results` (the union of their
+    ENGINE_WINDOW_HEADER windows: a gap while no request had reached it, a client slowed
+    by a busy machine, is not counted), None unless every one of them has a window."""
+    windows = sorted(r.window for r in results if r.window is not None)
+    if not windows or len(windows) != len(results):
         return None
-    return max(w[1] for w in windows if w) - min(w[0] for w in windows if w)
+    busy, (start, end) = 0.0, windows[0]
+    for a, b in windows[1:]:
+        if a > end:
+            busy, start = busy + end - start, a
+        end = max(end, b)
+    return busy + end - start
 
 
 def _prompt(i: int, length: int) -> str:
@@ -237,8 +244,8 @@ def run(args: argparse.Namespace) -> int:
                    for i in range(n)]
         results = [f.result() for f in futures]
     duration = time.perf_counter() - start
-    span = engine_span(results)
-    duration = span if span is not None and span > 0 else duration
+    busy = engine_busy(results)
+    duration = busy if busy is not None and busy > 0 else duration
     failed = [r for r in results if not r.ok]
     if failed:
         reasons = sorted({r.error for r in failed})
