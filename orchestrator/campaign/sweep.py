@@ -48,7 +48,7 @@ from orchestrator.campaign.records import (
 )
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
-from orchestrator.config.yamlio import load_model
+from orchestrator.config.yamlio import load_model, not_a_file
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, ConfigError, UsageError
 from orchestrator.events import CampaignStarted, Listener, null_listener
@@ -124,10 +124,9 @@ def _config_at(path: Path, ref: str, key: str) -> Experiment:
     """The experiment a sweep names under `key`, relative to the sweep file; a name that is
     no file is refused naming the sweep and the key (errors inside that file name it)."""
     target = path.parent / ref
-    if not target.is_file():
-        what = "is a directory" if target.is_dir() else "is not a regular file" if \
-            target.exists() else "not found"  # fmt: skip
-        raise ConfigError(f"config {ref!r} {what} ({target})", file=str(path), key=key,
+    why = not_a_file(target)
+    if why is not None:
+        raise ConfigError(f"config {ref!r} {why} ({target})", file=str(path), key=key,
                           hint="name an experiment YAML, relative to the sweep file")
     return load_experiment(target)
 

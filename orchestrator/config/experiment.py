@@ -21,7 +21,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from orchestrator.config.secrets import resolve_reference
-from orchestrator.config.yamlio import load_model, validation_error
+from orchestrator.config.yamlio import load_model, not_a_file, validation_error
 from orchestrator.errors import ConfigError
 
 Scalar = Union[bool, int, float, str]  # noqa: UP007 (pydantic needs a runtime union here)
@@ -559,9 +559,9 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
             key="extends",
             hint="the path is relative to the file that extends it",
         )
-    if not parent_path.is_file():  # a directory, a device, a pipe: named from here
-        what = "a directory" if parent_path.is_dir() else "not a regular file"
-        raise ConfigError(f"'extends' target {parent_ref!r} is {what} ({parent_path}), "
+    why = not_a_file(parent_path)  # a directory, a device, a pipe: named from here
+    if why is not None:
+        raise ConfigError(f"'extends' target {parent_ref!r} {why} ({parent_path}), "
                           "expected an experiment file", file=str(path), key="extends")
     parent = _load_chain(parent_path, (*stack, resolved))
     parent.pop("name", None)  # a child without a name is named after its own file

@@ -26,6 +26,15 @@ def _a(what: str) -> str:
     return ("an " if what[:1].lower() in "aeiou" else "a ") + what
 
 
+def not_a_file(path: Path) -> str | None:
+    """Why `path`, named by another config, cannot be read as one ("is a directory", "is
+    not a regular file", "not found"), or None when it is a regular file."""
+    if path.is_file():
+        return None
+    return "is a directory" if path.is_dir() else "is not a regular file" if path.exists() \
+        else "not found"  # fmt: skip
+
+
 def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
     """A small text file a person wrote (a config, a unit, a script), or our error naming
     it: never a device or a pipe (read forever), nothing past `limit`, UTF-8 only."""
