@@ -67,6 +67,7 @@ _SLOW = (
     "tests/test_lab_scenario.py::test_flaky_pair_answer",
     "tests/test_transport_ssh.py::test_silent_host_times_out_at_connect_timeout",
     "tests/test_detach_follow.py::test_a_detached_command_that_fails_at_once_says_why",
+    "tests/test_cli_commands.py::test_a_detached_campaign_prints_commands_that_run",
 )
 
 

@@ -379,7 +379,7 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
     assert caught.value.resumable == core.ref
     assert caught.value.hint == ("check the hosts (orchestrator hosts check); then resume "
                                  f"with: orchestrator sweep --resume {core.cid}")
-    assert store.campaign(core.cid).status == "interrupted"
+    assert store.campaign(core.cid).status == "error"
     # one run that is not host trouble breaks the streak
     core.infra_streak = 0
     core.note_infra(Verdict.INFRA, "h", "x", healthy=1)

@@ -185,7 +185,7 @@ class CampaignCore:
         """Ctrl-C/SIGTERM/SIGHUP becomes `Interrupted` with `partial()` (the outcome so far)
         and what each host's restore read back; any of our errors marks the record (the
         error's `campaign_status`; `refused` when another campaign holds a host's lock;
-        `interrupted` for host trouble, which the same command resumes; else `error`) and
+        else `error`, host trouble included, which the same command resumes) and
         names this campaign on the error, so that the CLI can say how to resume it."""
         try:
             yield
@@ -202,9 +202,10 @@ class CampaignCore:
                     raise
                 self.store.update_campaign(self.cid, status=Status.REFUSED.value)
                 raise
-            default = Status.INTERRUPTED if isinstance(exc, InfraError) else Status.ERROR
+            # host trouble is an error like any other (docs/verdicts.md): `interrupted` is
+            # only what a signal (or a closed output) stopped
             self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                default.value))  # fmt: skip
+                                                                Status.ERROR.value))  # fmt: skip
             if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
                 exc.resumable = self.ref  # the same command starts afresh after a change
             raise

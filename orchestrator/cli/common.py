@@ -137,9 +137,15 @@ def resume_options(args: argparse.Namespace) -> str:
     out = ""
     if getattr(args, "hosts", None):
         out += " --hosts " + shlex.quote(args.hosts)
+    return out + results_option(args)
+
+
+def results_option(args: argparse.Namespace) -> str:
+    """`--results DIR` when the command line chose another results directory (the only
+    option a command that reads the results, `runs`, `show`, needs repeated)."""
     if getattr(args, "results", "results") not in (None, "results"):
-        out += " --results " + shlex.quote(args.results)
-    return out
+        return " --results " + shlex.quote(str(args.results))
+    return ""
 
 
 def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:

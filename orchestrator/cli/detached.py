@@ -28,7 +28,7 @@ from rich.markup import escape
 from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
-from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
 from orchestrator.results.store import CampaignRow, Store
 
 #: the environment variable that tells a detached command where its output goes
@@ -78,21 +78,38 @@ def detach(args: argparse.Namespace) -> int:
                                 highlight=False)  # fmt: skip
             return 1
         return code
-    follow = f"orchestrator runs --follow {cid}" + common.resume_options(args)
+    follow, resume = commands(args, cid)
+    stop = f"kill {child.pid}"
     c = console()
     if getattr(args, "json", False):  # stdout is one JSON document (the campaign's goes
         import json  # to the log)
 
         c.print_json(json.dumps({"campaign": cid, "status": "detached", "pid": child.pid,
-                                 "log": str(log), "follow": follow}))  # fmt: skip
+                                 "log": str(log), "follow": follow, "stop": stop,
+                                 "resume": resume}))  # fmt: skip
         return 0
     c.print(f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
             "terminal closes", highlight=False)  # fmt: skip
     c.print(f"output: {log}", highlight=False)
     c.print(f"follow it with: {follow}", highlight=False)
-    c.print(f"stop it with: kill {child.pid}  (restores the hosts; the same command resumes it)",
-            highlight=False)  # fmt: skip
+    if resume is not None:
+        c.print(f"stop it with: {stop}  (restores the hosts; then resume it with: {resume})",
+                highlight=False)  # fmt: skip
+    else:  # one run is no search to go on with: it is started again, as a new run
+        c.print(f"stop it with: {stop}  (restores the host; the run is recorded as "
+                "interrupted)", highlight=False)  # fmt: skip
     return 0
+
+
+def commands(args: argparse.Namespace, cid: str) -> tuple[str, str | None]:
+    """The commands a detached campaign is followed and resumed with (None: a single run,
+    which nothing resumes), each with only the options its own command takes: `runs` reads
+    the results and needs no hosts file."""
+    follow = f"orchestrator runs --follow {cid}" + common.results_option(args)
+    kind = getattr(args, "command", None)
+    if kind not in ("bisect", "sweep"):
+        return follow, None
+    return follow, common.resume_command(args, CampaignRef(kind, cid))
 
 
 def _await_campaign(results: Path, child: subprocess.Popen[bytes]) -> str | None:
@@ -204,4 +221,4 @@ def check_follow_args(args: argparse.Namespace) -> None:
         raise UsageError("--follow ID takes no --campaign/--campaigns")
 
 
-__all__ = ["LOG_ENV", "add_option", "detach", "exit_code_of", "follow"]
+__all__ = ["LOG_ENV", "add_option", "commands", "detach", "exit_code_of", "follow"]

@@ -373,8 +373,11 @@ class Store:
         return cid
 
     def find_resumable(self, key: str) -> str | None:
+        """The newest campaign of `key` that the same command goes on with: one running
+        (its controller died), interrupted, or stopped on an error (host trouble, fixed)."""
         row = self.db.execute(
-            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted') "
+            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted',"
+            "'error') "
             "ORDER BY created DESC LIMIT 1",
             (key,),
         ).fetchone()

@@ -1,0 +1,123 @@
+"""What the command line prints and leaves behind, checked by running it (issue 35).
+
+Every command a command prints (to follow a detached campaign, to stop and resume it) is
+parsed by the real parser and run; a closed host (nothing to connect to: its known_hosts
+file is missing, so the transport refuses before any network) stands for host trouble, so
+no test host is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import build_parser, detached, main
+from orchestrator.results.store import Store
+from tests.campaign_lab import REPO, cli
+
+B300 = REPO / "experiments" / "lab" / "b300"
+
+
+def closed_hosts(tmp: Path) -> Path:
+    """A hosts file whose hosts are refused at once, before any connection (host trouble,
+    exit 3): `gone` has no known_hosts file, `noid` no identity file."""
+    path = tmp / "hosts.yaml"
+    (tmp / "known_hosts").write_text("")
+    entry = {"address": "127.0.0.1", "port": 9, "user": "nobody", "service_manager": "process",
+             "run_dir": str(tmp / "run"), "connect_timeout": 3}
+    path.write_text(yaml.safe_dump({"hosts": {
+        "gone": entry | {"known_hosts": str(tmp / "no-known-hosts")},
+        "noid": entry | {"known_hosts": str(tmp / "known_hosts"),
+                         "identity_file": str(tmp / "no-id")}}}))  # fmt: skip
+    return path
+
+
+def parsed(command: str) -> argparse.Namespace:
+    """A printed `orchestrator ...` command, read by the real parser (exit 2 if it cannot)."""
+    words = shlex.split(command)
+    assert words[0] == "orchestrator", command
+    return build_parser(words[1:]).parse_args(words[1:])
+
+
+# ---- row 6: the commands --detach prints run as printed
+
+
+@pytest.mark.parametrize("kind", ["bisect", "sweep", "run"])
+def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path) -> None:
+    argv = {"bisect": ["bisect", "--good", "g.yaml", "--bad", "b.yaml", "--host", "h"],
+            "sweep": ["sweep", "s.yaml"], "run": ["run", "g.yaml", "--host", "h"]}[kind]
+    argv += ["--hosts", "my hosts.yaml", "--results", str(tmp_path / "r"), "--detach"]
+    args = build_parser(argv).parse_args(argv)
+    follow, resume = detached.commands(args, "abc123")
+    f = parsed(follow)
+    assert (f.command, f.follow, f.results) == ("runs", "abc123", str(tmp_path / "r"))
+    if kind == "run":  # one run: nothing resumes it
+        assert resume is None
+        return
+    assert resume is not None
+    r = parsed(resume)
+    assert (r.command, r.resume, r.hosts, r.results) == (kind, "abc123", "my hosts.yaml",
+                                                         str(tmp_path / "r"))  # fmt: skip
+
+
+def test_a_detached_campaign_prints_commands_that_run(tmp_path: Path) -> None:
+    """End to end: `bisect --detach` on a host in trouble; the follow command it prints
+    follows that campaign to its end and exits with its code; the resume command resumes
+    that campaign (and meets the same trouble)."""
+    hosts, results = closed_hosts(tmp_path), tmp_path / "results"
+    res = cli("bisect", "--good", B300 / "good.yaml", "--bad", B300 / "bad.yaml", "--host",
+              "gone", "--hosts", hosts, "--results", results, "--detach", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    [follow] = [ln.removeprefix("follow it with: ") for ln in res.stdout.splitlines()
+                if ln.startswith("follow it with: ")]
+    [stop] = [ln for ln in res.stdout.splitlines() if ln.startswith("stop it with: ")]
+    assert "the same command" not in stop
+    resume = stop.split("then resume it with: ", 1)[1].rstrip(")")
+    cid = parsed(follow).follow
+    followed = cli(*shlex.split(follow)[1:], timeout=120)
+    assert followed.returncode == 3, followed.stdout + followed.stderr
+    assert f"campaign {cid} ended: error (exit 3)" in followed.stdout
+    resumed = cli(*shlex.split(resume)[1:], timeout=120)
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+    assert f"campaign {cid}:" in resumed.stdout  # the same campaign, resumed
+    assert f"--resume {cid}" in resumed.stderr
+
+
+# ---- row 8: host trouble has one status, the documented one, everywhere
+
+
+@pytest.mark.parametrize("host", ["gone", "noid"])
+def test_host_trouble_is_recorded_notified_and_documented_as_error(
+    host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_notify_issue import Receiver
+
+    hosts, results = closed_hosts(tmp_path), tmp_path / "results"
+    with Receiver() as receiver:
+        code = main(["bisect", "--good", str(B300 / "good.yaml"), "--bad",
+                     str(B300 / "bad.yaml"), "--host", host, "--hosts", str(hosts),
+                     "--results", str(results), "--notify", receiver.url])  # fmt: skip
+    assert code == 3
+    out = capsys.readouterr()
+    assert "taken out of the pool" not in out.out + out.err  # a pool of one host
+    assert main(["runs", "--campaigns", "--json", "--results", str(results)]) == 0
+    [camp] = json.loads(capsys.readouterr().out)
+    [message] = receiver.bodies
+    assert camp["status"] == message["status"] == "error"
+    assert "stopped on an error" in message["text"]
+    # the status the docs give this case
+    docs = (REPO / "docs" / "verdicts.md").read_text()
+    [row] = [ln for ln in docs.splitlines() if ln.startswith("| `error` |")]
+    assert "unreachable" in row and "identity file" in row
+    # and the same command goes on with that campaign once the host is fixed
+    assert main(["bisect", "--good", str(B300 / "good.yaml"), "--bad", str(B300 / "bad.yaml"),
+                 "--host", host, "--hosts", str(hosts), "--results", str(results)]) == 3
+    assert f"campaign {camp['id']}:" in capsys.readouterr().out
+    store = Store(results, readonly=True)
+    assert len(store.campaigns()) == 1
+    store.close()
