@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from orchestrator.cli import build_parser, detached, main
+from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
-from tests.campaign_lab import REPO, cli
+from tests.campaign_lab import REPO, check_b300_answer, cli, cli_json
+from tests.test_campaign_resume import SshdLab
 
 B300 = REPO / "experiments" / "lab" / "b300"
 
@@ -121,3 +126,70 @@ def test_host_trouble_is_recorded_notified_and_documented_as_error(
     store = Store(results, readonly=True)
     assert len(store.campaigns()) == 1
     store.close()
+
+
+# ---- row 7: a closed output is an interrupt, like SIGHUP
+
+
+def test_an_output_closed_under_a_worker_thread_interrupts_the_main_thread() -> None:
+    """A pool's worker prints (its run's progress) into a pipe whose reader is gone: the
+    main thread gets the interrupt, counted once as the closed output; the console goes
+    quiet and writes nothing more, without an error."""
+    import threading
+    import time
+
+    from orchestrator.cli.output import SafeConsole
+    from orchestrator.cli.signals import Interrupts
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone
+    con = SafeConsole(file=os.fdopen(w, "w"), soft_wrap=True)
+    with Interrupts() as interrupts:
+        with pytest.raises(KeyboardInterrupt):
+            worker = threading.Thread(target=lambda: con.print("x" * 100))
+            worker.start()
+            worker.join()
+            time.sleep(5)  # the interrupt arrives long before this ends
+        con.print("more")  # quiet now: nothing is written, nothing fails
+    assert interrupts.received == ["closed output"] and con.closed
+
+
+def test_a_closed_output_stops_the_campaign_as_interrupted(sshd: SshdEndpoint,
+                                                           tmp_path: Path) -> None:  # fmt: skip
+    """`orchestrator bisect ... | head -1`: a real pipe whose reader goes once it has the
+    first line. The campaign stops as on SIGHUP: the host restored and read back, the record
+    `interrupted`, exit 130, and what it would have said (the resume command) on stderr;
+    that command, run as printed, resumes the campaign to its answer."""
+    lab = SshdLab(sshd, tmp_path)
+    err = tmp_path / "stderr"
+    with err.open("wb") as fh:
+        child = subprocess.Popen([sys.executable, "-m", "orchestrator", *map(str, lab.command())],
+                                 stdout=subprocess.PIPE, stderr=fh, stdin=subprocess.DEVNULL,
+                                 cwd=REPO, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    try:
+        assert child.stdout is not None
+        first = child.stdout.readline().decode()
+        child.stdout.close()  # `head -1` has its line and exits
+        code = child.wait(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    said = err.read_text()
+    assert first.startswith("campaign "), first + said
+    cid = first.split()[1].rstrip(":")
+    assert code == 130, said
+    assert f"interrupted: campaign {cid} stopped." in said, said
+    assert "the host was restored (read back: as found): lab" in said, said
+    [resume] = [ln.removeprefix("resume with: ") for ln in said.splitlines()
+                if ln.startswith("resume with: ")]
+    store = Store(lab.results, readonly=True)
+    assert store.campaign(cid).status == "interrupted"
+    store.close()
+    assert lab.restored()
+    words = shlex.split(resume)
+    assert words[:4] == ["orchestrator", "bisect", "--resume", cid], resume
+    code, answer = cli_json(*words[1:], timeout=400)
+    assert code == 0 and answer["campaign"] == cid, answer
+    check_b300_answer(answer, lab.results, resumed=True)
+    assert lab.restored()

@@ -263,8 +263,10 @@ def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
 
     from rich.markup import escape
 
-    from orchestrator.cli.output import console
+    from orchestrator.cli.output import console, stdout_closed
 
+    # the output closed (a pipe's reader gone: that was the interrupt): say it on stderr
+    out = err_console() if stdout_closed() else console()
     left = exc.left if isinstance(exc, Interrupted) else None
     restored, lines = restore_lines(args, left)
     # a campaign the core could speak for has an id and a resume command; one cut short
@@ -279,11 +281,11 @@ def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
                                   "left": left}  # fmt: skip
         if ref is not None:
             doc = {"campaign": ref.campaign_id, **doc, "resume": resume}
-        console().print_json(json.dumps(doc))
+        out.print_json(json.dumps(doc))
         return
     stopped = f"{subject} stopped." if campaign else f"{noun} was stopped."
-    console().print(f"\n[yellow]interrupted[/]: {stopped}", highlight=False)
+    out.print(f"\n[yellow]interrupted[/]: {stopped}", highlight=False)
     for line in lines:
-        console().print(escape(line), highlight=False)
+        out.print(escape(line), highlight=False)
     if resume is not None:
-        console().print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)
+        out.print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)
