@@ -193,3 +193,63 @@ def test_a_closed_output_stops_the_campaign_as_interrupted(sshd: SshdEndpoint,
     assert code == 0 and answer["campaign"] == cid, answer
     check_b300_answer(answer, lab.results, resumed=True)
     assert lab.restored()
+
+
+# ---- row 11: rerun without --hosts reruns on the recorded host
+
+
+def test_rerun_without_hosts_uses_the_hosts_file_the_run_was_recorded_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run recorded with `--hosts lab.yaml`; `rerun ID` from a directory whose hosts.yaml
+    names another machine `box` reruns on the recorded one, and says where it came from."""
+    from orchestrator.cli import common
+    from tests.scripted import Faults, Oracle, ScriptedExecutor, write_pair
+
+    good, _ = write_pair(tmp_path / "exp", 1)
+    used: list[tuple[str, int]] = []
+
+    def scripted(args: argparse.Namespace):  # noqa: ANN202 - the executor factory
+        def make(h, service, campaign, listener):  # noqa: ANN001, ANN202
+            used.append((h.address, h.port))
+            return ScriptedExecutor(h, Oracle([]), Faults(), listener)
+        return make
+
+    monkeypatch.setattr(common, "executor_factory", scripted)
+    box = {"address": "192.0.2.1", "port": 2201, "known_hosts": "/dev/null",
+           "service_manager": "process"}
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(yaml.safe_dump({"hosts": {"box": box}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": box | {"port": 22}}}))
+    results = tmp_path / "results"
+    assert main(["run", str(good), "--host", "box", "--hosts", str(lab), "--results",
+                 str(results), "--json"]) == 0  # fmt: skip
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("ORCH_HOSTS", raising=False)
+    store = Store(results, readonly=True)
+    [run] = store.runs()
+    store.close()
+    assert main(["rerun", run.id, "--results", str(results), "--json"]) == 0
+    assert used == [("192.0.2.1", 2201), ("192.0.2.1", 2201)]  # not hosts.yaml's port 22
+    # --hosts still chooses
+    assert main(["rerun", run.id, "--results", str(results), "--hosts", "hosts.yaml",
+                 "--json"]) == 0  # fmt: skip
+    assert used[-1] == ("192.0.2.1", 22)
+
+
+# ---- row 11: runs --follow --json prints one JSON document
+
+
+def test_follow_with_json_prints_one_json_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    store = Store(results)
+    cid = store.create_campaign(kind="bisect", key="k", command="bisect", spec={})
+    store.update_campaign(cid, status="error", controller={"exit_code": 3})
+    store.close()
+    assert main(["runs", "--follow", cid, "--results", str(results), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["campaign"], doc["status"], doc["exit_code"], doc["runs"]) == (cid, "error", 3, [])

@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence or opts.confidence,
             rehearse=opts.rehearse,
         )
+        common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id

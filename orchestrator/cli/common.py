@@ -20,7 +20,7 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.events import Listener
-from orchestrator.results.store import Store
+from orchestrator.results.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
     from orchestrator.campaign.core import ExecutorFactory
@@ -64,7 +64,32 @@ def inventory(args: argparse.Namespace) -> Inventory:
                 hint="copy hosts.example.yaml to hosts.yaml and edit it, or pass --hosts FILE",
             )
     args.hosts_file = str(Path(path).resolve())
-    return load_inventory(path)
+    inv = load_inventory(path)
+    # noted on the campaigns this command runs: `rerun` finds the same hosts by it
+    s = getattr(args, "store_", None)
+    if s is not None:
+        s.controller_note["hosts_file"] = args.hosts_file
+    return inv
+
+
+def recorded_hosts(args: argparse.Namespace, camp: CampaignRow) -> None:
+    """Without --hosts (or ORCH_HOSTS), use the hosts file the campaign was run with, when
+    it is still there: a host's name in another file may be another machine. Said once."""
+    if getattr(args, "hosts", None):
+        return
+    path = (camp.controller or {}).get("hosts_file")
+    if not isinstance(path, str):  # recorded before the file was noted: its command line
+        try:
+            words = shlex.split(camp.command)
+        except ValueError:
+            words = []
+        given = [w.split("=", 1)[1] for w in words if w.startswith("--hosts=")] + [
+            words[i + 1] for i, w in enumerate(words[:-1]) if w == "--hosts"]
+        path = given[-1] if given and Path(given[-1]).is_absolute() else None
+    if isinstance(path, str) and Path(path).is_file():
+        args.hosts = path
+        note(f"note: hosts from {path}, the hosts file campaign {camp.id} ran with "
+             "(pass --hosts FILE for another)")
 
 
 def with_hosts_file(args: argparse.Namespace, exc: OrchestratorError) -> str:
@@ -96,6 +121,8 @@ def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
 
         if os.environ.get(LOG_ENV):
             s.controller_note["log"] = os.environ[LOG_ENV]
+        if getattr(args, "hosts_file", None):  # read before the store was opened
+            s.controller_note["hosts_file"] = args.hosts_file
         args.store_ = s
     return s
 

@@ -153,19 +153,24 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
 
     store = common.store(args, readonly=True)
     camp = store.campaign(args.follow)
+    as_json = bool(getattr(args, "json", False))  # then: one JSON document when it ends
     c = console()
     log_path = (camp.controller or {}).get("log")
     log = Path(log_path) if isinstance(log_path, str) and Path(log_path).exists() else None
-    c.print(f"following campaign {camp.id} ({camp.kind}; "
-            + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops following "
-            "only", highlight=False)  # fmt: skip
+    if not as_json:
+        c.print(f"following campaign {camp.id} ({camp.kind}; "
+                + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops "
+                "following only", highlight=False)  # fmt: skip
     offset, seen = 0, set()
     deadline = time.monotonic() + max_wait_s
+    status = status_of(camp)
     try:
         while True:
             camp = store.campaign(camp.id)
             status = status_of(camp)
-            if log is not None:
+            if as_json:
+                pass
+            elif log is not None:
                 offset = _print_new(log, offset)
             else:
                 for r in store.runs(camp.id):
@@ -176,18 +181,43 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
             if status != "running":
                 if log is not None:  # its answer is printed to the log after the status
                     camp = _finished(store, camp)
-                    _print_new(log, offset)
+                    if not as_json:
+                        _print_new(log, offset)
                 code = exit_code_of(camp, status)
+                if as_json:
+                    return _followed_json(store, camp, status, code, log, "ended")
                 c.print(f"campaign {camp.id} ended: {status} (exit {code})", highlight=False)
                 return code
             if time.monotonic() >= deadline:
+                if as_json:
+                    return _followed_json(store, camp, status, 1, log,
+                                          f"still running after {max_wait_s:.0f}s")
                 c.print(f"campaign {camp.id} still running after {max_wait_s:.0f}s; "
                         "stopped following", highlight=False)  # fmt: skip
                 return 1
             time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
+        if as_json:
+            return _followed_json(store, camp, status, 130, log,
+                                  "stopped following (Ctrl-C); the campaign keeps running")
         c.print(f"\nstopped following; campaign {camp.id} keeps running", highlight=False)
         return 130
+
+
+def _followed_json(store: Store, camp: CampaignRow, status: str, code: int, log: Path | None,
+                   following: str) -> int:  # fmt: skip
+    """`runs --follow ID --json`: the followed campaign as one JSON document (its status,
+    its exit code, its runs and answer, its output's log), and that exit code."""
+    import json
+
+    runs = [{"id": r.id, "label": r.label, "host": r.host, "verdict": r.verdict.value,
+             "signature": str(r.signature or ""), "duration": r.duration}
+            for r in store.runs(camp.id)]  # fmt: skip
+    console().print_json(json.dumps({
+        "campaign": camp.id, "kind": camp.kind, "status": status, "exit_code": code,
+        "following": following, "log": str(log) if log else None, "runs": runs,
+        "answer": camp.answer}))  # fmt: skip
+    return code
 
 
 def _finished(store: Store, camp: CampaignRow) -> CampaignRow:

@@ -180,6 +180,8 @@ def rerun(args: argparse.Namespace) -> int:
     camp = store.campaign(old.campaign)
     # exactly as recorded (YAML files may have changed since); secrets from the environment
     exp = old.experiment(resolve_secrets=True)
+    if not args.host:  # the recorded host: as its campaign's hosts file names it
+        common.recorded_hosts(args, camp)
     host = common.inventory(args).host(args.host or old.host)
     env_keys: frozenset[str] = frozenset()
     spec = BisectSpec.from_dict(camp.spec)  # a bisection's two configs (none for other kinds)

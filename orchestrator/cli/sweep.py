@@ -110,11 +110,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_runs is not None and args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
     reuse = args.reuse
-    inv = common.inventory(args)
     if args.resume:
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
+        common.recorded_hosts(args, camp)
+    inv = common.inventory(args)
+    if args.resume:
         spec = SweepSpec.from_dict(camp.spec)
         sweep = _sweep_from_spec(spec)
         hosts = [inv.host(h) for h in spec.hosts]
