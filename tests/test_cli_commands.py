@@ -253,3 +253,35 @@ def test_follow_with_json_prints_one_json_document(
     assert main(["runs", "--follow", cid, "--results", str(results), "--json"]) == 3
     doc = json.loads(capsys.readouterr().out)
     assert (doc["campaign"], doc["status"], doc["exit_code"], doc["runs"]) == (cid, "error", 3, [])
+
+
+# ---- row 11: a mapping as a flag value says what a flag value may be
+
+
+@pytest.mark.parametrize(("value", "key", "got"), [
+    ({"level": 3}, "service.flags.compilation-config", "got a mapping"),
+    ([1, [2]], "service.flags.compilation-config", "got a list holding a list"),
+    ([1, {"a": 2}], "service.flags.compilation-config", "got a list holding a mapping"),
+])  # fmt: skip
+def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
+    value: object, key: str, got: str, tmp_path: Path
+) -> None:
+    from orchestrator.config.experiment import load_experiment
+    from orchestrator.errors import ConfigError
+
+    path = tmp_path / "e.yaml"
+    config = {"name": "e", "service": {"exec": "vllm serve /m",
+                                       "flags": {"port": 8000, "compilation-config": value}}}
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}: {key}: a flag value is a scalar"), text
+    assert "a list of them" in text and "one string of JSON" in text and got in text
+    assert "boolean" not in text and "more problem" not in (caught.value.hint or "")
+    if isinstance(value, dict):  # the hint's form loads, as the JSON option it meant
+        form = caught.value.hint.split(": ", 2)[2]
+        assert form == """'{"level": 3}'"""
+        path.write_text(yaml.safe_dump(config).replace(
+            "compilation-config:\n      level: 3", f"compilation-config: {form}"))
+        assert load_experiment(path).flag_map()["compilation-config"] == '{"level": 3}'
