@@ -61,6 +61,7 @@ _SLOW = (
     "tests/test_secrets.py::test_no_secret_under_results_or_in_output",
     "tests/test_schedule.py::test_without_systemd_the_job_goes_into_the_crontab",
     "tests/test_schedule.py::test_add_refuses_what_would_not_run",
+    "tests/test_schedule.py::test_add_then_remove_leaves_the_crontab_as_it_was",
     "tests/test_schedule.py::test_without_crontab_nothing_is_scheduled",
     "tests/test_schedule.py::test_bad_calendar_is_a_usage_error_with_the_reason",
     "tests/test_schedule_notify.py",
