@@ -285,3 +285,39 @@ def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
         path.write_text(yaml.safe_dump(config).replace(
             "compilation-config:\n      level: 3", f"compilation-config: {form}"))
         assert load_experiment(path).flag_map()["compilation-config"] == '{"level": 3}'
+
+
+# ---- row 11: results/ is made only by a command that records something
+
+
+def test_no_results_directory_for_commands_that_record_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default store is `results/` in the working directory (README, Results); only a
+    command that records a campaign makes it, and says where it is."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_RESULTS", raising=False)
+    hosts = closed_hosts(tmp_path)
+    good, bad = str(B300 / "good.yaml"), str(B300 / "bad.yaml")
+    nothing = [["runs"], ["runs", "--campaigns"], ["show", "abc.1"], ["report", "abc"],
+               ["report", "abc", "--issue"], ["rerun", "abc.1", "--hosts", str(hosts)],
+               ["runs", "--follow", "abc"], ["bisect", "--resume", "abc", "--hosts", str(hosts)],
+               ["sweep", "--resume", "abc", "--hosts", str(hosts)],
+               ["bisect", "--good", "missing.yaml", "--bad", bad, "--host", "gone",
+                "--hosts", str(hosts)],
+               ["bisect", "--good", good, "--bad", bad, "--host", "nosuch", "--hosts", str(hosts)],
+               ["sweep", "missing.yaml", "--hosts", str(hosts)],
+               ["run", "missing.yaml", "--host", "gone", "--hosts", str(hosts)],
+               ["plan", "--good", good, "--bad", bad]]  # fmt: skip
+    for argv in nothing:
+        main(argv)
+        assert not (tmp_path / "results").exists(), argv
+    capsys.readouterr()
+    # a campaign recorded (its host in trouble): the directory is made, and said
+    assert main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts",
+                 str(hosts)]) == 3  # fmt: skip
+    assert (tmp_path / "results" / "orchestrator.db").is_file()
+    assert f"a new results directory: {tmp_path / 'results'}" in capsys.readouterr().err
+    assert main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts",
+                 str(hosts)]) == 3  # fmt: skip
+    assert "a new results directory" not in capsys.readouterr().err  # said once

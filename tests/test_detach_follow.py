@@ -83,6 +83,7 @@ def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
               "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "missing.yaml" in res.stderr
+    assert not (tmp_path / "results").exists()  # nothing recorded: no results directory
 
 
 def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(tmp_path: Path) -> None:

@@ -138,7 +138,9 @@ def weights_lines(weights: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    store = common.store(args)
+    # a resume writes where its campaign is recorded; a new campaign's store is opened once
+    # its inputs are checked (a typo makes no results directory)
+    store = common.store(args, create=False) if args.resume else None
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
@@ -159,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
                              hint="drop them, or start a new campaign without --resume")
+        assert store is not None
         camp = store.campaign(args.resume)
         if camp.kind != "bisect":
             from orchestrator.cli.sweep import wrong_kind
@@ -191,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
                                 confidence=args.confidence or 0.95, split=not args.no_split,
                                 rehearse=args.rehearse or wants_rehearsal(plan))
         resume_id = None
+        store = common.store(args)
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)

@@ -110,12 +110,17 @@ def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
     return hosts
 
 
-def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
+def store(args: argparse.Namespace, *, readonly: bool = False, create: bool = True) -> Store:
     """The results store; `readonly` for commands that only read (nothing is created, and a
-    read-only results directory works). A detached command notes its log on the campaigns
-    it runs (for `runs --follow`); the store is kept on `args` so that the command's exit
-    code can be recorded on them (`record_exit`)."""
-    s = Store(args.results, readonly=readonly)
+    read-only results directory works); `create=False` for those that write only to what
+    is recorded there (nothing is created either). A detached command notes its log on the
+    campaigns it runs (for `runs --follow`); the store is kept on `args` so that the
+    command's exit code can be recorded on them (`record_exit`). A results directory made
+    now is said once, with where it is."""
+    s = Store(args.results, readonly=readonly, create=create)
+    if s.created:
+        note(f"note: a new results directory: {s.root.resolve()} (--results DIR or "
+             "ORCH_RESULTS chooses another)")
     if not readonly:
         from orchestrator.cli.detached import LOG_ENV
 

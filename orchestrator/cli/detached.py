@@ -57,6 +57,7 @@ def detach(args: argparse.Namespace) -> int:
     argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--detach"]
     results = Path(getattr(args, "results", None) or "results")
     logs = results / "detached"
+    made = [d for d in (results, logs) if not d.exists()]
     logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.log"
     env = os.environ | {LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
@@ -72,6 +73,8 @@ def detach(args: argparse.Namespace) -> int:
         code = child.poll()
         text = log.read_text(errors="replace") if log.exists() else ""
         err_console().print(escape(text.rstrip()), highlight=False)
+        if code is not None:  # it said all it had to (above): no log nor directory for it
+            _remove_made(log, made)
         if code is None:
             err_console().print(f"the detached command (pid {child.pid}) recorded no campaign "
                                 f"in {START_WAIT_S:.0f}s; it still runs; output: {log}",
@@ -110,6 +113,17 @@ def commands(args: argparse.Namespace, cid: str) -> tuple[str, str | None]:
     if kind not in ("bisect", "sweep"):
         return follow, None
     return follow, common.resume_command(args, CampaignRef(kind, cid))
+
+
+def _remove_made(log: Path, made: list[Path]) -> None:
+    """Remove the log of a command that recorded nothing, and the directories made for it
+    (when nothing else went into them)."""
+    try:
+        log.unlink()
+        for d in reversed(made):
+            d.rmdir()
+    except OSError:
+        pass  # something else is there now: kept
 
 
 def _await_campaign(results: Path, child: subprocess.Popen[bytes]) -> str | None:

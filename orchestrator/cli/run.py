@@ -175,7 +175,7 @@ def _rerun_repeated(args: argparse.Namespace, store: Store, old: RunRow, camp: C
 
 
 def rerun(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, create=False)  # a recorded run: its results are there
     old = store.run(args.run_id)
     camp = store.campaign(old.campaign)
     # exactly as recorded (YAML files may have changed since); secrets from the environment

@@ -97,7 +97,9 @@ def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, li
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    store = common.store(args)
+    # a resume writes where its campaign is recorded; a new sweep's store is opened once
+    # its inputs are checked (a typo makes no results directory)
+    store = common.store(args, create=False) if args.resume else None
     budget = None
     if args.until:
         budget = parse_until(args.until)
@@ -111,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-runs must be at least 1")
     reuse = args.reuse
     if args.resume:
+        assert store is not None
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None
+        store = common.store(args)
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)
