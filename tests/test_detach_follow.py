@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -37,7 +38,10 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     cid, pid = m[1], int(m[2])
     [log] = re.findall(r"^output: (.+)$", res.stdout, re.M)
     assert Path(log).parent == (lab.results / "detached").resolve()
-    assert f"follow it with: orchestrator runs --follow {cid}" in res.stdout
+    [follow] = re.findall(r"^follow it with: (.+)$", res.stdout, re.M)
+    assert follow == f"orchestrator runs --follow {cid} --results {lab.results}"
+    [resume] = re.findall(r"then resume it with: (.+)\)$", res.stdout, re.M)
+    assert resume.startswith(f"orchestrator bisect --resume {cid} --hosts ")
     try:
         assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: no terminal
         # Following, then Ctrl-C: following stops, the campaign goes on.
@@ -58,8 +62,8 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
         assert follower.returncode == 130, out
         assert f"campaign {cid} keeps running" in out
         assert Path(f"/proc/{pid}").exists()
-        # Following to the end: the campaign's output and exit code.
-        res = cli("runs", "--follow", cid, "--results", lab.results, timeout=400)
+        # Following to the end, with the command it printed: the output and exit code.
+        res = cli(*shlex.split(follow)[1:], timeout=400)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "culprit (interacting set): --ep-size 8 + --enable-nccl-nvls" in res.stdout
         assert f"campaign {cid} ended: done (exit 0)" in res.stdout

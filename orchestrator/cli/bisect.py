@@ -138,9 +138,6 @@ def weights_lines(weights: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    # a resume writes where its campaign is recorded; a new campaign's store is opened once
-    # its inputs are checked (a typo makes no results directory)
-    store = common.store(args, create=False) if args.resume else None
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
@@ -161,7 +158,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
                              hint="drop them, or start a new campaign without --resume")
-        assert store is not None
+        # the store is opened once the command line is checked: a resume writes where its
+        # campaign is recorded, a new campaign once its inputs are (a typo makes nothing)
+        store = common.store(args, create=False)
         camp = store.campaign(args.resume)
         if camp.kind != "bisect":
             from orchestrator.cli.sweep import wrong_kind

@@ -183,7 +183,7 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
             camp = store.campaign(camp.id)
             status = status_of(camp)
             if as_json:
-                pass
+                pass  # one document, when it ends
             elif log is not None:
                 offset = _print_new(log, offset)
             else:

@@ -97,9 +97,6 @@ def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, li
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    # a resume writes where its campaign is recorded; a new sweep's store is opened once
-    # its inputs are checked (a typo makes no results directory)
-    store = common.store(args, create=False) if args.resume else None
     budget = None
     if args.until:
         budget = parse_until(args.until)
@@ -113,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-runs must be at least 1")
     reuse = args.reuse
     if args.resume:
-        assert store is not None
+        # the store is opened once the command line is checked: a resume writes where its
+        # campaign is recorded, a new sweep once its inputs are (a typo makes nothing)
+        store = common.store(args, create=False)
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
