@@ -21,6 +21,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from orchestrator.config.secrets import resolve_reference
+from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file, validation_error
 from orchestrator.errors import ConfigError
 
@@ -690,7 +691,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     flags: list[tuple[str, FlagValue]] = []
     seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
     for raw_name, value in (svc.flags or {}).items():
-        name = flag_key(raw_name)
+        # a known server's short alias is its long option (`-tp` is vLLM's
+        # tensor-parallel-size): one option to the planner however it is written
+        name = canonical(exec_words, flag_key(raw_name))
         if value is None or value is False:
             continue  # absent
         if isinstance(value, list):
