@@ -4,11 +4,12 @@ vLLM's `serve` parser gives many options a short alias (`--tensor-parallel-size,
 its FlexibleArgumentParser reads `-O3`, `-O=3` and `-O 3` as `--optimization-level 3`;
 SGLang's parser has none (it refuses `-tp`). A config names an option by its long name,
 so `-tp 8` and `--tensor-parallel-size 8` are one option to the planner, not a removed
-flag and an added one. The table is vLLM 0.33's (`tests/data/help/vllm-0.33.0-serve.*`,
-printed by the real parser; a test checks it against them). A short option of a server
-not known here is kept as written (`-x`), with its own values: never read as the value
-of the flag before it. Where the server's own help is at hand, the preflight's `respell`
-names it by its long name (orchestrator.execution.preflight.option_of).
+flag and an added one. The table is vLLM 0.33's, as its real parser registered it
+(`tests/data/help/vllm-0.33.0-serve.accepts.json`; a test checks the table against it).
+A short option of a server not known here is kept as written (`-x`), with its own values:
+never read as the value of the flag before it. Where the server's own help is at hand,
+the preflight's `respell` names it by its long name
+(orchestrator.execution.preflight.option_of).
 """
 
 from __future__ import annotations
