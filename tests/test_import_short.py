@@ -128,3 +128,16 @@ def test_the_vllm_table_is_the_real_parsers() -> None:
 def test_what_reads_as_an_option() -> None:
     assert [w for w in ["-x", "--x", "-1", "-.5", "-", "-a b", "--x=a b", "-O3"]
             if is_option(w)] == ["-x", "--x", "--x=a b", "-O3"]  # fmt: skip
+
+
+def test_a_sweep_matrix_key_names_a_short_option_as_a_config_does(tmp_path: Path) -> None:
+    from orchestrator.campaign.sweep import load_sweep
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({"name": "b", "service": {
+        "exec": "vllm serve /m", "flags": {"tensor-parallel-size": 2, "port": 1}}}))
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml",
+                                     "matrix": {"-tp": [4, 8]}}))  # fmt: skip
+    flags = [it.exp.flag_map() for it in load_sweep(sweep).items]
+    assert flags == [{"tensor-parallel-size": 4, "port": 1},
+                     {"tensor-parallel-size": 8, "port": 1}]  # fmt: skip

@@ -46,8 +46,9 @@ from orchestrator.campaign.records import (
     SweepSpecItem,
     SweepTableRow,
 )
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment, flag_key, load_experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, ConfigError, UsageError
@@ -160,7 +161,9 @@ def load_sweep(path: str | Path) -> Sweep:
     base = _config_at(path, m.base, "base") if m.base else None
     if (m.matrix or m.env_matrix) and base is None:
         raise ConfigError("a matrix needs a base config to vary", file=str(path), key="base")
-    axes = [(k.lstrip("-"), "flag", vs) for k, vs in m.matrix.items()]
+    # a matrix key names a flag as a config's key does (`-tp` is vLLM's long option)
+    axes = [(canonical(base.exec if base else (), flag_key(k)), "flag", vs)
+            for k, vs in m.matrix.items()]  # fmt: skip
     axes += [(k, "env", vs) for k, vs in m.env_matrix.items()]
     if base is not None:
         for key, _, vs in axes:
