@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
@@ -135,3 +137,35 @@ def test_unit_variables_are_expanded_as_systemd_does() -> None:
 def test_a_literal_reference_is_refused() -> None:
     with pytest.raises(ConfigError, match="reference to the environment variable X"):
         import_command_line(f"{SGLANG} --a '${{X}}' --port 1")
+
+
+def test_a_template_units_instance_is_not_guessed() -> None:
+    unit = "[Service]\nExecStart=/opt/srv --name %i --port 1\n"
+    with pytest.raises(ConfigError, match="instance of the template unit"):
+        import_unit_file(unit, source="srv@.service")
+    assert import_unit_file(unit, source="srv@gpu0.service")["flags"]["name"] == "gpu0"
+
+
+def test_a_unit_that_runs_a_script_says_to_import_the_script() -> None:
+    spec = import_unit_file("[Service]\nExecStart=/bin/bash /opt/launch.sh\n",
+                            source="s.service")  # fmt: skip
+    assert any("import that script" in n and "/opt/launch.sh" in n for n in spec["notes"])
+
+
+_PIECES = list(" \t\n\\'\"$`{}()[];&|<>#=%@:+!-_aZ09./*?") + [
+    "--x", "-t", "${A}", "$(", "$((", "bash -c ", "python -m sglang.launch_server ", "--port 1 ",
+    "export ", "A=1 ", '"$@"', "%n", "%%", "\\\n", "<<EOF\n", "$'\\x41'", "${A:-b}", "${#A}",
+    "2>&1", ">&", "<&-", "ExecStart=", "Environment=", "[Service]\n"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_any_text_is_imported_or_refused_as_a_config_error(text: str) -> None:
+    for read in (lambda: import_command_line(text, source="x.sh"),
+                 lambda: import_unit_file("[Service]\nExecStart=" + text, source="x@.service"),
+                 lambda: import_unit_file("[Service]\n" + text, source="x.service")):
+        try:
+            spec = read()
+        except ConfigError:
+            continue
+        assert spec["exec"] and isinstance(spec["flags"], dict)

@@ -301,8 +301,21 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
         notes.append("set in the script but not exported, so not in the server's environment "
                       "(and not in env:): " + ", ".join(unexported))
     spec = parse_command(expanded, source=source)
+    _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
     return spec
+
+
+def _script_note(spec: dict[str, Any], notes: list[str]) -> None:
+    """A command that runs a script of its own (`bash /opt/launch.sh`, `/opt/run.sh`) and
+    passes no flags: its flags are in that script, which the import does not open."""
+    words = shlex.split(spec["exec"])
+    script = next((w for w in words if w.endswith(".sh")), None)
+    if script is None and PurePosixPath(words[0]).name in _SHELLS and len(words) > 1:
+        script = words[1]
+    if script is not None and not spec["flags"]:
+        notes.append(f"the command runs the script {script}, whose launch line is not read "
+                     "here: import that script (with `orchestrator import SCRIPT`)")
 
 
 def _copy(vs: shellwords.Vars) -> shellwords.Vars:
@@ -450,6 +463,7 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
                             vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
     else:
         spec = parse_command(argv, source=source)
+        _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
     spec["unit"] = unit if unit and unit.endswith(".service") else None
     spec["notes"] = notes

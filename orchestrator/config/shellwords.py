@@ -41,6 +41,7 @@ Word = tuple[Part, ...]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACED = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=+?])(.*))?$", re.S)
 _SEPARATORS = ("&&", "||", ";;", ";", "&", "|", "(", ")", "\n")
+_LITERAL = re.compile(r"[^\s\\'\"$`#<>;&|()]+")
 
 
 @dataclass
@@ -215,8 +216,11 @@ def scan(text: str) -> list[Command]:
             parts.append(Part("bad", f"the command substitution {text[i:j + 1]}"))
             i = j + 1
             continue
-        m = re.compile(r"[^\s\\'\"$`#<>;&|()]+").match(text, i)
-        assert m is not None
+        m = _LITERAL.match(text, i)
+        if m is None:  # a `#` inside a word is no comment
+            parts.append(Part("lit", c))
+            i += 1
+            continue
         parts.append(Part("lit", m[0]))
         i = m.end()
     end_command(n)
@@ -498,6 +502,11 @@ def specifiers(word: str, unit: str | None) -> str:
         s = m[1]
         if s in _FIXED:
             return _FIXED[s]
+        template = bool(unit) and re.search(r"@\.[a-z]+$", unit or "") is not None
+        if template and s in "iIf":
+            raise Unreadable(f"the specifier %{s}: the instance of the template unit {unit} "
+                             "is not known (import the unit under its instance's name, "
+                             "NAME@INSTANCE.service)")  # fmt: skip
         if unit and s in "nNpPiIjJf":
             full = unit
             stem = full.rsplit(".", 1)[0]
