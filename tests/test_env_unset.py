@@ -116,3 +116,12 @@ def test_sweep_items_are_recorded_with_the_other_items_variables_removed(
     sweep.write_text(yaml.safe_dump({"name": "s", "configs": ["a.yaml", "b.yaml"]}))
     items = load_sweep(sweep).items
     assert items[0].exp.unset == () and items[1].exp.unset == ("NCCL_ALGO",)
+
+
+def test_an_issue_reports_reproduction_removes_the_variable_too() -> None:
+    from orchestrator.results.issue_report import command_block
+
+    text = command_block(["python3", "-m", "x", "--a", "1", "-tp", "8"], {"A": "1"},
+                         ["NCCL_ALGO"])  # fmt: skip
+    assert text.splitlines()[0] == "env -u NCCL_ALGO \\"
+    assert "  -tp 8" in text.splitlines()  # a short option is a flag line of its own
