@@ -169,3 +169,10 @@ def test_any_text_is_imported_or_refused_as_a_config_error(text: str) -> None:
         except ConfigError:
             continue
         assert spec["exec"] and isinstance(spec["flags"], dict)
+
+
+def test_crlf_line_ends_read_as_lf() -> None:
+    script = f"TP=8\r\n{SGLANG} \\\r\n  --tp-size $TP \\\r\n  --port 1\r\n"
+    assert import_command_line(script)["flags"] == {"tp-size": 8, "port": 1}
+    unit = "[Service]\r\nExecStart=/opt/srv \\\r\n  --port 1\r\n"
+    assert import_unit_file(unit, source="s.service")["flags"] == {"port": 1}

@@ -127,6 +127,7 @@ def _dollar(text: str, i: int, quoted: bool) -> tuple[Part, int]:
 
 def scan(text: str) -> list[Command]:
     """Shell text -> its simple commands, in order (words keep their expansions)."""
+    text = text.replace("\r\n", "\n")  # a script saved with CRLF line ends
     commands: list[Command] = []
     words: list[Word] = []
     parts: list[Part] = []
