@@ -1,9 +1,13 @@
 """Import what users already have into an experiment config.
 
 Sources: a systemd unit file (its `ExecStart=` and `Environment=` lines), a shell launch
-script, or a command line (`VAR=x python -m sglang.launch_server --tp-size 8 ...`, with
-backslash continuations, quotes and `--flag=value`). The result is a plain mapping in
-the experiment YAML's shape; `render_yaml` writes it, and importing the rendered command
+script, or a command line (`VAR=x python -m sglang.launch_server --tp-size 8 ...`). Each
+is read as its reader would read it: a unit as systemd does (quoting, specifiers, `$VAR`
+substitution, `ExecStart=` prefixes), a script as the shell does (variables, `"$@"`,
+`bash -c '...'`: see `shellwords`), options as argparse does (`-tp 8` is a known server's
+long option: see `shortopts`). What cannot be read is refused naming it; what was read in
+a way worth saying is in the spec's `notes`. The result is a plain mapping in the
+experiment YAML's shape; `render_yaml` writes it, and importing the rendered command
 gives the same config back.
 """
 
