@@ -325,3 +325,35 @@ def test_run_with_a_null_env_var_removes_the_units_own_value(lab: Lab, tmp_path:
     assert env["PYTHONPATH"] == "/opt/orchestrator"  # the rest of the unit's environment did
     assert row.rendered is not None and "UnsetEnvironment=ORCH_X" in row.rendered
     assert row.experiment().unset == ("ORCH_X",)  # recorded as the launch it was
+
+
+def test_an_imported_unit_is_the_launch_systemd_and_bash_make(lab: Lab) -> None:
+    # The unit as systemd merges it (`systemctl cat`: the unit and an operator's drop-in),
+    # imported, gives exactly the argv and environment systemd and bash give the server:
+    # specifiers, ${VAR} (systemd's), "$MODEL" and "$@" (bash's), `bash -c` (issue 35).
+    from orchestrator.config.importer import import_unit_file, render_yaml, to_experiment_mapping
+
+    lab.box.install_unit(f"{B300}.d/20-operator.conf", (
+        "[Service]\n"
+        "Environment=TP=8 \"MODEL=/models/Kimi K2\"\n"
+        "ExecStart=\n"
+        "ExecStart=/bin/bash -c 'exec python3 -m orchestrator.lab.server --scenario b300 "
+        "--model-path \"$MODEL\" --tp-size ${TP} --served-model-name \"%N %%d\" "
+        "--port 30000 \"$@\"' lab --mem-fraction-static 0.85\n"))
+    spec = import_unit_file(lab.sh(f"systemctl cat {B300}"), source=B300)
+    path = Path(lab.hosts_file).parent / "imported.yaml"
+    path.write_text(render_yaml(to_experiment_mapping(spec, name="imported")))
+    imported = load_experiment(path)
+    assert imported.flag_map()["served-model-name"] == "lab-b300 %d"
+    try:
+        lab.sh(f"systemctl start {B300}")
+        pid = wait_until(lambda: (p := lab.show(B300, "MainPID")["MainPID"]) != "0" and
+                         "orchestrator.lab.server" in lab.proc_words(p, "cmdline") and p,
+                         timeout=30, what="the unit's server")  # fmt: skip
+        argv = lab.proc_words(pid, "cmdline")
+        env = dict(w.split("=", 1) for w in lab.proc_words(pid, "environ") if "=" in w)
+    finally:
+        lab.sh(f"systemctl stop {B300}", check=False)
+    assert argv[1:] == imported.argv()[1:]  # every word as systemd and bash made it
+    assert {k: env.get(k) for k in imported.env_map()} == imported.env_map()
+    assert imported.env_map()["MODEL"] == "/models/Kimi K2"
