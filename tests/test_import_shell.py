@@ -176,3 +176,37 @@ def test_crlf_line_ends_read_as_lf() -> None:
     assert import_command_line(script)["flags"] == {"tp-size": 8, "port": 1}
     unit = "[Service]\r\nExecStart=/opt/srv \\\r\n  --port 1\r\n"
     assert import_unit_file(unit, source="s.service")["flags"] == {"port": 1}
+
+
+def test_a_script_imports_as_bash_runs_it(tmp_path: Path) -> None:
+    # bash itself runs the script, with a `python` that records what it was given: the
+    # import's argv and environment are those, word for word.
+    import json
+    import subprocess
+    import sys
+
+    from orchestrator.config.experiment import load_experiment
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, os, sys; "
+                    "json.dump([sys.argv[1:], dict(os.environ)], open(os.environ[\"DUMP\"], "
+                    "\"w\"))' \"$@\"\n")  # fmt: skip
+    fake.chmod(0o755)
+    script = tmp_path / "launch.sh"
+    script.write_text(
+        "#!/bin/bash\nset -e\nTP=8\nMODEL=\"/models/Kimi K2\"\n"
+        "ARGS='--enable-x --mem-fraction-static 0.9'\nexport NCCL_DEBUG=WARN\ncd /tmp\n"
+        f"exec {SGLANG} --model-path \"$MODEL\" --tp-size ${{TP}} $ARGS \\\n"
+        "  --served-model-name \"${NAME:-kimi k2}\" --chat-template '$NOT' -x 3 \\\n"
+        "  --json-model-override-args '{\"a\": [1, 2]}' \"$@\" --port ${PORT:-30000} "
+        "> /dev/null 2>&1\n")  # fmt: skip
+    dump = tmp_path / "dump.json"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DUMP": str(dump)}
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=30)
+    argv, seen = json.loads(dump.read_text())
+    exp = load_experiment(_write(tmp_path, "imported", import_file(script)))
+    assert argv == exp.argv()[1:]
+    assert {k: seen.get(k) for k in exp.env_map()} == exp.env_map() == {"NCCL_DEBUG": "WARN"}
+    assert "TP" not in seen  # not exported: bash did not pass it, nor does the import
