@@ -109,7 +109,7 @@ class Bisection:
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
         self._told: set[str] = set()  # why recorded runs were not reused, said once
-        self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+        self.env_keys = plan.env_keys
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)

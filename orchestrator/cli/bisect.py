@@ -13,7 +13,7 @@ from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Ou
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
-from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.experiment import Experiment, option_word, parse_duration
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
@@ -97,7 +97,7 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     bad, b = respell(plan.bad, facts)
     if not g and not b:
         return plan
-    said = ", ".join(f"--{a} -> --{c}" for a, c in dict(g + b).items())
+    said = ", ".join(f"{option_word(a)} -> --{c}" for a, c in dict(g + b).items())
     err_console().print(f"flags as the server's parser reads them: {escape(said)}",
                         highlight=False)  # fmt: skip
     deltas = diff(good, bad, split=plan.split)
