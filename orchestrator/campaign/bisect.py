@@ -194,7 +194,16 @@ class Bisection:
                            and e.probe.condition.relative_to_good
                            for e in (self.plan.good, self.plan.bad))  # fmt: skip
 
+        def good_failed() -> RunRow | None:
+            """The good config's endpoint run when it did not pass: it contradicts its role
+            whatever bad does, so bad is not started (again) and a run of it in progress
+            is cancelled; a failure of the good config is proof, never noise."""
+            row = ends.get(())
+            return row if row is not None and row.verdict is not Verdict.PASS else None
+
         def want_ends() -> list[tuple[int, ...]]:
+            if good_failed() is not None:
+                return []
             want = [v for v in ((), full) if v not in ends]
             return want[:1] if relative_bar and () in want else want
 
@@ -218,17 +227,22 @@ class Bisection:
 
         stop = self._drive(pool, want_ends, got_end, target=None,
                            purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
+        failed = good_failed()
+        if failed is not None:  # said even when a budget ran out: it is the answer
+            return self._stop_endpoints(
+                f"the good config does not pass on {where}: {failed.verdict.value}"
+                + (f" ({failed.signature})" if failed.signature else "")
+                + f" [run {failed.id}]; nothing to bisect",
+            )  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
+            passed = flaky.bad_starts(self._rows(), full)
+            so_far = (f"; so far the bad config passed on all {len(passed)} start(s)"
+                      if passed and full not in ends else "")  # fmt: skip
             return Outcome(self.cid, Status.INCOMPLETE,
-                           message=f"stopped before an answer: {stop}",
+                           message=f"stopped before an answer: {stop}{so_far}",
                            target=self.target, runs_executed=self.executed,
                            runs_reused=self.reused, findings=self._findings())  # fmt: skip
         good, bad = ends[()], ends[full]
-        if good.verdict is not Verdict.PASS:
-            return self._stop_endpoints(
-                f"the good config does not pass on {where}: {good.verdict.value}"
-                + (f" ({good.signature})" if good.signature else "") + f" [run {good.id}]",
-            )
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
