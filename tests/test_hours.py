@@ -150,3 +150,23 @@ def test_plan_estimates_what_the_search_costs_when_nothing_is_flaky(
     shape = "single" if len(needs) == 1 else "pair"
     assert spent <= est[f"{shape}_worst"], (spent, est)
     assert abs(spent - est[f"{shape}_mean"]) <= 3, (spent, est)
+
+
+def test_plan_of_one_delta_speaks_of_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 35, row 11: one delta was "1 deltas", a first round announced by "then:" with
+    nothing after it, and an interacting pair of 0.0 runs among a single change."""
+    good, bad = write_pair(tmp_path / "exp", 1)
+    declare(bad, expect={"run_time": "10m"})
+    capsys.readouterr()
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert "1 delta\n" in out and "1 deltas" not in out
+    assert "then:" not in out and "with one change they are the answer" in out
+    assert "pair" not in out, out
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    shapes = [f["shape"] for f in data["forecast"]]
+    assert shapes == ["one flag", "one flag, flaky (fails on 50% of the starts)"]
+    assert data["forecast"][0]["runs"] == 2  # the two endpoints are the search

@@ -11,6 +11,7 @@ when that is longer.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -99,11 +100,23 @@ class Forecast:
                 "worst_hours": round(self.worst_seconds / 3600, 2)}  # fmt: skip
 
 
-def forecasts(est: dict[str, float], rt: RunTime) -> list[Forecast]:
-    """One flag, an interacting pair, and that pair flaky (showing on half of the starts)."""
+def forecasts(est: dict[str, float], rt: RunTime, n: int = 2) -> list[Forecast]:
+    """One flag, an interacting pair, and that pair flaky (showing on half of the starts);
+    with one change (`n`), one flag and that flag flaky: there is no pair to find."""
     out = []
-    for shape, mean, worst in (("one flag", est["single_mean"], est["single_worst"]),
-                               ("interacting pair", est["pair_mean"], est["pair_worst"])):
+    shapes = [("one flag", est["single_mean"], est["single_worst"])]
+    if n < 2:
+        # the endpoints are the search: good once, bad until it fails (p95 of a geometric)
+        mean, p95 = 1 + 1 / PLAN_RATE, 1 + math.ceil(math.log(0.05) / math.log(1 - PLAN_RATE))
+        runs, worst_runs = 2 + est["single_mean"], 2 + est["single_worst"]
+        return [Forecast("one flag", runs, worst_runs,
+                         runs * rt.seconds if rt.seconds is not None else None,
+                         worst_runs * rt.worst),
+                Forecast(f"one flag, flaky (fails on {PLAN_RATE:.0%} of the starts)", mean,
+                         p95, mean * rt.seconds if rt.seconds is not None else None,
+                         p95 * rt.worst)]  # fmt: skip
+    shapes.append(("interacting pair", est["pair_mean"], est["pair_worst"]))
+    for shape, mean, worst in shapes:
         runs, worst_runs = 2 + mean, 2 + worst
         out.append(Forecast(shape, runs, worst_runs,
                             runs * rt.seconds if rt.seconds is not None else None,

@@ -74,9 +74,15 @@ def time_lines(rt: timing.RunTime, casts: list[timing.Forecast]) -> list[str]:
                    f"{dur(f.worst_seconds)} at {dur(rt.worst)} a start)")
     if rt.seconds is not None:
         low, high = casts[0].seconds or 0, (casts[-1].worst_runs * rt.seconds)
+        what = "a pair" if "pair" in casts[-1].shape else "one flag"
         out.append(f"  expect {dur(low)} to {dur(high)}: {dur(low)} for one flag that fails "
-                   f"every time, {dur(high)} for a pair that fails on half of the starts (p95)")
+                   f"every time, {dur(high)} for {what} that fails on half of the starts (p95)")
     return out
+
+
+def plural(count: int, word: str) -> str:
+    """`1 delta`, `3 deltas`."""
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
@@ -114,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     first = planner.pending()
     est = plan.estimates()
     rt = known_run_time(args, plan)
-    casts = timing.forecasts(est, rt)
+    casts = timing.forecasts(est, rt, n=plan.n)
     if args.json:
         from orchestrator.config.secrets import Redactor
 
@@ -144,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     c = console()
     c.print(f"good: {escape(plan.good.name)} ({escape(plan.good.source)})", highlight=False)
     c.print(f"bad:  {escape(plan.bad.name)} ({escape(plan.bad.source)})", highlight=False)
-    table = Table(title=f"{plan.n} deltas", title_justify="left")
+    table = Table(title=plural(plan.n, "delta"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("change")
     table.add_column("kind")
@@ -152,17 +158,22 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(str(i), escape(d.describe()), d.kind)
     c.print(table)
     c.print(f"strategy: {plan.strategy}", highlight=False)
-    c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
-    for v in first:
-        c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+    if first:
+        c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
+        for v in first:
+            c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+    else:  # one change: good + it is the bad config, so the endpoints are the whole search
+        c.print("runs: the two endpoint checks (good must pass, bad must fail); with one "
+                "change they are the answer", highlight=False)  # fmt: skip
     for line in flag_notes:
         c.print(f"flags: {escape(line)}", highlight=False)
-    c.print(
-        f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
-        f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "
-        f"(worst {est['pair_worst']:.0f})",
-        highlight=False,
-    )
+    if plan.n >= 2:  # no interacting pair among fewer than two changes
+        c.print(
+            f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
+            f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "
+            f"(worst {est['pair_worst']:.0f})",
+            highlight=False,
+        )
     for line in time_lines(rt, casts):
         c.print(escape(line), highlight=False)
     return 0
