@@ -100,6 +100,7 @@ class Bisection:
             spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
             command=command, resume_id=resume_id, max_runs=options.max_runs,
             deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
+            find=not options.fresh,  # --fresh starts anew, even beside an interrupted one
         )  # fmt: skip
         self.cid = self.core.cid
         self.resumed = self.core.resumed
