@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import envwatch, flaky, rehearsal
+from orchestrator.campaign import envwatch, flaky, rehearsal, timing
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -44,7 +44,7 @@ from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
-from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
+from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
@@ -153,9 +153,13 @@ class Bisection:
     def run(self) -> Outcome:
         previous = self._rows()
         est = self.plan.estimates()
+        # a rehearsal adds its starts on real weights: bad, then good + the culprit set
+        extra = timing.rehearsal_starts(self.plan.n)[0] if self.opts.rehearse and \
+            not rehearsal.refused(self.plan) else 0.0  # fmt: skip
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
-                                  expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
+                                  expected_runs=2 + est["pair_mean"] + extra,
+                                  resumed_runs=len(previous),
                                   deadline_s=self.opts.deadline_s,
                                   run_time_s=self.plan.bad.run_time
                                   or self.plan.good.run_time))  # fmt: skip
@@ -274,6 +278,7 @@ class Bisection:
                            closure=self.plan.closure(), evidence=evidence)  # fmt: skip
 
         planner = new_planner()
+        self._strategy = strategy  # what the switch's estimate simulates
         watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
         watch.check(planner)
 
@@ -334,10 +339,20 @@ class Bisection:
 
     def _flaky_estimate(self) -> tuple[float, int]:
         """(runs the campaign is expected to take in all now that the failure shows on only
-        some starts, runs so far): the noise-aware search's cost at the rate seen so far
-        (`planner.noise_estimate`), for the smallest culprit the failing runs allow."""
+        some starts, runs so far): the runs so far and what the search still takes from
+        them, measured on simulated runs of the culprit sets and rates they leave likely
+        (`planner.noise_estimate.remaining_runs`; a fit of the bench's means when they
+        point at none). The fit alone priced the search from its start, and said "about
+        1 more run" where 16 came."""
         got = [(r.variant, relative(r.verdict, r.signature, self.target))
                for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        strategy = getattr(self, "_strategy", None)
+        if strategy is not None:
+            mine = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+            left = remaining_runs(self.plan.n, mine, strategy, closure=self.plan.closure())
+            if left is not None:
+                return len(got) + left[0], len(got)
         failing = {v for v, x in got if x is Verdict.FAIL}
         starts = [x for v, x in got if v in failing and x.resolved]
         rate = observed_rate(sum(x is Verdict.FAIL for x in starts), len(starts))
