@@ -94,10 +94,12 @@ class CampaignCore:
         deadline_s: float | None = None,
         listener: Listener = null_listener,
         executor_factory: ExecutorFactory = default_executor,
+        find: bool = True,
     ) -> None:
         """Create the campaign record, or resume the one named (`resume_id`), or the
         unfinished one with the same key; `resumable` also accepts the newest campaign of
-        the key when it says so (a sweep stopped by its budget goes on)."""
+        the key when it says so (a sweep stopped by its budget goes on). Without `find`
+        (`bisect --fresh`) only the one named is resumed: anything else starts anew."""
         self.store = store
         self.kind = kind
         self.max_runs = max_runs
@@ -105,8 +107,8 @@ class CampaignCore:
         self.emit = listener
         self.executor_factory = executor_factory
         store.add_secrets(secrets)
-        cid = resume_id or store.find_resumable(key)
-        if cid is None and resumable is not None:
+        cid = resume_id or (store.find_resumable(key) if find else None)
+        if cid is None and resumable is not None and find:
             last = store.latest_campaign(key)
             if last is not None and resumable(last):
                 cid = last.id

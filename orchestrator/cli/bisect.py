@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",
                    help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
-    p.add_argument("--fresh", action="store_true", help="do not reuse cached verdicts")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new campaign (also where the same command was interrupted: "
+                        "--resume ID goes on with that one) and reuse no recorded verdict")
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
