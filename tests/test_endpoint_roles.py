@@ -10,14 +10,25 @@ Fast tier: the scripted host.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
+from orchestrator.execution.executor import RunCancelled
 from orchestrator.results.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    present,
+    write_pair,
+)
 
 BROKEN = "AttributeError: 'NoneType' object has no attribute 'dtype'"
 
@@ -55,12 +66,40 @@ def test_a_failing_good_config_stops_the_campaign_before_bad_starts(
     assert outcome.to_dict()["status"] == "endpoints"
 
 
+class BadWaitsForCancel(ScriptedExecutor):
+    """The bad config's start runs until the campaign cancels it (at most 30 s): the good
+    config's failure comes while bad is in progress, whatever the machine's speed."""
+
+    bad_starts: list[str] = []
+    cancelled: list[str] = []
+
+    def run(self, exp, *, run_id: str, **kw):  # type: ignore[no-untyped-def]
+        if present(exp):
+            BadWaitsForCancel.bad_starts.append(run_id)
+            if self.cancel_event.wait(timeout=30):
+                BadWaitsForCancel.cancelled.append(run_id)
+                raise RunCancelled(f"run cancelled on {self.host.name}")
+        return super().run(exp, run_id=run_id, **kw)
+
+
 def test_a_failing_good_config_cancels_the_bad_start_in_progress(tmp_path: Path) -> None:
-    """Two hosts: both endpoints start side by side; once good failed, bad is not started
-    again (it passes every time here) and the campaign ends at once."""
-    outcome, runs = _bisect(tmp_path, GoodOnly([Rule(frozenset(), "init", BROKEN)]), hosts=2)
+    """Two hosts: both endpoints start side by side; good fails while bad is still starting:
+    the start of bad in progress is stopped, bad is not started again, and the campaign ends
+    at once (not after the 30 s the bad start would take)."""
+    BadWaitsForCancel.bad_starts, BadWaitsForCancel.cancelled = [], []
+    oracle = GoodOnly([Rule(frozenset(), "init", BROKEN)])
+    good, bad = write_pair(tmp_path / "exp", 3)
+    store = Store(tmp_path / "results")
+    b = Bisection(store, make_plan(good, bad), [host("h0"), host("h1")], command="t",
+                  options=BisectOptions(),
+                  executor_factory=lambda h, *_: BadWaitsForCancel(h, oracle, Faults()))
+    began = time.monotonic()
+    outcome = b.run()
+    store.close()
     assert outcome.status == "endpoints" and "the good config does not pass" in outcome.message
-    assert sum(1 for r in runs if r.variant == (0, 1, 2)) <= 1, [r.variant for r in runs]
+    assert len(BadWaitsForCancel.bad_starts) == 1, BadWaitsForCancel.bad_starts
+    assert BadWaitsForCancel.cancelled == BadWaitsForCancel.bad_starts
+    assert time.monotonic() - began < 25
 
 
 def test_good_failing_with_the_target_is_proof(tmp_path: Path) -> None:
