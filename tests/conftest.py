@@ -33,9 +33,16 @@ from tests.hosts.fixtures import (  # noqa: E402
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 from tests.hosts.vllm import vllm_real  # noqa: E402
+from tests.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
+    _repeat_index,
+    pytest_addoption,
+    pytest_configure,
+    pytest_generate_tests,
+)
 
-__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
-           "systemd_host", "systemd_hosts", "vllm_real"]
+__all__ = ["_repeat_index", "duo", "net", "pytest_addoption", "pytest_configure",
+           "pytest_generate_tests", "sd", "sd_box", "slurm_cluster", "spawn", "sshd",
+           "sshd_server", "systemd_host", "systemd_hosts", "vllm_real"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
