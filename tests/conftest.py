@@ -98,6 +98,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope == "module" for d in defs if d):
             _group(item, item.nodeid.split("::")[0])
+        elif (mark := item.get_closest_marker("xdist_group")) is not None:
+            _group(item, str(mark.args[0]))  # a module that shares a cache of its own
 
     def rank(item: pytest.Item) -> int:
         return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),
