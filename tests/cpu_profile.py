@@ -43,8 +43,7 @@ def kind(argv: Any) -> str:
         return "?"
     name = os.path.basename(args[0])
     if name.startswith("python") or args[0] == sys.executable:
-        rest = " ".join(args[1:3])
-        if "orchestrator" in rest:
+        if args[1:3] == ["-m", "orchestrator"]:
             return "orchestrator CLI"
         return "python " + (args[2] if len(args) > 2 and args[1] == "-m" else "other")
     return name
