@@ -33,9 +33,16 @@ from tests.hosts.fixtures import (  # noqa: E402
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 from tests.hosts.vllm import vllm_real  # noqa: E402
+from tests.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
+    _repeat_index,
+    pytest_addoption,
+    pytest_configure,
+    pytest_generate_tests,
+)
 
-__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
-           "systemd_host", "systemd_hosts", "vllm_real"]
+__all__ = ["_repeat_index", "duo", "net", "pytest_addoption", "pytest_configure",
+           "pytest_generate_tests", "sd", "sd_box", "slurm_cluster", "spawn", "sshd",
+           "sshd_server", "systemd_host", "systemd_hosts", "vllm_real"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
@@ -93,6 +100,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope == "module" for d in defs if d):
             _group(item, item.nodeid.split("::")[0])
+        elif (mark := item.get_closest_marker("xdist_group")) is not None:
+            _group(item, str(mark.args[0]))  # a module that shares a cache of its own
 
     def rank(item: pytest.Item) -> int:
         return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),

@@ -18,7 +18,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from orchestrator.cli import detached, main
 from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
@@ -90,33 +94,45 @@ def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
     assert not (tmp_path / "results").exists()  # nothing recorded: no results directory
 
 
-def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(tmp_path: Path) -> None:
+def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A command records its campaign's end, then prints its answer, then records its exit
     code. A follower that sees the end must still show the answer (seen once: the output
-    ended at the last run line)."""
+    ended at the last run line).
+
+    The answer comes at the first moment the follower waits after it saw the end, and not
+    before: the follower runs in this process and its wait is where the command goes on.
+    A follower that does not wait never gets it (a fixed sleep in a subprocess let a slow
+    follower start after the answer on a busy machine, and the race went untested)."""
     results = tmp_path / "results"
     log = tmp_path / "detached.log"
     log.write_text(" 12. pass    bad - --ep-size 8\n")
     # A live process of this machine stands for the detached command.
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stand_in = subprocess.Popen(["sleep", "60"])
+    store = Store(results)
+    waits: list[float] = []
     try:
-        store = Store(results)
         cid = store.create_campaign(kind="bisect", key="k", command="bisect", spec={})
-        store.update_campaign(cid, status="done",
-                              controller={"owner": me(), "pid": stand_in.pid, "log": str(log)})
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "runs", "--follow", cid, "--results",
-             results], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        time.sleep(3)  # the follower has seen the ended status by now; the answer comes late
-        with log.open("a") as fh:
-            fh.write("culprit: --ep-size 8\n")
-        store.update_campaign(cid, controller={"owner": me(), "pid": stand_in.pid,
-                                               "log": str(log), "exit_code": 0})
-        out, _ = follower.communicate(timeout=60)
-        store.close()
+        controller = {"owner": me(), "pid": stand_in.pid, "log": str(log)}
+        store.update_campaign(cid, status="done", controller=controller)
+
+        def command_goes_on(seconds: float) -> None:
+            if not waits:  # the command prints its answer, then records its exit code
+                with log.open("a") as fh:
+                    fh.write("culprit: --ep-size 8\n")
+                store.update_campaign(cid, controller={**controller, "exit_code": 0})
+            waits.append(seconds)
+
+        monkeypatch.setattr(detached, "time", SimpleNamespace(monotonic=time.monotonic,
+                                                              sleep=command_goes_on))
+        code = main(["runs", "--follow", cid, "--results", str(results)])
     finally:
+        store.close()
         stand_in.kill()
         stand_in.wait()
-    text = out.decode()
-    assert follower.returncode == 0, text
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert waits, text  # it waited for the command once the status had ended
+    assert " 12. pass" in text
     assert text.index("culprit: --ep-size 8") < text.index(f"campaign {cid} ended: done (exit 0)")
