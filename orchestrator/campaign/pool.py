@@ -70,6 +70,9 @@ class Task:
     #: (a bisection's good and bad: every variant's flags are among theirs); checked once
     #: per host, see `refused_flags`
     precheck: tuple[Experiment, ...] = ()
+    #: set by `cancel`: a cancel that comes before the host's worker has made its executor
+    #: or cleared the executor's event for this task must still stop it
+    cancelled: bool = False
 
 
 @dataclass
@@ -196,6 +199,7 @@ class Pool:
         w = idle[0]
         w.busy = task
         task.attempts += 1
+        task.cancelled = False
         w.inbox.put(task)
         return True
 
@@ -220,14 +224,17 @@ class Pool:
     def cancel(self, task: Task) -> None:
         """Abandon a task in progress (its round was decided): the host stops the server at
         its next poll and reports RunCancelled."""
+        task.cancelled = True  # before the executor is read: see `_work`
         for w in self.workers:
             if w.busy is task and w.executor is not None:
                 w.executor.cancel_event.set()
 
     def cancel_all(self) -> None:
         for w in self.workers:
-            if w.busy is not None and w.executor is not None:
-                w.executor.cancel_event.set()
+            if w.busy is not None:
+                w.busy.cancelled = True
+                if w.executor is not None:
+                    w.executor.cancel_event.set()
 
     def wait(self) -> Done:
         """The next finished task (blocks, but lets Ctrl-C through). Marks its host idle."""
@@ -304,6 +311,10 @@ class Pool:
                         executor.open()
                         w.opened = True
                     executor.cancel_event.clear()
+                    # checked after the clear and after `w.executor` is set: a cancel either
+                    # set the flag before this line or sets the event after the clear
+                    if task.cancelled:
+                        raise RunCancelled(f"run cancelled on {w.host.name} before its start")
                     for exp in task.precheck:
                         if exp.fingerprint() not in w.prechecked:
                             refused_flags(executor, exp)
