@@ -20,6 +20,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
+from orchestrator.config.repair import Declared, RepairModel
 from orchestrator.config.secrets import resolve_reference
 from orchestrator.config.yamlio import load_model, not_a_file, validation_error
 from orchestrator.errors import ConfigError
@@ -209,6 +210,8 @@ class ExperimentModel(_Raw):
     #: a bisection searches on random weights first (`--load-format dummy`), see README
     rehearse: str | None = None
     expect: ExpectModel | None = None
+    #: what a run that fails on a resource may change to run again (config.repair)
+    repair: RepairModel | None = None
     schema_version: StrictBool | int | None = Field(default=None, alias="version")
 
     @field_validator("rehearse")
@@ -352,6 +355,8 @@ class Experiment:
     #: campaign hints, not part of the launch: `rehearse:` and `expect.run_time` (seconds)
     rehearse: str | None = field(default=None, compare=False)
     run_time: float | None = field(default=None, compare=False)
+    #: the repair moves this file declares (`repair:`), a campaign hint like `rehearse:`
+    repair: Declared | None = field(default=None, compare=False)
 
     @property
     def weights(self) -> str:
@@ -754,4 +759,5 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         secret_refs=tuple(secret_refs),
         rehearse=model.rehearse,
         run_time=model.expect.run_time if model.expect else None,
+        repair=Declared.of(model.repair, source),
     )
