@@ -70,6 +70,8 @@ class Task:
     #: (a bisection's good and bad: every variant's flags are among theirs); checked once
     #: per host, see `refused_flags`
     precheck: tuple[Experiment, ...] = ()
+    #: the repair move the start carries (`planner.repair.Applied.to_dict()`), recorded
+    repair: dict[str, Any] | None = None
 
 
 @dataclass

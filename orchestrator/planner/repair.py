@@ -169,7 +169,10 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
         return Settled(len(rungs) - 2, "unrepaired",
                        f"the server refused {a.name()} {_text(a.value)}"
                        + (f" ({last.detail})" if last.detail else ""))  # fmt: skip
-    if not is_resource(last.signature, target):
+    # A start that shows the target as planned is never repaired; a repaired start is
+    # judged by the ladder alone (when the target is the resource failure a ladder ended
+    # in, that ladder stays as it ended)
+    if not is_resource(last.signature, target if len(rungs) == 1 else None):
         return Settled(len(rungs) - 1, "repaired" if len(rungs) > 1 else "none")
     assert last.signature is not None
     sig = last.signature
@@ -183,6 +186,7 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
     launches = _launches(rungs, variant)
     busy = delta_knobs(deltas)
     blocked: list[str] = []
+    unset: list[str] = []  # said only when nothing else blocked: another server's knobs
     for m in policy.moves:
         way = m.way(sig.error_class, sig.phase.value)
         if way is None:
@@ -200,7 +204,7 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
         before = x
         if x is None:
             if m.absent is None:
-                blocked.append(f"{m.name()} is not set in the config (its value is unknown)")
+                unset.append(f"{m.name()} is not set in the config (its value is unknown)")
                 continue
             x = m.absent
         nxt = stepped(m, x, way)
@@ -208,6 +212,7 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
             blocked.append(f"{m.name()} is at its limit ({_text(x)})")
             continue
         return Next(m, before, nxt, way)
+    blocked = blocked or unset
     why = "; ".join(blocked) if blocked else \
         f"no move addresses {sig.error_class} in {sig.phase.value}"  # fmt: skip
     return Settled(len(rungs) - 1, "unrepaired", why)
@@ -230,8 +235,9 @@ def _no_window(m: Move, rungs: Sequence[Rung], launches: list[Experiment],
     another wanting less ('' otherwise)."""
     low: tuple[Number, Signature] | None = None  # the highest value that wanted more
     high: tuple[Number, Signature] | None = None  # the lowest value that wanted less
-    for r, exp in zip(rungs, launches, strict=True):
-        if not is_resource(r.signature, target) or r.verdict is Verdict.INVALID:
+    for i, (r, exp) in enumerate(zip(rungs, launches, strict=True)):
+        if not is_resource(r.signature, target if i == 0 else None) \
+                or r.verdict is Verdict.INVALID:  # fmt: skip
             continue
         assert r.signature is not None
         way = m.way(r.signature.error_class, r.signature.phase.value)

@@ -1,0 +1,212 @@
+"""A variant that dies of a resource is started again with a repair move (fast tier).
+
+Scripted hosts: the oracle's resource rule fires while `--mem-fraction-static` is below a
+limit, so the campaign, planner, store and classifier are the real ones deciding when a
+move is made, which start gives the variant's verdict, and what the answer says.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.campaign.bisect import Bisection
+from orchestrator.campaign.planning import make_plan
+from orchestrator.campaign.records import BisectOptions
+from orchestrator.results.store import Store
+from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+MEM = "mem-fraction-static"
+
+
+def pair(root: Path, n: int, *, good_flags: dict[str, Any] | None = None,
+         bad_flags: dict[str, Any] | None = None,
+         repair: dict[str, Any] | None = None) -> tuple[Path, Path]:  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    good: dict[str, Any] = {
+        "name": "good",
+        "service": {"unit": "scripted.service", "exec": "python3 -m sglang.launch_server",
+                    "flags": {"model-path": "/models/m", "tp-size": 8, MEM: 0.85,
+                              "port": 30000} | (good_flags or {})},
+        "health": {"path": "/health", "timeout": "60s", "ready_after": 2},
+    }  # fmt: skip
+    if repair is not None:
+        good["repair"] = repair
+    bad = {"name": "bad", "extends": "good.yaml",
+           "service": {"flags": {flag(i): True for i in range(n)} | (bad_flags or {})}}
+    (root / "good.yaml").write_text(yaml.safe_dump(good))
+    (root / "bad.yaml").write_text(yaml.safe_dump(bad))
+    return root / "good.yaml", root / "bad.yaml"
+
+
+#: EP (feature-0) runs out of memory below 0.92; EP + flashinfer (feature-1) then fails in
+#: graph capture with the target; feature-2 is harmless
+INCIDENT = [Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.92),)),
+            Rule(frozenset({0, 1}), "cuda_graph", TARGET_ERROR)]
+
+
+def bisect(good: Path, bad: Path, results: Path, rules: list[Rule], *,
+           options: BisectOptions | None = None) -> tuple[dict, list]:  # fmt: skip
+    store = Store(results)
+    try:
+        b = Bisection(store, make_plan(good, bad), [host()], command="t",
+                      options=options or BisectOptions(),
+                      executor_factory=factory(Oracle(rules), Faults()))  # fmt: skip
+        outcome = b.run()
+        return outcome.to_dict(), store.runs(b.cid)
+    finally:
+        store.close()
+
+
+def culprit_flags(answer: dict) -> list[list[str]]:
+    return [sorted(c["flags"]) for c in answer["culprits"]]
+
+
+def test_the_incident_is_repaired_and_the_real_culprit_named(tmp_path: Path) -> None:
+    good, bad = pair(tmp_path / "exp", 3)
+    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
+    assert answer["status"] == "found", answer
+    assert answer["target"].startswith("cuda_graph: cublas")
+    assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
+    # the built-in ladder: 0.85 -> 0.89 (still out of memory) -> 0.93
+    repaired = [r for r in runs if r.repair]
+    assert repaired and all(r.purpose in ("repair", "cache") for r in repaired)
+    assert {r.repair["value"] for r in repaired} == {0.89, 0.93}
+    bad_runs = [r for r in runs if r.variant == (0, 1, 2)]
+    assert bad_runs[0].signature is not None  # the OOM first, then repaired
+    assert bad_runs[0].signature.error_class == "cuda_oom" and not bad_runs[0].repair
+    assert bad_runs[-1].repair and bad_runs[-1].repair["value"] == 0.93
+    assert f"--{MEM} 0.93" in " ".join(bad_runs[-1].argv)
+    notes = {n["variant"]: n for n in answer["repairs"]}
+    assert notes["bad"]["state"] == "repaired"
+    assert notes["bad"]["moves"] == [f"--{MEM} 0.85 -> 0.89", f"--{MEM} 0.89 -> 0.93"]
+    assert notes["bad"]["after"].startswith("failed with the target")
+    assert "--mem-fraction-static 0.93" in notes["bad"]["command"]
+    # the OOM is no finding of its own: it was repaired wherever it showed
+    assert answer["findings"] == []
+    # no move touched a delta, no answer names a move
+    assert all(r.repair["knob"] == MEM for r in repaired)
+
+
+def test_without_repair_the_pair_ends_as_before(tmp_path: Path) -> None:
+    good, bad = pair(tmp_path / "exp", 3)
+    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT,
+                          options=BisectOptions(repair=False))  # fmt: skip
+    assert answer["target"].startswith("load_weights: cuda_oom")
+    assert culprit_flags(answer) == [["--feature-0"]]
+    assert "repairs" not in answer and not any(r.repair for r in runs)
+
+
+def test_a_declared_move_reaches_the_working_value_in_one_step(tmp_path: Path) -> None:
+    good, bad = pair(tmp_path / "exp", 3, repair={"moves": [
+        {"flag": MEM, "step": 0.07, "max": 0.95, "on": [{"class": "cuda_oom", "way": "up"}]}]})
+    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
+    assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
+    assert {r.repair["value"] for r in runs if r.repair} == {0.92}
+    # every start of an EP variant took exactly one repaired start after it
+    by_id = {r.id: r for r in runs}
+    for r in runs:
+        if 0 in r.variant and not r.repair:
+            assert sum(1 for x in runs if x.repair and x.repair["after"] == r.id) == 1
+        if r.repair:
+            assert by_id[r.repair["after"]].repair is None
+
+
+def test_a_move_on_a_delta_under_test_is_not_made_and_the_answer_says_why(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The memory fraction is itself a delta (0.85 -> 0.92): nothing turns it, the
+    variants that run out of memory stay `other` and the answer says they could not be
+    repaired, naming the delta."""
+    good, bad = pair(tmp_path / "exp", 2, bad_flags={MEM: 0.92})
+    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
+    assert not any(r.repair for r in runs)
+    assert culprit_flags(answer) == [["--feature-0", "--feature-1", f"--{MEM} 0.92"]]
+    unrepaired = [n for n in answer["repairs"] if n["state"] == "unrepaired"]
+    assert unrepaired and all(n["why"] == f"--{MEM} is a delta under test" for n in unrepaired)
+    assert any(f["signature"].startswith("load_weights: cuda_oom") for f in answer["findings"])
+
+
+def test_no_working_window_stops_the_ladder(tmp_path: Path) -> None:
+    """Out of memory at load below 0.88, out of memory while serving above it: the ladder
+    stops after one move and says the variant has no working window."""
+    good, bad = pair(tmp_path / "exp", 2)
+    rules = [Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.88),)),
+             Rule(frozenset({0}), "warmup", OOM, above=((MEM, 0.88),)),
+             Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)]
+    answer, runs = bisect(good, bad, tmp_path / "results", rules)
+    [note] = [n for n in answer["repairs"] if n["variant"] == "bad"]
+    assert note["state"] == "unrepaired" and note["why"].startswith(
+        f"no working window for --{MEM}: at 0.85 it failed wanting more")
+    assert sum(1 for r in runs if r.variant == (0, 1) and r.repair) == 1
+
+
+def test_a_repaired_run_is_reused_under_its_variant_and_move(tmp_path: Path) -> None:
+    """A second campaign of the pair runs nothing: each variant's first start and each
+    repaired start come from the cache (the repaired one under its own launch, the
+    variant plus its move), and the answer names the same repairs."""
+    good, bad = pair(tmp_path / "exp", 3)
+    first, _ = bisect(good, bad, tmp_path / "results", INCIDENT)
+    again, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
+    assert again["campaign"] != first["campaign"] and again["runs_executed"] == 0
+    assert culprit_flags(again) == culprit_flags(first)
+    reused = [r for r in runs if r.repair]
+    assert reused and all(r.cached_from for r in reused)
+    ids = {r.id for r in runs}
+    assert all(r.repair["after"] in ids for r in reused)  # this campaign's own ladders
+    assert {n["variant"] for n in again["repairs"]} == {n["variant"] for n in first["repairs"]}
+
+
+def test_resume_continues_a_ladder_where_it_stopped(tmp_path: Path) -> None:
+    """The controller dies as the first repaired start of the bad config begins: the
+    resumed campaign goes on with that repaired start, not with a new first start."""
+    import shutil
+    import sqlite3
+
+    from tests.scripted import ScriptedExecutor
+
+    good, bad = pair(tmp_path / "exp", 3)
+    results, killed = tmp_path / "results", tmp_path / "killed"
+    oracle = Oracle(INCIDENT)
+
+    class KilledAtTheRepair(ScriptedExecutor):
+        def run(self, exp, **kw):  # noqa: ANN001, ANN003, ANN201
+            if exp.flag_map().get(MEM) != 0.85 and not killed.exists():
+                killed.mkdir()
+                for p in results.iterdir():
+                    if p.is_dir():
+                        shutil.copytree(p, killed / p.name)
+                src = sqlite3.connect(results / "orchestrator.db")
+                dst = sqlite3.connect(killed / "orchestrator.db")
+                try:
+                    src.backup(dst)
+                finally:
+                    src.close()
+                    dst.close()
+            return super().run(exp, **kw)
+
+    store = Store(results)
+    try:
+        Bisection(store, make_plan(good, bad), [host()], command="t",
+                  executor_factory=lambda h, *_: KilledAtTheRepair(h, oracle, Faults())).run()
+    finally:
+        store.close()
+    store = Store(killed)
+    try:
+        [camp] = store.campaigns()
+        before = store.runs(camp.id)
+        assert [(r.variant, r.repair) for r in before][-1] == ((0, 1, 2), None)
+        store.update_campaign(camp.id, status="interrupted")
+        b = Bisection(store, make_plan(good, bad), [host()], command="t",
+                      executor_factory=factory(oracle, Faults()))  # fmt: skip
+        outcome = b.run()
+        after = store.runs(camp.id)
+    finally:
+        store.close()
+    assert outcome.campaign_id == camp.id
+    new = after[len(before):]
+    assert new[0].variant == (0, 1, 2) and new[0].repair is not None
+    assert new[0].repair["after"] == before[-1].id and new[0].repair["value"] == 0.89
+    assert culprit_flags(outcome.to_dict()) == [["--feature-0", "--feature-1"]]
