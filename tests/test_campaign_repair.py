@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from orchestrator.campaign.bisect import Bisection
@@ -210,3 +211,65 @@ def test_resume_continues_a_ladder_where_it_stopped(tmp_path: Path) -> None:
     assert new[0].variant == (0, 1, 2) and new[0].repair is not None
     assert new[0].repair["after"] == before[-1].id and new[0].repair["value"] == 0.89
     assert culprit_flags(outcome.to_dict()) == [["--feature-0", "--feature-1"]]
+
+
+def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The answer printed, `show`, both reports, `--issue`, the notification and `plan`
+    name the repaired variant, the move and the runs before and after."""
+    from orchestrator.campaign.records import Outcome
+    from orchestrator.cli import main
+    from orchestrator.cli.bisect import print_outcome
+    from orchestrator.results.notify import Message, repairs_of
+    from orchestrator.results.report import html_page, markdown
+
+    good, bad = pair(tmp_path / "exp", 3)
+    results = tmp_path / "results"
+    answer, runs = bisect(good, bad, results, INCIDENT)
+    outcome = Outcome.from_dict(answer)
+    [cul] = outcome.culprits
+    assert cul.repaired_with == [f"--{MEM} 0.85 -> 0.89", f"--{MEM} 0.89 -> 0.93"]
+    bad_note = next(n for n in outcome.repairs if n.variant == "bad")
+    sentence = bad_note.sentence()
+    assert sentence.startswith("bad: failed on a resource (load_weights: cuda_oom: ")
+    assert f"[run {bad_note.before_run}]; with --{MEM} 0.85 -> 0.89, --{MEM} 0.89 -> 0.93 " \
+           f"it failed with the target (cuda_graph: cublas: " in sentence
+    assert sentence.endswith(f"[run {bad_note.after_run}]")
+
+    print_outcome(outcome, make_plan(good, bad), [])
+    said = capsys.readouterr().out
+    assert "repair: bad: failed on a resource (load_weights: cuda_oom" in said
+    assert f"(repaired with --{MEM} 0.85 -> 0.89, --{MEM} 0.89 -> 0.93)" in said
+
+    store = Store(results)
+    try:
+        camp = store.campaign(answer["campaign"])
+        md, page = markdown(camp, runs), html_page(camp, runs)
+    finally:
+        store.close()
+    assert f"- repair: {sentence}" in md
+    assert "with the repair `--mem-fraction-static 0.85 -> 0.89`" in md
+    assert "<p class=repair>Repair: bad: failed on a resource" in page
+
+    assert main(["show", bad_note.after_run, "--results", str(results)]) == 0
+    shown = capsys.readouterr().out
+    assert f"repair: --{MEM} 0.89 -> 0.93 (step 2), after run" in shown
+    assert main(["show", bad_note.before_run, "--results", str(results)]) == 0
+    assert f"started again with --{MEM} 0.85 -> 0.89: run" in capsys.readouterr().out
+
+    assert main(["report", answer["campaign"], "--issue", "--results", str(results)]) == 0
+    issue = capsys.readouterr().out
+    assert f"--{MEM} 0.93" in issue  # the repaired command line reproduces it
+    assert "This command line is the repaired one: as first launched it failed on a " \
+           "resource (load_weights: cuda_oom" in issue
+    assert "reproducing launch failed in 1 of 1 starts" in issue
+
+    text = Message(answer["campaign"], "bisect", "found", repairs=repairs_of(answer)).payload()
+    assert f"repaired: {sentence}" in text["text"] and text["repairs"][0] == sentence
+
+    assert main(["plan", "--good", str(good), "--bad", str(bad)]) == 0
+    plan_text = capsys.readouterr().out
+    assert "repair moves (a variant that dies of a resource starts again, at most 2 times)" \
+        in plan_text
+    assert f"--{MEM} +/-0.04 per step" in plan_text and "may run, from 0.85" in plan_text
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--no-repair"]) == 0
+    assert "repair moves: none may run (--no-repair)" in capsys.readouterr().out

@@ -205,6 +205,17 @@ class Bisection:
                 return chain, state
         return None
 
+    def _moves_of(self, row: RunRow) -> list[str]:
+        """The repair moves a run carried, described, in the order they were made."""
+        if not row.repair:
+            return []
+        for chain, _ in self._ladders()[0]:
+            if any(r.id == row.id for r in chain):
+                upto = next(i for i, r in enumerate(chain) if r.id == row.id)
+                return [Applied.from_dict(r.repair).describe() for r in chain[1:upto + 1]
+                        if r.repair]  # fmt: skip
+        return [Applied.from_dict(row.repair).describe()]
+
     def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str:
         return f"{self._label(v)} [repair: {applied.describe()}]"
 
@@ -984,6 +995,7 @@ class Bisection:
                 flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
                 reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
                 confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
+                repaired_with=self._moves_of(rep) if rep is not None else [],
             ))  # fmt: skip
         # A noise-aware answer stands on its posterior (its confidence reached what was
         # asked): its evidence lines cite the runs there are, and misses are expected.

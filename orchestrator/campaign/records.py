@@ -115,6 +115,8 @@ class Culprit:
     #: each delta's `Delta.what` (flag, env, exec, json, member); None in answers stored
     #: before it was recorded
     whats: list[str] | None = None
+    #: the repair moves the reproducing run carried (the failure shows only under them)
+    repaired_with: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -147,6 +149,8 @@ class Culprit:
                     "cleared_counts": self.cleared_counts}  # fmt: skip
         if self.whats is not None:
             out["whats"] = self.whats
+        if self.repaired_with:
+            out["repaired_with"] = self.repaired_with
         return out
 
     @classmethod
@@ -159,7 +163,8 @@ class Culprit:
                    clearing=dict(d.get("clearing") or {}), confirmed=bool(d.get("confirmed")),
                    reproduced_counts=d.get("reproduced_counts"),
                    cleared_counts=d.get("cleared_counts"),
-                   whats=list(d["whats"]) if d.get("whats") else None)  # fmt: skip
+                   whats=list(d["whats"]) if d.get("whats") else None,
+                   repaired_with=list(d.get("repaired_with") or []))  # fmt: skip
 
     def claim(self, flag: str) -> str:
         """What the run that clears `flag` shows, in words."""

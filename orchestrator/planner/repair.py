@@ -218,6 +218,29 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
     return Settled(len(rungs) - 1, "unrepaired", why)
 
 
+def may_run(policy: RepairPolicy, good: Experiment, bad: Experiment,
+            deltas: Iterable[Delta]) -> list[tuple[Move, str]]:  # fmt: skip
+    """Each move in force and whether it may run in this campaign: `may run from VALUE`,
+    or why not (repair off, a delta under test, not set in either config)."""
+    busy = delta_knobs(deltas)
+    out = []
+    for m in policy.moves:
+        if policy.steps <= 0:
+            why = "repair is off"
+        elif (m.env, m.knob) in busy:
+            why = "not: it is a delta under test"
+        else:
+            values = {_text(x) for x in (value_of(good, m), value_of(bad, m)) if x is not None}
+            if values:
+                why = f"may run, from {' / '.join(sorted(values))}"
+            elif m.absent is not None:
+                why = f"may run, from {_text(m.absent)} (the value assumed when unset)"
+            else:
+                why = "not: neither config sets it"
+        out.append((m, why))
+    return out
+
+
 def _launches(rungs: Sequence[Rung], variant: Experiment) -> list[Experiment]:
     """The launch of each rung: the variant with the moves carried so far."""
     out = []
@@ -262,4 +285,4 @@ def _text(x: object) -> str:
 
 
 __all__ = ["Applied", "Next", "Rung", "Settled", "decide", "delta_knobs", "is_resource",
-           "stepped", "value_of", "with_moves"]  # fmt: skip
+           "may_run", "stepped", "value_of", "with_moves"]  # fmt: skip
