@@ -103,7 +103,7 @@ def test_without_repair_the_pair_ends_as_before(tmp_path: Path) -> None:
 
 def test_a_declared_move_reaches_the_working_value_in_one_step(tmp_path: Path) -> None:
     good, bad = pair(tmp_path / "exp", 3, repair={"moves": [
-        {"flag": MEM, "step": 0.07, "max": 0.95, "on": [{"class": "cuda_oom", "way": "up"}]}]})
+        {"flag": MEM, "step": 0.07, "max": 0.95, "when": [{"class": "cuda_oom", "way": "up"}]}]})
     answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
     assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
     assert {r.repair["value"] for r in runs if r.repair} == {0.92}

@@ -163,13 +163,13 @@ def test_declared_moves_replace_the_built_in_one_of_their_knob(tmp_path: Path) -
                     "flags": {"port": 30000, "mem-fraction-static": 0.85}},
         "repair": {"steps": 1, "moves": [{"flag": "mem-fraction-static", "step": 0.07,
                                           "max": 0.95,
-                                          "on": [{"class": "cuda_oom", "way": "up"}]}]},
+                                          "when": [{"class": "cuda_oom", "way": "up"}]}]},
     }))  # fmt: skip
     exp = load_experiment(tmp_path / "e.yaml")
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"h": {
         "address": "x", "known_hosts": "kh", "repair": {"steps": 3, "moves": [
             {"env": "VLLM_CPU_KVCACHE_SPACE", "factor": 4, "integer": True,
-             "on": [{"class": "kv_cache_too_small", "way": "up"}]}]}}}}))  # fmt: skip
+             "when": [{"class": "kv_cache_too_small", "way": "up"}]}]}}}}))  # fmt: skip
     host = load_inventory(tmp_path / "hosts.yaml").host("h")
     pol = policy([host.repair, exp.repair])
     assert pol.steps == 1  # the file's word after the host's
@@ -188,18 +188,18 @@ def test_declared_moves_replace_the_built_in_one_of_their_knob(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("repair", "key", "words"), [
-    ({"moves": [{"flag": "x", "env": "Y", "step": 1, "on": [{"class": "cuda_oom",
+    ({"moves": [{"flag": "x", "env": "Y", "step": 1, "when": [{"class": "cuda_oom",
                                                               "way": "up"}]}]},
      "repair.moves.0", "either flag: or env:"),
-    ({"moves": [{"flag": "x", "on": [{"class": "cuda_oom", "way": "up"}]}]},
+    ({"moves": [{"flag": "x", "when": [{"class": "cuda_oom", "way": "up"}]}]},
      "repair.moves.0", "step: (added) or factor:"),
-    ({"moves": [{"flag": "x", "step": 1, "on": [{"class": "AssertionError", "way": "up"}]}]},
-     "repair.moves.0.on.0.class", "resource failure's class"),
-    ({"moves": [{"flag": "x", "step": 1, "on": [{"class": "cuda_oom", "way": "sideways"}]}]},
-     "repair.moves.0.on.0.way", "up"),
-    ({"moves": [{"flag": "x", "step": 1, "on": [{"class": "cuda_oom", "way": "up",
+    ({"moves": [{"flag": "x", "step": 1, "when": [{"class": "AssertionError", "way": "up"}]}]},
+     "repair.moves.0.when.0.class", "resource failure's class"),
+    ({"moves": [{"flag": "x", "step": 1, "when": [{"class": "cuda_oom", "way": "sideways"}]}]},
+     "repair.moves.0.when.0.way", "up"),
+    ({"moves": [{"flag": "x", "step": 1, "when": [{"class": "cuda_oom", "way": "up",
                                                  "phases": ["boot"]}]}]},
-     "repair.moves.0.on.0.phases", "expected phases among"),
+     "repair.moves.0.when.0.phases", "expected phases among"),
     ({"steps": -1}, "repair.steps", "greater than or equal to 0"),
     ({"stepz": 2}, "repair.stepz", "did you mean 'steps'"),
 ])  # fmt: skip

@@ -143,7 +143,7 @@ class TriggerModel(_Raw):
 class MoveModel(_Raw):
     flag: str | None = None
     env: str | None = None
-    on: list[TriggerModel] = Field(min_length=1)
+    when: list[TriggerModel] = Field(min_length=1)
     step: float | None = Field(default=None, gt=0)
     factor: float | None = Field(default=None, gt=1)
     min: float | None = None
@@ -180,7 +180,7 @@ def to_moves(model: RepairModel, source: str) -> tuple[Move, ...]:
         out.append(Move(
             knob=m.env if env else (m.flag or "").lstrip("-"), env=env,  # type: ignore[arg-type]
             triggers=tuple(Trigger(t.error_class, frozenset(t.phases) if t.phases else None,
-                                   +1 if t.way == "up" else -1) for t in m.on),
+                                   +1 if t.way == "up" else -1) for t in m.when),
             step=m.step, factor=m.factor, low=m.min, high=m.max, absent=m.absent,
             integer=m.integer, source=source))  # fmt: skip
     return tuple(out)
