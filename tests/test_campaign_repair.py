@@ -273,3 +273,24 @@ def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"--{MEM} +/-0.04 per step" in plan_text and "may run, from 0.85" in plan_text
     assert main(["plan", "--good", str(good), "--bad", str(bad), "--no-repair"]) == 0
     assert "repair moves: none may run (--no-repair)" in capsys.readouterr().out
+
+
+def test_a_repair_costs_at_most_its_own_extra_starts(tmp_path: Path) -> None:
+    """bench/repair.py's claim on two of its incidents: beyond the search the target alone
+    needs (the same pair without its resource failure), the repaired campaign takes no
+    more runs than its repaired starts."""
+    import importlib.util
+    import sys
+
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_repair", Path(__file__).resolve().parents[1] / "bench" / "repair.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_repair"] = bench  # (its dataclasses look their module up)
+    spec.loader.exec_module(bench)
+    for inc in (bench.INCIDENTS[0], bench.INCIDENTS[3]):
+        fixed, said, starts = bench.campaign(tmp_path / inc.name[:10], inc, True, judge=True)
+        alone, _, _ = bench.campaign(tmp_path / inc.name[:10], inc, True, resource=False)
+        assert said.endswith("(right)"), said
+        assert 0 < starts and fixed - alone <= starts, (inc.name, fixed, alone, starts)
