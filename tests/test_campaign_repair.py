@@ -294,3 +294,66 @@ def test_a_repair_costs_at_most_its_own_extra_starts(tmp_path: Path) -> None:
         alone, _, _ = bench.campaign(tmp_path / inc.name[:10], inc, True, resource=False)
         assert said.endswith("(right)"), said
         assert 0 < starts and fixed - alone <= starts, (inc.name, fixed, alone, starts)
+
+
+def test_repeats_of_a_repaired_variant_count_their_repaired_starts(tmp_path: Path) -> None:
+    """`--repeat 2` starts each deciding variant once more; a repeat that runs out of
+    memory is repaired, and its repaired start is that repeat's verdict (the campaign
+    neither loops on it nor reports it disagreeing)."""
+    good, bad = pair(tmp_path / "exp", 2)
+    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT,
+                          options=BisectOptions(repeat=2, max_runs=40))  # fmt: skip
+    assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
+    assert answer["flaky"] == []
+    repeats = [r for r in runs if r.purpose == "repeat"]
+    assert repeats and any(r.signature and r.signature.error_class == "cuda_oom"
+                           for r in repeats)  # fmt: skip
+    by_after = {r.repair["after"]: r for r in runs if r.repair}
+    for r in repeats:  # each repeat that ran out of memory was repaired, once
+        if r.signature and r.signature.error_class == "cuda_oom":
+            assert r.id in by_after
+    assert len(runs) < 40
+
+
+def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
+    """The server's parser refuses the moved value (`invalid`): the variant keeps its
+    out-of-memory start as its verdict, says why, and no other variant tries the move."""
+    from orchestrator.diagnosis.verdicts import Verdict
+    from orchestrator.execution.executor import RunResult
+    from tests.scripted import ScriptedExecutor
+
+    class Refusing(ScriptedExecutor):
+        def run(self, exp, *, run_id, label="", **kw):  # noqa: ANN001, ANN003, ANN201
+            if exp.flag_map().get(MEM) != 0.85:
+                return RunResult(run_id=run_id, host=self.host.name,
+                                 host_class=self.host.host_class, experiment=exp, label=label,
+                                 verdict=Verdict.INVALID, signature=None, started_at=0.0,
+                                 duration_s=0.0, log_tail="",
+                                 detail="argument --mem-fraction-static: must be below 0.88",
+                                 inputs=self.inputs(exp))  # fmt: skip
+            return super().run(exp, run_id=run_id, label=label, **kw)
+
+    good, bad = pair(tmp_path / "exp", 3)
+    # the target needs features 0 and 2; feature 1 runs out of memory below 0.92
+    oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR),
+                     Rule(frozenset({1}), "load_weights", OOM, below=((MEM, 0.92),))])
+    store = Store(tmp_path / "results")
+    try:
+        b = Bisection(store, make_plan(good, bad), [host()], command="t",
+                      executor_factory=lambda h, *_: Refusing(h, oracle, Faults()))
+        answer = b.run().to_dict()
+        runs = store.runs(b.cid)
+    finally:
+        store.close()
+    assert culprit_flags(answer) == [["--feature-0", "--feature-2"]]
+    tried = [r for r in runs if r.repair]
+    assert len(tried) == 1 and tried[0].verdict is Verdict.INVALID  # once, never again
+    notes = answer["repairs"]
+    assert notes[0]["why"].startswith(f"the server refused --{MEM} 0.89 (argument")
+    assert all(n["state"] == "unrepaired" for n in notes)
+    later = [n for n in notes[1:] if n["why"] == f"the server refused a value of --{MEM} before"]
+    assert later, notes
+    # the refused start is no invalid variant of the search; the out-of-memory failure
+    # stays a finding of its own
+    assert answer["invalid"] == []
+    assert any(f["signature"].startswith("load_weights: cuda_oom") for f in answer["findings"])

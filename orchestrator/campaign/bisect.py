@@ -205,6 +205,16 @@ class Bisection:
                 return chain, state
         return None
 
+    def _first_purpose(self, row: RunRow) -> str:
+        """Why the variant was started: the purpose of the first start of the run's ladder
+        (a repaired start's own purpose is `repair` or `cache`)."""
+        if not row.repair:
+            return row.purpose
+        for chain, _ in self._ladders()[0]:
+            if any(r.id == row.id for r in chain):
+                return chain[0].purpose
+        return row.purpose
+
     def _moves_of(self, row: RunRow) -> list[str]:
         """The repair moves a run carried, described, in the order they were made."""
         if not row.repair:
@@ -956,8 +966,10 @@ class Bisection:
                 expected[tuple(sorted(v))] = Verdict.PASS
 
         def repeats(v: tuple[int, ...]) -> list[RunRow]:
+            # (a repeat that was repaired speaks through its repaired start)
             return [r for r in self._rows() if r.variant == v
-                    and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
+                    and self._first_purpose(r) == "repeat"
+                    and r.verdict is not Verdict.INFRA]  # fmt: skip
 
         self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
                     lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
