@@ -49,7 +49,7 @@ from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
-from orchestrator.planner.repair import Applied, Next, Rung, Settled, with_moves
+from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
 from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
@@ -177,6 +177,9 @@ class Bisection:
         ladders: list[tuple[list[RunRow], Next | Settled]] = []
         hidden: set[str] = set()
         for chain in chains:
+            if len(chain) == 1 and not is_resource(chain[0].signature, self.target):
+                ladders.append((chain, Settled(0, "none")))  # the common case: no ladder
+                continue
             rungs = [Rung(r.id, Applied.from_dict(r.repair) if r.repair else None, r.verdict,
                           r.signature, r.detail) for r in chain]  # fmt: skip
             state = repair_decide(rungs, self._policy(chain[0].host),

@@ -164,7 +164,7 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
            target: Signature | None = None) -> Next | Settled:  # fmt: skip
     """What the ladder of one variant does after `rungs` (its starts, first one first)."""
     last = rungs[-1]
-    if last.applied is not None and last.verdict is Verdict.INVALID:
+    if last.applied is not None and last.verdict is Verdict.INVALID and len(rungs) > 1:
         a = last.applied
         return Settled(len(rungs) - 2, "unrepaired",
                        f"the server refused {a.name()} {_text(a.value)}"
