@@ -357,3 +357,27 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     # stays a finding of its own
     assert answer["invalid"] == []
     assert any(f["signature"].startswith("load_weights: cuda_oom") for f in answer["findings"])
+
+
+def test_an_older_database_gains_the_repair_column_and_its_runs_read_none(
+        tmp_path: Path) -> None:  # fmt: skip
+    """A results store made before repairs: opening it adds `runs.repair`; its runs carry
+    no move and a campaign on it runs (and repairs) as on a new one."""
+    import sqlite3
+
+    good, bad = pair(tmp_path / "exp", 3)
+    results = tmp_path / "results"
+    bisect(good, bad, results, INCIDENT, options=BisectOptions(repair=False))
+    db = sqlite3.connect(results / "orchestrator.db")
+    db.execute("ALTER TABLE runs DROP COLUMN repair")
+    db.commit()
+    db.close()
+    store = Store(results)
+    try:
+        cols = {r["name"] for r in store.db.execute("PRAGMA table_info(runs)")}
+        assert "repair" in cols
+        assert all(r.repair is None for r in store.runs())
+    finally:
+        store.close()
+    answer, _ = bisect(good, bad, results, INCIDENT)
+    assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
