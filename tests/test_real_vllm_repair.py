@@ -5,9 +5,9 @@ length to 1.5M tokens, whose KV cache does not fit good.yaml's `VLLM_CPU_KVCACHE
 (vLLM refuses at KV cache: a resource failure, `kv_cache_too_small`); started again with
 the built-in move (the cache space doubled), the bad config shows the failure behind it,
 the CPU attention backend refusing `--block-size 16`. Through the lab's sshd, the answer
-is `--block-size 16` (good plus it alone shows it too) with the repair named; with `--no-repair` (the same results store:
-its starts reused) the KV cache failure is the target and the `--hf-overrides` key its
-cause.
+is `--block-size 16` (good plus it alone shows it too) with the repair named; with
+`--no-repair` (the same results store: its starts reused) the KV cache failure is the
+target and the `--hf-overrides` key its cause.
 """
 
 from __future__ import annotations
