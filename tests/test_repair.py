@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,24 @@ def test_applied_round_trips() -> None:
     a = Applied("mem-fraction-static", False, 0.85, 0.92, 1, str(OOM_LOAD), "c.1", 1)
     assert Applied.from_dict(a.to_dict()) == a
     assert a.words() == ["--mem-fraction-static", "0.92"]
+
+
+def test_a_recorded_config_keeps_its_repair_section(tmp_path: Path) -> None:
+    """The campaign's spec records each config as `to_dict()`; `--resume` rebuilds them
+    from it: the declared moves must come back the same, or the resumed ladder would
+    step differently."""
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump({
+        "service": {"exec": "x", "flags": {"port": 1, "mem-fraction-static": 0.85}},
+        "repair": {"steps": 1, "builtin": False, "moves": [
+            {"flag": "mem-fraction-static", "step": 0.07, "max": 0.95,
+             "when": [{"class": "cuda_oom", "phases": ["kv_cache"], "way": "up"}]},
+            {"env": "KV", "factor": 2, "integer": True, "absent": 4,
+             "when": [{"class": "kv_cache_too_small", "way": "up"}]}]},
+    }))  # fmt: skip
+    exp = load_experiment(tmp_path / "e.yaml")
+    back = Experiment.from_dict(exp.to_dict())
+    assert back.repair is not None and exp.repair is not None
+    strip = [replace(m, source="") for m in exp.repair.moves]
+    assert [replace(m, source="") for m in back.repair.moves] == strip
+    assert (back.repair.steps, back.repair.builtin) == (1, False)
+    assert back.fingerprint() == exp.fingerprint()  # a hint, not part of the launch

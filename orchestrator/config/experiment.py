@@ -479,6 +479,8 @@ class Experiment:
             data["probe"] = p
         if self.requires:
             data["requires"] = {k: list(v) for k, v in self.requires}
+        if self.repair is not None:
+            data["repair"] = self.repair.to_dict()
         return data
 
     @classmethod

@@ -200,6 +200,28 @@ class Declared:
             return None
         return cls(to_moves(model, source), model.steps, model.builtin)
 
+    def to_dict(self) -> dict[str, object]:
+        """The `repair:` section that declares it (a recorded config keeps it: a resumed
+        campaign repairs as the first one did)."""
+        moves = []
+        for m in self.moves:
+            d: dict[str, object] = {"env" if m.env else "flag": m.knob}
+            d |= {"step": m.step} if m.step is not None else {"factor": m.factor}
+            d |= {k: v for k, v in (("min", m.low), ("max", m.high), ("absent", m.absent))
+                  if v is not None}  # fmt: skip
+            if m.integer:
+                d["integer"] = True
+            d["when"] = [{"class": t.error_class, "way": "up" if t.way > 0 else "down"}
+                         | ({"phases": sorted(t.phases)} if t.phases else {})
+                         for t in m.triggers]  # fmt: skip
+            moves.append(d)
+        out: dict[str, object] = {"moves": moves}
+        if self.steps is not None:
+            out["steps"] = self.steps
+        if not self.builtin:
+            out["builtin"] = False
+        return out
+
 
 def policy(declared: Iterable[Declared | None], *, enabled: bool = True) -> RepairPolicy:
     """The moves in force: the built-in ones, then each declaration in turn (a host's
