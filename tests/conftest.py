@@ -33,9 +33,16 @@ from tests.hosts.fixtures import (  # noqa: E402
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 from tests.hosts.vllm import vllm_real  # noqa: E402
+from tests.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
+    _repeat_index,
+    pytest_addoption,
+    pytest_configure,
+    pytest_generate_tests,
+)
 
-__all__ = ["duo", "net", "sd", "sd_box", "slurm_cluster", "spawn", "sshd", "sshd_server",
-           "systemd_host", "systemd_hosts", "vllm_real"]
+__all__ = ["_repeat_index", "duo", "net", "pytest_addoption", "pytest_configure",
+           "pytest_generate_tests", "sd", "sd_box", "slurm_cluster", "spawn", "sshd",
+           "sshd_server", "systemd_host", "systemd_hosts", "vllm_real"]
 
 _MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
             "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
@@ -61,12 +68,14 @@ _SLOW = (
     "tests/test_secrets.py::test_no_secret_under_results_or_in_output",
     "tests/test_schedule.py::test_without_systemd_the_job_goes_into_the_crontab",
     "tests/test_schedule.py::test_add_refuses_what_would_not_run",
+    "tests/test_schedule.py::test_add_then_remove_leaves_the_crontab_as_it_was",
     "tests/test_schedule.py::test_without_crontab_nothing_is_scheduled",
     "tests/test_schedule.py::test_bad_calendar_is_a_usage_error_with_the_reason",
     "tests/test_schedule_notify.py",
     "tests/test_lab_scenario.py::test_flaky_pair_answer",
     "tests/test_transport_ssh.py::test_silent_host_times_out_at_connect_timeout",
     "tests/test_detach_follow.py::test_a_detached_command_that_fails_at_once_says_why",
+    "tests/test_cli_commands.py::test_a_detached_campaign_prints_commands_that_run",
 )
 
 
@@ -91,6 +100,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope == "module" for d in defs if d):
             _group(item, item.nodeid.split("::")[0])
+        elif (mark := item.get_closest_marker("xdist_group")) is not None:
+            _group(item, str(mark.args[0]))  # a module that shares a cache of its own
 
     def rank(item: pytest.Item) -> int:
         return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),

@@ -474,8 +474,11 @@ class ScriptedTransport(Transport):
                                   "data": [[path, argv, False, 0, 0, 0, 0, 0, 0, 0]]})
         if prop == "Environment":
             return 0, json.dumps({"type": "as", "data": self._unit_env()})
-        if prop == "UnsetEnvironment":
-            return 0, json.dumps({"type": "as", "data": []})
+        if prop == "UnsetEnvironment":  # the loaded drop-in's, as systemd serves them
+            text = self.files.get(self._loaded_dropin or "", "") if self._loaded_dropin else ""
+            names = [w for ln in (text or "").splitlines() if ln.startswith("UnsetEnvironment=")
+                     for w in ln.split("=", 1)[1].split()]  # fmt: skip
+            return 0, json.dumps({"type": "as", "data": names})
         raise UnscriptedCommand(f"busctl property not scripted: {prop}")
 
     def _ctl(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:

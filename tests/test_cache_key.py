@@ -302,8 +302,9 @@ def test_another_host_env_is_another_campaign_and_a_resume_under_it_stops(
     store.update_campaign(first.campaign_id, status="interrupted")  # as a Ctrl-C leaves it
     second = _bisect(store, good, bad, other, oracle, fresh=True)
     assert second.campaign_id != first.campaign_id and second.status == "found"
-    again = _bisect(store, good, bad, plain, oracle, max_runs=3, fresh=True)
-    assert again.campaign_id == first.campaign_id  # the same hosts file resumes it
+    # the same hosts file resumes it (the command without --fresh, which starts anew)
+    again = _bisect(store, good, bad, plain, oracle, max_runs=3)
+    assert again.campaign_id == first.campaign_id
     store.update_campaign(first.campaign_id, status="interrupted")
     n_runs = len(store.runs(first.campaign_id))
     with pytest.raises(EnvironmentChanged, match="the hosts file's env: changed"):

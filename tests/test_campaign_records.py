@@ -209,13 +209,13 @@ def test_a_sweep_spec_stored_the_old_way_loads_and_writes_back_the_same() -> Non
 # ------------------------------------------------------------------ campaigns on a scripted host
 
 
-def _bisection(tmp_path: Path, store: Store, **kw: object) -> Bisection:
+def _bisection(tmp_path: Path, store: Store, fresh: bool = True, **kw: object) -> Bisection:
     good, bad = scripted_pair(tmp_path / "exp", 4)
     plan = make_plan(good, bad, "auto")
     # the target needs deltas 1 and 2 together; delta 1 alone fails differently, earlier
     oracle = Oracle([Rule(frozenset({1, 2}), "cuda_graph", TARGET_ERROR),
                      Rule(frozenset({1}), "init", OTHER_ERROR)])  # fmt: skip
-    return Bisection(store, plan, [host("h1")], options=BisectOptions(fresh=True),
+    return Bisection(store, plan, [host("h1")], options=BisectOptions(fresh=fresh),
                      command="test", executor_factory=factory(oracle, Faults()),
                      **kw)  # type: ignore[arg-type]
 
@@ -268,8 +268,9 @@ def test_an_interrupted_bisection_carries_its_partial_outcome_and_resumes(
     met = {r.signature for r in store.runs(cid) if r.verdict is Verdict.OTHER}
     assert {f.signature for f in partial.findings} == met
     assert store.campaign(cid).status == "interrupted"
-    # the same command continues it: the four runs are kept, the answer comes
-    resumed = _bisection(tmp_path, store)
+    # the same command continues it (without --fresh, which starts anew): the four runs
+    # are kept, the answer comes
+    resumed = _bisection(tmp_path, store, fresh=False)
     assert resumed.cid == cid and resumed.resumed
     outcome = resumed.run()
     assert outcome.status is Status.FOUND and outcome.runs_executed + 4 == len(store.runs(cid))
@@ -379,7 +380,7 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
     assert caught.value.resumable == core.ref
     assert caught.value.hint == ("check the hosts (orchestrator hosts check); then resume "
                                  f"with: orchestrator sweep --resume {core.cid}")
-    assert store.campaign(core.cid).status == "interrupted"
+    assert store.campaign(core.cid).status == "error"
     # one run that is not host trouble breaks the streak
     core.infra_streak = 0
     core.note_infra(Verdict.INFRA, "h", "x", healthy=1)

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from orchestrator.cli import detached, main
 from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
@@ -37,7 +42,10 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     cid, pid = m[1], int(m[2])
     [log] = re.findall(r"^output: (.+)$", res.stdout, re.M)
     assert Path(log).parent == (lab.results / "detached").resolve()
-    assert f"follow it with: orchestrator runs --follow {cid}" in res.stdout
+    [follow] = re.findall(r"^follow it with: (.+)$", res.stdout, re.M)
+    assert follow == f"orchestrator runs --follow {cid} --results {lab.results}"
+    [resume] = re.findall(r"then resume it with: (.+)\)$", res.stdout, re.M)
+    assert resume.startswith(f"orchestrator bisect --resume {cid} --hosts ")
     try:
         assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: no terminal
         # Following, then Ctrl-C: following stops, the campaign goes on.
@@ -58,8 +66,8 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
         assert follower.returncode == 130, out
         assert f"campaign {cid} keeps running" in out
         assert Path(f"/proc/{pid}").exists()
-        # Following to the end: the campaign's output and exit code.
-        res = cli("runs", "--follow", cid, "--results", lab.results, timeout=400)
+        # Following to the end, with the command it printed: the output and exit code.
+        res = cli(*shlex.split(follow)[1:], timeout=400)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "culprit (interacting set): --ep-size 8 + --enable-nccl-nvls" in res.stdout
         assert f"campaign {cid} ended: done (exit 0)" in res.stdout
@@ -83,35 +91,48 @@ def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
               "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "missing.yaml" in res.stderr
+    assert not (tmp_path / "results").exists()  # nothing recorded: no results directory
 
 
-def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(tmp_path: Path) -> None:
+def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A command records its campaign's end, then prints its answer, then records its exit
     code. A follower that sees the end must still show the answer (seen once: the output
-    ended at the last run line)."""
+    ended at the last run line).
+
+    The answer comes at the first moment the follower waits after it saw the end, and not
+    before: the follower runs in this process and its wait is where the command goes on.
+    A follower that does not wait never gets it (a fixed sleep in a subprocess let a slow
+    follower start after the answer on a busy machine, and the race went untested)."""
     results = tmp_path / "results"
     log = tmp_path / "detached.log"
     log.write_text(" 12. pass    bad - --ep-size 8\n")
     # A live process of this machine stands for the detached command.
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stand_in = subprocess.Popen(["sleep", "60"])
+    store = Store(results)
+    waits: list[float] = []
     try:
-        store = Store(results)
         cid = store.create_campaign(kind="bisect", key="k", command="bisect", spec={})
-        store.update_campaign(cid, status="done",
-                              controller={"owner": me(), "pid": stand_in.pid, "log": str(log)})
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "runs", "--follow", cid, "--results",
-             results], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        time.sleep(3)  # the follower has seen the ended status by now; the answer comes late
-        with log.open("a") as fh:
-            fh.write("culprit: --ep-size 8\n")
-        store.update_campaign(cid, controller={"owner": me(), "pid": stand_in.pid,
-                                               "log": str(log), "exit_code": 0})
-        out, _ = follower.communicate(timeout=60)
-        store.close()
+        controller = {"owner": me(), "pid": stand_in.pid, "log": str(log)}
+        store.update_campaign(cid, status="done", controller=controller)
+
+        def command_goes_on(seconds: float) -> None:
+            if not waits:  # the command prints its answer, then records its exit code
+                with log.open("a") as fh:
+                    fh.write("culprit: --ep-size 8\n")
+                store.update_campaign(cid, controller={**controller, "exit_code": 0})
+            waits.append(seconds)
+
+        monkeypatch.setattr(detached, "time", SimpleNamespace(monotonic=time.monotonic,
+                                                              sleep=command_goes_on))
+        code = main(["runs", "--follow", cid, "--results", str(results)])
     finally:
+        store.close()
         stand_in.kill()
         stand_in.wait()
-    text = out.decode()
-    assert follower.returncode == 0, text
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert waits, text  # it waited for the command once the status had ended
+    assert " 12. pass" in text
     assert text.index("culprit: --ep-size 8") < text.index(f"campaign {cid} ended: done (exit 0)")

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+#: one worker reads and parses the tracked files once for every test here (all_texts)
+pytestmark = pytest.mark.xdist_group("test_doc_references")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ("docs/design.md", "docs/formats.md", "docs/verdicts.md")
 #: a path from the repository's root, as text names it (not `.lab/...` nor `<dir>/...`:

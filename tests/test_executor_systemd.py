@@ -298,3 +298,62 @@ def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> 
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
     wait_until(lambda: lab.sh("ls /tmp/orchestrator/locks").strip() == "", timeout=10,
                what="the lock to be released")  # fmt: skip
+
+
+def test_run_with_a_null_env_var_removes_the_units_own_value(lab: Lab, tmp_path: Path) -> None:
+    # The unit sets ORCH_X (a drop-in of the operator's); `run` of a config that says
+    # `ORCH_X: null` starts the server without it, as `bisect` and `rerun` do (issue 35).
+    from orchestrator.campaign.single import single_run
+    from orchestrator.results.store import Store
+
+    lab.box.install_unit(f"{B300}.d/10-operator.conf", "[Service]\nEnvironment=ORCH_X=unit\n")
+    data = exp("b300/good.yaml").to_dict()
+    data["service"]["env"] = {"ORCH_X": None}
+    e = Experiment.from_dict(data, source="no-x.yaml")
+    seen: dict[str, list[str]] = {}
+
+    def listener(event: Event) -> None:
+        if isinstance(event, Polled) and event.http_code == 200 and not seen:
+            seen["env"] = lab.proc_words(lab.show(B300, "MainPID")["MainPID"], "environ")
+
+    store = Store(tmp_path / "results")
+    row = single_run(store, e, lab.host, kind="run", command="orchestrator run no-x.yaml",
+                     label=e.name, listener=listener)  # fmt: skip
+    assert row.verdict is Verdict.PASS, (row.detail, row.log_tail[-2000:])
+    env = dict(w.split("=", 1) for w in seen["env"] if "=" in w)
+    assert "ORCH_X" not in env  # the unit's own value did not reach the server
+    assert env["PYTHONPATH"] == "/opt/orchestrator"  # the rest of the unit's environment did
+    assert row.rendered is not None and "UnsetEnvironment=ORCH_X" in row.rendered
+    assert row.experiment().unset == ("ORCH_X",)  # recorded as the launch it was
+
+
+def test_an_imported_unit_is_the_launch_systemd_and_bash_make(lab: Lab) -> None:
+    # The unit as systemd merges it (`systemctl cat`: the unit and an operator's drop-in),
+    # imported, gives exactly the argv and environment systemd and bash give the server:
+    # specifiers, ${VAR} (systemd's), "$MODEL" and "$@" (bash's), `bash -c` (issue 35).
+    from orchestrator.config.importer import import_unit_file, render_yaml, to_experiment_mapping
+
+    lab.box.install_unit(f"{B300}.d/20-operator.conf", (
+        "[Service]\n"
+        "Environment=TP=8 \"MODEL=/models/Kimi K2\"\n"
+        "ExecStart=\n"
+        "ExecStart=/bin/bash -c 'exec python3 -m orchestrator.lab.server --scenario b300 "
+        "--model-path \"$MODEL\" --tp-size ${TP} --served-model-name \"%N %%d\" "
+        "--port 30000 \"$@\"' lab --mem-fraction-static 0.85\n"))
+    spec = import_unit_file(lab.sh(f"systemctl cat {B300}"), source=B300)
+    path = Path(lab.hosts_file).parent / "imported.yaml"
+    path.write_text(render_yaml(to_experiment_mapping(spec, name="imported")))
+    imported = load_experiment(path)
+    assert imported.flag_map()["served-model-name"] == "lab-b300 %d"
+    try:
+        lab.sh(f"systemctl start {B300}")
+        pid = wait_until(lambda: (p := lab.show(B300, "MainPID")["MainPID"]) != "0" and
+                         "orchestrator.lab.server" in lab.proc_words(p, "cmdline") and p,
+                         timeout=30, what="the unit's server")  # fmt: skip
+        argv = lab.proc_words(pid, "cmdline")
+        env = dict(w.split("=", 1) for w in lab.proc_words(pid, "environ") if "=" in w)
+    finally:
+        lab.sh(f"systemctl stop {B300}", check=False)
+    assert argv[1:] == imported.argv()[1:]  # every word as systemd and bash made it
+    assert {k: env.get(k) for k in imported.env_map()} == imported.env_map()
+    assert imported.env_map()["MODEL"] == "/models/Kimi K2"

@@ -30,6 +30,9 @@ from tests.hosts.faults import B300, DROPIN, NetFault, SdLab
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
 SLOW = {"ORCH_LAB_TIME_SCALE": "1"}  # startup of ~2.5 s: several polls while it loads
+#: startup of ~50 s, within the health timeout (60 s): a fault started at the first poll
+#: always lands before the server's crash, however long the machine takes to carry it out
+HELD = {"ORCH_LAB_TIME_SCALE": "20"}
 
 
 def exp(rel: str, **env: str) -> Experiment:
@@ -186,7 +189,9 @@ def test_host_rebooted_mid_run_is_infra_and_the_retry_judges(sd: SdLab) -> None:
             thread[0].start()
 
     with Executor(sd.host, service=B300, campaign="c-reboot", listener=listener) as ex:
-        first = ex.run(exp("b300/bad.yaml", **SLOW), run_id="rebooted")
+        # HELD, not SLOW: a reboot that took the busy machine more than the 2.5 s of a SLOW
+        # startup came after the crash, and the run was judged (FAIL, seen in CI)
+        first = ex.run(exp("b300/bad.yaml", **HELD), run_id="rebooted")
         thread[0].join(timeout=240)
         assert not thread[0].is_alive() and not errors, errors
         retry = ex.run(exp("b300/bad.yaml"), run_id="retry")

@@ -257,6 +257,16 @@ def test_a_sigkilled_campaign_shows_dead(sd: SdLab, tmp_path: Path) -> None:
     assert [c["status"] for c in json_of(running)] == ["running"]
     dead = json_of(cli("runs", "--campaigns", "--results", results, "--json"))
     assert [(c["id"], c["status"]) for c in dead] == [(cid, "dead")]
+    # `hosts check` reports what the dead controller left, which `restore` then undoes
+    checked = cli("hosts", "check", "sd", "--hosts", sd.hosts_file, "--json")
+    assert checked.returncode == 3, checked.stdout + checked.stderr
+    found = {c["name"]: c for c in json_of(checked)["sd"]}
+    detail = found["leftovers"]["detail"]
+    assert found["leftovers"]["ok"] is False and f"{B300} has orchestrator's drop-in" in detail
+    assert f"the lock on {B300} left by" in detail and f"pid {child.pid}" in detail, detail
     res = cli("restore", "--host", "sd", "--hosts", sd.hosts_file)  # a dead holder's
     assert res.returncode == 0, res.stdout + res.stderr
     assert sd.restored_problems() == []
+    checked = cli("hosts", "check", "sd", "--hosts", sd.hosts_file, "--json")
+    found = {c["name"]: c for c in json_of(checked)["sd"]}
+    assert found["leftovers"]["ok"] is True, found

@@ -150,3 +150,90 @@ def test_plan_estimates_what_the_search_costs_when_nothing_is_flaky(
     shape = "single" if len(needs) == 1 else "pair"
     assert spent <= est[f"{shape}_worst"], (spent, est)
     assert abs(spent - est[f"{shape}_mean"]) <= 3, (spent, est)
+
+
+def test_plan_of_one_delta_speaks_of_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 35, row 11: one delta was "1 deltas", a first round announced by "then:" with
+    nothing after it, and an interacting pair of 0.0 runs among a single change."""
+    good, bad = write_pair(tmp_path / "exp", 1)
+    declare(bad, expect={"run_time": "10m"})
+    capsys.readouterr()
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert "1 delta\n" in out and "1 deltas" not in out
+    assert "then:" not in out and "with one change they are the answer" in out
+    assert "pair" not in out, out
+    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
+                 str(tmp_path / "none"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    shapes = [f["shape"] for f in data["forecast"]]
+    assert shapes == ["one flag", "one flag, flaky (fails on 50% of the starts)"]
+    assert data["forecast"][0]["runs"] == 2  # the two endpoints are the search
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_plan_prices_a_rehearsal_as_the_campaign_runs_it(tmp_path: Path, size: int) -> None:
+    """Issue 35, row 10: `plan` ignored `rehearse: dummy-weights` and priced the search
+    alone. Every placement of one flag and of a pair among 4 changes, bisected with a
+    rehearsal over the scripted host: the forecast's runs are their mean, its worst their
+    most, and each took the forecast's starts on real weights."""
+    import itertools
+
+    n = 4
+    good, bad = write_pair(tmp_path / "exp", n)
+    declare(bad, rehearse="dummy-weights")
+    plan = make_plan(good, bad)
+    casts = timing.forecasts(plan.estimates(), timing.run_time(plan), n, rehearse=True)
+    cast = casts[size - 1]
+    took, real = [], []
+    for i, needs in enumerate(itertools.combinations(range(n), size)):
+        store = Store(tmp_path / f"r{i}")
+        oracle = Oracle([Rule(frozenset(needs), "cuda_graph", TARGET_ERROR)])
+        out = Bisection(store, plan, [host()], command="t", options=BisectOptions(rehearse=True),
+                        executor_factory=lambda h, *_, o=oracle: ScriptedExecutor(h, o, Faults())
+                        ).run()  # fmt: skip
+        assert out.found and out.weights["rehearsal"] == "confirmed"
+        runs = store.runs(out.campaign_id)
+        took.append(len(runs))
+        real.append(sum(r.weights == "real" for r in runs))
+        store.close()
+    assert sum(took) / len(took) == pytest.approx(cast.runs, abs=0.05), (took, cast)
+    assert max(took) <= cast.worst_runs
+    assert set(real) == {cast.real_runs} == {2}
+
+
+def test_plan_says_what_a_rehearsal_costs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good, bad = write_pair(tmp_path / "exp", 4)
+    declare(bad, rehearse="dummy-weights")
+    capsys.readouterr()
+    args = ["plan", "--good", str(good), "--bad", str(bad), "--results", str(tmp_path / "r")]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rehearse"] is True
+    one, pair, flaky = data["forecast"]
+    assert one["real_weight_runs"] == pair["real_weight_runs"] == 2
+    assert flaky["real_weight_runs"] == 4  # at a rate of 0.5, each failure takes 2 starts
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rehearsal on dummy weights" in out and "(2 on real weights)" in out
+
+
+def test_the_switch_prices_the_runs_still_to_come(tmp_path: Path) -> None:
+    """Issue 35, row 10: the switch to the noise-aware search said "about 1 more run" and
+    took 16 (its fit priced the search from its start, 2 more than the runs so far at
+    least). Now the runs still to come are measured on simulated runs from the recorded
+    ones: here the switch comes after 18 runs and the search takes 20 more."""
+    good, bad = write_pair(tmp_path / "exp", 6)
+    seen: list[SearchSwitched] = []
+    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)],
+                    seed=8)  # fmt: skip
+    store = Store(tmp_path / "r")
+    out = Bisection(store, make_plan(good, bad), [host()], command="t",
+                    listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
+                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    [switch] = seen
+    took = len(store.runs(out.campaign_id)) - switch.done
+    said = switch.expected_runs - switch.done
+    assert out.found and took >= 10
+    assert took / 2 <= said <= took * 2, (said, took)

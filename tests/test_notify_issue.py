@@ -229,7 +229,7 @@ def test_a_campaign_stopped_on_infrastructure_notifies_and_keeps_its_exit_code(
               hosts, "--results", tmp_path / "results")  # fmt: skip
     assert res.returncode == 3, res.stderr
     [msg] = receiver.bodies
-    assert msg["status"] == "infra" and "stopped on infrastructure trouble" in msg["text"]
+    assert msg["status"] == "error" and "stopped on an error" in msg["text"]
     assert msg["campaign"] and msg["campaign"] != "?"
 
 

@@ -37,6 +37,16 @@ def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint,
         locks = tmp_path / "run" / "locks"
         (locks / "old-svc.lock").write_text(json.dumps(
             {"owner": me(), "campaign": "dead01", "pid": gone.pid, "since": time.time()}))
+        # `hosts check` reports what `restore` is about to undo, and only that
+        checked = cli("hosts", "check", "lab", "--hosts", lab.hosts, "--json", timeout=120)
+        assert checked.returncode == 3, checked.stdout + checked.stderr
+        found = {c["name"]: c for c in json.loads(checked.stdout)["lab"]}
+        assert found["leftovers"]["ok"] is False, found
+        assert f"session {orphan.pid}) still runs" in found["leftovers"]["detail"]
+        assert "the lock on old-svc left by" in found["leftovers"]["detail"]
+        assert B300_UNIT not in found["leftovers"]["detail"]  # the live campaign's
+        assert f"orchestrator restore --host lab --hosts {lab.hosts}" in found["leftovers"]["hint"]
+        assert found["in use"]["ok"] is None and f"campaign {cid}" in found["in use"]["detail"]
         res = cli("restore", "--host", "lab", "--hosts", lab.hosts, timeout=120)
         out = res.stdout
         assert res.returncode == 1, out + res.stderr  # one service refused
@@ -48,6 +58,9 @@ def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint,
         assert orphan.wait(timeout=30) is not None  # the dead controller's server is gone
         assert not (locks / "old-svc.lock").exists()
         assert (locks / f"{B300_UNIT}.lock").exists()  # the live one's lock is kept
+        checked = cli("hosts", "check", "lab", "--hosts", lab.hosts, "--json", timeout=120)
+        found = {c["name"]: c for c in json.loads(checked.stdout)["lab"]}
+        assert found["leftovers"]["ok"] is True, found
         code = child.wait(timeout=400)
     finally:
         stop_child(child)

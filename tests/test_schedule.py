@@ -204,6 +204,30 @@ def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
 
 
 @NO_SYSTEMD
+@pytest.mark.parametrize("before", [None, "MAILTO=ops\n15 3 * * * /usr/local/bin/backup\n"])
+def test_add_then_remove_leaves_the_crontab_as_it_was(private_crontab: Path,
+                                                      before: str | None) -> None:  # fmt: skip
+    """No crontab before: none after (not an empty one); the user's own lines: kept as they
+    were."""
+    if before is not None:
+        assert in_crontab(private_crontab, "sh", "-c", f"printf '{before}' | crontab -"
+                          ).returncode == 0  # fmt: skip
+    orch = [sys.executable, "-m", "orchestrator"]
+    res = in_crontab(private_crontab, *orch, "schedule", "add", "listing", "--at", "02:00",
+                     "--", "runs", "--campaigns")  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (private_crontab / "root").exists()
+    rm = in_crontab(private_crontab, *orch, "schedule", "remove", "listing")
+    assert rm.returncode == 0, rm.stdout + rm.stderr
+    listed = in_crontab(private_crontab, "crontab", "-l")
+    if before is None:
+        assert not (private_crontab / "root").exists()
+        assert listed.returncode == 1 and "no crontab for root" in listed.stderr
+    else:
+        assert listed.stdout == before
+
+
+@NO_SYSTEMD
 @pytest.mark.parametrize("at, words, expect", [
     ("Mon..Fri 01:30", ["bogus-command"], "would not run: argument COMMAND: invalid choice"),
     ("Mon..Fri 01:30", ["sweep", "gone.yaml"], "would fail: gone.yaml: sweep file not found"),

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from pytest_mock import MockerFixture
 
+import orchestrator.execution.transport.ssh as ssh_mod
 from orchestrator.config.hosts import Host
 from orchestrator.errors import (
     CommandTimeout,
@@ -398,7 +399,9 @@ def test_connection_stuck_mid_command_times_out_locally(
 
     No race with the machine's load: the command cannot end before sshd is frozen (it
     waits for a file that is created only after the freeze), and its host-side `timeout`
-    (60 s) cannot end it first either; only our local wait can end the call."""
+    (60 s) cannot end it first either; only our local wait can end the call. That wait's
+    3 s count from the freeze: counted from the call, a busy machine that took longer to
+    start the command ended the wait first, and nothing was left to freeze."""
     # The clock edge only: our local wait is the host-side timeout plus LOCAL_GRACE; here
     # 3 s in all, well before the host-side 60 s.
     mocker.patch("orchestrator.execution.transport.base.LOCAL_GRACE", -57.0)
@@ -424,10 +427,31 @@ def test_connection_stuck_mid_command_times_out_locally(
         except BaseException as exc:  # reported by the test below
             errors.append(exc)
 
-    freezer = threading.Thread(target=freeze_once_running)
+    def freeze_once_running_then_count() -> None:
+        try:
+            freeze_once_running()
+        finally:
+            host_frozen.set()
+
+    host_frozen = threading.Event()
+
+    class _FromTheFreeze(threading.Timer):
+        """The local wait's timer (invoke's), counting only once the host is frozen."""
+
+        def run(self) -> None:
+            host_frozen.wait(60)
+            super().run()
+
+    def start_timer(runner: object, timeout: float) -> None:
+        if timeout:
+            runner._timer = _FromTheFreeze(timeout, runner.kill)  # type: ignore[attr-defined]
+            runner._timer.start()  # type: ignore[attr-defined]
+
+    freezer = threading.Thread(target=freeze_once_running_then_count)
     try:
         t.run("true")
         assert _session_sshds(sshd_server)
+        mocker.patch.object(ssh_mod._Remote, "start_timer", start_timer)
         freezer.start()
         start = time.monotonic()
         with pytest.raises(CommandTimeout, match="no answer from the host within 3s"):

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import envwatch, flaky, rehearsal
+from orchestrator.campaign import envwatch, flaky, rehearsal, timing
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -48,7 +48,7 @@ from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
-from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
+from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
 from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.planner.strategies import CLEARING
@@ -109,6 +109,7 @@ class Bisection:
             spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
             command=command, resume_id=resume_id, max_runs=options.max_runs,
             deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
+            find=not options.fresh,  # --fresh starts anew, even beside an interrupted one
         )  # fmt: skip
         self.cid = self.core.cid
         self.resumed = self.core.resumed
@@ -120,7 +121,7 @@ class Bisection:
         self._ladder_cache: tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]],
                                   list[RunRow]] | None = None  # fmt: skip
         self._told: set[str] = set()  # why recorded runs were not reused, said once
-        self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+        self.env_keys = plan.env_keys
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
@@ -294,9 +295,13 @@ class Bisection:
     def run(self) -> Outcome:
         previous = self._rows()
         est = self.plan.estimates()
+        # a rehearsal adds its starts on real weights: bad, then good + the culprit set
+        extra = timing.rehearsal_starts(self.plan.n)[0] if self.opts.rehearse and \
+            not rehearsal.refused(self.plan) else 0.0  # fmt: skip
         self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
                                   n_deltas=self.plan.n, strategy=self.opts.strategy,
-                                  expected_runs=2 + est["pair_mean"], resumed_runs=len(previous),
+                                  expected_runs=2 + est["pair_mean"] + extra,
+                                  resumed_runs=len(previous),
                                   deadline_s=self.opts.deadline_s,
                                   run_time_s=self.plan.bad.run_time
                                   or self.plan.good.run_time))  # fmt: skip
@@ -338,7 +343,16 @@ class Bisection:
                            and e.probe.condition.relative_to_good
                            for e in (self.plan.good, self.plan.bad))  # fmt: skip
 
+        def good_failed() -> RunRow | None:
+            """The good config's endpoint run when it did not pass: it contradicts its role
+            whatever bad does, so bad is not started (again) and a run of it in progress
+            is cancelled; a failure of the good config is proof, never noise."""
+            row = ends.get(())
+            return row if row is not None and row.verdict is not Verdict.PASS else None
+
         def want_ends() -> list[tuple[int, ...]]:
+            if good_failed() is not None:
+                return []
             want = [v for v in ((), full) if v not in ends]
             return want[:1] if relative_bar and () in want else want
 
@@ -362,17 +376,22 @@ class Bisection:
 
         stop = self._drive(pool, want_ends, got_end, target=None,
                            purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
+        failed = good_failed()
+        if failed is not None:  # said even when a budget ran out: it is the answer
+            return self._stop_endpoints(
+                f"the good config does not pass on {where}: {failed.verdict.value}"
+                + (f" ({failed.signature})" if failed.signature else "")
+                + f" [run {failed.id}]; nothing to bisect",
+            )  # fmt: skip
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
+            passed = flaky.bad_starts(self._rows(), full)
+            so_far = (f"; so far the bad config passed on all {len(passed)} start(s)"
+                      if passed and full not in ends else "")  # fmt: skip
             return Outcome(self.cid, Status.INCOMPLETE,
-                           message=f"stopped before an answer: {stop}",
+                           message=f"stopped before an answer: {stop}{so_far}",
                            target=self.target, runs_executed=self.executed,
                            runs_reused=self.reused, findings=self._findings())  # fmt: skip
         good, bad = ends[()], ends[full]
-        if good.verdict is not Verdict.PASS:
-            return self._stop_endpoints(
-                f"the good config does not pass on {where}: {good.verdict.value}"
-                + (f" ({good.signature})" if good.signature else "") + f" [run {good.id}]",
-            )
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
@@ -403,6 +422,7 @@ class Bisection:
                            closure=self.plan.closure(), evidence=evidence)  # fmt: skip
 
         planner = new_planner()
+        self._strategy = strategy  # what the switch's estimate simulates
         watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
         watch.check(planner)
 
@@ -463,10 +483,20 @@ class Bisection:
 
     def _flaky_estimate(self) -> tuple[float, int]:
         """(runs the campaign is expected to take in all now that the failure shows on only
-        some starts, runs so far): the noise-aware search's cost at the rate seen so far
-        (`planner.noise_estimate`), for the smallest culprit the failing runs allow."""
+        some starts, runs so far): the runs so far and what the search still takes from
+        them, measured on simulated runs of the culprit sets and rates they leave likely
+        (`planner.noise_estimate.remaining_runs`; a fit of the bench's means when they
+        point at none). The fit alone priced the search from its start, and said "about
+        1 more run" where 16 came."""
         got = [(r.variant, relative(r.verdict, r.signature, self.target))
                for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        strategy = getattr(self, "_strategy", None)
+        if strategy is not None:
+            mine = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                    for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+            left = remaining_runs(self.plan.n, mine, strategy, closure=self.plan.closure())
+            if left is not None:
+                return len(got) + left[0], len(got)
         failing = {v for v, x in got if x is Verdict.FAIL}
         starts = [x for v, x in got if v in failing and x.resolved]
         rate = observed_rate(sum(x is Verdict.FAIL for x in starts), len(starts))

@@ -94,10 +94,12 @@ class CampaignCore:
         deadline_s: float | None = None,
         listener: Listener = null_listener,
         executor_factory: ExecutorFactory = default_executor,
+        find: bool = True,
     ) -> None:
         """Create the campaign record, or resume the one named (`resume_id`), or the
         unfinished one with the same key; `resumable` also accepts the newest campaign of
-        the key when it says so (a sweep stopped by its budget goes on)."""
+        the key when it says so (a sweep stopped by its budget goes on). Without `find`
+        (`bisect --fresh`) only the one named is resumed: anything else starts anew."""
         self.store = store
         self.kind = kind
         self.max_runs = max_runs
@@ -105,8 +107,8 @@ class CampaignCore:
         self.emit = listener
         self.executor_factory = executor_factory
         store.add_secrets(secrets)
-        cid = resume_id or store.find_resumable(key)
-        if cid is None and resumable is not None:
+        cid = resume_id or (store.find_resumable(key) if find else None)
+        if cid is None and resumable is not None and find:
             last = store.latest_campaign(key)
             if last is not None and resumable(last):
                 cid = last.id
@@ -185,7 +187,7 @@ class CampaignCore:
         """Ctrl-C/SIGTERM/SIGHUP becomes `Interrupted` with `partial()` (the outcome so far)
         and what each host's restore read back; any of our errors marks the record (the
         error's `campaign_status`; `refused` when another campaign holds a host's lock;
-        `interrupted` for host trouble, which the same command resumes; else `error`) and
+        else `error`, host trouble included, which the same command resumes) and
         names this campaign on the error, so that the CLI can say how to resume it."""
         try:
             yield
@@ -202,9 +204,10 @@ class CampaignCore:
                     raise
                 self.store.update_campaign(self.cid, status=Status.REFUSED.value)
                 raise
-            default = Status.INTERRUPTED if isinstance(exc, InfraError) else Status.ERROR
+            # host trouble is an error like any other (docs/verdicts.md): `interrupted` is
+            # only what a signal (or a closed output) stopped
             self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                default.value))  # fmt: skip
+                                                                Status.ERROR.value))  # fmt: skip
             if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
                 exc.resumable = self.ref  # the same command starts afresh after a change
             raise

@@ -47,13 +47,23 @@ class Plan:
             closure=self.closure(),
         )
 
+    @property
+    def env_keys(self) -> frozenset[str]:
+        """Every environment variable either config sets or removes: a variant that does
+        not set one removes it (the unit's or the host's value never stands in for it)."""
+        return frozenset((*self.good.env_map(), *self.good.unset, *self.bad.env_map(),
+                          *self.bad.unset))  # fmt: skip
+
     def variant(self, indices: frozenset[int]) -> Experiment:
+        """The launch of a variant, as it runs and is recorded (its removals included)."""
         if indices == frozenset(range(self.n)):
-            return self.bad
-        if not indices:
-            return self.good
-        chosen = [self.deltas[i] for i in sorted(indices)]
-        return apply_deltas(self.good, chosen, name=f"{self.good.name}+{len(chosen)}")
+            exp = self.bad
+        elif not indices:
+            exp = self.good
+        else:
+            chosen = [self.deltas[i] for i in sorted(indices)]
+            exp = apply_deltas(self.good, chosen, name=f"{self.good.name}+{len(chosen)}")
+        return exp.unsetting(self.env_keys)
 
     def describe(self, indices: frozenset[int]) -> str:
         """`good + --ep-size 8, --enable-nccl-nvls` or `bad - --ep-size 8`, whichever is shorter."""

@@ -262,8 +262,12 @@ class Pool:
         if done.error is not None and w.healthy:
             w.healthy = False
             self.removed.append((w.host.name, str(done.error)))
-            self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the pool: "
-                             f"{done.error}"))  # fmt: skip
+            # A pool of one has nothing to take its host out of: its error stops the
+            # campaign and is said once, as the error.
+            if len({x.host.name for x in self.workers}) > 1:
+                left = "" if self.healthy() else "; no host of the pool is left"
+                self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the "
+                                 f"pool: {done.error}{left}"))  # fmt: skip
         return done
 
     # ---- the worker thread

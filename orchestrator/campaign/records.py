@@ -24,9 +24,10 @@ class Status(enum.StrEnum):
     DONE = "done"  # a sweep has a verdict for every config and repeat
     INCOMPLETE = "incomplete"  # stopped before an answer (a budget, contradicting runs)
     ENDPOINTS = "endpoints"  # good does not pass or bad does not fail: nothing to bisect
-    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP or host trouble; resumable
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP, a closed output; resumable
     REFUSED = "refused"  # another campaign held a host's lock: nothing ran
-    ERROR = "error"  # stopped by an error of the configs or the program (see its message)
+    #: stopped by an error of the configs or of the hosts (see its message); resumable
+    ERROR = "error"
     DEAD = "dead"  # shown, never stored: `running`, but its controller's process is gone
 
 

@@ -303,6 +303,13 @@ def _crontab_read(consequence: str = "nothing was scheduled") -> list[str]:
 
 
 def _crontab_write(lines: list[str]) -> None:
+    """Install `lines` as the user's crontab; none left (our last job removed from a crontab
+    that held nothing else): remove the crontab, as it was before we added one."""
+    if not any(line.strip() for line in lines):
+        r = _run([_crontab(), "-r"])
+        if r.returncode != 0 and "no crontab" not in (r.stderr + r.stdout).lower():
+            raise InfraError(f"crontab -r failed: {(r.stderr or r.stdout).strip()}")
+        return
     text = "".join(line + "\n" for line in lines)
     r = subprocess.run([_crontab(), "-"], input=text, capture_output=True, text=True, timeout=60)
     if r.returncode != 0:

@@ -46,8 +46,9 @@ from orchestrator.campaign.records import (
     SweepSpecItem,
     SweepTableRow,
 )
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment, flag_key, load_experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, ConfigError, UsageError
@@ -160,7 +161,9 @@ def load_sweep(path: str | Path) -> Sweep:
     base = _config_at(path, m.base, "base") if m.base else None
     if (m.matrix or m.env_matrix) and base is None:
         raise ConfigError("a matrix needs a base config to vary", file=str(path), key="base")
-    axes = [(k.lstrip("-"), "flag", vs) for k, vs in m.matrix.items()]
+    # a matrix key names a flag as a config's key does (`-tp` is vLLM's long option)
+    axes = [(canonical(base.exec if base else (), flag_key(k)), "flag", vs)
+            for k, vs in m.matrix.items()]  # fmt: skip
     axes += [(k, "env", vs) for k, vs in m.env_matrix.items()]
     if base is not None:
         for key, _, vs in axes:
@@ -181,6 +184,24 @@ def load_sweep(path: str | Path) -> Sweep:
     if not items:
         raise ConfigError("nothing to sweep: give configs, or a base with a matrix",
                           file=str(path))  # fmt: skip
+    ref_exp = _reference(m, path, base, items)
+    named = [(it.label, it.exp) for it in items]
+    named += [(f"reference {ref_exp.name}", ref_exp)] if ref_exp is not None else []
+    others = [f"'{label}': {exp.unit or 'no service.unit'}" for label, exp in named
+              if exp.unit != named[0][1].unit]  # fmt: skip
+    if others:
+        # the sweep runs every item as a drop-in on the first item's unit
+        raise ConfigError(
+            f"the sweep's configs name different units ('{named[0][0]}': "
+            f"{named[0][1].unit or 'no service.unit'}; {', '.join(others)}): every run is a "
+            "drop-in on one unit, so the others would be ignored", file=str(path),
+            hint="give every config the same service.unit; what differs between the units "
+            "goes into env: or flags:")  # fmt: skip
+    # A variable some config sets is removed from the others' launches (not left to the
+    # unit's or the host's value), and each item is recorded as that launch.
+    keys = {k for _, exp in named for k in (*exp.env_map(), *exp.unset)}
+    items = [replace(it, exp=it.exp.unsetting(keys)) for it in items]
+    ref_exp = ref_exp.unsetting(keys) if ref_exp is not None else None
     seen: dict[str, str] = {}
     for it in items:
         fp = it.exp.fingerprint()
@@ -188,7 +209,6 @@ def load_sweep(path: str | Path) -> Sweep:
             raise ConfigError(f"'{it.label}' launches the same server as '{seen[fp]}'",
                               file=str(path))  # fmt: skip
         seen[fp] = it.label
-    ref_exp = _reference(m, path, base, items)
     ref_index: int | None = None
     if ref_exp is not None:
         fp = ref_exp.fingerprint()

@@ -11,6 +11,7 @@ when that is longer.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -60,10 +61,12 @@ def worst_start(plan: Plan) -> float:
     return max(worst(plan.good), worst(plan.bad))
 
 
-def run_time(plan: Plan, store: Store | None = None, host: str | None = None) -> RunTime:
-    """What one start of this pair takes, as far as it is known."""
+def run_time(plan: Plan, store: Store | None = None, host: str | None = None,
+             weights: str = "real") -> RunTime:  # fmt: skip
+    """What one start of this pair takes, as far as it is known: on real weights, or on
+    dummy ones (`weights`: learned only; `expect.run_time` is a start on real weights)."""
     worst = worst_start(plan)
-    for exp in (plan.bad, plan.good):
+    for exp in (plan.bad, plan.good) if weights == "real" else ():
         if exp.run_time is not None:
             return RunTime(exp.run_time, f"declared in {exp.source or exp.name} "
                                          "(expect.run_time)",
@@ -71,14 +74,17 @@ def run_time(plan: Plan, store: Store | None = None, host: str | None = None) ->
     if store is not None:
         want = {family(plan.good), family(plan.bad)}
         took = [r.duration for r in store.runs(limit=LEARN_FROM)
-                if r.cached_from is None and r.weights == "real" and r.duration > 0
+                if r.cached_from is None and r.weights == weights and r.duration > 0
                 and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
                 and (host is None or r.host == host) and _family_of(r) in want]
         if took:
             where = f" on {host}" if host else ""
+            what = "" if weights == "real" else f" on {weights} weights"
             return RunTime(statistics.median(took),
-                           f"learned from {len(took)} earlier run(s){where}",
+                           f"learned from {len(took)} earlier run(s){what}{where}",
                            max(worst, max(took)))  # fmt: skip
+    if weights != "real":
+        return RunTime(None, f"unknown (no earlier start on {weights} weights)", worst)
     return RunTime(None, "unknown: declare it with expect.run_time", worst)
 
 
@@ -91,27 +97,73 @@ class Forecast:
     worst_runs: float
     seconds: float | None  # at the known time per start
     worst_seconds: float  # the worst runs, each at the health deadline
+    #: with a rehearsal: the starts on real weights among `runs` (the rest on dummy ones)
+    real_runs: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"shape": self.shape, "runs": round(self.runs, 1),
-                "worst_runs": round(self.worst_runs, 1),
-                "hours": round(self.seconds / 3600, 2) if self.seconds is not None else None,
-                "worst_hours": round(self.worst_seconds / 3600, 2)}  # fmt: skip
+        out = {"shape": self.shape, "runs": round(self.runs, 1),
+               "worst_runs": round(self.worst_runs, 1),
+               "hours": round(self.seconds / 3600, 2) if self.seconds is not None else None,
+               "worst_hours": round(self.worst_seconds / 3600, 2)}  # fmt: skip
+        if self.real_runs is not None:
+            out["real_weight_runs"] = round(self.real_runs, 1)
+        return out
 
 
-def forecasts(est: dict[str, float], rt: RunTime) -> list[Forecast]:
-    """One flag, an interacting pair, and that pair flaky (showing on half of the starts)."""
+def _starts_until(fails: int, rate: float, q: float = 0.95) -> int:
+    """The `q` quantile of the starts it takes to see `fails` failures at `rate` per start
+    (a negative binomial count)."""
+    if rate >= 1:
+        return fails
+    k, below = fails, 0.0
+    while True:  # P(the fails-th failure on start k): C(k-1, fails-1) r^fails (1-r)^(k-fails)
+        below += math.comb(k - 1, fails - 1) * rate**fails * (1 - rate) ** (k - fails)
+        if below >= q or k > 10_000:
+            return k
+        k += 1
+
+
+def rehearsal_starts(n: int, rate: float = 1.0) -> tuple[float, float]:
+    """(mean, 95th percentile) of the starts on real weights a rehearsal adds: the bad
+    config until it fails (the target), and good + the culprit set until it fails (the
+    confirmation); with one change good + it is the bad config, already seen failing.
+    At `rate` 1 that is one start each (campaign/bisect.py, `Bisection._rehearsed`)."""
+    fails = 1 if n < 2 else 2
+    return fails / min(max(rate, 1e-3), 1.0), float(_starts_until(fails, rate))
+
+
+def forecasts(est: dict[str, float], rt: RunTime, n: int = 2, *,
+              rehearse: bool = False, dummy: RunTime | None = None) -> list[Forecast]:  # fmt: skip
+    """One flag, an interacting pair, and that pair flaky (showing on half of the starts);
+    with one change (`n`), one flag and that flag flaky: there is no pair to find. With
+    `rehearse` the search runs on dummy weights (each start at `dummy`'s time, when known)
+    and the rehearsal's starts on real weights are added (`rehearsal_starts`)."""
+    if n < 2:
+        # the endpoints are the search: good once, bad until it fails (p95 of a geometric)
+        flaky = (1 + 1 / PLAN_RATE, float(1 + _starts_until(1, PLAN_RATE)))
+        shapes = [("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
+                  (f"one flag, flaky (fails on {PLAN_RATE:.0%} of the starts)", *flaky,
+                   PLAN_RATE)]  # fmt: skip
+    else:
+        mean, p95 = flaky_runs(2 + est["auto_pair_mean"], PLAN_RATE, 2)
+        shapes = [("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
+                  ("interacting pair", 2 + est["pair_mean"], 2 + est["pair_worst"], 1.0),
+                  (f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
+                   mean, p95, PLAN_RATE)]  # fmt: skip
     out = []
-    for shape, mean, worst in (("one flag", est["single_mean"], est["single_worst"]),
-                               ("interacting pair", est["pair_mean"], est["pair_worst"])):
-        runs, worst_runs = 2 + mean, 2 + worst
-        out.append(Forecast(shape, runs, worst_runs,
-                            runs * rt.seconds if rt.seconds is not None else None,
-                            worst_runs * rt.worst))  # fmt: skip
-    mean, p95 = flaky_runs(2 + est["auto_pair_mean"], PLAN_RATE, 2)
-    out.append(Forecast(f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
-                        mean, p95, mean * rt.seconds if rt.seconds is not None else None,
-                        p95 * rt.worst))  # fmt: skip
+    for shape, runs, worst_runs, rate in shapes:
+        if not rehearse:
+            out.append(Forecast(shape, runs, worst_runs,
+                                runs * rt.seconds if rt.seconds is not None else None,
+                                worst_runs * rt.worst))  # fmt: skip
+            continue
+        real, real_worst = rehearsal_starts(n, rate)
+        runs, worst_runs = runs + real, worst_runs + real_worst
+        seconds = (real * rt.seconds + (runs - real) * dummy.seconds
+                   if rt.seconds is not None and dummy is not None
+                   and dummy.seconds is not None else None)  # fmt: skip
+        out.append(Forecast(shape, runs, worst_runs, seconds, worst_runs * rt.worst,
+                            real_runs=real))  # fmt: skip
     return out
 
 
@@ -124,5 +176,5 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-__all__ = ["Forecast", "RunTime", "duration_text", "family", "forecasts", "run_time",
-           "worst_start"]
+__all__ = ["Forecast", "RunTime", "duration_text", "family", "forecasts", "rehearsal_starts",
+           "run_time", "worst_start"]

@@ -13,7 +13,7 @@ from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Ou
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
-from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.experiment import Experiment, option_word, parse_duration
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop after N runs of this campaign (counted across resumes)")
     p.add_argument("--deadline", metavar="DURATION",
                    help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
-    p.add_argument("--fresh", action="store_true", help="do not reuse cached verdicts")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new campaign (also where the same command was interrupted: "
+                        "--resume ID goes on with that one) and reuse no recorded verdict")
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
@@ -100,7 +102,7 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     bad, b = respell(plan.bad, facts)
     if not g and not b:
         return plan
-    said = ", ".join(f"--{a} -> --{c}" for a, c in dict(g + b).items())
+    said = ", ".join(f"{option_word(a)} -> --{c}" for a, c in dict(g + b).items())
     err_console().print(f"flags as the server's parser reads them: {escape(said)}",
                         highlight=False)  # fmt: skip
     deltas = diff(good, bad, split=plan.split)
@@ -141,7 +143,6 @@ def weights_lines(weights: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    store = common.store(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if args.confidence is not None and not 0.5 <= args.confidence < 1:
@@ -164,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
                              hint="drop them, or start a new campaign without --resume")
+        # the store is opened once the command line is checked: a resume writes where its
+        # campaign is recorded, a new campaign once its inputs are (a typo makes nothing)
+        store = common.store(args, create=False)
         camp = store.campaign(args.resume)
         if camp.kind != "bisect":
             from orchestrator.cli.sweep import wrong_kind
@@ -182,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             rehearse=opts.rehearse,
             repair=opts.repair,
         )
+        common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id
@@ -197,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
                                 rehearse=args.rehearse or wants_rehearsal(plan),
                                 repair=not args.no_repair)
         resume_id = None
+        store = common.store(args)
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)

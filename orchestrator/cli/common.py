@@ -20,7 +20,7 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.events import Listener
-from orchestrator.results.store import Store
+from orchestrator.results.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
     from orchestrator.campaign.core import ExecutorFactory
@@ -64,7 +64,32 @@ def inventory(args: argparse.Namespace) -> Inventory:
                 hint="copy hosts.example.yaml to hosts.yaml and edit it, or pass --hosts FILE",
             )
     args.hosts_file = str(Path(path).resolve())
-    return load_inventory(path)
+    inv = load_inventory(path)
+    # noted on the campaigns this command runs: `rerun` finds the same hosts by it
+    s = getattr(args, "store_", None)
+    if s is not None:
+        s.controller_note["hosts_file"] = args.hosts_file
+    return inv
+
+
+def recorded_hosts(args: argparse.Namespace, camp: CampaignRow) -> None:
+    """Without --hosts (or ORCH_HOSTS), use the hosts file the campaign was run with, when
+    it is still there: a host's name in another file may be another machine. Said once."""
+    if getattr(args, "hosts", None):
+        return
+    path = (camp.controller or {}).get("hosts_file")
+    if not isinstance(path, str):  # recorded before the file was noted: its command line
+        try:
+            words = shlex.split(camp.command)
+        except ValueError:
+            words = []
+        given = [w.split("=", 1)[1] for w in words if w.startswith("--hosts=")] + [
+            words[i + 1] for i, w in enumerate(words[:-1]) if w == "--hosts"]
+        path = given[-1] if given and Path(given[-1]).is_absolute() else None
+    if isinstance(path, str) and Path(path).is_file():
+        args.hosts = path
+        note(f"note: hosts from {path}, the hosts file campaign {camp.id} ran with "
+             "(pass --hosts FILE for another)")
 
 
 def with_hosts_file(args: argparse.Namespace, exc: OrchestratorError) -> str:
@@ -85,17 +110,24 @@ def hosts_for(args: argparse.Namespace, name: str) -> list[Host]:
     return hosts
 
 
-def store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
+def store(args: argparse.Namespace, *, readonly: bool = False, create: bool = True) -> Store:
     """The results store; `readonly` for commands that only read (nothing is created, and a
-    read-only results directory works). A detached command notes its log on the campaigns
-    it runs (for `runs --follow`); the store is kept on `args` so that the command's exit
-    code can be recorded on them (`record_exit`)."""
-    s = Store(args.results, readonly=readonly)
+    read-only results directory works); `create=False` for those that write only to what
+    is recorded there (nothing is created either). A detached command notes its log on the
+    campaigns it runs (for `runs --follow`); the store is kept on `args` so that the
+    command's exit code can be recorded on them (`record_exit`). A results directory made
+    now is said once, with where it is."""
+    s = Store(args.results, readonly=readonly, create=create)
+    if s.created:
+        note(f"note: a new results directory: {s.root.resolve()} (--results DIR or "
+             "ORCH_RESULTS chooses another)")
     if not readonly:
         from orchestrator.cli.detached import LOG_ENV
 
         if os.environ.get(LOG_ENV):
             s.controller_note["log"] = os.environ[LOG_ENV]
+        if getattr(args, "hosts_file", None):  # read before the store was opened
+            s.controller_note["hosts_file"] = args.hosts_file
         args.store_ = s
     return s
 
@@ -137,9 +169,15 @@ def resume_options(args: argparse.Namespace) -> str:
     out = ""
     if getattr(args, "hosts", None):
         out += " --hosts " + shlex.quote(args.hosts)
+    return out + results_option(args)
+
+
+def results_option(args: argparse.Namespace) -> str:
+    """`--results DIR` when the command line chose another results directory (the only
+    option a command that reads the results, `runs`, `show`, needs repeated)."""
     if getattr(args, "results", "results") not in (None, "results"):
-        out += " --results " + shlex.quote(args.results)
-    return out
+        return " --results " + shlex.quote(str(args.results))
+    return ""
 
 
 def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
@@ -257,8 +295,10 @@ def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
 
     from rich.markup import escape
 
-    from orchestrator.cli.output import console
+    from orchestrator.cli.output import console, stdout_closed
 
+    # the output closed (a pipe's reader gone: that was the interrupt): say it on stderr
+    out = err_console() if stdout_closed() else console()
     left = exc.left if isinstance(exc, Interrupted) else None
     restored, lines = restore_lines(args, left)
     # a campaign the core could speak for has an id and a resume command; one cut short
@@ -273,11 +313,11 @@ def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
                                   "left": left}  # fmt: skip
         if ref is not None:
             doc = {"campaign": ref.campaign_id, **doc, "resume": resume}
-        console().print_json(json.dumps(doc))
+        out.print_json(json.dumps(doc))
         return
     stopped = f"{subject} stopped." if campaign else f"{noun} was stopped."
-    console().print(f"\n[yellow]interrupted[/]: {stopped}", highlight=False)
+    out.print(f"\n[yellow]interrupted[/]: {stopped}", highlight=False)
     for line in lines:
-        console().print(escape(line), highlight=False)
+        out.print(escape(line), highlight=False)
     if resume is not None:
-        console().print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)
+        out.print(f"resume with: [bold]{escape(resume)}[/]", highlight=False)

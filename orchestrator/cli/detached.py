@@ -28,7 +28,7 @@ from rich.markup import escape
 from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
-from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
 from orchestrator.results.store import CampaignRow, Store
 
 #: the environment variable that tells a detached command where its output goes
@@ -57,6 +57,7 @@ def detach(args: argparse.Namespace) -> int:
     argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--detach"]
     results = Path(getattr(args, "results", None) or "results")
     logs = results / "detached"
+    made = [d for d in (results, logs) if not d.exists()]
     logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.log"
     env = os.environ | {LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
@@ -72,27 +73,57 @@ def detach(args: argparse.Namespace) -> int:
         code = child.poll()
         text = log.read_text(errors="replace") if log.exists() else ""
         err_console().print(escape(text.rstrip()), highlight=False)
+        if code is not None:  # it said all it had to (above): no log nor directory for it
+            _remove_made(log, made)
         if code is None:
             err_console().print(f"the detached command (pid {child.pid}) recorded no campaign "
                                 f"in {START_WAIT_S:.0f}s; it still runs; output: {log}",
                                 highlight=False)  # fmt: skip
             return 1
         return code
-    follow = f"orchestrator runs --follow {cid}" + common.resume_options(args)
+    follow, resume = commands(args, cid)
+    stop = f"kill {child.pid}"
     c = console()
     if getattr(args, "json", False):  # stdout is one JSON document (the campaign's goes
         import json  # to the log)
 
         c.print_json(json.dumps({"campaign": cid, "status": "detached", "pid": child.pid,
-                                 "log": str(log), "follow": follow}))  # fmt: skip
+                                 "log": str(log), "follow": follow, "stop": stop,
+                                 "resume": resume}))  # fmt: skip
         return 0
     c.print(f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
             "terminal closes", highlight=False)  # fmt: skip
     c.print(f"output: {log}", highlight=False)
     c.print(f"follow it with: {follow}", highlight=False)
-    c.print(f"stop it with: kill {child.pid}  (restores the hosts; the same command resumes it)",
-            highlight=False)  # fmt: skip
+    if resume is not None:
+        c.print(f"stop it with: {stop}  (restores the hosts; then resume it with: {resume})",
+                highlight=False)  # fmt: skip
+    else:  # one run is no search to go on with: it is started again, as a new run
+        c.print(f"stop it with: {stop}  (restores the host; the run is recorded as "
+                "interrupted)", highlight=False)  # fmt: skip
     return 0
+
+
+def commands(args: argparse.Namespace, cid: str) -> tuple[str, str | None]:
+    """The commands a detached campaign is followed and resumed with (None: a single run,
+    which nothing resumes), each with only the options its own command takes: `runs` reads
+    the results and needs no hosts file."""
+    follow = f"orchestrator runs --follow {cid}" + common.results_option(args)
+    kind = getattr(args, "command", None)
+    if kind not in ("bisect", "sweep"):
+        return follow, None
+    return follow, common.resume_command(args, CampaignRef(kind, cid))
+
+
+def _remove_made(log: Path, made: list[Path]) -> None:
+    """Remove the log of a command that recorded nothing, and the directories made for it
+    (when nothing else went into them)."""
+    try:
+        log.unlink()
+        for d in reversed(made):
+            d.rmdir()
+    except OSError:
+        pass  # something else is there now: kept
 
 
 def _await_campaign(results: Path, child: subprocess.Popen[bytes]) -> str | None:
@@ -136,19 +167,24 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
 
     store = common.store(args, readonly=True)
     camp = store.campaign(args.follow)
+    as_json = bool(getattr(args, "json", False))  # then: one JSON document when it ends
     c = console()
     log_path = (camp.controller or {}).get("log")
     log = Path(log_path) if isinstance(log_path, str) and Path(log_path).exists() else None
-    c.print(f"following campaign {camp.id} ({camp.kind}; "
-            + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops following "
-            "only", highlight=False)  # fmt: skip
+    if not as_json:
+        c.print(f"following campaign {camp.id} ({camp.kind}; "
+                + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops "
+                "following only", highlight=False)  # fmt: skip
     offset, seen = 0, set()
     deadline = time.monotonic() + max_wait_s
+    status = status_of(camp)
     try:
         while True:
             camp = store.campaign(camp.id)
             status = status_of(camp)
-            if log is not None:
+            if as_json:
+                pass  # one document, when it ends
+            elif log is not None:
                 offset = _print_new(log, offset)
             else:
                 for r in store.runs(camp.id):
@@ -159,18 +195,43 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
             if status != "running":
                 if log is not None:  # its answer is printed to the log after the status
                     camp = _finished(store, camp)
-                    _print_new(log, offset)
+                    if not as_json:
+                        _print_new(log, offset)
                 code = exit_code_of(camp, status)
+                if as_json:
+                    return _followed_json(store, camp, status, code, log, "ended")
                 c.print(f"campaign {camp.id} ended: {status} (exit {code})", highlight=False)
                 return code
             if time.monotonic() >= deadline:
+                if as_json:
+                    return _followed_json(store, camp, status, 1, log,
+                                          f"still running after {max_wait_s:.0f}s")
                 c.print(f"campaign {camp.id} still running after {max_wait_s:.0f}s; "
                         "stopped following", highlight=False)  # fmt: skip
                 return 1
             time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
+        if as_json:
+            return _followed_json(store, camp, status, 130, log,
+                                  "stopped following (Ctrl-C); the campaign keeps running")
         c.print(f"\nstopped following; campaign {camp.id} keeps running", highlight=False)
         return 130
+
+
+def _followed_json(store: Store, camp: CampaignRow, status: str, code: int, log: Path | None,
+                   following: str) -> int:  # fmt: skip
+    """`runs --follow ID --json`: the followed campaign as one JSON document (its status,
+    its exit code, its runs and answer, its output's log), and that exit code."""
+    import json
+
+    runs = [{"id": r.id, "label": r.label, "host": r.host, "verdict": r.verdict.value,
+             "signature": str(r.signature or ""), "duration": r.duration}
+            for r in store.runs(camp.id)]  # fmt: skip
+    console().print_json(json.dumps({
+        "campaign": camp.id, "kind": camp.kind, "status": status, "exit_code": code,
+        "following": following, "log": str(log) if log else None, "runs": runs,
+        "answer": camp.answer}))  # fmt: skip
+    return code
 
 
 def _finished(store: Store, camp: CampaignRow) -> CampaignRow:
@@ -204,4 +265,4 @@ def check_follow_args(args: argparse.Namespace) -> None:
         raise UsageError("--follow ID takes no --campaign/--campaigns")
 
 
-__all__ = ["LOG_ENV", "add_option", "detach", "exit_code_of", "follow"]
+__all__ = ["LOG_ENV", "add_option", "commands", "detach", "exit_code_of", "follow"]

@@ -18,7 +18,8 @@ from orchestrator.execution.transport import connect
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hosts", help="check hosts")
     hs = p.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND")
-    c = hs.add_parser("check", help="reachable, host key, sudo, service manager, unit, GPUs")
+    c = hs.add_parser("check", help="reachable, host key, sudo, service manager, unit, GPUs, "
+                      "and what `restore` would undo (leftovers of campaigns that are gone)")
     c.add_argument("host", nargs="?", help="a host or pool (default: all hosts)")
     c.add_argument("--unit", help="also check that this systemd unit is installed")
     c.add_argument("--accept-new-host-key", action="store_true")
@@ -36,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             with connect(host, accept_new_host_key=args.accept_new_host_key) \
                     if not host.is_local else connect(host) as t:  # fmt: skip
-                results[host.name] = check_host(host, t, unit=args.unit)
+                results[host.name] = check_host(
+                    host, t, unit=args.unit,
+                    restore_command=common.restore_command(args, host.name))
         except OrchestratorError as exc:
             results[host.name] = [Check("reachable", False, common.with_hosts_file(args, exc),
                                         exc.hint)]

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from orchestrator.cli.output import console, err_console
 from orchestrator.config.importer import (
     import_command_line,
@@ -24,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="turn a systemd unit, launch script or command line into an experiment YAML",
         description=(
             "Read a systemd unit file (ExecStart=, Environment=), a shell launch script, or a "
-            "command line given after --, and print (or write) the experiment YAML."
+            "command line given after --, as systemd and the shell would read it, and print "
+            "(or write) the experiment YAML; what cannot be read is refused, naming it."
         ),
     )
     p.add_argument("source", nargs="?", help="unit file or script; '-' reads stdin")
@@ -54,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     hidden = secret_references(spec)
     mapping = to_experiment_mapping(spec, name=args.name or default_name)
     text = render_yaml(mapping)
+    for note in spec.get("notes") or []:
+        err_console().print(f"note: {escape(note)}", highlight=False)
     if "port" not in spec["flags"]:
         err_console().print(
             "note: the command has no --port; add service.flags.port (or health.port) before "

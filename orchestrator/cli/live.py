@@ -89,7 +89,8 @@ class LiveView:
             hours = (f" (about {duration_text(e.expected_runs * each)} at "
                      f"{duration_text(each)} a start)" if each else "")  # fmt: skip
             self.c.print(
-                f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} deltas, strategy {e.strategy}, "
+                f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} "
+                f"{'delta' if e.n_deltas == 1 else 'deltas'}, strategy {e.strategy}, "
                 f"about {e.expected_runs:.0f} runs expected{hours}{resumed}",
                 highlight=False,
             )

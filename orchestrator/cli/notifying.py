@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 from rich.markup import escape
 
 from orchestrator.cli.output import err_console
-from orchestrator.errors import CampaignRef, InfraError, OrchestratorError, UsageError
+from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
 from orchestrator.results.notify import Message, check_url, culprits_of, repairs_of, send, shown
 from orchestrator.results.store import Store
 
@@ -98,8 +98,9 @@ def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str
     try:
         return run()
     except OrchestratorError as exc:
-        status = getattr(exc, "campaign_status", None) or (
-            "infra" if isinstance(exc, InfraError) else "error")  # fmt: skip
+        # the status the campaign was recorded with (`runs --campaigns` shows the same);
+        # before it was recorded, the one it would have been
+        status = getattr(exc, "campaign_status", None) or "error"
         try:
             cid = campaign()
         except Exception:  # noqa: BLE001 (no campaign recorded yet)
@@ -107,7 +108,8 @@ def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str
         answer = None
         if cid != "?":
             try:
-                answer = store.campaign(cid).answer
+                camp = store.campaign(cid)
+                answer, status = camp.answer, camp.status
             except OrchestratorError:
                 pass
         deliver(store, url, Message(cid, kind, status, culprits=culprits_of(answer),

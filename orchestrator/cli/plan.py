@@ -36,13 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
+    p.add_argument("--rehearse", action="store_true",
+                   help="price the search on dummy weights, as `bisect --rehearse` runs it "
+                        "(`rehearse: dummy-weights` in either config asks the same)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)
 
 
-def known_run_time(args: argparse.Namespace, plan: Plan) -> timing.RunTime:
+def known_run_time(args: argparse.Namespace, plan: Plan,
+                   weights: str = "real") -> timing.RunTime:  # fmt: skip
     """A start's time: declared in the configs, else learned from the results store (on
     the host of --host when given), else unknown."""
     from orchestrator.errors import OrchestratorError
@@ -54,10 +58,22 @@ def known_run_time(args: argparse.Namespace, plan: Plan) -> timing.RunTime:
         store = None  # no results yet: nothing to learn from
     try:
         return timing.run_time(plan, store, args.host if getattr(args, "host", None)
-                               and "," not in args.host else None)  # fmt: skip
+                               and "," not in args.host else None, weights)  # fmt: skip
     finally:
         if store is not None:
             store.close()
+
+
+def rehearsed(args: argparse.Namespace, plan: Plan) -> tuple[bool, str]:
+    """(whether the bisection of this pair would rehearse on dummy weights, why not when it
+    was asked and cannot)."""
+    from orchestrator.campaign import rehearsal
+    from orchestrator.cli.bisect import wants_rehearsal
+
+    if not (getattr(args, "rehearse", False) or wants_rehearsal(plan)):
+        return False, ""
+    why = rehearsal.refused(plan)
+    return not why, why
 
 
 def time_lines(rt: timing.RunTime, casts: list[timing.Forecast]) -> list[str]:
@@ -72,13 +88,21 @@ def time_lines(rt: timing.RunTime, casts: list[timing.Forecast]) -> list[str]:
     for f in casts:
         time = f", about {dur(f.seconds)}" if f.seconds is not None else ""
         worst = "p95" if "flaky" in f.shape else "worst"
-        out.append(f"  {f.shape}: {f.runs:.0f} runs{time} ({worst} {f.worst_runs:.0f} runs, "
-                   f"{dur(f.worst_seconds)} at {dur(rt.worst)} a start)")
-    if rt.seconds is not None:
+        real = f" ({f.real_runs:.0f} on real weights)" if f.real_runs is not None else ""
+        out.append(f"  {f.shape}: {f.runs:.0f} runs{real}{time} ({worst} "
+                   f"{f.worst_runs:.0f} runs, {dur(f.worst_seconds)} at {dur(rt.worst)} "
+                   "a start)")  # fmt: skip
+    if rt.seconds is not None and all(f.real_runs is None for f in casts):
         low, high = casts[0].seconds or 0, (casts[-1].worst_runs * rt.seconds)
+        what = "a pair" if "pair" in casts[-1].shape else "one flag"
         out.append(f"  expect {dur(low)} to {dur(high)}: {dur(low)} for one flag that fails "
-                   f"every time, {dur(high)} for a pair that fails on half of the starts (p95)")
+                   f"every time, {dur(high)} for {what} that fails on half of the starts (p95)")
     return out
+
+
+def plural(count: int, word: str) -> str:
+    """`1 delta`, `3 deltas`."""
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
@@ -130,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
     first = planner.pending()
     est = plan.estimates()
     rt = known_run_time(args, plan)
-    casts = timing.forecasts(est, rt)
+    rehearse, refused = rehearsed(args, plan)
+    dummy = known_run_time(args, plan, "dummy") if rehearse else None
+    casts = timing.forecasts(est, rt, n=plan.n, rehearse=rehearse, dummy=dummy)
     if args.json:
         from orchestrator.config.secrets import Redactor
 
@@ -148,9 +174,14 @@ def run(args: argparse.Namespace) -> int:
             ],
             "estimated_runs": est,
             "run_time": rt.to_dict(),
+            "rehearse": rehearse,
             "forecast": [f.to_dict() for f in casts],
         }
-        if rt.seconds is not None:
+        if dummy is not None:
+            out["dummy_run_time"] = dummy.to_dict()
+        if refused:
+            out["rehearsal_refused"] = refused
+        if rt.seconds is not None and not rehearse:
             out["hours_range"] = [round((casts[0].seconds or 0) / 3600, 2),
                                   round(casts[-1].worst_runs * rt.seconds / 3600, 2)]
         if args.host:
@@ -161,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     c = console()
     c.print(f"good: {escape(plan.good.name)} ({escape(plan.good.source)})", highlight=False)
     c.print(f"bad:  {escape(plan.bad.name)} ({escape(plan.bad.source)})", highlight=False)
-    table = Table(title=f"{plan.n} deltas", title_justify="left")
+    table = Table(title=plural(plan.n, "delta"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("change")
     table.add_column("kind")
@@ -169,17 +200,29 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(str(i), escape(d.describe()), d.kind)
     c.print(table)
     c.print(f"strategy: {plan.strategy}", highlight=False)
-    c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
-    for v in first:
-        c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+    if first:
+        c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
+        for v in first:
+            c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+    else:  # one change: good + it is the bad config, so the endpoints are the whole search
+        c.print("runs: the two endpoint checks (good must pass, bad must fail); with one "
+                "change they are the answer", highlight=False)  # fmt: skip
     for line in flag_notes:
         c.print(f"flags: {escape(line)}", highlight=False)
-    c.print(
-        f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
-        f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "
-        f"(worst {est['pair_worst']:.0f})",
-        highlight=False,
-    )
+    if plan.n >= 2:  # no interacting pair among fewer than two changes
+        c.print(
+            f"expected runs after the endpoints: single culprit {est['single_mean']:.1f} "
+            f"(worst {est['single_worst']:.0f}), interacting pair {est['pair_mean']:.1f} "
+            f"(worst {est['pair_worst']:.0f})",
+            highlight=False,
+        )
+    if rehearse:
+        c.print("rehearsal on dummy weights: the search runs on them; the bad config and "
+                "good + each culprit set start on real weights too"
+                + (f" (a start on dummy weights: {dummy.source})" if dummy else ""),
+                highlight=False)  # fmt: skip
+    elif refused:
+        c.print(f"no rehearsal on dummy weights: {escape(refused)}", highlight=False)
     for line in time_lines(rt, casts):
         c.print(escape(line), highlight=False)
     running = [m for m in moves if m["status"].startswith("may run")]

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = common.store(args, readonly=args.issue)  # --issue only reads
+    # --issue only reads; the reports are written beside a campaign that is recorded
+    store = common.store(args, readonly=args.issue, create=False)
     if args.issue:
         from orchestrator.results.issue_report import issue_markdown, nothing_to_report
 

@@ -175,11 +175,13 @@ def _rerun_repeated(args: argparse.Namespace, store: Store, old: RunRow, camp: C
 
 
 def rerun(args: argparse.Namespace) -> int:
-    store = common.store(args)
+    store = common.store(args, create=False)  # a recorded run: its results are there
     old = store.run(args.run_id)
     camp = store.campaign(old.campaign)
     # exactly as recorded (YAML files may have changed since); secrets from the environment
     exp = old.experiment(resolve_secrets=True)
+    if not args.host:  # the recorded host: as its campaign's hosts file names it
+        common.recorded_hosts(args, camp)
     host = common.inventory(args).host(args.host or old.host)
     env_keys: frozenset[str] = frozenset()
     spec = BisectSpec.from_dict(camp.spec)  # a bisection's two configs (none for other kinds)

@@ -14,7 +14,7 @@ from rich.table import Table
 from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
-from orchestrator.config.experiment import Experiment
+from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.errors import UsageError
 from orchestrator.execution.hostlock import me
@@ -258,6 +258,7 @@ def _on_cluster(rec: dict[str, object]) -> None:
 
 def _lines(exp: Experiment) -> list[str]:
     out = [f"exec: {' '.join(exp.exec)}"]
-    out += [f"--{k} {v if v is not True else ''}".rstrip() for k, v in exp.flags]
+    out += [f"{option_word(k)} {v if v is not True else ''}".rstrip() for k, v in exp.flags]
     out += [f"env {k}={v}" for k, v in exp.env]
+    out += [f"env -u {k}" for k in exp.unset]
     return out

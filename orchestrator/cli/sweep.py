@@ -97,7 +97,6 @@ def sweep_and_hosts(args: argparse.Namespace, inv: Inventory) -> tuple[Sweep, li
 def run(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
-    store = common.store(args)
     budget = None
     if args.until:
         budget = parse_until(args.until)
@@ -110,11 +109,16 @@ def run(args: argparse.Namespace) -> int:
     if args.max_runs is not None and args.max_runs < 1:
         raise UsageError("--max-runs must be at least 1")
     reuse = args.reuse
-    inv = common.inventory(args)
     if args.resume:
+        # the store is opened once the command line is checked: a resume writes where its
+        # campaign is recorded, a new sweep once its inputs are (a typo makes nothing)
+        store = common.store(args, create=False)
         camp = store.campaign(args.resume)
         if camp.kind != "sweep":
             raise wrong_kind(camp, "sweep", common.resume_options(args))
+        common.recorded_hosts(args, camp)
+    inv = common.inventory(args)
+    if args.resume:
         spec = SweepSpec.from_dict(camp.spec)
         sweep = _sweep_from_spec(spec)
         hosts = [inv.host(h) for h in spec.hosts]
@@ -123,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None
+        store = common.store(args)
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)

@@ -13,7 +13,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from orchestrator.config.repair import Declared, RepairModel
 from orchestrator.config.secrets import resolve_reference
+from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file, validation_error
 from orchestrator.errors import ConfigError
 
@@ -319,6 +320,20 @@ class Probe:
         return metric, cond.holds(metric, good_metric)
 
 
+def flag_key(raw: str) -> str:
+    """A config's flag key as the launch names it: `--tp-size` and `tp-size` are the long
+    option `tp-size`; a key written with one dash (`-tp`, `-O3`) is a short option and
+    keeps its dash (it is given as `-tp`, never as `--tp`)."""
+    if raw.startswith("-") and not raw.startswith("--") and len(raw) > 1:
+        return raw
+    return raw.lstrip("-")
+
+
+def option_word(name: str) -> str:
+    """The argv word of a flag named `name` (see `flag_key`): `--tp-size`, or `-tp`."""
+    return name if name.startswith("-") else f"--{name}"
+
+
 def render_value(value: FlagValue) -> list[str]:
     """The argv words of a flag's value (nothing for a bare switch)."""
     if value is True:
@@ -349,6 +364,10 @@ class Experiment:
     health: Health = field(default_factory=Health)
     probe: Probe | None = None
     requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: environment variables the launch removes (sorted): `env: {X: null}`, or a variable
+    #: another config of the campaign sets; a unit's own `Environment=X=...` does not reach
+    #: the server then (`UnsetEnvironment=`, `unset X`)
+    unset: tuple[str, ...] = ()
     source: str | None = field(default=None, compare=False)
     #: (env var or flag, the `${VAR}` its value came from): secret
     secret_refs: tuple[tuple[str, str], ...] = field(default=(), compare=False)
@@ -389,9 +408,18 @@ class Experiment:
         """The full command line: exec words, then `--flag [value...]` in config order."""
         out = list(self.exec)
         for name, value in self.flags:
-            out.append(f"--{name}")
+            out.append(option_word(name))
             out.extend(render_value(value))
         return out
+
+    def unsetting(self, keys: Iterable[str]) -> Experiment:
+        """The same launch with every variable of `keys` it does not set removed too (the
+        variables another config of the campaign sets: a variant without one must not get
+        the unit's or the host's value of it). The one place a launch's removals are
+        decided: every command runs and records the launch this returns."""
+        env = self.env_map()
+        unset = tuple(sorted(set(self.unset) | {k for k in keys if k not in env}))
+        return self if unset == self.unset else replace(self, unset=unset)
 
     def command_line(self) -> str:
         return shlex.join(self.argv())
@@ -408,6 +436,8 @@ class Experiment:
             # decide nothing (the argv keeps the text as written)
             "flags": sorted([k, _keyed(v)] for k, v in self.flags),
             "env": sorted([k, v] for k, v in self.env),
+            # joins only when set: the keys of launches that removed nothing hold
+            **({"unset": list(self.unset)} if self.unset else {}),
             "unit": self.unit,
             "workdir": self.workdir,
             # settle joins only when set: the keys of runs recorded before it existed hold
@@ -436,11 +466,14 @@ class Experiment:
             merged[key] = None if value is False else value
         new_flags = [(k, v) for k, v in merged.items() if v is not None]
         new_env = dict(self.env)
+        unset = set(self.unset)
         for key, value in (env or {}).items():
             if value is None:
                 new_env.pop(key, None)
+                unset.add(key)  # removed: the unit's own value must not come back
             else:
                 new_env[key] = value
+                unset.discard(key)
         port = self.health.port
         for key, value in new_flags:
             if key == "port" and isinstance(value, int) and not isinstance(value, bool):
@@ -450,6 +483,7 @@ class Experiment:
             name=name or self.name,
             flags=tuple(new_flags),
             env=tuple(new_env.items()),
+            unset=tuple(sorted(unset)),
             health=replace(self.health, port=port),
         )
 
@@ -463,8 +497,8 @@ class Experiment:
         if self.workdir:
             svc["workdir"] = self.workdir
         svc["flags"] = {k: _jsonable(v) for k, v in self.flags}
-        if self.env:
-            svc["env"] = dict(self.env)
+        if self.env or self.unset:
+            svc["env"] = dict(self.env) | dict.fromkeys(self.unset)  # null: removed
         h = self.health
         data["health"] = {"path": h.path, "port": h.port, "timeout": h.timeout}
         data["health"]["ready_after"] = h.ready_after
@@ -614,7 +648,7 @@ def _check_sizes(flags: list[tuple[str, FlagValue]], env: list[tuple[str, str]],
     # (key, one argv word or environment entry, what it is) for every string execve gets
     strings = [("service.exec", w, "argument") for w in exec_words]
     for name, value in flags:
-        words = [f"--{name}", *render_value(value)] if value is not True else [f"--{name}"]
+        words = [option_word(name), *render_value(value)]
         strings += [(f"service.flags.{name}", w, "argument") for w in words]
     strings += [(f"service.env.{k}", f"{k}={v}", "environment entry") for k, v in env]
     total = 0
@@ -664,7 +698,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     flags: list[tuple[str, FlagValue]] = []
     seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
     for raw_name, value in (svc.flags or {}).items():
-        name = raw_name.lstrip("-")
+        # a known server's short alias is its long option (`-tp` is vLLM's
+        # tensor-parallel-size): one option to the planner however it is written
+        name = canonical(exec_words, flag_key(raw_name))
         if value is None or value is False:
             continue  # absent
         if isinstance(value, list):
@@ -687,8 +723,10 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         flags.append((name, value))
 
     env: list[tuple[str, str]] = []
+    unset: list[str] = []
     for key, value in (svc.env or {}).items():
         if value is None:
+            unset.append(key)  # `X: null`: the launch removes X (the unit's own X too)
             continue
         text = _scalar_text(value) if not isinstance(value, str) else value
         text, ref = resolve_reference(text, file=source, key=f"service.env.{key}")
@@ -744,7 +782,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
                 hint="add probe.metric: a regex with one group capturing the number",
             )
     requires = tuple(
-        (k.lstrip("-"), tuple(x.lstrip("-") for x in v)) for k, v in (model.requires or {}).items()
+        (flag_key(k), tuple(flag_key(x) for x in v)) for k, v in (model.requires or {}).items()
     )
     name = model.name or Path(source).stem
     return Experiment(
@@ -757,6 +795,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         health=health,
         probe=probe,
         requires=requires,
+        unset=tuple(sorted(unset)),
         source=source,
         secret_refs=tuple(secret_refs),
         rehearse=model.rehearse,

@@ -1,9 +1,13 @@
 """Import what users already have into an experiment config.
 
 Sources: a systemd unit file (its `ExecStart=` and `Environment=` lines), a shell launch
-script, or a command line (`VAR=x python -m sglang.launch_server --tp-size 8 ...`, with
-backslash continuations, quotes and `--flag=value`). The result is a plain mapping in
-the experiment YAML's shape; `render_yaml` writes it, and importing the rendered command
+script, or a command line (`VAR=x python -m sglang.launch_server --tp-size 8 ...`). Each
+is read as its reader would read it: a unit as systemd does (quoting, specifiers, `$VAR`
+substitution, `ExecStart=` prefixes), a script as the shell does (variables, `"$@"`,
+`bash -c '...'`: see `shellwords`), options as argparse does (`-tp 8` is a known server's
+long option: see `shortopts`). What cannot be read is refused naming it; what was read in
+a way worth saying is in the spec's `notes`. The result is a plain mapping in the
+experiment YAML's shape; `render_yaml` writes it, and importing the rendered command
 gives the same config back.
 """
 
@@ -11,11 +15,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
+from orchestrator.config import shellwords
+from orchestrator.config.experiment import option_word
+from orchestrator.config.shortopts import is_option, read_short, server_of
 from orchestrator.config.yamlio import read_text_file
 from orchestrator.errors import ConfigError
 
@@ -24,6 +31,7 @@ _SHELL_BUILTINS = frozenset(
     "for do done while case esac function local printf test [ [[ mkdir rm cp mv".split()
 )
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMBER_INT = re.compile(r"^-?\d+$")
 _NUMBER_FLOAT = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
 
@@ -39,8 +47,52 @@ def typed(text: str) -> int | float | str:
     return text
 
 
+_PYTHON = re.compile(r"^python[0-9.]*$")
+#: python's own options that take the next word as their value
+_PYTHON_VALUED = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+#: words that open a command without being it (`then exec python ...`)
+_RESERVED = frozenset({"then", "do", "else", "{", "!", "time"})
+
+
+def _program_end(words: list[str], i: int) -> int:
+    """Index after the command's own words (`python -m sglang.launch_server`, `vllm serve
+    /m`): the server's options start there. For python, its own options (`-u`, `-X dev`)
+    and the module or script are the command's; for vLLM and SGLang the subcommand and
+    positionals are; for any other program, every word before its first `--option` (a
+    wrapper's `numactl -N 0 python ...` stays the command, as it always was)."""
+    base = PurePosixPath(words[i]).name
+    if _PYTHON.match(base):
+        i += 1
+        while i < len(words) and words[i].startswith("-") and words[i] != "-":
+            w = words[i]
+            if w in ("-m", "-c"):
+                i += 2
+                break
+            if w.startswith(("-m", "-c")) and not w.startswith("--"):
+                i += 1
+                break
+            i += 2 if w in _PYTHON_VALUED else 1
+        else:
+            i += 1  # the script
+    elif base in ("vllm", "sglang"):
+        i += 1
+    else:
+        while i < len(words) and not words[i].startswith("--"):
+            i += 1
+        return i
+    while i < len(words) and not is_option(words[i]):
+        i += 1  # positionals (`serve /models/m`) stay with the command
+    return min(i, len(words))
+
+
 def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
-    """argv words (maybe with leading VAR=x or `env`) -> {exec, flags, env}."""
+    """argv words (maybe with leading VAR=x or `env`) -> {exec, flags, env}.
+
+    Options are read as argparse reads them: `--x v`, `--x=v`, `-x v`, `-x=v`; a short
+    option of a known server by its long name (`-tp 8` is `tensor-parallel-size: 8`, vLLM's
+    `-O3` is `optimization-level: 3`), any other kept as written (`-x`), never taken as
+    the value of the flag before it."""
     env: dict[str, str] = {}
     i = 0
     if words and words[0] in ("exec", "nohup"):
@@ -52,41 +104,266 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
         assert m
         env[m[1]] = m[2]
         i += 1
-    exec_words: list[str] = []
-    while i < len(words) and not words[i].startswith("--"):
-        exec_words.append(words[i])
-        i += 1
-    if not exec_words:
+    if i >= len(words) or is_option(words[i]):
         raise ConfigError("no command found before the first --flag", file=source)
+    end = _program_end(words, i)
+    exec_words = words[i:end]
+    i = end
+    server = server_of(exec_words)
     flags: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     while i < len(words):
         word = words[i]
-        if not word.startswith("--") or word == "--":
+        if not is_option(word) or word == "--":
             raise ConfigError(
                 f"positional argument {word!r} after the flags is not supported",
                 file=source,
                 hint="move positional arguments before the first --flag (they become part of exec)",
             )
-        name, eq, inline = word[2:].partition("=")
+        switch = False
+        if word.startswith("--"):
+            name, eq, text = word[2:].partition("=")
+            inline: str | None = text if eq else None
+        else:
+            name, inline, switch = read_short(word, server)
         i += 1
-        if eq:
+        if inline is not None:
             value: Any = typed(inline)
+        elif switch:
+            value = True
         else:
             values = []
-            while i < len(words) and not (words[i].startswith("--") and len(words[i]) > 2):
+            while i < len(words) and not is_option(words[i]):
                 values.append(typed(words[i]))
                 i += 1
             value = True if not values else values[0] if len(values) == 1 else values
         if name in flags:
-            raise ConfigError(f"flag --{name} is given twice", file=source)
+            again = f" (as {spelled[name]} and {word.split('=', 1)[0]})" \
+                if spelled[name] != word.split("=", 1)[0] else ""  # fmt: skip
+            raise ConfigError(f"flag {option_word(name)} is given twice{again}", file=source)
         flags[name] = value
+        spelled[name] = word.split("=", 1)[0]
     return {"exec": shlex.join(exec_words), "flags": flags, "env": env}
 
 
+def _shell_script(words: list[str]) -> tuple[str, str | None, list[str], bool] | None:
+    """`bash -c 'SCRIPT' [NAME ARGS...]` (after `exec`, `env`) -> (script, $0, args,
+    login shell); None for any other command."""
+    i = 0
+    while i < len(words) and words[i] in ("exec", "nohup"):
+        i += 1
+    if i < len(words) and PurePosixPath(words[i]).name == "env":
+        i += 1
+        while i < len(words) and _ASSIGN.match(words[i]):
+            i += 1
+    if i >= len(words) or PurePosixPath(words[i]).name not in _SHELLS:
+        return None
+    i += 1
+    command = login = False
+    while i < len(words) and words[i][:1] in "-+" and len(words[i]) > 1 and words[i] != "--":
+        w = words[i]
+        if w in ("--login", "-l") or (not w.startswith("--") and "l" in w[1:]):
+            login = True
+        if not w.startswith("--") and "c" in w[1:]:
+            command = True
+        i += 2 if w in ("-o", "+o", "-O", "+O") else 1
+    if i < len(words) and words[i] == "--":
+        i += 1
+    if not command or i >= len(words):
+        return None
+    rest = words[i + 1:]
+    return words[i], (rest[0] if rest else None), rest[1:], login
+
+
+def _assignment(word: shellwords.Word) -> tuple[str, shellwords.Word] | None:
+    """`NAME=value` (its name literal, unquoted) -> (name, the value's parts)."""
+    if not word or word[0].kind != "lit" or word[0].quoted:
+        return None
+    m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", word[0].text)
+    if not m:
+        return None
+    rest = word[0].text[m.end():]
+    head = (shellwords.Part("lit", rest),) if rest else ()
+    return m[1], head + word[1:]
+
+
+def _assign(vs: shellwords.Vars, name: str, value: shellwords.Word) -> None:
+    try:
+        vs.set(name, "".join(shellwords.expand([value], vs)) if value else "")
+    except shellwords.Unreadable as exc:
+        vs.set(name, None, str(exc))
+
+
+def _read_script(text: str, *, source: str, vs: shellwords.Vars,
+                 notes: list[str]) -> dict[str, Any]:  # fmt: skip
+    """A shell script (or `bash -c` string) -> the spec of its launch command: the last
+    command that passes `--flags`, else the last that is not a shell builtin."""
+    try:
+        commands = shellwords.scan(text)
+    except shellwords.Unreadable as exc:
+        raise ConfigError(f"cannot parse the script: {exc}", file=source) from None
+    allexport = False
+    chosen: tuple[shellwords.Command, list, object, shellwords.Vars] | None = None
+    fallback: tuple[shellwords.Command, list, object, shellwords.Vars] | None = None
+    for cmd in commands:
+        words = list(cmd.words)
+        while words and shellwords.literal(words[0]) in _RESERVED:
+            words = words[1:]
+        prefix: list[tuple[str, shellwords.Word]] = []
+        while words and _assignment(words[0]) is not None:
+            prefix.append(_assignment(words[0]))  # type: ignore[arg-type]
+            words = words[1:]
+        if not words:
+            for name, value in prefix:
+                _assign(vs, name, value)
+                if allexport:
+                    vs.exported.add(name)
+            continue
+        first = shellwords.literal(words[0])
+        if first in ("export", "declare", "typeset", "readonly", "local"):
+            opts = [shellwords.literal(w) or "" for w in words[1:]]
+            exporting = first == "export" or any(o.startswith("-") and "x" in o for o in opts)
+            for w in words[1:]:
+                a = _assignment(w)
+                if a is not None:
+                    _assign(vs, *a)
+                if exporting and (a or _NAME_RE.match(shellwords.literal(w) or "")):
+                    vs.exported.add(a[0] if a else shellwords.literal(w) or "")
+            continue
+        if first == "unset":
+            for w in words[1:]:
+                name = shellwords.literal(w) or ""
+                vs.values.pop(name, None)
+                vs.exported.discard(name)
+            continue
+        if first == "set":
+            for w in words[1:]:
+                o = shellwords.literal(w) or ""
+                if o.startswith("-") and "a" in o:
+                    allexport = True
+                elif o.startswith("+") and "a" in o:
+                    allexport = False
+            continue
+        try:
+            expanded: list[str] | shellwords.Unreadable = shellwords.expand(words, vs)
+        except shellwords.Unreadable as exc:
+            expanded = exc
+        if isinstance(expanded, list):
+            launch = any(w.startswith("--") for w in expanded) or _shell_script(expanded)
+        else:
+            launch = any((shellwords.literal(w[:1]) or "").startswith("--") for w in words)
+        # the command sees the variables as they are now (a later line may change them)
+        entry = (cmd, prefix, expanded, _copy(vs))
+        if launch:
+            chosen = entry
+        elif first is not None and first not in _SHELL_BUILTINS:
+            fallback = entry
+    entry = chosen or fallback
+    if entry is None:
+        raise ConfigError(
+            "no launch command found",
+            file=source,
+            hint="expected a line like: "
+            "python -m sglang.launch_server --model-path ... --port 30000",
+        )
+    cmd, prefix, expanded, at = entry
+    if isinstance(expanded, shellwords.Unreadable):
+        raise ConfigError(
+            f"cannot read the launch line: it uses {expanded}",
+            file=source,
+            hint=f"the line: {cmd.text[:200]}; set what it uses in the script (or replace it "
+            "by its value) and import again (a secret's flag is written `${NAME}` in the "
+            "config by hand: it is read from the environment when the config is loaded)",
+        )
+    env = {k: at.values[k] for k in sorted(at.exported) if k in at.values}
+    for name, value in prefix:
+        try:
+            env[name] = "".join(shellwords.expand([value], at)) if value else ""
+        except shellwords.Unreadable as exc:
+            raise ConfigError(f"cannot read the launch line's {name}=: it uses {exc}",
+                              file=source) from None  # fmt: skip
+    if cmd.redirected:
+        notes.append("the launch line's redirection (> file, 2>&1) is not kept: the server's "
+                     "output goes where each run's log is read from")
+    if at.used_args and not at.args:
+        notes.append('the script\'s arguments ("$@") are taken as none: add the flags a '
+                     "caller passes to it to the config by hand")
+    inner = _shell_script(expanded)
+    if inner is not None:
+        script, arg0, args, login = inner
+        if login:
+            notes.append("a login shell (-l) also reads the host's profile, which the import "
+                          "cannot see")
+        # the shell started by `bash -c` sees only what is exported to it
+        spec = _read_script(script, source=source, notes=notes,
+                            vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
+        spec["env"] = {**env, **spec["env"]}
+        return spec
+    unexported = sorted(k for k in at.values if k not in at.exported and k not in at.used
+                        and k not in dict(prefix))  # fmt: skip
+    if unexported:
+        notes.append("set in the script but not exported, so not in the server's environment "
+                      "(and not in env:): " + ", ".join(unexported))
+    spec = parse_command(expanded, source=source)
+    _script_note(spec, notes)
+    spec["env"] = {**env, **spec["env"]}
+    return spec
+
+
+def _script_note(spec: dict[str, Any], notes: list[str]) -> None:
+    """A command that runs a script of its own (`bash /opt/launch.sh`, `/opt/run.sh`) and
+    passes no flags: its flags are in that script, which the import does not open."""
+    words = shlex.split(spec["exec"])
+    script = next((w for w in words if w.endswith(".sh")), None)
+    if script is None and PurePosixPath(words[0]).name in _SHELLS and len(words) > 1:
+        script = words[1]
+    if script is not None and not spec["flags"]:
+        notes.append(f"the command runs the script {script}, whose launch line is not read "
+                     "here: import that script (with `orchestrator import SCRIPT`)")
+
+
+def _copy(vs: shellwords.Vars) -> shellwords.Vars:
+    out = shellwords.Vars(args=vs.args, arg0=vs.arg0)
+    out.values, out.exported, out.unknown = dict(vs.values), set(vs.exported), dict(vs.unknown)
+    out.used, out.used_args = vs.used, vs.used_args  # shared: what the launch line reads
+    return out
+
+
+def _no_literal_references(spec: dict[str, Any], source: str) -> dict[str, Any]:
+    """Refuse a value that is literally `${NAME}` (single-quoted in a script, or under
+    ExecStart=:): the YAML would read it as a reference to the environment variable NAME,
+    another launch than the one imported."""
+    from orchestrator.config.secrets import REFERENCE
+
+    values = [(f"env {k}", v) for k, v in spec["env"].items()]
+    values += [(option_word(k), v) for k, v in spec["flags"].items()]
+    for what, value in values:
+        m = REFERENCE.match(value) if isinstance(value, str) else None
+        if m:
+            raise ConfigError(
+                f"the value {value!r} of {what} is literal text, which an experiment config "
+                f"would read as a reference to the environment variable {m[1]}",
+                file=source, hint="write the config by hand for this value")  # fmt: skip
+    return spec
+
+
+def import_command_line(text: str, *, source: str = "<command line>") -> dict[str, Any]:
+    """A shell command line or launch script -> experiment mapping (and its `notes`: what
+    the import read in a way worth saying)."""
+    notes: list[str] = []
+    spec = _read_script(text, source=source, vs=shellwords.Vars(), notes=notes)
+    spec["notes"] = notes
+    return _no_literal_references(spec, source)
+
+
 def _join_continuations(text: str) -> list[str]:
+    """A unit file's lines, a line ending in a backslash joined to the next by a space
+    (as systemd joins them); a comment line inside a continuation is skipped."""
     lines: list[str] = []
     current = ""
     for raw in text.splitlines():
+        if current and raw.lstrip()[:1] in ("#", ";"):
+            continue
         stripped = raw.rstrip()
         if stripped.endswith("\\"):
             current += stripped[:-1] + " "
@@ -99,57 +376,25 @@ def _join_continuations(text: str) -> list[str]:
     return lines
 
 
-def import_command_line(text: str, *, source: str = "<command line>") -> dict[str, Any]:
-    """A shell command line or launch script -> experiment mapping."""
-    env: dict[str, str] = {}
-    command: list[str] | None = None
-    fallback: list[str] | None = None
-    for line in _join_continuations(text):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        try:
-            words = shlex.split(stripped, comments=True)
-        except ValueError as exc:
-            raise ConfigError(
-                f"cannot parse shell line: {exc}: {stripped[:80]}", file=source
-            ) from None
-        if not words:
-            continue
-        if words[0] == "export":
-            for w in words[1:]:
-                m = _ASSIGN.match(w)
-                if m:
-                    env[m[1]] = m[2]
-            continue
-        if all(_ASSIGN.match(w) for w in words):
-            for w in words:
-                m = _ASSIGN.match(w)
-                assert m
-                env[m[1]] = m[2]
-            continue
-        if any(w.startswith("--") for w in words):
-            command = words  # the launch line: the last line that passes flags
-        elif words[0] not in _SHELL_BUILTINS:
-            fallback = words
-    command = command or fallback
-    if command is None:
-        raise ConfigError(
-            "no launch command found",
-            file=source,
-            hint="expected a line like: "
-            "python -m sglang.launch_server --model-path ... --port 30000",
-        )
-    spec = parse_command(command, source=source)
-    spec["env"] = {**env, **spec["env"]}
-    return spec
-
-
 def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
-    """A systemd unit -> experiment mapping (ExecStart=, Environment=)."""
+    """A systemd unit -> experiment mapping, read as systemd reads it: `Environment=`
+    (and `UnsetEnvironment=`), the last `ExecStart=` with its prefixes (`-@:+!`),
+    specifiers (`%n`, `%%`) and `$VAR`/`${VAR}` substitution, a `bash -c '...'` command's
+    script; what it cannot read is refused naming it."""
+    name = Path(source).name
+    unit = name if re.fullmatch(r".+\.(service|socket|target|timer)", name) else None
     section = ""
     exec_start: str | None = None
     env: dict[str, str] = {}
+    env_files: list[str] = []
+    notes: list[str] = []
+
+    def words(value: str, key: str) -> list[str]:
+        try:
+            return [shellwords.specifiers(w, unit) for w in shellwords.systemd_words(value)]
+        except shellwords.Unreadable as exc:
+            raise ConfigError(f"cannot read {key}=: {exc}", file=source) from None
+
     for line in _join_continuations(text):
         stripped = line.strip()
         if not stripped or stripped[0] in "#;":
@@ -162,21 +407,71 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
         key, _, value = stripped.partition("=")
         key, value = key.strip(), value.strip()
         if key == "ExecStart":
-            exec_start = value.lstrip("-@:+!") if value else None  # systemd's prefix chars
+            exec_start = value or None
         elif key == "Environment":
             if not value:
                 env.clear()
                 continue
-            for word in shlex.split(value):
+            for word in words(value, key):
                 m = _ASSIGN.match(word)
                 if m:
                     env[m[1]] = m[2]
+        elif key == "UnsetEnvironment":
+            for word in words(value, key):
+                if env.get(word.split("=", 1)[0]) == word.partition("=")[2] or "=" not in word:
+                    env.pop(word.split("=", 1)[0], None)
+        elif key == "EnvironmentFile":
+            if not value:
+                env_files.clear()
+            else:
+                env_files.append(value)
     if not exec_start:
         raise ConfigError("no ExecStart= line in the [Service] section", file=source)
-    spec = parse_command(shlex.split(exec_start), source=source)
+    prefixes = re.match(r"[-@:+!|]*", exec_start)[0]  # type: ignore[index]
+    line = exec_start[len(prefixes):]
+    if "|" in prefixes:
+        raise ConfigError("cannot read ExecStart=|: a command run by the user's login shell",
+                          file=source)  # fmt: skip
+    argv = words(line, "ExecStart")
+    files = ", ".join(f.lstrip("-") for f in env_files)
+    if ":" not in prefixes:  # `:` turns systemd's variable substitution off
+        try:
+            argv = shellwords.systemd_expand(
+                argv, env, f"EnvironmentFile={files}, which the import does not read" if files
+                else "nor would systemd take it from anywhere the import can see")  # fmt: skip
+        except shellwords.Unreadable as exc:
+            raise ConfigError(f"cannot read ExecStart=: it uses {exc}", file=source,
+                              hint="set it with Environment= in the unit (or replace it by its "
+                              "value) and import again") from None  # fmt: skip
+    if "@" in prefixes and len(argv) > 1:
+        notes.append(f"ExecStart=@: the server's argv[0] is {argv[1]!r} in the unit; runs "
+                     f"start {argv[0]} under its own name")  # fmt: skip
+        argv = [argv[0], *argv[2:]]
+    if "+" in prefixes or "!" in prefixes:
+        p = "+" if "+" in prefixes else "!"
+        notes.append(f"ExecStart={p}: the unit runs the server with full privileges; runs "
+                     "(a drop-in's ExecStart= without the prefix) start it as the unit's "
+                     "User=")  # fmt: skip
+    if env_files:
+        notes.append(f"EnvironmentFile={files} is not read: its variables are not in env:, "
+                     "but they still reach the server when runs use this unit")
+    if not argv:
+        raise ConfigError("ExecStart= has no command", file=source)
+    inner = _shell_script(argv)
+    if inner is not None:
+        script, arg0, args, login = inner
+        if login:
+            notes.append("a login shell (-l) also reads the host's profile, which the import "
+                          "cannot see")
+        spec = _read_script(script, source=source, notes=notes,
+                            vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
+    else:
+        spec = parse_command(argv, source=source)
+        _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
-    spec["unit"] = Path(source).name if source.endswith(".service") else None
-    return spec
+    spec["unit"] = unit if unit and unit.endswith(".service") else None
+    spec["notes"] = notes
+    return _no_literal_references(spec, source)
 
 
 #: no unit file or launch script is this large
@@ -234,7 +529,7 @@ def render_command(spec: dict[str, Any]) -> str:
     for name, value in spec["flags"].items():
         if value is False or value is None:
             continue
-        words.append(f"--{name}")
+        words.append(option_word(name))
         if value is True:
             continue
         values = value if isinstance(value, list) else [value]

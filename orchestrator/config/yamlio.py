@@ -192,6 +192,9 @@ def validation_error(
     # Report unknown keys first: they are the most common and most actionable mistake.
     errors.sort(key=lambda e: 0 if e["type"] == "extra_forbidden" else 1)
     err = errors[0]
+    shaped = _value_shape_error(errors, file=file, prefix=prefix)
+    if shaped is not None and err["type"] != "extra_forbidden":
+        return shaped
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
     key = ".".join(str(p) for p in (*prefix, *loc)) or "(top level)"
     hint = None
@@ -217,6 +220,43 @@ def validation_error(
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem(s) in this file"
     return ConfigError(message, file=file, key=key, hint=hint)
+
+
+#: (section, key) whose values are a flag's or an environment variable's: what one may be
+_VALUE_SHAPES = {
+    "flags": "a flag value is a scalar (true, a number or a word), a list of them (the flag "
+             "given several values) or null (the flag removed); a JSON option's value (vLLM's "
+             "--compilation-config, ...) is one string of JSON",
+    "env": "an environment value is a scalar (a word or a number) or null (unset)",
+}
+
+
+def _value_shape_error(errors: list[Any], *, file: str, prefix: tuple[Any, ...],
+                       ) -> ConfigError | None:  # fmt: skip
+    """A flag or environment value of a shape no value has (a mapping; a list in a list):
+    pydantic reports one error per member of the value's type ("expected a valid boolean"
+    under `.bool`, ...), none of which says what a value may be. Said once, at its key."""
+    for err in errors:
+        full = (*prefix, *err["loc"])
+        at = next((i for i in range(len(full) - 2) if full[i] == "service"
+                   and full[i + 1] in _VALUE_SHAPES), None)  # fmt: skip
+        value = err.get("input")
+        if at is None or not isinstance(value, dict | list):
+            continue
+        section, name = full[at + 1], full[at + 2]
+        member = any(isinstance(p, int) for p in full[at + 3:])  # inside the value's list
+        if section == "flags" and isinstance(value, list) and not member:
+            continue  # a flag's list is fine: what is wrong is inside it (another error)
+        got = ("a list holding " if member else "") + (
+            "a mapping" if isinstance(value, dict) else "a list")  # fmt: skip
+        hint = None
+        if section == "flags" and isinstance(value, dict) and not member:
+            import json
+
+            hint = f"write it quoted, as on a command line: {name}: '{json.dumps(value)}'"
+        return ConfigError(f"{_VALUE_SHAPES[section]}; got {got}", file=file,
+                           key=".".join(str(p) for p in full[: at + 3]), hint=hint)
+    return None
 
 
 def _expected(err: dict[str, Any]) -> str:

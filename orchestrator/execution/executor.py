@@ -287,6 +287,9 @@ class Executor:
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
     ) -> RunResult:
+        # The launch removes the campaign's other variables too; run and recorded as such
+        # (its fingerprint says so), whichever command asked for it.
+        exp = exp.unsetting(env_keys)
         # Before the clock starts: the capture is not part of the run's time or deadline.
         self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None

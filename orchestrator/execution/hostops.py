@@ -28,7 +28,10 @@ class Check:
     hint: str | None = None
 
 
-def check_host(host: Host, t: Transport, *, unit: str | None = None) -> list[Check]:
+def check_host(host: Host, t: Transport, *, unit: str | None = None,
+               restore_command: str | None = None) -> list[Check]:  # fmt: skip
+    """The checks, ending with what `restore` would undo here (`restore_command`: the
+    command that does it, for the hint)."""
     checks: list[Check] = []
     try:
         r = t.run("id -un; uname -sr", timeout=30)
@@ -79,6 +82,26 @@ def check_host(host: Host, t: Transport, *, unit: str | None = None) -> list[Che
                             "leftover processes hold GPU memory: stop them before a campaign"))
     else:
         checks.append(Check("gpus", False, g.stderr.strip()[-200:] or "nvidia-smi failed"))
+    return checks + leftover_checks(host, t, restore_command)
+
+
+def leftover_checks(host: Host, t: Transport, restore_command: str | None = None,
+                    ) -> list[Check]:  # fmt: skip
+    """What `restore` would undo, as checks: found by the same survey it acts on."""
+    s = survey(host, t)
+    fix = s.to_fix()
+    how = restore_command or f"orchestrator restore --host {host.name}"
+    checks = [Check("leftovers", not fix, "; ".join(fix) if fix else "none of orchestrator's "
+                    "(no drop-in, server or lock of a campaign that is gone)",
+                    None if not fix else f"{how} undoes them")]  # fmt: skip
+    if s.unknown:
+        checks.append(Check("locks", False, "; ".join(
+            f"{svc} is locked by {holder.describe() if holder else '?'}, which cannot be told "
+            "alive or dead" for svc, holder in s.unknown),
+            f"if you know it is dead, {how} --break-lock restores it"))  # fmt: skip
+    if s.live:
+        checks.append(Check("in use", None, "; ".join(
+            f"{svc}: a campaign is running: {holder.describe()}" for svc, holder in s.live)))
     return checks
 
 
@@ -107,6 +130,80 @@ def _key(service: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", service)
 
 
+@dataclass
+class Survey:
+    """What of ours is on a host, sorted by who holds it: the leftovers of controllers that
+    are gone (what `restore` undoes), and what live or unknown holders keep."""
+
+    host: Host
+    t: Transport
+    #: services whose lock a live controller holds (never touched), with the holder
+    live: list[tuple[str, LockInfo]]
+    #: services whose holder cannot be told alive or dead (restored with --break-lock)
+    unknown: list[tuple[str, LockInfo | None]]
+    #: locks of controllers that are gone, with the holder read (None: unreadable)
+    dead_locks: list[tuple[HostLock, LockInfo | None]]
+    #: the units with our drop-in (or our note of their state), not held by a live one
+    units: list[str]
+    #: the process services with a pid file of ours, not held by a live one
+    processes: list[str]
+
+    def managers(self, *, break_lock: bool = False) -> list[SystemdManager | ProcessManager]:
+        keep = {_key(svc) for svc, _ in self.live}
+        if not break_lock:
+            keep |= {_key(svc) for svc, _ in self.unknown}
+        out: list[SystemdManager | ProcessManager] = [
+            SystemdManager(self.host, self.t, name=u) for u in self.units if _key(u) not in keep]
+        out += [ProcessManager(self.host, self.t, name=p) for p in self.processes
+                if p not in keep]
+        return out
+
+    def to_fix(self) -> list[str]:
+        """What `restore` (without --break-lock) would undo, in words, as the host shows it."""
+        out: list[str] = []
+        for m in self.managers():
+            if isinstance(m, SystemdManager):
+                r = self.t.run(f"test -e {shlex.quote(m.dropin)} && echo dropin; systemctl show "
+                               f"{shlex.quote(m.name)} -p ActiveState --value", sudo=True,
+                               timeout=30)  # fmt: skip
+                words = r.stdout.split()
+                what = (f"orchestrator's drop-in {m.dropin}" if "dropin" in words else
+                        f"orchestrator's note of how it found it ({m.state_file})")
+                state = words[-1] if words and words[-1] != "dropin" else "unknown"
+                out.append(f"{m.name} has {what}, left by a campaign that is gone (the unit "
+                           f"is {state})")  # fmt: skip
+            else:
+                running = m.left_over()
+                out.append(f"{m.name}: " + ("; ".join(running) if running else
+                                            f"the pid file of a server in {m.dir}")
+                           + ", left by a campaign that is gone")  # fmt: skip
+        for lock, holder in self.dead_locks:
+            out.append(f"the lock on {lock.service}"
+                       + (f" left by {holder.describe()}, which is gone" if holder
+                          else " (unreadable)"))  # fmt: skip
+        return out
+
+
+def survey(host: Host, t: Transport) -> Survey:
+    """Our drop-ins, servers and locks on the host, each with the state of its holder (the
+    one detection `restore` acts on and `hosts check` reports)."""
+    left = leftovers(host, t)
+    live: list[tuple[str, LockInfo]] = []
+    unknown: list[tuple[str, LockInfo | None]] = []
+    dead_locks: list[tuple[HostLock, LockInfo | None]] = []
+    for service in left["locks"]:
+        lock = HostLock(host, t, service, campaign="")
+        holder = lock.read(with_age=True)
+        alive = holder.alive() if holder is not None else False
+        if alive and holder is not None:
+            live.append((service, holder))
+        elif alive is None:
+            unknown.append((service, holder))
+        else:
+            dead_locks.append((lock, holder))
+    return Survey(host, t, live, unknown, dead_locks, left["systemd"], left["process"])
+
+
 def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[str]:
     """Undo what dead controllers left: drop-ins, servers and their locks; then read each
     service back. A service whose lock a live controller holds (on this machine: its pid
@@ -119,32 +216,20 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
 
         return cancel_orphans(host, t) or ["nothing to restore: no job or secrets file of "
                                            "a stopped orchestrator found"]  # fmt: skip
-    left = leftovers(host, t)
-    keep: set[str] = set()  # services held by a live controller, or one not told dead
-    dead_locks: list[tuple[HostLock, LockInfo | None]] = []
-    for service in left["locks"]:
-        lock = HostLock(host, t, service, campaign="")
-        holder = lock.read(with_age=True)
-        alive = holder.alive() if holder is not None else False
-        if alive:
-            keep.add(service)
-            done.append(f"refused: {service} belongs to a campaign that is running: "
-                        f"{holder.describe()}; {holder.why_alive()}. Nothing of it was "
-                        "touched; wait for it to end")  # fmt: skip
-        elif alive is None and not break_lock:
-            keep.add(service)
+    s = survey(host, t)
+    for service, holder in s.live:
+        done.append(f"refused: {service} belongs to a campaign that is running: "
+                    f"{holder.describe()}; {holder.why_alive()}. Nothing of it was "
+                    "touched; wait for it to end")  # fmt: skip
+    dead_locks = list(s.dead_locks)
+    for service, holder in s.unknown:
+        if break_lock:
+            dead_locks.append((HostLock(host, t, service, campaign=""), holder))
+        else:
             done.append(f"{service} kept: locked by {holder.describe() if holder else '?'}, "
                         "which cannot be told alive or dead; if you know it is dead, "
                         "--break-lock restores it and removes the lock")  # fmt: skip
-        else:
-            dead_locks.append((lock, holder))
-    managers: list[SystemdManager | ProcessManager] = []
-    for unit in left["systemd"]:
-        if _key(unit) not in keep:
-            managers.append(SystemdManager(host, t, name=unit))
-    for service in left["process"]:
-        if service not in keep:
-            managers.append(ProcessManager(host, t, name=service))
+    managers = s.managers(break_lock=break_lock)
     for m in managers:
         done += m.restore()
     for lock, holder in dead_locks:

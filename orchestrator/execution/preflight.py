@@ -34,7 +34,7 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.config.experiment import Experiment
+from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CommandTimeout
 from orchestrator.execution import facts
@@ -472,7 +472,7 @@ class Preflight:
         entry = self.help_of(exp, build)
         if not entry.trusted:
             return Check()
-        problems = tuple(p for p in predict(entry.facts, [f"--{k}" for k, _ in exp.flags])
+        problems = tuple(p for p in predict(entry.facts, [option_word(k) for k, _ in exp.flags])
                          if p.fatal)  # fmt: skip
         if not problems:
             return Check()

@@ -15,9 +15,11 @@ evidence as soon as the runs show that the failure does not reproduce every time
 Whether it switched is a pure function of the recorded runs, so a resumed campaign takes
 the same path. When it does not switch, `auto`'s answer is weighed by the posterior of
 the noise model with a prior weight on deterministic failures (`DETERMINISTIC`); below the
-confidence asked, the posterior search goes on from the runs so far (usually a run or two
-that a flaky explanation of the same runs would fail) until the answer reaches it or the
-budget ends. When `auto`'s sets share a change and every run fits them, while the
+confidence asked, the posterior search goes on from the runs so far (none for one flag;
+about two runs for a pair among 8 or more changes, more among fewer: `estimate_search`)
+until the answer reaches it or the budget ends; while no run has looked flaky it runs
+variants not run yet where one tells about as much as a repeat (`NoiseModel.repeats`).
+When `auto`'s sets share a change and every run fits them, while the
 posterior (one cause) prefers a single flaky change, the two models are weighed against
 each other and that change runs alone until one of them reaches the confidence. Either
 way the answer's confidence is that posterior: one model, whether or not the failure
@@ -237,7 +239,12 @@ def adaptive(
     # Not yet as sure as asked (a few unlucky passes of a flaky failure could explain the
     # same runs): the posterior search goes on from these runs, under the same prior,
     # until its answer reaches the confidence or its budget ends.
-    sure = yield from _recording(batch.search(n, list(runs), model=_default_model(model),
+    # While no run has looked flaky, a variant already run is not run again when one not
+    # run yet tells about as much (issue 35): the same question asked of another variant
+    # is worth as much under the model, and may show the flakiness a repeat would not.
+    sure = yield from _recording(batch.search(n, list(runs),
+                                              model=replace(_default_model(model),
+                                                            repeats=False),
                                               closure=closure, slots=slots), runs,
                                  close)  # fmt: skip
     if set(sure.culprit_sets) == set(answer.culprit_sets):

@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.planner.core import Round, Search, Variant
 from orchestrator.planner.noisy import (
+    MIN_GAIN,
+    REPEAT_WORTH,
     Analysis,
     Belief,
     NoiseModel,
@@ -138,6 +140,14 @@ def _candidates(state: Noisy, belief: Belief) -> list[int]:
             scored[v] = belief.gain(v)
     blocked = state.invalid | {v for v, c in state.unresolved.items() if c >= 2}
     ranked = sorted(scored.items(), key=lambda kv: (-kv[1], kv[0].bit_count(), kv[0]))
+    if not state.model.repeats and not state.looks_flaky:  # variants not run yet first
+        ran = state.ran() | blocked
+        allowed = state.passed_changes() | _mask(term)
+        fresh = [(v, g) for v, g in ranked if g > MIN_GAIN
+                 and (c := _mask(state.closure(frozenset(_bits(v))))) not in ran
+                 and not c & ~allowed]  # fmt: skip
+        if fresh and fresh[0][1] >= REPEAT_WORTH * ranked[0][1]:
+            ranked, blocked = fresh, ran
     out: list[int] = []
     for v, _ in ranked[:CANDIDATES]:
         closed = _mask(state.closure(frozenset(_bits(v))))

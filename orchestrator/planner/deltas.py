@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.config import jsonvalue
-from orchestrator.config.experiment import Experiment, FlagValue, render_value
+from orchestrator.config.experiment import Experiment, FlagValue, option_word, render_value
 from orchestrator.errors import PlanError
 
 DeltaKind = Literal["flag", "env", "exec", "json", "member"]
@@ -65,14 +65,14 @@ class Delta:
             return f"~ exec {self.old} -> {self.new}"
         if self.member or self.kind == "member":
             if self.old is None:
-                return f"+ --{self.name} member {self._leaf(self.new)}"
-            return f"- --{self.name} member {self._leaf(self.old)}"
+                return f"+ {option_word(self.name)} member {self._leaf(self.new)}"
+            return f"- {option_word(self.name)} member {self._leaf(self.old)}"
         if self.kind == "json":
             if self.old is None:
                 return f"+ {_json_words(self.name, self.new)}"
             if self.new is None:
-                return f"- --{self.name} (was {_json_leaf(self.old)})"
-            return f"~ --{self.name} {_json_leaf(self.old)} -> {_json_leaf(self.new)}"
+                return f"- {option_word(self.name)} (was {_json_leaf(self.old)})"
+            return f"~ {option_word(self.name)} {_json_leaf(self.old)} -> {_json_leaf(self.new)}"
         if self.kind == "env":
             if self.old is None:
                 return f"+ env {self.key}={self.new}"
@@ -83,7 +83,7 @@ class Delta:
             return f"+ {_flag_words(self.key, self.new)}"
         if self.new is None:
             return f"- {_flag_words(self.key, self.old)}"
-        return f"~ --{self.key} {_value_text(self.old)} -> {_value_text(self.new)}"
+        return f"~ {option_word(self.key)} {_value_text(self.old)} -> {_value_text(self.new)}"
 
     def short(self) -> str:
         """Compact label for tables: `--ep-size 8`, `NCCL_ALGO=Tree`, `-x` for removals."""
@@ -96,10 +96,10 @@ class Delta:
             return "exec"
         if self.member or self.kind == "member":
             if self.old is None:
-                return shlex.join([f"--{self.name}", "with", self._leaf(self.new)])
-            return shlex.join([f"--{self.name}", "without", self._leaf(self.old)])
+                return shlex.join([f"{option_word(self.name)}", "with", self._leaf(self.new)])
+            return shlex.join([f"{option_word(self.name)}", "without", self._leaf(self.old)])
         if self.new is None:
-            return f"no --{self.name}"
+            return f"no {option_word(self.name)}"
         if self.kind == "json":
             return _json_words(self.name, self.new)
         return _flag_words(self.key, self.new)
@@ -152,11 +152,11 @@ def _json_leaf(text: object) -> str:
 
 
 def _json_words(name: str, text: object) -> str:
-    return shlex.join([f"--{name}", _json_leaf(text)])
+    return shlex.join([option_word(name), _json_leaf(text)])
 
 
 def _flag_words(key: str, value: FlagValue | str | None) -> str:
-    words = [f"--{key}", *render_value(value)] if value is not None else [f"--{key}"]
+    words = [option_word(key), *(render_value(value) if value is not None else [])]
     return shlex.join(words)
 
 
@@ -322,7 +322,30 @@ def coupling_closure(deltas: list[Delta], good: Experiment, bad: Experiment):  #
     return close
 
 
+def _unit_words(exp: Experiment) -> str:
+    return exp.unit if exp.unit else f"no service.unit (a service named after '{exp.name}')"
+
+
+def check_same_unit(good: Experiment, bad: Experiment) -> None:
+    """Refuse a pair whose configs name different units: every variant runs as a drop-in
+    on one unit, so bad's unit would be ignored without a word. A unit is not a delta:
+    what differs between two unit files (User=, limits, EnvironmentFile=, ...) is not
+    known to the planner, and no variant could take half of it."""
+    if good.unit == bad.unit:
+        return
+    raise PlanError(
+        f"the good config '{good.name}' runs on {_unit_words(good)} and the bad config "
+        f"'{bad.name}' on {_unit_words(bad)}: every variant runs as a drop-in on one unit, "
+        "so a different unit cannot be bisected (the bad config would run on the good "
+        "one's unit)",
+        hint="give both configs the same service.unit, and move what differs between the "
+        "two units (their Environment= or ExecStart= flags) into env: or flags:, where it "
+        "becomes deltas; or compare the two units with `orchestrator run` on each config",
+    )
+
+
 def check_differ(deltas: list[Delta], good: Experiment, bad: Experiment) -> None:
+    check_same_unit(good, bad)
     if not deltas:
         raise PlanError(
             f"'{good.name}' and '{bad.name}' launch the same server: there is nothing to bisect",

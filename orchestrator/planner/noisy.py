@@ -45,6 +45,10 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Culprit, Round, Search, Variant
 
 Run = tuple[Variant, Verdict]
+#: the least information (nats) a run not run yet must promise to be taken over a repeat
+MIN_GAIN = 1e-6
+#: ... and the share of the best candidate's information (repeats included) it must promise
+REPEAT_WORTH = 0.9
 #: verdicts of a run that ran and did not show the target failure
 _CLEARING = frozenset({Verdict.PASS, Verdict.OTHER, Verdict.TIMEOUT})
 
@@ -82,6 +86,11 @@ class NoiseModel:
     #: > 0: the prior chance that another cause hides among m changes is 1 - (1 - this)^m
     #: (each change independently a further cause) instead of `other`
     other_per_change: float = 0.0
+    #: False: while no run has looked flaky (a variant that both failed and passed, a pass
+    #: of a superset of a failing variant), a variant already run is not run again when
+    #: one not run yet tells about as much (`REPEAT_WORTH`): `auto`'s answer weighed
+    #: before anything looked flaky, where a repeat asks again what every start agreed on
+    repeats: bool = True
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -312,11 +321,21 @@ class Noisy:
         self._beliefs: dict[int, tuple[Belief, int]] = {}
         self.unresolved: dict[int, int] = {}
         self.invalid: set[int] = set()
+        #: variants that failed with the target / passed, as run (for `looks_flaky`)
+        self._failed: set[int] = set()
+        self._passed: set[int] = set()
+        self.looks_flaky = False
 
     def add(self, variant: Iterable[int], verdict: Verdict) -> None:
         m = _mask(variant)
         if verdict is Verdict.INFRA:
             return
+        if verdict is Verdict.FAIL and not self.looks_flaky:
+            self._failed.add(m)
+            self.looks_flaky = any(m & ~p == 0 for p in self._passed)
+        elif verdict is Verdict.PASS and not self.looks_flaky:
+            self._passed.add(m)
+            self.looks_flaky = any(f & ~m == 0 for f in self._failed)
         if self.model.other_clears and verdict in (Verdict.OTHER, Verdict.TIMEOUT):
             verdict = Verdict.PASS  # it ran, and did not show the target failure
         self.runs.append((m, verdict))
@@ -457,6 +476,8 @@ class Noisy:
         blocked = self.invalid | {v for v, c in self.unresolved.items() if c >= 2}
         # ties: the smaller variant, then the lower mask (deterministic, cheap)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1], kv[0].bit_count(), kv[0]))
+        new = None if self.model.repeats or self.looks_flaky else \
+            self._not_run(belief, ranked, blocked)  # fmt: skip
         best: tuple[float, int] | None = None
         for v, g in ranked[:12]:
             closed = _mask(self.closure(frozenset(_bits(v))))
@@ -466,9 +487,46 @@ class Noisy:
                 g = belief.gain(closed)
             if best is None or g > best[0] + 1e-12:
                 best = (g, closed)
+        if new is not None and (best is None or new[0] >= REPEAT_WORTH * best[0]):
+            return new[1]  # a variant not run yet, worth about as much as the best
         if best is None:  # everything informative is blocked: run the leading set again
             return _mask(term)
         return best[1]
+
+    def passed_changes(self) -> int:
+        """The changes some run that passed carried (as run: another failure is no pass)."""
+        out = 0
+        for v in self._passed:
+            out |= v
+        return out
+
+    def ran(self) -> set[int]:
+        """Every variant run so far (closed), whatever its verdict."""
+        return {v for v, _ in self.runs}
+
+    def _not_run(self, belief: Belief, ranked: Sequence[tuple[int, float]],
+                 blocked: set[int]) -> tuple[float, int] | None:  # fmt: skip
+        """The most informative candidate not run yet and its information (None: none
+        would tell anything). Besides the leading set's changes it may carry only changes
+        some passing run carried: it asks the question of the repeat it replaces, not one
+        about changes only failing runs (or other failures) have carried."""
+        ran = self.ran() | blocked
+        term, _, _, _ = belief.best()
+        allowed = self.passed_changes() | _mask(term)
+        best: tuple[float, int] | None = None
+        seen = 0
+        for v, g in ranked:
+            if seen >= 12:
+                break
+            closed = _mask(self.closure(frozenset(_bits(v))))
+            if closed in ran or closed & ~allowed:
+                continue
+            seen += 1
+            if closed != v:
+                g = belief.gain(closed)
+            if g > MIN_GAIN and (best is None or g > best[0] + 1e-12):
+                best = (g, closed)
+        return best
 
     # ---- the answer
     def answer(self, a: Analysis, *, complete: bool, reason: str = "") -> Answer:

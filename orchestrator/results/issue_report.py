@@ -41,18 +41,22 @@ def placeholders(word: str) -> str:
     return MARKER.sub(lambda m: f"<{m[1]}>", word)
 
 
-def command_block(argv: Sequence[str], env: dict[str, str]) -> str:
-    """The command as a reader pastes it: env assignments, then one flag per line."""
+def command_block(argv: Sequence[str], env: dict[str, str], unset: Sequence[str] = ()) -> str:
+    """The command as a reader pastes it: env removals and assignments, then one flag per
+    line (a short option `-tp` is a flag too)."""
+    from orchestrator.config.shortopts import is_option
+
     words = [shlex.quote(placeholders(w)) for w in argv]
     first = 0
     while first < len(words) and not words[first].startswith("--"):
         first += 1
-    lines = [f"{k}={shlex.quote(placeholders(v))}" for k, v in sorted(env.items())]
+    lines = ["env " + " ".join(f"-u {k}" for k in unset)] if unset else []
+    lines += [f"{k}={shlex.quote(placeholders(v))}" for k, v in sorted(env.items())]
     lines.append(" ".join(words[:first]))
     i = first
     while i < len(words):
         group = [words[i]]
-        if i + 1 < len(words) and not words[i + 1].startswith("--"):
+        if i + 1 < len(words) and not is_option(words[i + 1]):
             group.append(words[i + 1])
             i += 1
         lines.append("  " + " ".join(group))
@@ -181,7 +185,9 @@ def issue_markdown(
 
     out += ["## Reproduction", ""]
     if repro is not None:
-        out += ["```bash", command_block(repro.argv, repro.env), "```", ""]
+        removed = [k for k, v in ((repro.config.get("service") or {}).get("env") or {}).items()
+                   if v is None]  # fmt: skip
+        out += ["```bash", command_block(repro.argv, repro.env, removed), "```", ""]
         if repro.repair and culprit and culprit.repaired_with:
             moves = ", ".join(f"`{m}`" for m in culprit.repaired_with)
             first = next((n.before for n in answer.repairs if n.after_run == repro.id), "")

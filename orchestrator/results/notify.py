@@ -39,9 +39,9 @@ _SAID = {
     "done": "finished",
     "incomplete": "stopped without an answer",
     "endpoints": "stopped at the endpoint checks",
-    "infra": "stopped on infrastructure trouble",
     "changed": "stopped: the host's environment changed",
     "interrupted": "was interrupted",
+    "refused": "was refused: another campaign holds a host's lock",
     "error": "stopped on an error",
 }
 

@@ -191,7 +191,11 @@ def default_root() -> Path:
 
 
 class Store:
-    def __init__(self, root: str | Path | None = None, *, readonly: bool = False) -> None:
+    def __init__(self, root: str | Path | None = None, *, readonly: bool = False,
+                 create: bool = True) -> None:  # fmt: skip
+        """`readonly`: for commands that only read; `create=False`: for commands that write
+        to recorded campaigns (rerun, report, resume): neither makes a results directory
+        that is not there (`created` says whether this one made it)."""
         self.root = Path(root) if root is not None else default_root()
         self.db_path = self.root / "orchestrator.db"
         self.logs = self.root / "logs"
@@ -205,9 +209,13 @@ class Store:
         #: the campaigns this process has run (created or resumed), in order
         self.controlled: list[str] = []
         self.readonly = readonly
+        self.created = False
         if readonly:
             self._open_readonly()
             return
+        if not create and not self.db_path.is_file():
+            raise self._missing()
+        self.created = not self.db_path.exists()
         self._check_writable()
         try:
             self._connect()
@@ -295,13 +303,16 @@ class Store:
             "one; the plain log files under logs/ are kept",
         )
 
+    def _missing(self) -> StoreError:
+        return StoreError(f"no results in {self.root} (no {self.db_path.name} there)",
+                          hint="pass the results directory of your campaigns with "
+                          "--results DIR (or ORCH_RESULTS)")  # fmt: skip
+
     def _open_readonly(self) -> None:
         """For commands that only read (runs, show, classify): nothing is created, and a
         results directory on a read-only mount works."""
         if not self.db_path.is_file():
-            raise StoreError(f"no results in {self.root} (no {self.db_path.name} there)",
-                             hint="pass the results directory of your campaigns with "
-                             "--results DIR (or ORCH_RESULTS)")  # fmt: skip
+            raise self._missing()
         uri = self.db_path.resolve().as_uri()
         last: Exception | None = None
         # mode=ro needs the WAL's -shm file to exist or be creatable; on a read-only mount
@@ -378,8 +389,11 @@ class Store:
         return cid
 
     def find_resumable(self, key: str) -> str | None:
+        """The newest campaign of `key` that the same command goes on with: one running
+        (its controller died), interrupted, or stopped on an error (host trouble, fixed)."""
         row = self.db.execute(
-            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted') "
+            "SELECT id FROM campaigns WHERE key=? AND status IN ('running','interrupted',"
+            "'error') "
             "ORDER BY created DESC LIMIT 1",
             (key,),
         ).fetchone()

@@ -77,7 +77,7 @@ class ProcessManager(ServiceManager):
 
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
-        unset = sorted(k for k in env_keys if k not in env)
+        unset = exp.unsetting(env_keys).unset
         lines = ["#!/bin/sh",
                  f"# written by orchestrator for run {run_id}; argv and env of the variant"]
         for k in unset:

@@ -229,7 +229,7 @@ class SystemdManager(ServiceManager):
 
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
-        unset = sorted(k for k in env_keys if k not in env)
+        unset = list(exp.unsetting(env_keys).unset)
         refs = dict(exp.secret_refs)
         private = {k: v for k, v in env.items() if is_private_env(k, v, refs)}
         lines = [

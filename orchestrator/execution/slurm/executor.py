@@ -195,6 +195,7 @@ class SlurmExecutor(Executor):
     def run(self, exp: Experiment, *, run_id: str, label: str = "",
             target: Signature | None = None, env_keys: Iterable[str] = (),
             good_metric: float | None = None) -> RunResult:  # fmt: skip
+        exp = exp.unsetting(env_keys)  # run and recorded as launched (see Executor.run)
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,

@@ -205,7 +205,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
         'if [ -f "$D/secret.env" ]; then set -a; . "$D/secret.env"; set +a;'
         ' rm -f "$D/secret.env"; fi',
     ]
-    for k in sorted(k for k in env_keys if k not in env):
+    for k in exp.unsetting(env_keys).unset:
         lines.append(f"unset {k}")
     for k, v in env.items():
         if k not in secret_vars:
