@@ -226,10 +226,10 @@ def run(args: argparse.Namespace) -> int:
     for line in time_lines(rt, casts):
         c.print(escape(line), highlight=False)
     running = [m for m in moves if m["status"].startswith("may run")]
-    c.print(f"repair moves (a variant that dies of a resource starts again, at most "
-            f"{moves[0]['steps'] if moves else 0} times):" if running else
-            "repair moves: none may run" + (" (--no-repair)" if args.no_repair else ""),
-            highlight=False)  # fmt: skip
+    if running or args.no_repair:  # (no line when neither config sets a knob a move turns)
+        c.print(f"repair moves (a variant that dies of a resource starts again, at most "
+                f"{moves[0]['steps'] if moves else 0} times):" if running else
+                "repair moves: none may run (--no-repair)", highlight=False)  # fmt: skip
     for m in running:
         c.print(f"  - {escape(m['move'])}; {escape(m['status'])}", highlight=False)
     return 0
