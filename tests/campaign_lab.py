@@ -43,6 +43,7 @@ PAIRS = {
     "b300": ("good.yaml", "bad.yaml"),
     "rtx6000": ("good.yaml", "bad.yaml"),
     "rtx6000-perf": ("perf_good.yaml", "perf_bad.yaml"),
+    "rtx6000-repair": ("good.yaml", "bad.yaml"),
     "glm5": ("good.yaml", "bad.yaml"),
     "b300-any": ("good.yaml", "bad.yaml"),
     "flaky": ("good.yaml", "bad.yaml"),

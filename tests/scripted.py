@@ -80,6 +80,21 @@ class Rule:
     env: frozenset[tuple[str, str]] = frozenset()
     #: a failure of the checkpoint's values (a missing tensor, a NaN): never on dummy weights
     real_weights: bool = False
+    #: (knob, x): fires only while the launch's flag or environment variable `knob` is
+    #: below x (unset counts as below), as a resource limit does; `above`: over x
+    below: tuple[tuple[str, float], ...] = ()
+    above: tuple[tuple[str, float], ...] = ()
+
+    def holds(self, knobs: dict[str, object]) -> bool:
+        def num(k: str) -> float | None:
+            v = knobs.get(k)
+            try:
+                return None if v is None or isinstance(v, bool) else float(v)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                return None
+
+        return (all((x := num(k)) is None or x < lim for k, lim in self.below)
+                and all((x := num(k)) is not None and x > lim for k, lim in self.above))
 
 
 @dataclass
@@ -92,10 +107,13 @@ class Oracle:
         self.lock = threading.Lock()
 
     def outcome(self, variant: frozenset[int], env: Iterable[tuple[str, str]] = (),
-                weights: str = "real") -> Rule | None:  # fmt: skip
+                weights: str = "real", knobs: dict[str, object] | None = None,
+                ) -> Rule | None:  # fmt: skip
         have = set(env)
         for rule in self.rules:
             if not rule.needs <= variant or not rule.env <= have:
+                continue
+            if knobs is not None and not rule.holds(knobs):
                 continue
             if rule.real_weights and weights != "real":
                 continue
@@ -198,8 +216,13 @@ class ScriptedExecutor:
         self.runs += 1
         variant = present(exp)
         # (the weights only when they matter: oracles of other tests take two arguments)
-        rule = self.oracle.outcome(variant, self.host.env, exp.weights) if \
-            exp.weights != "real" else self.oracle.outcome(variant, self.host.env)
+        if any(r.below or r.above for r in getattr(self.oracle, "rules", ())):
+            # rules on a knob's value (a resource limit): the launch's flags and environment
+            rule = self.oracle.outcome(variant, self.host.env, exp.weights,
+                                       knobs=exp.flag_map() | exp.env_map())  # fmt: skip
+        else:
+            rule = self.oracle.outcome(variant, self.host.env, exp.weights) if \
+                exp.weights != "real" else self.oracle.outcome(variant, self.host.env)
         fault = self.faults.draw()
         crash_at = PHASES.index(rule.phase) if rule else len(PHASES)
         log = startup_log(min(crash_at, len(PHASES)))

@@ -92,6 +92,10 @@ def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
     # smallest variant that showed it: EP + flashinfer without the memory bump
     assert sorted(answer["deltas"][i] for i in finding["deltas"]) == [
         "+ --ep-size 8", "+ --moe-a2a-backend flashinfer"]  # fmt: skip
+    # the memory bump is a delta under test: no repair turns it, and the answer says why
+    assert answer["repairs"] and all(
+        n["state"] == "unrepaired" and n["why"] == "--mem-fraction-static is a delta under test"
+        for n in answer["repairs"])  # fmt: skip
     # cuda-graph-max-bs 512 costs throughput but stays above the probe's bar: the probe
     # ran on every healthy variant and its metric is recorded
     store = Store(tmp_path / "results")

@@ -270,8 +270,8 @@ def test_resolve_bare_names_and_paths(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- shipped files
 
 
-@pytest.mark.parametrize("name", ["b300", "b300-v0523", "rtx6000", "glm5", "flaky-load",
-                                  "decoy"])
+@pytest.mark.parametrize("name", ["b300", "b300-v0523", "rtx6000", "rtx6000-repair", "glm5",
+                                  "flaky-load", "decoy"])
 def test_shipped_scenarios_load_and_start_in_2_to_3_seconds(name: str) -> None:
     s = sc.load(name)
     assert s.name == name
@@ -416,6 +416,32 @@ def test_rtx6000_pair_answer_needs_three_flags() -> None:
     minimal, (rule, _) = _minimal_culprits("rtx6000", "good.yaml", "bad.yaml")
     assert rule == 1  # the AssertionError in cuda_graph, not the kv_cache OOM
     assert minimal == [{"ep-size", "moe-a2a-backend", "mem-fraction-static"}]
+
+
+def test_rtx6000_repair_pair_answer_shows_only_with_the_memory_repaired() -> None:
+    """As shipped, every EP subset runs out of memory (rule 0) and the smallest cause is
+    --ep-size alone; with the memory fraction repaired to 0.92 (what the pair's declared
+    move reaches in one step) the target is the AssertionError (rule 1) and its cause is
+    {ep-size, moe-a2a-backend}."""
+    from orchestrator.config.experiment import load_experiment
+
+    minimal, (rule, _) = _minimal_culprits("rtx6000-repair", "good.yaml", "bad.yaml")
+    assert rule == 0 and minimal == [{"ep-size"}]
+    scen = sc.load("rtx6000-repair")
+    good = load_experiment(EXPERIMENTS / "rtx6000-repair" / "good.yaml")
+    bad = load_experiment(EXPERIMENTS / "rtx6000-repair" / "bad.yaml")
+    gf, bf = good.flag_map(), bad.flag_map()
+    deltas = sorted(k for k in gf.keys() | bf.keys() if gf.get(k) != bf.get(k))
+    assert deltas == ["ep-size", "max-running-requests", "moe-a2a-backend"]
+
+    def repaired(subset: tuple[str, ...]) -> object:
+        flags = dict(gf) | {k: bf[k] for k in subset} | {"mem-fraction-static": 0.92}
+        return _outcome(scen, _argv(good.exec, flags), {})[0]
+
+    assert repaired(tuple(deltas)) == 1
+    hits = [set(s) for n in range(len(deltas) + 1) for s in combinations(deltas, n)
+            if repaired(s) == 1]
+    assert [s for s in hits if not any(o < s for o in hits)] == [{"ep-size", "moe-a2a-backend"}]
 
 
 def test_rtx6000_perf_pair_answer_is_cuda_graph_max_bs() -> None:

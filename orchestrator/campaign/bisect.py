@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,10 +34,13 @@ from orchestrator.campaign.records import (
     InvalidRun,
     Narrowed,
     Outcome,
+    RepairNote,
     Status,
 )
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.repair import RepairPolicy
+from orchestrator.config.repair import policy as repair_policy
 from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
@@ -45,6 +49,8 @@ from orchestrator.execution.executor import RunCancelled, service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
+from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
+from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
@@ -58,7 +64,7 @@ def relative(verdict: Verdict, signature: Signature | None, target: Signature | 
     return verdict
 
 
-def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
+def campaign_key(plan: Plan, hosts: list[Host], strategy: str, *, repair: bool = True) -> str:
     """The same command resumes an unfinished campaign of this key: the pair, the strategy,
     the hosts, and what the hosts file hands their servers (another `env:` is another
     campaign, never the resume of one judged without it)."""
@@ -67,6 +73,8 @@ def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
     parts = [plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names]
     if not plan.split:  # other deltas: another campaign (a split plan keeps its old key)
         parts.append("no-split")
+    if not repair:  # other verdicts for a variant that dies of a resource
+        parts.append("no-repair")
     blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -96,7 +104,8 @@ class Bisection:
         self.emit = listener
         self.core = CampaignCore(
             store, kind="bisect", key=campaign_key(
-                plan, hosts, options.strategy + ("+rehearse" if options.rehearse else "")),
+                plan, hosts, options.strategy + ("+rehearse" if options.rehearse else ""),
+                repair=options.repair),
             spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
             command=command, resume_id=resume_id, max_runs=options.max_runs,
             deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
@@ -109,6 +118,8 @@ class Bisection:
         self.reused = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
+        self._ladder_cache: tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]],
+                                  list[RunRow]] | None = None  # fmt: skip
         self._told: set[str] = set()  # why recorded runs were not reused, said once
         self.env_keys = plan.env_keys
         #: both configs' flags go to each host's server before it starts anything: a typo
@@ -129,10 +140,141 @@ class Bisection:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
 
-    def _rows(self) -> list[RunRow]:
+    def _launch_rows(self) -> list[RunRow]:
         """This campaign's runs on the weights the search runs on now (a dummy-weight start
         is another launch than a real one: never evidence for it)."""
         return [r for r in self._all_rows() if r.weights == self.weights]
+
+    def _rows(self) -> list[RunRow]:
+        """The runs that speak for their variants (`_launch_rows`): of a variant started
+        again after a resource failure, only the start whose verdict is the variant's (a
+        start a repair superseded, a repaired start the server refused and a ladder still
+        under way are no evidence)."""
+        return self._ladders()[1]
+
+    def _ladders(self) -> tuple[list[tuple[list[RunRow], Next | Settled]], list[RunRow]]:
+        """Each variant start's ladder (the start, then each repaired start that followed
+        it) with what it does next, and the runs that speak (see `_rows`); computed again
+        whenever the runs, the weights or the target change."""
+        rows = self._launch_rows()
+        key = (self._rows_cache, self.weights, self.target)
+        got = self._ladder_cache
+        if got is not None and got[0][0] is key[0] and got[0][1:] == key[1:]:
+            return got[1], got[2]
+        refused = frozenset((bool(r.repair.get("env")), str(r.repair.get("knob")))
+                            for r in rows if r.repair and r.verdict is Verdict.INVALID)
+        chains: list[list[RunRow]] = []
+        by_last: dict[str, list[RunRow]] = {}
+        for r in rows:
+            if r.verdict is Verdict.INFRA:
+                continue  # host trouble: the same start is wanted again
+            after = str(r.repair.get("after")) if r.repair else None
+            chain = by_last.pop(after, None) if after else None
+            if chain is None:
+                chain = []
+                chains.append(chain)
+            chain.append(r)
+            by_last[r.id] = chain
+        ladders: list[tuple[list[RunRow], Next | Settled]] = []
+        hidden: set[str] = set()
+        for chain in chains:
+            if len(chain) == 1 and not is_resource(chain[0].signature, self.target):
+                ladders.append((chain, Settled(0, "none")))  # the common case: no ladder
+                continue
+            rungs = [Rung(r.id, Applied.from_dict(r.repair) if r.repair else None, r.verdict,
+                          r.signature, r.detail) for r in chain]  # fmt: skip
+            state = repair_decide(rungs, self._policy(chain[0].host),
+                                  variant=self.plan.variant(frozenset(chain[0].variant)),
+                                  deltas=self.plan.deltas, refused=refused,
+                                  target=self.target)  # fmt: skip
+            ladders.append((chain, state))
+            keep = state.final if isinstance(state, Settled) else -1
+            hidden |= {r.id for i, r in enumerate(chain) if i != keep}
+        out = [r for r in rows if r.id not in hidden]
+        self._ladder_cache = (key, ladders, out)
+        return ladders, out
+
+    def _policy(self, host: str) -> RepairPolicy:
+        """The repair moves in force for runs on `host`: built in, then the host's habits,
+        then the experiment files' (`--no-repair`: none)."""
+        h = next((x for x in self.hosts if x.name == host), self.hosts[0])
+        return repair_policy([h.repair, self.real_plan.good.repair, self.real_plan.bad.repair],
+                             enabled=self.opts.repair)  # fmt: skip
+
+    def _pending_repair(self, v: tuple[int, ...]) -> tuple[list[RunRow], Next] | None:
+        """The oldest ladder of the variant that wants a repaired start (the starts reused
+        from earlier campaigns each continue their own), if any."""
+        for chain, state in self._ladders()[0]:
+            if chain[0].variant == v and isinstance(state, Next):
+                return chain, state
+        return None
+
+    def _first_purpose(self, row: RunRow) -> str:
+        """Why the variant was started: the purpose of the first start of the run's ladder
+        (a repaired start's own purpose is `repair` or `cache`)."""
+        if not row.repair:
+            return row.purpose
+        for chain, _ in self._ladders()[0]:
+            if any(r.id == row.id for r in chain):
+                return chain[0].purpose
+        return row.purpose
+
+    def _moves_of(self, row: RunRow) -> list[str]:
+        """The repair moves a run carried, described, in the order they were made."""
+        if not row.repair:
+            return []
+        for chain, _ in self._ladders()[0]:
+            if any(r.id == row.id for r in chain):
+                upto = next(i for i, r in enumerate(chain) if r.id == row.id)
+                return [Applied.from_dict(r.repair).describe() for r in chain[1:upto + 1]
+                        if r.repair]  # fmt: skip
+        return [Applied.from_dict(row.repair).describe()]
+
+    def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str:
+        return f"{self._label(v)} [repair: {applied.describe()}]"
+
+    def _deliver(self, v: tuple[int, ...], row: RunRow, target: Signature | None,
+                 on_result: Callable[[tuple[int, ...], RunRow], None]) -> None:  # fmt: skip
+        """Hand the variant's verdict on once its ladder is settled: the start that gives it
+        (a repaired start refused by the server leaves the one before it)."""
+        if self._pending_repair(v) is not None:
+            return  # started again with a move first
+        for chain, state in self._ladders()[0]:
+            if isinstance(state, Settled) and any(r.id == row.id for r in chain):
+                final = chain[state.final]
+                if final.id != row.id:
+                    row = replace(final, verdict=relative(final.verdict, final.signature,
+                                                          target))  # fmt: skip
+                break
+        on_result(v, row)
+
+    def _repairs(self) -> list[RepairNote]:
+        """Every variant started again after a resource failure, or that could not be."""
+        out: dict[tuple[object, ...], RepairNote] = {}
+        for chain, state in self._ladders()[0]:
+            if not isinstance(state, Settled) or state.state == "none":
+                continue
+            first, final = chain[0], chain[state.final]
+            moves = [Applied.from_dict(r.repair).describe() for r in chain[1:] if r.repair]
+            got = relative(final.verdict, final.signature, self.target)
+            if got is Verdict.FAIL:
+                after = f"failed with the target ({final.signature})"
+            elif got is Verdict.PASS:
+                after = "passed"
+            else:
+                after = f"ended {got.value}" + (f" ({final.signature})" if final.signature
+                                               else "")  # fmt: skip
+            key = (first.variant, state.state, tuple(moves), after, state.why)
+            if key in out:  # another start of the variant went the same way
+                out[key].count += 1
+                continue
+            out[key] = RepairNote(
+                variant=self.plan.describe(frozenset(first.variant)), deltas=list(first.variant),
+                state=state.state, moves=moves, before_run=first.id,
+                before=f"failed on a resource ({first.signature})", after_run=final.id,
+                after=after, why=state.why,
+                command=shlex.join(final.argv) if final.repair else None)  # fmt: skip
+        return list(out.values())
 
     def _use(self, weights: str) -> None:
         """Run on `weights` from now on: the pair's launches and the runs read switch."""
@@ -172,6 +314,7 @@ class Bisection:
         outcome.removed_hosts = list(pool.removed)
         outcome.weights = self._weights_summary()
         outcome.deltas = [d.describe() for d in self.plan.deltas]
+        outcome.repairs = self._repairs()
         # a found answer is recorded as `done`, like every campaign that concluded
         self.core.finish(outcome.status, stored_as=Status.DONE if outcome.found else None,
                          message=outcome.message, answer=outcome.to_dict(),
@@ -183,7 +326,8 @@ class Bisection:
         return Outcome(self.cid, Status.INTERRUPTED, message="interrupted", target=self.target,
                        runs_executed=self.executed, runs_reused=self.reused,
                        findings=self._findings(), invalid=self._invalid(),
-                       deltas=[d.describe() for d in self.plan.deltas])  # fmt: skip
+                       deltas=[d.describe() for d in self.plan.deltas],
+                       repairs=self._repairs())  # fmt: skip
 
     def _search(self, pool: Pool) -> Outcome:
         n = self.plan.n
@@ -548,11 +692,40 @@ class Bisection:
             for v in want:
                 if have[v] >= need[v]:
                     continue
+                pending = self._pending_repair(v)
+                if pending is not None:  # died of a resource: started again with a move
+                    chain, step = pending
+                    applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
+                    exp = with_moves(self.plan.variant(frozenset(v)),
+                                     [*(Applied.from_dict(r.repair) for r in chain if r.repair),
+                                      applied])  # fmt: skip
+                    hit = self._from_cache(v, exp, target, pool, repair=applied) \
+                        if reuse else None  # fmt: skip
+                    if hit is not None:
+                        self._deliver(v, hit, target, on_result)
+                        progressed = True
+                        break
+                    stop = stop or self._budget_exhausted(len(in_flight))
+                    if stop or not pool.idle():
+                        break
+                    self.emit(Notice(host=chain[-1].host, message=(
+                        f"{self._label(v)} failed on a resource ({chain[-1].signature}) "
+                        f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
+                        f"(repair {len(chain)} of at most "
+                        f"{self._policy(chain[-1].host).steps})")))  # fmt: skip
+                    task = Task(key=v, exp=exp, label=self._repaired_label(v, applied),
+                                run_id=self.store.reserve_run_id(self.cid), target=target,
+                                good_metric=self.good_metric, purpose="repair",
+                                precheck=self._precheck, repair=applied.to_dict())  # fmt: skip
+                    pool.submit(task)
+                    in_flight[task.run_id] = task
+                    have[v] += 1
+                    continue
                 fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
                 row = None if fresh and not reuse else self._known(v, target, pool,
                                                                    again=fresh)  # fmt: skip
                 if row is not None:
-                    on_result(v, row)
+                    self._deliver(v, row, target, on_result)
                     progressed = True
                     break  # what is wanted may have changed
                 stop = stop or self._budget_exhausted(len(in_flight))
@@ -569,7 +742,7 @@ class Bisection:
             if progressed:
                 continue
             for v in ahead:  # spare hosts run ahead; a verdict found later is reused
-                if have[v] or not pool.idle():
+                if have[v] or not pool.idle() or self._pending_repair(v) is not None:
                     continue
                 stop = stop or self._budget_exhausted(len(in_flight))
                 if stop or self._known(v, target, pool) is not None:
@@ -601,10 +774,10 @@ class Bisection:
                 continue  # the host left the pool; another one takes the variant
             self._rows_cache = None
             row = self.core.record(d.result, variant=d.task.key, purpose=d.task.purpose,
-                                   run_id=d.task.run_id)  # fmt: skip
+                                   run_id=d.task.run_id, repair=d.task.repair)  # fmt: skip
             self.executed += 1
             self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
-            on_result(d.task.key, self._relabel(row, target, "run"))
+            self._deliver(d.task.key, self._relabel(row, target, "run"), target, on_result)
         raise RuntimeError("the campaign did not converge")
 
     def _known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
@@ -619,11 +792,17 @@ class Bisection:
                     if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
             if mine:
                 return self._relabel(mine[-1], target, "resume")
-        exp = self.plan.variant(frozenset(variant))
+        return self._from_cache(variant, self.plan.variant(frozenset(variant)), target, pool)
+
+    def _from_cache(self, variant: tuple[int, ...], exp: Experiment, target: Signature | None,
+                    pool: Pool, *, repair: Applied | None = None) -> RunRow | None:  # fmt: skip
+        """The starts earlier campaigns recorded of the launch `exp` (see `_known`); a
+        repaired start (`repair`: the move it carries) takes the newest one alone, which
+        continues this variant's ladder."""
         if self.opts.fresh or not self._reusable_config(exp):
             return None
         fp = exp.fingerprint()
-        taken = {r.cached_from for r in self._rows() if r.cached_from}
+        taken = {r.cached_from for r in self._launch_rows() if r.cached_from}
         for host in pool.healthy_hosts():
             left = self.store.reuse_candidates(fp, host.host_class,
                                                exclude_campaign=self.cid) - taken
@@ -637,13 +816,17 @@ class Bisection:
             if not hits:
                 self._not_reused(variant, host, inputs, left)
                 continue
-            label = self._label(variant)
+            label = self._label(variant) if repair is None else self._repaired_label(variant,
+                                                                                     repair)
+            if repair is not None:
+                hits = hits[-1:]  # one start continues a ladder
             row: RunRow | None = None
             for hit in hits:  # oldest first: the newest is this campaign's last word on it
                 cached = CachedResult.from_row(hit, label, host, exp, inputs)
                 self._rows_cache = None
                 row = self.core.record(cached, variant=variant, purpose="cache",
-                                       cached_from=hit.id)  # fmt: skip
+                                       cached_from=hit.id,
+                                       repair=repair.to_dict() if repair else None)  # fmt: skip
                 self.reused += 1
                 if hit is not hits[-1]:
                     self._relabel(row, target, "cache")
@@ -816,8 +999,10 @@ class Bisection:
                 expected[tuple(sorted(v))] = Verdict.PASS
 
         def repeats(v: tuple[int, ...]) -> list[RunRow]:
+            # (a repeat that was repaired speaks through its repaired start)
             return [r for r in self._rows() if r.variant == v
-                    and r.purpose == "repeat" and r.verdict is not Verdict.INFRA]  # fmt: skip
+                    and self._first_purpose(r) == "repeat"
+                    and r.verdict is not Verdict.INFRA]  # fmt: skip
 
         self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
                     lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
@@ -855,6 +1040,7 @@ class Bisection:
                 flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
                 reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
                 confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
+                repaired_with=self._moves_of(rep) if rep is not None else [],
             ))  # fmt: skip
         # A noise-aware answer stands on its posterior (its confidence reached what was
         # asked): its evidence lines cite the runs there are, and misses are expected.

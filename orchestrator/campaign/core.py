@@ -213,13 +213,15 @@ class CampaignCore:
             raise
 
     def record(self, result: Any, *, variant: tuple[int, ...], purpose: str,
-               run_id: str | None = None, cached_from: str | None = None) -> RunRow:  # fmt: skip
+               run_id: str | None = None, cached_from: str | None = None,
+               repair: dict[str, Any] | None = None) -> RunRow:  # fmt: skip
         """Store a run's result (an executed run: checked for a changed host environment)."""
         env_changed = None
         if cached_from is None:
             result, env_changed = envwatch.check(self.store, self.cid, result)
         rid = self.store.add_run(self.cid, variant=variant, purpose=purpose, result=result,
-                                 run_id=run_id, cached_from=cached_from)  # fmt: skip
+                                 run_id=run_id, cached_from=cached_from,
+                                 repair=repair)  # fmt: skip
         if env_changed is not None:
             raise env_changed
         return self.store.run(rid)

@@ -73,6 +73,8 @@ class Task:
     #: set by `cancel`: a cancel that comes before the host's worker has made its executor
     #: or cleared the executor's event for this task must still stop it
     cancelled: bool = False
+    #: the repair move the start carries (`planner.repair.Applied.to_dict()`), recorded
+    repair: dict[str, Any] | None = None
 
 
 @dataclass

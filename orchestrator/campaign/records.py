@@ -52,6 +52,8 @@ class BisectOptions:
     split: bool = True
     #: search on dummy weights (`--load-format dummy`) and confirm the answer on real ones
     rehearse: bool = False
+    #: start a variant that died of a resource again with a repair move (off: `--no-repair`)
+    repair: bool = True
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ class BisectSpec:
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
                         "fresh": o.fresh, "confidence": o.confidence}
             | ({} if o.split else {"split": False})
-            | ({"rehearse": True} if o.rehearse else {}),
+            | ({"rehearse": True} if o.rehearse else {})
+            | ({} if o.repair else {"repair": False}),
         }  # fmt: skip
 
     @classmethod
@@ -87,6 +90,7 @@ class BisectSpec:
             fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
             split=bool(opts.get("split", True)),
             rehearse=bool(opts.get("rehearse", False)),
+            repair=bool(opts.get("repair", True)),
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -112,6 +116,8 @@ class Culprit:
     #: each delta's `Delta.what` (flag, env, exec, json, member); None in answers stored
     #: before it was recorded
     whats: list[str] | None = None
+    #: the repair moves the reproducing run carried (the failure shows only under them)
+    repaired_with: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -144,6 +150,8 @@ class Culprit:
                     "cleared_counts": self.cleared_counts}  # fmt: skip
         if self.whats is not None:
             out["whats"] = self.whats
+        if self.repaired_with:
+            out["repaired_with"] = self.repaired_with
         return out
 
     @classmethod
@@ -156,7 +164,8 @@ class Culprit:
                    clearing=dict(d.get("clearing") or {}), confirmed=bool(d.get("confirmed")),
                    reproduced_counts=d.get("reproduced_counts"),
                    cleared_counts=d.get("cleared_counts"),
-                   whats=list(d["whats"]) if d.get("whats") else None)  # fmt: skip
+                   whats=list(d["whats"]) if d.get("whats") else None,
+                   repaired_with=list(d.get("repaired_with") or []))  # fmt: skip
 
     def claim(self, flag: str) -> str:
         """What the run that clears `flag` shows, in words."""
@@ -199,6 +208,52 @@ class Finding:
         """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`."""
         flaky = f"; flaky: passed {self.passed}x with it" if self.flaky else ""
         return f"seen {self.count}x{flaky}"
+
+
+@dataclass
+class RepairNote:
+    """A variant whose start died of a resource: started again with a move (`repaired`),
+    or left as it failed (`unrepaired`, with why)."""
+
+    variant: str  # the variant's label
+    deltas: list[int]  # its delta indices
+    state: str  # repaired | unrepaired
+    moves: list[str]  # each move carried, described (`--mem-fraction-static 0.85 -> 0.92`)
+    before_run: str  # its first start
+    before: str  # what that start failed with (a signature, as printed)
+    after_run: str | None  # the start whose verdict is the variant's
+    after: str  # that start's outcome in words (`fail: ...`, `pass`, `other: ...`)
+    why: str = ""  # why it could not be repaired
+    command: str | None = None  # the command line of the repaired start
+    count: int = 1  # starts of the variant that went this way (the first one is shown)
+
+    def sentence(self) -> str:
+        """`good + --ep-size 8 ran out (kv_cache: ...) [run c.3]; with --mem-fraction-static
+        0.85 -> 0.92 it failed with the target (...) [run c.4]`."""
+        head = f"{self.variant}: {self.before} [run {self.before_run}]"
+        if self.state == "repaired":
+            more = f" (seen {self.count}x)" if self.count > 1 else ""
+            return (f"{head}; with {', '.join(self.moves)} it {self.after}"
+                    f" [run {self.after_run}]{more}")  # fmt: skip
+        tried = f"; with {', '.join(self.moves)} it {self.after} [run {self.after_run}]" \
+            if self.moves and self.after_run != self.before_run else ""  # fmt: skip
+        more = f" (seen {self.count}x)" if self.count > 1 else ""
+        return f"{head}{tried}; not repaired: {self.why}{more}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "deltas": self.deltas, "state": self.state,
+                "moves": self.moves, "before_run": self.before_run, "before": self.before,
+                "after_run": self.after_run, "after": self.after, "why": self.why,
+                "command": self.command, "count": self.count}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RepairNote:
+        return cls(variant=str(d.get("variant", "")), deltas=list(d.get("deltas") or []),
+                   state=str(d.get("state", "")), moves=list(d.get("moves") or []),
+                   before_run=str(d.get("before_run", "")), before=str(d.get("before", "")),
+                   after_run=d.get("after_run"), after=str(d.get("after", "")),
+                   why=str(d.get("why") or ""), command=d.get("command"),
+                   count=int(d.get("count") or 1))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -257,11 +312,15 @@ class Outcome:
     #: and with a rehearsal its course: "rehearsal" (reproduced|not reproduced|...),
     #: "check_run", "confirmed_by" (run ids on real weights), "note"}
     weights: dict[str, Any] | None = None
+    #: variants started again after a resource failure, or that could not be
+    repairs: list[RepairNote] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
         # (an answer stored before runs recorded their weights writes back as it was)
         weights = {"weights": self.weights} if self.weights is not None else {}
+        # (an answer without repairs, stored before they existed, writes back as it was)
+        repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
         return {
             "campaign": self.campaign_id,
             "status": self.status.value,
@@ -279,7 +338,7 @@ class Outcome:
             "reproduction_rate": noise.get("reproduction_rate"),
             "noise": self.noise,
             "deltas": self.deltas,
-        } | weights
+        } | weights | repairs
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Outcome:
@@ -298,6 +357,7 @@ class Outcome:
             removed_hosts=[(str(h), str(why)) for h, why in d.get("removed_hosts") or []],
             noise=d.get("noise"), deltas=list(d.get("deltas") or []),
             weights=d.get("weights"),
+            repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
         )  # fmt: skip
 
     @property
@@ -424,5 +484,5 @@ class SweepAnswer:
 
 
 __all__ = ["BisectOptions", "BisectSpec", "Culprit", "Finding", "InvalidRun", "Narrowed",
-           "Outcome", "Status", "SweepAnswer", "SweepSpec", "SweepSpecItem", "SweepTableRow",
-           "signature_from_text"]  # fmt: skip
+           "Outcome", "RepairNote", "Status", "SweepAnswer", "SweepSpec", "SweepSpecItem",
+           "SweepTableRow", "signature_from_text"]  # fmt: skip

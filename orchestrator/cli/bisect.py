@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="search on dummy weights (--load-format dummy: seconds to load, not "
                    "minutes) and confirm the answer on real weights; the experiment's "
                    "`rehearse: dummy-weights` asks the same")
+    p.add_argument("--no-repair", action="store_true",
+                   help="a variant that dies of a resource (out of memory, a KV cache too "
+                        "small) is not started again with a repair move")
     p.add_argument("--accept-new-host-key", action="store_true",
                    help="record a host key seen for the first time (never a changed one)")
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
@@ -156,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
             given.append("--strategy")
         if args.no_split:
             given.append("--no-split")
+        if args.no_repair:
+            given.append("--no-repair")
         if given:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
@@ -179,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             fresh=args.fresh or opts.fresh,
             confidence=args.confidence or opts.confidence,
             rehearse=opts.rehearse,
+            repair=opts.repair,
         )
         common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
@@ -193,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
                                 confidence=args.confidence or 0.95, split=not args.no_split,
-                                rehearse=args.rehearse or wants_rehearsal(plan))
+                                rehearse=args.rehearse or wants_rehearsal(plan),
+                                repair=not args.no_repair)
         resume_id = None
         store = common.store(args)
     notify_url = notifying.url_for(args, common.inventory(args).notify)
@@ -240,7 +247,9 @@ def _evidence(cul: Culprit) -> list[str]:
     """A culprit's evidence lines: only runs that exist, each with its counts."""
     out = []
     if cul.reproduced_by is not None:
-        out.append(f"good + these reproduces the failure: run {cul.reproduced_by}"
+        under = f" (repaired with {', '.join(cul.repaired_with)})" if cul.repaired_with \
+            else ""  # fmt: skip
+        out.append(f"good + these reproduces the failure{under}: run {cul.reproduced_by}"
                    + _counts(cul.reproduced_counts))  # fmt: skip
     for flag, rid in cul.cleared_by.items():
         if rid is not None:
@@ -310,6 +319,8 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
         c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
                 f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
                 highlight=False)  # fmt: skip
+    for note in outcome.repairs:
+        c.print(f"[cyan]repair[/]: {escape(note.sentence())}", highlight=False)
     for inv in outcome.invalid:
         c.print(f"{verdict_text(Verdict.INVALID)} "
                 f"{escape(inv.variant)}: {escape(inv.reason)}", highlight=False)  # fmt: skip

@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from orchestrator.cli.output import err_console
 from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
-from orchestrator.results.notify import Message, check_url, culprits_of, send, shown
+from orchestrator.results.notify import Message, check_url, culprits_of, repairs_of, send, shown
 from orchestrator.results.store import Store
 
 T = TypeVar("T")
@@ -141,4 +141,5 @@ def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status
                                 target=str(camp.target) if camp.target else None,
                                 report=report, detail=detail,
                                 regressions=regressions,
-                                confidence=answer.get("confidence")))  # fmt: skip
+                                confidence=answer.get("confidence"),
+                                repairs=repairs_of(camp.answer)))  # fmt: skip

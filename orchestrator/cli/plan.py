@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="also put both configs' flags to the server's own parser on "
                    "this host or pool (its --help, then a dry parse that starts nothing)")
     p.add_argument("--accept-new-host-key", action="store_true")
+    p.add_argument("--no-repair", action="store_true",
+                   help="say the plan of a bisection run with --no-repair (no repair moves)")
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
@@ -131,9 +133,23 @@ def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
     return said
 
 
+def repair_moves(args: argparse.Namespace, plan: Plan) -> list[dict[str, str]]:
+    """The repair moves in force (built in, the host's, the files') and whether each may
+    run in this campaign."""
+    from orchestrator.config.repair import policy
+    from orchestrator.planner.repair import may_run
+
+    host = common.hosts_for(args, args.host)[0] if args.host else None
+    pol = policy([host.repair if host else None, plan.good.repair, plan.bad.repair],
+                 enabled=not args.no_repair)  # fmt: skip
+    return [{"move": m.describe(), "source": m.source, "status": why, "steps": str(pol.steps)}
+            for m, why in may_run(pol, plan.good, plan.bad, plan.deltas)]  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
     flag_notes = check_flags(args, plan) if args.host else []
+    moves = repair_moves(args, plan)
     planner = plan.planner()
     first = planner.pending()
     est = plan.estimates()
@@ -170,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
                                   round(casts[-1].worst_runs * rt.seconds / 3600, 2)]
         if args.host:
             out["flag_check"] = flag_notes
+        out["repair_moves"] = moves
         console().print_json(json.dumps(out))
         return 0
     c = console()
@@ -208,4 +225,11 @@ def run(args: argparse.Namespace) -> int:
         c.print(f"no rehearsal on dummy weights: {escape(refused)}", highlight=False)
     for line in time_lines(rt, casts):
         c.print(escape(line), highlight=False)
+    running = [m for m in moves if m["status"].startswith("may run")]
+    if running or args.no_repair:  # (no line when neither config sets a knob a move turns)
+        c.print(f"repair moves (a variant that dies of a resource starts again, at most "
+                f"{moves[0]['steps'] if moves else 0} times):" if running else
+                "repair moves: none may run (--no-repair)", highlight=False)  # fmt: skip
+    for m in running:
+        c.print(f"  - {escape(m['move'])}; {escape(m['status'])}", highlight=False)
     return 0

@@ -125,6 +125,9 @@ def show(args: argparse.Namespace) -> int:
     good = camp.spec.get("good")
     exp = r.experiment()
     env = store.environment(r.env_digest)
+    # the start that repaired this one, when it died of a resource and ran again
+    again = next((x for x in store.runs(r.campaign) if x.repair
+                  and x.repair.get("after") == r.id), None)  # fmt: skip
     c = console()
     if args.json:
         c.print_json(json.dumps({
@@ -134,7 +137,8 @@ def show(args: argparse.Namespace) -> int:
             "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
             "cached_from": r.cached_from, "weights": r.weights,
             "on_host": store.host_record(r.id),
-            "environment": env.to_dict() if env else None}))  # fmt: skip
+            "environment": env.to_dict() if env else None,
+            "repair": r.repair, "repaired_by": again.id if again else None}))  # fmt: skip
         return 0
     c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
@@ -148,6 +152,17 @@ def show(args: argparse.Namespace) -> int:
         c.print(f"detail: {escape(r.detail)}", highlight=False)
     if r.cached_from:
         c.print(f"verdict reused from run {r.cached_from}", highlight=False)
+    if r.repair:
+        from orchestrator.planner.repair import Applied
+
+        a = Applied.from_dict(r.repair)
+        c.print(f"repair: {escape(a.describe())} (step {a.step}), after run {a.after} "
+                f"failed on a resource: {escape(a.failure)}", highlight=False)  # fmt: skip
+    if again is not None and again.repair:
+        from orchestrator.planner.repair import Applied
+
+        c.print(f"started again with {escape(Applied.from_dict(again.repair).describe())}: "
+                f"run {again.id} ({again.verdict.value})", highlight=False)  # fmt: skip
     if r.phase_times:
         c.print("phases: " + ", ".join(f"{k} at {v:.1f}s" for k, v in r.phase_times.items()),
                 highlight=False)  # fmt: skip

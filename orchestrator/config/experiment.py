@@ -20,6 +20,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
+from orchestrator.config.repair import Declared, RepairModel
 from orchestrator.config.secrets import resolve_reference
 from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file, validation_error
@@ -210,6 +211,8 @@ class ExperimentModel(_Raw):
     #: a bisection searches on random weights first (`--load-format dummy`), see README
     rehearse: str | None = None
     expect: ExpectModel | None = None
+    #: what a run that fails on a resource may change to run again (config.repair)
+    repair: RepairModel | None = None
     schema_version: StrictBool | int | None = Field(default=None, alias="version")
 
     @field_validator("rehearse")
@@ -371,6 +374,8 @@ class Experiment:
     #: campaign hints, not part of the launch: `rehearse:` and `expect.run_time` (seconds)
     rehearse: str | None = field(default=None, compare=False)
     run_time: float | None = field(default=None, compare=False)
+    #: the repair moves this file declares (`repair:`), a campaign hint like `rehearse:`
+    repair: Declared | None = field(default=None, compare=False)
 
     @property
     def weights(self) -> str:
@@ -508,6 +513,8 @@ class Experiment:
             data["probe"] = p
         if self.requires:
             data["requires"] = {k: list(v) for k, v in self.requires}
+        if self.repair is not None:
+            data["repair"] = self.repair.to_dict()
         return data
 
     @classmethod
@@ -793,4 +800,5 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         secret_refs=tuple(secret_refs),
         rehearse=model.rehearse,
         run_time=model.expect.run_time if model.expect else None,
+        repair=Declared.of(model.repair, source),
     )

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchestrator.config.repair import Declared, RepairModel
 from orchestrator.config.yamlio import load_model
 from orchestrator.errors import ConfigError, UsageError
 
@@ -69,6 +70,8 @@ class HostModel(_Raw):
     env: dict[str, str] = Field(default_factory=dict)
     connect_timeout: float = Field(default=15.0, gt=0)
     keep_runs: int = Field(default=20, ge=1)  # run logs left on a process-manager host
+    #: the host's habits: what a run that fails on a resource may change (config.repair)
+    repair: RepairModel | None = None
 
     @field_validator("unit_dir", "run_dir")
     @classmethod
@@ -139,6 +142,7 @@ class Host:
     connect_timeout: float = 15.0
     keep_runs: int = 20
     slurm: SlurmOptions | None = None
+    repair: Declared | None = field(default=None, compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -250,6 +254,7 @@ def load_inventory(path: str | Path) -> Inventory:
             connect_timeout=h.connect_timeout,
             keep_runs=h.keep_runs,
             slurm=slurm,
+            repair=Declared.of(h.repair, f"{path} (host {name})"),
         )
     pools: dict[str, tuple[str, ...]] = {}
     for pname, p in model.pools.items():

@@ -89,6 +89,11 @@ class Signature:
         return f"{self.phase.value}: {self.error_class}: {self.message}"
 
 
+#: the error classes of a failure for want of a resource (memory, KV-cache space): the
+#: classes a repair move may address (orchestrator.config.repair), named by the rules
+RESOURCE_CLASSES = frozenset({"cuda_oom", "not_enough_memory", "kv_cache_memory",
+                              "kv_cache_too_small"})
+
 #: a message of fewer words than this names no failure by itself
 NAMING_WORDS = 4
 

@@ -132,7 +132,12 @@ def issue_markdown(
 ) -> str:
     answer = Outcome.from_dict(camp.answer or {})
     by_id = {r.id: r for r in runs}
-    real = [r for r in runs if r.verdict is not Verdict.INFRA]
+    # a start a repair superseded (or a repaired start the server refused) says nothing
+    # of its launch's failure: the repaired start does
+    superseded = {str(r.repair.get("after")) for r in runs if r.repair
+                  and r.verdict not in (Verdict.INFRA, Verdict.INVALID)}  # fmt: skip
+    real = [r for r in runs if r.verdict is not Verdict.INFRA and r.id not in superseded
+            and not (r.repair and r.verdict is Verdict.INVALID)]  # fmt: skip
     culprit = answer.culprits[0] if answer.culprits else None
     n_deltas = len(camp.spec.get("deltas") or [])
     full = tuple(range(n_deltas))
@@ -183,6 +188,14 @@ def issue_markdown(
         removed = [k for k, v in ((repro.config.get("service") or {}).get("env") or {}).items()
                    if v is None]  # fmt: skip
         out += ["```bash", command_block(repro.argv, repro.env, removed), "```", ""]
+        if repro.repair and culprit and culprit.repaired_with:
+            moves = ", ".join(f"`{m}`" for m in culprit.repaired_with)
+            first = next((n.before for n in answer.repairs if n.after_run == repro.id), "")
+            out.append(f"This command line is the repaired one: as first launched it "
+                       f"{first or 'failed on a resource'}, and with {moves} it shows the "
+                       "failure above. Without the repair the failure is hidden behind "
+                       "that one.")  # fmt: skip
+            out.append("")
         if culprit:
             out.append(f"The failure needs {'all of ' if len(flags) > 1 else ''}{set_text}: "
                        f"found by bisecting the {n_deltas} differences between a working and a "
@@ -237,6 +250,8 @@ def issue_markdown(
             out.append(f"- the original failing launch failed in {bhits} of {len(bad)} starts")
     for fl in answer.flaky:
         out.append(f"- flaky: {fl}")
+    for note in answer.repairs[:3]:
+        out.append(f"- repair: {note.sentence()}")
     if answer.findings:
         out.append("- other failures met on the way: "
                    + "; ".join(f"`{f.signature}`" for f in answer.findings[:3]))  # fmt: skip

@@ -92,6 +92,8 @@ class Message:
     regressions: tuple[str, ...] = ()
     #: an answer's confidence (posterior), when the search computed one
     confidence: float | None = None
+    #: the variants started again after a resource failure, one line each
+    repairs: tuple[str, ...] = ()
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
@@ -108,6 +110,8 @@ class Message:
             text += f" (target failure: {self.target})"
         if self.detail:
             text += f". {self.detail}"
+        if self.repairs:
+            text += "\nrepaired: " + "; ".join(self.repairs)
         if self.report:
             text += f"\nreport: {self.report}"
         return {
@@ -121,6 +125,7 @@ class Message:
             "detail": r.text(self.detail),
             "regressions": [r.text(x) for x in self.regressions],
             "confidence": self.confidence,
+            "repairs": [r.text(x) for x in self.repairs],
         }
 
 
@@ -247,6 +252,13 @@ def _net(exc: BaseException) -> str:
 def _line(exc: object) -> str:
     text = " ".join(str(exc).split())
     return text[:200] or "no detail"
+
+
+def repairs_of(answer: dict[str, Any] | None) -> tuple[str, ...]:
+    """Each repaired (or unrepairable) variant of a campaign's recorded answer, in words."""
+    from orchestrator.campaign.records import RepairNote
+
+    return tuple(RepairNote.from_dict(r).sentence() for r in (answer or {}).get("repairs") or [])
 
 
 def culprits_of(answer: dict[str, Any] | None) -> tuple[str, ...]:

@@ -154,7 +154,9 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             kind = c.kind
             if unsure:
                 kind += ", not yet conclusive"
-            rep = (f"good + set reproduces the failure: run {c.reproduced_by}"
+            under = (" with the repair " + ", ".join(f"`{m}`" for m in c.repaired_with)
+                     if c.repaired_with else "")  # fmt: skip
+            rep = (f"good + set reproduces the failure{under}: run {c.reproduced_by}"
                    f"{_with(c.reproduced_counts)}" if c.reproduced_by is not None
                    else "no run of good + exactly this set is recorded")  # fmt: skip
             out.append(f"- **{' + '.join(f'`{f}`' for f in c.flags)}** ({kind}); {rep}")
@@ -173,6 +175,8 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     for f in answer.findings:
         out.append(f"- other failure `{f.signature}`: smallest variant {f.label} "
                    f"(run {f.run_id}, {f.seen()})")  # fmt: skip
+    for note in answer.repairs:
+        out.append(f"- repair: {note.sentence()}")
     for inv in answer.invalid:
         out.append(f"- invalid: {inv.variant}: {inv.reason} (run {inv.run})")
     for fl in answer.flaky:
@@ -260,8 +264,11 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
                 parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
                              "exactly this set is recorded<ul>")  # fmt: skip
             else:
+                under = (" with the repair " + ", ".join(f"<code>{e(m)}</code>"
+                                                         for m in c.repaired_with)
+                         if c.repaired_with else "")  # fmt: skip
                 parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
-                             f"reproduces the failure (run {e(str(c.reproduced_by))}"
+                             f"reproduces the failure{under} (run {e(str(c.reproduced_by))}"
                              f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
             for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
@@ -283,6 +290,8 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     for f in answer.findings:
         parts.append(f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
                      f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>")  # fmt: skip
+    for note in answer.repairs:
+        parts.append(f"<p class=repair>Repair: {e(note.sentence())}</p>")
     for inv in answer.invalid:
         parts.append(f"<p>Invalid: {e(inv.variant)}: {e(inv.reason)}</p>")
     parts += [f"<p class=sureness>{e(line)}</p>" for line in _sureness(answer)]

@@ -99,6 +99,9 @@ _ADDED_COLUMNS = {
     ("runs", "launch_key"): "ALTER TABLE runs ADD COLUMN launch_key TEXT",
     # which weights the server loaded: real (the checkpoint; NULL in older rows) or dummy
     ("runs", "weights"): "ALTER TABLE runs ADD COLUMN weights TEXT",
+    # the repair move a start carried (a variant started again after a resource failure),
+    # as JSON (orchestrator.planner.repair.Applied); NULL: the variant as planned
+    ("runs", "repair"): "ALTER TABLE runs ADD COLUMN repair TEXT",
 }
 
 
@@ -151,6 +154,8 @@ class RunRow:
     launch_key: str | None = None
     #: `real` (the checkpoint) or `dummy` (`--load-format dummy`: random weights)
     weights: str = "real"
+    #: the repair move this start carried (`planner.repair.Applied.to_dict()`), or None
+    repair: dict[str, Any] | None = None
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -464,6 +469,7 @@ class Store:
         result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
         cached_from: str | None = None,
         run_id: str | None = None,  # reserved with reserve_run_id when the run started
+        repair: dict[str, Any] | None = None,  # the repair move the start carried
     ) -> str:
         exp: Experiment = result.experiment
         self.add_secrets(exp.secrets())
@@ -509,6 +515,9 @@ class Store:
                            (json.dumps(inputs.to_dict(), sort_keys=True),
                             inputs.key(exp.fingerprint()), run_id))  # fmt: skip
             db.execute("UPDATE runs SET weights=? WHERE id=?", (exp.weights, run_id))
+            if repair is not None:
+                db.execute("UPDATE runs SET repair=? WHERE id=?",
+                           (json.dumps(repair, sort_keys=True), run_id))  # fmt: skip
             self._stamp_signature_version(db, run_id)
         return run_id
 
@@ -702,4 +711,5 @@ def _run(r: sqlite3.Row) -> RunRow:
         if "inputs" in r.keys() and r["inputs"] else None,
         launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
         weights=(r["weights"] if "weights" in r.keys() else None) or "real",
+        repair=json.loads(r["repair"]) if "repair" in r.keys() and r["repair"] else None,
     )  # fmt: skip
