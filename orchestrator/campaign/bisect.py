@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from bisect import insort
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -135,10 +136,27 @@ class Bisection:
 
     def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
-        host lock refuses a second controller), and it drops the copy whenever it does."""
+        host lock refuses a second controller), and it adds each run it records to the copy."""
         if self._rows_cache is None:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
+
+    def _record(self, result: object, *, variant: tuple[int, ...], purpose: str,
+                run_id: str | None = None, cached_from: str | None = None,
+                repair: dict[str, Any] | None = None) -> RunRow:  # fmt: skip
+        """Record a run (`CampaignCore.record`) and add it to the copy of the campaign's runs
+        in its place (by seq: runs on a pool finish in any order), rather than reading them
+        all again after every run. A record that raises drops the copy."""
+        rows, self._rows_cache = self._rows_cache, None
+        row = self.core.record(result, variant=variant, purpose=purpose, run_id=run_id,
+                               cached_from=cached_from, repair=repair)  # fmt: skip
+        if rows is not None:
+            # a new list, not the old one changed in place: `_ladders` memoizes on the
+            # list's identity (copying pointers is cheap; decoding every row was not)
+            rows = list(rows)
+            insort(rows, row, key=lambda r: r.seq)
+            self._rows_cache = rows
+        return row
 
     def _launch_rows(self) -> list[RunRow]:
         """This campaign's runs on the weights the search runs on now (a dummy-weight start
@@ -772,9 +790,8 @@ class Bisection:
                     raise d.error if isinstance(d.error, BaseException) else RuntimeError(
                         "no host left in the pool")  # fmt: skip
                 continue  # the host left the pool; another one takes the variant
-            self._rows_cache = None
-            row = self.core.record(d.result, variant=d.task.key, purpose=d.task.purpose,
-                                   run_id=d.task.run_id, repair=d.task.repair)  # fmt: skip
+            row = self._record(d.result, variant=d.task.key, purpose=d.task.purpose,
+                               run_id=d.task.run_id, repair=d.task.repair)  # fmt: skip
             self.executed += 1
             self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
             self._deliver(d.task.key, self._relabel(row, target, "run"), target, on_result)
@@ -823,10 +840,8 @@ class Bisection:
             row: RunRow | None = None
             for hit in hits:  # oldest first: the newest is this campaign's last word on it
                 cached = CachedResult.from_row(hit, label, host, exp, inputs)
-                self._rows_cache = None
-                row = self.core.record(cached, variant=variant, purpose="cache",
-                                       cached_from=hit.id,
-                                       repair=repair.to_dict() if repair else None)  # fmt: skip
+                row = self._record(cached, variant=variant, purpose="cache", cached_from=hit.id,
+                                   repair=repair.to_dict() if repair else None)  # fmt: skip
                 self.reused += 1
                 if hit is not hits[-1]:
                     self._relabel(row, target, "cache")

@@ -41,13 +41,15 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
     on its host saw; None when nothing changed (or nothing is known)."""
     what: list[str] = []
     env = getattr(result, "environment", None)
-    seen = [s for s in store.campaign_environments(cid) if s.host == result.host]
-    if env is not None and seen and seen[0].digest != env.digest():
-        what = changes(seen[0].env, env) or ["environment digest differs"]
+    # Only the first run on the host is read, not all the campaign's runs: this is asked
+    # at every run recorded, and reading them all made a campaign's cost grow with the
+    # square of its runs.
+    seen = store.first_environment(cid, result.host) if env is not None else None
+    if env is not None and seen is not None and seen[0] != env.digest():
+        what = changes(seen[1], env) or ["environment digest differs"]
     inputs: LaunchInputs | None = getattr(result, "inputs", None)
     if inputs is not None:
-        first = next((r.inputs for r in store.runs(cid)
-                      if r.host == result.host and r.inputs is not None), None)  # fmt: skip
+        first = store.first_inputs(cid, result.host)
         if first is not None:
             # the environment's own change is told above, in detail; an unknown part is none
             for key, words in PARTS.items():

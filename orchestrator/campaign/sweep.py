@@ -525,5 +525,5 @@ class SweepCampaign:
         self._emit(row, "cache")
 
     def _emit(self, row: RunRow, source: str) -> None:
-        n = sum(1 for r in self.store.runs(self.cid) if r.verdict is not Verdict.INFRA)
-        self.core.recorded(row, purpose="sweep", source=source, done=n)
+        self.core.recorded(row, purpose="sweep", source=source,
+                           done=self.store.judged_count(self.cid))  # fmt: skip

@@ -570,6 +570,26 @@ class Store:
                 seen.append(EnvironmentSeen(r.host, r.env_digest, env, [r.id]))
         return seen
 
+    def first_environment(self, cid: str, host: str) -> tuple[str, HostEnvironment] | None:
+        """The environment (digest, environment) this campaign's first run on `host` that
+        recorded one saw: the first entry of `campaign_environments` for that host, read
+        without decoding the campaign's other runs (it is asked at every run recorded)."""
+        rows = self.db.execute(
+            "SELECT env_digest FROM runs WHERE campaign=? AND host=? AND env_digest IS NOT NULL"
+            " AND env_digest != '' ORDER BY seq", (cid, host))  # fmt: skip
+        for r in rows:
+            env = self.environment(r["env_digest"])
+            if env is not None:
+                return r["env_digest"], env
+        return None
+
+    def first_inputs(self, cid: str, host: str) -> LaunchInputs | None:
+        """What reached the server of this campaign's first run on `host` that recorded it."""
+        row = self.db.execute(
+            "SELECT inputs FROM runs WHERE campaign=? AND host=? AND inputs IS NOT NULL"
+            " AND inputs != '' ORDER BY seq LIMIT 1", (cid, host)).fetchone()  # fmt: skip
+        return LaunchInputs.from_dict(json.loads(row["inputs"])) if row else None
+
     def latest_env_digest(self, host: str) -> str | None:
         """The environment the newest run on this host (any campaign) saw."""
         row = self.db.execute(
@@ -583,6 +603,13 @@ class Store:
         else:
             rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
         return [_run(r) for r in rows.fetchall()]
+
+    def judged_count(self, cid: str) -> int:
+        """How many of this campaign's runs have a verdict (are not `infra`), counted
+        without decoding them (it is told at every run recorded)."""
+        row = self.db.execute("SELECT count(*) AS n FROM runs WHERE campaign=? AND verdict!=?",
+                              (cid, Verdict.INFRA.value)).fetchone()  # fmt: skip
+        return int(row["n"])
 
     def run(self, run_id: str) -> RunRow:
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
