@@ -17,6 +17,7 @@ from bisect import insort
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from orchestrator.campaign import envwatch, flaky, rehearsal, timing
 from orchestrator.campaign.core import (
