@@ -67,6 +67,8 @@ def campaign_key(plan: Plan, hosts: list[Host], strategy: str) -> str:
     parts = [plan.good.fingerprint(), plan.bad.fingerprint(), strategy, names]
     if not plan.split:  # other deltas: another campaign (a split plan keeps its old key)
         parts.append("no-split")
+    if plan.order:  # builds searched on an order: another search
+        parts.append(["builds", *plan.order])
     blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -120,6 +122,10 @@ class Bisection:
         self._weights_note: dict[str, object] = {}
         if options.rehearse and self.weights == "real" and not rehearsal.refused(plan):
             self._precheck += (plan.bad.with_dummy_weights(),)
+        #: every build an ordered search may run: each must be installed on each host
+        #: before the first run (the others' flags are not put to them: a flag a build
+        #: between does not know is that variant's `invalid`, not the campaign's error)
+        self._builds = tuple(replace(plan.good, build=b) for b in plan.order)
 
     def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
@@ -247,9 +253,9 @@ class Bisection:
         #    `auto` turns noise-aware by itself once the runs show flakiness.
         self._reuse_recorded(pool)
         # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
-        strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
-                                      lambda v: self.plan.describe(frozenset(v)),
-                                      slots=len(pool.healthy()))  # fmt: skip
+        strategy = self.plan.wrap(flaky.strategy_for(
+            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
+            slots=len(pool.healthy())))  # fmt: skip
 
         def new_planner() -> Planner:
             evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
@@ -532,7 +538,7 @@ class Bisection:
                 task = Task(key=v, exp=exp, label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid), target=target,
                             good_metric=self.good_metric, purpose=purpose(v),
-                            precheck=self._precheck)  # fmt: skip
+                            precheck=self._precheck, builds=self._builds)  # fmt: skip
                 pool.submit(task)
                 in_flight[task.run_id] = task
                 have[v] += 1
@@ -548,7 +554,8 @@ class Bisection:
                             label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid),
                             target=target, good_metric=self.good_metric,
-                            purpose="speculative", precheck=self._precheck)  # fmt: skip
+                            purpose="speculative", precheck=self._precheck,
+                            builds=self._builds)  # fmt: skip
                 pool.submit(task)
                 in_flight[task.run_id] = task
                 have[v] += 1

@@ -48,7 +48,8 @@ def refused_flags(executor: Executor, exp: Experiment) -> None:
     pf = getattr(executor, "preflight", None)
     if pf is None:
         return
-    refusal = pf.check(exp).refusal
+    # the build's own server is asked (its interpreter or image)
+    refusal = pf.check(getattr(executor, "launch_of", lambda e: e)(exp)).refusal
     if refusal is not None:
         raise FlagsRefused(f"on {executor.host.name}, before anything started: {refusal}",
                            file=exp.source, key="service.flags",
@@ -70,6 +71,9 @@ class Task:
     #: (a bisection's good and bad: every variant's flags are among theirs); checked once
     #: per host, see `refused_flags`
     precheck: tuple[Experiment, ...] = ()
+    #: configs whose builds must be installed on the host before it starts anything
+    #: (an ordered search's builds; Executor.check_build), checked once per host
+    builds: tuple[Experiment, ...] = ()
 
 
 @dataclass
@@ -300,6 +304,12 @@ class Pool:
                         executor.open()
                         w.opened = True
                     executor.cancel_event.clear()
+                    for exp in (*task.builds, *task.precheck):
+                        key = f"build:{exp.build}"
+                        if exp.build is not None and key not in w.prechecked and \
+                                hasattr(executor, "check_build"):  # fmt: skip
+                            executor.check_build(exp)
+                            w.prechecked.add(key)
                     for exp in task.precheck:
                         if exp.fingerprint() not in w.prechecked:
                             refused_flags(executor, exp)

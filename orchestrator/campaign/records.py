@@ -51,6 +51,8 @@ class BisectOptions:
     split: bool = True
     #: search on dummy weights (`--load-format dummy`) and confirm the answer on real ones
     rehearse: bool = False
+    #: the builds from good's to bad's, in order (`--builds`): searched by bisection
+    builds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class BisectSpec:
             "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
                         "fresh": o.fresh, "confidence": o.confidence}
             | ({} if o.split else {"split": False})
-            | ({"rehearse": True} if o.rehearse else {}),
+            | ({"rehearse": True} if o.rehearse else {})
+            | ({"builds": list(o.builds)} if o.builds else {}),
         }  # fmt: skip
 
     @classmethod
@@ -86,6 +89,7 @@ class BisectSpec:
             fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
             split=bool(opts.get("split", True)),
             rehearse=bool(opts.get("rehearse", False)),
+            builds=tuple(opts.get("builds") or ()),
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -120,14 +124,15 @@ class Culprit:
             return "interacting set"
         what = self.whats[0] if self.whats else self._what_from_text()
         return {"env": "environment variable", "exec": "command", "member": "set member",
-                "json": "JSON key"}.get(what, "single flag")  # fmt: skip
+                "json": "JSON key", "build": "build"}.get(what, "single flag")  # fmt: skip
 
     def _what_from_text(self) -> str:
         """`Delta.what` read back from the described delta, for an answer stored before
         the kinds were recorded."""
-        # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b"
+        # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b",
+        # "~ build a -> b"
         word = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
-        if word in ("env", "exec"):
+        if word in ("env", "exec", "build"):
             return word
         if self.deltas and " member " in self.deltas[0]:
             return "member"  # `+ --cuda-graph-bs member 4`

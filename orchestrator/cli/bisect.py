@@ -8,7 +8,7 @@ import json
 from rich.markup import escape
 
 from orchestrator.campaign.bisect import Bisection
-from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.campaign.planning import Plan, make_plan, read_builds, with_order
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
+    p.add_argument("--builds", metavar="A,B,C|FILE",
+                   help="the builds from good's to bad's in order (names, paths or images; "
+                   "or a file with one a line): the build is bisected on this order, "
+                   "together with the flags")
     p.add_argument("--rehearse", action="store_true",
                    help="search on dummy weights (--load-format dummy: seconds to load, not "
                    "minutes) and confirm the answer on real weights; the experiment's "
@@ -72,8 +76,8 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
     split = spec.options.split
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy,
-                split=split)
+    return with_order(Plan(good=good, bad=bad, deltas=tuple(deltas),
+                           strategy=spec.options.strategy, split=split), spec.options.builds)
 
 
 def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
@@ -155,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
             given.append("--strategy")
         if args.no_split:
             given.append("--no-split")
+        if args.builds:
+            given.append("--builds")
         if given:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
@@ -185,10 +191,12 @@ def run(args: argparse.Namespace) -> int:
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
+        plan = with_order(plan, read_builds(args.builds) if args.builds else ())
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
                                 confidence=args.confidence or 0.95, split=not args.no_split,
-                                rehearse=args.rehearse or wants_rehearsal(plan))
+                                rehearse=args.rehearse or wants_rehearsal(plan),
+                                builds=plan.order)
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line

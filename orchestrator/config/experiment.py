@@ -97,6 +97,15 @@ class ServiceModel(_Raw):
     flags: dict[str, Scalar | list[int | float | str] | None] | None = None
     env: dict[str, Scalar | None] | None = None
     workdir: str | None = None
+    #: which installation runs: a path (venv/prefix), an image, or a name the host maps
+    build: str | None = None
+
+    @field_validator("build")
+    @classmethod
+    def _build_name(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or re.search(r"[\x00-\x20\x7f]", v)):
+            raise ValueError(f"a build is one word (a path, an image or a name), got {v!r}")
+        return v
 
     @field_validator("flags")
     @classmethod
@@ -352,6 +361,8 @@ class Experiment:
     #: campaign hints, not part of the launch: `rehearse:` and `expect.run_time` (seconds)
     rehearse: str | None = field(default=None, compare=False)
     run_time: float | None = field(default=None, compare=False)
+    #: the build that runs (`service.build`; None: the command as it is); see config.builds
+    build: str | None = None
 
     @property
     def weights(self) -> str:
@@ -413,6 +424,8 @@ class Experiment:
                 if self.probe else None
             ),
         }
+        if self.build is not None:  # joins only when set: older runs' keys hold
+            launch["build"] = self.build
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -457,6 +470,8 @@ class Experiment:
         svc["exec"] = shlex.join(self.exec)
         if self.workdir:
             svc["workdir"] = self.workdir
+        if self.build is not None:
+            svc["build"] = self.build
         svc["flags"] = {k: _jsonable(v) for k, v in self.flags}
         if self.env:
             svc["env"] = dict(self.env)
@@ -754,4 +769,5 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         secret_refs=tuple(secret_refs),
         rehearse=model.rehearse,
         run_time=model.expect.run_time if model.expect else None,
+        build=svc.build,
     )

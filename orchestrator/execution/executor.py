@@ -23,6 +23,7 @@ from typing import Any
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
 from orchestrator import shield
+from orchestrator.config import builds
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify import (
@@ -241,10 +242,47 @@ class Executor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ---- builds
+    def launch_of(self, exp: Experiment) -> Experiment:
+        """The config with its build applied on this host (`service.build` and the host's
+        `builds:`): the command line that runs. Unchanged when it names no build; a build
+        the host lacks is a BuildError naming the hosts-file line to add."""
+        return builds.resolve(exp, dict(self.host.builds), host=self.host.name,
+                              hosts_file=self.host.hosts_file)  # fmt: skip
+
+    def check_build(self, exp: Experiment) -> None:
+        """Refuse, before anything starts, a build this host does not have: its prefix's
+        command is no executable file there, or its image is not pulled. Read once per
+        build and host."""
+        if exp.build is None:
+            return
+        launch = self.launch_of(exp)
+        checked = self.__dict__.setdefault("_builds_checked", set())
+        if launch.exec in checked:
+            return
+        cc = builds.container_split(launch.exec)
+        if cc is not None:
+            cmd = shlex.join([*cc.runtime[:-1], "image", "inspect", "--format", "{{.Id}}",
+                              cc.image])  # fmt: skip
+            what = f"the image {cc.image} is not on the host"
+        else:
+            cmd = f"test -x {shlex.quote(launch.exec[0])}"
+            what = f"{launch.exec[0]} is no executable file there"
+        res = self.t.run(cmd, timeout=60)
+        if res.exit_code != 0:
+            raise builds.BuildError(
+                f"build '{exp.build}' is not installed on host {self.host.name}: {what}",
+                file=self.host.hosts_file or None, key=f"hosts.{self.host.name}.builds",
+                hint=builds.missing_hint(exp.build, self.host.name, self.host.hosts_file,
+                                         exp.exec)
+                + " (pointing at where the build is installed), or install it there")
+        checked.add(launch.exec)
+
     # ---- preflight
     def accepted_flags(self, exp: Experiment) -> tuple[str, ...] | None:
         """The options the server's own `--help` lists, when that help is trusted to refuse
         flags (None: it is not; see orchestrator.execution.preflight)."""
+        exp = self.launch_of(exp)
         entry = self.preflight.help_of(exp)
         return entry.facts.options if entry.trusted else None
 
@@ -252,6 +290,7 @@ class Executor:
         """What the server's parser takes, as its own help lists it (read once per host and
         server build, see orchestrator.execution.helpcache), when that help is trusted to
         tell; None otherwise. Needs no lock: it only reads."""
+        exp = self.launch_of(exp)
         try:
             env: envfacts.HostEnvironment | None = self.environment(exp)
         except (TransportError, InfraError):
@@ -262,7 +301,7 @@ class Executor:
     def check_flags(self, exp: Experiment) -> str | None:
         """Why the server refuses this variant's flags, in its own words, when its own parser
         confirmed it without a start; None otherwise (a prediction is confirmed by the run)."""
-        return self.preflight.check(exp).refusal
+        return self.preflight.check(self.launch_of(exp)).refusal
 
     def check_port(self, exp: Experiment) -> None:
         """Refuse to go on when the config's port is held by something not ours."""
@@ -287,6 +326,9 @@ class Executor:
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
     ) -> RunResult:
+        # the run is recorded under its config (its build by name); the host runs the
+        # build's interpreter or image
+        config, exp = exp, self.launch_of(exp)
         # Before the clock starts: the capture is not part of the run's time or deadline.
         self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None
@@ -394,7 +436,7 @@ class Executor:
                 host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
                                                  else h.address])  # fmt: skip
         return self._finish(
-            exp, run_id, label, verdict, sig, detail, duration, started_at=started_at,
+            config, run_id, label, verdict, sig, detail, duration, started_at=started_at,
             phase_times=tuple(watch.phase_times.items()), last_phase=watch.phase, log_tail=log,
             rendered=rendered, probe_metric=metric, polls=watch.polls, ready_s=watch.ready_at,
             invocation=started.invocation if started else None, host_record=host_record,
@@ -425,6 +467,7 @@ class Executor:
         Read once per capture between two runs (variants of one pair mostly share it);
         every run reads it afresh."""
         memo = self._inputs_memo
+        exp = self.launch_of(exp)
         key = self._capture_command(exp)
         if key not in memo:
             try:
@@ -443,6 +486,7 @@ class Executor:
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
         the server's own interpreter (one command; what is absent is recorded as absent)."""
+        exp = self.launch_of(exp)
         return envfacts.parse(self.t.run(self._capture_command(exp), timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:

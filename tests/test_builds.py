@@ -1,0 +1,235 @@
+"""Builds: `service.build`, the hosts' `builds:`, the `build` delta and the ordered search
+of builds jointly with the flags (pure: scripted oracles, no host)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign.planning import make_plan, read_builds, with_order
+from orchestrator.config import builds
+from orchestrator.config.experiment import load_experiment
+from orchestrator.config.hosts import load_inventory
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.planner import apply_deltas, diff, make_strategy
+from tests.planner_drive import drive, endpoints
+
+P, F = Verdict.PASS, Verdict.FAIL
+ORDER = ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "0.5.24")
+FLAGS = ["ep-size: 8", "enable-nccl-nvls: true", "max-running-requests: 256",
+         "chunked-prefill-size: 8192", "disable-radix-cache: true", "cuda-graph-max-bs: 160"]
+
+
+def _pair(tmp: Path, good_build: str | None = ORDER[0], bad_build: str | None = ORDER[-1],
+          flags: list[str] = FLAGS) -> tuple[Path, Path]:  # fmt: skip
+    def write(name: str, build: str | None, fl: list[str]) -> Path:
+        p = tmp / f"{name}.yaml"
+        lines = [f"name: {name}", "service:",
+                 "  exec: /opt/sglang/bin/python -m sglang.launch_server"]
+        if build:
+            lines.append(f"  build: '{build}'")
+        lines += ["  flags:", "    port: 30000", *[f"    {f}" for f in fl]]
+        p.write_text("\n".join(lines) + "\n")
+        return p
+
+    return write("good", good_build, []), write("bad", bad_build, flags)
+
+
+# ---------------------------------------------------------------- the config and the hosts
+
+
+def test_a_config_names_its_build_and_it_is_part_of_the_launch(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    good, bad = load_experiment(g), load_experiment(b)
+    assert good.build == "0.5.20" and bad.build == "0.5.24"
+    assert good.to_dict()["service"]["build"] == "0.5.20"
+    # another build is another launch: its cached verdicts are its own
+    from dataclasses import replace
+
+    assert replace(good, build="0.5.21").fingerprint() != good.fingerprint()
+    # a config without a build keeps the key it always had
+    plain = replace(good, build=None)
+    assert "build" not in plain.to_dict()["service"]
+
+
+def test_a_build_is_one_word(tmp_path: Path) -> None:
+    p = tmp_path / "x.yaml"
+    p.write_text("service:\n  exec: python -m x\n  build: 'two words'\n  flags: {port: 1}\n")
+    with pytest.raises(ConfigError, match=r"x.yaml: service.build: .*one word"):
+        load_experiment(p)
+
+
+def test_the_hosts_file_maps_build_names(tmp_path: Path) -> None:
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+                 "    builds: {'0.5.23': /opt/sglang-0.5.23, nightly: lmsysorg/sglang:dev}\n")
+    h = load_inventory(p).host("h")
+    assert dict(h.builds) == {"0.5.23": "/opt/sglang-0.5.23", "nightly": "lmsysorg/sglang:dev"}
+    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+                 "    builds: {'0.5.23': '/opt/a b'}\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml: hosts.h.builds.*one path"):
+        load_inventory(p)
+
+
+# ---------------------------------------------------------------- resolving a build
+
+
+def test_a_prefix_build_takes_the_interpreter_from_its_bin(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path)
+    exp = load_experiment(g)
+    out = builds.resolve(exp, {"0.5.20": "/opt/sglang-0.5.20/"}, host="h")
+    assert out.exec[:3] == ("/opt/sglang-0.5.20/bin/python", "-m", "sglang.launch_server")
+    assert out.build == "0.5.20"
+    assert builds.resolve(out, {"0.5.20": "/opt/sglang-0.5.20"}).exec == out.exec  # idempotent
+    # a bare command comes from the prefix's bin too
+    assert builds.apply(("vllm", "serve", "m"), "/opt/v") == ("/opt/v/bin/vllm", "serve", "m")
+    # a path as the build needs no mapping
+    from dataclasses import replace
+
+    assert builds.resolve(replace(exp, build="/srv/venv"), {}).exec[0] == "/srv/venv/bin/python"
+
+
+def test_an_image_build_replaces_the_image_of_docker_run() -> None:
+    words = ("docker", "run", "--rm", "--gpus", "all", "-v", "/models:/models", "--shm-size=32g",
+             "--ipc=host", "-e", "HF_HOME=/x", "lmsysorg/sglang:v0.5.22", "python3", "-m",
+             "sglang.launch_server")
+    cc = builds.container_split(words)
+    assert cc is not None and cc.image == "lmsysorg/sglang:v0.5.22"
+    assert cc.command == ("python3", "-m", "sglang.launch_server")
+    assert "--gpus" in cc.options and "python3" not in cc.options
+    out = builds.apply(words, "lmsysorg/sglang:v0.5.23")
+    assert out[cc.image_index] == "lmsysorg/sglang:v0.5.23" and len(out) == len(words)
+    with pytest.raises(ValueError, match="image, not the path"):
+        builds.apply(words, "/opt/x")
+    assert builds.container_split(("sudo", "/usr/bin/podman", "run", "-d", "img", "x"))
+    assert builds.container_split(("python3", "-m", "x")) is None
+
+
+def test_a_build_the_host_lacks_is_an_error_with_the_line_to_add(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path)
+    with pytest.raises(builds.BuildError) as err:
+        builds.resolve(load_experiment(g), {}, host="b300", hosts_file="hosts.yaml")
+    assert "hosts.yaml: hosts.b300.builds: build '0.5.20' is not known" in str(err.value)
+    assert "hosts.b300.builds: {0.5.20: /opt/server-0.5.20}" in (err.value.hint or "")
+
+
+def test_versions_in_build_names() -> None:
+    assert builds.version_in("lmsysorg/sglang:v0.5.23-cu129") == "0.5.23"
+    assert builds.version_in("/opt/vllm-0.30.0") == "0.30.0"
+    assert builds.version_in("nightly") is None
+    assert builds.same_version("0.30.0", "0.30.0+cpu") and builds.same_version("0.30", "0.30.0")
+    assert not builds.same_version("0.30.0", "0.31.0")
+
+
+# ---------------------------------------------------------------- the build delta
+
+
+def test_two_builds_differ_by_a_build_delta(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    good, bad = load_experiment(g), load_experiment(b)
+    deltas = diff(good, bad)
+    d = deltas[0]
+    assert (d.kind, d.what, d.old, d.new) == ("build", "build", "0.5.20", "0.5.24")
+    assert d.describe() == "~ build 0.5.20 -> 0.5.24" and d.short() == "build 0.5.24"
+    v = apply_deltas(good, [d])
+    assert v.build == "0.5.24" and v.flags == good.flags
+    assert len(deltas) == 1 + len(FLAGS)
+
+
+# ---------------------------------------------------------------- the ordered search
+
+
+def _oracle(plan, first_bad: int | None, flags: set[str]):  # noqa: ANN202
+    """Fails when the variant's build is at or after ORDER[first_bad] (None: any build)
+    and every flag of `flags` is set."""
+    def verdict(v: frozenset[int]) -> Verdict:
+        exp = plan.variant(v)
+        build_ok = first_bad is None or plan.order.index(exp.build) >= first_bad
+        return F if build_ok and flags <= set(exp.flag_map()) else P
+
+    return verdict
+
+
+def _run(tmp: Path, first_bad: int | None, flags: set[str]):  # noqa: ANN202
+    g, b = _pair(tmp)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    asked = drive(planner, _oracle(plan, first_bad, flags))
+    return plan, planner.answer, asked
+
+
+def _flag_cost(flags: set[str]) -> int:
+    """Runs the default search takes on the flags alone (the same oracle, no builds)."""
+    names = [f.split(":")[0] for f in FLAGS]
+    from orchestrator.planner import Planner
+
+    planner = Planner(len(names), make_strategy("auto"), known=endpoints(len(names)))
+    idx = {names.index(f) for f in flags}
+    return len(drive(planner, lambda v: F if idx <= v else P))
+
+
+@pytest.mark.parametrize("first_bad", [1, 2, 3, 4, 5])
+def test_a_build_together_with_a_flag_names_both(tmp_path: Path, first_bad: int) -> None:
+    plan, answer, asked = _run(tmp_path, first_bad, {"enable-nccl-nvls"})
+    assert len(answer.culprits) == 1 and answer.complete
+    c = answer.culprits[0]
+    named = {plan.deltas[i].describe() for i in c.deltas}
+    assert named == {f"~ build {ORDER[first_bad - 1]} -> {ORDER[first_bad]}",
+                     "+ --enable-nccl-nvls"}
+    assert c.confirmed
+    bound = math.log2(len(ORDER)) + _flag_cost({"enable-nccl-nvls"}) + 2
+    assert len(asked) <= bound, (len(asked), bound)
+
+
+def test_the_first_bad_build_when_flags_do_not_matter(tmp_path: Path) -> None:
+    plan, answer, asked = _run(tmp_path, 3, set())
+    (c,) = answer.culprits
+    assert [plan.deltas[i].describe() for i in c.deltas] == ["~ build 0.5.22 -> 0.5.23rc1"]
+    assert c.confirmed and len(asked) <= math.log2(len(ORDER)) + _flag_cost(set()) + 3
+
+
+def test_a_flag_set_when_the_build_does_not_matter(tmp_path: Path) -> None:
+    plan, answer, _ = _run(tmp_path, None, {"ep-size", "enable-nccl-nvls"})
+    (c,) = answer.culprits
+    assert {plan.deltas[i].describe() for i in c.deltas} == {"+ --ep-size 8",
+                                                            "+ --enable-nccl-nvls"}
+    assert not any(plan.deltas[i].kind == "build" for i in c.deltas)
+
+
+def test_a_build_that_cannot_be_judged_is_skipped_and_said(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    base = _oracle(plan, 3, set())
+
+    def oracle(v: frozenset[int]) -> Verdict:  # 0.5.22 cannot start (a missing library)
+        return Verdict.INVALID if plan.variant(v).build == "0.5.22" else base(v)
+
+    drive(planner, oracle)
+    answer = planner.answer
+    assert not answer.complete and "0.5.22, 0.5.23rc1" in answer.reason
+
+
+def test_plan_order_and_builds_option(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ["0.5.22"])
+    assert plan.order == ("0.5.20", "0.5.22", "0.5.24") and plan.n == 1 + len(FLAGS)
+    assert plan.builds_of(frozenset()) == "0.5.20"
+    assert plan.builds_of(frozenset({plan.n})) == "0.5.22"  # the first hidden step
+    assert plan.describe(frozenset({1, plan.n + 1})) == "good + --ep-size 8, build 0.5.24"
+    f = tmp_path / "builds.txt"
+    f.write_text("# oldest first\n0.5.20\n0.5.21  # rc\n\n0.5.24\n")
+    assert read_builds(str(f)) == ("0.5.20", "0.5.21", "0.5.24")
+    assert read_builds("a, b") == ("a", "b")
+    with pytest.raises(UsageError, match="given twice"):
+        read_builds("a,a")
+    with pytest.raises(UsageError, match="comes after"):
+        with_order(make_plan(g, b), ["0.5.24", "0.5.20"])
+    g2, b2 = _pair(tmp_path, good_build=None)
+    with pytest.raises(UsageError, match="'service.build' is not set in .*good.yaml"):
+        with_order(make_plan(g2, b2), ["0.5.22"])
