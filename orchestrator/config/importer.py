@@ -52,7 +52,7 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
         assert m
         env[m[1]] = m[2]
         i += 1
-    exec_words: list[str] = []
+    exec_words, i, build = container_exec(words, i)
     while i < len(words) and not words[i].startswith("--"):
         exec_words.append(words[i])
         i += 1
@@ -80,7 +80,36 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
         if name in flags:
             raise ConfigError(f"flag --{name} is given twice", file=source)
         flags[name] = value
-    return {"exec": shlex.join(exec_words), "flags": flags, "env": env}
+    spec: dict[str, Any] = {"exec": shlex.join(exec_words), "flags": flags, "env": env}
+    if build:
+        spec["build"] = build
+    return spec
+
+
+def container_exec(words: list[str], i: int) -> tuple[list[str], int, str | None]:
+    """A `docker run ... IMAGE CMD --flags` / `podman run` command line from word i: the
+    runtime, its own options and the image open the exec (the runtime's options are never
+    the server's flags), the image is the build, and the words after it are the server's
+    own command line. Not a container command: ([], i, None)."""
+    from orchestrator.config.builds import container_split
+
+    cc = container_split(words[i:])
+    if cc is None:
+        return [], i, None
+    head = [*cc.runtime, *cc.options, cc.image]
+    return head, i + len(head), cc.image
+
+
+def venv_activation(words: list[str]) -> tuple[str | None, list[str]]:
+    """`source /opt/venv/bin/activate [&& CMD...]` (or `. ...`): the virtualenv (the
+    build) and the words of the command after it, if any; (None, words) otherwise."""
+    if len(words) >= 2 and words[0] in ("source", ".") and words[1].endswith("/bin/activate"):
+        prefix = words[1][: -len("/bin/activate")] or "/"
+        rest = words[2:]
+        while rest and rest[0] in ("&&", ";"):
+            rest = rest[1:]
+        return prefix, rest
+    return None, words
 
 
 def _join_continuations(text: str) -> list[str]:
@@ -104,6 +133,7 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
     env: dict[str, str] = {}
     command: list[str] | None = None
     fallback: list[str] | None = None
+    venv: str | None = None
     for line in _join_continuations(text):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -114,6 +144,8 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
             raise ConfigError(
                 f"cannot parse shell line: {exc}: {stripped[:80]}", file=source
             ) from None
+        activated, words = venv_activation(words)
+        venv = activated or venv
         if not words:
             continue
         if words[0] == "export":
@@ -142,6 +174,13 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
         )
     spec = parse_command(command, source=source)
     spec["env"] = {**env, **spec["env"]}
+    if venv and "build" not in spec:
+        spec["build"] = venv
+        # the interpreter comes from the build's bin/ (config.builds): a bare word or one
+        # already in the venv stays its own name
+        first, *rest = shlex.split(spec["exec"])
+        if "/" not in first or first.startswith(venv.rstrip("/") + "/bin/"):
+            spec["exec"] = shlex.join([Path(first).name, *rest])
     return spec
 
 
@@ -217,6 +256,8 @@ def to_experiment_mapping(spec: dict[str, Any], *, name: str) -> dict[str, Any]:
     if spec.get("unit"):
         service["unit"] = spec["unit"]
     service["exec"] = spec["exec"]
+    if spec.get("build"):
+        service["build"] = spec["build"]
     service["flags"] = spec["flags"]
     if spec.get("env"):
         service["env"] = spec["env"]
