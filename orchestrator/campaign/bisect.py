@@ -775,7 +775,7 @@ class Bisection:
         out: list[str] = []
         for r in self._rows():
             got = relative(r.verdict, r.signature, self.target)
-            has = any(c <= frozenset(r.variant) for c in sets)
+            has = any(self.plan.carries(c, r.variant) for c in sets)
             if got is Verdict.FAIL and not has:
                 out.append(f"run {r.id} ({r.label}) shows the target failure without any "
                            "culprit set")  # fmt: skip

@@ -41,9 +41,19 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
     on its host saw; None when nothing changed (or nothing is known)."""
     what: list[str] = []
     env = getattr(result, "environment", None)
-    seen = [s for s in store.campaign_environments(cid) if s.host == result.host]
-    if env is not None and seen and seen[0].digest != env.digest():
-        what = changes(seen[0].env, env) or ["environment digest differs"]
+    build = getattr(getattr(result, "experiment", None), "build", None)
+    if build is not None:
+        # each build is its own environment (its packages, its interpreter): a run is
+        # compared with the earlier runs of its own build on its host
+        first = next((r for r in store.runs(cid) if r.host == result.host and r.env_digest
+                      and (r.config.get("service") or {}).get("build") == build), None)
+        then = store.environment(first.env_digest) if first is not None else None
+        if env is not None and then is not None and first.env_digest != env.digest():
+            what = changes(then, env) or ["environment digest differs"]
+    else:
+        seen = [s for s in store.campaign_environments(cid) if s.host == result.host]
+        if env is not None and seen and seen[0].digest != env.digest():
+            what = changes(seen[0].env, env) or ["environment digest differs"]
     inputs: LaunchInputs | None = getattr(result, "inputs", None)
     if inputs is not None:
         first = next((r.inputs for r in store.runs(cid)

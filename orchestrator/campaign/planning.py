@@ -6,7 +6,7 @@ YAML files.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -59,6 +59,19 @@ class Plan:
         axis = next(i for i, d in enumerate(self.deltas[: self.n]) if d.kind == "build")
         return Ordered(strategy, axis=axis, steps=range(self.n, len(self.deltas)),
                        builds=self.order)  # fmt: skip
+
+    def carries(self, culprit: frozenset[int], variant: Iterable[int]) -> bool:
+        """Whether a variant holds a culprit set: its other deltas, and (on an ordered
+        axis) a build at or after the set's first bad build."""
+        v = frozenset(variant)
+        steps = {i for i in culprit if self.order and self.deltas[i].kind == "build"}
+        if not (culprit - steps) <= v:
+            return False
+        if not steps:
+            return True
+        need = self.order.index(str(self.deltas[min(steps)].new))
+        have = self.variant(v).build
+        return have in self.order and self.order.index(have) >= need
 
     def builds_of(self, indices: frozenset[int]) -> str | None:
         """The build a variant runs (None: the command as installed)."""

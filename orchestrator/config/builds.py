@@ -193,5 +193,31 @@ def resolve(exp: Experiment, builds: Mapping[str, str], *, host: str = "",
     return replace(exp, exec=words)
 
 
+def read_back(name: str, target: str | None, served: str | None,
+              server: str | None = None) -> str | None:
+    """Why a run of build `name` says nothing about its config: the version the server's
+    package reports from inside the environment (`served`) is not the one the build's
+    name (or its path or image) states. None when they agree or either is unknown."""
+    stated = version_in(name) or (version_in(target) if target else None)
+    if stated is None or served is None or same_version(stated, served):
+        return None
+    where = f" ({target})" if target and target != name else ""
+    return (f"build '{name}'{where} serves {server or 'the server'} {served}, not {stated}: "
+            "the tag or path points at another release; not a verdict about the config")
+
+
+#: a server that cannot start from its build: a module or a native library missing, a
+#: symbol another build of a library lacks
+_BROKEN = re.compile(r"cannot open shared object file|undefined symbol|No module named"
+                     r"|DLL load failed|GLIBC_[\d.]+' not found")
+
+
+def broken(error_class: str, message: str) -> bool:
+    """A failure that says the build is broken (an import error, a missing library),
+    not that the config fails."""
+    return error_class in ("ImportError", "ModuleNotFoundError") or bool(
+        _BROKEN.search(message))
+
+
 def describe(name: str | None) -> str:
     return name if name is not None else "(as installed)"

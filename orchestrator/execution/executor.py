@@ -337,6 +337,12 @@ class Executor:
             environment = self.environment(exp)
         except (TransportError, InfraError) as exc:
             env_error = exc  # host trouble: judged below as this run's `infra`
+        if environment is not None and config.build is not None:
+            # what runs is read from inside the build, not taken from its name
+            served = builds.read_back(config.build, dict(self.host.builds).get(config.build),
+                                      environment.server_version, environment.server)
+            if served is not None:
+                env_error = InfraError(served)
         started_at = self.wall_clock()
         t0 = self.clock()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -411,6 +417,12 @@ class Executor:
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
             detail = outside_cause(evidence) or ""
+        if config.build is not None and sig is not None and verdict in (
+                Verdict.FAIL, Verdict.OTHER) and builds.broken(sig.error_class, sig.message):
+            # the build cannot start the server at all: it never ran the config
+            verdict = Verdict.INVALID
+            detail = (f"build '{config.build}' cannot start the server ({sig.error_class}: "
+                      f"{sig.message}); not a verdict about the config")
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)

@@ -1,0 +1,133 @@
+"""Builds on the real test hosts: the lab's six releases of the simulated server, one
+pair that fails only with release 0.5.23rc1 on and --enable-nccl-nvls together, bisected
+with `--builds` through OpenSSH's sshd (the process manager) and on the systemd lab host
+(drop-ins); a build the host lacks, a broken build and a build that serves another release
+than its name says."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign.bisect import Bisection, BisectOptions
+from orchestrator.campaign.planning import make_plan, with_order
+from orchestrator.config.builds import BuildError
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.lab import builds as labbuilds
+from orchestrator.lab.scenario import load as load_scenario
+from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.results.store import Store
+from tests.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
+
+pytestmark = pytest.mark.sshd
+RELEASES = load_scenario("releases").versions
+BETWEEN = RELEASES[1:-1]
+
+
+def _hosts(sshd: SshdEndpoint, tmp: Path, builds: dict[str, str]) -> Path:
+    path = tmp / "hosts.yaml"
+    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), builds=builds,
+                                    env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}))  # fmt: skip
+    return path
+
+
+def _install(tmp: Path, **special: dict) -> dict[str, str]:
+    root = tmp / "builds"
+    out = {}
+    for v in RELEASES:
+        labbuilds.install(root, v, python=sys.executable, repo=str(REPO),
+                          **special.get(v, {}))  # fmt: skip
+        out[v] = str(root / v)
+    return out
+
+
+def _bisect(tmp: Path, hosts: Path, builds=BETWEEN):  # noqa: ANN202
+    pair = lab_pair(tmp, "releases")
+    plan = with_order(make_plan(pair.good, pair.bad), builds)
+    store = Store(tmp / "results")
+    try:
+        outcome = Bisection(store, plan, [load_host(hosts, "lab")],
+                            options=BisectOptions(builds=plan.order), command="test").run()
+        runs = store.runs(outcome.campaign_id)
+        served = {r.id: getattr(store.environment(r.env_digest), "server_version", None)
+                  for r in runs}  # fmt: skip
+    finally:
+        store.close()
+    return pair, plan, outcome, [_Run(r, r.experiment().build, served[r.id]) for r in runs]
+
+
+class _Run:
+    """A recorded run with its build (by name) and the release read inside it."""
+
+    def __init__(self, row, build: str | None, served: str | None) -> None:  # noqa: ANN001
+        self.row, self.build, self.served = row, build, served
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.row, name)
+
+
+def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    hosts = _hosts(sshd, tmp_path, _install(tmp_path))
+    pair, plan, outcome, runs = _bisect(tmp_path, hosts)
+    answer = outcome.to_dict()
+    assert outcome.found, answer
+    (cul,) = answer["culprits"]
+    assert sorted(cul["deltas"]) == ["+ --enable-nccl-nvls", "~ build 0.5.22 -> 0.5.23rc1"]
+    assert cul["confirmed"] and sorted(cul["whats"]) == ["build", "flag"]
+    # runs: the two endpoints, then at most log2(6) + the flag search's own + 2
+    searched = [r for r in runs if r.purpose != "endpoint"]
+    assert len(searched) <= 3 + 1 + 5, [r.label for r in runs]
+    # each run is recorded under its build, and read from inside it
+    by_build = {r.id: (r.build, r.served) for r in runs}
+    assert all(b == v for b, v in by_build.values()), by_build
+    assert {b for b, _ in by_build.values()} >= {"0.5.20", "0.5.24", "0.5.23rc1", "0.5.22"}
+    assert lab_servers(pair.port) == []
+
+
+def test_a_build_the_host_lacks_stops_before_the_first_run(sshd: SshdEndpoint,
+                                                           tmp_path: Path) -> None:  # fmt: skip
+    installed = _install(tmp_path)
+    installed["0.5.22"] = str(tmp_path / "nowhere" / "0.5.22")
+    hosts = _hosts(sshd, tmp_path, installed)
+    with pytest.raises(BuildError) as err:
+        _bisect(tmp_path, hosts)
+    assert "build '0.5.22' is not installed on host lab" in str(err.value)
+    assert "hosts.lab.builds: {0.5.22:" in (err.value.hint or "")
+    store = Store(tmp_path / "results")
+    try:
+        (camp,) = store.campaigns()
+        assert store.runs(camp.id) == []  # nothing ran
+    finally:
+        store.close()
+
+
+def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint,
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"broken": True}}))
+    pair, plan, outcome, runs = _bisect(tmp_path, hosts)
+    broken = [r for r in runs if r.build == "0.5.22"]
+    assert broken and all(r.verdict is Verdict.INVALID for r in broken)
+    assert "build '0.5.22' cannot start the server (ImportError" in broken[0].detail
+    # the first bad build is 0.5.22 or 0.5.23rc1: said so, not guessed
+    answer = outcome.to_dict()
+    assert "the first bad build is one of 0.5.22, 0.5.23rc1" in answer["message"] + str(
+        answer.get("reason", "")) + str(answer), answer
+    assert not any("0.5.21 -> 0.5.22" in d for c in answer["culprits"] for d in c["deltas"])
+
+
+def test_a_build_serving_another_release_is_infra(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    from orchestrator.errors import InfraError
+
+    hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"version": "0.5.21"}}))
+    with pytest.raises(InfraError, match="build '0.5.22' .* serves orchestrator 0.5.21, not "
+                                         "0.5.22"):
+        _bisect(tmp_path, hosts)
+    store = Store(tmp_path / "results")
+    try:
+        (camp,) = store.campaigns()
+        liar = [r for r in store.runs(camp.id) if r.experiment().build == "0.5.22"]
+    finally:
+        store.close()
+    assert liar and all(r.verdict is Verdict.INFRA for r in liar)
