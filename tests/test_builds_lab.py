@@ -131,3 +131,54 @@ def test_a_build_serving_another_release_is_infra(sshd: SshdEndpoint, tmp_path: 
     finally:
         store.close()
     assert liar and all(r.verdict is Verdict.INFRA for r in liar)
+
+
+# ---- on the systemd lab host: the build reaches the server through the drop-in --------------
+
+
+@pytest.mark.systemd
+def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path: Path) -> None:  # noqa: ANN001
+    import shlex
+
+    from tests.campaign_lab import LAB_UNIT, UNIT_DIR
+
+    box = systemd_host
+    unit = "lab-releases.service"
+    # (not from the repo's directory: its own orchestrator.egg-info there would be the first
+    # distribution of the package `orchestrator` the capture finds, not the build's)
+    box.install_unit(unit, LAB_UNIT.replace("WorkingDirectory=/opt/orchestrator",
+                                            "WorkingDirectory=/"))
+    unit_sha = box.ssh_run(f"sha256sum {UNIT_DIR}/{unit}", check=True).stdout
+    installed = {}
+    for v in RELEASES:
+        for path, (text, mode) in labbuilds.files("/opt/lab-builds", v, python="/usr/bin/python3",
+                                                  repo="/opt/orchestrator").items():  # fmt: skip
+            box.ssh_run(f"mkdir -p {shlex.quote(str(Path(path).parent))} && printf %s "
+                        f"{shlex.quote(text)} > {shlex.quote(path)} && chmod {mode:o} "
+                        f"{shlex.quote(path)}", check=True)  # fmt: skip
+        installed[v] = f"/opt/lab-builds/{v}"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"},
+                                    builds=installed))  # fmt: skip
+    plan = with_order(make_plan(REPO / "experiments/lab/releases/good.yaml",
+                                REPO / "experiments/lab/releases/bad.yaml"), BETWEEN)
+    store = Store(tmp_path / "results")
+    try:
+        outcome = Bisection(store, plan, [load_host(hosts, "sd")],
+                            options=BisectOptions(builds=plan.order), command="test").run()
+        runs = store.runs(outcome.campaign_id)
+    finally:
+        store.close()
+    answer = outcome.to_dict()
+    assert outcome.found, answer
+    (cul,) = answer["culprits"]
+    assert sorted(cul["deltas"]) == ["+ --enable-nccl-nvls", "~ build 0.5.22 -> 0.5.23rc1"]
+    # each run's drop-in started the build's own interpreter
+    for r in runs:
+        build = r.experiment().build
+        assert f'ExecStart="/opt/lab-builds/{build}/bin/python3" "-m" "orchestrator.lab.server"' \
+            in (r.rendered or ""), r.rendered  # fmt: skip
+    assert len([r for r in runs if r.purpose != "endpoint"]) <= 3 + 1 + 5
+    # restored like every change: the unit as found, no drop-in
+    assert box.ssh_run(f"sha256sum {UNIT_DIR}/{unit}", check=True).stdout == unit_sha
+    assert box.ssh_run(f"test -e {UNIT_DIR}/{unit}.d/99-orchestrator.conf").returncode != 0
