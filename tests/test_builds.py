@@ -233,3 +233,46 @@ def test_plan_order_and_builds_option(tmp_path: Path) -> None:
     g2, b2 = _pair(tmp_path, good_build=None)
     with pytest.raises(UsageError, match="'service.build' is not set in .*good.yaml"):
         with_order(make_plan(g2, b2), ["0.5.22"])
+
+
+# ---------------------------------------------------------------- what a run's build is
+
+
+def test_an_image_build_is_read_inside_the_image_with_its_id() -> None:
+    from orchestrator.execution import environment as envfacts
+
+    words = ("sudo", "docker", "run", "--rm", "-m", "64g", "--gpus", "all",
+             "lmsysorg/sglang:v0.5.23", "python3", "-m", "sglang.launch_server")
+    cmd = envfacts.command(words)
+    assert "sudo docker image inspect --format '{{.Id}}' lmsysorg/sglang:v0.5.23" in cmd
+    assert 'py="sudo docker run --rm --network none --entrypoint python3 ' \
+           'lmsysorg/sglang:v0.5.23"' in cmd  # fmt: skip
+    assert cmd.rstrip().endswith("sglang.launch_server 2>/dev/null; true")  # not docker's -m
+    out = ("@@KERNEL\n6.8.0\n@@IMAGE\nlmsysorg/sglang:v0.5.23\nsha256:" + "ab" * 32 + "\n"
+           "@@EXEC\n/usr/bin/sudo\n" + "cd" * 32 + "\n@@PYHOW image docker run ...\n"
+           '@@PYJSON {"python": "3.12.3", "packages": {"sglang": "0.5.22"}, '
+           '"server": "sglang", "server_version": "0.5.22"}\n')
+    env = envfacts.parse(out)
+    assert env.image == "lmsysorg/sglang:v0.5.23" and env.image_id == "sha256:" + "ab" * 32
+    assert ("image", f"lmsysorg/sglang:v0.5.23 (sha256:{'ab' * 32})") in env.rows()
+    # the tag says 0.5.23, the image serves 0.5.22: said so
+    why = builds.read_back("lmsysorg/sglang:v0.5.23", None, env.server_version, env.server)
+    assert why and "serves sglang 0.5.22, not 0.5.23" in why
+    assert builds.read_back("0.5.22", "/opt/x", "0.5.22") is None
+    # an environment without an image keeps the digest it always had
+    plain = envfacts.parse("@@KERNEL\n6.8.0\n")
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    data = {k: v for k, v in asdict(plain).items()
+            if k not in ("exec_path", "exec_sha256", "image", "image_id")}
+    assert plain.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()
+                                            ).hexdigest()[:16]
+
+
+def test_a_broken_build_is_told_by_its_error() -> None:
+    assert builds.broken("ImportError", "libcudart.so.13: cannot open shared object file")
+    assert builds.broken("ModuleNotFoundError", "No module named 'sgl_kernel'")
+    assert builds.broken("OSError", "undefined symbol: _ZN3c104cuda9SetDevice")
+    assert not builds.broken("RuntimeError", "CUDA error: an illegal memory access")

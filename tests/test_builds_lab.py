@@ -43,7 +43,13 @@ def _install(tmp: Path, **special: dict) -> dict[str, str]:
     return out
 
 
+REPORTS: dict[str, str] = {}
+
+
 def _bisect(tmp: Path, hosts: Path, builds=BETWEEN):  # noqa: ANN202
+    from orchestrator.results.issue_report import issue_markdown
+    from orchestrator.results.report import write_reports
+
     pair = lab_pair(tmp, "releases")
     plan = with_order(make_plan(pair.good, pair.bad), builds)
     store = Store(tmp / "results")
@@ -51,6 +57,11 @@ def _bisect(tmp: Path, hosts: Path, builds=BETWEEN):  # noqa: ANN202
         outcome = Bisection(store, plan, [load_host(hosts, "lab")],
                             options=BisectOptions(builds=plan.order), command="test").run()
         runs = store.runs(outcome.campaign_id)
+        md = next(p for p in write_reports(store, outcome.campaign_id) if p.suffix == ".md")
+        REPORTS["md"] = md.read_text()
+        REPORTS["issue"] = issue_markdown(store.campaign(outcome.campaign_id), runs,
+                                          log_of=lambda r: r.log_tail(),
+                                          env_of=lambda r: store.environment(r.env_digest))
         served = {r.id: getattr(store.environment(r.env_digest), "server_version", None)
                   for r in runs}  # fmt: skip
     finally:
@@ -84,6 +95,11 @@ def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Pa
     assert all(b == v for b, v in by_build.values()), by_build
     assert {b for b, _ in by_build.values()} >= {"0.5.20", "0.5.24", "0.5.23rc1", "0.5.22"}
     assert lab_servers(pair.port) == []
+    # the report shows each run's build and the release read inside it; the upstream
+    # issue text names the first bad build and the last good one
+    assert "| build |" in REPORTS["md"] and "| 0.5.23rc1 (serves 0.5.23rc1) |" in REPORTS["md"]
+    assert ("the first build that fails is `0.5.23rc1`; the last good one is `0.5.22` "
+            "(with `--enable-nccl-nvls`") in REPORTS["issue"], REPORTS["issue"]
 
 
 def test_a_build_the_host_lacks_stops_before_the_first_run(sshd: SshdEndpoint,
