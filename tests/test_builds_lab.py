@@ -160,7 +160,7 @@ def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path
 
     box = systemd_host
     unit = "lab-releases.service"
-    # (not from the repo's directory: its own orchestrator.egg-info there would be the first
+    # (not from the repo's directory: its own egg-info of the project there would be the first
     # distribution of the package `orchestrator` the capture finds, not the build's)
     box.install_unit(unit, LAB_UNIT.replace("WorkingDirectory=/opt/orchestrator",
                                             "WorkingDirectory=/"))
