@@ -276,3 +276,20 @@ def test_a_broken_build_is_told_by_its_error() -> None:
     assert builds.broken("ModuleNotFoundError", "No module named 'sgl_kernel'")
     assert builds.broken("OSError", "undefined symbol: _ZN3c104cuda9SetDevice")
     assert not builds.broken("RuntimeError", "CUDA error: an illegal memory access")
+
+
+def test_the_bench_table_every_cause_right_within_the_bound() -> None:
+    """bench/builds.py: the joint search names every cause exactly, never over the bound;
+    bisecting the builds then the flags misses every cause where only one matters."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_builds", Path(__file__).resolve().parents[1] / "bench" / "builds.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {r[0]: r for r in mod.table()}
+    for kind, row in rows.items():
+        assert row[2] == "100 %" and row[6] == "0", (kind, row)
+    assert rows["first bad build"][7] == "0 %" and rows["one flag"][7] == "0 %"
+    assert rows["build + one flag"][7] == "100 %"
