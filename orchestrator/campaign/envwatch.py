@@ -41,12 +41,15 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
     on its host saw; None when nothing changed (or nothing is known)."""
     what: list[str] = []
     env = getattr(result, "environment", None)
-    build = getattr(getattr(result, "experiment", None), "build", None)
+    exp = getattr(result, "experiment", None)
+    build = getattr(exp, "build", None)
     if build is not None:
-        # each build is its own environment (its packages, its interpreter): a run is
-        # compared with the earlier runs of its own build on its host
+        # each build is its own environment (its packages, its interpreter), and so is each
+        # set of packages taken from another: a run is compared with the earlier runs of
+        # its own build and packages on its host
+        mine = (build, dict(getattr(exp, "packages", ()) or ()))
         first = next((r for r in store.runs(cid) if r.host == result.host and r.env_digest
-                      and (r.config.get("service") or {}).get("build") == build), None)
+                      and _build_of(r.config) == mine), None)
         then = store.environment(first.env_digest) if first is not None else None
         if env is not None and then is not None and first.env_digest != env.digest():
             what = changes(then, env) or ["environment digest differs"]
@@ -65,6 +68,11 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
                 if key != "environment" and None not in (now, then) and now != then:
                     what.append(f"{words} changed")
     return what or None
+
+
+def _build_of(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    svc = config.get("service") or {}
+    return svc.get("build"), dict(svc.get("packages") or {})
 
 
 def as_infra(result: Any, host: str, what: list[str]) -> Any:

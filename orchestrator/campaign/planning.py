@@ -136,6 +136,33 @@ def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy, split=split)
 
 
+def with_packages(plan: Plan, good: dict[str, str], bad: dict[str, str]) -> Plan:
+    """The plan with its build delta opened into the distributions that differ between
+    good's build and bad's (`bisect --packages`): each added or changed one is a delta,
+    taken from bad's build over good's. A distribution only good's build has stays (a
+    variant cannot take it away)."""
+    if plan.order:
+        raise UsageError("--packages and --builds cannot be given together",
+                         hint="search the builds first, then the packages of the two "
+                              "builds that differ")  # fmt: skip
+    index = next((i for i, d in enumerate(plan.deltas) if d.kind == "build"), None)
+    if index is None:
+        raise UsageError("--packages opens the build delta into packages, but the two "
+                         "configs run the same build")
+    src = str(plan.bad.build)
+    changed = [Delta("package", name, good.get(name), ver, path=(src,))
+               for name, ver in sorted(bad.items(), key=lambda kv: kv[0].lower())
+               if good.get(name) != ver]  # fmt: skip
+    if not changed:
+        raise UsageError(f"builds {plan.good.build} and {plan.bad.build} hold the same "
+                         "distributions: no package differs")
+    deltas = [*plan.deltas[:index], *changed, *plan.deltas[index + 1:]]
+    # good's build throughout: a variant is good's build with some of bad's packages
+    bad = replace(apply_deltas(plan.good, deltas, name=plan.bad.name),
+                  health=plan.bad.health, probe=plan.bad.probe)  # fmt: skip
+    return replace(plan, deltas=tuple(deltas), bad=bad)
+
+
 def read_builds(text: str) -> tuple[str, ...]:
     """`--builds a,b,c`, or `--builds FILE` (one build a line; `#` starts a comment)."""
     path = Path(text)

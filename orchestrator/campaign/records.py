@@ -53,6 +53,9 @@ class BisectOptions:
     rehearse: bool = False
     #: the builds from good's to bad's, in order (`--builds`): searched by bisection
     builds: tuple[str, ...] = ()
+    #: `--packages`: the distributions of good's and bad's builds as read on the host
+    #: ({"good": {name: version}, "bad": {...}}): their differences are the deltas
+    packages: dict[str, dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class BisectSpec:
                         "fresh": o.fresh, "confidence": o.confidence}
             | ({} if o.split else {"split": False})
             | ({"rehearse": True} if o.rehearse else {})
-            | ({"builds": list(o.builds)} if o.builds else {}),
+            | ({"builds": list(o.builds)} if o.builds else {})
+            | ({"packages": o.packages} if o.packages else {}),
         }  # fmt: skip
 
     @classmethod
@@ -90,6 +94,7 @@ class BisectSpec:
             split=bool(opts.get("split", True)),
             rehearse=bool(opts.get("rehearse", False)),
             builds=tuple(opts.get("builds") or ()),
+            packages=opts.get("packages") or None,
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -124,7 +129,8 @@ class Culprit:
             return "interacting set"
         what = self.whats[0] if self.whats else self._what_from_text()
         return {"env": "environment variable", "exec": "command", "member": "set member",
-                "json": "JSON key", "build": "build"}.get(what, "single flag")  # fmt: skip
+                "json": "JSON key", "build": "build",
+                "package": "package"}.get(what, "single flag")  # fmt: skip
 
     def _what_from_text(self) -> str:
         """`Delta.what` read back from the described delta, for an answer stored before
@@ -132,7 +138,7 @@ class Culprit:
         # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b",
         # "~ build a -> b"
         word = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
-        if word in ("env", "exec", "build"):
+        if word in ("env", "exec", "build", "package"):
             return word
         if self.deltas and " member " in self.deltas[0]:
             return "member"  # `+ --cuda-graph-bs member 4`

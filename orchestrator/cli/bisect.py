@@ -8,7 +8,13 @@ import json
 from rich.markup import escape
 
 from orchestrator.campaign.bisect import Bisection
-from orchestrator.campaign.planning import Plan, make_plan, read_builds, with_order
+from orchestrator.campaign.planning import (
+    Plan,
+    make_plan,
+    read_builds,
+    with_order,
+    with_packages,
+)
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
@@ -52,6 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the builds from good's to bad's in order (names, paths or images; "
                    "or a file with one a line): the build is bisected on this order, "
                    "together with the flags")
+    p.add_argument("--packages", action="store_true",
+                   help="open the difference of the two builds (virtualenvs or prefixes on "
+                   "the host) into the distributions that differ: each is a delta, and a set "
+                   "`pip check` refuses is `invalid`")
     p.add_argument("--rehearse", action="store_true",
                    help="search on dummy weights (--load-format dummy: seconds to load, not "
                    "minutes) and confirm the answer on real weights; the experiment's "
@@ -76,8 +86,24 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
     split = spec.options.split
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    return with_order(Plan(good=good, bad=bad, deltas=tuple(deltas),
+    plan = with_order(Plan(good=good, bad=bad, deltas=tuple(deltas),
                            strategy=spec.options.strategy, split=split), spec.options.builds)
+    pk = spec.options.packages
+    return with_packages(plan, pk["good"], pk["bad"]) if pk else plan
+
+
+def _opened(plan: Plan, host: Host, args: argparse.Namespace,
+            ) -> tuple[Plan, dict[str, dict[str, str]]]:  # fmt: skip
+    """`--packages`: the two builds' distributions read on the host, their differences the
+    plan's deltas in place of the build."""
+    from orchestrator.execution.executor import service_name
+
+    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
+    try:
+        got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
+    finally:
+        ex.close(restore=False)
+    return with_packages(plan, got["good"], got["bad"]), got
 
 
 def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
@@ -161,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             given.append("--no-split")
         if args.builds:
             given.append("--builds")
+        if args.packages:
+            given.append("--packages")
         if given:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
@@ -192,11 +220,14 @@ def run(args: argparse.Namespace) -> int:
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
+        packages = None
+        if args.packages:
+            plan, packages = _opened(plan, hosts[0], args)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
                                 confidence=args.confidence or 0.95, split=not args.no_split,
                                 rehearse=args.rehearse or wants_rehearsal(plan),
-                                builds=plan.order)
+                                builds=plan.order, packages=packages)
         resume_id = None
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line

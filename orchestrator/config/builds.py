@@ -219,5 +219,74 @@ def broken(error_class: str, message: str) -> bool:
         _BROKEN.search(message))
 
 
+#: run by a build's python: its distributions, {name: version}
+LIST_SNIPPET = ("import importlib.metadata as m, json; print('@@DISTS ' + json.dumps("
+                "{d.metadata['Name']: d.version for d in m.distributions() "
+                "if d.metadata['Name']}))")
+
+#: run by the python of the build the packages come from: links each wanted distribution
+#: (its dist-info and the top-level paths its RECORD lists) into the overlay directory
+OVERLAY_SNIPPET = r"""
+import importlib.metadata as m, json, os, sys
+dst, wanted = sys.argv[1], json.loads(sys.argv[2])
+os.makedirs(dst, exist_ok=True)
+missing = []
+for name, version in wanted.items():
+    try:
+        d = m.distribution(name)
+    except m.PackageNotFoundError:
+        missing.append(name); continue
+    if d.version != version:
+        missing.append(f"{name} (is {d.version})"); continue
+    info = str(getattr(d, "_path", ""))
+    site = os.path.dirname(info)
+    tops = {os.path.basename(info)}
+    for f in d.files or []:
+        parts = f.parts
+        if parts and parts[0] not in ("..", "/") and not str(f).startswith("/"):
+            tops.add(parts[0])
+    for t in tops:
+        src, link = os.path.join(site, t), os.path.join(dst, t)
+        if os.path.exists(src) and not os.path.lexists(link):
+            os.symlink(src, link)
+print("@@OVERLAY " + json.dumps(missing))
+"""
+
+
+def parse_dists(text: str) -> dict[str, str] | None:
+    """The output of LIST_SNIPPET -> {distribution: version}; None if absent."""
+    import json
+
+    for line in text.splitlines():
+        if line.startswith("@@DISTS "):
+            try:
+                data = json.loads(line[len("@@DISTS "):])
+            except ValueError:
+                return None
+            return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+    return None
+
+
+def python_of(launch_exec: Sequence[str], target: str | None) -> str:
+    """The interpreter of a build: the prefix's `bin/python`, else the exec's own."""
+    if target and is_path(target):
+        return f"{target.rstrip('/')}/bin/python"
+    return launch_exec[0]
+
+
+def overlay_dir(root: str, packages: Sequence[tuple[str, str]], source: str) -> str:
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps([sorted(packages), source]).encode()).hexdigest()[:16]
+    return f"{root.rstrip('/')}/overlays/{key}"
+
+
+def pip_problems(text: str) -> list[str]:
+    """`pip check`'s complaints, one a line ('No broken requirements found.' is none)."""
+    return [ln.strip() for ln in text.splitlines()
+            if ln.strip() and not ln.startswith("No broken requirements")]  # fmt: skip
+
+
 def describe(name: str | None) -> str:
     return name if name is not None else "(as installed)"

@@ -99,6 +99,10 @@ class ServiceModel(_Raw):
     workdir: str | None = None
     #: which installation runs: a path (venv/prefix), an image, or a name the host maps
     build: str | None = None
+    #: distributions taken from another build over this one (name -> version), and that
+    #: build: a variant of a package-level search (`bisect --packages`)
+    packages: dict[str, str] | None = None
+    packages_from: str | None = None
 
     @field_validator("build")
     @classmethod
@@ -363,6 +367,10 @@ class Experiment:
     run_time: float | None = field(default=None, compare=False)
     #: the build that runs (`service.build`; None: the command as it is); see config.builds
     build: str | None = None
+    #: (distribution, version) taken from build `packages_from` over `build` (an overlay
+    #: on the server's path; `bisect --packages`)
+    packages: tuple[tuple[str, str], ...] = ()
+    packages_from: str | None = None
 
     @property
     def weights(self) -> str:
@@ -426,6 +434,8 @@ class Experiment:
         }
         if self.build is not None:  # joins only when set: older runs' keys hold
             launch["build"] = self.build
+        if self.packages:
+            launch["packages"] = [sorted(self.packages), self.packages_from]
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -472,6 +482,9 @@ class Experiment:
             svc["workdir"] = self.workdir
         if self.build is not None:
             svc["build"] = self.build
+        if self.packages:
+            svc["packages"] = dict(self.packages)
+            svc["packages_from"] = self.packages_from
         svc["flags"] = {k: _jsonable(v) for k, v in self.flags}
         if self.env:
             svc["env"] = dict(self.env)
@@ -667,6 +680,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         raise ConfigError("the command is empty", file=source, key="service.exec")
     if svc.workdir is not None:
         _check_workdir(svc.workdir, source)
+    if svc.packages and not svc.packages_from:
+        raise ConfigError("packages taken from another build need that build",
+                          file=source, key="service.packages_from")  # fmt: skip
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
@@ -770,4 +786,6 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         rehearse=model.rehearse,
         run_time=model.expect.run_time if model.expect else None,
         build=svc.build,
+        packages=tuple((svc.packages or {}).items()),
+        packages_from=svc.packages_from,
     )

@@ -70,7 +70,16 @@ if server:
         dists = m.packages_distributions().get(top) or [top]
     except Exception:
         dists = [top]
-    v = ver(dists + [top])
+    # several distributions may provide the package (a release over a checkout of the
+    # project): a real one before a development checkout's egg-info
+    found = []
+    for n in dists + [top]:
+        try:
+            found.append(m.distribution(n))
+        except Exception:
+            pass
+    found.sort(key=lambda d: str(getattr(d, "_path", "")).endswith(".egg-info"))
+    v = found[0].version if found else None
     if v is None and util.find_spec(top) is not None and top not in ("sglang", "vllm"):
         try:
             v = getattr(__import__(top), "__version__", None)

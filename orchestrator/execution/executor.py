@@ -17,7 +17,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
@@ -247,8 +247,75 @@ class Executor:
         """The config with its build applied on this host (`service.build` and the host's
         `builds:`): the command line that runs. Unchanged when it names no build; a build
         the host lacks is a BuildError naming the hosts-file line to add."""
-        return builds.resolve(exp, dict(self.host.builds), host=self.host.name,
-                              hosts_file=self.host.hosts_file)  # fmt: skip
+        out = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
+                             hosts_file=self.host.hosts_file)  # fmt: skip
+        if exp.packages and exp.packages_from:
+            # the packages taken from another build go first on the server's path
+            site = self._overlay_site(exp)
+            rest = dict(out.env).get("PYTHONPATH")
+            out = out.with_changes(env={"PYTHONPATH": site + (f":{rest}" if rest else "")})
+        return out
+
+    def _overlay_site(self, exp: Experiment) -> str:
+        root = self.host.run_dir or "/var/tmp/orchestrator"
+        return builds.overlay_dir(root, exp.packages, str(exp.packages_from))
+
+    def packages_of(self, exp: Experiment) -> dict[str, str]:
+        """The distributions of a config's build, read by its own interpreter on the host."""
+        launch = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
+                                hosts_file=self.host.hosts_file)  # fmt: skip
+        target = builds.target_of(exp.build, dict(self.host.builds), exp.exec) \
+            if exp.build else None  # fmt: skip
+        if target is not None and not builds.is_path(target):
+            raise builds.BuildError(f"build '{exp.build}' is an image: its packages cannot "
+                                    "be taken apart yet", key="service.build",
+                                    file=exp.source)  # fmt: skip
+        py = builds.python_of(launch.exec, target)
+        res = self.t.run(f"{shlex.quote(py)} -c {shlex.quote(builds.LIST_SNIPPET)}", timeout=60)
+        dists = builds.parse_dists(res.stdout)
+        if dists is None:
+            raise InfraError(f"{self.host.name}: cannot list the distributions of build "
+                             f"'{exp.build}' with {py}: {res.stderr.strip()[-300:]}")
+        return dists
+
+    def prepare_packages(self, exp: Experiment) -> str | None:
+        """Lay the overlay of a package variant out on the host (links into the build the
+        packages come from) and put the result to `pip check`: why the variant cannot run
+        (a package missing, a requirement the set breaks that good's build alone does not),
+        None when it can."""
+        if not exp.packages or not exp.packages_from:
+            return None
+        import json
+
+        site = self._overlay_site(exp)
+        source = replace(exp, build=exp.packages_from, packages=(), packages_from=None)
+        src_target = builds.target_of(str(exp.packages_from), dict(self.host.builds), exp.exec)
+        src_py = builds.python_of(self.launch_of(source).exec, src_target)
+        wanted = json.dumps(dict(exp.packages))
+        res = self.t.run(f"{shlex.quote(src_py)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
+                         f"{shlex.quote(site)} {shlex.quote(wanted)}", timeout=120)  # fmt: skip
+        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@OVERLAY ")), None)
+        if line is None:
+            raise InfraError(f"{self.host.name}: cannot lay out the packages from build "
+                             f"'{exp.packages_from}': {res.stderr.strip()[-300:]}")
+        missing = json.loads(line[len("@@OVERLAY "):])
+        if missing:
+            return (f"build '{exp.packages_from}' does not hold {', '.join(missing)}: "
+                    "the packages cannot be taken from it")
+        base = replace(exp, packages=(), packages_from=None)
+        py = builds.python_of(self.launch_of(base).exec, builds.target_of(
+            str(exp.build), dict(self.host.builds), exp.exec) if exp.build else None)
+        check = f"{shlex.quote(py)} -m pip check 2>&1"
+        before = self.t.run(check, timeout=120)
+        after = self.t.run(f"PYTHONPATH={shlex.quote(site)}${{PYTHONPATH:+:$PYTHONPATH}} "
+                           + check, timeout=120)  # fmt: skip
+        if "No module named pip" in before.stdout + after.stdout:
+            return None  # nothing to check with: the server's start will tell
+        new = [p for p in builds.pip_problems(after.stdout)
+               if p not in builds.pip_problems(before.stdout)]  # fmt: skip
+        if new:
+            return "pip check refuses this set of packages: " + "; ".join(new[:5])
+        return None
 
     def check_build(self, exp: Experiment) -> None:
         """Refuse, before anything starts, a build this host does not have: its prefix's
@@ -333,11 +400,13 @@ class Executor:
         self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None
         env_error: TransportError | InfraError | None = None
+        refused: str | None = None
         try:
+            refused = self.prepare_packages(config)
             environment = self.environment(exp)
         except (TransportError, InfraError) as exc:
             env_error = exc  # host trouble: judged below as this run's `infra`
-        if environment is not None and config.build is not None:
+        if environment is not None and config.build is not None and not config.packages:
             # what runs is read from inside the build, not taken from its name
             served = builds.read_back(config.build, dict(self.host.builds).get(config.build),
                                       environment.server_version, environment.server)
@@ -360,7 +429,9 @@ class Executor:
             if env_error is not None:
                 raise env_error
             flagcheck = self.preflight.check(exp, build=build_of(environment))
-            if flagcheck.refusal is not None:
+            if refused is not None:  # a set of packages the resolver does not accept
+                evidence = RunEvidence(invalid_reason=refused)
+            elif flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
                 self.manager.stop()

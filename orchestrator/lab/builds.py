@@ -27,10 +27,13 @@ BROKEN_ERROR = ("ImportError: libcudart.so.13: cannot open shared object file: "
 
 
 def files(root: str, name: str, *, version: str | None = None, python: str = "python3",
-          repo: str | None = None, broken: bool = False) -> dict[str, tuple[str, int]]:
+          repo: str | None = None, broken: bool = False,
+          extra: dict[str, tuple[str, list[str]]] | None = None,
+          ) -> dict[str, tuple[str, int]]:  # fmt: skip
     """The files of build `name` under `root` (an absolute path on the host): `version`
     defaults to the name; `repo` is put on the path after the build's own site (where the
-    orchestrator package is, when the host has it there)."""
+    orchestrator package is, when the host has it there); `extra`: more distributions
+    (name -> (version, requirements)), metadata only, as packages a build holds."""
     prefix = f"{root.rstrip('/')}/{name}"
     site = f"{prefix}/site"
     version = version or name
@@ -44,14 +47,23 @@ def files(root: str, name: str, *, version: str | None = None, python: str = "py
     else:
         body = ""
     wrapper = ("#!/bin/sh\n# a lab build of the simulated server (orchestrator.lab.builds)\n"
-               f"PYTHONPATH={shlex.quote(path)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+               # after what the caller put first (a run's package overlay), as a
+               # virtualenv's site-packages comes after PYTHONPATH
+               f"PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{shlex.quote(path)}\n"
                f"export PYTHONPATH\n{body}exec {shlex.quote(python)} \"$@\"\n")
     meta = f"Metadata-Version: 2.1\nName: {LAB_DIST}\nVersion: {version}\n"
-    return {
+    out = {
         f"{prefix}/bin/python3": (wrapper, 0o755),
+        f"{prefix}/bin/python": (wrapper, 0o755),
         f"{dist}/METADATA": (meta, 0o644),
         f"{dist}/top_level.txt": ("orchestrator\n", 0o644),
     }
+    for dname, (dver, requires) in (extra or {}).items():
+        info = f"{site}/{dname.replace('-', '_')}-{dver}.dist-info"
+        text = f"Metadata-Version: 2.1\nName: {dname}\nVersion: {dver}\n" + "".join(
+            f"Requires-Dist: {r}\n" for r in requires)
+        out[f"{info}/METADATA"] = (text, 0o644)
+    return out
 
 
 def install(root: Path, name: str, **kwargs: object) -> Path:

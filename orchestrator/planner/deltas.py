@@ -16,7 +16,7 @@ from orchestrator.config import jsonvalue
 from orchestrator.config.experiment import Experiment, FlagValue, render_value
 from orchestrator.errors import PlanError
 
-DeltaKind = Literal["flag", "env", "exec", "json", "member", "build"]
+DeltaKind = Literal["flag", "env", "exec", "json", "member", "build", "package"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,9 @@ class Delta:
     flag's whole value in good and in bad, which a variant's value is rebuilt from. A
     `build` delta is the installation that runs (`service.build`): `old` good's build,
     `new` the one a variant takes; with an ordered list of builds (`--builds`), `order`
-    holds it and the search bisects it (planner.ordered)."""
+    holds it and the search bisects it (planner.ordered). A `package` delta is one
+    distribution at good's build's version (`old`) and bad's (`new`; None: bad's build lacks
+    it), `path` holding bad's build, which a variant takes it from (`bisect --packages`)."""
 
     kind: DeltaKind
     key: str
@@ -50,7 +52,8 @@ class Delta:
     @property
     def what(self) -> str:
         """What kind of thing changed, as an answer words it: `flag`, `env`, `exec`, `json`
-        (one key of a JSON-valued option), `member` (one member of a set) or `build`."""
+        (one key of a JSON-valued option), `member` (one member of a set), `build` or
+        `package`."""
         return "member" if self.member or self.kind == "member" else self.kind
 
     @property
@@ -66,6 +69,12 @@ class Delta:
         return _redacted(self, self._describe())
 
     def _describe(self) -> str:
+        if self.kind == "package":
+            if self.old is None:
+                return f"+ package {self.key} {self.new}"
+            if self.new is None:
+                return f"- package {self.key} (was {self.old})"
+            return f"~ package {self.key} {self.old} -> {self.new}"
         if self.kind == "build":
             if self.old is None:
                 return f"+ build {self.new}"
@@ -107,6 +116,8 @@ class Delta:
             return "exec"
         if self.kind == "build":
             return f"build {self.new}" if self.new is not None else "build as installed"
+        if self.kind == "package":
+            return f"{self.key}=={self.new}" if self.new is not None else f"no {self.key}"
         if self.member or self.kind == "member":
             if self.old is None:
                 return shlex.join([f"--{self.name}", "with", self._leaf(self.new)])
@@ -259,6 +270,8 @@ def apply_deltas(
     env: dict[str, str | None] = {}
     exe = None
     build: tuple[str | None] | None = None
+    packages: dict[str, str] = {}
+    source: str | None = None
     inside: dict[str, list[Delta]] = {}
     members: dict[str, list[Delta]] = {}
     for d in deltas:
@@ -272,6 +285,10 @@ def apply_deltas(
             env[d.key] = d.new  # type: ignore[assignment]
         elif d.kind == "build":
             build = (d.new,)  # type: ignore[assignment]
+        elif d.kind == "package":
+            if d.new is not None:
+                packages[d.key] = str(d.new)
+                source = d.path[0] if d.path else None
         else:
             exe = d.new
     for key, ds in inside.items():
@@ -285,6 +302,10 @@ def apply_deltas(
         from dataclasses import replace
 
         out = replace(out, build=build[0])
+    if packages:
+        from dataclasses import replace
+
+        out = replace(out, packages=tuple(sorted(packages.items())), packages_from=source)
     if exe is not None:
         from dataclasses import replace
 
