@@ -4,6 +4,7 @@ of builds jointly with the flags (pure: scripted oracles, no host)."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,22 @@ def test_overlay_and_pip_check_texts() -> None:
     a = builds.overlay_dir("/var/tmp/o", (("x", "1"),), "b")
     assert a.startswith("/var/tmp/o/overlays/") and a != builds.overlay_dir("/var/tmp/o",
                                                                              (("x", "2"),), "b")
+
+
+def test_a_shell_wrapper_build_is_read_by_the_python_beside_it(tmp_path: Path) -> None:
+    """A release's `bin/vllm` that is a shell script over a shared base: the capture reads
+    the build with the `bin/python` beside it, not with the shell (nor the host's python3)."""
+    import subprocess
+
+    from orchestrator.execution import environment as envfacts
+
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "vllm"
+    wrapper.write_text("#!/bin/sh\nexec true\n")
+    wrapper.chmod(0o755)
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    out = subprocess.run(["sh", "-c", envfacts.command([str(wrapper), "serve"])],
+                         capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    env = envfacts.parse(out)
+    assert env.interpreter == f"{tmp_path}/bin/python (beside)"
+    assert env.python == sys.version.split()[0]

@@ -266,8 +266,12 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
         find_py = f"py={shlex.quote(argv[0])}; how=exec"
     elif argv:
         exe = shlex.quote(argv[0])
+        # a shell wrapper (a release's `bin/vllm` over a shared base): the Python beside it
         find_py = (f"py=$(sed -n '1s/^#![[:space:]]*//p' \"$(command -v {exe})\" 2>/dev/null "
                    "| head -c 300); how=shebang; "
+                   'case "$py" in *python*) ;; *) d=$(dirname "$(command -v '
+                   f'{exe})" 2>/dev/null); if [ -x "$d/python" ]; then py="$d/python"; '
+                   'how=beside; else py=; fi;; esac; '
                    '[ -n "$py" ] || { py=python3; how=default; }')  # fmt: skip
     else:
         find_py = "py=python3; how=default"
