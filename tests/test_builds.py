@@ -360,3 +360,20 @@ def test_a_shell_wrapper_build_is_read_by_the_python_beside_it(tmp_path: Path) -
     env = envfacts.parse(out)
     assert env.interpreter == f"{tmp_path}/bin/python (beside)"
     assert env.python == sys.version.split()[0]
+
+
+def test_plan_prints_the_builds_each_variant_needs() -> None:
+    import json
+    import subprocess
+
+    lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "releases"
+    argv = [sys.executable, "-m", "orchestrator", "plan", "--good", str(lab / "good.yaml"),
+            "--bad", str(lab / "bad.yaml"), "--builds", "0.5.21,0.5.22,0.5.23rc1,0.5.23"]
+    out = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout)  # fmt: skip
+    assert out["builds"]["order"] == list(ORDER)
+    assert [r["build"] for r in out["first_round"]] == ["0.5.22"]
+    assert [d["kind"] for d in out["deltas"]].count("build") == 6  # the axis + 5 steps
+    text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in text
+    assert "[build 0.5.22]" in text
