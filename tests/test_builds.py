@@ -392,3 +392,13 @@ def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:
     # its own layout, beside the lab venv's and never one of its entries
     assert vllm_releases.root().name.startswith("releases-")
     assert vllm_releases.prefix("0.30.0").parent == vllm_releases.root()
+
+
+def test_the_dummy_weight_rehearsal_keeps_the_order_of_builds(tmp_path: Path) -> None:
+    from orchestrator.campaign.rehearsal import on_dummy
+
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    dummy = on_dummy(plan)
+    assert dummy.order == plan.order and dummy.n == plan.n
+    assert dummy.good.weights == "dummy" and dummy.builds_of(frozenset({plan.n})) == ORDER[1]
