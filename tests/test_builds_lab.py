@@ -263,3 +263,21 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
         assert exp.build == "0.5.22"
         if exp.packages and r.verdict is not Verdict.INVALID:
             assert "/overlays/" in (r.rendered or ""), r.rendered
+
+
+def test_bisect_builds_through_the_cli_and_its_resume(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    """`orchestrator bisect --builds ...`: the answer as JSON, and the same campaign's
+    resume (`--resume ID`) rebuilds the ordered plan from its record."""
+    from tests.campaign_lab import cli_json
+
+    hosts = _hosts(sshd, tmp_path, _install(tmp_path))
+    pair = lab_pair(tmp_path, "releases")
+    code, out = cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
+                         "--hosts", hosts, "--results", tmp_path / "results", "--builds",
+                         ",".join(BETWEEN), "--no-report")  # fmt: skip
+    assert code == 0, out
+    (cul,) = out["culprits"]
+    assert sorted(cul["deltas"]) == ["+ --enable-nccl-nvls", "~ build 0.5.22 -> 0.5.23rc1"]
+    code, again = cli_json("bisect", "--resume", out["campaign"], "--hosts", hosts,
+                           "--results", tmp_path / "results", "--no-report")  # fmt: skip
+    assert code == 0 and again["culprits"][0]["deltas"] == cul["deltas"], again
