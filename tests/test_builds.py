@@ -402,3 +402,21 @@ def test_the_dummy_weight_rehearsal_keeps_the_order_of_builds(tmp_path: Path) ->
     dummy = on_dummy(plan)
     assert dummy.order == plan.order and dummy.n == plan.n
     assert dummy.good.weights == "dummy" and dummy.builds_of(frozenset({plan.n})) == ORDER[1]
+
+
+def test_the_target_across_builds_is_its_error_in_any_phase() -> None:
+    """Releases mark their startup phases with other log lines: vLLM 0.29.0's 'No common
+    block size' is read in cuda_graph, 0.32.0's in kv_cache. A campaign over builds takes
+    it as the same failure; one over flags alone keeps the phase."""
+    from orchestrator.campaign.bisect import relative
+    from orchestrator.diagnosis.verdicts import Phase, Signature
+
+    target = Signature(Phase.KV_CACHE, "ValueError", "No common block size for <n>")
+    moved = Signature(Phase.CUDA_GRAPH, "ValueError", "No common block size for <n>")
+    other = Signature(Phase.CUDA_GRAPH, "ValueError", "another message")
+    assert relative(Verdict.OTHER, moved, target) is Verdict.OTHER
+    assert relative(Verdict.OTHER, moved, target, across_builds=True) is Verdict.FAIL
+    assert relative(Verdict.OTHER, other, target, across_builds=True) is Verdict.OTHER
+    hang = Signature(Phase.INIT, "hang", "x")
+    assert relative(Verdict.TIMEOUT, hang, Signature(Phase.LOAD_WEIGHTS, "hang", "x"),
+                    across_builds=True) is Verdict.TIMEOUT

@@ -10,6 +10,7 @@ recorded before the next run starts, so a campaign can be resumed after any inte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import Counter
@@ -49,10 +50,17 @@ from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
 
-def relative(verdict: Verdict, signature: Signature | None, target: Signature | None) -> Verdict:
-    """A recorded verdict re-read against a campaign's target signature."""
+def relative(verdict: Verdict, signature: Signature | None, target: Signature | None,
+             *, across_builds: bool = False) -> Verdict:
+    """A recorded verdict re-read against a campaign's target signature. `across_builds`:
+    the campaign runs several builds of the server, whose logs mark their startup phases
+    with other lines (the same error is read in `kv_cache` on one release and in
+    `cuda_graph` on the next): the target is then the error class and message, in any
+    phase."""
     if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
-        if signature == target:
+        if signature == target or (across_builds and signature.error_class != "hang" and (
+                signature.error_class, signature.message) == (target.error_class,
+                                                              target.message)):
             return Verdict.FAIL
         return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
     return verdict
@@ -112,6 +120,9 @@ class Bisection:
         self._rows_cache: list[RunRow] | None = None
         self._told: set[str] = set()  # why recorded runs were not reused, said once
         self.env_keys = frozenset(plan.good.env_map()) | frozenset(plan.bad.env_map())
+        #: verdicts re-read against the target; across builds, in any startup phase
+        self._relative = functools.partial(relative, across_builds=any(
+            d.kind in ("build", "package") for d in plan.deltas))
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
@@ -258,7 +269,7 @@ class Bisection:
             slots=len(pool.healthy())))  # fmt: skip
 
         def new_planner() -> Planner:
-            evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+            evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
                         for r in self._rows() if r.verdict is not Verdict.INFRA]
             return Planner(n, strategy,
                            known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
@@ -310,24 +321,24 @@ class Bisection:
             outcome = self._conclude(best, disagree)
         rows = self._rows()
         if self.opts.strategy == "auto":
-            watch.settled(best, [(frozenset(r.variant), relative(r.verdict, r.signature,
+            watch.settled(best, [(frozenset(r.variant), self._relative(r.verdict, r.signature,
                                                                  self.target))
                                  for r in rows if r.verdict is not Verdict.INFRA],
                           lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
-        outcome.noise = watch.summary(best, rows, self.target, relative)
+        outcome.noise = watch.summary(best, rows, self.target, self._relative)
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
             outcome.noise["asked_confidence"] = self.opts.confidence
             outcome.noise["next_runs"] = self._next_runs(strategy)
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
-        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
+        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, self._relative))
         return outcome
 
     def _flaky_estimate(self) -> tuple[float, int]:
         """(runs the campaign is expected to take in all now that the failure shows on only
         some starts, runs so far): the noise-aware search's cost at the rate seen so far
         (`planner.noise_estimate`), for the smallest culprit the failing runs allow."""
-        got = [(r.variant, relative(r.verdict, r.signature, self.target))
+        got = [(r.variant, self._relative(r.verdict, r.signature, self.target))
                for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
         failing = {v for v, x in got if x is Verdict.FAIL}
         starts = [x for v, x in got if v in failing and x.resolved]
@@ -355,7 +366,7 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
-        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, relative)
+        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, self._relative)
         seen = real.get(full)
         self._use("dummy")
         # as many dummy starts as a failure of the bad config's rate needs to show once
@@ -366,7 +377,7 @@ class Bisection:
             self._use("real")
             return self._search(pool)
         starts = flaky.bad_starts(self._rows(), full)
-        if check is None or relative(check.verdict, check.signature, self.target) \
+        if check is None or self._relative(check.verdict, check.signature, self.target) \
                 is not Verdict.FAIL:  # fmt: skip
             shown = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
             self._say(f"the target failure does not show with dummy weights ({shown} on "
@@ -411,7 +422,7 @@ class Bisection:
             return flaky.bad_starts(self._rows(), full)
 
         def hit(r: RunRow) -> bool:
-            return relative(r.verdict, r.signature, target) is Verdict.FAIL
+            return self._relative(r.verdict, r.signature, target) is Verdict.FAIL
 
         def want() -> list[tuple[int, ...]]:
             got = starts()
@@ -432,7 +443,7 @@ class Bisection:
         for c in outcome.culprits:
             v = tuple(sorted(c.indices))
             # its rate on dummy weights: every resolved run that carries the set
-            got = [relative(r.verdict, r.signature, self.target) for r in dummy
+            got = [self._relative(r.verdict, r.signature, self.target) for r in dummy
                    if set(v) <= set(r.variant)]  # fmt: skip
             got = [x for x in got if x.resolved]
             attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
@@ -443,7 +454,7 @@ class Bisection:
                         and r.verdict is not Verdict.INFRA]  # fmt: skip
 
             def hit(r: RunRow) -> bool:
-                return relative(r.verdict, r.signature, self.target) is Verdict.FAIL
+                return self._relative(r.verdict, r.signature, self.target) is Verdict.FAIL
 
             def want(v: tuple[int, ...] = v, most: int = attempts) -> list[tuple[int, ...]]:
                 got = starts(v)
@@ -472,7 +483,7 @@ class Bisection:
 
     def _next_runs(self, strategy: StrategyFn) -> list[str]:
         """The variants a resumed search would run first (pure: the planner on the records)."""
-        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+        evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
                     for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
         full = frozenset(range(self.plan.n))
         planner = Planner(self.plan.n, strategy, known={frozenset(): Verdict.PASS,
@@ -681,7 +692,7 @@ class Bisection:
                     and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
-        verdict = relative(row.verdict, row.signature, target)
+        verdict = self._relative(row.verdict, row.signature, target)
         if source != "run" or verdict is not row.verdict:
             row = replace(row, verdict=verdict)
         done = sum(1 for r in self._all_rows() if r.verdict is not Verdict.INFRA)
@@ -703,7 +714,7 @@ class Bisection:
         out: dict[tuple[int, ...], Verdict] = {}
         for r in self._rows():
             if r.verdict is not Verdict.INFRA:
-                out[r.variant] = relative(r.verdict, r.signature, self.target)
+                out[r.variant] = self._relative(r.verdict, r.signature, self.target)
         return out
 
     def _incomplete(self, planner: Planner, why: str) -> Outcome:
@@ -722,7 +733,7 @@ class Bisection:
     def _findings(self) -> list[Finding]:
         by_sig: dict[Signature, Finding] = {}
         for r in self._rows():
-            verdict = relative(r.verdict, r.signature, self.target)
+            verdict = self._relative(r.verdict, r.signature, self.target)
             if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
                 continue
             f = by_sig.get(r.signature)
@@ -750,7 +761,7 @@ class Bisection:
         for r in reversed(self._rows()):
             if r.variant != key:
                 continue
-            got = relative(r.verdict, r.signature, self.target)
+            got = self._relative(r.verdict, r.signature, self.target)
             if (got is Verdict.FAIL) if fails else got in CLEARING:
                 return r
         return None
@@ -762,7 +773,7 @@ class Bisection:
             what = f"bad without {flag}"
         else:
             what = f"{self.plan.describe(variant)} (without {flag})"
-        got = relative(row.verdict, row.signature, self.target)
+        got = self._relative(row.verdict, row.signature, self.target)
         if got is Verdict.PASS:
             return f"{what} does not fail"
         return f"{what} does not show the target failure ({got.value}: {row.signature})"
@@ -774,7 +785,7 @@ class Bisection:
         posterior has weighed, not a contradiction."""
         out: list[str] = []
         for r in self._rows():
-            got = relative(r.verdict, r.signature, self.target)
+            got = self._relative(r.verdict, r.signature, self.target)
             has = any(self.plan.carries(c, r.variant) for c in sets)
             if got is Verdict.FAIL and not has:
                 out.append(f"run {r.id} ({r.label}) shows the target failure without any "
@@ -802,7 +813,7 @@ class Bisection:
         flaky: list[str] = []
         for v, want in expected.items():
             for r in repeats(v):
-                got = relative(r.verdict, r.signature, self.target)
+                got = self._relative(r.verdict, r.signature, self.target)
                 if (got is Verdict.FAIL) != (want is Verdict.FAIL):
                     flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
                                  f"expected {want.value}")  # fmt: skip
