@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "experiments" / "real" / "vllm-releases"
 RELEASES = vllm_releases.RELEASES
 #: the first release that refuses --block-size 16 (found by (a); README)
-FIRST_BAD = "0.32.0"
+FIRST_BAD = "0.29.0"
 
 
 @pytest.fixture(scope="module")
