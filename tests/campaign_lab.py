@@ -51,6 +51,7 @@ PAIRS = {
     "decoy": ("good.yaml", "bad.yaml"),
     "compile": ("good.yaml", "bad.yaml"),
     "b300-checkpoint": ("good.yaml", "bad.yaml"),
+    "releases": ("good.yaml", "bad.yaml"),
 }
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its

@@ -10,6 +10,7 @@ recorded before the next run starts, so a campaign can be resumed after any inte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shlex
@@ -57,10 +58,17 @@ from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
 
-def relative(verdict: Verdict, signature: Signature | None, target: Signature | None) -> Verdict:
-    """A recorded verdict re-read against a campaign's target signature."""
+def relative(verdict: Verdict, signature: Signature | None, target: Signature | None,
+             *, across_builds: bool = False) -> Verdict:
+    """A recorded verdict re-read against a campaign's target signature. `across_builds`:
+    the campaign runs several builds of the server, whose logs mark their startup phases
+    with other lines (the same error is read in `kv_cache` on one release and in
+    `cuda_graph` on the next): the target is then the error class and message, in any
+    phase."""
     if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
-        if signature == target:
+        if signature == target or (across_builds and signature.error_class != "hang" and (
+                signature.error_class, signature.message) == (target.error_class,
+                                                              target.message)):
             return Verdict.FAIL
         return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
     return verdict
@@ -77,6 +85,8 @@ def campaign_key(plan: Plan, hosts: list[Host], strategy: str, *, repair: bool =
         parts.append("no-split")
     if not repair:  # other verdicts for a variant that dies of a resource
         parts.append("no-repair")
+    if plan.order:  # builds searched on an order: another search
+        parts.append(["builds", *plan.order])
     blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -124,6 +134,9 @@ class Bisection:
                                   list[RunRow]] | None = None  # fmt: skip
         self._told: set[str] = set()  # why recorded runs were not reused, said once
         self.env_keys = plan.env_keys
+        #: verdicts re-read against the target; across builds, in any startup phase
+        self._relative = functools.partial(relative, across_builds=any(
+            d.kind in ("build", "package") for d in plan.deltas))
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
@@ -134,6 +147,10 @@ class Bisection:
         self._weights_note: dict[str, object] = {}
         if options.rehearse and self.weights == "real" and not rehearsal.refused(plan):
             self._precheck += (plan.bad.with_dummy_weights(),)
+        #: every build an ordered search may run: each must be installed on each host
+        #: before the first run (the others' flags are not put to them: a flag a build
+        #: between does not know is that variant's `invalid`, not the campaign's error)
+        self._builds = tuple(replace(plan.good, build=b) for b in plan.order)
 
     def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
@@ -429,12 +446,12 @@ class Bisection:
         #    `auto` turns noise-aware by itself once the runs show flakiness.
         self._reuse_recorded(pool)
         # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
-        strategy = flaky.strategy_for(self.opts.strategy, self.opts.confidence,
-                                      lambda v: self.plan.describe(frozenset(v)),
-                                      slots=len(pool.healthy()))  # fmt: skip
+        strategy = self.plan.wrap(flaky.strategy_for(
+            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
+            slots=len(pool.healthy())))  # fmt: skip
 
         def new_planner() -> Planner:
-            evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+            evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
                         for r in self._rows() if r.verdict is not Verdict.INFRA]
             return Planner(n, strategy,
                            known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
@@ -487,17 +504,17 @@ class Bisection:
             outcome = self._conclude(best, disagree)
         rows = self._rows()
         if self.opts.strategy == "auto":
-            watch.settled(best, [(frozenset(r.variant), relative(r.verdict, r.signature,
+            watch.settled(best, [(frozenset(r.variant), self._relative(r.verdict, r.signature,
                                                                  self.target))
                                  for r in rows if r.verdict is not Verdict.INFRA],
                           lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
-        outcome.noise = watch.summary(best, rows, self.target, relative)
+        outcome.noise = watch.summary(best, rows, self.target, self._relative)
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
             outcome.noise["asked_confidence"] = self.opts.confidence
             outcome.noise["next_runs"] = self._next_runs(strategy)
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
-        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, relative))
+        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, self._relative))
         return outcome
 
     def _flaky_estimate(self) -> tuple[float, int]:
@@ -507,7 +524,7 @@ class Bisection:
         (`planner.noise_estimate.remaining_runs`; a fit of the bench's means when they
         point at none). The fit alone priced the search from its start, and said "about
         1 more run" where 16 came."""
-        got = [(r.variant, relative(r.verdict, r.signature, self.target))
+        got = [(r.variant, self._relative(r.verdict, r.signature, self.target))
                for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
         strategy = getattr(self, "_strategy", None)
         if strategy is not None:
@@ -542,7 +559,7 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
-        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, relative)
+        real = flaky.counts(flaky.bad_starts(self._rows(), full), self.target, self._relative)
         seen = real.get(full)
         self._use("dummy")
         # as many dummy starts as a failure of the bad config's rate needs to show once
@@ -553,7 +570,7 @@ class Bisection:
             self._use("real")
             return self._search(pool)
         starts = flaky.bad_starts(self._rows(), full)
-        if check is None or relative(check.verdict, check.signature, self.target) \
+        if check is None or self._relative(check.verdict, check.signature, self.target) \
                 is not Verdict.FAIL:  # fmt: skip
             shown = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
             self._say(f"the target failure does not show with dummy weights ({shown} on "
@@ -598,7 +615,7 @@ class Bisection:
             return flaky.bad_starts(self._rows(), full)
 
         def hit(r: RunRow) -> bool:
-            return relative(r.verdict, r.signature, target) is Verdict.FAIL
+            return self._relative(r.verdict, r.signature, target) is Verdict.FAIL
 
         def want() -> list[tuple[int, ...]]:
             got = starts()
@@ -619,7 +636,7 @@ class Bisection:
         for c in outcome.culprits:
             v = tuple(sorted(c.indices))
             # its rate on dummy weights: every resolved run that carries the set
-            got = [relative(r.verdict, r.signature, self.target) for r in dummy
+            got = [self._relative(r.verdict, r.signature, self.target) for r in dummy
                    if set(v) <= set(r.variant)]  # fmt: skip
             got = [x for x in got if x.resolved]
             attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
@@ -630,7 +647,7 @@ class Bisection:
                         and r.verdict is not Verdict.INFRA]  # fmt: skip
 
             def hit(r: RunRow) -> bool:
-                return relative(r.verdict, r.signature, self.target) is Verdict.FAIL
+                return self._relative(r.verdict, r.signature, self.target) is Verdict.FAIL
 
             def want(v: tuple[int, ...] = v, most: int = attempts) -> list[tuple[int, ...]]:
                 got = starts(v)
@@ -659,7 +676,7 @@ class Bisection:
 
     def _next_runs(self, strategy: StrategyFn) -> list[str]:
         """The variants a resumed search would run first (pure: the planner on the records)."""
-        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+        evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
                     for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
         full = frozenset(range(self.plan.n))
         planner = Planner(self.plan.n, strategy, known={frozenset(): Verdict.PASS,
@@ -754,7 +771,7 @@ class Bisection:
                 task = Task(key=v, exp=exp, label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid), target=target,
                             good_metric=self.good_metric, purpose=purpose(v),
-                            precheck=self._precheck)  # fmt: skip
+                            precheck=self._precheck, builds=self._builds)  # fmt: skip
                 pool.submit(task)
                 in_flight[task.run_id] = task
                 have[v] += 1
@@ -770,7 +787,8 @@ class Bisection:
                             label=self._label(v),
                             run_id=self.store.reserve_run_id(self.cid),
                             target=target, good_metric=self.good_metric,
-                            purpose="speculative", precheck=self._precheck)  # fmt: skip
+                            purpose="speculative", precheck=self._precheck,
+                            builds=self._builds)  # fmt: skip
                 pool.submit(task)
                 in_flight[task.run_id] = task
                 have[v] += 1
@@ -903,7 +921,7 @@ class Bisection:
                     and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
-        verdict = relative(row.verdict, row.signature, target)
+        verdict = self._relative(row.verdict, row.signature, target)
         if source != "run" or verdict is not row.verdict:
             row = replace(row, verdict=verdict)
         done = sum(1 for r in self._all_rows() if r.verdict is not Verdict.INFRA)
@@ -925,7 +943,7 @@ class Bisection:
         out: dict[tuple[int, ...], Verdict] = {}
         for r in self._rows():
             if r.verdict is not Verdict.INFRA:
-                out[r.variant] = relative(r.verdict, r.signature, self.target)
+                out[r.variant] = self._relative(r.verdict, r.signature, self.target)
         return out
 
     def _incomplete(self, planner: Planner, why: str) -> Outcome:
@@ -944,7 +962,7 @@ class Bisection:
     def _findings(self) -> list[Finding]:
         by_sig: dict[Signature, Finding] = {}
         for r in self._rows():
-            verdict = relative(r.verdict, r.signature, self.target)
+            verdict = self._relative(r.verdict, r.signature, self.target)
             if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
                 continue
             f = by_sig.get(r.signature)
@@ -972,7 +990,7 @@ class Bisection:
         for r in reversed(self._rows()):
             if r.variant != key:
                 continue
-            got = relative(r.verdict, r.signature, self.target)
+            got = self._relative(r.verdict, r.signature, self.target)
             if (got is Verdict.FAIL) if fails else got in CLEARING:
                 return r
         return None
@@ -984,7 +1002,7 @@ class Bisection:
             what = f"bad without {flag}"
         else:
             what = f"{self.plan.describe(variant)} (without {flag})"
-        got = relative(row.verdict, row.signature, self.target)
+        got = self._relative(row.verdict, row.signature, self.target)
         if got is Verdict.PASS:
             return f"{what} does not fail"
         return f"{what} does not show the target failure ({got.value}: {row.signature})"
@@ -996,8 +1014,8 @@ class Bisection:
         posterior has weighed, not a contradiction."""
         out: list[str] = []
         for r in self._rows():
-            got = relative(r.verdict, r.signature, self.target)
-            has = any(c <= frozenset(r.variant) for c in sets)
+            got = self._relative(r.verdict, r.signature, self.target)
+            has = any(self.plan.carries(c, r.variant) for c in sets)
             if got is Verdict.FAIL and not has:
                 out.append(f"run {r.id} ({r.label}) shows the target failure without any "
                            "culprit set")  # fmt: skip
@@ -1026,7 +1044,7 @@ class Bisection:
         flaky: list[str] = []
         for v, want in expected.items():
             for r in repeats(v):
-                got = relative(r.verdict, r.signature, self.target)
+                got = self._relative(r.verdict, r.signature, self.target)
                 if (got is Verdict.FAIL) != (want is Verdict.FAIL):
                     flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
                                  f"expected {want.value}")  # fmt: skip

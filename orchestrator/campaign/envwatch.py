@@ -41,12 +41,25 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
     on its host saw; None when nothing changed (or nothing is known)."""
     what: list[str] = []
     env = getattr(result, "environment", None)
-    # Only the first run on the host is read, not all the campaign's runs: this is asked
-    # at every run recorded, and reading them all made a campaign's cost grow with the
-    # square of its runs.
-    seen = store.first_environment(cid, result.host) if env is not None else None
-    if env is not None and seen is not None and seen[0] != env.digest():
-        what = changes(seen[1], env) or ["environment digest differs"]
+    exp = getattr(result, "experiment", None)
+    build = getattr(exp, "build", None)
+    if build is not None:
+        # each build is its own environment (its packages, its interpreter), and so is each
+        # set of packages taken from another: a run is compared with the earlier runs of
+        # its own build and packages on its host
+        mine = (build, dict(getattr(exp, "packages", ()) or ()))
+        first = next((r for r in store.runs(cid) if r.host == result.host and r.env_digest
+                      and _build_of(r.config) == mine), None)
+        then = store.environment(first.env_digest) if first is not None else None
+        if env is not None and then is not None and first.env_digest != env.digest():
+            what = changes(then, env) or ["environment digest differs"]
+    else:
+        # Only the first run on the host is read, not all the campaign's runs: this is asked
+        # at every run recorded, and reading them all made a campaign's cost grow with the
+        # square of its runs.
+        seen = store.first_environment(cid, result.host) if env is not None else None
+        if env is not None and seen is not None and seen[0] != env.digest():
+            what = changes(seen[1], env) or ["environment digest differs"]
     inputs: LaunchInputs | None = getattr(result, "inputs", None)
     if inputs is not None:
         first = store.first_inputs(cid, result.host)
@@ -57,6 +70,11 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
                 if key != "environment" and None not in (now, then) and now != then:
                     what.append(f"{words} changed")
     return what or None
+
+
+def _build_of(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    svc = config.get("service") or {}
+    return svc.get("build"), dict(svc.get("packages") or {})
 
 
 def as_infra(result: Any, host: str, what: list[str]) -> Any:

@@ -6,11 +6,13 @@ YAML files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import UsageError
 from orchestrator.planner import (
     Delta,
     Planner,
@@ -20,7 +22,9 @@ from orchestrator.planner import (
     estimate_runs,
     make_strategy,
 )
+from orchestrator.planner.core import StrategyFn
 from orchestrator.planner.deltas import check_differ
+from orchestrator.planner.ordered import Ordered
 
 
 @dataclass(frozen=True)
@@ -31,18 +35,52 @@ class Plan:
     strategy: str
     #: a JSON-valued flag's changed key paths are deltas of their own (off: `--no-split`)
     split: bool = True
+    #: the builds from good's to bad's in order (`--builds`); then the last len(order) - 1
+    #: deltas are the hidden steps of the ordered search (planner.ordered), not searched
+    #: as deltas of their own
+    order: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
-        return len(self.deltas)
+        """The deltas the search sees (the ordered search's hidden steps excluded)."""
+        return len(self.deltas) - self.hidden
+
+    @property
+    def hidden(self) -> int:
+        return len(self.order) - 1 if self.order else 0
 
     def closure(self):  # noqa: ANN201
         return coupling_closure(list(self.deltas), self.good, self.bad)
 
+    def wrap(self, strategy: StrategyFn) -> StrategyFn:
+        """The strategy, with the build bisected on its order when `--builds` gave one."""
+        if not self.order:
+            return strategy
+        axis = next(i for i, d in enumerate(self.deltas[: self.n]) if d.kind == "build")
+        return Ordered(strategy, axis=axis, steps=range(self.n, len(self.deltas)),
+                       builds=self.order)  # fmt: skip
+
+    def carries(self, culprit: frozenset[int], variant: Iterable[int]) -> bool:
+        """Whether a variant holds a culprit set: its other deltas, and (on an ordered
+        axis) a build at or after the set's first bad build."""
+        v = frozenset(variant)
+        steps = {i for i in culprit if self.order and self.deltas[i].kind == "build"}
+        if not (culprit - steps) <= v:
+            return False
+        if not steps:
+            return True
+        need = self.order.index(str(self.deltas[min(steps)].new))
+        have = self.variant(v).build
+        return have in self.order and self.order.index(have) >= need
+
+    def builds_of(self, indices: frozenset[int]) -> str | None:
+        """The build a variant runs (None: the command as installed)."""
+        return self.variant(indices).build
+
     def planner(self) -> Planner:
         return Planner(
             self.n,
-            make_strategy(self.strategy),
+            self.wrap(make_strategy(self.strategy)),
             known={frozenset(): Verdict.PASS, frozenset(range(self.n)): Verdict.FAIL},
             closure=self.closure(),
         )
@@ -72,7 +110,7 @@ class Plan:
         if indices == frozenset(range(self.n)):
             return "bad"
         missing = frozenset(range(self.n)) - indices
-        if len(missing) < len(indices):
+        if len(missing) < len(indices) and max(indices) < self.n:
             return "bad - " + ", ".join(self.deltas[i].short() for i in sorted(missing))
         return "good + " + ", ".join(self.deltas[i].short() for i in sorted(indices))
 
@@ -80,6 +118,14 @@ class Plan:
         """Runs after the endpoints, for a single culprit and an interacting pair that fail
         on every start (`*_mean`, `*_worst`), and what `auto` alone costs (`auto_*`: the
         base of the flaky estimates, planner.noise_estimate)."""
+        if self.order:  # the inner search plus a bisection of the builds
+            import math
+
+            extra = math.ceil(math.log2(max(len(self.order) - 1, 1))) + 1
+            base = Plan(self.good, self.bad, self.deltas[: self.n], self.strategy,
+                        self.split).estimates()  # fmt: skip
+            return {k: v + (extra if k.endswith(("_mean", "_worst")) else 0)
+                    for k, v in base.items()}
         if self.strategy in ("auto", "noisy"):  # searches that weigh every run: simulated
             from orchestrator.planner.adaptive import estimate_search
 
@@ -98,3 +144,81 @@ def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy, split=split)
+
+
+def with_packages(plan: Plan, good: dict[str, str], bad: dict[str, str]) -> Plan:
+    """The plan with its build delta opened into the distributions that differ between
+    good's build and bad's (`bisect --packages`): each added or changed one is a delta,
+    taken from bad's build over good's. A distribution only good's build has stays (a
+    variant cannot take it away)."""
+    if plan.order:
+        raise UsageError("--packages and --builds cannot be given together",
+                         hint="search the builds first, then the packages of the two "
+                              "builds that differ")  # fmt: skip
+    index = next((i for i, d in enumerate(plan.deltas) if d.kind == "build"), None)
+    if index is None:
+        raise UsageError("--packages opens the build delta into packages, but the two "
+                         "configs run the same build")
+    src = str(plan.bad.build)
+    changed = [Delta("package", name, good.get(name), ver, path=(src,))
+               for name, ver in sorted(bad.items(), key=lambda kv: kv[0].lower())
+               if good.get(name) != ver]  # fmt: skip
+    if not changed:
+        raise UsageError(f"builds {plan.good.build} and {plan.bad.build} hold the same "
+                         "distributions: no package differs")
+    deltas = [*plan.deltas[:index], *changed, *plan.deltas[index + 1:]]
+    # good's build throughout: a variant is good's build with some of bad's packages
+    bad = replace(apply_deltas(plan.good, deltas, name=plan.bad.name),
+                  health=plan.bad.health, probe=plan.bad.probe)  # fmt: skip
+    return replace(plan, deltas=tuple(deltas), bad=bad)
+
+
+def read_builds(text: str) -> tuple[str, ...]:
+    """`--builds a,b,c`, or `--builds FILE` (one build a line; `#` starts a comment)."""
+    path = Path(text)
+    if "," not in text and path.is_file():
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--builds {text}: cannot read the file: {exc}") from None
+        names = [ln.split("#", 1)[0].strip() for ln in lines]
+    else:
+        names = [w.strip() for w in text.split(",")]
+    names = [n for n in names if n]
+    if not names:
+        raise UsageError(f"--builds {text!r}: no build named",
+                         hint="e.g. --builds 0.5.22,0.5.23rc1,0.5.23, or a file with one a line")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UsageError(f"--builds: {', '.join(dup)} given twice")
+    return tuple(names)
+
+
+def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
+    """The plan with its build delta searched on an order: good's build, the builds given
+    between, bad's build (good's and bad's are added at the ends when not listed)."""
+    if not builds:
+        return plan
+    g, b = plan.good.build, plan.bad.build
+    if g is None or b is None or g == b:
+        unset = plan.good.source or "good" if g is None else plan.bad.source or "bad"
+        raise UsageError("--builds orders the builds between good's and bad's, but "
+                         + ("the two configs run the same build" if g == b else
+                            f"'service.build' is not set in {unset}"),
+                         hint="set service.build in both configs (a path, an image or a name "
+                              "the host's builds: maps)")  # fmt: skip
+    names = list(builds)
+    if g not in names:
+        names.insert(0, g)
+    if b not in names:
+        names.append(b)
+    i, j = names.index(g), names.index(b)
+    if i > j:
+        raise UsageError(f"--builds: good's build {g} comes after bad's build {b} in the "
+                         "order", hint="list the builds from the one that works to the one "
+                         "that fails")  # fmt: skip
+    order = tuple(names[i: j + 1])
+    deltas = [replace(d, order=order) if d.kind == "build" else d for d in plan.deltas]
+    steps = [Delta("build", "build", order[m - 1], order[m], order=order)
+             for m in range(1, len(order))]
+    return replace(plan, deltas=tuple(deltas + steps), order=order)

@@ -48,7 +48,8 @@ def refused_flags(executor: Executor, exp: Experiment) -> None:
     pf = getattr(executor, "preflight", None)
     if pf is None:
         return
-    refusal = pf.check(exp).refusal
+    # the build's own server is asked (its interpreter or image)
+    refusal = pf.check(getattr(executor, "launch_of", lambda e: e)(exp)).refusal
     if refusal is not None:
         raise FlagsRefused(f"on {executor.host.name}, before anything started: {refusal}",
                            file=exp.source, key="service.flags",
@@ -75,6 +76,9 @@ class Task:
     cancelled: bool = False
     #: the repair move the start carries (`planner.repair.Applied.to_dict()`), recorded
     repair: dict[str, Any] | None = None
+    #: configs whose builds must be installed on the host before it starts anything
+    #: (an ordered search's builds; Executor.check_build), checked once per host
+    builds: tuple[Experiment, ...] = ()
 
 
 @dataclass
@@ -317,6 +321,12 @@ class Pool:
                     # set the flag before this line or sets the event after the clear
                     if task.cancelled:
                         raise RunCancelled(f"run cancelled on {w.host.name} before its start")
+                    for exp in (*task.builds, *task.precheck):
+                        key = f"build:{exp.build}"
+                        if exp.build is not None and key not in w.prechecked and \
+                                hasattr(executor, "check_build"):  # fmt: skip
+                            executor.check_build(exp)
+                            w.prechecked.add(key)
                     for exp in task.precheck:
                         if exp.fingerprint() not in w.prechecked:
                             refused_flags(executor, exp)

@@ -54,6 +54,11 @@ class BisectOptions:
     rehearse: bool = False
     #: start a variant that died of a resource again with a repair move (off: `--no-repair`)
     repair: bool = True
+    #: the builds from good's to bad's, in order (`--builds`): searched by bisection
+    builds: tuple[str, ...] = ()
+    #: `--packages`: the distributions of good's and bad's builds as read on the host
+    #: ({"good": {name: version}, "bad": {...}}): their differences are the deltas
+    packages: dict[str, dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,9 @@ class BisectSpec:
                         "fresh": o.fresh, "confidence": o.confidence}
             | ({} if o.split else {"split": False})
             | ({"rehearse": True} if o.rehearse else {})
-            | ({} if o.repair else {"repair": False}),
+            | ({} if o.repair else {"repair": False})
+            | ({"builds": list(o.builds)} if o.builds else {})
+            | ({"packages": o.packages} if o.packages else {}),
         }  # fmt: skip
 
     @classmethod
@@ -91,6 +98,8 @@ class BisectSpec:
             split=bool(opts.get("split", True)),
             rehearse=bool(opts.get("rehearse", False)),
             repair=bool(opts.get("repair", True)),
+            builds=tuple(opts.get("builds") or ()),
+            packages=opts.get("packages") or None,
         )  # fmt: skip
         return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
                    good_source=d.get("good_source"), bad_source=d.get("bad_source"),
@@ -127,14 +136,16 @@ class Culprit:
             return "interacting set"
         what = self.whats[0] if self.whats else self._what_from_text()
         return {"env": "environment variable", "exec": "command", "member": "set member",
-                "json": "JSON key"}.get(what, "single flag")  # fmt: skip
+                "json": "JSON key", "build": "build",
+                "package": "package"}.get(what, "single flag")  # fmt: skip
 
     def _what_from_text(self) -> str:
         """`Delta.what` read back from the described delta, for an answer stored before
         the kinds were recorded."""
-        # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b"
+        # Delta.describe(): "+ env X=1", "~ env X=1 -> 2", "- env X (was 1)", "~ exec a -> b",
+        # "~ build a -> b"
         word = self.deltas[0][2:].split(" ", 1)[0] if self.deltas else ""
-        if word in ("env", "exec"):
+        if word in ("env", "exec", "build", "package"):
             return word
         if self.deltas and " member " in self.deltas[0]:
             return "member"  # `+ --cuda-graph-bs member 4`

@@ -15,6 +15,7 @@ Pure helpers; the course itself is `Bisection._rehearsed` (campaign/bisect.py).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from orchestrator.campaign.planning import Plan
 from orchestrator.config.experiment import LOAD_FORMAT
@@ -54,8 +55,9 @@ def refused(plan: Plan) -> str:
 
 def on_dummy(plan: Plan) -> Plan:
     """The same pair, both configs on dummy weights (the deltas are unchanged)."""
-    return Plan(good=plan.good.with_dummy_weights(), bad=plan.bad.with_dummy_weights(),
-                deltas=plan.deltas, strategy=plan.strategy)  # fmt: skip
+    # (a copy of the plan: its order of builds and its other settings stay)
+    return replace(plan, good=plan.good.with_dummy_weights(),
+                   bad=plan.bad.with_dummy_weights())  # fmt: skip
 
 
 def check_attempts(fails: int, runs: int) -> int:

@@ -8,7 +8,13 @@ import json
 from rich.markup import escape
 
 from orchestrator.campaign.bisect import Bisection
-from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.campaign.planning import (
+    Plan,
+    make_plan,
+    read_builds,
+    with_order,
+    with_packages,
+)
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
@@ -50,6 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-split", action="store_true",
                    help="a flag whose value is a JSON object stays one delta (by default each "
                         "changed key path in it is a delta of its own)")
+    p.add_argument("--builds", metavar="A,B,C|FILE",
+                   help="the builds from good's to bad's in order (names, paths or images; "
+                   "or a file with one a line): the build is bisected on this order, "
+                   "together with the flags")
+    p.add_argument("--packages", action="store_true",
+                   help="open the difference of the two builds (virtualenvs or prefixes on "
+                   "the host) into the distributions that differ: each is a delta, and a set "
+                   "`pip check` refuses is `invalid`")
     p.add_argument("--rehearse", action="store_true",
                    help="search on dummy weights (--load-format dummy: seconds to load, not "
                    "minutes) and confirm the answer on real weights; the experiment's "
@@ -77,8 +91,24 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
     split = spec.options.split
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy,
-                split=split)
+    plan = with_order(Plan(good=good, bad=bad, deltas=tuple(deltas),
+                           strategy=spec.options.strategy, split=split), spec.options.builds)
+    pk = spec.options.packages
+    return with_packages(plan, pk["good"], pk["bad"]) if pk else plan
+
+
+def _opened(plan: Plan, host: Host, args: argparse.Namespace,
+            ) -> tuple[Plan, dict[str, dict[str, str]]]:  # fmt: skip
+    """`--packages`: the two builds' distributions read on the host, their differences the
+    plan's deltas in place of the build."""
+    from orchestrator.execution.executor import service_name
+
+    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
+    try:
+        got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
+    finally:
+        ex.close(restore=False)
+    return with_packages(plan, got["good"], got["bad"]), got
 
 
 def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
@@ -161,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
             given.append("--no-split")
         if args.no_repair:
             given.append("--no-repair")
+        if args.builds:
+            given.append("--builds")
+        if args.packages:
+            given.append("--packages")
         if given:
             raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
                              f"and strategy; {', '.join(given)} cannot be given with it",
@@ -185,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence or opts.confidence,
             rehearse=opts.rehearse,
             repair=opts.repair,
+            builds=opts.builds,
+            packages=opts.packages,
         )
         common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
@@ -196,11 +232,16 @@ def run(args: argparse.Namespace) -> int:
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
+        plan = with_order(plan, read_builds(args.builds) if args.builds else ())
+        packages = None
+        if args.packages:
+            plan, packages = _opened(plan, hosts[0], args)
         options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
                                 max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
                                 confidence=args.confidence or 0.95, split=not args.no_split,
                                 rehearse=args.rehearse or wants_rehearsal(plan),
-                                repair=not args.no_repair)
+                                repair=not args.no_repair,
+                                builds=plan.order, packages=packages)
         resume_id = None
         store = common.store(args)
     notify_url = notifying.url_for(args, common.inventory(args).notify)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.campaign import timing
-from orchestrator.campaign.planning import Plan, make_plan
+from orchestrator.campaign.planning import Plan, make_plan, read_builds, with_order
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.planner import STRATEGIES
@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rehearse", action="store_true",
                    help="price the search on dummy weights, as `bisect --rehearse` runs it "
                         "(`rehearse: dummy-weights` in either config asks the same)")
+    p.add_argument("--builds", metavar="A,B,C|FILE",
+                   help="the builds from good's to bad's in order: bisected with the flags")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_hosts_option(p)
     common.add_results_option(p)
@@ -148,6 +150,7 @@ def repair_moves(args: argparse.Namespace, plan: Plan) -> list[dict[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
+    plan = with_order(plan, read_builds(args.builds) if args.builds else ())
     flag_notes = check_flags(args, plan) if args.host else []
     moves = repair_moves(args, plan)
     planner = plan.planner()
@@ -167,9 +170,11 @@ def run(args: argparse.Namespace) -> int:
             "strategy": plan.strategy,
             "deltas": [red.obj(d.to_dict()) | {"index": i} for i, d in enumerate(plan.deltas)],
             "endpoint_checks": 2,
+            "builds": {"good": plan.good.build, "bad": plan.bad.build,
+                       "order": list(plan.order)},
             "first_round": [
                 {"deltas": sorted(v), "describe": plan.describe(v),
-                 "argv": red.obj(plan.variant(v).argv())}
+                 "argv": red.obj(plan.variant(v).argv()), "build": plan.builds_of(v)}
                 for v in first
             ],
             "estimated_runs": est,
@@ -196,17 +201,25 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("#", justify="right")
     table.add_column("change")
     table.add_column("kind")
-    for i, d in enumerate(plan.deltas):
+    for i, d in enumerate(plan.deltas[: plan.n]):
         table.add_row(str(i), escape(d.describe()), d.kind)
     c.print(table)
     c.print(f"strategy: {plan.strategy}", highlight=False)
+    builds = {plan.good.build, plan.bad.build} - {None}
+    if plan.order:
+        c.print(f"builds, in order (bisected with the flags): {escape(', '.join(plan.order))}",
+                highlight=False)  # fmt: skip
     if first:
         c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
         for v in first:
-            c.print(f"  - {escape(plan.describe(v))}", highlight=False)
+            build = f"  [build {plan.builds_of(v) or 'as installed'}]" if builds else ""
+            c.print(f"  - {escape(plan.describe(v))}{escape(build)}", highlight=False)
     else:  # one change: good + it is the bad config, so the endpoints are the whole search
         c.print("runs: the two endpoint checks (good must pass, bad must fail); with one "
                 "change they are the answer", highlight=False)  # fmt: skip
+    if builds:
+        c.print(f"builds the host needs: {escape(', '.join(plan.order or sorted(builds)))}",
+                highlight=False)  # fmt: skip
     for line in flag_notes:
         c.print(f"flags: {escape(line)}", highlight=False)
     if plan.n >= 2:  # no interacting pair among fewer than two changes

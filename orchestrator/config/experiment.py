@@ -99,6 +99,19 @@ class ServiceModel(_Raw):
     flags: dict[str, Scalar | list[int | float | str] | None] | None = None
     env: dict[str, Scalar | None] | None = None
     workdir: str | None = None
+    #: which installation runs: a path (venv/prefix), an image, or a name the host maps
+    build: str | None = None
+    #: distributions taken from another build over this one (name -> version), and that
+    #: build: a variant of a package-level search (`bisect --packages`)
+    packages: dict[str, str] | None = None
+    packages_from: str | None = None
+
+    @field_validator("build")
+    @classmethod
+    def _build_name(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or re.search(r"[\x00-\x20\x7f]", v)):
+            raise ValueError(f"a build is one word (a path, an image or a name), got {v!r}")
+        return v
 
     @field_validator("flags")
     @classmethod
@@ -376,6 +389,12 @@ class Experiment:
     run_time: float | None = field(default=None, compare=False)
     #: the repair moves this file declares (`repair:`), a campaign hint like `rehearse:`
     repair: Declared | None = field(default=None, compare=False)
+    #: the build that runs (`service.build`; None: the command as it is); see config.builds
+    build: str | None = None
+    #: (distribution, version) taken from build `packages_from` over `build` (an overlay
+    #: on the server's path; `bisect --packages`)
+    packages: tuple[tuple[str, str], ...] = ()
+    packages_from: str | None = None
 
     @property
     def weights(self) -> str:
@@ -448,6 +467,10 @@ class Experiment:
                 if self.probe else None
             ),
         }
+        if self.build is not None:  # joins only when set: older runs' keys hold
+            launch["build"] = self.build
+        if self.packages:
+            launch["packages"] = [sorted(self.packages), self.packages_from]
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -496,6 +519,11 @@ class Experiment:
         svc["exec"] = shlex.join(self.exec)
         if self.workdir:
             svc["workdir"] = self.workdir
+        if self.build is not None:
+            svc["build"] = self.build
+        if self.packages:
+            svc["packages"] = dict(self.packages)
+            svc["packages_from"] = self.packages_from
         svc["flags"] = {k: _jsonable(v) for k, v in self.flags}
         if self.env or self.unset:
             svc["env"] = dict(self.env) | dict.fromkeys(self.unset)  # null: removed
@@ -693,6 +721,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         raise ConfigError("the command is empty", file=source, key="service.exec")
     if svc.workdir is not None:
         _check_workdir(svc.workdir, source)
+    if svc.packages and not svc.packages_from:
+        raise ConfigError("packages taken from another build need that build",
+                          file=source, key="service.packages_from")  # fmt: skip
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
@@ -801,4 +832,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         rehearse=model.rehearse,
         run_time=model.expect.run_time if model.expect else None,
         repair=Declared.of(model.repair, source),
+        build=svc.build,
+        packages=tuple((svc.packages or {}).items()),
+        packages_from=svc.packages_from,
     )

@@ -72,6 +72,18 @@ class HostModel(_Raw):
     keep_runs: int = Field(default=20, ge=1)  # run logs left on a process-manager host
     #: the host's habits: what a run that fails on a resource may change (config.repair)
     repair: RepairModel | None = None
+    builds: dict[str, str] = Field(default_factory=dict)  # build name -> prefix path or image
+
+    @field_validator("builds")
+    @classmethod
+    def _builds(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, target in v.items():
+            if not name or re.search(r"[\x00-\x20\x7f]", name):
+                raise ValueError(f"a build name is one word, got {name!r}")
+            if not target or re.search(r"[\x00-\x20\x7f]", target):
+                raise ValueError(f"build {name!r}: expected one path on the host or one "
+                                 f"image, got {target!r}")
+        return v
 
     @field_validator("unit_dir", "run_dir")
     @classmethod
@@ -143,6 +155,10 @@ class Host:
     keep_runs: int = 20
     slurm: SlurmOptions | None = None
     repair: Declared | None = field(default=None, compare=False)
+    #: build name -> prefix path or image (`builds:`; see orchestrator.config.builds)
+    builds: tuple[tuple[str, str], ...] = ()
+    #: the hosts file this host was read from (errors name it)
+    hosts_file: str = field(default="", compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -255,6 +271,8 @@ def load_inventory(path: str | Path) -> Inventory:
             keep_runs=h.keep_runs,
             slurm=slurm,
             repair=Declared.of(h.repair, f"{path} (host {name})"),
+            builds=tuple(h.builds.items()),
+            hosts_file=str(path),
         )
     pools: dict[str, tuple[str, ...]] = {}
     for pname, p in model.pools.items():

@@ -104,10 +104,14 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
         assert m
         env[m[1]] = m[2]
         i += 1
-    if i >= len(words) or is_option(words[i]):
+    # `docker run ... IMAGE` / `podman run ...`: the runtime, its options and the image
+    # open the command; the image is the build; the server's own command line follows
+    head, i, build = container_exec(words, i)
+    if not head and (i >= len(words) or is_option(words[i])):
         raise ConfigError("no command found before the first --flag", file=source)
-    end = _program_end(words, i)
-    exec_words = words[i:end]
+    # an image whose entrypoint is the server takes the options right after the image
+    end = _program_end(words, i) if i < len(words) and not is_option(words[i]) else i
+    exec_words = head + words[i:end]
     i = end
     server = server_of(exec_words)
     flags: dict[str, Any] = {}
@@ -143,7 +147,36 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
             raise ConfigError(f"flag {option_word(name)} is given twice{again}", file=source)
         flags[name] = value
         spelled[name] = word.split("=", 1)[0]
-    return {"exec": shlex.join(exec_words), "flags": flags, "env": env}
+    spec: dict[str, Any] = {"exec": shlex.join(exec_words), "flags": flags, "env": env}
+    if build:
+        spec["build"] = build
+    return spec
+
+
+def container_exec(words: list[str], i: int) -> tuple[list[str], int, str | None]:
+    """A `docker run ... IMAGE CMD --flags` / `podman run` command line from word i: the
+    runtime, its own options and the image open the exec (the runtime's options are never
+    the server's flags), the image is the build, and the words after it are the server's
+    own command line. Not a container command: ([], i, None)."""
+    from orchestrator.config.builds import container_split
+
+    cc = container_split(words[i:])
+    if cc is None:
+        return [], i, None
+    head = [*cc.runtime, *cc.options, cc.image]
+    return head, i + len(head), cc.image
+
+
+def venv_activation(words: list[str]) -> tuple[str | None, list[str]]:
+    """`source /opt/venv/bin/activate [&& CMD...]` (or `. ...`): the virtualenv (the
+    build) and the words of the command after it, if any; (None, words) otherwise."""
+    if len(words) >= 2 and words[0] in ("source", ".") and words[1].endswith("/bin/activate"):
+        prefix = words[1][: -len("/bin/activate")] or "/"
+        rest = words[2:]
+        while rest and rest[0] in ("&&", ";"):
+            rest = rest[1:]
+        return prefix, rest
+    return None, words
 
 
 def _shell_script(words: list[str]) -> tuple[str, str | None, list[str], bool] | None:
@@ -203,8 +236,9 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
     except shellwords.Unreadable as exc:
         raise ConfigError(f"cannot parse the script: {exc}", file=source) from None
     allexport = False
-    chosen: tuple[shellwords.Command, list, object, shellwords.Vars] | None = None
-    fallback: tuple[shellwords.Command, list, object, shellwords.Vars] | None = None
+    venv: str | None = None  # the virtualenv activated before the command (`source`)
+    chosen: tuple[shellwords.Command, list, object, shellwords.Vars, str | None] | None = None
+    fallback: tuple[shellwords.Command, list, object, shellwords.Vars, str | None] | None = None
     for cmd in commands:
         words = list(cmd.words)
         while words and shellwords.literal(words[0]) in _RESERVED:
@@ -220,6 +254,16 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
                     vs.exported.add(name)
             continue
         first = shellwords.literal(words[0])
+        if first in ("source", ".") and len(words) >= 2:
+            # `source VENV/bin/activate`: the virtualenv is the build the server runs from
+            try:
+                path = "".join(shellwords.expand([words[1]], vs))
+            except shellwords.Unreadable:
+                path = ""
+            activated, _ = venv_activation(["source", path])
+            if activated is not None:
+                venv = activated
+                continue
         if first in ("export", "declare", "typeset", "readonly", "local"):
             opts = [shellwords.literal(w) or "" for w in words[1:]]
             exporting = first == "export" or any(o.startswith("-") and "x" in o for o in opts)
@@ -253,7 +297,7 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
         else:
             launch = any((shellwords.literal(w[:1]) or "").startswith("--") for w in words)
         # the command sees the variables as they are now (a later line may change them)
-        entry = (cmd, prefix, expanded, _copy(vs))
+        entry = (cmd, prefix, expanded, _copy(vs), venv)
         if launch:
             chosen = entry
         elif first is not None and first not in _SHELL_BUILTINS:
@@ -266,7 +310,7 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
             hint="expected a line like: "
             "python -m sglang.launch_server --model-path ... --port 30000",
         )
-    cmd, prefix, expanded, at = entry
+    cmd, prefix, expanded, at, venv = entry
     if isinstance(expanded, shellwords.Unreadable):
         raise ConfigError(
             f"cannot read the launch line: it uses {expanded}",
@@ -298,7 +342,7 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
         spec = _read_script(script, source=source, notes=notes,
                             vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
         spec["env"] = {**env, **spec["env"]}
-        return spec
+        return _with_venv(spec, venv)
     unexported = sorted(k for k in at.values if k not in at.exported and k not in at.used
                         and k not in dict(prefix))  # fmt: skip
     if unexported:
@@ -307,6 +351,18 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
     spec = parse_command(expanded, source=source)
     _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
+    return _with_venv(spec, venv)
+
+
+def _with_venv(spec: dict[str, Any], venv: str | None) -> dict[str, Any]:
+    """The launch ran in an activated virtualenv: that is its build, and the interpreter
+    comes from the build's bin/ (config.builds): a bare word or one already in the venv
+    stays its own name."""
+    if venv and "build" not in spec:
+        spec["build"] = venv
+        first, *rest = shlex.split(spec["exec"])
+        if "/" not in first or first.startswith(venv.rstrip("/") + "/bin/"):
+            spec["exec"] = shlex.join([Path(first).name, *rest])
     return spec
 
 
@@ -512,6 +568,8 @@ def to_experiment_mapping(spec: dict[str, Any], *, name: str) -> dict[str, Any]:
     if spec.get("unit"):
         service["unit"] = spec["unit"]
     service["exec"] = spec["exec"]
+    if spec.get("build"):
+        service["build"] = spec["build"]
     service["flags"] = spec["flags"]
     if spec.get("env"):
         service["env"] = spec["env"]

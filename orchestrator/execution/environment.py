@@ -31,6 +31,7 @@ KERNEL_MARK = "@@KERNEL"
 CPU_MARK = "@@CPU"
 PY_MARK = "@@PYJSON"
 EXEC_MARK = "@@EXEC"
+IMAGE_MARK = "@@IMAGE"
 
 #: distributions recorded whenever installed (name as shown -> distribution names to try)
 KEY_PACKAGES: dict[str, tuple[str, ...]] = {
@@ -69,7 +70,16 @@ if server:
         dists = m.packages_distributions().get(top) or [top]
     except Exception:
         dists = [top]
-    v = ver(dists + [top])
+    # several distributions may provide the package (a release over a checkout of the
+    # project): a real one before a development checkout's egg-info
+    found = []
+    for n in dists + [top]:
+        try:
+            found.append(m.distribution(n))
+        except Exception:
+            pass
+    found.sort(key=lambda d: str(getattr(d, "_path", "")).endswith(".egg-info"))
+    v = found[0].version if found else None
     if v is None and util.find_spec(top) is not None and top not in ("sglang", "vllm"):
         try:
             v = getattr(__import__(top), "__version__", None)
@@ -110,6 +120,10 @@ class HostEnvironment:
     #: and the sha256 of that file: a wrapper script or binary changed in place shows
     exec_path: str | None = None
     exec_sha256: str | None = None
+    #: a container command's image as named, and its id (`docker image inspect`): the
+    #: packages above are then read inside that image
+    image: str | None = None
+    image_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,7 +149,7 @@ class HostEnvironment:
     def digest(self) -> str:
         """Equal environments have equal digests (what the cache and change checks use)."""
         data = self.to_dict()
-        for late in ("exec_path", "exec_sha256"):  # recorded later: older digests hold
+        for late in ("exec_path", "exec_sha256", "image", "image_id"):  # older digests hold
             if data[late] is None:
                 del data[late]
         blob = json.dumps(data, sort_keys=True)
@@ -162,6 +176,9 @@ class HostEnvironment:
         if self.exec_path:
             sha = f" (sha256 {self.exec_sha256[:12]})" if self.exec_sha256 else ""
             out.append(("exec", self.exec_path + sha))
+        if self.image:
+            out.append(("image", self.image + (f" ({self.image_id})" if self.image_id
+                                               else " (not on the host)")))
         out += [(name, v) for name, v in self.packages.items() if v]
         missing = [name for name, v in self.packages.items() if not v]
         if missing:
@@ -231,13 +248,30 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
     the exec script's `#!` line (a console script such as `vllm` or `sglang`), else
     python3. `env` is the config's (non-secret) environment: PYTHONPATH, a venv's PATH.
     """
+    from orchestrator.config.builds import container_split
+
     argv = list(exec_argv)
-    if argv and _is_python(argv[0]):
+    cc = container_split(argv)
+    image = ""
+    if cc is not None:
+        # the server runs inside the image: its packages are read there, and the image's id
+        # says which image a tag named
+        rt = shlex.join(cc.runtime[:-1])
+        img = shlex.quote(cc.image)
+        image = (f"echo {IMAGE_MARK}; echo {img}; {rt} image inspect --format '{{{{.Id}}}}' "
+                 f"{img} 2>/dev/null; ")
+        find_py = (f"py=\"{rt} run --rm --network none --entrypoint python3 {img}\"; "
+                   "how=image")
+    elif argv and _is_python(argv[0]):
         find_py = f"py={shlex.quote(argv[0])}; how=exec"
     elif argv:
         exe = shlex.quote(argv[0])
+        # a shell wrapper (a release's `bin/vllm` over a shared base): the Python beside it
         find_py = (f"py=$(sed -n '1s/^#![[:space:]]*//p' \"$(command -v {exe})\" 2>/dev/null "
                    "| head -c 300); how=shebang; "
+                   'case "$py" in *python*) ;; *) d=$(dirname "$(command -v '
+                   f'{exe})" 2>/dev/null); if [ -x "$d/python" ]; then py="$d/python"; '
+                   'how=beside; else py=; fi;; esac; '
                    '[ -n "$py" ] || { py=python3; how=default; }')  # fmt: skip
     else:
         find_py = "py=python3; how=default"
@@ -256,9 +290,9 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
         f"echo {KERNEL_MARK}; uname -r; "
         f"echo {CPU_MARK}; sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
         "| sort | uniq -c; "
-        f"{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
+        f"{image}{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
         f"$py -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
-        f"{shlex.quote(server_hint(argv))} 2>/dev/null; true"
+        f"{shlex.quote(server_hint(cc.command if cc else argv))} 2>/dev/null; true"
     )
 
 
@@ -333,6 +367,9 @@ def parse(text: str) -> HostEnvironment:
     packages = data.get("packages") if isinstance(data.get("packages"), dict) else {}
     exe = [ln.strip() for ln in (_section(text, EXEC_MARK) or "").splitlines() if ln.strip()]
     sha = exe[1] if len(exe) > 1 and re.fullmatch(r"[0-9a-f]{64}", exe[1]) else None
+    img = [ln.strip() for ln in (_section(text, IMAGE_MARK) or "").splitlines() if ln.strip()]
+    image_id = img[1] if len(img) > 1 and re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", img[1]) \
+        else None  # fmt: skip
     pk = {name: _str(packages.get(name)) for name in KEY_PACKAGES}
     return HostEnvironment(
         gpu_model=model, gpu_count=count, gpu_memory=mem, driver=driver,
@@ -343,6 +380,7 @@ def parse(text: str) -> HostEnvironment:
         interpreter=(f"{how[2].strip()} ({how[1]})" if how else None) if data else None,
         server=_str(data.get("server")), server_version=_str(data.get("server_version")),
         packages=pk, exec_path=exe[0] if exe else None, exec_sha256=sha,
+        image=img[0] if img else None, image_id=image_id,
     )  # fmt: skip
 
 

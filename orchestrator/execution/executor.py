@@ -17,12 +17,13 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
 from orchestrator import shield
+from orchestrator.config import builds
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify import (
@@ -241,10 +242,117 @@ class Executor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ---- builds
+    def launch_of(self, exp: Experiment) -> Experiment:
+        """The config with its build applied on this host (`service.build` and the host's
+        `builds:`): the command line that runs. Unchanged when it names no build; a build
+        the host lacks is a BuildError naming the hosts-file line to add."""
+        out = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
+                             hosts_file=self.host.hosts_file)  # fmt: skip
+        if exp.packages and exp.packages_from:
+            # the packages taken from another build go first on the server's path
+            site = self._overlay_site(exp)
+            rest = dict(out.env).get("PYTHONPATH")
+            out = out.with_changes(env={"PYTHONPATH": site + (f":{rest}" if rest else "")})
+        return out
+
+    def _overlay_site(self, exp: Experiment) -> str:
+        root = self.host.run_dir or "/var/tmp/orchestrator"
+        return builds.overlay_dir(root, exp.packages, str(exp.packages_from))
+
+    def packages_of(self, exp: Experiment) -> dict[str, str]:
+        """The distributions of a config's build, read by its own interpreter on the host."""
+        launch = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
+                                hosts_file=self.host.hosts_file)  # fmt: skip
+        target = builds.target_of(exp.build, dict(self.host.builds), exp.exec) \
+            if exp.build else None  # fmt: skip
+        if target is not None and not builds.is_path(target):
+            raise builds.BuildError(f"build '{exp.build}' is an image: its packages cannot "
+                                    "be taken apart yet", key="service.build",
+                                    file=exp.source)  # fmt: skip
+        py = builds.python_of(launch.exec, target)
+        res = self.t.run(f"{shlex.quote(py)} -c {shlex.quote(builds.LIST_SNIPPET)}", timeout=60)
+        dists = builds.parse_dists(res.stdout)
+        if dists is None:
+            raise InfraError(f"{self.host.name}: cannot list the distributions of build "
+                             f"'{exp.build}' with {py}: {res.stderr.strip()[-300:]}")
+        return dists
+
+    def prepare_packages(self, exp: Experiment) -> str | None:
+        """Lay the overlay of a package variant out on the host (links into the build the
+        packages come from) and put the result to `pip check`: why the variant cannot run
+        (a package missing, a requirement the set breaks that good's build alone does not),
+        None when it can."""
+        if not exp.packages or not exp.packages_from:
+            return None
+        import json
+
+        site = self._overlay_site(exp)
+        source = replace(exp, build=exp.packages_from, packages=(), packages_from=None)
+        src_target = builds.target_of(str(exp.packages_from), dict(self.host.builds), exp.exec)
+        src_py = builds.python_of(self.launch_of(source).exec, src_target)
+        wanted = json.dumps(dict(exp.packages))
+        res = self.t.run(f"{shlex.quote(src_py)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
+                         f"{shlex.quote(site)} {shlex.quote(wanted)}", timeout=120)  # fmt: skip
+        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@OVERLAY ")), None)
+        if line is None:
+            raise InfraError(f"{self.host.name}: cannot lay out the packages from build "
+                             f"'{exp.packages_from}': {res.stderr.strip()[-300:]}")
+        missing = json.loads(line[len("@@OVERLAY "):])
+        if missing:
+            return (f"build '{exp.packages_from}' does not hold {', '.join(missing)}: "
+                    "the packages cannot be taken from it")
+        base = replace(exp, packages=(), packages_from=None)
+        py = builds.python_of(self.launch_of(base).exec, builds.target_of(
+            str(exp.build), dict(self.host.builds), exp.exec) if exp.build else None)
+        check = f"{shlex.quote(py)} -m pip check 2>&1"
+        before = self.t.run(check, timeout=120)
+        after = self.t.run(f"PYTHONPATH={shlex.quote(site)}${{PYTHONPATH:+:$PYTHONPATH}} "
+                           + check, timeout=120)  # fmt: skip
+        if "No module named pip" in before.stdout + after.stdout:
+            return None  # nothing to check with: the server's start will tell
+        # a complaint good's build has already is none of the set's, whatever version of
+        # the complaining distribution the set brings ("X 0.29 requires Y" = "X 0.28 ...")
+        known = {builds.complaint_key(p) for p in builds.pip_problems(before.stdout)}
+        new = [p for p in builds.pip_problems(after.stdout)
+               if builds.complaint_key(p) not in known]  # fmt: skip
+        if new:
+            return "pip check refuses this set of packages: " + "; ".join(new[:5])
+        return None
+
+    def check_build(self, exp: Experiment) -> None:
+        """Refuse, before anything starts, a build this host does not have: its prefix's
+        command is no executable file there, or its image is not pulled. Read once per
+        build and host."""
+        if exp.build is None:
+            return
+        launch = self.launch_of(exp)
+        checked = self.__dict__.setdefault("_builds_checked", set())
+        if launch.exec in checked:
+            return
+        cc = builds.container_split(launch.exec)
+        if cc is not None:
+            cmd = shlex.join([*cc.runtime[:-1], "image", "inspect", "--format", "{{.Id}}",
+                              cc.image])  # fmt: skip
+            what = f"the image {cc.image} is not on the host"
+        else:
+            cmd = f"test -x {shlex.quote(launch.exec[0])}"
+            what = f"{launch.exec[0]} is no executable file there"
+        res = self.t.run(cmd, timeout=60)
+        if res.exit_code != 0:
+            raise builds.BuildError(
+                f"build '{exp.build}' is not installed on host {self.host.name}: {what}",
+                file=self.host.hosts_file or None, key=f"hosts.{self.host.name}.builds",
+                hint=builds.missing_hint(exp.build, self.host.name, self.host.hosts_file,
+                                         exp.exec)
+                + " (pointing at where the build is installed), or install it there")
+        checked.add(launch.exec)
+
     # ---- preflight
     def accepted_flags(self, exp: Experiment) -> tuple[str, ...] | None:
         """The options the server's own `--help` lists, when that help is trusted to refuse
         flags (None: it is not; see orchestrator.execution.preflight)."""
+        exp = self.launch_of(exp)
         entry = self.preflight.help_of(exp)
         return entry.facts.options if entry.trusted else None
 
@@ -252,6 +360,7 @@ class Executor:
         """What the server's parser takes, as its own help lists it (read once per host and
         server build, see orchestrator.execution.helpcache), when that help is trusted to
         tell; None otherwise. Needs no lock: it only reads."""
+        exp = self.launch_of(exp)
         try:
             env: envfacts.HostEnvironment | None = self.environment(exp)
         except (TransportError, InfraError):
@@ -262,7 +371,7 @@ class Executor:
     def check_flags(self, exp: Experiment) -> str | None:
         """Why the server refuses this variant's flags, in its own words, when its own parser
         confirmed it without a start; None otherwise (a prediction is confirmed by the run)."""
-        return self.preflight.check(exp).refusal
+        return self.preflight.check(self.launch_of(exp)).refusal
 
     def check_port(self, exp: Experiment) -> None:
         """Refuse to go on when the config's port is held by something not ours."""
@@ -290,14 +399,25 @@ class Executor:
         # The launch removes the campaign's other variables too; run and recorded as such
         # (its fingerprint says so), whichever command asked for it.
         exp = exp.unsetting(env_keys)
+        # the run is recorded under its config (its build by name); the host runs the
+        # build's interpreter or image
+        config, exp = exp, self.launch_of(exp)
         # Before the clock starts: the capture is not part of the run's time or deadline.
         self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None
         env_error: TransportError | InfraError | None = None
+        refused: str | None = None
         try:
+            refused = self.prepare_packages(config)
             environment = self.environment(exp)
         except (TransportError, InfraError) as exc:
             env_error = exc  # host trouble: judged below as this run's `infra`
+        if environment is not None and config.build is not None and not config.packages:
+            # what runs is read from inside the build, not taken from its name
+            served = builds.read_back(config.build, dict(self.host.builds).get(config.build),
+                                      environment.server_version, environment.server)
+            if served is not None:
+                env_error = InfraError(served)
         started_at = self.wall_clock()
         t0 = self.clock()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -315,7 +435,9 @@ class Executor:
             if env_error is not None:
                 raise env_error
             flagcheck = self.preflight.check(exp, build=build_of(environment))
-            if flagcheck.refusal is not None:
+            if refused is not None:  # a set of packages the resolver does not accept
+                evidence = RunEvidence(invalid_reason=refused)
+            elif flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
                 self.manager.stop()
@@ -372,6 +494,12 @@ class Executor:
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
             detail = outside_cause(evidence) or ""
+        if config.build is not None and sig is not None and verdict in (
+                Verdict.FAIL, Verdict.OTHER) and builds.broken(sig.error_class, sig.message):
+            # the build cannot start the server at all: it never ran the config
+            verdict = Verdict.INVALID
+            detail = (f"build '{config.build}' cannot start the server ({sig.error_class}: "
+                      f"{sig.message}); not a verdict about the config")
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
@@ -397,7 +525,7 @@ class Executor:
                 host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
                                                  else h.address])  # fmt: skip
         return self._finish(
-            exp, run_id, label, verdict, sig, detail, duration, started_at=started_at,
+            config, run_id, label, verdict, sig, detail, duration, started_at=started_at,
             phase_times=tuple(watch.phase_times.items()), last_phase=watch.phase, log_tail=log,
             rendered=rendered, probe_metric=metric, polls=watch.polls, ready_s=watch.ready_at,
             invocation=started.invocation if started else None, host_record=host_record,
@@ -428,6 +556,7 @@ class Executor:
         Read once per capture between two runs (variants of one pair mostly share it);
         every run reads it afresh."""
         memo = self._inputs_memo
+        exp = self.launch_of(exp)
         key = self._capture_command(exp)
         if key not in memo:
             try:
@@ -446,6 +575,7 @@ class Executor:
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
         the server's own interpreter (one command; what is absent is recorded as absent)."""
+        exp = self.launch_of(exp)
         return envfacts.parse(self.t.run(self._capture_command(exp), timeout=60).stdout)
 
     def _ports(self, started: Started) -> list[int] | None:

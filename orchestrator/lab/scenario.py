@@ -41,7 +41,11 @@ is absent, used by comparisons but not by true/false), `known_flags` (a preset n
 `{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
 `--help` lists three flags and says so, as pass-through wrappers do), `model` (figures for
 the startup lines; `weights_gb` with `load_gb_per_s` sets the load phase's time, and
-`dummy_load_s` its time with `--load-format dummy`, which loads random weights).
+`dummy_load_s` its time with `--load-format dummy`, which loads random weights),
+`versions` (the server's releases, oldest first: a rule's `when: {version: ...}` holds by
+that order, `{ge: 0.5.23}` from that release on; the server's version is the installed
+distribution `orchestrator-lab-server`, which a lab build puts on its path, see
+`orchestrator.lab.builds`; a server without one matches no version condition).
 """
 
 from __future__ import annotations
@@ -145,12 +149,17 @@ class When:
 
     flags: tuple[Condition, ...] = ()
     env: tuple[Condition, ...] = ()
+    #: conditions on the server's version, by its position in the scenario's `versions:`
+    version: tuple[Condition, ...] = ()
 
     def holds(
         self, flags: Mapping[str, FlagValue], env: Mapping[str, str],
-        defaults: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None, version: int | None = None,
     ) -> bool:
         defaults = defaults or {}
+        for c in self.version:
+            if not c.holds(version, version is not None):
+                return False
         for c in self.flags:
             if c.path:
                 present, actual = json_key(flags.get(c.key), c.path)
@@ -232,6 +241,13 @@ class Scenario:
     known_flags: tuple[flagcat.FlagSpec, ...] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     model: ModelInfo = ModelInfo()
+    #: the server's releases, oldest first (`versions:`); a rule's `version:` condition
+    #: compares by this order
+    versions: tuple[str, ...] = ()
+
+    def version_index(self, name: str | None) -> int | None:
+        """The position of a version in `versions:` (None: no version, or not listed)."""
+        return self.versions.index(name) if name in self.versions else None
 
     def startup_total(self) -> float:
         """Seconds from start to ready at time scale 1, on the checkpoint's weights."""
@@ -248,11 +264,14 @@ class Scenario:
         return self.startup["load_weights"]
 
     def select_fault(
-        self, flags: Mapping[str, FlagValue], env: Mapping[str, str], seed: int
+        self, flags: Mapping[str, FlagValue], env: Mapping[str, str], seed: int,
+        version: str | None = None,
     ) -> Rule | None:
-        """The first rule that matches (and, if flaky, whose draw comes up), else None."""
+        """The first rule that matches (and, if flaky, whose draw comes up), else None.
+        `version`: the server's own (a build's), matched against `version:` conditions."""
+        index = self.version_index(version)
         for rule in self.faults:
-            if not rule.when.holds(flags, env, self.defaults):
+            if not rule.when.holds(flags, env, self.defaults, index):
                 continue
             if rule.needs_real_weights and str(flags.get("load-format", "")) == DUMMY:
                 continue
@@ -395,6 +414,7 @@ class _Validator:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.versions: tuple[str, ...] = ()
 
     def fail(self, where: str, msg: str) -> ScenarioError:
         return ScenarioError(f"{self.path}: {where}: {msg}" if where else f"{self.path}: {msg}")
@@ -441,7 +461,8 @@ class _Validator:
             raise self.fail("", "the file is empty; expected a scenario mapping")
         data = self.mapping("(top level)", data)
         self.keys("", data, ("name", "description", "seed", "startup", "faults", "throughput",
-                             "known_flags", "defaults", "model"))
+                             "known_flags", "defaults", "model", "versions"))
+        self.versions = self.version_list(data.get("versions"))
         name = self.string("name", data["name"]) if "name" in data else self.path.parent.name
         seed: int | None = 0
         if data.get("seed") == "random":
@@ -467,7 +488,46 @@ class _Validator:
             raise self.fail("description", f"expected a string, got {_kind(desc)}")
         return Scenario(name=name, path=self.path, description=desc, seed=seed, startup=startup,
                         faults=faults, throughput=base, factors=factors, known_flags=known,
-                        defaults=defaults, model=model)
+                        defaults=defaults, model=model, versions=self.versions)
+
+    def version_list(self, v: object) -> tuple[str, ...]:
+        if v is None:
+            return ()
+        if not isinstance(v, list) or not v:
+            raise self.fail("versions", f"expected a list of version names, oldest first, got "
+                                        f"{_kind(v)}")  # fmt: skip
+        names = [str(x) if isinstance(x, int | float | str) and not isinstance(x, bool)
+                 else "" for x in v]  # fmt: skip
+        for i, name in enumerate(names):
+            if not name:
+                raise self.fail(f"versions[{i}]", f"expected a version name, got {_kind(v[i])}")
+            if names.index(name) != i:
+                raise self.fail(f"versions[{i}]", f"version {name!r} is listed twice")
+        return tuple(names)
+
+    def version_condition(self, where: str, v: object) -> Condition:
+        """`version: 0.5.23` (equal), `{ge: 0.5.23}`, `{in: [...]}`: by the order of
+        `versions:`, as positions."""
+        if not self.versions:
+            raise self.fail(where, "a version condition needs the scenario's 'versions:' list")
+        c = self.condition(where, "version", v if not isinstance(v, dict) else
+                           {k: (0 if k in ("lt", "le", "gt", "ge") else x)
+                            for k, x in v.items()})  # fmt: skip
+        raw = v[c.op] if isinstance(v, dict) else v
+
+        def index(x: object, at: str) -> int:
+            name = str(x)
+            if name not in self.versions:
+                close = difflib.get_close_matches(name, self.versions, n=1)
+                mean = f"; did you mean {close[0]!r}?" if close else ""
+                raise self.fail(at, f"version {name!r} is not in 'versions:'{mean}")
+            return self.versions.index(name)
+
+        if c.op in ("present", "absent"):
+            return c
+        if c.op == "in":
+            return Condition("version", "in", [index(x, f"{where}.in") for x in raw])
+        return Condition("version", c.op, index(raw, where))
 
     def startup(self, v: object) -> dict[str, float]:
         data = self.mapping("startup", v if v is not None else {})
@@ -611,7 +671,11 @@ class _Validator:
         data = self.mapping(where, v if v is not None else {})
         flag_conds = []
         env_conds: list[Condition] = []
+        version_conds: list[Condition] = []
         for key, cond in data.items():
+            if key == "version":
+                version_conds.append(self.version_condition(f"{where}.version", cond))
+                continue
             if key == "env":
                 env = self.mapping(f"{where}.env", cond)
                 env_conds.extend(self.condition(f"{where}.env.{k}", str(k), c)
@@ -628,7 +692,7 @@ class _Validator:
                 flag_conds.append(self.key_condition(f"{where}.{key}", name, tuple(path), cond))
             else:
                 flag_conds.append(self.condition(f"{where}.{key}", name, cond))
-        return When(tuple(flag_conds), tuple(env_conds))
+        return When(tuple(flag_conds), tuple(env_conds), tuple(version_conds))
 
     def key_condition(self, where: str, key: str, path: tuple[str, ...], v: object) -> Condition:
         """A condition on a key path: booleans are JSON values, not present/absent."""

@@ -50,6 +50,9 @@ from orchestrator.lab.scenario import (
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sglang_text import RAW, Line
 
+#: the distribution a lab build installs: its version is the server's release
+LAB_DIST = "orchestrator-lab-server"
+
 TIME_SCALE_ENV = "ORCH_LAB_TIME_SCALE"
 SEED_ENV = "ORCH_LAB_SEED"
 DEFAULT_PORT = 30000
@@ -539,6 +542,17 @@ def replayed_seed(base: int, start: int) -> int:
     return random.Random(f"lab-start:{base}:{start}").randrange(2**63)
 
 
+def installed_version() -> str | None:
+    """The release this server is: the distribution a lab build installs on its path
+    (`orchestrator.lab.builds`), as importlib.metadata reads it; None outside a build."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(LAB_DIST)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = cmdline.prescan(argv)
@@ -572,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (cmdline.UsageError, _Usage) as exc:
         cmdline.print_usage_error(str(exc), specs)
         return 2
-    rule = scen.select_fault(flags, os.environ, seed)
+    rule = scen.select_fault(flags, os.environ, seed, version=installed_version())
     if rule is not None and rule.phase == "args":
         message = rule.error or "invalid arguments"
         message = message[len("error:"):].strip() if message.startswith("error:") else message

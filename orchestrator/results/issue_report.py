@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.config.secrets import MARKER
@@ -122,6 +123,17 @@ def nothing_to_report(camp: CampaignRow, runs: list[RunRow]) -> str | None:
     return None
 
 
+def _builds_of(culprit: Any) -> tuple[str, str] | None:
+    """(last good build, first bad build) when the culprit set holds a build step."""
+    if culprit is None:
+        return None
+    for text, what in zip(culprit.deltas, culprit.whats or [], strict=False):
+        if what == "build" and " -> " in text:
+            old, new = text.removeprefix("~ build ").split(" -> ", 1)
+            return old, new
+    return None
+
+
 def issue_markdown(
     camp: CampaignRow,
     runs: list[RunRow],
@@ -174,6 +186,14 @@ def issue_markdown(
         summary = (f"{server}{version} fails during `{phase}` with `{error}`; the flags "
                    "that cause it were not narrowed down.")  # fmt: skip
     out += [f"**Summary:** {summary}", ""]
+    builds = _builds_of(culprit)
+    if builds is not None:
+        last_good, first_bad = builds
+        others = [f for f, w in zip(flags, culprit.whats or [], strict=False) if w != "build"]
+        out += [f"**Build:** the first build that fails is `{first_bad}`; the last good one is "
+                f"`{last_good}`" + (" (with " + " + ".join(f"`{f}`" for f in others)
+                                    + "; without them both builds pass)" if others else "")
+                + ".", ""]  # fmt: skip
     if answer.status is Status.UNSURE and culprit:
         noise = answer.noise or {}
         conf = noise.get("confidence")

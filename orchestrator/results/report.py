@@ -131,6 +131,25 @@ def _with(text: str | None) -> str:
     return f" ({text})" if text else ""
 
 
+def _builds(runs: list[RunRow], environments: list[EnvironmentSeen] | None,
+            ) -> dict[str, str] | None:  # fmt: skip
+    """Run id -> its build as the config named it and the server version read inside it
+    (`0.5.23 (serves 0.5.23)`); None when no run named a build (no column then)."""
+    named = {r.id: (r.config.get("service") or {}).get("build") for r in runs}
+    if not any(named.values()):
+        return None
+    served: dict[str, str] = {}
+    for seen in environments or []:
+        for rid in seen.runs:
+            if seen.env.server_version:
+                served[rid] = seen.env.server_version
+            if seen.env.image_id:
+                served[rid] = served.get(rid, "") + f" {seen.env.image_id[:19]}"
+    return {rid: (b or "as installed") + (f" (serves {served[rid].strip()})"
+                                          if rid in served else "")
+            for rid, b in named.items()}  # fmt: skip
+
+
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
@@ -190,14 +209,18 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
     # which weights a run loaded: a column only when some run loaded dummy ones
     rehearsed = _rehearsed(runs)
+    # which build a run ran: a column only when some config named one
+    built = _builds(runs, environments)
     out += ["", "## Steps", "",
             "| run | variant | purpose |" + (" weights |" if rehearsed else "")
-            + " verdict | signature | time |",
-            "|---|---|---|" + ("---|" if rehearsed else "") + "---|---|---|"]  # fmt: skip
+            + (" build |" if built else "") + " verdict | signature | time |",
+            "|---|---|---|" + ("---|" if rehearsed else "") + ("---|" if built else "")
+            + "---|---|---|"]  # fmt: skip
     for r in runs:
         src = " (cached)" if r.cached_from else ""
         out.append(f"| {r.id} | {r.label} | {r.purpose} | "
                    + (f"{r.weights} | " if rehearsed else "")
+                   + (f"{built[r.id]} | " if built else "")
                    + f"{_relative(r, camp)}{src} | {r.signature or ''} | "
                    f"{r.duration:.0f}s |")  # fmt: skip
     out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
@@ -306,14 +329,17 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     if environments is not None:
         parts.append(env_report.html_section(environments))
     rehearsed = _rehearsed(runs)
+    built = _builds(runs, environments)
     parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
                  "<th>purpose</th>" + ("<th>weights</th>" if rehearsed else "")
+                 + ("<th>build</th>" if built else "")
                  + "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
     for r in runs:
         v = _relative(r, camp)
         src = " (cached)" if r.cached_from else ""
         parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
                      + (f"<td>{e(r.weights)}</td>" if rehearsed else "")
+                     + (f"<td>{e(built[r.id])}</td>" if built else "")
                      + f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
                      f"<td><code>{e(str(r.signature or ''))}</code></td>"
                      f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip

@@ -196,6 +196,9 @@ class SlurmExecutor(Executor):
             target: Signature | None = None, env_keys: Iterable[str] = (),
             good_metric: float | None = None) -> RunResult:  # fmt: skip
         exp = exp.unsetting(env_keys)  # run and recorded as launched (see Executor.run)
+        # the job runs the build's interpreter or image (first word of its command line);
+        # the run is recorded under its config
+        config, exp = exp, self.launch_of(exp)
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
@@ -276,7 +279,7 @@ class SlurmExecutor(Executor):
                           controller=CONTROLLER))}  # fmt: skip
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
-            exp, run_id, label, verdict, sig, detail, round(duration, 3),
+            config, run_id, label, verdict, sig, detail, round(duration, 3),
             started_at=started_at + ran["pending_s"], ready_s=ready_s, host_record=record,
             last_phase=evidence.last_phase or seen_phase, phase_times=tuple(phase_times.items()),
             probe_metric=evidence.probe.metric if evidence.probe else None, environment=env,

@@ -1,0 +1,297 @@
+"""Builds: which installation of the server a config runs (a venv, a prefix, an image).
+
+A config names its build with `service.build`. The name is one of:
+
+- a path on the host (`/opt/sglang-0.5.23`): a virtualenv or install prefix; the run's
+  command takes its interpreter (or its first word) from that prefix's `bin/`;
+- a container image (`lmsysorg/sglang:v0.5.23`) when the command runs `docker run` or
+  `podman run`: the image word of that command line is replaced;
+- any other name (`0.5.23`), which the host maps to one of the two in the hosts file
+  (`builds: {0.5.23: /opt/sglang-0.5.23}` under the host).
+
+Everything here is pure: `resolve` turns a config and a host's `builds:` into the command
+line that runs; the executor calls it before every run, so the drop-in, the launch script
+and the Slurm job all carry the build's interpreter or image. Where the exec runs a
+container, `container_split` finds the image and the server's own argv in it (the importer
+reads unit files with it too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestrator.config.experiment import Experiment
+
+#: container runtimes whose `run` subcommand starts the server inside an image
+RUNTIMES = ("docker", "podman", "nerdctl")
+#: `docker run` / `podman run` options that take a value as the next word (a long option
+#: may also be written `--opt=value`); every other option is a switch
+_VALUE_OPTIONS = frozenset("""
+-a --attach --add-host --annotation --blkio-weight --blkio-weight-device --cap-add --cap-drop
+--cgroup-parent --cgroupns --cgroup-conf --cidfile --cpu-period --cpu-quota --cpu-rt-period
+--cpu-rt-runtime -c --cpu-shares --cpus --cpuset-cpus --cpuset-mems --device
+--device-cgroup-rule --device-read-bps --device-read-iops --device-write-bps
+--device-write-iops --dns --dns-option --dns-opt --dns-search --domainname --entrypoint -e
+--env --env-file --expose --gpus --group-add --health-cmd --health-interval
+--health-retries --health-start-period --health-timeout -h --hostname --hooks-dir --ip
+--ip6 --ipc --isolation --kernel-memory -l --label --label-file --link --link-local-ip
+--log-driver --log-opt --mac-address -m --memory --memory-reservation --memory-swap
+--memory-swappiness --mount --name --network --net --network-alias --net-alias
+--oom-score-adj --pid --pids-limit --platform -p --publish --pull --restart --runtime
+--security-opt --shm-size --stop-signal --stop-timeout --storage-opt --sysctl --tmpfs
+--ulimit -u --user --userns --uts -v --volume --volume-driver --volumes-from -w --workdir
+--secret --systemd --umask --uidmap --gidmap --subuidname --subgidname --arch --os
+--variant --authfile --cert-dir --creds --decryption-key --init-path --pidfile
+--rootfs --sdnotify --seccomp-policy --timeout --tz --chrootdirs --passwd-entry
+--personality --preserve-fds --requires --log-level --conmon-pidfile --cgroups
+--gpus-all-devices --pod --pod-id-file --replace-policy --retry --retry-delay
+""".split())
+
+
+@dataclass(frozen=True)
+class ContainerCommand:
+    """A `docker run ... IMAGE CMD...` command line cut in three."""
+
+    runtime: tuple[str, ...]  # everything up to and including `run` (`sudo docker run`)
+    options: tuple[str, ...]  # the runtime's own options (not the server's)
+    image: str
+    command: tuple[str, ...]  # what runs inside the image: the server's own argv
+
+    @property
+    def image_index(self) -> int:
+        return len(self.runtime) + len(self.options)
+
+
+def container_split(words: Sequence[str]) -> ContainerCommand | None:
+    """The parts of a `docker run` / `podman run` command line, or None if it is not one.
+
+    `sudo`, `env X=Y` and a path to the runtime (`/usr/bin/docker`) may come first. The
+    runtime's options are skipped by the table above; `--` ends them."""
+    i = 0
+    while i < len(words) and (words[i] in ("sudo", "env", "exec", "nice", "-E")
+                              or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[i])):
+        i += 1
+    if i + 1 >= len(words) or os.path.basename(words[i]) not in RUNTIMES:
+        return None
+    j = i + 1
+    if words[j] == "container":  # `docker container run`
+        j += 1
+    if j >= len(words) or words[j] != "run":
+        return None
+    runtime_end = j + 1
+    k = runtime_end
+    while k < len(words):
+        w = words[k]
+        if w == "--":
+            k += 1
+            break
+        if not w.startswith("-") or w == "-":
+            break
+        if "=" in w and w.startswith("--"):
+            k += 1
+        elif w in _VALUE_OPTIONS:
+            k += 2
+        else:
+            k += 1
+    if k >= len(words):
+        return None
+    return ContainerCommand(tuple(words[:runtime_end]), tuple(words[runtime_end:k]),
+                            words[k], tuple(words[k + 1:]))  # fmt: skip
+
+
+def is_path(name: str) -> bool:
+    return name.startswith("/")
+
+
+_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:(?:rc|a|b|\.post|\.dev)\d+)?)")
+
+
+def version_in(name: str) -> str | None:
+    """The version a build's name states (`0.5.23`, `lmsysorg/sglang:v0.5.23-cu129`,
+    `/opt/vllm-0.30.0`), or None when it states none."""
+    found = _VERSION.findall(name.rsplit(":", 1)[-1] if not is_path(name) else name)
+    return found[-1] if found else None
+
+
+def same_version(a: str, b: str) -> bool:
+    """`0.30.0` is `0.30.0+cpu` and `0.30`: what a release's name promises."""
+    def norm(v: str) -> list[str]:
+        parts = v.split("+", 1)[0].split(".")
+        while len(parts) > 1 and parts[-1] == "0":
+            parts.pop()
+        return parts
+
+    return norm(a) == norm(b)
+
+
+class BuildError(ConfigError):
+    """A build that the host cannot run (unknown name, wrong kind for the command)."""
+
+
+def target_of(name: str, builds: Mapping[str, str], exec_words: Sequence[str]) -> str | None:
+    """What a build name stands for on a host: the `builds:` entry, else the name itself
+    when it is a path or (for a container command) an image; None: the host lacks it."""
+    if name in builds:
+        return builds[name]
+    if is_path(name):
+        return name
+    if container_split(exec_words) is not None and ("/" in name or ":" in name):
+        return name
+    return None
+
+
+def missing_hint(name: str, host: str, hosts_file: str, exec_words: Sequence[str]) -> str:
+    example = f"lmsysorg/sglang:{name}" if container_split(exec_words) else f"/opt/server-{name}"
+    return (f"add it under the host in {hosts_file or 'the hosts file'}: "
+            f"hosts.{host}.builds: {{{shlex.quote(name)}: {example}}}")
+
+
+def apply(exec_words: Sequence[str], target: str) -> tuple[str, ...]:
+    """The command line with the build's interpreter or image.
+
+    An image replaces the image word of a container command. A prefix gives the first word
+    from its `bin/`: `/opt/a/bin/python -m x` -> `/opt/b/bin/python -m x`, `vllm serve` ->
+    `/opt/b/bin/vllm serve`. Raises ValueError when the kinds do not fit."""
+    words = list(exec_words)
+    cc = container_split(words)
+    if cc is not None:
+        if is_path(target):
+            raise ValueError(f"the command runs a container ({cc.runtime[-2]} run): its build "
+                             f"is an image, not the path {target}")
+        words[cc.image_index] = target
+        return tuple(words)
+    if not is_path(target):
+        raise ValueError(f"{target!r} is neither a path on the host nor usable as an image: "
+                         "the command runs no 'docker run' / 'podman run'")
+    words[0] = f"{target.rstrip('/')}/bin/{os.path.basename(words[0])}"
+    return tuple(words)
+
+
+def resolve(exp: Experiment, builds: Mapping[str, str], *, host: str = "",
+            hosts_file: str = "") -> Experiment:
+    """The config with its build applied (unchanged when it names none)."""
+    if exp.build is None:
+        return exp
+    target = target_of(exp.build, builds, exp.exec)
+    if target is None:
+        raise BuildError(f"build '{exp.build}' is not known on host {host}",
+                         file=hosts_file or None, key=f"hosts.{host}.builds",
+                         hint=missing_hint(exp.build, host, hosts_file, exp.exec))
+    try:
+        words = apply(exp.exec, target)
+    except ValueError as exc:
+        raise BuildError(f"build '{exp.build}': {exc}", file=exp.source,
+                         key="service.build") from None
+    return replace(exp, exec=words)
+
+
+def read_back(name: str, target: str | None, served: str | None,
+              server: str | None = None) -> str | None:
+    """Why a run of build `name` says nothing about its config: the version the server's
+    package reports from inside the environment (`served`) is not the one the build's
+    name (or its path or image) states. None when they agree or either is unknown."""
+    stated = version_in(name) or (version_in(target) if target else None)
+    if stated is None or served is None or same_version(stated, served):
+        return None
+    where = f" ({target})" if target and target != name else ""
+    return (f"build '{name}'{where} serves {server or 'the server'} {served}, not {stated}: "
+            "the tag or path points at another release; not a verdict about the config")
+
+
+#: a server that cannot start from its build: a module or a native library missing, a
+#: symbol another build of a library lacks
+_BROKEN = re.compile(r"cannot open shared object file|undefined symbol|No module named"
+                     r"|DLL load failed|GLIBC_[\d.]+' not found")
+
+
+def broken(error_class: str, message: str) -> bool:
+    """A failure that says the build is broken (an import error, a missing library),
+    not that the config fails."""
+    return error_class in ("ImportError", "ModuleNotFoundError") or bool(
+        _BROKEN.search(message))
+
+
+#: run by a build's python: its distributions, {name: version}
+LIST_SNIPPET = ("import importlib.metadata as m, json; print('@@DISTS ' + json.dumps("
+                "{d.metadata['Name']: d.version for d in m.distributions() "
+                "if d.metadata['Name']}))")
+
+#: run by the python of the build the packages come from: links each wanted distribution
+#: (its dist-info and the top-level paths its RECORD lists) into the overlay directory
+OVERLAY_SNIPPET = r"""
+import importlib.metadata as m, json, os, sys
+dst, wanted = sys.argv[1], json.loads(sys.argv[2])
+os.makedirs(dst, exist_ok=True)
+missing = []
+for name, version in wanted.items():
+    try:
+        d = m.distribution(name)
+    except m.PackageNotFoundError:
+        missing.append(name); continue
+    if d.version != version:
+        missing.append(f"{name} (is {d.version})"); continue
+    info = str(getattr(d, "_path", ""))
+    site = os.path.dirname(info)
+    tops = {os.path.basename(info)}
+    for f in d.files or []:
+        parts = f.parts
+        if parts and parts[0] not in ("..", "/") and not str(f).startswith("/"):
+            tops.add(parts[0])
+    for t in tops:
+        src, link = os.path.join(site, t), os.path.join(dst, t)
+        if os.path.exists(src) and not os.path.lexists(link):
+            os.symlink(src, link)
+print("@@OVERLAY " + json.dumps(missing))
+"""
+
+
+def parse_dists(text: str) -> dict[str, str] | None:
+    """The output of LIST_SNIPPET -> {distribution: version}; None if absent."""
+    import json
+
+    for line in text.splitlines():
+        if line.startswith("@@DISTS "):
+            try:
+                data = json.loads(line[len("@@DISTS "):])
+            except ValueError:
+                return None
+            return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+    return None
+
+
+def python_of(launch_exec: Sequence[str], target: str | None) -> str:
+    """The interpreter of a build: the prefix's `bin/python`, else the exec's own."""
+    if target and is_path(target):
+        return f"{target.rstrip('/')}/bin/python"
+    return launch_exec[0]
+
+
+def overlay_dir(root: str, packages: Sequence[tuple[str, str]], source: str) -> str:
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps([sorted(packages), source]).encode()).hexdigest()[:16]
+    return f"{root.rstrip('/')}/overlays/{key}"
+
+
+def pip_problems(text: str) -> list[str]:
+    """`pip check`'s complaints, one a line ('No broken requirements found.' is none)."""
+    return [ln.strip() for ln in text.splitlines()
+            if ln.strip() and not ln.startswith("No broken requirements")]  # fmt: skip
+
+
+def complaint_key(line: str) -> str:
+    """A `pip check` complaint without the complaining distribution's version."""
+    return re.sub(r"^(\S+) \S+ ", r"\1 ", line)
+
+
+def describe(name: str | None) -> str:
+    return name if name is not None else "(as installed)"

