@@ -334,13 +334,7 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
                      "caller passes to it to the config by hand")
     inner = _shell_script(expanded)
     if inner is not None:
-        script, arg0, args, login = inner
-        if login:
-            notes.append("a login shell (-l) also reads the host's profile, which the import "
-                          "cannot see")
-        # the shell started by `bash -c` sees only what is exported to it
-        spec = _read_script(script, source=source, notes=notes,
-                            vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
+        spec = _read_shell_c(inner, env, source=source, notes=notes)
         spec["env"] = {**env, **spec["env"]}
         return _with_venv(spec, venv)
     unexported = sorted(k for k in at.values if k not in at.exported and k not in at.used
@@ -352,6 +346,18 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
     _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
     return _with_venv(spec, venv)
+
+
+def _read_shell_c(inner: tuple[str, str | None, list[str], bool], env: dict[str, str], *,
+                  source: str, notes: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The launch of a `bash -c 'SCRIPT'` command (`_shell_script`): its script, read with
+    only `env` (the shell started by `bash -c` sees only what is exported to it)."""
+    script, arg0, args, login = inner
+    if login:
+        notes.append("a login shell (-l) also reads the host's profile, which the import "
+                     "cannot see")
+    return _read_script(script, source=source, notes=notes,
+                        vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
 
 
 def _with_venv(spec: dict[str, Any], venv: str | None) -> dict[str, Any]:
@@ -515,12 +521,7 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
         raise ConfigError("ExecStart= has no command", file=source)
     inner = _shell_script(argv)
     if inner is not None:
-        script, arg0, args, login = inner
-        if login:
-            notes.append("a login shell (-l) also reads the host's profile, which the import "
-                          "cannot see")
-        spec = _read_script(script, source=source, notes=notes,
-                            vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
+        spec = _read_shell_c(inner, env, source=source, notes=notes)
     else:
         spec = parse_command(argv, source=source)
         _script_note(spec, notes)
