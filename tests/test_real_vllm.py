@@ -54,7 +54,7 @@ def _documented(lab: Lab, inc: Incident) -> None:
     good, bad = lab.configs(inc)
     code, answer = cli_json("bisect", "--good", good, "--bad", bad, "--host", f"lab-{inc.lane}",
                             "--hosts", lab.hosts_file, "--results", lab.results,
-                            timeout=1500)  # fmt: skip
+                            timeout=3000)  # fmt: skip
     assert code == 0 and answer["status"] == "found", answer
     [culprit] = answer["culprits"]
     assert sorted(culprit["flags"]) == sorted(inc.culprits), answer

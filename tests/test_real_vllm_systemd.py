@@ -91,7 +91,7 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
     # the README's command, on the lab's hosts file
     res = lab.cli("bisect", "--good", REAL / "good.yaml", "--bad", REAL / "env_var.yaml",
                   "--host", sdlab.HOST_NAME, "--hosts", lab.hosts_file, "--results",
-                  lab.results, "--json", timeout=1500)  # fmt: skip
+                  lab.results, "--json", timeout=3000)  # fmt: skip
     answer = json.loads(res.stdout)
     assert res.returncode == 0 and answer["status"] == "found", res.stdout + res.stderr
     [culprit] = answer["culprits"]
@@ -112,7 +112,7 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
     # the unit as it was: its own command and environment, no drop-in; started again, and
     # serving; every vLLM process on the host is the unit's (a run's stop left none)
     assert lab.sh(unit) == before
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900  # a start on a loaded machine: minutes
     while _health(lab) != "200" and time.monotonic() < deadline:
         time.sleep(2)
     assert _health(lab) == "200"

@@ -84,7 +84,9 @@ def judged_by_the_bar(runs: list[RunRow], ref: RunRow) -> None:
     assert ref.probe_metric
     for r in runs:
         missed = r.probe_metric is not None and r.probe_metric < 0.95 * ref.probe_metric
-        assert r.verdict is (Verdict.FAIL if missed else Verdict.PASS), (r.label, r.probe_metric)
+        assert r.verdict is (Verdict.FAIL if missed else Verdict.PASS), (
+            r.label, r.probe_metric, str(r.signature), r.detail,
+            r.log_tail()[-1500:])
         if missed:
             assert str(r.signature) == "probe: probe_threshold: metric missed >= 0.95 * good"
 
