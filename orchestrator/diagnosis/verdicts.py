@@ -38,9 +38,10 @@ class Phase(str, enum.Enum):  # noqa: UP042
     SERVING = "serving"
     PROBE = "probe"
 
-    @classmethod
-    def ordered(cls) -> list[Phase]:
-        return list(cls)
+
+#: each phase's place in a server's startup (the order of `Phase`): the one order the
+#: classifier and every executor compare phases by
+PHASE_ORDER: dict[Phase, int] = {phase: i for i, phase in enumerate(Phase)}
 
 
 @dataclass(frozen=True, eq=False)
