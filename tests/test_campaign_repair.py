@@ -319,7 +319,7 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     """The server's parser refuses the moved value (`invalid`): the variant keeps its
     out-of-memory start as its verdict, says why, and no other variant tries the move."""
     from orchestrator.diagnosis.verdicts import Verdict
-    from orchestrator.execution.executor import RunResult
+    from orchestrator.execution.contract import RunResult
     from tests.scripted import ScriptedExecutor
 
     class Refusing(ScriptedExecutor):

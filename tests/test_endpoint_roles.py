@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
-from orchestrator.execution.executor import RunCancelled
+from orchestrator.execution.contract import RunCancelled
 from orchestrator.results.store import Store
 from tests.scripted import (
     TARGET_ERROR,

@@ -30,7 +30,8 @@ from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
-from orchestrator.execution.executor import Executor, RunCancelled
+from orchestrator.execution.contract import RunCancelled
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.store import Store

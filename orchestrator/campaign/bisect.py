@@ -48,7 +48,8 @@ from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
-from orchestrator.execution.executor import RunCancelled, service_name
+from orchestrator.execution.contract import RunCancelled
+from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs

@@ -24,7 +24,7 @@ from orchestrator.results.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
     from orchestrator.campaign.core import ExecutorFactory
-    from orchestrator.execution.executor import Executor
+    from orchestrator.execution.contract import HostExecutor
 
 T = TypeVar("T")
 
@@ -188,11 +188,11 @@ def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
 def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
     """Executors as the command line asks (`--accept-new-host-key`)."""
 
-    def make(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
-        from orchestrator.execution.executor import Executor
+    def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
+        from orchestrator.execution.backends import executor_for
 
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=getattr(args, "accept_new_host_key", False))
+        return executor_for(host, service=service, campaign=campaign, listener=listener,
+                            accept_new_host_key=getattr(args, "accept_new_host_key", False))
 
     return make
 
