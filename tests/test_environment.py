@@ -20,7 +20,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.environment import HostEnvironment
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.run_results import run_result
 
 FACTS = Path(__file__).parent / "data" / "facts"

@@ -37,7 +37,7 @@ from orchestrator.execution.transport import connect
 from orchestrator.lab import slurmlab
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     REPO,

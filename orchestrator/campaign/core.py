@@ -29,7 +29,7 @@ from orchestrator.execution.backends import executor_for
 from orchestrator.execution.contract import HostExecutor
 from orchestrator.execution.hostlock import me
 from orchestrator.execution.inputs import LaunchInputs
-from orchestrator.results.store import CampaignRow, RunRow, Store
+from orchestrator.store.store import CampaignRow, RunRow, Store
 
 #: runs in a row that end in host trouble (per healthy host) before a campaign stops
 MAX_INFRA_IN_A_ROW = 3

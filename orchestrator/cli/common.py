@@ -20,7 +20,7 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.events import Listener
-from orchestrator.results.store import CampaignRow, Store
+from orchestrator.store.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
     from orchestrator.campaign.core import ExecutorFactory

@@ -29,7 +29,7 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
 from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
-from orchestrator.results.store import CampaignRow, Store
+from orchestrator.store.store import CampaignRow, Store
 
 #: the environment variable that tells a detached command where its output goes
 LOG_ENV = "ORCH_DETACHED_LOG"

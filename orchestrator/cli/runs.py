@@ -19,8 +19,8 @@ from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.errors import UsageError
 from orchestrator.execution.hostlock import me
 from orchestrator.execution.localproc import pid_alive
-from orchestrator.results.notify import culprits_of
-from orchestrator.results.store import CampaignRow
+from orchestrator.reports.notify import culprits_of
+from orchestrator.store.store import CampaignRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
