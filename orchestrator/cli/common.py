@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that ru
 
 T = TypeVar("T")
 
+#: the environment variable that tells a detached command (`--detach`) where its output goes
+LOG_ENV = "ORCH_DETACHED_LOG"
+
 
 def add_hosts_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -122,8 +125,6 @@ def store(args: argparse.Namespace, *, readonly: bool = False, create: bool = Tr
         note(f"note: a new results directory: {s.root.resolve()} (--results DIR or "
              "ORCH_RESULTS chooses another)")
     if not readonly:
-        from orchestrator.cli.detached import LOG_ENV
-
         if os.environ.get(LOG_ENV):
             s.controller_note["log"] = os.environ[LOG_ENV]
         if getattr(args, "hosts_file", None):  # read before the store was opened
