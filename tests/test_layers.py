@@ -61,7 +61,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, in
         for t in targets:
             while t and t not in known and "." in t:  # `import a.b.c` of a name in a.b
                 t = t.rsplit(".", 1)[0]
-            if t in known and t != name:
+            if t in known and t != name and (t, node.lineno) not in found:
                 found.append((t, node.lineno))
     return found
 
