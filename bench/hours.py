@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from orchestrator.campaign.bisect import Bisection  # noqa: E402
 from orchestrator.campaign.planning import make_plan  # noqa: E402
 from orchestrator.campaign.records import BisectOptions  # noqa: E402
-from orchestrator.results.store import Store  # noqa: E402
+from orchestrator.store.store import Store  # noqa: E402
 from tests.scripted import (  # noqa: E402
     OTHER_ERROR,
     TARGET_ERROR,

@@ -44,7 +44,7 @@ from orchestrator.config.experiment import Experiment, load_experiment  # noqa: 
 from orchestrator.config.hosts import Host, load_inventory  # noqa: E402
 from orchestrator.diagnosis.verdicts import Verdict  # noqa: E402
 from orchestrator.events import Event, Polled, RunFinished, RunStarted, StepDone  # noqa: E402
-from orchestrator.execution.executor import Executor  # noqa: E402
+from orchestrator.execution.backends import executor_for  # noqa: E402
 from orchestrator.lab.sshd import SshdServer, free_port, prepare, session_env  # noqa: E402
 
 LAB = REPO / "experiments" / "lab"
@@ -140,8 +140,8 @@ def measure(be: Backend, runs: int, hang_s: float, log: Callable[[str], None]) -
         if isinstance(event, StepDone) and event.step == "started":
             be.on_started()
 
-    with Executor(be.host, service=be.service, campaign="bench-latency",
-                  listener=listener) as ex:  # fmt: skip
+    with executor_for(be.host, service=be.service, campaign="bench-latency",
+                      listener=listener) as ex:  # fmt: skip
         ex.run(good, run_id="warm")  # preflight's --help, the first connection: not counted
         for i in range(runs):
             # (a) + (c) on a crash

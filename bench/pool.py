@@ -30,7 +30,7 @@ from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
 from orchestrator.lab.sdhosts import SystemdHostFactory  # noqa: E402
 from orchestrator.lab.units import lab_unit  # noqa: E402
-from orchestrator.results.store import RunRow, Store  # noqa: E402
+from orchestrator.store.store import RunRow, Store  # noqa: E402
 
 UNIT = "lab-rtx6000.service"
 MATRIX = {"cuda-graph-max-bs": [128, 256, 384, 512], "mem-fraction-static": [0.85, 0.92]}

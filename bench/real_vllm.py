@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.diagnosis.verdicts import Verdict  # noqa: E402
-from orchestrator.results.store import RunRow, Store  # noqa: E402
+from orchestrator.store.store import RunRow, Store  # noqa: E402
 
 REAL = REPO / "experiments" / "real" / "vllm-cpu"
 #: bad side -> good side of each shipped pair

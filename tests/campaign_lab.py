@@ -23,13 +23,12 @@ from typing import Any
 
 import yaml
 
-from orchestrator.campaign.bisect import relative
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.lab.units import lab_unit
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

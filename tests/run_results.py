@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.execution.executor import RunResult
+from orchestrator.execution.contract import RunResult
 
 
 def run_result(experiment: Experiment, verdict: Verdict = Verdict.PASS,

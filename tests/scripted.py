@@ -26,7 +26,7 @@ from orchestrator.diagnosis.classify import RunEvidence, judge, outside_cause
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener
-from orchestrator.execution.executor import RunResult
+from orchestrator.execution.contract import RunResult
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario import ModelInfo

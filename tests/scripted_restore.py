@@ -23,7 +23,7 @@ from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.events import Listener
-from orchestrator.execution.executor import RunResult
+from orchestrator.execution.contract import RunResult
 from tests.scripted import Faults, Oracle, ScriptedExecutor
 
 

@@ -27,12 +27,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome, relative
+from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome
 from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.cli import common
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.errors import InfraError
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests import scripted_restore
 from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.scripted import write_pair as scripted_pair

@@ -29,7 +29,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Polled, RunStarted
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     REPO,
     check_answer_evidence,

@@ -408,8 +408,7 @@ def test_the_target_across_builds_is_its_error_in_any_phase() -> None:
     """Releases mark their startup phases with other log lines: vLLM 0.29.0's 'No common
     block size' is read in cuda_graph, 0.32.0's in kv_cache. A campaign over builds takes
     it as the same failure; one over flags alone keeps the phase."""
-    from orchestrator.campaign.bisect import relative
-    from orchestrator.diagnosis.verdicts import Phase, Signature
+    from orchestrator.diagnosis.verdicts import Phase, Signature, relative
 
     target = Signature(Phase.KV_CACHE, "ValueError", "No common block size for <n>")
     moved = Signature(Phase.CUDA_GRAPH, "ValueError", "No common block size for <n>")

@@ -19,7 +19,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab import builds as labbuilds
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
 
 pytestmark = pytest.mark.sshd
@@ -48,8 +48,8 @@ REPORTS: dict[str, str] = {}
 
 
 def _bisect(tmp: Path, hosts: Path, builds=BETWEEN):  # noqa: ANN202
-    from orchestrator.results.issue_report import issue_markdown
-    from orchestrator.results.report import write_reports
+    from orchestrator.reports.issue_report import issue_markdown
+    from orchestrator.reports.report import write_reports
 
     pair = lab_pair(tmp, "releases")
     plan = with_order(make_plan(pair.good, pair.bad), builds)

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.campaign import flaky
-from orchestrator.campaign.bisect import Bisection, BisectOptions, relative
+from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import SlurmOptions
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.run_results import run_result
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 from tests.scripted_transport import FakeClock, ScriptedTransport

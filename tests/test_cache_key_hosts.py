@@ -24,7 +24,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

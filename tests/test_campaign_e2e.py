@@ -22,7 +22,7 @@ from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,
@@ -148,7 +148,7 @@ def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
 
     import yaml
 
-    from orchestrator.results.notify import culprits_of
+    from orchestrator.reports.notify import culprits_of
     from tests.campaign_lab import cli, cli_json
 
     pair = lab_pair(tmp_path, "compile")

@@ -18,11 +18,11 @@ import sqlite3
 from pathlib import Path
 
 from orchestrator.campaign import flaky
-from orchestrator.campaign.bisect import Bisection, relative
+from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.planner import Planner
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import (
     TARGET_ERROR,
     Faults,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import orchestrator.results.store as store_mod
+import orchestrator.store.store as store_mod
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 

@@ -33,9 +33,9 @@ from orchestrator.cli import common
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted
 from orchestrator.events import CampaignFinished, Event, RunRecorded
-from orchestrator.results.notify import culprits_of
-from orchestrator.results.report import html_page, markdown
-from orchestrator.results.store import Store
+from orchestrator.reports.notify import culprits_of
+from orchestrator.reports.report import html_page, markdown
+from orchestrator.store.store import Store
 from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.scripted import write_pair as scripted_pair
 

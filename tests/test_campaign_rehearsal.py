@@ -16,8 +16,8 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import BisectOptions, Status
 from orchestrator.campaign.rehearsal import confirm_attempts
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.results.report import write_reports
-from orchestrator.results.store import Store
+from orchestrator.reports.report import write_reports
+from orchestrator.store.store import Store
 from tests.scripted import (
     OTHER_ERROR,
     TARGET_ERROR,

@@ -16,7 +16,7 @@ import yaml
 from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import BisectOptions
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -219,8 +219,8 @@ def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixtu
     from orchestrator.campaign.records import Outcome
     from orchestrator.cli import main
     from orchestrator.cli.bisect import print_outcome
-    from orchestrator.results.notify import Message, repairs_of
-    from orchestrator.results.report import html_page, markdown
+    from orchestrator.reports.notify import Message, repairs_of
+    from orchestrator.reports.report import html_page, markdown
 
     good, bad = pair(tmp_path / "exp", 3)
     results = tmp_path / "results"
@@ -319,7 +319,7 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     """The server's parser refuses the moved value (`invalid`): the variant keeps its
     out-of-memory start as its verdict, says why, and no other variant tries the move."""
     from orchestrator.diagnosis.verdicts import Verdict
-    from orchestrator.execution.executor import RunResult
+    from orchestrator.execution.contract import RunResult
     from tests.scripted import ScriptedExecutor
 
     class Refusing(ScriptedExecutor):

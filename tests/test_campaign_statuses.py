@@ -25,7 +25,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, LockError
 from orchestrator.events import RunRecorded
 from orchestrator.execution.hostlock import me
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
 
 

@@ -19,10 +19,10 @@ from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import BisectOptions, Outcome, Status
 from orchestrator.errors import EXIT_UNSURE
-from orchestrator.results.issue_report import issue_markdown
-from orchestrator.results.notify import Message
-from orchestrator.results.report import write_reports
-from orchestrator.results.store import Store
+from orchestrator.reports.issue_report import issue_markdown
+from orchestrator.reports.notify import Message
+from orchestrator.reports.report import write_reports
+from orchestrator.store.store import Store
 from tests.scripted import (
     TARGET_ERROR,
     Faults,

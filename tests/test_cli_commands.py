@@ -21,7 +21,7 @@ import yaml
 
 from orchestrator.cli import build_parser, detached, main
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import REPO, check_b300_answer, cli, cli_json
 from tests.test_campaign_resume import SshdLab
 

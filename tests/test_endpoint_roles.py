@@ -17,8 +17,8 @@ import pytest
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
-from orchestrator.execution.executor import RunCancelled
-from orchestrator.results.store import Store
+from orchestrator.execution.contract import RunCancelled
+from orchestrator.store.store import Store
 from tests.scripted import (
     TARGET_ERROR,
     Faults,

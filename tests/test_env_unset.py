@@ -25,7 +25,7 @@ from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted_transport import FakeClock, ScriptedTransport, Server, host
 
 UNIT = ("[Service]\nEnvironment=PYTHONPATH=/opt/srv NCCL_ALGO=Tree\n"
@@ -119,7 +119,7 @@ def test_sweep_items_are_recorded_with_the_other_items_variables_removed(
 
 
 def test_an_issue_reports_reproduction_removes_the_variable_too() -> None:
-    from orchestrator.results.issue_report import command_block
+    from orchestrator.reports.issue_report import command_block
 
     text = command_block(["python3", "-m", "x", "--a", "1", "-tp", "8"], {"A": "1"},
                          ["NCCL_ALGO"])  # fmt: skip

@@ -18,9 +18,9 @@ from orchestrator.campaign import envwatch
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution import environment as envfacts
+from orchestrator.execution.contract import RunResult
 from orchestrator.execution.environment import HostEnvironment
-from orchestrator.execution.executor import RunResult
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.run_results import run_result
 
 FACTS = Path(__file__).parent / "data" / "facts"

@@ -304,7 +304,7 @@ def test_run_with_a_null_env_var_removes_the_units_own_value(lab: Lab, tmp_path:
     # The unit sets ORCH_X (a drop-in of the operator's); `run` of a config that says
     # `ORCH_X: null` starts the server without it, as `bisect` and `rerun` do (issue 35).
     from orchestrator.campaign.single import single_run
-    from orchestrator.results.store import Store
+    from orchestrator.store.store import Store
 
     lab.box.install_unit(f"{B300}.d/10-operator.conf", "[Service]\nEnvironment=ORCH_X=unit\n")
     data = exp("b300/good.yaml").to_dict()

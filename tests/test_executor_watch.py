@@ -20,7 +20,8 @@ import pytest
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.events import Event, PhaseReached, Polled, RunFinished, StepDone
-from orchestrator.execution.executor import Executor, RunCancelled, RunResult
+from orchestrator.execution.contract import RunCancelled, RunResult
+from orchestrator.execution.executor import Executor
 from tests.scripted import OTHER_ERROR, TARGET_ERROR
 from tests.scripted_transport import (
     PHASES,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import check_answer_evidence, cli, popen_cli, stop_child
 from tests.hosts.faults import STEPS, NetFault, SdLab, marker_path
 from tests.hosts.wait import wait_until

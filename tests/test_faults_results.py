@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import cli
 from tests.hosts.faults import SdLab, read_only_dir, small_tmpfs
 

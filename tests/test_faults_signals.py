@@ -28,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import StoreError
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.hosts.faults import B300, UNIT_DIR, SdLab
 from tests.hosts.wait import wait_until

@@ -37,8 +37,8 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, RunRecorded
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.report import html_page, markdown
-from orchestrator.results.store import Store
+from orchestrator.reports.report import html_page, markdown
+from orchestrator.store.store import Store
 from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, UNIT_DIR, SdLab
 

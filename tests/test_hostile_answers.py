@@ -18,7 +18,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.config.experiment import MAX_ARG_BYTES, load_experiment
 from orchestrator.errors import ConfigError
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 

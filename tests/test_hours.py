@@ -22,7 +22,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError
 from orchestrator.events import CampaignStarted, RunRecorded, SearchSwitched
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
 
 

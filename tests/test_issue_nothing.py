@@ -16,7 +16,7 @@ import pytest
 from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 

@@ -25,10 +25,11 @@ from markdown_it import MarkdownIt
 
 from orchestrator.cli import main
 from orchestrator.config.secrets import Redactor
+from orchestrator.config.webhook import check_url
 from orchestrator.errors import UsageError
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.notify import Message, check_url, send
-from orchestrator.results.store import Store
+from orchestrator.reports.notify import Message, send
+from orchestrator.store.store import Store
 from tests.campaign_lab import check_b300_answer, cli, lab_pair, sshd_hosts_file
 
 SECRET = "hf_NotARealTokenButShapedLikeOne1234"
@@ -297,7 +298,7 @@ def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
 
 
 def test_trim_traceback_keeps_the_first_and_last_frames() -> None:
-    from orchestrator.results.issue_report import trim_traceback
+    from orchestrator.reports.issue_report import trim_traceback
 
     frames = []
     for i in range(30):
@@ -313,7 +314,7 @@ def test_trim_traceback_keeps_the_first_and_last_frames() -> None:
 
 
 def test_command_block_puts_placeholders_for_secrets() -> None:
-    from orchestrator.results.issue_report import command_block
+    from orchestrator.reports.issue_report import command_block
 
     text = command_block(["python3", "-m", "sglang.launch_server", "--api-key",
                           "[REDACTED:API_KEY]", "--enable-nccl-nvls", "--tp-size", "8"],
@@ -327,7 +328,7 @@ def test_command_block_puts_placeholders_for_secrets() -> None:
 def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Path) -> None:
     from orchestrator.config.experiment import load_experiment
     from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-    from orchestrator.results.issue_report import issue_markdown
+    from orchestrator.reports.issue_report import issue_markdown
     from tests.campaign_lab import LAB
     from tests.run_results import run_result
 

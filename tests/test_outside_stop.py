@@ -26,7 +26,8 @@ import yaml
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.execution.executor import Executor, RunResult
+from orchestrator.execution.contract import RunResult
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, SdLab

@@ -30,11 +30,12 @@ from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
-from orchestrator.execution.executor import Executor, RunCancelled
+from orchestrator.execution.contract import RunCancelled
+from orchestrator.execution.executor import Executor
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
-from orchestrator.results.sweep_report import write_sweep_reports
+from orchestrator.reports.sweep_report import write_sweep_reports
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     SETTLE,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.campaign.pool import Pool, Task
 from orchestrator.config.experiment import load_experiment
-from orchestrator.execution.executor import RunCancelled
+from orchestrator.execution.contract import RunCancelled
 from tests.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
 
 

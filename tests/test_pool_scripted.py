@@ -19,7 +19,7 @@ from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import Status
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import (
     TARGET_ERROR,
     Faults,

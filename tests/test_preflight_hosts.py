@@ -25,7 +25,7 @@ from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, Notice, RunStarted
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     check_b300_answer,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import cli, cli_json
 from tests.hosts.vllm import RealVllm
 from tests.hosts.vllm_incidents import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import cli, cli_json
 from tests.hosts.vllm import REAL, RealVllm
 

@@ -25,7 +25,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.config.hosts import load_inventory
 from orchestrator.lab import sdlab
 from orchestrator.lab.sshd import free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.hosts.prereq import require_systemd_host
 from tests.hosts.vllm import REAL, RealVllm
 from tests.hosts.vllm_incidents import ENV_VAR, check_subsets, start_missing, subsets

@@ -18,7 +18,7 @@ from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     LAB_UNIT,

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.planner.repair import delta_knobs
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.test_campaign_repair import MEM, OOM, pair
 

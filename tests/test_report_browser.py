@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.report import COLORS, write_reports
-from orchestrator.results.store import Store
+from orchestrator.reports.report import COLORS, write_reports
+from orchestrator.store.store import Store
 from tests.campaign_lab import recorded_b300
 from tests.hosts.prereq import unavailable
 

@@ -28,7 +28,7 @@ import yaml
 from orchestrator.campaign import schedule as sched
 from orchestrator.errors import UsageError
 from orchestrator.lab.sdhosts import REPO_IN_CONTAINER, SystemdHost
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import REPO, cli
 
 CACHE = Path(os.environ.get("ORCH_ROOTFS_CACHE", "/var/cache/orchestrator-tests"))

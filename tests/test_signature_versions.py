@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.diagnosis.classify import SIGNATURE_VERSION, analyze_log
 from orchestrator.diagnosis.verdicts import Phase, Signature
-from orchestrator.results import store as store_mod
-from orchestrator.results.signatures import stored_version, upgrade
-from orchestrator.results.store import Store
+from orchestrator.store import store as store_mod
+from orchestrator.store.signatures import stored_version, upgrade
+from orchestrator.store.store import Store
 
 REAL = Path(__file__).parent / "data" / "real_logs"
 # How version 1 named these failures (no place, un-normalized layer numbers).
@@ -81,7 +81,7 @@ def test_upgrade_runs_once_and_new_runs_carry_the_version(tmp_path: Path) -> Non
     Store(tmp_path / "results").close()
     store = Store(tmp_path / "results")
     try:
-        assert upgrade(store) == 0  # already current: nothing re-signed twice
+        assert upgrade(store.db) == 0  # already current: nothing re-signed twice
         versions = {r[0] for r in store.db.execute("SELECT signature_version FROM runs")}
         assert versions == {SIGNATURE_VERSION}
     finally:

@@ -30,13 +30,14 @@ from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import InfraError
 from orchestrator.events import Event, StepDone
-from orchestrator.execution.hostops import Check, check_host
+from orchestrator.execution.checks import Check
+from orchestrator.execution.hostops import check_host
 from orchestrator.execution.slurm.jobscript import JOB_PREFIX
 from orchestrator.execution.transport import connect
 from orchestrator.lab import slurmlab
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import (
     LAB,
     REPO,

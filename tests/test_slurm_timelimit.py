@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.execution.executor import Executor
+from orchestrator.execution.backends import executor_for
 from orchestrator.lab.slurmlab import SlurmCluster
 from tests.hosts.slurm import GOOD, hang_config, local_slurm_hosts_file
 
@@ -30,7 +30,7 @@ def test_a_job_killed_by_its_time_limit_is_a_timeout(slurm_cluster: SlurmCluster
                                       flags={"cuda-graph-max-bs": 512}))  # fmt: skip
     # against a bisection's target (another failure), a hang is `timeout`
     target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
-    with Executor(host, service="b300-hang", campaign="timelimit") as ex:
+    with executor_for(host, service="b300-hang", campaign="timelimit") as ex:
         result = ex.run(exp, run_id="timelimit.1", label="hangs", target=target)
     assert result.verdict is Verdict.TIMEOUT, (result.verdict, result.detail)
     assert "killed by its time limit (--time 1); last phase: cuda_graph" in result.detail
@@ -52,7 +52,7 @@ def test_a_slow_start_cut_by_the_time_limit_is_a_timeout_without_a_target(
     host = load_inventory(hosts).host("lab-slurm")
     exp = load_experiment(GOOD).with_changes(env={"ORCH_LAB_TIME_SCALE": "50"})
     exp = replace(exp, health=replace(exp.health, timeout=600))
-    with Executor(host, service="b300-slow", campaign="timelimit-slow") as ex:
+    with executor_for(host, service="b300-slow", campaign="timelimit-slow") as ex:
         result = ex.run(exp, run_id="timelimit-slow.1", label="slow")
     assert result.verdict is Verdict.TIMEOUT, (result.verdict, result.detail)
     assert "killed by its time limit (--time 1)" in result.detail

@@ -28,7 +28,7 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import LAB, REPO, cli, lab_pair, load_host, sshd_hosts_file
 from tests.run_results import run_result
 
@@ -254,7 +254,7 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
     assert (third.runs_reused, third.runs_executed) == (0, 1)
 
     # Private: the directory tree 0700, every file 0600 (database, WAL, logs, reports).
-    from orchestrator.results.report import write_reports
+    from orchestrator.reports.report import write_reports
 
     write_reports(store, first.campaign_id)
     files = [p for p in results.rglob("*") if p.is_file()]
@@ -298,7 +298,7 @@ def test_two_processes_creating_and_writing_one_database_at_once(tmp_path: Path)
     stores while a third writes: no error, and the database stays whole."""
     code = (
         "import sys, threading, time\n"
-        "from orchestrator.results.store import Store\n"
+        "from orchestrator.store.store import Store\n"
         "root, role = sys.argv[1], sys.argv[2]; errors = []\n"
         "def writer():\n"
         "    try:\n"

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 from orchestrator.config.experiment import load_experiment
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.run_results import run_result
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,8 +26,8 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.store import CampaignRow, RunRow, Store
-from orchestrator.results.sweep_report import html_page, markdown, svg_plot
+from orchestrator.reports.sweep_report import html_page, markdown, svg_plot
+from orchestrator.store.store import CampaignRow, RunRow, Store
 from tests.campaign_lab import (
     LAB,
     SETTLE,

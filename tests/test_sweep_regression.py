@@ -21,9 +21,9 @@ from orchestrator.cli.notifying import url_for
 from orchestrator.config.experiment import load_experiment
 from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from orchestrator.results.notify import Message
-from orchestrator.results.store import CampaignRow
-from orchestrator.results.sweep_report import compare
+from orchestrator.reports.notify import Message
+from orchestrator.reports.sweep_report import compare
+from orchestrator.store.store import CampaignRow
 from tests.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
 from tests.test_notify_issue import Receiver
 

@@ -18,7 +18,7 @@ import yaml
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 from tests.campaign_lab import (
     LAB,
     UNIT_DIR,

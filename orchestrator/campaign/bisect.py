@@ -45,33 +45,18 @@ from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
 from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
-from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
-from orchestrator.execution.executor import RunCancelled, service_name
+from orchestrator.execution.contract import RunCancelled
+from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import LaunchInputs, env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
 from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.planner.strategies import CLEARING
-from orchestrator.results.store import RunRow, Store
-
-
-def relative(verdict: Verdict, signature: Signature | None, target: Signature | None,
-             *, across_builds: bool = False) -> Verdict:
-    """A recorded verdict re-read against a campaign's target signature. `across_builds`:
-    the campaign runs several builds of the server, whose logs mark their startup phases
-    with other lines (the same error is read in `kv_cache` on one release and in
-    `cuda_graph` on the next): the target is then the error class and message, in any
-    phase."""
-    if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
-        if signature == target or (across_builds and signature.error_class != "hang" and (
-                signature.error_class, signature.message) == (target.error_class,
-                                                              target.message)):
-            return Verdict.FAIL
-        return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
-    return verdict
+from orchestrator.store.store import RunRow, Store
 
 
 def campaign_key(plan: Plan, hosts: list[Host], strategy: str, *, repair: bool = True) -> str:

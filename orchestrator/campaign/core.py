@@ -25,19 +25,20 @@ from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted, LockError, OrchestratorError
 from orchestrator.events import CampaignFinished, Listener, RunRecorded, null_listener
-from orchestrator.execution.executor import Executor
+from orchestrator.execution.backends import executor_for
+from orchestrator.execution.contract import HostExecutor
 from orchestrator.execution.hostlock import me
 from orchestrator.execution.inputs import LaunchInputs
-from orchestrator.results.store import CampaignRow, RunRow, Store
+from orchestrator.store.store import CampaignRow, RunRow, Store
 
 #: runs in a row that end in host trouble (per healthy host) before a campaign stops
 MAX_INFRA_IN_A_ROW = 3
 
-ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+ExecutorFactory = Callable[[Host, str, str, Listener], HostExecutor]
 
 
-def default_executor(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
-    return Executor(host, service=service, campaign=campaign, listener=listener)
+def default_executor(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
+    return executor_for(host, service=service, campaign=campaign, listener=listener)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class CampaignCore:
         self._restorers.append(pool)
         return pool
 
-    def track(self, executor: Executor) -> Executor:
+    def track(self, executor: HostExecutor) -> HostExecutor:
         """An executor this campaign drives itself (no pool): its restore is read back too."""
         self._restorers.append(executor)
         return executor

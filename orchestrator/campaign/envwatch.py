@@ -18,7 +18,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
 from orchestrator.execution.environment import changes
 from orchestrator.execution.inputs import PARTS, LaunchInputs
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 
 
 class EnvironmentChanged(InfraError):

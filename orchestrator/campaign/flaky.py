@@ -20,7 +20,7 @@ from orchestrator.events import Listener, SearchSwitched
 from orchestrator.planner import Answer, Planner, StrategyFn, make_strategy
 from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart, flakiness
 from orchestrator.planner.noisy import NoiseModel
-from orchestrator.results.store import RunRow
+from orchestrator.store.store import RunRow
 
 __all__ = ["BAD_ATTEMPTS", "Counts", "NoiseWatch", "add_counts", "bad_starts", "counts",
            "strategy_for"]

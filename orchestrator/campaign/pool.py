@@ -24,7 +24,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import ConfigError, InfraError, OrchestratorError
 from orchestrator.events import Listener, Notice
-from orchestrator.execution.executor import Executor, RunCancelled, RunResult
+from orchestrator.execution.contract import HostExecutor, RunCancelled, RunResult
 from orchestrator.execution.inputs import LaunchInputs
 
 UNHEALTHY_AFTER = 2  # infra verdicts in a row that take a host out of the pool
@@ -41,7 +41,7 @@ class FlagsRefused(ConfigError):
     campaign_status = "error"  # the campaign's record: stopped on a config error
 
 
-def refused_flags(executor: Executor, exp: Experiment) -> None:
+def refused_flags(executor: HostExecutor, exp: Experiment) -> None:
     """Raise FlagsRefused when the host's server refuses `exp`'s flags, as the preflight
     decides it (orchestrator.execution.preflight: a trusted --help predicts, the server's
     own parser confirms); a help that is not trusted refuses nothing here."""
@@ -77,7 +77,7 @@ class Task:
     #: the repair move the start carries (`planner.repair.Applied.to_dict()`), recorded
     repair: dict[str, Any] | None = None
     #: configs whose builds must be installed on the host before it starts anything
-    #: (an ordered search's builds; Executor.check_build), checked once per host
+    #: (an ordered search's builds; HostExecutor.check_build), checked once per host
     builds: tuple[Experiment, ...] = ()
 
 
@@ -90,7 +90,7 @@ class Done:
     worker: object = None  # the slot that ran it (a cluster host has several)
 
 
-ExecutorFactory = Callable[[Host, str, str, Listener], Executor]
+ExecutorFactory = Callable[[Host, str, str, Listener], HostExecutor]
 
 
 @dataclass
@@ -112,7 +112,7 @@ class _Worker:
     opened: bool = False
     restored: list[str] = field(default_factory=list)
     left: list[str] | None = None  # what the restore read back as still there
-    executor: Executor | None = None
+    executor: HostExecutor | None = None
     prechecked: set[str] = field(default_factory=set)  # fingerprints checked on this host
 
 
@@ -282,7 +282,8 @@ class Pool:
         return done
 
     # ---- the worker thread
-    def _answer(self, w: _Worker, executor: Executor | None, probe: _Probe) -> Executor | None:
+    def _answer(self, w: _Worker, executor: HostExecutor | None,
+                probe: _Probe) -> HostExecutor | None:
         """Answer a probe on the worker's thread (the only one that may use its host). It
         only reads: the host is not locked, prepared or restored for it (a campaign that
         reuses everything leaves the host's service alone)."""
@@ -300,7 +301,7 @@ class Pool:
         return executor
 
     def _work(self, w: _Worker) -> None:
-        executor: Executor | None = None
+        executor: HostExecutor | None = None
         try:
             while True:
                 task = w.inbox.get()

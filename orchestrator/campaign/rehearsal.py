@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from orchestrator.campaign.planning import Plan
 from orchestrator.config.experiment import LOAD_FORMAT
-from orchestrator.results.store import RunRow
+from orchestrator.store.store import RunRow
 
 #: how sure a config's starts on the other weights must be to show a failure it showed
 #: (a miss costs a whole search on real weights)

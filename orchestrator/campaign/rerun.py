@@ -9,7 +9,7 @@ import re
 
 from orchestrator.campaign.records import SweepSpec
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.results.store import CampaignRow, RunRow, Store
+from orchestrator.store.store import CampaignRow, RunRow, Store
 
 
 def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, str] | None:

@@ -14,7 +14,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature
 from orchestrator.events import Listener, null_listener
 from orchestrator.execution.executor import service_name
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 
 
 def single_run(

@@ -55,7 +55,7 @@ from orchestrator.errors import CampaignRef, ConfigError, UsageError
 from orchestrator.events import CampaignStarted, Listener, null_listener
 from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import LaunchInputs
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 
 Value = bool | int | float | str | None
 TIME_SPENT = "the time budget (--until / --deadline) is spent"

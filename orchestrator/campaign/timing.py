@@ -19,7 +19,7 @@ from orchestrator.campaign.planning import Plan
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.noise_estimate import flaky_runs
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 
 #: the earlier runs read to learn a start's time (the newest first)
 LEARN_FROM = 2000

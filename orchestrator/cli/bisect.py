@@ -25,8 +25,8 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import check_differ, diff
-from orchestrator.results import env_report
-from orchestrator.results.store import Store
+from orchestrator.reports import env_report
+from orchestrator.store.store import Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     report_paths: list[str] = []
     if not args.no_report:
-        from orchestrator.results.report import write_reports
+        from orchestrator.reports.report import write_reports
 
         report_paths = [str(p) for p in write_reports(store, outcome.campaign_id)]
     resume, detail = None, outcome.message

@@ -21,8 +21,7 @@ from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.diagnosis.classify import LogAnalysis, analyze_log, port_clash
 from orchestrator.errors import UsageError
-from orchestrator.results import signatures
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 
 
 def register(subparsers: Any) -> None:
@@ -138,7 +137,7 @@ def seen_before(analysis: LogAnalysis, results: str) -> list[RunRow]:
     store = Store(results, readonly=True)
     try:
         # an older store (not yet re-signed, and read-only here) is matched in memory
-        return signatures.runs_with_signature(store, analysis.signature)
+        return store.runs_with_signature(analysis.signature)
     finally:
         store.close()
 

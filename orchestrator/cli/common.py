@@ -20,13 +20,16 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.events import Listener
-from orchestrator.results.store import CampaignRow, Store
+from orchestrator.store.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
     from orchestrator.campaign.core import ExecutorFactory
-    from orchestrator.execution.executor import Executor
+    from orchestrator.execution.contract import HostExecutor
 
 T = TypeVar("T")
+
+#: the environment variable that tells a detached command (`--detach`) where its output goes
+LOG_ENV = "ORCH_DETACHED_LOG"
 
 
 def add_hosts_option(p: argparse.ArgumentParser) -> None:
@@ -122,8 +125,6 @@ def store(args: argparse.Namespace, *, readonly: bool = False, create: bool = Tr
         note(f"note: a new results directory: {s.root.resolve()} (--results DIR or "
              "ORCH_RESULTS chooses another)")
     if not readonly:
-        from orchestrator.cli.detached import LOG_ENV
-
         if os.environ.get(LOG_ENV):
             s.controller_note["log"] = os.environ[LOG_ENV]
         if getattr(args, "hosts_file", None):  # read before the store was opened
@@ -188,11 +189,11 @@ def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
 def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
     """Executors as the command line asks (`--accept-new-host-key`)."""
 
-    def make(host: Host, service: str, campaign: str, listener: Listener) -> Executor:
-        from orchestrator.execution.executor import Executor
+    def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
+        from orchestrator.execution.backends import executor_for
 
-        return Executor(host, service=service, campaign=campaign, listener=listener,
-                        accept_new_host_key=getattr(args, "accept_new_host_key", False))
+        return executor_for(host, service=service, campaign=campaign, listener=listener,
+                            accept_new_host_key=getattr(args, "accept_new_host_key", False))
 
     return make
 

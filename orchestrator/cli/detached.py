@@ -29,10 +29,10 @@ from orchestrator.cli import common
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
 from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
-from orchestrator.results.store import CampaignRow, Store
+from orchestrator.execution.hostlock import me
+from orchestrator.execution.localproc import pid_alive
+from orchestrator.store.store import CampaignRow, Store
 
-#: the environment variable that tells a detached command where its output goes
-LOG_ENV = "ORCH_DETACHED_LOG"
 #: how long `--detach` waits for the campaign to be recorded
 START_WAIT_S = 120.0
 #: how often `--follow` looks again
@@ -60,7 +60,7 @@ def detach(args: argparse.Namespace) -> int:
     made = [d for d in (results, logs) if not d.exists()]
     logs.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.log"
-    env = os.environ | {LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {common.LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the log may hold
     try:  # a server's arguments: the user's only, like the store
         child = subprocess.Popen([sys.executable, "-m", "orchestrator", *argv],
@@ -161,10 +161,26 @@ def exit_code_of(camp: CampaignRow, status: str) -> int:
     return code if isinstance(code, int) else STATUS_EXIT.get(status, 1)
 
 
+def controller_alive(camp: CampaignRow) -> bool | None:
+    """Whether the process that runs the campaign still runs: None when it cannot be told
+    (another machine's, or none recorded)."""
+    ctl = camp.controller or {}
+    if ctl.get("owner") != me() or not isinstance(ctl.get("pid"), int):
+        return None
+    return pid_alive(ctl["pid"])
+
+
+def status_of(camp: CampaignRow) -> str:
+    """The campaign's status as it stands: a `running` one whose controller's process is
+    gone from this machine is `dead` (killed, lost power); one run from another machine
+    cannot be told and stays `running`."""
+    if camp.status == "running" and controller_alive(camp) is False:
+        return "dead"
+    return camp.status
+
+
 def follow(args: argparse.Namespace, max_wait_s: float) -> int:
     """Show a campaign's progress until it ends; its exit code."""
-    from orchestrator.cli.runs import status_of
-
     store = common.store(args, readonly=True)
     camp = store.campaign(args.follow)
     as_json = bool(getattr(args, "json", False))  # then: one JSON document when it ends
@@ -238,8 +254,6 @@ def _finished(store: Store, camp: CampaignRow) -> CampaignRow:
     """The campaign once its command has finished: it records its exit code after printing
     its answer, or its process is gone (killed: it records nothing) or not on this machine
     (nothing to wait for), or FINISH_WAIT_S."""
-    from orchestrator.cli.runs import controller_alive
-
     deadline = time.monotonic() + FINISH_WAIT_S
     while time.monotonic() < deadline:
         ctl = camp.controller or {}
@@ -265,4 +279,5 @@ def check_follow_args(args: argparse.Namespace) -> None:
         raise UsageError("--follow ID takes no --campaign/--campaigns")
 
 
-__all__ = ["LOG_ENV", "add_option", "commands", "detach", "exit_code_of", "follow"]
+__all__ = ["add_option", "commands", "controller_alive", "detach", "exit_code_of", "follow",
+           "status_of"]

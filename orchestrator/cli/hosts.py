@@ -11,7 +11,8 @@ from rich.table import Table
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import OrchestratorError
-from orchestrator.execution.hostops import Check, check_host
+from orchestrator.execution.checks import Check
+from orchestrator.execution.hostops import check_host
 from orchestrator.execution.transport import connect
 
 

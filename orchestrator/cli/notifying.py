@@ -19,9 +19,10 @@ from typing import Protocol, TypeVar
 from rich.markup import escape
 
 from orchestrator.cli.output import err_console
+from orchestrator.config.webhook import check_url, shown
 from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
-from orchestrator.results.notify import Message, check_url, culprits_of, repairs_of, send, shown
-from orchestrator.results.store import Store
+from orchestrator.reports.notify import Message, culprits_of, repairs_of, send
+from orchestrator.store.store import Store
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.cli import common
 from orchestrator.cli.output import console
 from orchestrator.errors import OrchestratorError
-from orchestrator.results.report import write_reports
+from orchestrator.reports.report import write_reports
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     # --issue only reads; the reports are written beside a campaign that is recorded
     store = common.store(args, readonly=args.issue, create=False)
     if args.issue:
-        from orchestrator.results.issue_report import issue_markdown, nothing_to_report
+        from orchestrator.reports.issue_report import issue_markdown, nothing_to_report
 
         camp = store.campaign(args.campaign)
         why = nothing_to_report(camp, store.runs(camp.id))
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     camp = store.campaign(args.campaign)
     if camp.kind == "sweep":
-        from orchestrator.results.sweep_report import write_sweep_reports
+        from orchestrator.reports.sweep_report import write_sweep_reports
 
         paths = write_sweep_reports(store, camp.id)
     else:

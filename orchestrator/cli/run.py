@@ -7,7 +7,6 @@ import json
 
 from rich.markup import escape
 
-from orchestrator.campaign.bisect import relative
 from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good
 from orchestrator.campaign.single import single_run, single_runs
@@ -16,9 +15,9 @@ from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, load_experiment
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.errors import UsageError
-from orchestrator.results.store import CampaignRow, RunRow, Store
+from orchestrator.store.store import CampaignRow, RunRow, Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:

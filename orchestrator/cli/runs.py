@@ -12,15 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli import common
+from orchestrator.cli.detached import status_of
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.errors import UsageError
-from orchestrator.execution.hostlock import me
-from orchestrator.execution.localproc import pid_alive
-from orchestrator.results.notify import culprits_of
-from orchestrator.results.store import CampaignRow
+from orchestrator.reports.notify import culprits_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,24 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _when(ts: float) -> str:
     return time.strftime("%m-%d %H:%M", time.localtime(ts))
-
-
-def controller_alive(camp: CampaignRow) -> bool | None:
-    """Whether the process that runs the campaign still runs: None when it cannot be told
-    (another machine's, or none recorded)."""
-    ctl = camp.controller or {}
-    if ctl.get("owner") != me() or not isinstance(ctl.get("pid"), int):
-        return None
-    return pid_alive(ctl["pid"])
-
-
-def status_of(camp: CampaignRow) -> str:
-    """The campaign's status as it stands: a `running` one whose controller's process is
-    gone from this machine is `dead` (killed, lost power); one run from another machine
-    cannot be told and stays `running`."""
-    if camp.status == "running" and controller_alive(camp) is False:
-        return "dead"
-    return camp.status
 
 
 def run_list(args: argparse.Namespace) -> int:

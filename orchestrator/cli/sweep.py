@@ -23,9 +23,9 @@ from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, parse_duration
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import EXIT_REGRESSION, UsageError
-from orchestrator.results import env_report
-from orchestrator.results.store import CampaignRow
-from orchestrator.results.sweep_report import Comparison, comparison, write_sweep_reports
+from orchestrator.reports import env_report
+from orchestrator.reports.sweep_report import Comparison, comparison, write_sweep_reports
+from orchestrator.store.store import CampaignRow
 
 KIND_WORDS = {"bisect": "a bisection", "sweep": "a sweep", "run": "a single run (`run`)",
               "rerun": "a single run (`rerun`)"}  # fmt: skip

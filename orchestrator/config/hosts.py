@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.config.repair import Declared, RepairModel
+from orchestrator.config.webhook import check_url
 from orchestrator.config.yamlio import load_model
 from orchestrator.errors import ConfigError, UsageError
 
@@ -299,8 +300,6 @@ def load_inventory(path: str | Path) -> Inventory:
             raise ConfigError("the pool has no hosts", file=str(path), key=f"pools.{pname}")
         pools[pname] = tuple(dict.fromkeys(members))
     if model.notify is not None:
-        from orchestrator.results.notify import check_url
-
         try:
             check_url(model.notify)
         except UsageError as exc:

@@ -58,7 +58,7 @@ from orchestrator.diagnosis.server_logs import (
     own_file,
     profiles_for,
 )
-from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
 SIGNATURE_VERSION = 8
@@ -194,15 +194,12 @@ PHASE_MARKERS: tuple[PhaseMarker, ...] = tuple(
     for m in (*ARGS_MARKERS, *(mk for prof in PROFILES for mk in prof.markers))
 )
 
-_ORDER = {phase: i for i, phase in enumerate(Phase.ordered())}
-
-
 def _later(a: Phase | None, b: Phase | None) -> Phase | None:
     if a is None:
         return b
     if b is None:
         return a
-    return a if _ORDER[a] >= _ORDER[b] else b
+    return a if PHASE_ORDER[a] >= PHASE_ORDER[b] else b
 
 
 def _phase_of_body(body: str, profiles: Sequence[ServerProfile]) -> Phase | None:
@@ -223,7 +220,7 @@ def _phase_of_body(body: str, profiles: Sequence[ServerProfile]) -> Phase | None
                 here = _later(here, marker.phase)
         if here is not None:
             per_server.append(here)
-    return min(per_server, key=_ORDER.__getitem__) if per_server else None
+    return min(per_server, key=PHASE_ORDER.__getitem__) if per_server else None
 
 
 def phase_of_line(line: str, profiles: Sequence[ServerProfile] | None = None) -> Phase | None:

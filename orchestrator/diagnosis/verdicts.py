@@ -38,9 +38,10 @@ class Phase(str, enum.Enum):  # noqa: UP042
     SERVING = "serving"
     PROBE = "probe"
 
-    @classmethod
-    def ordered(cls) -> list[Phase]:
-        return list(cls)
+
+#: each phase's place in a server's startup (the order of `Phase`): the one order the
+#: classifier and every executor compare phases by
+PHASE_ORDER: dict[Phase, int] = {phase: i for i, phase in enumerate(Phase)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +107,22 @@ def typed(error_class: str) -> bool:
     """True for an exception's type (`ValueError`, `DistNetworkError`) or no type at all,
     False for an error class a rule names."""
     return error_class[:1].isupper() or error_class in UNTYPED_CLASSES
+
+
+def relative(verdict: Verdict, signature: Signature | None, target: Signature | None,
+             *, across_builds: bool = False) -> Verdict:
+    """A recorded verdict re-read against a campaign's target signature. `across_builds`:
+    the campaign runs several builds of the server, whose logs mark their startup phases
+    with other lines (the same error is read in `kv_cache` on one release and in
+    `cuda_graph` on the next): the target is then the error class and message, in any
+    phase."""
+    if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
+        if signature == target or (across_builds and signature.error_class != "hang" and (
+                signature.error_class, signature.message) == (target.error_class,
+                                                              target.message)):
+            return Verdict.FAIL
+        return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
+    return verdict
 
 
 def same_signature(a: str | None, b: str | None) -> bool:

@@ -14,18 +14,11 @@ from dataclasses import dataclass
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
+from orchestrator.execution.checks import Check
 from orchestrator.execution.hostlock import HostLock, LockInfo, lock_dir
 from orchestrator.execution.services import ProcessManager, SystemdManager
 from orchestrator.execution.services.systemd import DROPIN_NAME, STATE_NAME
 from orchestrator.execution.transport import Transport
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool | None  # None: not applicable / informational
-    detail: str
-    hint: str | None = None
 
 
 def check_host(host: Host, t: Transport, *, unit: str | None = None,

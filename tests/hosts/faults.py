@@ -230,7 +230,7 @@ def _install_pause(step: str, nth: int) -> None:
     """Wrap the one method where `step` of run `nth` happens so that it pauses there."""
     from orchestrator.execution.executor import Executor
     from orchestrator.execution.services.systemd import SystemdManager
-    from orchestrator.results.store import Store
+    from orchestrator.store.store import Store
 
     runs = {"n": 0}
     paused_once: list[bool] = []

@@ -31,7 +31,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.preflight import follow, read_help, respell
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.planner import diff
-from orchestrator.results.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store
 from tests.hosts.vllm import REAL
 
 HELP = Path(__file__).resolve().parents[1] / "data" / "help"

@@ -11,7 +11,7 @@ import shlex
 
 from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
-from orchestrator.execution.hostops import Check
+from orchestrator.execution.checks import Check
 from orchestrator.execution.slurm.executor import check_cluster
 from orchestrator.execution.transport import Transport
 

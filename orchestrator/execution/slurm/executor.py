@@ -42,7 +42,7 @@ from orchestrator.diagnosis.classify import (
     outside_cause,
 )
 from orchestrator.diagnosis.logtail import keep_what_matters
-from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
 from orchestrator.errors import InfraError, SchedulerError, TransportError
 from orchestrator.events import (
     Listener,
@@ -55,13 +55,12 @@ from orchestrator.events import (
 )
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
-from orchestrator.execution.executor import (
+from orchestrator.execution.contract import (
     LOG_FETCH_LINES,
     LOG_TAIL_LINES,
-    Executor,
+    HostExecutor,
     RunCancelled,
     RunResult,
-    _order,
 )
 from orchestrator.execution.slurm import facts, jobscript
 from orchestrator.execution.slurm.jobscript import JobFiles
@@ -75,7 +74,7 @@ _recovered: set[tuple[str, str]] = set()
 _recovered_lock = threading.Lock()
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(HostExecutor):
     """Runs variants as Slurm jobs through one login node. Use as a context manager."""
 
     def __init__(self, host: Host, *, service: str, campaign: str = "",
@@ -106,7 +105,7 @@ class SlurmExecutor(Executor):
         self._job: str | None = None
         self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
         self.left: list[str] | None = None  # what close() read back as left (see Executor)
-        self._inputs_memo = {}  # see Executor.inputs (here: the node is unknown before a job)
+        self._inputs_memo = {}  # see HostExecutor.inputs (here: the node is unknown before a job)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
@@ -286,9 +285,6 @@ class SlurmExecutor(Executor):
             rendered=script if job is not None else None, polls=int(ran.get("polls", 0)),
             log_tail=log, invocation=f"slurm job {job}" if job else None)  # fmt: skip
 
-    def _step(self, step: str, detail: str) -> None:
-        self.emit(StepDone(host=self.host.name, step=step, detail=detail))
-
     def _submit(self, exp: Experiment, files: JobFiles, script: str, run_id: str) -> str:
         d = shlex.quote(files.dir)
         self.t.write_file(files.script, script, mode=0o600)  # makes the (private) directory
@@ -369,7 +365,7 @@ class SlurmExecutor(Executor):
             if t_run is not None:
                 elapsed = now - t_run
                 seen = last_phase(parts.get(facts.LOG_MARK, "").splitlines())
-                if seen is not None and (phase is None or _order(seen) > _order(phase)):
+                if seen is not None and (phase is None or PHASE_ORDER[seen] > PHASE_ORDER[phase]):
                     phase = seen
                     phase_times.setdefault(seen.value, round(elapsed, 3))
                     self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))

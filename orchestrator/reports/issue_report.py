@@ -21,9 +21,9 @@ from typing import Any
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.config.secrets import MARKER
 from orchestrator.diagnosis.classify import analyze_log, strip_prefix
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.environment import HostEnvironment
-from orchestrator.results.store import CampaignRow, RunRow
+from orchestrator.store.store import CampaignRow, RunRow
 
 MAX_LINES = 199
 #: frames kept from the end of a traceback (the innermost are where it broke), plus the first
@@ -32,8 +32,6 @@ MAX_TRACE_LINES = 40
 
 
 def _relative(run: RunRow, camp: CampaignRow) -> Verdict:
-    from orchestrator.campaign.bisect import relative
-
     return relative(run.verdict, run.signature, camp.target)
 
 

@@ -681,7 +681,19 @@ class Store:
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
         """Runs whose signature equals `signature` (`Signature.__eq__`: one phase and
         message; the exception's type is compared only where the message does not name
-        the failure)."""
+        the failure), as this classifier names them.
+
+        A store opened read-only cannot be upgraded; when it is older, its runs are re-signed
+        in memory from their log tails (nothing is written), so old runs are still found.
+        """
+        from orchestrator.store.signatures import current, resigned
+
+        if not current(self.db):
+            rows = self.db.execute(
+                "SELECT * FROM runs WHERE signature IS NOT NULL AND cached_from IS NULL "
+                "ORDER BY started").fetchall()  # fmt: skip
+            return [run for run in map(_run, rows)
+                    if resigned(run.signature, run.log_path) == signature]  # fmt: skip
         phase = signature.phase.value
         rows = self.db.execute(
             "SELECT * FROM runs WHERE signature >= ? AND signature < ? AND cached_from IS NULL"
@@ -690,14 +702,14 @@ class Store:
         return [run for run in map(_run, rows) if run.signature == signature]
 
 
-    # ---- signature versions (see orchestrator.results.signatures)
+    # ---- signature versions (see orchestrator.store.signatures)
     def _upgrade_signatures(self) -> None:
-        from orchestrator.results.signatures import upgrade
+        from orchestrator.store.signatures import upgrade
 
-        upgrade(self)
+        upgrade(self.db, self._tx)
 
     def _stamp_signature_version(self, db: sqlite3.Connection, run_id: str) -> None:
-        from orchestrator.results.signatures import stamp
+        from orchestrator.store.signatures import stamp
 
         stamp(db, run_id)
 

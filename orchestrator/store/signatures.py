@@ -13,20 +13,22 @@ campaign's target (and the signatures quoted in its answer) moved to the new nam
 same runs, so a campaign resumes against targets its new runs can match, and
 `orchestrator classify` finds old runs under the new signature. The upgrade runs once,
 inside one write transaction (a second process opening the store waits, then sees it done).
+
+Everything here works on the store's sqlite connection alone: the store calls it, never
+the other way round.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.diagnosis.classify import SIGNATURE_VERSION, resign
 from orchestrator.diagnosis.verdicts import Signature
-
-if TYPE_CHECKING:
-    from orchestrator.results.store import RunRow, Store
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS signature_history (
@@ -54,6 +56,11 @@ def stored_version(db: sqlite3.Connection) -> int:
     return int(row[0]) if row is not None else 1
 
 
+def current(db: sqlite3.Connection) -> bool:
+    """Whether every run of the database is signed by this classifier version."""
+    return stored_version(db) >= SIGNATURE_VERSION
+
+
 def stamp(db: sqlite3.Connection, run_id: str) -> None:
     """Mark a run just recorded as signed by this classifier version."""
     db.execute("UPDATE runs SET signature_version=? WHERE id=?", (SIGNATURE_VERSION, run_id))
@@ -79,14 +86,27 @@ def _swap(obj: Any, names: dict[str, str]) -> Any:
     return obj
 
 
-def upgrade(store: Store) -> int:
-    """Bring every run of `store` to this classifier version; the number re-signed."""
-    db = store.db
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def upgrade(db: sqlite3.Connection, transaction: Callable[
+        [], AbstractContextManager[sqlite3.Connection]] | None = None) -> int:
+    """Bring every run of `db` to this classifier version; the number re-signed.
+    `transaction`: the write transaction to do it in (the store's own, which names the
+    database when a write fails); a plain BEGIN IMMEDIATE when none is given."""
     _ensure_schema(db)
     if stored_version(db) >= SIGNATURE_VERSION:
         return 0
     changed = 0
-    with store._tx():
+    with (transaction or (lambda: _transaction(db)))():
         if stored_version(db) >= SIGNATURE_VERSION:  # another process did it meanwhile
             return 0
         renamed: dict[str, dict[str, str]] = {}  # campaign -> old key -> new key
@@ -125,25 +145,10 @@ def upgrade(store: Store) -> int:
     return changed
 
 
-def runs_with_signature(store: Store, signature: Signature) -> list[RunRow]:
-    """Recorded runs with `signature` as this classifier names them.
-
-    A store opened read-only cannot be upgraded; when it is older, its runs are re-signed
-    in memory from their log tails (nothing is written), so old runs are still found.
-    """
-    from orchestrator.results.store import _run
-
-    if stored_version(store.db) >= SIGNATURE_VERSION:
-        return store.runs_with_signature(signature)
-    rows = store.db.execute(
-        "SELECT * FROM runs WHERE signature IS NOT NULL AND cached_from IS NULL ORDER BY started"
-    ).fetchall()
-    found = []
-    for r in rows:
-        run = _run(r)
-        if resign(run.signature, _read_tail(run.log_path)) == signature:
-            found.append(run)
-    return found
+def resigned(signature: Signature | None, log_path: str | None) -> Signature | None:
+    """What this classifier calls a run recorded as `signature`, from its stored log tail
+    (nothing is written: for a store that cannot be upgraded, one opened read-only)."""
+    return resign(signature, _read_tail(log_path))
 
 
-__all__ = ["runs_with_signature", "stamp", "stored_version", "upgrade"]
+__all__ = ["current", "resigned", "stamp", "stored_version", "upgrade"]

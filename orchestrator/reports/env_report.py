@@ -10,7 +10,7 @@ import html
 from typing import Any
 
 from orchestrator.execution.environment import changes
-from orchestrator.results.store import EnvironmentSeen
+from orchestrator.store.store import EnvironmentSeen
 
 
 def _changed(seen: list[EnvironmentSeen], i: int) -> list[str] | None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.diagnosis.classify import analyze_log
-from orchestrator.diagnosis.verdicts import Signature
-from orchestrator.results import env_report
-from orchestrator.results.store import CampaignRow, EnvironmentSeen, RunRow, Store
+from orchestrator.diagnosis.verdicts import Signature, relative
+from orchestrator.reports import env_report
+from orchestrator.store.store import CampaignRow, EnvironmentSeen, RunRow, Store
 
 COLORS = {
     "pass": "#2e7d32",
@@ -30,8 +30,6 @@ COLORS = {
 
 
 def _relative(run: RunRow, camp: CampaignRow) -> str:
-    from orchestrator.campaign.bisect import relative
-
     return relative(run.verdict, run.signature, camp.target).value
 
 
@@ -98,7 +96,6 @@ def _unsure(answer: Outcome) -> list[str]:
 
 def _variant_counts(camp: CampaignRow, runs: list[RunRow]) -> list[tuple[str, str, int]]:
     """(variant, "fail k of m", first run) per variant, in the order first run."""
-    from orchestrator.campaign.bisect import relative
     from orchestrator.campaign.flaky import counts
 
     by = counts(runs, camp.target, relative)

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.campaign.records import SweepAnswer, SweepSpec, SweepTableRow
 from orchestrator.config.experiment import Experiment
-from orchestrator.results.store import CampaignRow, Store
+from orchestrator.store.store import CampaignRow, Store
 
 PALETTE = ["#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037"]
 FAILED = "#c62828"
@@ -406,7 +406,7 @@ def svg_plot(camp: CampaignRow, width: int = 640, height: int = 320) -> str:
 
 
 def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
-    from orchestrator.results.report import _CSS, COLORS
+    from orchestrator.reports.report import _CSS, COLORS
 
     e = html.escape
     spec = SweepSpec.from_dict(camp.spec)
@@ -452,8 +452,8 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
 
 
 def write_sweep_reports(store: Store, campaign_id: str) -> list[Path]:
-    from orchestrator.results import env_report
-    from orchestrator.results.report import write_private
+    from orchestrator.reports import env_report
+    from orchestrator.reports.report import write_private
 
     camp = store.campaign(campaign_id)
     comp = comparison(store, camp)
