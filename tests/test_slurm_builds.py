@@ -18,7 +18,7 @@ from orchestrator.lab import builds as labbuilds
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.results.store import Store
+from orchestrator.store.store import Store
 from tests.campaign_lab import REPO, lab_pair, load_host
 from tests.hosts.slurm import slurm_hosts_file
 
