@@ -70,6 +70,7 @@ def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path
                                                          str(tmp_path / "r"))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_detached_campaign_prints_commands_that_run(tmp_path: Path) -> None:
     """End to end: `bisect --detach` on a host in trouble; the follow command it prints
     follows that campaign to its end and exits with its code; the resume command resumes

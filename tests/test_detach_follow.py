@@ -86,6 +86,7 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     assert lab.restored()
 
 
+@pytest.mark.slow
 def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
     res = cli("bisect", "--good", tmp_path / "missing.yaml", "--bad", tmp_path / "m2.yaml",
               "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
