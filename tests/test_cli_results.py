@@ -203,6 +203,7 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
         store.close()
     again = new[f"rerun of {bad.id}: {bad.label}"]
     assert (again.argv, again.env) == (bad.argv, bad.env)
+    assert bad.signature is not None
     assert again.verdict is Verdict.FAIL and again.signature == bad.signature
     again_finding = new[f"rerun of {old.id}: {old.label}"]
     assert again_finding.argv == old.argv and str(again_finding.signature) == FINDING
