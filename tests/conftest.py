@@ -33,7 +33,7 @@ from tests.hosts.fixtures import (  # noqa: E402
 )
 from tests.hosts.slurm import slurm_cluster  # noqa: E402
 from tests.hosts.vllm import vllm_real  # noqa: E402
-from tests.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
+from tests.support.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
     _repeat_index,
     pytest_addoption,
     pytest_configure,

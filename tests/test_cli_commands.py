@@ -22,7 +22,7 @@ import yaml
 from orchestrator.cli import build_parser, detached, main
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
-from tests.campaign_lab import REPO, check_b300_answer, cli, cli_json
+from tests.support.campaign_lab import REPO, check_b300_answer, cli, cli_json
 from tests.test_campaign_resume import SshdLab
 
 B300 = REPO / "experiments" / "lab" / "b300"
@@ -205,7 +205,7 @@ def test_rerun_without_hosts_uses_the_hosts_file_the_run_was_recorded_with(
     """A run recorded with `--hosts lab.yaml`; `rerun ID` from a directory whose hosts.yaml
     names another machine `box` reruns on the recorded one, and says where it came from."""
     from orchestrator.cli import common
-    from tests.scripted import Faults, Oracle, ScriptedExecutor, write_pair
+    from tests.support.scripted import Faults, Oracle, ScriptedExecutor, write_pair
 
     good, _ = write_pair(tmp_path / "exp", 1)
     used: list[tuple[str, int]] = []

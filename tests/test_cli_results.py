@@ -18,7 +18,7 @@ from orchestrator.cli import main
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import RunRow, Store
-from tests.campaign_lab import Recorded, cli, lab_servers, recorded_b300
+from tests.support.campaign_lab import Recorded, cli, lab_servers, recorded_b300
 
 FINDING = ("init: AttributeError: 'NoneType' object has no attribute 'dtype' @ "
            "sglang/pynccl.py:__init__")

@@ -26,8 +26,8 @@ from orchestrator.cli import detached, main
 from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.results.store import Store
-from tests.campaign_lab import REPO, cli
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import REPO, cli
 from tests.test_campaign_resume import SshdLab
 
 

@@ -1,5 +1,16 @@
 """The classifier on real logs: the corpus figures through the benchmark's own functions,
-labels.tsv checking, and inputs that are not server logs at all."""
+labels.tsv checking, and inputs that are not server logs at all.
+
+It proves the classifier as a whole: on the labelled corpus of tests/data/real_logs/ (and
+tests/data/thread_logs/) it meets its precision, recall and phase targets and keeps
+look-alike bugs apart; and a log as reports and journals really hold it (empty, binary,
+megabytes of warnings, two workers interleaved, lost line breaks, a message quoted,
+wrapped, re-raised or cut short, a log cut anywhere, any text at all) still gets the
+signature its whole, plain form gets, or a note instead of an exception.
+
+The other two classifier test files: test_classify.py checks each rule and `judge` on one
+hand-picked log at a time; test_real_logs.py reads what this project's own real vLLM
+printed."""
 
 from __future__ import annotations
 

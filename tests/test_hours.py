@@ -23,7 +23,15 @@ from orchestrator.errors import ConfigError
 from orchestrator.events import CampaignStarted, RunRecorded, SearchSwitched
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
 from orchestrator.results.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.support.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    write_pair,
+)
 
 
 def declare(path: Path, **keys: object) -> None:

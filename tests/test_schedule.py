@@ -29,7 +29,7 @@ from orchestrator.campaign import schedule as sched
 from orchestrator.errors import UsageError
 from orchestrator.lab.sdhosts import REPO_IN_CONTAINER, SystemdHost
 from orchestrator.results.store import Store
-from tests.campaign_lab import REPO, cli
+from tests.support.campaign_lab import REPO, cli
 
 CACHE = Path(os.environ.get("ORCH_ROOTFS_CACHE", "/var/cache/orchestrator-tests"))
 DEPS_IN_CONTAINER = "/opt/orchestrator-deps"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.campaign_lab import LAB
+from tests.support.campaign_lab import LAB
 from tests.test_schedule import NO_SYSTEMD, in_crontab, private_crontab  # noqa: F401
 
 # Every test runs the CLI and the real crontab as processes: `slow`, so the fast tier

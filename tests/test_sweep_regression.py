@@ -24,7 +24,7 @@ from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.results.notify import Message
 from orchestrator.results.store import CampaignRow
 from orchestrator.results.sweep_report import compare
-from tests.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
+from tests.support.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
 from tests.test_notify_issue import Receiver
 
 PROBE = ("python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 "
