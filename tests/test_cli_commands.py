@@ -294,7 +294,7 @@ def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
 def test_no_results_directory_for_commands_that_record_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The default store is `results/` in the working directory (README, Results); only a
+    """The default store is `results/` in the working directory (docs/usage.md, Results); only a
     command that records a campaign makes it, and says where it is."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_RESULTS", raising=False)
