@@ -8,7 +8,7 @@ same 90 s. Every start is one of the whole campaign, the endpoint checks and the
 confirmation on real weights included, on one host.
 
 The campaigns are the real ones (`Bisection`: planner, store, classifier) over the
-scripted host of the tests (tests/scripted.py), whose failures ignore the load format
+scripted host of the tests (tests/support/scripted.py), whose failures ignore the load format
 (the kernels fail the same on random weights), so both campaigns see the same failures:
 
 - `B300 pair`: the lab's b300 incident: 3 deltas, EP8 + NVLS fail graph capture, EP8
@@ -43,7 +43,7 @@ from orchestrator.campaign.bisect import Bisection  # noqa: E402
 from orchestrator.campaign.planning import make_plan  # noqa: E402
 from orchestrator.campaign.records import BisectOptions  # noqa: E402
 from orchestrator.store.store import Store  # noqa: E402
-from tests.scripted import (  # noqa: E402
+from tests.support.scripted import (  # noqa: E402
     OTHER_ERROR,
     TARGET_ERROR,
     Faults,

@@ -3,7 +3,7 @@
 Each incident is a pair whose variants die of a resource (out of memory below a memory
 fraction, a KV cache too small below a cache space) on some subsets of the deltas, and
 show the target failure on others. The campaigns are the real ones (`Bisection`:
-planner, store, classifier) over the scripted host of the tests (tests/scripted.py);
+planner, store, classifier) over the scripted host of the tests (tests/support/scripted.py);
 only the host is scripted. Columns: the runs and the answer without repair
 (`--no-repair`), the same with repair, the runs repair added, and the repaired starts
 among them; then the runs of the same pair without its resource failure (the target's
@@ -32,7 +32,7 @@ from orchestrator.campaign.bisect import Bisection  # noqa: E402
 from orchestrator.campaign.planning import make_plan  # noqa: E402
 from orchestrator.campaign.records import BisectOptions  # noqa: E402
 from orchestrator.store.store import Store  # noqa: E402
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host  # noqa: E402
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host  # noqa: E402
 
 MEM = "mem-fraction-static"
 KV = "VLLM_CPU_KVCACHE_SPACE"

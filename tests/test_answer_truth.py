@@ -3,7 +3,7 @@
 Random culprit sets (single flags, interacting sets, independent causes, a different
 failure that masks the target) and random faults of the host (the server killed from
 outside at any moment, port clashes, dropped SSH) drive whole campaigns through the real
-`Bisection`, store, planner and classifier; only the host is scripted (`tests/scripted.py`).
+`Bisection`, store, planner and classifier; only the host is scripted (`tests/support/scripted.py`).
 Whatever happens, an answer reported as found is true of the oracle, and every evidence
 line names a run of exactly the variant it describes with the verdict it claims.
 Otherwise the campaign says it did not conclude. Fast tier: no real host.
@@ -33,9 +33,9 @@ from orchestrator.cli import common
 from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.errors import InfraError
 from orchestrator.store.store import Store
-from tests import scripted_restore
-from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
-from tests.scripted import write_pair as scripted_pair
+from tests.support import scripted_restore
+from tests.support.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
+from tests.support.scripted import write_pair as scripted_pair
 
 _SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
@@ -335,7 +335,7 @@ def test_no_reused_verdict_is_judged_under_other_inputs_than_its_own(
                                       executor_factory=factory(oracle, faults)).run())
         except InfraError:
             return  # three infra runs in a row: nothing answered, nothing to reuse from
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     second = outcomes[1]
     now = ScriptedExecutor(replace(host(name), env=env2), oracle, faults).inputs(plan.good)

@@ -30,7 +30,7 @@ from orchestrator.events import Event, Polled, RunStarted
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     REPO,
     check_answer_evidence,
     lab_pair,

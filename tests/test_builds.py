@@ -16,7 +16,7 @@ from orchestrator.config.hosts import load_inventory
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.planner import apply_deltas, diff, make_strategy
-from tests.planner_drive import drive, endpoints
+from tests.support.planner_drive import drive, endpoints
 
 P, F = Verdict.PASS, Verdict.FAIL
 ORDER = ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "0.5.24")

@@ -20,7 +20,7 @@ from orchestrator.lab import builds as labbuilds
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
+from tests.support.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
 
 pytestmark = pytest.mark.sshd
 RELEASES = load_scenario("releases").versions
@@ -157,7 +157,7 @@ def test_a_build_serving_another_release_is_infra(sshd: SshdEndpoint, tmp_path: 
 def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path: Path) -> None:  # noqa: ANN001
     import shlex
 
-    from tests.campaign_lab import LAB_UNIT, UNIT_DIR
+    from tests.support.campaign_lab import LAB_UNIT, UNIT_DIR
 
     box = systemd_host
     unit = "lab-releases.service"
@@ -268,7 +268,7 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
 def test_bisect_builds_through_the_cli_and_its_resume(sshd: SshdEndpoint, tmp_path: Path) -> None:
     """`orchestrator bisect --builds ...`: the answer as JSON, and the same campaign's
     resume (`--resume ID`) rebuilds the ordered plan from its record."""
-    from tests.campaign_lab import cli_json
+    from tests.support.campaign_lab import cli_json
 
     hosts = _hosts(sshd, tmp_path, _install(tmp_path))
     pair = lab_pair(tmp_path, "releases")

@@ -25,10 +25,10 @@ from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.store.store import Store
-from tests.run_results import run_result
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
-from tests.scripted_transport import FakeClock, ScriptedTransport
-from tests.scripted_transport import host as scripted_host
+from tests.support.run_results import run_result
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
+from tests.support.scripted_transport import FakeClock, ScriptedTransport
+from tests.support.scripted_transport import host as scripted_host
 
 FP = "0123456789abcdef"
 
@@ -241,7 +241,7 @@ def test_inputs_a_host_cannot_read_mean_no_reuse(tmp_path: Path) -> None:
     """Anything unknown: no reuse. A host whose environment cannot be read before a run
     (a Slurm job's node, a capture that failed) reuses nothing, though the store holds
     runs of the same config on the same host class."""
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     class Blind(ScriptedExecutor):
         def inputs(self, exp: object) -> LaunchInputs:  # type: ignore[override]
@@ -322,7 +322,7 @@ def test_a_unit_changed_during_a_campaign_stops_it(tmp_path: Path) -> None:
     """An operator edits the unit's environment while the campaign runs: the first run after
     the edit is `infra` and the campaign stops as `changed`, as for a driver upgrade."""
     from orchestrator.campaign.envwatch import EnvironmentChanged
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     class Edited(ScriptedExecutor):
         def inputs(self, exp: object) -> LaunchInputs:  # type: ignore[override]

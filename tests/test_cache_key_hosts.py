@@ -25,7 +25,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     LAB,
     LAB_UNIT,
     SETTLE,

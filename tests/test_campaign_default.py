@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     Pair,
     bad_passes_first,
     cli,

@@ -23,7 +23,7 @@ from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     LAB,
     LAB_UNIT,
     UNIT_DIR,
@@ -149,7 +149,7 @@ def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
     import yaml
 
     from orchestrator.reports.notify import culprits_of
-    from tests.campaign_lab import cli, cli_json
+    from tests.support.campaign_lab import cli, cli_json
 
     pair = lab_pair(tmp_path, "compile")
     hosts = sshd_hosts_file(sshd, tmp_path)

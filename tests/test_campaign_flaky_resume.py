@@ -5,7 +5,7 @@ survives is what the store had committed at that moment, so the test takes exact
 a copy of the results directory made while the next run starts, and resumes from it with
 a new campaign runner. The resumed search must first ask for the run that a planner built
 from the recorded runs alone asks for (the posterior is a pure function of them), run
-nothing recorded again, and answer the flaky pair. The host is scripted (tests/scripted.py):
+nothing recorded again, and answer the flaky pair. The host is scripted (tests/support/scripted.py):
 the campaign, the planner, the store and the classifier are the real ones. That SIGKILL of
 the real process leaves the host restorable and the same command resumes it is proven on
 the real sshd and systemd hosts in test_campaign_resume.py.
@@ -23,7 +23,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.planner import Planner
 from orchestrator.store.store import Store
-from tests.scripted import (
+from tests.support.scripted import (
     TARGET_ERROR,
     Faults,
     Oracle,

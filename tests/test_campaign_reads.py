@@ -17,7 +17,7 @@ import orchestrator.store.store as store_mod
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:

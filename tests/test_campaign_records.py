@@ -2,7 +2,7 @@
 stored by earlier versions, and interrupts that carry the outcome so far.
 
 Campaigns run through the real `Bisection`/`SweepCampaign`, core, store, planner and
-classifier; only the host is scripted (`tests/scripted.py`). Fast tier: no real host.
+classifier; only the host is scripted (`tests/support/scripted.py`). Fast tier: no real host.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from orchestrator.events import CampaignFinished, Event, RunRecorded
 from orchestrator.reports.notify import culprits_of
 from orchestrator.reports.report import html_page, markdown
 from orchestrator.store.store import Store
-from tests.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
-from tests.scripted import write_pair as scripted_pair
+from tests.support.scripted import OTHER_ERROR, TARGET_ERROR, Faults, Oracle, Rule, factory, host
+from tests.support.scripted import write_pair as scripted_pair
 
 # A bisection's spec and answer exactly as the version before the typed records stored
 # them (the lab demo's campaign: `--ep-size 8 + --enable-nccl-nvls`, one other failure).
@@ -434,7 +434,7 @@ def test_ctrl_c_during_a_single_run_marks_it_interrupted(tmp_path: Path,
                                                          ) -> None:  # fmt: skip
     from orchestrator.campaign.single import single_run
     from orchestrator.config.experiment import load_experiment
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     class CtrlCInRun(ScriptedExecutor):  # Ctrl-C arrives while the server starts
         def run(self, *a: object, **kw: object) -> object:

@@ -1,7 +1,7 @@
 """Rehearsal on dummy weights (fast tier): the search on `--load-format dummy`, the answer
 confirmed on real weights, and a failure of the checkpoint's values that falls back.
 
-The host is scripted (tests/scripted.py): a rule with `real_weights` fires only when the
+The host is scripted (tests/support/scripted.py): a rule with `real_weights` fires only when the
 server loads the checkpoint, as a missing tensor or a NaN from real values does. The
 campaign, planner, store and classifier are the real ones. The lab's own server does the
 same end to end in test_lab_rehearsal.py.
@@ -18,7 +18,7 @@ from orchestrator.campaign.rehearsal import confirm_attempts
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.reports.report import write_reports
 from orchestrator.store.store import Store
-from tests.scripted import (
+from tests.support.scripted import (
     OTHER_ERROR,
     TARGET_ERROR,
     Faults,

@@ -17,7 +17,7 @@ from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import BisectOptions
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, flag, host
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 MEM = "mem-fraction-static"
@@ -166,7 +166,7 @@ def test_resume_continues_a_ladder_where_it_stopped(tmp_path: Path) -> None:
     import shutil
     import sqlite3
 
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     good, bad = pair(tmp_path / "exp", 3)
     results, killed = tmp_path / "results", tmp_path / "killed"
@@ -320,7 +320,7 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     out-of-memory start as its verdict, says why, and no other variant tries the move."""
     from orchestrator.diagnosis.verdicts import Verdict
     from orchestrator.execution.contract import RunResult
-    from tests.scripted import ScriptedExecutor
+    from tests.support.scripted import ScriptedExecutor
 
     class Refusing(ScriptedExecutor):
         def run(self, exp, *, run_id, label="", **kw):  # noqa: ANN001, ANN003, ANN201

@@ -24,7 +24,8 @@ import pytest
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
     LAB,
     LAB_UNIT,
     UNIT_DIR,
@@ -39,7 +40,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.wait import wait_until
 
 B300_UNIT = "lab-b300.service"
 MIN_RUNS = 3

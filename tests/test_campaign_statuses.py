@@ -26,7 +26,7 @@ from orchestrator.errors import ConfigError, LockError
 from orchestrator.events import RunRecorded
 from orchestrator.execution.hostlock import me
 from orchestrator.store.store import Store
-from tests.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
+from tests.support.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
 
 
 class Refused(ScriptedExecutor):
@@ -87,7 +87,7 @@ def test_the_live_view_numbers_runs_as_stored() -> None:
 def test_follow_of_a_campaign_that_ended_shows_its_runs_and_exits_with_its_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.scripted import TARGET_ERROR, Rule
+    from tests.support.scripted import TARGET_ERROR, Rule
 
     good, bad = write_pair(tmp_path / "exp", 3)
     store = Store(tmp_path / "results")

@@ -1,6 +1,6 @@
 """An answer below the confidence asked is `unsure`, in every place it is shown (fast tier).
 
-A flaky pair on a scripted host (tests/scripted.py; the campaign, planner, store, reports
+A flaky pair on a scripted host (tests/support/scripted.py; the campaign, planner, store, reports
 and classifier are the real ones), stopped by `--max-runs` while the noise-aware search is
 under way: the outcome is `unsure` (exit code 4), never `found`; it carries the best answer,
 its confidence below the one asked, the reproduction counts, the runs the search wants
@@ -23,7 +23,7 @@ from orchestrator.reports.issue_report import issue_markdown
 from orchestrator.reports.notify import Message
 from orchestrator.reports.report import write_reports
 from orchestrator.store.store import Store
-from tests.scripted import (
+from tests.support.scripted import (
     TARGET_ERROR,
     Faults,
     Oracle,

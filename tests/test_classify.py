@@ -1,4 +1,13 @@
-"""Tests of the classifier on recorded SGLang and vLLM logs from public issue threads."""
+"""The classifier's rules one at a time: each test feeds one hand-picked log (the recorded
+SGLang and vLLM logs of tests/data/logs/, from public issue threads) or a few literal lines
+and names the exact phase, error class, message, signature or verdict it must give. It
+proves the parts: the phase of a line, the root error under wrappers and SIGQUIT, the
+excerpt, message normalisation, the rule table, `judge` for every kind of run evidence
+(pass, crash, timeout and hang, signal, probe, infra, invalid) and `orchestrator classify`.
+
+The other two classifier test files: test_diagnosis.py measures the whole classifier on
+the labelled corpus (the figures the benchmark prints) and on input nobody planned for;
+test_real_logs.py reads what this project's own real vLLM printed."""
 
 from __future__ import annotations
 
@@ -169,6 +178,7 @@ def as_rank(text: str, rank: int, day: str, pid_shift: int) -> str:
 )
 def test_eight_ranks_and_two_days_share_one_signature(name: str) -> None:
     one = analyze_log(log(name)).signature
+    assert one is not None  # else logs that all get none would pass as sharing one
     eight = "\n".join(as_rank(log(name), r, "2026-01-0" + str(r + 1), 4096 * r) for r in range(8))
     sigquit = (
         "[2026-01-01 00:00:01] Received sigquit from a child process. "

@@ -22,7 +22,7 @@ import yaml
 from orchestrator.cli import build_parser, detached, main
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import REPO, check_b300_answer, cli, cli_json
+from tests.support.campaign_lab import REPO, check_b300_answer, cli, cli_json
 from tests.test_campaign_resume import SshdLab
 
 B300 = REPO / "experiments" / "lab" / "b300"
@@ -70,6 +70,7 @@ def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path
                                                          str(tmp_path / "r"))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_detached_campaign_prints_commands_that_run(tmp_path: Path) -> None:
     """End to end: `bisect --detach` on a host in trouble; the follow command it prints
     follows that campaign to its end and exits with its code; the resume command resumes
@@ -204,7 +205,7 @@ def test_rerun_without_hosts_uses_the_hosts_file_the_run_was_recorded_with(
     """A run recorded with `--hosts lab.yaml`; `rerun ID` from a directory whose hosts.yaml
     names another machine `box` reruns on the recorded one, and says where it came from."""
     from orchestrator.cli import common
-    from tests.scripted import Faults, Oracle, ScriptedExecutor, write_pair
+    from tests.support.scripted import Faults, Oracle, ScriptedExecutor, write_pair
 
     good, _ = write_pair(tmp_path / "exp", 1)
     used: list[tuple[str, int]] = []
@@ -293,7 +294,7 @@ def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
 def test_no_results_directory_for_commands_that_record_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The default store is `results/` in the working directory (README, Results); only a
+    """The default store is `results/` in the working directory (docs/usage.md, Results); only a
     command that records a campaign makes it, and says where it is."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_RESULTS", raising=False)

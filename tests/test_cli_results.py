@@ -18,7 +18,7 @@ from orchestrator.cli import main
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import RunRow, Store
-from tests.campaign_lab import Recorded, cli, lab_servers, recorded_b300
+from tests.support.campaign_lab import Recorded, cli, lab_servers, recorded_b300
 
 FINDING = ("init: AttributeError: 'NoneType' object has no attribute 'dtype' @ "
            "sglang/pynccl.py:__init__")
@@ -203,6 +203,7 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
         store.close()
     again = new[f"rerun of {bad.id}: {bad.label}"]
     assert (again.argv, again.env) == (bad.argv, bad.env)
+    assert bad.signature is not None
     assert again.verdict is Verdict.FAIL and again.signature == bad.signature
     again_finding = new[f"rerun of {old.id}: {old.label}"]
     assert again_finding.argv == old.argv and str(again_finding.signature) == FINDING

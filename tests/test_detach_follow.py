@@ -26,8 +26,8 @@ from orchestrator.cli import detached, main
 from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import REPO, cli
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import REPO, cli
 from tests.test_campaign_resume import SshdLab
 
 
@@ -86,6 +86,7 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     assert lab.restored()
 
 
+@pytest.mark.slow
 def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
     res = cli("bisect", "--good", tmp_path / "missing.yaml", "--bad", tmp_path / "m2.yaml",
               "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)

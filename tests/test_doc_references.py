@@ -21,7 +21,8 @@ import pytest
 pytestmark = pytest.mark.xdist_group("test_doc_references")
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("docs/design.md", "docs/formats.md", "docs/verdicts.md")
+DOCS = ("docs/design.md", "docs/formats.md", "docs/verdicts.md", "docs/usage.md",
+        "docs/search.md")
 #: a path from the repository's root, as text names it (not `.lab/...` nor `<dir>/...`:
 #: those are made at run time)
 PATH_RE = re.compile(r"(?<![\w./~$<{@-])((?:orchestrator|tests|bench|scripts|docs|experiments)"

@@ -19,7 +19,7 @@ from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.execution.contract import RunCancelled
 from orchestrator.store.store import Store
-from tests.scripted import (
+from tests.support.scripted import (
     TARGET_ERROR,
     Faults,
     Oracle,

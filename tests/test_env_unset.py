@@ -26,7 +26,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.store.store import Store
-from tests.scripted_transport import FakeClock, ScriptedTransport, Server, host
+from tests.support.scripted_transport import FakeClock, ScriptedTransport, Server, host
 
 UNIT = ("[Service]\nEnvironment=PYTHONPATH=/opt/srv NCCL_ALGO=Tree\n"
         "ExecStart=/bin/sleep infinity\nRestart=no\n")  # fmt: skip

@@ -21,7 +21,7 @@ from orchestrator.execution import environment as envfacts
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.store.store import Store
-from tests.run_results import run_result
+from tests.support.run_results import run_result
 
 FACTS = Path(__file__).parent / "data" / "facts"
 REPO = Path(__file__).resolve().parents[1]

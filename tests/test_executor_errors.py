@@ -27,8 +27,8 @@ from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sdhosts import SystemdHostFactory
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port
-from tests.campaign_lab import LAB_UNIT
 from tests.hosts.faults import BoxView
+from tests.support.campaign_lab import LAB_UNIT
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

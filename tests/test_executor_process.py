@@ -30,8 +30,8 @@ from orchestrator.execution.executor import Executor
 from orchestrator.execution.services import process as process_mod
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from tests.campaign_lab import our_processes, sigkill_executor_child_while_polling
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import our_processes, sigkill_executor_child_while_polling
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

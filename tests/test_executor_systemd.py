@@ -32,9 +32,9 @@ from orchestrator.events import Event, PhaseReached, Polled
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sdhosts import SystemdHostFactory
-from tests.campaign_lab import LAB_UNIT, sigkill_executor_child_while_polling
 from tests.hosts.faults import BoxView
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import LAB_UNIT, sigkill_executor_child_while_polling
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

@@ -1,7 +1,7 @@
 """The executor's watch/poll decisions, on a scripted host and a scripted clock (fast tier).
 
 The real `Executor`, process service manager, host lock, classifier and tenacity retrying
-drive a scripted host (`tests/scripted_transport.py`): its servers print SGLang's real
+drive a scripted host (`tests/support/scripted_transport.py`): its servers print SGLang's real
 startup lines phase by phase and crash, hang, die or are killed at scripted moments, and
 the clock moves only when the executor sleeps, so poll times, deadlines and the settle are
 exact and a 15-minute deadline costs nothing. What needs the real things (process groups
@@ -22,8 +22,8 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.events import Event, PhaseReached, Polled, RunFinished, StepDone
 from orchestrator.execution.contract import RunCancelled, RunResult
 from orchestrator.execution.executor import Executor
-from tests.scripted import OTHER_ERROR, TARGET_ERROR
-from tests.scripted_transport import (
+from tests.support.scripted import OTHER_ERROR, TARGET_ERROR
+from tests.support.scripted_transport import (
     PHASES,
     FakeClock,
     Probe,

@@ -26,9 +26,9 @@ import pytest
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
-from tests.campaign_lab import check_answer_evidence, cli, popen_cli, stop_child
 from tests.hosts.faults import STEPS, NetFault, SdLab, marker_path
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import check_answer_evidence, cli, popen_cli, stop_child
 from tests.test_campaign_resume import recorded_count
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import pytest
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
-from tests.campaign_lab import cli
 from tests.hosts.faults import SdLab, read_only_dir, small_tmpfs
+from tests.support.campaign_lab import cli
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"

@@ -29,9 +29,9 @@ from pathlib import Path
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import StoreError
 from orchestrator.store.store import Store
-from tests.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.hosts.faults import B300, UNIT_DIR, SdLab
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.test_faults_campaign import REPO, bisect_args, check_found, json_of
 
 DROPIN = f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf"

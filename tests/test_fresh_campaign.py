@@ -12,7 +12,15 @@ from pathlib import Path
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.support.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    write_pair,
+)
 
 
 def test_fresh_starts_anew_where_the_same_command_resumes(tmp_path: Path) -> None:

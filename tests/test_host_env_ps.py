@@ -23,8 +23,8 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, SdLab
+from tests.support.campaign_lab import LAB
 from tests.test_executor_process import lab_exp, make_host
 
 SECRET = "hf_HostEnvValueNobodyMaySee0123456789"

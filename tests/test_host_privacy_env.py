@@ -39,8 +39,8 @@ from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.report import html_page, markdown
 from orchestrator.store.store import Store
-from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, UNIT_DIR, SdLab
+from tests.support.campaign_lab import LAB
 
 AS_NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups "
 SECRET = "hf_PrivateValueThatMustNotLeak123456"

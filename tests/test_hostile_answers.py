@@ -1,6 +1,6 @@
 """What a hostile user fed the CLI and the configs, and the clear answer each must get.
 
-Fast tier: campaigns here run on the scripted host (`tests/scripted.py`) into a real store;
+Fast tier: campaigns here run on the scripted host (`tests/support/scripted.py`) into a real store;
 the CLI runs in-process. Each test names the row of the report it closes.
 """
 
@@ -19,7 +19,7 @@ from orchestrator.cli import main
 from orchestrator.config.experiment import MAX_ARG_BYTES, load_experiment
 from orchestrator.errors import ConfigError
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:

@@ -627,6 +627,7 @@ def assert_our_error(exc: BaseException, *files_: Path) -> None:
     assert any(str(f) in message for f in files_), message
 
 
+@pytest.mark.slow
 @cases(300)
 @given(body=file_bytes(EXPERIMENT_KEYS))
 def test_any_experiment_file_loads_or_names_itself_in_our_error(files: Files, body: bytes) -> None:
@@ -638,6 +639,7 @@ def test_any_experiment_file_loads_or_names_itself_in_our_error(files: Files, bo
         assert_our_error(exc, path)
 
 
+@pytest.mark.slow
 @cases(200)
 @given(parent=file_bytes(EXPERIMENT_KEYS), child=documents(EXPERIMENT_KEYS),
        target=st.one_of(st.just("parent.yaml"), st.just("child.yaml"), scalars))  # fmt: skip
@@ -657,6 +659,7 @@ def test_extends_chains_load_or_name_the_bad_file(
         assert_our_error(exc, path, d / "parent.yaml", d)
 
 
+@pytest.mark.slow
 @cases(300)
 @given(body=file_bytes(HOSTS_KEYS))
 def test_any_hosts_file_loads_or_names_itself_in_our_error(files: Files, body: bytes) -> None:
@@ -670,6 +673,7 @@ def test_any_hosts_file_loads_or_names_itself_in_our_error(files: Files, body: b
         assert_our_error(exc, path)
 
 
+@pytest.mark.slow
 @cases(200)
 @given(body=file_bytes(SWEEP_KEYS), base=st.booleans())
 def test_any_sweep_file_loads_or_names_the_bad_file(files: Files, body: bytes,
@@ -692,6 +696,7 @@ def test_any_sweep_file_loads_or_names_the_bad_file(files: Files, body: bytes,
         assert_our_error(exc, path, d)
 
 
+@pytest.mark.slow
 @cases(100, health=(HealthCheck.function_scoped_fixture,))
 @given(body=file_bytes(EXPERIMENT_KEYS))
 def test_cli_plan_exits_2_with_one_error_line_and_no_traceback(

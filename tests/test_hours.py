@@ -23,7 +23,15 @@ from orchestrator.errors import ConfigError
 from orchestrator.events import CampaignStarted, RunRecorded, SearchSwitched
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.support.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    write_pair,
+)
 
 
 def declare(path: Path, **keys: object) -> None:
@@ -84,7 +92,7 @@ def test_plan_prints_hours_and_its_range(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_noise_estimate_grows_with_rarer_failures() -> None:
-    det = 12.7  # the default search on an AND-pair of 8, p = 1 (README table)
+    det = 12.7  # the default search on an AND-pair of 8, p = 1 (the table of docs/search.md)
     assert flaky_runs(det, 1.0) == (det, det)
     means = [flaky_runs(det, p)[0] for p in (0.8, 0.5, 0.3)]
     # within 10 % of the table's 26.4, 50.5, 94.1

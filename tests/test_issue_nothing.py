@@ -17,7 +17,7 @@ from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair
 
 
 def _bisect(results: Path, tmp: Path, rules: list[Rule], **kw: object) -> str:

@@ -18,7 +18,7 @@ from orchestrator.lab import cmdline
 from orchestrator.lab import scenario as sc
 from orchestrator.planner import Planner, make_strategy
 from orchestrator.planner.deltas import Delta, apply_deltas, check_differ, diff
-from tests.planner_drive import drive
+from tests.support.planner_drive import drive
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "experiments" / "real" / "vllm-cpu"

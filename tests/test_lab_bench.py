@@ -9,6 +9,10 @@ import pytest
 
 from tests.hosts.procs import free_port, scenario_file
 
+# Every test runs the bench against a real lab server: `slow`, so the fast tier
+# (scripts/test --fast) stays within seconds.
+pytestmark = pytest.mark.slow
+
 WAIT = 15.0
 METRIC = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")  # the probes' regex
 

@@ -64,6 +64,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
             kill_tree(pid, tree=False)
 
 
+@pytest.mark.slow
 def test_up_down_twice_in_a_row(lab: Lab) -> None:
     for _ in range(2):
         up = lab.cli("up")
@@ -97,6 +98,7 @@ def test_up_down_twice_in_a_row(lab: Lab) -> None:
         assert "lab: down" in lab.cli("status").stdout
 
 
+@pytest.mark.slow
 def test_down_leaves_other_processes_alone(lab: Lab) -> None:
     # A pid file pointing at something that is not our sshd (a stale file whose pid was
     # reused): `down` must not signal it.
@@ -114,6 +116,7 @@ def test_down_leaves_other_processes_alone(lab: Lab) -> None:
         other.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_up_refuses_a_port_taken_by_someone_else(lab: Lab) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", lab.port))
@@ -125,6 +128,7 @@ def test_up_refuses_a_port_taken_by_someone_else(lab: Lab) -> None:
     assert "Traceback" not in up.stderr
 
 
+@pytest.mark.slow
 def test_default_layout_matches_the_hosts_example(lab: Lab) -> None:
     example = REPO / "hosts.example.yaml"
     if not example.exists():
@@ -186,6 +190,7 @@ def test_what_a_lab_creates_follows_its_state_dir(tmp_path: Path) -> None:
             assert slurm_entry["run_dir"] != entry["run_dir"]
 
 
+@pytest.mark.slow
 def test_two_labs_with_other_state_dirs_do_not_see_or_stop_each_other(tmp_path: Path) -> None:
     """Lab A on a port it was given; lab B without ORCH_LAB_PORT while the default port is
     taken (held here if nobody holds it): B picks a free port of its own. Each lab's copy of

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.lab.sshd import SshdEndpoint
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     check_answer_evidence,
     cli,
     lab_pair,

@@ -458,6 +458,7 @@ def test_glm5_pair_answer_is_max_running_requests() -> None:
     assert minimal == [{"max-running-requests"}]
 
 
+@pytest.mark.slow
 def test_flaky_pair_answer_is_dp_attention_with_the_bigger_graph_batch() -> None:
     minimal, (rule, _) = _minimal_culprits("flaky", "good.yaml", "bad.yaml", certain=True)
     assert minimal == [{"enable-dp-attention", "cuda-graph-max-bs"}]

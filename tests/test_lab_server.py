@@ -22,6 +22,10 @@ import pytest
 from orchestrator.lab import scenario as sc
 from tests.hosts.procs import REPO, LabProcess, free_port, http_get, port_open, scenario_file
 
+# Every test starts the lab server as a real process: `slow`, so the fast tier
+# (scripts/test --fast) stays within seconds.
+pytestmark = pytest.mark.slow
+
 SCALE = "0.05"
 WAIT = 10.0
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."

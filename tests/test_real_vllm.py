@@ -27,7 +27,6 @@ from pathlib import Path
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import cli, cli_json
 from tests.hosts.vllm import RealVllm
 from tests.hosts.vllm_incidents import (
     INCIDENTS,
@@ -42,6 +41,7 @@ from tests.hosts.vllm_incidents import (
     subsets,
     wait_none_left,
 )
+from tests.support.campaign_lab import cli, cli_json
 
 
 def _documented(lab: Lab, inc: Incident) -> None:

@@ -31,8 +31,8 @@ from orchestrator.execution.executor import Executor
 from orchestrator.lab import vllm_releases
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store.store import Store
-from tests.campaign_lab import load_host
 from tests.hosts.vllm import RealVllm
+from tests.support.campaign_lab import load_host
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "experiments" / "real" / "vllm-releases"

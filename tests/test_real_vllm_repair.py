@@ -18,8 +18,8 @@ import yaml
 
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store.store import Store
-from tests.campaign_lab import cli, cli_json
 from tests.hosts.vllm import REAL, RealVllm
+from tests.support.campaign_lab import cli, cli_json
 
 KV = "VLLM_CPU_KVCACHE_SPACE"
 HF = "--hf-overrides.max_position_embeddings 1500000"

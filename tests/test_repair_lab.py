@@ -19,7 +19,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     LAB,
     LAB_UNIT,
     check_answer_evidence,

@@ -27,7 +27,7 @@ from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import Plan, make_plan
 from orchestrator.planner.repair import delta_knobs
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host
+from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host
 from tests.test_campaign_repair import MEM, OOM, pair
 
 _SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None

@@ -1,4 +1,4 @@
-"""The flake finder (`scripts/test --repeat N`, `tests/repeat.py`): every chosen test runs N
+"""The flake finder (`scripts/test --repeat N`, `tests/support/repeat.py`): every chosen test runs N
 times, and the summary lists each one that failed at least once, with how often."""
 
 from __future__ import annotations
@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.repeat import base_id
+from tests.support.repeat import base_id
 
 _REPO = str(Path(__file__).resolve().parents[1])
 
 pytest_plugins = ["pytester"]
 
 _CONFTEST = """
-from tests.repeat import _repeat_index, pytest_addoption, pytest_configure, pytest_generate_tests
+from tests.support.repeat import (
+    _repeat_index, pytest_addoption, pytest_configure, pytest_generate_tests)
 """
 
 _TESTS = """

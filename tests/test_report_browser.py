@@ -20,8 +20,8 @@ import pytest
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.reports.report import COLORS, write_reports
 from orchestrator.store.store import Store
-from tests.campaign_lab import recorded_b300
 from tests.hosts.prereq import unavailable
+from tests.support.campaign_lab import recorded_b300
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -11,7 +11,15 @@ from orchestrator.cli.run import reproduction
 from orchestrator.config.experiment import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
-from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair
+from tests.support.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    write_pair,
+)
 
 
 def test_repeat_counts_failures_and_signatures(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.hostlock import me
 from orchestrator.lab.sshd import SshdEndpoint
-from tests.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.test_campaign_resume import B300_UNIT, SshdLab, wait_mid_run
 
 

@@ -29,7 +29,7 @@ from orchestrator.campaign import schedule as sched
 from orchestrator.errors import UsageError
 from orchestrator.lab.sdhosts import REPO_IN_CONTAINER, SystemdHost
 from orchestrator.store.store import Store
-from tests.campaign_lab import REPO, cli
+from tests.support.campaign_lab import REPO, cli
 
 CACHE = Path(os.environ.get("ORCH_ROOTFS_CACHE", "/var/cache/orchestrator-tests"))
 DEPS_IN_CONTAINER = "/opt/orchestrator-deps"
@@ -104,6 +104,7 @@ def test_units_render_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 # ---- the CLI on this machine (systemd is not PID 1 here) ----------------------------------
 
 
+@pytest.mark.slow
 def test_bad_calendar_is_a_usage_error_with_the_reason(tmp_path: Path) -> None:
     res = cli("schedule", "add", "nightly", "--at", "Mon..Fru 01:30", "--results",
               tmp_path / "results", "--", "sweep", "x.yaml", timeout=60)  # fmt: skip
@@ -152,6 +153,7 @@ def in_crontab(spool: Path, *args: str | Path, env: dict[str, str] | None = None
                           timeout=120, env=env, cwd=cwd or REPO)  # fmt: skip
 
 
+@pytest.mark.slow
 @NO_SYSTEMD
 def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
                                                        tmp_path: Path) -> None:  # fmt: skip
@@ -203,6 +205,7 @@ def test_without_systemd_the_job_goes_into_the_crontab(private_crontab: Path,
     assert rm.returncode == 2 and "no schedule named 'listing' in the crontab" in rm.stderr
 
 
+@pytest.mark.slow
 @NO_SYSTEMD
 @pytest.mark.parametrize("before", [None, "MAILTO=ops\n15 3 * * * /usr/local/bin/backup\n"])
 def test_add_then_remove_leaves_the_crontab_as_it_was(private_crontab: Path,
@@ -227,6 +230,7 @@ def test_add_then_remove_leaves_the_crontab_as_it_was(private_crontab: Path,
         assert listed.stdout == before
 
 
+@pytest.mark.slow
 @NO_SYSTEMD
 @pytest.mark.parametrize("at, words, expect", [
     ("Mon..Fri 01:30", ["bogus-command"], "would not run: argument COMMAND: invalid choice"),
@@ -243,6 +247,7 @@ def test_add_refuses_what_would_not_run(private_crontab: Path, at: str, words: l
     assert in_crontab(private_crontab, "crontab", "-l").stdout == ""  # nothing installed
 
 
+@pytest.mark.slow
 @NO_SYSTEMD
 def test_without_crontab_nothing_is_scheduled_and_it_says_so(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"  # a PATH with what `schedule add` needs, but no crontab

@@ -12,10 +12,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.campaign_lab import LAB
+from tests.support.campaign_lab import LAB
 from tests.test_schedule import NO_SYSTEMD, in_crontab, private_crontab  # noqa: F401
+
+# Every test runs the CLI and the real crontab as processes: `slow`, so the fast tier
+# (scripts/test --fast) stays within seconds.
+pytestmark = pytest.mark.slow
 
 SECRET_PATH = "T0/B0/s3cr3tpath"
 URL = f"https://hooks.example/services/{SECRET_PATH}"

@@ -69,6 +69,7 @@ def _grep(root: Path, needle: str) -> list[str]:
     return r.stdout.split()
 
 
+@pytest.mark.slow
 def test_no_secret_under_results_or_in_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)

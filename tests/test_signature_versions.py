@@ -57,8 +57,10 @@ def test_old_store_is_resigned_from_log_tails(tmp_path: Path) -> None:
         runs = {r.id: r for r in store.runs("c0ffee")}
         for run_id, name in logs.items():
             want = analyze_log((REAL / name).read_text()).signature
+            assert want is not None
             assert runs[run_id].signature == want  # re-signed from the stored tail
         # the two reruns of one bug still share one signature, now with the place in it
+        assert runs["c0ffee.1"].signature is not None
         assert runs["c0ffee.1"].signature == runs["c0ffee.2"].signature
         new_ima = runs["c0ffee.1"].signature
         assert new_ima is not None and "@ sglang/scheduler.py:process_batch_result_decode" in (

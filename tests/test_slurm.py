@@ -38,7 +38,9 @@ from orchestrator.lab import slurmlab
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.store.store import Store
-from tests.campaign_lab import (
+from tests.hosts.slurm import hang_config, slurm_hosts_file
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
     LAB,
     REPO,
     check_b300_answer,
@@ -49,8 +51,6 @@ from tests.campaign_lab import (
     recorded_b300,
     stop_child,
 )
-from tests.hosts.slurm import hang_config, slurm_hosts_file
-from tests.hosts.wait import wait_until
 
 GOOD = LAB / "b300" / "good.yaml"
 BAD = LAB / "b300" / "bad.yaml"

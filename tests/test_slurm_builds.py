@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from tests.campaign_lab import REPO, lab_pair, load_host
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order
@@ -19,7 +20,6 @@ from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import REPO, lab_pair, load_host
 from tests.hosts.slurm import slurm_hosts_file
 
 RELEASES = load_scenario("releases").versions

@@ -28,7 +28,7 @@ from orchestrator.lab import scenario as sc
 from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import session_env
-from tests.campaign_lab import REPO, Pair, cli_json, lab_pair, read_runs
+from tests.support.campaign_lab import REPO, Pair, cli_json, lab_pair, read_runs
 from tests.test_campaign_flaky import PAIR
 
 #: the lab's startup at this multiple of its time (a run of about 12 s): a job's own start

@@ -19,8 +19,8 @@ import yaml
 
 from orchestrator.execution.slurm.jobscript import SECRETS_HEADER
 from orchestrator.lab.slurmlab import SlurmCluster
-from tests.campaign_lab import LAB, cli
 from tests.hosts.slurm import local_slurm_hosts_file
+from tests.support.campaign_lab import LAB, cli
 
 SECRET = "hf_" + "Q" * 32
 ME = socket.gethostname().split(".")[0]

@@ -29,8 +29,8 @@ from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.campaign_lab import LAB, REPO, cli, lab_pair, load_host, sshd_hosts_file
-from tests.run_results import run_result
+from tests.support.campaign_lab import LAB, REPO, cli, lab_pair, load_host, sshd_hosts_file
+from tests.support.run_results import run_result
 
 GOOD = LAB / "b300" / "good.yaml"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.config.experiment import load_experiment
 from orchestrator.store.store import Store
-from tests.run_results import run_result
+from tests.support.run_results import run_result
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = REPO / "experiments" / "lab" / "demo" / "good.yaml"

@@ -28,7 +28,8 @@ from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.sweep_report import html_page, markdown, svg_plot
 from orchestrator.store.store import CampaignRow, RunRow, Store
-from tests.campaign_lab import (
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
     LAB,
     SETTLE,
     UNIT_DIR,
@@ -38,7 +39,6 @@ from tests.campaign_lab import (
     sshd_hosts_file,
     stop_child,
 )
-from tests.hosts.wait import wait_until
 
 PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"
 UNIT = "lab-rtx6000.service"

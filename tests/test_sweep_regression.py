@@ -24,7 +24,7 @@ from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.notify import Message
 from orchestrator.reports.sweep_report import compare
 from orchestrator.store.store import CampaignRow
-from tests.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
+from tests.support.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
 from tests.test_notify_issue import Receiver
 
 PROBE = ("python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 "

@@ -19,7 +19,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import RunRow, Store
-from tests.campaign_lab import (
+from tests.support.campaign_lab import (
     LAB,
     UNIT_DIR,
     check_answer_evidence,

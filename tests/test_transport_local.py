@@ -15,6 +15,10 @@ from orchestrator.errors import CommandTimeout, ServiceError, TransportError
 from orchestrator.execution.transport import LocalTransport, connect
 from tests.hosts.wait import wait_gone
 
+# Every test runs real commands, some until they time out: `slow`, so the fast tier
+# (scripts/test --fast) stays within seconds.
+pytestmark = pytest.mark.slow
+
 ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
 
 

@@ -264,6 +264,7 @@ def test_unreachable_port_fails_fast(sshd: SshdEndpoint) -> None:
     assert "Traceback" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_silent_host_times_out_at_connect_timeout(tmp_path: Path) -> None:
     """A port that accepts TCP but never says the SSH banner: bounded by connect_timeout."""
     import socket

@@ -3,8 +3,9 @@
 Each subcommand lives in its own module under `orchestrator.cli` and exposes
 `register(subparsers)`; the module's handler returns an exit code. Errors from the
 core arrive as `OrchestratorError`s and are shown as one line (plus a hint); `-v`
-adds the traceback. Exit codes: 0 found/done, 1 campaign did not conclude,
-2 usage or config error, 3 infrastructure error, 5 a sweep finished with a regression,
+adds the traceback. Exit codes (docs/verdicts.md): 0 found/done, 1 campaign did not
+conclude, 2 usage or config error, 3 infrastructure error, 4 a bisection's best answer is
+below the confidence asked (`unsure`), 5 a sweep finished with a regression,
 130 interrupted.
 """
 

@@ -221,7 +221,7 @@ class ExperimentModel(_Raw):
     health: HealthModel | None = None
     probe: ProbeModel | None = None
     requires: dict[str, list[str]] | None = None
-    #: a bisection searches on random weights first (`--load-format dummy`), see README
+    #: a bisection searches on random weights first (`--load-format dummy`), see docs/search.md
     rehearse: str | None = None
     expect: ExpectModel | None = None
     #: what a run that fails on a resource may change to run again (config.repair)

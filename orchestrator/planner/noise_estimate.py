@@ -5,7 +5,7 @@ noise-aware (the search itself is `planner.noisy`; this module only reads its fi
 The runs of the noise-aware search grow with 1/p (p: the share of starts that show the
 failure) over what the same answer costs when it shows every time. Fitted to the default
 search's means in `bench/runs_to_answer.py --noise` (n = 8, every run counted, endpoints
-included; the README's table): mean(p) = deterministic * (a + b / p) per culprit size,
+included; the table of docs/search.md): mean(p) = deterministic * (a + b / p) per culprit size,
 within 5 % of the table at p = 0.8, 0.5 and 0.3 (least squares in 1/p); its 95th
 percentile is about 1.9 times the mean there (1.7-1.9 measured). An estimate, not a
 bound: it is meant to tell minutes from hours.

@@ -92,7 +92,7 @@ def systemd_host(systemd_hosts: SystemdHostFactory) -> Iterator[SystemdHost]:
 def duo(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
     """Two booted containers (each in its own network namespace) with the lab's rtx6000
     unit installed: a pool of two equivalent hosts, shared by a module's tests."""
-    from tests.campaign_lab import LAB_UNIT
+    from tests.support.campaign_lab import LAB_UNIT
 
     boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
     try:

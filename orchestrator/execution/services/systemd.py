@@ -1,7 +1,7 @@
 """The systemd service manager: the user's unit plus one drop-in, never an edited unit file.
 
-Sequence per run (README.md, "One run on a systemd host"; docs/design.md for the
-contracts): stop + reset-failed, write `UNIT.d/99-orchestrator.conf` atomically
+Sequence per run (docs/design.md, "One run on a systemd host", and its contracts):
+stop + reset-failed, write `UNIT.d/99-orchestrator.conf` atomically
 (`ExecStart=` reset, the variant's `ExecStart`, `Environment=`/`UnsetEnvironment=`,
 `Restart=no`), `daemon-reload`, read the effective
 `ExecStart` argv and environment back and compare with what was intended (a mismatch is

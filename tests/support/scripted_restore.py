@@ -24,7 +24,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.events import Listener
 from orchestrator.execution.contract import RunResult
-from tests.scripted import Faults, Oracle, ScriptedExecutor
+from tests.support.scripted import Faults, Oracle, ScriptedExecutor
 
 
 @dataclass

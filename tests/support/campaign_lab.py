@@ -30,7 +30,7 @@ from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.lab.units import lab_unit
 from orchestrator.store.store import RunRow, Store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "experiments" / "lab"
 UNIT_DIR = "/etc/systemd/system"
 TIME_SCALE = "0.1"
@@ -138,14 +138,14 @@ def load_host(hosts_file: Path, name: str) -> Host:
 
 
 def sigkill_executor_child_while_polling(spec: dict[str, Any], tmp_path: Path) -> int:
-    """Run `tests/executor_child.py` on `spec` and SIGKILL it once it polls the server:
-    a controller that dies mid-run, leaving the host as such a crash would. Returns its pid
-    (the lock it leaves names it)."""
+    """Run `tests/support/executor_child.py` on `spec` and SIGKILL it once it polls the
+    server: a controller that dies mid-run, leaving the host as such a crash would. Returns
+    its pid (the lock it leaves names it)."""
     import time
 
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    child = subprocess.Popen([sys.executable, str(REPO / "tests" / "executor_child.py"),
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("executor_child.py")),
                               str(spec_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)  # fmt: skip
     try:

@@ -1,4 +1,4 @@
-"""Where the suite's CPU goes: `python -m pytest -p tests.cpu_profile --cpu-profile FILE`.
+"""Where the suite's CPU goes: `python -m pytest -p tests.support.cpu_profile --cpu-profile FILE`.
 
 CPU time (user + sys), not wall time: on a shared machine the wall time of a test says more
 about the neighbours than about the test. Each test process (every xdist worker) adds up,
@@ -6,7 +6,7 @@ per test module, its own CPU and that of the child processes it waited for (reso
 of RUSAGE_SELF and RUSAGE_CHILDREN before and after each test's setup, call and teardown),
 and counts the processes the tests started by kind (the CLI, another Python, ssh, sshd,
 systemd-nspawn, ...). Each process appends its counts to FILE as one JSON line; `python -m
-tests.cpu_profile FILE` prints the table of tests/README.md. A server a test leaves to
+tests.support.cpu_profile FILE` prints the table of tests/README.md. A server a test leaves to
 another process to reap (a lab server started detached) is not in its module's children.
 """
 

@@ -1,6 +1,6 @@
 """A controller to be killed: runs one variant with the Executor, for the SIGKILL tests.
 
-    python tests/executor_child.py SPEC.json
+    python tests/support/executor_child.py SPEC.json
 
 SPEC: {"hosts": PATH, "host": NAME, "service": UNIT, "campaign": ID, "experiment": {...}}
 (`Experiment.to_dict()`). It prints `POLLING` (flushed) at the first poll of the run, so
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.config.experiment import Experiment  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402

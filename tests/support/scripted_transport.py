@@ -37,7 +37,7 @@ from orchestrator.execution.services.base import HTTP_MARK, LOG_MARK, SS_MARK, S
 from orchestrator.execution.transport.base import CommandResult, Transport
 from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario import ModelInfo
-from tests.scripted import _lines as sglang_lines
+from tests.support.scripted import _lines as sglang_lines
 
 #: SGLang's startup phases and how long each takes in the script (seconds): ready at 13 s
 PHASES: tuple[tuple[str, float], ...] = (
