@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import yaml
-from tests.campaign_lab import REPO, lab_pair, load_host
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order
@@ -21,6 +20,7 @@ from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
 from tests.hosts.slurm import slurm_hosts_file
+from tests.support.campaign_lab import REPO, lab_pair, load_host
 
 RELEASES = load_scenario("releases").versions
 
