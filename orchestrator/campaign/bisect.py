@@ -44,7 +44,7 @@ from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
-from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
+from orchestrator.diagnosis.classify.judge import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
