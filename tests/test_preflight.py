@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.execution.preflight import (
     PROBE,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.campaign.single import single_runs
 from orchestrator.cli.run import reproduction
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.results.store import Store
 from tests.scripted import TARGET_ERROR, Faults, Oracle, Rule, ScriptedExecutor, host, write_pair

@@ -71,7 +71,7 @@ def status_of(camp: CampaignRow) -> str:
 def run_list(args: argparse.Namespace) -> int:
     if args.follow:
         from orchestrator.cli import detached
-        from orchestrator.config.experiment import parse_duration
+        from orchestrator.config.schema import parse_duration
 
         detached.check_follow_args(args)
         try:
