@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.campaign import envwatch, flaky, rehearsal, timing
+from orchestrator.campaign.answer import CampaignAnswer
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -32,10 +33,6 @@ from orchestrator.campaign.pool import FlagsRefused, Pool, Task
 from orchestrator.campaign.records import (
     BisectOptions,
     BisectSpec,
-    Culprit,
-    Finding,
-    InvalidRun,
-    Narrowed,
     Outcome,
     RepairNote,
     Status,
@@ -54,7 +51,6 @@ from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
 from orchestrator.planner.repair import decide as repair_decide
-from orchestrator.planner.strategies import CLEARING
 from orchestrator.results.store import RunRow, Store
 
 
@@ -361,7 +357,7 @@ class Bisection:
         """The outcome so far, for an interrupt: what was found on the way, nothing more."""
         return Outcome(self.cid, Status.INTERRUPTED, message="interrupted", target=self.target,
                        runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self._findings(), invalid=self._invalid(),
+                       findings=self._answer().findings(), invalid=self._answer().invalid(),
                        deltas=[d.describe() for d in self.plan.deltas],
                        repairs=self._repairs())  # fmt: skip
 
@@ -414,7 +410,7 @@ class Bisection:
                            purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
         failed = good_failed()
         if failed is not None:  # said even when a budget ran out: it is the answer
-            return self._stop_endpoints(
+            return self._answer().at_endpoints(
                 f"the good config does not pass on {where}: {failed.verdict.value}"
                 + (f" ({failed.signature})" if failed.signature else "")
                 + f" [run {failed.id}]; nothing to bisect",
@@ -426,12 +422,12 @@ class Bisection:
             return Outcome(self.cid, Status.INCOMPLETE,
                            message=f"stopped before an answer: {stop}{so_far}",
                            target=self.target, runs_executed=self.executed,
-                           runs_reused=self.reused, findings=self._findings())  # fmt: skip
+                           runs_reused=self.reused, findings=self._answer().findings())  # fmt: skip
         good, bad = ends[()], ends[full]
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
-            return self._stop_endpoints(
+            return self._answer().at_endpoints(
                 f"the bad config does not fail on {where}: it passed on all {starts} starts "
                 f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
                 f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
@@ -493,15 +489,15 @@ class Bisection:
                            speculate=ahead, fresh_runs=again)  # fmt: skip
         if stop:
             best = planner.current_round.best if planner.current_round else None
-            outcome = self._incomplete(planner, stop)
+            outcome = self._answer().incomplete(stop)
             if best is not None and best.culprits:  # the partial answer, with its confidence
-                outcome.culprits = self._conclude(best, []).culprits
+                outcome.culprits = self._answer().conclude(best, []).culprits
                 outcome.status = Status.UNSURE
                 outcome.message = f"stopped before the answer was sure: {stop}"
         else:
             best = planner.answer
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
-            outcome = self._conclude(best, disagree)
+            outcome = self._answer().conclude(best, disagree)
         rows = self._rows()
         if self.opts.strategy == "auto":
             watch.settled(best, [(frozenset(r.variant), self._relative(r.verdict, r.signature,
@@ -929,99 +925,16 @@ class Bisection:
         return row
 
     # ---- budgets and endings
+    def _answer(self) -> CampaignAnswer:
+        """The answer as the runs recorded so far give it (campaign/answer.py)."""
+        return CampaignAnswer(self.cid, self.plan, self._rows(), self.target, self._relative,
+                              confidence=self.opts.confidence, executed=self.executed,
+                              reused=self.reused, moves_of=self._moves_of)  # fmt: skip
+
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         """--max-runs counts this campaign's executed runs across resumes."""
         total = sum(1 for r in self._all_rows() if r.cached_from is None)
         return self.core.budget_spent(total + in_flight) or None
-
-    def _stop_endpoints(self, message: str) -> Outcome:
-        return Outcome(self.cid, Status.ENDPOINTS, message=message, target=self.target,
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self._findings())  # fmt: skip
-
-    def _verdicts(self) -> dict[tuple[int, ...], Verdict]:
-        out: dict[tuple[int, ...], Verdict] = {}
-        for r in self._rows():
-            if r.verdict is not Verdict.INFRA:
-                out[r.variant] = self._relative(r.verdict, r.signature, self.target)
-        return out
-
-    def _incomplete(self, planner: Planner, why: str) -> Outcome:
-        verdicts = self._verdicts()
-        fails = [v for v, x in verdicts.items() if x is Verdict.FAIL]
-        passes = [v for v, x in verdicts.items() if x is Verdict.PASS]
-        smallest = min(fails, key=len) if fails else tuple(range(self.plan.n))
-        largest = max(passes, key=len) if passes else ()
-        narrowed = Narrowed([self.plan.deltas[i].describe() for i in smallest],
-                            [self.plan.deltas[i].describe() for i in largest])  # fmt: skip
-        return Outcome(self.cid, Status.INCOMPLETE, message=f"stopped before an answer: {why}",
-                       target=self.target, runs_executed=self.executed, runs_reused=self.reused,
-                       narrowed=narrowed, findings=self._findings(),
-                       invalid=self._invalid())  # fmt: skip
-
-    def _findings(self) -> list[Finding]:
-        by_sig: dict[Signature, Finding] = {}
-        for r in self._rows():
-            verdict = self._relative(r.verdict, r.signature, self.target)
-            if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
-                continue
-            f = by_sig.get(r.signature)
-            if f is None:
-                by_sig[r.signature] = Finding(r.signature, r.variant, r.id, r.label)
-            else:
-                f.count += 1
-                if len(r.variant) < len(f.variant):
-                    f.variant, f.run_id, f.label = r.variant, r.id, r.label
-        # a failure needs all of its deltas: a pass of a variant that has them all shows
-        # that it comes on some starts only
-        for f in by_sig.values():
-            f.passed = sum(1 for r in self._rows() if r.verdict is Verdict.PASS
-                           and set(f.variant) <= set(r.variant))  # fmt: skip
-        return list(by_sig.values())
-
-    def _invalid(self) -> list[InvalidRun]:
-        return [InvalidRun(r.label, r.id, r.detail)
-                for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
-
-    def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
-        """The newest run of exactly this variant whose verdict backs the claim: the target
-        failure (`fails`), or a run that ran without it (pass, other, timeout)."""
-        key = tuple(sorted(variant))
-        for r in reversed(self._rows()):
-            if r.variant != key:
-                continue
-            got = self._relative(r.verdict, r.signature, self.target)
-            if (got is Verdict.FAIL) if fails else got in CLEARING:
-                return r
-        return None
-
-    def _clear_claim(self, x: int, variant: frozenset[int], row: RunRow) -> str:
-        """What a clearing run shows, worded for the variant it really is."""
-        flag = self.plan.deltas[x].short()
-        if variant == frozenset(range(self.plan.n)) - {x}:
-            what = f"bad without {flag}"
-        else:
-            what = f"{self.plan.describe(variant)} (without {flag})"
-        got = self._relative(row.verdict, row.signature, self.target)
-        if got is Verdict.PASS:
-            return f"{what} does not fail"
-        return f"{what} does not show the target failure ({got.value}: {row.signature})"
-
-    def _contradictions(self, sets: list[frozenset[int]], misses: bool = False) -> list[str]:
-        """Recorded runs the answer cannot explain: a target failure without any culprit
-        set, or a pass with one (a flaky failure, or a cause the search did not see).
-        With `misses` (a noise-aware answer) a pass with a culprit set is a miss its
-        posterior has weighed, not a contradiction."""
-        out: list[str] = []
-        for r in self._rows():
-            got = self._relative(r.verdict, r.signature, self.target)
-            has = any(self.plan.carries(c, r.variant) for c in sets)
-            if got is Verdict.FAIL and not has:
-                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
-                           "culprit set")  # fmt: skip
-            elif got is Verdict.PASS and has and not misses:
-                out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
-        return out
 
     def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
@@ -1049,63 +962,6 @@ class Bisection:
                     flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
                                  f"expected {want.value}")  # fmt: skip
         return flaky
-
-    def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
-        culprits = []
-        unbacked: list[str] = []
-        for c in answer.culprits:
-            flags = [self.plan.deltas[i].short() for i in sorted(c.deltas)]
-            # Every evidence line cites a run of exactly the variant it describes, with
-            # the verdict it claims; a claim without such a run is not evidence.
-            rep = self._run_of(c.reproduced_by, fails=True)
-            cleared: dict[str, str | None] = {}
-            claims: dict[str, str] = {}
-            for i, v in c.cleared_by:
-                row = self._run_of(v, fails=False)
-                cleared[self.plan.deltas[i].short()] = row.id if row else None
-                if row is not None:
-                    claims[self.plan.deltas[i].short()] = self._clear_claim(i, v, row)
-            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
-                         and len(claims) == len(c.deltas))  # fmt: skip
-            if not confirmed:
-                unbacked.append(" + ".join(flags))
-            culprits.append(Culprit(
-                deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
-                reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
-                confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
-                repaired_with=self._moves_of(rep) if rep is not None else [],
-            ))  # fmt: skip
-        # A noise-aware answer stands on its posterior (its confidence reached what was
-        # asked): its evidence lines cite the runs there are, and misses are expected.
-        contradictions = self._contradictions([c.deltas for c in answer.culprits],
-                                              misses=answer.noise_aware)  # fmt: skip
-        status = Status.FOUND if (answer.culprits and answer.complete
-                             and (answer.noise_aware or not unbacked)
-                             and not contradictions) else Status.INCOMPLETE  # fmt: skip
-        message = ""
-        sure = answer.confidence is None or answer.confidence >= self.opts.confidence
-        if answer.culprits and answer.noise_aware and not contradictions and (
-                status is Status.INCOMPLETE or not sure):  # fmt: skip
-            # a best answer that has not reached the confidence asked (its budget ended)
-            status = Status.UNSURE
-        elif status is Status.FOUND and not sure:
-            status = Status.UNSURE
-        if status is Status.UNSURE:
-            message = (f"the best answer is {answer.confidence or 0:.3f} likely to be right, "
-                       f"below the {self.opts.confidence:g} asked"
-                       + (f" ({answer.reason})" if answer.reason else ""))  # fmt: skip
-            for cul in culprits:  # "confirmed" only at the confidence asked
-                cul.confirmed = False
-        elif status is not Status.FOUND:
-            message = answer.reason or (
-                "no evidence run backs " + ", ".join(unbacked) if unbacked else
-                "the recorded runs contradict the answer (flaky?): "
-                + "; ".join(contradictions[:3]))  # fmt: skip
-        return Outcome(self.cid, status, message=message, target=self.target,
-                       culprits=culprits, findings=self._findings(), invalid=self._invalid(),
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       flaky=flaky)  # fmt: skip
 
 
 __all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
