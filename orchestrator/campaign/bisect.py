@@ -23,7 +23,6 @@ from typing import Any
 from orchestrator.campaign import envwatch, flaky, rehearsal, timing
 from orchestrator.campaign.answer import CampaignAnswer
 from orchestrator.campaign.core import (
-    CachedResult,
     CampaignCore,
     ExecutorFactory,
     default_executor,
@@ -37,16 +36,16 @@ from orchestrator.campaign.records import (
     RepairNote,
     Status,
 )
+from orchestrator.campaign.reuse import RecordedRuns
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
-from orchestrator.diagnosis.classify.judge import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
 from orchestrator.execution.executor import RunCancelled, service_name
-from orchestrator.execution.inputs import LaunchInputs, env_digest
+from orchestrator.execution.inputs import env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
@@ -123,12 +122,12 @@ class Bisection:
         self.resumed = self.core.resumed
         self.target: Signature | None = store.campaign(self.cid).target
         self.executed = 0
-        self.reused = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
         self._ladder_cache: tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]],
                                   list[RunRow]] | None = None  # fmt: skip
-        self._told: set[str] = set()  # why recorded runs were not reused, said once
+        #: verdicts from recorded runs: this campaign's, or earlier ones' (campaign/reuse.py)
+        self.recorded = RecordedRuns(self, fresh=options.fresh)
         self.env_keys = plan.env_keys
         #: verdicts re-read against the target; across builds, in any startup phase
         self._relative = functools.partial(relative, across_builds=any(
@@ -147,6 +146,11 @@ class Bisection:
         #: before the first run (the others' flags are not put to them: a flag a build
         #: between does not know is that variant's `invalid`, not the campaign's error)
         self._builds = tuple(replace(plan.good, build=b) for b in plan.order)
+
+    @property
+    def reused(self) -> int:
+        """Runs taken from earlier campaigns' records (this invocation)."""
+        return self.recorded.reused
 
     def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
@@ -440,7 +444,7 @@ class Bisection:
         #    the runs it no longer needs
         #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
         #    `auto` turns noise-aware by itself once the runs show flakiness.
-        self._reuse_recorded(pool)
+        self.recorded.reuse_recorded(pool)
         # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
         strategy = self.plan.wrap(flaky.strategy_for(
             self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
@@ -731,7 +735,7 @@ class Bisection:
                     exp = with_moves(self.plan.variant(frozenset(v)),
                                      [*(Applied.from_dict(r.repair) for r in chain if r.repair),
                                       applied])  # fmt: skip
-                    hit = self._from_cache(v, exp, target, pool, repair=applied) \
+                    hit = self.recorded.from_cache(v, exp, target, pool, repair=applied) \
                         if reuse else None  # fmt: skip
                     if hit is not None:
                         self._deliver(v, hit, target, on_result)
@@ -754,7 +758,7 @@ class Bisection:
                     have[v] += 1
                     continue
                 fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
-                row = None if fresh and not reuse else self._known(v, target, pool,
+                row = None if fresh and not reuse else self.recorded.known(v, target, pool,
                                                                    again=fresh)  # fmt: skip
                 if row is not None:
                     self._deliver(v, row, target, on_result)
@@ -777,7 +781,7 @@ class Bisection:
                 if have[v] or not pool.idle() or self._pending_repair(v) is not None:
                     continue
                 stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or self._known(v, target, pool) is not None:
+                if stop or self.recorded.known(v, target, pool) is not None:
                     break
                 task = Task(key=v, exp=self.plan.variant(frozenset(v)),
                             label=self._label(v),
@@ -811,110 +815,6 @@ class Bisection:
             self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
             self._deliver(d.task.key, self._relabel(row, target, "run"), target, on_result)
         raise RuntimeError("the campaign did not converge")
-
-    def _known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
-               again: bool = False) -> RunRow | None:  # fmt: skip
-        """This campaign's recorded verdict of the variant (unless a new start is wanted:
-        `again`), else the starts earlier campaigns recorded of the same launch (not
-        --fresh): the config's fingerprint and what would reach its server on a host of
-        the pool now (`LaunchInputs`, read on the host). Every such start this campaign
-        has not taken yet is recorded as a reused run; the newest is returned."""
-        if not again:
-            mine = [r for r in self._rows()
-                    if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
-            if mine:
-                return self._relabel(mine[-1], target, "resume")
-        return self._from_cache(variant, self.plan.variant(frozenset(variant)), target, pool)
-
-    def _from_cache(self, variant: tuple[int, ...], exp: Experiment, target: Signature | None,
-                    pool: Pool, *, repair: Applied | None = None) -> RunRow | None:  # fmt: skip
-        """The starts earlier campaigns recorded of the launch `exp` (see `_known`); a
-        repaired start (`repair`: the move it carries) takes the newest one alone, which
-        continues this variant's ladder."""
-        if self.opts.fresh or not self._reusable_config(exp):
-            return None
-        fp = exp.fingerprint()
-        taken = {r.cached_from for r in self._launch_rows() if r.cached_from}
-        for host in pool.healthy_hosts():
-            left = self.store.reuse_candidates(fp, host.host_class,
-                                               exclude_campaign=self.cid) - taken
-            if not left:
-                continue  # nothing (left) to reuse: the host need not be asked
-            inputs = pool.inputs_of(host, exp)
-            if inputs is None:
-                continue  # busy, or it cannot tell what would reach the server: unknown
-            hits = [h for h in self.store.reusable(inputs.key(fp), exclude_campaign=self.cid)
-                    if h.id not in taken and self._reusable_run(h)]  # fmt: skip
-            if not hits:
-                self._not_reused(variant, host, inputs, left)
-                continue
-            label = self._label(variant) if repair is None else self._repaired_label(variant,
-                                                                                     repair)
-            if repair is not None:
-                hits = hits[-1:]  # one start continues a ladder
-            row: RunRow | None = None
-            for hit in hits:  # oldest first: the newest is this campaign's last word on it
-                cached = CachedResult.from_row(hit, label, host, exp, inputs)
-                row = self._record(cached, variant=variant, purpose="cache", cached_from=hit.id,
-                                   repair=repair.to_dict() if repair else None)  # fmt: skip
-                self.reused += 1
-                if hit is not hits[-1]:
-                    self._relabel(row, target, "cache")
-            assert row is not None
-            return self._relabel(row, target, "cache")
-        return None
-
-    def _reuse_recorded(self, pool: Pool) -> None:
-        """Before the search: every start that earlier campaigns recorded of a variant of
-        this pair, under the inputs the hosts have now, joins this campaign's runs, the
-        variants the search will not ask for included: the posterior, the reproduction
-        rate and the confidence stand on all the recorded runs, as the first campaign's
-        did (a rerun that read only what it asked for would drop some passes)."""
-        if self.opts.fresh:
-            return
-        n = self.plan.n
-        wanted: set[tuple[int, ...]] = set()
-        for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
-            for variant, fp in self.store.recorded_launches(cls, exclude_campaign=self.cid):
-                if variant in wanted or any(i >= n for i in variant):
-                    continue
-                if self.plan.variant(frozenset(variant)).fingerprint() == fp:
-                    wanted.add(variant)  # the same launch as this pair's variant
-        for variant in sorted(wanted, key=lambda v: (len(v), v)):
-            self._known(variant, self.target, pool, again=True)
-
-    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
-                    ids: set[str]) -> None:  # fmt: skip
-        """Say once per campaign and reason why recorded runs of a variant were not reused
-        (what reaches the server differs now), so a cold cache is no mystery."""
-        exp = self.plan.variant(frozenset(variant))
-        old = self.store.runs_of(exp.fingerprint(), host.host_class, ids)
-        if not inputs.known:
-            why = f"what would reach the server cannot be read on {host.name} now"
-        else:
-            parts = sorted({d for r in old if r.inputs is not None
-                            for d in inputs.differences(r.inputs)})  # fmt: skip
-            why = "changed since they ran: " + "; ".join(parts) if parts else ""
-        if not why or why in self._told:
-            return
-        self._told.add(why)
-        self.emit(Notice(host=host.name, message=(
-            f"{len(old)} recorded run(s) of {self.plan.describe(frozenset(variant))} not "
-            f"reused: {why}")))  # fmt: skip
-
-    @staticmethod
-    def _reusable_config(exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused."""
-        cond = exp.probe.condition if exp.probe else None
-        return cond is None or not cond.relative_to_good
-
-    @staticmethod
-    def _reusable_run(hit: RunRow) -> bool:
-        """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
-        with no failure in the log: today such a run is infra)."""
-        sig = hit.signature
-        return not (sig is not None and sig.error_class == "signal"
-                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
         verdict = self._relative(row.verdict, row.signature, target)
