@@ -15,7 +15,6 @@ import hashlib
 import json
 import shlex
 from bisect import insort
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -27,8 +26,9 @@ from orchestrator.campaign.core import (
     ExecutorFactory,
     default_executor,
 )
+from orchestrator.campaign.dispatch import Dispatch
 from orchestrator.campaign.planning import Plan
-from orchestrator.campaign.pool import FlagsRefused, Pool, Task
+from orchestrator.campaign.pool import Pool, Task
 from orchestrator.campaign.records import (
     BisectOptions,
     BisectSpec,
@@ -44,7 +44,7 @@ from orchestrator.config.repair import policy as repair_policy
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
-from orchestrator.execution.executor import RunCancelled, service_name
+from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
@@ -703,118 +703,9 @@ class Bisection:
         show. A variant that wants a new start (`fresh_runs`) takes the starts earlier
         campaigns recorded of the same launch that this one has not taken yet, if any
         (`reuse`). Returns why it stopped early (a budget), or None."""
-        in_flight: dict[str, Task] = {}  # by run id: a variant wanted twice runs twice
-        cancelled: set[str] = set()
-        stop: str | None = None
-        for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
-            want = wanted()
-            need = Counter(want)
-            have = Counter(t.key for r, t in in_flight.items() if r not in cancelled)
-            missing = sum(max(0, c - have[v]) for v, c in need.items())
-            ahead: list[tuple[int, ...]] = []
-            spare = len(pool.idle()) - missing
-            if speculate is not None and len(pool.healthy()) > 1 and not stop and (
-                spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
-            ):
-                running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
-                ahead = speculate(max(spare, 0) + running)
-            for rid, task in reversed(list(in_flight.items())):
-                v = task.key
-                if rid not in cancelled and have[v] > need[v] + (v in ahead):
-                    pool.cancel(task)  # the round was decided without it (newest first)
-                    cancelled.add(rid)
-                    have[v] -= 1
-            progressed = False
-            for v in want:
-                if have[v] >= need[v]:
-                    continue
-                pending = self._pending_repair(v)
-                if pending is not None:  # died of a resource: started again with a move
-                    chain, step = pending
-                    applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
-                    exp = with_moves(self.plan.variant(frozenset(v)),
-                                     [*(Applied.from_dict(r.repair) for r in chain if r.repair),
-                                      applied])  # fmt: skip
-                    hit = self.recorded.from_cache(v, exp, target, pool, repair=applied) \
-                        if reuse else None  # fmt: skip
-                    if hit is not None:
-                        self._deliver(v, hit, target, on_result)
-                        progressed = True
-                        break
-                    stop = stop or self._budget_exhausted(len(in_flight))
-                    if stop or not pool.idle():
-                        break
-                    self.emit(Notice(host=chain[-1].host, message=(
-                        f"{self._label(v)} failed on a resource ({chain[-1].signature}) "
-                        f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
-                        f"(repair {len(chain)} of at most "
-                        f"{self._policy(chain[-1].host).steps})")))  # fmt: skip
-                    task = Task(key=v, exp=exp, label=self._repaired_label(v, applied),
-                                run_id=self.store.reserve_run_id(self.cid), target=target,
-                                good_metric=self.good_metric, purpose="repair",
-                                precheck=self._precheck, repair=applied.to_dict())  # fmt: skip
-                    pool.submit(task)
-                    in_flight[task.run_id] = task
-                    have[v] += 1
-                    continue
-                fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
-                row = None if fresh and not reuse else self.recorded.known(v, target, pool,
-                                                                   again=fresh)  # fmt: skip
-                if row is not None:
-                    self._deliver(v, row, target, on_result)
-                    progressed = True
-                    break  # what is wanted may have changed
-                stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or not pool.idle():
-                    break
-                exp = self.plan.variant(frozenset(v))
-                task = Task(key=v, exp=exp, label=self._label(v),
-                            run_id=self.store.reserve_run_id(self.cid), target=target,
-                            good_metric=self.good_metric, purpose=purpose(v),
-                            precheck=self._precheck, builds=self._builds)  # fmt: skip
-                pool.submit(task)
-                in_flight[task.run_id] = task
-                have[v] += 1
-            if progressed:
-                continue
-            for v in ahead:  # spare hosts run ahead; a verdict found later is reused
-                if have[v] or not pool.idle() or self._pending_repair(v) is not None:
-                    continue
-                stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or self.recorded.known(v, target, pool) is not None:
-                    break
-                task = Task(key=v, exp=self.plan.variant(frozenset(v)),
-                            label=self._label(v),
-                            run_id=self.store.reserve_run_id(self.cid),
-                            target=target, good_metric=self.good_metric,
-                            purpose="speculative", precheck=self._precheck,
-                            builds=self._builds)  # fmt: skip
-                pool.submit(task)
-                in_flight[task.run_id] = task
-                have[v] += 1
-            if not in_flight:
-                return stop if want else None
-            d = pool.wait()
-            in_flight.pop(d.task.run_id, None)
-            cancelled.discard(d.task.run_id)
-            if d.result is None:
-                if isinstance(d.error, RunCancelled):
-                    continue
-                if isinstance(d.error, FlagsRefused):
-                    raise d.error  # about the config, not the host: no other host takes it
-                # The last host stays in the pool whatever its error (a lock held by another
-                # campaign, a missing unit): raise it, or the variant is resubmitted to the
-                # same failing host again and again.
-                if not pool.healthy() or d.host.name in {h.name for h in pool.healthy_hosts()}:
-                    raise d.error if isinstance(d.error, BaseException) else RuntimeError(
-                        "no host left in the pool")  # fmt: skip
-                continue  # the host left the pool; another one takes the variant
-            row = self._record(d.result, variant=d.task.key, purpose=d.task.purpose,
-                               run_id=d.task.run_id, repair=d.task.repair)  # fmt: skip
-            self.executed += 1
-            self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
-            self._deliver(d.task.key, self._relabel(row, target, "run"), target, on_result)
-        raise RuntimeError("the campaign did not converge")
+        source = _VariantRuns(self, pool, on_result, target=target, purpose=purpose,
+                              fresh_runs=fresh_runs, reuse=reuse)  # fmt: skip
+        return Dispatch(pool, source).run(wanted, speculate)
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
         verdict = self._relative(row.verdict, row.signature, target)
@@ -862,6 +753,105 @@ class Bisection:
                     flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
                                  f"expected {want.value}")  # fmt: skip
         return flaky
+
+
+
+class _VariantRuns:
+    """A bisection's side of one drive of the dispatch loop (campaign/dispatch.py): the
+    variants' recorded verdicts and reused starts, their repair ladders, the tasks that
+    run them, and the records of the runs that end."""
+
+    def __init__(self, b: Bisection, pool: Pool,
+                 on_result: Callable[[tuple[int, ...], RunRow], None], *,
+                 target: Signature | None, purpose: Callable[[tuple[int, ...]], str],
+                 fresh_runs: bool | Callable[[tuple[int, ...]], bool],
+                 reuse: bool) -> None:  # fmt: skip
+        self.b = b
+        self.pool = pool
+        self.on_result = on_result
+        self.target = target
+        self.purpose = purpose
+        self.fresh_runs = fresh_runs
+        self.reuse = reuse
+
+    def _repair(self, v: tuple[int, ...]) -> tuple[list[RunRow], Applied, Experiment] | None:
+        """The variant's ladder that wants a repaired start, the move it makes next, and
+        the launch with every move of the ladder (None: no repair is pending)."""
+        pending = self.b._pending_repair(v)
+        if pending is None:
+            return None
+        chain, step = pending
+        applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
+        exp = with_moves(self.b.plan.variant(frozenset(v)),
+                         [*(Applied.from_dict(r.repair) for r in chain if r.repair),
+                          applied])  # fmt: skip
+        return chain, applied, exp
+
+    def obtain(self, v: tuple[int, ...]) -> bool:
+        b, target = self.b, self.target
+        repair = self._repair(v)
+        if repair is not None:  # died of a resource: started again with a move
+            _, applied, exp = repair
+            hit = b.recorded.from_cache(v, exp, target, self.pool, repair=applied) \
+                if self.reuse else None  # fmt: skip
+            if hit is None:
+                return False
+            b._deliver(v, hit, target, self.on_result)
+            return True
+        fresh = self.fresh_runs(v) if callable(self.fresh_runs) else self.fresh_runs
+        row = None if fresh and not self.reuse else b.recorded.known(v, target, self.pool,
+                                                                     again=fresh)  # fmt: skip
+        if row is None:
+            return False
+        b._deliver(v, row, target, self.on_result)
+        return True
+
+    def budget(self, in_flight: int) -> str | None:
+        return self.b._budget_exhausted(in_flight)
+
+    def start(self, v: tuple[int, ...]) -> Task:
+        b = self.b
+        repair = self._repair(v)
+        if repair is not None:
+            chain, applied, exp = repair
+            b.emit(Notice(host=chain[-1].host, message=(
+                f"{b._label(v)} failed on a resource ({chain[-1].signature}) "
+                f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
+                f"(repair {len(chain)} of at most "
+                f"{b._policy(chain[-1].host).steps})")))  # fmt: skip
+            return Task(key=v, exp=exp, label=b._repaired_label(v, applied),
+                        run_id=b.store.reserve_run_id(b.cid), target=self.target,
+                        good_metric=b.good_metric, purpose="repair",
+                        precheck=b._precheck, repair=applied.to_dict())  # fmt: skip
+        exp = b.plan.variant(frozenset(v))
+        return Task(key=v, exp=exp, label=b._label(v),
+                    run_id=b.store.reserve_run_id(b.cid), target=self.target,
+                    good_metric=b.good_metric, purpose=self.purpose(v),
+                    precheck=b._precheck, builds=b._builds)  # fmt: skip
+
+    def blocked(self, v: tuple[int, ...]) -> bool:
+        return self.b._pending_repair(v) is not None
+
+    def known(self, v: tuple[int, ...]) -> bool:
+        return self.b.recorded.known(v, self.target, self.pool) is not None
+
+    def start_ahead(self, v: tuple[int, ...]) -> Task:
+        b = self.b
+        return Task(key=v, exp=b.plan.variant(frozenset(v)),
+                    label=b._label(v),
+                    run_id=b.store.reserve_run_id(b.cid),
+                    target=self.target, good_metric=b.good_metric,
+                    purpose="speculative", precheck=b._precheck,
+                    builds=b._builds)  # fmt: skip
+
+    def finished(self, task: Task, result: object) -> None:
+        b = self.b
+        row = b._record(result, variant=task.key, purpose=task.purpose,
+                        run_id=task.run_id, repair=task.repair)  # fmt: skip
+        b.executed += 1
+        b.core.note_infra(row.verdict, row.host, row.detail, len(self.pool.healthy()))
+        b._deliver(task.key, b._relabel(row, self.target, "run"), self.target,
+                   self.on_result)  # fmt: skip
 
 
 __all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
