@@ -366,53 +366,36 @@ class Bisection:
                        repairs=self._repairs())  # fmt: skip
 
     def _search(self, pool: Pool) -> Outcome:
-        n = self.plan.n
-        full = tuple(range(n))
+        stopped = self._endpoints(pool)
+        if stopped is not None:
+            return stopped
+        # 2. the search: each round's variants go to idle hosts; a decided round cancels
+        #    the runs it no longer needs
+        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
+        #    `auto` turns noise-aware by itself once the runs show flakiness.
+        self.recorded.reuse_recorded(pool)
+        # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
+        strategy = self.plan.wrap(flaky.strategy_for(
+            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
+            slots=len(pool.healthy())))  # fmt: skip
+        search = _Search(self, strategy)
+        self._strategy = strategy  # what the switch's estimate simulates
+        search.watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
+        search.watch.check(search.planner)
+        stop = self._drive(pool, search.wanted, search.record, target=self.target,
+                           purpose=search.purpose, speculate=search.ahead,
+                           fresh_runs=search.again)  # fmt: skip
+        return self._searched(pool, search, stop)
+
+    def _endpoints(self, pool: Pool) -> Outcome | None:
+        """1. The endpoints, side by side when there are two hosts: good must pass, bad
+        must fail (its failure is the target). The outcome when they end the campaign."""
         where = ", ".join(h.name for h in self.hosts)
-        # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
-        ends: dict[tuple[int, ...], RunRow] = {}
-        # An `infra` verdict says nothing about the config: the endpoint is wanted again
-        # (3 in a row stop the campaign with the resume command, see _note_infra).
-        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
-        # good run's metric: good runs first then, and bad's task carries its metric.
-        relative_bar = any(e.probe is not None and e.probe.condition is not None
-                           and e.probe.condition.relative_to_good
-                           for e in (self.plan.good, self.plan.bad))  # fmt: skip
-
-        def good_failed() -> RunRow | None:
-            """The good config's endpoint run when it did not pass: it contradicts its role
-            whatever bad does, so bad is not started (again) and a run of it in progress
-            is cancelled; a failure of the good config is proof, never noise."""
-            row = ends.get(())
-            return row if row is not None and row.verdict is not Verdict.PASS else None
-
-        def want_ends() -> list[tuple[int, ...]]:
-            if good_failed() is not None:
-                return []
-            want = [v for v in ((), full) if v not in ends]
-            return want[:1] if relative_bar and () in want else want
-
-        def got_end(v: tuple[int, ...], row: RunRow) -> None:
-            if row.verdict is not Verdict.INFRA:
-                if v == full:  # a flaky failure may need several starts of bad to show
-                    starts = flaky.bad_starts(self._rows(), full)
-                    row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
-                    if flaky.retry_bad(starts):
-                        self.emit(Notice(host=row.host, message=(
-                            f"the bad config passed on start {len(starts)} [run {row.id}]; "
-                            f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
-                        return
-                ends[v] = row
-                if v == ():
-                    self.good_metric = row.probe_metric
-
-        def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
-            return v == full and flaky.retry_bad(flaky.bad_starts(self._rows(),
-                                                                  full))  # fmt: skip
-
-        stop = self._drive(pool, want_ends, got_end, target=None,
-                           purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
-        failed = good_failed()
+        ends = _Endpoints(self)
+        full = ends.full
+        stop = self._drive(pool, ends.wanted, ends.got, target=None,
+                           purpose=lambda v: "endpoint", fresh_runs=ends.bad_again)  # fmt: skip
+        failed = ends.good_failed()
         if failed is not None:  # said even when a budget ran out: it is the answer
             return self._answer().at_endpoints(
                 f"the good config does not pass on {where}: {failed.verdict.value}"
@@ -422,12 +405,12 @@ class Bisection:
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             passed = flaky.bad_starts(self._rows(), full)
             so_far = (f"; so far the bad config passed on all {len(passed)} start(s)"
-                      if passed and full not in ends else "")  # fmt: skip
+                      if passed and full not in ends.ends else "")  # fmt: skip
             return Outcome(self.cid, Status.INCOMPLETE,
                            message=f"stopped before an answer: {stop}{so_far}",
                            target=self.target, runs_executed=self.executed,
                            runs_reused=self.reused, findings=self._answer().findings())  # fmt: skip
-        good, bad = ends[()], ends[full]
+        good, bad = ends.ends[()], ends.ends[full]
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
@@ -440,57 +423,12 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
-        # 2. the search: each round's variants go to idle hosts; a decided round cancels
-        #    the runs it no longer needs
-        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
-        #    `auto` turns noise-aware by itself once the runs show flakiness.
-        self.recorded.reuse_recorded(pool)
-        # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
-        strategy = self.plan.wrap(flaky.strategy_for(
-            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
-            slots=len(pool.healthy())))  # fmt: skip
+        return None
 
-        def new_planner() -> Planner:
-            evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
-                        for r in self._rows() if r.verdict is not Verdict.INFRA]
-            return Planner(n, strategy,
-                           known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
-                           closure=self.plan.closure(), evidence=evidence)  # fmt: skip
-
-        planner = new_planner()
-        self._strategy = strategy  # what the switch's estimate simulates
-        watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
-        watch.check(planner)
-
-        def wanted() -> list[tuple[int, ...]]:
-            return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
-
-        def purpose(_: tuple[int, ...]) -> str:
-            rnd = planner.current_round
-            return rnd.purpose if rnd else "search"
-
-        def ahead(limit: int) -> list[tuple[int, ...]]:
-            return [tuple(sorted(v)) for v in planner.lookahead(limit)]
-
-        def record(v: tuple[int, ...], row: RunRow) -> None:
-            nonlocal planner
-            starts = sum(1 for r in self._rows() if r.variant == v and r.verdict is not
-                         Verdict.INFRA)  # fmt: skip
-            if row.cached_from is not None and starts > 1:
-                # Reused starts of a variant: all of them count (a flaky config that failed
-                # 1 of 4 times is not one that failed once). The search is a function of the
-                # recorded runs, so it starts again from all of them, as a resume does.
-                planner = new_planner()
-            else:
-                planner.record(frozenset(v), row.verdict)
-            watch.check(planner)
-
-        def again(_: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
-            rnd = planner.current_round
-            return rnd is not None and rnd.again
-
-        stop = self._drive(pool, wanted, record, target=self.target, purpose=purpose,
-                           speculate=ahead, fresh_runs=again)  # fmt: skip
+    def _searched(self, pool: Pool, search: _Search, stop: str | None) -> Outcome:
+        """The outcome of the search: its answer (repeated with --repeat), or the best one
+        so far when a budget stopped it, with what the runs say about noise."""
+        planner, watch = search.planner, search.watch
         if stop:
             best = planner.current_round.best if planner.current_round else None
             outcome = self._answer().incomplete(stop)
@@ -512,7 +450,7 @@ class Bisection:
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
             outcome.noise["asked_confidence"] = self.opts.confidence
-            outcome.noise["next_runs"] = self._next_runs(strategy)
+            outcome.noise["next_runs"] = self._next_runs(search.strategy)
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, self._relative))
         return outcome
@@ -754,6 +692,104 @@ class Bisection:
                                  f"expected {want.value}")  # fmt: skip
         return flaky
 
+
+
+
+class _Endpoints:
+    """The endpoint runs of a bisection (`Bisection._endpoints`): what the dispatch loop
+    is asked to run, and what it hands back."""
+
+    def __init__(self, b: Bisection) -> None:
+        self.b = b
+        self.full = tuple(range(b.plan.n))
+        self.ends: dict[tuple[int, ...], RunRow] = {}
+        # An `infra` verdict says nothing about the config: the endpoint is wanted again
+        # (3 in a row stop the campaign with the resume command, see _note_infra).
+        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
+        # good run's metric: good runs first then, and bad's task carries its metric.
+        self.relative_bar = any(e.probe is not None and e.probe.condition is not None
+                                and e.probe.condition.relative_to_good
+                                for e in (b.plan.good, b.plan.bad))  # fmt: skip
+
+    def good_failed(self) -> RunRow | None:
+        """The good config's endpoint run when it did not pass: it contradicts its role
+        whatever bad does, so bad is not started (again) and a run of it in progress
+        is cancelled; a failure of the good config is proof, never noise."""
+        row = self.ends.get(())
+        return row if row is not None and row.verdict is not Verdict.PASS else None
+
+    def wanted(self) -> list[tuple[int, ...]]:
+        if self.good_failed() is not None:
+            return []
+        want = [v for v in ((), self.full) if v not in self.ends]
+        return want[:1] if self.relative_bar and () in want else want
+
+    def got(self, v: tuple[int, ...], row: RunRow) -> None:
+        b, full = self.b, self.full
+        if row.verdict is not Verdict.INFRA:
+            if v == full:  # a flaky failure may need several starts of bad to show
+                starts = flaky.bad_starts(b._rows(), full)
+                row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
+                if flaky.retry_bad(starts):
+                    b.emit(Notice(host=row.host, message=(
+                        f"the bad config passed on start {len(starts)} [run {row.id}]; "
+                        f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
+                    return
+            self.ends[v] = row
+            if v == ():
+                b.good_metric = row.probe_metric
+
+    def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
+        return v == self.full and flaky.retry_bad(flaky.bad_starts(self.b._rows(),
+                                                                   self.full))  # fmt: skip
+
+
+class _Search:
+    """The planner a bisection's search drives (`Bisection._search`): what the dispatch
+    loop is asked to run, and the verdicts it hands back."""
+
+    watch: flaky.NoiseWatch
+
+    def __init__(self, b: Bisection, strategy: StrategyFn) -> None:
+        self.b = b
+        self.strategy = strategy
+        self.full = tuple(range(b.plan.n))
+        self.planner = self.new_planner()
+
+    def new_planner(self) -> Planner:
+        b = self.b
+        evidence = [(frozenset(r.variant), b._relative(r.verdict, r.signature, b.target))
+                    for r in b._rows() if r.verdict is not Verdict.INFRA]
+        return Planner(b.plan.n, self.strategy,
+                       known={frozenset(): Verdict.PASS, frozenset(self.full): Verdict.FAIL},
+                       closure=b.plan.closure(), evidence=evidence)  # fmt: skip
+
+    def wanted(self) -> list[tuple[int, ...]]:
+        planner = self.planner
+        return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
+
+    def purpose(self, _: tuple[int, ...]) -> str:
+        rnd = self.planner.current_round
+        return rnd.purpose if rnd else "search"
+
+    def ahead(self, limit: int) -> list[tuple[int, ...]]:
+        return [tuple(sorted(v)) for v in self.planner.lookahead(limit)]
+
+    def record(self, v: tuple[int, ...], row: RunRow) -> None:
+        starts = sum(1 for r in self.b._rows() if r.variant == v and r.verdict is not
+                     Verdict.INFRA)  # fmt: skip
+        if row.cached_from is not None and starts > 1:
+            # Reused starts of a variant: all of them count (a flaky config that failed
+            # 1 of 4 times is not one that failed once). The search is a function of the
+            # recorded runs, so it starts again from all of them, as a resume does.
+            self.planner = self.new_planner()
+        else:
+            self.planner.record(frozenset(v), row.verdict)
+        self.watch.check(self.planner)
+
+    def again(self, _: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
+        rnd = self.planner.current_round
+        return rnd is not None and rnd.again
 
 
 class _VariantRuns:
