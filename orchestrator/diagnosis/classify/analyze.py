@@ -19,7 +19,7 @@ from orchestrator.diagnosis.classify.normalize import (
     names_itself,
     normalize_message,
 )
-from orchestrator.diagnosis.classify.rules import classify_error
+from orchestrator.diagnosis.classify.rules import ErrorRule, classify_error
 from orchestrator.diagnosis.classify.tracebacks import (
     _FRAME_RE,
     Frame,
@@ -123,6 +123,77 @@ def _hang_before_kill(roots: Sequence[_Event], bodies: Sequence[str]) -> _Event 
     return None
 
 
+def _root_error(root: _Event, events: Sequence[_Event], bodies: Sequence[str]
+                ) -> tuple[list[str], str, str, ErrorRule | None]:  # fmt: skip
+    """The root error's continuation lines, then its error class, key message and rule:
+    its own, else those of the error a wrapper quotes, else (a bare exception type) those
+    of the exception it caused."""
+    extra = _continuation(bodies, root.index)
+    error_class, key, rule = _classify_event(root, extra, bodies)
+    if _is_wrapper(root) or rule is None:
+        # only the wrapper was printed, or the error was re-raised with the wrapper's words
+        # in front of its own ("Error in model execution (input dumped to ...): ..."): the
+        # error it quotes, if any, is the failure
+        inner = next((m.group("inner") for p in WRAPPED_CAUSES
+                      if (m := p.search(root.text)) is not None), None)  # fmt: skip
+        if inner and inner.strip("'\" "):
+            hit = classify_error(inner)
+            error_class, key, rule = hit if hit is not None else (error_class, inner, None)
+    if not key and rule is None:
+        # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
+        for later in events:
+            if later.chain == root.chain and later.index > root.index:
+                hit = classify_error(later.text)
+                if hit is not None:
+                    error_class, key, rule = hit
+                    break
+    return extra, error_class, key, rule
+
+
+def _frames_of(root: _Event, events: Sequence[_Event], bodies: Sequence[str],
+               kind: str) -> tuple[tuple[Frame, ...], tuple[Frame, ...]]:  # fmt: skip
+    """The frames that tell where the root error happened, and those of its whole chain."""
+    # Frames that tell where: the root's own, else those of the traceback printed for the
+    # same failure right after it (a bare CUDA or C++ error line, then Python's report).
+    frames = root.frames
+    if not frames:
+        later = [e for e in events if e.index > root.index and e.frames
+                 and e.index - root.index <= 200]  # fmt: skip
+        if later and kind == "crash":
+            frames = later[0].frames
+        elif kind == "crash":
+            # a traceback the tail cut before its exception line still says where
+            frames = tuple((fm.group("file"), fm.group("func")) for body in
+                           bodies[root.index + 1 : root.index + 200]
+                           if (fm := _FRAME_RE.match(body)) is not None)
+    chain_frames = tuple(f for e in events if e.chain == root.chain for f in e.frames)
+    return frames, chain_frames
+
+
+def _message(key: str, rule: ErrorRule | None, kind: str, error_class: str,
+             site: str | None) -> str:  # fmt: skip
+    """The signature's message: the key message normalized, cut to its name, with the
+    place in the server's own code unless the words name the failure themselves."""
+    message = normalize_message(key) if key else ""
+    if rule is None:
+        message = first_sentence(message_words(message))
+        words = message.split(" ")
+        if len(words) > KEY_WORDS:
+            message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."
+    if len(message) > KEY_LENGTH:
+        # what follows is a dump (supported architectures, a request, a config) that
+        # changes with versions and inputs; the bug is named by the start
+        message = message[:KEY_LENGTH].rstrip() + "..."
+    specific = kind == "crash" and names_itself(error_class, message)
+    if specific:
+        # a message in the server's own words quotes what the user gave it (a model
+        # path or repo id, an architecture, a file): the words name the failure
+        message = _mask_variable_quotes(message)
+    if site and not specific:
+        message = f"{message} @ {site}" if message else f"@ {site}"
+    return message
+
+
 def analyze_log(text: str) -> LogAnalysis:
     """Find the root failure in a server log (any number of ranks) and its signature."""
     why = _not_a_log(text)
@@ -160,41 +231,10 @@ def analyze_log(text: str) -> LogAnalysis:
     # The first real error is the root: ranks that fail because a peer died print later,
     # and chained tracebacks print the cause first.
     root = _hang_before_kill(roots, bodies) or roots[0]
-    extra = _continuation(bodies, root.index)
-    error_class, key, rule = _classify_event(root, extra, bodies)
-    if _is_wrapper(root) or rule is None:
-        # only the wrapper was printed, or the error was re-raised with the wrapper's words
-        # in front of its own ("Error in model execution (input dumped to ...): ..."): the
-        # error it quotes, if any, is the failure
-        inner = next((m.group("inner") for p in WRAPPED_CAUSES
-                      if (m := p.search(root.text)) is not None), None)  # fmt: skip
-        if inner and inner.strip("'\" "):
-            hit = classify_error(inner)
-            error_class, key, rule = hit if hit is not None else (error_class, inner, None)
-    if not key and rule is None:
-        # a bare `TimeoutError` / `AssertionError`: the exception it caused says what it was
-        for later in events:
-            if later.chain == root.chain and later.index > root.index:
-                hit = classify_error(later.text)
-                if hit is not None:
-                    error_class, key, rule = hit
-                    break
+    extra, error_class, key, rule = _root_error(root, events, bodies)
     kind = rule.kind if rule is not None else "crash"
 
-    # Frames that tell where: the root's own, else those of the traceback printed for the
-    # same failure right after it (a bare CUDA or C++ error line, then Python's report).
-    frames = root.frames
-    if not frames:
-        later = [e for e in events if e.index > root.index and e.frames
-                 and e.index - root.index <= 200]  # fmt: skip
-        if later and kind == "crash":
-            frames = later[0].frames
-        elif kind == "crash":
-            # a traceback the tail cut before its exception line still says where
-            frames = tuple((fm.group("file"), fm.group("func")) for body in
-                           bodies[root.index + 1 : root.index + 200]
-                           if (fm := _FRAME_RE.match(body)) is not None)
-    chain_frames = tuple(f for e in events if e.chain == root.chain for f in e.frames)
+    frames, chain_frames = _frames_of(root, events, bodies, kind)
 
     site: str | None
     dump_frames: tuple[Frame, ...] = ()
@@ -232,23 +272,7 @@ def analyze_log(text: str) -> LogAnalysis:
                          None)  # fmt: skip
         if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
-    message = normalize_message(key) if key else ""
-    if rule is None:
-        message = first_sentence(message_words(message))
-        words = message.split(" ")
-        if len(words) > KEY_WORDS:
-            message = " ".join(words[:KEY_WORDS]).rstrip(",;:") + "..."
-    if len(message) > KEY_LENGTH:
-        # what follows is a dump (supported architectures, a request, a config) that
-        # changes with versions and inputs; the bug is named by the start
-        message = message[:KEY_LENGTH].rstrip() + "..."
-    specific = kind == "crash" and names_itself(error_class, message)
-    if specific:
-        # a message in the server's own words quotes what the user gave it (a model
-        # path or repo id, an architecture, a file): the words name the failure
-        message = _mask_variable_quotes(message)
-    if site and not specific:
-        message = f"{message} @ {site}" if message else f"@ {site}"
+    message = _message(key, rule, kind, error_class, site)
     excerpt = tuple(line.rstrip() for line in lines[root.start : root.index + 1])
     excerpt += tuple(lines[root.index + 1 : root.index + 1 + len(extra)])
     return LogAnalysis(
