@@ -12,7 +12,7 @@ The default search, end to end (`orchestrator bisect` with no `--strategy`; the
 campaign's side is `campaign/bisect.py`, its flaky parts `campaign/flaky.py`):
 
 1. First the endpoints. Both configs' flags are put to each host's server before anything
-   starts (a flag the bad config's server does not know stops the campaign at once). Then
+   starts (flags its own parser refuses stop the campaign before its first start). Then
    good and bad run, side by side on two hosts (good first, alone, when the probe's bar is
    relative to good's metric). Good must pass: a failure of good is proof, never noise,
    and ends the campaign. Bad must fail: while it has only passed it is started again, up
