@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from orchestrator.campaign.planning import make_plan
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.config.yamlio import MAX_BYTES
 from orchestrator.errors import ConfigError
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.diagnosis.classify import analyze_log  # noqa: E402
+from orchestrator.diagnosis.classify.analyze import analyze_log  # noqa: E402
 from orchestrator.diagnosis.scoring import TARGETS, Score, classify, load, score_halves  # noqa: E402
 
 DEFAULT_CORPORA = ("tests/data/real_logs", "tests/data/thread_logs")

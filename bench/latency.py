@@ -40,8 +40,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.config.experiment import Experiment, load_experiment  # noqa: E402
+from orchestrator.config.experiment import Experiment  # noqa: E402
 from orchestrator.config.hosts import Host, load_inventory  # noqa: E402
+from orchestrator.config.loading import load_experiment  # noqa: E402
 from orchestrator.diagnosis.verdicts import Verdict  # noqa: E402
 from orchestrator.events import Event, Polled, RunFinished, RunStarted, StepDone  # noqa: E402
 from orchestrator.execution.backends import executor_for  # noqa: E402

@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
-from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart
+from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive
+from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto
 

@@ -1,6 +1,6 @@
 """Wall time of a flaky bisection with k slots: the noise-aware search keeping them busy.
 
-The campaign's dispatch (`Bisection._drive`) simulated event by event on the noise oracle
+The campaign's dispatch (`campaign/dispatch.py`) simulated event by event on the noise oracle
 of `bench/noise.py` (a culprit set among n deltas, placed at random; a run of a variant
 that carries it fails with probability p). k slots are the hosts of a pool or a Slurm
 host's `max_jobs`. Every run takes one time unit times a random factor in [1 - j, 1 + j]

@@ -21,7 +21,7 @@ default run prints it after the main table.
 oracles and columns are described in `bench/noise.py`.
 
 `--pools 1,2,4` adds a table for pools of k hosts, simulating the campaign's dispatch rule
-(`Bisection._drive`): each step the round's pending variants go to the idle hosts, every
+(`campaign/dispatch.py`): each step the round's pending variants go to the idle hosts, every
 run takes one time unit, and once a round is decided (a stop-on-fail round's first
 failure) the runs still in progress are cancelled. Per strategy, shape and k: rounds
 (time units, i.e. wall time in runs), runs with a verdict, cancelled runs, and idle host

@@ -24,7 +24,7 @@ import yaml
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.single import single_run
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Polled, RunStarted
 from orchestrator.execution.executor import Executor

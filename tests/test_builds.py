@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.campaign.planning import make_plan, read_builds, with_order
 from orchestrator.config import builds
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.planner import apply_deltas, diff, make_strategy

@@ -413,7 +413,7 @@ def test_culprit_dicts_round_trip() -> None:
 
 def test_a_single_run_is_a_campaign_of_one_recorded_by_the_core(tmp_path: Path) -> None:
     from orchestrator.campaign.single import single_run
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     store = Store(tmp_path / "results")
     good, _ = scripted_pair(tmp_path / "exp", 1)
@@ -433,7 +433,7 @@ def test_ctrl_c_during_a_single_run_marks_it_interrupted(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str],
                                                          ) -> None:  # fmt: skip
     from orchestrator.campaign.single import single_run
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
     from tests.support.scripted import ScriptedExecutor
 
     class CtrlCInRun(ScriptedExecutor):  # Ctrl-C arrives while the server starts

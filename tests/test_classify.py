@@ -16,19 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnosis.classify import (
-    ERROR_RULES,
+from orchestrator.diagnosis.classify.analyze import analyze_log
+from orchestrator.diagnosis.classify.judge import (
     HANG_MESSAGE,
     ProbeOutcome,
     RunEvidence,
-    analyze_log,
     judge,
-    last_phase,
-    normalize_message,
     outside_cause,
-    phase_of_line,
     signal_name,
 )
+from orchestrator.diagnosis.classify.lines import last_phase, phase_of_line
+from orchestrator.diagnosis.classify.normalize import normalize_message
+from orchestrator.diagnosis.classify.rules import ERROR_RULES
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 LOGS = Path(__file__).parent / "data" / "logs"
@@ -589,13 +588,13 @@ def test_an_exception_quoted_in_a_warning_is_advice_not_a_failure() -> None:
 def test_a_printed_set_of_names_signs_alike_in_any_order() -> None:
     """Python prints a set in an order that changes from process to process (string hashes
     are randomized): vLLM's missing-weights error must sign the same on every start."""
-    from orchestrator.diagnosis.classify import normalize_message
+    from orchestrator.diagnosis.classify.normalize import normalize_message
 
     names = ["'model.layers.2.post_attention_layernorm.weight'",
              "'model.layers.2.input_layernorm.weight'"]
     msgs = [f"ValueError: Following weights were not initialized from checkpoint: "
             f"{{{', '.join(order)}}}" for order in (names, names[::-1])]
-    from orchestrator.diagnosis.classify import _mask_variable_quotes
+    from orchestrator.diagnosis.classify.normalize import _mask_variable_quotes
 
     a, b = (_mask_variable_quotes(normalize_message(x)) for x in msgs)
     assert a == b and a.endswith("{'<v>'}")

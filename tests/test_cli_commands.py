@@ -267,7 +267,7 @@ def test_follow_with_json_prints_one_json_document(
 def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
     value: object, key: str, got: str, tmp_path: Path
 ) -> None:
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
     from orchestrator.errors import ConfigError
 
     path = tmp_path / "e.yaml"

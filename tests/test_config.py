@@ -232,7 +232,7 @@ def test_bad_hosts_input_gets_a_clear_message(
 def test_reference_is_a_synonym_of_good_in_pass_if(tmp_path: Path, text: str,
                                                    at_90: bool) -> None:
     """A sweep names its good config `reference:`; a bar may say so too."""
-    from orchestrator.config.experiment import parse_condition
+    from orchestrator.config.schema import parse_condition
 
     exp = load_experiment(write(tmp_path, "p.yaml", BASE + "probe:\n  run: bench\n"
                                 f"  metric: 'tok/s: ([\\d.]+)'\n  pass_if: '{text}'\n"))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.campaign.planning import make_plan
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.execution.facts import check_flags
 from orchestrator.planner import strategies
 

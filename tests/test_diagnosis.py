@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.diagnosis.classify import RunEvidence, analyze_log, judge
+from orchestrator.diagnosis.classify.analyze import analyze_log
+from orchestrator.diagnosis.classify.judge import RunEvidence, judge
 from orchestrator.diagnosis.scoring import (
     TARGETS,
     Label,
@@ -245,7 +246,7 @@ def test_coloured_process_tags_read_like_plain_ones(colour: str) -> None:
 
 def test_a_wrapper_alone_is_still_a_failure() -> None:
     """The cause never printed (the engine was killed): the wrapper is all there is."""
-    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify.judge import RunEvidence, judge
     from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
     engine = ("(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server "
@@ -296,7 +297,7 @@ def test_a_paste_that_lost_its_line_breaks_reads_like_the_log() -> None:
     whole = analyze_log(text).signature
     assert whole is not None and analyze_log(joined).signature == whole
     # a tag glued to its record is one record, not a cut point
-    from orchestrator.diagnosis.classify import _source_lines
+    from orchestrator.diagnosis.classify.lines import _source_lines
 
     assert _source_lines(lines[1] + " " * 200) == [lines[1] + " " * 200]
 
@@ -603,7 +604,7 @@ _PIECES = ["Traceback (most recent call last):", '  File "/x/sglang/srt/a.py", l
 @given(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=8), max_size=4),
                 max_size=40))  # fmt: skip
 def test_any_text_gets_an_answer_never_an_exception(rows: list[list[str]]) -> None:
-    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify.judge import RunEvidence, judge
 
     text = "\n".join("".join(row) for row in rows)
     analysis = analyze_log(text)
@@ -622,7 +623,8 @@ THREADS = Path(__file__).parent / "data" / "thread_logs"
 def _cut_points(text: str) -> tuple[list[str], int, int, bool] | None:
     """The log's lines, the first line of its root traceback, the line of that traceback's
     deepest frame in the server's own code, and whether its frames say the phase."""
-    from orchestrator.diagnosis.classify import _FRAME_RE, _source_lines, strip_prefix
+    from orchestrator.diagnosis.classify.lines import _source_lines, strip_prefix
+    from orchestrator.diagnosis.classify.tracebacks import _FRAME_RE
     from orchestrator.diagnosis.server_logs import own_file, profiles_for
 
     lines = _source_lines(text)  # the lines the classifier reads (run-together ones cut)

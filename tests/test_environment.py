@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.campaign import envwatch
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution.contract import RunResult

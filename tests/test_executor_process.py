@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled, RunFinished, RunStarted

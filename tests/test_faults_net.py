@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import orchestrator.execution.transport.ssh as ssh_mod
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, Polled
 from orchestrator.execution.executor import Executor

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, StepDone
 from orchestrator.execution.executor import Executor

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport

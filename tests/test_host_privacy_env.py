@@ -31,8 +31,8 @@ from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.envwatch import EnvironmentChanged
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, RunRecorded
 from orchestrator.execution.executor import Executor

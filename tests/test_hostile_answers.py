@@ -16,7 +16,8 @@ import yaml
 from orchestrator.campaign.bisect import Bisection
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
-from orchestrator.config.experiment import MAX_ARG_BYTES, load_experiment
+from orchestrator.config.experiment import MAX_ARG_BYTES
+from orchestrator.config.loading import load_experiment
 from orchestrator.errors import ConfigError
 from orchestrator.store.store import Store
 from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, host, write_pair

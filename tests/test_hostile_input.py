@@ -44,8 +44,9 @@ from hypothesis import strategies as st
 
 from orchestrator.campaign.sweep import load_sweep
 from orchestrator.cli import main
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.execution.services.process import ProcessManager
 from orchestrator.execution.services.systemd import ENV_FILE_NAME, SystemdManager

@@ -17,7 +17,7 @@ from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
 from orchestrator.cli.live import LiveView
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError
 from orchestrator.events import CampaignStarted, RunRecorded, SearchSwitched

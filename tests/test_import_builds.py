@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.config import builds
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.importer import import_file, render_yaml, to_experiment_mapping
+from orchestrator.config.loading import load_experiment
 
 UNITS = Path(__file__).parent / "data" / "units"
 

@@ -185,7 +185,7 @@ def test_a_script_imports_as_bash_runs_it(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

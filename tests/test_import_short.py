@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.importer import import_command_line, render_yaml, to_experiment_mapping
+from orchestrator.config.loading import load_experiment
 from orchestrator.config.shortopts import VLLM, is_option
 from orchestrator.errors import ConfigError, PlanError
 from orchestrator.execution.preflight import follow, read_help, respell

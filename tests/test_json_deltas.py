@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.config import jsonvalue
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import PlanError
 from orchestrator.lab import cmdline

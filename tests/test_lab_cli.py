@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.lab import hostctl
 from orchestrator.lab.sshd import free_port, is_our_sshd, kill_tree, read_pid
 from tests.hosts.prereq import require_sshd

@@ -362,7 +362,7 @@ def _minimal_culprits(
     certain: bool = False,
 ) -> tuple[list[set[str]], Outcome]:
     """Minimal delta sets that make good fail like bad (by default: the same fault rule)."""
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     good = load_experiment(EXPERIMENTS / pair / good_file)
     bad = load_experiment(EXPERIMENTS / pair / bad_file)
@@ -423,7 +423,7 @@ def test_rtx6000_repair_pair_answer_shows_only_with_the_memory_repaired() -> Non
     --ep-size alone; with the memory fraction repaired to 0.92 (what the pair's declared
     move reaches in one step) the target is the AssertionError (rule 1) and its cause is
     {ep-size, moe-a2a-backend}."""
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     minimal, (rule, _) = _minimal_culprits("rtx6000-repair", "good.yaml", "bad.yaml")
     assert rule == 0 and minimal == [{"ep-size"}]

@@ -497,7 +497,7 @@ def test_runs_on_system_python_with_only_pyyaml() -> None:
 )
 def test_shipped_experiments_launch_as_documented(spawn, experiment: str, code: int | None,
                                                   text: str) -> None:
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     exp = load_experiment(REPO / "experiments" / "lab" / experiment)
     argv = exp.argv()

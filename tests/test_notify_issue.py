@@ -326,7 +326,7 @@ def test_command_block_puts_placeholders_for_secrets() -> None:
 
 
 def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Path) -> None:
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
     from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
     from orchestrator.reports.issue_report import issue_markdown
     from tests.support.campaign_lab import LAB

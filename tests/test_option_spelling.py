@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.helpcache import HelpCache, build_of
 from orchestrator.execution.preflight import Preflight, follow, option_of, read_help, respell

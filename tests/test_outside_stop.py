@@ -23,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.executor import Executor

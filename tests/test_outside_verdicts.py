@@ -10,7 +10,7 @@ scheduler's time limit is `timeout`, with or without a target.
 
 from __future__ import annotations
 
-from orchestrator.diagnosis.classify import RunEvidence, hang_message, judge, outside_cause
+from orchestrator.diagnosis.classify.judge import RunEvidence, hang_message, judge, outside_cause
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 START = "[2026-12-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n"

@@ -16,8 +16,8 @@ from collections import Counter
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
-from orchestrator.planner.adaptive import Adaptive, NoisyFromStart
-from orchestrator.planner.batch import joint_gain, next_batch
+from orchestrator.planner.adaptive import Adaptive
+from orchestrator.planner.batch import NoisyFromStart, joint_gain, next_batch
 from orchestrator.planner.noisy import NoiseModel, Noisy
 
 P, F = Verdict.PASS, Verdict.FAIL

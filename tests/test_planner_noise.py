@@ -16,7 +16,8 @@ import pytest
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import Planner
-from orchestrator.planner.adaptive import Adaptive, NoisyFromStart, answer_doubt, flakiness
+from orchestrator.planner.adaptive import Adaptive, answer_doubt, flakiness
+from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.core import Answer, Culprit, Round
 from orchestrator.planner.noisy import NoiseModel, Noisy, noisy_search
 from orchestrator.planner.strategies import auto

@@ -26,8 +26,8 @@ import yaml
 
 from orchestrator.campaign.pool import Pool, Task
 from orchestrator.campaign.sweep import SweepCampaign, load_sweep
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
 from orchestrator.execution.contract import RunCancelled

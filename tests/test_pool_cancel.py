@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from orchestrator.campaign.pool import Pool, Task
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.execution.contract import RunCancelled
 from tests.support.scripted import Faults, Oracle, ScriptedExecutor, host, write_pair
 

@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.execution.preflight import (
     PROBE,
@@ -457,7 +458,7 @@ def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
 def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
     log: str, words: str
 ) -> None:
-    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify.judge import RunEvidence, judge
     from orchestrator.execution.preflight import args_detail
 
     text = (REPO / "tests" / "data" / "logs" / log).read_text()
@@ -478,7 +479,7 @@ def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
     ],
 )
 def test_other_argument_errors_are_invalid_too(text: str) -> None:
-    from orchestrator.diagnosis.classify import RunEvidence, judge
+    from orchestrator.diagnosis.classify.judge import RunEvidence, judge
 
     verdict, sig = judge(RunEvidence(log_tail=text, exit_code=2), None)
     assert verdict is Verdict.INVALID and sig is not None and sig.phase is Phase.ARGS

@@ -20,7 +20,8 @@ import yaml
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.events import Event, Notice, RunStarted
 from orchestrator.execution.executor import Executor

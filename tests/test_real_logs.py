@@ -15,7 +15,7 @@ from pathlib import Path
 
 from orchestrator.campaign.records import Culprit
 from orchestrator.cli.run import _exit_code
-from orchestrator.diagnosis.classify import ProbeOutcome, RunEvidence, judge
+from orchestrator.diagnosis.classify.judge import ProbeOutcome, RunEvidence, judge
 from orchestrator.diagnosis.logtail import (
     is_cut_marker,
     keep_what_matters,

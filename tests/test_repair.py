@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.config.repair import BUILTIN_MOVES, Declared, Move, Trigger, policy
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import ConfigError

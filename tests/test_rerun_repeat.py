@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.campaign.single import single_runs
 from orchestrator.cli.run import reproduction
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
 from tests.support.scripted import (

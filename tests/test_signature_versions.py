@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnosis.classify import SIGNATURE_VERSION, analyze_log
+from orchestrator.diagnosis.classify.analyze import SIGNATURE_VERSION, analyze_log
 from orchestrator.diagnosis.verdicts import Phase, Signature
 from orchestrator.store import store as store_mod
 from orchestrator.store.signatures import stored_version, upgrade
@@ -113,7 +113,7 @@ def test_a_stored_silent_hang_is_renamed_by_its_last_milestone() -> None:
     """Version 3 names a silent hang by the last milestone before the silence; a hang
     stored by an older version is renamed from its log tail, so old and new runs of the
     same hang still match."""
-    from orchestrator.diagnosis.classify import HANG_MESSAGE, resign
+    from orchestrator.diagnosis.classify.judge import HANG_MESSAGE, resign
 
     tail = ("[2025-10-06 20:05:22 TP0] Capture cuda graph begin. This can take up to "
             "several minutes. avail mem=3.66 GB\n")  # fmt: skip

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import SlurmOptions, load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.errors import ConfigError
 from orchestrator.execution.slurm import facts, jobscript
 

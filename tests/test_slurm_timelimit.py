@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.config.experiment import load_experiment
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.execution.backends import executor_for
 from orchestrator.lab.slurmlab import SlurmCluster

@@ -23,7 +23,7 @@ import pytest
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
 from orchestrator.cli import main
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.events import Event, RunStarted

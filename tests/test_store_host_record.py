@@ -8,7 +8,7 @@ import functools
 import sqlite3
 from pathlib import Path
 
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.store.store import Store
 from tests.support.run_results import run_result
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.cli.notifying import url_for
-from orchestrator.config.experiment import load_experiment
+from orchestrator.config.loading import load_experiment
 from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.lab.sshd import SshdEndpoint, free_port
 from orchestrator.reports.notify import Message

@@ -15,47 +15,41 @@ import hashlib
 import json
 import shlex
 from bisect import insort
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from orchestrator.campaign import envwatch, flaky, rehearsal, timing
+from orchestrator.campaign.answer import CampaignAnswer
 from orchestrator.campaign.core import (
-    CachedResult,
     CampaignCore,
     ExecutorFactory,
     default_executor,
 )
+from orchestrator.campaign.dispatch import Dispatch
 from orchestrator.campaign.planning import Plan
-from orchestrator.campaign.pool import FlagsRefused, Pool, Task
+from orchestrator.campaign.pool import Pool, Task
 from orchestrator.campaign.records import (
     BisectOptions,
     BisectSpec,
-    Culprit,
-    Finding,
-    InvalidRun,
-    Narrowed,
     Outcome,
     RepairNote,
     Status,
 )
+from orchestrator.campaign.reuse import RecordedRuns
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
-from orchestrator.diagnosis.classify import OUTSIDE_SIGNALS
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.errors import CampaignIncomplete, Interrupted
 from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
-from orchestrator.execution.contract import RunCancelled
 from orchestrator.execution.executor import service_name
-from orchestrator.execution.inputs import LaunchInputs, env_digest
+from orchestrator.execution.inputs import env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
 from orchestrator.planner.repair import decide as repair_decide
-from orchestrator.planner.strategies import CLEARING
 from orchestrator.store.store import RunRow, Store
 
 
@@ -112,12 +106,12 @@ class Bisection:
         self.resumed = self.core.resumed
         self.target: Signature | None = store.campaign(self.cid).target
         self.executed = 0
-        self.reused = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
         self._ladder_cache: tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]],
                                   list[RunRow]] | None = None  # fmt: skip
-        self._told: set[str] = set()  # why recorded runs were not reused, said once
+        #: verdicts from recorded runs: this campaign's, or earlier ones' (campaign/reuse.py)
+        self.recorded = RecordedRuns(self, fresh=options.fresh)
         self.env_keys = plan.env_keys
         #: verdicts re-read against the target; across builds, in any startup phase
         self._relative = functools.partial(relative, across_builds=any(
@@ -136,6 +130,11 @@ class Bisection:
         #: before the first run (the others' flags are not put to them: a flag a build
         #: between does not know is that variant's `invalid`, not the campaign's error)
         self._builds = tuple(replace(plan.good, build=b) for b in plan.order)
+
+    @property
+    def reused(self) -> int:
+        """Runs taken from earlier campaigns' records (this invocation)."""
+        return self.recorded.reused
 
     def _all_rows(self) -> list[RunRow]:
         """This campaign's runs, read once per change: only this process adds to them (the
@@ -346,60 +345,43 @@ class Bisection:
         """The outcome so far, for an interrupt: what was found on the way, nothing more."""
         return Outcome(self.cid, Status.INTERRUPTED, message="interrupted", target=self.target,
                        runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self._findings(), invalid=self._invalid(),
+                       findings=self._answer().findings(), invalid=self._answer().invalid(),
                        deltas=[d.describe() for d in self.plan.deltas],
                        repairs=self._repairs())  # fmt: skip
 
     def _search(self, pool: Pool) -> Outcome:
-        n = self.plan.n
-        full = tuple(range(n))
+        stopped = self._endpoints(pool)
+        if stopped is not None:
+            return stopped
+        # 2. the search: each round's variants go to idle hosts; a decided round cancels
+        #    the runs it no longer needs
+        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
+        #    `auto` turns noise-aware by itself once the runs show flakiness.
+        self.recorded.reuse_recorded(pool)
+        # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
+        strategy = self.plan.wrap(flaky.strategy_for(
+            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
+            slots=len(pool.healthy())))  # fmt: skip
+        search = _Search(self, strategy)
+        self._strategy = strategy  # what the switch's estimate simulates
+        search.watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
+        search.watch.check(search.planner)
+        stop = self._drive(pool, search.wanted, search.record, target=self.target,
+                           purpose=search.purpose, speculate=search.ahead,
+                           fresh_runs=search.again)  # fmt: skip
+        return self._searched(pool, search, stop)
+
+    def _endpoints(self, pool: Pool) -> Outcome | None:
+        """1. The endpoints, side by side when there are two hosts: good must pass, bad
+        must fail (its failure is the target). The outcome when they end the campaign."""
         where = ", ".join(h.name for h in self.hosts)
-        # 1. endpoints, side by side when there are two hosts: good must pass, bad must fail
-        ends: dict[tuple[int, ...], RunRow] = {}
-        # An `infra` verdict says nothing about the config: the endpoint is wanted again
-        # (3 in a row stop the campaign with the resume command, see _note_infra).
-        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
-        # good run's metric: good runs first then, and bad's task carries its metric.
-        relative_bar = any(e.probe is not None and e.probe.condition is not None
-                           and e.probe.condition.relative_to_good
-                           for e in (self.plan.good, self.plan.bad))  # fmt: skip
-
-        def good_failed() -> RunRow | None:
-            """The good config's endpoint run when it did not pass: it contradicts its role
-            whatever bad does, so bad is not started (again) and a run of it in progress
-            is cancelled; a failure of the good config is proof, never noise."""
-            row = ends.get(())
-            return row if row is not None and row.verdict is not Verdict.PASS else None
-
-        def want_ends() -> list[tuple[int, ...]]:
-            if good_failed() is not None:
-                return []
-            want = [v for v in ((), full) if v not in ends]
-            return want[:1] if relative_bar and () in want else want
-
-        def got_end(v: tuple[int, ...], row: RunRow) -> None:
-            if row.verdict is not Verdict.INFRA:
-                if v == full:  # a flaky failure may need several starts of bad to show
-                    starts = flaky.bad_starts(self._rows(), full)
-                    row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
-                    if flaky.retry_bad(starts):
-                        self.emit(Notice(host=row.host, message=(
-                            f"the bad config passed on start {len(starts)} [run {row.id}]; "
-                            f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
-                        return
-                ends[v] = row
-                if v == ():
-                    self.good_metric = row.probe_metric
-
-        def bad_again(v: tuple[int, ...]) -> bool:  # only passes so far: a new start
-            return v == full and flaky.retry_bad(flaky.bad_starts(self._rows(),
-                                                                  full))  # fmt: skip
-
-        stop = self._drive(pool, want_ends, got_end, target=None,
-                           purpose=lambda v: "endpoint", fresh_runs=bad_again)  # fmt: skip
-        failed = good_failed()
+        ends = _Endpoints(self)
+        full = ends.full
+        stop = self._drive(pool, ends.wanted, ends.got, target=None,
+                           purpose=lambda v: "endpoint", fresh_runs=ends.bad_again)  # fmt: skip
+        failed = ends.good_failed()
         if failed is not None:  # said even when a budget ran out: it is the answer
-            return self._stop_endpoints(
+            return self._answer().at_endpoints(
                 f"the good config does not pass on {where}: {failed.verdict.value}"
                 + (f" ({failed.signature})" if failed.signature else "")
                 + f" [run {failed.id}]; nothing to bisect",
@@ -407,16 +389,16 @@ class Bisection:
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             passed = flaky.bad_starts(self._rows(), full)
             so_far = (f"; so far the bad config passed on all {len(passed)} start(s)"
-                      if passed and full not in ends else "")  # fmt: skip
+                      if passed and full not in ends.ends else "")  # fmt: skip
             return Outcome(self.cid, Status.INCOMPLETE,
                            message=f"stopped before an answer: {stop}{so_far}",
                            target=self.target, runs_executed=self.executed,
-                           runs_reused=self.reused, findings=self._findings())  # fmt: skip
-        good, bad = ends[()], ends[full]
+                           runs_reused=self.reused, findings=self._answer().findings())  # fmt: skip
+        good, bad = ends.ends[()], ends.ends[full]
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
-            return self._stop_endpoints(
+            return self._answer().at_endpoints(
                 f"the bad config does not fail on {where}: it passed on all {starts} starts "
                 f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
                 f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
@@ -425,68 +407,23 @@ class Bisection:
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
-        # 2. the search: each round's variants go to idle hosts; a decided round cancels
-        #    the runs it no longer needs
-        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
-        #    `auto` turns noise-aware by itself once the runs show flakiness.
-        self._reuse_recorded(pool)
-        # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
-        strategy = self.plan.wrap(flaky.strategy_for(
-            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
-            slots=len(pool.healthy())))  # fmt: skip
+        return None
 
-        def new_planner() -> Planner:
-            evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
-                        for r in self._rows() if r.verdict is not Verdict.INFRA]
-            return Planner(n, strategy,
-                           known={frozenset(): Verdict.PASS, frozenset(full): Verdict.FAIL},
-                           closure=self.plan.closure(), evidence=evidence)  # fmt: skip
-
-        planner = new_planner()
-        self._strategy = strategy  # what the switch's estimate simulates
-        watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
-        watch.check(planner)
-
-        def wanted() -> list[tuple[int, ...]]:
-            return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
-
-        def purpose(_: tuple[int, ...]) -> str:
-            rnd = planner.current_round
-            return rnd.purpose if rnd else "search"
-
-        def ahead(limit: int) -> list[tuple[int, ...]]:
-            return [tuple(sorted(v)) for v in planner.lookahead(limit)]
-
-        def record(v: tuple[int, ...], row: RunRow) -> None:
-            nonlocal planner
-            starts = sum(1 for r in self._rows() if r.variant == v and r.verdict is not
-                         Verdict.INFRA)  # fmt: skip
-            if row.cached_from is not None and starts > 1:
-                # Reused starts of a variant: all of them count (a flaky config that failed
-                # 1 of 4 times is not one that failed once). The search is a function of the
-                # recorded runs, so it starts again from all of them, as a resume does.
-                planner = new_planner()
-            else:
-                planner.record(frozenset(v), row.verdict)
-            watch.check(planner)
-
-        def again(_: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
-            rnd = planner.current_round
-            return rnd is not None and rnd.again
-
-        stop = self._drive(pool, wanted, record, target=self.target, purpose=purpose,
-                           speculate=ahead, fresh_runs=again)  # fmt: skip
+    def _searched(self, pool: Pool, search: _Search, stop: str | None) -> Outcome:
+        """The outcome of the search: its answer (repeated with --repeat), or the best one
+        so far when a budget stopped it, with what the runs say about noise."""
+        planner, watch = search.planner, search.watch
         if stop:
             best = planner.current_round.best if planner.current_round else None
-            outcome = self._incomplete(planner, stop)
+            outcome = self._answer().incomplete(stop)
             if best is not None and best.culprits:  # the partial answer, with its confidence
-                outcome.culprits = self._conclude(best, []).culprits
+                outcome.culprits = self._answer().conclude(best, []).culprits
                 outcome.status = Status.UNSURE
                 outcome.message = f"stopped before the answer was sure: {stop}"
         else:
             best = planner.answer
             disagree = self._repeat(pool, best) if self.opts.repeat > 1 else []
-            outcome = self._conclude(best, disagree)
+            outcome = self._answer().conclude(best, disagree)
         rows = self._rows()
         if self.opts.strategy == "auto":
             watch.settled(best, [(frozenset(r.variant), self._relative(r.verdict, r.signature,
@@ -497,7 +434,7 @@ class Bisection:
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
             outcome.noise["asked_confidence"] = self.opts.confidence
-            outcome.noise["next_runs"] = self._next_runs(strategy)
+            outcome.noise["next_runs"] = self._next_runs(search.strategy)
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
         flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, self._relative))
         return outcome
@@ -688,222 +625,9 @@ class Bisection:
         show. A variant that wants a new start (`fresh_runs`) takes the starts earlier
         campaigns recorded of the same launch that this one has not taken yet, if any
         (`reuse`). Returns why it stopped early (a budget), or None."""
-        in_flight: dict[str, Task] = {}  # by run id: a variant wanted twice runs twice
-        cancelled: set[str] = set()
-        stop: str | None = None
-        for _ in range(100_000):  # bounded: every pass records a verdict or waits for one
-            want = wanted()
-            need = Counter(want)
-            have = Counter(t.key for r, t in in_flight.items() if r not in cancelled)
-            missing = sum(max(0, c - have[v]) for v, c in need.items())
-            ahead: list[tuple[int, ...]] = []
-            spare = len(pool.idle()) - missing
-            if speculate is not None and len(pool.healthy()) > 1 and not stop and (
-                spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
-            ):
-                running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
-                ahead = speculate(max(spare, 0) + running)
-            for rid, task in reversed(list(in_flight.items())):
-                v = task.key
-                if rid not in cancelled and have[v] > need[v] + (v in ahead):
-                    pool.cancel(task)  # the round was decided without it (newest first)
-                    cancelled.add(rid)
-                    have[v] -= 1
-            progressed = False
-            for v in want:
-                if have[v] >= need[v]:
-                    continue
-                pending = self._pending_repair(v)
-                if pending is not None:  # died of a resource: started again with a move
-                    chain, step = pending
-                    applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
-                    exp = with_moves(self.plan.variant(frozenset(v)),
-                                     [*(Applied.from_dict(r.repair) for r in chain if r.repair),
-                                      applied])  # fmt: skip
-                    hit = self._from_cache(v, exp, target, pool, repair=applied) \
-                        if reuse else None  # fmt: skip
-                    if hit is not None:
-                        self._deliver(v, hit, target, on_result)
-                        progressed = True
-                        break
-                    stop = stop or self._budget_exhausted(len(in_flight))
-                    if stop or not pool.idle():
-                        break
-                    self.emit(Notice(host=chain[-1].host, message=(
-                        f"{self._label(v)} failed on a resource ({chain[-1].signature}) "
-                        f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
-                        f"(repair {len(chain)} of at most "
-                        f"{self._policy(chain[-1].host).steps})")))  # fmt: skip
-                    task = Task(key=v, exp=exp, label=self._repaired_label(v, applied),
-                                run_id=self.store.reserve_run_id(self.cid), target=target,
-                                good_metric=self.good_metric, purpose="repair",
-                                precheck=self._precheck, repair=applied.to_dict())  # fmt: skip
-                    pool.submit(task)
-                    in_flight[task.run_id] = task
-                    have[v] += 1
-                    continue
-                fresh = fresh_runs(v) if callable(fresh_runs) else fresh_runs
-                row = None if fresh and not reuse else self._known(v, target, pool,
-                                                                   again=fresh)  # fmt: skip
-                if row is not None:
-                    self._deliver(v, row, target, on_result)
-                    progressed = True
-                    break  # what is wanted may have changed
-                stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or not pool.idle():
-                    break
-                exp = self.plan.variant(frozenset(v))
-                task = Task(key=v, exp=exp, label=self._label(v),
-                            run_id=self.store.reserve_run_id(self.cid), target=target,
-                            good_metric=self.good_metric, purpose=purpose(v),
-                            precheck=self._precheck, builds=self._builds)  # fmt: skip
-                pool.submit(task)
-                in_flight[task.run_id] = task
-                have[v] += 1
-            if progressed:
-                continue
-            for v in ahead:  # spare hosts run ahead; a verdict found later is reused
-                if have[v] or not pool.idle() or self._pending_repair(v) is not None:
-                    continue
-                stop = stop or self._budget_exhausted(len(in_flight))
-                if stop or self._known(v, target, pool) is not None:
-                    break
-                task = Task(key=v, exp=self.plan.variant(frozenset(v)),
-                            label=self._label(v),
-                            run_id=self.store.reserve_run_id(self.cid),
-                            target=target, good_metric=self.good_metric,
-                            purpose="speculative", precheck=self._precheck,
-                            builds=self._builds)  # fmt: skip
-                pool.submit(task)
-                in_flight[task.run_id] = task
-                have[v] += 1
-            if not in_flight:
-                return stop if want else None
-            d = pool.wait()
-            in_flight.pop(d.task.run_id, None)
-            cancelled.discard(d.task.run_id)
-            if d.result is None:
-                if isinstance(d.error, RunCancelled):
-                    continue
-                if isinstance(d.error, FlagsRefused):
-                    raise d.error  # about the config, not the host: no other host takes it
-                # The last host stays in the pool whatever its error (a lock held by another
-                # campaign, a missing unit): raise it, or the variant is resubmitted to the
-                # same failing host again and again.
-                if not pool.healthy() or d.host.name in {h.name for h in pool.healthy_hosts()}:
-                    raise d.error if isinstance(d.error, BaseException) else RuntimeError(
-                        "no host left in the pool")  # fmt: skip
-                continue  # the host left the pool; another one takes the variant
-            row = self._record(d.result, variant=d.task.key, purpose=d.task.purpose,
-                               run_id=d.task.run_id, repair=d.task.repair)  # fmt: skip
-            self.executed += 1
-            self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
-            self._deliver(d.task.key, self._relabel(row, target, "run"), target, on_result)
-        raise RuntimeError("the campaign did not converge")
-
-    def _known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
-               again: bool = False) -> RunRow | None:  # fmt: skip
-        """This campaign's recorded verdict of the variant (unless a new start is wanted:
-        `again`), else the starts earlier campaigns recorded of the same launch (not
-        --fresh): the config's fingerprint and what would reach its server on a host of
-        the pool now (`LaunchInputs`, read on the host). Every such start this campaign
-        has not taken yet is recorded as a reused run; the newest is returned."""
-        if not again:
-            mine = [r for r in self._rows()
-                    if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
-            if mine:
-                return self._relabel(mine[-1], target, "resume")
-        return self._from_cache(variant, self.plan.variant(frozenset(variant)), target, pool)
-
-    def _from_cache(self, variant: tuple[int, ...], exp: Experiment, target: Signature | None,
-                    pool: Pool, *, repair: Applied | None = None) -> RunRow | None:  # fmt: skip
-        """The starts earlier campaigns recorded of the launch `exp` (see `_known`); a
-        repaired start (`repair`: the move it carries) takes the newest one alone, which
-        continues this variant's ladder."""
-        if self.opts.fresh or not self._reusable_config(exp):
-            return None
-        fp = exp.fingerprint()
-        taken = {r.cached_from for r in self._launch_rows() if r.cached_from}
-        for host in pool.healthy_hosts():
-            left = self.store.reuse_candidates(fp, host.host_class,
-                                               exclude_campaign=self.cid) - taken
-            if not left:
-                continue  # nothing (left) to reuse: the host need not be asked
-            inputs = pool.inputs_of(host, exp)
-            if inputs is None:
-                continue  # busy, or it cannot tell what would reach the server: unknown
-            hits = [h for h in self.store.reusable(inputs.key(fp), exclude_campaign=self.cid)
-                    if h.id not in taken and self._reusable_run(h)]  # fmt: skip
-            if not hits:
-                self._not_reused(variant, host, inputs, left)
-                continue
-            label = self._label(variant) if repair is None else self._repaired_label(variant,
-                                                                                     repair)
-            if repair is not None:
-                hits = hits[-1:]  # one start continues a ladder
-            row: RunRow | None = None
-            for hit in hits:  # oldest first: the newest is this campaign's last word on it
-                cached = CachedResult.from_row(hit, label, host, exp, inputs)
-                row = self._record(cached, variant=variant, purpose="cache", cached_from=hit.id,
-                                   repair=repair.to_dict() if repair else None)  # fmt: skip
-                self.reused += 1
-                if hit is not hits[-1]:
-                    self._relabel(row, target, "cache")
-            assert row is not None
-            return self._relabel(row, target, "cache")
-        return None
-
-    def _reuse_recorded(self, pool: Pool) -> None:
-        """Before the search: every start that earlier campaigns recorded of a variant of
-        this pair, under the inputs the hosts have now, joins this campaign's runs, the
-        variants the search will not ask for included: the posterior, the reproduction
-        rate and the confidence stand on all the recorded runs, as the first campaign's
-        did (a rerun that read only what it asked for would drop some passes)."""
-        if self.opts.fresh:
-            return
-        n = self.plan.n
-        wanted: set[tuple[int, ...]] = set()
-        for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
-            for variant, fp in self.store.recorded_launches(cls, exclude_campaign=self.cid):
-                if variant in wanted or any(i >= n for i in variant):
-                    continue
-                if self.plan.variant(frozenset(variant)).fingerprint() == fp:
-                    wanted.add(variant)  # the same launch as this pair's variant
-        for variant in sorted(wanted, key=lambda v: (len(v), v)):
-            self._known(variant, self.target, pool, again=True)
-
-    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
-                    ids: set[str]) -> None:  # fmt: skip
-        """Say once per campaign and reason why recorded runs of a variant were not reused
-        (what reaches the server differs now), so a cold cache is no mystery."""
-        exp = self.plan.variant(frozenset(variant))
-        old = self.store.runs_of(exp.fingerprint(), host.host_class, ids)
-        if not inputs.known:
-            why = f"what would reach the server cannot be read on {host.name} now"
-        else:
-            parts = sorted({d for r in old if r.inputs is not None
-                            for d in inputs.differences(r.inputs)})  # fmt: skip
-            why = "changed since they ran: " + "; ".join(parts) if parts else ""
-        if not why or why in self._told:
-            return
-        self._told.add(why)
-        self.emit(Notice(host=host.name, message=(
-            f"{len(old)} recorded run(s) of {self.plan.describe(frozenset(variant))} not "
-            f"reused: {why}")))  # fmt: skip
-
-    @staticmethod
-    def _reusable_config(exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused."""
-        cond = exp.probe.condition if exp.probe else None
-        return cond is None or not cond.relative_to_good
-
-    @staticmethod
-    def _reusable_run(hit: RunRow) -> bool:
-        """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
-        with no failure in the log: today such a run is infra)."""
-        sig = hit.signature
-        return not (sig is not None and sig.error_class == "signal"
-                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
+        source = _VariantRuns(self, pool, on_result, target=target, purpose=purpose,
+                              fresh_runs=fresh_runs, reuse=reuse)  # fmt: skip
+        return Dispatch(pool, source).run(wanted, speculate)
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
         verdict = self._relative(row.verdict, row.signature, target)
@@ -914,99 +638,16 @@ class Bisection:
         return row
 
     # ---- budgets and endings
+    def _answer(self) -> CampaignAnswer:
+        """The answer as the runs recorded so far give it (campaign/answer.py)."""
+        return CampaignAnswer(self.cid, self.plan, self._rows(), self.target, self._relative,
+                              confidence=self.opts.confidence, executed=self.executed,
+                              reused=self.reused, moves_of=self._moves_of)  # fmt: skip
+
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         """--max-runs counts this campaign's executed runs across resumes."""
         total = sum(1 for r in self._all_rows() if r.cached_from is None)
         return self.core.budget_spent(total + in_flight) or None
-
-    def _stop_endpoints(self, message: str) -> Outcome:
-        return Outcome(self.cid, Status.ENDPOINTS, message=message, target=self.target,
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self._findings())  # fmt: skip
-
-    def _verdicts(self) -> dict[tuple[int, ...], Verdict]:
-        out: dict[tuple[int, ...], Verdict] = {}
-        for r in self._rows():
-            if r.verdict is not Verdict.INFRA:
-                out[r.variant] = self._relative(r.verdict, r.signature, self.target)
-        return out
-
-    def _incomplete(self, planner: Planner, why: str) -> Outcome:
-        verdicts = self._verdicts()
-        fails = [v for v, x in verdicts.items() if x is Verdict.FAIL]
-        passes = [v for v, x in verdicts.items() if x is Verdict.PASS]
-        smallest = min(fails, key=len) if fails else tuple(range(self.plan.n))
-        largest = max(passes, key=len) if passes else ()
-        narrowed = Narrowed([self.plan.deltas[i].describe() for i in smallest],
-                            [self.plan.deltas[i].describe() for i in largest])  # fmt: skip
-        return Outcome(self.cid, Status.INCOMPLETE, message=f"stopped before an answer: {why}",
-                       target=self.target, runs_executed=self.executed, runs_reused=self.reused,
-                       narrowed=narrowed, findings=self._findings(),
-                       invalid=self._invalid())  # fmt: skip
-
-    def _findings(self) -> list[Finding]:
-        by_sig: dict[Signature, Finding] = {}
-        for r in self._rows():
-            verdict = self._relative(r.verdict, r.signature, self.target)
-            if verdict not in (Verdict.OTHER, Verdict.TIMEOUT) or r.signature is None:
-                continue
-            f = by_sig.get(r.signature)
-            if f is None:
-                by_sig[r.signature] = Finding(r.signature, r.variant, r.id, r.label)
-            else:
-                f.count += 1
-                if len(r.variant) < len(f.variant):
-                    f.variant, f.run_id, f.label = r.variant, r.id, r.label
-        # a failure needs all of its deltas: a pass of a variant that has them all shows
-        # that it comes on some starts only
-        for f in by_sig.values():
-            f.passed = sum(1 for r in self._rows() if r.verdict is Verdict.PASS
-                           and set(f.variant) <= set(r.variant))  # fmt: skip
-        return list(by_sig.values())
-
-    def _invalid(self) -> list[InvalidRun]:
-        return [InvalidRun(r.label, r.id, r.detail)
-                for r in self._rows() if r.verdict is Verdict.INVALID]  # fmt: skip
-
-    def _run_of(self, variant: frozenset[int], *, fails: bool) -> RunRow | None:
-        """The newest run of exactly this variant whose verdict backs the claim: the target
-        failure (`fails`), or a run that ran without it (pass, other, timeout)."""
-        key = tuple(sorted(variant))
-        for r in reversed(self._rows()):
-            if r.variant != key:
-                continue
-            got = self._relative(r.verdict, r.signature, self.target)
-            if (got is Verdict.FAIL) if fails else got in CLEARING:
-                return r
-        return None
-
-    def _clear_claim(self, x: int, variant: frozenset[int], row: RunRow) -> str:
-        """What a clearing run shows, worded for the variant it really is."""
-        flag = self.plan.deltas[x].short()
-        if variant == frozenset(range(self.plan.n)) - {x}:
-            what = f"bad without {flag}"
-        else:
-            what = f"{self.plan.describe(variant)} (without {flag})"
-        got = self._relative(row.verdict, row.signature, self.target)
-        if got is Verdict.PASS:
-            return f"{what} does not fail"
-        return f"{what} does not show the target failure ({got.value}: {row.signature})"
-
-    def _contradictions(self, sets: list[frozenset[int]], misses: bool = False) -> list[str]:
-        """Recorded runs the answer cannot explain: a target failure without any culprit
-        set, or a pass with one (a flaky failure, or a cause the search did not see).
-        With `misses` (a noise-aware answer) a pass with a culprit set is a miss its
-        posterior has weighed, not a contradiction."""
-        out: list[str] = []
-        for r in self._rows():
-            got = self._relative(r.verdict, r.signature, self.target)
-            has = any(self.plan.carries(c, r.variant) for c in sets)
-            if got is Verdict.FAIL and not has:
-                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
-                           "culprit set")  # fmt: skip
-            elif got is Verdict.PASS and has and not misses:
-                out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
-        return out
 
     def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
@@ -1035,62 +676,202 @@ class Bisection:
                                  f"expected {want.value}")  # fmt: skip
         return flaky
 
-    def _conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
-        culprits = []
-        unbacked: list[str] = []
-        for c in answer.culprits:
-            flags = [self.plan.deltas[i].short() for i in sorted(c.deltas)]
-            # Every evidence line cites a run of exactly the variant it describes, with
-            # the verdict it claims; a claim without such a run is not evidence.
-            rep = self._run_of(c.reproduced_by, fails=True)
-            cleared: dict[str, str | None] = {}
-            claims: dict[str, str] = {}
-            for i, v in c.cleared_by:
-                row = self._run_of(v, fails=False)
-                cleared[self.plan.deltas[i].short()] = row.id if row else None
-                if row is not None:
-                    claims[self.plan.deltas[i].short()] = self._clear_claim(i, v, row)
-            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
-                         and len(claims) == len(c.deltas))  # fmt: skip
-            if not confirmed:
-                unbacked.append(" + ".join(flags))
-            culprits.append(Culprit(
-                deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
-                reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
-                confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
-                repaired_with=self._moves_of(rep) if rep is not None else [],
-            ))  # fmt: skip
-        # A noise-aware answer stands on its posterior (its confidence reached what was
-        # asked): its evidence lines cite the runs there are, and misses are expected.
-        contradictions = self._contradictions([c.deltas for c in answer.culprits],
-                                              misses=answer.noise_aware)  # fmt: skip
-        status = Status.FOUND if (answer.culprits and answer.complete
-                             and (answer.noise_aware or not unbacked)
-                             and not contradictions) else Status.INCOMPLETE  # fmt: skip
-        message = ""
-        sure = answer.confidence is None or answer.confidence >= self.opts.confidence
-        if answer.culprits and answer.noise_aware and not contradictions and (
-                status is Status.INCOMPLETE or not sure):  # fmt: skip
-            # a best answer that has not reached the confidence asked (its budget ended)
-            status = Status.UNSURE
-        elif status is Status.FOUND and not sure:
-            status = Status.UNSURE
-        if status is Status.UNSURE:
-            message = (f"the best answer is {answer.confidence or 0:.3f} likely to be right, "
-                       f"below the {self.opts.confidence:g} asked"
-                       + (f" ({answer.reason})" if answer.reason else ""))  # fmt: skip
-            for cul in culprits:  # "confirmed" only at the confidence asked
-                cul.confirmed = False
-        elif status is not Status.FOUND:
-            message = answer.reason or (
-                "no evidence run backs " + ", ".join(unbacked) if unbacked else
-                "the recorded runs contradict the answer (flaky?): "
-                + "; ".join(contradictions[:3]))  # fmt: skip
-        return Outcome(self.cid, status, message=message, target=self.target,
-                       culprits=culprits, findings=self._findings(), invalid=self._invalid(),
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       flaky=flaky)  # fmt: skip
+
+
+
+class _Endpoints:
+    """The endpoint runs of a bisection (`Bisection._endpoints`): what the dispatch loop
+    is asked to run, and what it hands back."""
+
+    def __init__(self, b: Bisection) -> None:
+        self.b = b
+        self.full = tuple(range(b.plan.n))
+        self.ends: dict[tuple[int, ...], RunRow] = {}
+        # An `infra` verdict says nothing about the config: the endpoint is wanted again
+        # (3 in a row stop the campaign with the resume command, see _note_infra).
+        # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
+        # good run's metric: good runs first then, and bad's task carries its metric.
+        self.relative_bar = any(e.probe is not None and e.probe.condition is not None
+                                and e.probe.condition.relative_to_good
+                                for e in (b.plan.good, b.plan.bad))  # fmt: skip
+
+    def good_failed(self) -> RunRow | None:
+        """The good config's endpoint run when it did not pass: it contradicts its role
+        whatever bad does, so bad is not started (again) and a run of it in progress
+        is cancelled; a failure of the good config is proof, never noise."""
+        row = self.ends.get(())
+        return row if row is not None and row.verdict is not Verdict.PASS else None
+
+    def wanted(self) -> list[tuple[int, ...]]:
+        if self.good_failed() is not None:
+            return []
+        want = [v for v in ((), self.full) if v not in self.ends]
+        return want[:1] if self.relative_bar and () in want else want
+
+    def got(self, v: tuple[int, ...], row: RunRow) -> None:
+        b, full = self.b, self.full
+        if row.verdict is not Verdict.INFRA:
+            if v == full:  # a flaky failure may need several starts of bad to show
+                starts = flaky.bad_starts(b._rows(), full)
+                row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
+                if flaky.retry_bad(starts):
+                    b.emit(Notice(host=row.host, message=(
+                        f"the bad config passed on start {len(starts)} [run {row.id}]; "
+                        f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
+                    return
+            self.ends[v] = row
+            if v == ():
+                b.good_metric = row.probe_metric
+
+    def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
+        return v == self.full and flaky.retry_bad(flaky.bad_starts(self.b._rows(),
+                                                                   self.full))  # fmt: skip
+
+
+class _Search:
+    """The planner a bisection's search drives (`Bisection._search`): what the dispatch
+    loop is asked to run, and the verdicts it hands back."""
+
+    watch: flaky.NoiseWatch
+
+    def __init__(self, b: Bisection, strategy: StrategyFn) -> None:
+        self.b = b
+        self.strategy = strategy
+        self.full = tuple(range(b.plan.n))
+        self.planner = self.new_planner()
+
+    def new_planner(self) -> Planner:
+        b = self.b
+        evidence = [(frozenset(r.variant), b._relative(r.verdict, r.signature, b.target))
+                    for r in b._rows() if r.verdict is not Verdict.INFRA]
+        return Planner(b.plan.n, self.strategy,
+                       known={frozenset(): Verdict.PASS, frozenset(self.full): Verdict.FAIL},
+                       closure=b.plan.closure(), evidence=evidence)  # fmt: skip
+
+    def wanted(self) -> list[tuple[int, ...]]:
+        planner = self.planner
+        return [] if planner.done else [tuple(sorted(v)) for v in planner.pending()]
+
+    def purpose(self, _: tuple[int, ...]) -> str:
+        rnd = self.planner.current_round
+        return rnd.purpose if rnd else "search"
+
+    def ahead(self, limit: int) -> list[tuple[int, ...]]:
+        return [tuple(sorted(v)) for v in self.planner.lookahead(limit)]
+
+    def record(self, v: tuple[int, ...], row: RunRow) -> None:
+        starts = sum(1 for r in self.b._rows() if r.variant == v and r.verdict is not
+                     Verdict.INFRA)  # fmt: skip
+        if row.cached_from is not None and starts > 1:
+            # Reused starts of a variant: all of them count (a flaky config that failed
+            # 1 of 4 times is not one that failed once). The search is a function of the
+            # recorded runs, so it starts again from all of them, as a resume does.
+            self.planner = self.new_planner()
+        else:
+            self.planner.record(frozenset(v), row.verdict)
+        self.watch.check(self.planner)
+
+    def again(self, _: tuple[int, ...]) -> bool:  # a noise-aware round wants a new start
+        rnd = self.planner.current_round
+        return rnd is not None and rnd.again
+
+
+class _VariantRuns:
+    """A bisection's side of one drive of the dispatch loop (campaign/dispatch.py): the
+    variants' recorded verdicts and reused starts, their repair ladders, the tasks that
+    run them, and the records of the runs that end."""
+
+    def __init__(self, b: Bisection, pool: Pool,
+                 on_result: Callable[[tuple[int, ...], RunRow], None], *,
+                 target: Signature | None, purpose: Callable[[tuple[int, ...]], str],
+                 fresh_runs: bool | Callable[[tuple[int, ...]], bool],
+                 reuse: bool) -> None:  # fmt: skip
+        self.b = b
+        self.pool = pool
+        self.on_result = on_result
+        self.target = target
+        self.purpose = purpose
+        self.fresh_runs = fresh_runs
+        self.reuse = reuse
+
+    def _repair(self, v: tuple[int, ...]) -> tuple[list[RunRow], Applied, Experiment] | None:
+        """The variant's ladder that wants a repaired start, the move it makes next, and
+        the launch with every move of the ladder (None: no repair is pending)."""
+        pending = self.b._pending_repair(v)
+        if pending is None:
+            return None
+        chain, step = pending
+        applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
+        exp = with_moves(self.b.plan.variant(frozenset(v)),
+                         [*(Applied.from_dict(r.repair) for r in chain if r.repair),
+                          applied])  # fmt: skip
+        return chain, applied, exp
+
+    def obtain(self, v: tuple[int, ...]) -> bool:
+        b, target = self.b, self.target
+        repair = self._repair(v)
+        if repair is not None:  # died of a resource: started again with a move
+            _, applied, exp = repair
+            hit = b.recorded.from_cache(v, exp, target, self.pool, repair=applied) \
+                if self.reuse else None  # fmt: skip
+            if hit is None:
+                return False
+            b._deliver(v, hit, target, self.on_result)
+            return True
+        fresh = self.fresh_runs(v) if callable(self.fresh_runs) else self.fresh_runs
+        row = None if fresh and not self.reuse else b.recorded.known(v, target, self.pool,
+                                                                     again=fresh)  # fmt: skip
+        if row is None:
+            return False
+        b._deliver(v, row, target, self.on_result)
+        return True
+
+    def budget(self, in_flight: int) -> str | None:
+        return self.b._budget_exhausted(in_flight)
+
+    def start(self, v: tuple[int, ...]) -> Task:
+        b = self.b
+        repair = self._repair(v)
+        if repair is not None:
+            chain, applied, exp = repair
+            b.emit(Notice(host=chain[-1].host, message=(
+                f"{b._label(v)} failed on a resource ({chain[-1].signature}) "
+                f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
+                f"(repair {len(chain)} of at most "
+                f"{b._policy(chain[-1].host).steps})")))  # fmt: skip
+            return Task(key=v, exp=exp, label=b._repaired_label(v, applied),
+                        run_id=b.store.reserve_run_id(b.cid), target=self.target,
+                        good_metric=b.good_metric, purpose="repair",
+                        precheck=b._precheck, repair=applied.to_dict())  # fmt: skip
+        exp = b.plan.variant(frozenset(v))
+        return Task(key=v, exp=exp, label=b._label(v),
+                    run_id=b.store.reserve_run_id(b.cid), target=self.target,
+                    good_metric=b.good_metric, purpose=self.purpose(v),
+                    precheck=b._precheck, builds=b._builds)  # fmt: skip
+
+    def blocked(self, v: tuple[int, ...]) -> bool:
+        return self.b._pending_repair(v) is not None
+
+    def known(self, v: tuple[int, ...]) -> bool:
+        return self.b.recorded.known(v, self.target, self.pool) is not None
+
+    def start_ahead(self, v: tuple[int, ...]) -> Task:
+        b = self.b
+        return Task(key=v, exp=b.plan.variant(frozenset(v)),
+                    label=b._label(v),
+                    run_id=b.store.reserve_run_id(b.cid),
+                    target=self.target, good_metric=b.good_metric,
+                    purpose="speculative", precheck=b._precheck,
+                    builds=b._builds)  # fmt: skip
+
+    def finished(self, task: Task, result: object) -> None:
+        b = self.b
+        row = b._record(result, variant=task.key, purpose=task.purpose,
+                        run_id=task.run_id, repair=task.repair)  # fmt: skip
+        b.executed += 1
+        b.core.note_infra(row.verdict, row.host, row.detail, len(self.pool.healthy()))
+        b._deliver(task.key, b._relabel(row, self.target, "run"), self.target,
+                   self.on_result)  # fmt: skip
 
 
 __all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",

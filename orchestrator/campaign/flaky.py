@@ -18,7 +18,8 @@ from orchestrator.campaign.records import Culprit
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.events import Listener, SearchSwitched
 from orchestrator.planner import Answer, Planner, StrategyFn, make_strategy
-from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, NoisyFromStart, flakiness
+from orchestrator.planner.adaptive import BAD_ATTEMPTS, Adaptive, flakiness
+from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.noisy import NoiseModel
 from orchestrator.store.store import RunRow
 

@@ -46,8 +46,9 @@ from orchestrator.campaign.records import (
     SweepSpecItem,
     SweepTableRow,
 )
-from orchestrator.config.experiment import Experiment, flag_key, load_experiment
+from orchestrator.config.experiment import Experiment, flag_key
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import load_model, not_a_file
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict

@@ -19,8 +19,9 @@ from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Ou
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
-from orchestrator.config.experiment import Experiment, option_word, parse_duration
+from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.config.hosts import Host
+from orchestrator.config.schema import parse_duration
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
 from orchestrator.planner import STRATEGIES

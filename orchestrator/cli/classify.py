@@ -19,7 +19,8 @@ from rich.markup import escape
 
 from orchestrator.cli import common
 from orchestrator.cli.output import console
-from orchestrator.diagnosis.classify import LogAnalysis, analyze_log, port_clash
+from orchestrator.diagnosis.classify.analyze import LogAnalysis, analyze_log
+from orchestrator.diagnosis.classify.judge import port_clash
 from orchestrator.errors import UsageError
 from orchestrator.store.store import RunRow, Store
 

@@ -13,8 +13,9 @@ from orchestrator.campaign.single import single_run, single_runs
 from orchestrator.cli import common, detached
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
-from orchestrator.config.experiment import Experiment, load_experiment
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
+from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.errors import UsageError
 from orchestrator.store.store import CampaignRow, RunRow, Store

@@ -51,7 +51,7 @@ def _when(ts: float) -> str:
 def run_list(args: argparse.Namespace) -> int:
     if args.follow:
         from orchestrator.cli import detached
-        from orchestrator.config.experiment import parse_duration
+        from orchestrator.config.schema import parse_duration
 
         detached.check_follow_args(args)
         try:

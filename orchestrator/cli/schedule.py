@@ -90,7 +90,7 @@ def check_command(words: list[str]) -> None:
 
 
 def _load_what_it_names(ns: argparse.Namespace) -> None:
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     if getattr(ns, "resume", None):
         return  # a campaign id: the results directory may not exist yet

@@ -20,8 +20,9 @@ from orchestrator.campaign.sweep import (
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
-from orchestrator.config.experiment import Experiment, parse_duration
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
+from orchestrator.config.schema import parse_duration
 from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.reports import env_report
 from orchestrator.reports.sweep_report import Comparison, comparison, write_sweep_reports

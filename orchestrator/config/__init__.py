@@ -6,15 +6,10 @@ results are frozen plain objects (`Experiment`, `Host`, `Inventory`).
 
 from __future__ import annotations
 
-from orchestrator.config.experiment import (
-    Experiment,
-    FlagValue,
-    Health,
-    Probe,
-    load_experiment,
-    parse_duration,
-)
+from orchestrator.config.experiment import Experiment, FlagValue, Health, Probe
 from orchestrator.config.hosts import Host, Inventory, load_inventory
+from orchestrator.config.loading import load_experiment
+from orchestrator.config.schema import parse_duration
 
 __all__ = [
     "Experiment",

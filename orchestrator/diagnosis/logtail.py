@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.diagnosis.classify import strip_prefix
+from orchestrator.diagnosis.classify.lines import strip_prefix
 
 #: what stands where lines were cut (never read as a log line by the classifier: no error)
 CUT = "[... {n} lines cut ...]"

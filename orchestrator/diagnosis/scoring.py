@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-from orchestrator.diagnosis.classify import LogAnalysis, RunEvidence, analyze_log, judge
+from orchestrator.diagnosis.classify.analyze import LogAnalysis, analyze_log
+from orchestrator.diagnosis.classify.judge import RunEvidence, judge
 from orchestrator.diagnosis.verdicts import Signature
 from orchestrator.errors import UsageError
 

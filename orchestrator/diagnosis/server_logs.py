@@ -293,7 +293,7 @@ SPECIFIC_WORDS = NAMING_WORDS  # a message of fewer words than this names no fai
 KEY_WORDS = 12
 
 # Parts of a normalized message that hold values, not words: a message's name is read
-# without them (`classify.message_words`). Versions add or drop them ("Free memory on
+# without them (`classify.normalize.message_words`). Versions add or drop them ("Free memory on
 # device (...)" became "Free memory on device cuda:0 (...)"), and they change with the
 # input ("derived max_model_len (None=2048 in model's config.json)" and "(max_position_
 # embeddings=512 or model_max_length=None in ...)"). A short quoted name ('flash_attn')

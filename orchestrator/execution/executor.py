@@ -25,7 +25,7 @@ from orchestrator import shield
 from orchestrator.config import builds
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.classify import (
+from orchestrator.diagnosis.classify.judge import (
     ProbeOutcome,
     RunEvidence,
     judge,

@@ -208,7 +208,7 @@ def _server_port(settings: LabSettings) -> int:
 def write_lab_configs(settings: LabSettings, server_port: int) -> Path:
     """Every shipped lab config (experiments/lab/*/*.yaml but the scenarios) as a config
     of the same name that extends it on `server_port`, under `<state dir>/experiments/`."""
-    from orchestrator.config.experiment import load_experiment
+    from orchestrator.config.loading import load_experiment
 
     out = settings.state_dir / "experiments"
     for shipped in sorted((settings.repo / "experiments" / "lab").glob("*/*.yaml")):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import batch
+from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto, estimate_runs
@@ -395,20 +396,6 @@ def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
 
 def make_adaptive(confidence: float = 0.95, describe: Describe = _describe) -> StrategyFn:
     return Adaptive(NoiseModel(confidence=confidence), describe)
-
-
-@dataclass(frozen=True)
-class NoisyFromStart:
-    """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
-
-    model: NoiseModel = NoiseModel()
-    slots: int = 1
-    takes_evidence = True
-
-    def __call__(self, n: int, evidence: Sequence[Run] = (),
-                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
-        runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
-        return batch.search(n, runs, model=self.model, closure=closure, slots=self.slots)
 
 
 #: the largest number of deltas a search that weighs every run is simulated at for an

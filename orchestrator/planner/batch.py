@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Round, Search, Variant
 from orchestrator.planner.noisy import (
     MIN_GAIN,
@@ -284,4 +286,18 @@ def search(n: int, evidence: Sequence[Run] = (), *, model: NoiseModel | None = N
     return batch_search(n, evidence, model=model, closure=closure, note=note, slots=slots)
 
 
-__all__ = ["JOINT", "batch_search", "joint_gain", "next_batch", "search"]
+@dataclass(frozen=True)
+class NoisyFromStart:
+    """`--strategy noisy`: the noise-aware search from the first run (`takes_evidence`)."""
+
+    model: NoiseModel = NoiseModel()
+    slots: int = 1
+    takes_evidence = True
+
+    def __call__(self, n: int, evidence: Sequence[Run] = (),
+                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+        runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
+        return search(n, runs, model=self.model, closure=closure, slots=self.slots)
+
+
+__all__ = ["JOINT", "NoisyFromStart", "batch_search", "joint_gain", "next_batch", "search"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import prefix_tree
+from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.core import Answer, Culprit, Probe, Search, StrategyFn, Variant
 
 FAIL = Verdict.FAIL
@@ -294,7 +295,10 @@ def _minimize(p: Probe, term: frozenset[int]) -> Search:
     return term
 
 
-STRATEGIES: dict[str, StrategyFn] = {"auto": auto, "dd": dd, "linear": linear}
+#: `noisy`: the noise-aware search from the first run, for a failure known to be flaky
+#: (`auto` in a campaign switches to it by itself once the runs show flakiness)
+STRATEGIES: dict[str, StrategyFn] = {"auto": auto, "dd": dd, "linear": linear,
+                                     "noisy": NoisyFromStart()}  # fmt: skip
 
 
 def make_strategy(name: str) -> StrategyFn:

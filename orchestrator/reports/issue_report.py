@@ -20,7 +20,8 @@ from typing import Any
 
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.config.secrets import MARKER
-from orchestrator.diagnosis.classify import analyze_log, strip_prefix
+from orchestrator.diagnosis.classify.analyze import analyze_log
+from orchestrator.diagnosis.classify.lines import strip_prefix
 from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.store.store import CampaignRow, RunRow

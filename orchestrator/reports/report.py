@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from orchestrator.campaign.records import Outcome, Status
-from orchestrator.diagnosis.classify import analyze_log
+from orchestrator.diagnosis.classify.analyze import analyze_log
 from orchestrator.diagnosis.verdicts import Signature, relative
 from orchestrator.reports import env_report
 from orchestrator.store.store import CampaignRow, EnvironmentSeen, RunRow, Store

@@ -1,14 +1,14 @@
 """Signature versions in the results store: old runs re-signed when the classifier changes.
 
 A signature is only comparable with signatures of the same classifier version
-(`orchestrator.diagnosis.classify.SIGNATURE_VERSION`). The store keeps, additively:
+(`orchestrator.diagnosis.classify.analyze.SIGNATURE_VERSION`). The store keeps, additively:
 
 - `runs.signature_version` (NULL for runs recorded before versions existed: version 1);
 - `signature_history(run, version, signature)`: what a run was called before;
 - `meta['signature_version']`: the version every run in the store has been brought to.
 
 On opening a store whose version is older, every run with a signature is re-signed from
-its stored log tail (`classify.resign`), its old signature kept in the history, and each
+its stored log tail (`classify.judge.resign`), its old signature kept in the history, and each
 campaign's target (and the signatures quoted in its answer) moved to the new name of the
 same runs, so a campaign resumes against targets its new runs can match, and
 `orchestrator classify` finds old runs under the new signature. The upgrade runs once,
@@ -27,7 +27,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from orchestrator.diagnosis.classify import SIGNATURE_VERSION, resign
+from orchestrator.diagnosis.classify.analyze import SIGNATURE_VERSION
+from orchestrator.diagnosis.classify.judge import resign
 from orchestrator.diagnosis.verdicts import Signature
 
 _TABLES = """

@@ -3,7 +3,7 @@
 It runs no server: each run's outcome comes from an oracle (lab-style fault rules over the
 variant's flags, first match wins) plus faults injected on purpose (the server killed from
 outside at a random moment, a port clash, a dropped SSH connection). What it hands back is
-judged by the real classifier (`classify.judge`, `classify.outside_cause`) from a log tail
+judged by the real classifier (`classify.judge`: `judge`, `outside_cause`) from a log tail
 written the way the lab server (and SGLang) writes it, so the campaign, the planner, the
 store and the classifier are all the real ones; only the host is scripted.
 """
@@ -22,7 +22,7 @@ import yaml
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.classify import RunEvidence, judge, outside_cause
+from orchestrator.diagnosis.classify.judge import RunEvidence, judge, outside_cause
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener

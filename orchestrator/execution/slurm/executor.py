@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
-from orchestrator.diagnosis.classify import (
+from orchestrator.diagnosis.classify.judge import (
     ProbeOutcome,
     RunEvidence,
     judge,

@@ -1,0 +1,172 @@
+"""Reuse of recorded runs: a variant's verdict taken from a run already recorded, by this
+campaign or (not `--fresh`) by earlier ones, instead of a new start.
+
+A start recorded by another campaign is reused only for the same launch: the config's
+fingerprint and what would reach its server on a host of the pool now (`LaunchInputs`,
+read on the host). Every such start this campaign has not taken yet is recorded as one
+of its runs (purpose `cache`), so the search and the answer stand on all of them, as a
+resume does; why runs were not reused is said once per reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from orchestrator.campaign.core import CachedResult
+from orchestrator.campaign.planning import Plan
+from orchestrator.campaign.pool import Pool
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host
+from orchestrator.diagnosis.classify.judge import OUTSIDE_SIGNALS
+from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.events import Listener, Notice
+from orchestrator.execution.inputs import LaunchInputs
+from orchestrator.planner.repair import Applied
+from orchestrator.store.store import RunRow, Store
+
+
+class Campaign(Protocol):
+    """What reuse needs of the campaign it serves (a `Bisection`)."""
+
+    store: Store
+    cid: str
+    #: the pair the search runs on now (real or dummy weights)
+    plan: Plan
+    target: Signature | None
+    emit: Listener
+
+    def _rows(self) -> list[RunRow]: ...
+
+    def _launch_rows(self) -> list[RunRow]: ...
+
+    def _record(self, result: object, *, variant: tuple[int, ...], purpose: str,
+                run_id: str | None = None, cached_from: str | None = None,
+                repair: dict[str, Any] | None = None) -> RunRow: ...  # fmt: skip
+
+    def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow: ...
+
+    def _label(self, v: tuple[int, ...]) -> str: ...
+
+    def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str: ...
+
+
+class RecordedRuns:
+    """The verdicts a campaign takes from recorded runs, and how many it took (`reused`)."""
+
+    def __init__(self, campaign: Campaign, *, fresh: bool) -> None:
+        self.campaign = campaign
+        #: --fresh: nothing earlier campaigns recorded is reused
+        self.fresh = fresh
+        self.reused = 0
+        self._told: set[str] = set()  # why recorded runs were not reused, said once
+
+    def known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
+              again: bool = False) -> RunRow | None:  # fmt: skip
+        """This campaign's recorded verdict of the variant (unless a new start is wanted:
+        `again`), else the starts earlier campaigns recorded of the same launch (not
+        --fresh): the config's fingerprint and what would reach its server on a host of
+        the pool now (`LaunchInputs`, read on the host). Every such start this campaign
+        has not taken yet is recorded as a reused run; the newest is returned."""
+        if not again:
+            mine = [r for r in self.campaign._rows()
+                    if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
+            if mine:
+                return self.campaign._relabel(mine[-1], target, "resume")
+        exp = self.campaign.plan.variant(frozenset(variant))
+        return self.from_cache(variant, exp, target, pool)
+
+    def from_cache(self, variant: tuple[int, ...], exp: Experiment, target: Signature | None,
+                   pool: Pool, *, repair: Applied | None = None) -> RunRow | None:  # fmt: skip
+        """The starts earlier campaigns recorded of the launch `exp` (see `known`); a
+        repaired start (`repair`: the move it carries) takes the newest one alone, which
+        continues this variant's ladder."""
+        if self.fresh or not self.reusable_config(exp):
+            return None
+        fp = exp.fingerprint()
+        taken = {r.cached_from for r in self.campaign._launch_rows() if r.cached_from}
+        for host in pool.healthy_hosts():
+            left = self.campaign.store.reuse_candidates(fp, host.host_class,
+                                               exclude_campaign=self.campaign.cid) - taken
+            if not left:
+                continue  # nothing (left) to reuse: the host need not be asked
+            inputs = pool.inputs_of(host, exp)
+            if inputs is None:
+                continue  # busy, or it cannot tell what would reach the server: unknown
+            hits = [h for h in self.campaign.store.reusable(inputs.key(fp),
+                                                            exclude_campaign=self.campaign.cid)
+                    if h.id not in taken and self.reusable_run(h)]  # fmt: skip
+            if not hits:
+                self._not_reused(variant, host, inputs, left)
+                continue
+            label = self.campaign._label(variant) if repair is None else \
+                self.campaign._repaired_label(variant, repair)  # fmt: skip
+            if repair is not None:
+                hits = hits[-1:]  # one start continues a ladder
+            row: RunRow | None = None
+            for hit in hits:  # oldest first: the newest is this campaign's last word on it
+                cached = CachedResult.from_row(hit, label, host, exp, inputs)
+                row = self.campaign._record(
+                    cached, variant=variant, purpose="cache", cached_from=hit.id,
+                    repair=repair.to_dict() if repair else None)  # fmt: skip
+                self.reused += 1
+                if hit is not hits[-1]:
+                    self.campaign._relabel(row, target, "cache")
+            assert row is not None
+            return self.campaign._relabel(row, target, "cache")
+        return None
+
+    def reuse_recorded(self, pool: Pool) -> None:
+        """Before the search: every start that earlier campaigns recorded of a variant of
+        this pair, under the inputs the hosts have now, joins this campaign's runs, the
+        variants the search will not ask for included: the posterior, the reproduction
+        rate and the confidence stand on all the recorded runs, as the first campaign's
+        did (a rerun that read only what it asked for would drop some passes)."""
+        if self.fresh:
+            return
+        n = self.campaign.plan.n
+        wanted: set[tuple[int, ...]] = set()
+        for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
+            for variant, fp in self.campaign.store.recorded_launches(
+                    cls, exclude_campaign=self.campaign.cid):  # fmt: skip
+                if variant in wanted or any(i >= n for i in variant):
+                    continue
+                if self.campaign.plan.variant(frozenset(variant)).fingerprint() == fp:
+                    wanted.add(variant)  # the same launch as this pair's variant
+        for variant in sorted(wanted, key=lambda v: (len(v), v)):
+            self.known(variant, self.campaign.target, pool, again=True)
+
+    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
+                    ids: set[str]) -> None:  # fmt: skip
+        """Say once per campaign and reason why recorded runs of a variant were not reused
+        (what reaches the server differs now), so a cold cache is no mystery."""
+        exp = self.campaign.plan.variant(frozenset(variant))
+        old = self.campaign.store.runs_of(exp.fingerprint(), host.host_class, ids)
+        if not inputs.known:
+            why = f"what would reach the server cannot be read on {host.name} now"
+        else:
+            parts = sorted({d for r in old if r.inputs is not None
+                            for d in inputs.differences(r.inputs)})  # fmt: skip
+            why = "changed since they ran: " + "; ".join(parts) if parts else ""
+        if not why or why in self._told:
+            return
+        self._told.add(why)
+        self.campaign.emit(Notice(host=host.name, message=(
+            f"{len(old)} recorded run(s) of {self.campaign.plan.describe(frozenset(variant))} not "
+            f"reused: {why}")))  # fmt: skip
+
+    @staticmethod
+    def reusable_config(exp: Experiment) -> bool:
+        """A verdict judged against another campaign's good throughput cannot be reused."""
+        cond = exp.probe.condition if exp.probe else None
+        return cond is None or not cond.relative_to_good
+
+    @staticmethod
+    def reusable_run(hit: RunRow) -> bool:
+        """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
+        with no failure in the log: today such a run is infra)."""
+        sig = hit.signature
+        return not (sig is not None and sig.error_class == "signal"
+                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
+
+
+__all__ = ["Campaign", "RecordedRuns"]
