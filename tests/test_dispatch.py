@@ -2,7 +2,7 @@
 
 `campaign/dispatch.py` knows tasks, hosts and budgets and asks its `Source` for the rest,
 so a sweep's items can drive it as a bisection's variants do. The pool and the classifier
-are the real ones; the hosts are scripted (tests/scripted.py): feature-1 crashes the
+are the real ones; the hosts are scripted (tests/support/scripted.py): feature-1 crashes the
 server, the other flags do not.
 """
 
