@@ -10,6 +10,7 @@ Fast tier: the scripted host.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan
+from orchestrator.config.hosts import Host
 from orchestrator.execution.contract import RunCancelled
 from orchestrator.store.store import Store
 from tests.support.scripted import (
@@ -67,32 +69,48 @@ def test_a_failing_good_config_stops_the_campaign_before_bad_starts(
 
 
 class BadWaitsForCancel(ScriptedExecutor):
-    """The bad config's start runs until the campaign cancels it (at most 30 s): the good
-    config's failure comes while bad is in progress, whatever the machine's speed."""
+    """The bad config's start runs until the campaign cancels it (at most 30 s), and the
+    good config's start ends only once bad's has begun (at most 30 s): good's failure comes
+    while bad is in progress, whatever the machine's speed. (Without that wait a loaded
+    machine could end good before the second host's worker began bad at all.)"""
 
     bad_starts: list[str] = []
     cancelled: list[str] = []
+    bad_began = threading.Event()
 
     def run(self, exp, *, run_id: str, **kw):  # type: ignore[no-untyped-def]
         if present(exp):
             BadWaitsForCancel.bad_starts.append(run_id)
+            BadWaitsForCancel.bad_began.set()
             if self.cancel_event.wait(timeout=30):
                 BadWaitsForCancel.cancelled.append(run_id)
                 raise RunCancelled(f"run cancelled on {self.host.name}")
+        else:
+            BadWaitsForCancel.bad_began.wait(timeout=30)
         return super().run(exp, run_id=run_id, **kw)
 
 
-def test_a_failing_good_config_cancels_the_bad_start_in_progress(tmp_path: Path) -> None:
+@pytest.mark.parametrize("second_worker_late", [0.0, 0.5])
+def test_a_failing_good_config_cancels_the_bad_start_in_progress(
+        tmp_path: Path, second_worker_late: float) -> None:  # fmt: skip
     """Two hosts: both endpoints start side by side; good fails while bad is still starting:
     the start of bad in progress is stopped, bad is not started again, and the campaign ends
-    at once (not after the 30 s the bad start would take)."""
+    at once (not after the 30 s the bad start would take). `second_worker_late`: the second
+    host's executor comes that late, as on a loaded machine (the race this test had)."""
     BadWaitsForCancel.bad_starts, BadWaitsForCancel.cancelled = [], []
+    BadWaitsForCancel.bad_began.clear()
     oracle = GoodOnly([Rule(frozenset(), "init", BROKEN)])
     good, bad = write_pair(tmp_path / "exp", 3)
+
+    def late(h: Host, wait: float) -> BadWaitsForCancel:
+        if h.name == "h1":
+            time.sleep(wait)
+        return BadWaitsForCancel(h, oracle, Faults())
+
     store = Store(tmp_path / "results")
     b = Bisection(store, make_plan(good, bad), [host("h0"), host("h1")], command="t",
                   options=BisectOptions(),
-                  executor_factory=lambda h, *_: BadWaitsForCancel(h, oracle, Faults()))
+                  executor_factory=lambda h, *_: late(h, second_worker_late))
     began = time.monotonic()
     outcome = b.run()
     store.close()
