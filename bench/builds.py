@@ -75,8 +75,7 @@ def drive(planner: Planner, ask: Callable[[frozenset[int]], Verdict]) -> int:
 
 def joint(cause: Cause) -> tuple[bool, int]:
     strat = Ordered(make_strategy("auto"), axis=AXIS, steps=STEPS)
-    planner = Planner(FLAGS + 1, strat, known={frozenset(): P,
-                                               frozenset(range(FLAGS + 1)): F})
+    planner = Planner(FLAGS + 1, strat, known={frozenset(): P, frozenset(range(FLAGS + 1)): F})
     runs = drive(planner, oracle(cause))
     got = set()
     for c in planner.answer.culprits:
@@ -85,10 +84,12 @@ def joint(cause: Cause) -> tuple[bool, int]:
     return got == {cause}, runs
 
 
-def flag_search(cause_flags: frozenset[int], ask: Callable[[frozenset[int]], Verdict]
-                ) -> tuple[set[frozenset[int]], int]:  # fmt: skip
-    planner = Planner(FLAGS, make_strategy("auto"),
-                      known={frozenset(): P, frozenset(range(FLAGS)): F})  # fmt: skip
+def flag_search(
+    cause_flags: frozenset[int], ask: Callable[[frozenset[int]], Verdict]
+) -> tuple[set[frozenset[int]], int]:
+    planner = Planner(
+        FLAGS, make_strategy("auto"), known={frozenset(): P, frozenset(range(FLAGS)): F}
+    )
     runs = drive(planner, ask)
     return {c.deltas for c in planner.answer.culprits}, runs
 
@@ -149,14 +150,35 @@ def table() -> list[list[str]]:
         def mean(xs: list[tuple[bool, int]]) -> str:
             return f"{sum(r for _, r in xs) / len(xs):.1f}"
 
-        rows.append([kind, str(len(cs)), pct(j), mean(j), str(max(r for _, r in j)),
-                     f"{sum(bounds) / len(bounds):.1f}", str(over),
-                     pct(b), mean(b), str(max(r for _, r in b))])  # fmt: skip
+        rows.append(
+            [
+                kind,
+                str(len(cs)),
+                pct(j),
+                mean(j),
+                str(max(r for _, r in j)),
+                f"{sum(bounds) / len(bounds):.1f}",
+                str(over),
+                pct(b),
+                mean(b),
+                str(max(r for _, r in b)),
+            ]
+        )
     return rows
 
 
-HEADER = ["cause", "cases", "joint: right", "mean", "worst", "bound (mean)", "over",
-          "builds, then flags: right", "mean", "worst"]
+HEADER = [
+    "cause",
+    "cases",
+    "joint: right",
+    "mean",
+    "worst",
+    "bound (mean)",
+    "over",
+    "builds, then flags: right",
+    "mean",
+    "worst",
+]
 
 
 def main() -> int:

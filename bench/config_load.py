@@ -20,15 +20,19 @@ from orchestrator.config.loading import load_experiment
 from orchestrator.config.yamlio import MAX_BYTES
 from orchestrator.errors import ConfigError
 
-HEAD = ("service:\n  exec: /opt/sglang/bin/python -m sglang.launch_server\n"
-        "  env: {NCCL_DEBUG: WARN}\n  flags:\n    port: 30000\n")  # fmt: skip
+HEAD = (
+    "service:\n  exec: /opt/sglang/bin/python -m sglang.launch_server\n"
+    "  env: {NCCL_DEBUG: WARN}\n  flags:\n    port: 30000\n"
+)
 
 
 def write_pair(d: Path, n: int) -> tuple[Path, Path]:
     good, bad = d / f"good{n}.yaml", d / f"bad{n}.yaml"
     good.write_text("name: good\n" + HEAD + "".join(f"    flag-{i}: {i}\n" for i in range(n)))
-    bad.write_text(f"name: bad\nextends: {good.name}\nservice:\n  flags:\n"
-                   + "".join(f"    flag-{i}: {i + 1}\n" for i in range(n)))  # fmt: skip
+    bad.write_text(
+        f"name: bad\nextends: {good.name}\nservice:\n  flags:\n"
+        + "".join(f"    flag-{i}: {i + 1}\n" for i in range(n))
+    )
     return good, bad
 
 

@@ -43,15 +43,18 @@ def table(scores: dict[str, Score]) -> str:
         "unclassified": lambda s: str(len(s.unclassified)),
         "phase right": lambda s: f"{s.phase_right}/{s.phase_counted} ({s.phase_accuracy:.0%})",
     }
-    target = {"pairwise precision": f">= {TARGETS['precision']}",
-              "pairwise recall": f">= {TARGETS['recall']}",
-              "unclassified": str(TARGETS["unclassified"]),
-              "phase right": f">= {TARGETS['phase_accuracy']:.0%}"}  # fmt: skip
+    target = {
+        "pairwise precision": f">= {TARGETS['precision']}",
+        "pairwise recall": f">= {TARGETS['recall']}",
+        "unclassified": str(TARGETS["unclassified"]),
+        "phase right": f">= {TARGETS['phase_accuracy']:.0%}",
+    }
     for name, fn in get.items():
         rows.append((name, *(fn(s) for s in scores.values()), target.get(name, "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
-             for r in rows]  # fmt: skip
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
@@ -69,9 +72,11 @@ def details(s: Score) -> str:
 
 
 def big(mb: int) -> None:
-    warning = (b"/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:61: "
-               b"FutureWarning: The pynvml package is deprecated. Please install "
-               b"nvidia-ml-py instead.\n")  # fmt: skip
+    warning = (
+        b"/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:61: "
+        b"FutureWarning: The pynvml package is deprecated. Please install "
+        b"nvidia-ml-py instead.\n"
+    )
     inputs = {
         f"{mb} MB of warnings": (warning * (mb * 1024 * 1024 // len(warning))).decode(),
         f"{mb} MB of binary": os.urandom(mb * 1024 * 1024).decode("utf-8", errors="replace"),
@@ -89,13 +94,27 @@ def big(mb: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="*", metavar="DIR",
-                        help="folders with logs and labels.tsv (default: both corpora)")
+    parser.add_argument(
+        "folders",
+        nargs="*",
+        metavar="DIR",
+        help="folders with logs and labels.tsv (default: both corpora)",
+    )
     parser.add_argument("--details", action="store_true", help="list the pairs that went wrong")
-    parser.add_argument("--half", choices=["heldout", "tune", "whole"], default=None,
-                        help="details for this part only (default: both halves)")
-    parser.add_argument("--big", type=int, nargs="?", const=50, metavar="MB",
-                        help="time analyze_log on huge and non-server inputs")
+    parser.add_argument(
+        "--half",
+        choices=["heldout", "tune", "whole"],
+        default=None,
+        help="details for this part only (default: both halves)",
+    )
+    parser.add_argument(
+        "--big",
+        type=int,
+        nargs="?",
+        const=50,
+        metavar="MB",
+        help="time analyze_log on huge and non-server inputs",
+    )
     args = parser.parse_args(argv)
     if args.big:
         big(args.big)
@@ -108,16 +127,24 @@ def main(argv: list[str] | None = None) -> int:
         print(table(scores))
     else:
         # the held-out half and the whole of every corpus, side by side
-        columns = {f"{Path(f).name} {half}": s[half]
-                   for f, s in per_folder.items() for half in ("heldout", "whole")}
+        columns = {
+            f"{Path(f).name} {half}": s[half]
+            for f, s in per_folder.items()
+            for half in ("heldout", "whole")
+        }
         print(table(columns))
     if args.details:
         for f, scores in per_folder.items():
             for name, s in scores.items():
                 if args.half == name or (args.half is None and name != "whole"):
                     print(f"\n## {Path(f).name} {name}\n{details(s)}")
-    return 0 if all(s["heldout"].meets_targets() and s["whole"].meets_targets()
-                    for s in per_folder.values()) else 1  # fmt: skip
+    return (
+        0
+        if all(
+            s["heldout"].meets_targets() and s["whole"].meets_targets() for s in per_folder.values()
+        )
+        else 1
+    )
 
 
 if __name__ == "__main__":

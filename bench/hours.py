@@ -80,10 +80,14 @@ def campaign(case: Case, rehearse: bool, tmp: Path) -> Cost:
     store = Store(tmp / "results")
     oracle = Oracle(case.rules, seed=case.seed)
     try:
-        out = Bisection(store, make_plan(good, bad), [host()], command="bench",
-                        options=BisectOptions(rehearse=rehearse),
-                        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
-                        ).run()  # fmt: skip
+        out = Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="bench",
+            options=BisectOptions(rehearse=rehearse),
+            executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+        ).run()
         runs = [r for r in store.runs(out.campaign_id) if r.cached_from is None]
     finally:
         store.close()
@@ -93,15 +97,34 @@ def campaign(case: Case, rehearse: bool, tmp: Path) -> Cost:
 
 
 def b300() -> list[Case]:
-    return [Case(3, [Rule(frozenset({0, 1}), "cuda_graph", TARGET_ERROR),
-                     Rule(frozenset({0}), "init", OTHER_ERROR)], frozenset({0, 1}))]
+    return [
+        Case(
+            3,
+            [
+                Rule(frozenset({0, 1}), "cuda_graph", TARGET_ERROR),
+                Rule(frozenset({0}), "init", OTHER_ERROR),
+            ],
+            frozenset({0, 1}),
+        )
+    ]
 
 
 def rtx() -> list[Case]:
-    return [Case(5, [Rule(frozenset({0, 1, 2}), "cuda_graph", "AssertionError"),
-                     Rule(frozenset({0, 1}), "kv_cache", "RuntimeError: Not enough memory. "
-                          "Please try to increase --mem-fraction-static.")],
-                 frozenset({0, 1, 2}))]  # fmt: skip
+    return [
+        Case(
+            5,
+            [
+                Rule(frozenset({0, 1, 2}), "cuda_graph", "AssertionError"),
+                Rule(
+                    frozenset({0, 1}),
+                    "kv_cache",
+                    "RuntimeError: Not enough memory. "
+                    "Please try to increase --mem-fraction-static.",
+                ),
+            ],
+            frozenset({0, 1, 2}),
+        )
+    ]
 
 
 def flaky(n: int, p: float, cases: int) -> list[Case]:
@@ -109,8 +132,14 @@ def flaky(n: int, p: float, cases: int) -> list[Case]:
     for i in range(cases):
         rng = random.Random(f"hours:{n}:{p}:{i}")
         pair = frozenset(rng.sample(range(n), 2))
-        out.append(Case(n, [Rule(pair, "cuda_graph", TARGET_ERROR, probability=p)], pair,
-                        seed=rng.randrange(2**31)))
+        out.append(
+            Case(
+                n,
+                [Rule(pair, "cuda_graph", TARGET_ERROR, probability=p)],
+                pair,
+                seed=rng.randrange(2**31),
+            )
+        )
     return out
 
 
@@ -118,12 +147,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=40, help="cases per flaky row")
     args = ap.parse_args()
-    rows = [("B300 pair", b300()), ("RTX PRO 6000 triple", rtx()),
-            ("flaky AND-pair p=0.5", flaky(8, 0.5, args.cases)),
-            ("flaky AND-pair p=0.3", flaky(9, 0.3, args.cases))]
+    rows = [
+        ("B300 pair", b300()),
+        ("RTX PRO 6000 triple", rtx()),
+        ("flaky AND-pair p=0.5", flaky(8, 0.5, args.cases)),
+        ("flaky AND-pair p=0.3", flaky(9, 0.3, args.cases)),
+    ]
     print(f"one start: real weights {REAL_S} s, dummy weights {DUMMY_S} s; one host\n")
-    head = (f"{'case':<22} {'ok today':>8} {'ok rehr':>8} {'starts':>7} {'hours':>6} "
-            f"{'starts':>7} {'hours':>6} {'ratio':>6} {'target':>6} {'real st.':>9}")
+    head = (
+        f"{'case':<22} {'ok today':>8} {'ok rehr':>8} {'starts':>7} {'hours':>6} "
+        f"{'starts':>7} {'hours':>6} {'ratio':>6} {'target':>6} {'real st.':>9}"
+    )
     print(f"{'':<40}{'today':^15}{'rehearsed':^15}")
     print(head)
     print("-" * len(head))
@@ -139,14 +173,18 @@ def main() -> None:
             r_h = sum(c.seconds for c in rehearsed) / k / 3600
             real = [c.real for c in rehearsed]
             target = TARGETS.get(name)
-            print(f"{name:<22} {sum(c.ok for c in today):>4}/{k:<3} "
-                  f"{sum(c.ok for c in rehearsed):>4}/{k:<3} "
-                  f"{sum(c.starts for c in today) / k:>7.1f} {t_h:>6.2f} "
-                  f"{sum(c.starts for c in rehearsed) / k:>7.1f} {r_h:>6.2f} "
-                  f"{r_h / t_h:>6.2f} {f'{target:.2f}' if target else '-':>6} "
-                  f"{sum(real) / k:>4.1f}/{max(real):<4}")
-    print(f"\n({time.monotonic() - t0:.0f} s; real st.: starts on real weights of the "
-          "rehearsed campaign, mean/max)")
+            print(
+                f"{name:<22} {sum(c.ok for c in today):>4}/{k:<3} "
+                f"{sum(c.ok for c in rehearsed):>4}/{k:<3} "
+                f"{sum(c.starts for c in today) / k:>7.1f} {t_h:>6.2f} "
+                f"{sum(c.starts for c in rehearsed) / k:>7.1f} {r_h:>6.2f} "
+                f"{r_h / t_h:>6.2f} {f'{target:.2f}' if target else '-':>6} "
+                f"{sum(real) / k:>4.1f}/{max(real):<4}"
+            )
+    print(
+        f"\n({time.monotonic() - t0:.0f} s; real st.: starts on real weights of the "
+        "rehearsed campaign, mean/max)"
+    )
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ class Sample:
 def hang_scenario() -> str:
     data = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
     data["name"] = "b300-hang"
-    data["faults"].insert(0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
-                              "effect": "hang"})  # fmt: skip
+    data["faults"].insert(
+        0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph", "effect": "hang"}
+    )
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -141,8 +142,9 @@ def measure(be: Backend, runs: int, hang_s: float, log: Callable[[str], None]) -
         if isinstance(event, StepDone) and event.step == "started":
             be.on_started()
 
-    with executor_for(be.host, service=be.service, campaign="bench-latency",
-                      listener=listener) as ex:  # fmt: skip
+    with executor_for(
+        be.host, service=be.service, campaign="bench-latency", listener=listener
+    ) as ex:
         ex.run(good, run_id="warm")  # preflight's --help, the first connection: not counted
         for i in range(runs):
             # (a) + (c) on a crash
@@ -159,10 +161,17 @@ def measure(be: Backend, runs: int, hang_s: float, log: Callable[[str], None]) -
             # (b) + (c) on a healthy run, with a side prober for the first 200
             rec.events.clear()
             prober = subprocess.Popen(
-                [*be.prober_prefix, "python3", "-c", PROBER,
-                 f"http://127.0.0.1:{good.port}{good.health.path}", "120"],
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                [
+                    *be.prober_prefix,
+                    "python3",
+                    "-c",
+                    PROBER,
+                    f"http://127.0.0.1:{good.port}{good.health.path}",
+                    "120",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 r = ex.run(good, run_id=f"good{i}")
                 out, _ = prober.communicate(timeout=130)
@@ -198,8 +207,10 @@ def measure(be: Backend, runs: int, hang_s: float, log: Callable[[str], None]) -
         if len(marks) >= 2:
             (ta, ca), (tb, cb) = marks[0], marks[-1]
             s.d.append((cb - ca) / ((tb - ta) / 60.0))
-        log(f"  {be.name}: hang run: {len(marks)} polls, {ex.t.commands_run - before} "
-            f"commands in {r.duration_s:.1f}s")  # fmt: skip
+        log(
+            f"  {be.name}: hang run: {len(marks)} polls, {ex.t.commands_run - before} "
+            f"commands in {r.duration_s:.1f}s"
+        )
     return s
 
 
@@ -235,9 +246,16 @@ def sshd_backend(work: Path) -> Iterator[Backend]:
         return e.with_changes(flags={"port": port}, env={"ORCH_LAB_TIME_SCALE": "0.2"})
 
     with SshdServer(endpoint):
-        yield Backend("process/sshd", host, "lab-latency", server_times, [], adjust,
-                      ("python3", "-m", "orchestrator.lab.server", "--scenario", str(scenario)),
-                      on_started)  # fmt: skip
+        yield Backend(
+            "process/sshd",
+            host,
+            "lab-latency",
+            server_times,
+            [],
+            adjust,
+            ("python3", "-m", "orchestrator.lab.server", "--scenario", str(scenario)),
+            on_started,
+        )
 
 
 @contextmanager
@@ -256,9 +274,12 @@ def systemd_backend(work: Path) -> Iterator[Backend]:
         host = load_inventory(work / "sd.yaml").host("sd")
 
         def server_times() -> tuple[float | None, float | None]:
-            out = box.ssh_run(f"systemctl show {unit} -p ExecMainStartTimestampMonotonic "
-                              "-p ExecMainExitTimestampMonotonic "
-                              "-p ActiveEnterTimestampMonotonic", check=True).stdout  # fmt: skip
+            out = box.ssh_run(
+                f"systemctl show {unit} -p ExecMainStartTimestampMonotonic "
+                "-p ExecMainExitTimestampMonotonic "
+                "-p ActiveEnterTimestampMonotonic",
+                check=True,
+            ).stdout
             props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
             def mono(key: str) -> float | None:
@@ -266,14 +287,23 @@ def systemd_backend(work: Path) -> Iterator[Backend]:
                 return v / 1e6 if v else None
 
             # A failed unit may report no ExecMainStart; Type=simple enters "active" at exec.
-            start = mono("ExecMainStartTimestampMonotonic") or mono(
-                "ActiveEnterTimestampMonotonic")
+            start = mono("ExecMainStartTimestampMonotonic") or mono("ActiveEnterTimestampMonotonic")
             return start, mono("ExecMainExitTimestampMonotonic")
 
-        yield Backend("systemd/nspawn", host, unit, server_times,
-                      ["ip", "netns", "exec", box.netns.name],
-                      hang_exec=("python3", "-m", "orchestrator.lab.server", "--scenario",
-                                 "/etc/orch-lab/hang.yaml"))  # fmt: skip
+        yield Backend(
+            "systemd/nspawn",
+            host,
+            unit,
+            server_times,
+            ["ip", "netns", "exec", box.netns.name],
+            hang_exec=(
+                "python3",
+                "-m",
+                "orchestrator.lab.server",
+                "--scenario",
+                "/etc/orch-lab/hang.yaml",
+            ),
+        )
     finally:
         factory.stop_all()
 
@@ -286,24 +316,37 @@ def systemd_available() -> bool:
 
 
 def table(results: dict[str, Sample]) -> str:
-    hand = {"a": "~7.5 mean / 15 max", "b": "~7.5 mean / 15 max", "c": "n/a (by hand)",
-            "d": "4 (but a person)"}  # fmt: skip
+    hand = {
+        "a": "~7.5 mean / 15 max",
+        "b": "~7.5 mean / 15 max",
+        "c": "n/a (by hand)",
+        "d": "4 (but a person)",
+    }
     rows = [("backend", "metric", "n", "median", "max", "target", "ok", "hand loop, 15 s poll")]
     for name, s in results.items():
         for key in "abcd":
             vals = getattr(s, key)
             if not vals:
-                rows.append((name, LABELS[key], "0", "-", "-", f"<= {TARGETS[key]:g}", "?",
-                             hand[key]))  # fmt: skip
+                rows.append(
+                    (name, LABELS[key], "0", "-", "-", f"<= {TARGETS[key]:g}", "?", hand[key])
+                )
                 continue
             med, mx = statistics.median(vals), max(vals)
             fmt = "{:.0f}" if key == "d" else "{:.2f}"
-            rows.append((name, LABELS[key], str(len(vals)), fmt.format(med), fmt.format(mx),
-                         f"<= {TARGETS[key]:g}", "yes" if mx <= TARGETS[key] else "NO",
-                         hand[key]))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    LABELS[key],
+                    str(len(vals)),
+                    fmt.format(med),
+                    fmt.format(mx),
+                    f"<= {TARGETS[key]:g}",
+                    "yes" if mx <= TARGETS[key] else "NO",
+                    hand[key],
+                )
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]  # fmt: skip
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -311,8 +354,9 @@ def table(results: dict[str, Sample]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="crash and healthy runs per backend")
-    ap.add_argument("--hang", type=float, default=30.0,
-                    help="deadline (s) of the hung run that measures (d)")  # fmt: skip
+    ap.add_argument(
+        "--hang", type=float, default=30.0, help="deadline (s) of the hung run that measures (d)"
+    )
     ap.add_argument("--no-systemd", action="store_true", help="only the sshd/process backend")
     args = ap.parse_args(argv)
 
@@ -336,10 +380,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(table(results))
-    print(f"\nhand loop: poll /health every {HAND_POLL_S:g} s -> detection latency uniform on "
-          f"[0, {HAND_POLL_S:g}] s: {HAND_POLL_S / 2:g} s mean, {HAND_POLL_S:g} s max, per event")
-    missed = [k for s in results.values() for k in "abcd"
-              if getattr(s, k) and max(getattr(s, k)) > TARGETS[k]]  # fmt: skip
+    print(
+        f"\nhand loop: poll /health every {HAND_POLL_S:g} s -> detection latency uniform on "
+        f"[0, {HAND_POLL_S:g}] s: {HAND_POLL_S / 2:g} s mean, {HAND_POLL_S:g} s max, per event"
+    )
+    missed = [
+        k
+        for s in results.values()
+        for k in "abcd"
+        if getattr(s, k) and max(getattr(s, k)) > TARGETS[k]
+    ]
     return 1 if missed else 0
 
 

@@ -83,8 +83,11 @@ class Oracle:
         carried = any(t <= v for t in self.terms)
         if carried and (self.p >= 1.0 or self.rng.random() < self.p):
             return F
-        if self.other is not None and self.other <= v and (
-                self.q >= 1.0 or self.rng.random() < self.q):  # fmt: skip
+        if (
+            self.other is not None
+            and self.other <= v
+            and (self.q >= 1.0 or self.rng.random() < self.q)
+        ):
             return OTHER
         return P
 
@@ -211,9 +214,14 @@ def make_case(shape: str, n: int, p: float, seed: int) -> Callable[[], Oracle]:
     return lambda: Oracle(terms, p, runs)
 
 
-def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] = POLICIES,
-          on_row: Callable[[list[str], list[str]], None] | None = None,
-          shapes: tuple[str, ...] = SHAPES) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+def table(
+    ps: list[float],
+    ns: list[int],
+    cases: int,
+    policies: tuple[str, ...] = POLICIES,
+    on_row: Callable[[list[str], list[str]], None] | None = None,
+    shapes: tuple[str, ...] = SHAPES,
+) -> tuple[list[str], list[list[str]]]:
     header = ["p", "shape", "n"]
     for name in policies:
         header += [f"{name} ok%", f"{name} mean", f"{name} p95"]
@@ -235,8 +243,11 @@ def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] 
                     stats[name] = (ok, mean)
                     row += [f"{ok:.1f}", f"{mean:.1f}", str(p95)]
                     if name in POSTERIOR:
-                        sure = [r for r in res if r.confidence is not None
-                                and r.confidence >= CONFIDENCE]  # fmt: skip
+                        sure = [
+                            r
+                            for r in res
+                            if r.confidence is not None and r.confidence >= CONFIDENCE
+                        ]
                         cal = 100 * sum(r.right for r in sure) / len(sure) if sure else 0.0
                         row.append(f"{100 * len(sure) / len(res):.1f}")
                         row.append(f"{cal:.1f}" if sure else "-")
@@ -245,8 +256,11 @@ def table(ps: list[float], ns: list[int], cases: int, policies: tuple[str, ...] 
                         row.append("")
                         continue
                     ok, mean = stats[ours]
-                    peers = [stats[f] for f in ("fixed r=3", "fixed r=5")
-                             if f in stats and stats[f][0] >= ok]  # fmt: skip
+                    peers = [
+                        stats[f]
+                        for f in ("fixed r=3", "fixed r=5")
+                        if f in stats and stats[f][0] >= ok
+                    ]
                     row.append(f"{mean / min(m for _, m in peers):.2f}" if peers else "-")
                 rows.append(row)
                 if on_row is not None:  # long runs: each row as soon as it is done

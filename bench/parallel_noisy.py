@@ -76,8 +76,9 @@ class Slots:
 
     def cancel(self, v: frozenset[int]) -> None:
         """The newest run of v stops now (its slot is free at once)."""
-        i = max((j for j, r in enumerate(self.running) if r[2] == v),
-                key=lambda j: self.running[j][1])  # fmt: skip
+        i = max(
+            (j for j, r in enumerate(self.running) if r[2] == v), key=lambda j: self.running[j][1]
+        )
         self.running.pop(i)
         heapq.heapify(self.running)
 
@@ -156,8 +157,9 @@ def campaign(n: int, o: noise.Oracle, k: int, jitter: float, seed: str) -> Cost:
     return Cost(set(a.culprit_sets) == set(o.terms), slots.now, slots.started, sure)
 
 
-def table(ps: list[float], shapes: list[str], n: int, cases: int, ks: list[int],
-          jitter: float) -> tuple[list[str], list[list[str]]]:  # fmt: skip
+def table(
+    ps: list[float], shapes: list[str], n: int, cases: int, ks: list[int], jitter: float
+) -> tuple[list[str], list[list[str]]]:
     header = ["p", "shape", "n"]
     for k in ks:
         header += [f"k={k} wall", f"k={k} runs", f"k={k} ok%", f"k={k} sure%"]
@@ -170,13 +172,20 @@ def table(ps: list[float], shapes: list[str], n: int, cases: int, ks: list[int],
             first: float | None = None
             for k in ks:
                 # the same placements and the same verdict streams for every k
-                costs = [campaign(n, noise.make_case(shape, n, p, s)(), k, jitter,
-                                  f"{shape}:{n}:{p}:{s}:{k}") for s in range(cases)]  # fmt: skip
+                costs = [
+                    campaign(
+                        n, noise.make_case(shape, n, p, s)(), k, jitter, f"{shape}:{n}:{p}:{s}:{k}"
+                    )
+                    for s in range(cases)
+                ]
                 m = len(costs)
                 wall = sum(c.wall for c in costs) / m
-                row += [f"{wall:.1f}", f"{sum(c.runs for c in costs) / m:.1f}",
-                        f"{100 * sum(c.right for c in costs) / m:.1f}",
-                        f"{100 * sum(c.sure for c in costs) / m:.1f}"]  # fmt: skip
+                row += [
+                    f"{wall:.1f}",
+                    f"{sum(c.runs for c in costs) / m:.1f}",
+                    f"{100 * sum(c.right for c in costs) / m:.1f}",
+                    f"{100 * sum(c.sure for c in costs) / m:.1f}",
+                ]
                 if first is None:
                     first = wall
                 else:
@@ -199,11 +208,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     start = time.monotonic()
-    print(f"wall time in runs with k slots: n = {args.n}, {args.cases} placements per row, "
-          f"run times 1 +- {args.jitter:g}, endpoints included")  # fmt: skip
-    print_table(*table([float(x) for x in args.p.split(",")], args.shapes.split(","), args.n,
-                       args.cases, [int(x) for x in args.slots.split(",")], args.jitter),
-                args.markdown)  # fmt: skip
+    print(
+        f"wall time in runs with k slots: n = {args.n}, {args.cases} placements per row, "
+        f"run times 1 +- {args.jitter:g}, endpoints included"
+    )
+    print_table(
+        *table(
+            [float(x) for x in args.p.split(",")],
+            args.shapes.split(","),
+            args.n,
+            args.cases,
+            [int(x) for x in args.slots.split(",")],
+            args.jitter,
+        ),
+        args.markdown,
+    )
     print(f"({time.monotonic() - start:.0f} s)")
     return 0
 

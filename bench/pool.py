@@ -36,25 +36,27 @@ UNIT = "lab-rtx6000.service"
 MATRIX = {"cuda-graph-max-bs": [128, 256, 384, 512], "mem-fraction-static": [0.85, 0.92]}
 
 
-
-def sweep(where: str, hosts_file: Path, sweep_file: Path, results: Path,
-          command: str = "bench/pool.py") -> tuple[float, list[RunRow]]:  # fmt: skip
+def sweep(
+    where: str, hosts_file: Path, sweep_file: Path, results: Path, command: str = "bench/pool.py"
+) -> tuple[float, list[RunRow]]:
     """One fresh sweep on host or pool `where`: (wall seconds, its runs). Every run must
     have a verdict on the config (pass or fail): host trouble would not measure the host."""
     store = Store(results)
     try:
         hosts = load_inventory(hosts_file).resolve(where)
         t0 = time.monotonic()
-        outcome = SweepCampaign(store, load_sweep(sweep_file), hosts,
-                                command=f"{command} {where}").run()  # fmt: skip
+        outcome = SweepCampaign(
+            store, load_sweep(sweep_file), hosts, command=f"{command} {where}"
+        ).run()
         wall = time.monotonic() - t0
         if outcome.status != "done":
             raise SystemExit(f"sweep on {where} did not finish: {outcome.message}")
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
-    bad = [(r.id, r.verdict.value, r.detail) for r in runs
-           if r.verdict.value not in ("pass", "fail")]  # fmt: skip
+    bad = [
+        (r.id, r.verdict.value, r.detail) for r in runs if r.verdict.value not in ("pass", "fail")
+    ]
     if bad:
         raise SystemExit(f"sweep on {where}: runs without a verdict on the config: {bad}")
     return wall, runs
@@ -72,14 +74,23 @@ def main(argv: list[str] | None = None) -> int:
             box.install_unit(UNIT, lab_unit(time_scale=args.time_scale))
         with tempfile.TemporaryDirectory(prefix="bench-pool-") as tmp_name:
             tmp = Path(tmp_name)
-            hosts = {f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"})
-                     for i, box in enumerate(boxes)}  # fmt: skip
+            hosts = {
+                f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"})
+                for i, box in enumerate(boxes)
+            }
             hosts_file = tmp / "hosts.yaml"
             hosts_file.write_text(yaml.safe_dump({"hosts": hosts, "pools": {"duo": list(hosts)}}))
             sweep_file = tmp / "sweep.yaml"
-            sweep_file.write_text(yaml.safe_dump({
-                "name": "bench-pool", "matrix": MATRIX, "repeat": args.repeat,
-                "base": str(REPO / "experiments/lab/rtx6000/perf_good.yaml")}))  # fmt: skip
+            sweep_file.write_text(
+                yaml.safe_dump(
+                    {
+                        "name": "bench-pool",
+                        "matrix": MATRIX,
+                        "repeat": args.repeat,
+                        "base": str(REPO / "experiments/lab/rtx6000/perf_good.yaml"),
+                    }
+                )
+            )
             n = len(load_sweep(sweep_file).items) * args.repeat
             one, one_runs = sweep("gpu1", hosts_file, sweep_file, tmp / "results-one")
             two, two_runs = sweep("duo", hosts_file, sweep_file, tmp / "results-two")

@@ -45,9 +45,13 @@ from orchestrator.store.store import RunRow, Store  # noqa: E402
 REAL = REPO / "experiments" / "real" / "vllm-cpu"
 #: bad side -> good side of each shipped pair
 PAIRS = {
-    "and_pair": "good", "single_flag": "good", "env_var": "good",
-    "crash_under_load": "probe_good", "never_healthy": "good_short",
-    "members_differ": "good", "alias_bad": "good",
+    "and_pair": "good",
+    "single_flag": "good",
+    "env_var": "good",
+    "crash_under_load": "probe_good",
+    "never_healthy": "good_short",
+    "members_differ": "good",
+    "alias_bad": "good",
     "hf_overrides_subkey": "hf_overrides_good",
 }
 #: vLLM's own markers, in start order (first line that contains the text)
@@ -84,9 +88,12 @@ def _med(values: list[float]) -> str:
 
 
 def summarize(store: Store) -> list[str]:
-    out = ["| pair | runs executed (reused) | answer | wall s | server start s | vLLM phases, s "
-           "after its first log line (median of passing starts) | in-run overhead s | "
-           "between runs s |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| pair | runs executed (reused) | answer | wall s | server start s | vLLM phases, s "
+        "after its first log line (median of passing starts) | in-run overhead s | "
+        "between runs s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for camp in sorted(store.campaigns(limit=500), key=lambda c: c.created):
         # a pair the real tier moved to its own port: `<pair>-bad.yaml`
         bad = Path(str(camp.spec.get("bad_source") or "")).stem.removesuffix("-bad")
@@ -101,8 +108,9 @@ def summarize(store: Store) -> list[str]:
         wall = camp.updated - camp.created
         passes = [r for r in starts if r.verdict is Verdict.PASS]
         ready = [r.phase_times["serving"] for r in passes if "serving" in r.phase_times]
-        inrun = [r.duration - r.phase_times["serving"] for r in passes
-                 if "serving" in r.phase_times]  # fmt: skip
+        inrun = [
+            r.duration - r.phase_times["serving"] for r in passes if "serving" in r.phase_times
+        ]
         between = (wall - sum(r.duration for r in executed)) / max(len(executed), 1)
         per: dict[str, list[float]] = {}
         for r in passes:
@@ -111,9 +119,11 @@ def summarize(store: Store) -> list[str]:
         marks = ", ".join(f"{n} {_med(per[n])}" for n, _ in MARKERS if n in per) or "-"
         answer = camp.answer or {}
         culprits = "; ".join(" + ".join(c.get("flags", [])) for c in answer.get("culprits", []))
-        out.append(f"| {bad} | {len(executed)} ({len(runs) - len(executed)}) | "
-                   f"{culprits or camp.status} | {wall:.0f} | {_med(ready)} | {marks} | "
-                   f"{_med(inrun)} | {between:.1f} |")
+        out.append(
+            f"| {bad} | {len(executed)} ({len(runs) - len(executed)}) | "
+            f"{culprits or camp.status} | {wall:.0f} | {_med(ready)} | {marks} | "
+            f"{_med(inrun)} | {between:.1f} |"
+        )
     return out
 
 
@@ -124,18 +134,40 @@ def run_pairs(names: list[str], results: Path, host: str, hosts: Path) -> None:
             raise SystemExit(f"real_vllm: no pair {bad!r}; pairs: {', '.join(PAIRS)}")
         t0 = time.monotonic()
         res = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "bisect", "--good",
-             str(REAL / f"{PAIRS[bad]}.yaml"), "--bad", str(REAL / f"{bad}.yaml"), "--host",
-             host, "--hosts", str(hosts), "--results", str(results)],
-            cwd=REPO, capture_output=True, text=True, timeout=3600)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "bisect",
+                "--good",
+                str(REAL / f"{PAIRS[bad]}.yaml"),
+                "--bad",
+                str(REAL / f"{bad}.yaml"),
+                "--host",
+                host,
+                "--hosts",
+                str(hosts),
+                "--results",
+                str(results),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         print(f"{bad}: exit {res.returncode} in {time.monotonic() - t0:.0f}s", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, required=True, help="the results store to read")
-    p.add_argument("--run", nargs="*", default=[], metavar="PAIR",
-                   help=f"bisect these pairs first ({', '.join(PAIRS)})")
+    p.add_argument(
+        "--run",
+        nargs="*",
+        default=[],
+        metavar="PAIR",
+        help=f"bisect these pairs first ({', '.join(PAIRS)})",
+    )
     p.add_argument("--host", default="lab")
     p.add_argument("--hosts", type=Path, default=REPO / ".lab" / "hosts.yaml")
     a = p.parse_args(argv)

@@ -185,10 +185,12 @@ def pool_rows(ns: list[int], pools: list[int], max_cases: int) -> tuple[list[str
                     # cancelling decided rounds must not change any answer
                     answers = answers or [c.correct for c in costs]
                     assert [c.correct for c in costs] == answers, (name, n, shape, k)
-                    row += [f"{sum(c.rounds for c in costs) / m:.1f}",
-                            f"{sum(c.runs for c in costs) / m:.1f}",
-                            f"{sum(c.cancelled for c in costs) / m:.1f}",
-                            f"{sum(c.idle for c in costs) / m:.1f}"]  # fmt: skip
+                    row += [
+                        f"{sum(c.rounds for c in costs) / m:.1f}",
+                        f"{sum(c.runs for c in costs) / m:.1f}",
+                        f"{sum(c.cancelled for c in costs) / m:.1f}",
+                        f"{sum(c.idle for c in costs) / m:.1f}",
+                    ]
                 rows.append(row)
     return header, rows
 
@@ -248,27 +250,47 @@ def run_json_case(case: Case) -> tuple[tuple[bool, int], tuple[bool, int, int]]:
 
 
 def json_rows() -> tuple[list[str], list[list[str]]]:
-    header = ["shape", "placements", "split ok%", "split mean", "split worst",
-              "one delta ok%", "search mean", "by hand mean", "total mean", "total worst"]
+    header = [
+        "shape",
+        "placements",
+        "split ok%",
+        "split mean",
+        "split worst",
+        "one delta ok%",
+        "search mean",
+        "by hand mean",
+        "total mean",
+        "total worst",
+    ]
     rows = []
     for shape in JSON_SHAPES:
         results = [run_json_case(c) for c in json_cases(shape)]
         k = len(results)
         split_runs = [r[0][1] for r in results]
         totals = [r[1][1] + r[1][2] for r in results]
-        rows.append([shape, str(k), f"{100 * sum(r[0][0] for r in results) / k:.0f}",
-                     f"{sum(split_runs) / k:.1f}", str(max(split_runs)),
-                     f"{100 * sum(r[1][0] for r in results) / k:.0f}",
-                     f"{sum(r[1][1] for r in results) / k:.1f}",
-                     f"{sum(r[1][2] for r in results) / k:.1f}",
-                     f"{sum(totals) / k:.1f}", str(max(totals))])  # fmt: skip
+        rows.append(
+            [
+                shape,
+                str(k),
+                f"{100 * sum(r[0][0] for r in results) / k:.0f}",
+                f"{sum(split_runs) / k:.1f}",
+                str(max(split_runs)),
+                f"{100 * sum(r[1][0] for r in results) / k:.0f}",
+                f"{sum(r[1][1] for r in results) / k:.1f}",
+                f"{sum(r[1][2] for r in results) / k:.1f}",
+                f"{sum(totals) / k:.1f}",
+                str(max(totals)),
+            ]
+        )
     return header, rows
 
 
 def print_json_table(markdown: bool) -> None:
-    print(f"one JSON option with {JSON_KEYS} changed keys beside {JSON_OTHER} other changed "
-          "flags: runs after the 2 endpoint checks; split = each key a delta (auto); one "
-          "delta = the option whole (auto), then its keys by hand (linear)")  # fmt: skip
+    print(
+        f"one JSON option with {JSON_KEYS} changed keys beside {JSON_OTHER} other changed "
+        "flags: runs after the 2 endpoint checks; split = each key a delta (auto); one "
+        "delta = the option whole (auto), then its keys by hand (linear)"
+    )
     print_table(*json_rows(), markdown)
 
 
@@ -291,16 +313,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", help="comma-separated n values (default: the full grid)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--pools", help="comma-separated pool sizes k, e.g. 1,2,4: the pool table")
-    ap.add_argument("--noise", action="store_true",
-                    help="the table for failures that reproduce only sometimes (bench/noise.py)")
+    ap.add_argument(
+        "--noise",
+        action="store_true",
+        help="the table for failures that reproduce only sometimes (bench/noise.py)",
+    )
     ap.add_argument("--p", default="1.0,0.8,0.5,0.3", help="--noise: reproduction rates")
     ap.add_argument("--policies", help="--noise: comma-separated subset of the policies")
-    ap.add_argument("--shapes", help="--noise: comma-separated subset of the shapes "
-                    "(single, AND-pair, AND-triple, masked, decoy)")
-    ap.add_argument("--json-option", action="store_true",
-                    help="only the table of one JSON option with 8 changed keys")
-    ap.add_argument("--quick", action="store_true",
-                    help="--noise: n = 8 and 50 placements per row (a minute, not a quarter hour)")
+    ap.add_argument(
+        "--shapes",
+        help="--noise: comma-separated subset of the shapes "
+        "(single, AND-pair, AND-triple, masked, decoy)",
+    )
+    ap.add_argument(
+        "--json-option",
+        action="store_true",
+        help="only the table of one JSON option with 8 changed keys",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="--noise: n = 8 and 50 placements per row (a minute, not a quarter hour)",
+    )
     args = ap.parse_args(argv)
     if args.noise:
         import time
@@ -311,16 +345,26 @@ def main(argv: list[str] | None = None) -> int:
         cases_per_row = min(args.max_cases, 50) if args.quick else args.max_cases
         policies = tuple(args.policies.split(",")) if args.policies else noise.POLICIES
         shapes = tuple(args.shapes.split(",")) if args.shapes else noise.SHAPES
-        print(f"runs to the right answer with noise: {cases_per_row} random placements and "
-              "seeds per row, every run counted (endpoints included); masked: the other "
-              "failure deterministic, decoy: the target deterministic and p the other's rate")
+        print(
+            f"runs to the right answer with noise: {cases_per_row} random placements and "
+            "seeds per row, every run counted (endpoints included); masked: the other "
+            "failure deterministic, decoy: the target deterministic and p the other's rate"
+        )
+
         def progress(header: list[str], row: list[str]) -> None:
-            print(" | ".join(f"{h}={c}" for h, c in zip(header, row, strict=True)),
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                " | ".join(f"{h}={c}" for h, c in zip(header, row, strict=True)),
+                file=sys.stderr,
+                flush=True,
+            )
 
         start = time.monotonic()
-        print_table(*noise.table([float(x) for x in args.p.split(",")], ns, cases_per_row,
-                                 policies, progress, shapes), args.markdown)  # fmt: skip
+        print_table(
+            *noise.table(
+                [float(x) for x in args.p.split(",")], ns, cases_per_row, policies, progress, shapes
+            ),
+            args.markdown,
+        )
         print(f"({time.monotonic() - start:.0f} s)")
         return 0
     if args.json_option:
@@ -329,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     ns = [int(x) for x in args.n.split(",")] if args.n else list(NS)
     if args.pools:
         pools = [int(x) for x in args.pools.split(",")]
-        print("pools of k hosts: mean per placement, after the 2 endpoint checks; rounds = wall "
-              "time in runs")  # fmt: skip
+        print(
+            "pools of k hosts: mean per placement, after the 2 endpoint checks; rounds = wall "
+            "time in runs"
+        )
         print_table(*pool_rows(ns, pools, args.max_cases), args.markdown)
         return 0
     try:

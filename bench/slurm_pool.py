@@ -43,10 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp_name:
         tmp = Path(tmp_name)
-        boxes = [sdlab.SdLabSettings(lab=LabSettings(state_dir=tmp / f"lab{i}",
-                                                     port=free_port()),
-                                     name=f"orch-bench-{os.getpid()}-{i}")  # fmt: skip
-                 for i in (1, 2)]
+        boxes = [
+            sdlab.SdLabSettings(
+                lab=LabSettings(state_dir=tmp / f"lab{i}", port=free_port()),
+                name=f"orch-bench-{os.getpid()}-{i}",
+            )
+            for i in (1, 2)
+        ]
         cluster = slurmlab.SlurmCluster(tmp / "slurm")
         try:
             hosts: dict[str, object] = {}
@@ -55,37 +58,55 @@ def main(argv: list[str] | None = None) -> int:
             cluster.start()
             login = {"address": "localhost", "transport": "local", "env": session_env(REPO)}
             for k in (1, 2, 4):
-                hosts[f"slurm{k}"] = slurmlab.hosts_entry(login, cluster,
-                                                          run_dir=str(tmp / f"jobs{k}"),
-                                                          max_jobs=k)  # fmt: skip
+                hosts[f"slurm{k}"] = slurmlab.hosts_entry(
+                    login, cluster, run_dir=str(tmp / f"jobs{k}"), max_jobs=k
+                )
             hosts_file = tmp / "hosts.yaml"
-            hosts_file.write_text(yaml.safe_dump({"hosts": hosts,
-                                                  "pools": {"ssh1+ssh2": ["ssh1", "ssh2"]}}))
+            hosts_file.write_text(
+                yaml.safe_dump({"hosts": hosts, "pools": {"ssh1+ssh2": ["ssh1", "ssh2"]}})
+            )
             base = tmp / "base.yaml"
-            base.write_text(yaml.safe_dump({
-                "name": "bench-slurm-base",
-                "extends": str(REPO / "experiments/lab/rtx6000/perf_good.yaml"),
-                "service": {"unit": sdlab.UNIT,  # the unit the lab's systemd hosts have
-                            "env": {"ORCH_LAB_TIME_SCALE": args.time_scale}},
-            }))  # fmt: skip
+            base.write_text(
+                yaml.safe_dump(
+                    {
+                        "name": "bench-slurm-base",
+                        "extends": str(REPO / "experiments/lab/rtx6000/perf_good.yaml"),
+                        "service": {
+                            "unit": sdlab.UNIT,  # the unit the lab's systemd hosts have
+                            "env": {"ORCH_LAB_TIME_SCALE": args.time_scale},
+                        },
+                    }
+                )
+            )
             sweep_file = tmp / "sweep.yaml"
-            sweep_file.write_text(yaml.safe_dump({"name": "bench-slurm", "matrix": MATRIX,
-                                                  "base": str(base)}))  # fmt: skip
+            sweep_file.write_text(
+                yaml.safe_dump({"name": "bench-slurm", "matrix": MATRIX, "base": str(base)})
+            )
             rows = []
-            for where, label in (("ssh1", "1 SSH host (systemd)"),
-                                 ("ssh1+ssh2", "2 SSH hosts (systemd)"),
-                                 ("slurm1", "Slurm, max_jobs 1"), ("slurm2", "Slurm, max_jobs 2"),
-                                 ("slurm4", "Slurm, max_jobs 4")):  # fmt: skip
-                wall, runs = sweep(where, hosts_file, sweep_file, tmp / f"results-{where}",
-                                   command="bench/slurm_pool.py")  # fmt: skip
+            for where, label in (
+                ("ssh1", "1 SSH host (systemd)"),
+                ("ssh1+ssh2", "2 SSH hosts (systemd)"),
+                ("slurm1", "Slurm, max_jobs 1"),
+                ("slurm2", "Slurm, max_jobs 2"),
+                ("slurm4", "Slurm, max_jobs 4"),
+            ):
+                wall, runs = sweep(
+                    where,
+                    hosts_file,
+                    sweep_file,
+                    tmp / f"results-{where}",
+                    command="bench/slurm_pool.py",
+                )
                 rows.append((label, wall, len(runs)))
         finally:
             cluster.stop()
             for box in boxes:
                 sdlab.down(box)
     first = rows[0][1]
-    print(f"the same sweep of {rows[0][2]} configs (rtx6000 perf, lab time scale "
-          f"{args.time_scale}), fresh results each")
+    print(
+        f"the same sweep of {rows[0][2]} configs (rtx6000 perf, lab time scale "
+        f"{args.time_scale}), fresh results each"
+    )
     print("| where | wall time | vs 1 SSH host |")
     print("|---|---|---|")
     for label, wall, _n in rows:

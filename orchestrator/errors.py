@@ -139,8 +139,12 @@ class Interrupted(OrchestratorError):
 
     exit_code = 130
 
-    def __init__(self, campaign: CampaignRef, partial: Any = None,
-                 left: dict[str, list[str] | None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        campaign: CampaignRef,
+        partial: Any = None,
+        left: dict[str, list[str] | None] | None = None,
+    ) -> None:
         super().__init__(f"{campaign.kind} campaign {campaign.campaign_id} interrupted")
         self.campaign = campaign
         self.resumable = campaign

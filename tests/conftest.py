@@ -40,13 +40,34 @@ from tests.support.repeat import (  # noqa: E402  the flake finder: scripts/test
     pytest_generate_tests,
 )
 
-__all__ = ["_repeat_index", "duo", "net", "pytest_addoption", "pytest_configure",
-           "pytest_generate_tests", "sd", "sd_box", "slurm_cluster", "spawn", "sshd",
-           "sshd_server", "systemd_host", "systemd_hosts", "vllm_real"]
+__all__ = [
+    "_repeat_index",
+    "duo",
+    "net",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "sd",
+    "sd_box",
+    "slurm_cluster",
+    "spawn",
+    "sshd",
+    "sshd_server",
+    "systemd_host",
+    "systemd_hosts",
+    "vllm_real",
+]
 
-_MARKERS = {"sshd": "sshd", "sshd_server": "sshd", "systemd_host": "systemd",
-            "systemd_hosts": "systemd", "sd_box": "systemd", "duo": "systemd",
-            "slurm_cluster": "slurm", "vllm_real": "real"}
+_MARKERS = {
+    "sshd": "sshd",
+    "sshd_server": "sshd",
+    "systemd_host": "systemd",
+    "systemd_hosts": "systemd",
+    "sd_box": "systemd",
+    "duo": "systemd",
+    "slurm_cluster": "slurm",
+    "vllm_real": "real",
+}
 
 
 #: the order tests are handed to the workers in: the real hosts' tests first (they run for
@@ -73,8 +94,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             _group(item, str(mark.args[0]))  # a module that shares a cache of its own
 
     def rank(item: pytest.Item) -> int:
-        return min((_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER),
-                   default=len(_ORDER))
+        return min(
+            (_ORDER[m.name] for m in item.iter_markers() if m.name in _ORDER), default=len(_ORDER)
+        )
 
     items.sort(key=rank)  # stable: file order within a tier
 
@@ -96,9 +118,11 @@ def _group(item: pytest.Item, name: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _help_cache_of_the_module(request: pytest.FixtureRequest,
-                              tmp_path_factory: pytest.TempPathFactory,
-                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def _help_cache_of_the_module(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The preflight's help cache (orchestrator.execution.helpcache) is kept per test
     module, never in the user's home: a test that asks whether the flag pre-check ran, or
     a lab scenario with its own flags, never sees another module's cached help; the tests

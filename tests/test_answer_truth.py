@@ -47,8 +47,10 @@ def cases(draw: st.DrawFn) -> tuple[int, Oracle, Faults]:
     terms = draw(st.lists(st.frozensets(idx, min_size=1, max_size=3), min_size=1, max_size=2))
     rules = [Rule(t, "cuda_graph", TARGET_ERROR) for t in terms]
     if draw(st.booleans()):  # a different failure, earlier in startup, that can mask the target
-        rules.insert(draw(st.integers(0, len(rules))),
-                     Rule(draw(st.frozensets(idx, min_size=1, max_size=2)), "init", OTHER_ERROR))
+        rules.insert(
+            draw(st.integers(0, len(rules))),
+            Rule(draw(st.frozensets(idx, min_size=1, max_size=2)), "init", OTHER_ERROR),
+        )
     every = frozenset(range(n))
     rules = [r for r in rules if r.needs]
     faulty = draw(st.booleans())
@@ -91,21 +93,34 @@ def shared_store() -> Iterator[tuple[Path, Store]]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-@settings(max_examples=240, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=240,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(case=cases())
 def test_every_confirmed_answer_is_true_and_cites_the_right_runs(
-    shared_store: tuple[Path, Store], case: tuple[int, Oracle, Faults],
+    shared_store: tuple[Path, Store],
+    case: tuple[int, Oracle, Faults],
 ) -> None:
     n, oracle, faults = case
     tmp, store = shared_store
     plan = _plan(tmp, n)
     # one campaign per case, on a host of its own name (so its own campaign key)
     try:
-        outcome = Bisection(store, plan, [host(f"h{next(_CASE)}")],
-                            options=BisectOptions(fresh=True), command="test",
-                            executor_factory=factory(oracle, faults)).run()  # fmt: skip
+        outcome = Bisection(
+            store,
+            plan,
+            [host(f"h{next(_CASE)}")],
+            options=BisectOptions(fresh=True),
+            command="test",
+            executor_factory=factory(oracle, faults),
+        ).run()
     except InfraError:
         return  # three infra runs in a row: the campaign stops, it answers nothing
     check_outcome(store, outcome, n, oracle, faults)
@@ -154,7 +169,10 @@ def check_outcome(store: Store, outcome: Outcome, n: int, oracle: Oracle, faults
         all_terms = oracle.target_terms(target_error)
         terms = {t for t in all_terms if not any(o < t for o in all_terms)}
         assert {frozenset(c.indices) for c in outcome.culprits} == terms, (
-            outcome.culprits, oracle, faults.log)
+            outcome.culprits,
+            oracle,
+            faults.log,
+        )
 
 
 def test_fault_free_cases_conclude() -> None:
@@ -165,11 +183,17 @@ def test_fault_free_cases_conclude() -> None:
             good, bad = scripted_pair(tmp / "exp", n)
             store = Store(tmp / "results")
             oracle = Oracle([Rule(frozenset(t), "cuda_graph", TARGET_ERROR) for t in terms])
-            outcome = Bisection(store, make_plan(good, bad), [host()], command="test",
-                                executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+            outcome = Bisection(
+                store,
+                make_plan(good, bad),
+                [host()],
+                command="test",
+                executor_factory=factory(oracle, Faults()),
+            ).run()
             assert outcome.status == "found", outcome.message
             assert sorted(sorted(c.indices) for c in outcome.culprits) == sorted(
-                sorted(t) for t in terms)
+                sorted(t) for t in terms
+            )
             store.close()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -192,8 +216,13 @@ def test_a_kill_from_outside_is_retried_not_judged() -> None:
         good, bad = scripted_pair(tmp / "exp", 3)
         store = Store(tmp / "results")
         oracle = Oracle([Rule(frozenset({0}), "cuda_graph", TARGET_ERROR)])
-        outcome = Bisection(store, make_plan(good, bad), [host()], command="test",
-                            executor_factory=factory(oracle, KillOnce())).run()  # fmt: skip
+        outcome = Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="test",
+            executor_factory=factory(oracle, KillOnce()),
+        ).run()
         runs = store.runs(outcome.campaign_id)
         killed = [r for r in runs if r.verdict is Verdict.INFRA]
         assert len(killed) == 1 and "killed by SIGKILL from outside" in killed[0].detail
@@ -221,8 +250,12 @@ def interrupted_cases(draw: st.DrawFn) -> tuple[int, Oracle, list[str], dict[int
     kind = draw(st.sampled_from(["SIGHUP", "double SIGINT", "triple SIGINT", "SIGTERM"]))
     first = draw(st.integers(1, 40))
     gaps = draw(st.lists(st.integers(0, 6), min_size=2, max_size=2))
-    names = {"SIGHUP": ["SIGHUP", "SIGHUP"], "double SIGINT": ["SIGINT", "SIGINT"],
-             "triple SIGINT": ["SIGINT"] * 3, "SIGTERM": ["SIGTERM"]}[kind]  # fmt: skip
+    names = {
+        "SIGHUP": ["SIGHUP", "SIGHUP"],
+        "double SIGINT": ["SIGINT", "SIGINT"],
+        "triple SIGINT": ["SIGINT"] * 3,
+        "SIGTERM": ["SIGTERM"],
+    }[kind]
     at: dict[int, list[str]] = {}
     step = first
     for i, name in enumerate(names):
@@ -231,12 +264,20 @@ def interrupted_cases(draw: st.DrawFn) -> tuple[int, Oracle, list[str], dict[int
     return n, oracle, hosts, at
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(case=interrupted_cases())
 def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
-    shared_store: tuple[Path, Store], case: tuple[int, Oracle, list[str], dict[int, list[str]]],
+    shared_store: tuple[Path, Store],
+    case: tuple[int, Oracle, list[str], dict[int, list[str]]],
 ) -> None:
     """SIGHUP, a double SIGINT or SIGTERM at any moment: the hosts are restored before the
     command returns (a second Ctrl-C does not cut the restore short), the campaign is
@@ -249,11 +290,17 @@ def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
     k = next(_CASE)
     truths = {f"{h}{k}": scripted_restore.HostTruth() for h in names}
     signals = scripted_restore.SignalPlan({s: [_SIGNALS[x] for x in xs] for s, xs in at.items()})
-    bisection = Bisection(store, plan, [host(h) for h in truths],
-                          options=BisectOptions(fresh=True), command="test",
-                          executor_factory=scripted_restore.factory(oracle, truths, signals))
-    args = argparse.Namespace(hosts="h.yaml", results="results", json=False, verbose=False,
-                              host=next(iter(truths)))  # fmt: skip
+    bisection = Bisection(
+        store,
+        plan,
+        [host(h) for h in truths],
+        options=BisectOptions(fresh=True),
+        command="test",
+        executor_factory=scripted_restore.factory(oracle, truths, signals),
+    )
+    args = argparse.Namespace(
+        hosts="h.yaml", results="results", json=False, verbose=False, host=next(iter(truths))
+    )
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
@@ -263,8 +310,9 @@ def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
     finally:
         signals.disarm()
     text = out.getvalue()
-    sent = [s for s in signals.sent if s is not signal.SIGHUP] + \
-        [signal.SIGHUP] * (signal.SIGHUP in signals.sent)  # a hang-up counts once
+    sent = [s for s in signals.sent if s is not signal.SIGHUP] + [signal.SIGHUP] * (
+        signal.SIGHUP in signals.sent
+    )  # a hang-up counts once
     for line in text.splitlines():  # every "restored" is true of the host read back
         if "restored" in line and "NOT restored" not in line:
             named = [h for h in truths if h in line.replace(",", " ").replace(":", " ").split()]
@@ -287,8 +335,12 @@ def test_a_signalled_controller_says_restored_only_of_hosts_read_back_as_found(
 
 # ---- the host's env changes between two campaigns on the same store ----------------------------
 
-HOST_VARS = [(), (("NCCL_ALGO", "Tree"),), (("NCCL_ALGO", "Ring"),),
-             (("NCCL_ALGO", "Tree"), ("HOSTVAR", "1"))]
+HOST_VARS = [
+    (),
+    (("NCCL_ALGO", "Tree"),),
+    (("NCCL_ALGO", "Ring"),),
+    (("NCCL_ALGO", "Tree"), ("HOSTVAR", "1")),
+]
 
 
 @st.composite
@@ -312,12 +364,20 @@ def _under(oracle: Oracle, env: tuple) -> Oracle:
     return Oracle([replace(r, env=frozenset()) for r in oracle.rules if r.env <= set(env)])
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(case=env_cases())
 def test_no_reused_verdict_is_judged_under_other_inputs_than_its_own(
-    shared_store: tuple[Path, Store], case: tuple[int, Oracle, Faults, tuple, tuple],
+    shared_store: tuple[Path, Store],
+    case: tuple[int, Oracle, Faults, tuple, tuple],
 ) -> None:
     """Two campaigns of one pair on one host and one store, the host's `env:` (which the
     server reads) changed in between or not: every verdict the second reuses was recorded
@@ -331,8 +391,11 @@ def test_no_reused_verdict_is_judged_under_other_inputs_than_its_own(
     for env in (env1, env2):
         h = replace(host(name), env=env)
         try:
-            outcomes.append(Bisection(store, plan, [h], command="test",
-                                      executor_factory=factory(oracle, faults)).run())
+            outcomes.append(
+                Bisection(
+                    store, plan, [h], command="test", executor_factory=factory(oracle, faults)
+                ).run()
+            )
         except InfraError:
             return  # three infra runs in a row: nothing answered, nothing to reuse from
     from tests.support.scripted import ScriptedExecutor
@@ -360,8 +423,13 @@ def test_the_same_host_env_is_reused_by_the_second_campaign() -> None:
         oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
         h = replace(host(), env=(("NCCL_ALGO", "Tree"),))
         for _ in range(2):
-            outcome = Bisection(store, make_plan(good, bad), [h], command="test",
-                                executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+            outcome = Bisection(
+                store,
+                make_plan(good, bad),
+                [h],
+                command="test",
+                executor_factory=factory(oracle, Faults()),
+            ).run()
         assert outcome.status == "found" and outcome.runs_executed == 0
         assert outcome.runs_reused > 0
         store.close()

@@ -59,7 +59,8 @@ class KillRun:
 
 
 def test_server_killed_mid_bisection_is_infra_and_the_answer_stays_true(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """Row 1: glm5 with --fresh, kill -9 of the server during run 3. The answer is
     {max-running-requests}, every evidence line cites a run of exactly its variant."""
@@ -69,9 +70,14 @@ def test_server_killed_mid_bisection_is_infra_and_the_answer_stays_true(
     killer = KillRun(pair.port, 3)
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [load_host(hosts, "lab")],
-                            options=BisectOptions(fresh=True), listener=killer,
-                            command="test").run()  # fmt: skip
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(hosts, "lab")],
+            options=BisectOptions(fresh=True),
+            listener=killer,
+            command="test",
+        ).run()
     finally:
         store.close()
     assert killer.killed, "the third run was never polled"
@@ -95,7 +101,8 @@ def _variant_of(src: Path, dest: Path, **changes: object) -> Path:
 
 
 def test_a_run_under_other_health_settings_or_killed_is_never_reused(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """Row 2: a hang of good under another health path, and a kill -9 of good's server,
     recorded before the bisection: the bisection does not reuse either."""
@@ -103,24 +110,33 @@ def test_a_run_under_other_health_settings_or_killed_is_never_reused(
     host = load_host(hosts, "lab")
     results = tmp_path / "results"
     b300 = lab_pair(tmp_path / "b300", "b300")
-    nope = _variant_of(b300.good, tmp_path / "nope.yaml",
-                       health={"path": "/nope", "timeout": "8s"})  # fmt: skip
+    nope = _variant_of(b300.good, tmp_path / "nope.yaml", health={"path": "/nope", "timeout": "8s"})
     store = Store(results)
     try:
-        row = single_run(store, load_experiment(nope), host, kind="run", command="test",
-                         label="nope")  # fmt: skip
+        row = single_run(
+            store, load_experiment(nope), host, kind="run", command="test", label="nope"
+        )
         assert row.verdict is Verdict.FAIL and "hang" in str(row.signature)
-        outcome = Bisection(store, make_plan(str(b300.good), str(b300.bad)), [host],
-                            command="test").run()  # fmt: skip
+        outcome = Bisection(
+            store, make_plan(str(b300.good), str(b300.bad)), [host], command="test"
+        ).run()
         assert outcome.status == "found", outcome.message
         glm5 = lab_pair(tmp_path / "glm5", "glm5")
         killer = KillRun(glm5.port, 1)
-        row = single_run(store, load_experiment(glm5.good), host, kind="run", command="test",
-                         label="killed", listener=killer)  # fmt: skip
+        row = single_run(
+            store,
+            load_experiment(glm5.good),
+            host,
+            kind="run",
+            command="test",
+            label="killed",
+            listener=killer,
+        )
         assert killer.killed and row.verdict is Verdict.INFRA, row
         assert store.cached(row.fingerprint, host.host_class) is None
-        outcome = Bisection(store, make_plan(str(glm5.good), str(glm5.bad)), [host],
-                            command="test").run()  # fmt: skip
+        outcome = Bisection(
+            store, make_plan(str(glm5.good), str(glm5.bad)), [host], command="test"
+        ).run()
         assert outcome.status == "found", outcome.message
     finally:
         store.close()
@@ -144,20 +160,29 @@ class TakePort:
 
 
 def test_a_port_taken_while_the_server_starts_is_infra_never_cached(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """Row 3: another program takes the port between the port check and the bind."""
     pair = lab_pair(tmp_path, "glm5")
     # the lab's real startup pace (about 2.5 s before it binds): the first poll comes first
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp_path / "run"),
-                                     env={"ORCH_LAB_TIME_SCALE": "1.0"}))  # fmt: skip
+    hosts.write_text(
+        sshd.hosts_yaml("lab", run_dir=str(tmp_path / "run"), env={"ORCH_LAB_TIME_SCALE": "1.0"})
+    )
     host = load_host(hosts, "lab")
     thief = TakePort(pair.port)
     store = Store(tmp_path / "results")
     try:
-        row = single_run(store, load_experiment(pair.good), host, kind="run", command="test",
-                         label="clash", listener=thief)  # fmt: skip
+        row = single_run(
+            store,
+            load_experiment(pair.good),
+            host,
+            kind="run",
+            command="test",
+            label="clash",
+            listener=thief,
+        )
         assert thief.sock is not None
         assert row.verdict is Verdict.INFRA, row
         assert row.detail.startswith("port clash") and "address already in use" in row.detail
@@ -169,23 +194,41 @@ def test_a_port_taken_while_the_server_starts_is_infra_never_cached(
             thief.sock.close()
     # `classify` of that log names it too
     log = next((tmp_path / "results" / "logs").glob("*.log"))
-    out = subprocess.run([sys.executable, "-m", "orchestrator", "classify", str(log)],
-                         capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "classify", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert "port clash" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_during_run_restores_the_host(sshd: SshdEndpoint, tmp_path: Path,
-                                              sig: signal.Signals) -> None:  # fmt: skip
+def test_sigterm_during_run_restores_the_host(
+    sshd: SshdEndpoint, tmp_path: Path, sig: signal.Signals
+) -> None:
     """Row 4: SIGTERM (or SIGHUP: a closed terminal) a few seconds into `orchestrator run`:
     the server is stopped, the lock released, exit 130 with the message (which says
     restored only as read back); the next run is not refused."""
     pair = lab_pair(tmp_path, "glm5")
     hosts = sshd_hosts_file(sshd, tmp_path)
-    cmd = [sys.executable, "-m", "orchestrator", "run", str(pair.good), "--host", "lab",
-           "--hosts", str(hosts), "--results", str(tmp_path / "results")]  # fmt: skip
-    child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        str(pair.good),
+        "--host",
+        "lab",
+        "--hosts",
+        str(hosts),
+        "--results",
+        str(tmp_path / "results"),
+    ]
+    child = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     for _ in range(600):  # until the server runs (bounded: 60 s)
         if lab_servers(pair.port):
             break
@@ -221,8 +264,9 @@ class Recording:
         return getattr(self._inner, name)
 
 
-def test_a_secret_is_never_on_a_command_line(sshd: SshdEndpoint, tmp_path: Path,
-                                             monkeypatch: object) -> None:  # fmt: skip
+def test_a_secret_is_never_on_a_command_line(
+    sshd: SshdEndpoint, tmp_path: Path, monkeypatch: object
+) -> None:
     """Row 5: HF_TOKEN=${HF_TOKEN}: not in any command the project runs on the host (the
     flag pre-check included), and not in any process's argv while the run goes on."""
     from orchestrator.execution.transport import connect
@@ -232,8 +276,12 @@ def test_a_secret_is_never_on_a_command_line(sshd: SshdEndpoint, tmp_path: Path,
     # a help cache of its own: the pre-check must run here, not be answered from an earlier test
     monkeypatch.setenv("ORCH_HELP_CACHE", str(tmp_path / "help"))  # type: ignore[attr-defined]
     pair = lab_pair(tmp_path, "glm5")
-    exp_path = _variant_of(pair.good, tmp_path / "secret.yaml", extends=str(pair.good),
-                           service={"env": {"HF_TOKEN": "${HF_TOKEN}"}})  # fmt: skip
+    exp_path = _variant_of(
+        pair.good,
+        tmp_path / "secret.yaml",
+        extends=str(pair.good),
+        service={"env": {"HF_TOKEN": "${HF_TOKEN}"}},
+    )
     exp = load_experiment(exp_path)
     assert exp.env_map()["HF_TOKEN"] == secret
     host = load_host(sshd_hosts_file(sshd, tmp_path), "lab")

@@ -16,10 +16,16 @@ from orchestrator.execution.slurm.executor import SlurmExecutor
 def test_executor_for_picks_the_backend_a_host_asks_for(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts.yaml"
     local = {"address": "localhost", "transport": "local", "run_dir": str(tmp_path / "run")}
-    hosts.write_text(yaml.safe_dump({"hosts": {
-        "box": {**local, "service_manager": "process"},
-        "cluster": {**local, "service_manager": "slurm", "slurm": {"partition": "gpu"}},
-    }}))  # fmt: skip
+    hosts.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": {
+                    "box": {**local, "service_manager": "process"},
+                    "cluster": {**local, "service_manager": "slurm", "slurm": {"partition": "gpu"}},
+                }
+            }
+        )
+    )
     inv = load_inventory(hosts)
     box = executor_for(inv.host("box"), service="sglang", campaign="c")
     cluster = executor_for(inv.host("cluster"), service="sglang", campaign="c")

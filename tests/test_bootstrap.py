@@ -20,13 +20,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 STUBS = {
-    "id": 'echo 0\n',
+    "id": "echo 0\n",
     "apt-get": 'echo "apt-get $*" >> "$STUB_LOG"\n',
     "dpkg-query": 'case " $STUB_INSTALLED " in *" ${!#} "*) printf "install ok installed";; '
-                  "*) exit 1;; esac\n",
+    "*) exit 1;; esac\n",
     "systemctl": 'echo "systemctl $*" >> "$STUB_LOG"\n'
-                 'if [ "$1" = is-active ]; then [ "$STUB_SSH_ACTIVE" = 1 ]; exit; fi\n',
-}  # fmt: skip
+    'if [ "$1" = is-active ]; then [ "$STUB_SSH_ACTIVE" = 1 ]; exit; fi\n',
+}
 
 
 def _bootstrap(tmp: Path, installed: list[str], ssh_active: bool) -> list[str]:
@@ -49,12 +49,24 @@ def _bootstrap(tmp: Path, installed: list[str], ssh_active: bool) -> list[str]:
         (stubs / name).chmod(0o755)
     log = tmp / "log"
     log.touch()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ORCH_") and k != "EXTRA_APT_PACKAGES"}  # fmt: skip
-    env.update(PATH=f"{stubs}:/usr/bin:/bin", STUB_LOG=str(log),
-               STUB_INSTALLED=" ".join(installed), STUB_SSH_ACTIVE="1" if ssh_active else "0")
-    subprocess.run(["bash", str(root / "scripts" / "bootstrap")], env=env, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ORCH_") and k != "EXTRA_APT_PACKAGES"
+    }
+    env.update(
+        PATH=f"{stubs}:/usr/bin:/bin",
+        STUB_LOG=str(log),
+        STUB_INSTALLED=" ".join(installed),
+        STUB_SSH_ACTIVE="1" if ssh_active else "0",
+    )
+    subprocess.run(
+        ["bash", str(root / "scripts" / "bootstrap")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return log.read_text().splitlines()
 
 

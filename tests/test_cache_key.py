@@ -42,8 +42,13 @@ def test_the_key_changes_with_every_input_and_an_unknown_one_has_none() -> None:
     base = _inputs()
     assert base.key(FP) == _inputs().key(FP)
     assert base.key(FP) != base.key("fedcba9876543210")  # another config
-    for part, other in [("host_class", "rtx"), ("backend", "b2"), ("host_env", "e2"),
-                        ("unit", "u"), ("environment", "y")]:  # fmt: skip
+    for part, other in [
+        ("host_class", "rtx"),
+        ("backend", "b2"),
+        ("host_env", "e2"),
+        ("unit", "u"),
+        ("environment", "y"),
+    ]:
         changed = _inputs(**{part: other})
         assert changed.key(FP) != base.key(FP), part
         assert changed.differences(base) and len(changed.differences(base)) == 1
@@ -60,24 +65,39 @@ def test_the_hosts_env_and_the_jobs_options_are_inputs() -> None:
     # the order of the hosts file's env: does not matter, its values do
     ab = replace(h, env=(("A", "1"), ("B", "2")))
     ba = replace(h, env=(("B", "2"), ("A", "1")))
-    assert launch_inputs(ab, unit="", environment="x") == launch_inputs(ba, unit="",
-                                                                        environment="x")
+    assert launch_inputs(ab, unit="", environment="x") == launch_inputs(
+        ba, unit="", environment="x"
+    )
     slurm = replace(h, service_manager="slurm", slurm=SlurmOptions(partition="gpu", time="10"))
     longer = replace(slurm, slurm=SlurmOptions(partition="gpu", time="60"))
     assert launch_inputs(slurm, unit="", environment="x").key(FP) != launch_inputs(
-        longer, unit="", environment="x").key(FP)  # a time limit decides `timeout`
+        longer, unit="", environment="x"
+    ).key(FP)  # a time limit decides `timeout`
 
 
 def _systemd_inputs(unit_text: str) -> LaunchInputs:
     h = replace(scripted_host(), service_manager="systemd")
     clock = FakeClock()
     t = ScriptedTransport(h, clock, [], unit_text=unit_text)
-    ex = Executor(h, service="sglang.service", campaign="c-key", transport=t,
-                  sleep=clock.sleep, clock=clock.monotonic, wall_clock=clock.time).open()
-    exp = Experiment.from_dict({
-        "name": "scripted", "service": {"exec": "python3 -m sglang.launch_server",
-                                        "flags": {"model-path": "/models/m", "port": 30000}},
-        "health": {"path": "/health", "timeout": 60}})  # fmt: skip
+    ex = Executor(
+        h,
+        service="sglang.service",
+        campaign="c-key",
+        transport=t,
+        sleep=clock.sleep,
+        clock=clock.monotonic,
+        wall_clock=clock.time,
+    ).open()
+    exp = Experiment.from_dict(
+        {
+            "name": "scripted",
+            "service": {
+                "exec": "python3 -m sglang.launch_server",
+                "flags": {"model-path": "/models/m", "port": 30000},
+            },
+            "health": {"path": "/health", "timeout": 60},
+        }
+    )
     try:
         return ex.inputs(exp)
     finally:
@@ -102,10 +122,13 @@ def test_the_store_serves_every_start_of_the_same_launch_only(tmp_path: Path) ->
     theirs = _inputs(host_env="other")
     cid = store.create_campaign(kind="run", key="k", command="test", spec={})
     starts = [Verdict.PASS, Verdict.FAIL, Verdict.INFRA, Verdict.PASS]
-    ids = [store.add_run(cid, variant=(), purpose="run", result=run_result(exp, v, inputs=mine))
-           for v in starts]  # fmt: skip
-    store.add_run(cid, variant=(), purpose="run",
-                  result=run_result(exp, Verdict.FAIL, inputs=theirs))  # fmt: skip
+    ids = [
+        store.add_run(cid, variant=(), purpose="run", result=run_result(exp, v, inputs=mine))
+        for v in starts
+    ]
+    store.add_run(
+        cid, variant=(), purpose="run", result=run_result(exp, Verdict.FAIL, inputs=theirs)
+    )
     store.add_run(cid, variant=(), purpose="run", result=run_result(exp, Verdict.FAIL))
     got = store.reusable(mine.key(exp.fingerprint()))
     assert [r.id for r in got] == [ids[0], ids[1], ids[3]]  # every start, infra excluded
@@ -115,11 +138,17 @@ def test_the_store_serves_every_start_of_the_same_launch_only(tmp_path: Path) ->
     store.close()
 
 
-def _bisect(store: Store, good: Path, bad: Path, h: object, oracle: Oracle,
-            **opts: object) -> object:  # fmt: skip
-    return Bisection(store, make_plan(good, bad), [h], command="test",  # type: ignore[list-item]
-                     options=BisectOptions(**opts),  # type: ignore[arg-type]
-                     executor_factory=factory(oracle, Faults())).run()
+def _bisect(
+    store: Store, good: Path, bad: Path, h: object, oracle: Oracle, **opts: object
+) -> object:
+    return Bisection(
+        store,
+        make_plan(good, bad),
+        [h],
+        command="test",  # type: ignore[list-item]
+        options=BisectOptions(**opts),  # type: ignore[arg-type]
+        executor_factory=factory(oracle, Faults()),
+    ).run()
 
 
 def test_a_host_env_that_breaks_good_is_not_answered_from_the_cache(tmp_path: Path) -> None:
@@ -127,9 +156,17 @@ def test_a_host_env_that_breaks_good_is_not_answered_from_the_cache(tmp_path: Pa
     breaks the good config: nothing is reused, and the good config is seen failing."""
     good, bad = write_pair(tmp_path / "exp", 4)
     store = Store(tmp_path / "results")
-    oracle = Oracle([Rule(frozenset(), "init", TARGET_ERROR.replace("CUBLAS", "HOSTVAR"),
-                          env=frozenset({("HOSTVAR", "1")})),
-                     Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])  # fmt: skip
+    oracle = Oracle(
+        [
+            Rule(
+                frozenset(),
+                "init",
+                TARGET_ERROR.replace("CUBLAS", "HOSTVAR"),
+                env=frozenset({("HOSTVAR", "1")}),
+            ),
+            Rule(frozenset({2}), "cuda_graph", TARGET_ERROR),
+        ]
+    )
     plain = host("b300-01")
     first = _bisect(store, good, bad, plain, oracle)
     assert first.status == "found" and [c.indices for c in first.culprits] == [[2]]
@@ -172,8 +209,15 @@ def test_a_rerun_of_a_flaky_pair_carries_every_start(tmp_path: Path, strategy: s
     full = frozenset(range(n))
     rules = [Rule(frozenset({1, 3}), "cuda_graph", TARGET_ERROR)]
     h = host("flaky-01")
-    first = _bisect(store, good, bad, h, Starts(rules, {full: [False, False, False, True]}),
-                    strategy=strategy, confidence=0.9)  # fmt: skip
+    first = _bisect(
+        store,
+        good,
+        bad,
+        h,
+        Starts(rules, {full: [False, False, False, True]}),
+        strategy=strategy,
+        confidence=0.9,
+    )
     runs1 = [r for r in store.runs(first.campaign_id) if r.verdict is not Verdict.INFRA]
     bad1 = [r for r in runs1 if r.variant == tuple(range(n))]
     assert [r.verdict for r in bad1][:4] == [Verdict.PASS] * 3 + [Verdict.FAIL]
@@ -183,12 +227,12 @@ def test_a_rerun_of_a_flaky_pair_carries_every_start(tmp_path: Path, strategy: s
     target = second.target
     counts1 = flaky.counts(runs1, first.target, relative)
     counts2 = flaky.counts(runs2, target, relative)
-    assert str(counts2[tuple(range(n))]).startswith("fail ") and \
-        counts2[tuple(range(n))].runs >= 4  # fmt: skip
+    assert str(counts2[tuple(range(n))]).startswith("fail ") and counts2[tuple(range(n))].runs >= 4
     assert counts2[tuple(range(n))].fails < counts2[tuple(range(n))].runs  # not "3 of 3"
     reused = [r for r in runs2 if r.cached_from is not None]
     assert len(reused) == second.runs_reused and len({r.cached_from for r in reused}) == len(
-        reused)  # each start taken once
+        reused
+    )  # each start taken once
     for v, c in counts2.items():  # a variant reused at all is reused with all its starts
         if any(r.variant == v and r.cached_from for r in runs2) and v in counts1:
             assert c.runs >= counts1[v].runs, (v, c, counts1[v])
@@ -201,11 +245,13 @@ def test_a_rerun_of_a_flaky_pair_carries_every_start(tmp_path: Path, strategy: s
     noise = second.noise
     if second.culprits and noise.get("reproduction_counts"):
         term = frozenset(second.culprits[0].indices)
-        carried = [relative(r.verdict, r.signature, target) for r in runs2
-                   if term <= frozenset(r.variant)]  # fmt: skip
+        carried = [
+            relative(r.verdict, r.signature, target) for r in runs2 if term <= frozenset(r.variant)
+        ]
         resolved = [x for x in carried if x.resolved]
-        assert noise["reproduction_counts"] == str(flaky.Counts(
-            sum(x is Verdict.FAIL for x in resolved), len(resolved)))
+        assert noise["reproduction_counts"] == str(
+            flaky.Counts(sum(x is Verdict.FAIL for x in resolved), len(resolved))
+        )
         assert noise["reproduction_rate"] < 1.0  # the passes of bad are in it
     store.close()
 
@@ -216,8 +262,10 @@ def test_the_environment_capture_resolves_the_exec_and_keeps_older_digests() -> 
     from orchestrator.execution import environment as envfacts
 
     sha = "ab" * 32
-    text = (f"@@NVSMI\n@@KERNEL\n6.1.0\n@@EXEC\n/opt/venv/bin/python3\n{sha}\n"
-            "@@PYHOW exec python3\n@@PYJSON {\"python\": \"3.12.3\", \"packages\": {}}\n")
+    text = (
+        f"@@NVSMI\n@@KERNEL\n6.1.0\n@@EXEC\n/opt/venv/bin/python3\n{sha}\n"
+        '@@PYHOW exec python3\n@@PYJSON {"python": "3.12.3", "packages": {}}\n'
+    )
     env = envfacts.parse(text)
     assert (env.exec_path, env.exec_sha256) == ("/opt/venv/bin/python3", sha)
     assert ("exec", f"/opt/venv/bin/python3 (sha256 {sha[:12]})") in env.rows()
@@ -231,8 +279,9 @@ def test_the_environment_capture_resolves_the_exec_and_keeps_older_digests() -> 
     # (fields recorded later, none of them known then: a container's image and its id)
     for late in ("exec_path", "exec_sha256", "image", "image_id"):
         del data[late]
-    assert older.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()
-                                            ).hexdigest()[:16]  # fmt: skip
+    assert (
+        older.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    )
     cmd = envfacts.command(["/opt/venv/bin/python3", "-m", "sglang.launch_server"])
     assert "command -v /opt/venv/bin/python3" in cmd and "sha256sum" in cmd
 
@@ -253,8 +302,13 @@ def test_inputs_a_host_cannot_read_mean_no_reuse(tmp_path: Path) -> None:
     h = host("blind-01")
     first = _bisect(store, good, bad, h, oracle)
     assert first.status == "found"
-    second = Bisection(store, make_plan(good, bad), [h], command="test",
-                       executor_factory=lambda hh, s, c, li: Blind(hh, oracle, Faults())).run()
+    second = Bisection(
+        store,
+        make_plan(good, bad),
+        [h],
+        command="test",
+        executor_factory=lambda hh, s, c, li: Blind(hh, oracle, Faults()),
+    ).run()
     assert second.status == "found" and second.runs_reused == 0
     assert all(r.cached_from is None for r in store.runs(second.campaign_id))
     store.close()
@@ -278,11 +332,15 @@ def test_a_rerun_counts_the_recorded_runs_its_search_does_not_ask_for(tmp_path: 
     assert taken == {r.id for r in recorded}  # every recorded start, asked for or not
     assert [c.indices for c in second.culprits] == [[1, 3]]
     term = frozenset({1, 3})
-    carried = [relative(r.verdict, r.signature, second.target) for r in runs2
-               if term <= frozenset(r.variant)]  # fmt: skip
+    carried = [
+        relative(r.verdict, r.signature, second.target)
+        for r in runs2
+        if term <= frozenset(r.variant)
+    ]
     resolved = [x for x in carried if x.resolved]
-    assert second.noise["reproduction_counts"] == str(flaky.Counts(
-        sum(x is Verdict.FAIL for x in resolved), len(resolved)))
+    assert second.noise["reproduction_counts"] == str(
+        flaky.Counts(sum(x is Verdict.FAIL for x in resolved), len(resolved))
+    )
     store.close()
 
 
@@ -310,9 +368,14 @@ def test_another_host_env_is_another_campaign_and_a_resume_under_it_stops(
     store.update_campaign(first.campaign_id, status="interrupted")
     n_runs = len(store.runs(first.campaign_id))
     with pytest.raises(EnvironmentChanged, match="the hosts file's env: changed"):
-        Bisection(store, make_plan(good, bad), [other], command="test",
-                  resume_id=first.campaign_id,
-                  executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+        Bisection(
+            store,
+            make_plan(good, bad),
+            [other],
+            command="test",
+            resume_id=first.campaign_id,
+            executor_factory=factory(oracle, Faults()),
+        ).run()
     assert store.campaign(first.campaign_id).status == "changed"
     assert len(store.runs(first.campaign_id)) == n_runs  # nothing judged, nothing run
     store.close()
@@ -334,8 +397,13 @@ def test_a_unit_changed_during_a_campaign_stops_it(tmp_path: Path) -> None:
     oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
     h = host("b300-03")
     with pytest.raises(EnvironmentChanged, match="the unit's own files or environment changed"):
-        Bisection(store, make_plan(good, bad), [h], command="test",
-                  executor_factory=lambda hh, s, c, li: Edited(hh, oracle, Faults())).run()
+        Bisection(
+            store,
+            make_plan(good, bad),
+            [h],
+            command="test",
+            executor_factory=lambda hh, s, c, li: Edited(hh, oracle, Faults()),
+        ).run()
     [camp] = store.campaigns()
     runs = store.runs(camp.id)
     assert camp.status == "changed" and len(runs) == 3 and runs[-1].verdict is Verdict.INFRA

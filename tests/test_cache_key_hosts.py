@@ -39,9 +39,12 @@ from tests.support.campaign_lab import (
 B300_UNIT = "lab-b300.service"
 #: the rule added in front of the b300 scenario's (not a number: env values are compared
 #: as the scenario reads them)
-HOSTVAR_RULE = {"description": "a site variable this build cannot take",
-                "when": {"env": {"HOSTVAR": "on"}}, "phase": "init",
-                "error": "RuntimeError: HOSTVAR=on is not supported by this build"}
+HOSTVAR_RULE = {
+    "description": "a site variable this build cannot take",
+    "when": {"env": {"HOSTVAR": "on"}},
+    "phase": "init",
+    "error": "RuntimeError: HOSTVAR=on is not supported by this build",
+}
 
 
 def scenario_text() -> str:
@@ -55,10 +58,17 @@ def pair(tmp: Path, exec_line: str, *, port: int = 30000) -> tuple[Path, Path]:
     out = []
     for side in ("good", "bad"):
         path = tmp / f"{side}.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": f"key-{side}", "extends": str(LAB / "b300" / f"{side}.yaml"),
-            "service": {"exec": exec_line, "flags": {"port": port}}, "health": SETTLE,
-        }, sort_keys=False))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": f"key-{side}",
+                    "extends": str(LAB / "b300" / f"{side}.yaml"),
+                    "service": {"exec": exec_line, "flags": {"port": port}},
+                    "health": SETTLE,
+                },
+                sort_keys=False,
+            )
+        )
         out.append(path)
     return out[0], out[1]
 
@@ -66,15 +76,18 @@ def pair(tmp: Path, exec_line: str, *, port: int = 30000) -> tuple[Path, Path]:
 def bisect(results: Path, good: Path, bad: Path, hosts: Path, host: str) -> Outcome:
     store = Store(results)
     try:
-        return Bisection(store, make_plan(str(good), str(bad)), [load_host(hosts, host)],
-                         command="test").run()  # fmt: skip
+        return Bisection(
+            store, make_plan(str(good), str(bad)), [load_host(hosts, host)], command="test"
+        ).run()
     finally:
         store.close()
 
 
 def check_nothing_reused_and_good_fails(results: Path, outcome: Outcome) -> None:
     assert outcome.status == "endpoints" and "good config does not pass" in outcome.message, (
-        outcome.status, outcome.message)
+        outcome.status,
+        outcome.message,
+    )
     assert outcome.runs_reused == 0
     store = Store(results)
     try:
@@ -102,21 +115,24 @@ def check_all_reused_from(results: Path, outcome: Outcome, source: str) -> None:
 
 
 def _sshd_hosts(sshd: SshdEndpoint, path: Path, run_dir: Path, **env: str) -> Path:
-    path.write_text(sshd.hosts_yaml("lab", run_dir=str(run_dir),
-                                    env={"ORCH_LAB_TIME_SCALE": TIME_SCALE, **env}))
+    path.write_text(
+        sshd.hosts_yaml("lab", run_dir=str(run_dir), env={"ORCH_LAB_TIME_SCALE": TIME_SCALE, **env})
+    )
     return path
 
 
 def test_a_hosts_env_that_breaks_good_is_not_answered_from_the_cache(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """Row 1, as the user met it: `bisect` with a hosts file, then the same file plus
     `env: {HOSTVAR: ...}` that breaks the good config: no "(cached)" endpoint, no answer,
     the good config is seen failing (exit 1)."""
     scen = tmp_path / "scenario.yaml"
     scen.write_text(scenario_text())
-    good, bad = pair(tmp_path, f"python3 -m orchestrator.lab.server --scenario {scen}",
-                     port=free_port())  # fmt: skip
+    good, bad = pair(
+        tmp_path, f"python3 -m orchestrator.lab.server --scenario {scen}", port=free_port()
+    )
     results = tmp_path / "results"
     plain = _sshd_hosts(sshd, tmp_path / "hosts.yaml", tmp_path / "run")
     broken = _sshd_hosts(sshd, tmp_path / "hosts-var.yaml", tmp_path / "run", HOSTVAR="on")
@@ -130,8 +146,10 @@ def test_a_hosts_env_that_breaks_good_is_not_answered_from_the_cache(
     assert "(cached)" not in second.stdout and "culprit" not in second.stdout
     assert "good config does not pass" in second.stdout, second.stdout[-3000:]
     # and it says why the recorded verdicts were not taken
-    assert "note: 1 recorded run(s) of good not reused: changed since they ran: the hosts " \
-        "file's env:" in second.stdout, second.stdout[-3000:]  # fmt: skip
+    assert (
+        "note: 1 recorded run(s) of good not reused: changed since they ran: the hosts "
+        "file's env:" in second.stdout
+    ), second.stdout[-3000:]
     store = Store(results)
     try:
         [camp] = [c for c in store.campaigns() if c.id != one["campaign"]]
@@ -149,7 +167,8 @@ def test_a_hosts_env_that_breaks_good_is_not_answered_from_the_cache(
 
 
 def test_an_executable_changed_in_place_is_not_answered_from_the_cache(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """The exec's resolved file is an input: the same path, another content (a wrapper
     that now sets a variable the server reads) is another launch."""
@@ -159,8 +178,9 @@ def test_an_executable_changed_in_place_is_not_answered_from_the_cache(
     wrapper.parent.mkdir()
     wrapper.write_text('#!/bin/sh\nexec python3 "$@"\n')
     wrapper.chmod(0o755)
-    good, bad = pair(tmp_path, f"{wrapper} -m orchestrator.lab.server --scenario {scen}",
-                     port=free_port())  # fmt: skip
+    good, bad = pair(
+        tmp_path, f"{wrapper} -m orchestrator.lab.server --scenario {scen}", port=free_port()
+    )
     results = tmp_path / "results"
     hosts = _sshd_hosts(sshd, tmp_path / "hosts.yaml", tmp_path / "run")
     first = bisect(results, good, bad, hosts, "lab")
@@ -175,27 +195,30 @@ def test_an_executable_changed_in_place_is_not_answered_from_the_cache(
 
 
 def test_the_units_own_environment_is_in_the_key_on_systemd(
-    systemd_host: SystemdHost, tmp_path: Path,
+    systemd_host: SystemdHost,
+    tmp_path: Path,
 ) -> None:
     box = systemd_host
     site = "/etc/default/lab-site"
-    box.install_unit(B300_UNIT, LAB_UNIT.replace("[Service]\n",
-                                                 f"[Service]\nEnvironmentFile=-{site}\n"))
+    box.install_unit(
+        B300_UNIT, LAB_UNIT.replace("[Service]\n", f"[Service]\nEnvironmentFile=-{site}\n")
+    )
     box.write_file("/etc/orchestrator-lab/hostvar.yaml", scenario_text())
-    good, bad = pair(tmp_path, "python3 -m orchestrator.lab.server --scenario "
-                     "/etc/orchestrator-lab/hostvar.yaml")  # fmt: skip
+    good, bad = pair(
+        tmp_path, "python3 -m orchestrator.lab.server --scenario /etc/orchestrator-lab/hostvar.yaml"
+    )
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}))
     results = tmp_path / "results"
     first = bisect(results, good, bad, hosts, "sd")
     assert first.status == "found", first.message
     # An operator's drop-in of the unit sets the variable.
-    box.write_file(f"/etc/systemd/system/{B300_UNIT}.d/50-site.conf",
-                   "[Service]\nEnvironment=HOSTVAR=on\n")
+    box.write_file(
+        f"/etc/systemd/system/{B300_UNIT}.d/50-site.conf", "[Service]\nEnvironment=HOSTVAR=on\n"
+    )
     box.ssh_run("systemctl daemon-reload", check=True)
     check_nothing_reused_and_good_fails(results, bisect(results, good, bad, hosts, "sd"))
-    box.ssh_run(f"rm -r /etc/systemd/system/{B300_UNIT}.d && systemctl daemon-reload",
-                check=True)  # fmt: skip
+    box.ssh_run(f"rm -r /etc/systemd/system/{B300_UNIT}.d && systemctl daemon-reload", check=True)
     # The unit's EnvironmentFile= gets the variable: the unit's text is unchanged.
     box.write_file(site, "HOSTVAR=on\n")
     check_nothing_reused_and_good_fails(results, bisect(results, good, bad, hosts, "sd"))
@@ -214,7 +237,8 @@ def test_the_units_own_environment_is_in_the_key_on_systemd(
 
 
 def test_a_flaky_pair_run_again_reuses_every_start_with_its_counts(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     """The lab's flaky pair (a capture race on about half the starts), bisected twice on one
     store without --fresh: the second campaign takes every recorded start, so it states the
@@ -222,8 +246,20 @@ def test_a_flaky_pair_run_again_reuses_every_start_with_its_counts(
     each variant."""
     p = lab_pair(tmp_path, "flaky")
     hosts = sshd_hosts_file(sshd, tmp_path)
-    args = ("bisect", "--good", p.good, "--bad", p.bad, "--host", "lab", "--hosts", hosts,
-            "--results", tmp_path / "results", "--json")
+    args = (
+        "bisect",
+        "--good",
+        p.good,
+        "--bad",
+        p.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        "--json",
+    )
     first = cli(*args, timeout=900)
     one = json.loads(first.stdout)
     second = cli(*args, timeout=900)
@@ -234,8 +270,12 @@ def test_a_flaky_pair_run_again_reuses_every_start_with_its_counts(
         runs2 = store.runs(two["campaign"])
     finally:
         store.close()
-    recorded = {r.id for r in runs1 if r.verdict is not Verdict.INFRA
-                and not (r.signature and r.signature.error_class == "signal")}  # fmt: skip
+    recorded = {
+        r.id
+        for r in runs1
+        if r.verdict is not Verdict.INFRA
+        and not (r.signature and r.signature.error_class == "signal")
+    }
     assert {r.cached_from for r in runs2 if r.cached_from} == recorded
     if one["status"] == "found":  # the rerun's evidence is the first one's: the same answer
         assert second.returncode == first.returncode == 0

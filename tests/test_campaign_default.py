@@ -43,12 +43,25 @@ DECOY_SEQUENCE = 9
 
 
 def bisect(pair: Pair, hosts: Path, results: Path) -> tuple[int, dict]:
-    return cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                    "--hosts", hosts, "--results", results, timeout=900)  # fmt: skip
+    return cli_json(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        timeout=900,
+    )
 
 
 def test_flaky_env_var_crashing_under_load_is_found_without_repeat(
-    sshd: SshdEndpoint, tmp_path: Path,
+    sshd: SshdEndpoint,
+    tmp_path: Path,
 ) -> None:
     pair = lab_pair(tmp_path, "flaky-load")
     results = tmp_path / "results"
@@ -94,8 +107,9 @@ def test_deterministic_target_beside_a_flaky_decoy(sshd: SshdEndpoint, tmp_path:
     # the store agrees: a variant with the decoy (and without the target's flag) showed its
     # failure, and one with it passed
     runs = read_runs(results, answer["campaign"])
-    with_it = {r.verdict for r in runs if metrics in r.variant and cul["indices"][0] not in
-               r.variant}  # fmt: skip
+    with_it = {
+        r.verdict for r in runs if metrics in r.variant and cul["indices"][0] not in r.variant
+    }
     assert {Verdict.PASS, Verdict.OTHER} <= with_it, with_it
     for r in runs:  # a target failure always has the target's flag
         if r.verdict is Verdict.FAIL and "misaligned" in str(r.signature):
@@ -104,8 +118,11 @@ def test_deterministic_target_beside_a_flaky_decoy(sshd: SshdEndpoint, tmp_path:
     shown = cli("report", answer["campaign"], "--results", results)
     assert shown.returncode == 0, shown.stderr
     md = next(Path(p) for p in answer["reports"] if p.endswith(".md")).read_text()
-    assert re.search(r"other failure `warmup: ValueError: Duplicated timeseries.*flaky: passed "
-                     r"\d+x with it", md), md  # fmt: skip
+    assert re.search(
+        r"other failure `warmup: ValueError: Duplicated timeseries.*flaky: passed "
+        r"\d+x with it",
+        md,
+    ), md
     assert lab_servers(pair.port) == []
 
 

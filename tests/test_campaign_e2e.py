@@ -39,15 +39,24 @@ from tests.support.campaign_lab import (
 B300_UNIT = "lab-b300.service"
 
 
-def bisect_directly(plan: Plan, results: Path, hosts_file: Path, host: str,
-                    ) -> tuple[Outcome, list[Event]]:  # fmt: skip
+def bisect_directly(
+    plan: Plan,
+    results: Path,
+    hosts_file: Path,
+    host: str,
+) -> tuple[Outcome, list[Event]]:
     """A `Bisection` run in-process with a listener that keeps the events."""
     events: list[Event] = []
     store = Store(results)
     try:
-        outcome = Bisection(store, plan, [load_host(hosts_file, host)],
-                            options=BisectOptions(), listener=events.append,
-                            command="test").run()  # fmt: skip
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(hosts_file, host)],
+            options=BisectOptions(),
+            listener=events.append,
+            command="test",
+        ).run()
     finally:
         store.close()
     return outcome, events
@@ -71,8 +80,9 @@ def test_b300_through_the_cli_over_sshd(
     assert not (svc / "pid").exists() and not (svc / "launch.sh").exists()
 
 
-def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
-                                                           tmp_path: Path) -> None:  # fmt: skip
+def test_rtx6000_triple_with_the_memory_finding_over_sshd(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     pair = lab_pair(tmp_path, "rtx6000")
     hosts = sshd_hosts_file(sshd, tmp_path)
     plan = make_plan(str(pair.good), str(pair.bad), "auto")
@@ -81,8 +91,11 @@ def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
     assert outcome.status == "found", answer
     assert answer["target"].startswith("cuda_graph: AssertionError")
     [culprit] = answer["culprits"]
-    assert sorted(culprit["flags"]) == ["--ep-size 8", "--mem-fraction-static 0.92",
-                                        "--moe-a2a-backend flashinfer"]  # fmt: skip
+    assert sorted(culprit["flags"]) == [
+        "--ep-size 8",
+        "--mem-fraction-static 0.92",
+        "--moe-a2a-backend flashinfer",
+    ]
     assert culprit["interacting"] is True
     cleared = {d for i, d in enumerate(answer["deltas"]) if i not in culprit["indices"]}
     assert cleared == {"~ --cuda-graph-max-bs 128 -> 512", "~ --max-running-requests 128 -> 256"}
@@ -91,11 +104,14 @@ def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
     assert finding["signature"].startswith("kv_cache: not_enough_memory: Not enough memory")
     # smallest variant that showed it: EP + flashinfer without the memory bump
     assert sorted(answer["deltas"][i] for i in finding["deltas"]) == [
-        "+ --ep-size 8", "+ --moe-a2a-backend flashinfer"]  # fmt: skip
+        "+ --ep-size 8",
+        "+ --moe-a2a-backend flashinfer",
+    ]
     # the memory bump is a delta under test: no repair turns it, and the answer says why
     assert answer["repairs"] and all(
         n["state"] == "unrepaired" and n["why"] == "--mem-fraction-static is a delta under test"
-        for n in answer["repairs"])  # fmt: skip
+        for n in answer["repairs"]
+    )
     # cuda-graph-max-bs 512 costs throughput but stays above the probe's bar: the probe
     # ran on every healthy variant and its metric is recorded
     store = Store(tmp_path / "results")
@@ -109,8 +125,9 @@ def test_rtx6000_triple_with_the_memory_finding_over_sshd(sshd: SshdEndpoint,
     assert lab_servers(pair.port) == []
 
 
-def test_glm5_crash_under_load_needs_the_probe_over_sshd(sshd: SshdEndpoint,
-                                                          tmp_path: Path) -> None:  # fmt: skip
+def test_glm5_crash_under_load_needs_the_probe_over_sshd(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     pair = lab_pair(tmp_path, "glm5")
     hosts = sshd_hosts_file(sshd, tmp_path)
     plan = make_plan(str(pair.good), str(pair.bad), "auto")
@@ -140,7 +157,8 @@ def test_glm5_crash_under_load_needs_the_probe_over_sshd(sshd: SshdEndpoint,
 
 
 def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
-        sshd: SshdEndpoint, tmp_path: Path) -> None:  # fmt: skip
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     """The culprit is two keys of --compilation-config together: the answer names them by
     key path, in --json, the issue report and the notification's culprits; a variant whose
     rebuilt value the server's parser refuses is `invalid`, never a finding."""
@@ -154,13 +172,27 @@ def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
     pair = lab_pair(tmp_path, "compile")
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
-    code, answer = cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                            "--hosts", hosts, "--results", results, "--no-report")
+    code, answer = cli_json(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--no-report",
+    )
     assert code == 0, answer
     assert answer["target"].startswith("cuda_graph: "), answer["target"]
     [culprit] = answer["culprits"]
-    assert sorted(culprit["flags"]) == ["--compilation-config.cudagraph_mode FULL",
-                                        "--compilation-config.pass_config.enable_fusion true"]
+    assert sorted(culprit["flags"]) == [
+        "--compilation-config.cudagraph_mode FULL",
+        "--compilation-config.pass_config.enable_fusion true",
+    ]
     assert culprit["interacting"] is True
     cleared = {d for i, d in enumerate(answer["deltas"]) if i not in culprit["indices"]}
     assert "~ --max-running-requests 128 -> 256" in cleared
@@ -172,7 +204,8 @@ def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
         camp = store.campaign(answer["campaign"])
         assert culprits_of(camp.answer) == (
             "--compilation-config.cudagraph_mode FULL + "
-            "--compilation-config.pass_config.enable_fusion true",)
+            "--compilation-config.pass_config.enable_fusion true",
+        )
     finally:
         store.close()
     issue = cli("report", answer["campaign"], "--issue", "--results", results)
@@ -185,8 +218,9 @@ def test_compile_pair_names_two_keys_of_one_json_option_over_sshd(
     variant["health"] = {**variant["health"], "settle": "0.1s"}
     path = tmp_path / "refused.yaml"
     path.write_text(yaml.safe_dump(variant, sort_keys=False))
-    assert jsonlib.loads(variant["service"]["flags"]["compilation-config"])[
-        "max_capture_size"] == 32
+    assert (
+        jsonlib.loads(variant["service"]["flags"]["compilation-config"])["max_capture_size"] == 32
+    )
     code, run = cli_json("run", path, "--host", "lab", "--hosts", hosts, "--results", results)
     assert run["verdict"] == "invalid", run
     assert "max_capture_size must be the largest" in jsonlib.dumps(run)

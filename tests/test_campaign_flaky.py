@@ -41,8 +41,19 @@ COUNTS = re.compile(r"^fail \d+ of \d+$")
 
 
 def command(pair: Pair, hosts: Path, results: Path) -> list[str | Path]:
-    return ["bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-            "--hosts", hosts, "--results", results]  # fmt: skip
+    return [
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+    ]
 
 
 def check_flaky_answer(answer: dict, results: Path) -> None:
@@ -77,16 +88,27 @@ def small_pair(tmp: Path) -> Pair:
     measured by bench/noise.py; here the point is the real host."""
     pair = lab_pair(tmp, "flaky")
     bad = tmp / "experiments" / "flaky-bad-small.yaml"
-    bad.write_text(yaml.safe_dump({
-        "name": "test-flaky-bad-small", "extends": str(pair.good),
-        "service": {"flags": {"enable-dp-attention": True, "cuda-graph-max-bs": 256,
-                              "mem-fraction-static": 0.88, "schedule-policy": "fcfs"}},
-    }, sort_keys=False))  # fmt: skip
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "name": "test-flaky-bad-small",
+                "extends": str(pair.good),
+                "service": {
+                    "flags": {
+                        "enable-dp-attention": True,
+                        "cuda-graph-max-bs": 256,
+                        "mem-fraction-static": 0.88,
+                        "schedule-policy": "fcfs",
+                    }
+                },
+            },
+            sort_keys=False,
+        )
+    )
     return replace(pair, bad=bad)
 
 
-def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint,
-                                                      tmp_path: Path) -> None:  # fmt: skip
+def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
     pair = small_pair(tmp_path)
     plan = make_plan(pair.good, pair.bad)
     hosts = replayed_hosts_file(sshd, tmp_path, bad_passes_first(plan.bad, "flaky"))
@@ -100,8 +122,9 @@ def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint,
     assert bad[0].verdict is Verdict.PASS and any(r.verdict is Verdict.FAIL for r in bad)
     assert "flaky" in answer["noise"]["switched"] and "bad" in answer["noise"]["switched"]
     # the reports say how sure the answer is and show the counts per variant
-    md, html = (Path(p).read_text() for p in sorted(answer["reports"]) if p.endswith((".md",
-                ".html")))  # fmt: skip
+    md, html = (
+        Path(p).read_text() for p in sorted(answer["reports"]) if p.endswith((".md", ".html"))
+    )
     for text in (md, html):
         assert "confidence" in text and "reproduction rate" in text
         assert "Counts per variant" in text and re.search(r"fail \d+ of \d+", text)
@@ -111,10 +134,8 @@ def test_flaky_pair_is_found_without_repeat_over_sshd(sshd: SshdEndpoint,
     # `plan` prices this pair in hours: under a declared start time, its range holds what
     # the campaign cost (every start counted, at that time)
     declared = tmp_path / "experiments" / "flaky-bad-declared.yaml"
-    declared.write_text(yaml.safe_dump({"extends": str(pair.bad),
-                                        "expect": {"run_time": "14m"}}))  # fmt: skip
-    code, planned = cli_json("plan", "--good", pair.good, "--bad", declared,
-                             "--results", results)  # fmt: skip
+    declared.write_text(yaml.safe_dump({"extends": str(pair.bad), "expect": {"run_time": "14m"}}))
+    code, planned = cli_json("plan", "--good", pair.good, "--bad", declared, "--results", results)
     assert code == 0, planned
     low, high = planned["hours_range"]
     cost = len([r for r in runs if r.cached_from is None]) * 14 * 60 / 3600

@@ -58,8 +58,9 @@ def test_flaky_campaign_killed_midway_resumes_with_its_posterior(tmp_path: Path)
     plan = make_plan(good, bad, "auto")
     full = frozenset(range(N))
     results, killed = tmp_path / "results", tmp_path / "killed"
-    oracle = Oracle([Rule(PAIR, "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=first_draw_passes())  # fmt: skip
+    oracle = Oracle(
+        [Rule(PAIR, "cuda_graph", TARGET_ERROR, probability=0.5)], seed=first_draw_passes()
+    )
     store = Store(results)
 
     class KilledMidway(ScriptedExecutor):
@@ -77,8 +78,13 @@ def test_flaky_campaign_killed_midway_resumes_with_its_posterior(tmp_path: Path)
                 snapshot(results, killed)
             return super().run(exp, **kw)
 
-    first = Bisection(store, plan, [host()], command="test",
-                      executor_factory=lambda h, *_: KilledMidway(h, oracle, Faults()))
+    first = Bisection(
+        store,
+        plan,
+        [host()],
+        command="test",
+        executor_factory=lambda h, *_: KilledMidway(h, oracle, Faults()),
+    )
     first.run()  # the copy is what the killed process left; this run's end is not used
     store.close()
     assert killed.exists(), "the search never got under way"
@@ -89,17 +95,28 @@ def test_flaky_campaign_killed_midway_resumes_with_its_posterior(tmp_path: Path)
         before = store.runs(camp.id)
         assert any(r.label == "bad" and r.verdict is Verdict.PASS for r in before)
         # What the recorded runs alone ask for next: the posterior is a function of them.
-        evidence = [(frozenset(r.variant), relative(r.verdict, r.signature, camp.target))
-                    for r in before if r.verdict is not Verdict.INFRA]  # fmt: skip
-        replay = Planner(plan.n, flaky.strategy_for("auto", 0.95, lambda v: ""),
-                         known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
-                         closure=plan.closure(), evidence=evidence)  # fmt: skip
+        evidence = [
+            (frozenset(r.variant), relative(r.verdict, r.signature, camp.target))
+            for r in before
+            if r.verdict is not Verdict.INFRA
+        ]
+        replay = Planner(
+            plan.n,
+            flaky.strategy_for("auto", 0.95, lambda v: ""),
+            known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
+            closure=plan.closure(),
+            evidence=evidence,
+        )
         assert replay.current_round is not None and replay.current_round.again
         expected_next = tuple(sorted(replay.pending()[0]))
 
-        resumed = Bisection(store, plan, [host()], command="test",
-                            executor_factory=lambda h, *_: ScriptedExecutor(
-                                h, oracle, Faults())).run()  # fmt: skip
+        resumed = Bisection(
+            store,
+            plan,
+            [host()],
+            command="test",
+            executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+        ).run()
         assert resumed.campaign_id == camp.id
         after = store.runs(camp.id)
     finally:

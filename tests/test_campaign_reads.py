@@ -34,18 +34,28 @@ def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_a_bisection_decodes_each_of_its_runs_a_bounded_number_of_times(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # two causes and kills from outside (infra runs, retried): a long campaign
     good, bad = write_pair(tmp_path / "exp", 12)
     plan = make_plan(good, bad, "auto")
-    oracle = Oracle([Rule(frozenset({1, 5}), "cuda_graph", TARGET_ERROR),
-                     Rule(frozenset({9}), "cuda_graph", TARGET_ERROR)])
+    oracle = Oracle(
+        [
+            Rule(frozenset({1, 5}), "cuda_graph", TARGET_ERROR),
+            Rule(frozenset({9}), "cuda_graph", TARGET_ERROR),
+        ]
+    )
     store = Store(tmp_path / "results")
     decoded = _count_decodes(monkeypatch)
-    outcome = Bisection(store, plan, [host("h")], options=BisectOptions(fresh=True),
-                        command="test",
-                        executor_factory=factory(oracle, Faults(kill=0.2, seed=7))).run()
+    outcome = Bisection(
+        store,
+        plan,
+        [host("h")],
+        options=BisectOptions(fresh=True),
+        command="test",
+        executor_factory=factory(oracle, Faults(kill=0.2, seed=7)),
+    ).run()
     monkeypatch.undo()
     runs = store.runs(outcome.campaign_id)
     assert len(runs) >= 25, len(runs)  # long enough for the square to show

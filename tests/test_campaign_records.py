@@ -56,7 +56,8 @@ OLD_SPEC = json.loads("""{"good": {"name": "lab-b300-tp8", "service": {"unit":
 null, "new": true}], "strategy": "auto", "hosts": ["lab"], "options": {"repeat": 1,
 "max_runs": null, "deadline_s": null, "fresh": true, "confidence": 0.95}}""")
 
-OLD_ANSWER = json.loads("""{"campaign": "dd2937", "status": "found", "message": "", "target":
+OLD_ANSWER = json.loads(
+    """{"campaign": "dd2937", "status": "found", "message": "", "target":
 "cuda_graph: cublas: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmStridedBatchedEx @
 sglang/deepseek_v2.py:forward_absorb_prepare", "culprits": [{"deltas": ["+ --ep-size 8",
 "+ --enable-nccl-nvls"], "flags": ["--ep-size 8", "--enable-nccl-nvls"], "indices": [1, 2],
@@ -72,7 +73,8 @@ sglang/pynccl.py:__init__", "variant": "good + --ep-size 8", "deltas": [1], "run
 [], "removed_hosts": [], "confidence": null, "reproduction_rate": 1.0, "noise": {"switched":
 null, "confidence": null, "reproduction_rate": 1.0, "reproduction_counts": "fail 2 of 2"},
 "deltas": ["~ --max-running-requests 128 -> 256", "+ --ep-size 8", "+ --enable-nccl-nvls"]}
-""".replace("\n", " "))  # wrapped at spaces for line length: each newline was a space
+""".replace("\n", " ")
+)  # wrapped at spaces for line length: each newline was a space
 
 
 def _old_answer() -> dict:
@@ -87,16 +89,21 @@ def test_an_answer_stored_the_old_way_loads_into_the_types_and_writes_back_the_s
     outcome = Outcome.from_dict(old)
     assert outcome.status is Status.FOUND and outcome.found
     assert outcome.target == Signature(
-        Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED when calling "
-        "cublasGemmStridedBatchedEx @ sglang/deepseek_v2.py:forward_absorb_prepare")
+        Phase.CUDA_GRAPH,
+        "cublas",
+        "CUBLAS_STATUS_EXECUTION_FAILED when calling "
+        "cublasGemmStridedBatchedEx @ sglang/deepseek_v2.py:forward_absorb_prepare",
+    )
     [cul] = outcome.culprits
     assert cul.flags == ["--ep-size 8", "--enable-nccl-nvls"] and cul.indices == [1, 2]
     assert cul.interacting and cul.confirmed and cul.reproduced_by == "dd2937.7"
     assert cul.cleared_count("--ep-size 8") == "fail 0 of 1"
     assert cul.claim("--ep-size 8") == "bad without --ep-size 8 does not fail"
     [finding] = outcome.findings
-    assert (finding.signature.phase, finding.signature.error_class) == (Phase.INIT,
-                                                                        "AttributeError")
+    assert (finding.signature.phase, finding.signature.error_class) == (
+        Phase.INIT,
+        "AttributeError",
+    )
     assert (finding.variant, finding.run_id, finding.count) == ((1,), "dd2937.8", 2)
     assert outcome.to_dict() == old  # every key, every value, in the order it had
     assert list(outcome.to_dict()) == list(old)
@@ -127,8 +134,9 @@ def test_a_spec_stored_the_old_way_loads_and_writes_back_the_same() -> None:
 
 
 def test_signatures_survive_their_printed_form_with_colons_and_places() -> None:
-    sig = Signature(Phase.SERVING, "RuntimeError", "CUDA error: an illegal memory access "
-                    "@ sglang/a.py:f")  # fmt: skip
+    sig = Signature(
+        Phase.SERVING, "RuntimeError", "CUDA error: an illegal memory access @ sglang/a.py:f"
+    )
     assert signature_from_text(str(sig)) == sig
     f = Finding(sig, (0, 3), "c.4", "good + --a, --b", 3)
     assert Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f
@@ -143,19 +151,24 @@ def test_the_status_is_an_enum_that_still_reads_as_its_stored_word() -> None:
 
 def test_reports_read_an_answer_stored_the_old_way(tmp_path: Path) -> None:
     store = Store(tmp_path / "results")
-    cid = store.create_campaign(kind="bisect", key="k", command="orchestrator bisect",
-                                spec=OLD_SPEC)  # fmt: skip
+    cid = store.create_campaign(
+        kind="bisect", key="k", command="orchestrator bisect", spec=OLD_SPEC
+    )
     target = Outcome.from_dict(_old_answer()).target
     store.update_campaign(cid, status="done", answer=_old_answer(), target=target)
     camp = store.campaign(cid)
     md = markdown(camp, [])
-    assert ("- **`--ep-size 8` + `--enable-nccl-nvls`** (interacting set); good + set "
-            "reproduces the failure: run dd2937.7 (fail 1 of 1)") in md
+    assert (
+        "- **`--ep-size 8` + `--enable-nccl-nvls`** (interacting set); good + set "
+        "reproduces the failure: run dd2937.7 (fail 1 of 1)"
+    ) in md
     assert "  - bad without `--ep-size 8` does not fail: run dd2937.6 (fail 0 of 1)" in md
     assert "- cleared: `~ --max-running-requests 128 -> 256`" in md
-    assert ("- other failure `init: AttributeError: 'NoneType' object has no attribute 'dtype'"
-            " @ sglang/pynccl.py:__init__`: smallest variant good + --ep-size 8 (run dd2937.8, "
-            "seen 2x)") in md  # fmt: skip
+    assert (
+        "- other failure `init: AttributeError: 'NoneType' object has no attribute 'dtype'"
+        " @ sglang/pynccl.py:__init__`: smallest variant good + --ep-size 8 (run dd2937.8, "
+        "seen 2x)"
+    ) in md
     assert "- reproduction rate 1.00 (fail 2 of 2 runs with the culprit set)" in md
     page = html_page(camp, [])
     assert "reproduces the failure (run dd2937.7; fail 1 of 1)" in page
@@ -163,7 +176,8 @@ def test_reports_read_an_answer_stored_the_old_way(tmp_path: Path) -> None:
 
 
 # a sweep's answer as the version before stored it (two of its rows), once resumed
-OLD_SWEEP_ANSWER = json.loads("""{"campaign": "99842d", "status": "done", "message": "",
+OLD_SWEEP_ANSWER = json.loads(
+    """{"campaign": "99842d", "status": "done", "message": "",
 "resume": null, "resumable": false, "executed": 4, "reused": 0, "total_executed": 6,
 "total_reused": 0, "removed_hosts": [], "reference": "cuda-graph-max-bs=128
 mem-fraction-static=0.85", "notes": [], "rows": [{"config": "cuda-graph-max-bs=128
@@ -172,7 +186,8 @@ null, "metric": 2371.06, "duration": 7.26972823899996, "reused_from": null, "ref
 "bar": ">= 0.95 * good"}, {"config": "cuda-graph-max-bs=128 mem-fraction-static=0.92",
 "repeat": 0, "run": "99842d.2", "verdict": "pass", "signature": null, "metric": 2374.74,
 "duration": 7.091455509000298, "reused_from": null, "reference": false, "bar":
-">= 0.95 * good"}]}""".replace("\n", " "))
+">= 0.95 * good"}]}""".replace("\n", " ")
+)
 
 
 def test_a_sweep_answer_stored_the_old_way_loads_and_writes_back_the_same() -> None:
@@ -180,29 +195,49 @@ def test_a_sweep_answer_stored_the_old_way_loads_and_writes_back_the_same() -> N
     assert answer.status is Status.DONE and not answer.resumable
     assert answer.reference == "cuda-graph-max-bs=128 mem-fraction-static=0.85"
     assert [(r.run, r.reference, r.metric) for r in answer.rows] == [
-        ("99842d.1", True, 2371.06), ("99842d.2", False, 2374.74)]
+        ("99842d.1", True, 2371.06),
+        ("99842d.2", False, 2374.74),
+    ]
     assert answer.to_dict() == OLD_SWEEP_ANSWER
     assert list(answer.to_dict()) == list(OLD_SWEEP_ANSWER)
     # an answer from before the totals: that invocation's counts were the campaign's
-    older = {k: v for k, v in OLD_SWEEP_ANSWER.items()
-             if k not in ("total_executed", "total_reused", "resumable")}  # fmt: skip
+    older = {
+        k: v
+        for k, v in OLD_SWEEP_ANSWER.items()
+        if k not in ("total_executed", "total_reused", "resumable")
+    }
     read = SweepAnswer.from_dict(older)
     assert (read.total_executed, read.total_reused, read.resumable) == (4, 0, False)
 
 
 def test_a_sweep_spec_stored_the_old_way_loads_and_writes_back_the_same() -> None:
-    old = {"sweep": "experiments/sweeps/rtx6000_cuda_graph.yaml", "name": "rtx6000-cuda-graph",
-           "hosts": ["lab"], "repeat": 1, "axes": ["cuda-graph-max-bs"], "reference": 0,
-           "reuse": False,
-           "items": [{"label": "cuda-graph-max-bs=128", "values": [["cuda-graph-max-bs", 128]],
-                      "config": OLD_SPEC["good"]},
-                     {"label": "cuda-graph-max-bs=(absent)", "values": [["cuda-graph-max-bs",
-                                                                         None]],
-                      "config": OLD_SPEC["bad"]}]}  # fmt: skip
+    old = {
+        "sweep": "experiments/sweeps/rtx6000_cuda_graph.yaml",
+        "name": "rtx6000-cuda-graph",
+        "hosts": ["lab"],
+        "repeat": 1,
+        "axes": ["cuda-graph-max-bs"],
+        "reference": 0,
+        "reuse": False,
+        "items": [
+            {
+                "label": "cuda-graph-max-bs=128",
+                "values": [["cuda-graph-max-bs", 128]],
+                "config": OLD_SPEC["good"],
+            },
+            {
+                "label": "cuda-graph-max-bs=(absent)",
+                "values": [["cuda-graph-max-bs", None]],
+                "config": OLD_SPEC["bad"],
+            },
+        ],
+    }
     spec = SweepSpec.from_dict(json.loads(json.dumps(old)))
     assert spec.reference == 0 and spec.hosts == ["lab"] and not spec.reuse
-    assert [it.values for it in spec.items] == [[("cuda-graph-max-bs", 128)],
-                                                [("cuda-graph-max-bs", None)]]
+    assert [it.values for it in spec.items] == [
+        [("cuda-graph-max-bs", 128)],
+        [("cuda-graph-max-bs", None)],
+    ]
     assert spec.to_dict() == old
 
 
@@ -213,11 +248,21 @@ def _bisection(tmp_path: Path, store: Store, fresh: bool = True, **kw: object) -
     good, bad = scripted_pair(tmp_path / "exp", 4)
     plan = make_plan(good, bad, "auto")
     # the target needs deltas 1 and 2 together; delta 1 alone fails differently, earlier
-    oracle = Oracle([Rule(frozenset({1, 2}), "cuda_graph", TARGET_ERROR),
-                     Rule(frozenset({1}), "init", OTHER_ERROR)])  # fmt: skip
-    return Bisection(store, plan, [host("h1")], options=BisectOptions(fresh=fresh),
-                     command="test", executor_factory=factory(oracle, Faults()),
-                     **kw)  # type: ignore[arg-type]
+    oracle = Oracle(
+        [
+            Rule(frozenset({1, 2}), "cuda_graph", TARGET_ERROR),
+            Rule(frozenset({1}), "init", OTHER_ERROR),
+        ]
+    )
+    return Bisection(
+        store,
+        plan,
+        [host("h1")],
+        options=BisectOptions(fresh=fresh),
+        command="test",
+        executor_factory=factory(oracle, Faults()),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_a_finished_bisection_stores_its_answer_as_the_typed_record_writes_it(
@@ -293,9 +338,14 @@ def test_a_sweep_stopped_by_its_budget_is_resumable_and_the_cli_words_the_comman
     args = argparse.Namespace(hosts="my hosts.yaml", results="res", json=False)
 
     def camp() -> SweepCampaign:
-        return SweepCampaign(store, sweep, [host("s1")], max_runs=1,
-                             executor_factory=factory(oracle, Faults()),
-                             resume_text=lambda ref: common.resume_command(args, ref))
+        return SweepCampaign(
+            store,
+            sweep,
+            [host("s1")],
+            max_runs=1,
+            executor_factory=factory(oracle, Faults()),
+            resume_text=lambda ref: common.resume_command(args, ref),
+        )
 
     first = camp().run()
     assert first.status is Status.INCOMPLETE and first.resumable
@@ -317,8 +367,13 @@ def test_an_interrupted_sweep_carries_the_rows_recorded_so_far(tmp_path: Path) -
     sweep = load_sweep(_sweep_file(tmp_path))
     oracle = Oracle([Rule(frozenset({0}), "cuda_graph", TARGET_ERROR)])
     with pytest.raises(Interrupted) as caught:
-        SweepCampaign(store, sweep, [host("s2")], listener=_CtrlCAfter(3),
-                      executor_factory=factory(oracle, Faults())).run()
+        SweepCampaign(
+            store,
+            sweep,
+            [host("s2")],
+            listener=_CtrlCAfter(3),
+            executor_factory=factory(oracle, Faults()),
+        ).run()
     partial = caught.value.partial
     assert caught.value.campaign.kind == "sweep"
     assert partial.status is Status.INTERRUPTED and len(partial.rows) == 4
@@ -348,20 +403,28 @@ def test_the_cli_renders_the_resume_command_from_the_interrupt(
     args.json = True
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
     data = json.loads(capsys.readouterr().out)
-    assert data == {"campaign": "abc123", "status": "interrupted", "restored": True,
-                    "error": "campaign abc123 interrupted; the host was restored (read back: "
-                             "as found): lab", "left": {"lab": []},
-                    "resume": "orchestrator bisect --resume abc123 --hosts lab.yaml"}
+    assert data == {
+        "campaign": "abc123",
+        "status": "interrupted",
+        "restored": True,
+        "error": "campaign abc123 interrupted; the host was restored (read back: as found): lab",
+        "left": {"lab": []},
+        "resume": "orchestrator bisect --resume abc123 --hosts lab.yaml",
+    }
     # What the host read back shows is said, with the command that finishes the restore;
     # never "restored".
-    left = {"lab": ["sglang.service is failed (it was active when the campaign found it)"],
-            "other": None}
+    left = {
+        "lab": ["sglang.service is failed (it was active when the campaign found it)"],
+        "other": None,
+    }
     args.json = False
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
     out = capsys.readouterr().out
     assert "restored" not in out.replace("NOT restored", "")
-    assert ("lab: NOT restored: sglang.service is failed (it was active when the campaign "
-            "found it); finish it with: orchestrator restore --host lab --hosts lab.yaml") in out
+    assert (
+        "lab: NOT restored: sglang.service is failed (it was active when the campaign "
+        "found it); finish it with: orchestrator restore --host lab --hosts lab.yaml"
+    ) in out
     assert "other: NOT restored: the restore was abandoned" in out
 
 
@@ -378,8 +441,10 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
     with pytest.raises(InfraError) as caught:
         common.run_campaign(troubled, lambda e: None, "sweep", args)
     assert caught.value.resumable == core.ref
-    assert caught.value.hint == ("check the hosts (orchestrator hosts check); then resume "
-                                 f"with: orchestrator sweep --resume {core.cid}")
+    assert caught.value.hint == (
+        "check the hosts (orchestrator hosts check); then resume "
+        f"with: orchestrator sweep --resume {core.cid}"
+    )
     assert store.campaign(core.cid).status == "error"
     # one run that is not host trouble breaks the streak
     core.infra_streak = 0
@@ -391,8 +456,9 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
 
 def test_the_budget_counts_what_it_is_given(tmp_path: Path) -> None:
     store = Store(tmp_path / "results")
-    core = CampaignCore(store, kind="bisect", key="k2", spec=dict, secrets={}, max_runs=2,
-                        deadline_s=0.0)  # fmt: skip
+    core = CampaignCore(
+        store, kind="bisect", key="k2", spec=dict, secrets={}, max_runs=2, deadline_s=0.0
+    )
     assert core.budget_spent(1, deadline_reason="") == f"--deadline {0:g}s reached"
     assert core.budget_spent(2) == "--max-runs 2 reached"
     assert core.budget_spent(0, deadline_reason="time is up") == "time is up"
@@ -402,8 +468,15 @@ def test_the_budget_counts_what_it_is_given(tmp_path: Path) -> None:
 
 
 def test_culprit_dicts_round_trip() -> None:
-    cul = Culprit(deltas=["+ --a"], flags=["--a"], indices=[0], interacting=False,
-                  reproduced_by="c.3", cleared_by={"--a": None}, confirmed=False)
+    cul = Culprit(
+        deltas=["+ --a"],
+        flags=["--a"],
+        indices=[0],
+        interacting=False,
+        reproduced_by="c.3",
+        cleared_by={"--a": None},
+        confirmed=False,
+    )
     assert Culprit.from_dict(cul.to_dict()) == cul
     assert "cleared_counts" not in cul.to_dict()  # not counted: not written
 
@@ -419,9 +492,16 @@ def test_a_single_run_is_a_campaign_of_one_recorded_by_the_core(tmp_path: Path) 
     good, _ = scripted_pair(tmp_path / "exp", 1)
     oracle = Oracle([Rule(frozenset({0}), "cuda_graph", TARGET_ERROR)])
     events: list[Event] = []
-    row = single_run(store, load_experiment(good), host("r1"), kind="run", command="test",
-                     label="good", listener=events.append,
-                     executor_factory=factory(oracle, Faults()))  # fmt: skip
+    row = single_run(
+        store,
+        load_experiment(good),
+        host("r1"),
+        kind="run",
+        command="test",
+        label="good",
+        listener=events.append,
+        executor_factory=factory(oracle, Faults()),
+    )
     assert row.verdict is Verdict.PASS and row.id.endswith(".1")
     camp = store.campaign(row.campaign)
     assert (camp.kind, camp.status, camp.spec["hosts"]) == ("run", "done", ["r1"])
@@ -429,9 +509,10 @@ def test_a_single_run_is_a_campaign_of_one_recorded_by_the_core(tmp_path: Path) 
     store.close()
 
 
-def test_ctrl_c_during_a_single_run_marks_it_interrupted(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str],
-                                                         ) -> None:  # fmt: skip
+def test_ctrl_c_during_a_single_run_marks_it_interrupted(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from orchestrator.campaign.single import single_run
     from orchestrator.config.loading import load_experiment
     from tests.support.scripted import ScriptedExecutor
@@ -447,8 +528,15 @@ def test_ctrl_c_during_a_single_run_marks_it_interrupted(tmp_path: Path,
     good, _ = scripted_pair(tmp_path / "exp", 1)
 
     def run() -> object:
-        return single_run(store, load_experiment(good), host("r2"), kind="run", command="t",
-                          label="good", executor_factory=make)  # fmt: skip
+        return single_run(
+            store,
+            load_experiment(good),
+            host("r2"),
+            kind="run",
+            command="t",
+            label="good",
+            executor_factory=make,
+        )
 
     with pytest.raises(Interrupted) as caught:
         run()

@@ -37,9 +37,14 @@ def campaign(tmp: Path, rules: list[Rule], *, rehearse: bool, seed: int = 0):  #
     good, bad = write_pair(tmp / "exp", N)
     store = Store(tmp / "results")
     oracle = Oracle(rules, seed=seed)
-    out = Bisection(store, make_plan(good, bad), [host()], command="test",
-                    options=BisectOptions(rehearse=rehearse),
-                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    out = Bisection(
+        store,
+        make_plan(good, bad),
+        [host()],
+        command="test",
+        options=BisectOptions(rehearse=rehearse),
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     md, page = write_reports(store, out.campaign_id)
     REPORTS[tmp] = (md.read_text(), page.read_text())
     return out, store.runs(out.campaign_id)
@@ -51,7 +56,7 @@ REPORTS: dict[Path, tuple[str, str]] = {}
 
 def test_the_reports_say_which_weights_each_step_loaded_when_some_were_dummy(
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     rules = [Rule(PAIR, "cuda_graph", TARGET_ERROR)]
     campaign(tmp_path / "plain", rules, rehearse=False)
     campaign(tmp_path / "rehearsed", rules, rehearse=True)
@@ -75,7 +80,9 @@ def test_pair_found_on_dummy_weights_and_confirmed_on_real(tmp_path: Path) -> No
     real = [r for r in runs if r.weights == "real"]
     # the target seen on real weights (bad) and the answer confirmed on them: two starts
     assert [(r.variant, r.verdict) for r in real] == [
-        (tuple(range(N)), Verdict.FAIL), ((1, 4), Verdict.FAIL)]
+        (tuple(range(N)), Verdict.FAIL),
+        ((1, 4), Verdict.FAIL),
+    ]
     assert all(r.weights == "real" for r in plain_runs)
     dummy = [r for r in runs if r.weights == "dummy"]
     assert dummy and all("--load-format" in r.argv and "dummy" in r.argv for r in dummy)
@@ -91,14 +98,14 @@ def test_pair_found_on_dummy_weights_and_confirmed_on_real(tmp_path: Path) -> No
 
 
 def test_weight_dependent_failure_falls_back_to_real_weights(tmp_path: Path) -> None:
-    rules = [Rule(PAIR, "load_weights", "KeyError: 'model.layers.3.mlp.gate.weight'",
-                  real_weights=True)]
+    rules = [
+        Rule(PAIR, "load_weights", "KeyError: 'model.layers.3.mlp.gate.weight'", real_weights=True)
+    ]
     out, runs = campaign(tmp_path, rules, rehearse=True)
     assert out.status is Status.FOUND and [c.indices for c in out.culprits] == [[1, 4]]
     dummy = [r for r in runs if r.weights == "dummy"]
     # only the bad config was tried on dummy weights, and it passed every time
-    assert dummy and all(r.variant == tuple(range(N)) and r.verdict is Verdict.PASS
-                         for r in dummy)  # fmt: skip
+    assert dummy and all(r.variant == tuple(range(N)) and r.verdict is Verdict.PASS for r in dummy)
     assert out.weights["rehearsal"] == "not reproduced" and out.weights["search"] == "real"
     assert "needs the real weights" in out.weights["note"]
     assert out.to_dict()["weights"]["dummy_starts"] == len(dummy)
@@ -127,9 +134,14 @@ def test_a_pair_on_dummy_weights_already_is_not_rehearsed(tmp_path: Path) -> Non
         path.write_text(text.replace("tp-size: 8", "tp-size: 8\n    load-format: dummy"))
     store = Store(tmp_path / "results")
     oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
-    out = Bisection(store, make_plan(good, bad), [host()], command="test",
-                    options=BisectOptions(rehearse=True),
-                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    out = Bisection(
+        store,
+        make_plan(good, bad),
+        [host()],
+        command="test",
+        options=BisectOptions(rehearse=True),
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     assert out.status is Status.FOUND and [c.indices for c in out.culprits] == [[2]]
     assert out.weights["rehearsal"] == "refused" and "already load dummy" in out.weights["note"]
     assert out.weights["real_starts"] == 0 and out.weights["search"] == "dummy"

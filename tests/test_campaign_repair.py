@@ -23,21 +23,32 @@ OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 MEM = "mem-fraction-static"
 
 
-def pair(root: Path, n: int, *, good_flags: dict[str, Any] | None = None,
-         bad_flags: dict[str, Any] | None = None,
-         repair: dict[str, Any] | None = None) -> tuple[Path, Path]:  # fmt: skip
+def pair(
+    root: Path,
+    n: int,
+    *,
+    good_flags: dict[str, Any] | None = None,
+    bad_flags: dict[str, Any] | None = None,
+    repair: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
     root.mkdir(parents=True, exist_ok=True)
     good: dict[str, Any] = {
         "name": "good",
-        "service": {"unit": "scripted.service", "exec": "python3 -m sglang.launch_server",
-                    "flags": {"model-path": "/models/m", "tp-size": 8, MEM: 0.85,
-                              "port": 30000} | (good_flags or {})},
+        "service": {
+            "unit": "scripted.service",
+            "exec": "python3 -m sglang.launch_server",
+            "flags": {"model-path": "/models/m", "tp-size": 8, MEM: 0.85, "port": 30000}
+            | (good_flags or {}),
+        },
         "health": {"path": "/health", "timeout": "60s", "ready_after": 2},
-    }  # fmt: skip
+    }
     if repair is not None:
         good["repair"] = repair
-    bad = {"name": "bad", "extends": "good.yaml",
-           "service": {"flags": {flag(i): True for i in range(n)} | (bad_flags or {})}}
+    bad = {
+        "name": "bad",
+        "extends": "good.yaml",
+        "service": {"flags": {flag(i): True for i in range(n)} | (bad_flags or {})},
+    }
     (root / "good.yaml").write_text(yaml.safe_dump(good))
     (root / "bad.yaml").write_text(yaml.safe_dump(bad))
     return root / "good.yaml", root / "bad.yaml"
@@ -45,17 +56,25 @@ def pair(root: Path, n: int, *, good_flags: dict[str, Any] | None = None,
 
 #: EP (feature-0) runs out of memory below 0.92; EP + flashinfer (feature-1) then fails in
 #: graph capture with the target; feature-2 is harmless
-INCIDENT = [Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.92),)),
-            Rule(frozenset({0, 1}), "cuda_graph", TARGET_ERROR)]
+INCIDENT = [
+    Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.92),)),
+    Rule(frozenset({0, 1}), "cuda_graph", TARGET_ERROR),
+]
 
 
-def bisect(good: Path, bad: Path, results: Path, rules: list[Rule], *,
-           options: BisectOptions | None = None) -> tuple[dict, list]:  # fmt: skip
+def bisect(
+    good: Path, bad: Path, results: Path, rules: list[Rule], *, options: BisectOptions | None = None
+) -> tuple[dict, list]:
     store = Store(results)
     try:
-        b = Bisection(store, make_plan(good, bad), [host()], command="t",
-                      options=options or BisectOptions(),
-                      executor_factory=factory(Oracle(rules), Faults()))  # fmt: skip
+        b = Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="t",
+            options=options or BisectOptions(),
+            executor_factory=factory(Oracle(rules), Faults()),
+        )
         outcome = b.run()
         return outcome.to_dict(), store.runs(b.cid)
     finally:
@@ -94,16 +113,29 @@ def test_the_incident_is_repaired_and_the_real_culprit_named(tmp_path: Path) -> 
 
 def test_without_repair_the_pair_ends_as_before(tmp_path: Path) -> None:
     good, bad = pair(tmp_path / "exp", 3)
-    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT,
-                          options=BisectOptions(repair=False))  # fmt: skip
+    answer, runs = bisect(
+        good, bad, tmp_path / "results", INCIDENT, options=BisectOptions(repair=False)
+    )
     assert answer["target"].startswith("load_weights: cuda_oom")
     assert culprit_flags(answer) == [["--feature-0"]]
     assert "repairs" not in answer and not any(r.repair for r in runs)
 
 
 def test_a_declared_move_reaches_the_working_value_in_one_step(tmp_path: Path) -> None:
-    good, bad = pair(tmp_path / "exp", 3, repair={"moves": [
-        {"flag": MEM, "step": 0.07, "max": 0.95, "when": [{"class": "cuda_oom", "way": "up"}]}]})
+    good, bad = pair(
+        tmp_path / "exp",
+        3,
+        repair={
+            "moves": [
+                {
+                    "flag": MEM,
+                    "step": 0.07,
+                    "max": 0.95,
+                    "when": [{"class": "cuda_oom", "way": "up"}],
+                }
+            ]
+        },
+    )
     answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT)
     assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
     assert {r.repair["value"] for r in runs if r.repair} == {0.92}
@@ -116,8 +148,7 @@ def test_a_declared_move_reaches_the_working_value_in_one_step(tmp_path: Path) -
             assert by_id[r.repair["after"]].repair is None
 
 
-def test_a_move_on_a_delta_under_test_is_not_made_and_the_answer_says_why(
-        tmp_path: Path) -> None:  # fmt: skip
+def test_a_move_on_a_delta_under_test_is_not_made_and_the_answer_says_why(tmp_path: Path) -> None:
     """The memory fraction is itself a delta (0.85 -> 0.92): nothing turns it, the
     variants that run out of memory stay `other` and the answer says they could not be
     repaired, naming the delta."""
@@ -134,13 +165,16 @@ def test_no_working_window_stops_the_ladder(tmp_path: Path) -> None:
     """Out of memory at load below 0.88, out of memory while serving above it: the ladder
     stops after one move and says the variant has no working window."""
     good, bad = pair(tmp_path / "exp", 2)
-    rules = [Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.88),)),
-             Rule(frozenset({0}), "warmup", OOM, above=((MEM, 0.88),)),
-             Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)]
+    rules = [
+        Rule(frozenset({0}), "load_weights", OOM, below=((MEM, 0.88),)),
+        Rule(frozenset({0}), "warmup", OOM, above=((MEM, 0.88),)),
+        Rule(frozenset({1}), "cuda_graph", TARGET_ERROR),
+    ]
     answer, runs = bisect(good, bad, tmp_path / "results", rules)
     [note] = [n for n in answer["repairs"] if n["variant"] == "bad"]
     assert note["state"] == "unrepaired" and note["why"].startswith(
-        f"no working window for --{MEM}: at 0.85 it failed wanting more")
+        f"no working window for --{MEM}: at 0.85 it failed wanting more"
+    )
     assert sum(1 for r in runs if r.variant == (0, 1) and r.repair) == 1
 
 
@@ -190,8 +224,13 @@ def test_resume_continues_a_ladder_where_it_stopped(tmp_path: Path) -> None:
 
     store = Store(results)
     try:
-        Bisection(store, make_plan(good, bad), [host()], command="t",
-                  executor_factory=lambda h, *_: KilledAtTheRepair(h, oracle, Faults())).run()
+        Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="t",
+            executor_factory=lambda h, *_: KilledAtTheRepair(h, oracle, Faults()),
+        ).run()
     finally:
         store.close()
     store = Store(killed)
@@ -200,14 +239,19 @@ def test_resume_continues_a_ladder_where_it_stopped(tmp_path: Path) -> None:
         before = store.runs(camp.id)
         assert [(r.variant, r.repair) for r in before][-1] == ((0, 1, 2), None)
         store.update_campaign(camp.id, status="interrupted")
-        b = Bisection(store, make_plan(good, bad), [host()], command="t",
-                      executor_factory=factory(oracle, Faults()))  # fmt: skip
+        b = Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="t",
+            executor_factory=factory(oracle, Faults()),
+        )
         outcome = b.run()
         after = store.runs(camp.id)
     finally:
         store.close()
     assert outcome.campaign_id == camp.id
-    new = after[len(before):]
+    new = after[len(before) :]
     assert new[0].variant == (0, 1, 2) and new[0].repair is not None
     assert new[0].repair["after"] == before[-1].id and new[0].repair["value"] == 0.89
     assert culprit_flags(outcome.to_dict()) == [["--feature-0", "--feature-1"]]
@@ -231,8 +275,10 @@ def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixtu
     bad_note = next(n for n in outcome.repairs if n.variant == "bad")
     sentence = bad_note.sentence()
     assert sentence.startswith("bad: failed on a resource (load_weights: cuda_oom: ")
-    assert f"[run {bad_note.before_run}]; with --{MEM} 0.85 -> 0.89, --{MEM} 0.89 -> 0.93 " \
-           f"it failed with the target (cuda_graph: cublas: " in sentence
+    assert (
+        f"[run {bad_note.before_run}]; with --{MEM} 0.85 -> 0.89, --{MEM} 0.89 -> 0.93 "
+        f"it failed with the target (cuda_graph: cublas: " in sentence
+    )
     assert sentence.endswith(f"[run {bad_note.after_run}]")
 
     print_outcome(outcome, make_plan(good, bad), [])
@@ -259,8 +305,10 @@ def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["report", answer["campaign"], "--issue", "--results", str(results)]) == 0
     issue = capsys.readouterr().out
     assert f"--{MEM} 0.93" in issue  # the repaired command line reproduces it
-    assert "This command line is the repaired one: as first launched it failed on a " \
-           "resource (load_weights: cuda_oom" in issue
+    assert (
+        "This command line is the repaired one: as first launched it failed on a "
+        "resource (load_weights: cuda_oom" in issue
+    )
     assert "reproducing launch failed in 1 of 1 starts" in issue
 
     text = Message(answer["campaign"], "bisect", "found", repairs=repairs_of(answer)).payload()
@@ -268,8 +316,10 @@ def test_every_view_names_the_repair(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     assert main(["plan", "--good", str(good), "--bad", str(bad)]) == 0
     plan_text = capsys.readouterr().out
-    assert "repair moves (a variant that dies of a resource starts again, at most 2 times)" \
+    assert (
+        "repair moves (a variant that dies of a resource starts again, at most 2 times)"
         in plan_text
+    )
     assert f"--{MEM} +/-0.04 per step" in plan_text and "may run, from 0.85" in plan_text
     assert main(["plan", "--good", str(good), "--bad", str(bad), "--no-repair"]) == 0
     assert "repair moves: none may run (--no-repair)" in capsys.readouterr().out
@@ -282,9 +332,9 @@ def test_a_repair_costs_at_most_its_own_extra_starts(tmp_path: Path) -> None:
     import importlib.util
     import sys
 
-
     spec = importlib.util.spec_from_file_location(
-        "bench_repair", Path(__file__).resolve().parents[1] / "bench" / "repair.py")
+        "bench_repair", Path(__file__).resolve().parents[1] / "bench" / "repair.py"
+    )
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     sys.modules["bench_repair"] = bench  # (its dataclasses look their module up)
@@ -301,13 +351,13 @@ def test_repeats_of_a_repaired_variant_count_their_repaired_starts(tmp_path: Pat
     memory is repaired, and its repaired start is that repeat's verdict (the campaign
     neither loops on it nor reports it disagreeing)."""
     good, bad = pair(tmp_path / "exp", 2)
-    answer, runs = bisect(good, bad, tmp_path / "results", INCIDENT,
-                          options=BisectOptions(repeat=2, max_runs=40))  # fmt: skip
+    answer, runs = bisect(
+        good, bad, tmp_path / "results", INCIDENT, options=BisectOptions(repeat=2, max_runs=40)
+    )
     assert culprit_flags(answer) == [["--feature-0", "--feature-1"]]
     assert answer["flaky"] == []
     repeats = [r for r in runs if r.purpose == "repeat"]
-    assert repeats and any(r.signature and r.signature.error_class == "cuda_oom"
-                           for r in repeats)  # fmt: skip
+    assert repeats and any(r.signature and r.signature.error_class == "cuda_oom" for r in repeats)
     by_after = {r.repair["after"]: r for r in runs if r.repair}
     for r in repeats:  # each repeat that ran out of memory was repaired, once
         if r.signature and r.signature.error_class == "cuda_oom":
@@ -325,22 +375,39 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     class Refusing(ScriptedExecutor):
         def run(self, exp, *, run_id, label="", **kw):  # noqa: ANN001, ANN003, ANN201
             if exp.flag_map().get(MEM) != 0.85:
-                return RunResult(run_id=run_id, host=self.host.name,
-                                 host_class=self.host.host_class, experiment=exp, label=label,
-                                 verdict=Verdict.INVALID, signature=None, started_at=0.0,
-                                 duration_s=0.0, log_tail="",
-                                 detail="argument --mem-fraction-static: must be below 0.88",
-                                 inputs=self.inputs(exp))  # fmt: skip
+                return RunResult(
+                    run_id=run_id,
+                    host=self.host.name,
+                    host_class=self.host.host_class,
+                    experiment=exp,
+                    label=label,
+                    verdict=Verdict.INVALID,
+                    signature=None,
+                    started_at=0.0,
+                    duration_s=0.0,
+                    log_tail="",
+                    detail="argument --mem-fraction-static: must be below 0.88",
+                    inputs=self.inputs(exp),
+                )
             return super().run(exp, run_id=run_id, label=label, **kw)
 
     good, bad = pair(tmp_path / "exp", 3)
     # the target needs features 0 and 2; feature 1 runs out of memory below 0.92
-    oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR),
-                     Rule(frozenset({1}), "load_weights", OOM, below=((MEM, 0.92),))])
+    oracle = Oracle(
+        [
+            Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR),
+            Rule(frozenset({1}), "load_weights", OOM, below=((MEM, 0.92),)),
+        ]
+    )
     store = Store(tmp_path / "results")
     try:
-        b = Bisection(store, make_plan(good, bad), [host()], command="t",
-                      executor_factory=lambda h, *_: Refusing(h, oracle, Faults()))
+        b = Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="t",
+            executor_factory=lambda h, *_: Refusing(h, oracle, Faults()),
+        )
         answer = b.run().to_dict()
         runs = store.runs(b.cid)
     finally:
@@ -359,8 +426,7 @@ def test_a_value_the_server_refuses_is_not_tried_again(tmp_path: Path) -> None:
     assert any(f["signature"].startswith("load_weights: cuda_oom") for f in answer["findings"])
 
 
-def test_an_older_database_gains_the_repair_column_and_its_runs_read_none(
-        tmp_path: Path) -> None:  # fmt: skip
+def test_an_older_database_gains_the_repair_column_and_its_runs_read_none(tmp_path: Path) -> None:
     """A results store made before repairs: opening it adds `runs.repair`; its runs carry
     no move and a campaign on it runs (and repairs) as on a new one."""
     import sqlite3

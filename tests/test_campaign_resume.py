@@ -65,9 +65,11 @@ def recorded_count(results: Path) -> tuple[str, int] | None:
 
 
 def wait_mid_run(
-    child: subprocess.Popen[bytes], results: Path, log: Path,
+    child: subprocess.Popen[bytes],
+    results: Path,
+    log: Path,
     in_progress: Callable[[str, int], bool],
-) -> tuple[str, int]:  # fmt: skip
+) -> tuple[str, int]:
     """Wait until >= MIN_RUNS runs are stored and run MIN_RUNS+1.. is on the host."""
 
     def ready() -> tuple[str, int] | None:
@@ -78,8 +80,13 @@ def wait_mid_run(
         cid, n = got
         return (cid, n) if in_progress(cid, n + 1) else None
 
-    return wait_until(ready, timeout=180, interval=0.05, what="a run in progress after 3 runs",
-                      describe=log.read_text)  # fmt: skip
+    return wait_until(
+        ready,
+        timeout=180,
+        interval=0.05,
+        what="a run in progress after 3 runs",
+        describe=log.read_text,
+    )
 
 
 def check_same_runs(results: Path, cid: str, reference: Recorded) -> None:
@@ -114,14 +121,28 @@ class SshdLab:
         self.log = tmp / "bisect.log"
 
     def command(self) -> list[str | Path]:
-        return ["bisect", "--good", self.pair.good, "--bad", self.pair.bad, "--host", "lab",
-                "--hosts", self.hosts, "--results", self.results]  # fmt: skip
+        return [
+            "bisect",
+            "--good",
+            self.pair.good,
+            "--bad",
+            self.pair.bad,
+            "--host",
+            "lab",
+            "--hosts",
+            self.hosts,
+            "--results",
+            self.results,
+        ]
 
     def in_progress(self, cid: str, seq: int) -> bool:
         """Run `seq`'s server started and is alive on the host."""
         pid = (self.svc / "pid").read_text().strip() if (self.svc / "pid").exists() else ""
-        return (self.svc / f"run-{cid}.{seq}.log").exists() and pid.isdigit() and \
-            Path(f"/proc/{pid}").exists()  # fmt: skip
+        return (
+            (self.svc / f"run-{cid}.{seq}.log").exists()
+            and pid.isdigit()
+            and Path(f"/proc/{pid}").exists()
+        )
 
     def restored(self) -> bool:
         return not lab_servers(self.pair.port) and not (self.svc / "pid").exists()
@@ -161,8 +182,9 @@ def test_sigkill_mid_run_then_the_same_command_resumes(
     assert lab.restored()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_interrupt_restores_the_host_prints_the_resume_command_and_resumes(
     sshd: SshdEndpoint, tmp_path: Path, reference: Recorded, sig: signal.Signals
 ) -> None:
@@ -224,8 +246,9 @@ def test_sigkill_mid_run_on_systemd_then_resume_restores_the_unit(
     dropin = f"{UNIT_DIR}/{B300_UNIT}.d/99-orchestrator.conf"
 
     def in_progress(cid: str, seq: int) -> bool:
-        res = box.ssh_run(f"grep -q 'run {cid}.{seq})' {dropin} && "
-                          f"systemctl is-active {B300_UNIT}", timeout=60)  # fmt: skip
+        res = box.ssh_run(
+            f"grep -q 'run {cid}.{seq})' {dropin} && systemctl is-active {B300_UNIT}", timeout=60
+        )
         return res.returncode == 0 and res.stdout.strip() == "active"
 
     sha = unit_sha()
@@ -234,9 +257,18 @@ def test_sigkill_mid_run_on_systemd_then_resume_restores_the_unit(
     results = tmp_path / "results"
     log = tmp_path / "bisect.log"
     command: list[str | Path] = [
-        "bisect", "--good", LAB / "b300" / "good.yaml", "--bad", LAB / "b300" / "bad.yaml",
-        "--host", "sd", "--hosts", hosts, "--results", results,
-    ]  # fmt: skip
+        "bisect",
+        "--good",
+        LAB / "b300" / "good.yaml",
+        "--bad",
+        LAB / "b300" / "bad.yaml",
+        "--host",
+        "sd",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+    ]
     child = popen_cli(*command, log=log)
     try:
         cid, n = wait_mid_run(child, results, log, in_progress)

@@ -41,14 +41,22 @@ class BadConfig(ScriptedExecutor):
         raise ConfigError("scripted.yaml: service.flags.port: not a port")
 
 
-@pytest.mark.parametrize(("executor", "error", "status"),
-                         [(Refused, LockError, "refused"), (BadConfig, ConfigError, "error")])
-def test_a_refused_or_broken_campaign_says_so(tmp_path: Path, executor: type,
-                                              error: type, status: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("executor", "error", "status"),
+    [(Refused, LockError, "refused"), (BadConfig, ConfigError, "error")],
+)
+def test_a_refused_or_broken_campaign_says_so(
+    tmp_path: Path, executor: type, error: type, status: str
+) -> None:
     good, bad = write_pair(tmp_path / "exp", 3)
     store = Store(tmp_path / "results")
-    b = Bisection(store, make_plan(good, bad), [host()], command="t",
-                  executor_factory=lambda h, *_: executor(h, Oracle([]), Faults()))
+    b = Bisection(
+        store,
+        make_plan(good, bad),
+        [host()],
+        command="t",
+        executor_factory=lambda h, *_: executor(h, Oracle([]), Faults()),
+    )
     with pytest.raises(error):
         b.run()
     assert store.campaign(b.cid).status == status
@@ -62,9 +70,11 @@ def test_a_running_campaign_whose_controller_is_gone_shows_dead(
     gone.wait(timeout=30)
     store = Store(tmp_path / "results")
     ids = {}
-    for name, ctl in (("dead", {"owner": me(), "pid": gone.pid}),
-                      ("live", {"owner": me(), "pid": 1}),  # init: alive
-                      ("elsewhere", {"owner": "ops@elsewhere", "pid": gone.pid})):
+    for name, ctl in (
+        ("dead", {"owner": me(), "pid": gone.pid}),
+        ("live", {"owner": me(), "pid": 1}),  # init: alive
+        ("elsewhere", {"owner": "ops@elsewhere", "pid": gone.pid}),
+    ):
         ids[name] = store.create_campaign(kind="bisect", key=name, command="t", spec={})
         store.update_campaign(ids[name], controller=ctl)
     store.close()
@@ -78,8 +88,16 @@ def test_the_live_view_numbers_runs_as_stored() -> None:
     out = io.StringIO()
     view = LiveView(Console(file=out, width=200))
     for seq in (1, 2, 3):  # a resumed campaign shows its recorded runs again
-        view(RunRecorded(host="h", run_id=f"abc123.{seq}", label=f"v{seq}",
-                         verdict=Verdict.PASS, source="resume", done=5))
+        view(
+            RunRecorded(
+                host="h",
+                run_id=f"abc123.{seq}",
+                label=f"v{seq}",
+                verdict=Verdict.PASS,
+                source="resume",
+                done=5,
+            )
+        )
     numbers = [line.split(".")[0].strip() for line in out.getvalue().splitlines()]
     assert numbers == ["1", "2", "3"]
 
@@ -92,8 +110,13 @@ def test_follow_of_a_campaign_that_ended_shows_its_runs_and_exits_with_its_code(
     good, bad = write_pair(tmp_path / "exp", 3)
     store = Store(tmp_path / "results")
     oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
-    b = Bisection(store, make_plan(good, bad), [host()], command="t",
-                  executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+    b = Bisection(
+        store,
+        make_plan(good, bad),
+        [host()],
+        command="t",
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    )
     outcome = b.run()
     refused = store.create_campaign(kind="bisect", key="r", command="t", spec={})
     store.update_campaign(refused, status="refused")

@@ -38,20 +38,32 @@ N = 6
 PAIR = frozenset({1, 4})
 
 
-def campaign(tmp: Path, store: Store, max_runs: int | None, resume: str | None = None,
-             ) -> Outcome:  # fmt: skip
+def campaign(
+    tmp: Path,
+    store: Store,
+    max_runs: int | None,
+    resume: str | None = None,
+) -> Outcome:
     good, bad = write_pair(tmp / "exp", N)
     plan = make_plan(good, bad, "auto")
-    oracle = Oracle([Rule(PAIR, "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=first_draw_passes() + (100 if resume else 0))  # fmt: skip
-    return Bisection(store, plan, [host()], options=BisectOptions(max_runs=max_runs),
-                     command="test", resume_id=resume,
-                     executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
-                     ).run()  # fmt: skip
+    oracle = Oracle(
+        [Rule(PAIR, "cuda_graph", TARGET_ERROR, probability=0.5)],
+        seed=first_draw_passes() + (100 if resume else 0),
+    )
+    return Bisection(
+        store,
+        plan,
+        [host()],
+        options=BisectOptions(max_runs=max_runs),
+        command="test",
+        resume_id=resume,
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
 
 
 def test_a_stopped_flaky_search_is_unsure_everywhere_and_its_resume_goes_on(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = Store(tmp_path / "results")
     try:
@@ -72,14 +84,17 @@ def test_a_stopped_flaky_search_is_unsure_everywhere_and_its_resume_goes_on(
         from orchestrator.cli.bisect import print_outcome
 
         good, bad = write_pair(tmp_path / "exp", N)
-        print_outcome(out, make_plan(good, bad, "auto"), [], resume="orchestrator bisect "
-                      f"--resume {out.campaign_id} --results R")  # fmt: skip
+        print_outcome(
+            out,
+            make_plan(good, bad, "auto"),
+            [],
+            resume=f"orchestrator bisect --resume {out.campaign_id} --results R",
+        )
         text = capsys.readouterr().out
         assert "unsure:" in text and "best answer" in text and "culprit (" not in text
         assert f"below the {0.95:g} asked" in text
         assert "next runs: " + noise["next_runs"][0] in text
-        assert f"continue with: orchestrator bisect --resume {out.campaign_id} --results R" \
-            in text  # fmt: skip
+        assert f"continue with: orchestrator bisect --resume {out.campaign_id} --results R" in text
 
         # both reports, the issue report and the notification
         md, html = (p.read_text() for p in sorted(write_reports(store, out.campaign_id)))
@@ -88,11 +103,17 @@ def test_a_stopped_flaky_search_is_unsure_everywhere_and_its_resume_goes_on(
         assert "continue with: orchestrator bisect --resume" in md and "next runs:" in md
         assert 'class="answer unsure"' in html and "Best answer (unsure)" in html
         camp = store.campaign(out.campaign_id)
-        issue = issue_markdown(camp, store.runs(camp.id), log_of=lambda r: r.log_tail(),
-                               env_of=lambda r: None)  # fmt: skip
+        issue = issue_markdown(
+            camp, store.runs(camp.id), log_of=lambda r: r.log_tail(), env_of=lambda r: None
+        )
         assert "**Not yet conclusive:**" in issue and "below the 95%" in issue
-        payload = Message(out.campaign_id, "bisect", "unsure", culprits=("--feature-1",),
-                          confidence=noise["confidence"]).payload()  # fmt: skip
+        payload = Message(
+            out.campaign_id,
+            "bisect",
+            "unsure",
+            culprits=("--feature-1",),
+            confidence=noise["confidence"],
+        ).payload()
         assert "is not sure yet" in payload["text"] and "best so far" in payload["text"]
         assert payload["confidence"] == noise["confidence"]
 

@@ -47,20 +47,26 @@ def log(name: str) -> str:
         ("launch_server.py: error: unrecognized arguments: --x", Phase.ARGS),
         ("[2025-07-16 05:13:20] Init torch distributed begin.", Phase.INIT),
         ("[2025-07-16 05:13:21] Load weight begin. avail mem=78.50 GB", Phase.LOAD_WEIGHTS),
-        ("[2025-08-04 10:10:08] KV Cache is allocated. #tokens: 30192, K size: 1.38 GB",
-         Phase.KV_CACHE),
-        ("[23:17:01 TP3] Capture cuda graph begin. This can take up to several minutes.",
-         Phase.CUDA_GRAPH),
+        (
+            "[2025-08-04 10:10:08] KV Cache is allocated. #tokens: 30192, K size: 1.38 GB",
+            Phase.KV_CACHE,
+        ),
+        (
+            "[23:17:01 TP3] Capture cuda graph begin. This can take up to several minutes.",
+            Phase.CUDA_GRAPH,
+        ),
         ("[2024-12-13 01:45:02] INFO:     Application startup complete.", Phase.WARMUP),
         ("[2025-03-19 22:50:20] The server is fired up and ready to roll!", Phase.SERVING),
-        ("(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1024] Capturing the "
-         "model for CUDA graphs.", Phase.CUDA_GRAPH),
-        ("INFO 08-19 07:51:08 distributed_gpu_executor.py:56] # GPU blocks: 22982",
-         Phase.KV_CACHE),
+        (
+            "(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1024] Capturing the "
+            "model for CUDA graphs.",
+            Phase.CUDA_GRAPH,
+        ),
+        ("INFO 08-19 07:51:08 distributed_gpu_executor.py:56] # GPU blocks: 22982", Phase.KV_CACHE),
         ("[2025-02-21 22:59:28 TP0] Decode batch. #running-req: 1", Phase.SERVING),
         ("[2025-02-21 22:59:28 TP0] Prefill batch. #new-seq: 1", None),
     ],
-)  # fmt: skip
+)
 def test_phase_of_line(line: str, phase: Phase | None) -> None:
     assert phase_of_line(line) == phase
 
@@ -77,38 +83,85 @@ def test_last_phase_recorded_logs() -> None:
 SG = "sglang"
 CASES = [
     # file, phase, error class, normalized message (@ the innermost own frames: file:function)
-    ("sglang_cublas_serving.log", Phase.SERVING, "cublas",
-     "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx @ "
-     f"{SG}/scheduler.py:run_batch"),
-    ("sglang_cuda_oom_cuda_graph.log", Phase.CUDA_GRAPH, "cuda_oom",
-     f"CUDA out of memory. Tried to allocate <size> @ {SG}/cuda_graph_runner.py:__init__"),
-    ("sglang_not_enough_memory.log", Phase.KV_CACHE, "not_enough_memory",
-     "Not enough memory. Please try to increase --mem-fraction-static"),
-    ("sglang_illegal_address_serving.log", Phase.SERVING, "illegal_address",
-     f"cuda an illegal memory access was encountered @ {SG}/scheduler.py:"
-     f"process_batch_result_decode"),
+    (
+        "sglang_cublas_serving.log",
+        Phase.SERVING,
+        "cublas",
+        f"CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx @ {SG}/scheduler.py:run_batch",
+    ),
+    (
+        "sglang_cuda_oom_cuda_graph.log",
+        Phase.CUDA_GRAPH,
+        "cuda_oom",
+        f"CUDA out of memory. Tried to allocate <size> @ {SG}/cuda_graph_runner.py:__init__",
+    ),
+    (
+        "sglang_not_enough_memory.log",
+        Phase.KV_CACHE,
+        "not_enough_memory",
+        "Not enough memory. Please try to increase --mem-fraction-static",
+    ),
+    (
+        "sglang_illegal_address_serving.log",
+        Phase.SERVING,
+        "illegal_address",
+        f"cuda an illegal memory access was encountered @ {SG}/scheduler.py:"
+        f"process_batch_result_decode",
+    ),
     # the checker that raised it is the place every report of the failure keeps
-    ("sglang_nccl_init.log", Phase.INIT, "nccl", "NCCL error: unhandled system error @ "
-     f"{SG}/pynccl_wrapper.py:NCCL_CHECK"),
-    ("sglang_attribute_error_cuda_graph.log", Phase.CUDA_GRAPH, "AttributeError",
-     "'Glm4MoeSparseMoeBlock' object has no attribute '_enable_a2a_moe' @ "
-     f"{SG}/cuda_graph_runner.py:__init__"),
-    ("sglang_warmup_assertion.log", Phase.WARMUP, "AssertionError",
-     f"res=<Response [<n>]>, res.text='' @ {SG}/server.py:_wait_and_warmup"),
-    ("sglang_argparse_unrecognized.log", Phase.ARGS, "argparse",
-     "unrecognized arguments: --reasoning_parser"),
-    ("sglang_argparse_unrecognized_usage.log", Phase.ARGS, "argparse",
-     "unrecognized arguments: --enable-reasoning"),
-    ("argparse_ambiguous.log", Phase.ARGS, "argparse",
-     "ambiguous option: --expect-worker could match --expect-workers, --expect-workers-max-wait"),
+    (
+        "sglang_nccl_init.log",
+        Phase.INIT,
+        "nccl",
+        f"NCCL error: unhandled system error @ {SG}/pynccl_wrapper.py:NCCL_CHECK",
+    ),
+    (
+        "sglang_attribute_error_cuda_graph.log",
+        Phase.CUDA_GRAPH,
+        "AttributeError",
+        "'Glm4MoeSparseMoeBlock' object has no attribute '_enable_a2a_moe' @ "
+        f"{SG}/cuda_graph_runner.py:__init__",
+    ),
+    (
+        "sglang_warmup_assertion.log",
+        Phase.WARMUP,
+        "AssertionError",
+        f"res=<Response [<n>]>, res.text='' @ {SG}/server.py:_wait_and_warmup",
+    ),
+    (
+        "sglang_argparse_unrecognized.log",
+        Phase.ARGS,
+        "argparse",
+        "unrecognized arguments: --reasoning_parser",
+    ),
+    (
+        "sglang_argparse_unrecognized_usage.log",
+        Phase.ARGS,
+        "argparse",
+        "unrecognized arguments: --enable-reasoning",
+    ),
+    (
+        "argparse_ambiguous.log",
+        Phase.ARGS,
+        "argparse",
+        "ambiguous option: --expect-worker could match --expect-workers, --expect-workers-max-wait",
+    ),
     # a message in the server's own words is named by its first sentence, without the place
-    ("vllm_free_memory_init.log", Phase.INIT, "ValueError",
-     # the head of the message (server_logs.KEY_WORDS) without its values (VALUE_PARTS)
-     "Free memory on device on startup is less than desired GPU memory..."),
+    (
+        "vllm_free_memory_init.log",
+        Phase.INIT,
+        "ValueError",
+        # the head of the message (server_logs.KEY_WORDS) without its values (VALUE_PARTS)
+        "Free memory on device on startup is less than desired GPU memory...",
+    ),
     # the tail lost the worker's traceback: the engine's frames printed after it say where
-    ("vllm_nccl_worker.log", Phase.INIT, "nccl", "NCCL error: unhandled system error @ "
-     "vllm/engine.py:__init__"),
-]  # fmt: skip
+    (
+        "vllm_nccl_worker.log",
+        Phase.INIT,
+        "nccl",
+        "NCCL error: unhandled system error @ vllm/engine.py:__init__",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "phase", "error_class", "message"), CASES)
@@ -229,8 +282,15 @@ def test_normalize_message() -> None:
 
 def test_rule_table_is_data() -> None:
     classes = {rule.error_class for rule in ERROR_RULES}
-    assert {"cublas", "cuda_oom", "not_enough_memory", "illegal_address", "nccl",
-            "argparse", "signal"} <= classes  # fmt: skip
+    assert {
+        "cublas",
+        "cuda_oom",
+        "not_enough_memory",
+        "illegal_address",
+        "nccl",
+        "argparse",
+        "signal",
+    } <= classes
     priorities = [rule.priority for rule in ERROR_RULES]
     assert priorities == sorted(priorities)
 
@@ -244,7 +304,9 @@ ATTR = analyze_log(log("sglang_attribute_error_cuda_graph.log")).signature
 
 def test_judge_infra_and_invalid_first() -> None:
     assert judge(RunEvidence(infra_error="ssh: connection reset", log_tail=CUBLAS_LOG), CUBLAS) == (
-        Verdict.INFRA, None)  # fmt: skip
+        Verdict.INFRA,
+        None,
+    )
     assert judge(RunEvidence(invalid_reason="ambiguous option"), CUBLAS) == (Verdict.INVALID, None)
 
 
@@ -262,13 +324,15 @@ def test_judge_crash_fail_other_and_endpoint() -> None:
 
 
 def test_judge_timeout_and_hang_target() -> None:
-    hang = RunEvidence(log_tail=log("sglang_cuda_graph_capture_tp8.log").split("Exception")[0],
-                       timed_out=True)  # fmt: skip
+    hang = RunEvidence(
+        log_tail=log("sglang_cuda_graph_capture_tp8.log").split("Exception")[0], timed_out=True
+    )
     verdict, sig = judge(hang, CUBLAS)
     assert verdict == Verdict.TIMEOUT
     # named by what it waited on: the last milestone before the silence
-    assert sig == Signature(Phase.CUDA_GRAPH, "hang",
-                            f"{HANG_MESSAGE} after 'Capture cuda graph begin'")  # fmt: skip
+    assert sig == Signature(
+        Phase.CUDA_GRAPH, "hang", f"{HANG_MESSAGE} after 'Capture cuda graph begin'"
+    )
     assert judge(hang, sig) == (Verdict.FAIL, sig)
     other_phase = Signature(Phase.KV_CACHE, "hang", HANG_MESSAGE)
     assert judge(hang, other_phase)[0] == Verdict.TIMEOUT
@@ -277,8 +341,11 @@ def test_judge_timeout_and_hang_target() -> None:
 
 
 def test_judge_killed_by_signal_without_log_error() -> None:
-    killed = RunEvidence(log_tail="[2025-06-10 14:02:31 TP0] Load weight begin. avail mem=78 GB",
-                         exit_signal="KILL", unit_result="signal")  # fmt: skip
+    killed = RunEvidence(
+        log_tail="[2025-06-10 14:02:31 TP0] Load weight begin. avail mem=78 GB",
+        exit_signal="KILL",
+        unit_result="signal",
+    )
     # Killed, and nothing in its log explains it: someone outside the campaign did it (a
     # person, a watchdog): host trouble, not a verdict about the config.
     assert judge(killed, None) == (Verdict.INFRA, None)
@@ -293,8 +360,9 @@ def test_judge_killed_by_signal_without_log_error() -> None:
     crash = RunEvidence(log_tail=log("sglang_illegal_address_serving.log"), exit_signal="KILL")
     assert judge(crash, None)[0] is Verdict.FAIL and outside_cause(crash) is None
     # A signal a crash sends itself (SIGSEGV, SIGABRT) stays a failure.
-    assert judge(RunEvidence(exit_signal="SEGV"), None)[1] == Signature(Phase.INIT, "signal",
-                                                                        "SIGSEGV")
+    assert judge(RunEvidence(exit_signal="SEGV"), None)[1] == Signature(
+        Phase.INIT, "signal", "SIGSEGV"
+    )
     assert signal_name("9/KILL") == signal_name(9) == signal_name("SIGKILL") == "SIGKILL"
 
 
@@ -308,12 +376,16 @@ def test_judge_probe_threshold_and_crash_under_load() -> None:
     assert judge(RunEvidence(became_ready=True, probe=again), sig) == (Verdict.FAIL, sig)
 
     crashed = ProbeOutcome(exit_code=1, passed=None, server_alive=False)
-    under_load = RunEvidence(became_ready=True, probe=crashed,
-                             log_tail=log("sglang_illegal_address_serving.log"))  # fmt: skip
+    under_load = RunEvidence(
+        became_ready=True, probe=crashed, log_tail=log("sglang_illegal_address_serving.log")
+    )
     verdict, sig = judge(under_load, None)
-    assert sig == Signature(Phase.SERVING, "illegal_address",
-                            "cuda an illegal memory access was encountered @ sglang/scheduler.py:"
-                            "process_batch_result_decode")  # fmt: skip
+    assert sig == Signature(
+        Phase.SERVING,
+        "illegal_address",
+        "cuda an illegal memory access was encountered @ sglang/scheduler.py:"
+        "process_batch_result_decode",
+    )
     died = RunEvidence(became_ready=True, died_after_ready=True, exit_signal=9)
     assert judge(died, sig) == (Verdict.INFRA, None)  # killed while serving, no error: outside
     segv = RunEvidence(became_ready=True, died_after_ready=True, exit_signal=11)
@@ -339,7 +411,8 @@ def test_cli_classify_json(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["signature"] == (
         "cuda_graph|cuda_oom|CUDA out of memory. Tried to allocate <size> @ "
-        "sglang/cuda_graph_runner.py:__init__")
+        "sglang/cuda_graph_runner.py:__init__"
+    )
     assert doc["phase"] == "cuda_graph" and doc["failed"] is True
 
 
@@ -369,18 +442,23 @@ def test_cli_classify_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_port_clash_is_infra_with_its_own_message() -> None:
     """A server that cannot bind (another process took the port after the port check) says
     nothing about its config: infra, named as a port clash, never a finding."""
-    clash = ("[2026-11-30 03:00:00] INFO:     Started server process [4242]\n"
-             "[2026-11-30 03:00:00] ERROR:    [Errno 98] error while attempting to bind on "
-             "address ('127.0.0.1', 30000): address already in use\n"
-             "[2026-11-30 03:00:00] INFO:     Waiting for application shutdown.\n")  # fmt: skip
+    clash = (
+        "[2026-11-30 03:00:00] INFO:     Started server process [4242]\n"
+        "[2026-11-30 03:00:00] ERROR:    [Errno 98] error while attempting to bind on "
+        "address ('127.0.0.1', 30000): address already in use\n"
+        "[2026-11-30 03:00:00] INFO:     Waiting for application shutdown.\n"
+    )
     ev = RunEvidence(log_tail=clash, exit_code=1)
     assert judge(ev, None) == (Verdict.INFRA, None)
     reason = outside_cause(ev) or ""
     assert reason.startswith("port clash") and "address already in use" in reason
     # torch.distributed's store port taken: the same kind of trouble
-    store = RunEvidence(log_tail="RuntimeError: The server socket has failed to listen on any "
-                        "local network address. port: 29500, useIPv6: 0 (errno: 98 - Address "
-                        "already in use)", exit_code=1)  # fmt: skip
+    store = RunEvidence(
+        log_tail="RuntimeError: The server socket has failed to listen on any "
+        "local network address. port: 29500, useIPv6: 0 (errno: 98 - Address "
+        "already in use)",
+        exit_code=1,
+    )
     assert judge(store, None)[0] is Verdict.INFRA
     # a healthy server that logs the phrase is not judged by it
     assert judge(RunEvidence(log_tail=clash, became_ready=True), None) == (Verdict.PASS, None)
@@ -404,9 +482,12 @@ _SCHED_TB = [
 
 
 def _scheduler_error(value_error: str) -> str:
-    lines = [*_SCHED_TB, f"  Value error, {value_error} [type=value_error, input_value="
-             "ArgsKwargs((), {'runner_type': 'generate', ...}), input_type=ArgsKwargs]",
-             "    For further information visit https://errors.pydantic.dev/2.12/v/value_error"]
+    lines = [
+        *_SCHED_TB,
+        f"  Value error, {value_error} [type=value_error, input_value="
+        "ArgsKwargs((), {'runner_type': 'generate', ...}), input_type=ArgsKwargs]",
+        "    For further information visit https://errors.pydantic.dev/2.12/v/value_error",
+    ]
     return "\n".join(_API + line for line in lines) + "\n"
 
 
@@ -421,11 +502,13 @@ def test_three_scheduler_config_errors_get_three_signatures() -> None:
         "long_prefill_token_threshold (1500) cannot be greater than the max_model_len (1024).",
     ]
     sigs = [analyze_log(_scheduler_error(e)).signature for e in errors]
-    assert all(s is not None and s.phase == Phase.INIT and s.error_class == "ValueError"
-               for s in sigs)  # fmt: skip
+    assert all(
+        s is not None and s.phase == Phase.INIT and s.error_class == "ValueError" for s in sigs
+    )
     assert len({s.key() for s in sigs if s}) == 3
     assert sigs[0] is not None and sigs[0].message == (
-        "max_num_batched_tokens is smaller than max_model_len")
+        "max_num_batched_tokens is smaller than max_model_len"
+    )
     assert all("validation error" not in (s.message if s else "") for s in sigs)
     # the same error at other sizes is the same failure
     again = _scheduler_error(errors[1].replace("(64)", "(32)").replace("(128)", "(256)"))
@@ -458,17 +541,22 @@ def test_engine_dead_error_printed_on_sigterm_is_not_a_failure() -> None:
     text = "\n".join(served) + "\n"
     assert analyze_log(text).signature is None
     assert judge(RunEvidence(log_tail=text, became_ready=True), None) == (Verdict.PASS, None)
-    crashed = served[:3] + ["(APIServer pid=88) RuntimeError: CUDA error: an illegal memory "
-                            "access was encountered"] + served[3:]  # fmt: skip
+    crashed = (
+        served[:3]
+        + ["(APIServer pid=88) RuntimeError: CUDA error: an illegal memory access was encountered"]
+        + served[3:]
+    )
     sig = analyze_log("\n".join(crashed)).signature
     assert sig is not None and sig.error_class == "illegal_address"
 
 
 def _watchdog(seq: int, rank: int, op: str, numel: int) -> str:
-    return (f"[rank{rank}]:[E226 11:16:37.170295281 ProcessGroupNCCL.cpp:616] [Rank {rank}] "
-            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}"
-            f", NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran for 600077 "
-            "milliseconds before timing out.\n")  # fmt: skip
+    return (
+        f"[rank{rank}]:[E226 11:16:37.170295281 ProcessGroupNCCL.cpp:616] [Rank {rank}] "
+        f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}"
+        f", NumelIn={numel}, NumelOut={numel}, Timeout(ms)=600000) ran for 600077 "
+        "milliseconds before timing out.\n"
+    )
 
 
 def test_nccl_watchdog_timeout_is_named_by_its_collective_and_a_kill_ends_it() -> None:
@@ -479,70 +567,87 @@ def test_nccl_watchdog_timeout_is_named_by_its_collective_and_a_kill_ends_it() -
     assert a.signature is not None and a.kind == "timeout"
     assert a.signature == b.signature  # another run, rank and size; the watchdog's kill
     assert "ALLREDUCE" in a.signature.message and a.signature != c.signature
-    stuck = analyze_log(start + "[rank6]:[E429 13:55:49.384372190 ProcessGroupNCCL.cpp:1743] "
-                        "[PG ID 0 PG GUID 0(default_pg) Rank 6] ProcessGroupNCCL's watchdog "
-                        "got stuck for 480 seconds without making progress in monitoring "
-                        "enqueued collectives.\nKilled\n")  # fmt: skip
+    stuck = analyze_log(
+        start + "[rank6]:[E429 13:55:49.384372190 ProcessGroupNCCL.cpp:1743] "
+        "[PG ID 0 PG GUID 0(default_pg) Rank 6] ProcessGroupNCCL's watchdog "
+        "got stuck for 480 seconds without making progress in monitoring "
+        "enqueued collectives.\nKilled\n"
+    )
     assert stuck.kind == "hang" and stuck.signature is not None
     assert stuck.signature.error_class == "hang"
 
 
 def test_a_silent_hang_is_named_by_its_last_milestone() -> None:
     def run(bs: int, done: int) -> str:
-        return ("[2025-10-06 20:05:22 DP0 TP0] Capture cuda graph begin. This can take up to "
-                "several minutes. avail mem=3.66 GB\n"
-                f"Capturing batches (bs={bs} avail_mem=3.10 GB):   {done}%|      | 0/52 "
-                "[00:04<?, ?it/s]\n[2025-10-06 20:05:27 DP0 TP0] Registering 0 cuda graph "
-                "addresses\n")  # fmt: skip
+        return (
+            "[2025-10-06 20:05:22 DP0 TP0] Capture cuda graph begin. This can take up to "
+            "several minutes. avail mem=3.66 GB\n"
+            f"Capturing batches (bs={bs} avail_mem=3.10 GB):   {done}%|      | 0/52 "
+            "[00:04<?, ?it/s]\n[2025-10-06 20:05:27 DP0 TP0] Registering 0 cuda graph "
+            "addresses\n"
+        )
 
-    sigs = [judge(RunEvidence(log_tail=run(bs, d), timed_out=True), None)[1]
-            for bs, d in ((512, 0), (160, 12))]  # fmt: skip
-    assert sigs[0] == sigs[1] == Signature(
-        Phase.CUDA_GRAPH, "hang", f"{HANG_MESSAGE} after 'Capturing batches'")
+    sigs = [
+        judge(RunEvidence(log_tail=run(bs, d), timed_out=True), None)[1]
+        for bs, d in ((512, 0), (160, 12))
+    ]
+    assert (
+        sigs[0]
+        == sigs[1]
+        == Signature(Phase.CUDA_GRAPH, "hang", f"{HANG_MESSAGE} after 'Capturing batches'")
+    )
 
 
 def test_nccl_summary_is_named_by_the_warn_line_that_names_the_cause() -> None:
     def crash(warn: str) -> str:
-        return (f"node1:36748:36748 [0] misc/socket.cc:484 NCCL WARN {warn}\n"
-                "node1:36748:36748 [0] NCCL INFO init.cc:1234 -> 2\n"
-                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
-                "for details)\n")  # fmt: skip
+        return (
+            f"node1:36748:36748 [0] misc/socket.cc:484 NCCL WARN {warn}\n"
+            "node1:36748:36748 [0] NCCL INFO init.cc:1234 -> 2\n"
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+            "for details)\n"
+        )
 
-    refused = analyze_log(crash("socketStartConnect: Connect to 10.0.0.5<35221> failed : "
-                                "Connection refused"))  # fmt: skip
-    refused2 = analyze_log(crash("socketStartConnect: Connect to 10.0.0.9<41007> failed : "
-                                 "Connection refused"))  # fmt: skip
-    shm = analyze_log(crash("Error while creating shared memory segment /dev/shm/nccl-x "
-                            "(size 9637888)"))  # fmt: skip
+    refused = analyze_log(
+        crash("socketStartConnect: Connect to 10.0.0.5<35221> failed : Connection refused")
+    )
+    refused2 = analyze_log(
+        crash("socketStartConnect: Connect to 10.0.0.9<41007> failed : Connection refused")
+    )
+    shm = analyze_log(
+        crash("Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)")
+    )
     assert refused.signature is not None and shm.signature is not None
     assert refused.signature == refused2.signature != shm.signature
     # NCCL prints the WARN before its summary: the first error of the failure names it
-    assert refused.signature.message.startswith("NCCL WARN socketStartConnect: Connect to "
-                                                "<addr> failed")  # fmt: skip
+    assert refused.signature.message.startswith(
+        "NCCL WARN socketStartConnect: Connect to <addr> failed"
+    )
 
 
 def test_a_failure_while_the_server_prints_its_progress_gets_that_phase() -> None:
     """vLLM captures its CUDA graphs inside its KV-cache initialization: the stack says
     kv_cache, the capture progress printed right above the traceback says cuda_graph."""
-    text = "\n".join([
-        "(EngineCore_DP0 pid=7) INFO 08-01 10:00:00 [kv_cache_utils.py:833] GPU KV cache size: "
-        "1,024,000 tokens",
-        "(EngineCore_DP0 pid=7) Capturing CUDA graph shapes:  45%|████▌     | 30/67 "
-        "[00:05<00:06,  5.9it/s]",
-        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] EngineCore failed to start.",
-        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] Traceback (most recent call "
-        "last):",
-        '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
-        'core.py", line 83, in __init__',
-        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self._initialize_kv_"
-        "caches(vllm_config)",
-        '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
-        'core.py", line 169, in _initialize_kv_caches',
-        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self.model_executor."
-        "initialize_from_config(kv_cache_configs)",
-        "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] torch.OutOfMemoryError: CUDA "
-        "out of memory. Tried to allocate 2.00 GiB.",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "(EngineCore_DP0 pid=7) INFO 08-01 10:00:00 [kv_cache_utils.py:833] GPU KV cache size: "
+            "1,024,000 tokens",
+            "(EngineCore_DP0 pid=7) Capturing CUDA graph shapes:  45%|████▌     | 30/67 "
+            "[00:05<00:06,  5.9it/s]",
+            "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] EngineCore failed to start.",
+            "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] Traceback (most recent call "
+            "last):",
+            '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
+            'core.py", line 83, in __init__',
+            "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self._initialize_kv_"
+            "caches(vllm_config)",
+            '(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]   File "/opt/vllm/v1/engine/'
+            'core.py", line 169, in _initialize_kv_caches',
+            "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700]     self.model_executor."
+            "initialize_from_config(kv_cache_configs)",
+            "(EngineCore_DP0 pid=7) ERROR 08-01 10:00:06 [core.py:700] torch.OutOfMemoryError: "
+            "CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+    )
     a = analyze_log(text)
     assert a.signature is not None and a.phase == Phase.CUDA_GRAPH
     # without the progress line the stack alone speaks
@@ -553,33 +658,43 @@ def test_a_failure_while_the_server_prints_its_progress_gets_that_phase() -> Non
 def test_quoted_names_tell_failures_apart_and_variable_values_do_not() -> None:
     """A short quoted name (a module, a method) is part of what broke; a path, a repo id or
     a printed list of the input's values is not, and the quoting style never matters."""
+
     def sig(exc: str) -> str:
-        log = ("Traceback (most recent call last):\n"
-               '  File "/opt/x/vllm/engine.py", line 3, in start\n    f()\n' + exc + "\n")
+        log = (
+            "Traceback (most recent call last):\n"
+            '  File "/opt/x/vllm/engine.py", line 3, in start\n    f()\n' + exc + "\n"
+        )
         analysis = analyze_log(log)
         assert analysis.signature is not None, exc
         return str(analysis.signature)
 
-    assert (sig("ModuleNotFoundError: No module named 'flash_attn'")
-            != sig("ModuleNotFoundError: No module named 'vllm._C'"))
-    assert (sig("ValueError: Unsupported quantization method 'fp8' for this model here")
-            != sig("ValueError: Unsupported quantization method 'awq' for this model here"))
-    assert (sig("ModuleNotFoundError: No module named 'vllm._C'")
-            == sig('ModuleNotFoundError: No module named "vllm._C"'))
-    assert (sig("OSError: Can't load the config of '/models/a/Llama-3-8B' from the hub")
-            == sig("OSError: Can't load the config of '/root/m/Llama-3-8B' from the hub"))
-    assert (sig("ValueError: Model architectures ['Glm4ForCausalLM'] are not supported for now")
-            == sig("ValueError: Model architectures ['GlmForCausalLM'] are not supported for now"))
+    assert sig("ModuleNotFoundError: No module named 'flash_attn'") != sig(
+        "ModuleNotFoundError: No module named 'vllm._C'"
+    )
+    assert sig("ValueError: Unsupported quantization method 'fp8' for this model here") != sig(
+        "ValueError: Unsupported quantization method 'awq' for this model here"
+    )
+    assert sig("ModuleNotFoundError: No module named 'vllm._C'") == sig(
+        'ModuleNotFoundError: No module named "vllm._C"'
+    )
+    assert sig("OSError: Can't load the config of '/models/a/Llama-3-8B' from the hub") == sig(
+        "OSError: Can't load the config of '/root/m/Llama-3-8B' from the hub"
+    )
+    assert sig(
+        "ValueError: Model architectures ['Glm4ForCausalLM'] are not supported for now"
+    ) == sig("ValueError: Model architectures ['GlmForCausalLM'] are not supported for now")
 
 
 def test_an_exception_quoted_in_a_warning_is_advice_not_a_failure() -> None:
     """vLLM warns on every start that a low ulimit 'can cause fd limit errors like
     `OSError: [Errno 24] Too many open files`': advice, not an error it raised. The same
     quote in an ERROR record, or in a report's prose, still counts."""
-    warn = ("(APIServer pid=12) WARNING 12-01 18:30:36 [system_utils.py:255] Found ulimit of "
-            "20000 and failed to automatically increase it. This can cause fd limit errors "
-            "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
-            "(APIServer pid=12) INFO 12-01 18:30:40 [api_server.py:1] Starting vLLM API server\n")
+    warn = (
+        "(APIServer pid=12) WARNING 12-01 18:30:36 [system_utils.py:255] Found ulimit of "
+        "20000 and failed to automatically increase it. This can cause fd limit errors "
+        "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
+        "(APIServer pid=12) INFO 12-01 18:30:40 [api_server.py:1] Starting vLLM API server\n"
+    )
     assert analyze_log(warn).signature is None
     error = warn.replace("WARNING 12-01", "ERROR 12-01")
     assert analyze_log(error).signature is not None
@@ -590,10 +705,15 @@ def test_a_printed_set_of_names_signs_alike_in_any_order() -> None:
     are randomized): vLLM's missing-weights error must sign the same on every start."""
     from orchestrator.diagnosis.classify.normalize import normalize_message
 
-    names = ["'model.layers.2.post_attention_layernorm.weight'",
-             "'model.layers.2.input_layernorm.weight'"]
-    msgs = [f"ValueError: Following weights were not initialized from checkpoint: "
-            f"{{{', '.join(order)}}}" for order in (names, names[::-1])]
+    names = [
+        "'model.layers.2.post_attention_layernorm.weight'",
+        "'model.layers.2.input_layernorm.weight'",
+    ]
+    msgs = [
+        f"ValueError: Following weights were not initialized from checkpoint: "
+        f"{{{', '.join(order)}}}"
+        for order in (names, names[::-1])
+    ]
     from orchestrator.diagnosis.classify.normalize import _mask_variable_quotes
 
     a, b = (_mask_variable_quotes(normalize_message(x)) for x in msgs)

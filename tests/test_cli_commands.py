@@ -33,12 +33,28 @@ def closed_hosts(tmp: Path) -> Path:
     exit 3): `gone` has no known_hosts file, `noid` no identity file."""
     path = tmp / "hosts.yaml"
     (tmp / "known_hosts").write_text("")
-    entry = {"address": "127.0.0.1", "port": 9, "user": "nobody", "service_manager": "process",
-             "run_dir": str(tmp / "run"), "connect_timeout": 3}
-    path.write_text(yaml.safe_dump({"hosts": {
-        "gone": entry | {"known_hosts": str(tmp / "no-known-hosts")},
-        "noid": entry | {"known_hosts": str(tmp / "known_hosts"),
-                         "identity_file": str(tmp / "no-id")}}}))  # fmt: skip
+    entry = {
+        "address": "127.0.0.1",
+        "port": 9,
+        "user": "nobody",
+        "service_manager": "process",
+        "run_dir": str(tmp / "run"),
+        "connect_timeout": 3,
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": {
+                    "gone": entry | {"known_hosts": str(tmp / "no-known-hosts")},
+                    "noid": entry
+                    | {
+                        "known_hosts": str(tmp / "known_hosts"),
+                        "identity_file": str(tmp / "no-id"),
+                    },
+                }
+            }
+        )
+    )
     return path
 
 
@@ -54,8 +70,11 @@ def parsed(command: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize("kind", ["bisect", "sweep", "run"])
 def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path) -> None:
-    argv = {"bisect": ["bisect", "--good", "g.yaml", "--bad", "b.yaml", "--host", "h"],
-            "sweep": ["sweep", "s.yaml"], "run": ["run", "g.yaml", "--host", "h"]}[kind]
+    argv = {
+        "bisect": ["bisect", "--good", "g.yaml", "--bad", "b.yaml", "--host", "h"],
+        "sweep": ["sweep", "s.yaml"],
+        "run": ["run", "g.yaml", "--host", "h"],
+    }[kind]
     argv += ["--hosts", "my hosts.yaml", "--results", str(tmp_path / "r"), "--detach"]
     args = build_parser(argv).parse_args(argv)
     follow, resume = detached.commands(args, "abc123")
@@ -66,8 +85,12 @@ def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path
         return
     assert resume is not None
     r = parsed(resume)
-    assert (r.command, r.resume, r.hosts, r.results) == (kind, "abc123", "my hosts.yaml",
-                                                         str(tmp_path / "r"))  # fmt: skip
+    assert (r.command, r.resume, r.hosts, r.results) == (
+        kind,
+        "abc123",
+        "my hosts.yaml",
+        str(tmp_path / "r"),
+    )
 
 
 @pytest.mark.slow
@@ -76,11 +99,27 @@ def test_a_detached_campaign_prints_commands_that_run(tmp_path: Path) -> None:
     follows that campaign to its end and exits with its code; the resume command resumes
     that campaign (and meets the same trouble)."""
     hosts, results = closed_hosts(tmp_path), tmp_path / "results"
-    res = cli("bisect", "--good", B300 / "good.yaml", "--bad", B300 / "bad.yaml", "--host",
-              "gone", "--hosts", hosts, "--results", results, "--detach", timeout=120)
+    res = cli(
+        "bisect",
+        "--good",
+        B300 / "good.yaml",
+        "--bad",
+        B300 / "bad.yaml",
+        "--host",
+        "gone",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--detach",
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    [follow] = [ln.removeprefix("follow it with: ") for ln in res.stdout.splitlines()
-                if ln.startswith("follow it with: ")]
+    [follow] = [
+        ln.removeprefix("follow it with: ")
+        for ln in res.stdout.splitlines()
+        if ln.startswith("follow it with: ")
+    ]
     [stop] = [ln for ln in res.stdout.splitlines() if ln.startswith("stop it with: ")]
     assert "the same command" not in stop
     resume = stop.split("then resume it with: ", 1)[1].rstrip(")")
@@ -105,9 +144,23 @@ def test_host_trouble_is_recorded_notified_and_documented_as_error(
 
     hosts, results = closed_hosts(tmp_path), tmp_path / "results"
     with Receiver() as receiver:
-        code = main(["bisect", "--good", str(B300 / "good.yaml"), "--bad",
-                     str(B300 / "bad.yaml"), "--host", host, "--hosts", str(hosts),
-                     "--results", str(results), "--notify", receiver.url])  # fmt: skip
+        code = main(
+            [
+                "bisect",
+                "--good",
+                str(B300 / "good.yaml"),
+                "--bad",
+                str(B300 / "bad.yaml"),
+                "--host",
+                host,
+                "--hosts",
+                str(hosts),
+                "--results",
+                str(results),
+                "--notify",
+                receiver.url,
+            ]
+        )
     assert code == 3
     out = capsys.readouterr()
     assert "taken out of the pool" not in out.out + out.err  # a pool of one host
@@ -121,8 +174,24 @@ def test_host_trouble_is_recorded_notified_and_documented_as_error(
     [row] = [ln for ln in docs.splitlines() if ln.startswith("| `error` |")]
     assert "unreachable" in row and "identity file" in row
     # and the same command goes on with that campaign once the host is fixed
-    assert main(["bisect", "--good", str(B300 / "good.yaml"), "--bad", str(B300 / "bad.yaml"),
-                 "--host", host, "--hosts", str(hosts), "--results", str(results)]) == 3
+    assert (
+        main(
+            [
+                "bisect",
+                "--good",
+                str(B300 / "good.yaml"),
+                "--bad",
+                str(B300 / "bad.yaml"),
+                "--host",
+                host,
+                "--hosts",
+                str(hosts),
+                "--results",
+                str(results),
+            ]
+        )
+        == 3
+    )
     assert f"campaign {camp['id']}:" in capsys.readouterr().out
     store = Store(results, readonly=True)
     assert len(store.campaigns()) == 1
@@ -155,8 +224,9 @@ def test_an_output_closed_under_a_worker_thread_interrupts_the_main_thread() -> 
     assert interrupts.received == ["closed output"] and con.closed
 
 
-def test_a_closed_output_stops_the_campaign_as_interrupted(sshd: SshdEndpoint,
-                                                           tmp_path: Path) -> None:  # fmt: skip
+def test_a_closed_output_stops_the_campaign_as_interrupted(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     """`orchestrator bisect ... | head -1`: a real pipe whose reader goes once it has the
     first line. The campaign stops as on SIGHUP: the host restored and read back, the record
     `interrupted`, exit 130, and what it would have said (the resume command) on stderr;
@@ -164,9 +234,14 @@ def test_a_closed_output_stops_the_campaign_as_interrupted(sshd: SshdEndpoint,
     lab = SshdLab(sshd, tmp_path)
     err = tmp_path / "stderr"
     with err.open("wb") as fh:
-        child = subprocess.Popen([sys.executable, "-m", "orchestrator", *map(str, lab.command())],
-                                 stdout=subprocess.PIPE, stderr=fh, stdin=subprocess.DEVNULL,
-                                 cwd=REPO, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *map(str, lab.command())],
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     try:
         assert child.stdout is not None
         first = child.stdout.readline().decode()
@@ -182,8 +257,11 @@ def test_a_closed_output_stops_the_campaign_as_interrupted(sshd: SshdEndpoint,
     assert code == 130, said
     assert f"interrupted: campaign {cid} stopped." in said, said
     assert "the host was restored (read back: as found): lab" in said, said
-    [resume] = [ln.removeprefix("resume with: ") for ln in said.splitlines()
-                if ln.startswith("resume with: ")]
+    [resume] = [
+        ln.removeprefix("resume with: ")
+        for ln in said.splitlines()
+        if ln.startswith("resume with: ")
+    ]
     store = Store(lab.results, readonly=True)
     assert store.campaign(cid).status == "interrupted"
     store.close()
@@ -214,19 +292,38 @@ def test_rerun_without_hosts_uses_the_hosts_file_the_run_was_recorded_with(
         def make(h, service, campaign, listener):  # noqa: ANN001, ANN202
             used.append((h.address, h.port))
             return ScriptedExecutor(h, Oracle([]), Faults(), listener)
+
         return make
 
     monkeypatch.setattr(common, "executor_factory", scripted)
-    box = {"address": "192.0.2.1", "port": 2201, "known_hosts": "/dev/null",
-           "service_manager": "process"}
+    box = {
+        "address": "192.0.2.1",
+        "port": 2201,
+        "known_hosts": "/dev/null",
+        "service_manager": "process",
+    }
     lab = tmp_path / "lab.yaml"
     lab.write_text(yaml.safe_dump({"hosts": {"box": box}}))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": box | {"port": 22}}}))
     results = tmp_path / "results"
-    assert main(["run", str(good), "--host", "box", "--hosts", str(lab), "--results",
-                 str(results), "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(good),
+                "--host",
+                "box",
+                "--hosts",
+                str(lab),
+                "--results",
+                str(results),
+                "--json",
+            ]
+        )
+        == 0
+    )
     monkeypatch.chdir(elsewhere)
     monkeypatch.delenv("ORCH_HOSTS", raising=False)
     store = Store(results, readonly=True)
@@ -235,8 +332,9 @@ def test_rerun_without_hosts_uses_the_hosts_file_the_run_was_recorded_with(
     assert main(["rerun", run.id, "--results", str(results), "--json"]) == 0
     assert used == [("192.0.2.1", 2201), ("192.0.2.1", 2201)]  # not hosts.yaml's port 22
     # --hosts still chooses
-    assert main(["rerun", run.id, "--results", str(results), "--hosts", "hosts.yaml",
-                 "--json"]) == 0  # fmt: skip
+    assert (
+        main(["rerun", run.id, "--results", str(results), "--hosts", "hosts.yaml", "--json"]) == 0
+    )
     assert used[-1] == ("192.0.2.1", 22)
 
 
@@ -259,11 +357,14 @@ def test_follow_with_json_prints_one_json_document(
 # ---- row 11: a mapping as a flag value says what a flag value may be
 
 
-@pytest.mark.parametrize(("value", "key", "got"), [
-    ({"level": 3}, "service.flags.compilation-config", "got a mapping"),
-    ([1, [2]], "service.flags.compilation-config", "got a list holding a list"),
-    ([1, {"a": 2}], "service.flags.compilation-config", "got a list holding a mapping"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "key", "got"),
+    [
+        ({"level": 3}, "service.flags.compilation-config", "got a mapping"),
+        ([1, [2]], "service.flags.compilation-config", "got a list holding a list"),
+        ([1, {"a": 2}], "service.flags.compilation-config", "got a list holding a mapping"),
+    ],
+)
 def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
     value: object, key: str, got: str, tmp_path: Path
 ) -> None:
@@ -271,8 +372,10 @@ def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
     from orchestrator.errors import ConfigError
 
     path = tmp_path / "e.yaml"
-    config = {"name": "e", "service": {"exec": "vllm serve /m",
-                                       "flags": {"port": 8000, "compilation-config": value}}}
+    config = {
+        "name": "e",
+        "service": {"exec": "vllm serve /m", "flags": {"port": 8000, "compilation-config": value}},
+    }
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ConfigError) as caught:
         load_experiment(path)
@@ -283,8 +386,11 @@ def test_a_flag_value_of_the_wrong_shape_says_what_a_flag_value_may_be(
     if isinstance(value, dict):  # the hint's form loads, as the JSON option it meant
         form = caught.value.hint.split(": ", 2)[2]
         assert form == """'{"level": 3}'"""
-        path.write_text(yaml.safe_dump(config).replace(
-            "compilation-config:\n      level: 3", f"compilation-config: {form}"))
+        path.write_text(
+            yaml.safe_dump(config).replace(
+                "compilation-config:\n      level: 3", f"compilation-config: {form}"
+            )
+        )
         assert load_experiment(path).flag_map()["compilation-config"] == '{"level": 3}'
 
 
@@ -300,25 +406,33 @@ def test_no_results_directory_for_commands_that_record_nothing(
     monkeypatch.delenv("ORCH_RESULTS", raising=False)
     hosts = closed_hosts(tmp_path)
     good, bad = str(B300 / "good.yaml"), str(B300 / "bad.yaml")
-    nothing = [["runs"], ["runs", "--campaigns"], ["show", "abc.1"], ["report", "abc"],
-               ["report", "abc", "--issue"], ["rerun", "abc.1", "--hosts", str(hosts)],
-               ["runs", "--follow", "abc"], ["bisect", "--resume", "abc", "--hosts", str(hosts)],
-               ["sweep", "--resume", "abc", "--hosts", str(hosts)],
-               ["bisect", "--good", "missing.yaml", "--bad", bad, "--host", "gone",
-                "--hosts", str(hosts)],
-               ["bisect", "--good", good, "--bad", bad, "--host", "nosuch", "--hosts", str(hosts)],
-               ["sweep", "missing.yaml", "--hosts", str(hosts)],
-               ["run", "missing.yaml", "--host", "gone", "--hosts", str(hosts)],
-               ["plan", "--good", good, "--bad", bad]]  # fmt: skip
+    nothing = [
+        ["runs"],
+        ["runs", "--campaigns"],
+        ["show", "abc.1"],
+        ["report", "abc"],
+        ["report", "abc", "--issue"],
+        ["rerun", "abc.1", "--hosts", str(hosts)],
+        ["runs", "--follow", "abc"],
+        ["bisect", "--resume", "abc", "--hosts", str(hosts)],
+        ["sweep", "--resume", "abc", "--hosts", str(hosts)],
+        ["bisect", "--good", "missing.yaml", "--bad", bad, "--host", "gone", "--hosts", str(hosts)],
+        ["bisect", "--good", good, "--bad", bad, "--host", "nosuch", "--hosts", str(hosts)],
+        ["sweep", "missing.yaml", "--hosts", str(hosts)],
+        ["run", "missing.yaml", "--host", "gone", "--hosts", str(hosts)],
+        ["plan", "--good", good, "--bad", bad],
+    ]
     for argv in nothing:
         main(argv)
         assert not (tmp_path / "results").exists(), argv
     capsys.readouterr()
     # a campaign recorded (its host in trouble): the directory is made, and said
-    assert main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts",
-                 str(hosts)]) == 3  # fmt: skip
+    assert (
+        main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts", str(hosts)]) == 3
+    )
     assert (tmp_path / "results" / "orchestrator.db").is_file()
     assert f"a new results directory: {tmp_path / 'results'}" in capsys.readouterr().err
-    assert main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts",
-                 str(hosts)]) == 3  # fmt: skip
+    assert (
+        main(["bisect", "--good", good, "--bad", bad, "--host", "gone", "--hosts", str(hosts)]) == 3
+    )
     assert "a new results directory" not in capsys.readouterr().err  # said once

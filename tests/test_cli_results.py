@@ -20,8 +20,9 @@ from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import RunRow, Store
 from tests.support.campaign_lab import Recorded, cli, lab_servers, recorded_b300
 
-FINDING = ("init: AttributeError: 'NoneType' object has no attribute 'dtype' @ "
-           "sglang/pynccl.py:__init__")
+FINDING = (
+    "init: AttributeError: 'NoneType' object has no attribute 'dtype' @ sglang/pynccl.py:__init__"
+)
 
 
 @dataclass
@@ -40,8 +41,12 @@ class Results:
 
 
 @pytest.fixture
-def results(sshd: SshdEndpoint, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-            monkeypatch: pytest.MonkeyPatch) -> Results:  # fmt: skip
+def results(
+    sshd: SshdEndpoint,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Results:
     rec = recorded_b300(sshd, tmp_path_factory.getbasetemp())
     assert rec.exit_code == 0, rec.outcome
     path = rec.copy_results(tmp_path / "results")
@@ -62,16 +67,18 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int,
     return code, out, err
 
 
-def test_runs_lists_every_run_and_campaign(results: Results,
-                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_runs_lists_every_run_and_campaign(
+    results: Results, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run_cli(capsys, "runs", "--results", results.dir)
     assert code == 0, err
     for r in results.runs:
         assert r.id in out
     assert "good" in out and "bad" in out and "other" in out
 
-    code, out, _ = run_cli(capsys, "runs", "--campaign", results.rec.campaign,
-                           "--results", results.dir, "--json")  # fmt: skip
+    code, out, _ = run_cli(
+        capsys, "runs", "--campaign", results.rec.campaign, "--results", results.dir, "--json"
+    )
     assert code == 0
     listed = json.loads(out)
     assert [x["id"] for x in listed] == [r.id for r in results.runs]
@@ -104,16 +111,19 @@ def test_show_gives_diff_verdict_signature_and_log_tail(
     assert "config: identical to good" in out and "verdict: pass" in out
 
 
-def test_report_writes_markdown_and_html(results: Results,
-                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_report_writes_markdown_and_html(
+    results: Results, capsys: pytest.CaptureFixture[str]
+) -> None:
     reports = results.dir / "reports"
     for p in reports.glob("*"):
         p.unlink()
     code, out, err = run_cli(capsys, "report", results.rec.campaign[:4], "--results", results.dir)
     assert code == 0, err
     paths = [Path(line) for line in out.split()]
-    assert sorted(p.name for p in paths) == [f"{results.rec.campaign}.html",
-                                             f"{results.rec.campaign}.md"]  # fmt: skip
+    assert sorted(p.name for p in paths) == [
+        f"{results.rec.campaign}.html",
+        f"{results.rec.campaign}.md",
+    ]
     md = (reports / f"{results.rec.campaign}.md").read_text()
     assert "## Answer" in md and "`--ep-size 8` + `--enable-nccl-nvls`" in md
     assert md.count(f"| {results.rec.campaign}.") == len(results.runs)  # one step row per run
@@ -143,12 +153,12 @@ def test_classify_lists_recorded_runs_with_the_same_signature(
 
 @pytest.mark.parametrize(
     "args",
-    [("show", "nope.1"), ("report", "nope"), ("runs", "--campaign", "nope"),
-     ("rerun", "nope.1")],
+    [("show", "nope.1"), ("report", "nope"), ("runs", "--campaign", "nope"), ("rerun", "nope.1")],
     ids=["show", "report", "runs", "rerun"],
-)  # fmt: skip
-def test_unknown_ids_exit_2_with_one_line(results: Results, capsys: pytest.CaptureFixture[str],
-                                          args: tuple[str, ...]) -> None:  # fmt: skip
+)
+def test_unknown_ids_exit_2_with_one_line(
+    results: Results, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
     extra = ("--hosts", results.rec.hosts) if args[0] == "rerun" else ()
     code, out, err = run_cli(capsys, *args, "--results", results.dir, *extra)
     assert code == 2
@@ -175,8 +185,9 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
     hosts = results.rec.hosts
     # The separate finding, as JSON
     old = results.finding_run()
-    code, out, err = run_cli(capsys, "rerun", old.id, "--hosts", hosts, "--results", results.dir,
-                             "--json")  # fmt: skip
+    code, out, err = run_cli(
+        capsys, "rerun", old.id, "--hosts", hosts, "--results", results.dir, "--json"
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["rerun_of"] == old.id
@@ -188,8 +199,9 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
     bad = results.run_of("bad")
     code, out, err = run_cli(capsys, "rerun", bad.id, "--hosts", hosts, "--results", results.dir)
     assert code == 0, err
-    lines = [" ".join(ln.split()) for ln in out.splitlines()
-             if ln.startswith(("recorded run", "rerun "))]  # fmt: skip
+    lines = [
+        " ".join(ln.split()) for ln in out.splitlines() if ln.startswith(("recorded run", "rerun "))
+    ]
     assert lines[0] == f"recorded run {bad.id} on lab: fail {bad.signature}"
     assert lines[1].startswith("rerun ") and lines[1].endswith(f" on lab: fail {bad.signature}")
     assert "same verdict and signature" in out
@@ -197,8 +209,7 @@ def test_rerun_of_a_failing_run_reproduces_its_signature(
     # Exactly the recorded config ran again: same argv and environment, recorded as new runs.
     store = Store(results.dir)
     try:
-        new = {r.label: r for c in store.campaigns() if c.kind == "rerun"
-               for r in store.runs(c.id)}  # fmt: skip
+        new = {r.label: r for c in store.campaigns() if c.kind == "rerun" for r in store.runs(c.id)}
     finally:
         store.close()
     again = new[f"rerun of {bad.id}: {bad.label}"]
@@ -214,8 +225,18 @@ def test_rerun_repeat_reports_the_reproduction_rate(
     results: Results, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = results.run_of("bad")
-    code, out, err = run_cli(capsys, "rerun", bad.id, "--repeat", "2", "--hosts",
-                             results.rec.hosts, "--results", results.dir, "--json")  # fmt: skip
+    code, out, err = run_cli(
+        capsys,
+        "rerun",
+        bad.id,
+        "--repeat",
+        "2",
+        "--hosts",
+        results.rec.hosts,
+        "--results",
+        results.dir,
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert (data["starts"], data["judged"], data["failed"], data["target_failures"]) == (2, 2, 2, 2)

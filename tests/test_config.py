@@ -39,10 +39,21 @@ def test_flags_keep_their_types_and_render_exactly(tmp_path: Path) -> None:
     assert exp.flag_map()["max-running-requests"] == 256
     assert exp.flag_map()["mem-fraction-static"] == 0.92
     assert exp.argv() == [
-        "/opt/sglang/bin/python", "-m", "sglang.launch_server",
-        "--model-path", "/models/m", "--tp-size", "8", "--mem-fraction-static", "0.92",
-        "--max-running-requests", "256", "--enable-foo", "--port", "30000",
-    ]  # fmt: skip
+        "/opt/sglang/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/m",
+        "--tp-size",
+        "8",
+        "--mem-fraction-static",
+        "0.92",
+        "--max-running-requests",
+        "256",
+        "--enable-foo",
+        "--port",
+        "30000",
+    ]
     assert exp.port == 30000
     assert exp.health.timeout == 900.0
     assert exp.env_map() == {"NCCL_DEBUG": "WARN"}
@@ -93,8 +104,11 @@ def test_missing_extends_target(tmp_path: Path) -> None:
         (BASE.replace("ready_after: 2", "ready_after: many"), "health.ready_after", "integer"),
         (BASE.replace("timeout: 15m", "timeout: soon"), "health.timeout", "duration like"),
         (BASE.replace("path: /health", "path: health"), "health.path", "starting with '/'"),
-        (BASE.replace("tp-size: 8", "tp-size: {a: 1}"), "service.flags.tp-size",
-         "a flag value is a scalar"),
+        (
+            BASE.replace("tp-size: 8", "tp-size: {a: 1}"),
+            "service.flags.tp-size",
+            "a flag value is a scalar",
+        ),
         ("service: {flags: {port: 1}}\n", "service.exec", "required key is missing"),
         (BASE.replace("    port: 30000\n", ""), "service.flags.port", "no port"),
         (BASE.replace("port: 30000", "port: http"), "service.flags.port", "port number"),
@@ -208,10 +222,16 @@ def test_example_hosts_file_loads() -> None:
             "hosts.a.service_manager",
             "'systemd', 'process' or 'slurm'",
         ),
-        ("hosts:\n  a: {address: x, known_hosts: k, unit_dir: etc}\n", "hosts.a.unit_dir",
-         "absolute"),
-        ("hosts:\n  a: {address: x, known_hosts: k}\npools: {p: [b]}\n", "pools.p",
-         "unknown host 'b'"),
+        (
+            "hosts:\n  a: {address: x, known_hosts: k, unit_dir: etc}\n",
+            "hosts.a.unit_dir",
+            "absolute",
+        ),
+        (
+            "hosts:\n  a: {address: x, known_hosts: k}\npools: {p: [b]}\n",
+            "pools.p",
+            "unknown host 'b'",
+        ),
         ("hosts: {}\npools: {p: []}\n", "pools.p", "no hosts"),
         ("hostz: {}\n", "hostz", "did you mean 'hosts'"),
         ("hosts:\n  a: {address: x, known_hosts: k, sudo: maybe}\n", "hosts.a.sudo", "boolean"),
@@ -227,19 +247,31 @@ def test_bad_hosts_input_gets_a_clear_message(
     assert str(p) in message and key in message and words in message
 
 
-@pytest.mark.parametrize(("text", "at_90"), [(">= 0.95 * reference", False),
-                                             (">=0.95*reference", False), ("< reference", True)])
-def test_reference_is_a_synonym_of_good_in_pass_if(tmp_path: Path, text: str,
-                                                   at_90: bool) -> None:
+@pytest.mark.parametrize(
+    ("text", "at_90"),
+    [(">= 0.95 * reference", False), (">=0.95*reference", False), ("< reference", True)],
+)
+def test_reference_is_a_synonym_of_good_in_pass_if(tmp_path: Path, text: str, at_90: bool) -> None:
     """A sweep names its good config `reference:`; a bar may say so too."""
     from orchestrator.config.schema import parse_condition
 
-    exp = load_experiment(write(tmp_path, "p.yaml", BASE + "probe:\n  run: bench\n"
-                                f"  metric: 'tok/s: ([\\d.]+)'\n  pass_if: '{text}'\n"))
+    exp = load_experiment(
+        write(
+            tmp_path,
+            "p.yaml",
+            BASE + f"probe:\n  run: bench\n  metric: 'tok/s: ([\\d.]+)'\n  pass_if: '{text}'\n",
+        )
+    )
     cond = exp.probe.condition
     assert cond is not None and cond.relative_to_good
     assert cond == parse_condition(text.replace("reference", "good"))
     assert exp.probe.read("tok/s: 90", good_metric=100.0) == (90.0, at_90)  # bar: good's 100
     with pytest.raises(ConfigError, match="reference"):
-        load_experiment(write(tmp_path, "q.yaml", BASE + "probe:\n  run: bench\n"
-                              "  metric: 'x ([0-9]+)'\n  pass_if: '>= 0.95 * referenc'\n"))
+        load_experiment(
+            write(
+                tmp_path,
+                "q.yaml",
+                BASE + "probe:\n  run: bench\n"
+                "  metric: 'x ([0-9]+)'\n  pass_if: '>= 0.95 * referenc'\n",
+            )
+        )

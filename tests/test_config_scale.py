@@ -42,9 +42,14 @@ def configs(tmp_path: Path, n: int) -> tuple[Path, Path]:
     every flag, adds n more and one env var."""
     d = tmp_path / str(n)
     d.mkdir()
-    good = ["name: good", "service:", "  exec: /opt/sglang/bin/python -m sglang.launch_server",
-            "  env: {NCCL_DEBUG: WARN, HF_TOKEN: hf_abcdefghijklmnopqrstuvwxyz}",
-            "  flags:", "    port: 30000"]  # fmt: skip
+    good = [
+        "name: good",
+        "service:",
+        "  exec: /opt/sglang/bin/python -m sglang.launch_server",
+        "  env: {NCCL_DEBUG: WARN, HF_TOKEN: hf_abcdefghijklmnopqrstuvwxyz}",
+        "  flags:",
+        "    port: 30000",
+    ]
     good += [f"    flag-{i}: {i}" for i in range(n)]
     bad = ["extends: good.yaml", "service:", "  env: {NCCL_ALGO: Tree}", "  flags:"]
     bad += [f"    flag-{i}: {i + 1}" for i in range(n)]
@@ -136,8 +141,9 @@ def test_libyaml_reads_what_the_python_parser_reads(tmp_path: Path) -> None:
     assert len(files) > 20
     for path in files:
         text = path.read_text()
-        assert yaml.load(text, Loader=yamlio.FastStrictLoader) == \
-            yaml.load(text, Loader=yamlio.StrictLoader), path  # fmt: skip
+        assert yaml.load(text, Loader=yamlio.FastStrictLoader) == yaml.load(
+            text, Loader=yamlio.StrictLoader
+        ), path
     for loader in (yamlio.FastStrictLoader, yamlio.StrictLoader):
         try:
             yaml.load("a: 1\nb: 2\na: 3\n", Loader=loader)

@@ -52,11 +52,27 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
         seen = tmp_path / "follow.out"
         with seen.open("wb") as fh:
             follower = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", "runs", "--follow", cid, "--results",
-                 lab.results], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator",
+                    "runs",
+                    "--follow",
+                    cid,
+                    "--results",
+                    lab.results,
+                ],
+                cwd=REPO,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            )
         try:
-            wait_until(lambda: f" run {cid}.1 on lab" in seen.read_text() or None, timeout=60,
-                       what="the campaign's output, followed", describe=seen.read_text)
+            wait_until(
+                lambda: f" run {cid}.1 on lab" in seen.read_text() or None,
+                timeout=60,
+                what="the campaign's output, followed",
+                describe=seen.read_text,
+            )
             follower.send_signal(signal.SIGINT)
             follower.wait(timeout=60)
         finally:
@@ -74,8 +90,11 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGTERM)
-            wait_until(lambda: not Path(f"/proc/{pid}").exists() or None, timeout=120,
-                       what="the detached campaign to stop")  # fmt: skip
+            wait_until(
+                lambda: not Path(f"/proc/{pid}").exists() or None,
+                timeout=120,
+                what="the detached campaign to stop",
+            )
     store = Store(lab.results, readonly=True)
     try:
         camp = store.campaign(cid)
@@ -88,8 +107,19 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
 
 @pytest.mark.slow
 def test_a_detached_command_that_fails_at_once_says_why(tmp_path: Path) -> None:
-    res = cli("bisect", "--good", tmp_path / "missing.yaml", "--bad", tmp_path / "m2.yaml",
-              "--host", "lab", "--results", tmp_path / "results", "--detach", timeout=120)
+    res = cli(
+        "bisect",
+        "--good",
+        tmp_path / "missing.yaml",
+        "--bad",
+        tmp_path / "m2.yaml",
+        "--host",
+        "lab",
+        "--results",
+        tmp_path / "results",
+        "--detach",
+        timeout=120,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "missing.yaml" in res.stderr
     assert not (tmp_path / "results").exists()  # nothing recorded: no results directory
@@ -125,8 +155,9 @@ def test_follow_waits_for_the_answer_printed_after_the_status_is_recorded(
                 store.update_campaign(cid, controller={**controller, "exit_code": 0})
             waits.append(seconds)
 
-        monkeypatch.setattr(detached, "time", SimpleNamespace(monotonic=time.monotonic,
-                                                              sleep=command_goes_on))
+        monkeypatch.setattr(
+            detached, "time", SimpleNamespace(monotonic=time.monotonic, sleep=command_goes_on)
+        )
         code = main(["runs", "--follow", cid, "--results", str(results)])
     finally:
         store.close()

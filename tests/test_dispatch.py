@@ -34,9 +34,14 @@ from tests.support.scripted import (
 class Items:
     """A sweep-like source: named items, each run until it has `runs` verdicts."""
 
-    def __init__(self, exps: dict[str, Experiment], *, runs: int = 1,
-                 max_runs: int | None = None, at_hand: dict[str, Verdict] | None = None,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        exps: dict[str, Experiment],
+        *,
+        runs: int = 1,
+        max_runs: int | None = None,
+        at_hand: dict[str, Verdict] | None = None,
+    ) -> None:
         self.exps = exps
         self.runs = runs
         self.max_runs = max_runs
@@ -78,15 +83,22 @@ class Items:
 def exps(tmp_path: Path) -> dict[str, Experiment]:
     good_path, _ = write_pair(tmp_path / "exp", 3)
     good = load_experiment(good_path)
-    return {"plain": good, "crashing": good.with_changes(flags={flag(1): True}),
-            "harmless": good.with_changes(flags={flag(2): True})}  # fmt: skip
+    return {
+        "plain": good,
+        "crashing": good.with_changes(flags={flag(1): True}),
+        "harmless": good.with_changes(flags={flag(2): True}),
+    }
 
 
 def drive(items: Items, hosts: int = 2) -> str | None:
     oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
-    with Pool([host(f"h{i}") for i in range(hosts)], service="scripted.service",
-              campaign="c0", executor_factory=factory(oracle, Faults()),
-              listener=null_listener) as pool:  # fmt: skip
+    with Pool(
+        [host(f"h{i}") for i in range(hosts)],
+        service="scripted.service",
+        campaign="c0",
+        executor_factory=factory(oracle, Faults()),
+        listener=null_listener,
+    ) as pool:
         return Dispatch(pool, items).run(items.wanted)
 
 
@@ -94,8 +106,11 @@ def test_each_item_runs_once_and_its_verdict_comes_back(exps: dict[str, Experime
     items = Items(exps)
     assert drive(items) is None
     assert sorted(items.started) == ["crashing", "harmless", "plain"]
-    assert items.verdicts == {"plain": [Verdict.PASS], "crashing": [Verdict.FAIL],
-                              "harmless": [Verdict.PASS]}  # fmt: skip
+    assert items.verdicts == {
+        "plain": [Verdict.PASS],
+        "crashing": [Verdict.FAIL],
+        "harmless": [Verdict.PASS],
+    }
 
 
 def test_an_item_wanted_twice_runs_twice(exps: dict[str, Experiment]) -> None:

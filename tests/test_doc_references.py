@@ -21,12 +21,13 @@ import pytest
 pytestmark = pytest.mark.xdist_group("test_doc_references")
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("docs/design.md", "docs/formats.md", "docs/verdicts.md", "docs/usage.md",
-        "docs/search.md")
+DOCS = ("docs/design.md", "docs/formats.md", "docs/verdicts.md", "docs/usage.md", "docs/search.md")
 #: a path from the repository's root, as text names it (not `.lab/...` nor `<dir>/...`:
 #: those are made at run time)
-PATH_RE = re.compile(r"(?<![\w./~$<{@-])((?:orchestrator|tests|bench|scripts|docs|experiments)"
-                     r"/[\w./-]*[\w/])")  # fmt: skip
+PATH_RE = re.compile(
+    r"(?<![\w./~$<{@-])((?:orchestrator|tests|bench|scripts|docs|experiments)"
+    r"/[\w./-]*[\w/])"
+)
 MODULE_RE = re.compile(r"(?<![\w./-])(orchestrator(?:\.[a-z_][a-z0-9_]*)+)")
 FILE_SUFFIXES = ("db", "log", "json", "yaml", "py", "service", "conf", "lock", "pid")
 LINK_RE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -36,10 +37,14 @@ GONE = "DESIGN" + ".md"
 
 
 def tracked(*suffixes: str) -> list[Path]:
-    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
-    return [REPO / f for f in out if f.endswith(suffixes) and not f.startswith("tests/data/")
-            and (REPO / f).is_file()]  # fmt: skip
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [
+        REPO / f
+        for f in out
+        if f.endswith(suffixes) and not f.startswith("tests/data/") and (REPO / f).is_file()
+    ]
 
 
 def python_texts(path: Path) -> list[str]:
@@ -50,8 +55,7 @@ def python_texts(path: Path) -> list[str]:
     texts: list[str] = []
     product = path.relative_to(REPO).parts[0] in ("orchestrator", "bench")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef |
-                      ast.AsyncFunctionDef):  # fmt: skip
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             doc = ast.get_docstring(node, clean=False)
             if doc:
                 texts.append(doc)
@@ -68,8 +72,9 @@ def all_texts() -> list[tuple[Path, str]]:
     out: list[tuple[Path, str]] = []
     for path in tracked(".py"):
         out += [(path, t) for t in python_texts(path)]
-    for path in tracked(".md", ".yaml", ".yml", ".toml") + [REPO / "scripts" / n for n in
-                                                           ("bootstrap", "demo", "test")]:
+    for path in tracked(".md", ".yaml", ".yml", ".toml") + [
+        REPO / "scripts" / n for n in ("bootstrap", "demo", "test")
+    ]:
         out.append((path, path.read_text(encoding="utf-8")))
     return out
 
@@ -79,8 +84,19 @@ def test_the_docs_folder_has_the_design_the_formats_and_the_verdicts() -> None:
         text = (REPO / doc).read_text(encoding="utf-8")
         assert text.startswith("# ") and len(text) > 2000, doc
     verdicts = (REPO / "docs/verdicts.md").read_text(encoding="utf-8")
-    for word in ("`pass`", "`fail`", "`other`", "`timeout`", "`invalid`", "`infra`",
-                 "`refused`", "`error`", "`dead`", "`interrupted`", "`incomplete`"):
+    for word in (
+        "`pass`",
+        "`fail`",
+        "`other`",
+        "`timeout`",
+        "`invalid`",
+        "`infra`",
+        "`refused`",
+        "`error`",
+        "`dead`",
+        "`interrupted`",
+        "`incomplete`",
+    ):
         assert word in verdicts, word
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 130 |"):
         assert code in verdicts, code
@@ -95,8 +111,14 @@ def test_nothing_mentions_the_design_file_the_repository_lacks() -> None:
 
 
 def test_every_repository_path_mentioned_exists() -> None:
-    missing = sorted({(str(p.relative_to(REPO)), m) for p, t in all_texts()
-                      for m in PATH_RE.findall(t) if not (REPO / m).exists()})  # fmt: skip
+    missing = sorted(
+        {
+            (str(p.relative_to(REPO)), m)
+            for p, t in all_texts()
+            for m in PATH_RE.findall(t)
+            if not (REPO / m).exists()
+        }
+    )
     assert missing == [], missing
 
 
@@ -119,8 +141,12 @@ def _resolves(dotted: str) -> bool:
 
 
 def test_every_module_mentioned_imports() -> None:
-    names = {m.rstrip(".") for _, t in all_texts() for m in MODULE_RE.findall(t)
-             if m.rsplit(".", 1)[1] not in FILE_SUFFIXES}  # `orchestrator.db` is a file
+    names = {
+        m.rstrip(".")
+        for _, t in all_texts()
+        for m in MODULE_RE.findall(t)
+        if m.rsplit(".", 1)[1] not in FILE_SUFFIXES
+    }  # `orchestrator.db` is a file
     assert names, "no module is mentioned anywhere?"
     assert sorted(n for n in names if not _resolves(n)) == []
 
@@ -144,8 +170,10 @@ def test_markdown_links_reach_their_file_and_heading(doc: str) -> None:
             broken.append(target)
             continue
         if anchor and dest.suffix == ".md":
-            slugs = {_slug(m) for m in re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"),
-                                                 re.MULTILINE)}  # fmt: skip
+            slugs = {
+                _slug(m)
+                for m in re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), re.MULTILINE)
+            }
             if anchor not in slugs:
                 broken.append(target)
     assert broken == [], broken

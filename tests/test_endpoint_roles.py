@@ -45,9 +45,14 @@ class GoodOnly(Oracle):
 def _bisect(tmp: Path, oracle: Oracle, hosts: int = 1, **opts: object) -> tuple:
     good, bad = write_pair(tmp / "exp", 3)
     store = Store(tmp / "results")
-    b = Bisection(store, make_plan(good, bad), [host(f"h{i}") for i in range(hosts)],
-                  command="t", options=BisectOptions(**opts),  # type: ignore[arg-type]
-                  executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+    b = Bisection(
+        store,
+        make_plan(good, bad),
+        [host(f"h{i}") for i in range(hosts)],
+        command="t",
+        options=BisectOptions(**opts),  # type: ignore[arg-type]
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    )
     outcome = b.run()
     runs = store.runs(b.cid)
     store.close()
@@ -56,9 +61,11 @@ def _bisect(tmp: Path, oracle: Oracle, hosts: int = 1, **opts: object) -> tuple:
 
 @pytest.mark.parametrize("max_runs", [None, 5])
 def test_a_failing_good_config_stops_the_campaign_before_bad_starts(
-        tmp_path: Path, max_runs: int | None) -> None:  # fmt: skip
-    outcome, runs = _bisect(tmp_path, GoodOnly([Rule(frozenset(), "init", BROKEN)]),
-                            max_runs=max_runs)
+    tmp_path: Path, max_runs: int | None
+) -> None:
+    outcome, runs = _bisect(
+        tmp_path, GoodOnly([Rule(frozenset(), "init", BROKEN)]), max_runs=max_runs
+    )
     assert outcome.status == "endpoints", outcome.message
     assert "the good config does not pass" in outcome.message
     assert "AttributeError" in outcome.message and runs[0].id in outcome.message
@@ -92,7 +99,8 @@ class BadWaitsForCancel(ScriptedExecutor):
 
 @pytest.mark.parametrize("second_worker_late", [0.0, 0.5])
 def test_a_failing_good_config_cancels_the_bad_start_in_progress(
-        tmp_path: Path, second_worker_late: float) -> None:  # fmt: skip
+    tmp_path: Path, second_worker_late: float
+) -> None:
     """Two hosts: both endpoints start side by side; good fails while bad is still starting:
     the start of bad in progress is stopped, bad is not started again, and the campaign ends
     at once (not after the 30 s the bad start would take). `second_worker_late`: the second
@@ -108,9 +116,14 @@ def test_a_failing_good_config_cancels_the_bad_start_in_progress(
         return BadWaitsForCancel(h, oracle, Faults())
 
     store = Store(tmp_path / "results")
-    b = Bisection(store, make_plan(good, bad), [host("h0"), host("h1")], command="t",
-                  options=BisectOptions(),
-                  executor_factory=lambda h, *_: late(h, second_worker_late))
+    b = Bisection(
+        store,
+        make_plan(good, bad),
+        [host("h0"), host("h1")],
+        command="t",
+        options=BisectOptions(),
+        executor_factory=lambda h, *_: late(h, second_worker_late),
+    )
     began = time.monotonic()
     outcome = b.run()
     store.close()
@@ -135,21 +148,38 @@ def test_a_budget_that_ends_the_bad_retries_says_bad_passed(tmp_path: Path) -> N
 
 
 def test_the_cli_says_it_in_json_with_exit_code_1(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from orchestrator.cli import common, main
 
     good, bad = write_pair(tmp_path / "exp", 3)
     hosts = tmp_path / "hosts.yaml"
     (tmp_path / "known_hosts").write_text("")
-    hosts.write_text("hosts:\n  h0: {address: 192.0.2.1, service_manager: process, "
-                     "known_hosts: known_hosts}\n")
+    hosts.write_text(
+        "hosts:\n  h0: {address: 192.0.2.1, service_manager: process, known_hosts: known_hosts}\n"
+    )
     oracle = GoodOnly([Rule(frozenset(), "init", BROKEN)])
-    monkeypatch.setattr(common, "executor_factory", lambda args: (
-        lambda h, *_: ScriptedExecutor(h, oracle, Faults())))
-    code = main(["bisect", "--good", str(good), "--bad", str(bad), "--host", "h0",
-                 "--hosts", str(hosts), "--results", str(tmp_path / "results"),
-                 "--max-runs", "5", "--json"])  # fmt: skip
+    monkeypatch.setattr(
+        common, "executor_factory", lambda args: lambda h, *_: ScriptedExecutor(h, oracle, Faults())
+    )
+    code = main(
+        [
+            "bisect",
+            "--good",
+            str(good),
+            "--bad",
+            str(bad),
+            "--host",
+            "h0",
+            "--hosts",
+            str(hosts),
+            "--results",
+            str(tmp_path / "results"),
+            "--max-runs",
+            "5",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 1, out
     assert out["status"] == "endpoints" and "the good config does not pass" in out["message"]

@@ -29,17 +29,23 @@ from orchestrator.execution.executor import Executor
 from orchestrator.store.store import Store
 from tests.support.scripted_transport import FakeClock, ScriptedTransport, Server, host
 
-UNIT = ("[Service]\nEnvironment=PYTHONPATH=/opt/srv NCCL_ALGO=Tree\n"
-        "ExecStart=/bin/sleep infinity\nRestart=no\n")  # fmt: skip
+UNIT = (
+    "[Service]\nEnvironment=PYTHONPATH=/opt/srv NCCL_ALGO=Tree\n"
+    "ExecStart=/bin/sleep infinity\nRestart=no\n"
+)
 
 
 def _config(path: Path, env: dict | None) -> Path:
-    service: dict = {"unit": "sglang.service", "exec": "python3 -m sglang.launch_server",
-                     "flags": {"model-path": "/models/m", "tp-size": 8, "port": 30000}}
+    service: dict = {
+        "unit": "sglang.service",
+        "exec": "python3 -m sglang.launch_server",
+        "flags": {"model-path": "/models/m", "tp-size": 8, "port": 30000},
+    }
     if env is not None:
         service["env"] = env
-    path.write_text(yaml.safe_dump({"name": path.stem, "service": service,
-                                    "health": {"timeout": 60}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump({"name": path.stem, "service": service, "health": {"timeout": 60}})
+    )
     return path
 
 
@@ -49,16 +55,32 @@ def _systemd_factory(transports: list[ScriptedTransport]):  # noqa: ANN202
     def factory(h: Host, service: str, campaign: str, listener) -> Executor:  # noqa: ANN001
         t = ScriptedTransport(h, clock, [Server()], unit_text=UNIT)
         transports.append(t)
-        return Executor(h, service=service, campaign=campaign, listener=listener, transport=t,
-                        sleep=clock.sleep, clock=clock.monotonic, wall_clock=clock.time)
+        return Executor(
+            h,
+            service=service,
+            campaign=campaign,
+            listener=listener,
+            transport=t,
+            sleep=clock.sleep,
+            clock=clock.monotonic,
+            wall_clock=clock.time,
+        )
+
     return factory
 
 
 def _run(store: Store, exp: Experiment) -> str:
     transports: list[ScriptedTransport] = []
     h = replace(host(), service_manager="systemd")
-    row = single_run(store, exp, h, kind="run", command="orchestrator run", label=exp.name,
-                     executor_factory=_systemd_factory(transports))  # fmt: skip
+    row = single_run(
+        store,
+        exp,
+        h,
+        kind="run",
+        command="orchestrator run",
+        label=exp.name,
+        executor_factory=_systemd_factory(transports),
+    )
     assert row.verdict is Verdict.PASS, row.detail
     return row.id
 
@@ -122,7 +144,6 @@ def test_sweep_items_are_recorded_with_the_other_items_variables_removed(
 def test_an_issue_reports_reproduction_removes_the_variable_too() -> None:
     from orchestrator.reports.issue_report import command_block
 
-    text = command_block(["python3", "-m", "x", "--a", "1", "-tp", "8"], {"A": "1"},
-                         ["NCCL_ALGO"])  # fmt: skip
+    text = command_block(["python3", "-m", "x", "--a", "1", "-tp", "8"], {"A": "1"}, ["NCCL_ALGO"])
     assert text.splitlines()[0] == "env -u NCCL_ALGO \\"
     assert "  -tp 8" in text.splitlines()  # a short option is a flag line of its own

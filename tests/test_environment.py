@@ -31,8 +31,10 @@ GOOD = REPO / "experiments" / "lab" / "b300" / "good.yaml"
 
 
 def run_fact(cmd: str, *, path_first: Path | None = LAB_BIN, extra: dict | None = None) -> str:
-    env = {"PATH": (f"{path_first}:" if path_first else "") + "/usr/local/bin:/usr/bin:/bin",
-           "HOME": os.environ.get("HOME", "/root")} | (extra or {})  # fmt: skip
+    env = {
+        "PATH": (f"{path_first}:" if path_first else "") + "/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+    } | (extra or {})
     res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     return res.stdout
@@ -43,10 +45,17 @@ def run_fact(cmd: str, *, path_first: Path | None = LAB_BIN, extra: dict | None 
 
 def test_parse_an_8_gpu_sglang_host() -> None:
     env = envfacts.parse((FACTS / "env_h100_sglang.txt").read_text())
-    assert (env.gpu_model, env.gpu_count, env.gpu_memory) == ("NVIDIA H100 80GB HBM3", 8,
-                                                              "81559 MiB")  # fmt: skip
-    assert (env.driver, env.cuda, env.torch_cuda, env.nccl) == ("570.133.20", "12.8", "12.8",
-                                                                "2.27.3")  # fmt: skip
+    assert (env.gpu_model, env.gpu_count, env.gpu_memory) == (
+        "NVIDIA H100 80GB HBM3",
+        8,
+        "81559 MiB",
+    )
+    assert (env.driver, env.cuda, env.torch_cuda, env.nccl) == (
+        "570.133.20",
+        "12.8",
+        "12.8",
+        "2.27.3",
+    )
     assert env.kernel == "5.15.0-139-generic" and env.python == "3.12.3"
     assert (env.server, env.server_version) == ("sglang", "0.5.2")
     assert env.packages["sgl-kernel"] == "0.3.9.post2" and env.packages["flashinfer"] == "0.3.1"
@@ -82,10 +91,11 @@ def test_parse_survives_garbage() -> None:
 
 def test_changes_name_what_differs() -> None:
     old = envfacts.parse((FACTS / "env_h100_sglang.txt").read_text())
-    new = replace(old, driver="575.57.08",
-                  packages=old.packages | {"flashinfer": "0.3.2"})  # fmt: skip
-    assert envfacts.changes(old, new) == ["driver 570.133.20 -> 575.57.08",
-                                          "flashinfer 0.3.1 -> 0.3.2"]  # fmt: skip
+    new = replace(old, driver="575.57.08", packages=old.packages | {"flashinfer": "0.3.2"})
+    assert envfacts.changes(old, new) == [
+        "driver 570.133.20 -> 575.57.08",
+        "flashinfer 0.3.1 -> 0.3.2",
+    ]
     assert old.digest() != new.digest()
     assert HostEnvironment.from_dict(new.to_dict()) == new
 
@@ -99,16 +109,22 @@ def test_command_on_this_machine_with_the_lab_stand_in(tmp_path: Path) -> None:
     site = tmp_path / "site"
     (site / "torch-2.9.1.dist-info").mkdir(parents=True)
     (site / "torch-2.9.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n"
+    )
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text("")
     (site / "torch" / "version.py").write_text("cuda: Optional[str] = '13.0'\n")
     exp = load_experiment(GOOD)
-    cmd = envfacts.command([sys.executable, "-m", "orchestrator.lab.server"],
-                           env=[("PYTHONPATH", f"{site}:{REPO}")])  # fmt: skip
+    cmd = envfacts.command(
+        [sys.executable, "-m", "orchestrator.lab.server"], env=[("PYTHONPATH", f"{site}:{REPO}")]
+    )
     env = envfacts.parse(run_fact(cmd))
     assert (env.gpu_count, env.gpu_model, env.driver, env.cuda) == (
-        8, "NVIDIA B300 SXM6 AC", "580.95.05", "13.0")
+        8,
+        "NVIDIA B300 SXM6 AC",
+        "580.95.05",
+        "13.0",
+    )
     assert env.packages["torch"] == "2.9.1" and env.torch_cuda == "13.0"
     assert env.server == "orchestrator" and env.server_version  # the lab's own package
     assert env.python == sys.version.split()[0]
@@ -132,8 +148,9 @@ def test_interpreter_from_a_console_scripts_shebang(tmp_path: Path) -> None:
     script.parent.mkdir()
     script.write_text(f"#!{sys.executable}\nimport sys\n")
     script.chmod(0o755)
-    env = envfacts.parse(run_fact(envfacts.command(["vllm", "serve", "m"]),
-                                  path_first=script.parent))  # fmt: skip
+    env = envfacts.parse(
+        run_fact(envfacts.command(["vllm", "serve", "m"]), path_first=script.parent)
+    )
     assert env.interpreter == f"{sys.executable} (shebang)" and env.server == "vllm"
     assert env.gpu_count == 0  # no nvidia-smi on this PATH: absent
     # no interpreter at all: the facts that do not need one are still there
@@ -142,10 +159,20 @@ def test_interpreter_from_a_console_scripts_shebang(tmp_path: Path) -> None:
 
 
 def test_secrets_stay_out_of_the_command() -> None:
-    exp = Experiment.from_dict({"name": "s", "service": {
-        "exec": "python3 -m sglang.launch_server", "flags": {"port": 30000},
-        "env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123", "NCCL_DEBUG": "WARN",
-                "MY_API_KEY": "k3y-value-long"}}})  # fmt: skip
+    exp = Experiment.from_dict(
+        {
+            "name": "s",
+            "service": {
+                "exec": "python3 -m sglang.launch_server",
+                "flags": {"port": 30000},
+                "env": {
+                    "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
+                    "NCCL_DEBUG": "WARN",
+                    "MY_API_KEY": "k3y-value-long",
+                },
+            },
+        }
+    )
     cmd = envfacts.command(exp.exec, env=envfacts.public_env(exp))
     assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in cmd and "k3y-value-long" not in cmd
     assert "NCCL_DEBUG=WARN" in cmd
@@ -165,8 +192,7 @@ def test_store_keeps_environments_and_the_cache_follows_the_host(tmp_path: Path)
     old = envfacts.parse((FACTS / "env_h100_sglang.txt").read_text())
     new = replace(old, driver="575.57.08")
     cid = store.create_campaign(kind="bisect", key="k", command="c", spec={})
-    r1 = store.add_run(cid, variant=(), purpose="endpoint",
-                       result=Result(exp, Verdict.PASS, old))  # fmt: skip
+    r1 = store.add_run(cid, variant=(), purpose="endpoint", result=Result(exp, Verdict.PASS, old))
     r2 = store.add_run(cid, variant=(0,), purpose="search", result=Result(exp, Verdict.PASS, old))
     assert store.run(r1).env_digest == store.run(r2).env_digest == old.digest()
     assert store.db.execute("SELECT count(*) FROM environments").fetchone()[0] == 1
@@ -178,15 +204,18 @@ def test_store_keeps_environments_and_the_cache_follows_the_host(tmp_path: Path)
     r3 = store.add_run(cid, variant=(1,), purpose="search", result=result)
     seen = store.campaign_environments(cid)
     assert [(s.host, s.digest, s.runs) for s in seen] == [
-        ("h1", old.digest(), [r1, r2]), ("h1", new.digest(), [r3])]
+        ("h1", old.digest(), [r1, r2]),
+        ("h1", new.digest(), [r3]),
+    ]
     # the cache: the host now has the new environment; the old verdict is not served
     assert store.latest_env_digest("h1") == new.digest()
     assert store.cached(exp.fingerprint(), "b300", env_digest=new.digest()) is None
     hit = store.cached(exp.fingerprint(), "b300", env_digest=old.digest())
     assert hit is not None and hit.id == r2
     # a cache hit keeps its source's environment
-    r4 = store.add_run(cid, variant=(), purpose="cache",
-                       result=Result(exp, Verdict.PASS, None), cached_from=r2)  # fmt: skip
+    r4 = store.add_run(
+        cid, variant=(), purpose="cache", result=Result(exp, Verdict.PASS, None), cached_from=r2
+    )
     assert store.run(r4).env_digest == old.digest()
     # unchanged: no error, the result as it was
     same, err = envwatch.check(store, cid, Result(exp, Verdict.PASS, old))

@@ -36,8 +36,10 @@ LAB = REPO / "experiments" / "lab"
 SCALE = {"ORCH_LAB_TIME_SCALE": "0.1"}
 V0523 = "lab-b300-v0523.service"
 B300 = "lab-b300.service"
-AMBIGUOUS = ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-             "--cuda-graph-max-bs-prefill")  # fmt: skip
+AMBIGUOUS = (
+    "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+    "--cuda-graph-max-bs-prefill"
+)
 
 
 def exp(rel: str) -> Experiment:
@@ -66,14 +68,14 @@ class Box(BoxView):
 
     def host_as(self, name: str, **extra: object) -> Host:
         path = self.dir / f"{name}.yaml"
-        path.write_text(self.box.hosts_yaml(name, env={"PYTHONPATH": "/opt/orchestrator"},
-                                            **extra))  # fmt: skip
+        path.write_text(self.box.hosts_yaml(name, env={"PYTHONPATH": "/opt/orchestrator"}, **extra))
         return load_inventory(path).host(name)
 
 
 @pytest.fixture(scope="module")
-def box(systemd_hosts: SystemdHostFactory,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:  # fmt: skip
+def box(
+    systemd_hosts: SystemdHostFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Box]:
     sd = systemd_hosts.boot()
     try:
         for unit in (V0523, B300):
@@ -89,8 +91,11 @@ def box(systemd_hosts: SystemdHostFactory,
 @pytest.fixture
 def clean_box(box: Box) -> Iterator[Box]:
     yield box
-    box.sh(f"systemctl stop {V0523} {B300}; rm -rf /etc/systemd/system/*.service.d "
-           "/tmp/orchestrator; systemctl daemon-reload; systemctl reset-failed", check=False)
+    box.sh(
+        f"systemctl stop {V0523} {B300}; rm -rf /etc/systemd/system/*.service.d "
+        "/tmp/orchestrator; systemctl daemon-reload; systemctl reset-failed",
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------------------- preflight
@@ -101,8 +106,7 @@ def test_unknown_flag_is_invalid_before_the_process_server_starts(
 ) -> None:
     host = proc_host(sshd, tmp_path)
     seed = exp("b300-v0523/seed_good.yaml").with_changes(flags={"port": free_port()}, env=SCALE)
-    typo = exp("b300/good.yaml").with_changes(flags={"port": free_port(), "tp-szie": 8},
-                                              env=SCALE)  # fmt: skip
+    typo = exp("b300/good.yaml").with_changes(flags={"port": free_port(), "tp-szie": 8}, env=SCALE)
     with Executor(host, service="v0523", campaign="c-flags") as ex:
         r_seed = ex.run(seed, run_id="seed")
         r_typo = ex.run(typo, run_id="typo")
@@ -126,8 +130,9 @@ def test_unknown_flag_is_invalid_before_the_unit_is_touched(clean_box: Box) -> N
     assert r.verdict is Verdict.INVALID
     assert AMBIGUOUS in r.detail
     assert during == before  # same invocation, same pid: never stopped nor restarted
-    assert b.box.ssh_run(f"test -e /etc/systemd/system/{V0523}.d/99-orchestrator.conf"
-                         ).returncode != 0  # no drop-in was written  # fmt: skip
+    assert (
+        b.box.ssh_run(f"test -e /etc/systemd/system/{V0523}.d/99-orchestrator.conf").returncode != 0
+    )  # no drop-in was written
 
 
 # ---------------------------------------------------------------------------- connection
@@ -154,8 +159,9 @@ def test_connection_dropped_mid_poll_keeps_the_verdict(
 ) -> None:
     host = proc_host(sshd, tmp_path)
     # Slower startup (time scale 1): several polls happen while the server loads.
-    good = exp("b300/good.yaml").with_changes(flags={"port": free_port()},
-                                              env={"ORCH_LAB_TIME_SCALE": "1"})  # fmt: skip
+    good = exp("b300/good.yaml").with_changes(
+        flags={"port": free_port()}, env={"ORCH_LAB_TIME_SCALE": "1"}
+    )
     restarted = threading.Event()
     errors: list[BaseException] = []
 
@@ -243,14 +249,23 @@ def _sudo_deb() -> Path | None:
 def test_sudo_refused_is_a_clear_service_error(clean_box: Box) -> None:
     deb = _sudo_deb()
     if deb is None:
-        pytest.skip("sudo is not in the test image and no sudo .deb is cached here "
-                    "(`cd /var/cache/apt/archives && apt-get download sudo` enables this)")
+        pytest.skip(
+            "sudo is not in the test image and no sudo .deb is cached here "
+            "(`cd /var/cache/apt/archives && apt-get download sudo` enables this)"
+        )
     b = clean_box
     with deb.open("rb") as f:
-        subprocess.run(b.box.ssh_command("cat > /tmp/sudo.deb"), stdin=f, check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
-    b.sh("dpkg -i /tmp/sudo.deb >/dev/null && "
-         "(id tester >/dev/null 2>&1 || useradd -m -s /bin/sh tester) && usermod -p '*' tester")
+        subprocess.run(
+            b.box.ssh_command("cat > /tmp/sudo.deb"),
+            stdin=f,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    b.sh(
+        "dpkg -i /tmp/sudo.deb >/dev/null && "
+        "(id tester >/dev/null 2>&1 || useradd -m -s /bin/sh tester) && usermod -p '*' tester"
+    )
     host = b.host_as("sd-tester", user="tester", sudo=True)
     with pytest.raises(ServiceError) as err:
         with Executor(host, service=B300, campaign="c-sudo"):

@@ -51,17 +51,24 @@ def hang_scenario(path: Path) -> Path:
     """b300 plus a first rule: `cuda-graph-max-bs 512` hangs in CUDA-graph capture."""
     data = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
     data["name"] = "b300-hang"
-    data["faults"].insert(0, {"description": "graph capture deadlocks",
-                              "when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
-                              "effect": "hang"})  # fmt: skip
+    data["faults"].insert(
+        0,
+        {
+            "description": "graph capture deadlocks",
+            "when": {"cuda-graph-max-bs": 512},
+            "phase": "cuda_graph",
+            "effect": "hang",
+        },
+    )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
 def hang_exp(scenario: Path, port: int, timeout: float) -> Experiment:
     good = lab_exp("b300/good.yaml", port)
-    exp = replace(good, exec=("python3", "-m", "orchestrator.lab.server", "--scenario",
-                              str(scenario)))  # fmt: skip
+    exp = replace(
+        good, exec=("python3", "-m", "orchestrator.lab.server", "--scenario", str(scenario))
+    )
     exp = exp.with_changes(flags={"cuda-graph-max-bs": 512}, name="b300-hang")
     return replace(exp, health=replace(exp.health, timeout=timeout))
 
@@ -174,13 +181,14 @@ def test_argv_and_env_round_trip(lab_host: Host) -> None:
     assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-2000:])
     argv = [w.decode() for w in seen["argv"].split(b"\0")[:-1]]
     assert argv[argv.index("--served-model-name") + 1] == ODD
-    assert argv[-len(exp.argv()) + 1:] == exp.argv()[1:]  # all but argv[0] (python3)
+    assert argv[-len(exp.argv()) + 1 :] == exp.argv()[1:]  # all but argv[0] (python3)
     env = dict(w.decode().split("=", 1) for w in seen["env"].split(b"\0") if b"=" in w)
     assert env["ORCH_ODD"] == ODD
 
 
-def test_stop_sends_sigterm_then_sigkill(lab_host: Host, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_stop_sends_sigterm_then_sigkill(
+    lab_host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A server that ignores SIGTERM (it notes that it got one) and never answers /health.
     marker = tmp_path / "got-term"
     script = tmp_path / "stubborn.sh"
@@ -199,20 +207,23 @@ def test_stop_sends_sigterm_then_sigkill(lab_host: Host, tmp_path: Path,
         assert r.verdict is Verdict.FAIL  # no target: a hang is the failure itself
         assert r.signature is not None and r.signature.error_class == "hang"
     assert marker.exists() and "term" in marker.read_text()  # SIGTERM came first...
-    wait_until(lambda: not our_processes(str(script)), timeout=30,
-               what="the stubborn server to be killed")  # ...then SIGKILL  # fmt: skip
+    wait_until(
+        lambda: not our_processes(str(script)), timeout=30, what="the stubborn server to be killed"
+    )  # ...then SIGKILL
 
 
-def test_stop_reaches_a_child_that_made_its_own_process_group(lab_host: Host, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             ) -> None:  # fmt: skip
+def test_stop_reaches_a_child_that_made_its_own_process_group(
+    lab_host: Host,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # vLLM's data-parallel API servers call setpgrp: a kill of the server's process group
     # misses them. The stop kills the server's session, which they stay in.
     escaped = tmp_path / "escaped-child"
     script = tmp_path / "forks.sh"
     script.write_text(
         '[ "$1" = --help ] && exit 0\n'
-        "python3 -c 'import os, sys, time; os.setpgrp(); open(sys.argv[1], \"w\").write("
+        'python3 -c \'import os, sys, time; os.setpgrp(); open(sys.argv[1], "w").write('
         f"str(os.getpgrp())); time.sleep(600)' {escaped} &\n"
         "echo server starting\n"
         "while :; do sleep 0.2; done\n"
@@ -228,13 +239,22 @@ def test_stop_reaches_a_child_that_made_its_own_process_group(lab_host: Host, tm
     # ...and the run's stop (SIGTERM to the session, then the wait) left nothing of it
     assert our_processes(str(escaped)) == []
 
-def test_restore_after_the_controller_is_sigkilled(lab_host: Host, sshd: SshdEndpoint,
-                                                  tmp_path: Path) -> None:  # fmt: skip
+
+def test_restore_after_the_controller_is_sigkilled(
+    lab_host: Host, sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     _, hosts = make_host(sshd, tmp_path)
     exp = hang_exp(hang_scenario(tmp_path / "hang.yaml"), free_port(), timeout=300)
     pid = sigkill_executor_child_while_polling(
-        {"hosts": str(hosts), "host": "lab", "service": "lab-crash", "campaign": "c-crash",
-         "experiment": exp.to_dict()}, tmp_path)
+        {
+            "hosts": str(hosts),
+            "host": "lab",
+            "service": "lab-crash",
+            "campaign": "c-crash",
+            "experiment": exp.to_dict(),
+        },
+        tmp_path,
+    )
     run = tmp_path / "run"
     pid_file = run / "lab-crash" / "pid"
     assert pid_file.exists() and our_processes(str(run))  # the orphaned server still runs
@@ -249,8 +269,11 @@ def test_restore_after_the_controller_is_sigkilled(lab_host: Host, sshd: SshdEnd
     # The same campaign takes the lock over and its prepare() stops the orphan.
     ex = Executor(lab_host, service="lab-crash", campaign="c-crash").open()
     try:
-        wait_until(lambda: not our_processes(str(run)), timeout=30,
-                   what="the orphaned server to be stopped by prepare()")  # fmt: skip
+        wait_until(
+            lambda: not our_processes(str(run)),
+            timeout=30,
+            what="the orphaned server to be stopped by prepare()",
+        )
     finally:
         ex.close()
     assert not pid_file.exists()

@@ -46,7 +46,6 @@ HANG_SCENARIO = "/etc/orch-lab/hang.yaml"
 ODD = "a b 'single' \"double\" $HOME ${X} `id` ; & | %n %% \\ \\\\n * ? ü ✓ end"
 
 
-
 @dataclass
 class Lab(BoxView):
     hosts_file: Path
@@ -66,9 +65,15 @@ class Lab(BoxView):
 def hang_scenario_text() -> str:
     data = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
     data["name"] = "b300-hang"
-    data["faults"].insert(0, {"description": "graph capture deadlocks",
-                              "when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
-                              "effect": "hang"})  # fmt: skip
+    data["faults"].insert(
+        0,
+        {
+            "description": "graph capture deadlocks",
+            "when": {"cuda-graph-max-bs": 512},
+            "phase": "cuda_graph",
+            "effect": "hang",
+        },
+    )
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -83,15 +88,18 @@ def exp(rel: str) -> Experiment:
 
 
 def hang_exp(timeout: float) -> Experiment:
-    e = replace(exp("b300/good.yaml"), exec=("python3", "-m", "orchestrator.lab.server",
-                                             "--scenario", HANG_SCENARIO))  # fmt: skip
+    e = replace(
+        exp("b300/good.yaml"),
+        exec=("python3", "-m", "orchestrator.lab.server", "--scenario", HANG_SCENARIO),
+    )
     e = e.with_changes(flags={"cuda-graph-max-bs": 512}, name="b300-hang")
     return replace(e, health=replace(e.health, timeout=timeout))
 
 
 @pytest.fixture(scope="module")
-def lab_box(systemd_hosts: SystemdHostFactory,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:  # fmt: skip
+def lab_box(
+    systemd_hosts: SystemdHostFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Lab]:
     box = systemd_hosts.boot()
     try:
         for unit in (B300, GLM5):
@@ -122,9 +130,12 @@ def test_verdicts_and_the_host_left_as_found(lab: Lab) -> None:
     before = lab.unit_sha(B300)
     assert lab.show(B300, "ActiveState")["ActiveState"] == "inactive"
     phases: list[Phase] = []
-    with Executor(lab.host, service=B300, campaign="c-verdicts",
-                  listener=lambda e: phases.append(e.phase) if isinstance(e, PhaseReached)
-                  else None) as ex:  # fmt: skip
+    with Executor(
+        lab.host,
+        service=B300,
+        campaign="c-verdicts",
+        listener=lambda e: phases.append(e.phase) if isinstance(e, PhaseReached) else None,
+    ) as ex:
         assert isinstance(ex.t, SSHTransport)
         good = ex.run(exp("b300/good.yaml"), run_id="good")
         assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # ours, during
@@ -158,8 +169,11 @@ def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
         said = ex.close()
     assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-2000:])
     after = lab.show(B300, "ActiveState", "InvocationID", "ExecStart", "MainPID")
-    assert after["ActiveState"] == "active", (said, ex.left, lab.sh(
-        f"journalctl -u {B300} -n 40 --no-pager", check=False))  # fmt: skip
+    assert after["ActiveState"] == "active", (
+        said,
+        ex.left,
+        lab.sh(f"journalctl -u {B300} -n 40 --no-pager", check=False),
+    )
     assert f"started {B300} again with its own configuration (it was running)" in said
     assert ex.left == []
     assert after["InvocationID"] != before["InvocationID"]  # started again by restore
@@ -169,14 +183,15 @@ def test_found_running_is_running_again_with_its_own_config(lab: Lab) -> None:
 
 
 ONCE = "lab-once.service"  # its own start fails while a marker file is there
-ONCE_UNIT = ("[Service]\nType=simple\nExecStart=/bin/sh -c 'if [ -e /run/fail-always ]; then "
-             "exit 3; fi; if [ -e /run/fail-next ]; then rm -f /run/fail-next; exit 3; fi; "
-             "exec sleep infinity'\n")
+ONCE_UNIT = (
+    "[Service]\nType=simple\nExecStart=/bin/sh -c 'if [ -e /run/fail-always ]; then "
+    "exit 3; fi; if [ -e /run/fail-next ]; then rm -f /run/fail-next; exit 3; fi; "
+    "exec sleep infinity'\n"
+)
 
 
 @pytest.mark.parametrize("marker", ["fail-next", "fail-always"])
-def test_a_unit_found_running_is_said_running_again_only_when_it_is(lab: Lab,
-                                                                  marker: str) -> None:  # fmt: skip
+def test_a_unit_found_running_is_said_running_again_only_when_it_is(lab: Lab, marker: str) -> None:
     lab.box.write_file(f"{UNIT_DIR}/{ONCE}", ONCE_UNIT)
     lab.sh(f"systemctl daemon-reload; systemctl start {ONCE}")
     try:
@@ -191,13 +206,18 @@ def test_a_unit_found_running_is_said_running_again_only_when_it_is(lab: Lab,
             assert ex.left == []
         else:  # never said started: what the host shows instead
             assert state["ActiveState"] == "failed", (said, state)
-            assert said[-1].startswith(f"could not start {ONCE} again with its own "
-                                       "configuration (it was running): it is failed (failed, "
-                                       "result exit-code)"), said  # fmt: skip
+            assert said[-1].startswith(
+                f"could not start {ONCE} again with its own "
+                "configuration (it was running): it is failed (failed, "
+                "result exit-code)"
+            ), said
             assert ex.left == [f"{ONCE} is failed (it was active when the campaign found it)"]
     finally:
-        lab.sh(f"rm -f /run/fail-next /run/fail-always {UNIT_DIR}/{ONCE}; systemctl stop {ONCE}; "
-               "systemctl daemon-reload; systemctl reset-failed", check=False)  # fmt: skip
+        lab.sh(
+            f"rm -f /run/fail-next /run/fail-always {UNIT_DIR}/{ONCE}; systemctl stop {ONCE}; "
+            "systemctl daemon-reload; systemctl reset-failed",
+            check=False,
+        )
 
 
 SHIM = "/opt/orchestrator/orchestrator/lab/bin/nvidia-smi"  # the lab's stand-in
@@ -208,8 +228,9 @@ def test_gpu_memory_of_another_process_is_waited_for_then_infra(lab: Lab) -> Non
     # Someone's process holds GPU 5 (nvidia-smi lists it): the run waits, does not start
     # the server beside it, and is infra naming it; once it is gone, the run judges.
     lab.sh(f"mkdir -p /etc/orchestrator-lab && ln -sf {SHIM} /usr/local/bin/nvidia-smi")
-    lab.box.write_file(GPUS, json.dumps({"apps": [{"gpu": 5, "pid": 4242, "name": "python3",
-                                                   "used_mib": 81000}]}))  # fmt: skip
+    lab.box.write_file(
+        GPUS, json.dumps({"apps": [{"gpu": 5, "pid": 4242, "name": "python3", "used_mib": 81000}]})
+    )
     try:
         with Executor(lab.host, service=B300, campaign="c-gpus") as ex:
             ex.gpu_wait = 2.0
@@ -226,8 +247,7 @@ def test_gpu_memory_of_another_process_is_waited_for_then_infra(lab: Lab) -> Non
 
 
 def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:
-    e = exp("b300/good.yaml").with_changes(flags={"served-model-name": ODD},
-                                           env={"ORCH_ODD": ODD})  # fmt: skip
+    e = exp("b300/good.yaml").with_changes(flags={"served-model-name": ODD}, env={"ORCH_ODD": ODD})
     seen: dict[str, list[str]] = {}
 
     def listener(event: Event) -> None:
@@ -248,8 +268,9 @@ def test_argv_and_env_round_trip_through_the_drop_in(lab: Lab) -> None:
 
 def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     # A higher-priority drop-in of someone else's resets ExecStart after ours.
-    lab.box.install_unit(f"{B300}.d/zz-override.conf",
-                         "[Service]\nExecStart=\nExecStart=/bin/sleep 1234\n")  # fmt: skip
+    lab.box.install_unit(
+        f"{B300}.d/zz-override.conf", "[Service]\nExecStart=\nExecStart=/bin/sleep 1234\n"
+    )
     before = lab.show(B300, "InvocationID", "ActiveState")
     with Executor(lab.host, service=B300, campaign="c-readback") as ex:
         r = ex.run(exp("b300/good.yaml"), run_id="rb")
@@ -271,8 +292,15 @@ def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> 
     lab.sh(f"systemctl start {B300}")  # found running, with its own config
     sha = lab.unit_sha(B300)
     pid = sigkill_executor_child_while_polling(
-        {"hosts": str(lab.hosts_file), "host": "sd", "service": B300, "campaign": "c-crash",
-         "experiment": hang_exp(timeout=300).to_dict()}, tmp_path)
+        {
+            "hosts": str(lab.hosts_file),
+            "host": "sd",
+            "service": B300,
+            "campaign": "c-crash",
+            "experiment": hang_exp(timeout=300).to_dict(),
+        },
+        tmp_path,
+    )
     # The crash left our variant running under our drop-in, and the lock.
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")
     assert "orchestrator.lab.server" in lab.show(B300, "ExecStart")["ExecStart"]
@@ -297,8 +325,11 @@ def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> 
     assert lab.proc_words(after["MainPID"], "cmdline") == ["/bin/sleep", "infinity"]
     assert lab.unit_sha(B300) == sha
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d")
-    wait_until(lambda: lab.sh("ls /tmp/orchestrator/locks").strip() == "", timeout=10,
-               what="the lock to be released")  # fmt: skip
+    wait_until(
+        lambda: lab.sh("ls /tmp/orchestrator/locks").strip() == "",
+        timeout=10,
+        what="the lock to be released",
+    )
 
 
 def test_run_with_a_null_env_var_removes_the_units_own_value(lab: Lab, tmp_path: Path) -> None:
@@ -318,8 +349,15 @@ def test_run_with_a_null_env_var_removes_the_units_own_value(lab: Lab, tmp_path:
             seen["env"] = lab.proc_words(lab.show(B300, "MainPID")["MainPID"], "environ")
 
     store = Store(tmp_path / "results")
-    row = single_run(store, e, lab.host, kind="run", command="orchestrator run no-x.yaml",
-                     label=e.name, listener=listener)  # fmt: skip
+    row = single_run(
+        store,
+        e,
+        lab.host,
+        kind="run",
+        command="orchestrator run no-x.yaml",
+        label=e.name,
+        listener=listener,
+    )
     assert row.verdict is Verdict.PASS, (row.detail, row.log_tail[-2000:])
     env = dict(w.split("=", 1) for w in seen["env"] if "=" in w)
     assert "ORCH_X" not in env  # the unit's own value did not reach the server
@@ -334,13 +372,17 @@ def test_an_imported_unit_is_the_launch_systemd_and_bash_make(lab: Lab) -> None:
     # specifiers, ${VAR} (systemd's), "$MODEL" and "$@" (bash's), `bash -c` (issue 35).
     from orchestrator.config.importer import import_unit_file, render_yaml, to_experiment_mapping
 
-    lab.box.install_unit(f"{B300}.d/20-operator.conf", (
-        "[Service]\n"
-        "Environment=TP=8 \"MODEL=/models/Kimi K2\"\n"
-        "ExecStart=\n"
-        "ExecStart=/bin/bash -c 'exec python3 -m orchestrator.lab.server --scenario b300 "
-        "--model-path \"$MODEL\" --tp-size ${TP} --served-model-name \"%N %%d\" "
-        "--port 30000 \"$@\"' lab --mem-fraction-static 0.85\n"))
+    lab.box.install_unit(
+        f"{B300}.d/20-operator.conf",
+        (
+            "[Service]\n"
+            'Environment=TP=8 "MODEL=/models/Kimi K2"\n'
+            "ExecStart=\n"
+            "ExecStart=/bin/bash -c 'exec python3 -m orchestrator.lab.server --scenario b300 "
+            '--model-path "$MODEL" --tp-size ${TP} --served-model-name "%N %%d" '
+            '--port 30000 "$@"\' lab --mem-fraction-static 0.85\n'
+        ),
+    )
     spec = import_unit_file(lab.sh(f"systemctl cat {B300}"), source=B300)
     path = Path(lab.hosts_file).parent / "imported.yaml"
     path.write_text(render_yaml(to_experiment_mapping(spec, name="imported")))
@@ -348,9 +390,15 @@ def test_an_imported_unit_is_the_launch_systemd_and_bash_make(lab: Lab) -> None:
     assert imported.flag_map()["served-model-name"] == "lab-b300 %d"
     try:
         lab.sh(f"systemctl start {B300}")
-        pid = wait_until(lambda: (p := lab.show(B300, "MainPID")["MainPID"]) != "0" and
-                         "orchestrator.lab.server" in lab.proc_words(p, "cmdline") and p,
-                         timeout=30, what="the unit's server")  # fmt: skip
+        pid = wait_until(
+            lambda: (
+                (p := lab.show(B300, "MainPID")["MainPID"]) != "0"
+                and "orchestrator.lab.server" in lab.proc_words(p, "cmdline")
+                and p
+            ),
+            timeout=30,
+            what="the unit's server",
+        )
         argv = lab.proc_words(pid, "cmdline")
         env = dict(w.split("=", 1) for w in lab.proc_words(pid, "environ") if "=" in w)
     finally:

@@ -42,14 +42,18 @@ BACKOFF = [0.0, 0.25, 0.75, 1.75, 2.75]
 def experiment(*, timeout: float = 60.0, probe: bool = False, **health: object) -> Experiment:
     data: dict[str, object] = {
         "name": "scripted",
-        "service": {"exec": "python3 -m sglang.launch_server",
-                    "flags": {"model-path": "/models/m", "tp-size": 8, "port": PORT}},
+        "service": {
+            "exec": "python3 -m sglang.launch_server",
+            "flags": {"model-path": "/models/m", "tp-size": 8, "port": PORT},
+        },
         "health": {"path": "/health", "timeout": timeout, **health},
-    }  # fmt: skip
+    }
     if probe:
-        data["probe"] = {"run": "python3 -m sglang.bench_serving --port {port} --num-prompts 200",
-                         "metric": r"Output token throughput \(tok/s\):\s+([\d.]+)",
-                         "pass_if": ">= 80"}  # fmt: skip
+        data["probe"] = {
+            "run": "python3 -m sglang.bench_serving --port {port} --num-prompts 200",
+            "metric": r"Output token throughput \(tok/s\):\s+([\d.]+)",
+            "pass_if": ">= 80",
+        }
     return Experiment.from_dict(data)
 
 
@@ -69,12 +73,16 @@ class Rig:
 
     def polls(self) -> list[float]:
         """Poll times of the last run, in seconds after its start."""
-        return [round(t - self.t0, 6) for t, kind in self.t.log[self.mark:]
-                if kind in ("poll", "unit_poll")]
+        return [
+            round(t - self.t0, 6)
+            for t, kind in self.t.log[self.mark :]
+            if kind in ("poll", "unit_poll")
+        ]
 
 
-def rig(*starts: Server, poll_min: float = 0.25, poll_max: float = 1.0, **host_events: object
-        ) -> Rig:  # fmt: skip
+def rig(
+    *starts: Server, poll_min: float = 0.25, poll_max: float = 1.0, **host_events: object
+) -> Rig:
     clock = FakeClock()
     h = host()
     t = ScriptedTransport(h, clock, list(starts), **host_events)  # type: ignore[arg-type]
@@ -85,9 +93,18 @@ def rig(*starts: Server, poll_min: float = 0.25, poll_max: float = 1.0, **host_e
         if r.on_event is not None:
             r.on_event(event)
 
-    r.ex = Executor(h, service="sglang", campaign="c-watch", listener=listener, transport=t,
-                    poll_min=poll_min, poll_max=poll_max, sleep=clock.sleep,
-                    clock=clock.monotonic, wall_clock=clock.time).open()  # fmt: skip
+    r.ex = Executor(
+        h,
+        service="sglang",
+        campaign="c-watch",
+        listener=listener,
+        transport=t,
+        poll_min=poll_min,
+        poll_max=poll_max,
+        sleep=clock.sleep,
+        clock=clock.monotonic,
+        wall_clock=clock.time,
+    ).open()
     return r
 
 
@@ -114,16 +131,26 @@ def test_pass_after_ready_after_200s_and_one_poll_after_the_settle() -> None:
     # (poll_min: a healthy server is not made to wait out the backoff), then the settle
     # (health.settle, 1 s by default) and one more poll, which must still see it alive.
     first_200 = expected_polls(READY)[-1] + 1.0
-    assert r.polls() == [*expected_polls(READY), first_200, first_200 + 0.25,
-                         first_200 + 0.25 + 1.0]  # fmt: skip
+    assert r.polls() == [
+        *expected_polls(READY),
+        first_200,
+        first_200 + 0.25,
+        first_200 + 0.25 + 1.0,
+    ]
     assert result.ready_s == first_200 + 0.25
     assert result.duration_s == first_200 + 0.25 + 1.0
     assert result.polls == len(r.polls())
     assert result.started_at == r.clock.epoch + r.t0
     # Every phase seen live, in order, each when the first poll after its start saw it.
     seen = [e.phase for e in r.events if isinstance(e, PhaseReached)]
-    assert seen == [Phase.INIT, Phase.LOAD_WEIGHTS, Phase.KV_CACHE, Phase.CUDA_GRAPH,
-                    Phase.WARMUP, Phase.SERVING]  # fmt: skip
+    assert seen == [
+        Phase.INIT,
+        Phase.LOAD_WEIGHTS,
+        Phase.KV_CACHE,
+        Phase.CUDA_GRAPH,
+        Phase.WARMUP,
+        Phase.SERVING,
+    ]
     times = dict(result.phase_times)
     assert times["init"] == 0.0 and times["load_weights"] == 2.75  # first poll after 2 s
     assert times["serving"] == first_200  # "fired up" in its log; ready at the 2nd 200
@@ -194,9 +221,11 @@ def test_crash_in_each_phase_fails_with_that_phase(phase: str) -> None:
 
 
 def test_a_different_crash_is_other_and_the_same_one_fail() -> None:
-    r = rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
-            Server(crash_in="init", error=OTHER_ERROR),
-            Server(crash_in="cuda_graph", error=TARGET_ERROR))  # fmt: skip
+    r = rig(
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        Server(crash_in="init", error=OTHER_ERROR),
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+    )
     bad = r.run(experiment(), "bad")
     other = r.run(experiment(), "other", target=bad.signature)
     again = r.run(experiment(), "again", target=bad.signature)
@@ -228,10 +257,12 @@ def test_hang_times_out_exactly_at_the_deadline_with_its_last_phase() -> None:
     # no port hint (the server listens on the port polled); the server is alive and never
     # healthy: the detail names what it printed last
     # (the server's own last log line, not the progress bar a library printed under it)
-    assert result.detail == ("not ready after 300s; last phase: cuda_graph; last log line: "
-                             "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, "
-                             "64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, "
-                             "176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256]")
+    assert result.detail == (
+        "not ready after 300s; last phase: cuda_graph; last log line: "
+        "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, "
+        "64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, "
+        "176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256]"
+    )
     assert r.t.procs[-1].stopped == r.t0 + 300.0  # and it is stopped at once
 
 
@@ -297,8 +328,10 @@ def test_death_during_the_probe_is_a_serving_crash() -> None:
     assert result.ready_s == ready
     assert result.verdict is Verdict.FAIL, (result.detail, result.log_tail[-1500:])
     assert result.signature is not None
-    assert (result.signature.phase, result.signature.error_class) == (Phase.SERVING,
-                                                                      "illegal_address")
+    assert (result.signature.phase, result.signature.error_class) == (
+        Phase.SERVING,
+        "illegal_address",
+    )
 
 
 def test_death_right_after_the_probe_is_seen_by_the_second_look() -> None:
@@ -315,8 +348,10 @@ def test_probe_below_its_bar_fails_with_the_bar() -> None:
     result = r.run(experiment(probe=True))
     assert result.verdict is Verdict.FAIL
     assert result.signature is not None
-    assert (result.signature.phase, result.signature.error_class) == (Phase.PROBE,
-                                                                      "probe_threshold")
+    assert (result.signature.phase, result.signature.error_class) == (
+        Phase.PROBE,
+        "probe_threshold",
+    )
     assert result.probe_metric == 41.0
 
 
@@ -324,8 +359,11 @@ def test_probe_below_its_bar_fails_with_the_bar() -> None:
 
 
 def test_reboot_mid_run_is_infra_and_the_next_run_judges() -> None:
-    r = rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
-            Server(crash_in="cuda_graph", error=TARGET_ERROR), reboots=[1000.0 + 5.0])  # fmt: skip
+    r = rig(
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        reboots=[1000.0 + 5.0],
+    )
     first = r.run(experiment(), "rebooted")
     retry = r.run(experiment(), "retry")
     assert first.verdict is Verdict.INFRA, (first.detail, first.log_tail[-1500:])
@@ -340,9 +378,12 @@ def test_a_server_seen_dead_while_its_host_shuts_down_is_infra(lead: float) -> N
     # The shutdown stops the server before the boot id changes: the poll that sees it dead
     # still reads the old boot; the host's own state (stopping, or a new boot by the time
     # the death's evidence was read) says the run judged nothing.
-    r = rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
-            Server(crash_in="cuda_graph", error=TARGET_ERROR), reboots=[1000.0 + 6.0],
-            shutdown_lead=lead)  # fmt: skip
+    r = rig(
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        reboots=[1000.0 + 6.0],
+        shutdown_lead=lead,
+    )
     first = r.run(experiment(), "shutdown")
     r.clock.now = max(r.clock.now, 1000.0 + 6.0)  # the next run starts on the booted host
     retry = r.run(experiment(), "retry")
@@ -420,9 +461,16 @@ def systemd_rig(*starts: Server, **host_events: object) -> Rig:
     r.ex.close()
     h = replace(host(), service_manager="systemd")
     r.t.host = h
-    r.ex = Executor(h, service="sglang.service", campaign="c-watch", listener=r.events.append,
-                    transport=r.t, sleep=r.clock.sleep, clock=r.clock.monotonic,
-                    wall_clock=r.clock.time).open()  # fmt: skip
+    r.ex = Executor(
+        h,
+        service="sglang.service",
+        campaign="c-watch",
+        listener=r.events.append,
+        transport=r.t,
+        sleep=r.clock.sleep,
+        clock=r.clock.monotonic,
+        wall_clock=r.clock.time,
+    ).open()
     return r
 
 
@@ -437,7 +485,8 @@ def test_systemd_runs_are_judged_on_their_own_invocation() -> None:
     assert "The server is fired up" not in bad.log_tail  # the journal of its invocation only
     assert good.host_record is not None
     assert good.host_record["journal_command"] == (
-        f"journalctl _SYSTEMD_INVOCATION_ID={good.invocation} --no-pager")
+        f"journalctl _SYSTEMD_INVOCATION_ID={good.invocation} --no-pager"
+    )
     assert good.ready_s == expected_polls(READY)[-1] + 1.25
 
 
@@ -471,16 +520,21 @@ def test_systemd_timeout_names_the_port_the_unit_listens_on() -> None:
     result = r.run(experiment(timeout=20.0))
     assert r.polls()[-1] == 20.0
     assert f"the server listens on {PORT + 1} but the health check polls port {PORT}" in (
-        result.detail)
+        result.detail
+    )
 
 
 def test_systemd_answering_half_while_its_host_shuts_down_is_the_shutdown() -> None:
     # Going down, systemd answers `systemctl show` with nothing (its bus is closing) while
     # the boot id is still the old one: the run is `infra` for the shutdown, not for a
     # reply the executor could not read.
-    r = systemd_rig(Server(crash_in="cuda_graph", error=TARGET_ERROR),
-                    Server(crash_in="cuda_graph", error=TARGET_ERROR), reboots=[1000.0 + 6.0],
-                    shutdown_lead=3.0, show_fails_while_stopping=True)  # fmt: skip
+    r = systemd_rig(
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        Server(crash_in="cuda_graph", error=TARGET_ERROR),
+        reboots=[1000.0 + 6.0],
+        shutdown_lead=3.0,
+        show_fails_while_stopping=True,
+    )
     first = r.run(experiment(), "shutdown")
     r.clock.now = max(r.clock.now, 1000.0 + 6.0)
     retry = r.run(experiment(), "retry")
@@ -501,8 +555,9 @@ def test_a_start_waits_for_gpu_memory_another_process_frees() -> None:
     assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
     assert r.t.procs[0].started >= 1000.0 + 40.0  # started once GPU 0 was free
     waits = [e.detail for e in r.events if isinstance(e, StepDone) and e.step == "waiting"]
-    assert waits[0].startswith("GPU 0: 70000 MiB held by pid 7000 (python3): waiting up to "
-                               "180s"), waits  # fmt: skip
+    assert waits[0].startswith("GPU 0: 70000 MiB held by pid 7000 (python3): waiting up to 180s"), (
+        waits
+    )
     assert waits[-1].startswith("the GPUs are free after 4")
 
 

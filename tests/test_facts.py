@@ -209,7 +209,9 @@ def _parser() -> argparse.ArgumentParser:
 def test_help_options_parsed() -> None:
     opts = parse_help_options(read("help_sglang_like.txt"))
     assert set(opts) == {
-        o for o in _parser()._option_string_actions if o.startswith("--")  # noqa: SLF001
+        o
+        for o in _parser()._option_string_actions
+        if o.startswith("--")  # noqa: SLF001
     }
     assert "--model-path-old" not in opts  # named in help prose only
 
@@ -280,10 +282,15 @@ def test_gpu_holders_by_index_with_odd_names_and_unknown_memory() -> None:
     got = parse_gpu_holders(read("gpu_holders.txt"))
     assert got == [
         GpuHolder(1, "GPU-7f8e9d0c-1111-2222-3333-444455556666", 31337, "/usr/bin/python3", 80512),
-        GpuHolder(3, "GPU-9a8b7c6d-1111-2222-3333-444455556666", 4021,
-                  "ray::RayWorkerWrapper, with, comma", 1024),
+        GpuHolder(
+            3,
+            "GPU-9a8b7c6d-1111-2222-3333-444455556666",
+            4021,
+            "ray::RayWorkerWrapper, with, comma",
+            1024,
+        ),
         GpuHolder(None, "GPU-deadbeef-1111-2222-3333-444455556666", 77, "python", None),
-    ]  # fmt: skip
+    ]
     assert got[0].describe() == "GPU 1: 80512 MiB held by pid 31337 (/usr/bin/python3)"
     assert got[2].describe().startswith("GPU-deadbeef-1111-2222-3333-444455556666: memory held")
     assert parse_gpu_holders("0, GPU-a\n@@APPS\n") == []

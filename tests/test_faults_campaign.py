@@ -36,8 +36,20 @@ LAB = REPO / "experiments" / "lab"
 
 
 def bisect_args(sd: SdLab, results: Path, *extra: str) -> list[str | Path]:
-    return ["bisect", "--good", LAB / "b300" / "good.yaml", "--bad", LAB / "b300" / "bad.yaml",
-            "--host", "sd", "--hosts", sd.hosts_file, "--results", results, *extra]  # fmt: skip
+    return [
+        "bisect",
+        "--good",
+        LAB / "b300" / "good.yaml",
+        "--bad",
+        LAB / "b300" / "bad.yaml",
+        "--host",
+        "sd",
+        "--hosts",
+        sd.hosts_file,
+        "--results",
+        results,
+        *extra,
+    ]
 
 
 def check_runs_once(results: Path, cid: str) -> list:
@@ -49,8 +61,11 @@ def check_runs_once(results: Path, cid: str) -> list:
     finally:
         store.close()
     assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
-    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA
-              and not r.purpose.startswith("noise-")]  # fmt: skip
+    judged = [
+        r.variant
+        for r in runs
+        if r.verdict is not Verdict.INFRA and not r.purpose.startswith("noise-")
+    ]
     assert len(judged) == len(set(judged)), [(r.seq, r.variant, r.verdict) for r in runs]
     return runs
 
@@ -67,8 +82,9 @@ def json_of(res: subprocess.CompletedProcess[str]) -> dict:
     try:
         return json.loads(res.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"exit {res.returncode}:\n{res.stdout[-3000:]}\n"
-                             f"{res.stderr[-3000:]}") from None  # fmt: skip
+        raise AssertionError(
+            f"exit {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+        ) from None
 
 
 # ---- 3. unreachable past the reconnect budget: stop with the resume command, or retry ----------
@@ -81,13 +97,15 @@ def test_host_gone_stops_after_3_infra_with_the_resume_command_then_resume_compl
     results, log = tmp_path / "results", tmp_path / "bisect.log"
     child = popen_cli(*bisect_args(sd, results), log=log)
     try:
+
         def one_run() -> tuple[str, int] | None:
             assert child.poll() is None, log.read_text()
             got = recorded_count(results)
             return got if got and got[1] >= 1 else None
 
-        cid, n = wait_until(one_run, timeout=180, interval=0.05, what="a recorded run",
-                            describe=log.read_text)  # fmt: skip
+        cid, n = wait_until(
+            one_run, timeout=180, interval=0.05, what="a recorded run", describe=log.read_text
+        )
         net.block("REJECT")  # for good, as far as this process can tell
         code = child.wait(timeout=400)
     finally:
@@ -117,22 +135,27 @@ def test_host_away_for_a_while_the_campaign_retries_and_completes(
     results, log = tmp_path / "results", tmp_path / "bisect.log"
     child = popen_cli(*bisect_args(sd, results, "--json"), log=log)
     try:
+
         def one_run() -> tuple[str, int] | None:
             assert child.poll() is None, log.read_text()
             got = recorded_count(results)
             return got if got and got[1] >= 1 else None
 
-        cid, _ = wait_until(one_run, timeout=180, interval=0.05, what="a recorded run",
-                            describe=log.read_text)  # fmt: skip
+        cid, _ = wait_until(
+            one_run, timeout=180, interval=0.05, what="a recorded run", describe=log.read_text
+        )
         net.block("REJECT")
         # Longer than one run's reconnect budget (~8 s), shorter than three of them.
-        wait_until(lambda: (recorded_count(results) or ("", 0))[1] > _ or None, timeout=60,
-                   what="an infra run")  # fmt: skip
+        wait_until(
+            lambda: (recorded_count(results) or ("", 0))[1] > _ or None,
+            timeout=60,
+            what="an infra run",
+        )
         net.unblock()
         code = child.wait(timeout=400)
     finally:
         stop_child(child)
-    answer = json.loads(log.read_text()[log.read_text().index("{"):])
+    answer = json.loads(log.read_text()[log.read_text().index("{") :])
     check_found(code, answer, results)
     runs = check_runs_once(results, cid)
     assert any(r.verdict is Verdict.INFRA for r in runs)
@@ -142,15 +165,19 @@ def test_host_away_for_a_while_the_campaign_retries_and_completes(
 # ---- 7. SIGKILL at each step of a run ------------------------------------------------------
 
 
-def paused_child(step: str, nth: int, args: list[str | Path], log: Path,
-                 marker: Path) -> subprocess.Popen[bytes]:  # fmt: skip
+def paused_child(
+    step: str, nth: int, args: list[str | Path], log: Path, marker: Path
+) -> subprocess.Popen[bytes]:
     fh = open(log, "wb")  # noqa: SIM115 - the child owns it until it ends
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.hosts.faults", step, str(nth), "--", *map(str, args)],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
             env={**os.environ, "COLUMNS": "200", "ORCH_FAULT_MARKER": str(marker)},
-        )  # fmt: skip
+        )
     finally:
         fh.close()
 
@@ -160,8 +187,13 @@ def wait_paused(child: subprocess.Popen[bytes], marker: Path, log: Path, step: s
         assert child.poll() is None, f"ended early ({child.returncode}):\n{log.read_text()}"
         return marker.exists() and marker.read_text() == step
 
-    wait_until(there, timeout=180, interval=0.05, what=f"the child paused at {step}",
-               describe=log.read_text)  # fmt: skip
+    wait_until(
+        there,
+        timeout=180,
+        interval=0.05,
+        what=f"the child paused at {step}",
+        describe=log.read_text,
+    )
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -172,8 +204,9 @@ def test_sigkill_at_each_step_then_resume(sd: SdLab, tmp_path: Path, step: str) 
     child = paused_child(step, 2, args, log, marker)
     try:
         wait_paused(child, marker, log, step)
-        dropin = sd.sh("cat /etc/systemd/system/lab-b300.service.d/99-orchestrator.conf "
-                       "2>/dev/null; true")  # fmt: skip
+        dropin = sd.sh(
+            "cat /etc/systemd/system/lab-b300.service.d/99-orchestrator.conf 2>/dev/null; true"
+        )
         state = sd.show("ActiveState", "DropInPaths")
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=60) == -signal.SIGKILL
@@ -243,7 +276,7 @@ def test_second_campaign_on_the_same_unit_is_refused_naming_the_holder(
         assert "wait for that campaign" in err and "--break-lock" not in err
         assert "Traceback" not in err
     assert "is running now" in same.stderr
-    answer = json.loads(log.read_text()[log.read_text().index("{"):])
+    answer = json.loads(log.read_text()[log.read_text().index("{") :])
     check_found(code, answer, results)  # the first campaign, unaffected
     check_runs_once(results, cid)
     store = Store(tmp_path / "other-results")

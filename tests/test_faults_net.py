@@ -156,9 +156,10 @@ def test_unreachable_past_the_reconnect_budget_is_infra_then_the_next_run_works(
     # The transport's reconnect backoff (0.5 s doubling: 15.5 s for 4 attempts) is the
     # clock edge: not waited out here; the attempts and the REJECTs are real.
     waits: list[float] = []
-    with SSHTransport(sd.host, sleep=waits.append) as t, \
-            Executor(sd.host, service=B300, campaign="c-away", listener=listener,
-                     transport=t) as ex:  # fmt: skip
+    with (
+        SSHTransport(sd.host, sleep=waits.append) as t,
+        Executor(sd.host, service=B300, campaign="c-away", listener=listener, transport=t) as ex,
+    ):
         lost = ex.run(exp("b300/good.yaml", **SLOW), run_id="lost")
         net.unblock()
         again = ex.run(exp("b300/good.yaml"), run_id="again")

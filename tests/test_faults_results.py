@@ -29,16 +29,36 @@ def recorded(sd_box: SdLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A results dir with two real runs on the host (a pass and an init crash)."""
     results = tmp_path_factory.mktemp("recorded") / "results"
     for rel in ("b300/good.yaml", "b300/ep8_only.yaml"):
-        res = cli("run", LAB / rel, "--host", "sd", "--hosts", sd_box.hosts_file,
-                  "--results", results, "--json")  # fmt: skip
+        res = cli(
+            "run",
+            LAB / rel,
+            "--host",
+            "sd",
+            "--hosts",
+            sd_box.hosts_file,
+            "--results",
+            results,
+            "--json",
+        )
         assert res.returncode == 0, res.stdout + res.stderr
     sd_box.reset()
     return results
 
 
 def bisect(sd: SdLab, results: Path) -> tuple[int, str]:
-    res = cli("bisect", "--good", LAB / "b300" / "good.yaml", "--bad", LAB / "b300" / "bad.yaml",
-              "--host", "sd", "--hosts", sd.hosts_file, "--results", results)  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        LAB / "b300" / "good.yaml",
+        "--bad",
+        LAB / "b300" / "bad.yaml",
+        "--host",
+        "sd",
+        "--hosts",
+        sd.hosts_file,
+        "--results",
+        results,
+    )
     return res.returncode, res.stdout + res.stderr
 
 

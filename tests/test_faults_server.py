@@ -29,14 +29,16 @@ LAB_UNIT_RESTART = "always"  # the shared `sd_box` installs the lab unit with Re
 # ---- Restart=always that flaps -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("forced", [False, True], ids=["unit-restart-always",
-                                                      "foreign-dropin-forces-restart"])
+@pytest.mark.parametrize(
+    "forced", [False, True], ids=["unit-restart-always", "foreign-dropin-forces-restart"]
+)
 def test_restart_always_unit_run_ends_at_the_first_death(sd: SdLab, forced: bool) -> None:
     assert sd.show("Restart")["Restart"] == "always"
     if forced:
         # Someone else's drop-in, read after ours, puts Restart=always back: the unit flaps.
-        sd.box.install_unit(f"{B300}.d/zz-flap.conf", "[Service]\nRestart=always\n"
-                            "RestartSec=100ms\n")  # fmt: skip
+        sd.box.install_unit(
+            f"{B300}.d/zz-flap.conf", "[Service]\nRestart=always\nRestartSec=100ms\n"
+        )
     seen: dict[str, str] = {}
 
     def listener(event: Event) -> None:

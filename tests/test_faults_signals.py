@@ -37,8 +37,12 @@ from tests.test_faults_campaign import REPO, bisect_args, check_found, json_of
 DROPIN = f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf"
 
 
-def in_progress(sd: SdLab, results: Path, child: subprocess.Popen[bytes], log: Path,
-                ) -> str:  # fmt: skip
+def in_progress(
+    sd: SdLab,
+    results: Path,
+    child: subprocess.Popen[bytes],
+    log: Path,
+) -> str:
     """Wait until a run of our variant is active on the unit, after one recorded run;
     the campaign's id."""
 
@@ -46,8 +50,13 @@ def in_progress(sd: SdLab, results: Path, child: subprocess.Popen[bytes], log: P
         assert child.poll() is None, log.read_text() if log.exists() else child.returncode
         return in_progress_once(sd, results)
 
-    return wait_until(there, timeout=240, interval=0.1, what="a run in progress",
-                      describe=lambda: log.read_text() if log.exists() else "")  # fmt: skip
+    return wait_until(
+        there,
+        timeout=240,
+        interval=0.1,
+        what="a run in progress",
+        describe=lambda: log.read_text() if log.exists() else "",
+    )
 
 
 def status(results: Path, cid: str) -> str:
@@ -121,9 +130,14 @@ def _on_a_terminal(args: list[str | Path], log: Path) -> tuple[subprocess.Popen[
     try:
         child = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *map(str, args)],
-            stdin=slave, stdout=slave, stderr=slave, cwd=REPO, start_new_session=True,
-            preexec_fn=controlling_tty, env={**os.environ, "COLUMNS": "200"},
-        )  # fmt: skip
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=REPO,
+            start_new_session=True,
+            preexec_fn=controlling_tty,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     finally:
         os.close(slave)
     os.set_blocking(master, False)
@@ -139,6 +153,7 @@ def test_a_closed_terminal_restores_the_host_and_records_the_campaign(
     child, master = _on_a_terminal(bisect_args(sd, results), log)
     seen = bytearray()
     try:
+
         def drain() -> str:
             try:
                 while chunk := os.read(master, 65536):
@@ -152,8 +167,7 @@ def test_a_closed_terminal_restores_the_host_and_records_the_campaign(
             assert child.poll() is None, drain()
             return in_progress_once(sd, results)
 
-        cid = wait_until(there, timeout=240, interval=0.1, what="a run in progress",
-                         describe=drain)  # fmt: skip
+        cid = wait_until(there, timeout=240, interval=0.1, what="a run in progress", describe=drain)
         os.close(master)  # the terminal is gone: the kernel hangs up the session
         master = -1
         code = child.wait(timeout=300)
@@ -218,8 +232,9 @@ def test_restore_refuses_a_live_campaign_and_a_second_one_is_recorded_refused(
     finally:
         stop_child(child)
     text = log.read_text()
-    check_found(code, json_of(subprocess.CompletedProcess([], code, text[text.index("{"):], "")),
-                results)  # fmt: skip
+    check_found(
+        code, json_of(subprocess.CompletedProcess([], code, text[text.index("{") :], "")), results
+    )
     runs = read_runs(results, cid)
     assert runs and all(r.verdict is not Verdict.INFRA for r in runs), runs
     assert sd.restored_problems(sha=sha) == []
@@ -229,8 +244,10 @@ def test_a_lock_from_another_machine_is_kept_while_its_lease_runs(
     sd: SdLab, tmp_path: Path
 ) -> None:
     lock = f"/tmp/orchestrator/locks/{B300}.lock"
-    body = ('{"owner": "ops@elsewhere", "campaign": "far001", "pid": 4242, '
-            f'"since": {time.time():.0f}}}')  # fmt: skip
+    body = (
+        '{"owner": "ops@elsewhere", "campaign": "far001", "pid": 4242, '
+        f'"since": {time.time():.0f}}}'
+    )
     sd.sh(f"mkdir -p /tmp/orchestrator/locks && echo {shlex.quote(body)} > {lock}")
     res = cli("restore", "--host", "sd", "--hosts", sd.hosts_file, "--break-lock")
     assert res.returncode == 1, res.stdout + res.stderr

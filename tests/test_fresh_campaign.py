@@ -29,9 +29,14 @@ def test_fresh_starts_anew_where_the_same_command_resumes(tmp_path: Path) -> Non
     oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
 
     def bisect(**opts: object) -> Bisection:
-        return Bisection(store, make_plan(good, bad), [host()], command="t",
-                         options=BisectOptions(**opts),  # type: ignore[arg-type]
-                         executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+        return Bisection(
+            store,
+            make_plan(good, bad),
+            [host()],
+            command="t",
+            options=BisectOptions(**opts),  # type: ignore[arg-type]
+            executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+        )
 
     first = bisect(max_runs=2)
     first.run()

@@ -44,8 +44,13 @@ class Sampler:
     """`ps` sampled on the host by `argv` (a shell reading its script on stdin)."""
 
     def __init__(self, argv: list[str], stop: str, patterns: str) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert self.proc.stdin is not None
         self.proc.stdin.write(SAMPLER.format(stop=stop, patterns=patterns))
         self.proc.stdin.close()
@@ -115,8 +120,9 @@ def test_the_host_env_travels_on_stdin_not_the_command_line() -> None:
     from orchestrator.execution.transport.local import LocalTransport
 
     odd = "a 'b' \"c\" $HOME `id` \\n \\\\ ; |\nsecond line\n"
-    host = Host(name="x", address="localhost", transport="local",
-                env=(("HF_TOKEN", SECRET), ("ODD", odd)))  # fmt: skip
+    host = Host(
+        name="x", address="localhost", transport="local", env=(("HF_TOKEN", SECRET), ("ODD", odd))
+    )
     seen: list[str] = []
 
     class Recording(LocalTransport):

@@ -50,8 +50,9 @@ SHIM = "/opt/orchestrator/orchestrator/lab/bin/nvidia-smi"
 
 def _listing(sd: SdLab, *paths: str) -> list[tuple[str, str, str]]:
     """(type, octal mode, path) of everything under `paths` (as root)."""
-    out = sd.sh(f"find {' '.join(shlex.quote(p) for p in paths)} -printf '%y %m %p\\n' "
-                "2>/dev/null; true")  # fmt: skip
+    out = sd.sh(
+        f"find {' '.join(shlex.quote(p) for p in paths)} -printf '%y %m %p\\n' 2>/dev/null; true"
+    )
     return [tuple(line.split(" ", 2)) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
 
 
@@ -76,8 +77,12 @@ def test_systemd_files_are_private_to_root(sd: SdLab) -> None:
         r = ex.run(exp, run_id="priv-1")
         entries = _listing(sd, f"{UNIT_DIR}/{B300}.d", "/tmp/orchestrator")
         names = {p.rsplit("/", 1)[-1] for _, _, p in entries}
-        assert {"99-orchestrator.conf", "99-orchestrator.env", "orchestrator-found-state",
-                f"{B300}.lock"} <= names, names  # fmt: skip
+        assert {
+            "99-orchestrator.conf",
+            "99-orchestrator.env",
+            "orchestrator-found-state",
+            f"{B300}.lock",
+        } <= names, names
         _assert_private(sd, entries)
         assert SECRET in sd.sh(f"cat {UNIT_DIR}/{B300}.d/99-orchestrator.env")  # it is there
     assert r.verdict is Verdict.PASS, (r.detail, r.log_tail[-1500:])
@@ -87,8 +92,13 @@ def test_systemd_files_are_private_to_root(sd: SdLab) -> None:
 
 
 def test_process_manager_files_are_private_and_old_run_logs_pruned(sd: SdLab) -> None:
-    host = replace(sd.host, service_manager="process", run_dir="/tmp/orch-priv", keep_runs=2,
-                   env=(("PYTHONPATH", "/opt/orchestrator"), ("ORCH_LAB_TIME_SCALE", "0.1")))
+    host = replace(
+        sd.host,
+        service_manager="process",
+        run_dir="/tmp/orch-priv",
+        keep_runs=2,
+        env=(("PYTHONPATH", "/opt/orchestrator"), ("ORCH_LAB_TIME_SCALE", "0.1")),
+    )
     exp = load_experiment(LAB / "b300" / "good.yaml").with_changes(env={"HF_TOKEN": SECRET})
     try:
         with Executor(host, service="lab-priv", campaign="c-pm") as ex:
@@ -107,17 +117,18 @@ def test_process_manager_files_are_private_and_old_run_logs_pruned(sd: SdLab) ->
         sd.sh("rm -rf /tmp/orch-priv", check=False)
 
 
-def test_process_manager_files_on_the_sshd_host_are_private(sshd: SshdEndpoint,
-                                                            tmp_path: Path) -> None:  # fmt: skip
+def test_process_manager_files_on_the_sshd_host_are_private(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     """The same through the process manager over the real sshd on this machine: a second
     local user (uid 65534) can neither list the run directory nor read a file in it."""
     run_dir = f"/tmp/orch-priv-{os.getpid()}"
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(sshd.hosts_yaml("lab", run_dir=run_dir,
-                                     env={"ORCH_LAB_TIME_SCALE": "0.1"}))  # fmt: skip
+    hosts.write_text(sshd.hosts_yaml("lab", run_dir=run_dir, env={"ORCH_LAB_TIME_SCALE": "0.1"}))
     host = load_inventory(hosts).host("lab")
     exp = load_experiment(LAB / "b300" / "good.yaml").with_changes(
-        flags={"port": free_port()}, env={"HF_TOKEN": SECRET})
+        flags={"port": free_port()}, env={"HF_TOKEN": SECRET}
+    )
     try:
         with Executor(host, service="lab-priv", campaign="c-sshd-priv") as ex:
             r = ex.run(exp, run_id="sshd-priv")
@@ -130,9 +141,19 @@ def test_process_manager_files_on_the_sshd_host_are_private(sshd: SshdEndpoint,
             for path in [run_dir, *found]:
                 mode = stat.S_IMODE(os.lstat(path).st_mode)
                 assert mode == (0o700 if os.path.isdir(path) else 0o600), (path, oct(mode))
-                res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
-                                      "--clear-groups", "cat" if os.path.isfile(path) else "ls",
-                                      path], capture_output=True, text=True, timeout=30)
+                res = subprocess.run(
+                    [
+                        "setpriv",
+                        "--reuid=65534",
+                        "--regid=65534",
+                        "--clear-groups",
+                        "cat" if os.path.isfile(path) else "ls",
+                        path,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
                 assert res.returncode != 0 and not res.stdout, f"{path} readable by another user"
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -142,15 +163,21 @@ def _dist(sd: SdLab, version: str) -> None:
     """A flashinfer-python distribution of `version` in the host's site-packages: what
     `pip install` leaves (a dist-info), read by importlib.metadata like any other."""
     site = sd.sh("python3 -c 'import site; print(site.getsitepackages()[0])'").strip()
-    sd.sh(f"rm -rf {site}/flashinfer_python-*.dist-info; "
-          f"mkdir -p {site}/flashinfer_python-{version}.dist-info")
-    sd.box.write_file(f"{site}/flashinfer_python-{version}.dist-info/METADATA",
-                      f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+    sd.sh(
+        f"rm -rf {site}/flashinfer_python-*.dist-info; "
+        f"mkdir -p {site}/flashinfer_python-{version}.dist-info"
+    )
+    sd.box.write_file(
+        f"{site}/flashinfer_python-{version}.dist-info/METADATA",
+        f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n",
+    )
 
 
 CHANGES = {
-    "driver": ("driver 580.95.05 -> 590.44.01",
-               lambda sd: sd.box.write_file(GPUS, json.dumps({"driver": "590.44.01"}))),
+    "driver": (
+        "driver 580.95.05 -> 590.44.01",
+        lambda sd: sd.box.write_file(GPUS, json.dumps({"driver": "590.44.01"})),
+    ),
     "package": ("flashinfer 0.3.1 -> 0.3.2", lambda sd: _dist(sd, "0.3.2")),
 }
 
@@ -181,8 +208,9 @@ def test_a_change_between_two_runs_is_detected(
         runs = store.runs(b.cid)
         assert [r.verdict for r in runs] == [Verdict.PASS, Verdict.INFRA], runs
         assert said in runs[1].detail
-        assert runs[0].env_digest and runs[1].env_digest and \
-            runs[0].env_digest != runs[1].env_digest  # fmt: skip
+        assert (
+            runs[0].env_digest and runs[1].env_digest and runs[0].env_digest != runs[1].env_digest
+        )
         seen = store.campaign_environments(b.cid)
         assert [(s.host, s.env.gpu_count) for s in seen] == [("sd", 8), ("sd", 8)]
         assert seen[0].env.driver == "580.95.05"
@@ -208,6 +236,9 @@ def test_a_change_between_two_runs_is_detected(
         assert first.env_digest == runs[1].env_digest and first.verdict is Verdict.PASS
         assert sd.restored_problems() == []
     finally:
-        sd.sh(f"rm -f /usr/local/bin/nvidia-smi {GPUS}; rm -rf "
-              "$(python3 -c 'import site; print(site.getsitepackages()[0])')"
-              "/flashinfer_python-*.dist-info", check=False)  # fmt: skip
+        sd.sh(
+            f"rm -f /usr/local/bin/nvidia-smi {GPUS}; rm -rf "
+            "$(python3 -c 'import site; print(site.getsitepackages()[0])')"
+            "/flashinfer_python-*.dist-info",
+            check=False,
+        )

@@ -37,8 +37,13 @@ def _campaign(results: Path, tmp: Path, name: str = "h1") -> str:
     store = Store(results)
     try:
         oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
-        out = Bisection(store, make_plan(good, bad), [host(name)], command="test",
-                        executor_factory=factory(oracle, Faults())).run()  # fmt: skip
+        out = Bisection(
+            store,
+            make_plan(good, bad),
+            [host(name)],
+            command="test",
+            executor_factory=factory(oracle, Faults()),
+        ).run()
         assert out.status == "found"
         return out.campaign_id
     finally:
@@ -67,8 +72,9 @@ def test_non_finite_durations_are_refused_at_load(tmp_path: Path, value: str) ->
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
-def test_read_only_commands_work_on_a_read_only_store(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_read_only_commands_work_on_a_read_only_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.hosts.faults import read_only_dir
 
     results = tmp_path / "results"
@@ -85,8 +91,9 @@ def test_read_only_commands_work_on_a_read_only_store(tmp_path: Path,
         assert code == 0, err
 
 
-def test_a_missing_results_dir_is_not_created(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_results_dir_is_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "nowhere"
     code, _, err = _cli(capsys, "runs", "--results", missing)
     assert code != 0 and "no results" in err
@@ -97,7 +104,8 @@ def test_a_missing_results_dir_is_not_created(tmp_path: Path,
 
 
 def test_campaign_prefixes_are_literal_and_never_silently_ambiguous(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     results = tmp_path / "results"
     ids = [_campaign(results, tmp_path, f"h{i}") for i in range(17)]
@@ -115,10 +123,12 @@ def test_campaign_prefixes_are_literal_and_never_silently_ambiguous(
 # ---- row 9: --json on error paths -------------------------------------------------------------
 
 
-def test_json_output_is_one_document_on_errors(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _cli(capsys, "plan", "--good", tmp_path / "no.yaml", "--bad",
-                        tmp_path / "no.yaml", "--json")  # fmt: skip
+def test_json_output_is_one_document_on_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(
+        capsys, "plan", "--good", tmp_path / "no.yaml", "--bad", tmp_path / "no.yaml", "--json"
+    )
     assert code == 2 and json.loads(out)["error"].endswith("experiment file not found")
     code, out, _ = _cli(capsys, "bisect", "--max-runs", "0", "--json")
     assert code == 2 and "--max-runs" in json.loads(out)["error"]
@@ -143,8 +153,9 @@ def test_deep_nesting_and_long_extends_chains_are_config_errors(tmp_path: Path) 
     assert exc.value.key == "extends" and "longer than" in str(exc.value)
 
 
-def test_markup_and_escapes_in_names_are_printed_inert(tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_markup_and_escapes_in_names_are_printed_inert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = _base(tmp_path)
     data["name"] = "evil [/red] [bold]x\x1b[2J\x1b]0;pwned\x07"
     data["service"]["flags"]["bogus-key"] = {"nested": 1}
@@ -164,7 +175,8 @@ def test_markup_and_escapes_in_names_are_printed_inert(tmp_path: Path,
 
 
 def test_import_of_binary_or_endless_input_is_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     blob = tmp_path / "model.bin"
     blob.write_bytes(bytes(range(256)) * 64)
@@ -176,15 +188,16 @@ def test_import_of_binary_or_endless_input_is_a_clear_error(
 # ---- row 11: classify caps what it reads --------------------------------------------------------
 
 
-def test_classify_of_endless_or_binary_input_is_refused(capsys: pytest.CaptureFixture[str],
-                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_classify_of_endless_or_binary_input_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, _, err = _cli(capsys, "classify", "/dev/zero", "--results", tmp_path)
     assert code == 2 and "binary data" in err
     big = tmp_path / "big.log"
     with big.open("w") as fh:  # 24 MB of warnings, then the crash at the end
         line = "[2026-11-30 03:00:00 TP0] WARNING: something harmless happened here\n"
         fh.write(line * (24_000_000 // len(line)))
-        fh.write("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n")
+        fh.write('Traceback (most recent call last):\n  File "x.py", line 1, in f\n')
         fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     code, out, err = _cli(capsys, "classify", big, "--json", "--results", tmp_path)
     assert code == 0, err
@@ -209,8 +222,12 @@ def test_a_megabyte_value_is_refused_at_load_naming_the_limit(tmp_path: Path, wh
 
 
 def test_nonsense_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for args in (["bisect", "--max-runs", "0"], ["bisect", "--max-runs", "-3"],
-                 ["bisect", "--repeat", "0"], ["show", "x", "--lines", "0"]):  # fmt: skip
+    for args in (
+        ["bisect", "--max-runs", "0"],
+        ["bisect", "--max-runs", "-3"],
+        ["bisect", "--repeat", "0"],
+        ["show", "x", "--lines", "0"],
+    ):
         code, _, err = _cli(capsys, *args)
         assert code == 2 and "1 or more" in err, (args, err)
     results = tmp_path / "results"
@@ -222,8 +239,10 @@ def test_nonsense_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_duplicate_yaml_keys_are_config_errors(tmp_path: Path) -> None:
     path = tmp_path / "dup.yaml"
-    path.write_text("name: a\nservice:\n  exec: python3 -m x\n  flags:\n    port: 30000\n"
-                    "    tp-size: 8\n    tp-size: 4\n")  # fmt: skip
+    path.write_text(
+        "name: a\nservice:\n  exec: python3 -m x\n  flags:\n    port: 30000\n"
+        "    tp-size: 8\n    tp-size: 4\n"
+    )
     with pytest.raises(ConfigError) as exc:
         load_experiment(path)
     assert "tp-size" in str(exc.value) and "twice" in str(exc.value)

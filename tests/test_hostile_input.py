@@ -69,34 +69,91 @@ SECRET_VALUE = "tok\"en' $(id) `id` ${HOME} %n %% \\ \\n\n\t😀 ‮ ;&& end"
 UNSET_REF = "${HOSTILE_NOT_SET}"
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 #: the same cases on every run: no example database, no random seed, no deadline
-BASE = settings(derandomize=True, database=None, deadline=None,
-                suppress_health_check=_SLOW_OK)  # fmt: skip
+BASE = settings(derandomize=True, database=None, deadline=None, suppress_health_check=_SLOW_OK)
 
 
 def cases(n: int, *, health: tuple[HealthCheck, ...] = (), shrink: bool = True) -> settings:
     """BASE with `n` examples (the module's tests run about 2,000 in all). Tests on a
     host do not shrink a failure: each step costs seconds, the first example is shown."""
     phases = list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate]
-    return settings(BASE, max_examples=n, suppress_health_check=[*_SLOW_OK, *health],
-                    phases=phases)  # fmt: skip
+    return settings(BASE, max_examples=n, suppress_health_check=[*_SLOW_OK, *health], phases=phases)
+
 
 # ------------------------------------------------------------------------------ values
 
 PIECES = [
-    '"', "'", "\\", "\\\\", "\n", "\r\n", "\r", "\t", "$(id)", "${X}", "$X", "$$", "$",
-    "$HOME", "%n", "%%", "%", "%i", "%{x}", ";", "&&", "||", "|", "`id`", "#", " ", "  ",
-    "-", "--", "--x", "-rf", "=", "*", "?", "~", "!", "<", ">", "ü", "✓", "😀",
-    "\U0001f9ea", "\u202e", "\u05e9\u05dc\u05d5\u05dd", "\u0627\u0644\u0639\u0631\u0628",
-    "\u200b", "\ufeff", "\x00", "\x01", "\x1b[31m", "\x7f", "\x85", "\u2028", "\ufffe",
-    "\ufdd0", "\U0010ffff", "\\x41", "\\n", "\\x00", "'\"'", "\\\"", "null", "~", "0x1F",
-    "[REDACTED:X]", "\xa0", "\U000e0041",
+    '"',
+    "'",
+    "\\",
+    "\\\\",
+    "\n",
+    "\r\n",
+    "\r",
+    "\t",
+    "$(id)",
+    "${X}",
+    "$X",
+    "$$",
+    "$",
+    "$HOME",
+    "%n",
+    "%%",
+    "%",
+    "%i",
+    "%{x}",
+    ";",
+    "&&",
+    "||",
+    "|",
+    "`id`",
+    "#",
+    " ",
+    "  ",
+    "-",
+    "--",
+    "--x",
+    "-rf",
+    "=",
+    "*",
+    "?",
+    "~",
+    "!",
+    "<",
+    ">",
+    "ü",
+    "✓",
+    "😀",
+    "\U0001f9ea",
+    "\u202e",
+    "\u05e9\u05dc\u05d5\u05dd",
+    "\u0627\u0644\u0639\u0631\u0628",
+    "\u200b",
+    "\ufeff",
+    "\x00",
+    "\x01",
+    "\x1b[31m",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\ufffe",
+    "\ufdd0",
+    "\U0010ffff",
+    "\\x41",
+    "\\n",
+    "\\x00",
+    "'\"'",
+    '\\"',
+    "null",
+    "~",
+    "0x1F",
+    "[REDACTED:X]",
+    "\xa0",
+    "\U000e0041",
 ]
 
 #: a value made of the pieces and arbitrary text, or a long one, or a special case
 hostile_text = st.one_of(
-    st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), max_size=12).map(
-        "".join
-    ),
+    st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), max_size=12).map("".join),
     st.text(max_size=40),
     st.tuples(st.text(min_size=1, max_size=7), st.integers(150, 600)).map(
         lambda t: (t[0] * t[1])[:4000]
@@ -118,10 +175,12 @@ env_value = st.one_of(hostile_text, hostile_text, st.integers(-(10**9), 10**9))
 def refused(text: str) -> bool:
     """Our rule for what no host can carry (the module docstring says why)."""
     return any(
-        ch == "\x00" or 0xD800 <= ord(ch) <= 0xDFFF or 0xFDD0 <= ord(ch) <= 0xFDEF
+        ch == "\x00"
+        or 0xD800 <= ord(ch) <= 0xDFFF
+        or 0xFDD0 <= ord(ch) <= 0xFDEF
         or (ord(ch) & 0xFFFE) == 0xFFFE
         for ch in text
-    )  # fmt: skip
+    )
 
 
 def expected_text(value: str) -> str | None:
@@ -136,8 +195,11 @@ def expected_text(value: str) -> str | None:
 def expected_words(value: Any) -> list[str] | None:
     """The argv words after `--flag` for a generated flag value, or None when refused."""
     if isinstance(value, list):  # a `${VAR}` reference is a whole value, never a list item
-        return None if any(refused(v) for v in value if isinstance(v, str)) else [
-            _word(v) for v in value]
+        return (
+            None
+            if any(refused(v) for v in value if isinstance(v, str))
+            else [_word(v) for v in value]
+        )
     if isinstance(value, bool):
         return []
     if isinstance(value, str):
@@ -188,16 +250,16 @@ def write_yaml(path: Path, data: Any, *, exact: bool = True) -> Path:
     """`data` as YAML; `exact`: check PyYAML reads back what it wrote (it does not for
     some lone line-break characters, which only the malformed-file tests may meet)."""
     # Double quotes for every string: PyYAML's plain style loses a lone U+0085 or U+2028.
-    text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=10**6,
-                          default_style='"')  # fmt: skip
+    text = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=10**6, default_style='"')
     loaded = yaml.safe_load(text)
     assert not exact or loaded == data or repr(loaded) == repr(data)
     path.write_text(text, encoding="utf-8")
     return path
 
 
-def experiment_doc(flags: dict[str, Any], env: dict[str, Any], *, exec_: str,
-                   unit: str | None = None) -> dict[str, Any]:  # fmt: skip
+def experiment_doc(
+    flags: dict[str, Any], env: dict[str, Any], *, exec_: str, unit: str | None = None
+) -> dict[str, Any]:
     service: dict[str, Any] = {"exec": exec_, "flags": flags, "env": env}
     if unit is not None:
         service["unit"] = unit
@@ -213,8 +275,15 @@ class Batch:
     env: dict[str, str]
 
 
-def sort_out(files: Files, flags: list[Any], envs: list[Any], *, exec_: str,
-             unit: str | None = None, private_every: int = 3) -> Batch:  # fmt: skip
+def sort_out(
+    files: Files,
+    flags: list[Any],
+    envs: list[Any],
+    *,
+    exec_: str,
+    unit: str | None = None,
+    private_every: int = 3,
+) -> Batch:
     """Load every value on its own: refused ones must be refused with our error naming
     their key; the rest are loaded together as the batch's experiment."""
     d = files.fresh()
@@ -230,7 +299,7 @@ def sort_out(files: Files, flags: list[Any], envs: list[Any], *, exec_: str,
             assert err.value.key == f"service.flags.{name}", str(err.value)
             assert str(path) in str(err.value)
         else:
-            assert load_experiment(path).argv()[-1 - len(want):] == [f"--{name}", *want]
+            assert load_experiment(path).argv()[-1 - len(want) :] == [f"--{name}", *want]
             ok_flags[name], words[name] = value, want
     ok_env: dict[str, Any] = {}
     env: dict[str, str] = {}
@@ -255,7 +324,7 @@ def sort_out(files: Files, flags: list[Any], envs: list[Any], *, exec_: str,
 def check_argv(got: list[str], batch: Batch, prefix: list[str]) -> None:
     assert got == batch.exp.argv()  # the whole command line, word for word
     assert got[: len(prefix)] == prefix
-    rest = got[len(prefix):]
+    rest = got[len(prefix) :]
     for name, words in batch.words.items():
         i = rest.index(f"--{name}")
         assert rest[i + 1 : i + 1 + len(words)] == words, name
@@ -302,8 +371,9 @@ class SdBox:
 
 
 @pytest.fixture(scope="module")
-def sd(systemd_hosts: SystemdHostFactory,
-       tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdBox]:  # fmt: skip
+def sd(
+    systemd_hosts: SystemdHostFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SdBox]:
     """One booted host for the module, the dumper unit installed, one SSH connection."""
     box = systemd_hosts.boot()
     try:
@@ -327,16 +397,19 @@ def run_on_systemd(sd: SdBox, batch: Batch, run_id: str) -> tuple[list[str], dic
     """Install through the real manager (read-back must agree), run, read the dumps."""
     problem = sd.manager.install(batch.exp, env_keys=frozenset(), run_id=run_id)
     assert problem is None, problem
-    r = sd.box.ssh_run(f"rm -f {DUMP}.argv {DUMP}.environ; systemctl start {UNIT}", check=False,
-                       timeout=120)  # fmt: skip
+    r = sd.box.ssh_run(
+        f"rm -f {DUMP}.argv {DUMP}.environ; systemctl start {UNIT}", check=False, timeout=120
+    )
     why = f"systemctl show {UNIT} -p Result -p ExecMainStatus; journalctl -u {UNIT} -n 15 -o cat"
     assert r.returncode == 0, (r.stderr, sd.sh(why, check=False))
     return nul_split(sd.read_bytes(f"{DUMP}.argv")), environ_of(sd.read_bytes(f"{DUMP}.environ"))
 
 
 @cases(15, shrink=False)
-@given(flags=st.lists(flag_value, min_size=25, max_size=40),
-       envs=st.lists(env_value, min_size=8, max_size=16))  # fmt: skip
+@given(
+    flags=st.lists(flag_value, min_size=25, max_size=40),
+    envs=st.lists(env_value, min_size=8, max_size=16),
+)
 def test_values_round_trip_to_the_systemd_server_or_are_refused(
     sd: SdBox, files: Files, flags: list[Any], envs: list[Any]
 ) -> None:
@@ -366,17 +439,19 @@ def test_secret_environment_is_private_on_the_systemd_host(sd: SdBox, files: Fil
         assert sd.sh(f"stat -c '%a %U %G' {shlex.quote(path)}").split() == ["600", "root", "root"]
     text = sd.sh(f"cat {shlex.quote(dropin)}")
     assert SECRET_VALUE not in text and token not in text and "HOSTILE_TOKEN_0" in text
-    assert "Environment=\"HOSTILE_PLAIN=visible value\"" in text  # not secret: stays visible
+    assert 'Environment="HOSTILE_PLAIN=visible value"' in text  # not secret: stays visible
 
     as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
     shown = sd.sh(as_nobody + f"systemctl show {UNIT} -p Environment -p EnvironmentFiles")
-    bus = sd.sh(as_nobody + "busctl --json=short get-property org.freedesktop.systemd1 "
-                "/org/freedesktop/systemd1/unit/hostile_2dargv_2eservice "
-                "org.freedesktop.systemd1.Service Environment")  # fmt: skip
+    bus = sd.sh(
+        as_nobody + "busctl --json=short get-property org.freedesktop.systemd1 "
+        "/org/freedesktop/systemd1/unit/hostile_2dargv_2eservice "
+        "org.freedesktop.systemd1.Service Environment"
+    )
     assert "HOSTILE_PLAIN=visible value" in shown  # the check can see Environment=
     assert env_file in shown
     for out in (shown, bus):
-        for secret in (SECRET_VALUE, token, "tok\\\"en", "A1b2C3d4"):
+        for secret in (SECRET_VALUE, token, 'tok\\"en', "A1b2C3d4"):
             assert secret not in out
     assert sd.box.ssh_run(as_nobody + f"cat {shlex.quote(env_file)}").returncode != 0
 
@@ -391,8 +466,9 @@ def test_env_file_tampered_after_writing_is_a_read_back_mismatch(sd: SdBox, file
     """The read-back compares the environment file's content, not just its name."""
     batch = sort_out(files, [], ["${HOSTILE_SECRET}"], exec_=SD_EXEC, unit=UNIT)
     # Another EnvironmentFile= after ours would override it: the read-back must notice.
-    sd.box.install_unit(f"{UNIT}.d/zz-other.conf",
-                        "[Service]\nEnvironmentFile=-/etc/hostile-other.env\n")  # fmt: skip
+    sd.box.install_unit(
+        f"{UNIT}.d/zz-other.conf", "[Service]\nEnvironmentFile=-/etc/hostile-other.env\n"
+    )
     try:
         problem = sd.manager.install(batch.exp, env_keys=frozenset(), run_id="tamper")
         assert problem is not None and "EnvironmentFiles read back differs" in problem
@@ -404,8 +480,9 @@ def test_env_file_tampered_after_writing_is_a_read_back_mismatch(sd: SdBox, file
 
 
 @pytest.fixture(scope="module")
-def proc_host(sshd: SshdEndpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-        tuple[ProcessManager, Path]]:  # fmt: skip
+def proc_host(
+    sshd: SshdEndpoint, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ProcessManager, Path]]:
     d = tmp_path_factory.mktemp("proc-hosts")
     hosts = d / "hosts.yaml"
     hosts.write_text(sshd.hosts_yaml("p", run_dir=str(d / "run")))
@@ -421,8 +498,10 @@ def proc_host(sshd: SshdEndpoint, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @cases(5, shrink=False)
-@given(flags=st.lists(flag_value, min_size=20, max_size=30),
-       envs=st.lists(env_value, min_size=5, max_size=10))  # fmt: skip
+@given(
+    flags=st.lists(flag_value, min_size=20, max_size=30),
+    envs=st.lists(env_value, min_size=5, max_size=10),
+)
 def test_values_round_trip_through_the_process_manager_or_are_refused(
     proc_host: tuple[ProcessManager, Path], files: Files, flags: list[Any], envs: list[Any]
 ) -> None:
@@ -445,33 +524,83 @@ def test_ssh_output_keeps_multibyte_characters_whole(
     """Output is read in chunks; a character cut by a chunk boundary must stay whole."""
     manager, _ = proc_host
     text = "aü😀‮b" * 3000  # 11 bytes: chunk boundaries fall at every offset of it
-    r = manager.t.run(f"python3 -c {shlex.quote(f'print({text!r})')} >&2; "
-                      f"python3 -c {shlex.quote(f'print({text!r})')}", timeout=30)  # fmt: skip
+    r = manager.t.run(
+        f"python3 -c {shlex.quote(f'print({text!r})')} >&2; "
+        f"python3 -c {shlex.quote(f'print({text!r})')}",
+        timeout=30,
+    )
     assert r.stdout == text + "\n" and r.stderr == text + "\n"
 
 
 # ------------------------------------------------------------ 2. names and paths refused
 
 unit_text = st.one_of(
-    st.lists(st.sampled_from(["/", "..", ".", "x", "service", ".service", "\\", "@", ":",
-                              "-", "_", "etc", "~", " ", "\n", "\x00", "%n", "$X", "*",
-                              "ü", "A", "9"]), max_size=10).map("".join),  # fmt: skip
+    st.lists(
+        st.sampled_from(
+            [
+                "/",
+                "..",
+                ".",
+                "x",
+                "service",
+                ".service",
+                "\\",
+                "@",
+                ":",
+                "-",
+                "_",
+                "etc",
+                "~",
+                " ",
+                "\n",
+                "\x00",
+                "%n",
+                "$X",
+                "*",
+                "ü",
+                "A",
+                "9",
+            ]
+        ),
+        max_size=10,
+    ).map("".join),
     st.text(max_size=30),
-    st.sampled_from(["x.service/../../etc", "../x.service", "/etc/passwd", "..", ".",
-                     "a/b.service", "-H.service", "--root=.service", "x" * 300 + ".service",
-                     "..service", "...service", "x.service\n", "x.Service", "x.",
-                     "x.service/", "./x.service"]),  # fmt: skip
+    st.sampled_from(
+        [
+            "x.service/../../etc",
+            "../x.service",
+            "/etc/passwd",
+            "..",
+            ".",
+            "a/b.service",
+            "-H.service",
+            "--root=.service",
+            "x" * 300 + ".service",
+            "..service",
+            "...service",
+            "x.service\n",
+            "x.Service",
+            "x.",
+            "x.service/",
+            "./x.service",
+        ]
+    ),
 )
 
 
 @cases(400)
-@given(unit=unit_text, unit_dir=st.sampled_from(["/etc/systemd/system", "/run/systemd/system/",
-                                                  "/x/../etc/systemd/system"]))  # fmt: skip
+@given(
+    unit=unit_text,
+    unit_dir=st.sampled_from(
+        ["/etc/systemd/system", "/run/systemd/system/", "/x/../etc/systemd/system"]
+    ),
+)
 def test_a_unit_name_is_refused_at_load_or_its_drop_in_stays_in_unit_dir(
     files: Files, unit: str, unit_dir: str
 ) -> None:
-    path = write_yaml(files.fresh() / "u.yaml",
-                      experiment_doc({}, {}, exec_="/bin/true", unit=unit))  # fmt: skip
+    path = write_yaml(
+        files.fresh() / "u.yaml", experiment_doc({}, {}, exec_="/bin/true", unit=unit)
+    )
     try:
         exp = load_experiment(path)
     except ConfigError as exc:
@@ -489,17 +618,37 @@ def test_a_unit_name_is_refused_at_load_or_its_drop_in_stays_in_unit_dir(
 
 
 @cases(150)
-@given(workdir=st.one_of(hostile_text, st.sampled_from(
-    ["relative/dir", ".", "..", "~", "", "/ok", "/a\nExecStartPre=/bin/false", "/x\x00",
-     "-/opt", "/opt ", "/opt/%n", "/a b/ü"])))  # fmt: skip
-def test_workdir_is_refused_unless_an_absolute_single_line_path(
-    files: Files, workdir: str
-) -> None:
+@given(
+    workdir=st.one_of(
+        hostile_text,
+        st.sampled_from(
+            [
+                "relative/dir",
+                ".",
+                "..",
+                "~",
+                "",
+                "/ok",
+                "/a\nExecStartPre=/bin/false",
+                "/x\x00",
+                "-/opt",
+                "/opt ",
+                "/opt/%n",
+                "/a b/ü",
+            ]
+        ),
+    )
+)
+def test_workdir_is_refused_unless_an_absolute_single_line_path(files: Files, workdir: str) -> None:
     doc = experiment_doc({}, {}, exec_="/bin/true")
     doc["service"]["workdir"] = workdir
     path = write_yaml(files.fresh() / "w.yaml", doc)
-    ok = (workdir.startswith("/") and not re.search(r"[\x00-\x1f\x7f]", workdir)
-          and not refused(workdir) and workdir == workdir.rstrip())  # fmt: skip
+    ok = (
+        workdir.startswith("/")
+        and not re.search(r"[\x00-\x1f\x7f]", workdir)
+        and not refused(workdir)
+        and workdir == workdir.rstrip()
+    )
     try:
         exp = load_experiment(path)
     except ConfigError as exc:
@@ -510,9 +659,13 @@ def test_workdir_is_refused_unless_an_absolute_single_line_path(
 
 
 @cases(100)
-@given(key=st.sampled_from(["unit_dir", "run_dir"]),
-       value=st.one_of(hostile_text, st.sampled_from(
-           ["etc/systemd/system", "./units", "../x", "~/units", "/ok/dir", "/a\nb"])))  # fmt: skip
+@given(
+    key=st.sampled_from(["unit_dir", "run_dir"]),
+    value=st.one_of(
+        hostile_text,
+        st.sampled_from(["etc/systemd/system", "./units", "../x", "~/units", "/ok/dir", "/a\nb"]),
+    ),
+)
 def test_host_directories_must_be_absolute(files: Files, key: str, value: str) -> None:
     entry = {"address": "127.0.0.1", "transport": "local", key: value}
     path = write_yaml(files.fresh() / "hosts.yaml", {"hosts": {"h": entry}})
@@ -539,8 +692,9 @@ def test_lone_surrogates_from_yaml_escapes_are_refused(files: Files) -> None:
     for key, where in (("flags", "service.flags.v"), ("env", "service.env.V")):
         name = where.rsplit(".", 1)[1]
         path = d / f"{key}.yaml"
-        path.write_text(f'service:\n  exec: /bin/true\n  {key}: {{{name}: "a\\ud800b"}}\n'
-                        "health: {port: 1}\n")  # fmt: skip
+        path.write_text(
+            f'service:\n  exec: /bin/true\n  {key}: {{{name}: "a\\ud800b"}}\nhealth: {{port: 1}}\n'
+        )
         with pytest.raises(ConfigError) as err:
             load_experiment(path)
         assert err.value.key == where and "surrogate" in str(err.value)
@@ -548,15 +702,64 @@ def test_lone_surrogates_from_yaml_escapes_are_refused(files: Files) -> None:
 
 # ------------------------------------------------------ 3. malformed files: our error only
 
-EXPERIMENT_KEYS = ["name", "description", "extends", "service", "health", "probe", "requires",
-                   "version", "unit", "exec", "flags", "env", "workdir", "path", "port",
-                   "timeout", "ready_after", "interval", "run", "metric", "pass_if"]
-HOSTS_KEYS = ["hosts", "pools", "defaults", "address", "user", "port", "identity_file",
-              "known_hosts", "sudo", "transport", "service_manager", "unit_dir", "run_dir",
-              "labels", "class", "env", "connect_timeout", "local", "ssh", "systemd",
-              "process"]
-SWEEP_KEYS = ["name", "base", "matrix", "env_matrix", "configs", "repeat", "host",
-              "reference", "tp-size", "NCCL_ALGO"]
+EXPERIMENT_KEYS = [
+    "name",
+    "description",
+    "extends",
+    "service",
+    "health",
+    "probe",
+    "requires",
+    "version",
+    "unit",
+    "exec",
+    "flags",
+    "env",
+    "workdir",
+    "path",
+    "port",
+    "timeout",
+    "ready_after",
+    "interval",
+    "run",
+    "metric",
+    "pass_if",
+]
+HOSTS_KEYS = [
+    "hosts",
+    "pools",
+    "defaults",
+    "address",
+    "user",
+    "port",
+    "identity_file",
+    "known_hosts",
+    "sudo",
+    "transport",
+    "service_manager",
+    "unit_dir",
+    "run_dir",
+    "labels",
+    "class",
+    "env",
+    "connect_timeout",
+    "local",
+    "ssh",
+    "systemd",
+    "process",
+]
+SWEEP_KEYS = [
+    "name",
+    "base",
+    "matrix",
+    "env_matrix",
+    "configs",
+    "repeat",
+    "host",
+    "reference",
+    "tp-size",
+    "NCCL_ALGO",
+]
 
 
 def typos(keys: list[str]) -> st.SearchStrategy[str]:
@@ -571,12 +774,42 @@ def typos(keys: list[str]) -> st.SearchStrategy[str]:
 
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63, max_value=2**80),
-    st.floats(), hostile_text,
-    st.sampled_from(["15m", "1h30m", "0s", "-5s", "5 parsecs", "ms", "1e400", "nan", ".inf",
-                     "30000", "yes", "no", "on", "~", ">= 3000", ">=", "(((", "[", "{",
-                     "experiments/x.yaml", "../../../../etc/passwd", "/dev/zero", "/etc",
-                     "a.yaml\x00b", "", "."]),  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**63, max_value=2**80),
+    st.floats(),
+    hostile_text,
+    st.sampled_from(
+        [
+            "15m",
+            "1h30m",
+            "0s",
+            "-5s",
+            "5 parsecs",
+            "ms",
+            "1e400",
+            "nan",
+            ".inf",
+            "30000",
+            "yes",
+            "no",
+            "on",
+            "~",
+            ">= 3000",
+            ">=",
+            "(((",
+            "[",
+            "{",
+            "experiments/x.yaml",
+            "../../../../etc/passwd",
+            "/dev/zero",
+            "/etc",
+            "a.yaml\x00b",
+            "",
+            ".",
+        ]
+    ),
 )
 
 
@@ -584,8 +817,9 @@ def documents(keys: list[str]) -> st.SearchStrategy[Any]:
     """Nested mappings and lists whose keys are mostly the file kind's real names."""
     tree = st.recursive(
         scalars,
-        lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                st.dictionaries(typos(keys), inner, max_size=5)),  # fmt: skip
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(typos(keys), inner, max_size=5)
+        ),
         max_leaves=25,
     )
     return st.one_of(st.dictionaries(typos(keys), tree, max_size=6), tree)
@@ -611,8 +845,9 @@ def file_bytes(draw: st.DrawFn, keys: list[str]) -> bytes:
         elif damage == "tab":
             lines[i] = b"\t" + lines[i]
         elif damage == "bytes":
-            lines[i] += draw(st.sampled_from([b"\xff\xfe", b"\xc3", b"\x00", b"\xed\xa0\x80",
-                                              b"\x1b", b"\x85"]))  # fmt: skip
+            lines[i] += draw(
+                st.sampled_from([b"\xff\xfe", b"\xc3", b"\x00", b"\xed\xa0\x80", b"\x1b", b"\x85"])
+            )
         elif damage == "cut":
             lines[i] = lines[i][: len(lines[i]) // 2]
         elif damage == "indent":
@@ -642,8 +877,11 @@ def test_any_experiment_file_loads_or_names_itself_in_our_error(files: Files, bo
 
 @pytest.mark.slow
 @cases(200)
-@given(parent=file_bytes(EXPERIMENT_KEYS), child=documents(EXPERIMENT_KEYS),
-       target=st.one_of(st.just("parent.yaml"), st.just("child.yaml"), scalars))  # fmt: skip
+@given(
+    parent=file_bytes(EXPERIMENT_KEYS),
+    child=documents(EXPERIMENT_KEYS),
+    target=st.one_of(st.just("parent.yaml"), st.just("child.yaml"), scalars),
+)
 @example(parent=b"", child={}, target="/dev/zero")  # a device: read forever
 @example(parent=b"", child={}, target="/etc")  # a directory
 def test_extends_chains_load_or_name_the_bad_file(
@@ -677,8 +915,7 @@ def test_any_hosts_file_loads_or_names_itself_in_our_error(files: Files, body: b
 @pytest.mark.slow
 @cases(200)
 @given(body=file_bytes(SWEEP_KEYS), base=st.booleans())
-def test_any_sweep_file_loads_or_names_the_bad_file(files: Files, body: bytes,
-                                                    base: bool) -> None:  # fmt: skip
+def test_any_sweep_file_loads_or_names_the_bad_file(files: Files, body: bytes, base: bool) -> None:
     d = files.fresh()
     write_yaml(d / "base.yaml", experiment_doc({"tp-size": 8}, {}, exec_="/bin/true"))
     path = d / "sweep.yaml"

@@ -19,9 +19,11 @@ REPO = Path(__file__).resolve().parents[1]
 def hosts_text(tmp_path: Path) -> str:
     known = tmp_path / "known_hosts"
     known.write_text("")
-    return (f"hosts:\n  gone:\n    address: 127.0.0.1\n    port: {free_port()}\n"
-            f"    known_hosts: {known}\n    service_manager: process\n"
-            "    connect_timeout: 5\n")  # fmt: skip
+    return (
+        f"hosts:\n  gone:\n    address: 127.0.0.1\n    port: {free_port()}\n"
+        f"    known_hosts: {known}\n    service_manager: process\n"
+        "    connect_timeout: 5\n"
+    )
 
 
 @pytest.fixture
@@ -35,16 +37,18 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("command", [
-    ["run", "tp8.yaml", "--host", "gone"],
-    ["bisect", "--good", "tp8.yaml", "--bad", "ep8_nvls.yaml", "--host", "gone"],
-    ["plan", "--good", "tp8.yaml", "--bad", "ep8_nvls.yaml", "--host", "gone"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "tp8.yaml", "--host", "gone"],
+        ["bisect", "--good", "tp8.yaml", "--bad", "ep8_nvls.yaml", "--host", "gone"],
+        ["plan", "--good", "tp8.yaml", "--bad", "ep8_nvls.yaml", "--host", "gone"],
+    ],
+)
 def test_the_example_fallback_is_said_once_and_host_errors_name_the_file(
     here: Path, command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main([*command, *(["--results", str(here / "res")] if command[0] != "plan"
-                             else [])])  # fmt: skip
+    code = main([*command, *(["--results", str(here / "res")] if command[0] != "plan" else [])])
     out, err = capsys.readouterr()
     assert code == 3, out + err
     example = str((here / "hosts.example.yaml").resolve())
@@ -59,8 +63,19 @@ def test_a_named_hosts_file_is_named_in_host_errors_and_json(
 ) -> None:
     mine = here / "mine.yaml"
     mine.write_text(hosts_text(here))
-    code = main(["run", "tp8.yaml", "--host", "gone", "--hosts", str(mine), "--json",
-                 "--results", str(here / "res")])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "tp8.yaml",
+            "--host",
+            "gone",
+            "--hosts",
+            str(mine),
+            "--json",
+            "--results",
+            str(here / "res"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 3
     assert "example" not in err  # no fallback: nothing to say about it

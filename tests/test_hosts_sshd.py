@@ -90,7 +90,9 @@ def test_restart_drops_sessions_and_comes_back(sshd_server: SshdServer) -> None:
     marker = f"orch-restart-{time.time_ns()}"
     session = subprocess.Popen(
         ep.ssh_command(f"exec -a {marker} sleep 300"),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         # Wait (bounded) until the remote command runs, so the restart really cuts a session.

@@ -46,8 +46,13 @@ def test_run_time_declared_learned_or_unknown(tmp_path: Path) -> None:
     assert rt.seconds is None and rt.worst == 60.0  # the pair's health timeout
     store = Store(tmp_path / "results")
     oracle = Oracle([Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)])
-    Bisection(store, plan, [host()], command="t",
-              executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    Bisection(
+        store,
+        plan,
+        [host()],
+        command="t",
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     store.db.execute("UPDATE runs SET duration = 600")  # as a 10-minute start would record
     learned = timing.run_time(plan, store, "scripted")
     assert learned.seconds == 600 and learned.source.startswith("learned from ")
@@ -75,8 +80,21 @@ def test_plan_prints_hours_and_its_range(tmp_path: Path, capsys: pytest.CaptureF
     good, bad = write_pair(tmp_path / "exp", 8)
     declare(bad, expect={"run_time": "14m"})
     capsys.readouterr()
-    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
-                 str(tmp_path / "none"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--good",
+                str(good),
+                "--bad",
+                str(bad),
+                "--results",
+                str(tmp_path / "none"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["run_time"]["seconds"] == 840
     one, pair, flaky = data["forecast"]
@@ -85,8 +103,10 @@ def test_plan_prints_hours_and_its_range(tmp_path: Path, capsys: pytest.CaptureF
     assert data["hours_range"][0] == one["hours"]
     assert data["hours_range"][1] == pytest.approx(flaky["worst_runs"] * 840 / 3600, abs=0.01)
     assert not (tmp_path / "none").exists()  # plan creates no results directory
-    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
-                 str(tmp_path / "none")]) == 0
+    assert (
+        main(["plan", "--good", str(good), "--bad", str(bad), "--results", str(tmp_path / "none")])
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert "at 14 min a start (declared in" in out and " h to " in out
 
@@ -105,40 +125,73 @@ def test_noise_estimate_grows_with_rarer_failures() -> None:
 def test_live_view_revises_the_estimate_and_prices_the_switch() -> None:
     buf = io.StringIO()
     view = LiveView(Console(file=buf, width=200, force_terminal=False))
-    view(CampaignStarted(host="h", campaign_id="c1", n_deltas=8, strategy="auto",
-                         expected_runs=12.0, run_time_s=840.0))
+    view(
+        CampaignStarted(
+            host="h",
+            campaign_id="c1",
+            n_deltas=8,
+            strategy="auto",
+            expected_runs=12.0,
+            run_time_s=840.0,
+        )
+    )
     assert "about 12 runs expected (about 2.8 h at 14 min a start)" in buf.getvalue()
     for i in range(1, 5):
-        view(RunRecorded(host="h", run_id=f"c1.{i}", label="x", purpose="search",
-                         verdict=Verdict.PASS, duration_s=600.0, done=i))
+        view(
+            RunRecorded(
+                host="h",
+                run_id=f"c1.{i}",
+                label="x",
+                purpose="search",
+                verdict=Verdict.PASS,
+                duration_s=600.0,
+                done=i,
+            )
+        )
     assert view.per_start() == 600.0  # what the starts took, not what was declared
     assert view.to_answer() == f"~{timing.duration_text(8 * 600)} to the answer"
-    view(SearchSwitched(campaign_id="c1", reason="the failure is flaky: bad passed",
-                        expected_runs=40.0, done=4))
+    view(
+        SearchSwitched(
+            campaign_id="c1", reason="the failure is flaky: bad passed", expected_runs=40.0, done=4
+        )
+    )
     out = " ".join(buf.getvalue().split())
-    assert "the noise-aware search costs about 36 more runs, about 6.0 h (about 40 in all, " \
-           "was 12)" in out
+    assert (
+        "the noise-aware search costs about 36 more runs, about 6.0 h (about 40 in all, "
+        "was 12)" in out
+    )
     assert view.to_answer() == "~6.0 h to the answer"
 
 
 def test_campaign_switch_carries_a_revised_estimate(tmp_path: Path) -> None:
     good, bad = write_pair(tmp_path / "exp", 6)
     seen: list[SearchSwitched] = []
-    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=3)  # fmt: skip
-    out = Bisection(Store(tmp_path / "r"), make_plan(good, bad), [host()], command="t",
-                    listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
-                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)], seed=3)
+    out = Bisection(
+        Store(tmp_path / "r"),
+        make_plan(good, bad),
+        [host()],
+        command="t",
+        listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     [switch] = seen
     assert switch.expected_runs is not None and switch.expected_runs > switch.done + 1
     assert switch.expected_runs > 2 + make_plan(good, bad).estimates()["pair_mean"]
     assert out.noise["expected_runs_at_switch"] == round(switch.expected_runs, 1)
 
 
-@pytest.mark.parametrize("strategy, n, needs", [
-    ("auto", 3, {0}), ("auto", 3, {1, 2}), ("auto", 5, {1, 3}), ("auto", 8, {2, 6}),
-    ("noisy", 3, {1, 2}), ("noisy", 6, {4}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "strategy, n, needs",
+    [
+        ("auto", 3, {0}),
+        ("auto", 3, {1, 2}),
+        ("auto", 5, {1, 3}),
+        ("auto", 8, {2, 6}),
+        ("noisy", 3, {1, 2}),
+        ("noisy", 6, {4}),
+    ],
+)
 def test_plan_estimates_what_the_search_costs_when_nothing_is_flaky(
     tmp_path: Path, strategy: str, n: int, needs: set[int]
 ) -> None:
@@ -150,8 +203,14 @@ def test_plan_estimates_what_the_search_costs_when_nothing_is_flaky(
     oracle = Oracle([Rule(frozenset(needs), "cuda_graph", TARGET_ERROR)])
     store = Store(tmp_path / "r")
     plan = make_plan(good, bad, strategy)
-    out = Bisection(store, plan, [host()], command="t", options=BisectOptions(strategy=strategy),
-                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    out = Bisection(
+        store,
+        plan,
+        [host()],
+        command="t",
+        options=BisectOptions(strategy=strategy),
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     assert out.found
     spent = len(store.runs(out.campaign_id)) - 2  # after the endpoints
     est = plan.estimates()
@@ -166,14 +225,29 @@ def test_plan_of_one_delta_speaks_of_one(tmp_path: Path, capsys: pytest.CaptureF
     good, bad = write_pair(tmp_path / "exp", 1)
     declare(bad, expect={"run_time": "10m"})
     capsys.readouterr()
-    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
-                 str(tmp_path / "none")]) == 0
+    assert (
+        main(["plan", "--good", str(good), "--bad", str(bad), "--results", str(tmp_path / "none")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "1 delta\n" in out and "1 deltas" not in out
     assert "then:" not in out and "with one change they are the answer" in out
     assert "pair" not in out, out
-    assert main(["plan", "--good", str(good), "--bad", str(bad), "--results",
-                 str(tmp_path / "none"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--good",
+                str(good),
+                "--bad",
+                str(bad),
+                "--results",
+                str(tmp_path / "none"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     shapes = [f["shape"] for f in data["forecast"]]
     assert shapes == ["one flag", "one flag, flaky (fails on 50% of the starts)"]
@@ -198,9 +272,14 @@ def test_plan_prices_a_rehearsal_as_the_campaign_runs_it(tmp_path: Path, size: i
     for i, needs in enumerate(itertools.combinations(range(n), size)):
         store = Store(tmp_path / f"r{i}")
         oracle = Oracle([Rule(frozenset(needs), "cuda_graph", TARGET_ERROR)])
-        out = Bisection(store, plan, [host()], command="t", options=BisectOptions(rehearse=True),
-                        executor_factory=lambda h, *_, o=oracle: ScriptedExecutor(h, o, Faults())
-                        ).run()  # fmt: skip
+        out = Bisection(
+            store,
+            plan,
+            [host()],
+            command="t",
+            options=BisectOptions(rehearse=True),
+            executor_factory=lambda h, *_, o=oracle: ScriptedExecutor(h, o, Faults()),
+        ).run()
         assert out.found and out.weights["rehearsal"] == "confirmed"
         runs = store.runs(out.campaign_id)
         took.append(len(runs))
@@ -234,12 +313,16 @@ def test_the_switch_prices_the_runs_still_to_come(tmp_path: Path) -> None:
     ones: here the switch comes after 18 runs and the search takes 20 more."""
     good, bad = write_pair(tmp_path / "exp", 6)
     seen: list[SearchSwitched] = []
-    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=8)  # fmt: skip
+    oracle = Oracle([Rule(frozenset({1, 4}), "cuda_graph", TARGET_ERROR, probability=0.5)], seed=8)
     store = Store(tmp_path / "r")
-    out = Bisection(store, make_plan(good, bad), [host()], command="t",
-                    listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
-                    executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults())).run()
+    out = Bisection(
+        store,
+        make_plan(good, bad),
+        [host()],
+        command="t",
+        listener=lambda e: seen.append(e) if isinstance(e, SearchSwitched) else None,
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    ).run()
     [switch] = seen
     took = len(store.runs(out.campaign_id)) - switch.done
     said = switch.expected_runs - switch.done

@@ -159,12 +159,15 @@ def test_cli_import_unit_and_command(tmp_path: Path, capsys: pytest.CaptureFixtu
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["name"] == "sglang-k26" and data["service"]["unit"] == "sglang-k26.service"
     out = tmp_path / "cmd.yaml"
-    rc = main(["import", "--name", "cmd", "-o", str(out), "--", "A=1", "python", "-m", "x",
-               "--y", "2"])
+    rc = main(
+        ["import", "--name", "cmd", "-o", str(out), "--", "A=1", "python", "-m", "x", "--y", "2"]
+    )
     assert rc == 0
     assert "no --port" in capsys.readouterr().err
     assert yaml.safe_load(out.read_text())["service"] == {
-        "exec": "python -m x", "flags": {"y": 2}, "env": {"A": "1"},
-    }  # fmt: skip
+        "exec": "python -m x",
+        "flags": {"y": 2},
+        "env": {"A": "1"},
+    }
     assert main(["import", str(tmp_path / "missing.sh")]) == 2
     assert "missing.sh" in capsys.readouterr().err

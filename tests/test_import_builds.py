@@ -25,27 +25,38 @@ def test_docker_run_unit_gives_the_image_as_build_and_the_servers_flags(tmp_path
     spec = import_file(UNITS / "sglang-docker.service")
     assert spec["build"] == "lmsysorg/sglang:v0.5.22-cu129"
     # the server's own flags, none of docker's (--gpus, --shm-size, -v, -e, --name, ...)
-    assert spec["flags"] == {"model-path": "moonshotai/Kimi-K2-Instruct", "tp-size": 8,
-                             "ep-size": 8, "enable-nccl-nvls": True, "trust-remote-code": True,
-                             "host": "0.0.0.0", "port": 30000}
+    assert spec["flags"] == {
+        "model-path": "moonshotai/Kimi-K2-Instruct",
+        "tp-size": 8,
+        "ep-size": 8,
+        "enable-nccl-nvls": True,
+        "trust-remote-code": True,
+        "host": "0.0.0.0",
+        "port": 30000,
+    }
     assert spec["exec"].startswith("/usr/bin/docker run --rm --name sglang-k2 --gpus all")
     assert spec["exec"].endswith("lmsysorg/sglang:v0.5.22-cu129 python3 -m sglang.launch_server")
     assert spec["env"] == {"HF_HOME": "/data/hf"}
     exp = _loaded(spec, tmp_path)
     assert exp.build == "lmsysorg/sglang:v0.5.22-cu129"
     # another tag runs in place of the image, the rest of the line as it was
-    other = builds.resolve(exp.__class__(**{**exp.__dict__, "build": "lmsysorg/sglang:v0.5.23"}),
-                           {})  # fmt: skip
+    other = builds.resolve(
+        exp.__class__(**{**exp.__dict__, "build": "lmsysorg/sglang:v0.5.23"}), {}
+    )
     cc = builds.container_split(other.exec)
     assert cc is not None and cc.image == "lmsysorg/sglang:v0.5.23"
-    assert other.argv()[len(other.exec):] == exp.argv()[len(exp.exec):]
+    assert other.argv()[len(other.exec) :] == exp.argv()[len(exp.exec) :]
 
 
 def test_podman_unit_whose_image_runs_the_server(tmp_path: Path) -> None:
     spec = import_file(UNITS / "vllm-podman.service")
     assert spec["build"] == "docker.io/vllm/vllm-openai:v0.11.0"
-    assert spec["flags"] == {"model": "/models/Qwen3-8B", "tensor-parallel-size": 2,
-                             "max-num-seqs": 128, "port": 8000}
+    assert spec["flags"] == {
+        "model": "/models/Qwen3-8B",
+        "tensor-parallel-size": 2,
+        "max-num-seqs": 128,
+        "port": 8000,
+    }
     assert "--security-opt=label=disable" in spec["exec"] and "-p 8000:8000" in spec["exec"]
     assert _loaded(spec, tmp_path).build == "docker.io/vllm/vllm-openai:v0.11.0"
 

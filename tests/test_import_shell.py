@@ -38,8 +38,10 @@ def _write(tmp_path: Path, name: str, spec: dict) -> Path:
 
 
 def test_script_variables_are_expanded_and_plan_works(tmp_path: Path) -> None:
-    script = (f"#!/bin/bash\nTP=8\nMODEL=/models/Kimi\nexport NCCL_DEBUG=WARN\n"
-              f"exec {SGLANG} --model-path $MODEL --tp-size ${{TP}} --port 30000\n")
+    script = (
+        f"#!/bin/bash\nTP=8\nMODEL=/models/Kimi\nexport NCCL_DEBUG=WARN\n"
+        f"exec {SGLANG} --model-path $MODEL --tp-size ${{TP}} --port 30000\n"
+    )
     spec = import_command_line(script, source="launch.sh")
     assert spec["flags"] == {"model-path": "/models/Kimi", "tp-size": 8, "port": 30000}
     # only what the script exports reaches the server's environment
@@ -50,13 +52,19 @@ def test_script_variables_are_expanded_and_plan_works(tmp_path: Path) -> None:
 
 
 def test_quotes_defaults_and_field_splitting() -> None:
-    script = ("ARGS='--enable-x --mem-fraction-static 0.9'\n"
-              f"{SGLANG} $ARGS --served-model-name \"${{NAME:-kimi k2}}\" "
-              "--chat-template '$NOT_A_VAR' --port ${PORT:-30000}\n")  # fmt: skip
+    script = (
+        "ARGS='--enable-x --mem-fraction-static 0.9'\n"
+        f'{SGLANG} $ARGS --served-model-name "${{NAME:-kimi k2}}" '
+        "--chat-template '$NOT_A_VAR' --port ${PORT:-30000}\n"
+    )
     spec = import_command_line(script)
-    assert spec["flags"] == {"enable-x": True, "mem-fraction-static": 0.9,
-                             "served-model-name": "kimi k2", "chat-template": "$NOT_A_VAR",
-                             "port": 30000}  # fmt: skip
+    assert spec["flags"] == {
+        "enable-x": True,
+        "mem-fraction-static": 0.9,
+        "served-model-name": "kimi k2",
+        "chat-template": "$NOT_A_VAR",
+        "port": 30000,
+    }
 
 
 def test_an_unknown_variable_is_refused_naming_it() -> None:
@@ -69,18 +77,22 @@ def test_an_unknown_variable_is_refused_naming_it() -> None:
 
 def test_script_arguments_are_none_and_never_join_a_value() -> None:
     spec = import_command_line(
-        f"{SGLANG} --json-model-override-args '{{\"a\": 1}}' \"$@\" --port 1\n")
+        f'{SGLANG} --json-model-override-args \'{{"a": 1}}\' "$@" --port 1\n'
+    )
     assert spec["flags"]["json-model-override-args"] == '{"a": 1}'
     assert any('"$@"' in n for n in spec["notes"])
 
 
 def test_bash_c_unit_is_read_with_its_script(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     unit = tmp_path / "sglang.service"
-    unit.write_text("[Service]\nEnvironment=TP=8\n"
-                    "ExecStart=/bin/bash -c 'cd /opt && exec python -m sglang.launch_server "
-                    "--tp-size $TP --port 30000 >> /var/log/s.log 2>&1'\n")  # fmt: skip
+    unit.write_text(
+        "[Service]\nEnvironment=TP=8\n"
+        "ExecStart=/bin/bash -c 'cd /opt && exec python -m sglang.launch_server "
+        "--tp-size $TP --port 30000 >> /var/log/s.log 2>&1'\n"
+    )
     spec = import_file(unit)
     assert spec["exec"] == SGLANG
     assert spec["flags"] == {"tp-size": 8, "port": 30000}
@@ -94,44 +106,57 @@ def test_bash_c_unit_is_read_with_its_script(
 def test_specifiers_and_dollars_as_systemd_reads_them() -> None:
     spec = import_unit_file(
         "[Service]\nExecStart=/opt/srv --log-file /var/log/%n-%%d.log --name %N "
-        "--price $$5 --port 1\n", source="/etc/systemd/system/srv.service")  # fmt: skip
-    assert spec["flags"] == {"log-file": "/var/log/srv.service-%d.log", "name": "srv",
-                             "price": "$5", "port": 1}  # fmt: skip
+        "--price $$5 --port 1\n",
+        source="/etc/systemd/system/srv.service",
+    )
+    assert spec["flags"] == {
+        "log-file": "/var/log/srv.service-%d.log",
+        "name": "srv",
+        "price": "$5",
+        "port": 1,
+    }
     with pytest.raises(ConfigError, match="%h"):
-        import_unit_file("[Service]\nExecStart=/opt/srv --dir %h --port 1\n",
-                         source="srv.service")  # fmt: skip
+        import_unit_file("[Service]\nExecStart=/opt/srv --dir %h --port 1\n", source="srv.service")
 
 
 def test_exec_start_prefixes() -> None:
     spec = import_unit_file(
-        "[Service]\nExecStart=-@/opt/venv/bin/python sglang-k26 -m sglang.launch_server "
-        "--port 1\n", source="k.service")  # fmt: skip
+        "[Service]\nExecStart=-@/opt/venv/bin/python sglang-k26 -m sglang.launch_server --port 1\n",
+        source="k.service",
+    )
     assert spec["exec"] == "/opt/venv/bin/python -m sglang.launch_server"
     assert any("argv[0]" in n and "sglang-k26" in n for n in spec["notes"])
     # `:` turns systemd's substitution off: the `$` reaches the server as written
-    spec = import_unit_file("[Service]\nExecStart=:/opt/srv --price $5 --port 1\n",
-                            source="k.service")  # fmt: skip
+    spec = import_unit_file(
+        "[Service]\nExecStart=:/opt/srv --price $5 --port 1\n", source="k.service"
+    )
     assert spec["flags"]["price"] == "$5"
     spec = import_unit_file("[Service]\nExecStart=+/opt/srv --port 1\n", source="k.service")
     assert any("full privileges" in n for n in spec["notes"])
 
 
 def test_environment_file_is_noted_and_its_variables_refused() -> None:
-    spec = import_unit_file("[Service]\nEnvironmentFile=-/etc/default/sglang\n"
-                            "ExecStart=/opt/srv --port 1\n", source="s.service")  # fmt: skip
+    spec = import_unit_file(
+        "[Service]\nEnvironmentFile=-/etc/default/sglang\nExecStart=/opt/srv --port 1\n",
+        source="s.service",
+    )
     assert any("EnvironmentFile=/etc/default/sglang" in n for n in spec["notes"])
     with pytest.raises(ConfigError) as err:
-        import_unit_file("[Service]\nEnvironmentFile=/etc/default/sglang\n"
-                         "ExecStart=/opt/srv --model ${MODEL} --port 1\n", source="s.service")
+        import_unit_file(
+            "[Service]\nEnvironmentFile=/etc/default/sglang\n"
+            "ExecStart=/opt/srv --model ${MODEL} --port 1\n",
+            source="s.service",
+        )
     assert "${MODEL}" in str(err.value) and "/etc/default/sglang" in str(err.value)
 
 
 def test_unit_variables_are_expanded_as_systemd_does() -> None:
     spec = import_unit_file(
         '[Service]\nEnvironment=TP=8 "ARGS=--enable-x --mem-fraction-static 0.9"\n'
-        "ExecStart=/opt/srv --tp-size ${TP} $ARGS --port 1\n", source="s.service")
-    assert spec["flags"] == {"tp-size": 8, "enable-x": True, "mem-fraction-static": 0.9,
-                             "port": 1}  # fmt: skip
+        "ExecStart=/opt/srv --tp-size ${TP} $ARGS --port 1\n",
+        source="s.service",
+    )
+    assert spec["flags"] == {"tp-size": 8, "enable-x": True, "mem-fraction-static": 0.9, "port": 1}
 
 
 def test_a_literal_reference_is_refused() -> None:
@@ -147,23 +172,46 @@ def test_a_template_units_instance_is_not_guessed() -> None:
 
 
 def test_a_unit_that_runs_a_script_says_to_import_the_script() -> None:
-    spec = import_unit_file("[Service]\nExecStart=/bin/bash /opt/launch.sh\n",
-                            source="s.service")  # fmt: skip
+    spec = import_unit_file("[Service]\nExecStart=/bin/bash /opt/launch.sh\n", source="s.service")
     assert any("import that script" in n and "/opt/launch.sh" in n for n in spec["notes"])
 
 
 _PIECES = list(" \t\n\\'\"$`{}()[];&|<>#=%@:+!-_aZ09./*?") + [
-    "--x", "-t", "${A}", "$(", "$((", "bash -c ", "python -m sglang.launch_server ", "--port 1 ",
-    "export ", "A=1 ", '"$@"', "%n", "%%", "\\\n", "<<EOF\n", "$'\\x41'", "${A:-b}", "${#A}",
-    "2>&1", ">&", "<&-", "ExecStart=", "Environment=", "[Service]\n"]
+    "--x",
+    "-t",
+    "${A}",
+    "$(",
+    "$((",
+    "bash -c ",
+    "python -m sglang.launch_server ",
+    "--port 1 ",
+    "export ",
+    "A=1 ",
+    '"$@"',
+    "%n",
+    "%%",
+    "\\\n",
+    "<<EOF\n",
+    "$'\\x41'",
+    "${A:-b}",
+    "${#A}",
+    "2>&1",
+    ">&",
+    "<&-",
+    "ExecStart=",
+    "Environment=",
+    "[Service]\n",
+]
 
 
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
 def test_any_text_is_imported_or_refused_as_a_config_error(text: str) -> None:
-    for read in (lambda: import_command_line(text, source="x.sh"),
-                 lambda: import_unit_file("[Service]\nExecStart=" + text, source="x@.service"),
-                 lambda: import_unit_file("[Service]\n" + text, source="x.service")):
+    for read in (
+        lambda: import_command_line(text, source="x.sh"),
+        lambda: import_unit_file("[Service]\nExecStart=" + text, source="x@.service"),
+        lambda: import_unit_file("[Service]\n" + text, source="x.service"),
+    ):
         try:
             spec = read()
         except ConfigError:
@@ -190,18 +238,21 @@ def test_a_script_imports_as_bash_runs_it(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "python"
-    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, os, sys; "
-                    "json.dump([sys.argv[1:], dict(os.environ)], open(os.environ[\"DUMP\"], "
-                    "\"w\"))' \"$@\"\n")  # fmt: skip
+    fake.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -c 'import json, os, sys; "
+        'json.dump([sys.argv[1:], dict(os.environ)], open(os.environ["DUMP"], '
+        '"w"))\' "$@"\n'
+    )
     fake.chmod(0o755)
     script = tmp_path / "launch.sh"
     script.write_text(
-        "#!/bin/bash\nset -e\nTP=8\nMODEL=\"/models/Kimi K2\"\n"
+        '#!/bin/bash\nset -e\nTP=8\nMODEL="/models/Kimi K2"\n'
         "ARGS='--enable-x --mem-fraction-static 0.9'\nexport NCCL_DEBUG=WARN\ncd /tmp\n"
-        f"exec {SGLANG} --model-path \"$MODEL\" --tp-size ${{TP}} $ARGS \\\n"
+        f'exec {SGLANG} --model-path "$MODEL" --tp-size ${{TP}} $ARGS \\\n'
         "  --served-model-name \"${NAME:-kimi k2}\" --chat-template '$NOT' -x 3 \\\n"
-        "  --json-model-override-args '{\"a\": [1, 2]}' \"$@\" --port ${PORT:-30000} "
-        "> /dev/null 2>&1\n")  # fmt: skip
+        '  --json-model-override-args \'{"a": [1, 2]}\' "$@" --port ${PORT:-30000} '
+        "> /dev/null 2>&1\n"
+    )
     dump = tmp_path / "dump.json"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DUMP": str(dump)}
     subprocess.run(["bash", str(script)], env=env, check=True, timeout=30)

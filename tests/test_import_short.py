@@ -53,8 +53,11 @@ def test_two_imports_differing_in_tp_differ_in_tp_only(tmp_path: Path) -> None:
 
 def test_short_and_long_spellings_are_one_option(tmp_path: Path) -> None:
     short = _load(tmp_path, "vllm serve /m -tp 8 -pp=2 --port 8000", "short")
-    long = _load(tmp_path, "vllm serve /m --tensor-parallel-size 8 "
-                 "--pipeline-parallel-size 2 --port 8000", "long")  # fmt: skip
+    long = _load(
+        tmp_path,
+        "vllm serve /m --tensor-parallel-size 8 --pipeline-parallel-size 2 --port 8000",
+        "long",
+    )
     assert diff(short, long) == []
     with pytest.raises(PlanError, match="launch the same server"):
         check_differ(diff(short, long), short, long)
@@ -68,8 +71,12 @@ def test_vllm_optimization_level_spellings(words: str) -> None:
 
 def test_attached_values_and_switches() -> None:
     spec = import_command_line("vllm serve /m -qawq -ep -dp 2 --port 1")
-    assert spec["flags"] == {"quantization": "awq", "enable-expert-parallel": True,
-                             "data-parallel-size": 2, "port": 1}  # fmt: skip
+    assert spec["flags"] == {
+        "quantization": "awq",
+        "enable-expert-parallel": True,
+        "data-parallel-size": 2,
+        "port": 1,
+    }
     with pytest.raises(ConfigError, match="given twice"):
         import_command_line("vllm serve /m -tp 8 --tensor-parallel-size 8 --port 1")
 
@@ -93,22 +100,34 @@ def test_python_options_and_module_stay_the_command() -> None:
 def test_a_config_key_with_one_dash_is_a_short_option(tmp_path: Path) -> None:
     def load(exe: str) -> Experiment:
         path = tmp_path / "c.yaml"
-        path.write_text(yaml.safe_dump({"name": "c", "service": {
-            "exec": exe, "flags": {"-tp": 8, "--max-num-seqs": 4, "port": 1}}},
-            sort_keys=False))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "c",
+                    "service": {"exec": exe, "flags": {"-tp": 8, "--max-num-seqs": 4, "port": 1}},
+                },
+                sort_keys=False,
+            )
+        )
         return load_experiment(path)
 
-    assert load("vllm serve /m").flag_map() == {"tensor-parallel-size": 8, "max-num-seqs": 4,
-                                                "port": 1}  # fmt: skip
+    assert load("vllm serve /m").flag_map() == {
+        "tensor-parallel-size": 8,
+        "max-num-seqs": 4,
+        "port": 1,
+    }
     assert load("mysrv").argv() == ["mysrv", "-tp", "8", "--max-num-seqs", "4", "--port", "1"]
 
 
 def test_the_servers_help_names_a_short_option_when_the_preflight_has_it() -> None:
     # a wrapper the table does not know, in front of vLLM: its help (vLLM's) tells
-    facts = follow(read_help((HELP / "vllm-0.33.0-serve.help.txt").read_text()),
-                   read_help((HELP / "vllm-0.33.0-serve.help-all.txt").read_text()))
-    exp = Experiment.from_dict({"name": "w", "service": {
-        "exec": "/opt/run-server", "flags": {"-tp": 8, "port": 1}}})
+    facts = follow(
+        read_help((HELP / "vllm-0.33.0-serve.help.txt").read_text()),
+        read_help((HELP / "vllm-0.33.0-serve.help-all.txt").read_text()),
+    )
+    exp = Experiment.from_dict(
+        {"name": "w", "service": {"exec": "/opt/run-server", "flags": {"-tp": 8, "port": 1}}}
+    )
     again, renamed = respell(exp, facts)
     assert renamed == [("-tp", "tensor-parallel-size")]
     assert again.flag_map() == {"tensor-parallel-size": 8, "port": 1}
@@ -120,25 +139,36 @@ def test_the_vllm_table_is_the_real_parsers() -> None:
     for o in recorded["options"]:
         if o["option"].startswith("--") and not o["option"].startswith("--no-"):
             dest_long.setdefault(o["dest"], o["option"][2:])
-    shorts = {o["option"]: (dest_long[o["dest"]], o["switch"]) for o in recorded["options"]
-              if not o["option"].startswith("--") and o["option"] != "-h"}  # fmt: skip
+    shorts = {
+        o["option"]: (dest_long[o["dest"]], o["switch"])
+        for o in recorded["options"]
+        if not o["option"].startswith("--") and o["option"] != "-h"
+    }
     assert shorts == VLLM
     assert all(recorded["forms"][f] == "ok" for f in ("-O3", "-O0", "-O=2"))
 
 
 def test_what_reads_as_an_option() -> None:
-    assert [w for w in ["-x", "--x", "-1", "-.5", "-", "-a b", "--x=a b", "-O3"]
-            if is_option(w)] == ["-x", "--x", "--x=a b", "-O3"]  # fmt: skip
+    assert [
+        w for w in ["-x", "--x", "-1", "-.5", "-", "-a b", "--x=a b", "-O3"] if is_option(w)
+    ] == ["-x", "--x", "--x=a b", "-O3"]
 
 
 def test_a_sweep_matrix_key_names_a_short_option_as_a_config_does(tmp_path: Path) -> None:
     from orchestrator.campaign.sweep import load_sweep
 
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump({"name": "b", "service": {
-        "exec": "vllm serve /m", "flags": {"tensor-parallel-size": 2, "port": 1}}}))
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "b",
+                "service": {
+                    "exec": "vllm serve /m",
+                    "flags": {"tensor-parallel-size": 2, "port": 1},
+                },
+            }
+        )
+    )
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml",
-                                     "matrix": {"-tp": [4, 8]}}))  # fmt: skip
+    sweep.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", "matrix": {"-tp": [4, 8]}}))
     flags = [it.exp.flag_map() for it in load_sweep(sweep).items]
-    assert flags == [{"tensor-parallel-size": 4, "port": 1},
-                     {"tensor-parallel-size": 8, "port": 1}]  # fmt: skip
+    assert flags == [{"tensor-parallel-size": 4, "port": 1}, {"tensor-parallel-size": 8, "port": 1}]

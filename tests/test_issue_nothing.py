@@ -24,9 +24,18 @@ def _bisect(results: Path, tmp: Path, rules: list[Rule], **kw: object) -> str:
     good, bad = write_pair(tmp, 4)
     store = Store(results)
     try:
-        return Bisection(store, make_plan(good, bad), [host("h1")], command="test",
-                         executor_factory=factory(Oracle(rules), Faults()),
-                         **kw).run().campaign_id  # type: ignore[arg-type]  # fmt: skip
+        return (
+            Bisection(
+                store,
+                make_plan(good, bad),
+                [host("h1")],
+                command="test",
+                executor_factory=factory(Oracle(rules), Faults()),
+                **kw,
+            )
+            .run()
+            .campaign_id
+        )  # type: ignore[arg-type]
     finally:
         store.close()
 
@@ -38,8 +47,9 @@ def _issue(capsys: pytest.CaptureFixture[str], results: Path, cid: str) -> tuple
 
 
 def test_a_bisection_whose_bad_config_never_failed_has_nothing_to_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     results = tmp_path / "results"
     cid = _bisect(results, tmp_path / "exp", [])  # no rule: the bad config passes
     code, out, err = _issue(capsys, results, cid)
@@ -49,8 +59,7 @@ def test_a_bisection_whose_bad_config_never_failed_has_nothing_to_report(
     assert f"nothing to report upstream: campaign {cid} reproduced no failure (endpoints" in line
 
 
-def test_a_sweep_has_nothing_to_report(tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_sweep_has_nothing_to_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "results"
     store = Store(results)
     try:
@@ -63,8 +72,9 @@ def test_a_sweep_has_nothing_to_report(tmp_path: Path,
 
 
 def test_a_campaign_with_an_answer_still_gets_its_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     results = tmp_path / "results"
     cid = _bisect(results, tmp_path / "exp", [Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
     code, out, err = _issue(capsys, results, cid)

@@ -36,11 +36,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scenario_file(tmp_path_factory, SCENARIO)
 
 
-
 def _server(spawn, scenario: Path, *flags: str) -> int:
     port = free_port()
-    proc = spawn("--scenario", str(scenario), "--port", str(port), "--time-scale",
-                 "0.1", *flags)
+    proc = spawn("--scenario", str(scenario), "--port", str(port), "--time-scale", "0.1", *flags)
     assert proc.wait_healthy(port, WAIT), proc.out
     return port
 
@@ -54,11 +52,20 @@ def _server(spawn, scenario: Path, *flags: str) -> int:
         ((), ("--backend", "vllm"), 4000.0),
     ],
 )
-def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flags: tuple,
-                                              bench_flags: tuple, expected: float) -> None:
+def test_measured_throughput_matches_scenario(
+    spawn, scenario: Path, server_flags: tuple, bench_flags: tuple, expected: float
+) -> None:
     port = _server(spawn, scenario, *server_flags)
-    bench = spawn("--port", str(port), "--num-prompts", "40",
-                  "--random-output-len", "50", *bench_flags, module="bench")
+    bench = spawn(
+        "--port",
+        str(port),
+        "--num-prompts",
+        "40",
+        "--random-output-len",
+        "50",
+        *bench_flags,
+        module="bench",
+    )
     assert bench.wait_exit(WAIT) == 0, bench.err
     match = METRIC.search(bench.out)
     assert match, bench.out
@@ -72,17 +79,37 @@ def test_measured_throughput_matches_scenario(spawn, scenario: Path, server_flag
 
 def test_result_block_layout(spawn, scenario: Path) -> None:
     port = _server(spawn, scenario)
-    bench = spawn("--port", str(port), "--num-prompts", "8", "--random-output-len",
-                  "20", "--dataset-name", "random", "--model", "x", module="bench")
+    bench = spawn(
+        "--port",
+        str(port),
+        "--num-prompts",
+        "8",
+        "--random-output-len",
+        "20",
+        "--dataset-name",
+        "random",
+        "--model",
+        "x",
+        module="bench",
+    )
     assert bench.wait_exit(WAIT) == 0, bench.err
     lines = bench.stdout
     top = lines.index("============ Serving Benchmark Result ============")
-    labels = [line[:40].rstrip() for line in lines[top + 1:]]
-    for label in ("Backend:", "Traffic request rate:", "Max request concurrency:",
-                  "Successful requests:", "Benchmark duration (s):", "Total input tokens:",
-                  "Total generated tokens:", "Request throughput (req/s):",
-                  "Output token throughput (tok/s):", "Mean TTFT (ms):", "Median TPOT (ms):",
-                  "P99 ITL (ms):"):
+    labels = [line[:40].rstrip() for line in lines[top + 1 :]]
+    for label in (
+        "Backend:",
+        "Traffic request rate:",
+        "Max request concurrency:",
+        "Successful requests:",
+        "Benchmark duration (s):",
+        "Total input tokens:",
+        "Total generated tokens:",
+        "Request throughput (req/s):",
+        "Output token throughput (tok/s):",
+        "Mean TTFT (ms):",
+        "Median TPOT (ms):",
+        "P99 ITL (ms):",
+    ):
         assert label in labels
     row = next(line for line in lines if line.startswith("Successful requests:"))
     assert row == "{:<40} {:<10}".format("Successful requests:", 8)
@@ -90,14 +117,16 @@ def test_result_block_layout(spawn, scenario: Path) -> None:
     assert generated.split()[-1] == "160"
     assert lines[-1] == "=" * 50
     assert "---------------Time to First Token----------------" in lines
-    assert "ignoring options the lab bench does not use: --dataset-name random --model x" \
-        in bench.err
+    assert (
+        "ignoring options the lab bench does not use: --dataset-name random --model x" in bench.err
+    )
 
 
 def test_server_dying_mid_run_fails_the_bench(spawn, scenario: Path) -> None:
     port = _server(spawn, scenario, "--max-running-requests", "512")
-    bench = spawn("--port", str(port), "--num-prompts", "30",
-                  "--random-output-len", "20", module="bench")
+    bench = spawn(
+        "--port", str(port), "--num-prompts", "30", "--random-output-len", "20", module="bench"
+    )
     assert bench.wait_exit(WAIT) == 1
     assert "Serving Benchmark Result" not in bench.out
     assert re.search(r"Error: \d+ of 30 requests failed", bench.err)
@@ -112,13 +141,16 @@ def test_no_server_fails_the_bench(spawn) -> None:
 def test_the_duration_is_the_engines_busy_time_when_every_answer_reports_it() -> None:
     from orchestrator.lab.bench import Result, _window, engine_busy
 
-    timed = [Result(True, 8, 50, 0.9, window=(100.0, 100.5)),
-             Result(True, 8, 50, 1.4, window=(100.5, 101.0)),
-             Result(True, 8, 50, 0.6, window=(103.0, 103.5))]  # fmt: skip
+    timed = [
+        Result(True, 8, 50, 0.9, window=(100.0, 100.5)),
+        Result(True, 8, 50, 1.4, window=(100.5, 101.0)),
+        Result(True, 8, 50, 0.6, window=(103.0, 103.5)),
+    ]
     # client delays do not count: neither the latencies nor the idle gap before 103.0
     assert engine_busy(timed) == pytest.approx(1.5)
-    assert engine_busy([Result(True, 8, 50, 1.0, window=(1.0, 2.0)),
-                        Result(True, 8, 50, 1.0, window=(1.5, 2.5))]) == pytest.approx(1.5)
+    assert engine_busy(
+        [Result(True, 8, 50, 1.0, window=(1.0, 2.0)), Result(True, 8, 50, 1.0, window=(1.5, 2.5))]
+    ) == pytest.approx(1.5)
     assert engine_busy([*timed, Result(True, 8, 50, 1.0)]) is None  # a real server's answer
     assert engine_busy([]) is None
     assert _window("100.25 100.75") == (100.25, 100.75)

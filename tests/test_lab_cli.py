@@ -34,19 +34,41 @@ class Lab:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "orchestrator", "lab", *args],
-            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120,
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     def ssh(self, command: str) -> subprocess.CompletedProcess[str]:
         ssh_dir = self.state_dir / "ssh"
         return subprocess.run(
-            ["ssh", "-F", "/dev/null", "-p", str(self.port), "-i", str(ssh_dir / "id_ed25519"),
-             "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-             "-o", "StrictHostKeyChecking=yes",
-             "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
-             "-o", "GlobalKnownHostsFile=/dev/null",
-             "127.0.0.1", command],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+            [
+                "ssh",
+                "-F",
+                "/dev/null",
+                "-p",
+                str(self.port),
+                "-i",
+                str(ssh_dir / "id_ed25519"),
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+                "-o",
+                "GlobalKnownHostsFile=/dev/null",
+                "127.0.0.1",
+                command,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
 
@@ -150,7 +172,12 @@ def test_systemd_lab_defaults_match_the_hosts_example() -> None:
     assert defaults.block == sdlab.DEFAULT_BLOCK in container.RESERVED_BLOCKS
     assert host.address == f"{container.NET_PREFIX}.{x}.{int(y) * 4 + 2}"
     assert (host.port, host.user, host.sudo, host.service_manager, host.unit_dir) == (
-        22, sdlab.USER, True, "systemd", sdlab.UNIT_DIR)
+        22,
+        sdlab.USER,
+        True,
+        "systemd",
+        sdlab.UNIT_DIR,
+    )
     assert host.identity_file == str(defaults.identity_file)
     assert host.known_hosts == str(defaults.known_hosts)
     # Another name (tests, a second lab) never takes the default's address block.
@@ -177,11 +204,17 @@ def test_what_a_lab_creates_follows_its_state_dir(tmp_path: Path) -> None:
     for lab_dir in (a, b):
         settings = hostctl.LabSettings.from_env({"ORCH_LAB_DIR": str(lab_dir)})
         for installed in (True, False):
-            st = hostctl.LabStatus(settings=settings, sshd_installed=installed, running=True,
-                                   pid=1, port=settings.port, user="u",
-                                   identity_file=settings.ssh_dir / "id_ed25519",
-                                   known_hosts=settings.ssh_dir / "known_hosts",
-                                   log_path=settings.ssh_dir / "sshd.log")  # fmt: skip
+            st = hostctl.LabStatus(
+                settings=settings,
+                sshd_installed=installed,
+                running=True,
+                pid=1,
+                port=settings.port,
+                user="u",
+                identity_file=settings.ssh_dir / "id_ed25519",
+                known_hosts=settings.ssh_dir / "known_hosts",
+                log_path=settings.ssh_dir / "sshd.log",
+            )
             entry = st.hosts_entry()
             assert Path(str(entry["run_dir"])).is_relative_to(lab_dir)
             cluster = slurmlab.lab_cluster(settings.state_dir)
@@ -235,10 +268,25 @@ def test_two_labs_with_other_state_dirs_do_not_see_or_stop_each_other(tmp_path: 
         # a run on lab A of its demo config: its lock and run files land under A's state dir
         exp = a.state_dir / "experiments" / "demo" / "good.yaml"
         res = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "run", str(exp), "--host", "lab",
-             "--hosts", str(a.state_dir / "hosts.yaml"), "--results", str(tmp_path / "res")],
-            env={**a.env, "ORCH_LAB_TIME_SCALE": "0.05"}, cwd=REPO, capture_output=True,
-            text=True, timeout=300)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "run",
+                str(exp),
+                "--host",
+                "lab",
+                "--hosts",
+                str(a.state_dir / "hosts.yaml"),
+                "--results",
+                str(tmp_path / "res"),
+            ],
+            env={**a.env, "ORCH_LAB_TIME_SCALE": "0.05"},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         assert (a.state_dir / "run" / "locks").is_dir()
         assert any((a.state_dir / "run").iterdir())

@@ -29,17 +29,32 @@ from tests.support.campaign_lab import (
 
 
 def bisect_json(pair, hosts: Path, results: Path, *extra: str) -> tuple[int, dict]:  # noqa: ANN001
-    res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab", "--hosts",
-              hosts, "--results", results, "--json", *extra)  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--json",
+        *extra,
+    )
     try:
         return res.returncode, json.loads(res.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"no JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n"
-                             f"{res.stderr[-3000:]}") from None
+        raise AssertionError(
+            f"no JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+        ) from None
 
 
 def test_b300_rehearsed_on_dummy_weights_gives_the_same_answer(
-        sshd: SshdEndpoint, tmp_path: Path, tmp_path_factory) -> None:  # noqa: ANN001
+    sshd: SshdEndpoint, tmp_path: Path, tmp_path_factory
+) -> None:  # noqa: ANN001
     plain = recorded_b300(sshd, tmp_path_factory.getbasetemp())
     assert plain.exit_code == 0, plain.outcome
     pair = lab_pair(tmp_path, "b300")
@@ -47,11 +62,13 @@ def test_b300_rehearsed_on_dummy_weights_gives_the_same_answer(
     pair.bad.write_text(yaml.safe_dump(data | {"rehearse": "dummy-weights"}))
     code, answer = bisect_json(pair, sshd_hosts_file(sshd, tmp_path), tmp_path / "results")
     assert code == 0 and answer["status"] == "found", answer
-    assert [sorted(c["flags"]) for c in answer["culprits"]] == \
-        [sorted(c["flags"]) for c in plain.outcome["culprits"]]  # fmt: skip
+    assert [sorted(c["flags"]) for c in answer["culprits"]] == [
+        sorted(c["flags"]) for c in plain.outcome["culprits"]
+    ]
     assert answer["target"] == plain.outcome["target"]
-    assert [f["signature"] for f in answer["findings"]] == \
-        [f["signature"] for f in plain.outcome["findings"]]  # fmt: skip
+    assert [f["signature"] for f in answer["findings"]] == [
+        f["signature"] for f in plain.outcome["findings"]
+    ]
     runs = read_runs(tmp_path / "results", answer["campaign"])
     real = [r for r in runs if r.weights == "real"]
     dummy = [r for r in runs if r.weights == "dummy"]
@@ -71,10 +88,12 @@ def test_b300_rehearsed_on_dummy_weights_gives_the_same_answer(
 
 
 def test_weight_dependent_failure_falls_back_to_real_weights(
-        sshd: SshdEndpoint, tmp_path: Path) -> None:
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     pair = lab_pair(tmp_path, "b300-checkpoint")
-    code, answer = bisect_json(pair, sshd_hosts_file(sshd, tmp_path), tmp_path / "results",
-                               "--rehearse")  # fmt: skip
+    code, answer = bisect_json(
+        pair, sshd_hosts_file(sshd, tmp_path), tmp_path / "results", "--rehearse"
+    )
     assert code == 0 and answer["status"] == "found", answer
     assert [c["flags"] for c in answer["culprits"]] == [["--quantization w4afp8"]]
     assert answer["target"].startswith("load_weights: ")

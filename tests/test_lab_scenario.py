@@ -66,8 +66,10 @@ def load_text(tmp_path: Path, text: str) -> sc.Scenario:
 )
 def test_condition_kinds(tmp_path: Path, cond: str, flags: dict, expected: bool) -> None:
     key = next(iter(flags), "ep-size")
-    s = load_text(tmp_path, f"faults:\n  - when: {{{key}: {cond}}}\n    phase: init\n"
-                            "    error: 'RuntimeError: x'\n")
+    s = load_text(
+        tmp_path,
+        f"faults:\n  - when: {{{key}: {cond}}}\n    phase: init\n    error: 'RuntimeError: x'\n",
+    )
     assert (s.select_fault(flags, {}, 0) is not None) is expected
 
 
@@ -99,32 +101,42 @@ def test_env_conditions_compare_the_same_way_whatever_the_quoting(
     """An env value is text: a condition written as text ("1") compares with that text, one
     written as a number (1) compares numerically; before, "1" silently never matched the
     env value 1 (the value was read as a number, the condition was not)."""
-    s = load_text(tmp_path, f"faults:\n  - when: {{env: {{NCCL_X: {cond}}}}}\n"
-                            "    phase: init\n    error: 'RuntimeError: x'\n")  # fmt: skip
+    s = load_text(
+        tmp_path,
+        f"faults:\n  - when: {{env: {{NCCL_X: {cond}}}}}\n"
+        "    phase: init\n    error: 'RuntimeError: x'\n",
+    )
     assert (s.select_fault({}, {"NCCL_X": value}, 0) is not None) is expected
     # a flag's condition compares the same way (with the flag's text as the server read
     # it: `01` was read as 1, so its text is "1")
-    s = load_text(tmp_path, f"faults:\n  - when: {{x: {cond}}}\n"
-                            "    phase: init\n    error: 'RuntimeError: x'\n")  # fmt: skip
+    s = load_text(
+        tmp_path,
+        f"faults:\n  - when: {{x: {cond}}}\n    phase: init\n    error: 'RuntimeError: x'\n",
+    )
     flags = cmdline.parse_permissive(["--x", value] if value else ["--x"])
     if value and str(flags["x"]) == value:
         assert (s.select_fault(flags, {}, 0) is not None) is expected, flags
 
 
 def test_a_quoted_default_is_read_as_the_command_line_would_be(tmp_path: Path) -> None:
-    s = load_text(tmp_path, """
+    s = load_text(
+        tmp_path,
+        """
 defaults: {mem-fraction-static: "0.85"}
 faults:
   - when: {mem-fraction-static: {lt: 0.9}}
     phase: kv_cache
     error: "RuntimeError: Not enough memory."
-""")
+""",
+    )
     assert s.select_fault({}, {}, 0) is not None
     assert s.select_fault({"mem-fraction-static": 0.95}, {}, 0) is None
 
 
 def test_first_matching_rule_wins_and_all_conditions_must_hold(tmp_path: Path) -> None:
-    s = load_text(tmp_path, """
+    s = load_text(
+        tmp_path,
+        """
 faults:
   - when: {ep-size: 8, enable-nccl-nvls: true}
     phase: cuda_graph
@@ -132,7 +144,8 @@ faults:
   - when: {ep-size: 8}
     phase: init
     error: "AttributeError: dtype"
-""")
+""",
+    )
     both = s.select_fault({"ep-size": 8, "enable-nccl-nvls": True}, {}, 0)
     assert both is not None and both.phase == "cuda_graph"
     alone = s.select_fault({"ep-size": 8}, {}, 0)
@@ -141,7 +154,9 @@ faults:
 
 
 def test_env_conditions_and_defaults(tmp_path: Path) -> None:
-    s = load_text(tmp_path, """
+    s = load_text(
+        tmp_path,
+        """
 defaults: {mem-fraction-static: 0.88}
 faults:
   - when: {env: {NCCL_ALGO: Tree}}
@@ -150,7 +165,8 @@ faults:
   - when: {mem-fraction-static: {lt: 0.9}}
     phase: kv_cache
     error: "RuntimeError: Not enough memory."
-""")
+""",
+    )
     assert s.select_fault({"mem-fraction-static": 0.95}, {"NCCL_ALGO": "Tree"}, 0).phase == "warmup"
     assert s.select_fault({"mem-fraction-static": 0.95}, {"NCCL_ALGO": "Ring"}, 0) is None
     # absent flag: the scenario's default (0.88) is what the server would use
@@ -158,26 +174,32 @@ faults:
 
 
 def test_probability_is_deterministic_per_seed_and_varies_across_seeds(tmp_path: Path) -> None:
-    s = load_text(tmp_path, """
+    s = load_text(
+        tmp_path,
+        """
 faults:
   - when: {}
     phase: warmup
     probability: 0.5
     error: "RuntimeError: flaky"
-""")
+""",
+    )
     flags = {"tp-size": 8}
     outcomes = [s.select_fault(flags, {}, seed) is not None for seed in range(40)]
     again = [s.select_fault(flags, {}, seed) is not None for seed in range(40)]
     assert outcomes == again
     assert any(outcomes) and not all(outcomes)
     # the lab's own flags and the port do not change the draw
-    with_port = [s.select_fault({**flags, "port": 1234}, {}, seed) is not None
-                 for seed in range(40)]
+    with_port = [
+        s.select_fault({**flags, "port": 1234}, {}, seed) is not None for seed in range(40)
+    ]
     assert with_port == outcomes
 
 
 def test_throughput_factors_multiply(tmp_path: Path) -> None:
-    s = load_text(tmp_path, """
+    s = load_text(
+        tmp_path,
+        """
 throughput:
   base: 2400
   factors:
@@ -185,7 +207,8 @@ throughput:
       multiply: 0.9
     - when: {enable-torch-compile: true}
       multiply: 1.1
-""")
+""",
+    )
     assert s.tokens_per_second({"cuda-graph-max-bs": 128}, {}) == pytest.approx(2400)
     assert s.tokens_per_second({"cuda-graph-max-bs": 512}, {}) == pytest.approx(2160)
     both = {"cuda-graph-max-bs": 512, "enable-torch-compile": True}
@@ -193,18 +216,38 @@ throughput:
 
 
 def test_aliases_fold_onto_canonical_names(tmp_path: Path) -> None:
-    s = load_text(tmp_path, "faults:\n  - when: {tensor-parallel-size: 8}\n    phase: init\n"
-                            "    error: 'RuntimeError: x'\n")
+    s = load_text(
+        tmp_path,
+        "faults:\n  - when: {tensor-parallel-size: 8}\n    phase: init\n"
+        "    error: 'RuntimeError: x'\n",
+    )
     assert s.select_fault(cmdline.parse_permissive(["--tp-size", "8"]), {}, 0) is not None
 
 
 def test_permissive_parsing() -> None:
     flags = cmdline.parse_permissive(
-        ["--model-path", "/m", "--enable-nccl-nvls", "--tp", "8", "--mem-fraction-static=0.92",
-         "--cuda-graph-bs", "1", "2", "4", "--trust-remote-code"])
-    assert flags == {"model-path": "/m", "enable-nccl-nvls": True, "tp": 8,
-                     "mem-fraction-static": 0.92, "cuda-graph-bs": [1, 2, 4],
-                     "trust-remote-code": True}
+        [
+            "--model-path",
+            "/m",
+            "--enable-nccl-nvls",
+            "--tp",
+            "8",
+            "--mem-fraction-static=0.92",
+            "--cuda-graph-bs",
+            "1",
+            "2",
+            "4",
+            "--trust-remote-code",
+        ]
+    )
+    assert flags == {
+        "model-path": "/m",
+        "enable-nccl-nvls": True,
+        "tp": 8,
+        "mem-fraction-static": 0.92,
+        "cuda-graph-bs": [1, 2, 4],
+        "trust-remote-code": True,
+    }
     with pytest.raises(cmdline.UsageError, match="unrecognized arguments: stray"):
         cmdline.parse_permissive(["stray", "--x"])
 
@@ -215,30 +258,47 @@ def test_permissive_parsing() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("faults:\n  - when: {ep-size: 8}\n    phase: cuda_grahp\n    error: x\n",
-         "faults[0].phase: expected one of args, init"),
-        ("faults:\n  - when: {ep-size: 8}\n    phase: init\n",
-         "faults[0].error: missing"),
-        ("faults:\n  - when: {ep-size: 8}\n    phase: init\n    eror: x\n",
-         "faults[0].eror: unknown key (did you mean 'error'?)"),
-        ("faults:\n  - when: {ep-size: {lt: 1, gt: 0}}\n    phase: init\n    error: x\n",
-         "faults[0].when.ep-size: expected exactly one of"),
-        ("faults:\n  - when: {ep-size: {between: 1}}\n    phase: init\n    error: x\n",
-         "faults[0].when.ep-size.between: unknown key"),
-        ("faults:\n  - when: {mem: {lt: low}}\n    phase: init\n    error: x\n",
-         "faults[0].when.mem.lt: expected a number"),
-        ("faults:\n  - when: {a: 1}\n    phase: init\n    after_requests: 3\n    error: x\n",
-         "faults[0].after_requests: only a 'serving' phase rule"),
-        ("faults:\n  - when: {a: 1}\n    phase: warmup\n    probability: 1.5\n    error: x\n",
-         "faults[0].probability: expected a number in (0, 1]"),
-        ("faults:\n  - when: {a: 1}\n    phase: args\n    effect: hang\n",
-         "faults[0].effect: an 'args' rule cannot hang"),
+        (
+            "faults:\n  - when: {ep-size: 8}\n    phase: cuda_grahp\n    error: x\n",
+            "faults[0].phase: expected one of args, init",
+        ),
+        ("faults:\n  - when: {ep-size: 8}\n    phase: init\n", "faults[0].error: missing"),
+        (
+            "faults:\n  - when: {ep-size: 8}\n    phase: init\n    eror: x\n",
+            "faults[0].eror: unknown key (did you mean 'error'?)",
+        ),
+        (
+            "faults:\n  - when: {ep-size: {lt: 1, gt: 0}}\n    phase: init\n    error: x\n",
+            "faults[0].when.ep-size: expected exactly one of",
+        ),
+        (
+            "faults:\n  - when: {ep-size: {between: 1}}\n    phase: init\n    error: x\n",
+            "faults[0].when.ep-size.between: unknown key",
+        ),
+        (
+            "faults:\n  - when: {mem: {lt: low}}\n    phase: init\n    error: x\n",
+            "faults[0].when.mem.lt: expected a number",
+        ),
+        (
+            "faults:\n  - when: {a: 1}\n    phase: init\n    after_requests: 3\n    error: x\n",
+            "faults[0].after_requests: only a 'serving' phase rule",
+        ),
+        (
+            "faults:\n  - when: {a: 1}\n    phase: warmup\n    probability: 1.5\n    error: x\n",
+            "faults[0].probability: expected a number in (0, 1]",
+        ),
+        (
+            "faults:\n  - when: {a: 1}\n    phase: args\n    effect: hang\n",
+            "faults[0].effect: an 'args' rule cannot hang",
+        ),
         ("startup: {init: -1}\n", "startup.init: expected a number >= 0"),
         ("startup: {boot: 1}\n", "startup.boot: unknown key"),
         ("throughput: {factors: []}\n", "throughput.base: missing"),
         ("known_flags: sglang-9\n", "known_flags: unknown preset 'sglang-9'"),
-        ("known_flags: [model-path, {enable-x: toggle}]\n",
-         "known_flags[1].enable-x: expected one of value, switch, list"),
+        (
+            "known_flags: [model-path, {enable-x: toggle}]\n",
+            "known_flags[1].enable-x: expected one of value, switch, list",
+        ),
         ("faults: {when: {}}\n", "faults: expected a list of rules"),
         ("seed: many\n", "seed: expected a whole number"),
         ("nmae: x\n", "nmae: unknown key (did you mean 'name'?)"),
@@ -246,8 +306,9 @@ def test_permissive_parsing() -> None:
         ("", "the file is empty"),
     ],
 )
-def test_bad_scenarios_name_file_key_and_expectation(tmp_path: Path, text: str,
-                                                     fragment: str) -> None:
+def test_bad_scenarios_name_file_key_and_expectation(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ScenarioError) as info:
         sc.load(path)
@@ -270,8 +331,9 @@ def test_resolve_bare_names_and_paths(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- shipped files
 
 
-@pytest.mark.parametrize("name", ["b300", "b300-v0523", "rtx6000", "rtx6000-repair", "glm5",
-                                  "flaky-load", "decoy"])
+@pytest.mark.parametrize(
+    "name", ["b300", "b300-v0523", "rtx6000", "rtx6000-repair", "glm5", "flaky-load", "decoy"]
+)
 def test_shipped_scenarios_load_and_start_in_2_to_3_seconds(name: str) -> None:
     s = sc.load(name)
     assert s.name == name
@@ -281,8 +343,14 @@ def test_shipped_scenarios_load_and_start_in_2_to_3_seconds(name: str) -> None:
 
 def test_b300_rules_match_the_incident() -> None:
     s = sc.load("b300")
-    good = {"model-path": "/models/Kimi-K2.6", "tp-size": 8, "max-running-requests": 128,
-            "cuda-graph-max-bs": 128, "mem-fraction-static": 0.85, "trust-remote-code": True}
+    good = {
+        "model-path": "/models/Kimi-K2.6",
+        "tp-size": 8,
+        "max-running-requests": 128,
+        "cuda-graph-max-bs": 128,
+        "mem-fraction-static": 0.85,
+        "trust-remote-code": True,
+    }
     assert s.select_fault(good, {}, 0) is None
     bad = {**good, "ep-size": 8, "enable-nccl-nvls": True, "max-running-requests": 256}
     rule = s.select_fault(bad, {}, 0)
@@ -300,13 +368,18 @@ def test_rtx6000_rules_match_the_incident() -> None:
     ep = {"tp-size": 8, "ep-size": 8, "moe-a2a-backend": "flashinfer"}
     oom = s.select_fault({**ep, "mem-fraction-static": 0.85}, {}, 0)
     assert oom.phase == "kv_cache"
-    assert oom.error == ("RuntimeError: Not enough memory. Please try to increase "
-                         "--mem-fraction-static.")
+    assert oom.error == (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    )
     assert s.select_fault(ep, {}, 0).phase == "kv_cache"  # default 0.88 is below 0.92
     capture = s.select_fault({**ep, "mem-fraction-static": 0.92}, {}, 0)
     assert capture.phase == "cuda_graph" and capture.error == "AssertionError"
-    assert s.select_fault({"tp-size": 8, "mem-fraction-static": 0.92,
-                           "moe-a2a-backend": "flashinfer"}, {}, 0) is None
+    assert (
+        s.select_fault(
+            {"tp-size": 8, "mem-fraction-static": 0.92, "moe-a2a-backend": "flashinfer"}, {}, 0
+        )
+        is None
+    )
     slow = s.tokens_per_second({"cuda-graph-max-bs": 512}, {})
     assert slow == pytest.approx(0.9 * s.tokens_per_second({"cuda-graph-max-bs": 128}, {}))
     assert {f.name for f in s.known_flags} >= {"cuda-graph-max-bs", "moe-a2a-backend"}
@@ -338,8 +411,11 @@ EXPERIMENTS = sc.repo_root() / "experiments" / "lab"
 def _outcome(scen: sc.Scenario, argv: list[str], env: dict[str, str]) -> tuple[object, float]:
     assert argv[1:4] == ["-m", "orchestrator.lab.server", "--scenario"], argv
     assert sc.load(argv[4]).name == scen.name
-    flags = (cmdline.parse_strict(argv[5:], scen.known_flags) if scen.known_flags is not None
-             else cmdline.parse_permissive(argv[5:]))  # fmt: skip
+    flags = (
+        cmdline.parse_strict(argv[5:], scen.known_flags)
+        if scen.known_flags is not None
+        else cmdline.parse_permissive(argv[5:])
+    )
     rule = scen.select_fault(flags, env, scen.seed)
     return (rule.index if rule else None), scen.tokens_per_second(flags, env)
 
@@ -357,7 +433,9 @@ def _argv(exec_words: tuple[str, ...], flags: dict[str, object]) -> list[str]:
 
 
 def _minimal_culprits(
-    pair: str, good_file: str, bad_file: str,
+    pair: str,
+    good_file: str,
+    bad_file: str,
     fails: Callable[[Outcome, Outcome], bool] | None = None,
     certain: bool = False,
 ) -> tuple[list[set[str]], Outcome]:
@@ -371,8 +449,10 @@ def _minimal_culprits(
         scen = replace(scen, faults=tuple(replace(r, probability=None) for r in scen.faults))
     gf, bf = good.flag_map(), bad.flag_map()
     ge, be = good.env_map(), bad.env_map()
-    deltas = sorted({k for k in gf.keys() | bf.keys() if gf.get(k) != bf.get(k)}
-                    | {f"env:{k}" for k in ge.keys() | be.keys() if ge.get(k) != be.get(k)})
+    deltas = sorted(
+        {k for k in gf.keys() | bf.keys() if gf.get(k) != bf.get(k)}
+        | {f"env:{k}" for k in ge.keys() | be.keys() if ge.get(k) != be.get(k)}
+    )
 
     def run(subset: tuple[str, ...]) -> Outcome:
         flags, env = dict(gf), dict(ge)
@@ -386,10 +466,16 @@ def _minimal_culprits(
 
     base, target = run(()), run(tuple(deltas))
     if fails is None:
+
         def fails(o: Outcome, _base: Outcome) -> bool:
             return o[0] is not None and o[0] == target[0]
-    hits = [set(s) for n in range(len(deltas) + 1) for s in combinations(deltas, n)
-            if fails(run(s), base)]
+
+    hits = [
+        set(s)
+        for n in range(len(deltas) + 1)
+        for s in combinations(deltas, n)
+        if fails(run(s), base)
+    ]
     return [s for s in hits if not any(o < s for o in hits)], target
 
 
@@ -439,15 +525,19 @@ def test_rtx6000_repair_pair_answer_shows_only_with_the_memory_repaired() -> Non
         return _outcome(scen, _argv(good.exec, flags), {})[0]
 
     assert repaired(tuple(deltas)) == 1
-    hits = [set(s) for n in range(len(deltas) + 1) for s in combinations(deltas, n)
-            if repaired(s) == 1]
+    hits = [
+        set(s) for n in range(len(deltas) + 1) for s in combinations(deltas, n) if repaired(s) == 1
+    ]
     assert [s for s in hits if not any(o < s for o in hits)] == [{"ep-size", "moe-a2a-backend"}]
 
 
 def test_rtx6000_perf_pair_answer_is_cuda_graph_max_bs() -> None:
     minimal, (rule, rate) = _minimal_culprits(
-        "rtx6000", "perf_good.yaml", "perf_bad.yaml",
-        fails=lambda o, base: o[0] is None and o[1] < 0.95 * base[1])
+        "rtx6000",
+        "perf_good.yaml",
+        "perf_bad.yaml",
+        fails=lambda o, base: o[0] is None and o[1] < 0.95 * base[1],
+    )
     assert rule is None
     assert minimal == [{"cuda-graph-max-bs"}]
 
@@ -470,8 +560,7 @@ def test_flaky_pair_answer_is_dp_attention_with_the_bigger_graph_batch() -> None
 
 
 def test_flaky_load_pair_answer_is_one_environment_variable_under_load() -> None:
-    minimal, (rule, _) = _minimal_culprits("flaky-load", "good.yaml", "bad.yaml",
-                                           certain=True)  # fmt: skip
+    minimal, (rule, _) = _minimal_culprits("flaky-load", "good.yaml", "bad.yaml", certain=True)
     assert minimal == [{"env:NCCL_NVLS_ENABLE"}]
     scen = sc.load("flaky-load")
     assert scen.seed is None  # `seed: random`

@@ -91,7 +91,6 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scenario_file(tmp_path_factory, ZOO)
 
 
-
 def _before(lines: list[str], marker: str) -> list[str]:
     idx = next(i for i, line in enumerate(lines) if marker in line)
     return lines[:idx]
@@ -102,29 +101,52 @@ def _before(lines: list[str], marker: str) -> list[str]:
 
 def test_startup_lines_in_order_port_refused_until_ready(spawn, zoo: Path) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--tp-size", "4",
-                 "--model-path", "/models/m", "--time-scale", "0.1")
+    proc = spawn(
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(port),
+        "--tp-size",
+        "4",
+        "--model-path",
+        "/models/m",
+        "--time-scale",
+        "0.1",
+    )
     assert proc.wait_for_line("Init torch distributed begin.", WAIT)
     assert not port_open(port), "the port must refuse connections until ready"
     assert proc.wait_for_line("Capture cuda graph begin.", WAIT)
     assert http_get(port, "/health") == 0
     assert proc.wait_healthy(port, WAIT)
     assert http_get(port, "/health_generate") == 200
-    order = ["server_args=ServerArgs(model_path='/models/m'", "Init torch distributed begin.",
-             "Init torch distributed ends.", "Load weight begin. avail mem=",
-             "Loading safetensors checkpoint shards: 100% Completed",
-             "Load weight end. type=", "KV Cache is allocated. #tokens:",
-             "Capture cuda graph begin. This can take up to several minutes. avail mem=",
-             "Capture cuda graph end. Time elapsed:", "max_total_num_tokens=",
-             "INFO:     Uvicorn running on http://127.0.0.1:", READY]
+    order = [
+        "server_args=ServerArgs(model_path='/models/m'",
+        "Init torch distributed begin.",
+        "Init torch distributed ends.",
+        "Load weight begin. avail mem=",
+        "Loading safetensors checkpoint shards: 100% Completed",
+        "Load weight end. type=",
+        "KV Cache is allocated. #tokens:",
+        "Capture cuda graph begin. This can take up to several minutes. avail mem=",
+        "Capture cuda graph end. Time elapsed:",
+        "max_total_num_tokens=",
+        "INFO:     Uvicorn running on http://127.0.0.1:",
+        READY,
+    ]
     lines = proc.stdout
     positions = [next(i for i, line in enumerate(lines) if text in line) for text in order]
     assert positions == sorted(positions)
     prefix = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP(\d)\] Load weight begin\. ")
     ranks = sorted(m.group(1) for line in lines if (m := prefix.match(line)))
     assert ranks == ["0", "1", "2", "3"]
-    assert any(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up and "
-                        r"ready to roll!$", x) for x in lines)
+    assert any(
+        re.match(
+            r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up and "
+            r"ready to roll!$",
+            x,
+        )
+        for x in lines
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info", timeout=2) as r:
         info = json.load(r)
     assert info["tp_size"] == 4 and info["flags"]["model-path"] == "/models/m"
@@ -137,20 +159,27 @@ def test_time_scale_flag_wins_over_env(spawn, zoo: Path) -> None:
     port = free_port()
     started = time.monotonic()
     # 12 s of startup at scale 1; the env asks for 100x slower, the flag for 0.01x.
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--time-scale", "0.01",
-                 env={"ORCH_LAB_TIME_SCALE": "100"})
+    proc = spawn(
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(port),
+        "--time-scale",
+        "0.01",
+        env={"ORCH_LAB_TIME_SCALE": "100"},
+    )
     assert proc.wait_healthy(port, WAIT)
     assert time.monotonic() - started < 5
     port2 = free_port()
-    proc2 = spawn("--scenario", str(zoo), "--port", str(port2),
-                  env={"ORCH_LAB_TIME_SCALE": "0.01"})
+    proc2 = spawn("--scenario", str(zoo), "--port", str(port2), env={"ORCH_LAB_TIME_SCALE": "0.01"})
     assert proc2.wait_healthy(port2, WAIT)
 
 
 def test_bare_scenario_name_resolves_under_experiments(spawn) -> None:
     port = free_port()
-    proc = spawn("--scenario", "b300", "--port", str(port), "--tp-size", "8",
-                 "--time-scale", "0.02")
+    proc = spawn(
+        "--scenario", "b300", "--port", str(port), "--tp-size", "8", "--time-scale", "0.02"
+    )
     assert proc.wait_healthy(port, WAIT)
     assert "type=DeepseekV3ForCausalLM" in proc.out
 
@@ -172,8 +201,18 @@ MARKER_ORDER = list(PHASE_MARKERS.values())
 @pytest.mark.parametrize("phase", list(PHASE_MARKERS))
 def test_crash_at_each_phase(spawn, zoo: Path, phase: str) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--crash-at", phase,
-                 "--tp-size", "2", "--time-scale", SCALE)
+    proc = spawn(
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(port),
+        "--crash-at",
+        phase,
+        "--tp-size",
+        "2",
+        "--time-scale",
+        SCALE,
+    )
     assert proc.wait_exit(WAIT) == 1
     lines = proc.stdout
     rule = next(r for r in sc.load(zoo).faults if r.phase == phase)
@@ -182,7 +221,7 @@ def test_crash_at_each_phase(spawn, zoo: Path, phase: str) -> None:
     assert lines[-3] == rule.error, "the traceback ends with the rule's error text"
     head = _before(lines, "Scheduler hit an exception: Traceback (most recent call last):")
     assert re.match(r"^\[[\d :-]+ TP0\] Scheduler hit an exception: Traceback", lines[len(head)])
-    assert any(line.startswith('  File "') for line in lines[len(head):])
+    assert any(line.startswith('  File "') for line in lines[len(head) :])
     seen = [m for m in MARKER_ORDER if any(m in line for line in head)]
     assert seen[-1] == PHASE_MARKERS[phase]
     assert READY not in proc.out
@@ -190,10 +229,26 @@ def test_crash_at_each_phase(spawn, zoo: Path, phase: str) -> None:
 
 
 def test_crash_kill_and_custom_exit_code(spawn, zoo: Path) -> None:
-    killed = spawn("--scenario", str(zoo), "--crash-at", "killed", "--port", str(free_port()),
-                   "--time-scale", SCALE)
-    code3 = spawn("--scenario", str(zoo), "--crash-at", "code3", "--port", str(free_port()),
-                  "--time-scale", SCALE)
+    killed = spawn(
+        "--scenario",
+        str(zoo),
+        "--crash-at",
+        "killed",
+        "--port",
+        str(free_port()),
+        "--time-scale",
+        SCALE,
+    )
+    code3 = spawn(
+        "--scenario",
+        str(zoo),
+        "--crash-at",
+        "code3",
+        "--port",
+        str(free_port()),
+        "--time-scale",
+        SCALE,
+    )
     assert killed.wait_exit(WAIT) == -signal.SIGKILL
     assert SIGQUIT in killed.out
     assert code3.wait_exit(WAIT) == 3
@@ -201,19 +256,30 @@ def test_crash_kill_and_custom_exit_code(spawn, zoo: Path) -> None:
 
 
 def test_env_condition_triggers_fault(spawn, zoo: Path) -> None:
-    proc = spawn("--scenario", str(zoo), "--port", str(free_port()), "--time-scale", SCALE,
-                 env={"LAB_TEST_BREAK": "yes"})
+    proc = spawn(
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(free_port()),
+        "--time-scale",
+        SCALE,
+        env={"LAB_TEST_BREAK": "yes"},
+    )
     assert proc.wait_exit(WAIT) == 1
     assert "RuntimeError: broken by environment" in proc.out
 
 
-@pytest.mark.parametrize(("phase", "marker"), [("cuda_graph", "Capture cuda graph begin."),
-                                               ("warmup", "INFO:     Uvicorn running on")])
-def test_hang_stops_logging_never_ready_until_sigterm(spawn, zoo: Path, phase: str,
-                                                      marker: str) -> None:
+@pytest.mark.parametrize(
+    ("phase", "marker"),
+    [("cuda_graph", "Capture cuda graph begin."), ("warmup", "INFO:     Uvicorn running on")],
+)
+def test_hang_stops_logging_never_ready_until_sigterm(
+    spawn, zoo: Path, phase: str, marker: str
+) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--hang-at", phase,
-                 "--time-scale", SCALE)
+    proc = spawn(
+        "--scenario", str(zoo), "--port", str(port), "--hang-at", phase, "--time-scale", SCALE
+    )
     assert proc.wait_for_line(marker, WAIT)
     # The marker opens a block (one line per rank, then the capture lines): let the block
     # arrive in full (bounded), then nothing more may come.
@@ -233,8 +299,9 @@ def test_hang_stops_logging_never_ready_until_sigterm(spawn, zoo: Path, phase: s
 
 def _generate(port: int, tokens: int = 4, timeout: float = 5.0) -> int:
     body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": tokens}}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/generate", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             json.load(resp)
@@ -247,8 +314,7 @@ def _generate(port: int, tokens: int = 4, timeout: float = 5.0) -> int:
 
 def test_crash_under_load_after_n_requests(spawn, zoo: Path) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--load-crash",
-                 "--time-scale", SCALE)
+    proc = spawn("--scenario", str(zoo), "--port", str(port), "--load-crash", "--time-scale", SCALE)
     assert proc.wait_healthy(port, WAIT)
     assert [_generate(port) for _ in range(5)] == [200] * 5
     assert proc.wait_exit(WAIT) == 1
@@ -263,8 +329,7 @@ def test_crash_under_load_after_n_requests(spawn, zoo: Path) -> None:
 
 def test_hang_under_load_stops_answering(spawn, zoo: Path) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--load-hang",
-                 "--time-scale", SCALE)
+    proc = spawn("--scenario", str(zoo), "--port", str(port), "--load-hang", "--time-scale", SCALE)
     assert proc.wait_healthy(port, WAIT)
     assert [_generate(port) for _ in range(3)] == [200] * 3
     assert _generate(port, timeout=0.5) == 0
@@ -274,8 +339,9 @@ def test_hang_under_load_stops_answering(spawn, zoo: Path) -> None:
     assert proc.wait_exit(WAIT) == 0
 
 
-def _flaky_outcome(spawn, zoo: Path, seed: int | str | None,
-                   env: dict[str, str] | None = None) -> str:
+def _flaky_outcome(
+    spawn, zoo: Path, seed: int | str | None, env: dict[str, str] | None = None
+) -> str:
     args = ["--scenario", str(zoo), "--port", str(free_port()), "--flaky", "--time-scale", "0"]
     if seed is not None:
         args += ["--seed", str(seed)]
@@ -311,8 +377,7 @@ def test_flaky_rule_is_deterministic_per_seed(spawn, zoo: Path) -> None:
 def test_seed_random_draws_afresh_on_every_start(spawn, zoo: Path, tmp_path: Path) -> None:
     # The same command line, 16 starts: with p = 0.5 all alike has odds 1 in 32,768.
     by_flag = [_flaky_outcome(spawn, zoo, "random") for _ in range(8)]
-    by_env = [_flaky_outcome(spawn, zoo, None, env={"ORCH_LAB_SEED": "random"})
-              for _ in range(8)]
+    by_env = [_flaky_outcome(spawn, zoo, None, env={"ORCH_LAB_SEED": "random"}) for _ in range(8)]
     assert set(by_flag + by_env) == {"crash", "pass"}, by_flag + by_env
     # `seed: random` in the scenario does the same without any override
     scen = tmp_path / "random.yaml"
@@ -326,11 +391,23 @@ def test_seed_random_n_replays_the_same_flaky_history(spawn, zoo: Path, tmp_path
     from orchestrator.lab.server import replayed_seed
 
     scen = sc.load(zoo)
-    base = next(b for b in range(1, 100)
-                if len({scen.select_fault({"flaky": True}, {}, replayed_seed(b, k)) is None
-                        for k in range(1, 7)}) == 2)  # a history with both outcomes
-    expected = ["pass" if scen.select_fault({"flaky": True}, {}, replayed_seed(base, k)) is None
-                else "crash" for k in range(1, 7)]  # fmt: skip
+    base = next(
+        b
+        for b in range(1, 100)
+        if len(
+            {
+                scen.select_fault({"flaky": True}, {}, replayed_seed(b, k)) is None
+                for k in range(1, 7)
+            }
+        )
+        == 2
+    )  # a history with both outcomes
+    expected = [
+        "pass"
+        if scen.select_fault({"flaky": True}, {}, replayed_seed(base, k)) is None
+        else "crash"
+        for k in range(1, 7)
+    ]
     for attempt in ("a", "b"):  # two fresh counters: the same six starts
         env = {"ORCH_LAB_SEED": f"random:{base}", "ORCH_LAB_DIR": str(tmp_path / attempt)}
         assert [_flaky_outcome(spawn, zoo, None, env=env) for _ in range(6)] == expected
@@ -372,21 +449,30 @@ def test_known_flags_ambiguous_prefix(spawn) -> None:
     assert proc.wait_exit(WAIT) == 2
     assert proc.stderr[-1] == (
         "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
-        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    )
 
 
 def test_known_flags_accepts_unique_abbreviation(spawn) -> None:
     port = free_port()
-    proc = spawn("--scenario", "rtx6000", "--model", "/m", "--port", str(port),
-                 "--time-scale", "0")
+    proc = spawn("--scenario", "rtx6000", "--model", "/m", "--port", str(port), "--time-scale", "0")
     assert proc.wait_healthy(port, WAIT)
     assert "server_args=ServerArgs(model_path='/m'" in proc.out
 
 
 def test_without_known_flags_any_flag_is_accepted(spawn, zoo: Path) -> None:
     port = free_port()
-    proc = spawn("--scenario", str(zoo), "--port", str(port), "--whatever-flag", "x",
-                 "--some-switch", "--time-scale", "0")
+    proc = spawn(
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(port),
+        "--whatever-flag",
+        "x",
+        "--some-switch",
+        "--time-scale",
+        "0",
+    )
     assert proc.wait_healthy(port, WAIT)
     helped = spawn("--scenario", str(zoo), "--help")
     assert helped.wait_exit(WAIT) == 0
@@ -441,9 +527,11 @@ def test_missing_scenario_and_bad_values_exit_2(spawn, zoo: Path) -> None:
     none = spawn("--port", "1234")
     bad_port = spawn("--scenario", str(zoo), "--port", "http")
     bad_scale = spawn("--scenario", str(zoo), "--time-scale", "fast")
-    for proc, text in ((none, "the following arguments are required: --scenario"),
-                       (bad_port, "argument --port: invalid int value: 'http'"),
-                       (bad_scale, "--time-scale: expected a non-negative number")):
+    for proc, text in (
+        (none, "the following arguments are required: --scenario"),
+        (bad_port, "argument --port: invalid int value: 'http'"),
+        (bad_scale, "--time-scale: expected a non-negative number"),
+    ):
         assert proc.wait_exit(WAIT) == 2
         assert text in proc.stderr[-1]
 
@@ -465,20 +553,29 @@ def test_runs_on_system_python_with_only_pyyaml() -> None:
     if subprocess.run([python, "-c", "import yaml"], capture_output=True).returncode != 0:
         pytest.skip("/usr/bin/python3 has no PyYAML (Debian: apt-get install python3-yaml)")
     port = free_port()
-    proc = LabProcess.server(["--scenario", "glm5", "--port", str(port), "--time-scale", "0"],
-                             python=python).start()
+    proc = LabProcess.server(
+        ["--scenario", "glm5", "--port", str(port), "--time-scale", "0"], python=python
+    ).start()
     try:
         assert proc.wait_healthy(port, WAIT), proc.err
     finally:
         proc.stop()
     # the server's modules import nothing outside the standard library and yaml
-    code = ("import sys, orchestrator.lab.server, orchestrator.lab.bench; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in "
-            "('pydantic', 'rich', 'fabric', 'paramiko', 'tenacity') "
-            "or (m.startswith('orchestrator.') and not m.startswith('orchestrator.lab'))]; "
-            "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([python, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=WAIT)
+    code = (
+        "import sys, orchestrator.lab.server, orchestrator.lab.bench; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('pydantic', 'rich', 'fabric', 'paramiko', 'tenacity') "
+        "or (m.startswith('orchestrator.') and not m.startswith('orchestrator.lab'))]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [python, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=WAIT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -495,8 +592,9 @@ def test_runs_on_system_python_with_only_pyyaml() -> None:
         ("b300-v0523/seed_good.yaml", 2, "error: ambiguous option: --cuda-graph-max-bs could"),
     ],
 )
-def test_shipped_experiments_launch_as_documented(spawn, experiment: str, code: int | None,
-                                                  text: str) -> None:
+def test_shipped_experiments_launch_as_documented(
+    spawn, experiment: str, code: int | None, text: str
+) -> None:
     from orchestrator.config.loading import load_experiment
 
     exp = load_experiment(REPO / "experiments" / "lab" / experiment)

@@ -44,16 +44,26 @@ class SdLab:
     def __init__(self, tmp: Path, tag: str) -> None:
         self.state_dir = tmp / "lab"
         self.name = f"orch-lab-t{os.getpid()}-{tag}"
-        self.env = {**os.environ, "ORCH_LAB_DIR": str(self.state_dir),
-                    "ORCH_LAB_PORT": str(free_port()), sdlab.NAME_ENV: self.name,
-                    "ORCH_RESULTS": str(tmp / "results"), "ORCH_SKIP_APT": "1",
-                    "COLUMNS": "200"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "ORCH_LAB_DIR": str(self.state_dir),
+            "ORCH_LAB_PORT": str(free_port()),
+            sdlab.NAME_ENV: self.name,
+            "ORCH_RESULTS": str(tmp / "results"),
+            "ORCH_SKIP_APT": "1",
+            "COLUMNS": "200",
+        }
         self.settings = sdlab.SdLabSettings.from_env(self.env)
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator", *args], env=self.env,
-                              cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def status(self) -> sdlab.SdLabStatus:
         return sdlab.status(self.settings)
@@ -67,21 +77,33 @@ class SdLab:
 
     def unit_snapshot(self) -> dict[str, str]:
         """Everything that says how the unit is configured and whether it runs."""
-        show = self.sh(f"systemctl show {sdlab.UNIT} -p ExecStart -p DropInPaths "
-                       "-p FragmentPath -p ActiveState -p UnitFileState -p Environment")
+        show = self.sh(
+            f"systemctl show {sdlab.UNIT} -p ExecStart -p DropInPaths "
+            "-p FragmentPath -p ActiveState -p UnitFileState -p Environment"
+        )
         props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
         props["cat"] = self.sh(f"sudo -n systemctl cat {sdlab.UNIT}")
         props["unit_sha"] = hashlib.sha256(
-            self.sh(f"cat {sdlab.UNIT_DIR}/{sdlab.UNIT}").encode()).hexdigest()
+            self.sh(f"cat {sdlab.UNIT_DIR}/{sdlab.UNIT}").encode()
+        ).hexdigest()
         props["dropin_dir"] = self.sh(f"sudo -n ls -A {DROPIN_DIR} 2>&1; true")
         # ExecStart's path and argv exactly, as D-Bus serves them (without the last run's
         # timestamps and pid).
-        props["exec_argv"] = json.dumps([rec[:3] for rec in json.loads(self.sh(
-            "busctl --json=short get-property org.freedesktop.systemd1 "
-            f"{_bus_path(sdlab.UNIT)} org.freedesktop.systemd1.Service ExecStart"))["data"]])
+        props["exec_argv"] = json.dumps(
+            [
+                rec[:3]
+                for rec in json.loads(
+                    self.sh(
+                        "busctl --json=short get-property org.freedesktop.systemd1 "
+                        f"{_bus_path(sdlab.UNIT)} org.freedesktop.systemd1.Service ExecStart"
+                    )
+                )["data"]
+            ]
+        )
         # pid and timestamps change when the server restarts; the rest must not.
-        props["ExecStart"] = re.sub(r"(pid|start_time|stop_time|status)=[^;]*", "",
-                                    props["ExecStart"])  # fmt: skip
+        props["ExecStart"] = re.sub(
+            r"(pid|start_time|stop_time|status)=[^;]*", "", props["ExecStart"]
+        )
         return props
 
 
@@ -95,8 +117,10 @@ def _cleanup_stale_labs() -> None:
     """Remove the labs of test sessions that died before their teardown."""
     netns_dir = Path("/run/netns")
     names = {p.name for p in netns_dir.iterdir()} if netns_dir.exists() else set()
-    names |= {p.name.removeprefix("orchestrator-lab-")
-              for p in sdlab.WORK_PARENT.glob("orchestrator-lab-orch-lab-t*")}  # fmt: skip
+    names |= {
+        p.name.removeprefix("orchestrator-lab-")
+        for p in sdlab.WORK_PARENT.glob("orchestrator-lab-orch-lab-t*")
+    }
     for name in names:
         m = NAME_RE.match(name)
         if m and not pid_alive(int(m.group(1))):
@@ -136,26 +160,36 @@ def test_lab_up_systemd_and_down_twice_in_a_row(tmp_path: Path) -> None:
             assert up.returncode == 0, up.stdout + up.stderr
             st = lab.status()
             assert st.running and st.pid is not None and st.address
-            assert (f"lab: up: systemd host {lab.name} (systemd-nspawn pid {st.pid}) at "
-                    f"{st.address}:22; {sdlab.UNIT} active/running, /health 200") in up.stdout
+            assert (
+                f"lab: up: systemd host {lab.name} (systemd-nspawn pid {st.pid}) at "
+                f"{st.address}:22; {sdlab.UNIT} active/running, /health 200"
+            ) in up.stdout
 
             # Idempotent: a second `up` reports the same machine, it does not reboot it.
             again = lab.cli("lab", "up", "--systemd")
             assert again.returncode == 0, again.stderr
-            assert f"lab: already up: systemd host {lab.name} (systemd-nspawn pid {st.pid})" \
+            assert (
+                f"lab: already up: systemd host {lab.name} (systemd-nspawn pid {st.pid})"
                 in again.stdout
+            )
             status = lab.cli("lab", "status")
             assert status.returncode == 0, status.stderr
-            assert f"lab: systemd host {lab.name} up (systemd-nspawn pid {st.pid})" \
-                in status.stdout
+            assert f"lab: systemd host {lab.name} up (systemd-nspawn pid {st.pid})" in status.stdout
 
             # The hosts.yaml entry reaches it, like a GPU host: ubuntu, sudo, systemd.
             inv = load_inventory(lab.settings.hosts_file)
             host = inv.host(sdlab.HOST_NAME)
             assert (host.address, host.port, host.user, host.sudo, host.service_manager) == (
-                st.address, 22, "ubuntu", True, "systemd")
-            out = lab.sh(f"id -un; sudo -n id -un; cat /proc/1/comm; "
-                         f"systemctl is-active {sdlab.UNIT}; systemctl is-enabled {sdlab.UNIT}")
+                st.address,
+                22,
+                "ubuntu",
+                True,
+                "systemd",
+            )
+            out = lab.sh(
+                f"id -un; sudo -n id -un; cat /proc/1/comm; "
+                f"systemctl is-active {sdlab.UNIT}; systemctl is-enabled {sdlab.UNIT}"
+            )
             assert out.split() == ["ubuntu", "root", "systemd", "active", "enabled"]
             cat = lab.sh(f"systemctl cat {sdlab.UNIT}")
             assert "ExecStart=/usr/bin/python3 -m orchestrator.lab.server --scenario b300" in cat
@@ -173,8 +207,10 @@ def test_lab_up_systemd_and_down_twice_in_a_row(tmp_path: Path) -> None:
 
             down = lab.cli("lab", "down")
             assert down.returncode == 0, down.stderr
-            assert f"lab: down: halted systemd host {lab.name} (systemd-nspawn pid {st.pid})" \
+            assert (
+                f"lab: down: halted systemd host {lab.name} (systemd-nspawn pid {st.pid})"
                 in down.stdout
+            )
             # Nothing left: no container, sshd or server process, namespace, mount, files.
             assert [p for p in [st.pid, *below] if pid_alive(p)] == []
             assert ct.nspawn_pids(lab.name) == []
@@ -203,16 +239,24 @@ def _cmdline(pid: int) -> str:
 def test_demo_bisects_on_the_systemd_lab_host_and_leaves_the_unit_as_found(lab: SdLab) -> None:
     before = lab.unit_snapshot()
     assert before["ActiveState"] == "active" and before["DropInPaths"] == ""
-    demo = subprocess.run([str(REPO / "scripts" / "demo")], env=lab.env, cwd="/",
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    demo = subprocess.run(
+        [str(REPO / "scripts" / "demo")],
+        env=lab.env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert demo.returncode == 0, demo.stdout + demo.stderr
     first = demo.stdout.splitlines()[0]
     assert first.startswith("demo: using the systemd lab host (root and systemd-nspawn")
     # The answer: the interacting pair, the harmless delta cleared, the other bug kept.
     assert "culprit (interacting set): --ep-size 8 + --enable-nccl-nvls" in demo.stdout
     assert "cleared (not needed for the failure): --max-running-requests 256" in demo.stdout
-    assert "other failure: init: AttributeError: 'NoneType' object has no attribute 'dtype'" \
+    assert (
+        "other failure: init: AttributeError: 'NoneType' object has no attribute 'dtype'"
         in demo.stdout
+    )
     assert f"restore: removed {DROPIN_DIR}/99-orchestrator.conf" in demo.stdout
     # The unit exactly as it was found: no drop-in, the same ExecStart, `systemctl cat`
     # identical, running again.
@@ -237,8 +281,14 @@ def test_demo_bisects_on_the_systemd_lab_host_and_leaves_the_unit_as_found(lab: 
     full = re.search(r"full log on the host: (ssh .*)$", out, re.M)
     assert full and f"sudo journalctl _SYSTEMD_INVOCATION_ID={inv.group(1)}" in full.group(1)
     # The printed command works as printed, and shows that invocation's whole log.
-    journal = subprocess.run(full.group(1), shell=True, capture_output=True, text=True,
-                             timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    journal = subprocess.run(
+        full.group(1),
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert journal.returncode == 0, journal.stderr
     assert "CUBLAS_STATUS_EXECUTION_FAILED" in journal.stdout
     assert "Init torch distributed begin" in journal.stdout  # the start, not only the tail
@@ -247,13 +297,22 @@ def test_demo_bisects_on_the_systemd_lab_host_and_leaves_the_unit_as_found(lab: 
 
 def test_ctrl_c_in_the_demo_leaves_the_unit_as_found(lab: SdLab) -> None:
     before = lab.unit_snapshot()
-    demo = subprocess.Popen([str(REPO / "scripts" / "demo")], env=lab.env, cwd="/",
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    demo = subprocess.Popen(
+        [str(REPO / "scripts" / "demo")],
+        env=lab.env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Mid-campaign: our drop-in is on the host and a variant's server runs from it.
         def mid_run() -> bool:
-            return "99-orchestrator.conf" in lab.sh(f"sudo -n ls {DROPIN_DIR} 2>/dev/null; "
-                                                    "true") and demo.poll() is None
+            return (
+                "99-orchestrator.conf" in lab.sh(f"sudo -n ls {DROPIN_DIR} 2>/dev/null; true")
+                and demo.poll() is None
+            )
+
         wait_until(mid_run, timeout=300, interval=0.3, what="a run of the demo on the host")
         assert demo.poll() is None
         demo.send_signal(signal.SIGINT)  # the demo execs the bisect: this is the Ctrl-C
@@ -279,10 +338,15 @@ def test_the_process_lab_host_gives_the_demos_answer(lab: SdLab, tmp_path: Path)
     pair = {}
     for side in ("good", "bad"):
         path = tmp_path / f"{side}.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": f"test-demo-{side}", "extends": str(REPO / "experiments/lab/demo" /
-                                                         f"{side}.yaml"),
-            "service": {"flags": {"port": port}}}))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": f"test-demo-{side}",
+                    "extends": str(REPO / "experiments/lab/demo" / f"{side}.yaml"),
+                    "service": {"flags": {"port": port}},
+                }
+            )
+        )
         pair[side] = str(path)
     up = lab.cli("lab", "up")
     assert up.returncode == 0, up.stdout + up.stderr
@@ -290,15 +354,27 @@ def test_the_process_lab_host_gives_the_demos_answer(lab: SdLab, tmp_path: Path)
         hosts = load_inventory(lab.settings.hosts_file).hosts
         assert hosts["lab"].service_manager == "process"
         assert hosts[sdlab.HOST_NAME].service_manager == "systemd"
-        res = lab.cli("bisect", "--good", pair["good"], "--bad", pair["bad"], "--host", "lab",
-                      "--hosts", str(lab.settings.hosts_file), "--fresh", "--json")
+        res = lab.cli(
+            "bisect",
+            "--good",
+            pair["good"],
+            "--bad",
+            pair["bad"],
+            "--host",
+            "lab",
+            "--hosts",
+            str(lab.settings.hosts_file),
+            "--fresh",
+            "--json",
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         d = json.loads(res.stdout)
         assert d["target"].startswith("cuda_graph: ") and "CUBLAS" in d["target"], d
         assert [c["flags"] for c in d["culprits"]] == [["--ep-size 8", "--enable-nccl-nvls"]]
         [finding] = d["findings"]
         assert finding["signature"].startswith(
-            "init: AttributeError: 'NoneType' object has no attribute 'dtype'"), finding
+            "init: AttributeError: 'NoneType' object has no attribute 'dtype'"
+        ), finding
     finally:
         hostctl.down(lab.settings.lab)  # the process lab only: the systemd one is the module's
 

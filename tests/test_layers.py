@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("diagnosis",),
     ("errors", "shield", "__init__"),
-)  # fmt: skip
+)
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -54,8 +54,9 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, in
                 up = name.split(".")[: len(name.split(".")) - node.level + is_package]
                 base = ".".join([*up, *([base] if base else [])])
             # `from pkg import mod` imports the module; `from mod import name` the module
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
-                       for a in node.names]  # fmt: skip
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
         else:
             continue
         for t in targets:
@@ -89,11 +90,14 @@ def uphill(g: dict[str, list[tuple[str, int]]]) -> list[str]:
                 continue
             if a not in layer or b not in layer:
                 missing = a if a not in layer else b
-                bad.append(f"{src}:{line}: {missing} has no layer (add it to LAYERS and "
-                           "docs/design.md)")  # fmt: skip
+                bad.append(
+                    f"{src}:{line}: {missing} has no layer (add it to LAYERS and docs/design.md)"
+                )
             elif layer[b] <= layer[a]:
-                bad.append(f"{src}:{line}: {a} -> {b} runs "
-                           + ("sideways" if layer[b] == layer[a] else "back up"))
+                bad.append(
+                    f"{src}:{line}: {a} -> {b} runs "
+                    + ("sideways" if layer[b] == layer[a] else "back up")
+                )
     return bad
 
 

@@ -83,8 +83,14 @@ def receiver() -> Iterator[Receiver]:
 
 
 def test_send_delivers_one_json_message(receiver: Receiver) -> None:
-    msg = Message("abc123", "bisect", "found", culprits=("--ep-size 8 + --enable-nccl-nvls",),
-                  report="/x/reports/abc123.html", detail=f"token {SECRET}")  # fmt: skip
+    msg = Message(
+        "abc123",
+        "bisect",
+        "found",
+        culprits=("--ep-size 8 + --enable-nccl-nvls",),
+        report="/x/reports/abc123.html",
+        detail=f"token {SECRET}",
+    )
     assert send(receiver.url, msg.payload(Redactor({"HF_TOKEN": SECRET}))) is None
     [body] = receiver.bodies
     assert body["campaign"] == "abc123" and body["status"] == "found"
@@ -109,8 +115,7 @@ def test_send_retries_server_errors_but_not_client_errors() -> None:
 
 def test_send_to_nothing_is_a_problem_not_an_error() -> None:
     port = free_port()
-    problem = send(f"http://127.0.0.1:{port}/hook", {"text": "x"}, timeout=2,
-                   sleep=lambda s: None)  # fmt: skip
+    problem = send(f"http://127.0.0.1:{port}/hook", {"text": "x"}, timeout=2, sleep=lambda s: None)
     assert problem is not None and problem.startswith(f"http://127.0.0.1:{port}: ")
 
 
@@ -134,20 +139,40 @@ def _pair_with_secret(tmp: Path) -> tuple[Path, Path]:
 
 
 def _headings(tokens: list, level: str) -> list[str]:
-    return [tokens[i + 1].content for i, t in enumerate(tokens)
-            if t.type == "heading_open" and t.tag == level]  # fmt: skip
+    return [
+        tokens[i + 1].content
+        for i, t in enumerate(tokens)
+        if t.type == "heading_open" and t.tag == level
+    ]
 
 
 def test_lab_bisection_notifies_once_and_its_issue_report_parses(
-    sshd: SshdEndpoint, tmp_path: Path, receiver: Receiver, capsys: pytest.CaptureFixture[str],
+    sshd: SshdEndpoint,
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     good, bad = _pair_with_secret(tmp_path)
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
-    res = cli("bisect", "--good", good, "--bad", bad, "--host", "lab", "--hosts", hosts,
-              "--results", results, "--notify", receiver.url, "--json",
-              env={"ORCH_TEST_TOKEN": SECRET})  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--notify",
+        receiver.url,
+        "--json",
+        env={"ORCH_TEST_TOKEN": SECRET},
+    )
     outcome = json.loads(res.stdout)
     check_b300_answer(outcome, results)
     assert res.returncode == 0
@@ -183,10 +208,16 @@ def test_lab_bisection_notifies_once_and_its_issue_report_parses(
     tokens = md.parse(text)
     [title] = _headings(tokens, "h1")
     assert title.startswith("[Bug] ") and "cublas" in title and "cuda_graph" in title
-    assert _headings(tokens, "h2") == ["Reproduction", "What does not reproduce", "Error",
-                                       "Environment", "Runs"]  # fmt: skip
-    summary = next(t.content for t in tokens if t.type == "inline"
-                   and t.content.startswith("**Summary:**"))  # fmt: skip
+    assert _headings(tokens, "h2") == [
+        "Reproduction",
+        "What does not reproduce",
+        "Error",
+        "Environment",
+        "Runs",
+    ]
+    summary = next(
+        t.content for t in tokens if t.type == "inline" and t.content.startswith("**Summary:**")
+    )
     assert "CUBLAS_STATUS_EXECUTION_FAILED" in summary and "without any one of them" in summary
     fences = {t.info: t.content for t in tokens if t.type == "fence"}
     command = fences["bash"]
@@ -217,7 +248,9 @@ def test_lab_bisection_notifies_once_and_its_issue_report_parses(
 
 
 def test_a_campaign_stopped_on_infrastructure_notifies_and_keeps_its_exit_code(
-    tmp_path: Path, receiver: Receiver, sshd: SshdEndpoint,
+    tmp_path: Path,
+    receiver: Receiver,
+    sshd: SshdEndpoint,
 ) -> None:
     pair = lab_pair(tmp_path, "b300")
     hosts = tmp_path / "hosts.yaml"
@@ -226,8 +259,19 @@ def test_a_campaign_stopped_on_infrastructure_notifies_and_keeps_its_exit_code(
     entry["hosts"]["gone"]["connect_timeout"] = 3
     entry["notify"] = receiver.url  # from the hosts file (what a schedule uses)
     hosts.write_text(yaml.safe_dump(entry))
-    res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "gone", "--hosts",
-              hosts, "--results", tmp_path / "results")  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "gone",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+    )
     assert res.returncode == 3, res.stderr
     [msg] = receiver.bodies
     assert msg["status"] == "error" and "stopped on an error" in msg["text"]
@@ -237,15 +281,31 @@ def test_a_campaign_stopped_on_infrastructure_notifies_and_keeps_its_exit_code(
 def test_a_dead_webhook_never_fails_the_campaign(tmp_path: Path, sshd: SshdEndpoint) -> None:
     pair = lab_pair(tmp_path, "b300")
     hosts = sshd_hosts_file(sshd, tmp_path)
-    res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab", "--hosts",
-              hosts, "--results", tmp_path / "results", "--max-runs", "1",
-              "--notify", f"http://127.0.0.1:{free_port()}/hook")  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        "--max-runs",
+        "1",
+        "--notify",
+        f"http://127.0.0.1:{free_port()}/hook",
+    )
     assert res.returncode == 1  # the campaign's own: stopped by --max-runs, no answer
     assert "the notification was not delivered: http://127.0.0.1:" in res.stderr
 
 
 def test_a_sweep_notifies_from_its_file_and_its_reports_show_the_environment(
-    tmp_path: Path, receiver: Receiver, sshd: SshdEndpoint,
+    tmp_path: Path,
+    receiver: Receiver,
+    sshd: SshdEndpoint,
 ) -> None:
     from tests.test_sweep import write_sweep
 
@@ -253,8 +313,18 @@ def test_a_sweep_notifies_from_its_file_and_its_reports_show_the_environment(
     data = yaml.safe_load(path.read_text()) | {"notify": receiver.url}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     results = tmp_path / "results"
-    res = cli("sweep", path, "--host", "lab", "--hosts", sshd_hosts_file(sshd, tmp_path),
-              "--results", results, "--json", timeout=300)  # fmt: skip
+    res = cli(
+        "sweep",
+        path,
+        "--host",
+        "lab",
+        "--hosts",
+        sshd_hosts_file(sshd, tmp_path),
+        "--results",
+        results,
+        "--json",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     [msg] = receiver.bodies
@@ -268,8 +338,9 @@ def test_a_sweep_notifies_from_its_file_and_its_reports_show_the_environment(
     assert "<h2>Environment</h2>" in html and "580.95.05" in html
 
 
-def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
-                                           sshd: SshdEndpoint) -> None:  # fmt: skip
+def test_an_interrupted_bisection_notifies(
+    tmp_path: Path, receiver: Receiver, sshd: SshdEndpoint
+) -> None:
     import signal
     import time
 
@@ -277,9 +348,22 @@ def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
 
     pair = lab_pair(tmp_path, "b300")
     log = tmp_path / "cli.log"
-    child = popen_cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                      "--hosts", sshd_hosts_file(sshd, tmp_path), "--results",
-                      tmp_path / "results", "--notify", receiver.url, log=log)  # fmt: skip
+    child = popen_cli(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        sshd_hosts_file(sshd, tmp_path),
+        "--results",
+        tmp_path / "results",
+        "--notify",
+        receiver.url,
+        log=log,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and "  1. " not in log.read_text():
@@ -290,8 +374,10 @@ def test_an_interrupted_bisection_notifies(tmp_path: Path, receiver: Receiver,
     finally:
         stop_child(child)
     [msg] = receiver.bodies
-    assert msg["status"] == "interrupted" and "resume with: orchestrator bisect --resume" \
-        in msg["detail"]  # fmt: skip
+    assert (
+        msg["status"] == "interrupted"
+        and "resume with: orchestrator bisect --resume" in msg["detail"]
+    )
 
 
 # ---- the issue report's pieces, pure
@@ -302,10 +388,16 @@ def test_trim_traceback_keeps_the_first_and_last_frames() -> None:
 
     frames = []
     for i in range(30):
-        frames += [f'  File "/opt/sglang/srt/mod{i}.py", line {i}, in f{i}', f"    call{i}()",
-                   "           ^^^^^^^^"]  # fmt: skip
-    lines = ["[2026-01-01 00:00:00 TP3] Traceback (most recent call last):", *frames,
-             "[2026-01-01 00:00:00 TP3] RuntimeError: CUDA error: boom"]  # fmt: skip
+        frames += [
+            f'  File "/opt/sglang/srt/mod{i}.py", line {i}, in f{i}',
+            f"    call{i}()",
+            "           ^^^^^^^^",
+        ]
+    lines = [
+        "[2026-01-01 00:00:00 TP3] Traceback (most recent call last):",
+        *frames,
+        "[2026-01-01 00:00:00 TP3] RuntimeError: CUDA error: boom",
+    ]
     out = trim_traceback(lines)
     assert out[0] == "Traceback (most recent call last):"  # the rank prefix is gone
     assert out[1].endswith("in f0") and out[3] == "  ... (23 frames omitted)"
@@ -316,13 +408,27 @@ def test_trim_traceback_keeps_the_first_and_last_frames() -> None:
 def test_command_block_puts_placeholders_for_secrets() -> None:
     from orchestrator.reports.issue_report import command_block
 
-    text = command_block(["python3", "-m", "sglang.launch_server", "--api-key",
-                          "[REDACTED:API_KEY]", "--enable-nccl-nvls", "--tp-size", "8"],
-                         {"HF_TOKEN": "[REDACTED:HF_TOKEN]", "NCCL_DEBUG": "WARN"})  # fmt: skip
+    text = command_block(
+        [
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--api-key",
+            "[REDACTED:API_KEY]",
+            "--enable-nccl-nvls",
+            "--tp-size",
+            "8",
+        ],
+        {"HF_TOKEN": "[REDACTED:HF_TOKEN]", "NCCL_DEBUG": "WARN"},
+    )
     assert text.splitlines() == [
-        "HF_TOKEN='<HF_TOKEN>' \\", "NCCL_DEBUG=WARN \\",
-        "python3 -m sglang.launch_server \\", "  --api-key '<API_KEY>' \\",
-        "  --enable-nccl-nvls \\", "  --tp-size 8"]  # fmt: skip
+        "HF_TOKEN='<HF_TOKEN>' \\",
+        "NCCL_DEBUG=WARN \\",
+        "python3 -m sglang.launch_server \\",
+        "  --api-key '<API_KEY>' \\",
+        "  --enable-nccl-nvls \\",
+        "  --tp-size 8",
+    ]
 
 
 def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Path) -> None:
@@ -336,22 +442,48 @@ def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Pat
     good = load_experiment(LAB / "b300" / "good.yaml")
     bad = load_experiment(LAB / "b300" / "bad.yaml")
     sig = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
-    cid = store.create_campaign(kind="bisect", key="k", command="c", spec={
-        "deltas": [{}, {}, {}], "good_source": str(tmp_path / "g.yaml")})  # fmt: skip
+    cid = store.create_campaign(
+        kind="bisect",
+        key="k",
+        command="c",
+        spec={"deltas": [{}, {}, {}], "good_source": str(tmp_path / "g.yaml")},
+    )
     store.add_run(cid, variant=(), purpose="endpoint", result=run_result(good, Verdict.PASS))
-    store.add_run(cid, variant=(0, 1, 2), purpose="endpoint",
-                  result=run_result(bad, Verdict.FAIL, sig,
-                                log_tail="Traceback (most recent call last):\n  File \"x.py\", "
-                                "line 1, in f\nRuntimeError: CUDA error: "
-                                "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx"))
-    store.update_campaign(cid, status="incomplete", target=sig,
-                          answer={"status": "incomplete", "culprits": [], "flaky": []})
+    store.add_run(
+        cid,
+        variant=(0, 1, 2),
+        purpose="endpoint",
+        result=run_result(
+            bad,
+            Verdict.FAIL,
+            sig,
+            log_tail='Traceback (most recent call last):\n  File "x.py", '
+            "line 1, in f\nRuntimeError: CUDA error: "
+            "CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx",
+        ),
+    )
+    store.update_campaign(
+        cid,
+        status="incomplete",
+        target=sig,
+        answer={"status": "incomplete", "culprits": [], "flaky": []},
+    )
     camp = store.campaign(cid)
-    text = issue_markdown(camp, store.runs(cid), log_of=lambda r: r.log_tail(),
-                          env_of=lambda r: None, local_paths=[str(tmp_path)])  # fmt: skip
+    text = issue_markdown(
+        camp,
+        store.runs(cid),
+        log_of=lambda r: r.log_tail(),
+        env_of=lambda r: None,
+        local_paths=[str(tmp_path)],
+    )
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
-    assert _headings(tokens, "h2") == ["Reproduction", "What does not reproduce", "Error",
-                                       "Environment", "Runs"]  # fmt: skip
+    assert _headings(tokens, "h2") == [
+        "Reproduction",
+        "What does not reproduce",
+        "Error",
+        "Environment",
+        "Runs",
+    ]
     assert "were not narrowed down" in text and "--enable-nccl-nvls" in text  # the bad config
     fences = {t.info: t.content for t in tokens if t.type == "fence"}
     assert "CUBLAS_STATUS_EXECUTION_FAILED" in fences["text"]

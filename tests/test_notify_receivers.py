@@ -70,8 +70,10 @@ class RawReceiver:
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
-        length = next((int(x.split(":", 1)[1]) for x in lines[1:]
-                       if x.lower().startswith("content-length:")), 0)  # fmt: skip
+        length = next(
+            (int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")),
+            0,
+        )
         while len(body) < length:
             chunk = conn.recv(4096)
             if not chunk:
@@ -111,8 +113,10 @@ def body_forever(conn: socket.socket, r: RawReceiver) -> None:
 
 
 def redirect(conn: socket.socket, r: RawReceiver) -> None:
-    conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/elsewhere/hook\r\n"
-                 b"Content-Length: 0\r\nConnection: close\r\n\r\n")  # fmt: skip
+    conn.sendall(
+        b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/elsewhere/hook\r\n"
+        b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
 
 
 def hang_up(conn: socket.socket, r: RawReceiver) -> None:
@@ -163,9 +167,17 @@ def test_a_receiver_that_hangs_up_is_retried_then_one_line() -> None:
     assert len(r.requests) == 3
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999/x",
-                                 "http://127.0.0.1:port/x", "http://exa mple.com/x",
-                                 "https://h/x\n", "http://127.0.0.1:0/x"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",
+        "http://127.0.0.1:99999/x",
+        "http://127.0.0.1:port/x",
+        "http://exa mple.com/x",
+        "https://h/x\n",
+        "http://127.0.0.1:0/x",
+    ],
+)
 def test_a_url_that_cannot_be_sent_to_is_a_usage_error(url: str) -> None:
     with pytest.raises(UsageError) as info:
         check_url(url)
@@ -174,17 +186,34 @@ def test_a_url_that_cannot_be_sent_to_is_a_usage_error(url: str) -> None:
 
 
 def test_a_bad_notify_url_stops_the_command_before_anything_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     hosts = tmp_path / "hosts.yaml"
     (tmp_path / "known_hosts").write_text("")
     # an address nothing answers (TEST-NET-1): a late URL check would end as exit 3
-    hosts.write_text("hosts:\n  nowhere: {address: 192.0.2.1, service_manager: process, "
-                     f"known_hosts: {tmp_path / 'known_hosts'}, connect_timeout: 1}}\n")
+    hosts.write_text(
+        "hosts:\n  nowhere: {address: 192.0.2.1, service_manager: process, "
+        f"known_hosts: {tmp_path / 'known_hosts'}, connect_timeout: 1}}\n"
+    )
     results = tmp_path / "results"
-    code = main(["bisect", "--good", str(LAB / "b300" / "good.yaml"), "--bad",
-                 str(LAB / "b300" / "bad.yaml"), "--host", "nowhere", "--hosts", str(hosts),
-                 "--results", str(results), "--notify", "http://[::1"])  # fmt: skip
+    code = main(
+        [
+            "bisect",
+            "--good",
+            str(LAB / "b300" / "good.yaml"),
+            "--bad",
+            str(LAB / "b300" / "bad.yaml"),
+            "--host",
+            "nowhere",
+            "--hosts",
+            str(hosts),
+            "--results",
+            str(results),
+            "--notify",
+            "http://[::1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert "--notify: not a valid URL" in err and "Traceback" not in err
@@ -203,13 +232,28 @@ def silent_receiver() -> Iterator[RawReceiver]:
 
 
 def test_a_bisection_whose_receiver_does_not_speak_http_still_answers(
-    sshd: SshdEndpoint, tmp_path: Path, silent_receiver: RawReceiver,
-) -> None:  # fmt: skip
+    sshd: SshdEndpoint,
+    tmp_path: Path,
+    silent_receiver: RawReceiver,
+) -> None:
     pair = lab_pair(tmp_path, "b300")
     results = tmp_path / "results"
-    res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab", "--hosts",
-              sshd_hosts_file(sshd, tmp_path), "--results", results, "--notify",
-              silent_receiver.url, "--json")  # fmt: skip
+    res = cli(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        sshd_hosts_file(sshd, tmp_path),
+        "--results",
+        results,
+        "--notify",
+        silent_receiver.url,
+        "--json",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     check_b300_answer(json.loads(res.stdout), results)  # the answer, printed whole
     assert "Traceback" not in res.stderr

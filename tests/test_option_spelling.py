@@ -36,8 +36,10 @@ def test_each_spelling_names_one_option() -> None:
 
 
 def test_an_alias_entry_names_its_first_long_option() -> None:
-    text = ("usage: srv [-h] [--tensor-parallel-size N]\n\noptions:\n  -h, --help  show\n"
-            "  --tensor-parallel-size N, -tp N, --tp N\n                        TP\n")
+    text = (
+        "usage: srv [-h] [--tensor-parallel-size N]\n\noptions:\n  -h, --help  show\n"
+        "  --tensor-parallel-size N, -tp N, --tp N\n                        TP\n"
+    )
     facts = read_help(text)
     assert facts.complete and ("--tensor-parallel-size", "-tp", "--tp") in facts.groups
     assert option_of("tp", facts) == "tensor-parallel-size"
@@ -55,7 +57,9 @@ def test_the_alias_pair_has_the_and_pairs_two_deltas_once_respelled() -> None:
     assert dict(b) == {"max_num_seqs": "max-num-seqs", "max-num-batch": "max-num-batched-tokens"}
     deltas = diff(good2, bad2)
     assert [(d.key, d.old, d.new) for d in deltas] == [
-        ("max-num-batched-tokens", 2048, 1024), ("no-enable-chunked-prefill", None, True)]
+        ("max-num-batched-tokens", 2048, 1024),
+        ("no-enable-chunked-prefill", None, True),
+    ]
     # the variant's command line spells the option once, as the parser reads it
     assert bad2.argv().count("--max-num-batched-tokens") == 1
 
@@ -69,10 +73,16 @@ def test_two_spellings_in_one_config_keep_the_last_value_as_argparse_does() -> N
 
 
 def _Env(**changes: object) -> HostEnvironment:  # noqa: N802 (reads as the record it makes)
-    return HostEnvironment(**{
-        "interpreter": "/v/bin/python (shebang)", "server": "vllm", "server_version": "0.32.0",
-        "python": "3.11.7", "packages": {"torch": "2.13.0+cpu", "vllm": "0.32.0+cpu"},
-        **changes})  # type: ignore[arg-type]
+    return HostEnvironment(
+        **{
+            "interpreter": "/v/bin/python (shebang)",
+            "server": "vllm",
+            "server_version": "0.32.0",
+            "python": "3.11.7",
+            "packages": {"torch": "2.13.0+cpu", "vllm": "0.32.0+cpu"},
+            **changes,
+        }
+    )  # type: ignore[arg-type]
 
 
 def test_help_is_read_once_per_host_and_build(tmp_path: Path) -> None:

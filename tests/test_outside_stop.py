@@ -46,8 +46,9 @@ def _slow(exp: Experiment, *, scale: str = "2") -> Experiment:
     return replace(exp, health=replace(exp.health, timeout=120))
 
 
-def _run_while(ex: Executor, exp: Experiment, run_id: str,
-               outside: Callable[[], None]) -> RunResult:  # fmt: skip
+def _run_while(
+    ex: Executor, exp: Experiment, run_id: str, outside: Callable[[], None]
+) -> RunResult:
     """Run `exp`; call `outside` from another thread meanwhile; the run's result."""
     box: dict[str, RunResult | BaseException] = {}
 
@@ -77,8 +78,12 @@ def _main_pid(sd: SdLab) -> str:
         found.update(sd.show("ActiveState", "MainPID"))
         return found.get("ActiveState") == "active" and found.get("MainPID", "0") != "0"
 
-    wait_until(started, timeout=60, what="the unit runs the variant",
-               describe=lambda: str(found) + sd.sh(f"journalctl -u {B300} -n 20 --no-pager"))
+    wait_until(
+        started,
+        timeout=60,
+        what="the unit runs the variant",
+        describe=lambda: str(found) + sd.sh(f"journalctl -u {B300} -n 20 --no-pager"),
+    )
     return found["MainPID"]
 
 
@@ -99,11 +104,14 @@ def test_systemctl_stop_of_a_server_that_exits_0_is_infra(sd: SdLab) -> None:
 
 def test_kill_term_of_the_lab_server_on_systemd_is_infra(sd: SdLab) -> None:
     exp = _slow(load_experiment(LAB / "b300" / "good.yaml"))
+
     def term() -> None:
         pid = _main_pid(sd)
         # its first line comes after its signal handlers are set: it can answer SIGTERM
-        said = (f"journalctl _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value "
-                f"{B300}) -o cat -n 1 --no-pager -q")  # fmt: skip
+        said = (
+            f"journalctl _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value "
+            f"{B300}) -o cat -n 1 --no-pager -q"
+        )
         wait_until(lambda: sd.sh(said).strip(), timeout=60, what="the server's first line")
         sd.sh(f"kill -TERM {pid}")
 
@@ -118,19 +126,26 @@ def _exit0_crash(tmp_path: Path, port: int) -> Experiment:
     """b300 good, whose scenario now crashes in CUDA-graph capture and exits 0."""
     data = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
     data["name"] = "b300-exit0"
-    data["faults"].insert(0, {"description": "crash, then a clean exit", "when": {},
-                              "phase": "cuda_graph", "error": "RuntimeError: CUDA error: "
-                              "an illegal memory access was encountered", "exit_code": 0})
+    data["faults"].insert(
+        0,
+        {
+            "description": "crash, then a clean exit",
+            "when": {},
+            "phase": "cuda_graph",
+            "error": "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "exit_code": 0,
+        },
+    )
     scen = tmp_path / "exit0.yaml"
     scen.write_text(yaml.safe_dump(data, sort_keys=False))
     exp = lab_exp("b300/good.yaml", port)
-    return replace(exp, exec=("python3", "-m", "orchestrator.lab.server", "--scenario",
-                              str(scen)))  # fmt: skip
+    return replace(exp, exec=("python3", "-m", "orchestrator.lab.server", "--scenario", str(scen)))
 
 
 def test_on_the_process_host_an_outside_term_is_infra_and_an_exit_0_crash_fails(
-    sshd: SshdEndpoint, tmp_path: Path,
-) -> None:  # fmt: skip
+    sshd: SshdEndpoint,
+    tmp_path: Path,
+) -> None:
     host: Host = make_host(sshd, tmp_path)[0]
     port = free_port()
     slow = _slow(lab_exp("b300/good.yaml", port))
@@ -140,12 +155,18 @@ def test_on_the_process_host_an_outside_term_is_infra_and_an_exit_0_crash_fails(
             pid_file = tmp_path / "run" / "lab-b300" / "pid"
             log = tmp_path / "run" / "lab-b300" / "run-outside-1.log"
             # its first line comes after its signal handlers are set: it can answer SIGTERM
-            wait_until(lambda: log.exists() and log.stat().st_size > 0 and pid_file.exists(),
-                       timeout=60, what="the server started")  # fmt: skip
+            wait_until(
+                lambda: log.exists() and log.stat().st_size > 0 and pid_file.exists(),
+                timeout=60,
+                what="the server started",
+            )
             pgid = int(pid_file.read_text())
             found: list[int] = []
-            wait_until(lambda: bool(found.append(server_pid_in_group(pgid) or 0) or found[-1]),
-                       timeout=60, what="the lab server runs")  # fmt: skip
+            wait_until(
+                lambda: bool(found.append(server_pid_in_group(pgid) or 0) or found[-1]),
+                timeout=60,
+                what="the lab server runs",
+            )
             os.kill(found[-1], signal.SIGTERM)  # the server only: its wrapper sees nothing
 
         stopped = _run_while(ex, slow, "outside-1", term)

@@ -14,19 +14,29 @@ from orchestrator.diagnosis.classify.judge import RunEvidence, hang_message, jud
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 
 START = "[2026-12-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n"
-SGLANG_TERM = ("[2026-12-01 10:00:05] SIGTERM received. signum=None frame=None. Draining "
-               "requests and shutting down...\n")  # fmt: skip
+SGLANG_TERM = (
+    "[2026-12-01 10:00:05] SIGTERM received. signum=None frame=None. Draining "
+    "requests and shutting down...\n"
+)
 VLLM_TERM = "INFO 12-01 10:00:05 [launcher.py:80] Shutting down FastAPI HTTP server.\n"
-CRASH = ("Traceback (most recent call last):\n  File \"/x/engine.py\", line 10, in step\n"
-         "    out = self.model(x)\nRuntimeError: CUDA error: an illegal memory access was "
-         "encountered\n")  # fmt: skip
-SIGQUIT = "[2026-12-01 10:00:05] Received sigquit from a child process. It usually means " \
-    "the child failed.\n"  # fmt: skip
+CRASH = (
+    'Traceback (most recent call last):\n  File "/x/engine.py", line 10, in step\n'
+    "    out = self.model(x)\nRuntimeError: CUDA error: an illegal memory access was "
+    "encountered\n"
+)
+SIGQUIT = (
+    "[2026-12-01 10:00:05] Received sigquit from a child process. It usually means "
+    "the child failed.\n"
+)
 
 
 def test_a_stop_the_host_recorded_is_infra_even_at_exit_0() -> None:
-    ev = RunEvidence(log_tail=START, exit_code=0, unit_result="success",
-                     stopped_by="systemd: 'Stopping lab-b300.service...'")  # fmt: skip
+    ev = RunEvidence(
+        log_tail=START,
+        exit_code=0,
+        unit_result="success",
+        stopped_by="systemd: 'Stopping lab-b300.service...'",
+    )
     assert judge(ev, None) == (Verdict.INFRA, None)
     assert "stopped from outside the campaign (systemd:" in (outside_cause(ev) or "")
 
@@ -35,8 +45,9 @@ def test_a_server_that_says_it_got_a_stop_signal_and_exits_0_is_infra() -> None:
     for notice in (SGLANG_TERM, VLLM_TERM, "got signal 15, exiting\n"):
         ev = RunEvidence(log_tail=START + notice, exit_code=0)
         assert judge(ev, None) == (Verdict.INFRA, None), notice
-    ready = RunEvidence(log_tail=START + SGLANG_TERM, became_ready=True, died_after_ready=True,
-                        exit_code=0)  # fmt: skip
+    ready = RunEvidence(
+        log_tail=START + SGLANG_TERM, became_ready=True, died_after_ready=True, exit_code=0
+    )
     assert judge(ready, None) == (Verdict.INFRA, None)
 
 
@@ -60,8 +71,9 @@ def test_an_exit_0_nobody_explains_stays_a_failure() -> None:
 
 
 def test_the_time_limit_is_a_timeout_with_or_without_a_target() -> None:
-    cut = RunEvidence(log_tail=START, timed_out=True, time_limit=True,
-                      last_phase=Phase.LOAD_WEIGHTS)  # fmt: skip
+    cut = RunEvidence(
+        log_tail=START, timed_out=True, time_limit=True, last_phase=Phase.LOAD_WEIGHTS
+    )
     hang = Signature(Phase.LOAD_WEIGHTS, "hang", hang_message(START))
     assert hang.message.startswith("no readiness before the deadline")
     assert judge(cut, None) == (Verdict.TIMEOUT, hang)
@@ -74,21 +86,33 @@ def test_the_host_failing_under_the_server_is_infra_not_the_configs_failure() ->
     # A GPU's uncorrectable ECC or NVLink error, a full disk: no config causes them, and a
     # run that met one must not clear its variant as "another failure" (public reports:
     # NVIDIA's ECC error "should be recovered by a new run").
-    ecc = ("[2025-01-29 08:52:44 TP5] Scheduler hit an exception: Traceback (most recent "
-           "call last):\n  File \"/x/scheduler.py\", line 1, in event_loop\n    self.run_batch()"
-           "\nRuntimeError: CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors"
-           " might be asynchronously reported at some other API call, so the stacktrace below "
-           "might be incorrect.\n")  # fmt: skip
-    nvlink = "RuntimeError: CUDA error: an uncorrectable NVLink error was detected during the " \
-        "execution\n"  # fmt: skip
-    disk = ("Traceback (most recent call last):\n  File \"/x/jit.py\", line 3, in build\n    "
-            "f.write(so)\nOSError: [Errno 28] No space left on device: '/root/.cache/x.so'\n")
+    ecc = (
+        "[2025-01-29 08:52:44 TP5] Scheduler hit an exception: Traceback (most recent "
+        'call last):\n  File "/x/scheduler.py", line 1, in event_loop\n    self.run_batch()'
+        "\nRuntimeError: CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors"
+        " might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\n"
+    )
+    nvlink = (
+        "RuntimeError: CUDA error: an uncorrectable NVLink error was detected during the "
+        "execution\n"
+    )
+    disk = (
+        'Traceback (most recent call last):\n  File "/x/jit.py", line 3, in build\n    '
+        "f.write(so)\nOSError: [Errno 28] No space left on device: '/root/.cache/x.so'\n"
+    )
     target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
-    for tail, what in ((ecc, "uncorrectable ECC error"), (nvlink, "uncorrectable NVLink"),
-                       (disk, "No space left on device")):  # fmt: skip
-        for ev in (RunEvidence(log_tail=START + tail, exit_code=1),
-                   RunEvidence(log_tail=START + tail, became_ready=True, died_after_ready=True,
-                               exit_code=1)):  # fmt: skip
+    for tail, what in (
+        (ecc, "uncorrectable ECC error"),
+        (nvlink, "uncorrectable NVLink"),
+        (disk, "No space left on device"),
+    ):
+        for ev in (
+            RunEvidence(log_tail=START + tail, exit_code=1),
+            RunEvidence(
+                log_tail=START + tail, became_ready=True, died_after_ready=True, exit_code=1
+            ),
+        ):
             assert judge(ev, target) == (Verdict.INFRA, None), tail
             assert judge(ev, None) == (Verdict.INFRA, None), tail
             cause = outside_cause(ev) or ""

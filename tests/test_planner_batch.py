@@ -71,8 +71,7 @@ def drive(strategy, term: frozenset[int], p: float, seed: int, k: int):  # noqa:
         want = Counter(planner.pending())
         rnd = planner.current_round
         # the search's own confirmation of a set (run alone until it fails) is one run
-        if rnd is not None and rnd.purpose.startswith("noise-") and \
-                rnd.purpose != "noise-confirm":  # fmt: skip
+        if rnd is not None and rnd.purpose.startswith("noise-") and rnd.purpose != "noise-confirm":
             named.append(sum(want.values()))
         have = Counter(running)
         for v, c in want.items():
@@ -93,16 +92,19 @@ def test_every_slot_holds_a_run_until_the_answer() -> None:
         # in progress are read (one fewer each round), nothing new starts
         assert named[0] == 4
         # (after a drain, a set's confirmation may send the search on: a new pass)
-        assert all(b in (4, a - 1) or a == 1 for a, b in zip(named, named[1:], strict=False)), \
-            named  # fmt: skip
+        assert all(b in (4, a - 1) or a == 1 for a, b in zip(named, named[1:], strict=False)), named
         assert named.count(4) >= len(named) - 3 * named.count(1)
         right += planner.answer.culprit_sets == [term]
     assert right >= 5
 
 
 def test_a_verdict_decides_the_round_and_the_others_stay_named() -> None:
-    planner = Planner(N, NoisyFromStart(NoiseModel(), slots=3),
-                      known={frozenset(): P, frozenset(range(N)): F}, evidence=START)  # fmt: skip
+    planner = Planner(
+        N,
+        NoisyFromStart(NoiseModel(), slots=3),
+        known={frozenset(): P, frozenset(range(N)): F},
+        evidence=START,
+    )
     first = planner.pending()
     assert len(first) == 3 and planner.current_round.any_verdict
     planner.record(first[1], P)

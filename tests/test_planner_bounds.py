@@ -217,12 +217,15 @@ def test_every_reported_set_is_a_minimal_term_of_the_oracle(case) -> None:
         assert set(ans.culprit_sets) == {t for t in terms if not any(o < t for o in terms)}
 
 
-@pytest.mark.parametrize("terms", [
-    [{3, 4}, {3, 5}, {6}],  # the cause found first is taken out by its shared member 3
-    [{0, 8}, {4, 5}, {4, 6}],
-    [{0, 1}, {0, 3}, {1, 4}],
-    [{1, 2}, {2, 3}, {2, 6}],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "terms",
+    [
+        [{3, 4}, {3, 5}, {6}],  # the cause found first is taken out by its shared member 3
+        [{0, 8}, {4, 5}, {4, 6}],
+        [{0, 1}, {0, 3}, {1, 4}],
+        [{1, 2}, {2, 3}, {2, 6}],
+    ],
+)
 def test_causes_that_share_a_member_are_all_named(terms: list[set[int]]) -> None:
     # Taking a cause's member out of bad (to expose further causes) also hides every other
     # cause with that member: `auto` called such lists complete with a cause missing. Bad
@@ -255,5 +258,9 @@ def test_hitting_sets_are_the_minimal_choices_of_a_member_per_cause() -> None:
     got = hitting_sets([frozenset({3, 4}), frozenset({3, 5}), frozenset({6})])
     assert got == [frozenset({3, 6}), frozenset({4, 5, 6})]
     assert hitting_sets([frozenset({1})]) == [frozenset({1})]
-    assert hitting_sets([frozenset({0, 1, 2})] * 1 + [frozenset({3, 4, 5}),
-                        frozenset({6, 7, 8})], limit=20) is None  # 27 choices  # fmt: skip
+    assert (
+        hitting_sets(
+            [frozenset({0, 1, 2})] * 1 + [frozenset({3, 4, 5}), frozenset({6, 7, 8})], limit=20
+        )
+        is None
+    )  # 27 choices

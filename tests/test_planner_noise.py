@@ -88,8 +88,11 @@ def test_a_target_failure_is_proof_and_a_pass_only_evidence() -> None:
     s.add(frozenset(range(4)), F)
     s.add(frozenset({0, 1}), F)  # the culprit set is inside {0, 1}
     belief = s.belief(0b1111)
-    assert {frozenset(m) for m in belief.members} == {frozenset({0}), frozenset({1}),
-                                                      frozenset({0, 1})}  # fmt: skip
+    assert {frozenset(m) for m in belief.members} == {
+        frozenset({0}),
+        frozenset({1}),
+        frozenset({0, 1}),
+    }
     s.add(frozenset({0}), P)
     s.add(frozenset({0}), P)
     ws, _ = s.belief(0b1111).weights()
@@ -160,8 +163,12 @@ def test_answers_auto_cannot_give_for_a_deterministic_failure_are_doubted() -> N
     assert answer_doubt(one, [(frozenset({1, 3}), F), (frozenset({3}), P)]) == ""
     # two causes sharing a change are a deterministic possibility; an incomplete answer
     # (unresolved variants) says nothing about flakiness
-    two = Answer((Culprit(frozenset({1, 2}), frozenset({1, 2})),
-                  Culprit(frozenset({2, 3}), frozenset({2, 3}))))  # fmt: skip
+    two = Answer(
+        (
+            Culprit(frozenset({1, 2}), frozenset({1, 2})),
+            Culprit(frozenset({2, 3}), frozenset({2, 3})),
+        )
+    )
     assert answer_doubt(two, []) == ""
     assert answer_doubt(Answer((c,), complete=False), [(frozenset({1, 3}), P)]) == ""
 
@@ -180,11 +187,12 @@ def test_with_nothing_flaky_the_default_is_auto_then_runs_until_it_is_sure() -> 
                 a = Planner(n, auto, known=ends(n))
                 b = Planner(n, Adaptive(), known=ends(n))
                 ran_a, ran_b = drive(a, case.oracle), drive(b, case.oracle)
-                assert ran_b[:len(ran_a)] == ran_a, (n, shape)
+                assert ran_b[: len(ran_a)] == ran_a, (n, shape)
                 assert a.answer.culprit_sets == b.answer.culprit_sets
                 assert b.answer.confidence is not None
                 if len({x for t in b.answer.culprit_sets for x in t}) == sum(
-                        len(t) for t in b.answer.culprit_sets):  # no shared change
+                    len(t) for t in b.answer.culprit_sets
+                ):  # no shared change
                     assert b.answer.confidence >= 0.95, (n, shape, b.answer)
                 extra.setdefault(shape, []).append(len(ran_b) - len(ran_a))
     # measured: none for a single flag (good + it proves it), 1.8 for a pair, 4.4 for a
@@ -217,10 +225,13 @@ def test_with_nothing_flaky_a_variant_runs_again_only_where_nothing_new_asks_as_
     assert runs / 28 <= 10.65  # not dearer than before (10.64)
 
 
-@pytest.mark.parametrize(("terms", "seed"), [
-    *(([frozenset({c})], s) for c, s in itertools.product((0, 5, 11), (1, 2))),
-    *(([frozenset(pr)], s) for pr, s in itertools.product(((0, 1), (3, 9), (10, 11)), (1, 2))),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("terms", "seed"),
+    [
+        *(([frozenset({c})], s) for c, s in itertools.product((0, 5, 11), (1, 2))),
+        *(([frozenset(pr)], s) for pr, s in itertools.product(((0, 1), (3, 9), (10, 11)), (1, 2))),
+    ],
+)
 def test_bad_passing_on_a_start_switches_and_the_answer_is_right(terms, seed: int) -> None:
     n = 12
     oracle = flaky_oracle(terms, 0.5, seed)
@@ -245,8 +256,14 @@ def test_another_cause_is_likelier_to_hide_among_more_changes() -> None:
     for n in (8, 32):
         s = Noisy(n, model)
         full = frozenset(range(n))
-        for v, x in [(frozenset(), P), (full, F), (frozenset({0}), F), (frozenset({0}), P),
-                     (full - {0}, P), (frozenset({0, 1}), F)]:  # fmt: skip
+        for v, x in [
+            (frozenset(), P),
+            (full, F),
+            (frozenset({0}), F),
+            (frozenset({0}), P),
+            (full - {0}, P),
+            (frozenset({0, 1}), F),
+        ]:
             s.add(v, x)
         a = s.analyze()
         assert [f.term for f in a.found] == [frozenset({0})]
@@ -282,22 +299,38 @@ def test_the_cli_text_says_how_sure_with_counts(capsys: pytest.CaptureFixture[st
 
     lab = Path(__file__).resolve().parents[1] / "experiments" / "lab" / "flaky"
     plan = make_plan(lab / "good.yaml", lab / "bad.yaml")
-    outcome = Outcome("c1", Status.FOUND, culprits=[Culprit.from_dict({
-        "flags": ["--cuda-graph-max-bs 256", "--enable-dp-attention"], "indices": [3, 5],
-        "interacting": True, "reproduced_by": "c1.9", "reproduced_counts": "fail 2 of 3",
-        "cleared_by": {"--enable-dp-attention": "c1.12"},
-        "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"}})],
-        noise={"switched": "the failure is flaky: bad failed 1 of 2 starts with the same "
-                           "config; switched to the noise-aware search",
-               "confidence": 0.9712, "reproduction_rate": 0.5,
-               "reproduction_counts": "fail 7 of 14"})  # fmt: skip
+    outcome = Outcome(
+        "c1",
+        Status.FOUND,
+        culprits=[
+            Culprit.from_dict(
+                {
+                    "flags": ["--cuda-graph-max-bs 256", "--enable-dp-attention"],
+                    "indices": [3, 5],
+                    "interacting": True,
+                    "reproduced_by": "c1.9",
+                    "reproduced_counts": "fail 2 of 3",
+                    "cleared_by": {"--enable-dp-attention": "c1.12"},
+                    "cleared_counts": {"--enable-dp-attention": "fail 0 of 2"},
+                }
+            )
+        ],
+        noise={
+            "switched": "the failure is flaky: bad failed 1 of 2 starts with the same "
+            "config; switched to the noise-aware search",
+            "confidence": 0.9712,
+            "reproduction_rate": 0.5,
+            "reproduction_counts": "fail 7 of 14",
+        },
+    )
     print_outcome(outcome, plan, [])
     out = capsys.readouterr().out
     assert "reproduces the failure: run c1.9 (fail 2 of 3)" in out
     assert "does not fail: run c1.12 (fail 0 of 2)" in out
     assert "switched to the noise-aware search" in out
-    assert "confidence 0.971; reproduction rate 0.50 (fail 7 of 14 runs with the culprit set)" \
-        in out  # fmt: skip
+    assert (
+        "confidence 0.971; reproduction rate 0.50 (fail 7 of 14 runs with the culprit set)" in out
+    )
 
 
 def test_a_change_shared_by_two_answers_runs_alone_before_they_are_believed() -> None:

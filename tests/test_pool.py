@@ -52,7 +52,6 @@ PERF_GOOD = LAB / "rtx6000" / "perf_good.yaml"
 PROBE = "python3 -m orchestrator.lab.bench --port {port} --num-prompts 24 --random-output-len 32"
 
 
-
 def hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:
     hosts = {
         f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"})
@@ -66,8 +65,13 @@ def hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:
 def experiment(tmp: Path, name: str, **extra: object) -> Path:
     """The shipped rtx6000 perf config with a short probe, plus `extra` keys."""
     tmp.mkdir(parents=True, exist_ok=True)
-    data = {"name": name, "extends": str(PERF_GOOD), "probe": {"run": PROBE},
-            "health": SETTLE, **extra}
+    data = {
+        "name": name,
+        "extends": str(PERF_GOOD),
+        "probe": {"run": PROBE},
+        "health": SETTLE,
+        **extra,
+    }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -118,8 +122,14 @@ def test_cancel_stops_the_run_and_frees_the_host(duo: list[SystemdHost], tmp_pat
         return Executor(host, service=service, campaign=campaign, listener=listener)
 
     env_keys = frozenset({"ORCH_LAB_TIME_SCALE"})
-    with Pool(inv.resolve("duo"), service=UNIT, campaign="pooltest", executor_factory=factory,
-              listener=events.append, env_keys=env_keys) as pool:  # fmt: skip
+    with Pool(
+        inv.resolve("duo"),
+        service=UNIT,
+        campaign="pooltest",
+        executor_factory=factory,
+        listener=events.append,
+        env_keys=env_keys,
+    ) as pool:
         t_slow = Task(key="slow", exp=slow, label="slow", run_id="pooltest.1")
         t_fast = Task(key="fast", exp=fast, label="fast", run_id="pooltest.2")
         assert pool.submit(t_slow) and pool.submit(t_fast)
@@ -142,23 +152,41 @@ def test_cancel_stops_the_run_and_frees_the_host(duo: list[SystemdHost], tmp_pat
         assert done.task is again and done.host.name == "gpu1"
         assert done.result is not None and done.result.verdict is Verdict.PASS
     assert pool.removed == []
-    assert any(isinstance(e, StepDone) and e.step == "stopped" and e.detail == "run cancelled"
-               and e.host == "gpu1" for e in events)  # fmt: skip
+    assert any(
+        isinstance(e, StepDone)
+        and e.step == "stopped"
+        and e.detail == "run cancelled"
+        and e.host == "gpu1"
+        for e in events
+    )
     for box in duo:
         check_restored(box)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_ctrl_c_on_a_pool_sweep_restores_every_host(duo: list[SystemdHost], tmp_path: Path,
-                                                   sig: signal.Signals) -> None:  # fmt: skip
+def test_ctrl_c_on_a_pool_sweep_restores_every_host(
+    duo: list[SystemdHost], tmp_path: Path, sig: signal.Signals
+) -> None:
     path = sweep_file(tmp_path, {"cuda-graph-max-bs": [128, 256, 384, 512]})
     hosts = hosts_file(duo, tmp_path)
-    child = popen_cli("sweep", path, "--pool", "duo", "--hosts", hosts,
-                      "--results", tmp_path / "results", log=tmp_path / "sweep.log")  # fmt: skip
+    child = popen_cli(
+        "sweep",
+        path,
+        "--pool",
+        "duo",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        log=tmp_path / "sweep.log",
+    )
     try:
-        wait_until(lambda: all(unit_state(b)["ActiveState"] == "active" for b in duo),
-                   timeout=60, what="a run in progress on both hosts",
-                   describe=lambda: (tmp_path / "sweep.log").read_text()[-2000:])  # fmt: skip
+        wait_until(
+            lambda: all(unit_state(b)["ActiveState"] == "active" for b in duo),
+            timeout=60,
+            what="a run in progress on both hosts",
+            describe=lambda: (tmp_path / "sweep.log").read_text()[-2000:],
+        )
         child.send_signal(sig)
         code = child.wait(timeout=120)
     finally:
@@ -177,8 +205,9 @@ def test_ctrl_c_on_a_pool_sweep_restores_every_host(duo: list[SystemdHost], tmp_
 def test_a_host_that_dies_leaves_the_pool_and_its_runs_move(
     duo: list[SystemdHost], tmp_path: Path
 ) -> None:
-    path = sweep_file(tmp_path, {"cuda-graph-max-bs": [128, 256, 512],
-                                 "mem-fraction-static": [0.85, 0.92]})  # fmt: skip
+    path = sweep_file(
+        tmp_path, {"cuda-graph-max-bs": [128, 256, 512], "mem-fraction-static": [0.85, 0.92]}
+    )
     inv = load_inventory(hosts_file(duo, tmp_path))
     box2 = duo[1]
     state = {"cut": 0.0, "back": 0.0}
@@ -189,20 +218,29 @@ def test_a_host_that_dies_leaves_the_pool_and_its_runs_move(
         events.append(e)
         with lock:
             # gpu2's first server is up: cut its power mid-run (in gpu2's worker thread)
-            if isinstance(e, StepDone) and e.host == "gpu2" and e.step == "started" \
-                    and not state["cut"]:  # fmt: skip
+            if (
+                isinstance(e, StepDone)
+                and e.host == "gpu2"
+                and e.step == "started"
+                and not state["cut"]
+            ):
                 power_cut(box2)
                 state["cut"] = time.time()
             # taken out of the pool: bring it back, so that it can be restored at the end
-            if isinstance(e, Notice) and e.host == "gpu2" and "taken out" in e.message \
-                    and not state["back"]:  # fmt: skip
+            if (
+                isinstance(e, Notice)
+                and e.host == "gpu2"
+                and "taken out" in e.message
+                and not state["back"]
+            ):
                 box2.restart_container()
                 state["back"] = time.time()
 
     store = Store(tmp_path / "results")
     try:
-        outcome = SweepCampaign(store, load_sweep(path), inv.resolve("duo"),
-                                listener=listener, command="test").run()  # fmt: skip
+        outcome = SweepCampaign(
+            store, load_sweep(path), inv.resolve("duo"), listener=listener, command="test"
+        ).run()
         runs = store.runs(outcome.campaign_id)
         reports = write_sweep_reports(store, outcome.campaign_id)
     finally:
@@ -220,8 +258,10 @@ def test_a_host_that_dies_leaves_the_pool_and_its_runs_move(
     assert Counter(r.variant for r in real) == Counter({(i,): 1 for i in range(6)})
     # each verdict is its metric against the relative bar of the base measured in the sweep
     [ref] = [r for r in real if r.variant == (outcome.rows[0].item.index,)]
-    assert all(r.verdict is (Verdict.PASS if r.probe_metric >= 0.95 * ref.probe_metric
-                             else Verdict.FAIL) for r in real)  # fmt: skip
+    assert all(
+        r.verdict is (Verdict.PASS if r.probe_metric >= 0.95 * ref.probe_metric else Verdict.FAIL)
+        for r in real
+    )
     infra = [r for r in runs if r.verdict is Verdict.INFRA]
     assert len(infra) >= 2 and all(r.host == "gpu2" for r in infra)
     assert all(r.host == "gpu1" for r in real if r.started > state["cut"])
@@ -247,16 +287,26 @@ def test_an_error_on_the_only_host_stops_the_campaign(
         target = [sweep_file(tmp_path, {"cuda-graph-max-bs": [128, 512]}, **on_port)]
     else:
         base = experiment(tmp_path, "base", **on_port)
-        bad = experiment(tmp_path, "bad", extends=str(base),
-                         service={"flags": {"cuda-graph-max-bs": 512}})  # fmt: skip
+        bad = experiment(
+            tmp_path, "bad", extends=str(base), service={"flags": {"cuda-graph-max-bs": 512}}
+        )
         target = ["--good", base, "--bad", bad]
     with socket.socket() as holder:  # a foreign process holds the config's port
         holder.bind(("127.0.0.1", port))
         holder.listen()
         t0 = time.monotonic()
         try:
-            res = cli(command, *target, "--host", "lab", "--hosts", hosts,
-                      "--results", tmp_path / "results", timeout=90)  # fmt: skip
+            res = cli(
+                command,
+                *target,
+                "--host",
+                "lab",
+                "--hosts",
+                hosts,
+                "--results",
+                tmp_path / "results",
+                timeout=90,
+            )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{command} kept retrying the only host")
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]

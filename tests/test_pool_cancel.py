@@ -32,8 +32,13 @@ def test_a_cancel_before_the_executor_exists_stops_the_task(tmp_path: Path) -> N
         executors.append(ex)
         return ex
 
-    with Pool([host("h0")], service="u.service", campaign="c", executor_factory=factory,
-              listener=lambda e: None) as pool:  # fmt: skip
+    with Pool(
+        [host("h0")],
+        service="u.service",
+        campaign="c",
+        executor_factory=factory,
+        listener=lambda e: None,
+    ) as pool:
         task = Task(key="bad", exp=exp, label="bad", run_id="c.1")
         assert pool.submit(task)
         assert made.wait(timeout=30)
@@ -59,8 +64,13 @@ def test_a_cancel_after_the_task_was_given_but_before_its_run_stops_it(tmp_path:
             return self
 
     ex = HeldOpen(host("h0"), Oracle([]), Faults())
-    with Pool([host("h0")], service="u.service", campaign="c",
-              executor_factory=lambda h, *_: ex, listener=lambda e: None) as pool:  # fmt: skip
+    with Pool(
+        [host("h0")],
+        service="u.service",
+        campaign="c",
+        executor_factory=lambda h, *_: ex,
+        listener=lambda e: None,
+    ) as pool:
         task = Task(key="bad", exp=exp, label="bad", run_id="c.1")
         assert pool.submit(task)
         assert opened.wait(timeout=30)

@@ -70,8 +70,9 @@ def bisect(tmp: Path, names: list[str], broken: str | None = None):  # noqa: ANN
 
     store = Store(tmp / "results")
     try:
-        outcome = Bisection(store, plan, [host(n) for n in names], command="test",
-                            executor_factory=make).run()  # fmt: skip
+        outcome = Bisection(
+            store, plan, [host(n) for n in names], command="test", executor_factory=make
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
@@ -91,8 +92,11 @@ def test_a_pool_gives_the_single_hosts_answer_with_runs_on_every_host(tmp_path: 
     assert {r.host for r in runs} == {"h1", "h2", "h3"}
     assert sorted(Recorded.restored) == ["h1", "h2", "h3"]  # each closed with restore
     # no variant judged twice, but by the posterior search that makes the answer sure
-    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA
-              and not r.purpose.startswith("noise-")]  # fmt: skip
+    judged = [
+        r.variant
+        for r in runs
+        if r.verdict is not Verdict.INFRA and not r.purpose.startswith("noise-")
+    ]
     assert len(judged) == len(set(judged))
 
 
@@ -174,8 +178,13 @@ def test_a_flaky_pair_on_four_hosts_keeps_every_host_busy(tmp_path: Path) -> Non
     Gate.running, Gate.full, Gate.seen = 0, 0, {}
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [host(f"h{i}") for i in range(4)], command="test",
-                            executor_factory=lambda h, *_: Gate(h, flaky, Faults())).run()
+        outcome = Bisection(
+            store,
+            plan,
+            [host(f"h{i}") for i in range(4)],
+            command="test",
+            executor_factory=lambda h, *_: Gate(h, flaky, Faults()),
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()

@@ -123,9 +123,11 @@ def test_helps_that_do_not_list_every_flag_are_not_trusted(file: str, why: str) 
 
 
 def test_help_after_log_lines_and_remainder_usage() -> None:
-    text = ("INFO 11-30 12:00:00 [__init__.py:216] Automatically detected platform cuda.\n"
-            "usage: serve.py [-h] [--port PORT] ...\n\noptions:\n  -h, --help   show\n"
-            "  --port PORT  the port\n")  # fmt: skip
+    text = (
+        "INFO 11-30 12:00:00 [__init__.py:216] Automatically detected platform cuda.\n"
+        "usage: serve.py [-h] [--port PORT] ...\n\noptions:\n  -h, --help   show\n"
+        "  --port PORT  the port\n"
+    )
     facts = read_help(text)
     assert facts.argparse and "--port" in facts.options
     assert facts.passthrough  # argparse.REMAINDER ("...") takes any flag after it
@@ -144,8 +146,10 @@ def test_help_after_log_lines_and_remainder_usage() -> None:
     ],
 )
 def test_pass_through_wording_in_description_or_epilog(prose: str) -> None:
-    text = f"usage: run.py [-h] [--tp TP]\n\n{prose}\n\noptions:\n  -h, --help  help\n" \
-        "  --tp TP     tensor parallel\n"  # fmt: skip
+    text = (
+        f"usage: run.py [-h] [--tp TP]\n\n{prose}\n\noptions:\n  -h, --help  help\n"
+        "  --tp TP     tensor parallel\n"
+    )
     assert read_help(text).passthrough
 
 
@@ -172,14 +176,16 @@ def _row(name: str) -> tuple[Row, list[str]]:
     facts = facts_of(name)
     options, forms = taken_by_the_real_parser(name)
     dry = accepts(name)["dry_parse"]
-    predicted = [f for f in options + forms
-                 if any(p.fatal for p in predict(facts, [f], suggest=False))]
+    predicted = [
+        f for f in options + forms if any(p.fatal for p in predict(facts, [f], suggest=False))
+    ]
     # A prediction is a refusal only once the server's parser names the flag in the dry
     # parse (recorded from the real parser for every option string; a spelling without a
     # record counts as refused).
     refused = [f for f in predicted if f not in dry or _named_by_dry_parse(dry[f], f)]
-    return Row(name, facts.complete, len(options), len(forms), len(refused),
-               len(predicted)), refused  # fmt: skip
+    return Row(
+        name, facts.complete, len(options), len(forms), len(refused), len(predicted)
+    ), refused
 
 
 def test_the_real_parsers_dry_parse_names_none_of_their_own_options() -> None:
@@ -200,8 +206,9 @@ def test_zero_false_refusals(name: str) -> None:
     assert row.refused == 0
 
 
-@pytest.mark.parametrize("file", ["passthrough_wrapper.help.txt", "lab-any-flag.help.txt",
-                                  "entrypoint_nohelp.help.txt"])  # fmt: skip
+@pytest.mark.parametrize(
+    "file", ["passthrough_wrapper.help.txt", "lab-any-flag.help.txt", "entrypoint_nohelp.help.txt"]
+)
 def test_untrusted_helps_refuse_nothing(file: str, tmp_path: Path) -> None:
     """Whatever the server behind them takes (here: all of SGLang's and vLLM's option
     strings), a help not trusted predicts nothing: the preflight refuses none of it."""
@@ -230,13 +237,17 @@ def test_print_the_zero_false_refusal_table(capsys: pytest.CaptureFixture[str]) 
         assert not facts.complete
         rows.append(Row(file, False, len(every), 0, 0, 0))
     with capsys.disabled():
-        print("\n| help | trusted to predict | option strings the parser takes | other "
-              "spellings it takes | refused by the preflight | predictions left to the "
-              "server |")
+        print(
+            "\n| help | trusted to predict | option strings the parser takes | other "
+            "spellings it takes | refused by the preflight | predictions left to the "
+            "server |"
+        )
         print("|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r.help} | {r.trusted} | {r.options} | {r.forms} | {r.refused} "
-                  f"| {r.left_to_server} |")
+            print(
+                f"| {r.help} | {r.trusted} | {r.options} | {r.forms} | {r.refused} "
+                f"| {r.left_to_server} |"
+            )
     assert all(r.refused == 0 for r in rows)
 
 
@@ -251,18 +262,28 @@ def test_seed_002_cuda_graph_max_bs_is_ambiguous_in_sglangs_own_words() -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    ["--max_model_len", "--max-model-len=4096", "--compilation-config.level",
-     "--compilation_config.mode", "--hf-overrides.rope_scaling", "-O3", "-O", "--config",
-     "--no-enable-prefix-caching", "--no-disable-log-stats", "-tp", "--max-model"],
-)  # fmt: skip
+    [
+        "--max_model_len",
+        "--max-model-len=4096",
+        "--compilation-config.level",
+        "--compilation_config.mode",
+        "--hf-overrides.rope_scaling",
+        "-O3",
+        "-O",
+        "--config",
+        "--no-enable-prefix-caching",
+        "--no-disable-log-stats",
+        "-tp",
+        "--max-model",
+    ],
+)
 def test_vllm_spellings_are_accepted(flag: str) -> None:
     assert [p for p in predict(facts_of("vllm-0.33.0-serve"), [flag]) if p.fatal] == []
 
 
 def test_normalize() -> None:
     assert normalize("--max_model_len", flexible=True) == "--max-model-len"
-    assert normalize("--compilation_config.pass_config.x", flexible=True) == \
-        "--compilation-config"  # fmt: skip
+    assert normalize("--compilation_config.pass_config.x", flexible=True) == "--compilation-config"
     assert normalize("--limit-mm-per-prompt.image+", flexible=True) == "--limit-mm-per-prompt"
     assert normalize("--reasoning_parser=x", flexible=False) == "--reasoning_parser"
 
@@ -297,8 +318,8 @@ def _generated(options: list[str]) -> list[str]:
         names += [o, o[:-1], o[: 2 + len(body) // 2], o[: 2 + max(len(body) - 4, 1)]]
         if len(body) > 3:
             i = len(body) // 2
-            names.append("--" + body[:i] + body[i + 1] + body[i] + body[i + 2:])  # swap
-            names.append("--" + body[:i] + body[i + 1:])  # drop
+            names.append("--" + body[:i] + body[i + 1] + body[i] + body[i + 2 :])  # swap
+            names.append("--" + body[:i] + body[i + 1 :])  # drop
     return list(dict.fromkeys(names))
 
 
@@ -328,22 +349,28 @@ def test_predictions_agree_with_argparse_on_the_same_option_strings() -> None:
     assert differ, "expected the hidden options to show"  # the data has hidden options
     for flag, _truth, _ours in differ:
         assert any(h.startswith(flag) or flag == h for h in hidden), (flag, _truth, _ours)
-    print(f"\n{name}: {agree} of {len(names)} generated names decided as argparse does; "
-          f"{len(differ)} involve hidden options: {differ}")
+    print(
+        f"\n{name}: {agree} of {len(names)} generated names decided as argparse does; "
+        f"{len(differ)} involve hidden options: {differ}"
+    )
 
 
 # ---------------------------------------------------------------------------- server's words
 
 
 def test_parser_error_and_the_probe() -> None:
-    out = ("usage: launch_server.py [-h] [--port PORT]\n                        [--x X]\n"
-           "launch_server.py: error: unrecognized arguments: --tp-szie 8 " + PROBE + "\n")
+    out = (
+        "usage: launch_server.py [-h] [--port PORT]\n                        [--x X]\n"
+        "launch_server.py: error: unrecognized arguments: --tp-szie 8 " + PROBE + "\n"
+    )
     error = parser_error(out)
     assert error == f"unrecognized arguments: --tp-szie 8 {PROBE}"
     assert _without_probe(error) == "unrecognized arguments: --tp-szie 8"
     assert _without_probe(f"unrecognized arguments: {PROBE}") == ""
-    assert parser_error("sglang serve: error: ambiguous option: --a could match --ab, --ac") \
-        == "ambiguous option: --a could match --ab, --ac"  # fmt: skip
+    assert (
+        parser_error("sglang serve: error: ambiguous option: --a could match --ab, --ac")
+        == "ambiguous option: --a could match --ab, --ac"
+    )
     assert parser_error("Traceback (most recent call last):\nValueError: x\n") is None
 
 
@@ -352,26 +379,38 @@ def test_parser_error_and_the_probe() -> None:
 
 def _preflight() -> tuple[Preflight, list[tuple[str, dict[str, object]]]]:
     said: list[tuple[str, dict[str, object]]] = []
-    host = Host(name="here", address="localhost", transport="local",  # type: ignore[arg-type]
-                env=(("PYTHONPATH", str(REPO)), ("ORCH_LAB_TIME_SCALE", "0.01")))
+    host = Host(
+        name="here",
+        address="localhost",
+        transport="local",  # type: ignore[arg-type]
+        env=(("PYTHONPATH", str(REPO)), ("ORCH_LAB_TIME_SCALE", "0.01")),
+    )
     t = LocalTransport(host)
-    pf = Preflight(lambda cmd, timeout, stdin: t.run(f"cd {shlex.quote(str(REPO))} && {cmd}",
-                                                     timeout=timeout, stdin=stdin),
-                   lambda message, extra: said.append((message, extra)))  # fmt: skip
+    pf = Preflight(
+        lambda cmd, timeout, stdin: t.run(
+            f"cd {shlex.quote(str(REPO))} && {cmd}", timeout=timeout, stdin=stdin
+        ),
+        lambda message, extra: said.append((message, extra)),
+    )
     return pf, said
 
 
 def lab(rel: str, **flags: object) -> Experiment:
-    return load_experiment(LAB / rel).with_changes(flags=flags) if flags else \
-        load_experiment(LAB / rel)  # fmt: skip
+    return (
+        load_experiment(LAB / rel).with_changes(flags=flags)
+        if flags
+        else load_experiment(LAB / rel)
+    )
 
 
 def test_dry_parse_confirms_seed_002_in_the_servers_words() -> None:
     pf, said = _preflight()
     check = pf.check(lab("b300-v0523/seed_good.yaml"))
-    assert check.refusal == ("the server rejects the flags: ambiguous option: "
-                             "--cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-                             "--cuda-graph-max-bs-prefill")  # fmt: skip
+    assert check.refusal == (
+        "the server rejects the flags: ambiguous option: "
+        "--cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill"
+    )
     assert said == []  # nothing contradicted, nothing to say
     assert pf.trusted(lab("b300-v0523/seed_good.yaml"))
 
@@ -380,8 +419,9 @@ def test_dry_parse_confirms_an_unknown_flag_with_close_matches() -> None:
     pf, _ = _preflight()
     check = pf.check(lab("b300/good.yaml", **{"tp-szie": 8}))
     assert check.refusal is not None
-    assert check.refusal.startswith("the server rejects the flags: unrecognized arguments: "
-                                    "--tp-szie 8 (did you mean --tp-size")  # fmt: skip
+    assert check.refusal.startswith(
+        "the server rejects the flags: unrecognized arguments: --tp-szie 8 (did you mean --tp-size"
+    )
 
 
 def test_hidden_option_withdraws_the_trust_once() -> None:
@@ -415,15 +455,18 @@ def test_a_run_settles_a_prediction_the_dry_parse_left_open() -> None:
 
 def test_pass_through_wrapper_and_no_help_script_refuse_nothing() -> None:
     pf, said = _preflight()
-    wrapper = replace(lab("b300/good.yaml", **{"tp-szie": 8}),
-                      exec=(sys.executable, str(DATA / "passthrough_wrapper.py"),
-                            "--scenario", "b300"))  # fmt: skip
+    wrapper = replace(
+        lab("b300/good.yaml", **{"tp-szie": 8}),
+        exec=(sys.executable, str(DATA / "passthrough_wrapper.py"), "--scenario", "b300"),
+    )
     nohelp = replace(wrapper, exec=("sh", str(DATA / "entrypoint_nohelp.sh")))
     assert pf.check(wrapper) == Check()
     assert pf.check(nohelp) == Check()
     kinds = [(e["kind"], e["reason"]) for _, e in said]
-    assert kinds == [("help-untrusted", "it says it passes flags it does not list through"),
-                     ("help-untrusted", "--help exited 64")]  # fmt: skip
+    assert kinds == [
+        ("help-untrusted", "it says it passes flags it does not list through"),
+        ("help-untrusted", "--help exited 64"),
+    ]
 
 
 def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
@@ -432,13 +475,21 @@ def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
     script.write_text(
         "#!/bin/sh\n"
         f'case "$*" in *--help=all*) cat {DATA / "vllm-0.33.0-serve.help-all.txt"};;\n'
-        f'  *--help*) cat {DATA / "vllm-0.33.0-serve.help.txt"};;\n'
-        '  *) echo "vllm serve: error: unrecognized arguments: $*" >&2; exit 2;;\nesac\n')
+        f"  *--help*) cat {DATA / 'vllm-0.33.0-serve.help.txt'};;\n"
+        '  *) echo "vllm serve: error: unrecognized arguments: $*" >&2; exit 2;;\nesac\n'
+    )
     script.chmod(0o755)
     pf, said = _preflight()
-    exp = Experiment(name="v", exec=(str(script), "serve", "Qwen/Qwen3-0.6B"),
-                     flags=(("max_model_len", 4096), ("compilation-config.level", 3),
-                            ("no-enable-prefix-caching", True), ("tensor-parallel-size", 8)))
+    exp = Experiment(
+        name="v",
+        exec=(str(script), "serve", "Qwen/Qwen3-0.6B"),
+        flags=(
+            ("max_model_len", 4096),
+            ("compilation-config.level", 3),
+            ("no-enable-prefix-caching", True),
+            ("tensor-parallel-size", 8),
+        ),
+    )
     assert pf.check(exp) == Check()
     entry = pf.help_of(exp)
     assert entry.followed == "--help=all" and entry.trusted and said == []
@@ -451,10 +502,13 @@ def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
     ("log", "words"),
     [
         ("sglang_argparse_unrecognized.log", "unrecognized arguments: --reasoning_parser kimi_k2"),
-        ("argparse_ambiguous.log", "ambiguous option: --expect-worker could match "
-                                   "--expect-workers, --expect-workers-max-wait"),
+        (
+            "argparse_ambiguous.log",
+            "ambiguous option: --expect-worker could match "
+            "--expect-workers, --expect-workers-max-wait",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_run_that_dies_at_argument_parsing_is_invalid_in_the_servers_words(
     log: str, words: str
 ) -> None:

@@ -60,9 +60,14 @@ def test_scenario_without_known_flags_bisects_to_the_right_answer(
     events: list[Event] = []
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [load_host(sshd_hosts_file(sshd, tmp_path), "lab")],
-                            options=BisectOptions(), listener=events.append,
-                            command="test").run()  # fmt: skip
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(sshd_hosts_file(sshd, tmp_path), "lab")],
+            options=BisectOptions(),
+            listener=events.append,
+            command="test",
+        ).run()
     finally:
         store.close()
     answer = outcome.to_dict()
@@ -105,8 +110,7 @@ def test_refusal_only_the_log_shows_is_invalid_in_the_servers_words(
         ok = ex.run(replace(lab_exp("b300/good.yaml"), exec=wrapped.exec), run_id="w2")
     assert r.verdict is Verdict.INVALID
     assert r.signature is not None and r.signature.phase is Phase.ARGS
-    assert r.detail == ("the server rejects its command line: unrecognized arguments: "
-                        "--tp-szie 8")  # fmt: skip
+    assert r.detail == ("the server rejects its command line: unrecognized arguments: --tp-szie 8")
     assert r.polls > 0 and r.ready_s is None  # it was started and watched, never ready
     assert "launch_server.py: error: unrecognized arguments: --tp-szie 8" in r.log_tail
     assert ok.verdict is Verdict.PASS, ok.detail  # the wrapper passes good flags through
@@ -117,10 +121,15 @@ def test_the_cli_shows_the_withdrawn_trust(sshd: SshdEndpoint, tmp_path: Path) -
     """`orchestrator run` of a config with a hidden flag: the run passes, and the user reads
     once why the help is no longer trusted."""
     config = tmp_path / "hidden.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "hidden-seed", "extends": str(LAB / "b300" / "good.yaml"),
-        "service": {"flags": {"port": free_port(), "seed": 3}, "env": SCALE},
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hidden-seed",
+                "extends": str(LAB / "b300" / "good.yaml"),
+                "service": {"flags": {"port": free_port(), "seed": 3}, "env": SCALE},
+            }
+        )
+    )
     hosts = sshd_hosts_file(sshd, tmp_path)
     res = cli("run", config, "--host", "lab", "--hosts", hosts, "--results", tmp_path / "r")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -144,12 +153,28 @@ def test_a_typo_in_either_config_is_refused_before_anything_starts(
     assert "lab: the server takes both configs' flags" in ok.stdout
     for side in ("bad", "good"):
         typo = tmp_path / f"typo-{side}.yaml"
-        typo.write_text(yaml.safe_dump({"extends": str(getattr(pair, side)),
-                                        "service": {"flags": {"ep-szie": 8}}}))  # fmt: skip
+        typo.write_text(
+            yaml.safe_dump(
+                {"extends": str(getattr(pair, side)), "service": {"flags": {"ep-szie": 8}}}
+            )
+        )
         good, bad = (pair.good, typo) if side == "bad" else (typo, pair.bad)
         planned = cli("plan", "--good", good, "--bad", bad, "--host", "lab", "--hosts", hosts)
-        res = cli("bisect", "--good", good, "--bad", bad, "--host", "lab", "--hosts", hosts,
-                  "--results", results, "--fresh", env=SCALE)  # fmt: skip
+        res = cli(
+            "bisect",
+            "--good",
+            good,
+            "--bad",
+            bad,
+            "--host",
+            "lab",
+            "--hosts",
+            hosts,
+            "--results",
+            results,
+            "--fresh",
+            env=SCALE,
+        )
         for out in (planned, res):
             assert out.returncode == 2, out.stdout + out.stderr
             error = out.stderr

@@ -52,9 +52,20 @@ def _documented(lab: Lab, inc: Incident) -> None:
     finally:
         store.close()
     good, bad = lab.configs(inc)
-    code, answer = cli_json("bisect", "--good", good, "--bad", bad, "--host", f"lab-{inc.lane}",
-                            "--hosts", lab.hosts_file, "--results", lab.results,
-                            timeout=3000)  # fmt: skip
+    code, answer = cli_json(
+        "bisect",
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--host",
+        f"lab-{inc.lane}",
+        "--hosts",
+        lab.hosts_file,
+        "--results",
+        lab.results,
+        timeout=3000,
+    )
     assert code == 0 and answer["status"] == "found", answer
     [culprit] = answer["culprits"]
     assert sorted(culprit["flags"]) == sorted(inc.culprits), answer
@@ -98,8 +109,11 @@ def _lane(lab: Lab, lane: str) -> dict[str, str]:
     """One lane: its pairs' subsets started, then each pair bisected; what differs from the
     documented answers, by pair."""
     incidents = [inc for inc in INCIDENTS if inc.lane == lane]
-    wanted = [(lane, lab.plan(inc).variant(s.indices))
-              for inc in incidents for s in subsets(inc, lab.plan(inc))]  # fmt: skip
+    wanted = [
+        (lane, lab.plan(inc).variant(s.indices))
+        for inc in incidents
+        for s in subsets(inc, lab.plan(inc))
+    ]
     start_missing(lab.results, {lane: lab.host(lane)}, wanted)
     wrong: dict[str, str] = {}
     checks = [(inc.name, partial(_documented, lab, inc)) for inc in incidents]

@@ -44,24 +44,30 @@ FIRST_BAD = "0.29.0"
 @pytest.fixture(scope="module")
 def releases() -> Path:
     if not vllm_releases.ready():
-        why = (f"the vLLM releases are not built ({vllm_releases.root()}): run "
-               "scripts/build-vllm --releases (the full scripts/test does)")
+        why = (
+            f"the vLLM releases are not built ({vllm_releases.root()}): run "
+            "scripts/build-vllm --releases (the full scripts/test does)"
+        )
         if os.environ.get("CI") == "true":  # as the real tier's own venv: never a skip
             pytest.fail(why)
         pytest.skip(why)
     return vllm_releases.root()
 
 
-def _pair(tmp: Path, good_file: str, bad_file: str, port: int,
-          **changes: dict) -> tuple[Path, Path]:  # fmt: skip
+def _pair(
+    tmp: Path, good_file: str, bad_file: str, port: int, **changes: dict
+) -> tuple[Path, Path]:
     out = []
     for side, name in (("good", good_file), ("bad", bad_file)):
         path = tmp / f"{side}-{Path(name).stem}-{changes.get(side, {}).get('build', '')}.yaml"
-        data = {"name": f"t-{Path(name).stem}", "extends": str(PAIRS / name),
-                "service": {"flags": {"port": port}, **changes.get(side, {})},
-                # a machine busy with other work starts vLLM in 2-3 minutes, not 30 s:
-                # a slow start must not read as a hang
-                "health": {"timeout": "900s"}}
+        data = {
+            "name": f"t-{Path(name).stem}",
+            "extends": str(PAIRS / name),
+            "service": {"flags": {"port": port}, **changes.get(side, {})},
+            # a machine busy with other work starts vLLM in 2-3 minutes, not 30 s:
+            # a slow start must not read as a hang
+            "health": {"timeout": "900s"},
+        }
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         out.append(path)
     return out[0], out[1]
@@ -74,8 +80,13 @@ class Lab:
     def __init__(self, sshd: SshdEndpoint, root: Path) -> None:
         self.root = root
         hosts = root / "hosts.yaml"
-        hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(root / "run"), builds={
-            v: str(vllm_releases.prefix(v)) for v in RELEASES}))  # fmt: skip
+        hosts.write_text(
+            sshd.hosts_yaml(
+                "lab",
+                run_dir=str(root / "run"),
+                builds={v: str(vllm_releases.prefix(v)) for v in RELEASES},
+            )
+        )
         self.host = load_host(hosts, "lab")
         self.port = free_port()
         self.results = root / "results"
@@ -83,20 +94,26 @@ class Lab:
     def bisect(self, plan, **opts):  # noqa: ANN001, ANN201
         store = Store(self.results)
         try:
-            outcome = Bisection(store, plan, [self.host], options=BisectOptions(**opts),
-                                command="test").run()
+            outcome = Bisection(
+                store, plan, [self.host], options=BisectOptions(**opts), command="test"
+            ).run()
             runs = store.runs(outcome.campaign_id)
             envs = {r.id: store.environment(r.env_digest) for r in runs}
         finally:
             store.close()
-        print(f"{plan.good.name} -> {plan.bad.name}: {outcome.to_dict()['culprits']}",
-              file=sys.stderr)
+        print(
+            f"{plan.good.name} -> {plan.bad.name}: {outcome.to_dict()['culprits']}", file=sys.stderr
+        )
         return outcome.to_dict(), runs, envs
 
 
 @pytest.fixture(scope="module")
-def lab(vllm_real: RealVllm, releases: Path, sshd: SshdEndpoint,
-        tmp_path_factory: pytest.TempPathFactory) -> Lab:
+def lab(
+    vllm_real: RealVllm,
+    releases: Path,
+    sshd: SshdEndpoint,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Lab:
     return Lab(sshd, tmp_path_factory.mktemp("releases"))
 
 
@@ -126,8 +143,14 @@ def test_b_the_release_together_with_the_flag(lab: Lab) -> None:
 
 
 def test_c_the_two_releases_as_packages(lab: Lab) -> None:
-    g, b = _pair(lab.root, "block16_good.yaml", "block16_good.yaml", lab.port,
-                 good={"build": LAST_GOOD}, bad={"build": FIRST_BAD})
+    g, b = _pair(
+        lab.root,
+        "block16_good.yaml",
+        "block16_good.yaml",
+        lab.port,
+        good={"build": LAST_GOOD},
+        bad={"build": FIRST_BAD},
+    )
     plan = make_plan(g, b)
     with Executor(lab.host, service="vllm-lab.service") as ex:
         got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}

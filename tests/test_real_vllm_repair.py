@@ -26,21 +26,39 @@ HF = "--hf-overrides.max_position_embeddings 1500000"
 
 
 def test_a_culprit_behind_a_kv_cache_too_small_is_found_with_the_repair(
-        sshd: SshdEndpoint, vllm_real: RealVllm, tmp_path: Path) -> None:  # fmt: skip
+    sshd: SshdEndpoint, vllm_real: RealVllm, tmp_path: Path
+) -> None:
     assert vllm_real.experiments == REAL
     port = free_port()
     files = []
     for side, name in (("good", "good.yaml"), ("bad", "kv_repair.yaml")):
         path = tmp_path / f"{side}.yaml"
-        path.write_text(yaml.safe_dump({"name": f"test-kv-repair-{side}",
-                                        "extends": str(REAL / name),
-                                        "service": {"flags": {"port": port}}}))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": f"test-kv-repair-{side}",
+                    "extends": str(REAL / name),
+                    "service": {"flags": {"port": port}},
+                }
+            )
+        )
         files.append(path)
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp_path / "run")))
     results = tmp_path / "results"
-    args = ("bisect", "--good", files[0], "--bad", files[1], "--host", "lab",
-            "--hosts", hosts, "--results", results)  # fmt: skip
+    args = (
+        "bisect",
+        "--good",
+        files[0],
+        "--bad",
+        files[1],
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+    )
     code, answer = cli_json(*args, timeout=3000)
     assert code == 0 and answer["status"] == "found", answer
     assert "No common block size for" in answer["target"], answer["target"]

@@ -43,9 +43,14 @@ class VllmLab:
     results: Path
 
     def cli(self, *args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator", *map(str, args)],
-                              env=self.env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *map(str, args)],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def sh(self, command: str) -> str:
         res = sdlab.status(self.settings).target().ssh_run(command, timeout=60)
@@ -58,13 +63,20 @@ class VllmLab:
 
 
 @pytest.fixture(scope="module")
-def vllm_lab(vllm_real: RealVllm, tmp_path_factory: pytest.TempPathFactory,
-             ) -> Iterator[VllmLab]:  # fmt: skip
+def vllm_lab(
+    vllm_real: RealVllm,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[VllmLab]:
     require_systemd_host()
     tmp = tmp_path_factory.mktemp("real-vllm-systemd")
-    env = {**os.environ, "ORCH_LAB_DIR": str(tmp / "lab"), "ORCH_LAB_PORT": str(free_port()),
-           sdlab.NAME_ENV: f"orch-lab-t{os.getpid()}-vllm", "ORCH_SKIP_APT": "1",
-           "COLUMNS": "200"}  # fmt: skip
+    env = {
+        **os.environ,
+        "ORCH_LAB_DIR": str(tmp / "lab"),
+        "ORCH_LAB_PORT": str(free_port()),
+        sdlab.NAME_ENV: f"orch-lab-t{os.getpid()}-vllm",
+        "ORCH_SKIP_APT": "1",
+        "COLUMNS": "200",
+    }
     lab = VllmLab(env=env, settings=sdlab.SdLabSettings.from_env(env), results=tmp / "results")
     try:
         up = lab.cli("lab", "up", "--systemd", "--vllm")
@@ -76,8 +88,10 @@ def vllm_lab(vllm_real: RealVllm, tmp_path_factory: pytest.TempPathFactory,
 
 
 def _health(lab: VllmLab) -> str:
-    return lab.sh(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 "
-                  f"http://127.0.0.1:{sdlab.VLLM_PORT}/health || true").strip()
+    return lab.sh(
+        f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 "
+        f"http://127.0.0.1:{sdlab.VLLM_PORT}/health || true"
+    ).strip()
 
 
 def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
@@ -85,13 +99,27 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
     # as `lab up --systemd --vllm` left it: enabled, started at boot
     assert lab.sh(f"systemctl is-enabled {UNIT}").strip() == "enabled"
     assert lab.sh(f"systemctl show {UNIT} -p ActiveState --value").strip() in (
-        "active", "activating")
+        "active",
+        "activating",
+    )
     unit = f"systemctl cat {UNIT}; systemctl show {UNIT} -p Environment -p DropInPaths"
     before = lab.sh(unit)
     # the README's command, on the lab's hosts file
-    res = lab.cli("bisect", "--good", REAL / "good.yaml", "--bad", REAL / "env_var.yaml",
-                  "--host", sdlab.HOST_NAME, "--hosts", lab.hosts_file, "--results",
-                  lab.results, "--json", timeout=3000)  # fmt: skip
+    res = lab.cli(
+        "bisect",
+        "--good",
+        REAL / "good.yaml",
+        "--bad",
+        REAL / "env_var.yaml",
+        "--host",
+        sdlab.HOST_NAME,
+        "--hosts",
+        lab.hosts_file,
+        "--results",
+        lab.results,
+        "--json",
+        timeout=3000,
+    )
     answer = json.loads(res.stdout)
     assert res.returncode == 0 and answer["status"] == "found", res.stdout + res.stderr
     [culprit] = answer["culprits"]
@@ -101,8 +129,11 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
     # the subsets: the bisection's own starts on the unit, and any its search skipped
     plan = make_plan(REAL / "good.yaml", REAL / "env_var.yaml")
     host = load_inventory(lab.hosts_file).host(sdlab.HOST_NAME)
-    start_missing(lab.results, {"unit": host},
-                  [("unit", plan.variant(s.indices)) for s in subsets(ENV_VAR, plan)])
+    start_missing(
+        lab.results,
+        {"unit": host},
+        [("unit", plan.variant(s.indices)) for s in subsets(ENV_VAR, plan)],
+    )
     store = Store(lab.results)
     try:
         check_subsets(store, ENV_VAR, plan)
@@ -117,8 +148,10 @@ def test_env_var_bisected_through_the_lab_hosts_unit(vllm_lab: VllmLab) -> None:
         time.sleep(2)
     assert _health(lab) == "200"
     # (the unified hierarchy's line of /proc/PID/cgroup: `0::/system.slice/UNIT`)
-    procs = lab.sh("for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
-                   "case \"$c\" in *vllm*|VLLM*) echo \"$(sed -n 's/^0:://p' $p/cgroup "
-                   "2>/dev/null) $c\";; esac; done")  # fmt: skip
+    procs = lab.sh(
+        "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); "
+        'case "$c" in *vllm*|VLLM*) echo "$(sed -n \'s/^0:://p\' $p/cgroup '
+        '2>/dev/null) $c";; esac; done'
+    )
     lines = [ln for ln in procs.splitlines() if ln.strip() and "/proc/[0-9]" not in ln]
     assert lines and all(f"/system.slice/{UNIT} " in ln for ln in lines), procs

@@ -46,8 +46,7 @@ def check_repaired(answer: dict[str, Any], results: Path) -> None:
     notes = {n["variant"]: n for n in answer["repairs"]}
     bad = notes["bad"]
     assert bad["state"] == "repaired" and bad["moves"] == [f"{MEM} 0.85 -> 0.92"]
-    assert bad["before"].startswith("failed on a resource (kv_cache: cuda_oom: CUDA out of "
-                                    "memory")  # fmt: skip
+    assert bad["before"].startswith("failed on a resource (kv_cache: cuda_oom: CUDA out of memory")
     assert bad["after"].startswith("failed with the target (cuda_graph: AssertionError")
     assert f"{MEM} 0.92" in bad["command"]
     # EP alone, repaired, starts and serves: it clears moe-a2a-backend's partner
@@ -77,12 +76,10 @@ def check_unrepaired(answer: dict[str, Any]) -> None:
     assert "repairs" not in answer
 
 
-def test_the_incident_over_sshd_with_and_without_repair(sshd: SshdEndpoint,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_the_incident_over_sshd_with_and_without_repair(sshd: SshdEndpoint, tmp_path: Path) -> None:
     pair = lab_pair(tmp_path, "rtx6000-repair")
     hosts = sshd_hosts_file(sshd, tmp_path)
-    args = ("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-            "--hosts", hosts)  # fmt: skip
+    args = ("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab", "--hosts", hosts)
     code, repaired = cli_json(*args, "--results", tmp_path / "results")
     assert code == 0, repaired
     check_repaired(repaired, tmp_path / "results")
@@ -103,8 +100,7 @@ def test_the_incident_over_sshd_with_and_without_repair(sshd: SshdEndpoint,
     said = " ".join(again.stdout.split())
     assert f"(repaired with {MEM} 0.85 -> 0.92)" in said
     assert "repair: bad: failed on a resource (kv_cache: cuda_oom" in said
-    assert f"with {MEM} 0.85 -> 0.92 it failed with the target (cuda_graph: AssertionError" \
-        in said
+    assert f"with {MEM} 0.85 -> 0.92 it failed with the target (cuda_graph: AssertionError" in said
     assert f"runs: 0 executed, {repaired['runs_executed']} reused" in said
     assert lab_servers(pair.port) == []
 
@@ -114,15 +110,21 @@ def test_the_incident_on_the_systemd_host(systemd_host: SystemdHost, tmp_path: P
     box.install_unit(UNIT, LAB_UNIT)
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}))
-    plan = make_plan(str(LAB / "rtx6000-repair" / "good.yaml"),
-                     str(LAB / "rtx6000-repair" / "bad.yaml"), "auto")  # fmt: skip
+    plan = make_plan(
+        str(LAB / "rtx6000-repair" / "good.yaml"), str(LAB / "rtx6000-repair" / "bad.yaml"), "auto"
+    )
     answers = {}
     for repair in (True, False):
         results = tmp_path / f"results-{repair}"
         store = Store(results)
         try:
-            outcome = Bisection(store, plan, [load_host(hosts, "sd")],
-                                options=BisectOptions(repair=repair), command="test").run()
+            outcome = Bisection(
+                store,
+                plan,
+                [load_host(hosts, "sd")],
+                options=BisectOptions(repair=repair),
+                command="test",
+            ).run()
             runs = store.runs(outcome.campaign_id)
         finally:
             store.close()
@@ -134,5 +136,6 @@ def test_the_incident_on_the_systemd_host(systemd_host: SystemdHost, tmp_path: P
                 assert f'"{MEM}" "0.92"' in r.rendered
     check_repaired(answers[True], tmp_path / "results-True")
     check_unrepaired(answers[False])
-    assert box.ssh_run(f"test -e /etc/systemd/system/{UNIT}.d/99-orchestrator.conf"
-                       ).returncode != 0  # left as found  # fmt: skip
+    assert (
+        box.ssh_run(f"test -e /etc/systemd/system/{UNIT}.d/99-orchestrator.conf").returncode != 0
+    )  # left as found

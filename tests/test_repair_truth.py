@@ -58,26 +58,38 @@ def shared() -> Iterator[tuple[Path, Store]]:
 
 def _plan(root: Path, n: int, mem_is_a_delta: bool) -> Plan:
     if (n, mem_is_a_delta) not in _PLANS:
-        good, bad = pair(root / f"exp{n}-{mem_is_a_delta}", n,
-                         bad_flags={MEM: 0.9} if mem_is_a_delta else None)  # fmt: skip
+        good, bad = pair(
+            root / f"exp{n}-{mem_is_a_delta}", n, bad_flags={MEM: 0.9} if mem_is_a_delta else None
+        )
         _PLANS[(n, mem_is_a_delta)] = make_plan(good, bad, "auto")
     return _PLANS[(n, mem_is_a_delta)]
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(case=cases())
-def test_a_repair_never_hides_the_target(shared: tuple[Path, Store],
-                                         case: tuple[int, bool, frozenset[int], frozenset[int],
-                                                     float]) -> None:  # fmt: skip
+def test_a_repair_never_hides_the_target(
+    shared: tuple[Path, Store], case: tuple[int, bool, frozenset[int], frozenset[int], float]
+) -> None:
     n, mem_is_a_delta, target, needs, limit = case
     tmp, store = shared
     plan = _plan(tmp, n, mem_is_a_delta)
-    rules = [Rule(needs, "load_weights", OOM, below=((MEM, limit),)),
-             Rule(target, "cuda_graph", TARGET_ERROR)]
-    outcome = Bisection(store, plan, [host(f"h{next(_CASE)}")],
-                        options=BisectOptions(fresh=True), command="test",
-                        executor_factory=factory(Oracle(rules), Faults())).run()  # fmt: skip
+    rules = [
+        Rule(needs, "load_weights", OOM, below=((MEM, limit),)),
+        Rule(target, "cuda_graph", TARGET_ERROR),
+    ]
+    outcome = Bisection(
+        store,
+        plan,
+        [host(f"h{next(_CASE)}")],
+        options=BisectOptions(fresh=True),
+        command="test",
+        executor_factory=factory(Oracle(rules), Faults()),
+    ).run()
     runs = store.runs(outcome.campaign_id)
     busy = delta_knobs(plan.deltas)
     for r in runs:  # no move ever touched a delta

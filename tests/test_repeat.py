@@ -46,11 +46,14 @@ def test_lists_each_test_that_failed_at_least_once(pytester: pytest.Pytester) ->
     assert "test_steady" not in summary and "[a]" not in summary
 
 
-@pytest.mark.parametrize(("nodeid", "base"), [
-    ("tests/a.py::t[rep0]", "tests/a.py::t"),
-    ("tests/a.py::t[rep12-x-y]", "tests/a.py::t[x-y]"),
-    ("tests/a.py::t[x-rep2]@tests/a.py", "tests/a.py::t[x]"),
-    ("tests/a.py::t[rep-x]", "tests/a.py::t[rep-x]"),
-])
+@pytest.mark.parametrize(
+    ("nodeid", "base"),
+    [
+        ("tests/a.py::t[rep0]", "tests/a.py::t"),
+        ("tests/a.py::t[rep12-x-y]", "tests/a.py::t[x-y]"),
+        ("tests/a.py::t[x-rep2]@tests/a.py", "tests/a.py::t[x]"),
+        ("tests/a.py::t[rep-x]", "tests/a.py::t[rep-x]"),
+    ],
+)
 def test_the_repeat_index_is_not_part_of_the_name(nodeid: str, base: str) -> None:
     assert base_id(nodeid) == base

@@ -29,16 +29,31 @@ CHROMIUM = Path("/usr/bin/chromium")
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Headless chromium with everything that could reach out or linger turned off."""
     if not CHROMIUM.exists():
-        unavailable("Debian's chromium is not installed (/usr/bin/chromium; run "
-                    "scripts/bootstrap as root)")  # fmt: skip
+        unavailable(
+            "Debian's chromium is not installed (/usr/bin/chromium; run scripts/bootstrap as root)"
+        )
     profile = tmp / "chromium-profile"
     profile.mkdir(exist_ok=True)
     res = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--disable-extensions", f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=120, cwd=tmp,
-    )  # fmt: skip
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -135,8 +150,9 @@ def rgb(hex_color: str) -> tuple[int, int, int]:
 
 
 @pytest.fixture
-def report(sshd: SshdEndpoint, tmp_path: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:  # fmt: skip
+def report(
+    sshd: SshdEndpoint, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, int]:
     """A fresh HTML report of a recorded b300 bisection, and its number of runs."""
     rec = recorded_b300(sshd, tmp_path_factory.getbasetemp())
     assert rec.exit_code == 0, rec.outcome
@@ -182,8 +198,13 @@ def test_report_screenshot_paints_the_narrowing_matrix(
 ) -> None:
     html, _ = report
     shot = tmp_path / "report.png"
-    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1600",
-             "--hide-scrollbars", html.as_uri())  # fmt: skip
+    chromium(
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1200,1600",
+        "--hide-scrollbars",
+        html.as_uri(),
+    )
     width, height, colors = png_pixels(shot)
     assert (width, height) == (1200, 1600)
     assert len(colors) > 20  # text, borders, fills: not a blank page

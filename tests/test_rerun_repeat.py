@@ -25,8 +25,7 @@ from tests.support.scripted import (
 def test_repeat_counts_failures_and_signatures(tmp_path: Path) -> None:
     _, bad = write_pair(tmp_path / "exp", 3)
     exp = load_experiment(bad)
-    oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR, probability=0.5)],
-                    seed=1)  # fmt: skip
+    oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR, probability=0.5)], seed=1)
     opened: list[ScriptedExecutor] = []
 
     def make(h, *_):  # noqa: ANN001, ANN202
@@ -34,8 +33,16 @@ def test_repeat_counts_failures_and_signatures(tmp_path: Path) -> None:
         return opened[-1]
 
     store = Store(tmp_path / "results")
-    rows = single_runs(store, exp, host(), kind="rerun", command="test", label="rerun of x",
-                       starts=8, executor_factory=make)  # fmt: skip
+    rows = single_runs(
+        store,
+        exp,
+        host(),
+        kind="rerun",
+        command="test",
+        label="rerun of x",
+        starts=8,
+        executor_factory=make,
+    )
     assert len(opened) == 1 and opened[0].runs == 8
     assert [r.id.rsplit(".", 1)[1] for r in rows] == [str(i) for i in range(1, 9)]
     assert len({r.campaign for r in rows}) == 1 and store.runs(rows[0].campaign) == rows
@@ -61,13 +68,23 @@ def test_one_failure_raised_with_two_types_is_counted_once(tmp_path: Path) -> No
     exp = load_experiment(bad)
     oracle = Oracle([Rule(frozenset({0, 2}), "cuda_graph", TARGET_ERROR)], seed=1)
     store = Store(tmp_path / "results")
-    rows = single_runs(store, exp, host(), kind="rerun", command="test", label="rerun of x",
-                       starts=2,
-                       executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()))
+    rows = single_runs(
+        store,
+        exp,
+        host(),
+        kind="rerun",
+        command="test",
+        label="rerun of x",
+        starts=2,
+        executor_factory=lambda h, *_: ScriptedExecutor(h, oracle, Faults()),
+    )
     old = Signature(Phase.INIT, "RuntimeError", "The server socket has failed to listen")
-    rows = [replace(rows[0], verdict=Verdict.FAIL, signature=old),
-            replace(rows[1], verdict=Verdict.FAIL,
-                    signature=replace(old, error_class="DistNetworkError"))]  # fmt: skip
+    rows = [
+        replace(rows[0], verdict=Verdict.FAIL, signature=old),
+        replace(
+            rows[1], verdict=Verdict.FAIL, signature=replace(old, error_class="DistNetworkError")
+        ),
+    ]
     rep = reproduction(rows, old)
     assert rep["target_failures"] == 2
     assert rep["signatures"] == {str(old): 2}

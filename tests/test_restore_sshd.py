@@ -22,8 +22,7 @@ from tests.support.campaign_lab import cli, popen_cli, read_runs, stop_child
 from tests.test_campaign_resume import B300_UNIT, SshdLab, wait_mid_run
 
 
-def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint, tmp_path: Path) -> None:
     lab = SshdLab(sshd, tmp_path)
     old = tmp_path / "run" / "old-svc"
     old.mkdir(parents=True, mode=0o700)
@@ -35,8 +34,9 @@ def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint,
         cid, _ = wait_mid_run(child, lab.results, lab.log, lab.in_progress)
         wait_until(lambda: (old / "pid").exists() or None, timeout=30, what="the orphan's pid")
         locks = tmp_path / "run" / "locks"
-        (locks / "old-svc.lock").write_text(json.dumps(
-            {"owner": me(), "campaign": "dead01", "pid": gone.pid, "since": time.time()}))
+        (locks / "old-svc.lock").write_text(
+            json.dumps({"owner": me(), "campaign": "dead01", "pid": gone.pid, "since": time.time()})
+        )
         # `hosts check` reports what `restore` is about to undo, and only that
         checked = cli("hosts", "check", "lab", "--hosts", lab.hosts, "--json", timeout=120)
         assert checked.returncode == 3, checked.stdout + checked.stderr
@@ -69,7 +69,7 @@ def test_restore_stops_only_what_a_dead_controller_left(sshd: SshdEndpoint,
             orphan.wait(timeout=30)
     text = lab.log.read_text()
     assert code == 0, text
-    answer = json.loads(text[text.index("{"):])
+    answer = json.loads(text[text.index("{") :])
     assert answer["status"] == "found"
     runs = read_runs(lab.results, cid)
     assert all(r.verdict is not Verdict.INFRA for r in runs), runs  # none stopped by restore

@@ -29,23 +29,44 @@ ORCH = [sys.executable, "-m", "orchestrator"]
 
 def _files(tmp: Path) -> tuple[Path, Path]:
     hosts = tmp / "hosts.yaml"
-    hosts.write_text("hosts: {lab: {address: localhost, transport: local, "
-                     "service_manager: process}}\n")
+    hosts.write_text(
+        "hosts: {lab: {address: localhost, transport: local, service_manager: process}}\n"
+    )
     base = tmp / "base.yaml"
     base.write_text(yaml.safe_dump({"extends": str(LAB / "rtx6000" / "perf_good.yaml")}))
     sweep = tmp / "nightly.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "nightly", "base": "base.yaml",
-                                     "matrix": {"cuda-graph-max-bs": [512]}}))  # fmt: skip
+    sweep.write_text(
+        yaml.safe_dump(
+            {"name": "nightly", "base": "base.yaml", "matrix": {"cuda-graph-max-bs": [512]}}
+        )
+    )
     return hosts, sweep
 
 
 @NO_SYSTEMD
-def test_a_scheduled_command_with_notify_is_refused(private_crontab: Path,  # noqa: F811
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_a_scheduled_command_with_notify_is_refused(
+    private_crontab: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     hosts, sweep = _files(tmp_path)
-    res = in_crontab(private_crontab, *ORCH, "schedule", "add", "nightly", "--at",
-                     "Mon..Fri 01:30", "--", "sweep", sweep, "--host", "lab", "--hosts", hosts,
-                     "--notify", URL)  # fmt: skip
+    res = in_crontab(
+        private_crontab,
+        *ORCH,
+        "schedule",
+        "add",
+        "nightly",
+        "--at",
+        "Mon..Fri 01:30",
+        "--",
+        "sweep",
+        sweep,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--notify",
+        URL,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "cannot carry --notify" in res.stderr and "--notify-file" in res.stderr
     assert SECRET_PATH not in res.stdout + res.stderr
@@ -53,14 +74,31 @@ def test_a_scheduled_command_with_notify_is_refused(private_crontab: Path,  # no
 
 
 @NO_SYSTEMD
-def test_notify_file_puts_only_the_path_in_the_job(private_crontab: Path,  # noqa: F811
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_notify_file_puts_only_the_path_in_the_job(
+    private_crontab: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     hosts, sweep = _files(tmp_path)
     hook = tmp_path / "hook.url"
     hook.write_text(URL + "\n")
     hook.chmod(0o644)
-    args = [*ORCH, "schedule", "add", "nightly", "--at", "Mon..Fri 01:30", "--notify-file",
-            hook, "--", "sweep", sweep, "--host", "lab", "--hosts", hosts]  # fmt: skip
+    args = [
+        *ORCH,
+        "schedule",
+        "add",
+        "nightly",
+        "--at",
+        "Mon..Fri 01:30",
+        "--notify-file",
+        hook,
+        "--",
+        "sweep",
+        sweep,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+    ]
     refused = in_crontab(private_crontab, *args)
     assert refused.returncode == 2 and "readable by other users" in refused.stderr
     assert in_crontab(private_crontab, "crontab", "-l").stdout == ""
@@ -75,13 +113,18 @@ def test_notify_file_puts_only_the_path_in_the_job(private_crontab: Path,  # noq
 
 
 @NO_SYSTEMD
-def test_an_old_schedule_with_the_url_is_listed_hidden(private_crontab: Path,  # noqa: F811
-                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_an_old_schedule_with_the_url_is_listed_hidden(
+    private_crontab: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     command = f"{sys.executable} -m orchestrator sweep n.yaml --notify {URL}"
-    lines = (f"# orchestrator schedule old at Mon..Fri 01:30 runs: {command}\n"
-             f"30 1 * * 1-5 {command}\n")  # fmt: skip
-    assert in_crontab(private_crontab, "sh", "-c", f"printf '%s' '{lines}' | crontab -"
-                      ).returncode == 0  # fmt: skip
+    lines = (
+        f"# orchestrator schedule old at Mon..Fri 01:30 runs: {command}\n30 1 * * 1-5 {command}\n"
+    )
+    assert (
+        in_crontab(private_crontab, "sh", "-c", f"printf '%s' '{lines}' | crontab -").returncode
+        == 0
+    )
     listed = in_crontab(private_crontab, *ORCH, "schedule", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     [entry] = json.loads(listed.stdout)

@@ -22,8 +22,10 @@ API_KEY = "sk-live-5ecretApiKeyForTheServer0099"
 
 
 def test_what_counts_as_secret() -> None:
-    found = secrets_of({"HF_TOKEN": "abcd1234", "NCCL_DEBUG": "WARN", "X": TOKEN},
-                       [("api-key", "plainvalue"), ("tp-size", 8), ("model-path", "/m")])
+    found = secrets_of(
+        {"HF_TOKEN": "abcd1234", "NCCL_DEBUG": "WARN", "X": TOKEN},
+        [("api-key", "plainvalue"), ("tp-size", 8), ("model-path", "/m")],
+    )
     assert found == {"HF_TOKEN": "abcd1234", "X": TOKEN, "API_KEY": "plainvalue"}
     red = Redactor(found)
     assert red.text(f"token={TOKEN} key=plainvalue") == "token=[REDACTED:X] key=[REDACTED:API_KEY]"
@@ -31,11 +33,14 @@ def test_what_counts_as_secret() -> None:
     assert "ghp_" not in (Redactor().text("ghp_abcdefghijklmnopqrstuvwxyz0123") or "")
 
 
-def test_references_resolve_from_the_environment(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_references_resolve_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "x.yaml"
-    p.write_text("service:\n  exec: srv\n  flags: {port: 1, api-key: '${API_KEY}'}\n"
-                 "  env: {HF_TOKEN: '${HF_TOKEN}'}\n")
+    p.write_text(
+        "service:\n  exec: srv\n  flags: {port: 1, api-key: '${API_KEY}'}\n"
+        "  env: {HF_TOKEN: '${HF_TOKEN}'}\n"
+    )
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("API_KEY", API_KEY)
     with pytest.raises(ConfigError, match=r"\$\{HF_TOKEN\}, which is not set") as err:
@@ -70,20 +75,37 @@ def _grep(root: Path, needle: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_no_secret_under_results_or_in_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_secret_under_results_or_in_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("API_KEY", API_KEY)
     lab = REPO / "experiments/lab/b300"
     good = tmp_path / "good.yaml"
     # on a port of its own: the lab's default (30000) may be taken by a server of someone else
-    good.write_text(f"extends: {lab / 'good.yaml'}\nservice:\n  flags: {{api-key: '${{API_KEY}}', "
-                    f"port: {free_port()}}}\n  env: {{HF_TOKEN: '${{HF_TOKEN}}'}}\n")
+    good.write_text(
+        f"extends: {lab / 'good.yaml'}\nservice:\n  flags: {{api-key: '${{API_KEY}}', "
+        f"port: {free_port()}}}\n  env: {{HF_TOKEN: '${{HF_TOKEN}}'}}\n"
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"extends: {good}\nservice:\n  flags: {{ep-size: 8, enable-nccl-nvls: true}}\n")
     results = tmp_path / "results"
-    rc = main(["bisect", "--good", str(good), "--bad", str(bad), "--host", "here",
-               "--hosts", str(_hosts(tmp_path)), "--results", str(results), "--fresh"])
+    rc = main(
+        [
+            "bisect",
+            "--good",
+            str(good),
+            "--bad",
+            str(bad),
+            "--host",
+            "here",
+            "--hosts",
+            str(_hosts(tmp_path)),
+            "--results",
+            str(results),
+            "--fresh",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
     assert "--ep-size 8 + --enable-nccl-nvls" in out.out
@@ -98,11 +120,9 @@ def test_no_secret_under_results_or_in_output(tmp_path: Path, monkeypatch: pytes
     assert all(p.stat().st_mode & 0o077 == 0 for p in logs)
     # rerun takes the secrets from the environment again, and says so when they are missing
     run_id = "{}.2".format(next(results.glob("reports/*.md")).stem)
-    assert main(["rerun", run_id, "--hosts", str(_hosts(tmp_path)), "--results",
-                 str(results)]) == 0
+    assert main(["rerun", run_id, "--hosts", str(_hosts(tmp_path)), "--results", str(results)]) == 0
     assert "same verdict and signature" in capsys.readouterr().out
     monkeypatch.delenv("API_KEY")
-    assert main(["rerun", run_id, "--hosts", str(_hosts(tmp_path)), "--results",
-                 str(results)]) == 2
+    assert main(["rerun", run_id, "--hosts", str(_hosts(tmp_path)), "--results", str(results)]) == 2
     assert "needs the secret API_KEY" in capsys.readouterr().err
     assert _grep(results, TOKEN) == [] and _grep(results, API_KEY) == []

@@ -29,10 +29,15 @@ def old_store(root: Path) -> dict[str, str]:
     db.executescript(store_mod._SCHEMA)
     db.execute("INSERT INTO meta VALUES ('schema', '1')")
     answer = {"target": str(OLD_IMA), "findings": [{"signature": str(OLD_KEYERROR)}]}
-    db.execute("INSERT INTO campaigns VALUES ('c0ffee','bisect','k',1,1,'done','bisect',"
-               "'{}',?,?)", (OLD_IMA.key(), json.dumps(answer)))  # fmt: skip
-    logs = {"c0ffee.1": "sgl_ima_decode_sync.a.log", "c0ffee.2": "sgl_ima_decode_sync.b.log",
-            "c0ffee.3": "vllm_keyerror_gate_g_idx.a.log"}  # fmt: skip
+    db.execute(
+        "INSERT INTO campaigns VALUES ('c0ffee','bisect','k',1,1,'done','bisect','{}',?,?)",
+        (OLD_IMA.key(), json.dumps(answer)),
+    )
+    logs = {
+        "c0ffee.1": "sgl_ima_decode_sync.a.log",
+        "c0ffee.2": "sgl_ima_decode_sync.b.log",
+        "c0ffee.3": "vllm_keyerror_gate_g_idx.a.log",
+    }
     sigs = {"c0ffee.1": OLD_IMA, "c0ffee.2": OLD_IMA, "c0ffee.3": OLD_KEYERROR}
     for seq, (run_id, name) in enumerate(logs.items(), start=1):
         path = root / "logs" / f"{run_id}.log"
@@ -40,10 +45,32 @@ def old_store(root: Path) -> dict[str, str]:
         verdict = "fail" if sigs[run_id] == OLD_IMA else "other"
         db.execute(
             "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, "c0ffee", seq, "[]", f"v{seq}", "probe", "lab", "lab", "fp", "{}", "[]",
-             "{}", None, verdict, sigs[run_id].key(), float(seq), 1.0, "{}", None, None, "",
-             str(path), None),
-        )  # fmt: skip
+            (
+                run_id,
+                "c0ffee",
+                seq,
+                "[]",
+                f"v{seq}",
+                "probe",
+                "lab",
+                "lab",
+                "fp",
+                "{}",
+                "[]",
+                "{}",
+                None,
+                verdict,
+                sigs[run_id].key(),
+                float(seq),
+                1.0,
+                "{}",
+                None,
+                None,
+                "",
+                str(path),
+                None,
+            ),
+        )
     db.commit()
     db.close()
     return logs
@@ -64,7 +91,8 @@ def test_old_store_is_resigned_from_log_tails(tmp_path: Path) -> None:
         assert runs["c0ffee.1"].signature == runs["c0ffee.2"].signature
         new_ima = runs["c0ffee.1"].signature
         assert new_ima is not None and "@ sglang/scheduler.py:process_batch_result_decode" in (
-            new_ima.message)
+            new_ima.message
+        )
         assert store.signature_history("c0ffee.1") == [(1, OLD_IMA)]
         # the campaign's target and the signatures its answer quotes follow their runs
         camp = store.campaign("c0ffee")
@@ -115,9 +143,12 @@ def test_a_stored_silent_hang_is_renamed_by_its_last_milestone() -> None:
     same hang still match."""
     from orchestrator.diagnosis.classify.judge import HANG_MESSAGE, resign
 
-    tail = ("[2025-10-06 20:05:22 TP0] Capture cuda graph begin. This can take up to "
-            "several minutes. avail mem=3.66 GB\n")  # fmt: skip
+    tail = (
+        "[2025-10-06 20:05:22 TP0] Capture cuda graph begin. This can take up to "
+        "several minutes. avail mem=3.66 GB\n"
+    )
     old = Signature(Phase.CUDA_GRAPH, "hang", HANG_MESSAGE)
-    assert resign(old, tail) == Signature(Phase.CUDA_GRAPH, "hang",
-                                          f"{HANG_MESSAGE} after 'Capture cuda graph begin'")
+    assert resign(old, tail) == Signature(
+        Phase.CUDA_GRAPH, "hang", f"{HANG_MESSAGE} after 'Capture cuda graph begin'"
+    )
     assert resign(old, "") == old  # no tail kept: nothing to rename it by

@@ -77,10 +77,12 @@ def _same_answer(slurm: dict, lab: dict) -> None:
     """The two campaigns name the same target, culprit sets, cleared flags and findings."""
     assert slurm["status"] == lab["status"] == "found"
     assert slurm["target"] == lab["target"]
-    assert sorted(sorted(c["flags"]) for c in slurm["culprits"]) == \
-        sorted(sorted(c["flags"]) for c in lab["culprits"])  # fmt: skip
-    assert sorted((f["signature"], f["variant"]) for f in slurm["findings"]) == \
-        sorted((f["signature"], f["variant"]) for f in lab["findings"])  # fmt: skip
+    assert sorted(sorted(c["flags"]) for c in slurm["culprits"]) == sorted(
+        sorted(c["flags"]) for c in lab["culprits"]
+    )
+    assert sorted((f["signature"], f["variant"]) for f in slurm["findings"]) == sorted(
+        (f["signature"], f["variant"]) for f in lab["findings"]
+    )
     assert sorted(slurm["deltas"]) == sorted(lab["deltas"])
 
 
@@ -96,22 +98,45 @@ def _most_at_once(results: Path, campaign: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def hosts(sshd: SshdEndpoint, slurm_cluster: SlurmCluster,
-          tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
+def hosts(
+    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """lab-slurm: the cluster behind the sshd (gpu:2 per job, 4 jobs at once)."""
     return slurm_hosts_file(sshd, slurm_cluster, tmp_path_factory.mktemp("slurm"))
 
 
 def test_bisect_on_slurm_gives_the_lab_hosts_answer(
-    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, hosts: Path, tmp_path: Path,
+    sshd: SshdEndpoint,
+    slurm_cluster: SlurmCluster,
+    hosts: Path,
+    tmp_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> None:  # fmt: skip
+) -> None:
     results = tmp_path / "results"
     # the cluster's bisection and the lab host's (made once per session) side by side
     child = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "bisect", "--good", str(GOOD), "--bad", str(BAD),
-         "--host", "lab-slurm", "--hosts", str(hosts), "--results", str(results), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "bisect",
+            "--good",
+            str(GOOD),
+            "--bad",
+            str(BAD),
+            "--host",
+            "lab-slurm",
+            "--hosts",
+            str(hosts),
+            "--results",
+            str(results),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         lab = recorded_b300(sshd, tmp_path_factory.getbasetemp())
         out, err = child.communicate(timeout=300)
@@ -135,8 +160,9 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
     # the jobs of rounds decided without them were cancelled: none is left, and every job
     # of the campaign is a recorded run's or ended CANCELLED
     assert _wait_queue_empty(slurm_cluster, timeout=10) == []
-    r = slurm_cluster.client("squeue", "-h", "-t", "all", f"--name=orch-{answer['campaign']}",
-                             "-o", "%i|%T")  # fmt: skip
+    r = slurm_cluster.client(
+        "squeue", "-h", "-t", "all", f"--name=orch-{answer['campaign']}", "-o", "%i|%T"
+    )
     ended = dict(line.split("|") for line in r.stdout.split())
     assert jobs <= set(ended)
     unrecorded = {job: state for job, state in ended.items() if job not in jobs}
@@ -151,15 +177,25 @@ def test_bisect_on_slurm_gives_the_lab_hosts_answer(
 
 def test_a_sweep_runs_on_slurm_and_a_hang_is_a_timeout(hosts: Path, tmp_path: Path) -> None:
     base = tmp_path / "base.yaml"
-    base.write_text(yaml.safe_dump({
-        # 6 s: far more than the lab needs to start, even on a busy machine
-        "name": "b300-sweep-base", "extends": str(hang_config(tmp_path, health_timeout="6s")),
-    }))  # fmt: skip
+    base.write_text(
+        yaml.safe_dump(
+            {
+                # 6 s: far more than the lab needs to start, even on a busy machine
+                "name": "b300-sweep-base",
+                "extends": str(hang_config(tmp_path, health_timeout="6s")),
+            }
+        )
+    )
     sweep_file = tmp_path / "sweep.yaml"
-    sweep_file.write_text(yaml.safe_dump({
-        "name": "slurm-sweep", "base": str(base),
-        "matrix": {"cuda-graph-max-bs": [128, 512], "max-running-requests": [128, 256]},
-    }))  # fmt: skip
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "slurm-sweep",
+                "base": str(base),
+                "matrix": {"cuda-graph-max-bs": [128, 512], "max-running-requests": [128, 256]},
+            }
+        )
+    )
     store = Store(tmp_path / "results")
     try:
         host = load_inventory(hosts).resolve("lab-slurm")
@@ -169,8 +205,13 @@ def test_a_sweep_runs_on_slurm_and_a_hang_is_a_timeout(hosts: Path, tmp_path: Pa
     finally:
         store.close()
     assert len(runs) == 4
-    by_bs = {(r.config["service"]["flags"]["cuda-graph-max-bs"],
-              r.config["service"]["flags"]["max-running-requests"]): r for r in runs}  # fmt: skip
+    by_bs = {
+        (
+            r.config["service"]["flags"]["cuda-graph-max-bs"],
+            r.config["service"]["flags"]["max-running-requests"],
+        ): r
+        for r in runs
+    }
     for (bs, _mrr), r in by_bs.items():
         if bs == 512:  # a sweep has no target failure: a hang is its failure, as anywhere
             assert r.verdict is Verdict.FAIL, (r.verdict, r.detail)
@@ -183,8 +224,10 @@ def test_a_sweep_runs_on_slurm_and_a_hang_is_a_timeout(hosts: Path, tmp_path: Pa
 
 
 def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
-    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
-) -> None:  # fmt: skip
+    hosts: Path,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+) -> None:
     """The node is drained and goes down while jobs run (their state: NODE_FAIL), then
     comes back; those runs are `infra`, run again, and the answer is the lab's."""
     from orchestrator.campaign.bisect import Bisection
@@ -200,22 +243,28 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
             if len(started) == 3 and not downed.is_set():
                 downed.set()
                 for state in ("DRAIN", "DOWN"):
-                    slurm_cluster.client("scontrol", "update", f"NodeName={node}",
-                                         f"State={state}", "Reason=test")  # fmt: skip
+                    slurm_cluster.client(
+                        "scontrol", "update", f"NodeName={node}", f"State={state}", "Reason=test"
+                    )
                 # a node that fails takes its jobs' processes with it; the lab's node does
                 # not really fail, so the drill ends them (Slurm has forgotten them)
                 for pid in slurmlab.job_processes(slurm_cluster.conf):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                threading.Timer(2.0, lambda: slurm_cluster.client(
-                    "scontrol", "update", f"NodeName={node}", "State=RESUME")).start()
+                threading.Timer(
+                    2.0,
+                    lambda: slurm_cluster.client(
+                        "scontrol", "update", f"NodeName={node}", "State=RESUME"
+                    ),
+                ).start()
 
     store = Store(tmp_path / "results")
     try:
         pair = lab_pair(tmp_path, "b300")  # the shipped pair, settling as fast as it starts
         plan = make_plan(str(pair.good), str(pair.bad), "auto")
-        outcome = Bisection(store, plan, load_inventory(hosts).resolve("lab-slurm"),
-                            listener=listener).run()  # fmt: skip
+        outcome = Bisection(
+            store, plan, load_inventory(hosts).resolve("lab-slurm"), listener=listener
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
@@ -233,22 +282,43 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
     judged = {r.variant for r in runs if r.verdict is not Verdict.INFRA}
     assert {r.variant for r in infra} <= judged
     # and nothing of the campaign's jobs is left running on the node
-    assert wait_until(lambda: not slurmlab.job_processes(slurm_cluster.conf) or None,
-                      timeout=60, what="the jobs' processes gone") is True
+    assert (
+        wait_until(
+            lambda: not slurmlab.job_processes(slurm_cluster.conf) or None,
+            timeout=60,
+            what="the jobs' processes gone",
+        )
+        is True
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_with_jobs_pending_and_running_leaves_no_job(
-    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path, sig: signal.Signals,
-) -> None:  # fmt: skip
+    sshd: SshdEndpoint,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    sig: signal.Signals,
+) -> None:
     """Ctrl-C (SIGINT) and SIGTERM alike."""
     # gpu:8 per job and 2 at once: one job runs, the other waits for the GPUs
     hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, gres="gpu:8", max_jobs=2)
     data = yaml.safe_load(hosts.read_text())
     data["hosts"]["lab-slurm"]["env"]["ORCH_LAB_TIME_SCALE"] = "3"  # slow enough to catch
     hosts.write_text(yaml.safe_dump(data))
-    child = popen_cli("bisect", "--good", GOOD, "--bad", BAD, "--host", "lab-slurm", "--hosts",
-                      hosts, "--results", tmp_path / "results", log=tmp_path / "out.log")
+    child = popen_cli(
+        "bisect",
+        "--good",
+        GOOD,
+        "--bad",
+        BAD,
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        log=tmp_path / "out.log",
+    )
     try:
         deadline = time.monotonic() + 60
         states: set[str] = set()
@@ -267,8 +337,10 @@ def test_ctrl_c_with_jobs_pending_and_running_leaves_no_job(
 
 
 def test_resume_after_sigkill_cancels_the_orphaned_jobs_and_answers(
-    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
-) -> None:  # fmt: skip
+    hosts: Path,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+) -> None:
     data = yaml.safe_load(hosts.read_text())
     # slow servers (over a minute to start or crash): the dead controller's jobs are still
     # running when the resume comes, however busy the machine (they are cancelled, so the
@@ -277,8 +349,19 @@ def test_resume_after_sigkill_cancels_the_orphaned_jobs_and_answers(
     slow = tmp_path / "hosts.yaml"
     slow.write_text(yaml.safe_dump(data))
     pair = lab_pair(tmp_path, "b300")
-    args = ("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab-slurm", "--hosts",
-            slow, "--results", tmp_path / "results")  # fmt: skip
+    args = (
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        slow,
+        "--results",
+        tmp_path / "results",
+    )
     child = popen_cli(*args, log=tmp_path / "killed.log")
     try:
         deadline = time.monotonic() + 60
@@ -307,24 +390,42 @@ def test_resume_after_sigkill_cancels_the_orphaned_jobs_and_answers(
         assert "JobState=CANCELLED" in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"partition": "nope"}, "no partition 'nope' on this cluster"),
-    ({"gres": "tpu:1"}, "has no node with gres tpu:1"),
-    ({"options": ["--mem=999999"]}, "sbatch refused the job: Memory specification can not be "
-                                    "satisfied"),
-    ({"login_port": True}, "cannot reach 127.0.0.1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"partition": "nope"}, "no partition 'nope' on this cluster"),
+        ({"gres": "tpu:1"}, "has no node with gres tpu:1"),
+        (
+            {"options": ["--mem=999999"]},
+            "sbatch refused the job: Memory specification can not be satisfied",
+        ),
+        ({"login_port": True}, "cannot reach 127.0.0.1"),
+    ],
+)
 def test_bad_cluster_options_get_one_line_of_ours(
-    sshd: SshdEndpoint, slurm_cluster: SlurmCluster, tmp_path: Path, change: dict, words: str,
-) -> None:  # fmt: skip
+    sshd: SshdEndpoint,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    change: dict,
+    words: str,
+) -> None:
     slurm = {k: v for k, v in change.items() if k != "login_port"}
     hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, **slurm)
     if change.get("login_port"):  # nothing listens there: the login node is unreachable
         data = yaml.safe_load(hosts.read_text())
         data["hosts"]["lab-slurm"]["port"] = free_port()
         hosts.write_text(yaml.safe_dump(data))
-    res = cli("run", GOOD, "--host", "lab-slurm", "--hosts", hosts, "--results",
-              tmp_path / "results", timeout=120)  # fmt: skip
+    res = cli(
+        "run",
+        GOOD,
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        timeout=120,
+    )
     assert res.returncode == 3, res.stdout + res.stderr
     assert words in res.stderr, res.stderr
     assert "Traceback" not in res.stderr + res.stdout
@@ -373,28 +474,54 @@ def test_lab_up_slurm_and_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped the Slurm cluster" in down.stdout
     for pid in pids:
-        assert pid is not None and not Path(f"/proc/{pid}").exists() or \
-            subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
-                           text=True).stdout.strip().startswith("Z")  # fmt: skip
+        assert (
+            pid is not None
+            and not Path(f"/proc/{pid}").exists()
+            or subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True)
+            .stdout.strip()
+            .startswith("Z")
+        )
 
 
 def test_secrets_reach_the_server_but_not_the_script_or_the_shared_disk(
-    hosts: Path, tmp_path: Path,
-) -> None:  # fmt: skip
+    hosts: Path,
+    tmp_path: Path,
+) -> None:
     secret = "hf_" + "Z" * 32
     exp = tmp_path / "secret.yaml"
-    exp.write_text(yaml.safe_dump({
-        "name": "b300-secret", "extends": str(GOOD),
-        "service": {"env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
-                    "flags": {"api-key": "${ORCH_TEST_TOKEN}"}},
-        # the probe runs in the job's environment: it reports the token's length
-        "health": {"settle": "0.1s"},
-        "probe": {"run": "sh -c 'echo \"token length: ${#HF_TOKEN}\"'",
-                  "metric": r"token length: (\d+)", "pass_if": ">= 1"},
-    }))  # fmt: skip
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "b300-secret",
+                "extends": str(GOOD),
+                "service": {
+                    "env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
+                    "flags": {"api-key": "${ORCH_TEST_TOKEN}"},
+                },
+                # the probe runs in the job's environment: it reports the token's length
+                "health": {"settle": "0.1s"},
+                "probe": {
+                    "run": "sh -c 'echo \"token length: ${#HF_TOKEN}\"'",
+                    "metric": r"token length: (\d+)",
+                    "pass_if": ">= 1",
+                },
+            }
+        )
+    )
     results = tmp_path / "results"
-    res = cli("run", exp, "--host", "lab-slurm", "--hosts", hosts, "--results", results,
-              "--json", env={"ORCH_TEST_TOKEN": secret}, timeout=120)  # fmt: skip
+    res = cli(
+        "run",
+        exp,
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--json",
+        env={"ORCH_TEST_TOKEN": secret},
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert out["verdict"] == "pass" and out["probe_metric"] == len(secret)
@@ -426,8 +553,10 @@ def read_runs_any(results: Path) -> list:
 
 
 def test_restore_cancels_only_the_jobs_of_stopped_controllers(
-    hosts: Path, slurm_cluster: SlurmCluster, tmp_path: Path,
-) -> None:  # fmt: skip
+    hosts: Path,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+) -> None:
     import os
     import socket
 
@@ -435,9 +564,14 @@ def test_restore_cancels_only_the_jobs_of_stopped_controllers(
     jobs = {}
     for who, pid in (("dead", 2**22 + 12345), ("alive", os.getpid())):
         r = slurm_cluster.client(
-            "sbatch", "--parsable", "--job-name=orch-restore", f"--output={tmp_path}/%j.out",
+            "sbatch",
+            "--parsable",
+            "--job-name=orch-restore",
+            f"--output={tmp_path}/%j.out",
             f"--comment=orchestrator campaign=restore run=restore.1 controller={me}:{pid}:x",
-            "--wrap", "sleep 60")  # fmt: skip
+            "--wrap",
+            "sleep 60",
+        )
         assert r.returncode == 0, r.stderr
         jobs[who] = r.stdout.strip()
     try:

@@ -25,9 +25,9 @@ from tests.support.campaign_lab import REPO, lab_pair, load_host
 RELEASES = load_scenario("releases").versions
 
 
-def test_release_together_with_a_flag_by_slurm_jobs(slurm_cluster: SlurmCluster,
-                                                    sshd: SshdEndpoint,
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_release_together_with_a_flag_by_slurm_jobs(
+    slurm_cluster: SlurmCluster, sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     root = tmp_path / "builds"
     builds = {}
     for v in RELEASES:
@@ -44,8 +44,13 @@ def test_release_together_with_a_flag_by_slurm_jobs(slurm_cluster: SlurmCluster,
     plan = with_order(make_plan(pair.good, pair.bad), RELEASES[1:-1])
     store = Store(tmp_path / "results")
     try:
-        outcome = Bisection(store, plan, [load_host(hosts, "lab-slurm")],
-                            options=BisectOptions(builds=plan.order), command="test").run()
+        outcome = Bisection(
+            store,
+            plan,
+            [load_host(hosts, "lab-slurm")],
+            options=BisectOptions(builds=plan.order),
+            command="test",
+        ).run()
         runs = store.runs(outcome.campaign_id)
     finally:
         store.close()
@@ -67,4 +72,10 @@ def test_release_together_with_a_flag_by_slurm_jobs(slurm_cluster: SlurmCluster,
         nvls = "--enable-nccl-nvls" in exp.argv()
         fails = nvls and RELEASES.index(exp.build) >= first_bad
         assert r.verdict is (Verdict.FAIL if fails else Verdict.PASS), (
-            r.id, exp.build, nvls, r.verdict, r.detail, r.log_tail()[-800:])
+            r.id,
+            exp.build,
+            nvls,
+            r.verdict,
+            r.detail,
+            r.log_tail()[-800:],
+        )

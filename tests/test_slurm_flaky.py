@@ -42,10 +42,16 @@ def pair_only(tmp: Path) -> Pair:
     that still make a noise-aware search (which of the two, or both)."""
     pair = lab_pair(tmp, "flaky")
     bad = tmp / "experiments" / "flaky-bad-pair.yaml"
-    bad.write_text(yaml.safe_dump({
-        "name": "test-flaky-bad-pair", "extends": str(pair.good),
-        "service": {"flags": {"enable-dp-attention": True, "cuda-graph-max-bs": 256}},
-    }, sort_keys=False))  # fmt: skip
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "name": "test-flaky-bad-pair",
+                "extends": str(pair.good),
+                "service": {"flags": {"enable-dp-attention": True, "cuda-graph-max-bs": 256}},
+            },
+            sort_keys=False,
+        )
+    )
     return replace(pair, bad=bad)
 
 
@@ -56,39 +62,59 @@ def bad_passes_then_fails(plan: object) -> int:
     scen = sc.load("flaky")
     argv = plan.bad.argv()  # type: ignore[attr-defined]
     at = argv.index("--scenario")
-    flags = cmdline.parse_strict(argv[at + 2:], scen.known_flags)
+    flags = cmdline.parse_strict(argv[at + 2 :], scen.known_flags)
     for name in sc.LAB_ONLY_FLAGS:
         flags.pop(name, None)
     for base in range(1, 500):
-        if all(scen.select_fault(flags, {}, replayed_seed(base, k)) is None for k in (1, 2)) \
-                and scen.select_fault(flags, {}, replayed_seed(base, 3)) is not None:
+        if (
+            all(scen.select_fault(flags, {}, replayed_seed(base, k)) is None for k in (1, 2))
+            and scen.select_fault(flags, {}, replayed_seed(base, 3)) is not None
+        ):
             return base
     raise AssertionError("no sequence starts with two passes of bad")
 
 
 def average_running(runs: list, start: float, end: float) -> float:
     """Mean number of runs in progress over [start, end], from their records."""
-    busy = sum(max(0.0, min(end, r.started + r.duration) - max(start, r.started))
-               for r in runs)  # fmt: skip
+    busy = sum(max(0.0, min(end, r.started + r.duration) - max(start, r.started)) for r in runs)
     return busy / (end - start)
 
 
-def test_noise_aware_phase_keeps_max_jobs_running(slurm_cluster: SlurmCluster,
-                                                  tmp_path: Path) -> None:  # fmt: skip
+def test_noise_aware_phase_keeps_max_jobs_running(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     pair = pair_only(tmp_path)
     base = bad_passes_then_fails(make_plan(pair.good, pair.bad))
-    login = {"address": "localhost", "transport": "local",
-             "env": {**session_env(REPO), "ORCH_LAB_TIME_SCALE": TIME_SCALE,
-                     "ORCH_LAB_SEED": f"random:{base}",
-                     "ORCH_LAB_DIR": str(tmp_path / "lab-state")}}  # fmt: skip
-    entry = slurmlab.hosts_entry(login, slurm_cluster, run_dir=str(tmp_path / "jobs"),
-                                 gres=None, max_jobs=4)  # fmt: skip
+    login = {
+        "address": "localhost",
+        "transport": "local",
+        "env": {
+            **session_env(REPO),
+            "ORCH_LAB_TIME_SCALE": TIME_SCALE,
+            "ORCH_LAB_SEED": f"random:{base}",
+            "ORCH_LAB_DIR": str(tmp_path / "lab-state"),
+        },
+    }
+    entry = slurmlab.hosts_entry(
+        login, slurm_cluster, run_dir=str(tmp_path / "jobs"), gres=None, max_jobs=4
+    )
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": {"lab-slurm": entry}}, sort_keys=False))
     results = tmp_path / "results"
-    code, answer = cli_json("bisect", "--good", pair.good, "--bad", pair.bad,
-                            "--host", "lab-slurm", "--hosts", hosts, "--results", results,
-                            timeout=600)  # fmt: skip
+    code, answer = cli_json(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        timeout=600,
+    )
     assert code == 0, answer
     assert answer["status"] == "found", answer
     [cul] = answer["culprits"]
@@ -102,8 +128,10 @@ def test_noise_aware_phase_keeps_max_jobs_running(slurm_cluster: SlurmCluster,
     start = min(r.started for r in noisy)
     end = max(r.started + r.duration for r in noisy)
     mean = average_running(runs, start, end)
-    print(f"noise-aware phase: {len(noisy)} runs over {end - start:.1f} s, "
-          f"{mean:.2f} jobs running on average")  # fmt: skip
+    print(
+        f"noise-aware phase: {len(noisy)} runs over {end - start:.1f} s, "
+        f"{mean:.2f} jobs running on average"
+    )
     assert mean >= 3.0, mean
     # never more than max_jobs at once
     edges = sorted([(r.started, 1) for r in runs] + [(r.started + r.duration, -1) for r in runs])

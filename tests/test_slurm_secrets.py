@@ -28,21 +28,37 @@ ME = socket.gethostname().split(".")[0]
 
 def _secret_config(tmp_path: Path) -> Path:
     exp = tmp_path / "secret.yaml"
-    exp.write_text(yaml.safe_dump({
-        "name": "b300-secret", "extends": str(LAB / "b300" / "good.yaml"),
-        "service": {"env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
-                    "flags": {"api-key": "${ORCH_TEST_TOKEN}"}},
-    }))  # fmt: skip
+    exp.write_text(
+        yaml.safe_dump(
+            {
+                "name": "b300-secret",
+                "extends": str(LAB / "b300" / "good.yaml"),
+                "service": {
+                    "env": {"HF_TOKEN": "${ORCH_TEST_TOKEN}"},
+                    "flags": {"api-key": "${ORCH_TEST_TOKEN}"},
+                },
+            }
+        )
+    )
     return exp
 
 
-def test_a_refused_job_leaves_no_secrets_file(slurm_cluster: SlurmCluster,
-                                             tmp_path: Path) -> None:  # fmt: skip
-    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, gres=None, max_jobs=1,
-                                   options=["--mem=999999"])  # fmt: skip
-    res = cli("run", _secret_config(tmp_path), "--host", "lab-slurm", "--hosts", hosts,
-              "--results", tmp_path / "results", env={"ORCH_TEST_TOKEN": SECRET},
-              timeout=120)  # fmt: skip
+def test_a_refused_job_leaves_no_secrets_file(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    hosts = local_slurm_hosts_file(
+        slurm_cluster, tmp_path, gres=None, max_jobs=1, options=["--mem=999999"]
+    )
+    res = cli(
+        "run",
+        _secret_config(tmp_path),
+        "--host",
+        "lab-slurm",
+        "--hosts",
+        hosts,
+        "--results",
+        tmp_path / "results",
+        env={"ORCH_TEST_TOKEN": SECRET},
+        timeout=120,
+    )
     assert res.returncode == 3, res.stdout + res.stderr
     assert "sbatch refused the job" in res.stderr, res.stderr
     jobs = tmp_path / "jobs"
@@ -62,20 +78,31 @@ def _plant(jobs: Path, campaign: str, run: str, controller: str | None) -> Path:
     return f
 
 
-def test_restore_removes_the_secrets_no_job_will_read(slurm_cluster: SlurmCluster,
-                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_restore_removes_the_secrets_no_job_will_read(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, gres=None, max_jobs=1)
     jobs = tmp_path / "jobs"
     dead = f"{ME}:{2**22 + 4321}:dead"
-    gone = [_plant(jobs, "c1", "c1.1", dead),  # its controller stopped, no job queued
-            _plant(jobs, "c2", "c2.3", None)]  # an older version's file: nobody says whose
-    kept = [_plant(jobs, "c3", "c3.1", f"{ME}:{os.getpid()}:live"),  # a live controller's
-            _plant(jobs, "c4", "c4.2", dead),  # a queued job of another machine reads it
-            _plant(jobs, "c5", "c5.1", "elsewhere:77:x")]  # just written elsewhere
+    gone = [
+        _plant(jobs, "c1", "c1.1", dead),  # its controller stopped, no job queued
+        _plant(jobs, "c2", "c2.3", None),
+    ]  # an older version's file: nobody says whose
+    kept = [
+        _plant(jobs, "c3", "c3.1", f"{ME}:{os.getpid()}:live"),  # a live controller's
+        _plant(jobs, "c4", "c4.2", dead),  # a queued job of another machine reads it
+        _plant(jobs, "c5", "c5.1", "elsewhere:77:x"),
+    ]  # just written elsewhere
     r = slurm_cluster.client(
-        "sbatch", "--parsable", "--job-name=orch-c4", f"--output={tmp_path}/%j.out",
+        "sbatch",
+        "--parsable",
+        "--job-name=orch-c4",
+        f"--output={tmp_path}/%j.out",
         "--comment=orchestrator campaign=c4 run=c4.2 controller=elsewhere:12:y",
-        "--begin=now+1hour", "--wrap", "sleep 60")  # fmt: skip
+        "--begin=now+1hour",
+        "--wrap",
+        "sleep 60",
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     try:

@@ -20,14 +20,16 @@ from orchestrator.lab.slurmlab import SlurmCluster
 from tests.hosts.slurm import GOOD, hang_config, local_slurm_hosts_file
 
 
-def test_a_job_killed_by_its_time_limit_is_a_timeout(slurm_cluster: SlurmCluster,
-                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_a_job_killed_by_its_time_limit_is_a_timeout(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     # a server that hangs in CUDA-graph capture, a health deadline far beyond the job's
     # 1-minute limit: Slurm ends the job (state TIMEOUT), not the job script
     hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, time="1", gres=None, max_jobs=1)
     host = load_inventory(hosts).host("lab-slurm")
-    exp = load_experiment(hang_config(tmp_path, health_timeout="10m",
-                                      flags={"cuda-graph-max-bs": 512}))  # fmt: skip
+    exp = load_experiment(
+        hang_config(tmp_path, health_timeout="10m", flags={"cuda-graph-max-bs": 512})
+    )
     # against a bisection's target (another failure), a hang is `timeout`
     target = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
     with executor_for(host, service="b300-hang", campaign="timelimit") as ex:
@@ -43,8 +45,9 @@ def test_a_job_killed_by_its_time_limit_is_a_timeout(slurm_cluster: SlurmCluster
 
 
 def test_a_slow_start_cut_by_the_time_limit_is_a_timeout_without_a_target(
-    slurm_cluster: SlurmCluster, tmp_path: Path,
-) -> None:  # fmt: skip
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+) -> None:
     # a good config that starts slowly (the lab's startup 50 times as long), judged as
     # `run` and a bisection's endpoint judge it (no target): Slurm's time limit said
     # nothing about whether it would have started, so no hang is a finding

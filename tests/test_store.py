@@ -58,8 +58,12 @@ def test_infra_is_never_reused_from_the_cache(tmp_path: Path) -> None:
     exp = load_experiment(GOOD)
     store = Store(tmp_path / "results")
     cid = store.create_campaign(kind="bisect", key="k", command="test", spec={})
-    store.add_run(cid, variant=(), purpose="endpoint",
-                  result=Result(exp, Verdict.INFRA, detail="ssh: connection reset"))  # fmt: skip
+    store.add_run(
+        cid,
+        variant=(),
+        purpose="endpoint",
+        result=Result(exp, Verdict.INFRA, detail="ssh: connection reset"),
+    )
     assert store.cached(exp.fingerprint(), "b300") is None
     rid = store.add_run(cid, variant=(), purpose="endpoint", result=Result(exp, Verdict.PASS))
     hit = store.cached(exp.fingerprint(), "b300")
@@ -92,8 +96,9 @@ def test_run_rows_and_log_files_survive_reopening(tmp_path: Path) -> None:
     # found as the signature compares: another type of one message is one failure
     retyped = Signature(Phase.INIT, "TypeError", sig.message)
     assert [r.id for r in again.runs_with_signature(retyped)] == [rid]
-    assert again.runs_with_signature(Signature(Phase.LOAD_WEIGHTS, sig.error_class,
-                                               sig.message)) == []  # fmt: skip
+    assert (
+        again.runs_with_signature(Signature(Phase.LOAD_WEIGHTS, sig.error_class, sig.message)) == []
+    )
     assert again.runs_with_signature(Signature(Phase.INIT, sig.error_class, "other")) == []
     # no temporary file is left beside the log
     assert sorted(p.name for p in (tmp_path / "results" / "logs").iterdir()) == [f"{rid}.log"]
@@ -117,8 +122,12 @@ def test_damaged_database_is_a_clear_store_error_and_logs_stay_readable(
     assert not (results / "orchestrator.db-wal").exists()  # checkpointed at close
     data = db.read_bytes()
     assert len(data) > 3 * 4096
-    cut = {"header cut": data[:60], "first page only": data[:4096], "half": data[: len(data) // 2],
-           "overwritten": b"\x00garbage" * (len(data) // 8)}[damage]  # fmt: skip
+    cut = {
+        "header cut": data[:60],
+        "first page only": data[:4096],
+        "half": data[: len(data) // 2],
+        "overwritten": b"\x00garbage" * (len(data) // 8),
+    }[damage]
     db.write_bytes(cut)
 
     with pytest.raises(StoreError) as err:
@@ -182,8 +191,20 @@ def test_read_only_results_dir_is_refused_before_any_host_is_touched(
                 Store(results)
             assert str(err.value).startswith(f"cannot write results to {results}: ")
             assert err.value.hint and "--results DIR" in err.value.hint
-            res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                      "--hosts", hosts, "--results", results, timeout=120)  # fmt: skip
+            res = cli(
+                "bisect",
+                "--good",
+                pair.good,
+                "--bad",
+                pair.bad,
+                "--host",
+                "lab",
+                "--hosts",
+                hosts,
+                "--results",
+                results,
+                timeout=120,
+            )
             assert res.returncode == 3, res.stdout + res.stderr
             assert res.stderr.startswith(f"error: cannot write results to {results}: ")
             assert "Traceback" not in res.stderr
@@ -205,9 +226,18 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
         store = Store(results)
     # A host-trouble record of the good config exists: it must not stand in for a verdict.
     scratch = store.create_campaign(kind="run", key="scratch", command="test", spec={})
-    store.add_run(scratch, variant=(), purpose="run",
-                  result=Result(plan.good, Verdict.INFRA, host="lab", host_class=host.host_class,
-                                detail="ssh: connection reset"))  # fmt: skip
+    store.add_run(
+        scratch,
+        variant=(),
+        purpose="run",
+        result=Result(
+            plan.good,
+            Verdict.INFRA,
+            host="lab",
+            host_class=host.host_class,
+            detail="ssh: connection reset",
+        ),
+    )
 
     seen: list[tuple[int, bool]] = []
 
@@ -215,8 +245,9 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
         # Another connection, as another process would see the database.
         con = sqlite3.connect(f"file:{results / 'orchestrator.db'}?mode=ro", uri=True)
         try:
-            rows = con.execute("SELECT id, log_path FROM runs WHERE campaign != ?",
-                               (scratch,)).fetchall()  # fmt: skip
+            rows = con.execute(
+                "SELECT id, log_path FROM runs WHERE campaign != ?", (scratch,)
+            ).fetchall()
         finally:
             con.close()
         logs_ok = all(lp is None or Path(lp).is_file() for _, lp in rows)
@@ -226,8 +257,9 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
         if isinstance(event, RunStarted):
             committed_when_next_starts(event)
 
-    first = Bisection(store, plan, [host], options=BisectOptions(max_runs=3),
-                      listener=listener, command="test").run()  # fmt: skip
+    first = Bisection(
+        store, plan, [host], options=BisectOptions(max_runs=3), listener=listener, command="test"
+    ).run()
     assert first.status == "incomplete" and "--max-runs 3" in first.message
     runs1 = store.runs(first.campaign_id)
     assert len(runs1) == 3 and all(r.cached_from is None for r in runs1)
@@ -236,19 +268,20 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
     assert seen == [(0, True), (1, True), (2, True)]
 
     # A second campaign of the same pair reuses the three verdicts, then runs on.
-    second = Bisection(store, plan, [host], options=BisectOptions(max_runs=1),
-                       command="test").run()  # fmt: skip
+    second = Bisection(store, plan, [host], options=BisectOptions(max_runs=1), command="test").run()
     assert second.campaign_id != first.campaign_id
     runs2 = store.runs(second.campaign_id)
     assert [r.cached_from for r in runs2[:3]] == [r.id for r in runs1]
     assert [(r.variant, r.verdict, r.signature) for r in runs2[:3]] == [
-        (r.variant, r.verdict, r.signature) for r in runs1]  # fmt: skip
+        (r.variant, r.verdict, r.signature) for r in runs1
+    ]
     assert len(runs2) == 4 and runs2[3].cached_from is None
     assert (second.runs_reused, second.runs_executed) == (3, 1)
 
     # fresh: nothing reused
-    third = Bisection(store, plan, [host], options=BisectOptions(max_runs=1, fresh=True),
-                      command="test").run()  # fmt: skip
+    third = Bisection(
+        store, plan, [host], options=BisectOptions(max_runs=1, fresh=True), command="test"
+    ).run()
     runs3 = store.runs(third.campaign_id)
     assert [r.cached_from for r in runs3] == [None]
     assert (third.runs_reused, third.runs_executed) == (0, 1)
@@ -258,8 +291,11 @@ def test_commits_cache_fresh_and_private_modes(sshd: SshdEndpoint, tmp_path: Pat
 
     write_reports(store, first.campaign_id)
     files = [p for p in results.rglob("*") if p.is_file()]
-    assert {p.name for p in files} >= {"orchestrator.db", "orchestrator.db-wal",
-                                       "orchestrator.db-shm"}  # fmt: skip
+    assert {p.name for p in files} >= {
+        "orchestrator.db",
+        "orchestrator.db-wal",
+        "orchestrator.db-shm",
+    }
     assert any(p.suffix == ".log" for p in files) and any(p.suffix == ".html" for p in files)
     assert {str(p.relative_to(results)): oct(mode(p)) for p in files if mode(p) != 0o600} == {}
     dirs = [results, *(p for p in results.rglob("*") if p.is_dir())]
@@ -281,10 +317,15 @@ def test_a_store_opened_beside_another_keeps_the_database_locked_for_other_proce
     second = Store(tmp_path)
     wal = tmp_path / "orchestrator.db-wal"
     assert wal.exists()
-    reader = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-              "c.execute('SELECT count(*) FROM runs').fetchone(); c.close()")
-    other = subprocess.run([sys.executable, "-c", reader, str(tmp_path / "orchestrator.db")],
-                           capture_output=True, text=True)  # fmt: skip
+    reader = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "c.execute('SELECT count(*) FROM runs').fetchone(); c.close()"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", reader, str(tmp_path / "orchestrator.db")],
+        capture_output=True,
+        text=True,
+    )
     assert other.returncode == 0, other.stderr
     assert wal.exists(), "another process took the database for unused and removed its WAL"
     first.create_campaign(kind="bisect", key="k2", command="c", spec={})
@@ -315,9 +356,16 @@ def test_two_processes_creating_and_writing_one_database_at_once(tmp_path: Path)
         "[t.start() for t in ts]; [t.join() for t in ts]\n"
         "print(errors); sys.exit(1 if errors else 0)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), role], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for role in "AB"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), role],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for role in "AB"
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     store = Store(tmp_path)

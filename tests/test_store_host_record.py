@@ -16,19 +16,26 @@ REPO = Path(__file__).resolve().parents[1]
 GOOD = REPO / "experiments" / "lab" / "demo" / "good.yaml"
 
 RECORD = {
-    "manager": "systemd", "unit": "sglang-lab.service",
+    "manager": "systemd",
+    "unit": "sglang-lab.service",
     "dropin_path": "/etc/systemd/system/sglang-lab.service.d/99-orchestrator.conf",
     "exec_start": ["python3", "-m", "orchestrator.lab.server", "--port", "30000"],
-    "exec_path": "python3", "invocation": "0123456789abcdef0123456789abcdef",
+    "exec_path": "python3",
+    "invocation": "0123456789abcdef0123456789abcdef",
     "journal_command": "sudo journalctl _SYSTEMD_INVOCATION_ID=0123456789abcdef0123456789abcdef"
-                       " --no-pager",
-    "host": "lab-systemd", "ssh": "ssh -p 22 ubuntu@10.213.255.254",
-}  # fmt: skip
+    " --no-pager",
+    "host": "lab-systemd",
+    "ssh": "ssh -p 22 ubuntu@10.213.255.254",
+}
 
 
 #: a run on the systemd lab host, with the drop-in it wrote
-Result = functools.partial(run_result, host="lab-systemd", host_class="lab",
-                           rendered="[Service]\nExecStart=\nExecStart=python3\n")
+Result = functools.partial(
+    run_result,
+    host="lab-systemd",
+    host_class="lab",
+    rendered="[Service]\nExecStart=\nExecStart=python3\n",
+)
 
 
 def test_host_record_round_trips_and_older_databases_get_the_table(tmp_path: Path) -> None:
@@ -53,10 +60,16 @@ def test_host_record_round_trips_and_older_databases_get_the_table(tmp_path: Pat
     store = Store(tmp_path)
     try:
         assert store.host_record(old) is None  # an older row: nothing recorded, no error
-        new = store.add_run(cid, variant=(0,), purpose="probe",
-                            result=Result(exp, host_record=RECORD))  # fmt: skip
-        cached = store.add_run(cid, variant=(0,), purpose="probe", cached_from=new,
-                               result=Result(exp, host_record=RECORD))  # fmt: skip
+        new = store.add_run(
+            cid, variant=(0,), purpose="probe", result=Result(exp, host_record=RECORD)
+        )
+        cached = store.add_run(
+            cid,
+            variant=(0,),
+            purpose="probe",
+            cached_from=new,
+            result=Result(exp, host_record=RECORD),
+        )
         proc = store.add_run(cid, variant=(1,), purpose="probe", result=Result(exp))
         assert store.host_record(new) == RECORD
         assert store.host_record(cached) is None  # it did nothing on the host

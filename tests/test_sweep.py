@@ -45,22 +45,31 @@ UNIT = "lab-rtx6000.service"
 #: the shipped probe's tool and metric, with more tokens: the relative bar (0.95 x the
 #: reference) compares configs of equal throughput, and a short benchmark's fixed overhead
 #: on a loaded machine would be a noise of the bar's order
-PROBE = ("python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 "
-         "--random-output-len 128")  # fmt: skip
+PROBE = "python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 --random-output-len 128"
 MATRIX = {"cuda-graph-max-bs": [128, 256, 512], "mem-fraction-static": [0.85, 0.92]}
 
 
-def write_sweep(tmp: Path, *, port: int | None = None, matrix: dict | None = None,
-                repeat: int = 1, name: str = "rtx6000-cuda-graph",
-                slow_512: float | None = None) -> Path:  # fmt: skip
+def write_sweep(
+    tmp: Path,
+    *,
+    port: int | None = None,
+    matrix: dict | None = None,
+    repeat: int = 1,
+    name: str = "rtx6000-cuda-graph",
+    slow_512: float | None = None,
+) -> Path:
     """A sweep over the shipped rtx6000 perf config, on `port` (None: the config's 30000).
     `slow_512`: the server reads a copy of the rtx6000 scenario in which
     --cuda-graph-max-bs 512 costs that factor instead of 0.9, so that a relative bar of
     0.95 judges it by a margin wider than a loaded machine's noise (servers on this
     machine only: the copy lives in `tmp`)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    base: dict = {"name": "test-rtx6000-perf", "extends": str(PERF_GOOD),
-                  "probe": {"run": PROBE}, "health": SETTLE}  # fmt: skip
+    base: dict = {
+        "name": "test-rtx6000-perf",
+        "extends": str(PERF_GOOD),
+        "probe": {"run": PROBE},
+        "health": SETTLE,
+    }
     service: dict = {}
     if port is not None:
         service["flags"] = {"port": port}
@@ -85,8 +94,12 @@ def judged_by_the_bar(runs: list[RunRow], ref: RunRow) -> None:
     for r in runs:
         missed = r.probe_metric is not None and r.probe_metric < 0.95 * ref.probe_metric
         assert r.verdict is (Verdict.FAIL if missed else Verdict.PASS), (
-            r.label, r.probe_metric, str(r.signature), r.detail,
-            r.log_tail()[-1500:])
+            r.label,
+            r.probe_metric,
+            str(r.signature),
+            r.detail,
+            r.log_tail()[-1500:],
+        )
         if missed:
             assert str(r.signature) == "probe: probe_threshold: metric missed >= 0.95 * good"
 
@@ -131,13 +144,16 @@ def test_matrix_expands_over_the_base(tmp_path: Path) -> None:
     assert len({it.exp.fingerprint() for it in sweep.items}) == 6
 
 
-@pytest.mark.parametrize("body, key", [
-    ({"matrix": {"tp-size": [4, 8]}}, "base"),
-    ({"base": "base.yaml", "matrix": {"tp-size": []}}, "matrix.tp-size"),
-    ({"base": "base.yaml", "matrix": {"tp-size": [8, 8]}}, None),
-    ({"base": "base.yaml", "matrix": {}, "repeats": 2}, "repeats"),
-    ({}, None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        ({"matrix": {"tp-size": [4, 8]}}, "base"),
+        ({"base": "base.yaml", "matrix": {"tp-size": []}}, "matrix.tp-size"),
+        ({"base": "base.yaml", "matrix": {"tp-size": [8, 8]}}, None),
+        ({"base": "base.yaml", "matrix": {}, "repeats": 2}, "repeats"),
+        ({}, None),
+    ],
+)
 def test_sweep_file_errors(tmp_path: Path, body: dict, key: str | None) -> None:
     write_sweep(tmp_path)
     path = tmp_path / "bad-sweep.yaml"
@@ -162,15 +178,33 @@ def test_until_is_the_next_such_time_of_day() -> None:
 
 def test_report_of_a_list_sweep_with_a_removed_host() -> None:
     """No swept axis: no plot; runs without a verdict say so; a removed host is named."""
-    row = {"config": "other-config", "repeat": 0, "run": None, "verdict": None,
-           "signature": None, "metric": None, "duration": None}  # fmt: skip
+    row = {
+        "config": "other-config",
+        "repeat": 0,
+        "run": None,
+        "verdict": None,
+        "signature": None,
+        "metric": None,
+        "duration": None,
+    }
     camp = CampaignRow(
-        id="c0ffee", kind="sweep", key="k", created=0.0, updated=0.0, status="incomplete",
-        command="orchestrator sweep s.yaml", target=None,
-        spec={"name": "s", "sweep": "s.yaml", "hosts": ["gpu1", "gpu2"], "axes": [],
-              "items": [{"label": "other-config", "values": [], "config": {}}]},
+        id="c0ffee",
+        kind="sweep",
+        key="k",
+        created=0.0,
+        updated=0.0,
+        status="incomplete",
+        command="orchestrator sweep s.yaml",
+        target=None,
+        spec={
+            "name": "s",
+            "sweep": "s.yaml",
+            "hosts": ["gpu1", "gpu2"],
+            "axes": [],
+            "items": [{"label": "other-config", "values": [], "config": {}}],
+        },
         answer={"rows": [row], "removed_hosts": [["gpu2", "2 runs in a row failed"]]},
-    )  # fmt: skip
+    )
     assert svg_plot(camp) == ""
     md = markdown(camp)
     assert "| other-config | 1 | not run |" in md
@@ -185,20 +219,29 @@ def test_a_relative_bar_is_judged_against_a_reference_in_the_sweep(tmp_path: Pat
     ref = sweep.items[sweep.reference]
     assert ref.label == "cuda-graph-max-bs=128 mem-fraction-static=0.85"
     assert [it for it in sweep.items if sweep.needs_reference(it)] == [
-        it for it in sweep.items if it is not ref]  # fmt: skip
+        it for it in sweep.items if it is not ref
+    ]
     # the base's values are not in the matrix: the base is measured as a row of its own
     sweep = load_sweep(write_sweep(tmp_path, matrix={"cuda-graph-max-bs": [256, 512]}))
     assert [it.label for it in sweep.items] == [
-        "reference test-rtx6000-perf", "cuda-graph-max-bs=256", "cuda-graph-max-bs=512"]
+        "reference test-rtx6000-perf",
+        "cuda-graph-max-bs=256",
+        "cuda-graph-max-bs=512",
+    ]
     assert sweep.reference == 0 and sweep.items[0].values == (("cuda-graph-max-bs", 128),)
     assert [it.index for it in sweep.items] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("body, expect", [
-    ({"configs": ["base.yaml"]}, "names no config to measure as good"),
-    ({"base": "base.yaml", "matrix": {"tp-size": [4, 8]}, "reference": "gone.yaml"},
-     "config 'gone.yaml' not found"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, expect",
+    [
+        ({"configs": ["base.yaml"]}, "names no config to measure as good"),
+        (
+            {"base": "base.yaml", "matrix": {"tp-size": [4, 8]}, "reference": "gone.yaml"},
+            "config 'gone.yaml' not found",
+        ),
+    ],
+)
 def test_a_missing_reference_is_a_load_error(tmp_path: Path, body: dict, expect: str) -> None:
     write_sweep(tmp_path)  # base.yaml: the perf config, `pass_if: ">= 0.95 * good"`
     path = tmp_path / "ref-sweep.yaml"
@@ -209,13 +252,17 @@ def test_a_missing_reference_is_a_load_error(tmp_path: Path, body: dict, expect:
     assert err.value.file == str(path)
 
 
-@pytest.mark.parametrize("body, key, expect", [
-    ({"base": "gone.yaml", "matrix": {"tp-size": [4, 8]}}, "base", "'gone.yaml' not found"),
-    ({"base": ".", "matrix": {"tp-size": [4, 8]}}, "base", "'.' is a directory"),
-    ({"configs": ["base.yaml", "/dev/null"]}, "configs[1]", "is not a regular file"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, key, expect",
+    [
+        ({"base": "gone.yaml", "matrix": {"tp-size": [4, 8]}}, "base", "'gone.yaml' not found"),
+        ({"base": ".", "matrix": {"tp-size": [4, 8]}}, "base", "'.' is a directory"),
+        ({"configs": ["base.yaml", "/dev/null"]}, "configs[1]", "is not a regular file"),
+    ],
+)
 def test_a_config_the_sweep_names_that_is_no_file_names_the_sweep_and_key(
-        tmp_path: Path, body: dict, key: str, expect: str) -> None:  # fmt: skip
+    tmp_path: Path, body: dict, key: str, expect: str
+) -> None:
     write_sweep(tmp_path)
     path = tmp_path / "bad-sweep.yaml"
     path.write_text(yaml.safe_dump(body))
@@ -234,24 +281,54 @@ def test_an_absent_flag_is_labelled_absent(tmp_path: Path) -> None:
 
 
 def _camp(rows: list[dict], items: list[dict], axes: list[str]) -> CampaignRow:
-    full = [{"signature": None, "duration": 1.0, "run": f"c0ffee.{i + 1}", "repeat": 0,
-             "reused_from": None, **r} for i, r in enumerate(rows)]  # fmt: skip
-    return CampaignRow(id="c0ffee", kind="sweep", key="k", created=0.0, updated=0.0,
-                       status="done", command="orchestrator sweep s.yaml", target=None,
-                       spec={"name": "s", "sweep": "s.yaml", "hosts": ["gpu1"], "axes": axes,
-                             "items": items},
-                       answer={"rows": full, "total_executed": 7, "total_reused": 0})  # fmt: skip
+    full = [
+        {
+            "signature": None,
+            "duration": 1.0,
+            "run": f"c0ffee.{i + 1}",
+            "repeat": 0,
+            "reused_from": None,
+            **r,
+        }
+        for i, r in enumerate(rows)
+    ]
+    return CampaignRow(
+        id="c0ffee",
+        kind="sweep",
+        key="k",
+        created=0.0,
+        updated=0.0,
+        status="done",
+        command="orchestrator sweep s.yaml",
+        target=None,
+        spec={"name": "s", "sweep": "s.yaml", "hosts": ["gpu1"], "axes": axes, "items": items},
+        answer={"rows": full, "total_executed": 7, "total_reused": 0},
+    )
 
 
 def test_plot_of_a_list_sweep_marks_failed_configs_with_full_labels() -> None:
     long = "sglang-0.5.23-ep8-flashinfer-mem0.92-cuda-graph-max-bs-512-max-running-256"
     names = ["tp8", "tp8-cgmb512", long]
     items = [{"label": n, "values": [], "config": {}} for n in names]
-    camp = _camp([{"config": "tp8", "verdict": "pass", "metric": 2400.0},
-                  {"config": "tp8-cgmb512", "verdict": "fail", "metric": 2160.0,
-                   "signature": "probe: probe_threshold: metric missed >= 0.95 * good"},
-                  {"config": long, "verdict": "fail", "metric": None,
-                   "signature": "cuda_graph: AssertionError"}], items, [])  # fmt: skip
+    camp = _camp(
+        [
+            {"config": "tp8", "verdict": "pass", "metric": 2400.0},
+            {
+                "config": "tp8-cgmb512",
+                "verdict": "fail",
+                "metric": 2160.0,
+                "signature": "probe: probe_threshold: metric missed >= 0.95 * good",
+            },
+            {
+                "config": long,
+                "verdict": "fail",
+                "metric": None,
+                "signature": "cuda_graph: AssertionError",
+            },
+        ],
+        items,
+        [],
+    )
     svg = svg_plot(camp)
     assert svg, "a list sweep with a metric gets a plot"
     assert svg.count("<circle") == 1  # the one that passed
@@ -266,17 +343,26 @@ def test_plot_of_a_list_sweep_marks_failed_configs_with_full_labels() -> None:
 
 def test_plot_of_a_matrix_with_an_absent_value_and_long_series_names() -> None:
     axes = ["cuda-graph-max-bs", "moe-a2a-backend-and-a-very-long-flag-name"]
-    values = [(None, "flashinfer-with-a-long-name"), (128, "flashinfer-with-a-long-name"),
-              (None, None), (128, None)]
-    items = [{"label": f"{i}", "values": [[axes[0], a], [axes[1], b]], "config": {}}
-             for i, (a, b) in enumerate(values)]  # fmt: skip
+    values = [
+        (None, "flashinfer-with-a-long-name"),
+        (128, "flashinfer-with-a-long-name"),
+        (None, None),
+        (128, None),
+    ]
+    items = [
+        {"label": f"{i}", "values": [[axes[0], a], [axes[1], b]], "config": {}}
+        for i, (a, b) in enumerate(values)
+    ]
     rows = [{"config": f"{i}", "verdict": "pass", "metric": 2000.0 + i} for i in range(4)]
     svg = svg_plot(_camp(rows, items, axes))
     assert ">(absent)</text>" in svg and "None" not in svg
     assert svg.count("<polyline") == 2
     label = f"{axes[1]}=flashinfer-with-a-long-name"
-    [m] = [m for m in re.finditer(r"<text class=legend x='(\d+)'[^>]*>([^<]*)</text>", svg)
-           if m[2] == label]  # fmt: skip
+    [m] = [
+        m
+        for m in re.finditer(r"<text class=legend x='(\d+)'[^>]*>([^<]*)</text>", svg)
+        if m[2] == label
+    ]
     assert f"{axes[1]}=(absent)" in svg
     width = float(re.search(r"width='(\d+)'", svg)[1])  # type: ignore[index]
     assert float(m[1]) + 6.6 * len(label) <= width
@@ -293,7 +379,8 @@ def test_plot_orders_numbers_by_value_then_words_then_the_absent_flag() -> None:
 
 
 def test_resuming_a_campaign_of_the_other_kind_says_what_resumes_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = Store(tmp_path / "results")
     try:
@@ -301,8 +388,10 @@ def test_resuming_a_campaign_of_the_other_kind_says_what_resumes_it(
         sweep = store.create_campaign(kind="sweep", key="s", command="x", spec={})
     finally:
         store.close()
-    for cmd, cid, what, resume in (("sweep", bisection, "a bisection", "bisect"),
-                                   ("bisect", sweep, "a sweep", "sweep")):  # fmt: skip
+    for cmd, cid, what, resume in (
+        ("sweep", bisection, "a bisection", "bisect"),
+        ("bisect", sweep, "a sweep", "sweep"),
+    ):
         # the CLI's main() in this process: an exception it let through fails the test
         capsys.readouterr()
         code = main([cmd, "--resume", cid, "--results", str(tmp_path / "results")])
@@ -332,8 +421,7 @@ def test_sweep_table_and_report_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     path = write_sweep(tmp_path, port=port, slow_512=0.7)
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
-    res = cli("sweep", path, "--host", "lab", "--hosts", hosts, "--results", results,
-              timeout=300)  # fmt: skip
+    res = cli("sweep", path, "--host", "lab", "--hosts", hosts, "--results", results, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # sweep wording, not a bisection's
     assert re.search(r"sweep campaign \w+: 6 configs, 6 runs", res.stdout), res.stdout[:500]
@@ -377,22 +465,35 @@ def test_sweep_table_and_report_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     [slow] = [r for r in runs if r.label == "cuda-graph-max-bs=512 mem-fraction-static=0.85"]
     again = cli("rerun", slow.id, "--hosts", hosts, "--results", results, timeout=120)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert (f"judged by the recorded bar >= 0.95 * good, good = {ref.probe_metric:g} "
-            f"(run {ref.id})") in again.stdout, again.stdout  # fmt: skip
+    assert (
+        f"judged by the recorded bar >= 0.95 * good, good = {ref.probe_metric:g} (run {ref.id})"
+    ) in again.stdout, again.stdout
     assert "same verdict and signature" in again.stdout
     assert re.search(r"rerun\s+\S+ on lab: fail", again.stdout)
     # The same sweep again, as a nightly schedule would: measured afresh, not reused. With
     # --max-runs it stops with the resume command, and the same command resumes it.
-    budget = ["sweep", path, "--host", "lab", "--hosts", hosts, "--results", results,
-              "--max-runs", "2"]  # fmt: skip
+    budget = [
+        "sweep",
+        path,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--max-runs",
+        "2",
+    ]
     second = cli(*budget, timeout=300)
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-3000:]
     cids = _sweep_ids(results)
     assert len(cids) == 2 and cids[0] == cid
     new = cids[1]
     assert "--max-runs 2 reached" in second.stdout
-    assert f"resume with: orchestrator sweep --resume {new} --hosts {hosts} --results " \
-        f"{results}" in " ".join(second.stdout.split())  # fmt: skip
+    assert (
+        f"resume with: orchestrator sweep --resume {new} --hosts {hosts} --results "
+        f"{results}" in " ".join(second.stdout.split())
+    )
     assert "runs: 2 executed, 0 reused from earlier campaigns" in second.stdout
     third = cli(*budget, timeout=300)
     assert third.returncode == 1 and _sweep_ids(results) == cids, third.stdout[-3000:]
@@ -420,32 +521,51 @@ def test_sweep_table_and_report_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
 def _sweep_ids(results: Path) -> list[str]:
     store = Store(results)
     try:
-        return [c.id for c in sorted(store.campaigns(), key=lambda c: c.created)
-                if c.kind == "sweep"]  # fmt: skip
+        return [
+            c.id for c in sorted(store.campaigns(), key=lambda c: c.created) if c.kind == "sweep"
+        ]
     finally:
         store.close()
 
 
-def test_reused_rows_are_judged_by_the_sweeps_rule_over_sshd(sshd: SshdEndpoint,
-                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_reused_rows_are_judged_by_the_sweeps_rule_over_sshd(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
     """A run recorded elsewhere (a lone `run`, which has no good metric to judge its relative
     bar by, so it passed) is reused only with --reuse, marked as reused, and judged by this
     sweep's reference like the rows measured with it."""
     port = free_port()
-    path = write_sweep(tmp_path, port=port, matrix={"cuda-graph-max-bs": [128, 512]},
-                       slow_512=0.7)  # fmt: skip
+    path = write_sweep(tmp_path, port=port, matrix={"cuda-graph-max-bs": [128, 512]}, slow_512=0.7)
     slow = tmp_path / "slow.yaml"
-    slow.write_text(yaml.safe_dump({"name": "slow", "extends": "base.yaml",
-                                    "service": {"flags": {"cuda-graph-max-bs": 512}}}))
+    slow.write_text(
+        yaml.safe_dump(
+            {
+                "name": "slow",
+                "extends": "base.yaml",
+                "service": {"flags": {"cuda-graph-max-bs": 512}},
+            }
+        )
+    )
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
-    one = cli("run", slow, "--host", "lab", "--hosts", hosts, "--results", results, "--json",
-              timeout=120)  # fmt: skip
+    one = cli(
+        "run", slow, "--host", "lab", "--hosts", hosts, "--results", results, "--json", timeout=120
+    )
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     alone = json.loads(one.stdout)
     assert alone["verdict"] == "pass"  # nothing to compare its metric with
-    res = cli("sweep", path, "--host", "lab", "--hosts", hosts, "--results", results,
-              "--reuse", timeout=300)  # fmt: skip
+    res = cli(
+        "sweep",
+        path,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--reuse",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     cid, runs = sweep_runs(results)
     [ref] = [r for r in runs if r.label == "cuda-graph-max-bs=128"]
@@ -469,8 +589,7 @@ def _running_run(results: Path, port: int, n_recorded: int) -> bool:
     return len(runs) >= n_recorded and bool(lab_servers(port))
 
 
-def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint,
-                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
     port = free_port()
     path = write_sweep(tmp_path, port=port, matrix={"cuda-graph-max-bs": [128, 512]}, repeat=2)
     hosts = sshd_hosts_file(sshd, tmp_path)
@@ -478,21 +597,35 @@ def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint,
     first = ["sweep", path, "--host", "lab", "--hosts", hosts, "--results", results]
     child = popen_cli(*first, log=tmp_path / "first.log")
     try:
-        wait_until(lambda: _running_run(results, port, 1), timeout=120,
-                   what="a run recorded and the second one's server up",
-                   describe=lambda: (tmp_path / "first.log").read_text()[-2000:])  # fmt: skip
+        wait_until(
+            lambda: _running_run(results, port, 1),
+            timeout=120,
+            what="a run recorded and the second one's server up",
+            describe=lambda: (tmp_path / "first.log").read_text()[-2000:],
+        )
     finally:
         stop_child(child)  # SIGKILL: no restore, no status update, the server is left running
     cid, runs = sweep_runs(results)
     assert lab_servers(port), "the killed sweep's server should still be running"
     killed_at = len(runs)
     # 1. resume by id; kill again mid-run
-    child = popen_cli("sweep", "--resume", cid, "--hosts", hosts, "--results", results,
-                      log=tmp_path / "second.log")  # fmt: skip
+    child = popen_cli(
+        "sweep",
+        "--resume",
+        cid,
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        log=tmp_path / "second.log",
+    )
     try:
-        wait_until(lambda: _running_run(results, port, killed_at + 1), timeout=120,
-                   what="one more run recorded and the next one's server up",
-                   describe=lambda: (tmp_path / "second.log").read_text()[-2000:])  # fmt: skip
+        wait_until(
+            lambda: _running_run(results, port, killed_at + 1),
+            timeout=120,
+            what="one more run recorded and the next one's server up",
+            describe=lambda: (tmp_path / "second.log").read_text()[-2000:],
+        )
     finally:
         stop_child(child)
     _, runs = sweep_runs(results)
@@ -510,8 +643,9 @@ def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint,
     assert len(runs) == 4 and all(r.cached_from is None for r in runs)
     assert [r.seq for r in runs] == list(range(1, 5))
     assert out["executed"] == 4 - before_last
-    assert [r["run"] for r in out["rows"]] == [r.id for r in sorted(
-        runs, key=lambda r: (int(r.purpose.split("/")[1]), r.variant))]  # fmt: skip
+    assert [r["run"] for r in out["rows"]] == [
+        r.id for r in sorted(runs, key=lambda r: (int(r.purpose.split("/")[1]), r.variant))
+    ]
     for k in (0, 1):  # each repeat against its own run of the reference
         [ref] = [r for r in runs if r.variant == (0,) and r.purpose == f"sweep/{k}"]
         judged_by_the_bar([r for r in runs if r.purpose == f"sweep/{k}"], ref)
@@ -522,14 +656,15 @@ def test_sweep_survives_sigkill_and_resumes_over_sshd(sshd: SshdEndpoint,
 # ---- a pool of two systemd hosts ----------------------------------------------------------
 
 
-
 def pool_hosts_file(boxes: list[SystemdHost], tmp: Path) -> Path:
-    hosts = {f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"},
-                                           labels=["rtx6000"])
-             for i, box in enumerate(boxes)}  # fmt: skip
+    hosts = {
+        f"gpu{i + 1}": box.hosts_entry(env={"PYTHONPATH": "/opt/orchestrator"}, labels=["rtx6000"])
+        for i, box in enumerate(boxes)
+    }
     path = tmp / "hosts.yaml"
-    path.write_text(yaml.safe_dump({"hosts": hosts, "pools": {"duo": list(hosts)}},
-                                   sort_keys=False))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump({"hosts": hosts, "pools": {"duo": list(hosts)}}, sort_keys=False)
+    )
     return path
 
 
@@ -554,8 +689,18 @@ def test_sweep_on_a_pool_of_two_systemd_hosts(duo: list[SystemdHost], tmp_path: 
     path = write_sweep(tmp_path)  # both servers on port 30000, each in its own namespace
     hosts = pool_hosts_file(duo, tmp_path)
     results = tmp_path / "results"
-    res = cli("sweep", path, "--pool", "duo", "--hosts", hosts, "--results", results, "--json",
-              timeout=300)  # fmt: skip
+    res = cli(
+        "sweep",
+        path,
+        "--pool",
+        "duo",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        "--json",
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = json.loads(res.stdout)
     cid, runs = sweep_runs(results)
@@ -577,21 +722,36 @@ def test_sweep_on_a_pool_of_two_systemd_hosts(duo: list[SystemdHost], tmp_path: 
         check_restored(box)
 
 
-def test_ids_announced_on_a_pool_are_the_stored_ids(duo: list[SystemdHost],
-                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_ids_announced_on_a_pool_are_the_stored_ids(duo: list[SystemdHost], tmp_path: Path) -> None:
     """With EP8, the FlashInfer backend dies at KV-cache allocation in a second while the
     other configs start and are benchmarked: runs finish out of the order they started in,
     and each `run ID on HOST: CONFIG` line printed live names the run stored as ID."""
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump({
-        "name": "ep8", "extends": str(PERF_GOOD), "service": {"flags": {"ep-size": 8}},
-        "probe": {"run": PROBE, "pass_if": ">= 1000"}}))  # fmt: skip
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "ep8",
+                "extends": str(PERF_GOOD),
+                "service": {"flags": {"ep-size": 8}},
+                "probe": {"run": PROBE, "pass_if": ">= 1000"},
+            }
+        )
+    )
     path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump({"name": "ids", "base": "base.yaml", "matrix": {
-        "cuda-graph-max-bs": [128, 256], "moe-a2a-backend": [None, "flashinfer"]}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "ids",
+                "base": "base.yaml",
+                "matrix": {
+                    "cuda-graph-max-bs": [128, 256],
+                    "moe-a2a-backend": [None, "flashinfer"],
+                },
+            }
+        )
+    )
     hosts = pool_hosts_file(duo, tmp_path)
     results = tmp_path / "results"
-    res = cli("sweep", path, "--pool", "duo", "--hosts", hosts, "--results", results,
-              timeout=300)  # fmt: skip
+    res = cli("sweep", path, "--pool", "duo", "--hosts", hosts, "--results", results, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     announced = re.findall(r"^\s*run (\S+) on (gpu\d): (.+)$", res.stdout, re.M)
     cid, runs = sweep_runs(results)
@@ -599,10 +759,13 @@ def test_ids_announced_on_a_pool_are_the_stored_ids(duo: list[SystemdHost],
     stored = {r.id: (r.host, r.label) for r in runs}
     assert {rid: (host, label.strip()) for rid, host, label in announced} == stored
     assert [r.verdict for r in sorted(runs, key=lambda r: r.variant)] == [
-        Verdict.PASS, Verdict.FAIL] * 2  # fmt: skip
+        Verdict.PASS,
+        Verdict.FAIL,
+    ] * 2
     # and they did finish out of order (else this test proves nothing)
     by_end = sorted(runs, key=lambda r: r.started + r.duration)
     assert [r.seq for r in by_end] != sorted(r.seq for r in runs), [
-        (r.id, r.host, r.started, r.duration) for r in runs]  # fmt: skip
+        (r.id, r.host, r.started, r.duration) for r in runs
+    ]
     for box in duo:
         check_restored(box)

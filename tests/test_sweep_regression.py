@@ -27,46 +27,78 @@ from orchestrator.store.store import CampaignRow
 from tests.support.campaign_lab import LAB, SETTLE, cli, sshd_hosts_file
 from tests.test_notify_issue import Receiver
 
-PROBE = ("python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 "
-         "--random-output-len 128")  # fmt: skip
+PROBE = "python3 -m orchestrator.lab.bench --port {port} --num-prompts 40 --random-output-len 128"
 REF = "reference lab-rtx6000-perf"
 FAST = "cuda-graph-max-bs=512"
 
 
 def _night(tmp: Path, base: float, factor: float) -> None:
     scen = yaml.safe_load((LAB / "rtx6000" / "scenario.yaml").read_text())
-    scen["throughput"] = {"base": base, "factors": [{"when": {"cuda-graph-max-bs": 512},
-                                                     "multiply": factor}]}  # fmt: skip
+    scen["throughput"] = {
+        "base": base,
+        "factors": [{"when": {"cuda-graph-max-bs": 512}, "multiply": factor}],
+    }
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(scen))
 
 
 def _sweep(tmp: Path, port: int) -> Path:
-    base = {"name": "lab-rtx6000-perf", "extends": str(LAB / "rtx6000" / "perf_good.yaml"),
-            "service": {"flags": {"port": port},
-                        "exec": f"python3 -m orchestrator.lab.server --scenario "
-                                f"{tmp / 'scenario.yaml'}"},
-            "probe": {"run": PROBE, "pass_if": ">= 0.8 * good"}, "health": SETTLE}  # fmt: skip
+    base = {
+        "name": "lab-rtx6000-perf",
+        "extends": str(LAB / "rtx6000" / "perf_good.yaml"),
+        "service": {
+            "flags": {"port": port},
+            "exec": f"python3 -m orchestrator.lab.server --scenario {tmp / 'scenario.yaml'}",
+        },
+        "probe": {"run": PROBE, "pass_if": ">= 0.8 * good"},
+        "health": SETTLE,
+    }
     (tmp / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     path = tmp / "nightly.yaml"
-    path.write_text(yaml.safe_dump({"name": "nightly", "base": "base.yaml",
-                                    "matrix": {"cuda-graph-max-bs": [512]}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "nightly", "base": "base.yaml", "matrix": {"cuda-graph-max-bs": [512]}}
+        )
+    )
     return path
 
 
 def test_a_regression_is_in_the_summary_the_message_and_the_exit_code(
-    sshd: SshdEndpoint, tmp_path: Path,
-) -> None:  # fmt: skip
+    sshd: SshdEndpoint,
+    tmp_path: Path,
+) -> None:
     sweep = _sweep(tmp_path, free_port())
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
     with Receiver() as receiver:
         _night(tmp_path, 2400, 0.6)
-        first = cli("sweep", sweep, "--host", "lab", "--hosts", hosts, "--results", results,
-                    "--notify", receiver.url, timeout=300)  # fmt: skip
+        first = cli(
+            "sweep",
+            sweep,
+            "--host",
+            "lab",
+            "--hosts",
+            hosts,
+            "--results",
+            results,
+            "--notify",
+            receiver.url,
+            timeout=300,
+        )
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
         _night(tmp_path, 1200, 1.2)  # the reference halves; 512 stays at 1440 tok/s
-        second = cli("sweep", sweep, "--host", "lab", "--hosts", hosts, "--results", results,
-                     "--notify", receiver.url, timeout=300)  # fmt: skip
+        second = cli(
+            "sweep",
+            sweep,
+            "--host",
+            "lab",
+            "--hosts",
+            hosts,
+            "--results",
+            results,
+            "--notify",
+            receiver.url,
+            timeout=300,
+        )
         bodies = list(receiver.bodies)
     out = second.stdout
     assert second.returncode == EXIT_REGRESSION == 5, out[-3000:] + second.stderr[-2000:]
@@ -79,8 +111,7 @@ def test_a_regression_is_in_the_summary_the_message_and_the_exit_code(
     assert night1["regressions"] == [] and "REGRESSION" not in night1["text"]
     assert night2["status"] == "done" and "finished with a REGRESSION" in night2["text"]
     assert any(r.startswith(f"{REF}: metric") for r in night2["regressions"])
-    assert any("itself moved" in r and f"{FAST} fail -> pass" in r
-               for r in night2["regressions"])  # fmt: skip
+    assert any("itself moved" in r and f"{FAST} fail -> pass" in r for r in night2["regressions"])
     md = next((results / "reports").glob("*.md"), None)
     assert md is not None
 
@@ -88,47 +119,81 @@ def test_a_regression_is_in_the_summary_the_message_and_the_exit_code(
 # ---- the rules, in the fast tier
 
 
-def _camp(cid: str, created: float, metrics: dict[str, float], verdicts: dict[str, str],
-          ref: str | None = "ref") -> CampaignRow:  # fmt: skip
+def _camp(
+    cid: str,
+    created: float,
+    metrics: dict[str, float],
+    verdicts: dict[str, str],
+    ref: str | None = "ref",
+) -> CampaignRow:
     # a real config with the bar `>= 0.95 * good`, as the store records it
     config = load_experiment(LAB / "rtx6000" / "perf_good.yaml").to_dict()
-    items = [{"index": i, "label": name, "values": [], "config": config}
-             for i, name in enumerate(metrics)]  # fmt: skip
-    rows = [{"config": name, "repeat": 0, "verdict": verdicts[name], "metric": m,
-             "signature": None, "duration": 1.0, "run": f"{cid}.{i + 1}", "reused_from": None}
-            for i, (name, m) in enumerate(metrics.items())]  # fmt: skip
-    return CampaignRow(id=cid, kind="sweep", key="k", created=created, updated=created,
-                       status="done", command="orchestrator sweep s.yaml", target=None,
-                       spec={"name": "s", "sweep": "s.yaml", "hosts": ["gpu1"], "axes": [],
-                             "items": items},
-                       answer={"rows": rows, "reference": ref, "status": "done",
-                               "campaign": cid})  # fmt: skip
+    items = [
+        {"index": i, "label": name, "values": [], "config": config}
+        for i, name in enumerate(metrics)
+    ]
+    rows = [
+        {
+            "config": name,
+            "repeat": 0,
+            "verdict": verdicts[name],
+            "metric": m,
+            "signature": None,
+            "duration": 1.0,
+            "run": f"{cid}.{i + 1}",
+            "reused_from": None,
+        }
+        for i, (name, m) in enumerate(metrics.items())
+    ]
+    return CampaignRow(
+        id=cid,
+        kind="sweep",
+        key="k",
+        created=created,
+        updated=created,
+        status="done",
+        command="orchestrator sweep s.yaml",
+        target=None,
+        spec={"name": "s", "sweep": "s.yaml", "hosts": ["gpu1"], "axes": [], "items": items},
+        answer={"rows": rows, "reference": ref, "status": "done", "campaign": cid},
+    )
 
 
 def test_a_moved_reference_is_called_out_with_the_verdicts_it_moved() -> None:
-    before = _camp("n1", 1.0, {"ref": 1000, "a": 900, "b": 1000},
-                   {"ref": "pass", "a": "fail", "b": "pass"})  # fmt: skip
-    after = _camp("n2", 2.0, {"ref": 840, "a": 905, "b": 700},
-                  {"ref": "pass", "a": "pass", "b": "fail"})  # fmt: skip
+    before = _camp(
+        "n1", 1.0, {"ref": 1000, "a": 900, "b": 1000}, {"ref": "pass", "a": "fail", "b": "pass"}
+    )
+    after = _camp(
+        "n2", 2.0, {"ref": 840, "a": 905, "b": 700}, {"ref": "pass", "a": "pass", "b": "fail"}
+    )
     comp = compare(before, after)
     assert [c.config for c in comp.regressions] == ["ref", "b"]
     assert "ref itself moved -16.0% (1000 -> 840)" in comp.reference_moved
     assert "a fail -> pass" in comp.reference_moved  # its own metric held still
     assert "b pass -> fail" not in comp.reference_moved  # b moved by itself: a regression
     assert comp.regression_lines()[-1] == comp.reference_moved
-    still = compare(before, _camp("n3", 3.0, {"ref": 990, "a": 900, "b": 1000},
-                                  {"ref": "pass", "a": "fail", "b": "pass"}))  # fmt: skip
+    still = compare(
+        before,
+        _camp(
+            "n3", 3.0, {"ref": 990, "a": 900, "b": 1000}, {"ref": "pass", "a": "fail", "b": "pass"}
+        ),
+    )
     assert still.reference_moved == "" and still.regressions == []
-    up = compare(before, _camp("n4", 4.0, {"ref": 1200, "a": 900, "b": 1190},
-                               {"ref": "pass", "a": "fail", "b": "pass"}))  # fmt: skip
+    up = compare(
+        before,
+        _camp(
+            "n4", 4.0, {"ref": 1200, "a": 900, "b": 1190}, {"ref": "pass", "a": "fail", "b": "pass"}
+        ),
+    )
     assert "moved +20.0%" in up.reference_moved and up.regressions == []
 
 
 def test_the_message_leads_with_the_regressions() -> None:
     msg = Message("n2", "sweep", "done", regressions=("ref: metric 1000 -> 840 (-16.0%)",))
     body = msg.payload()
-    assert body["text"].startswith("orchestrator sweep n2 finished with a REGRESSION: ref: "
-                                   "metric 1000 -> 840")  # fmt: skip
+    assert body["text"].startswith(
+        "orchestrator sweep n2 finished with a REGRESSION: ref: metric 1000 -> 840"
+    )
     assert body["regressions"] == ["ref: metric 1000 -> 840 (-16.0%)"]
     assert Message("n1", "sweep", "done").payload()["regressions"] == []
 
@@ -137,8 +202,9 @@ def test_the_message_leads_with_the_regressions() -> None:
 
 
 def test_the_url_comes_from_the_environment_or_a_private_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import argparse
 
     args = argparse.Namespace(notify=None)

@@ -17,8 +17,10 @@ from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory, cleanup_st
 from orchestrator.lab.units import lab_unit
 from tests.hosts.wait import wait_until
 
-LAB_UNIT = lab_unit(exec_start="/usr/bin/python3 -m orchestrator.lab.server --scenario b300 "
-                    "--port 30000 --tp-size 8")
+LAB_UNIT = lab_unit(
+    exec_start="/usr/bin/python3 -m orchestrator.lab.server --scenario b300 "
+    "--port 30000 --tp-size 8"
+)
 
 # The b300 scenario's bad config: EP8 + NVLS dies in CUDA-graph capture.
 FAILING_DROPIN = """\
@@ -31,8 +33,7 @@ ExecStart=/usr/bin/python3 -m orchestrator.lab.server --scenario b300 --port 300
 
 def show(host: SystemdHost, unit: str, *props: str) -> dict[str, str]:
     """`systemctl show -p ...` as a dict (the real command, parsed here)."""
-    res = host.ssh_run(["systemctl", "show", unit, *(f"--property={p}" for p in props)],
-                       check=True)
+    res = host.ssh_run(["systemctl", "show", unit, *(f"--property={p}" for p in props)], check=True)
     return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
 
 
@@ -52,20 +53,23 @@ def test_boots_with_checked_host_key_and_readonly_repo(
     assert res.returncode == 0, res.stderr
     state, user = res.stdout.splitlines()[:2]
     assert state == "running" and user == "root"
-    assert 'VERSION_CODENAME=bookworm' in res.stdout
+    assert "VERSION_CODENAME=bookworm" in res.stdout
     # The address is the container's own, in its own namespace, on port 22.
     assert systemd_host.port == 22 and systemd_host.address.startswith("10.213.")
     assert systemd_host.known_hosts.read_text().split() == [
-        systemd_host.address, *systemd_host.host_key_pub.split()
+        systemd_host.address,
+        *systemd_host.host_key_pub.split(),
     ]
     # The project is there, read-only.
-    res = systemd_host.ssh_run("test -f /opt/orchestrator/orchestrator/__init__.py && "
-                               "touch /opt/orchestrator/x")
+    res = systemd_host.ssh_run(
+        "test -f /opt/orchestrator/orchestrator/__init__.py && touch /opt/orchestrator/x"
+    )
     assert res.returncode != 0 and "Read-only file system" in res.stderr
     # A host key that does not match known_hosts is refused, never added.
     kh = tmp_path / "known_hosts"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True
+    )
     kh.write_text(f"{systemd_host.address} {(tmp_path / 'k.pub').read_text()}")
     assert systemd_host.target is not None
     res = replace(systemd_host.target, known_hosts=kh).ssh_run("echo should-not-run")
@@ -81,13 +85,22 @@ def test_lab_server_as_a_systemd_unit_healthy_then_crashing(systemd_host: System
     def healthy() -> bool:
         return http_status(systemd_host, 30000) == "200"
 
-    wait_until(healthy, timeout=120, interval=0.5, what="/health 200 from the lab server",
-               describe=lambda: systemd_host.ssh_run(
-                   f"systemctl status --no-pager {unit}; journalctl -u {unit} --no-pager -n 30"
-               ).stdout)
+    wait_until(
+        healthy,
+        timeout=120,
+        interval=0.5,
+        what="/health 200 from the lab server",
+        describe=lambda: (
+            systemd_host.ssh_run(
+                f"systemctl status --no-pager {unit}; journalctl -u {unit} --no-pager -n 30"
+            ).stdout
+        ),
+    )
     state = show(systemd_host, unit, "ActiveState", "SubState", "Result", "MainPID")
     assert (state["ActiveState"], state["SubState"], state["Result"]) == (
-        "active", "running", "success"
+        "active",
+        "running",
+        "success",
     )
     assert int(state["MainPID"]) > 0
     log = systemd_host.ssh_run(["journalctl", "-u", unit, "--no-pager", "-o", "cat"]).stdout
@@ -130,11 +143,17 @@ def test_restart_container_keeps_installed_units(systemd_host: SystemdHost) -> N
         "[Install]\nWantedBy=multi-user.target\n",
     )
     systemd_host.ssh_run("systemctl enable --now tiny-http.service", check=True)
-    wait_until(lambda: http_status(systemd_host, 18080, "/") == "200", timeout=60,
-               what="the tiny http server")
+    wait_until(
+        lambda: http_status(systemd_host, 18080, "/") == "200",
+        timeout=60,
+        what="the tiny http server",
+    )
     systemd_host.restart_container()
-    wait_until(lambda: http_status(systemd_host, 18080, "/") == "200", timeout=60,
-               what="the tiny http server after the restart")
+    wait_until(
+        lambda: http_status(systemd_host, 18080, "/") == "200",
+        timeout=60,
+        what="the tiny http server after the restart",
+    )
     systemd_host.restart_container(fresh=True)
     res = systemd_host.ssh_run("systemctl cat tiny-http.service")
     assert res.returncode != 0  # a fresh boot starts from the image again
@@ -168,8 +187,10 @@ def test_leftovers_of_a_killed_session_are_cleaned(systemd_hosts: SystemdHostFac
     dead = gone.pid
     netns, veth = f"orch-{dead}-1", f"oh{dead}x1"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0",
-                    "netns", netns], check=True)
+    subprocess.run(
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns],
+        check=True,
+    )
     try:
         cleanup_stale()
         assert not Path(f"/run/netns/{netns}").exists()

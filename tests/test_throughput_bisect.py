@@ -70,9 +70,22 @@ def test_throughput_bisection_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> N
     pair = lab_pair(tmp_path, "rtx6000-perf")
     hosts = sshd_hosts_file(sshd, tmp_path)
     results = tmp_path / "results"
-    code, out = cli_json("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                         "--repeat", "2", "--hosts", hosts, "--results", results,
-                         timeout=600)  # fmt: skip
+    code, out = cli_json(
+        "bisect",
+        "--good",
+        pair.good,
+        "--bad",
+        pair.bad,
+        "--host",
+        "lab",
+        "--repeat",
+        "2",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
+        timeout=600,
+    )
     assert code == 0, out
     runs = check_throughput_answer(out, results)
     # noise: the deciding variants ran again and agreed
@@ -85,13 +98,17 @@ def test_throughput_bisection_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> N
     code, again = cli_json("rerun", bad.id, "--hosts", hosts, "--results", results, timeout=120)
     assert code == 0, again
     assert (again["bar"], again["good_metric"], again["good_run"]) == (
-        ">= 0.95 * good", good.probe_metric, good.id)  # fmt: skip
-    assert again["judged_by"] == (f"judged by the recorded bar >= 0.95 * good, good = "
-                                  f"{good.probe_metric:g} (run {good.id}), "
-                                  f"bar = {0.95 * good.probe_metric:g}")  # fmt: skip
+        ">= 0.95 * good",
+        good.probe_metric,
+        good.id,
+    )
+    assert again["judged_by"] == (
+        f"judged by the recorded bar >= 0.95 * good, good = "
+        f"{good.probe_metric:g} (run {good.id}), "
+        f"bar = {0.95 * good.probe_metric:g}"
+    )
     assert again["probe_metric"] < 0.95 * good.probe_metric
     assert again["verdict"] == "fail" and again["signature"] == TARGET and again["same"], again
-
 
 
 def test_throughput_bisection_on_a_pool_of_two_systemd_hosts(
@@ -105,8 +122,20 @@ def test_throughput_bisection_on_a_pool_of_two_systemd_hosts(
     hosts_file.write_text(yaml.safe_dump({"hosts": hosts, "pools": {"duo": list(hosts)}}))
     results = tmp_path / "results"
     good, bad = LAB / "rtx6000" / "perf_good.yaml", LAB / "rtx6000" / "perf_bad.yaml"
-    code, out = cli_json("bisect", "--good", good, "--bad", bad, "--host", "duo",
-                         "--hosts", hosts_file, "--results", results, timeout=600)  # fmt: skip
+    code, out = cli_json(
+        "bisect",
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--host",
+        "duo",
+        "--hosts",
+        hosts_file,
+        "--results",
+        results,
+        timeout=600,
+    )
     assert code == 0, out
     runs = check_throughput_answer(out, results)
     assert {r.host for r in runs} <= {"gpu1", "gpu2"}

@@ -19,7 +19,7 @@ from tests.hosts.wait import wait_gone
 # (scripts/test --fast) stays within seconds.
 pytestmark = pytest.mark.slow
 
-ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
+ODD = 'it\'s "quoted" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n'
 
 
 def local_host(**kw: object) -> Host:
@@ -102,8 +102,10 @@ def test_sudo_missing_is_a_clear_error() -> None:
         t.run("id -u", sudo=True)
 
 
-@pytest.mark.skipif(shutil.which("sudo") is None or os.geteuid() != 0,
-                    reason="needs sudo installed and root (sudo -n needs no password)")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("sudo") is None or os.geteuid() != 0,
+    reason="needs sudo installed and root (sudo -n needs no password)",
+)
 def test_sudo_wraps_the_command() -> None:
     t = LocalTransport(local_host(sudo=True))
     assert t.run("id -u", sudo=True).stdout == "0\n"

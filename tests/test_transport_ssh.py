@@ -34,7 +34,7 @@ from orchestrator.execution.transport.ssh import SSHTransport, keyscan_command
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, known_hosts_line
 from tests.hosts.wait import wait_gone
 
-ODD = "it's \"quoted\" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n"
+ODD = 'it\'s "quoted" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n'
 
 
 def host_of(ep: SshdEndpoint, **changes: object) -> Host:
@@ -57,8 +57,9 @@ def t(sshd: SshdEndpoint):
 
 def other_key(tmp_path: Path) -> str:
     key = tmp_path / f"k{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                   check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=60
+    )
     return key.with_suffix(".pub").read_text()
 
 
@@ -177,9 +178,11 @@ def test_keyscan_line_for_port_22() -> None:
 
 def test_missing_known_hosts_file_is_refused(sshd: SshdEndpoint, tmp_path: Path) -> None:
     kh = tmp_path / "absent" / "known_hosts"
-    for transport in (SSHTransport(host_of(sshd, known_hosts=str(kh))),
-                      SSHTransport(host_of(sshd, known_hosts=str(kh)), accept_new_host_key=True),
-                      SSHTransport(host_of(sshd, known_hosts=None))):  # fmt: skip
+    for transport in (
+        SSHTransport(host_of(sshd, known_hosts=str(kh))),
+        SSHTransport(host_of(sshd, known_hosts=str(kh)), accept_new_host_key=True),
+        SSHTransport(host_of(sshd, known_hosts=None)),
+    ):
         with pytest.raises(HostKeyError, match="known_hosts"):
             transport.run("true")
         assert transport.connection_count == 0
@@ -199,8 +202,7 @@ def test_changed_host_key_is_refused(sshd: SshdEndpoint, tmp_path: Path) -> None
     kh.write_text(known_hosts_line(sshd.address, sshd.port, other_key(tmp_path)))
     before = kh.read_text()
     for accept_new in (False, True):
-        with SSHTransport(host_of(sshd, known_hosts=str(kh)),
-                          accept_new_host_key=accept_new) as t:  # fmt: skip
+        with SSHTransport(host_of(sshd, known_hosts=str(kh)), accept_new_host_key=accept_new) as t:
             with pytest.raises(HostKeyError) as info:
                 t.run("echo should-not-run")
         assert "CHANGED" in str(info.value)
@@ -274,8 +276,13 @@ def test_silent_host_times_out_at_connect_timeout(tmp_path: Path) -> None:
         srv.listen(1)
         kh = tmp_path / "known_hosts"
         kh.write_text("")
-        host = Host(name="mute", address="127.0.0.1", port=srv.getsockname()[1],
-                    known_hosts=str(kh), connect_timeout=2)  # fmt: skip
+        host = Host(
+            name="mute",
+            address="127.0.0.1",
+            port=srv.getsockname()[1],
+            known_hosts=str(kh),
+            connect_timeout=2,
+        )
         start = time.monotonic()
         with pytest.raises(TransportError, match="cannot reach"):
             SSHTransport(host).run("true")
@@ -371,12 +378,14 @@ def test_reconnect_budget_then_clear_error(sshd_server: SshdServer) -> None:
 
 def _session_sshds(server: SshdServer) -> list[int]:
     """The per-connection sshd processes below the listener (not the commands they run)."""
-    out = subprocess.run(["pgrep", "-P", str(server.pid), "-x", "sshd"], capture_output=True,
-                         text=True, timeout=30).stdout  # fmt: skip
+    out = subprocess.run(
+        ["pgrep", "-P", str(server.pid), "-x", "sshd"], capture_output=True, text=True, timeout=30
+    ).stdout
     found = [int(p) for p in out.split()]
     for pid in list(found):  # privilege-separated children of each session
-        more = subprocess.run(["pgrep", "-P", str(pid), "-x", "sshd"], capture_output=True,
-                              text=True, timeout=30).stdout  # fmt: skip
+        more = subprocess.run(
+            ["pgrep", "-P", str(pid), "-x", "sshd"], capture_output=True, text=True, timeout=30
+        ).stdout
         found += [int(p) for p in more.split()]
     return found
 
@@ -456,8 +465,11 @@ def test_connection_stuck_mid_command_times_out_locally(
         freezer.start()
         start = time.monotonic()
         with pytest.raises(CommandTimeout, match="no answer from the host within 3s"):
-            t.run(f"touch {started}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do "
-                  f"sleep 0.05; i=$((i+1)); done; touch {done}; echo stuck", timeout=60)
+            t.run(
+                f"touch {started}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do "
+                f"sleep 0.05; i=$((i+1)); done; touch {done}; echo stuck",
+                timeout=60,
+            )
         assert time.monotonic() - start < 20
         assert not t.connected
         freezer.join(30)

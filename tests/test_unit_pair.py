@@ -19,8 +19,10 @@ from orchestrator.errors import ConfigError, PlanError
 
 
 def _config(path: Path, *, unit: str | None, tp: int = 8) -> Path:
-    service: dict = {"exec": "python -m sglang.launch_server",
-                     "flags": {"tp-size": tp, "port": 30000}}  # fmt: skip
+    service: dict = {
+        "exec": "python -m sglang.launch_server",
+        "flags": {"tp-size": tp, "port": 30000},
+    }
     if unit is not None:
         service["unit"] = unit
     path.write_text(yaml.safe_dump({"name": path.stem, "service": service}))

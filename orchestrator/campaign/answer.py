@@ -54,47 +54,82 @@ class CampaignAnswer:
                 cleared[self.plan.deltas[i].short()] = row.id if row else None
                 if row is not None:
                     claims[self.plan.deltas[i].short()] = self.clear_claim(i, v, row)
-            confirmed = (c.confirmed and rep is not None and c.reproduced_by == c.deltas
-                         and len(claims) == len(c.deltas))  # fmt: skip
+            confirmed = (
+                c.confirmed
+                and rep is not None
+                and c.reproduced_by == c.deltas
+                and len(claims) == len(c.deltas)
+            )
             if not confirmed:
                 unbacked.append(" + ".join(flags))
-            culprits.append(Culprit(
-                deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
-                flags=flags, indices=sorted(c.deltas), interacting=len(c.deltas) > 1,
-                reproduced_by=rep.id if rep else None, cleared_by=cleared, clearing=claims,
-                confirmed=confirmed, whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
-                repaired_with=self.moves_of(rep) if rep is not None else [],
-            ))  # fmt: skip
+            culprits.append(
+                Culprit(
+                    deltas=[self.plan.deltas[i].describe() for i in sorted(c.deltas)],
+                    flags=flags,
+                    indices=sorted(c.deltas),
+                    interacting=len(c.deltas) > 1,
+                    reproduced_by=rep.id if rep else None,
+                    cleared_by=cleared,
+                    clearing=claims,
+                    confirmed=confirmed,
+                    whats=[self.plan.deltas[i].what for i in sorted(c.deltas)],
+                    repaired_with=self.moves_of(rep) if rep is not None else [],
+                )
+            )
         # A noise-aware answer stands on its posterior (its confidence reached what was
         # asked): its evidence lines cite the runs there are, and misses are expected.
-        contradictions = self.contradictions([c.deltas for c in answer.culprits],
-                                              misses=answer.noise_aware)  # fmt: skip
-        status = Status.FOUND if (answer.culprits and answer.complete
-                             and (answer.noise_aware or not unbacked)
-                             and not contradictions) else Status.INCOMPLETE  # fmt: skip
+        contradictions = self.contradictions(
+            [c.deltas for c in answer.culprits], misses=answer.noise_aware
+        )
+        status = (
+            Status.FOUND
+            if (
+                answer.culprits
+                and answer.complete
+                and (answer.noise_aware or not unbacked)
+                and not contradictions
+            )
+            else Status.INCOMPLETE
+        )
         message = ""
         sure = answer.confidence is None or answer.confidence >= self.confidence
-        if answer.culprits and answer.noise_aware and not contradictions and (
-                status is Status.INCOMPLETE or not sure):  # fmt: skip
+        if (
+            answer.culprits
+            and answer.noise_aware
+            and not contradictions
+            and (status is Status.INCOMPLETE or not sure)
+        ):
             # a best answer that has not reached the confidence asked (its budget ended)
             status = Status.UNSURE
         elif status is Status.FOUND and not sure:
             status = Status.UNSURE
         if status is Status.UNSURE:
-            message = (f"the best answer is {answer.confidence or 0:.3f} likely to be right, "
-                       f"below the {self.confidence:g} asked"
-                       + (f" ({answer.reason})" if answer.reason else ""))  # fmt: skip
+            message = (
+                f"the best answer is {answer.confidence or 0:.3f} likely to be right, "
+                f"below the {self.confidence:g} asked"
+                + (f" ({answer.reason})" if answer.reason else "")
+            )
             for cul in culprits:  # "confirmed" only at the confidence asked
                 cul.confirmed = False
         elif status is not Status.FOUND:
             message = answer.reason or (
-                "no evidence run backs " + ", ".join(unbacked) if unbacked else
-                "the recorded runs contradict the answer (flaky?): "
-                + "; ".join(contradictions[:3]))  # fmt: skip
-        return Outcome(self.cid, status, message=message, target=self.target,
-                       culprits=culprits, findings=self.findings(), invalid=self.invalid(),
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       flaky=flaky)  # fmt: skip
+                "no evidence run backs " + ", ".join(unbacked)
+                if unbacked
+                else "the recorded runs contradict the answer (flaky?): "
+                + "; ".join(contradictions[:3])
+            )
+        return Outcome(
+            self.cid,
+            status,
+            message=message,
+            target=self.target,
+            culprits=culprits,
+            findings=self.findings(),
+            invalid=self.invalid(),
+            runs_executed=self.executed,
+            runs_reused=self.reused,
+            flaky=flaky,
+        )
 
     def incomplete(self, why: str) -> Outcome:
         verdicts = self.verdicts()
@@ -102,17 +137,32 @@ class CampaignAnswer:
         passes = [v for v, x in verdicts.items() if x is Verdict.PASS]
         smallest = min(fails, key=len) if fails else tuple(range(self.plan.n))
         largest = max(passes, key=len) if passes else ()
-        narrowed = Narrowed([self.plan.deltas[i].describe() for i in smallest],
-                            [self.plan.deltas[i].describe() for i in largest])  # fmt: skip
-        return Outcome(self.cid, Status.INCOMPLETE, message=f"stopped before an answer: {why}",
-                       target=self.target, runs_executed=self.executed, runs_reused=self.reused,
-                       narrowed=narrowed, findings=self.findings(),
-                       invalid=self.invalid())  # fmt: skip
+        narrowed = Narrowed(
+            [self.plan.deltas[i].describe() for i in smallest],
+            [self.plan.deltas[i].describe() for i in largest],
+        )
+        return Outcome(
+            self.cid,
+            Status.INCOMPLETE,
+            message=f"stopped before an answer: {why}",
+            target=self.target,
+            runs_executed=self.executed,
+            runs_reused=self.reused,
+            narrowed=narrowed,
+            findings=self.findings(),
+            invalid=self.invalid(),
+        )
 
     def at_endpoints(self, message: str) -> Outcome:
-        return Outcome(self.cid, Status.ENDPOINTS, message=message, target=self.target,
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self.findings())  # fmt: skip
+        return Outcome(
+            self.cid,
+            Status.ENDPOINTS,
+            message=message,
+            target=self.target,
+            runs_executed=self.executed,
+            runs_reused=self.reused,
+            findings=self.findings(),
+        )
 
     def findings(self) -> list[Finding]:
         by_sig: dict[Signature, Finding] = {}
@@ -130,13 +180,17 @@ class CampaignAnswer:
         # a failure needs all of its deltas: a pass of a variant that has them all shows
         # that it comes on some starts only
         for f in by_sig.values():
-            f.passed = sum(1 for r in self.rows if r.verdict is Verdict.PASS
-                           and set(f.variant) <= set(r.variant))  # fmt: skip
+            f.passed = sum(
+                1
+                for r in self.rows
+                if r.verdict is Verdict.PASS and set(f.variant) <= set(r.variant)
+            )
         return list(by_sig.values())
 
     def invalid(self) -> list[InvalidRun]:
-        return [InvalidRun(r.label, r.id, r.detail)
-                for r in self.rows if r.verdict is Verdict.INVALID]  # fmt: skip
+        return [
+            InvalidRun(r.label, r.id, r.detail) for r in self.rows if r.verdict is Verdict.INVALID
+        ]
 
     def verdicts(self) -> dict[tuple[int, ...], Verdict]:
         out: dict[tuple[int, ...], Verdict] = {}
@@ -179,8 +233,9 @@ class CampaignAnswer:
             got = self.relative(r.verdict, r.signature, self.target)
             has = any(self.plan.carries(c, r.variant) for c in sets)
             if got is Verdict.FAIL and not has:
-                out.append(f"run {r.id} ({r.label}) shows the target failure without any "
-                           "culprit set")  # fmt: skip
+                out.append(
+                    f"run {r.id} ({r.label}) shows the target failure without any culprit set"
+                )
             elif got is Verdict.PASS and has and not misses:
                 out.append(f"run {r.id} ({r.label}) passes with a culprit set in it")
         return out

@@ -94,28 +94,41 @@ class Bisection:
         self.opts = options
         self.emit = listener
         self.core = CampaignCore(
-            store, kind="bisect", key=campaign_key(
-                plan, hosts, options.strategy + ("+rehearse" if options.rehearse else ""),
-                repair=options.repair),
-            spec=lambda: self.spec().to_dict(), secrets=plan.good.secrets() | plan.bad.secrets(),
-            command=command, resume_id=resume_id, max_runs=options.max_runs,
-            deadline_s=options.deadline_s, listener=listener, executor_factory=executor_factory,
+            store,
+            kind="bisect",
+            key=campaign_key(
+                plan,
+                hosts,
+                options.strategy + ("+rehearse" if options.rehearse else ""),
+                repair=options.repair,
+            ),
+            spec=lambda: self.spec().to_dict(),
+            secrets=plan.good.secrets() | plan.bad.secrets(),
+            command=command,
+            resume_id=resume_id,
+            max_runs=options.max_runs,
+            deadline_s=options.deadline_s,
+            listener=listener,
+            executor_factory=executor_factory,
             find=not options.fresh,  # --fresh starts anew, even beside an interrupted one
-        )  # fmt: skip
+        )
         self.cid = self.core.cid
         self.resumed = self.core.resumed
         self.target: Signature | None = store.campaign(self.cid).target
         self.executed = 0
         self.good_metric: float | None = None
         self._rows_cache: list[RunRow] | None = None
-        self._ladder_cache: tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]],
-                                  list[RunRow]] | None = None  # fmt: skip
+        self._ladder_cache: (
+            tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]], list[RunRow]]
+            | None
+        ) = None
         #: verdicts from recorded runs: this campaign's, or earlier ones' (campaign/reuse.py)
         self.recorded = RecordedRuns(self, fresh=options.fresh)
         self.env_keys = plan.env_keys
         #: verdicts re-read against the target; across builds, in any startup phase
-        self._relative = functools.partial(relative, across_builds=any(
-            d.kind in ("build", "package") for d in plan.deltas))
+        self._relative = functools.partial(
+            relative, across_builds=any(d.kind in ("build", "package") for d in plan.deltas)
+        )
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
@@ -143,15 +156,28 @@ class Bisection:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
 
-    def _record(self, result: object, *, variant: tuple[int, ...], purpose: str,
-                run_id: str | None = None, cached_from: str | None = None,
-                repair: dict[str, Any] | None = None) -> RunRow:  # fmt: skip
+    def _record(
+        self,
+        result: object,
+        *,
+        variant: tuple[int, ...],
+        purpose: str,
+        run_id: str | None = None,
+        cached_from: str | None = None,
+        repair: dict[str, Any] | None = None,
+    ) -> RunRow:
         """Record a run (`CampaignCore.record`) and add it to the copy of the campaign's runs
         in its place (by seq: runs on a pool finish in any order), rather than reading them
         all again after every run. A record that raises drops the copy."""
         rows, self._rows_cache = self._rows_cache, None
-        row = self.core.record(result, variant=variant, purpose=purpose, run_id=run_id,
-                               cached_from=cached_from, repair=repair)  # fmt: skip
+        row = self.core.record(
+            result,
+            variant=variant,
+            purpose=purpose,
+            run_id=run_id,
+            cached_from=cached_from,
+            repair=repair,
+        )
         if rows is not None:
             # a new list, not the old one changed in place: `_ladders` memoizes on the
             # list's identity (copying pointers is cheap; decoding every row was not)
@@ -181,8 +207,11 @@ class Bisection:
         got = self._ladder_cache
         if got is not None and got[0][0] is key[0] and got[0][1:] == key[1:]:
             return got[1], got[2]
-        refused = frozenset((bool(r.repair.get("env")), str(r.repair.get("knob")))
-                            for r in rows if r.repair and r.verdict is Verdict.INVALID)
+        refused = frozenset(
+            (bool(r.repair.get("env")), str(r.repair.get("knob")))
+            for r in rows
+            if r.repair and r.verdict is Verdict.INVALID
+        )
         chains: list[list[RunRow]] = []
         by_last: dict[str, list[RunRow]] = {}
         for r in rows:
@@ -201,12 +230,24 @@ class Bisection:
             if len(chain) == 1 and not is_resource(chain[0].signature, self.target):
                 ladders.append((chain, Settled(0, "none")))  # the common case: no ladder
                 continue
-            rungs = [Rung(r.id, Applied.from_dict(r.repair) if r.repair else None, r.verdict,
-                          r.signature, r.detail) for r in chain]  # fmt: skip
-            state = repair_decide(rungs, self._policy(chain[0].host),
-                                  variant=self.plan.variant(frozenset(chain[0].variant)),
-                                  deltas=self.plan.deltas, refused=refused,
-                                  target=self.target)  # fmt: skip
+            rungs = [
+                Rung(
+                    r.id,
+                    Applied.from_dict(r.repair) if r.repair else None,
+                    r.verdict,
+                    r.signature,
+                    r.detail,
+                )
+                for r in chain
+            ]
+            state = repair_decide(
+                rungs,
+                self._policy(chain[0].host),
+                variant=self.plan.variant(frozenset(chain[0].variant)),
+                deltas=self.plan.deltas,
+                refused=refused,
+                target=self.target,
+            )
             ladders.append((chain, state))
             keep = state.final if isinstance(state, Settled) else -1
             hidden |= {r.id for i, r in enumerate(chain) if i != keep}
@@ -218,8 +259,10 @@ class Bisection:
         """The repair moves in force for runs on `host`: built in, then the host's habits,
         then the experiment files' (`--no-repair`: none)."""
         h = next((x for x in self.hosts if x.name == host), self.hosts[0])
-        return repair_policy([h.repair, self.real_plan.good.repair, self.real_plan.bad.repair],
-                             enabled=self.opts.repair)  # fmt: skip
+        return repair_policy(
+            [h.repair, self.real_plan.good.repair, self.real_plan.bad.repair],
+            enabled=self.opts.repair,
+        )
 
     def _pending_repair(self, v: tuple[int, ...]) -> tuple[list[RunRow], Next] | None:
         """The oldest ladder of the variant that wants a repaired start (the starts reused
@@ -246,15 +289,21 @@ class Bisection:
         for chain, _ in self._ladders()[0]:
             if any(r.id == row.id for r in chain):
                 upto = next(i for i, r in enumerate(chain) if r.id == row.id)
-                return [Applied.from_dict(r.repair).describe() for r in chain[1:upto + 1]
-                        if r.repair]  # fmt: skip
+                return [
+                    Applied.from_dict(r.repair).describe() for r in chain[1 : upto + 1] if r.repair
+                ]
         return [Applied.from_dict(row.repair).describe()]
 
     def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str:
         return f"{self._label(v)} [repair: {applied.describe()}]"
 
-    def _deliver(self, v: tuple[int, ...], row: RunRow, target: Signature | None,
-                 on_result: Callable[[tuple[int, ...], RunRow], None]) -> None:  # fmt: skip
+    def _deliver(
+        self,
+        v: tuple[int, ...],
+        row: RunRow,
+        target: Signature | None,
+        on_result: Callable[[tuple[int, ...], RunRow], None],
+    ) -> None:
         """Hand the variant's verdict on once its ladder is settled: the start that gives it
         (a repaired start refused by the server leaves the one before it)."""
         if self._pending_repair(v) is not None:
@@ -263,8 +312,7 @@ class Bisection:
             if isinstance(state, Settled) and any(r.id == row.id for r in chain):
                 final = chain[state.final]
                 if final.id != row.id:
-                    row = replace(final, verdict=relative(final.verdict, final.signature,
-                                                          target))  # fmt: skip
+                    row = replace(final, verdict=relative(final.verdict, final.signature, target))
                 break
         on_result(v, row)
 
@@ -282,18 +330,23 @@ class Bisection:
             elif got is Verdict.PASS:
                 after = "passed"
             else:
-                after = f"ended {got.value}" + (f" ({final.signature})" if final.signature
-                                               else "")  # fmt: skip
+                after = f"ended {got.value}" + (f" ({final.signature})" if final.signature else "")
             key = (first.variant, state.state, tuple(moves), after, state.why)
             if key in out:  # another start of the variant went the same way
                 out[key].count += 1
                 continue
             out[key] = RepairNote(
-                variant=self.plan.describe(frozenset(first.variant)), deltas=list(first.variant),
-                state=state.state, moves=moves, before_run=first.id,
-                before=f"failed on a resource ({first.signature})", after_run=final.id,
-                after=after, why=state.why,
-                command=shlex.join(final.argv) if final.repair else None)  # fmt: skip
+                variant=self.plan.describe(frozenset(first.variant)),
+                deltas=list(first.variant),
+                state=state.state,
+                moves=moves,
+                before_run=first.id,
+                before=f"failed on a resource ({first.signature})",
+                after_run=final.id,
+                after=after,
+                why=state.why,
+                command=shlex.join(final.argv) if final.repair else None,
+            )
         return list(out.values())
 
     def _use(self, weights: str) -> None:
@@ -306,28 +359,44 @@ class Bisection:
         return label + " [dummy weights]" if self.weights == "dummy" else label
 
     def spec(self) -> BisectSpec:
-        return BisectSpec(good=self.plan.good.to_dict(), bad=self.plan.bad.to_dict(),
-                          good_source=self.plan.good.source, bad_source=self.plan.bad.source,
-                          deltas=[d.to_dict() for d in self.plan.deltas],
-                          hosts=[h.name for h in self.hosts], options=self.opts)  # fmt: skip
+        return BisectSpec(
+            good=self.plan.good.to_dict(),
+            bad=self.plan.bad.to_dict(),
+            good_source=self.plan.good.source,
+            bad_source=self.plan.bad.source,
+            deltas=[d.to_dict() for d in self.plan.deltas],
+            hosts=[h.name for h in self.hosts],
+            options=self.opts,
+        )
 
     # ---- the campaign
     def run(self) -> Outcome:
         previous = self._rows()
         est = self.plan.estimates()
         # a rehearsal adds its starts on real weights: bad, then good + the culprit set
-        extra = timing.rehearsal_starts(self.plan.n)[0] if self.opts.rehearse and \
-            not rehearsal.refused(self.plan) else 0.0  # fmt: skip
-        self.emit(CampaignStarted(host=self.hosts[0].name, campaign_id=self.cid,
-                                  n_deltas=self.plan.n, strategy=self.opts.strategy,
-                                  expected_runs=2 + est["pair_mean"] + extra,
-                                  resumed_runs=len(previous),
-                                  deadline_s=self.opts.deadline_s,
-                                  run_time_s=self.plan.bad.run_time
-                                  or self.plan.good.run_time))  # fmt: skip
-        with self.core.guard(self._partial), \
-                self.core.pool(self.hosts, service=service_name(self.plan.good),
-                               env_keys=self.env_keys) as pool:  # fmt: skip
+        extra = (
+            timing.rehearsal_starts(self.plan.n)[0]
+            if self.opts.rehearse and not rehearsal.refused(self.plan)
+            else 0.0
+        )
+        self.emit(
+            CampaignStarted(
+                host=self.hosts[0].name,
+                campaign_id=self.cid,
+                n_deltas=self.plan.n,
+                strategy=self.opts.strategy,
+                expected_runs=2 + est["pair_mean"] + extra,
+                resumed_runs=len(previous),
+                deadline_s=self.opts.deadline_s,
+                run_time_s=self.plan.bad.run_time or self.plan.good.run_time,
+            )
+        )
+        with (
+            self.core.guard(self._partial),
+            self.core.pool(
+                self.hosts, service=service_name(self.plan.good), env_keys=self.env_keys
+            ) as pool,
+        ):
             if previous:
                 envwatch.check_hosts(self.store, self.cid, self.hosts)
             outcome = self._rehearsed(pool) if self.opts.rehearse else self._search(pool)
@@ -336,18 +405,29 @@ class Bisection:
         outcome.deltas = [d.describe() for d in self.plan.deltas]
         outcome.repairs = self._repairs()
         # a found answer is recorded as `done`, like every campaign that concluded
-        self.core.finish(outcome.status, stored_as=Status.DONE if outcome.found else None,
-                         message=outcome.message, answer=outcome.to_dict(),
-                         target=self.target)  # fmt: skip
+        self.core.finish(
+            outcome.status,
+            stored_as=Status.DONE if outcome.found else None,
+            message=outcome.message,
+            answer=outcome.to_dict(),
+            target=self.target,
+        )
         return outcome
 
     def _partial(self) -> Outcome:
         """The outcome so far, for an interrupt: what was found on the way, nothing more."""
-        return Outcome(self.cid, Status.INTERRUPTED, message="interrupted", target=self.target,
-                       runs_executed=self.executed, runs_reused=self.reused,
-                       findings=self._answer().findings(), invalid=self._answer().invalid(),
-                       deltas=[d.describe() for d in self.plan.deltas],
-                       repairs=self._repairs())  # fmt: skip
+        return Outcome(
+            self.cid,
+            Status.INTERRUPTED,
+            message="interrupted",
+            target=self.target,
+            runs_executed=self.executed,
+            runs_reused=self.reused,
+            findings=self._answer().findings(),
+            invalid=self._answer().invalid(),
+            deltas=[d.describe() for d in self.plan.deltas],
+            repairs=self._repairs(),
+        )
 
     def _search(self, pool: Pool) -> Outcome:
         stopped = self._endpoints(pool)
@@ -359,16 +439,27 @@ class Bisection:
         #    `auto` turns noise-aware by itself once the runs show flakiness.
         self.recorded.reuse_recorded(pool)
         # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
-        strategy = self.plan.wrap(flaky.strategy_for(
-            self.opts.strategy, self.opts.confidence, lambda v: self.plan.describe(frozenset(v)),
-            slots=len(pool.healthy())))  # fmt: skip
+        strategy = self.plan.wrap(
+            flaky.strategy_for(
+                self.opts.strategy,
+                self.opts.confidence,
+                lambda v: self.plan.describe(frozenset(v)),
+                slots=len(pool.healthy()),
+            )
+        )
         search = _Search(self, strategy)
         self._strategy = strategy  # what the switch's estimate simulates
         search.watch = flaky.NoiseWatch(self.emit, self.cid, estimate=self._flaky_estimate)
         search.watch.check(search.planner)
-        stop = self._drive(pool, search.wanted, search.record, target=self.target,
-                           purpose=search.purpose, speculate=search.ahead,
-                           fresh_runs=search.again)  # fmt: skip
+        stop = self._drive(
+            pool,
+            search.wanted,
+            search.record,
+            target=self.target,
+            purpose=search.purpose,
+            speculate=search.ahead,
+            fresh_runs=search.again,
+        )
         return self._searched(pool, search, stop)
 
     def _endpoints(self, pool: Pool) -> Outcome | None:
@@ -377,33 +468,48 @@ class Bisection:
         where = ", ".join(h.name for h in self.hosts)
         ends = _Endpoints(self)
         full = ends.full
-        stop = self._drive(pool, ends.wanted, ends.got, target=None,
-                           purpose=lambda v: "endpoint", fresh_runs=ends.bad_again)  # fmt: skip
+        stop = self._drive(
+            pool,
+            ends.wanted,
+            ends.got,
+            target=None,
+            purpose=lambda v: "endpoint",
+            fresh_runs=ends.bad_again,
+        )
         failed = ends.good_failed()
         if failed is not None:  # said even when a budget ran out: it is the answer
             return self._answer().at_endpoints(
                 f"the good config does not pass on {where}: {failed.verdict.value}"
                 + (f" ({failed.signature})" if failed.signature else "")
                 + f" [run {failed.id}]; nothing to bisect",
-            )  # fmt: skip
+            )
         if stop:  # --max-runs/--deadline ran out before both endpoints had a verdict
             passed = flaky.bad_starts(self._rows(), full)
-            so_far = (f"; so far the bad config passed on all {len(passed)} start(s)"
-                      if passed and full not in ends.ends else "")  # fmt: skip
-            return Outcome(self.cid, Status.INCOMPLETE,
-                           message=f"stopped before an answer: {stop}{so_far}",
-                           target=self.target, runs_executed=self.executed,
-                           runs_reused=self.reused, findings=self._answer().findings())  # fmt: skip
+            so_far = (
+                f"; so far the bad config passed on all {len(passed)} start(s)"
+                if passed and full not in ends.ends
+                else ""
+            )
+            return Outcome(
+                self.cid,
+                Status.INCOMPLETE,
+                message=f"stopped before an answer: {stop}{so_far}",
+                target=self.target,
+                runs_executed=self.executed,
+                runs_reused=self.reused,
+                findings=self._answer().findings(),
+            )
         good, bad = ends.ends[()], ends.ends[full]
         self.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self._rows(), full))
             return self._answer().at_endpoints(
                 f"the bad config does not fail on {where}: it passed on all {starts} starts "
-                f"[last run {bad.id}]; nothing to bisect" if bad.verdict is Verdict.PASS else
-                f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
+                f"[last run {bad.id}]; nothing to bisect"
+                if bad.verdict is Verdict.PASS
+                else f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
                 f"[run {bad.id}]",
-            )  # fmt: skip
+            )
         if self.target is None:
             self.target = bad.signature
             self.store.update_campaign(self.cid, target=self.target)
@@ -426,10 +532,15 @@ class Bisection:
             outcome = self._answer().conclude(best, disagree)
         rows = self._rows()
         if self.opts.strategy == "auto":
-            watch.settled(best, [(frozenset(r.variant), self._relative(r.verdict, r.signature,
-                                                                 self.target))
-                                 for r in rows if r.verdict is not Verdict.INFRA],
-                          lambda v: self.plan.describe(frozenset(v)))  # fmt: skip
+            watch.settled(
+                best,
+                [
+                    (frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
+                    for r in rows
+                    if r.verdict is not Verdict.INFRA
+                ],
+                lambda v: self.plan.describe(frozenset(v)),
+            )
         outcome.noise = watch.summary(best, rows, self.target, self._relative)
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
@@ -446,12 +557,18 @@ class Bisection:
         (`planner.noise_estimate.remaining_runs`; a fit of the bench's means when they
         point at none). The fit alone priced the search from its start, and said "about
         1 more run" where 16 came."""
-        got = [(r.variant, self._relative(r.verdict, r.signature, self.target))
-               for r in self._all_rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        got = [
+            (r.variant, self._relative(r.verdict, r.signature, self.target))
+            for r in self._all_rows()
+            if r.verdict is not Verdict.INFRA
+        ]
         strategy = getattr(self, "_strategy", None)
         if strategy is not None:
-            mine = [(frozenset(r.variant), relative(r.verdict, r.signature, self.target))
-                    for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+            mine = [
+                (frozenset(r.variant), relative(r.verdict, r.signature, self.target))
+                for r in self._rows()
+                if r.verdict is not Verdict.INFRA
+            ]
             left = remaining_runs(self.plan.n, mine, strategy, closure=self.plan.closure())
             if left is not None:
                 return len(got) + left[0], len(got)
@@ -486,24 +603,31 @@ class Bisection:
         self._use("dummy")
         # as many dummy starts as a failure of the bad config's rate needs to show once
         attempts = rehearsal.check_attempts(seen.fails if seen else 1, seen.runs if seen else 1)
-        check, stop = self._bad_until_target(pool, target=self.target,
-                                             attempts=attempts)  # fmt: skip
+        check, stop = self._bad_until_target(pool, target=self.target, attempts=attempts)
         if stop:
             self._use("real")
             return self._search(pool)
         starts = flaky.bad_starts(self._rows(), full)
-        if check is None or self._relative(check.verdict, check.signature, self.target) \
-                is not Verdict.FAIL:  # fmt: skip
+        if (
+            check is None
+            or self._relative(check.verdict, check.signature, self.target) is not Verdict.FAIL
+        ):
             shown = "; ".join(sorted({rehearsal.shown(r) for r in starts})) or "no verdict"
-            self._say(f"the target failure does not show with dummy weights ({shown} on "
-                      f"{len(starts)} start(s)); it needs the real weights: the search runs "
-                      f"on real weights", rehearsal="not reproduced",
-                      check_run=starts[-1].id if starts else None)  # fmt: skip
+            self._say(
+                f"the target failure does not show with dummy weights ({shown} on "
+                f"{len(starts)} start(s)); it needs the real weights: the search runs "
+                f"on real weights",
+                rehearsal="not reproduced",
+                check_run=starts[-1].id if starts else None,
+            )
             self._use("real")
             return self._search(pool)
-        self._say(f"the target failure shows with dummy weights too [run {check.id}]: the "
-                  "search runs on dummy weights; the answer is confirmed on real weights",
-                  rehearsal="reproduced", check_run=check.id)  # fmt: skip
+        self._say(
+            f"the target failure shows with dummy weights too [run {check.id}]: the "
+            "search runs on dummy weights; the answer is confirmed on real weights",
+            rehearsal="reproduced",
+            check_run=check.id,
+        )
         outcome = self._search(pool)
         if not outcome.found:
             return outcome
@@ -512,13 +636,20 @@ class Bisection:
         outcome.runs_executed, outcome.runs_reused = self.executed, self.reused
         if missed is None:
             self._weights_note["confirmed_by"] = confirmed
-            self._say("the answer holds on real weights: " + ", ".join(
-                f"good + {flags} fails with the target [run {rid}]"
-                for flags, rid in confirmed.items()), rehearsal="confirmed")  # fmt: skip
+            self._say(
+                "the answer holds on real weights: "
+                + ", ".join(
+                    f"good + {flags} fails with the target [run {rid}]"
+                    for flags, rid in confirmed.items()
+                ),
+                rehearsal="confirmed",
+            )
             return outcome
-        self._say(f"the answer found on dummy weights does not hold on real weights: "
-                  f"{missed}; the search runs on real weights",
-                  rehearsal="not confirmed")  # fmt: skip
+        self._say(
+            f"the answer found on dummy weights does not hold on real weights: "
+            f"{missed}; the search runs on real weights",
+            rehearsal="not confirmed",
+        )
         return self._search(pool)
 
     def _say(self, message: str, **note: object) -> None:
@@ -526,9 +657,13 @@ class Bisection:
         self._weights_note["note"] = message
         self.emit(Notice(host=self.hosts[0].name, message=message))
 
-    def _bad_until_target(self, pool: Pool, *, target: Signature | None,
-                          attempts: int = flaky.BAD_ATTEMPTS,
-                          ) -> tuple[RunRow | None, str | None]:  # fmt: skip
+    def _bad_until_target(
+        self,
+        pool: Pool,
+        *,
+        target: Signature | None,
+        attempts: int = flaky.BAD_ATTEMPTS,
+    ) -> tuple[RunRow | None, str | None]:
         """Start the bad config until it fails (with `target`, when given), at most
         `attempts` starts; the failing start, else the last, and why it stopped early."""
         full = tuple(range(self.plan.n))
@@ -543,9 +678,14 @@ class Bisection:
             got = starts()
             return [] if any(map(hit, got)) or len(got) >= attempts else [full]
 
-        stop = self._drive(pool, want, lambda v, row: None, target=target,
-                           purpose=lambda v: "endpoint" if target is None else "rehearsal",
-                           fresh_runs=lambda v: bool(starts()))  # fmt: skip
+        stop = self._drive(
+            pool,
+            want,
+            lambda v, row: None,
+            target=target,
+            purpose=lambda v: "endpoint" if target is None else "rehearsal",
+            fresh_runs=lambda v: bool(starts()),
+        )
         got = starts()
         return next((r for r in got if hit(r)), got[-1] if got else None), stop
 
@@ -558,15 +698,20 @@ class Bisection:
         for c in outcome.culprits:
             v = tuple(sorted(c.indices))
             # its rate on dummy weights: every resolved run that carries the set
-            got = [self._relative(r.verdict, r.signature, self.target) for r in dummy
-                   if set(v) <= set(r.variant)]  # fmt: skip
+            got = [
+                self._relative(r.verdict, r.signature, self.target)
+                for r in dummy
+                if set(v) <= set(r.variant)
+            ]
             got = [x for x in got if x.resolved]
-            attempts = rehearsal.confirm_attempts(sum(x is Verdict.FAIL for x in got),
-                                                  len(got), rate_cap=rehearsal.CHECK_RATE)
+            attempts = rehearsal.confirm_attempts(
+                sum(x is Verdict.FAIL for x in got), len(got), rate_cap=rehearsal.CHECK_RATE
+            )
 
             def starts(v: tuple[int, ...] = v) -> list[RunRow]:
-                return [r for r in self._rows() if r.variant == v
-                        and r.verdict is not Verdict.INFRA]  # fmt: skip
+                return [
+                    r for r in self._rows() if r.variant == v and r.verdict is not Verdict.INFRA
+                ]
 
             def hit(r: RunRow) -> bool:
                 return self._relative(r.verdict, r.signature, self.target) is Verdict.FAIL
@@ -575,8 +720,14 @@ class Bisection:
                 got = starts(v)
                 return [] if any(map(hit, got)) or len(got) >= most else [v]
 
-            self._drive(pool, want, lambda v, row: None, target=self.target,
-                        purpose=lambda v: "confirm", fresh_runs=lambda v: bool(starts(v)))
+            self._drive(
+                pool,
+                want,
+                lambda v, row: None,
+                target=self.target,
+                purpose=lambda v: "confirm",
+                fresh_runs=lambda v: bool(starts(v)),
+            )
             got = starts(v)
             ok = next((r for r in got if hit(r)), None)
             flags = " + ".join(c.flags)
@@ -589,21 +740,29 @@ class Bisection:
     def _weights_summary(self) -> dict[str, object]:
         executed = [r for r in self._all_rows() if r.cached_from is None]
         out: dict[str, object] = {
-            "search": self.weights if self._weights_note.get("rehearsal") != "confirmed"
+            "search": self.weights
+            if self._weights_note.get("rehearsal") != "confirmed"
             else "dummy",
             "real_starts": sum(1 for r in executed if r.weights == "real"),
             "dummy_starts": sum(1 for r in executed if r.weights == "dummy"),
-        }  # fmt: skip
+        }
         return out | self._weights_note
 
     def _next_runs(self, strategy: StrategyFn) -> list[str]:
         """The variants a resumed search would run first (pure: the planner on the records)."""
-        evidence = [(frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
-                    for r in self._rows() if r.verdict is not Verdict.INFRA]  # fmt: skip
+        evidence = [
+            (frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
+            for r in self._rows()
+            if r.verdict is not Verdict.INFRA
+        ]
         full = frozenset(range(self.plan.n))
-        planner = Planner(self.plan.n, strategy, known={frozenset(): Verdict.PASS,
-                                                         full: Verdict.FAIL},
-                          closure=self.plan.closure(), evidence=evidence)  # fmt: skip
+        planner = Planner(
+            self.plan.n,
+            strategy,
+            known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
+            closure=self.plan.closure(),
+            evidence=evidence,
+        )
         return [self.plan.describe(v) for v in dict.fromkeys(planner.pending())]
 
     # ---- obtaining verdicts
@@ -625,8 +784,15 @@ class Bisection:
         show. A variant that wants a new start (`fresh_runs`) takes the starts earlier
         campaigns recorded of the same launch that this one has not taken yet, if any
         (`reuse`). Returns why it stopped early (a budget), or None."""
-        source = _VariantRuns(self, pool, on_result, target=target, purpose=purpose,
-                              fresh_runs=fresh_runs, reuse=reuse)  # fmt: skip
+        source = _VariantRuns(
+            self,
+            pool,
+            on_result,
+            target=target,
+            purpose=purpose,
+            fresh_runs=fresh_runs,
+            reuse=reuse,
+        )
         return Dispatch(pool, source).run(wanted, speculate)
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow:
@@ -640,9 +806,17 @@ class Bisection:
     # ---- budgets and endings
     def _answer(self) -> CampaignAnswer:
         """The answer as the runs recorded so far give it (campaign/answer.py)."""
-        return CampaignAnswer(self.cid, self.plan, self._rows(), self.target, self._relative,
-                              confidence=self.opts.confidence, executed=self.executed,
-                              reused=self.reused, moves_of=self._moves_of)  # fmt: skip
+        return CampaignAnswer(
+            self.cid,
+            self.plan,
+            self._rows(),
+            self.target,
+            self._relative,
+            confidence=self.opts.confidence,
+            executed=self.executed,
+            reused=self.reused,
+            moves_of=self._moves_of,
+        )
 
     def _budget_exhausted(self, in_flight: int = 0) -> str | None:
         """--max-runs counts this campaign's executed runs across resumes."""
@@ -652,7 +826,9 @@ class Bisection:
     def _repeat(self, pool: Pool, answer: Answer) -> list[str]:
         """Run the variants that decide the answer again; report any that disagree."""
         expected: dict[tuple[int, ...], Verdict] = {
-            (): Verdict.PASS, tuple(range(self.plan.n)): Verdict.FAIL}
+            (): Verdict.PASS,
+            tuple(range(self.plan.n)): Verdict.FAIL,
+        }
         for c in answer.culprits:
             expected[tuple(sorted(c.reproduced_by))] = Verdict.FAIL
             for _, v in c.cleared_by:
@@ -660,23 +836,32 @@ class Bisection:
 
         def repeats(v: tuple[int, ...]) -> list[RunRow]:
             # (a repeat that was repaired speaks through its repaired start)
-            return [r for r in self._rows() if r.variant == v
-                    and self._first_purpose(r) == "repeat"
-                    and r.verdict is not Verdict.INFRA]  # fmt: skip
+            return [
+                r
+                for r in self._rows()
+                if r.variant == v
+                and self._first_purpose(r) == "repeat"
+                and r.verdict is not Verdict.INFRA
+            ]
 
-        self._drive(pool, lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
-                    lambda v, row: None, target=self.target, purpose=lambda v: "repeat",
-                    fresh_runs=True, reuse=False)  # fmt: skip
+        self._drive(
+            pool,
+            lambda: [v for v in expected if len(repeats(v)) < self.opts.repeat - 1],
+            lambda v, row: None,
+            target=self.target,
+            purpose=lambda v: "repeat",
+            fresh_runs=True,
+            reuse=False,
+        )
         flaky: list[str] = []
         for v, want in expected.items():
             for r in repeats(v):
                 got = self._relative(r.verdict, r.signature, self.target)
                 if (got is Verdict.FAIL) != (want is Verdict.FAIL):
-                    flaky.append(f"{r.label}: {got.value} on repeat (run {r.id}), "
-                                 f"expected {want.value}")  # fmt: skip
+                    flaky.append(
+                        f"{r.label}: {got.value} on repeat (run {r.id}), expected {want.value}"
+                    )
         return flaky
-
-
 
 
 class _Endpoints:
@@ -691,9 +876,12 @@ class _Endpoints:
         # (3 in a row stop the campaign with the resume command, see _note_infra).
         # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
         # good run's metric: good runs first then, and bad's task carries its metric.
-        self.relative_bar = any(e.probe is not None and e.probe.condition is not None
-                                and e.probe.condition.relative_to_good
-                                for e in (b.plan.good, b.plan.bad))  # fmt: skip
+        self.relative_bar = any(
+            e.probe is not None
+            and e.probe.condition is not None
+            and e.probe.condition.relative_to_good
+            for e in (b.plan.good, b.plan.bad)
+        )
 
     def good_failed(self) -> RunRow | None:
         """The good config's endpoint run when it did not pass: it contradicts its role
@@ -715,17 +903,22 @@ class _Endpoints:
                 starts = flaky.bad_starts(b._rows(), full)
                 row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
                 if flaky.retry_bad(starts):
-                    b.emit(Notice(host=row.host, message=(
-                        f"the bad config passed on start {len(starts)} [run {row.id}]; "
-                        f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)")))
+                    b.emit(
+                        Notice(
+                            host=row.host,
+                            message=(
+                                f"the bad config passed on start {len(starts)} [run {row.id}]; "
+                                f"starting it again (at most {flaky.BAD_ATTEMPTS} starts)"
+                            ),
+                        )
+                    )
                     return
             self.ends[v] = row
             if v == ():
                 b.good_metric = row.probe_metric
 
     def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
-        return v == self.full and flaky.retry_bad(flaky.bad_starts(self.b._rows(),
-                                                                   self.full))  # fmt: skip
+        return v == self.full and flaky.retry_bad(flaky.bad_starts(self.b._rows(), self.full))
 
 
 class _Search:
@@ -742,11 +935,18 @@ class _Search:
 
     def new_planner(self) -> Planner:
         b = self.b
-        evidence = [(frozenset(r.variant), b._relative(r.verdict, r.signature, b.target))
-                    for r in b._rows() if r.verdict is not Verdict.INFRA]
-        return Planner(b.plan.n, self.strategy,
-                       known={frozenset(): Verdict.PASS, frozenset(self.full): Verdict.FAIL},
-                       closure=b.plan.closure(), evidence=evidence)  # fmt: skip
+        evidence = [
+            (frozenset(r.variant), b._relative(r.verdict, r.signature, b.target))
+            for r in b._rows()
+            if r.verdict is not Verdict.INFRA
+        ]
+        return Planner(
+            b.plan.n,
+            self.strategy,
+            known={frozenset(): Verdict.PASS, frozenset(self.full): Verdict.FAIL},
+            closure=b.plan.closure(),
+            evidence=evidence,
+        )
 
     def wanted(self) -> list[tuple[int, ...]]:
         planner = self.planner
@@ -760,8 +960,7 @@ class _Search:
         return [tuple(sorted(v)) for v in self.planner.lookahead(limit)]
 
     def record(self, v: tuple[int, ...], row: RunRow) -> None:
-        starts = sum(1 for r in self.b._rows() if r.variant == v and r.verdict is not
-                     Verdict.INFRA)  # fmt: skip
+        starts = sum(1 for r in self.b._rows() if r.variant == v and r.verdict is not Verdict.INFRA)
         if row.cached_from is not None and starts > 1:
             # Reused starts of a variant: all of them count (a flaky config that failed
             # 1 of 4 times is not one that failed once). The search is a function of the
@@ -781,11 +980,17 @@ class _VariantRuns:
     variants' recorded verdicts and reused starts, their repair ladders, the tasks that
     run them, and the records of the runs that end."""
 
-    def __init__(self, b: Bisection, pool: Pool,
-                 on_result: Callable[[tuple[int, ...], RunRow], None], *,
-                 target: Signature | None, purpose: Callable[[tuple[int, ...]], str],
-                 fresh_runs: bool | Callable[[tuple[int, ...]], bool],
-                 reuse: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        b: Bisection,
+        pool: Pool,
+        on_result: Callable[[tuple[int, ...], RunRow], None],
+        *,
+        target: Signature | None,
+        purpose: Callable[[tuple[int, ...]], str],
+        fresh_runs: bool | Callable[[tuple[int, ...]], bool],
+        reuse: bool,
+    ) -> None:
         self.b = b
         self.pool = pool
         self.on_result = on_result
@@ -802,9 +1007,10 @@ class _VariantRuns:
             return None
         chain, step = pending
         applied = step.applied(str(chain[-1].signature), chain[-1].id, len(chain))
-        exp = with_moves(self.b.plan.variant(frozenset(v)),
-                         [*(Applied.from_dict(r.repair) for r in chain if r.repair),
-                          applied])  # fmt: skip
+        exp = with_moves(
+            self.b.plan.variant(frozenset(v)),
+            [*(Applied.from_dict(r.repair) for r in chain if r.repair), applied],
+        )
         return chain, applied, exp
 
     def obtain(self, v: tuple[int, ...]) -> bool:
@@ -812,15 +1018,21 @@ class _VariantRuns:
         repair = self._repair(v)
         if repair is not None:  # died of a resource: started again with a move
             _, applied, exp = repair
-            hit = b.recorded.from_cache(v, exp, target, self.pool, repair=applied) \
-                if self.reuse else None  # fmt: skip
+            hit = (
+                b.recorded.from_cache(v, exp, target, self.pool, repair=applied)
+                if self.reuse
+                else None
+            )
             if hit is None:
                 return False
             b._deliver(v, hit, target, self.on_result)
             return True
         fresh = self.fresh_runs(v) if callable(self.fresh_runs) else self.fresh_runs
-        row = None if fresh and not self.reuse else b.recorded.known(v, target, self.pool,
-                                                                     again=fresh)  # fmt: skip
+        row = (
+            None
+            if fresh and not self.reuse
+            else b.recorded.known(v, target, self.pool, again=fresh)
+        )
         if row is None:
             return False
         b._deliver(v, row, target, self.on_result)
@@ -834,20 +1046,40 @@ class _VariantRuns:
         repair = self._repair(v)
         if repair is not None:
             chain, applied, exp = repair
-            b.emit(Notice(host=chain[-1].host, message=(
-                f"{b._label(v)} failed on a resource ({chain[-1].signature}) "
-                f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
-                f"(repair {len(chain)} of at most "
-                f"{b._policy(chain[-1].host).steps})")))  # fmt: skip
-            return Task(key=v, exp=exp, label=b._repaired_label(v, applied),
-                        run_id=b.store.reserve_run_id(b.cid), target=self.target,
-                        good_metric=b.good_metric, purpose="repair",
-                        precheck=b._precheck, repair=applied.to_dict())  # fmt: skip
+            b.emit(
+                Notice(
+                    host=chain[-1].host,
+                    message=(
+                        f"{b._label(v)} failed on a resource ({chain[-1].signature}) "
+                        f"[run {chain[-1].id}]; starting it again with {applied.describe()} "
+                        f"(repair {len(chain)} of at most "
+                        f"{b._policy(chain[-1].host).steps})"
+                    ),
+                )
+            )
+            return Task(
+                key=v,
+                exp=exp,
+                label=b._repaired_label(v, applied),
+                run_id=b.store.reserve_run_id(b.cid),
+                target=self.target,
+                good_metric=b.good_metric,
+                purpose="repair",
+                precheck=b._precheck,
+                repair=applied.to_dict(),
+            )
         exp = b.plan.variant(frozenset(v))
-        return Task(key=v, exp=exp, label=b._label(v),
-                    run_id=b.store.reserve_run_id(b.cid), target=self.target,
-                    good_metric=b.good_metric, purpose=self.purpose(v),
-                    precheck=b._precheck, builds=b._builds)  # fmt: skip
+        return Task(
+            key=v,
+            exp=exp,
+            label=b._label(v),
+            run_id=b.store.reserve_run_id(b.cid),
+            target=self.target,
+            good_metric=b.good_metric,
+            purpose=self.purpose(v),
+            precheck=b._precheck,
+            builds=b._builds,
+        )
 
     def blocked(self, v: tuple[int, ...]) -> bool:
         return self.b._pending_repair(v) is not None
@@ -857,22 +1089,26 @@ class _VariantRuns:
 
     def start_ahead(self, v: tuple[int, ...]) -> Task:
         b = self.b
-        return Task(key=v, exp=b.plan.variant(frozenset(v)),
-                    label=b._label(v),
-                    run_id=b.store.reserve_run_id(b.cid),
-                    target=self.target, good_metric=b.good_metric,
-                    purpose="speculative", precheck=b._precheck,
-                    builds=b._builds)  # fmt: skip
+        return Task(
+            key=v,
+            exp=b.plan.variant(frozenset(v)),
+            label=b._label(v),
+            run_id=b.store.reserve_run_id(b.cid),
+            target=self.target,
+            good_metric=b.good_metric,
+            purpose="speculative",
+            precheck=b._precheck,
+            builds=b._builds,
+        )
 
     def finished(self, task: Task, result: object) -> None:
         b = self.b
-        row = b._record(result, variant=task.key, purpose=task.purpose,
-                        run_id=task.run_id, repair=task.repair)  # fmt: skip
+        row = b._record(
+            result, variant=task.key, purpose=task.purpose, run_id=task.run_id, repair=task.repair
+        )
         b.executed += 1
         b.core.note_infra(row.verdict, row.host, row.detail, len(self.pool.healthy()))
-        b._deliver(task.key, b._relabel(row, self.target, "run"), self.target,
-                   self.on_result)  # fmt: skip
+        b._deliver(task.key, b._relabel(row, self.target, "run"), self.target, self.on_result)
 
 
-__all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome",
-           "relative"]  # fmt: skip
+__all__ = ["BisectOptions", "Bisection", "CampaignIncomplete", "Interrupted", "Outcome", "relative"]

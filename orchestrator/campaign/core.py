@@ -63,18 +63,31 @@ class CachedResult:
     inputs: LaunchInputs | None = None
 
     @classmethod
-    def from_row(cls, row: RunRow, label: str, host: Host, exp: Experiment | None = None,
-                 inputs: LaunchInputs | None = None) -> CachedResult:  # fmt: skip
+    def from_row(
+        cls,
+        row: RunRow,
+        label: str,
+        host: Host,
+        exp: Experiment | None = None,
+        inputs: LaunchInputs | None = None,
+    ) -> CachedResult:
         return cls(
-            experiment=exp or row.experiment(), label=label, host=host.name,
+            experiment=exp or row.experiment(),
+            label=label,
+            host=host.name,
             host_class=host.host_class,
-            verdict=row.verdict, signature=row.signature, started_at=time.time(), duration_s=0.0,
+            verdict=row.verdict,
+            signature=row.signature,
+            started_at=time.time(),
+            duration_s=0.0,
             phase_times=tuple(row.phase_times.items()),
-            last_phase=Phase(row.last_phase) if row.last_phase else None, log_tail="",
-            rendered=row.rendered, probe_metric=row.probe_metric,
+            last_phase=Phase(row.last_phase) if row.last_phase else None,
+            log_tail="",
+            rendered=row.rendered,
+            probe_metric=row.probe_metric,
             detail=f"reused from run {row.id}" + (f": {row.detail}" if row.detail else ""),
             inputs=inputs,
-        )  # fmt: skip
+        )
 
 
 class CampaignCore:
@@ -160,9 +173,14 @@ class CampaignCore:
     def pool(self, hosts: list[Host], *, service: str, env_keys: frozenset[str]) -> Pool:
         """The hosts as a pool: each host's executor opens (and restores first when a crashed
         controller left our drop-in behind) in its worker; leaving it restores every host."""
-        pool = Pool(hosts, service=service, campaign=self.cid,
-                    executor_factory=self.executor_factory, listener=self.emit,
-                    env_keys=env_keys)  # fmt: skip
+        pool = Pool(
+            hosts,
+            service=service,
+            campaign=self.cid,
+            executor_factory=self.executor_factory,
+            listener=self.emit,
+            env_keys=env_keys,
+        )
         self._restorers.append(pool)
         return pool
 
@@ -200,48 +218,85 @@ class CampaignCore:
             if isinstance(exc, LockError):
                 if exc.holder_campaign == self.cid:
                     # this campaign runs in another process: its record is that one's
-                    self.store.update_campaign(self.cid, status="running",
-                                               controller=self._previous_controller)
+                    self.store.update_campaign(
+                        self.cid, status="running", controller=self._previous_controller
+                    )
                     raise
                 self.store.update_campaign(self.cid, status=Status.REFUSED.value)
                 raise
             # host trouble is an error like any other (docs/verdicts.md): `interrupted` is
             # only what a signal (or a closed output) stopped
-            self.store.update_campaign(self.cid, status=getattr(exc, "campaign_status",
-                                                                Status.ERROR.value))  # fmt: skip
+            self.store.update_campaign(
+                self.cid, status=getattr(exc, "campaign_status", Status.ERROR.value)
+            )
             if isinstance(exc, InfraError) and not isinstance(exc, envwatch.EnvironmentChanged):
                 exc.resumable = self.ref  # the same command starts afresh after a change
             raise
 
-    def record(self, result: Any, *, variant: tuple[int, ...], purpose: str,
-               run_id: str | None = None, cached_from: str | None = None,
-               repair: dict[str, Any] | None = None) -> RunRow:  # fmt: skip
+    def record(
+        self,
+        result: Any,
+        *,
+        variant: tuple[int, ...],
+        purpose: str,
+        run_id: str | None = None,
+        cached_from: str | None = None,
+        repair: dict[str, Any] | None = None,
+    ) -> RunRow:
         """Store a run's result (an executed run: checked for a changed host environment)."""
         env_changed = None
         if cached_from is None:
             result, env_changed = envwatch.check(self.store, self.cid, result)
-        rid = self.store.add_run(self.cid, variant=variant, purpose=purpose, result=result,
-                                 run_id=run_id, cached_from=cached_from,
-                                 repair=repair)  # fmt: skip
+        rid = self.store.add_run(
+            self.cid,
+            variant=variant,
+            purpose=purpose,
+            result=result,
+            run_id=run_id,
+            cached_from=cached_from,
+            repair=repair,
+        )
         if env_changed is not None:
             raise env_changed
         return self.store.run(rid)
 
-    def recorded(self, row: RunRow, *, verdict: Verdict | None = None, purpose: str | None = None,
-                 source: str = "run", done: int) -> None:  # fmt: skip
+    def recorded(
+        self,
+        row: RunRow,
+        *,
+        verdict: Verdict | None = None,
+        purpose: str | None = None,
+        source: str = "run",
+        done: int,
+    ) -> None:
         """Tell the listener about a recorded run (`done`: judged runs so far)."""
-        self.emit(RunRecorded(host=row.host, run_id=row.id, label=row.label,
-                              purpose=purpose or row.purpose, verdict=verdict or row.verdict,
-                              signature=row.signature, source=source, duration_s=row.duration,
-                              done=done))  # fmt: skip
+        self.emit(
+            RunRecorded(
+                host=row.host,
+                run_id=row.id,
+                label=row.label,
+                purpose=purpose or row.purpose,
+                verdict=verdict or row.verdict,
+                signature=row.signature,
+                source=source,
+                duration_s=row.duration,
+                done=done,
+            )
+        )
 
-    def finish(self, status: str, *, message: str = "", stored_as: str | None = None,
-               **fields: Any) -> None:  # fmt: skip
+    def finish(
+        self, status: str, *, message: str = "", stored_as: str | None = None, **fields: Any
+    ) -> None:
         """Store how the campaign ended (`stored_as`, default `status`) and its answer, and
         tell the listener."""
         self.store.update_campaign(self.cid, status=str(stored_as or status), **fields)
         self.emit(CampaignFinished(campaign_id=self.cid, status=str(status), message=message))
 
 
-__all__ = ["MAX_INFRA_IN_A_ROW", "CachedResult", "CampaignCore", "ExecutorFactory",
-           "default_executor"]  # fmt: skip
+__all__ = [
+    "MAX_INFRA_IN_A_ROW",
+    "CachedResult",
+    "CampaignCore",
+    "ExecutorFactory",
+    "default_executor",
+]

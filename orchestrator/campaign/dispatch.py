@@ -62,8 +62,9 @@ class Dispatch:
         self.pool = pool
         self.source = source
 
-    def run(self, wanted: Callable[[], list[Any]],
-            speculate: Callable[[int], list[Any]] | None = None) -> str | None:  # fmt: skip
+    def run(
+        self, wanted: Callable[[], list[Any]], speculate: Callable[[int], list[Any]] | None = None
+    ) -> str | None:
         """Drive until `wanted()` names nothing. Returns why it stopped early (a budget),
         or None."""
         pool, source = self.pool, self.source
@@ -77,8 +78,11 @@ class Dispatch:
             missing = sum(max(0, c - have[v]) for v, c in need.items())
             ahead: list[Any] = []
             spare = len(pool.idle()) - missing
-            if speculate is not None and len(pool.healthy()) > 1 and not stop and (
-                spare > 0 or any(t.purpose == "speculative" for t in in_flight.values())
+            if (
+                speculate is not None
+                and len(pool.healthy()) > 1
+                and not stop
+                and (spare > 0 or any(t.purpose == "speculative" for t in in_flight.values()))
             ):
                 running = sum(1 for t in in_flight.values() if t.purpose == "speculative")
                 ahead = speculate(max(spare, 0) + running)
@@ -128,8 +132,11 @@ class Dispatch:
                 # campaign, a missing unit): raise it, or the variant is resubmitted to the
                 # same failing host again and again.
                 if not pool.healthy() or d.host.name in {h.name for h in pool.healthy_hosts()}:
-                    raise d.error if isinstance(d.error, BaseException) else RuntimeError(
-                        "no host left in the pool")  # fmt: skip
+                    raise (
+                        d.error
+                        if isinstance(d.error, BaseException)
+                        else RuntimeError("no host left in the pool")
+                    )
                 continue  # the host left the pool; another one takes the variant
             source.finished(d.task, d.result)
         raise RuntimeError("the campaign did not converge")

@@ -28,9 +28,12 @@ class EnvironmentChanged(InfraError):
     campaign_status = "changed"
 
     def __init__(self, message: str, *, host: str, what: list[str]) -> None:
-        super().__init__(message, hint="the runs before the change are in the report; run the "
-                         "same command again for a new campaign in the new environment "
-                         "(verdicts from the old one are not reused)")  # fmt: skip
+        super().__init__(
+            message,
+            hint="the runs before the change are in the report; run the "
+            "same command again for a new campaign in the new environment "
+            "(verdicts from the old one are not reused)",
+        )
         self.host = host
         self.what = what
 
@@ -48,8 +51,14 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
         # set of packages taken from another: a run is compared with the earlier runs of
         # its own build and packages on its host
         mine = (build, dict(getattr(exp, "packages", ()) or ()))
-        first = next((r for r in store.runs(cid) if r.host == result.host and r.env_digest
-                      and _build_of(r.config) == mine), None)
+        first = next(
+            (
+                r
+                for r in store.runs(cid)
+                if r.host == result.host and r.env_digest and _build_of(r.config) == mine
+            ),
+            None,
+        )
         then = store.environment(first.env_digest) if first is not None else None
         if env is not None and then is not None and first.env_digest != env.digest():
             what = changes(then, env) or ["environment digest differs"]
@@ -79,9 +88,14 @@ def _build_of(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 def as_infra(result: Any, host: str, what: list[str]) -> Any:
     """The run, recorded as `infra`: its verdict is about another environment."""
-    return replace(result, verdict=Verdict.INFRA, signature=None,
-                   detail=f"environment of {host} changed during the campaign: "
-                   + "; ".join(what) + f" (was: {result.verdict.value})")  # fmt: skip
+    return replace(
+        result,
+        verdict=Verdict.INFRA,
+        signature=None,
+        detail=f"environment of {host} changed during the campaign: "
+        + "; ".join(what)
+        + f" (was: {result.verdict.value})",
+    )
 
 
 def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged | None]:
@@ -91,8 +105,11 @@ def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged 
         return result, None
     err = EnvironmentChanged(
         f"the environment of {result.host} changed during campaign {cid}: "
-        + "; ".join(what) + "; runs after the change are not mixed with those before",
-        host=result.host, what=what)  # fmt: skip
+        + "; ".join(what)
+        + "; runs after the change are not mixed with those before",
+        host=result.host,
+        what=what,
+    )
     return as_infra(result, result.host, what), err
 
 
@@ -112,5 +129,8 @@ def check_hosts(store: Store, cid: str, hosts: list[Any]) -> None:
         if what:
             raise EnvironmentChanged(
                 f"what {host.name} hands its servers changed since campaign {cid} ran there: "
-                + "; ".join(what) + "; its runs are not mixed with new ones",
-                host=host.name, what=what)  # fmt: skip
+                + "; ".join(what)
+                + "; its runs are not mixed with new ones",
+                host=host.name,
+                what=what,
+            )

@@ -23,12 +23,20 @@ from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.noisy import NoiseModel
 from orchestrator.store.store import RunRow
 
-__all__ = ["BAD_ATTEMPTS", "Counts", "NoiseWatch", "add_counts", "bad_starts", "counts",
-           "strategy_for"]
+__all__ = [
+    "BAD_ATTEMPTS",
+    "Counts",
+    "NoiseWatch",
+    "add_counts",
+    "bad_starts",
+    "counts",
+    "strategy_for",
+]
 
 
-def strategy_for(name: str, confidence: float, describe: Callable[[frozenset[int]], str],
-                 slots: int = 1) -> StrategyFn:  # fmt: skip
+def strategy_for(
+    name: str, confidence: float, describe: Callable[[frozenset[int]], str], slots: int = 1
+) -> StrategyFn:
     """The search a campaign runs: `auto` switches to the noise-aware search by itself,
     which keeps `slots` runs in progress (the pool's hosts, a Slurm host's max_jobs)."""
     model = NoiseModel(confidence=confidence)
@@ -46,8 +54,11 @@ def bad_starts(rows: Iterable[RunRow], full: tuple[int, ...]) -> list[RunRow]:
 
 def retry_bad(starts: list[RunRow]) -> bool:
     """True while the bad config has only passed, and fewer than BAD_ATTEMPTS times."""
-    return bool(starts) and all(r.verdict is Verdict.PASS for r in starts) and \
-        len(starts) < BAD_ATTEMPTS  # fmt: skip
+    return (
+        bool(starts)
+        and all(r.verdict is Verdict.PASS for r in starts)
+        and len(starts) < BAD_ATTEMPTS
+    )
 
 
 @dataclass(frozen=True)
@@ -61,9 +72,11 @@ class Counts:
         return f"fail {self.fails} of {self.runs}"
 
 
-def counts(rows: Iterable[RunRow], target: Signature | None,
-           relative: Callable[[Verdict, Signature | None, Signature | None], Verdict],
-           ) -> dict[tuple[int, ...], Counts]:  # fmt: skip
+def counts(
+    rows: Iterable[RunRow],
+    target: Signature | None,
+    relative: Callable[[Verdict, Signature | None, Signature | None], Verdict],
+) -> dict[tuple[int, ...], Counts]:
     """Per variant: how many of its resolved runs (pass or target failure) failed."""
     fails: dict[tuple[int, ...], int] = {}
     runs: dict[tuple[int, ...], int] = {}
@@ -76,8 +89,9 @@ def counts(rows: Iterable[RunRow], target: Signature | None,
     return {k: Counts(fails[k], n) for k, n in runs.items()}
 
 
-def add_counts(culprits: list[Culprit], answer: Answer | None,
-               by_variant: dict[tuple[int, ...], Counts]) -> None:  # fmt: skip
+def add_counts(
+    culprits: list[Culprit], answer: Answer | None, by_variant: dict[tuple[int, ...], Counts]
+) -> None:
     """Give each culprit's evidence its counts ("fail 2 of 3"): the variant that reproduced
     the failure and the variants of bad without each member."""
     if answer is None:
@@ -108,8 +122,11 @@ class NoiseWatch:
         self.switched = reason
         expected, done = self.estimate() if self.estimate is not None else (None, 0)
         self.expected_at_switch = expected
-        self.emit(SearchSwitched(campaign_id=self.campaign_id, reason=reason,
-                                 expected_runs=expected, done=done))  # fmt: skip
+        self.emit(
+            SearchSwitched(
+                campaign_id=self.campaign_id, reason=reason, expected_runs=expected, done=done
+            )
+        )
 
     def check(self, planner: Planner) -> None:
         rnd = planner.current_round
@@ -117,8 +134,12 @@ class NoiseWatch:
         if note and not self.switched:
             self._switch(note)
 
-    def settled(self, answer: Answer | None, runs: Iterable[tuple[frozenset[int], Verdict]],
-                describe: Callable[[frozenset[int]], str]) -> None:  # fmt: skip
+    def settled(
+        self,
+        answer: Answer | None,
+        runs: Iterable[tuple[frozenset[int], Verdict]],
+        describe: Callable[[frozenset[int]], str],
+    ) -> None:
         """An `auto` search that was noise-aware from its first round (the recorded runs,
         reused or resumed, already showed the flakiness) never announced the switch: say
         it now, in the words the switch uses."""
@@ -128,12 +149,20 @@ class NoiseWatch:
         if reason:
             self._switch(f"the failure is flaky: {reason}; switched to the noise-aware search")
 
-    def summary(self, answer: Answer | None, rows: list[RunRow], target: Signature | None,
-                relative: Callable[..., Verdict]) -> dict[str, Any]:  # fmt: skip
+    def summary(
+        self,
+        answer: Answer | None,
+        rows: list[RunRow],
+        target: Signature | None,
+        relative: Callable[..., Verdict],
+    ) -> dict[str, Any]:
         """The `noise` part of an outcome: the switch, the confidence, the measured rate."""
-        out: dict[str, Any] = {"switched": self.switched or None,
-                               "confidence": None, "reproduction_rate": None,
-                               "reproduction_counts": None}  # fmt: skip
+        out: dict[str, Any] = {
+            "switched": self.switched or None,
+            "confidence": None,
+            "reproduction_rate": None,
+            "reproduction_counts": None,
+        }
         if self.expected_at_switch is not None:
             out["expected_runs_at_switch"] = round(self.expected_at_switch, 1)
         if answer is None:
@@ -141,8 +170,11 @@ class NoiseWatch:
         out["confidence"] = answer.confidence
         if answer.culprits:
             term = answer.culprits[0].deltas
-            got = [relative(r.verdict, r.signature, target) for r in rows
-                   if term <= frozenset(r.variant)]  # fmt: skip
+            got = [
+                relative(r.verdict, r.signature, target)
+                for r in rows
+                if term <= frozenset(r.variant)
+            ]
             got = [v for v in got if v.resolved]
             fails = sum(v is Verdict.FAIL for v in got)
             out["reproduction_rate"] = fails / len(got) if got else None

@@ -58,8 +58,9 @@ class Plan:
         if not self.order:
             return strategy
         axis = next(i for i, d in enumerate(self.deltas[: self.n]) if d.kind == "build")
-        return Ordered(strategy, axis=axis, steps=range(self.n, len(self.deltas)),
-                       builds=self.order)  # fmt: skip
+        return Ordered(
+            strategy, axis=axis, steps=range(self.n, len(self.deltas)), builds=self.order
+        )
 
     def carries(self, culprit: frozenset[int], variant: Iterable[int]) -> bool:
         """Whether a variant holds a culprit set: its other deltas, and (on an ordered
@@ -90,8 +91,9 @@ class Plan:
     def env_keys(self) -> frozenset[str]:
         """Every environment variable either config sets or removes: a variant that does
         not set one removes it (the unit's or the host's value never stands in for it)."""
-        return frozenset((*self.good.env_map(), *self.good.unset, *self.bad.env_map(),
-                          *self.bad.unset))  # fmt: skip
+        return frozenset(
+            (*self.good.env_map(), *self.good.unset, *self.bad.env_map(), *self.bad.unset)
+        )
 
     def variant(self, indices: frozenset[int]) -> Experiment:
         """The launch of a variant, as it runs and is recorded (its removals included)."""
@@ -123,22 +125,26 @@ class Plan:
             import math
 
             extra = math.ceil(math.log2(max(len(self.order) - 1, 1))) + 1
-            base = Plan(self.good, self.bad, self.deltas[: self.n], self.strategy,
-                        self.split).estimates()  # fmt: skip
-            return {k: v + (extra if k.endswith(("_mean", "_worst")) else 0)
-                    for k, v in base.items()}
+            base = Plan(
+                self.good, self.bad, self.deltas[: self.n], self.strategy, self.split
+            ).estimates()
+            return {
+                k: v + (extra if k.endswith(("_mean", "_worst")) else 0) for k, v in base.items()
+            }
         if self.strategy in ("auto", "noisy"):  # searches that weigh every run: simulated
             from orchestrator.planner.adaptive import estimate_search
 
             return dict(estimate_search(self.strategy, self.n))  # cached: a copy
         strategy = make_strategy(self.strategy)
         est = dict(estimate_runs(strategy, self.n))
-        return est | {f"auto_{k}": v for k, v in estimate_runs(make_strategy("auto"),
-                                                                self.n).items()}  # fmt: skip
+        return est | {
+            f"auto_{k}": v for k, v in estimate_runs(make_strategy("auto"), self.n).items()
+        }
 
 
-def make_plan(good_path: str | Path, bad_path: str | Path, strategy: str = "auto", *,
-              split: bool = True) -> Plan:  # fmt: skip
+def make_plan(
+    good_path: str | Path, bad_path: str | Path, strategy: str = "auto", *, split: bool = True
+) -> Plan:
     make_strategy(strategy)  # validate the name early
     good = load_experiment(good_path)
     bad = load_experiment(bad_path)
@@ -153,24 +159,33 @@ def with_packages(plan: Plan, good: dict[str, str], bad: dict[str, str]) -> Plan
     taken from bad's build over good's. A distribution only good's build has stays (a
     variant cannot take it away)."""
     if plan.order:
-        raise UsageError("--packages and --builds cannot be given together",
-                         hint="search the builds first, then the packages of the two "
-                              "builds that differ")  # fmt: skip
+        raise UsageError(
+            "--packages and --builds cannot be given together",
+            hint="search the builds first, then the packages of the two builds that differ",
+        )
     index = next((i for i, d in enumerate(plan.deltas) if d.kind == "build"), None)
     if index is None:
-        raise UsageError("--packages opens the build delta into packages, but the two "
-                         "configs run the same build")
+        raise UsageError(
+            "--packages opens the build delta into packages, but the two configs run the same build"
+        )
     src = str(plan.bad.build)
-    changed = [Delta("package", name, good.get(name), ver, path=(src,))
-               for name, ver in sorted(bad.items(), key=lambda kv: kv[0].lower())
-               if good.get(name) != ver]  # fmt: skip
+    changed = [
+        Delta("package", name, good.get(name), ver, path=(src,))
+        for name, ver in sorted(bad.items(), key=lambda kv: kv[0].lower())
+        if good.get(name) != ver
+    ]
     if not changed:
-        raise UsageError(f"builds {plan.good.build} and {plan.bad.build} hold the same "
-                         "distributions: no package differs")
-    deltas = [*plan.deltas[:index], *changed, *plan.deltas[index + 1:]]
+        raise UsageError(
+            f"builds {plan.good.build} and {plan.bad.build} hold the same "
+            "distributions: no package differs"
+        )
+    deltas = [*plan.deltas[:index], *changed, *plan.deltas[index + 1 :]]
     # good's build throughout: a variant is good's build with some of bad's packages
-    bad = replace(apply_deltas(plan.good, deltas, name=plan.bad.name),
-                  health=plan.bad.health, probe=plan.bad.probe)  # fmt: skip
+    bad = replace(
+        apply_deltas(plan.good, deltas, name=plan.bad.name),
+        health=plan.bad.health,
+        probe=plan.bad.probe,
+    )
     return replace(plan, deltas=tuple(deltas), bad=bad)
 
 
@@ -187,8 +202,10 @@ def read_builds(text: str) -> tuple[str, ...]:
         names = [w.strip() for w in text.split(",")]
     names = [n for n in names if n]
     if not names:
-        raise UsageError(f"--builds {text!r}: no build named",
-                         hint="e.g. --builds 0.5.22,0.5.23rc1,0.5.23, or a file with one a line")
+        raise UsageError(
+            f"--builds {text!r}: no build named",
+            hint="e.g. --builds 0.5.22,0.5.23rc1,0.5.23, or a file with one a line",
+        )
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise UsageError(f"--builds: {', '.join(dup)} given twice")
@@ -203,11 +220,16 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
     g, b = plan.good.build, plan.bad.build
     if g is None or b is None or g == b:
         unset = plan.good.source or "good" if g is None else plan.bad.source or "bad"
-        raise UsageError("--builds orders the builds between good's and bad's, but "
-                         + ("the two configs run the same build" if g == b else
-                            f"'service.build' is not set in {unset}"),
-                         hint="set service.build in both configs (a path, an image or a name "
-                              "the host's builds: maps)")  # fmt: skip
+        raise UsageError(
+            "--builds orders the builds between good's and bad's, but "
+            + (
+                "the two configs run the same build"
+                if g == b
+                else f"'service.build' is not set in {unset}"
+            ),
+            hint="set service.build in both configs (a path, an image or a name "
+            "the host's builds: maps)",
+        )
     names = list(builds)
     if g not in names:
         names.insert(0, g)
@@ -215,11 +237,13 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
         names.append(b)
     i, j = names.index(g), names.index(b)
     if i > j:
-        raise UsageError(f"--builds: good's build {g} comes after bad's build {b} in the "
-                         "order", hint="list the builds from the one that works to the one "
-                         "that fails")  # fmt: skip
-    order = tuple(names[i: j + 1])
+        raise UsageError(
+            f"--builds: good's build {g} comes after bad's build {b} in the order",
+            hint="list the builds from the one that works to the one that fails",
+        )
+    order = tuple(names[i : j + 1])
     deltas = [replace(d, order=order) if d.kind == "build" else d for d in plan.deltas]
-    steps = [Delta("build", "build", order[m - 1], order[m], order=order)
-             for m in range(1, len(order))]
+    steps = [
+        Delta("build", "build", order[m - 1], order[m], order=order) for m in range(1, len(order))
+    ]
     return replace(plan, deltas=tuple(deltas + steps), order=order)

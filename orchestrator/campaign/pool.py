@@ -51,10 +51,12 @@ def refused_flags(executor: HostExecutor, exp: Experiment) -> None:
     # the build's own server is asked (its interpreter or image)
     refusal = pf.check(getattr(executor, "launch_of", lambda e: e)(exp)).refusal
     if refusal is not None:
-        raise FlagsRefused(f"on {executor.host.name}, before anything started: {refusal}",
-                           file=exp.source, key="service.flags",
-                           hint="correct the flag in the file (the server's own parser "
-                           "refused it)")  # fmt: skip
+        raise FlagsRefused(
+            f"on {executor.host.name}, before anything started: {refusal}",
+            file=exp.source,
+            key="service.flags",
+            hint="correct the flag in the file (the server's own parser refused it)",
+        )
 
 
 @dataclass
@@ -133,8 +135,9 @@ class Pool:
         self.emit = listener
         self.env_keys = env_keys
         # A Slurm host is a cluster: `max_jobs` slots, each with one job at a time.
-        self.workers = [_Worker(h) for h in hosts
-                        for _ in range(h.slurm.max_jobs if h.slurm is not None else 1)]
+        self.workers = [
+            _Worker(h) for h in hosts for _ in range(h.slurm.max_jobs if h.slurm is not None else 1)
+        ]
         self.results: queue.Queue[Done] = queue.Queue()
         self.removed: list[tuple[str, str]] = []  # (host, why)
         self._lock = threading.Lock()
@@ -142,8 +145,9 @@ class Pool:
     # ---- lifecycle
     def __enter__(self) -> Pool:
         for w in self.workers:
-            w.thread = threading.Thread(target=self._work, args=(w,), daemon=True,
-                                        name=f"pool-{w.host.name}-{id(w):x}")  # fmt: skip
+            w.thread = threading.Thread(
+                target=self._work, args=(w,), daemon=True, name=f"pool-{w.host.name}-{id(w):x}"
+            )
             w.thread.start()
         return self
 
@@ -162,8 +166,7 @@ class Pool:
         deadline = time.monotonic() + timeout
         with shield.shielded():  # a first interrupt now is raised once every host is restored
             for w in self.workers:
-                while w.thread is not None and w.thread.is_alive() and \
-                        time.monotonic() < deadline:  # fmt: skip
+                while w.thread is not None and w.thread.is_alive() and time.monotonic() < deadline:
                     try:
                         w.thread.join(0.5)
                     except KeyboardInterrupt:
@@ -250,20 +253,30 @@ class Pool:
                 break
             except queue.Empty:
                 continue
-        w = next(w for w in self.workers if w is done.worker or (
-            done.worker is None and w.host.name == done.host.name))
+        w = next(
+            w
+            for w in self.workers
+            if w is done.worker or (done.worker is None and w.host.name == done.host.name)
+        )
         w.busy = None
         if done.result is not None and done.result.verdict is Verdict.INFRA:
             w.infra_streak += 1
             # A cluster's slot is no host of its own: its job's node failing says nothing
             # about the next job, which the scheduler places elsewhere.
-            if w.infra_streak >= UNHEALTHY_AFTER and len(self.healthy()) > 1 and \
-                    w.host.slurm is None:  # fmt: skip
+            if (
+                w.infra_streak >= UNHEALTHY_AFTER
+                and len(self.healthy()) > 1
+                and w.host.slurm is None
+            ):
                 w.healthy = False
                 why = f"{w.infra_streak} runs in a row failed on host trouble: {done.result.detail}"
                 self.removed.append((w.host.name, why))
-                self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the "
-                                 f"pool for this campaign: {why}"))  # fmt: skip
+                self.emit(
+                    Notice(
+                        host=w.host.name,
+                        message=f"{w.host.name} taken out of the pool for this campaign: {why}",
+                    )
+                )
         elif done.result is not None:
             w.infra_streak = 0
         if isinstance(done.error, RunCancelled):
@@ -277,13 +290,18 @@ class Pool:
             # campaign and is said once, as the error.
             if len({x.host.name for x in self.workers}) > 1:
                 left = "" if self.healthy() else "; no host of the pool is left"
-                self.emit(Notice(host=w.host.name, message=f"{w.host.name} taken out of the "
-                                 f"pool: {done.error}{left}"))  # fmt: skip
+                self.emit(
+                    Notice(
+                        host=w.host.name,
+                        message=f"{w.host.name} taken out of the pool: {done.error}{left}",
+                    )
+                )
         return done
 
     # ---- the worker thread
-    def _answer(self, w: _Worker, executor: HostExecutor | None,
-                probe: _Probe) -> HostExecutor | None:
+    def _answer(
+        self, w: _Worker, executor: HostExecutor | None, probe: _Probe
+    ) -> HostExecutor | None:
         """Answer a probe on the worker's thread (the only one that may use its host). It
         only reads: the host is not locked, prepared or restored for it (a campaign that
         reuses everything leaves the host's service alone)."""
@@ -324,17 +342,25 @@ class Pool:
                         raise RunCancelled(f"run cancelled on {w.host.name} before its start")
                     for exp in (*task.builds, *task.precheck):
                         key = f"build:{exp.build}"
-                        if exp.build is not None and key not in w.prechecked and \
-                                hasattr(executor, "check_build"):  # fmt: skip
+                        if (
+                            exp.build is not None
+                            and key not in w.prechecked
+                            and hasattr(executor, "check_build")
+                        ):
                             executor.check_build(exp)
                             w.prechecked.add(key)
                     for exp in task.precheck:
                         if exp.fingerprint() not in w.prechecked:
                             refused_flags(executor, exp)
                             w.prechecked.add(exp.fingerprint())
-                    result = executor.run(task.exp, run_id=task.run_id, label=task.label,
-                                          target=task.target, env_keys=self.env_keys,
-                                          good_metric=task.good_metric)  # fmt: skip
+                    result = executor.run(
+                        task.exp,
+                        run_id=task.run_id,
+                        label=task.label,
+                        target=task.target,
+                        env_keys=self.env_keys,
+                        good_metric=task.good_metric,
+                    )
                     self.results.put(Done(task, w.host, result, worker=w))
                 except (OrchestratorError, InfraError, RunCancelled) as exc:
                     if executor is not None and not w.opened:
@@ -348,15 +374,29 @@ class Pool:
                     w.restored = executor.close()
                     w.left = getattr(executor, "left", None)
                     if w.left:  # the host read back shows what the restore did not undo
-                        self.emit(Notice(host=w.host.name, message=(
-                            f"{w.host.name} is not as it was found: " + "; ".join(w.left)
-                            + f"; orchestrator restore --host {w.host.name} finishes it")))
+                        self.emit(
+                            Notice(
+                                host=w.host.name,
+                                message=(
+                                    f"{w.host.name} is not as it was found: "
+                                    + "; ".join(w.left)
+                                    + f"; orchestrator restore --host {w.host.name} finishes it"
+                                ),
+                            )
+                        )
                 except BaseException as exc:  # noqa: BLE001
                     w.restored = [f"restore failed: {exc}"]
                     # The user must hear that the host is left as it is, and how to fix it.
-                    self.emit(Notice(host=w.host.name, message=(
-                        f"{w.host.name} could not be restored: {exc}; once it is reachable: "
-                        f"orchestrator restore --host {w.host.name}")))  # fmt: skip
+                    self.emit(
+                        Notice(
+                            host=w.host.name,
+                            message=(
+                                f"{w.host.name} could not be restored: {exc}; "
+                                "once it is reachable: "
+                                f"orchestrator restore --host {w.host.name}"
+                            ),
+                        )
+                    )
             elif executor is not None:  # it only answered probes: nothing to restore
                 try:
                     executor.close(restore=False)

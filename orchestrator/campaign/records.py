@@ -76,35 +76,52 @@ class BisectSpec:
     def to_dict(self) -> dict[str, Any]:
         o = self.options
         return {
-            "good": self.good, "bad": self.bad,
-            "good_source": self.good_source, "bad_source": self.bad_source,
-            "deltas": self.deltas, "strategy": o.strategy, "hosts": self.hosts,
-            "options": {"repeat": o.repeat, "max_runs": o.max_runs, "deadline_s": o.deadline_s,
-                        "fresh": o.fresh, "confidence": o.confidence}
+            "good": self.good,
+            "bad": self.bad,
+            "good_source": self.good_source,
+            "bad_source": self.bad_source,
+            "deltas": self.deltas,
+            "strategy": o.strategy,
+            "hosts": self.hosts,
+            "options": {
+                "repeat": o.repeat,
+                "max_runs": o.max_runs,
+                "deadline_s": o.deadline_s,
+                "fresh": o.fresh,
+                "confidence": o.confidence,
+            }
             | ({} if o.split else {"split": False})
             | ({"rehearse": True} if o.rehearse else {})
             | ({} if o.repair else {"repair": False})
             | ({"builds": list(o.builds)} if o.builds else {})
             | ({"packages": o.packages} if o.packages else {}),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BisectSpec:
         opts = d.get("options") or {}
         settings = BisectOptions(
-            strategy=d.get("strategy") or "auto", repeat=opts.get("repeat") or 1,
-            max_runs=opts.get("max_runs"), deadline_s=opts.get("deadline_s"),
-            fresh=bool(opts.get("fresh", False)), confidence=opts.get("confidence") or 0.95,
+            strategy=d.get("strategy") or "auto",
+            repeat=opts.get("repeat") or 1,
+            max_runs=opts.get("max_runs"),
+            deadline_s=opts.get("deadline_s"),
+            fresh=bool(opts.get("fresh", False)),
+            confidence=opts.get("confidence") or 0.95,
             split=bool(opts.get("split", True)),
             rehearse=bool(opts.get("rehearse", False)),
             repair=bool(opts.get("repair", True)),
             builds=tuple(opts.get("builds") or ()),
             packages=opts.get("packages") or None,
-        )  # fmt: skip
-        return cls(good=d.get("good") or {}, bad=d.get("bad") or {},
-                   good_source=d.get("good_source"), bad_source=d.get("bad_source"),
-                   deltas=list(d.get("deltas") or []), hosts=list(d.get("hosts") or []),
-                   options=settings)  # fmt: skip
+        )
+        return cls(
+            good=d.get("good") or {},
+            bad=d.get("bad") or {},
+            good_source=d.get("good_source"),
+            bad_source=d.get("bad_source"),
+            deltas=list(d.get("deltas") or []),
+            hosts=list(d.get("hosts") or []),
+            options=settings,
+        )
 
 
 @dataclass
@@ -135,9 +152,14 @@ class Culprit:
         if self.interacting:
             return "interacting set"
         what = self.whats[0] if self.whats else self._what_from_text()
-        return {"env": "environment variable", "exec": "command", "member": "set member",
-                "json": "JSON key", "build": "build",
-                "package": "package"}.get(what, "single flag")  # fmt: skip
+        return {
+            "env": "environment variable",
+            "exec": "command",
+            "member": "set member",
+            "json": "JSON key",
+            "build": "build",
+            "package": "package",
+        }.get(what, "single flag")
 
     def _what_from_text(self) -> str:
         """`Delta.what` read back from the described delta, for an answer stored before
@@ -152,13 +174,21 @@ class Culprit:
         return "json" if "." in word else "flag"  # `+ --hf-overrides.head_dim 16`
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"deltas": self.deltas, "flags": self.flags, "indices": self.indices,
-               "interacting": self.interacting, "reproduced_by": self.reproduced_by,
-               "cleared_by": self.cleared_by, "clearing": self.clearing,
-               "confirmed": self.confirmed}  # fmt: skip
+        out = {
+            "deltas": self.deltas,
+            "flags": self.flags,
+            "indices": self.indices,
+            "interacting": self.interacting,
+            "reproduced_by": self.reproduced_by,
+            "cleared_by": self.cleared_by,
+            "clearing": self.clearing,
+            "confirmed": self.confirmed,
+        }
         if self.cleared_counts is not None:  # counted (every answer since they exist)
-            out |= {"reproduced_counts": self.reproduced_counts,
-                    "cleared_counts": self.cleared_counts}  # fmt: skip
+            out |= {
+                "reproduced_counts": self.reproduced_counts,
+                "cleared_counts": self.cleared_counts,
+            }
         if self.whats is not None:
             out["whats"] = self.whats
         if self.repaired_with:
@@ -168,15 +198,20 @@ class Culprit:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Culprit:
         flags = list(d.get("flags") or d.get("deltas") or [])
-        return cls(deltas=list(d.get("deltas") or flags), flags=flags,
-                   indices=list(d.get("indices") or []),
-                   interacting=bool(d.get("interacting", len(flags) > 1)),
-                   reproduced_by=d.get("reproduced_by"), cleared_by=dict(d.get("cleared_by") or {}),
-                   clearing=dict(d.get("clearing") or {}), confirmed=bool(d.get("confirmed")),
-                   reproduced_counts=d.get("reproduced_counts"),
-                   cleared_counts=d.get("cleared_counts"),
-                   whats=list(d["whats"]) if d.get("whats") else None,
-                   repaired_with=list(d.get("repaired_with") or []))  # fmt: skip
+        return cls(
+            deltas=list(d.get("deltas") or flags),
+            flags=flags,
+            indices=list(d.get("indices") or []),
+            interacting=bool(d.get("interacting", len(flags) > 1)),
+            reproduced_by=d.get("reproduced_by"),
+            cleared_by=dict(d.get("cleared_by") or {}),
+            clearing=dict(d.get("clearing") or {}),
+            confirmed=bool(d.get("confirmed")),
+            reproduced_counts=d.get("reproduced_counts"),
+            cleared_counts=d.get("cleared_counts"),
+            whats=list(d["whats"]) if d.get("whats") else None,
+            repaired_with=list(d.get("repaired_with") or []),
+        )
 
     def claim(self, flag: str) -> str:
         """What the run that clears `flag` shows, in words."""
@@ -204,16 +239,27 @@ class Finding:
         return bool(self.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"signature": str(self.signature), "variant": self.label,
-               "deltas": list(self.variant), "run": self.run_id, "count": self.count}  # fmt: skip
+        out = {
+            "signature": str(self.signature),
+            "variant": self.label,
+            "deltas": list(self.variant),
+            "run": self.run_id,
+            "count": self.count,
+        }
         if self.passed is not None:
             out |= {"flaky": self.flaky, "passed": self.passed}
         return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
-        return cls(signature_from_text(d["signature"]), tuple(d.get("deltas") or ()),
-                   d["run"], d["variant"], int(d.get("count", 1)), d.get("passed"))  # fmt: skip
+        return cls(
+            signature_from_text(d["signature"]),
+            tuple(d.get("deltas") or ()),
+            d["run"],
+            d["variant"],
+            int(d.get("count", 1)),
+            d.get("passed"),
+        )
 
     def seen(self) -> str:
         """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`."""
@@ -244,27 +290,47 @@ class RepairNote:
         head = f"{self.variant}: {self.before} [run {self.before_run}]"
         if self.state == "repaired":
             more = f" (seen {self.count}x)" if self.count > 1 else ""
-            return (f"{head}; with {', '.join(self.moves)} it {self.after}"
-                    f" [run {self.after_run}]{more}")  # fmt: skip
-        tried = f"; with {', '.join(self.moves)} it {self.after} [run {self.after_run}]" \
-            if self.moves and self.after_run != self.before_run else ""  # fmt: skip
+            return (
+                f"{head}; with {', '.join(self.moves)} it {self.after} [run {self.after_run}]{more}"
+            )
+        tried = (
+            f"; with {', '.join(self.moves)} it {self.after} [run {self.after_run}]"
+            if self.moves and self.after_run != self.before_run
+            else ""
+        )
         more = f" (seen {self.count}x)" if self.count > 1 else ""
         return f"{head}{tried}; not repaired: {self.why}{more}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "deltas": self.deltas, "state": self.state,
-                "moves": self.moves, "before_run": self.before_run, "before": self.before,
-                "after_run": self.after_run, "after": self.after, "why": self.why,
-                "command": self.command, "count": self.count}  # fmt: skip
+        return {
+            "variant": self.variant,
+            "deltas": self.deltas,
+            "state": self.state,
+            "moves": self.moves,
+            "before_run": self.before_run,
+            "before": self.before,
+            "after_run": self.after_run,
+            "after": self.after,
+            "why": self.why,
+            "command": self.command,
+            "count": self.count,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RepairNote:
-        return cls(variant=str(d.get("variant", "")), deltas=list(d.get("deltas") or []),
-                   state=str(d.get("state", "")), moves=list(d.get("moves") or []),
-                   before_run=str(d.get("before_run", "")), before=str(d.get("before", "")),
-                   after_run=d.get("after_run"), after=str(d.get("after", "")),
-                   why=str(d.get("why") or ""), command=d.get("command"),
-                   count=int(d.get("count") or 1))  # fmt: skip
+        return cls(
+            variant=str(d.get("variant", "")),
+            deltas=list(d.get("deltas") or []),
+            state=str(d.get("state", "")),
+            moves=list(d.get("moves") or []),
+            before_run=str(d.get("before_run", "")),
+            before=str(d.get("before", "")),
+            after_run=d.get("after_run"),
+            after=str(d.get("after", "")),
+            why=str(d.get("why") or ""),
+            command=d.get("command"),
+            count=int(d.get("count") or 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -291,13 +357,16 @@ class Narrowed:
     harmless_together: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"failure_needs_some_of": self.failure_needs_some_of,
-                "harmless_together": self.harmless_together}  # fmt: skip
+        return {
+            "failure_needs_some_of": self.failure_needs_some_of,
+            "harmless_together": self.harmless_together,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Narrowed:
-        return cls(list(d.get("failure_needs_some_of") or []),
-                   list(d.get("harmless_together") or []))  # fmt: skip
+        return cls(
+            list(d.get("failure_needs_some_of") or []), list(d.get("harmless_together") or [])
+        )
 
 
 @dataclass
@@ -332,30 +401,35 @@ class Outcome:
         weights = {"weights": self.weights} if self.weights is not None else {}
         # (an answer without repairs, stored before they existed, writes back as it was)
         repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
-        return {
-            "campaign": self.campaign_id,
-            "status": self.status.value,
-            "message": self.message,
-            "target": str(self.target) if self.target else None,
-            "culprits": [c.to_dict() for c in self.culprits],
-            "findings": [f.to_dict() for f in self.findings],
-            "invalid": [i.to_dict() for i in self.invalid],
-            "runs_executed": self.runs_executed,
-            "runs_reused": self.runs_reused,
-            "narrowed": self.narrowed.to_dict() if self.narrowed else None,
-            "flaky": self.flaky,
-            "removed_hosts": [list(h) for h in self.removed_hosts],
-            "confidence": noise.get("confidence"),
-            "reproduction_rate": noise.get("reproduction_rate"),
-            "noise": self.noise,
-            "deltas": self.deltas,
-        } | weights | repairs
+        return (
+            {
+                "campaign": self.campaign_id,
+                "status": self.status.value,
+                "message": self.message,
+                "target": str(self.target) if self.target else None,
+                "culprits": [c.to_dict() for c in self.culprits],
+                "findings": [f.to_dict() for f in self.findings],
+                "invalid": [i.to_dict() for i in self.invalid],
+                "runs_executed": self.runs_executed,
+                "runs_reused": self.runs_reused,
+                "narrowed": self.narrowed.to_dict() if self.narrowed else None,
+                "flaky": self.flaky,
+                "removed_hosts": [list(h) for h in self.removed_hosts],
+                "confidence": noise.get("confidence"),
+                "reproduction_rate": noise.get("reproduction_rate"),
+                "noise": self.noise,
+                "deltas": self.deltas,
+            }
+            | weights
+            | repairs
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Outcome:
         target = d.get("target")
         return cls(
-            campaign_id=d.get("campaign", ""), status=Status(d.get("status") or "incomplete"),
+            campaign_id=d.get("campaign", ""),
+            status=Status(d.get("status") or "incomplete"),
             message=d.get("message") or "",
             target=signature_from_text(target) if target else None,
             culprits=[Culprit.from_dict(c) for c in d.get("culprits") or []],
@@ -366,10 +440,11 @@ class Outcome:
             narrowed=Narrowed.from_dict(d["narrowed"]) if d.get("narrowed") else None,
             flaky=list(d.get("flaky") or []),
             removed_hosts=[(str(h), str(why)) for h, why in d.get("removed_hosts") or []],
-            noise=d.get("noise"), deltas=list(d.get("deltas") or []),
+            noise=d.get("noise"),
+            deltas=list(d.get("deltas") or []),
             weights=d.get("weights"),
             repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
-        )  # fmt: skip
+        )
 
     @property
     def found(self) -> bool:
@@ -385,13 +460,17 @@ class SweepSpecItem:
     config: dict[str, Any]  # `Experiment.to_dict()`
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "values": [list(v) for v in self.values],
-                "config": self.config}  # fmt: skip
+        return {
+            "label": self.label,
+            "values": [list(v) for v in self.values],
+            "config": self.config,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepSpecItem:
-        return cls(d["label"], [(str(k), v) for k, v in d.get("values") or []],
-                   d.get("config") or {})  # fmt: skip
+        return cls(
+            d["label"], [(str(k), v) for k, v in d.get("values") or []], d.get("config") or {}
+        )
 
 
 @dataclass(frozen=True)
@@ -408,17 +487,29 @@ class SweepSpec:
     items: list[SweepSpecItem]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "name": self.name, "hosts": self.hosts,
-                "repeat": self.repeat, "axes": self.axes, "reference": self.reference,
-                "reuse": self.reuse, "items": [it.to_dict() for it in self.items]}  # fmt: skip
+        return {
+            "sweep": self.sweep,
+            "name": self.name,
+            "hosts": self.hosts,
+            "repeat": self.repeat,
+            "axes": self.axes,
+            "reference": self.reference,
+            "reuse": self.reuse,
+            "items": [it.to_dict() for it in self.items],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepSpec:
-        return cls(sweep=str(d.get("sweep")), name=str(d.get("name")),
-                   hosts=list(d.get("hosts") or []), repeat=int(d.get("repeat") or 1),
-                   axes=list(d.get("axes") or []), reference=d.get("reference"),
-                   reuse=bool(d.get("reuse")),
-                   items=[SweepSpecItem.from_dict(it) for it in d.get("items") or []])  # fmt: skip
+        return cls(
+            sweep=str(d.get("sweep")),
+            name=str(d.get("name")),
+            hosts=list(d.get("hosts") or []),
+            repeat=int(d.get("repeat") or 1),
+            axes=list(d.get("axes") or []),
+            reference=d.get("reference"),
+            reuse=bool(d.get("reuse")),
+            items=[SweepSpecItem.from_dict(it) for it in d.get("items") or []],
+        )
 
 
 @dataclass(frozen=True)
@@ -437,18 +528,33 @@ class SweepTableRow:
     bar: str | None = None  # the config's probe bar (`pass_if`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "repeat": self.repeat, "run": self.run,
-                "verdict": self.verdict, "signature": self.signature, "metric": self.metric,
-                "duration": self.duration, "reused_from": self.reused_from,
-                "reference": self.reference, "bar": self.bar}  # fmt: skip
+        return {
+            "config": self.config,
+            "repeat": self.repeat,
+            "run": self.run,
+            "verdict": self.verdict,
+            "signature": self.signature,
+            "metric": self.metric,
+            "duration": self.duration,
+            "reused_from": self.reused_from,
+            "reference": self.reference,
+            "bar": self.bar,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepTableRow:
-        return cls(config=d["config"], repeat=int(d.get("repeat") or 0), run=d.get("run"),
-                   verdict=d.get("verdict"), signature=d.get("signature"),
-                   metric=d.get("metric"), duration=d.get("duration"),
-                   reused_from=d.get("reused_from"), reference=bool(d.get("reference")),
-                   bar=d.get("bar"))  # fmt: skip
+        return cls(
+            config=d["config"],
+            repeat=int(d.get("repeat") or 0),
+            run=d.get("run"),
+            verdict=d.get("verdict"),
+            signature=d.get("signature"),
+            metric=d.get("metric"),
+            duration=d.get("duration"),
+            reused_from=d.get("reused_from"),
+            reference=bool(d.get("reference")),
+            bar=d.get("bar"),
+        )
 
 
 @dataclass
@@ -470,30 +576,56 @@ class SweepAnswer:
     rows: list[SweepTableRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"campaign": self.campaign_id, "status": self.status.value,
-                "message": self.message, "resume": self.resume, "resumable": self.resumable,
-                "executed": self.executed, "reused": self.reused,
-                "total_executed": self.total_executed, "total_reused": self.total_reused,
-                "removed_hosts": [list(h) for h in self.removed_hosts],
-                "reference": self.reference, "notes": self.notes,
-                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
+        return {
+            "campaign": self.campaign_id,
+            "status": self.status.value,
+            "message": self.message,
+            "resume": self.resume,
+            "resumable": self.resumable,
+            "executed": self.executed,
+            "reused": self.reused,
+            "total_executed": self.total_executed,
+            "total_reused": self.total_reused,
+            "removed_hosts": [list(h) for h in self.removed_hosts],
+            "reference": self.reference,
+            "notes": self.notes,
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepAnswer:
         executed, reused = int(d.get("executed") or 0), int(d.get("reused") or 0)
-        return cls(campaign_id=d.get("campaign", ""),
-                   status=Status(d.get("status") or "incomplete"),
-                   message=d.get("message") or "", resume=d.get("resume"),
-                   resumable=bool(d.get("resumable")),
-                   executed=executed, reused=reused,
-                   # answers from before the totals: one invocation's counts were the totals
-                   total_executed=int(d.get("total_executed", executed) or 0),
-                   total_reused=int(d.get("total_reused", reused) or 0),
-                   removed_hosts=[(str(h), str(w)) for h, w in d.get("removed_hosts") or []],
-                   reference=d.get("reference"), notes=list(d.get("notes") or []),
-                   rows=[SweepTableRow.from_dict(r) for r in d.get("rows") or []])  # fmt: skip
+        return cls(
+            campaign_id=d.get("campaign", ""),
+            status=Status(d.get("status") or "incomplete"),
+            message=d.get("message") or "",
+            resume=d.get("resume"),
+            resumable=bool(d.get("resumable")),
+            executed=executed,
+            reused=reused,
+            # answers from before the totals: one invocation's counts were the totals
+            total_executed=int(d.get("total_executed", executed) or 0),
+            total_reused=int(d.get("total_reused", reused) or 0),
+            removed_hosts=[(str(h), str(w)) for h, w in d.get("removed_hosts") or []],
+            reference=d.get("reference"),
+            notes=list(d.get("notes") or []),
+            rows=[SweepTableRow.from_dict(r) for r in d.get("rows") or []],
+        )
 
 
-__all__ = ["BisectOptions", "BisectSpec", "Culprit", "Finding", "InvalidRun", "Narrowed",
-           "Outcome", "RepairNote", "Status", "SweepAnswer", "SweepSpec", "SweepSpecItem",
-           "SweepTableRow", "signature_from_text"]  # fmt: skip
+__all__ = [
+    "BisectOptions",
+    "BisectSpec",
+    "Culprit",
+    "Finding",
+    "InvalidRun",
+    "Narrowed",
+    "Outcome",
+    "RepairNote",
+    "Status",
+    "SweepAnswer",
+    "SweepSpec",
+    "SweepSpecItem",
+    "SweepTableRow",
+    "signature_from_text",
+]

@@ -40,24 +40,27 @@ def refused(plan: Plan) -> str:
     for exp in (plan.good, plan.bad):
         cond = exp.probe.condition if exp.probe else None
         if cond is not None and cond.relative_to_good:
-            return ("the probe's bar is relative to the good config's metric, which the bad "
-                    "config's start on real weights would need first")
+            return (
+                "the probe's bar is relative to the good config's metric, which the bad "
+                "config's start on real weights would need first"
+            )
     for d in plan.deltas:
         if d.kind == "flag" and d.key == LOAD_FORMAT:
             return f"the configs differ in --{LOAD_FORMAT}, which a rehearsal replaces"
     for exp in (plan.good, plan.bad):
         fmt = exp.flag_map().get(LOAD_FORMAT)
         if fmt is not None and str(fmt) not in ("auto", "dummy"):
-            return (f"{exp.source or exp.name} loads its weights with --{LOAD_FORMAT} {fmt}; "
-                    "dummy weights would not have its shapes")
+            return (
+                f"{exp.source or exp.name} loads its weights with --{LOAD_FORMAT} {fmt}; "
+                "dummy weights would not have its shapes"
+            )
     return ""
 
 
 def on_dummy(plan: Plan) -> Plan:
     """The same pair, both configs on dummy weights (the deltas are unchanged)."""
     # (a copy of the plan: its order of builds and its other settings stay)
-    return replace(plan, good=plan.good.with_dummy_weights(),
-                   bad=plan.bad.with_dummy_weights())  # fmt: skip
+    return replace(plan, good=plan.good.with_dummy_weights(), bad=plan.bad.with_dummy_weights())
 
 
 def check_attempts(fails: int, runs: int) -> int:
@@ -69,8 +72,9 @@ def check_attempts(fails: int, runs: int) -> int:
     return confirm_attempts(min(fails, runs), runs, rate_cap=CHECK_RATE)
 
 
-def confirm_attempts(fails: int, runs: int, confidence: float = SHOW_CONFIDENCE,
-                     rate_cap: float = 1.0) -> int:
+def confirm_attempts(
+    fails: int, runs: int, confidence: float = SHOW_CONFIDENCE, rate_cap: float = 1.0
+) -> int:
     """Starts on the other weights that show a failure seen `fails` of `runs` times at
     least once, with the confidence asked (the rate estimated with one pseudo-start each
     way, so a config that failed 1 of 1 gets 5)."""
@@ -86,5 +90,13 @@ def shown(row: RunRow) -> str:
     return row.verdict.value + (f": {row.signature}" if row.signature else "")
 
 
-__all__ = ["CHECK_RATE", "MAX_CONFIRM_STARTS", "SHOW_CONFIDENCE", "check_attempts",
-           "confirm_attempts", "on_dummy", "refused", "shown"]
+__all__ = [
+    "CHECK_RATE",
+    "MAX_CONFIRM_STARTS",
+    "SHOW_CONFIDENCE",
+    "check_attempts",
+    "confirm_attempts",
+    "on_dummy",
+    "refused",
+    "shown",
+]

@@ -23,8 +23,9 @@ def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, 
         if camp.spec.get("good_metric") is not None:
             return float(camp.spec["good_metric"]), str(camp.spec.get("good_run") or "")
         return None
-    runs = [r for r in store.runs(camp.id)
-            if r.probe_metric is not None and r.verdict is Verdict.PASS]  # fmt: skip
+    runs = [
+        r for r in store.runs(camp.id) if r.probe_metric is not None and r.verdict is Verdict.PASS
+    ]
     if camp.kind == "bisect":
         goods = [r for r in runs if r.variant == ()]
         earlier = [r for r in goods if r.seq <= run.seq] or goods
@@ -34,8 +35,9 @@ def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, 
         if ref is None:
             return None
         refs = [r for r in runs if r.variant == (ref,)]
-        same = [r for r in refs
-                if r.purpose == run.purpose and re.fullmatch(r"sweep/\d+", r.purpose)]
+        same = [
+            r for r in refs if r.purpose == run.purpose and re.fullmatch(r"sweep/\d+", r.purpose)
+        ]
         pick = same or refs
         return (pick[-1].probe_metric, pick[-1].id) if pick else None  # type: ignore[return-value]
     return None

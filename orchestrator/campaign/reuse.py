@@ -39,9 +39,16 @@ class Campaign(Protocol):
 
     def _launch_rows(self) -> list[RunRow]: ...
 
-    def _record(self, result: object, *, variant: tuple[int, ...], purpose: str,
-                run_id: str | None = None, cached_from: str | None = None,
-                repair: dict[str, Any] | None = None) -> RunRow: ...  # fmt: skip
+    def _record(
+        self,
+        result: object,
+        *,
+        variant: tuple[int, ...],
+        purpose: str,
+        run_id: str | None = None,
+        cached_from: str | None = None,
+        repair: dict[str, Any] | None = None,
+    ) -> RunRow: ...
 
     def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow: ...
 
@@ -60,23 +67,34 @@ class RecordedRuns:
         self.reused = 0
         self._told: set[str] = set()  # why recorded runs were not reused, said once
 
-    def known(self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *,
-              again: bool = False) -> RunRow | None:  # fmt: skip
+    def known(
+        self, variant: tuple[int, ...], target: Signature | None, pool: Pool, *, again: bool = False
+    ) -> RunRow | None:
         """This campaign's recorded verdict of the variant (unless a new start is wanted:
         `again`), else the starts earlier campaigns recorded of the same launch (not
         --fresh): the config's fingerprint and what would reach its server on a host of
         the pool now (`LaunchInputs`, read on the host). Every such start this campaign
         has not taken yet is recorded as a reused run; the newest is returned."""
         if not again:
-            mine = [r for r in self.campaign._rows()
-                    if r.variant == variant and r.verdict is not Verdict.INFRA]  # fmt: skip
+            mine = [
+                r
+                for r in self.campaign._rows()
+                if r.variant == variant and r.verdict is not Verdict.INFRA
+            ]
             if mine:
                 return self.campaign._relabel(mine[-1], target, "resume")
         exp = self.campaign.plan.variant(frozenset(variant))
         return self.from_cache(variant, exp, target, pool)
 
-    def from_cache(self, variant: tuple[int, ...], exp: Experiment, target: Signature | None,
-                   pool: Pool, *, repair: Applied | None = None) -> RunRow | None:  # fmt: skip
+    def from_cache(
+        self,
+        variant: tuple[int, ...],
+        exp: Experiment,
+        target: Signature | None,
+        pool: Pool,
+        *,
+        repair: Applied | None = None,
+    ) -> RunRow | None:
         """The starts earlier campaigns recorded of the launch `exp` (see `known`); a
         repaired start (`repair`: the move it carries) takes the newest one alone, which
         continues this variant's ladder."""
@@ -85,29 +103,44 @@ class RecordedRuns:
         fp = exp.fingerprint()
         taken = {r.cached_from for r in self.campaign._launch_rows() if r.cached_from}
         for host in pool.healthy_hosts():
-            left = self.campaign.store.reuse_candidates(fp, host.host_class,
-                                               exclude_campaign=self.campaign.cid) - taken
+            left = (
+                self.campaign.store.reuse_candidates(
+                    fp, host.host_class, exclude_campaign=self.campaign.cid
+                )
+                - taken
+            )
             if not left:
                 continue  # nothing (left) to reuse: the host need not be asked
             inputs = pool.inputs_of(host, exp)
             if inputs is None:
                 continue  # busy, or it cannot tell what would reach the server: unknown
-            hits = [h for h in self.campaign.store.reusable(inputs.key(fp),
-                                                            exclude_campaign=self.campaign.cid)
-                    if h.id not in taken and self.reusable_run(h)]  # fmt: skip
+            hits = [
+                h
+                for h in self.campaign.store.reusable(
+                    inputs.key(fp), exclude_campaign=self.campaign.cid
+                )
+                if h.id not in taken and self.reusable_run(h)
+            ]
             if not hits:
                 self._not_reused(variant, host, inputs, left)
                 continue
-            label = self.campaign._label(variant) if repair is None else \
-                self.campaign._repaired_label(variant, repair)  # fmt: skip
+            label = (
+                self.campaign._label(variant)
+                if repair is None
+                else self.campaign._repaired_label(variant, repair)
+            )
             if repair is not None:
                 hits = hits[-1:]  # one start continues a ladder
             row: RunRow | None = None
             for hit in hits:  # oldest first: the newest is this campaign's last word on it
                 cached = CachedResult.from_row(hit, label, host, exp, inputs)
                 row = self.campaign._record(
-                    cached, variant=variant, purpose="cache", cached_from=hit.id,
-                    repair=repair.to_dict() if repair else None)  # fmt: skip
+                    cached,
+                    variant=variant,
+                    purpose="cache",
+                    cached_from=hit.id,
+                    repair=repair.to_dict() if repair else None,
+                )
                 self.reused += 1
                 if hit is not hits[-1]:
                     self.campaign._relabel(row, target, "cache")
@@ -127,7 +160,8 @@ class RecordedRuns:
         wanted: set[tuple[int, ...]] = set()
         for cls in dict.fromkeys(h.host_class for h in pool.healthy_hosts()):
             for variant, fp in self.campaign.store.recorded_launches(
-                    cls, exclude_campaign=self.campaign.cid):  # fmt: skip
+                cls, exclude_campaign=self.campaign.cid
+            ):
                 if variant in wanted or any(i >= n for i in variant):
                     continue
                 if self.campaign.plan.variant(frozenset(variant)).fingerprint() == fp:
@@ -135,8 +169,9 @@ class RecordedRuns:
         for variant in sorted(wanted, key=lambda v: (len(v), v)):
             self.known(variant, self.campaign.target, pool, again=True)
 
-    def _not_reused(self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs,
-                    ids: set[str]) -> None:  # fmt: skip
+    def _not_reused(
+        self, variant: tuple[int, ...], host: Host, inputs: LaunchInputs, ids: set[str]
+    ) -> None:
         """Say once per campaign and reason why recorded runs of a variant were not reused
         (what reaches the server differs now), so a cold cache is no mystery."""
         exp = self.campaign.plan.variant(frozenset(variant))
@@ -144,15 +179,22 @@ class RecordedRuns:
         if not inputs.known:
             why = f"what would reach the server cannot be read on {host.name} now"
         else:
-            parts = sorted({d for r in old if r.inputs is not None
-                            for d in inputs.differences(r.inputs)})  # fmt: skip
+            parts = sorted(
+                {d for r in old if r.inputs is not None for d in inputs.differences(r.inputs)}
+            )
             why = "changed since they ran: " + "; ".join(parts) if parts else ""
         if not why or why in self._told:
             return
         self._told.add(why)
-        self.campaign.emit(Notice(host=host.name, message=(
-            f"{len(old)} recorded run(s) of {self.campaign.plan.describe(frozenset(variant))} not "
-            f"reused: {why}")))  # fmt: skip
+        self.campaign.emit(
+            Notice(
+                host=host.name,
+                message=(
+                    f"{len(old)} recorded run(s) of "
+                    f"{self.campaign.plan.describe(frozenset(variant))} not reused: {why}"
+                ),
+            )
+        )
 
     @staticmethod
     def reusable_config(exp: Experiment) -> bool:
@@ -165,8 +207,9 @@ class RecordedRuns:
         """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
         with no failure in the log: today such a run is infra)."""
         sig = hit.signature
-        return not (sig is not None and sig.error_class == "signal"
-                    and sig.message in OUTSIDE_SIGNALS)  # fmt: skip
+        return not (
+            sig is not None and sig.error_class == "signal" and sig.message in OUTSIDE_SIGNALS
+        )
 
 
 __all__ = ["Campaign", "RecordedRuns"]

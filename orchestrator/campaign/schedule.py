@@ -52,16 +52,20 @@ def check_name(name: str) -> str:
 def validate_calendar(spec: str) -> str:
     """Normalized OnCalendar= expression, checked by `systemd-analyze calendar`."""
     try:
-        r = subprocess.run(["systemd-analyze", "calendar", spec], capture_output=True, text=True,
-                           timeout=30)  # fmt: skip
+        r = subprocess.run(
+            ["systemd-analyze", "calendar", spec], capture_output=True, text=True, timeout=30
+        )
     except FileNotFoundError:
-        raise UsageError("systemd-analyze not found: cannot validate --at",
-                         hint="install systemd, or use cron with the printed line") from None
+        raise UsageError(
+            "systemd-analyze not found: cannot validate --at",
+            hint="install systemd, or use cron with the printed line",
+        ) from None
     if r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()
-        raise UsageError(f"--at {spec!r} is not a systemd calendar expression: "
-                         f"{msg[-1] if msg else 'rejected'}",
-                         hint="e.g. 'Mon..Fri 01:30', 'daily', '*-*-* 02:00:00'")  # fmt: skip
+        raise UsageError(
+            f"--at {spec!r} is not a systemd calendar expression: {msg[-1] if msg else 'rejected'}",
+            hint="e.g. 'Mon..Fri 01:30', 'daily', '*-*-* 02:00:00'",
+        )
     m = re.search(r"Normalized form:\s*(.+)", r.stdout)
     return m[1].strip() if m else spec
 
@@ -80,16 +84,25 @@ def _dow_range(first: str, last: str) -> str:
     return ",".join(str(d) for d in days)
 
 
-def cron_line(spec: str, command: list[str], *, workdir: Path | None = None,
-              log: Path | None = None, env: dict[str, str] | None = None) -> str | None:
+def cron_line(
+    spec: str,
+    command: list[str],
+    *,
+    workdir: Path | None = None,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> str | None:
     """The crontab equivalent of simple calendar specs ('Mon..Fri 01:30', 'daily', '02:00'),
     with the same settings as the systemd units (`env`: ORCH_RESULTS, ORCH_HOSTS, ...)."""
     s = spec.strip().lower()
     if s == "daily":
         minute, hour, dow = "0", "0", "*"
     else:
-        m = re.fullmatch(r"(?:([a-z]{3})(?:\.\.([a-z]{3}))?((?:,[a-z]{3})*)\s+)?(\d{1,2}):(\d{2})"
-                         r"(?::00)?", s)  # fmt: skip
+        m = re.fullmatch(
+            r"(?:([a-z]{3})(?:\.\.([a-z]{3}))?((?:,[a-z]{3})*)\s+)?(\d{1,2}):(\d{2})"
+            r"(?::00)?",
+            s,
+        )
         if not m or int(m[4]) > 23 or int(m[5]) > 59:
             return None
         hour, minute = str(int(m[4])), str(int(m[5]))
@@ -130,46 +143,61 @@ def job_env(results: Path, extra: dict[str, str] | None = None) -> dict[str, str
 def job_command(args: list[str]) -> list[str]:
     """How the job calls this program again: the same interpreter, as a module."""
     if not args:
-        raise UsageError("nothing to schedule", hint="e.g. schedule add nightly --at 'Mon..Fri "
-                         "01:30' -- sweep experiments/sweeps/rtx6000_cuda_graph.yaml")  # fmt: skip
+        raise UsageError(
+            "nothing to schedule",
+            hint="e.g. schedule add nightly --at 'Mon..Fri "
+            "01:30' -- sweep experiments/sweeps/rtx6000_cuda_graph.yaml",
+        )
     return [sys.executable, "-m", "orchestrator", *args]
 
 
-def render_units(name: str, calendar: str, command: list[str], *, workdir: Path,
-                 results: Path,
-                 env_extra: dict[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+def render_units(
+    name: str,
+    calendar: str,
+    command: list[str],
+    *,
+    workdir: Path,
+    results: Path,
+    env_extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     log = results / "schedules" / f"{name}.log"
     env = [f"{k}={v}" for k, v in job_env(results, env_extra).items()]
     # The shell makes the log's directory first: `StandardOutput=append:` would need it to
     # exist before any command of the unit starts (systemd fails such a job with
     # 209/STDOUT), and results/ may have been cleared since the schedule was added.
-    script = (f"mkdir -p {shlex.quote(str(log.parent))} && exec {shlex.join(command)} "
-              f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip
-    service = "\n".join([
-        "# written by `orchestrator schedule add`; remove with `orchestrator schedule remove "
-        f"{name}`",
-        "[Unit]",
-        f"Description=orchestrator scheduled job {name}",
-        "[Service]",
-        "Type=oneshot",
-        f"WorkingDirectory={workdir}",
-        *[f"Environment={env_assignment(*e.split('=', 1))}" for e in env],
-        f"# command: {shlex.join(command)}",
-        f"ExecStart=/bin/sh -c {_sd_quote(script)}",
-        "",
-    ])  # fmt: skip
-    timer = "\n".join([
-        f"# written by `orchestrator schedule add` for {shlex.join(command[3:])}",
-        "[Unit]",
-        f"Description=orchestrator schedule {name}",
-        "[Timer]",
-        f"OnCalendar={calendar}",
-        "Persistent=true",
-        f"Unit={PREFIX}{name}.service",
-        "[Install]",
-        "WantedBy=timers.target",
-        "",
-    ])  # fmt: skip
+    script = (
+        f"mkdir -p {shlex.quote(str(log.parent))} && exec {shlex.join(command)} "
+        f">> {shlex.quote(str(log))} 2>&1"
+    )
+    service = "\n".join(
+        [
+            "# written by `orchestrator schedule add`; remove with `orchestrator schedule remove "
+            f"{name}`",
+            "[Unit]",
+            f"Description=orchestrator scheduled job {name}",
+            "[Service]",
+            "Type=oneshot",
+            f"WorkingDirectory={workdir}",
+            *[f"Environment={env_assignment(*e.split('=', 1))}" for e in env],
+            f"# command: {shlex.join(command)}",
+            f"ExecStart=/bin/sh -c {_sd_quote(script)}",
+            "",
+        ]
+    )
+    timer = "\n".join(
+        [
+            f"# written by `orchestrator schedule add` for {shlex.join(command[3:])}",
+            "[Unit]",
+            f"Description=orchestrator schedule {name}",
+            "[Timer]",
+            f"OnCalendar={calendar}",
+            "Persistent=true",
+            f"Unit={PREFIX}{name}.service",
+            "[Install]",
+            "WantedBy=timers.target",
+            "",
+        ]
+    )
     return {f"{PREFIX}{name}.service": service, f"{PREFIX}{name}.timer": timer}
 
 
@@ -190,8 +218,15 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Path,
-        env: dict[str, str] | None = None) -> dict:  # fmt: skip
+def add(
+    name: str,
+    calendar: str,
+    args: list[str],
+    *,
+    workdir: Path,
+    results: Path,
+    env: dict[str, str] | None = None,
+) -> dict:
     """Install the schedule: a systemd timer, or (without systemd) a line in the user's
     crontab. The command was checked by the caller (the CLI knows its own parser)."""
     check_name(name)
@@ -200,32 +235,46 @@ def add(name: str, calendar: str, args: list[str], *, workdir: Path, results: Pa
     if not systemd_available():
         results = results.resolve()
         log = results / "schedules" / f"{name}.log"
-        line = cron_line(calendar, command, workdir=workdir, log=log,
-                         env=job_env(results, env))  # fmt: skip
+        line = cron_line(calendar, command, workdir=workdir, log=log, env=job_env(results, env))
         if line is None:
-            raise UsageError(f"--at {calendar!r} has no crontab form, and systemd is not "
-                             "running here: nothing was scheduled",
-                             hint="use a time of day with optional weekdays, e.g. "
-                             "'Mon..Fri 01:30', '02:00' or 'daily'")  # fmt: skip
+            raise UsageError(
+                f"--at {calendar!r} has no crontab form, and systemd is not "
+                "running here: nothing was scheduled",
+                hint="use a time of day with optional weekdays, e.g. "
+                "'Mon..Fri 01:30', '02:00' or 'daily'",
+            )
         crontab_install(name, calendar, line, shlex.join(command))
-        return {"installed": True, "cron": line, "calendar": normalized,
-                "where": f"the crontab of {_user()}", "log": str(log)}
+        return {
+            "installed": True,
+            "cron": line,
+            "calendar": normalized,
+            "where": f"the crontab of {_user()}",
+            "log": str(log),
+        }
     sc = scope()
     sc.unit_dir.mkdir(parents=True, exist_ok=True)
-    units = render_units(name, calendar, command, workdir=workdir, results=results.resolve(),
-                         env_extra=env)  # fmt: skip
+    units = render_units(
+        name, calendar, command, workdir=workdir, results=results.resolve(), env_extra=env
+    )
     for fname, text in units.items():
         path = sc.unit_dir / fname
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
-    for cmd in (sc.systemctl("daemon-reload"),
-                sc.systemctl("enable", "--now", f"{PREFIX}{name}.timer")):  # fmt: skip
+    for cmd in (
+        sc.systemctl("daemon-reload"),
+        sc.systemctl("enable", "--now", f"{PREFIX}{name}.timer"),
+    ):
         r = _run(cmd)
         if r.returncode != 0:
             raise UsageError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return {"installed": True, "calendar": normalized, "unit_dir": str(sc.unit_dir),
-            "timer": f"{PREFIX}{name}.timer", "log": str(results / "schedules" / f"{name}.log")}
+    return {
+        "installed": True,
+        "calendar": normalized,
+        "unit_dir": str(sc.unit_dir),
+        "timer": f"{PREFIX}{name}.timer",
+        "log": str(results / "schedules" / f"{name}.log"),
+    }
 
 
 def remove(name: str) -> list[str]:
@@ -242,8 +291,10 @@ def remove(name: str) -> list[str]:
             path.unlink()
             done.append(f"removed {path}")
     if not done:
-        raise UsageError(f"no schedule named {name!r} in {sc.unit_dir}",
-                         hint="`orchestrator schedule list` shows them")  # fmt: skip
+        raise UsageError(
+            f"no schedule named {name!r} in {sc.unit_dir}",
+            hint="`orchestrator schedule list` shows them",
+        )
     _run(sc.systemctl("daemon-reload"))
     return done
 
@@ -259,11 +310,18 @@ def listing() -> list[dict[str, str]]:
         cal = re.search(r"^OnCalendar=(.*)$", text, re.M)
         svc = sc.unit_dir / f"{PREFIX}{name}.service"
         text = svc.read_text() if svc.exists() else ""
-        cmd = re.search(r"^# command: (.*)$", text, re.M) or re.search(r"^ExecStart=(.*)$",
-                                                                          text, re.M)  # fmt: skip
+        cmd = re.search(r"^# command: (.*)$", text, re.M) or re.search(
+            r"^ExecStart=(.*)$", text, re.M
+        )
         r = _run(sc.systemctl("show", path.name, "-p", "NextElapseUSecRealtime", "--value"))
-        out.append({"name": name, "at": cal[1] if cal else "?", "next": r.stdout.strip(),
-                    "command": cmd[1] if cmd else "?"})  # fmt: skip
+        out.append(
+            {
+                "name": name,
+                "at": cal[1] if cal else "?",
+                "next": r.stdout.strip(),
+                "command": cmd[1] if cmd else "?",
+            }
+        )
     return out
 
 
@@ -285,7 +343,8 @@ def _crontab(consequence: str = "nothing was scheduled") -> str:
     if found is None:
         raise CronMissing(
             f"systemd is not running here and `crontab` is not installed: {consequence}",
-            hint="install cron (Debian: apt-get install cron) and run this again")
+            hint="install cron (Debian: apt-get install cron) and run this again",
+        )
     return found
 
 
@@ -342,8 +401,10 @@ def crontab_install(name: str, calendar: str, line: str, command: str) -> None:
 def crontab_remove(name: str) -> list[str]:
     lines, found = _without(_crontab_read("no schedule to remove"), name)
     if not found:
-        raise UsageError(f"no schedule named {name!r} in the crontab of {_user()}",
-                         hint="`orchestrator schedule list` shows them")  # fmt: skip
+        raise UsageError(
+            f"no schedule named {name!r} in the crontab of {_user()}",
+            hint="`orchestrator schedule list` shows them",
+        )
     _crontab_write(lines)
     return [f"removed {name} from the crontab of {_user()}"]
 
@@ -354,6 +415,7 @@ def crontab_listing() -> list[dict[str, str]]:
     for i, line in enumerate(lines):
         m = _MARK_RE.match(line)
         if m and i + 1 < len(lines):
-            out.append({"name": m[1], "at": m[2], "next": "", "command": m[3],
-                        "cron": lines[i + 1]})  # fmt: skip
+            out.append(
+                {"name": m[1], "at": m[2], "next": "", "command": m[3], "cron": lines[i + 1]}
+            )
     return out

@@ -34,10 +34,20 @@ def single_run(
 ) -> RunRow:
     """Run `exp` once on `host`, record and return the run. Ctrl-C restores the host and
     raises `Interrupted` (no partial outcome: the run did not finish)."""
-    return single_runs(store, exp, host, kind=kind, command=command, label=label,
-                       target=target, env_keys=env_keys, listener=listener,
-                       executor_factory=executor_factory, spec_extra=spec_extra,
-                       good_metric=good_metric)[0]  # fmt: skip
+    return single_runs(
+        store,
+        exp,
+        host,
+        kind=kind,
+        command=command,
+        label=label,
+        target=target,
+        env_keys=env_keys,
+        listener=listener,
+        executor_factory=executor_factory,
+        spec_extra=spec_extra,
+        good_metric=good_metric,
+    )[0]
 
 
 def single_runs(
@@ -59,28 +69,41 @@ def single_runs(
     """Start `exp` `starts` times on `host` (one campaign, the host locked throughout),
     record every start and return them in order. Ctrl-C restores the host and raises
     `Interrupted` with the starts recorded so far."""
-    spec: dict[str, Any] = {"config": exp.to_dict(), "source": exp.source,
-                            "hosts": [host.name]}  # fmt: skip
+    spec: dict[str, Any] = {"config": exp.to_dict(), "source": exp.source, "hosts": [host.name]}
     if starts > 1:
         spec["starts"] = starts
     spec |= spec_extra or {}
     # every run is a campaign of its own: a key no other campaign has
     key = hashlib.sha256(f"{kind}:{exp.fingerprint()}:{time.time()}".encode()).hexdigest()[:16]
-    core = CampaignCore(store, kind=kind, key=key, spec=lambda: spec, secrets=exp.secrets(),
-                        command=command, listener=listener,
-                        executor_factory=executor_factory)  # fmt: skip
+    core = CampaignCore(
+        store,
+        kind=kind,
+        key=key,
+        spec=lambda: spec,
+        secrets=exp.secrets(),
+        command=command,
+        listener=listener,
+        executor_factory=executor_factory,
+    )
     if target is not None:
         store.update_campaign(core.cid, target=target)
     rows: list[RunRow] = []
-    with core.guard(lambda: list(rows) or None), \
-            core.track(executor_factory(host, service_name(exp), core.cid, listener)) as ex:
+    with (
+        core.guard(lambda: list(rows) or None),
+        core.track(executor_factory(host, service_name(exp), core.cid, listener)) as ex,
+    ):
         for n in range(1, starts + 1):
-            result = ex.run(exp, run_id=f"{core.cid}.{n}",
-                            label=label + (f" (start {n}/{starts})" if starts > 1 else ""),
-                            target=target, env_keys=env_keys | frozenset(exp.env_map()),
-                            good_metric=good_metric)  # fmt: skip
-            rid = store.add_run(core.cid, variant=(), purpose=kind, result=result,
-                                run_id=f"{core.cid}.{n}")  # fmt: skip
+            result = ex.run(
+                exp,
+                run_id=f"{core.cid}.{n}",
+                label=label + (f" (start {n}/{starts})" if starts > 1 else ""),
+                target=target,
+                env_keys=env_keys | frozenset(exp.env_map()),
+                good_metric=good_metric,
+            )
+            rid = store.add_run(
+                core.cid, variant=(), purpose=kind, result=result, run_id=f"{core.cid}.{n}"
+            )
             rows.append(store.run(rid))
             core.recorded(rows[-1], purpose=kind, source="run", done=n)
     store.update_campaign(core.cid, status=Status.DONE.value)

@@ -128,13 +128,18 @@ def _config_at(path: Path, ref: str, key: str) -> Experiment:
     target = path.parent / ref
     why = not_a_file(target)
     if why is not None:
-        raise ConfigError(f"config {ref!r} {why} ({target})", file=str(path), key=key,
-                          hint="name an experiment YAML, relative to the sweep file")
+        raise ConfigError(
+            f"config {ref!r} {why} ({target})",
+            file=str(path),
+            key=key,
+            hint="name an experiment YAML, relative to the sweep file",
+        )
     return load_experiment(target)
 
 
-def _reference(m: SweepModel, path: Path, base: Experiment | None,
-               items: list[SweepItem]) -> Experiment | None:  # fmt: skip
+def _reference(
+    m: SweepModel, path: Path, base: Experiment | None, items: list[SweepItem]
+) -> Experiment | None:
     """The config a relative bar is judged against: `reference:`, else the base."""
     ref: Experiment | None = None
     if m.reference:
@@ -146,12 +151,18 @@ def _reference(m: SweepModel, path: Path, base: Experiment | None,
             bar = relative[0].exp.probe.pass_if if relative[0].exp.probe else ""
             raise ConfigError(
                 f"'{relative[0].label}' has a probe bar relative to a good config ({bar!r}) "
-                "but the sweep names no config to measure as good", file=str(path),
-                key="reference", hint="add `reference: GOOD.yaml` (or a `base:`) to the sweep")
+                "but the sweep names no config to measure as good",
+                file=str(path),
+                key="reference",
+                hint="add `reference: GOOD.yaml` (or a `base:`) to the sweep",
+            )
     if ref is not None and relative and (ref.probe is None or not ref.probe.metric):
-        raise ConfigError(f"the reference config {ref.source or ref.name} has no probe metric "
-                          "to judge the relative bars with", file=str(path),
-                          key="reference")  # fmt: skip
+        raise ConfigError(
+            f"the reference config {ref.source or ref.name} has no probe metric "
+            "to judge the relative bars with",
+            file=str(path),
+            key="reference",
+        )
     return ref
 
 
@@ -163,14 +174,15 @@ def load_sweep(path: str | Path) -> Sweep:
     if (m.matrix or m.env_matrix) and base is None:
         raise ConfigError("a matrix needs a base config to vary", file=str(path), key="base")
     # a matrix key names a flag as a config's key does (`-tp` is vLLM's long option)
-    axes = [(canonical(base.exec if base else (), flag_key(k)), "flag", vs)
-            for k, vs in m.matrix.items()]  # fmt: skip
+    axes = [
+        (canonical(base.exec if base else (), flag_key(k)), "flag", vs)
+        for k, vs in m.matrix.items()
+    ]
     axes += [(k, "env", vs) for k, vs in m.env_matrix.items()]
     if base is not None:
         for key, _, vs in axes:
             if not vs:
-                raise ConfigError("needs at least one value", file=str(path),
-                                  key=f"matrix.{key}")  # fmt: skip
+                raise ConfigError("needs at least one value", file=str(path), key=f"matrix.{key}")
         combos = itertools.product(*[vs for _, _, vs in axes]) if axes else [()]
         for combo in combos:
             flags = {k: v for (k, kind, _), v in zip(axes, combo, strict=True) if kind == "flag"}
@@ -183,21 +195,25 @@ def load_sweep(path: str | Path) -> Sweep:
         exp = _config_at(path, ref, f"configs[{i}]")
         items.append(SweepItem(len(items), exp.name or f"config {i}", exp))
     if not items:
-        raise ConfigError("nothing to sweep: give configs, or a base with a matrix",
-                          file=str(path))  # fmt: skip
+        raise ConfigError("nothing to sweep: give configs, or a base with a matrix", file=str(path))
     ref_exp = _reference(m, path, base, items)
     named = [(it.label, it.exp) for it in items]
     named += [(f"reference {ref_exp.name}", ref_exp)] if ref_exp is not None else []
-    others = [f"'{label}': {exp.unit or 'no service.unit'}" for label, exp in named
-              if exp.unit != named[0][1].unit]  # fmt: skip
+    others = [
+        f"'{label}': {exp.unit or 'no service.unit'}"
+        for label, exp in named
+        if exp.unit != named[0][1].unit
+    ]
     if others:
         # the sweep runs every item as a drop-in on the first item's unit
         raise ConfigError(
             f"the sweep's configs name different units ('{named[0][0]}': "
             f"{named[0][1].unit or 'no service.unit'}; {', '.join(others)}): every run is a "
-            "drop-in on one unit, so the others would be ignored", file=str(path),
+            "drop-in on one unit, so the others would be ignored",
+            file=str(path),
             hint="give every config the same service.unit; what differs between the units "
-            "goes into env: or flags:")  # fmt: skip
+            "goes into env: or flags:",
+        )
     # A variable some config sets is removed from the others' launches (not left to the
     # unit's or the host's value), and each item is recorded as that launch.
     keys = {k for _, exp in named for k in (*exp.env_map(), *exp.unset)}
@@ -207,8 +223,9 @@ def load_sweep(path: str | Path) -> Sweep:
     for it in items:
         fp = it.exp.fingerprint()
         if fp in seen:
-            raise ConfigError(f"'{it.label}' launches the same server as '{seen[fp]}'",
-                              file=str(path))  # fmt: skip
+            raise ConfigError(
+                f"'{it.label}' launches the same server as '{seen[fp]}'", file=str(path)
+            )
         seen[fp] = it.label
     ref_index: int | None = None
     if ref_exp is not None:
@@ -219,13 +236,20 @@ def load_sweep(path: str | Path) -> Sweep:
         else:
             # measured like any row (first in each repeat), at its place on the plot
             flags, env = ref_exp.flag_map(), ref_exp.env_map()
-            values = tuple((k, (flags if kind == "flag" else env).get(k))
-                           for k, kind, _ in axes)  # fmt: skip
+            values = tuple((k, (flags if kind == "flag" else env).get(k)) for k, kind, _ in axes)
             ref_item = SweepItem(0, f"reference {ref_exp.name}", ref_exp, values)
             items = [ref_item, *(replace(it, index=it.index + 1) for it in items)]
             ref_index = 0
-    return Sweep(m.name or path.stem, str(path), tuple(items), m.repeat, m.host, base,
-                 ref_index, notify=m.notify)  # fmt: skip
+    return Sweep(
+        m.name or path.stem,
+        str(path),
+        tuple(items),
+        m.repeat,
+        m.host,
+        base,
+        ref_index,
+        notify=m.notify,
+    )
 
 
 def parse_until(text: str, now: dt.datetime | None = None) -> float:
@@ -240,8 +264,9 @@ def parse_until(text: str, now: dt.datetime | None = None) -> float:
     return (at - now).total_seconds()
 
 
-def judge_reused(row: RunRow, exp: Experiment,
-                 good_metric: float | None) -> tuple[Verdict, Signature | None]:  # fmt: skip
+def judge_reused(
+    row: RunRow, exp: Experiment, good_metric: float | None
+) -> tuple[Verdict, Signature | None]:
     """A run recorded by another campaign, judged by this sweep's rule: no target (any
     failure is `fail`), and the probe bar evaluated on its recorded metric against this
     sweep's reference (the other campaign may have judged it against another good)."""
@@ -251,7 +276,8 @@ def judge_reused(row: RunRow, exp: Experiment,
     probe = exp.probe
     cond = probe.condition if probe else None
     by_the_bar = verdict is Verdict.PASS or (
-        sig is not None and sig.phase is Phase.PROBE and sig.error_class == "probe_threshold")
+        sig is not None and sig.phase is Phase.PROBE and sig.error_class == "probe_threshold"
+    )
     if probe is None or cond is None or not by_the_bar:
         return verdict, sig
     if cond.relative_to_good and good_metric is None:
@@ -287,27 +313,46 @@ class SweepOutcome:
     def answer(self) -> SweepAnswer:
         """The typed record of this outcome, as stored and printed by `--json`."""
         return SweepAnswer(
-            self.campaign_id, self.status, message=self.message, resume=self.resume or None,
-            resumable=self.resumable, executed=self.executed, reused=self.reused,
-            total_executed=self.total_executed, total_reused=self.total_reused,
-            removed_hosts=list(self.removed_hosts), reference=self.reference, notes=self.notes,
-            rows=[SweepTableRow(
-                config=r.item.label, repeat=r.repeat, run=r.run.id if r.run else None,
-                verdict=r.run.verdict.value if r.run else None,
-                signature=str(r.run.signature) if r.run and r.run.signature else None,
-                metric=r.run.probe_metric if r.run else None,
-                duration=r.run.duration if r.run else None,
-                reused_from=r.run.cached_from if r.run else None,
-                reference=r.item.label == self.reference,
-                bar=r.item.exp.probe.pass_if if r.item.exp.probe else None,
-            ) for r in self.rows],
-        )  # fmt: skip
+            self.campaign_id,
+            self.status,
+            message=self.message,
+            resume=self.resume or None,
+            resumable=self.resumable,
+            executed=self.executed,
+            reused=self.reused,
+            total_executed=self.total_executed,
+            total_reused=self.total_reused,
+            removed_hosts=list(self.removed_hosts),
+            reference=self.reference,
+            notes=self.notes,
+            rows=[
+                SweepTableRow(
+                    config=r.item.label,
+                    repeat=r.repeat,
+                    run=r.run.id if r.run else None,
+                    verdict=r.run.verdict.value if r.run else None,
+                    signature=str(r.run.signature) if r.run and r.run.signature else None,
+                    metric=r.run.probe_metric if r.run else None,
+                    duration=r.run.duration if r.run else None,
+                    reused_from=r.run.cached_from if r.run else None,
+                    reference=r.item.label == self.reference,
+                    bar=r.item.exp.probe.pass_if if r.item.exp.probe else None,
+                )
+                for r in self.rows
+            ],
+        )
 
 
 def sweep_key(sweep: Sweep, hosts: list[Host]) -> str:
     """Same sweep file content on the same hosts: what resumes, and what nights compare."""
-    blob = json.dumps([sweep.name, [it.exp.fingerprint() for it in sweep.items],
-                       sweep.repeat, sorted(h.name for h in hosts)])  # fmt: skip
+    blob = json.dumps(
+        [
+            sweep.name,
+            [it.exp.fingerprint() for it in sweep.items],
+            sweep.repeat,
+            sorted(h.name for h in hosts),
+        ]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -334,27 +379,40 @@ class SweepCampaign:
         self.sweep, self.hosts, self.reuse = sweep, hosts, reuse
         self.store, self.emit, self.resume_text = store, listener, resume_text
         self.core = CampaignCore(
-            store, kind="sweep", key=sweep_key(sweep, hosts),
+            store,
+            kind="sweep",
+            key=sweep_key(sweep, hosts),
             spec=lambda: self.spec().to_dict(),
             secrets={k: v for it in sweep.items for k, v in it.exp.secrets().items()},
-            command=command, resume_id=resume_id,
+            command=command,
+            resume_id=resume_id,
             # a sweep stopped by its budget (--until, --max-runs) goes on with the same command
-            resumable=lambda last: last.status == "incomplete" and SweepAnswer.from_dict(
-                last.answer or {}).resumable,
-            max_runs=max_runs, deadline_s=deadline_s, listener=listener,
+            resumable=lambda last: (
+                last.status == "incomplete" and SweepAnswer.from_dict(last.answer or {}).resumable
+            ),
+            max_runs=max_runs,
+            deadline_s=deadline_s,
+            listener=listener,
             executor_factory=executor_factory,
-        )  # fmt: skip
+        )
         self.cid = self.core.cid
         self.resumed = self.core.resumed
         self._started = 0  # runs this invocation started: what --max-runs counts
 
     def spec(self) -> SweepSpec:
         sweep = self.sweep
-        return SweepSpec(sweep=sweep.source, name=sweep.name, hosts=[h.name for h in self.hosts],
-                         repeat=sweep.repeat, axes=sweep.axes, reference=sweep.reference,
-                         reuse=self.reuse,
-                         items=[SweepSpecItem(it.label, list(it.values), it.exp.to_dict())
-                                for it in sweep.items])  # fmt: skip
+        return SweepSpec(
+            sweep=sweep.source,
+            name=sweep.name,
+            hosts=[h.name for h in self.hosts],
+            repeat=sweep.repeat,
+            axes=sweep.axes,
+            reference=sweep.reference,
+            reuse=self.reuse,
+            items=[
+                SweepSpecItem(it.label, list(it.values), it.exp.to_dict()) for it in sweep.items
+            ],
+        )
 
     def _recorded(self) -> dict[tuple[int, int], RunRow]:
         """(item, repeat) -> its recorded run: the variant column holds the item's index,
@@ -372,8 +430,13 @@ class SweepCampaign:
         order = sorted(self.sweep.items, key=lambda it: it.index != ref)
         return [(it, k) for k in range(self.sweep.repeat) for it in order]
 
-    def _good(self, it: SweepItem, k: int, pending: set[tuple[int, int]],
-              recorded: dict[tuple[int, int], RunRow]) -> tuple[str, float | None, str]:
+    def _good(
+        self,
+        it: SweepItem,
+        k: int,
+        pending: set[tuple[int, int]],
+        recorded: dict[tuple[int, int], RunRow],
+    ) -> tuple[str, float | None, str]:
         """What a config's relative bar is judged against in repeat k: ("ready", metric, ''),
         ("wait", None, '') while the reference is still to run, or ("none", None, why)."""
         ref = self.sweep.reference
@@ -383,20 +446,36 @@ class SweepCampaign:
         if row is None:
             if (ref, k) in pending:
                 return "wait", None, ""
-            return "none", None, (f"the reference {self.sweep.items[ref].label} has no "
-                                  f"verdict in repeat {k + 1}")  # fmt: skip
+            return (
+                "none",
+                None,
+                (f"the reference {self.sweep.items[ref].label} has no verdict in repeat {k + 1}"),
+            )
         if row.probe_metric is None:
-            return "none", None, (f"the reference {row.label} has no metric in repeat {k + 1} "
-                                  f"({row.verdict.value}, run {row.id})")  # fmt: skip
+            return (
+                "none",
+                None,
+                (
+                    f"the reference {row.label} has no metric in repeat {k + 1} "
+                    f"({row.verdict.value}, run {row.id})"
+                ),
+            )
         return "ready", row.probe_metric, ""
 
     def run(self) -> SweepOutcome:
         todo = self._todo()
         done = self._recorded()
-        self.emit(CampaignStarted(campaign_id=self.cid, kind="sweep",
-                                  n_deltas=len(self.sweep.items), strategy="sweep",
-                                  expected_runs=len(todo), resumed_runs=len(done),
-                                  deadline_s=self.core.deadline_s))  # fmt: skip
+        self.emit(
+            CampaignStarted(
+                campaign_id=self.cid,
+                kind="sweep",
+                n_deltas=len(self.sweep.items),
+                strategy="sweep",
+                expected_runs=len(todo),
+                resumed_runs=len(done),
+                deadline_s=self.core.deadline_s,
+            )
+        )
         outcome = SweepOutcome(self.cid, Status.DONE)
         ref = self.sweep.reference
         outcome.reference = self.sweep.items[ref].label if ref is not None else None
@@ -412,12 +491,15 @@ class SweepCampaign:
             outcome.status = Status.INTERRUPTED
             return outcome
 
-        with self.core.guard(partial), \
-                self.core.pool(self.hosts, service=service, env_keys=env_keys) as pool:
+        with (
+            self.core.guard(partial),
+            self.core.pool(self.hosts, service=service, env_keys=env_keys) as pool,
+        ):
             in_flight: dict[tuple[int, int], Task] = {}
             for _ in range(1_000_000):  # bounded: each pass records, drops or waits
-                stop_reason = self._hand_out(pool, queue_, in_flight, not_judged,
-                                             outcome, stop_reason)  # fmt: skip
+                stop_reason = self._hand_out(
+                    pool, queue_, in_flight, not_judged, outcome, stop_reason
+                )
                 if not in_flight:
                     break
                 d = pool.wait()
@@ -431,8 +513,9 @@ class SweepCampaign:
                         raise d.error or RuntimeError("no host left in the pool")
                     queue_.insert(0, (it, key[1]))
                     continue
-                row = self.core.record(d.result, variant=(key[0],), purpose=f"sweep/{key[1]}",
-                                       run_id=d.task.run_id)  # fmt: skip
+                row = self.core.record(
+                    d.result, variant=(key[0],), purpose=f"sweep/{key[1]}", run_id=d.task.run_id
+                )
                 outcome.executed += 1
                 self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
                 attempts[key] = attempts.get(key, 0) + 1
@@ -444,8 +527,9 @@ class SweepCampaign:
         outcome.notes = [f"{n} config run(s) not judged: {why}" for why, n in not_judged.items()]
         if stop_reason or any(r.run is None for r in outcome.rows):
             outcome.status = Status.INCOMPLETE
-            outcome.message = stop_reason or "; ".join(outcome.notes) or \
-                "some configs have no verdict"  # fmt: skip
+            outcome.message = (
+                stop_reason or "; ".join(outcome.notes) or "some configs have no verdict"
+            )
             if stop_reason:
                 outcome.resumable = True
                 outcome.resume = self.resume_text(self.core.ref) if self.resume_text else ""
@@ -460,9 +544,15 @@ class SweepCampaign:
         outcome.total_executed = sum(1 for r in runs if r.cached_from is None)
         outcome.total_reused = sum(1 for r in runs if r.cached_from is not None)
 
-    def _hand_out(self, pool: Pool, queue_: list[tuple[SweepItem, int]],
-                  in_flight: dict[tuple[int, int], Task], not_judged: dict[str, int],
-                  outcome: SweepOutcome, stop_reason: str) -> str:  # fmt: skip
+    def _hand_out(
+        self,
+        pool: Pool,
+        queue_: list[tuple[SweepItem, int]],
+        in_flight: dict[tuple[int, int], Task],
+        not_judged: dict[str, int],
+        outcome: SweepOutcome,
+        stop_reason: str,
+    ) -> str:
         """Start what can start on idle hosts (a config judged against the reference waits
         for the reference's run of its repeat); record reused runs. Returns why it stopped
         starting runs (a budget), or ''."""
@@ -491,9 +581,14 @@ class SweepCampaign:
                 stop_reason = self.core.budget_spent(self._started, deadline_reason=TIME_SPENT)
                 if stop_reason:
                     return stop_reason
-                task = Task(key=(it.index, k), exp=it.exp, label=it.label,
-                            run_id=self.store.reserve_run_id(self.cid),
-                            good_metric=good, purpose="sweep")  # fmt: skip
+                task = Task(
+                    key=(it.index, k),
+                    exp=it.exp,
+                    label=it.label,
+                    run_id=self.store.reserve_run_id(self.cid),
+                    good_metric=good,
+                    purpose="sweep",
+                )
                 if not pool.submit(task):
                     return stop_reason
                 queue_.pop(pos)
@@ -516,15 +611,23 @@ class SweepCampaign:
         hits = self.store.reusable(inputs.key(fp), exclude_campaign=self.cid) if inputs else []
         return (hits[-1], inputs) if hits else (None, None)
 
-    def _record_reused(self, it: SweepItem, k: int, hit: RunRow, good: float | None,
-                       inputs: LaunchInputs | None = None) -> None:  # fmt: skip
+    def _record_reused(
+        self,
+        it: SweepItem,
+        k: int,
+        hit: RunRow,
+        good: float | None,
+        inputs: LaunchInputs | None = None,
+    ) -> None:
         cached = CachedResult.from_row(hit, it.label, self.hosts[0], it.exp, inputs)
         verdict, sig = judge_reused(hit, it.exp, good)
         cached = replace(cached, verdict=verdict, signature=sig)
-        row = self.core.record(cached, variant=(it.index,), purpose=f"sweep/{k}",
-                               cached_from=hit.id)  # fmt: skip
+        row = self.core.record(
+            cached, variant=(it.index,), purpose=f"sweep/{k}", cached_from=hit.id
+        )
         self._emit(row, "cache")
 
     def _emit(self, row: RunRow, source: str) -> None:
-        self.core.recorded(row, purpose="sweep", source=source,
-                           done=self.store.judged_count(self.cid))  # fmt: skip
+        self.core.recorded(
+            row, purpose="sweep", source=source, done=self.store.judged_count(self.cid)
+        )

@@ -55,34 +55,46 @@ def _family_of(row: RunRow) -> tuple[str, ...] | None:
 
 def worst_start(plan: Plan) -> float:
     """A start that hangs is stopped at its health deadline; then its probe may run."""
+
     def worst(e: Experiment) -> float:
         return e.health.timeout + (e.probe.timeout if e.probe else 0.0)
 
     return max(worst(plan.good), worst(plan.bad))
 
 
-def run_time(plan: Plan, store: Store | None = None, host: str | None = None,
-             weights: str = "real") -> RunTime:  # fmt: skip
+def run_time(
+    plan: Plan, store: Store | None = None, host: str | None = None, weights: str = "real"
+) -> RunTime:
     """What one start of this pair takes, as far as it is known: on real weights, or on
     dummy ones (`weights`: learned only; `expect.run_time` is a start on real weights)."""
     worst = worst_start(plan)
     for exp in (plan.bad, plan.good) if weights == "real" else ():
         if exp.run_time is not None:
-            return RunTime(exp.run_time, f"declared in {exp.source or exp.name} "
-                                         "(expect.run_time)",
-                           max(worst, exp.run_time))  # fmt: skip
+            return RunTime(
+                exp.run_time,
+                f"declared in {exp.source or exp.name} (expect.run_time)",
+                max(worst, exp.run_time),
+            )
     if store is not None:
         want = {family(plan.good), family(plan.bad)}
-        took = [r.duration for r in store.runs(limit=LEARN_FROM)
-                if r.cached_from is None and r.weights == weights and r.duration > 0
-                and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
-                and (host is None or r.host == host) and _family_of(r) in want]
+        took = [
+            r.duration
+            for r in store.runs(limit=LEARN_FROM)
+            if r.cached_from is None
+            and r.weights == weights
+            and r.duration > 0
+            and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
+            and (host is None or r.host == host)
+            and _family_of(r) in want
+        ]
         if took:
             where = f" on {host}" if host else ""
             what = "" if weights == "real" else f" on {weights} weights"
-            return RunTime(statistics.median(took),
-                           f"learned from {len(took)} earlier run(s){what}{where}",
-                           max(worst, max(took)))  # fmt: skip
+            return RunTime(
+                statistics.median(took),
+                f"learned from {len(took)} earlier run(s){what}{where}",
+                max(worst, max(took)),
+            )
     if weights != "real":
         return RunTime(None, f"unknown (no earlier start on {weights} weights)", worst)
     return RunTime(None, "unknown: declare it with expect.run_time", worst)
@@ -101,10 +113,13 @@ class Forecast:
     real_runs: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        out = {"shape": self.shape, "runs": round(self.runs, 1),
-               "worst_runs": round(self.worst_runs, 1),
-               "hours": round(self.seconds / 3600, 2) if self.seconds is not None else None,
-               "worst_hours": round(self.worst_seconds / 3600, 2)}  # fmt: skip
+        out = {
+            "shape": self.shape,
+            "runs": round(self.runs, 1),
+            "worst_runs": round(self.worst_runs, 1),
+            "hours": round(self.seconds / 3600, 2) if self.seconds is not None else None,
+            "worst_hours": round(self.worst_seconds / 3600, 2),
+        }
         if self.real_runs is not None:
             out["real_weight_runs"] = round(self.real_runs, 1)
         return out
@@ -132,8 +147,14 @@ def rehearsal_starts(n: int, rate: float = 1.0) -> tuple[float, float]:
     return fails / min(max(rate, 1e-3), 1.0), float(_starts_until(fails, rate))
 
 
-def forecasts(est: dict[str, float], rt: RunTime, n: int = 2, *,
-              rehearse: bool = False, dummy: RunTime | None = None) -> list[Forecast]:  # fmt: skip
+def forecasts(
+    est: dict[str, float],
+    rt: RunTime,
+    n: int = 2,
+    *,
+    rehearse: bool = False,
+    dummy: RunTime | None = None,
+) -> list[Forecast]:
     """One flag, an interacting pair, and that pair flaky (showing on half of the starts);
     with one change (`n`), one flag and that flag flaky: there is no pair to find. With
     `rehearse` the search runs on dummy weights (each start at `dummy`'s time, when known)
@@ -141,29 +162,45 @@ def forecasts(est: dict[str, float], rt: RunTime, n: int = 2, *,
     if n < 2:
         # the endpoints are the search: good once, bad until it fails (p95 of a geometric)
         flaky = (1 + 1 / PLAN_RATE, float(1 + _starts_until(1, PLAN_RATE)))
-        shapes = [("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
-                  (f"one flag, flaky (fails on {PLAN_RATE:.0%} of the starts)", *flaky,
-                   PLAN_RATE)]  # fmt: skip
+        shapes = [
+            ("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
+            (f"one flag, flaky (fails on {PLAN_RATE:.0%} of the starts)", *flaky, PLAN_RATE),
+        ]
     else:
         mean, p95 = flaky_runs(2 + est["auto_pair_mean"], PLAN_RATE, 2)
-        shapes = [("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
-                  ("interacting pair", 2 + est["pair_mean"], 2 + est["pair_worst"], 1.0),
-                  (f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
-                   mean, p95, PLAN_RATE)]  # fmt: skip
+        shapes = [
+            ("one flag", 2 + est["single_mean"], 2 + est["single_worst"], 1.0),
+            ("interacting pair", 2 + est["pair_mean"], 2 + est["pair_worst"], 1.0),
+            (
+                f"interacting pair, flaky (fails on {PLAN_RATE:.0%} of the starts)",
+                mean,
+                p95,
+                PLAN_RATE,
+            ),
+        ]
     out = []
     for shape, runs, worst_runs, rate in shapes:
         if not rehearse:
-            out.append(Forecast(shape, runs, worst_runs,
-                                runs * rt.seconds if rt.seconds is not None else None,
-                                worst_runs * rt.worst))  # fmt: skip
+            out.append(
+                Forecast(
+                    shape,
+                    runs,
+                    worst_runs,
+                    runs * rt.seconds if rt.seconds is not None else None,
+                    worst_runs * rt.worst,
+                )
+            )
             continue
         real, real_worst = rehearsal_starts(n, rate)
         runs, worst_runs = runs + real, worst_runs + real_worst
-        seconds = (real * rt.seconds + (runs - real) * dummy.seconds
-                   if rt.seconds is not None and dummy is not None
-                   and dummy.seconds is not None else None)  # fmt: skip
-        out.append(Forecast(shape, runs, worst_runs, seconds, worst_runs * rt.worst,
-                            real_runs=real))  # fmt: skip
+        seconds = (
+            real * rt.seconds + (runs - real) * dummy.seconds
+            if rt.seconds is not None and dummy is not None and dummy.seconds is not None
+            else None
+        )
+        out.append(
+            Forecast(shape, runs, worst_runs, seconds, worst_runs * rt.worst, real_runs=real)
+        )
     return out
 
 
@@ -176,5 +213,13 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-__all__ = ["Forecast", "RunTime", "duration_text", "family", "forecasts", "rehearsal_starts",
-           "run_time", "worst_start"]
+__all__ = [
+    "Forecast",
+    "RunTime",
+    "duration_text",
+    "family",
+    "forecasts",
+    "rehearsal_starts",
+    "run_time",
+    "worst_start",
+]

@@ -32,10 +32,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: the module of each command, for loading only the one a command line names
-_MODULE_OF = {"plan": "plan", "bisect": "bisect", "run": "run", "rerun": "run",
-              "sweep": "sweep", "runs": "runs", "show": "runs", "report": "report",
-              "classify": "classify", "import": "import_", "hosts": "hosts",
-              "restore": "restore", "lab": "lab", "schedule": "schedule"}  # fmt: skip
+_MODULE_OF = {
+    "plan": "plan",
+    "bisect": "bisect",
+    "run": "run",
+    "rerun": "run",
+    "sweep": "sweep",
+    "runs": "runs",
+    "show": "runs",
+    "report": "report",
+    "classify": "classify",
+    "import": "import_",
+    "hosts": "hosts",
+    "restore": "restore",
+    "lab": "lab",
+    "schedule": "schedule",
+}
 #: the command modules, in the order `--help` lists their commands (a module missing from
 #: a checkout is skipped, so the CLI grows with the product)
 COMMAND_MODULES = tuple(dict.fromkeys(_MODULE_OF.values()))
@@ -124,11 +136,11 @@ def _handle(args: argparse.Namespace, as_json: bool) -> int:
             _json_error(message, exc.hint, exc.exit_code)
         from rich.markup import escape
 
-        err_console().print(f"[bold red]error:[/] {escape(message)}", markup=True,
-                            highlight=False)  # fmt: skip
+        err_console().print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
         if exc.hint:
-            err_console().print(f"  [yellow]hint:[/] {escape(exc.hint)}", markup=True,
-                                highlight=False)  # fmt: skip
+            err_console().print(
+                f"  [yellow]hint:[/] {escape(exc.hint)}", markup=True, highlight=False
+            )
         return exc.exit_code
     except KeyboardInterrupt:
         if as_json:
@@ -142,5 +154,6 @@ def _json_error(message: str, hint: str | None, code: int) -> None:
 
     from orchestrator.cli.output import console
 
-    console().print_json(json.dumps({"status": "error", "error": message, "hint": hint,
-                                     "exit_code": code}))  # fmt: skip
+    console().print_json(
+        json.dumps({"status": "error", "error": message, "hint": hint, "exit_code": code})
+    )

@@ -38,68 +38,112 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--good", help="experiment YAML that works")
     p.add_argument("--bad", help="experiment YAML that fails")
-    p.add_argument("--host", "--pool", dest="host",
-                   help="host or pool name from the hosts file (a pool runs variants in parallel)")
+    p.add_argument(
+        "--host",
+        "--pool",
+        dest="host",
+        help="host or pool name from the hosts file (a pool runs variants in parallel)",
+    )
     p.add_argument("--resume", metavar="ID", help="continue an interrupted campaign")
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
-    p.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
-                   help="run the variants that decide the answer N times (flaky failures)")
-    p.add_argument("--confidence", type=float, metavar="P",
-                   help="search until the answer is this likely to be right (default 0.95); "
-                        "an answer below it is `unsure` (exit 4) and --resume goes on")
-    p.add_argument("--max-runs", type=common.positive_int, metavar="N",
-                   help="stop after N runs of this campaign (counted across resumes)")
-    p.add_argument("--deadline", metavar="DURATION",
-                   help="stop after this wall time (e.g. 8h) with the difference narrowed so far")
-    p.add_argument("--fresh", action="store_true",
-                   help="start a new campaign (also where the same command was interrupted: "
-                        "--resume ID goes on with that one) and reuse no recorded verdict")
-    p.add_argument("--no-split", action="store_true",
-                   help="a flag whose value is a JSON object stays one delta (by default each "
-                        "changed key path in it is a delta of its own)")
-    p.add_argument("--builds", metavar="A,B,C|FILE",
-                   help="the builds from good's to bad's in order (names, paths or images; "
-                   "or a file with one a line): the build is bisected on this order, "
-                   "together with the flags")
-    p.add_argument("--packages", action="store_true",
-                   help="open the difference of the two builds (virtualenvs or prefixes on "
-                   "the host) into the distributions that differ: each is a delta, and a set "
-                   "`pip check` refuses is `invalid`")
-    p.add_argument("--rehearse", action="store_true",
-                   help="search on dummy weights (--load-format dummy: seconds to load, not "
-                   "minutes) and confirm the answer on real weights; the experiment's "
-                   "`rehearse: dummy-weights` asks the same")
-    p.add_argument("--no-repair", action="store_true",
-                   help="a variant that dies of a resource (out of memory, a KV cache too "
-                        "small) is not started again with a repair move")
-    p.add_argument("--accept-new-host-key", action="store_true",
-                   help="record a host key seen for the first time (never a changed one)")
+    p.add_argument(
+        "--repeat",
+        type=common.positive_int,
+        default=1,
+        metavar="N",
+        help="run the variants that decide the answer N times (flaky failures)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        metavar="P",
+        help="search until the answer is this likely to be right (default 0.95); "
+        "an answer below it is `unsure` (exit 4) and --resume goes on",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=common.positive_int,
+        metavar="N",
+        help="stop after N runs of this campaign (counted across resumes)",
+    )
+    p.add_argument(
+        "--deadline",
+        metavar="DURATION",
+        help="stop after this wall time (e.g. 8h) with the difference narrowed so far",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new campaign (also where the same command was interrupted: "
+        "--resume ID goes on with that one) and reuse no recorded verdict",
+    )
+    p.add_argument(
+        "--no-split",
+        action="store_true",
+        help="a flag whose value is a JSON object stays one delta (by default each "
+        "changed key path in it is a delta of its own)",
+    )
+    p.add_argument(
+        "--builds",
+        metavar="A,B,C|FILE",
+        help="the builds from good's to bad's in order (names, paths or images; "
+        "or a file with one a line): the build is bisected on this order, "
+        "together with the flags",
+    )
+    p.add_argument(
+        "--packages",
+        action="store_true",
+        help="open the difference of the two builds (virtualenvs or prefixes on "
+        "the host) into the distributions that differ: each is a delta, and a set "
+        "`pip check` refuses is `invalid`",
+    )
+    p.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="search on dummy weights (--load-format dummy: seconds to load, not "
+        "minutes) and confirm the answer on real weights; the experiment's "
+        "`rehearse: dummy-weights` asks the same",
+    )
+    p.add_argument(
+        "--no-repair",
+        action="store_true",
+        help="a variant that dies of a resource (out of memory, a KV cache too "
+        "small) is not started again with a repair move",
+    )
+    p.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="record a host key seen for the first time (never a changed one)",
+    )
     p.add_argument("--no-report", action="store_true", help="do not write the report files")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     notifying.add_option(p)
     detached.add_option(p)
     common.add_hosts_option(p)
     common.add_results_option(p)
-    p.set_defaults(handler=run)  # fmt: skip
+    p.set_defaults(handler=run)
 
 
 def _plan_from_spec(spec: BisectSpec) -> Plan:
     # the recorded configs, with their secrets taken from this environment again
-    good = Experiment.from_dict(spec.good, source=spec.good_source or "good",
-                                resolve_secrets=True)  # fmt: skip
-    bad = Experiment.from_dict(spec.bad, source=spec.bad_source or "bad",
-                               resolve_secrets=True)  # fmt: skip
+    good = Experiment.from_dict(spec.good, source=spec.good_source or "good", resolve_secrets=True)
+    bad = Experiment.from_dict(spec.bad, source=spec.bad_source or "bad", resolve_secrets=True)
     split = spec.options.split
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
-    plan = with_order(Plan(good=good, bad=bad, deltas=tuple(deltas),
-                           strategy=spec.options.strategy, split=split), spec.options.builds)
+    plan = with_order(
+        Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy, split=split),
+        spec.options.builds,
+    )
     pk = spec.options.packages
     return with_packages(plan, pk["good"], pk["bad"]) if pk else plan
 
 
-def _opened(plan: Plan, host: Host, args: argparse.Namespace,
-            ) -> tuple[Plan, dict[str, dict[str, str]]]:  # fmt: skip
+def _opened(
+    plan: Plan,
+    host: Host,
+    args: argparse.Namespace,
+) -> tuple[Plan, dict[str, dict[str, str]]]:
     """`--packages`: the two builds' distributions read on the host, their differences the
     plan's deltas in place of the build."""
     from orchestrator.execution.executor import service_name
@@ -134,12 +178,10 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     if not g and not b:
         return plan
     said = ", ".join(f"{option_word(a)} -> --{c}" for a, c in dict(g + b).items())
-    err_console().print(f"flags as the server's parser reads them: {escape(said)}",
-                        highlight=False)  # fmt: skip
+    err_console().print(f"flags as the server's parser reads them: {escape(said)}", highlight=False)
     deltas = diff(good, bad, split=plan.split)
     check_differ(deltas, good, bad)
-    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy,
-                split=plan.split)
+    return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=plan.strategy, split=plan.split)
 
 
 def _known_run_time(view: object, plan: Plan, store: Store, hosts: list[Host]) -> None:
@@ -166,8 +208,10 @@ def weights_lines(weights: dict | None) -> list[str]:
     out = []
     if weights.get("note"):
         out.append(f"weights: {weights['note']}")
-    out.append(f"starts on real weights: {weights.get('real_starts', 0)}, on dummy weights: "
-               f"{weights.get('dummy_starts', 0)}")
+    out.append(
+        f"starts on real weights: {weights.get('real_starts', 0)}, on dummy weights: "
+        f"{weights.get('dummy_starts', 0)}"
+    )
     return out
 
 
@@ -197,9 +241,11 @@ def run(args: argparse.Namespace) -> int:
         if args.packages:
             given.append("--packages")
         if given:
-            raise UsageError(f"--resume continues a campaign with its recorded configs, hosts "
-                             f"and strategy; {', '.join(given)} cannot be given with it",
-                             hint="drop them, or start a new campaign without --resume")
+            raise UsageError(
+                f"--resume continues a campaign with its recorded configs, hosts "
+                f"and strategy; {', '.join(given)} cannot be given with it",
+                hint="drop them, or start a new campaign without --resume",
+            )
         # the store is opened once the command line is checked: a resume writes where its
         # campaign is recorded, a new campaign once its inputs are (a typo makes nothing)
         store = common.store(args, create=False)
@@ -237,21 +283,35 @@ def run(args: argparse.Namespace) -> int:
         packages = None
         if args.packages:
             plan, packages = _opened(plan, hosts[0], args)
-        options = BisectOptions(strategy=args.strategy, repeat=args.repeat,
-                                max_runs=args.max_runs, deadline_s=deadline, fresh=args.fresh,
-                                confidence=args.confidence or 0.95, split=not args.no_split,
-                                rehearse=args.rehearse or wants_rehearsal(plan),
-                                repair=not args.no_repair,
-                                builds=plan.order, packages=packages)
+        options = BisectOptions(
+            strategy=args.strategy,
+            repeat=args.repeat,
+            max_runs=args.max_runs,
+            deadline_s=deadline,
+            fresh=args.fresh,
+            confidence=args.confidence or 0.95,
+            split=not args.no_split,
+            rehearse=args.rehearse or wants_rehearsal(plan),
+            repair=not args.no_repair,
+            builds=plan.order,
+            packages=packages,
+        )
         resume_id = None
         store = common.store(args)
     notify_url = notifying.url_for(args, common.inventory(args).notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)
     _known_run_time(view, plan, store, hosts)
-    bisection = Bisection(store, plan, hosts, options=options, listener=view,
-                          command=common.command_line(), resume_id=resume_id,
-                          executor_factory=common.executor_factory(args))  # fmt: skip
+    bisection = Bisection(
+        store,
+        plan,
+        hosts,
+        options=options,
+        listener=view,
+        command=common.command_line(),
+        resume_id=resume_id,
+        executor_factory=common.executor_factory(args),
+    )
     outcome = notifying.conduct(args, store, notify_url, "bisect", bisection, view, "campaign")
     if outcome is None:
         return 130
@@ -263,12 +323,15 @@ def run(args: argparse.Namespace) -> int:
     resume, detail = None, outcome.message
     if outcome.status is Status.UNSURE:
         resume = common.resume_command(args, CampaignRef("bisect", outcome.campaign_id))
-        detail = "; ".join([outcome.message, *unsure_details(outcome.noise),
-                            f"continue with: {resume}"])  # fmt: skip
+        detail = "; ".join(
+            [outcome.message, *unsure_details(outcome.noise), f"continue with: {resume}"]
+        )
     envs = store.campaign_environments(outcome.campaign_id)
     if args.json:
-        data = outcome.to_dict() | {"reports": report_paths,
-                                        "environment": env_report.to_json(envs)}
+        data = outcome.to_dict() | {
+            "reports": report_paths,
+            "environment": env_report.to_json(envs),
+        }
         if resume:
             data["resume"] = resume
         console().print_json(json.dumps(data))
@@ -277,9 +340,15 @@ def run(args: argparse.Namespace) -> int:
         for line in env_report.text_lines(envs):
             console().print(escape(line), highlight=False)
     # after the answer is printed: the receiver decides neither the answer nor the exit code
-    notifying.concluded(store, notify_url, "bisect", outcome.campaign_id, outcome.status,
-                        next((p for p in report_paths if p.endswith(".html")), None),
-                        detail=detail)  # fmt: skip
+    notifying.concluded(
+        store,
+        notify_url,
+        "bisect",
+        outcome.campaign_id,
+        outcome.status,
+        next((p for p in report_paths if p.endswith(".html")), None),
+        detail=detail,
+    )
     if outcome.status is Status.UNSURE:
         return EXIT_UNSURE
     return 0 if outcome.found else 1
@@ -289,10 +358,11 @@ def _evidence(cul: Culprit) -> list[str]:
     """A culprit's evidence lines: only runs that exist, each with its counts."""
     out = []
     if cul.reproduced_by is not None:
-        under = f" (repaired with {', '.join(cul.repaired_with)})" if cul.repaired_with \
-            else ""  # fmt: skip
-        out.append(f"good + these reproduces the failure{under}: run {cul.reproduced_by}"
-                   + _counts(cul.reproduced_counts))  # fmt: skip
+        under = f" (repaired with {', '.join(cul.repaired_with)})" if cul.repaired_with else ""
+        out.append(
+            f"good + these reproduces the failure{under}: run {cul.reproduced_by}"
+            + _counts(cul.reproduced_counts)
+        )
     for flag, rid in cul.cleared_by.items():
         if rid is not None:
             out.append(f"{cul.claim(flag)}: run {rid}{_counts(cul.cleared_count(flag))}")
@@ -319,8 +389,10 @@ def _unsure(outcome: Outcome, resume: str | None) -> None:
     c.print(f"[yellow]unsure[/]: {escape(outcome.message)}", highlight=False)
     for cul in outcome.culprits:
         kind = cul.kind
-        c.print(f"[yellow]best answer ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]"
-                f" ({sure})", highlight=False)  # fmt: skip
+        c.print(
+            f"[yellow]best answer ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/] ({sure})",
+            highlight=False,
+        )
         for line in _evidence(cul):
             c.print(f"  {escape(line)} (not yet conclusive)", highlight=False)
     nxt = noise.get("next_runs") or []
@@ -329,8 +401,9 @@ def _unsure(outcome: Outcome, resume: str | None) -> None:
     c.print(f"continue with: {escape(resume or noise.get('resume') or '')}", highlight=False)
 
 
-def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
-                  resume: str | None = None) -> None:
+def print_outcome(
+    outcome: Outcome, plan: Plan, report_paths: list[str], resume: str | None = None
+) -> None:
     c = console()
     c.print()
     if outcome.target:
@@ -340,42 +413,57 @@ def print_outcome(outcome: Outcome, plan: Plan, report_paths: list[str],
     elif outcome.found:
         for cul in outcome.culprits:
             kind = cul.kind
-            c.print(f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
-                    highlight=False)  # fmt: skip
+            c.print(
+                f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
+                highlight=False,
+            )
             for line in _evidence(cul):
                 c.print(f"  {escape(line)}", highlight=False)
         suspects = {i for cul in outcome.culprits for i in cul.indices}
         cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
         if cleared:
-            c.print("cleared (not needed for the failure): "
-                    + escape(", ".join(d.short() for d in cleared)), highlight=False)  # fmt: skip
+            c.print(
+                "cleared (not needed for the failure): "
+                + escape(", ".join(d.short() for d in cleared)),
+                highlight=False,
+            )
     else:
         c.print(f"[yellow]no answer[/]: {escape(outcome.message)}", highlight=False)
         for cul in outcome.culprits:  # the best answer so far (noise-aware search)
             c.print(f"  best so far: {escape(' + '.join(cul.flags))}", highlight=False)
         if outcome.narrowed:
-            c.print("  narrowed so far: the failure needs some of: "
-                    + escape(", ".join(outcome.narrowed.failure_needs_some_of)),
-                    highlight=False)  # fmt: skip
+            c.print(
+                "  narrowed so far: the failure needs some of: "
+                + escape(", ".join(outcome.narrowed.failure_needs_some_of)),
+                highlight=False,
+            )
     for f in outcome.findings:
-        c.print(f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
-                f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
-                highlight=False)  # fmt: skip
+        c.print(
+            f"[magenta]other failure[/]: {escape(str(f.signature))}  (smallest variant: "
+            f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
+            highlight=False,
+        )
     for note in outcome.repairs:
         c.print(f"[cyan]repair[/]: {escape(note.sentence())}", highlight=False)
     for inv in outcome.invalid:
-        c.print(f"{verdict_text(Verdict.INVALID)} "
-                f"{escape(inv.variant)}: {escape(inv.reason)}", highlight=False)  # fmt: skip
+        c.print(
+            f"{verdict_text(Verdict.INVALID)} {escape(inv.variant)}: {escape(inv.reason)}",
+            highlight=False,
+        )
     for fl in outcome.flaky:
         c.print(f"[yellow]flaky[/]: {escape(fl)}", highlight=False)
     for line in sureness_lines(outcome.noise):
         c.print(escape(line), highlight=False)
-    if outcome.weights and (outcome.weights.get("rehearsal")
-                            or outcome.weights.get("dummy_starts")):  # fmt: skip
+    if outcome.weights and (
+        outcome.weights.get("rehearsal") or outcome.weights.get("dummy_starts")
+    ):
         for line in weights_lines(outcome.weights):
             c.print(escape(line), highlight=False)
-    c.print(f"runs: {outcome.runs_executed} executed, {outcome.runs_reused} reused from the cache;"
-            f" campaign {outcome.campaign_id}", highlight=False)  # fmt: skip
+    c.print(
+        f"runs: {outcome.runs_executed} executed, {outcome.runs_reused} reused from the cache;"
+        f" campaign {outcome.campaign_id}",
+        highlight=False,
+    )
     for p in report_paths:
         c.print(f"report: {p}", highlight=False)
 
@@ -396,8 +484,10 @@ def sureness_lines(noise: dict | None) -> list[str]:
     if conf is not None:
         parts.append(f"confidence {conf:.3f}")
     if rate is not None:
-        parts.append(f"reproduction rate {rate:.2f} ({noise.get('reproduction_counts')} runs "
-                     "with the culprit set)")
+        parts.append(
+            f"reproduction rate {rate:.2f} ({noise.get('reproduction_counts')} runs "
+            "with the culprit set)"
+        )
     if parts:
         out.append("; ".join(parts))
     return out

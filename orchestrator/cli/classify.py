@@ -68,9 +68,10 @@ def read_log(name: str) -> str:
     except OSError as exc:
         raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if data and data.count(0) > len(data) // 100:
-        raise UsageError(f"{name}: binary data, not a server log",
-                         hint="give the text log the server wrote (journalctl -u UNIT, "
-                         "or its log file)")  # fmt: skip
+        raise UsageError(
+            f"{name}: binary data, not a server log",
+            hint="give the text log the server wrote (journalctl -u UNIT, or its log file)",
+        )
     return data.decode("utf-8", errors="replace")
 
 
@@ -87,8 +88,10 @@ def _stream_tail(fh: BinaryIO, name: str) -> bytes:
         if chunk.count(0) > len(chunk) // 100:
             return chunk  # binary: refused by the caller, no need to read on
         tail = (tail + chunk)[-TAIL_BYTES:]
-    raise UsageError(f"{name}: more than {STREAM_LIMIT // 2**20} MiB and still going; not a "
-                     "saved log", hint="save the log to a file, or pipe its tail (tail -c 4M)")
+    raise UsageError(
+        f"{name}: more than {STREAM_LIMIT // 2**20} MiB and still going; not a saved log",
+        hint="save the log to a file, or pipe its tail (tail -c 4M)",
+    )
 
 
 def as_dict(analysis: LogAnalysis) -> dict[str, Any]:
@@ -113,8 +116,11 @@ def render(analysis: LogAnalysis, trouble: str | None = None) -> None:
     out = console()
     phase = analysis.phase.value if analysis.phase else "unknown (no startup milestone seen)"
     if trouble is not None:
-        out.print(f"[bold yellow]host trouble[/]: {escape(trouble)}; a run that ends like this "
-                  "is infra (retried, never a verdict)", highlight=False)  # fmt: skip
+        out.print(
+            f"[bold yellow]host trouble[/]: {escape(trouble)}; a run that ends like this "
+            "is infra (retried, never a verdict)",
+            highlight=False,
+        )
         return
     if analysis.signature is None:
         if analysis.note:
@@ -149,9 +155,19 @@ def run(args: argparse.Namespace) -> int:
     trouble = port_clash(text)
     matches = seen_before(analysis, args.results)
     if args.json:
-        data = as_dict(analysis) | {"host_trouble": trouble, "seen_in_runs": [
-            {"run": r.id, "campaign": r.campaign, "host": r.host, "variant": r.label,
-             "argv": r.argv} for r in matches]}  # fmt: skip
+        data = as_dict(analysis) | {
+            "host_trouble": trouble,
+            "seen_in_runs": [
+                {
+                    "run": r.id,
+                    "campaign": r.campaign,
+                    "host": r.host,
+                    "variant": r.label,
+                    "argv": r.argv,
+                }
+                for r in matches
+            ],
+        }
         console().print_json(json.dumps(data))
         return 0
     render(analysis, trouble)

@@ -59,8 +59,10 @@ def inventory(args: argparse.Namespace) -> Inventory:
         elif Path("hosts.example.yaml").exists():
             path = "hosts.example.yaml"
             if getattr(args, "hosts_file", None) is None:
-                note("note: no hosts.yaml here and no --hosts: using the example hosts file, "
-                     f"{Path(path).resolve()} (pass --hosts FILE or set ORCH_HOSTS)")
+                note(
+                    "note: no hosts.yaml here and no --hosts: using the example hosts file, "
+                    f"{Path(path).resolve()} (pass --hosts FILE or set ORCH_HOSTS)"
+                )
         else:
             raise UsageError(
                 "no hosts file: hosts.yaml not found here",
@@ -87,12 +89,15 @@ def recorded_hosts(args: argparse.Namespace, camp: CampaignRow) -> None:
         except ValueError:
             words = []
         given = [w.split("=", 1)[1] for w in words if w.startswith("--hosts=")] + [
-            words[i + 1] for i, w in enumerate(words[:-1]) if w == "--hosts"]
+            words[i + 1] for i, w in enumerate(words[:-1]) if w == "--hosts"
+        ]
         path = given[-1] if given and Path(given[-1]).is_absolute() else None
     if isinstance(path, str) and Path(path).is_file():
         args.hosts = path
-        note(f"note: hosts from {path}, the hosts file campaign {camp.id} ran with "
-             "(pass --hosts FILE for another)")
+        note(
+            f"note: hosts from {path}, the hosts file campaign {camp.id} ran with "
+            "(pass --hosts FILE for another)"
+        )
 
 
 def with_hosts_file(args: argparse.Namespace, exc: OrchestratorError) -> str:
@@ -122,8 +127,10 @@ def store(args: argparse.Namespace, *, readonly: bool = False, create: bool = Tr
     now is said once, with where it is."""
     s = Store(args.results, readonly=readonly, create=create)
     if s.created:
-        note(f"note: a new results directory: {s.root.resolve()} (--results DIR or "
-             "ORCH_RESULTS chooses another)")
+        note(
+            f"note: a new results directory: {s.root.resolve()} (--results DIR or "
+            "ORCH_RESULTS chooses another)"
+        )
     if not readonly:
         if os.environ.get(LOG_ENV):
             s.controller_note["log"] = os.environ[LOG_ENV]
@@ -192,8 +199,13 @@ def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
     def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
         from orchestrator.execution.backends import executor_for
 
-        return executor_for(host, service=service, campaign=campaign, listener=listener,
-                            accept_new_host_key=getattr(args, "accept_new_host_key", False))
+        return executor_for(
+            host,
+            service=service,
+            campaign=campaign,
+            listener=listener,
+            accept_new_host_key=getattr(args, "accept_new_host_key", False),
+        )
 
     return make
 
@@ -210,20 +222,28 @@ def restore_command(args: argparse.Namespace, host: str) -> str:
     """The command that finishes the restore of `host`."""
     hosts = getattr(args, "hosts", None)
     return f"orchestrator restore --host {host}" + (
-        f" --hosts {shlex.quote(hosts)}" if hosts else "")  # fmt: skip
+        f" --hosts {shlex.quote(hosts)}" if hosts else ""
+    )
 
 
-def restore_lines(args: argparse.Namespace, left: dict[str, list[str] | None] | None,
-                  ) -> tuple[bool, list[str]]:  # fmt: skip
+def restore_lines(
+    args: argparse.Namespace,
+    left: dict[str, list[str] | None] | None,
+) -> tuple[bool, list[str]]:
     """(whether every host was read back as found, the lines that say so): a host is called
     restored only when the host itself, read back after the restore, showed nothing of ours
     (no drop-in, the unit in the state it was found in, no server, no lock). Otherwise: what
     is left and the command that finishes it."""
     if left is None:  # the interrupt cut the campaign's own handling short
         host = getattr(args, "host", None)
-        return False, ["the hosts were not read back after the restore; finish it with: "
-                       + (restore_command(args, host) if host else
-                          "orchestrator restore --host HOST (for each host of the campaign)")]
+        return False, [
+            "the hosts were not read back after the restore; finish it with: "
+            + (
+                restore_command(args, host)
+                if host
+                else "orchestrator restore --host HOST (for each host of the campaign)"
+            )
+        ]
     if not left:
         return True, ["no host had been changed"]
     bad = {h: what for h, what in left.items() if what is None or what}
@@ -235,41 +255,60 @@ def restore_lines(args: argparse.Namespace, left: dict[str, list[str] | None] | 
         if h not in bad:
             lines.append(f"{h}: restored (read back: as found)")
         elif what is None:
-            lines.append(f"{h}: NOT restored: the restore was abandoned or the host could not "
-                         f"be read back; finish it with: {restore_command(args, h)}")
+            lines.append(
+                f"{h}: NOT restored: the restore was abandoned or the host could not "
+                f"be read back; finish it with: {restore_command(args, h)}"
+            )
         else:
-            lines.append(f"{h}: NOT restored: {'; '.join(what)}; finish it with: "
-                         f"{restore_command(args, h)}")
+            lines.append(
+                f"{h}: NOT restored: {'; '.join(what)}; finish it with: {restore_command(args, h)}"
+            )
     return False, lines
 
 
-def run_campaign(run: Callable[[], T], view: Callable[..., None], noun: str,
-                 args: argparse.Namespace) -> T | None:  # fmt: skip
+def run_campaign(
+    run: Callable[[], T], view: Callable[..., None], noun: str, args: argparse.Namespace
+) -> T | None:
     """Run a campaign with SIGTERM and SIGHUP treated like Ctrl-C (see cli.signals). On
     either, the core restores the hosts, reads them back and raises `Interrupted`: print
     what the hosts showed and the resume command, and return None (exit 130). An error
     that stopped a resumable campaign gets the resume command as its hint."""
     try:
-        return _interruptible(run, view, args, noun=noun, campaign=True,
-                              as_json=getattr(args, "json", False))  # fmt: skip
+        return _interruptible(
+            run, view, args, noun=noun, campaign=True, as_json=getattr(args, "json", False)
+        )
     except OrchestratorError as exc:
         if exc.resumable is not None:
-            exc.hint = ((exc.hint + "; ") if exc.hint else "") + \
-                f"then resume with: {resume_command(args, exc.resumable)}"  # fmt: skip
+            exc.hint = (
+                (exc.hint + "; ") if exc.hint else ""
+            ) + f"then resume with: {resume_command(args, exc.resumable)}"
         raise
 
 
-def run_single(run: Callable[[], T], view: Callable[..., None], *, as_json: bool = False,
-               args: argparse.Namespace | None = None) -> T | None:  # fmt: skip
+def run_single(
+    run: Callable[[], T],
+    view: Callable[..., None],
+    *,
+    as_json: bool = False,
+    args: argparse.Namespace | None = None,
+) -> T | None:
     """One recorded run (`run`, `rerun`) with SIGTERM and SIGHUP treated like Ctrl-C: the
     executor restores the host on the way out and reads it back; print what it showed and
     return None (exit 130)."""
-    return _interruptible(run, view, args or argparse.Namespace(), noun="the run",
-                          campaign=False, as_json=as_json)  # fmt: skip
+    return _interruptible(
+        run, view, args or argparse.Namespace(), noun="the run", campaign=False, as_json=as_json
+    )
 
 
-def _interruptible(run: Callable[[], T], view: Callable[..., None], args: argparse.Namespace,
-                   *, noun: str, campaign: bool, as_json: bool) -> T | None:  # fmt: skip
+def _interruptible(
+    run: Callable[[], T],
+    view: Callable[..., None],
+    args: argparse.Namespace,
+    *,
+    noun: str,
+    campaign: bool,
+    as_json: bool,
+) -> T | None:
     """`run` under `Interrupts` (SIGTERM and SIGHUP raise like Ctrl-C); on an interrupt,
     say what the hosts read back showed (never "restored" unless they were), and for a
     campaign the command that resumes it; None then (exit 130). The live view is closed
@@ -290,8 +329,9 @@ def _interruptible(run: Callable[[], T], view: Callable[..., None], args: argpar
             view.close()
 
 
-def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
-                     campaign: bool, as_json: bool) -> None:  # fmt: skip
+def _say_interrupted(
+    exc: BaseException, args: argparse.Namespace, *, noun: str, campaign: bool, as_json: bool
+) -> None:
     import json
 
     from rich.markup import escape
@@ -308,10 +348,12 @@ def _say_interrupted(exc: BaseException, args: argparse.Namespace, *, noun: str,
     subject = f"{noun} {ref.campaign_id}" if ref is not None else noun
     resume = resume_command(args, ref.campaign) if ref is not None else None
     if as_json:
-        doc: dict[str, object] = {"status": "interrupted", "restored": restored,
-                                  "error": f"{subject} {'' if campaign else 'was '}"
-                                           "interrupted; " + "; ".join(lines),
-                                  "left": left}  # fmt: skip
+        doc: dict[str, object] = {
+            "status": "interrupted",
+            "restored": restored,
+            "error": f"{subject} {'' if campaign else 'was '}interrupted; " + "; ".join(lines),
+            "left": left,
+        }
         if ref is not None:
             doc = {"campaign": ref.campaign_id, **doc, "resume": resume}
         out.print_json(json.dumps(doc))

@@ -41,15 +41,26 @@ FOLLOW_POLL_S = 1.0
 #: to finish printing (its answer is printed after the status is recorded)
 FINISH_WAIT_S = 30.0
 #: the exit code of each campaign status, when the campaign did not record its own
-STATUS_EXIT = {"found": 0, "done": 0, "incomplete": 1, "endpoints": 1, "interrupted": 130,
-               "refused": 3, "error": 2, "dead": 3}  # fmt: skip
+STATUS_EXIT = {
+    "found": 0,
+    "done": 0,
+    "incomplete": 1,
+    "endpoints": 1,
+    "interrupted": 130,
+    "refused": 3,
+    "error": 2,
+    "dead": 3,
+}
 
 
 def add_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--detach", action="store_true",
-                   help="keep running after this terminal is gone: run in a session of its "
-                        "own, output to a log under the results directory; prints the "
-                        "campaign id and how to follow it (runs --follow ID)")  # fmt: skip
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="keep running after this terminal is gone: run in a session of its "
+        "own, output to a log under the results directory; prints the "
+        "campaign id and how to follow it (runs --follow ID)",
+    )
 
 
 def detach(args: argparse.Namespace) -> int:
@@ -63,9 +74,15 @@ def detach(args: argparse.Namespace) -> int:
     env = os.environ | {common.LOG_ENV: str(log.resolve()), "PYTHONUNBUFFERED": "1"}
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the log may hold
     try:  # a server's arguments: the user's only, like the store
-        child = subprocess.Popen([sys.executable, "-m", "orchestrator", *argv],
-                                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
-                                 start_new_session=True, close_fds=True)  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         os.close(fd)
     cid = _await_campaign(results, child)
@@ -76,9 +93,11 @@ def detach(args: argparse.Namespace) -> int:
         if code is not None:  # it said all it had to (above): no log nor directory for it
             _remove_made(log, made)
         if code is None:
-            err_console().print(f"the detached command (pid {child.pid}) recorded no campaign "
-                                f"in {START_WAIT_S:.0f}s; it still runs; output: {log}",
-                                highlight=False)  # fmt: skip
+            err_console().print(
+                f"the detached command (pid {child.pid}) recorded no campaign "
+                f"in {START_WAIT_S:.0f}s; it still runs; output: {log}",
+                highlight=False,
+            )
             return 1
         return code
     follow, resume = commands(args, cid)
@@ -87,20 +106,37 @@ def detach(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):  # stdout is one JSON document (the campaign's goes
         import json  # to the log)
 
-        c.print_json(json.dumps({"campaign": cid, "status": "detached", "pid": child.pid,
-                                 "log": str(log), "follow": follow, "stop": stop,
-                                 "resume": resume}))  # fmt: skip
+        c.print_json(
+            json.dumps(
+                {
+                    "campaign": cid,
+                    "status": "detached",
+                    "pid": child.pid,
+                    "log": str(log),
+                    "follow": follow,
+                    "stop": stop,
+                    "resume": resume,
+                }
+            )
+        )
         return 0
-    c.print(f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
-            "terminal closes", highlight=False)  # fmt: skip
+    c.print(
+        f"campaign {cid} runs detached (pid {child.pid}); it keeps running when this "
+        "terminal closes",
+        highlight=False,
+    )
     c.print(f"output: {log}", highlight=False)
     c.print(f"follow it with: {follow}", highlight=False)
     if resume is not None:
-        c.print(f"stop it with: {stop}  (restores the hosts; then resume it with: {resume})",
-                highlight=False)  # fmt: skip
+        c.print(
+            f"stop it with: {stop}  (restores the hosts; then resume it with: {resume})",
+            highlight=False,
+        )
     else:  # one run is no search to go on with: it is started again, as a new run
-        c.print(f"stop it with: {stop}  (restores the host; the run is recorded as "
-                "interrupted)", highlight=False)  # fmt: skip
+        c.print(
+            f"stop it with: {stop}  (restores the host; the run is recorded as interrupted)",
+            highlight=False,
+        )
     return 0
 
 
@@ -188,9 +224,13 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
     log_path = (camp.controller or {}).get("log")
     log = Path(log_path) if isinstance(log_path, str) and Path(log_path).exists() else None
     if not as_json:
-        c.print(f"following campaign {camp.id} ({camp.kind}; "
-                + (f"output: {log}" if log else "its recorded runs") + "); Ctrl-C stops "
-                "following only", highlight=False)  # fmt: skip
+        c.print(
+            f"following campaign {camp.id} ({camp.kind}; "
+            + (f"output: {log}" if log else "its recorded runs")
+            + "); Ctrl-C stops "
+            "following only",
+            highlight=False,
+        )
     offset, seen = 0, set()
     deadline = time.monotonic() + max_wait_s
     status = status_of(camp)
@@ -206,8 +246,11 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
                 for r in store.runs(camp.id):
                     if r.id not in seen:
                         seen.add(r.id)
-                        c.print(f"{r.seq:>3}. {verdict_text(r.verdict)} {escape(r.label)}"
-                                f"  {escape(str(r.signature or ''))} {r.id}", highlight=False)
+                        c.print(
+                            f"{r.seq:>3}. {verdict_text(r.verdict)} {escape(r.label)}"
+                            f"  {escape(str(r.signature or ''))} {r.id}",
+                            highlight=False,
+                        )
             if status != "running":
                 if log is not None:  # its answer is printed to the log after the status
                     camp = _finished(store, camp)
@@ -220,33 +263,61 @@ def follow(args: argparse.Namespace, max_wait_s: float) -> int:
                 return code
             if time.monotonic() >= deadline:
                 if as_json:
-                    return _followed_json(store, camp, status, 1, log,
-                                          f"still running after {max_wait_s:.0f}s")
-                c.print(f"campaign {camp.id} still running after {max_wait_s:.0f}s; "
-                        "stopped following", highlight=False)  # fmt: skip
+                    return _followed_json(
+                        store, camp, status, 1, log, f"still running after {max_wait_s:.0f}s"
+                    )
+                c.print(
+                    f"campaign {camp.id} still running after {max_wait_s:.0f}s; stopped following",
+                    highlight=False,
+                )
                 return 1
             time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         if as_json:
-            return _followed_json(store, camp, status, 130, log,
-                                  "stopped following (Ctrl-C); the campaign keeps running")
+            return _followed_json(
+                store,
+                camp,
+                status,
+                130,
+                log,
+                "stopped following (Ctrl-C); the campaign keeps running",
+            )
         c.print(f"\nstopped following; campaign {camp.id} keeps running", highlight=False)
         return 130
 
 
-def _followed_json(store: Store, camp: CampaignRow, status: str, code: int, log: Path | None,
-                   following: str) -> int:  # fmt: skip
+def _followed_json(
+    store: Store, camp: CampaignRow, status: str, code: int, log: Path | None, following: str
+) -> int:
     """`runs --follow ID --json`: the followed campaign as one JSON document (its status,
     its exit code, its runs and answer, its output's log), and that exit code."""
     import json
 
-    runs = [{"id": r.id, "label": r.label, "host": r.host, "verdict": r.verdict.value,
-             "signature": str(r.signature or ""), "duration": r.duration}
-            for r in store.runs(camp.id)]  # fmt: skip
-    console().print_json(json.dumps({
-        "campaign": camp.id, "kind": camp.kind, "status": status, "exit_code": code,
-        "following": following, "log": str(log) if log else None, "runs": runs,
-        "answer": camp.answer}))  # fmt: skip
+    runs = [
+        {
+            "id": r.id,
+            "label": r.label,
+            "host": r.host,
+            "verdict": r.verdict.value,
+            "signature": str(r.signature or ""),
+            "duration": r.duration,
+        }
+        for r in store.runs(camp.id)
+    ]
+    console().print_json(
+        json.dumps(
+            {
+                "campaign": camp.id,
+                "kind": camp.kind,
+                "status": status,
+                "exit_code": code,
+                "following": following,
+                "log": str(log) if log else None,
+                "runs": runs,
+                "answer": camp.answer,
+            }
+        )
+    )
     return code
 
 
@@ -279,5 +350,12 @@ def check_follow_args(args: argparse.Namespace) -> None:
         raise UsageError("--follow ID takes no --campaign/--campaigns")
 
 
-__all__ = ["add_option", "commands", "controller_alive", "detach", "exit_code_of", "follow",
-           "status_of"]
+__all__ = [
+    "add_option",
+    "commands",
+    "controller_alive",
+    "detach",
+    "exit_code_of",
+    "follow",
+    "status_of",
+]

@@ -19,8 +19,11 @@ from orchestrator.execution.transport import connect
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hosts", help="check hosts")
     hs = p.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND")
-    c = hs.add_parser("check", help="reachable, host key, sudo, service manager, unit, GPUs, "
-                      "and what `restore` would undo (leftovers of campaigns that are gone)")
+    c = hs.add_parser(
+        "check",
+        help="reachable, host key, sudo, service manager, unit, GPUs, "
+        "and what `restore` would undo (leftovers of campaigns that are gone)",
+    )
     c.add_argument("host", nargs="?", help="a host or pool (default: all hosts)")
     c.add_argument("--unit", help="also check that this systemd unit is installed")
     c.add_argument("--accept-new-host-key", action="store_true")
@@ -36,14 +39,18 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, list[Check]] = {}
     for host in hosts:
         try:
-            with connect(host, accept_new_host_key=args.accept_new_host_key) \
-                    if not host.is_local else connect(host) as t:  # fmt: skip
+            with (
+                connect(host, accept_new_host_key=args.accept_new_host_key)
+                if not host.is_local
+                else connect(host) as t
+            ):
                 results[host.name] = check_host(
-                    host, t, unit=args.unit,
-                    restore_command=common.restore_command(args, host.name))
+                    host, t, unit=args.unit, restore_command=common.restore_command(args, host.name)
+                )
         except OrchestratorError as exc:
-            results[host.name] = [Check("reachable", False, common.with_hosts_file(args, exc),
-                                        exc.hint)]
+            results[host.name] = [
+                Check("reachable", False, common.with_hosts_file(args, exc), exc.hint)
+            ]
     bad = any(c.ok is False for cs in results.values() for c in cs)
     if args.json:
         console().print_json(json.dumps({h: [c.__dict__ for c in cs] for h, cs in results.items()}))

@@ -82,12 +82,18 @@ class LiveView:
             self.run_time_s = e.run_time_s or self.run_time_s
             resumed = f", resuming with {e.resumed_runs} recorded runs" if e.resumed_runs else ""
             if e.kind == "sweep":  # n_deltas counts the sweep's configs
-                self.c.print(f"sweep campaign [bold]{e.campaign_id}[/]: {e.n_deltas} configs, "
-                             f"{e.expected_runs:.0f} runs{resumed}", highlight=False)  # fmt: skip
+                self.c.print(
+                    f"sweep campaign [bold]{e.campaign_id}[/]: {e.n_deltas} configs, "
+                    f"{e.expected_runs:.0f} runs{resumed}",
+                    highlight=False,
+                )
                 return
             each = self.per_start()
-            hours = (f" (about {duration_text(e.expected_runs * each)} at "
-                     f"{duration_text(each)} a start)" if each else "")  # fmt: skip
+            hours = (
+                f" (about {duration_text(e.expected_runs * each)} at {duration_text(each)} a start)"
+                if each
+                else ""
+            )
             self.c.print(
                 f"campaign [bold]{e.campaign_id}[/]: {e.n_deltas} "
                 f"{'delta' if e.n_deltas == 1 else 'deltas'}, strategy {e.strategy}, "
@@ -156,16 +162,19 @@ class LiveView:
                 more = max(e.expected_runs - e.done, 1.0)
                 each = self.per_start()
                 cost = f", about {duration_text(more * each)}" if each else ""
-                self.c.print(f"  the noise-aware search costs about {more:.0f} more runs{cost} "
-                             f"(about {e.expected_runs:.0f} in all, was {was:.0f})",
-                             highlight=False)  # fmt: skip
+                self.c.print(
+                    f"  the noise-aware search costs about {more:.0f} more runs{cost} "
+                    f"(about {e.expected_runs:.0f} in all, was {was:.0f})",
+                    highlight=False,
+                )
 
     def _refresh(self, step: str = "") -> None:
         if self.status is None:
             return
         now = time.monotonic()
         total = f" | campaign {duration_text(now - self.t0)}" + (
-            f"/{duration_text(self.deadline)}" if self.deadline else "")  # fmt: skip
+            f"/{duration_text(self.deadline)}" if self.deadline else ""
+        )
         left = self.to_answer()
         total += f", {left}" if left else ""
         self.status.update(

@@ -37,9 +37,12 @@ class Campaign(Protocol[T_co]):
 
 
 def add_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--notify", metavar="URL",
-                   help="POST a JSON message (Slack-compatible) here when the campaign ends "
-                   "(default: notify: in the sweep or hosts file)")  # fmt: skip
+    p.add_argument(
+        "--notify",
+        metavar="URL",
+        help="POST a JSON message (Slack-compatible) here when the campaign ends "
+        "(default: notify: in the sweep or hosts file)",
+    )
 
 
 #: where a schedule (or any run) finds the URL without a command line: the URL itself, or
@@ -66,11 +69,15 @@ def url_from_file(path: str, *, where: str) -> str:
         text = Path(path).expanduser().read_text()
         mode = Path(path).expanduser().stat().st_mode
     except OSError as exc:
-        raise UsageError(f"{where}: cannot read {path}: {exc.strerror or exc}",
-                         hint="write the webhook URL alone in that file (chmod 600)") from None
+        raise UsageError(
+            f"{where}: cannot read {path}: {exc.strerror or exc}",
+            hint="write the webhook URL alone in that file (chmod 600)",
+        ) from None
     if mode & 0o077:
-        raise UsageError(f"{where}: {path} is readable by other users, and a webhook's URL is "
-                         "its password", hint=f"chmod 600 {path}")  # fmt: skip
+        raise UsageError(
+            f"{where}: {path} is readable by other users, and a webhook's URL is its password",
+            hint=f"chmod 600 {path}",
+        )
     line = next((x.strip() for x in text.splitlines() if x.strip()), "")
     return check_url(line, where=f"{where} ({path})")
 
@@ -86,15 +93,18 @@ def deliver(store: Store, url: str | None, message: Message) -> str | None:
         return None
     problem = send(url, message.payload(store.redact))
     if problem:
-        err_console().print(f"[yellow]note:[/] the notification was not delivered: "
-                            f"{escape(problem)}", highlight=False)  # fmt: skip
+        err_console().print(
+            f"[yellow]note:[/] the notification was not delivered: {escape(problem)}",
+            highlight=False,
+        )
     else:
         err_console().print(f"notified {escape(shown(url))}", highlight=False)
     return problem
 
 
-def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str],
-            run: Callable[[], T]) -> T:
+def guarded(
+    store: Store, url: str | None, kind: str, campaign: Callable[[], str], run: Callable[[], T]
+) -> T:
     """Run `run`; when it raises (infrastructure, another error), notify and re-raise."""
     try:
         return run()
@@ -113,34 +123,65 @@ def guarded(store: Store, url: str | None, kind: str, campaign: Callable[[], str
                 answer, status = camp.answer, camp.status
             except OrchestratorError:
                 pass
-        deliver(store, url, Message(cid, kind, status, culprits=culprits_of(answer),
-                                    detail=str(exc)))  # fmt: skip
+        deliver(
+            store, url, Message(cid, kind, status, culprits=culprits_of(answer), detail=str(exc))
+        )
         raise
 
 
-def conduct(args: argparse.Namespace, store: Store, url: str | None, kind: str,
-            campaign: Campaign[T], view: Callable[..., None], noun: str) -> T | None:
+def conduct(
+    args: argparse.Namespace,
+    store: Store,
+    url: str | None,
+    kind: str,
+    campaign: Campaign[T],
+    view: Callable[..., None],
+    noun: str,
+) -> T | None:
     """Run a bisection or a sweep from the command line: notify however it ends; None when
     it was interrupted (the resume command is printed and sent)."""
     from orchestrator.cli import common
 
-    outcome = guarded(store, url, kind, lambda: campaign.cid,
-                      lambda: common.run_campaign(campaign.run, view, noun, args))
+    outcome = guarded(
+        store,
+        url,
+        kind,
+        lambda: campaign.cid,
+        lambda: common.run_campaign(campaign.run, view, noun, args),
+    )
     if outcome is None:
         resume = common.resume_command(args, CampaignRef(kind, campaign.cid))
-        concluded(store, url, kind, campaign.cid, "interrupted", None,
-                  detail=f"resume with: {resume}")
+        concluded(
+            store, url, kind, campaign.cid, "interrupted", None, detail=f"resume with: {resume}"
+        )
     return outcome
 
 
-def concluded(store: Store, url: str | None, kind: str, campaign_id: str, status: str,
-              report: str | None, detail: str = "",
-              regressions: tuple[str, ...] = ()) -> None:  # fmt: skip
+def concluded(
+    store: Store,
+    url: str | None,
+    kind: str,
+    campaign_id: str,
+    status: str,
+    report: str | None,
+    detail: str = "",
+    regressions: tuple[str, ...] = (),
+) -> None:
     camp = store.campaign(campaign_id)
     answer = camp.answer or {}
-    deliver(store, url, Message(campaign_id, kind, status, culprits=culprits_of(camp.answer),
-                                target=str(camp.target) if camp.target else None,
-                                report=report, detail=detail,
-                                regressions=regressions,
-                                confidence=answer.get("confidence"),
-                                repairs=repairs_of(camp.answer)))  # fmt: skip
+    deliver(
+        store,
+        url,
+        Message(
+            campaign_id,
+            kind,
+            status,
+            culprits=culprits_of(camp.answer),
+            target=str(camp.target) if camp.target else None,
+            report=report,
+            detail=detail,
+            regressions=regressions,
+            confidence=answer.get("confidence"),
+            repairs=repairs_of(camp.answer),
+        ),
+    )

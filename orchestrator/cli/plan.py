@@ -28,27 +28,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--good", required=True, help="experiment YAML that works")
     p.add_argument("--bad", required=True, help="experiment YAML that fails")
     p.add_argument("--strategy", default="auto", choices=sorted(STRATEGIES))
-    p.add_argument("--host", help="also put both configs' flags to the server's own parser on "
-                   "this host or pool (its --help, then a dry parse that starts nothing)")
+    p.add_argument(
+        "--host",
+        help="also put both configs' flags to the server's own parser on "
+        "this host or pool (its --help, then a dry parse that starts nothing)",
+    )
     p.add_argument("--accept-new-host-key", action="store_true")
-    p.add_argument("--no-repair", action="store_true",
-                   help="say the plan of a bisection run with --no-repair (no repair moves)")
-    p.add_argument("--no-split", action="store_true",
-                   help="a flag whose value is a JSON object stays one delta (by default each "
-                        "changed key path in it is a delta of its own)")
-    p.add_argument("--rehearse", action="store_true",
-                   help="price the search on dummy weights, as `bisect --rehearse` runs it "
-                        "(`rehearse: dummy-weights` in either config asks the same)")
-    p.add_argument("--builds", metavar="A,B,C|FILE",
-                   help="the builds from good's to bad's in order: bisected with the flags")
+    p.add_argument(
+        "--no-repair",
+        action="store_true",
+        help="say the plan of a bisection run with --no-repair (no repair moves)",
+    )
+    p.add_argument(
+        "--no-split",
+        action="store_true",
+        help="a flag whose value is a JSON object stays one delta (by default each "
+        "changed key path in it is a delta of its own)",
+    )
+    p.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="price the search on dummy weights, as `bisect --rehearse` runs it "
+        "(`rehearse: dummy-weights` in either config asks the same)",
+    )
+    p.add_argument(
+        "--builds",
+        metavar="A,B,C|FILE",
+        help="the builds from good's to bad's in order: bisected with the flags",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_hosts_option(p)
     common.add_results_option(p)
     p.set_defaults(handler=run)
 
 
-def known_run_time(args: argparse.Namespace, plan: Plan,
-                   weights: str = "real") -> timing.RunTime:  # fmt: skip
+def known_run_time(args: argparse.Namespace, plan: Plan, weights: str = "real") -> timing.RunTime:
     """A start's time: declared in the configs, else learned from the results store (on
     the host of --host when given), else unknown."""
     from orchestrator.errors import OrchestratorError
@@ -59,8 +73,12 @@ def known_run_time(args: argparse.Namespace, plan: Plan,
     except OrchestratorError:
         store = None  # no results yet: nothing to learn from
     try:
-        return timing.run_time(plan, store, args.host if getattr(args, "host", None)
-                               and "," not in args.host else None, weights)  # fmt: skip
+        return timing.run_time(
+            plan,
+            store,
+            args.host if getattr(args, "host", None) and "," not in args.host else None,
+            weights,
+        )
     finally:
         if store is not None:
             store.close()
@@ -84,21 +102,27 @@ def time_lines(rt: timing.RunTime, casts: list[timing.Forecast]) -> list[str]:
     if rt.seconds is not None:
         head = f"runs and time to the answer at {dur(rt.seconds)} a start ({rt.source}):"
     else:
-        head = (f"runs to the answer (a start's time is {rt.source}; the worst case takes "
-                f"every start to its health deadline, {dur(rt.worst)}):")
+        head = (
+            f"runs to the answer (a start's time is {rt.source}; the worst case takes "
+            f"every start to its health deadline, {dur(rt.worst)}):"
+        )
     out = [head]
     for f in casts:
         time = f", about {dur(f.seconds)}" if f.seconds is not None else ""
         worst = "p95" if "flaky" in f.shape else "worst"
         real = f" ({f.real_runs:.0f} on real weights)" if f.real_runs is not None else ""
-        out.append(f"  {f.shape}: {f.runs:.0f} runs{real}{time} ({worst} "
-                   f"{f.worst_runs:.0f} runs, {dur(f.worst_seconds)} at {dur(rt.worst)} "
-                   "a start)")  # fmt: skip
+        out.append(
+            f"  {f.shape}: {f.runs:.0f} runs{real}{time} ({worst} "
+            f"{f.worst_runs:.0f} runs, {dur(f.worst_seconds)} at {dur(rt.worst)} "
+            "a start)"
+        )
     if rt.seconds is not None and all(f.real_runs is None for f in casts):
         low, high = casts[0].seconds or 0, (casts[-1].worst_runs * rt.seconds)
         what = "a pair" if "pair" in casts[-1].shape else "one flag"
-        out.append(f"  expect {dur(low)} to {dur(high)}: {dur(low)} for one flag that fails "
-                   f"every time, {dur(high)} for {what} that fails on half of the starts (p95)")
+        out.append(
+            f"  expect {dur(low)} to {dur(high)}: {dur(low)} for one flag that fails "
+            f"every time, {dur(high)} for {what} that fails on half of the starts (p95)"
+        )
     return out
 
 
@@ -130,8 +154,10 @@ def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
         finally:
             executor.close(restore=False)
         if not any(line.startswith(f"{host.name}: ") for line in said):
-            said.append(f"{host.name}: the server takes both configs' flags (its --help, "
-                        "and its own parser where the help foresaw a refusal)")
+            said.append(
+                f"{host.name}: the server takes both configs' flags (its --help, "
+                "and its own parser where the help foresaw a refusal)"
+            )
     return said
 
 
@@ -142,10 +168,14 @@ def repair_moves(args: argparse.Namespace, plan: Plan) -> list[dict[str, str]]:
     from orchestrator.planner.repair import may_run
 
     host = common.hosts_for(args, args.host)[0] if args.host else None
-    pol = policy([host.repair if host else None, plan.good.repair, plan.bad.repair],
-                 enabled=not args.no_repair)  # fmt: skip
-    return [{"move": m.describe(), "source": m.source, "status": why, "steps": str(pol.steps)}
-            for m, why in may_run(pol, plan.good, plan.bad, plan.deltas)]  # fmt: skip
+    pol = policy(
+        [host.repair if host else None, plan.good.repair, plan.bad.repair],
+        enabled=not args.no_repair,
+    )
+    return [
+        {"move": m.describe(), "source": m.source, "status": why, "steps": str(pol.steps)}
+        for m, why in may_run(pol, plan.good, plan.bad, plan.deltas)
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,11 +200,14 @@ def run(args: argparse.Namespace) -> int:
             "strategy": plan.strategy,
             "deltas": [red.obj(d.to_dict()) | {"index": i} for i, d in enumerate(plan.deltas)],
             "endpoint_checks": 2,
-            "builds": {"good": plan.good.build, "bad": plan.bad.build,
-                       "order": list(plan.order)},
+            "builds": {"good": plan.good.build, "bad": plan.bad.build, "order": list(plan.order)},
             "first_round": [
-                {"deltas": sorted(v), "describe": plan.describe(v),
-                 "argv": red.obj(plan.variant(v).argv()), "build": plan.builds_of(v)}
+                {
+                    "deltas": sorted(v),
+                    "describe": plan.describe(v),
+                    "argv": red.obj(plan.variant(v).argv()),
+                    "build": plan.builds_of(v),
+                }
                 for v in first
             ],
             "estimated_runs": est,
@@ -187,8 +220,10 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             out["rehearsal_refused"] = refused
         if rt.seconds is not None and not rehearse:
-            out["hours_range"] = [round((casts[0].seconds or 0) / 3600, 2),
-                                  round(casts[-1].worst_runs * rt.seconds / 3600, 2)]
+            out["hours_range"] = [
+                round((casts[0].seconds or 0) / 3600, 2),
+                round(casts[-1].worst_runs * rt.seconds / 3600, 2),
+            ]
         if args.host:
             out["flag_check"] = flag_notes
         out["repair_moves"] = moves
@@ -207,19 +242,26 @@ def run(args: argparse.Namespace) -> int:
     c.print(f"strategy: {plan.strategy}", highlight=False)
     builds = {plan.good.build, plan.bad.build} - {None}
     if plan.order:
-        c.print(f"builds, in order (bisected with the flags): {escape(', '.join(plan.order))}",
-                highlight=False)  # fmt: skip
+        c.print(
+            f"builds, in order (bisected with the flags): {escape(', '.join(plan.order))}",
+            highlight=False,
+        )
     if first:
         c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
         for v in first:
             build = f"  [build {plan.builds_of(v) or 'as installed'}]" if builds else ""
             c.print(f"  - {escape(plan.describe(v))}{escape(build)}", highlight=False)
     else:  # one change: good + it is the bad config, so the endpoints are the whole search
-        c.print("runs: the two endpoint checks (good must pass, bad must fail); with one "
-                "change they are the answer", highlight=False)  # fmt: skip
+        c.print(
+            "runs: the two endpoint checks (good must pass, bad must fail); with one "
+            "change they are the answer",
+            highlight=False,
+        )
     if builds:
-        c.print(f"builds the host needs: {escape(', '.join(plan.order or sorted(builds)))}",
-                highlight=False)  # fmt: skip
+        c.print(
+            f"builds the host needs: {escape(', '.join(plan.order or sorted(builds)))}",
+            highlight=False,
+        )
     for line in flag_notes:
         c.print(f"flags: {escape(line)}", highlight=False)
     if plan.n >= 2:  # no interacting pair among fewer than two changes
@@ -230,19 +272,25 @@ def run(args: argparse.Namespace) -> int:
             highlight=False,
         )
     if rehearse:
-        c.print("rehearsal on dummy weights: the search runs on them; the bad config and "
-                "good + each culprit set start on real weights too"
-                + (f" (a start on dummy weights: {dummy.source})" if dummy else ""),
-                highlight=False)  # fmt: skip
+        c.print(
+            "rehearsal on dummy weights: the search runs on them; the bad config and "
+            "good + each culprit set start on real weights too"
+            + (f" (a start on dummy weights: {dummy.source})" if dummy else ""),
+            highlight=False,
+        )
     elif refused:
         c.print(f"no rehearsal on dummy weights: {escape(refused)}", highlight=False)
     for line in time_lines(rt, casts):
         c.print(escape(line), highlight=False)
     running = [m for m in moves if m["status"].startswith("may run")]
     if running or args.no_repair:  # (no line when neither config sets a knob a move turns)
-        c.print(f"repair moves (a variant that dies of a resource starts again, at most "
-                f"{moves[0]['steps'] if moves else 0} times):" if running else
-                "repair moves: none may run (--no-repair)", highlight=False)  # fmt: skip
+        c.print(
+            f"repair moves (a variant that dies of a resource starts again, at most "
+            f"{moves[0]['steps'] if moves else 0} times):"
+            if running
+            else "repair moves: none may run (--no-repair)",
+            highlight=False,
+        )
     for m in running:
         c.print(f"  - {escape(m['move'])}; {escape(m['status'])}", highlight=False)
     return 0

@@ -16,8 +16,11 @@ from orchestrator.reports.report import write_reports
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write a campaign's Markdown and HTML report")
     p.add_argument("campaign", help="campaign id (a unique prefix is enough)")
-    p.add_argument("--issue", action="store_true",
-                   help="print a bug report for an upstream GitHub issue (Markdown) instead")
+    p.add_argument(
+        "--issue",
+        action="store_true",
+        help="print a bug report for an upstream GitHub issue (Markdown) instead",
+    )
     common.add_results_option(p)
     p.set_defaults(handler=run)
 
@@ -31,16 +34,27 @@ def run(args: argparse.Namespace) -> int:
         camp = store.campaign(args.campaign)
         why = nothing_to_report(camp, store.runs(camp.id))
         if why is not None:
-            raise OrchestratorError(f"nothing to report upstream: {why}",
-                                    hint=f"`orchestrator runs --campaign {camp.id}` shows what "
-                                    "ran; `orchestrator report ID` writes its reports")
+            raise OrchestratorError(
+                f"nothing to report upstream: {why}",
+                hint=f"`orchestrator runs --campaign {camp.id}` shows what "
+                "ran; `orchestrator report ID` writes its reports",
+            )
         sources = [str(camp.spec.get(k) or "") for k in ("good_source", "bad_source", "sweep")]
-        local = [str(store.root.resolve()), str(store.root), os.getcwd(),
-                 str(Path.home()), *(str(Path(s).resolve().parent) for s in sources if s),
-                 *sources]  # fmt: skip
-        text = issue_markdown(camp, store.runs(camp.id), log_of=lambda r: r.log_tail(),
-                              env_of=lambda r: store.environment(r.env_digest),
-                              local_paths=local)  # fmt: skip
+        local = [
+            str(store.root.resolve()),
+            str(store.root),
+            os.getcwd(),
+            str(Path.home()),
+            *(str(Path(s).resolve().parent) for s in sources if s),
+            *sources,
+        ]
+        text = issue_markdown(
+            camp,
+            store.runs(camp.id),
+            log_of=lambda r: r.log_tail(),
+            env_of=lambda r: store.environment(r.env_digest),
+            local_paths=local,
+        )
         console().out(text, highlight=False, end="")
         return 0
     camp = store.campaign(args.campaign)

@@ -19,9 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="remove our drop-ins, stop our servers and leave services as they were found",
     )
     p.add_argument("--host", required=True, help="host or pool")
-    p.add_argument("--break-lock", action="store_true",
-                   help="also restore services whose lock holder cannot be told alive or "
-                        "dead, and remove their locks (a live holder is always refused)")
+    p.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="also restore services whose lock holder cannot be told alive or "
+        "dead, and remove their locks (a live holder is always refused)",
+    )
     p.add_argument("--accept-new-host-key", action="store_true")
     common.add_hosts_option(p)
     p.set_defaults(handler=run)
@@ -32,12 +35,19 @@ def run(args: argparse.Namespace) -> int:
     or is still not as found."""
     code = 0
     for host in common.hosts_for(args, args.host):
-        t = connect(host) if host.is_local else connect(
-            host, accept_new_host_key=args.accept_new_host_key)  # fmt: skip
+        t = (
+            connect(host)
+            if host.is_local
+            else connect(host, accept_new_host_key=args.accept_new_host_key)
+        )
         with t:
             for line in restore_host(host, t, break_lock=args.break_lock):
                 console().print(f"{host.name}: {escape(line)}", highlight=False)
-                if line.startswith("refused:") or " kept: " in line or ": NOT as found" in \
-                        line or line.endswith("could not be read back"):  # fmt: skip
+                if (
+                    line.startswith("refused:")
+                    or " kept: " in line
+                    or ": NOT as found" in line
+                    or line.endswith("could not be read back")
+                ):
                     code = 1
     return code

@@ -32,9 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("rerun", help="run a recorded variant again, exactly as recorded")
     r.add_argument("run_id")
     r.add_argument("--host", help="another host (default: the recorded run's host)")
-    r.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
-                   help="start it N times and report how often it fails, with each start's "
-                   "signature")
+    r.add_argument(
+        "--repeat",
+        type=common.positive_int,
+        default=1,
+        metavar="N",
+        help="start it N times and report how often it fails, with each start's signature",
+    )
     _shared(r)
     r.set_defaults(handler=rerun)
 
@@ -48,15 +52,24 @@ def _shared(p: argparse.ArgumentParser) -> None:
 
 def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> None:
     if args.json:
-        data = {"run": row.id, "host": row.host, "verdict": row.verdict.value,
-                "signature": str(row.signature) if row.signature else None,
-                "detail": row.detail, "duration": row.duration,
-                "probe_metric": row.probe_metric, "log": row.log_path}  # fmt: skip
+        data = {
+            "run": row.id,
+            "host": row.host,
+            "verdict": row.verdict.value,
+            "signature": str(row.signature) if row.signature else None,
+            "detail": row.detail,
+            "duration": row.duration,
+            "probe_metric": row.probe_metric,
+            "log": row.log_path,
+        }
         console().print_json(json.dumps(data | (extra or {})))
         return
-    console().print(f"verdict: {verdict_text(row.verdict)}"
-                    + (f"  {escape(str(row.signature))}" if row.signature else "")
-                    + f"  (run {row.id}, {row.duration:.0f}s)", highlight=False)  # fmt: skip
+    console().print(
+        f"verdict: {verdict_text(row.verdict)}"
+        + (f"  {escape(str(row.signature))}" if row.signature else "")
+        + f"  (run {row.id}, {row.duration:.0f}s)",
+        highlight=False,
+    )
     if row.detail:
         console().print(f"detail: {escape(row.detail)}", highlight=False)
 
@@ -71,10 +84,20 @@ def run_one(args: argparse.Namespace) -> int:
     store = common.store(args)
     view = common.live_view(args)
     row = common.run_single(
-        lambda: single_run(store, exp, hosts[0], kind="run", command=common.command_line(),
-                           label=exp.name, listener=view,
-                           executor_factory=common.executor_factory(args)),
-        view, as_json=args.json, args=args)  # fmt: skip
+        lambda: single_run(
+            store,
+            exp,
+            hosts[0],
+            kind="run",
+            command=common.command_line(),
+            label=exp.name,
+            listener=view,
+            executor_factory=common.executor_factory(args),
+        ),
+        view,
+        as_json=args.json,
+        args=args,
+    )
     if row is None:
         return 130
     _print(row, args)
@@ -99,10 +122,14 @@ def _judged_by(bar: str | None, good: tuple[float, str] | None, exp: Experiment)
     if cond is None or not cond.relative_to_good:
         return f"judged by the recorded bar {bar}"
     if good is None:
-        return (f"the recorded bar {bar} has no recorded good metric to compare with: "
-                "the probe's metric is not judged")  # fmt: skip
-    return (f"judged by the recorded bar {bar}, good = {good[0]:g} (run {good[1]}), "
-            f"bar = {cond.number * good[0]:g}")
+        return (
+            f"the recorded bar {bar} has no recorded good metric to compare with: "
+            "the probe's metric is not judged"
+        )
+    return (
+        f"judged by the recorded bar {bar}, good = {good[0]:g} (run {good[1]}), "
+        f"bar = {cond.number * good[0]:g}"
+    )
 
 
 def reproduction(rows: list[RunRow], target: Signature | None) -> dict:
@@ -113,54 +140,93 @@ def reproduction(rows: list[RunRow], target: Signature | None) -> dict:
     sigs: dict[str, int] = {}
     shown: dict[Signature, str] = {}  # one failure is counted once, as first met
     for r in failed:
-        key = shown.setdefault(r.signature, str(r.signature)) if r.signature \
-            else r.verdict.value
+        key = shown.setdefault(r.signature, str(r.signature)) if r.signature else r.verdict.value
         sigs[key] = sigs.get(key, 0) + 1
     return {
-        "starts": len(rows), "judged": len(judged), "failed": len(failed),
-        "target_failures": sum(1 for r in failed if target is not None
-                               and r.signature == target),
+        "starts": len(rows),
+        "judged": len(judged),
+        "failed": len(failed),
+        "target_failures": sum(1 for r in failed if target is not None and r.signature == target),
         "passed": sum(1 for r in judged if r.verdict is Verdict.PASS),
         "infra": len(rows) - len(judged),
         "rate": round(len(failed) / len(judged), 3) if judged else None,
         "signatures": dict(sorted(sigs.items(), key=lambda kv: -kv[1])),
-    }  # fmt: skip
+    }
 
 
-def _rerun_repeated(args: argparse.Namespace, store: Store, old: RunRow, camp: CampaignRow,
-                    exp: Experiment, host: Host, env_keys: frozenset[str],
-                    good: tuple[float, str] | None, judged: str,
-                    view: object) -> int:  # fmt: skip
+def _rerun_repeated(
+    args: argparse.Namespace,
+    store: Store,
+    old: RunRow,
+    camp: CampaignRow,
+    exp: Experiment,
+    host: Host,
+    env_keys: frozenset[str],
+    good: tuple[float, str] | None,
+    judged: str,
+    view: object,
+) -> int:
     """`rerun ID --repeat N`: the recorded variant started N times, its reproduction rate."""
     rows = common.run_single(
-        lambda: single_runs(store, exp, host, kind="rerun", command=common.command_line(),
-                            label=f"rerun of {old.id}: {old.label}", starts=args.repeat,
-                            target=camp.target, env_keys=env_keys, listener=view,
-                            executor_factory=common.executor_factory(args),
-                            spec_extra={"rerun_of": old.id,
-                                        "good_metric": good[0] if good else None,
-                                        "good_run": good[1] if good else None},
-                            good_metric=good[0] if good else None),
-        view, as_json=args.json, args=args)  # type: ignore[arg-type]  # fmt: skip
+        lambda: single_runs(
+            store,
+            exp,
+            host,
+            kind="rerun",
+            command=common.command_line(),
+            label=f"rerun of {old.id}: {old.label}",
+            starts=args.repeat,
+            target=camp.target,
+            env_keys=env_keys,
+            listener=view,
+            executor_factory=common.executor_factory(args),
+            spec_extra={
+                "rerun_of": old.id,
+                "good_metric": good[0] if good else None,
+                "good_run": good[1] if good else None,
+            },
+            good_metric=good[0] if good else None,
+        ),
+        view,
+        as_json=args.json,
+        args=args,
+    )  # type: ignore[arg-type]
     if rows is None:
         return 130
     rep = reproduction(rows, camp.target)
     if args.json:
-        console().print_json(json.dumps({
-            "rerun_of": old.id, "host": host.name, **rep,
-            "target": str(camp.target) if camp.target else None,
-            "runs": [{"run": r.id, "verdict": r.verdict.value,
-                      "signature": str(r.signature) if r.signature else None,
-                      "duration": r.duration, "weights": r.weights} for r in rows],
-            "judged_by": judged}))  # fmt: skip
+        console().print_json(
+            json.dumps(
+                {
+                    "rerun_of": old.id,
+                    "host": host.name,
+                    **rep,
+                    "target": str(camp.target) if camp.target else None,
+                    "runs": [
+                        {
+                            "run": r.id,
+                            "verdict": r.verdict.value,
+                            "signature": str(r.signature) if r.signature else None,
+                            "duration": r.duration,
+                            "weights": r.weights,
+                        }
+                        for r in rows
+                    ],
+                    "judged_by": judged,
+                }
+            )
+        )
     else:
         c = console()
         if judged:
             c.print(judged, highlight=False)
         for i, r in enumerate(rows, 1):
-            c.print(f"start {i}: {verdict_text(r.verdict)}"
-                    + (f"  {escape(str(r.signature))}" if r.signature else "")
-                    + f"  (run {r.id}, {r.duration:.0f}s)", highlight=False)  # fmt: skip
+            c.print(
+                f"start {i}: {verdict_text(r.verdict)}"
+                + (f"  {escape(str(r.signature))}" if r.signature else "")
+                + f"  (run {r.id}, {r.duration:.0f}s)",
+                highlight=False,
+            )
         line = f"failed {rep['failed']} of {rep['judged']} starts"
         if camp.target is not None:
             line += f" ({rep['target_failures']} with the target failure)"
@@ -195,37 +261,65 @@ def rerun(args: argparse.Namespace) -> int:
     if args.repeat > 1:
         return _rerun_repeated(args, store, old, camp, exp, host, env_keys, good, judged, view)
     row = common.run_single(
-        lambda: single_run(store, exp, host, kind="rerun", command=common.command_line(),
-                           label=f"rerun of {old.id}: {old.label}", target=camp.target,
-                           env_keys=env_keys, listener=view,
-                           executor_factory=common.executor_factory(args),
-                           spec_extra={"rerun_of": old.id,
-                                       "good_metric": good[0] if good else None,
-                                       "good_run": good[1] if good else None},
-                           good_metric=good[0] if good else None),
-        view, as_json=args.json, args=args)  # fmt: skip
+        lambda: single_run(
+            store,
+            exp,
+            host,
+            kind="rerun",
+            command=common.command_line(),
+            label=f"rerun of {old.id}: {old.label}",
+            target=camp.target,
+            env_keys=env_keys,
+            listener=view,
+            executor_factory=common.executor_factory(args),
+            spec_extra={
+                "rerun_of": old.id,
+                "good_metric": good[0] if good else None,
+                "good_run": good[1] if good else None,
+            },
+            good_metric=good[0] if good else None,
+        ),
+        view,
+        as_json=args.json,
+        args=args,
+    )
     if row is None:
         return 130
     old_v = relative(old.verdict, old.signature, camp.target)
     same = row.verdict is old_v and row.signature == old.signature
     if args.json:
-        _print(row, args, {"rerun_of": old.id, "old_verdict": old_v.value,
-                           "old_signature": str(old.signature) if old.signature else None,
-                           "same": same, "bar": bar, "good_metric": good[0] if good else None,
-                           "good_run": good[1] if good else None,
-                           "judged_by": judged})  # fmt: skip
+        _print(
+            row,
+            args,
+            {
+                "rerun_of": old.id,
+                "old_verdict": old_v.value,
+                "old_signature": str(old.signature) if old.signature else None,
+                "same": same,
+                "bar": bar,
+                "good_metric": good[0] if good else None,
+                "good_run": good[1] if good else None,
+                "judged_by": judged,
+            },
+        )
         return _exit_code(row.verdict)
     c = console()
     if judged:
         c.print(judged, highlight=False)
-    c.print(f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
-            + (f"  {escape(str(old.signature))}" if old.signature else "")
-            + (f"  metric {old.probe_metric:g}" if old.probe_metric is not None else ""),
-            highlight=False)  # fmt: skip
-    c.print(f"rerun    {row.id} on {row.host}: {verdict_text(row.verdict)}"
-            + (f"  {escape(str(row.signature))}" if row.signature else "")
-            + (f"  metric {row.probe_metric:g}" if row.probe_metric is not None else ""),
-            highlight=False)  # fmt: skip
-    c.print("same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
-            highlight=False)  # fmt: skip
+    c.print(
+        f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
+        + (f"  {escape(str(old.signature))}" if old.signature else "")
+        + (f"  metric {old.probe_metric:g}" if old.probe_metric is not None else ""),
+        highlight=False,
+    )
+    c.print(
+        f"rerun    {row.id} on {row.host}: {verdict_text(row.verdict)}"
+        + (f"  {escape(str(row.signature))}" if row.signature else "")
+        + (f"  metric {row.probe_metric:g}" if row.probe_metric is not None else ""),
+        highlight=False,
+    )
+    c.print(
+        "same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
+        highlight=False,
+    )
     return _exit_code(row.verdict)

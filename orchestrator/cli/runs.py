@@ -25,11 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list recorded runs (or campaigns)")
     p.add_argument("--campaign", metavar="ID", help="only this campaign's runs")
     p.add_argument("--campaigns", action="store_true", help="list campaigns instead of runs")
-    p.add_argument("--follow", metavar="ID",
-                   help="show a campaign's progress until it ends, and exit with its exit "
-                        "code (Ctrl-C stops following; the campaign keeps running)")
-    p.add_argument("--max-wait", metavar="DURATION", default="24h",
-                   help="with --follow: stop following after this long (default 24h)")
+    p.add_argument(
+        "--follow",
+        metavar="ID",
+        help="show a campaign's progress until it ends, and exit with its exit "
+        "code (Ctrl-C stops following; the campaign keeps running)",
+    )
+    p.add_argument(
+        "--max-wait",
+        metavar="DURATION",
+        default="24h",
+        help="with --follow: stop following after this long (default 24h)",
+    )
     p.add_argument("--limit", type=common.positive_int, default=50)
     p.add_argument("--json", action="store_true")
     common.add_results_option(p)
@@ -37,8 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("show", help="one run: config diff against good, verdict, signature, log")
     s.add_argument("run_id")
-    s.add_argument("--lines", type=common.positive_int, default=40,
-                   help="log tail lines to show (1 or more; default 40)")
+    s.add_argument(
+        "--lines",
+        type=common.positive_int,
+        default=40,
+        help="log tail lines to show (1 or more; default 40)",
+    )
     s.add_argument("--json", action="store_true")
     common.add_results_option(s)
     s.set_defaults(handler=show)
@@ -64,36 +75,72 @@ def run_list(args: argparse.Namespace) -> int:
     if args.campaigns:
         camps = store.campaigns(args.limit)
         if args.json:
-            c.print_json(json.dumps([{"id": x.id, "kind": x.kind, "status": status_of(x),
-                                      "created": x.created, "target": str(x.target or "")}
-                                     for x in camps]))  # fmt: skip
+            c.print_json(
+                json.dumps(
+                    [
+                        {
+                            "id": x.id,
+                            "kind": x.kind,
+                            "status": status_of(x),
+                            "created": x.created,
+                            "target": str(x.target or ""),
+                        }
+                        for x in camps
+                    ]
+                )
+            )
             return 0
         t = Table(title="campaigns", title_justify="left")
         for col in ("id", "kind", "started", "status", "runs", "target / answer"):
             t.add_column(col)
         for x in camps:
             culprits = "; ".join(culprits_of(x.answer))
-            t.add_row(x.id, x.kind, _when(x.created), status_of(x), str(len(store.runs(x.id))),
-                      escape(culprits or str(x.target or "")))  # fmt: skip
+            t.add_row(
+                x.id,
+                x.kind,
+                _when(x.created),
+                status_of(x),
+                str(len(store.runs(x.id))),
+                escape(culprits or str(x.target or "")),
+            )
         c.print(t)
         return 0
     cid = store.campaign(args.campaign).id if args.campaign is not None else None
     runs = store.runs(cid, limit=args.limit)
     if args.json:
-        c.print_json(json.dumps([{"id": r.id, "campaign": r.campaign, "label": r.label,
-                                  "host": r.host, "verdict": r.verdict.value,
-                                  "signature": str(r.signature or ""), "duration": r.duration,
-                                  "started": r.started, "cached_from": r.cached_from,
-                                  "weights": r.weights}
-                                 for r in runs]))  # fmt: skip
+        c.print_json(
+            json.dumps(
+                [
+                    {
+                        "id": r.id,
+                        "campaign": r.campaign,
+                        "label": r.label,
+                        "host": r.host,
+                        "verdict": r.verdict.value,
+                        "signature": str(r.signature or ""),
+                        "duration": r.duration,
+                        "started": r.started,
+                        "cached_from": r.cached_from,
+                        "weights": r.weights,
+                    }
+                    for r in runs
+                ]
+            )
+        )
         return 0
     t = Table(title=f"runs of campaign {cid}" if cid else "recent runs", title_justify="left")
     for col in ("run", "when", "host", "variant", "verdict", "signature", "time"):
         t.add_column(col)
     for r in runs:
-        t.add_row(r.id, _when(r.started), r.host, escape(r.label),
-                  verdict_text(r.verdict) + (" (cached)" if r.cached_from else ""),
-                  escape(str(r.signature or "")), f"{r.duration:.0f}s")  # fmt: skip
+        t.add_row(
+            r.id,
+            _when(r.started),
+            r.host,
+            escape(r.label),
+            verdict_text(r.verdict) + (" (cached)" if r.cached_from else ""),
+            escape(str(r.signature or "")),
+            f"{r.duration:.0f}s",
+        )
     c.print(t)
     return 0
 
@@ -106,28 +153,50 @@ def show(args: argparse.Namespace) -> int:
     exp = r.experiment()
     env = store.environment(r.env_digest)
     # the start that repaired this one, when it died of a resource and ran again
-    again = next((x for x in store.runs(r.campaign) if x.repair
-                  and x.repair.get("after") == r.id), None)  # fmt: skip
+    again = next(
+        (x for x in store.runs(r.campaign) if x.repair and x.repair.get("after") == r.id), None
+    )
     c = console()
     if args.json:
-        c.print_json(json.dumps({
-            "id": r.id, "campaign": r.campaign, "label": r.label, "host": r.host,
-            "verdict": r.verdict.value, "signature": str(r.signature or ""), "argv": r.argv,
-            "env": r.env, "detail": r.detail, "phase_times": r.phase_times,
-            "probe_metric": r.probe_metric, "rendered": r.rendered, "log_path": r.log_path,
-            "cached_from": r.cached_from, "weights": r.weights,
-            "on_host": store.host_record(r.id),
-            "environment": env.to_dict() if env else None,
-            "repair": r.repair, "repaired_by": again.id if again else None}))  # fmt: skip
+        c.print_json(
+            json.dumps(
+                {
+                    "id": r.id,
+                    "campaign": r.campaign,
+                    "label": r.label,
+                    "host": r.host,
+                    "verdict": r.verdict.value,
+                    "signature": str(r.signature or ""),
+                    "argv": r.argv,
+                    "env": r.env,
+                    "detail": r.detail,
+                    "phase_times": r.phase_times,
+                    "probe_metric": r.probe_metric,
+                    "rendered": r.rendered,
+                    "log_path": r.log_path,
+                    "cached_from": r.cached_from,
+                    "weights": r.weights,
+                    "on_host": store.host_record(r.id),
+                    "environment": env.to_dict() if env else None,
+                    "repair": r.repair,
+                    "repaired_by": again.id if again else None,
+                }
+            )
+        )
         return 0
-    c.print(f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
-            f"{r.duration:.1f}s", highlight=False)  # fmt: skip
+    c.print(
+        f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
+        f"{r.duration:.1f}s",
+        highlight=False,
+    )
     weights = ", dummy weights" if r.weights == "dummy" else ""
     c.print(f"variant: {escape(r.label)}  ({r.purpose}{weights})", highlight=False)
-    c.print(f"verdict: {verdict_text(r.verdict)}"
-            + (f"  signature: {escape(str(r.signature))}" if r.signature else ""),
-            highlight=False)  # fmt: skip
+    c.print(
+        f"verdict: {verdict_text(r.verdict)}"
+        + (f"  signature: {escape(str(r.signature))}" if r.signature else ""),
+        highlight=False,
+    )
     if r.detail:
         c.print(f"detail: {escape(r.detail)}", highlight=False)
     if r.cached_from:
@@ -136,16 +205,24 @@ def show(args: argparse.Namespace) -> int:
         from orchestrator.planner.repair import Applied
 
         a = Applied.from_dict(r.repair)
-        c.print(f"repair: {escape(a.describe())} (step {a.step}), after run {a.after} "
-                f"failed on a resource: {escape(a.failure)}", highlight=False)  # fmt: skip
+        c.print(
+            f"repair: {escape(a.describe())} (step {a.step}), after run {a.after} "
+            f"failed on a resource: {escape(a.failure)}",
+            highlight=False,
+        )
     if again is not None and again.repair:
         from orchestrator.planner.repair import Applied
 
-        c.print(f"started again with {escape(Applied.from_dict(again.repair).describe())}: "
-                f"run {again.id} ({again.verdict.value})", highlight=False)  # fmt: skip
+        c.print(
+            f"started again with {escape(Applied.from_dict(again.repair).describe())}: "
+            f"run {again.id} ({again.verdict.value})",
+            highlight=False,
+        )
     if r.phase_times:
-        c.print("phases: " + ", ".join(f"{k} at {v:.1f}s" for k, v in r.phase_times.items()),
-                highlight=False)  # fmt: skip
+        c.print(
+            "phases: " + ", ".join(f"{k} at {v:.1f}s" for k, v in r.phase_times.items()),
+            highlight=False,
+        )
     if r.probe_metric is not None:
         c.print(f"probe metric: {r.probe_metric:g}", highlight=False)
     if env is not None:
@@ -167,7 +244,7 @@ def show(args: argparse.Namespace) -> int:
     text = r.log_tail()
     if r.verdict.value != "pass":
         text = keep_what_matters(text, args.lines, budget=max(2 * args.lines, 60))
-    tail = text.splitlines()[-args.lines:] if r.verdict.value == "pass" else text.splitlines()
+    tail = text.splitlines()[-args.lines :] if r.verdict.value == "pass" else text.splitlines()
     _probe_record(store.host_record(r.id))
     if tail:
         c.print(f"log tail ({r.log_path}):", highlight=False)
@@ -183,9 +260,11 @@ def _probe_record(rec: dict[str, object] | None) -> None:
     c = console()
     alive = "alive" if probe.get("server_alive") else "DEAD after it"
     c.print(f"probe: {escape(str(probe.get('command')))}", highlight=False, soft_wrap=True)
-    c.print(f"  exit status {probe.get('exit_code')}; metric {probe.get('metric')}; bar "
-            f"{escape(str(probe.get('bar') or '-'))}: {probe.get('passed')}; server {alive}",
-            highlight=False)  # fmt: skip
+    c.print(
+        f"  exit status {probe.get('exit_code')}; metric {probe.get('metric')}; bar "
+        f"{escape(str(probe.get('bar') or '-'))}: {probe.get('passed')}; server {alive}",
+        highlight=False,
+    )
     out = str(probe.get("output") or "")
     if out.strip():
         c.print("  its output (the lines that matter):", highlight=False)
@@ -202,20 +281,30 @@ def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
     if not rec or rec.get("manager") != "systemd":
         return
     c = console()
-    c.print(f"on the host ({escape(str(rec.get('host') or '?'))}), unit "
-            f"{escape(str(rec.get('unit')))}:", highlight=False)  # fmt: skip
-    c.print(f"  drop-in written: {escape(str(rec.get('dropin_path')))} "
-            "(removed again when the campaign ended)", highlight=False)  # fmt: skip
+    c.print(
+        f"on the host ({escape(str(rec.get('host') or '?'))}), unit "
+        f"{escape(str(rec.get('unit')))}:",
+        highlight=False,
+    )
+    c.print(
+        f"  drop-in written: {escape(str(rec.get('dropin_path')))} "
+        "(removed again when the campaign ended)",
+        highlight=False,
+    )
     for line in (rendered or "").splitlines():
         c.print(f"    {escape(line)}", highlight=False)
     argv = rec.get("exec_start")
     if isinstance(argv, list):
         path = rec.get("exec_path")
         binary = f" (runs {path})" if path and path != (argv[:1] or [None])[0] else ""
-        c.print(f"  ExecStart read back from systemd{escape(binary)}: "
-                f"{escape(shlex.join(map(str, argv)))}", highlight=False)  # fmt: skip
-    c.print(f"  InvocationID: {escape(str(rec.get('invocation') or '(not started)'))}",
-            highlight=False)  # fmt: skip
+        c.print(
+            f"  ExecStart read back from systemd{escape(binary)}: "
+            f"{escape(shlex.join(map(str, argv)))}",
+            highlight=False,
+        )
+    c.print(
+        f"  InvocationID: {escape(str(rec.get('invocation') or '(not started)'))}", highlight=False
+    )
     journal = str(rec.get("journal_command") or "")
     ssh = rec.get("ssh")
     full = f"{ssh} {shlex.quote(journal)}" if ssh else journal
@@ -225,15 +314,18 @@ def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
 def _on_cluster(rec: dict[str, object]) -> None:
     """A Slurm run: the job, where and how long it waited, and how it was submitted."""
     c = console()
-    c.print(f"on the cluster ({escape(str(rec.get('host') or '?'))}): job "
-            f"{escape(str(rec.get('job')))} on node {escape(str(rec.get('node') or '?'))}, "
-            f"ended {escape(str(rec.get('state') or '?'))}"
-            + (f" ({escape(str(rec['reason']))})" if rec.get("reason") else "")
-            + f", {float(rec.get('pending_s') or 0):.1f}s pending", highlight=False)  # type: ignore[arg-type]
-    c.print(f"  submitted: {escape(str(rec.get('sbatch')))} job.sh", highlight=False,
-            soft_wrap=True)  # fmt: skip
-    c.print(f"  files: {escape(str(rec.get('dir')))} (the newest runs are kept)",
-            highlight=False)  # fmt: skip
+    c.print(
+        f"on the cluster ({escape(str(rec.get('host') or '?'))}): job "
+        f"{escape(str(rec.get('job')))} on node {escape(str(rec.get('node') or '?'))}, "
+        f"ended {escape(str(rec.get('state') or '?'))}"
+        + (f" ({escape(str(rec['reason']))})" if rec.get("reason") else "")
+        + f", {float(rec.get('pending_s') or 0):.1f}s pending",
+        highlight=False,
+    )  # type: ignore[arg-type]
+    c.print(
+        f"  submitted: {escape(str(rec.get('sbatch')))} job.sh", highlight=False, soft_wrap=True
+    )
+    c.print(f"  files: {escape(str(rec.get('dir')))} (the newest runs are kept)", highlight=False)
 
 
 def _lines(exp: Experiment) -> list[str]:

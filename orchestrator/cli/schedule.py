@@ -28,20 +28,30 @@ from orchestrator.errors import OrchestratorError, UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schedule", help="run a command (e.g. a sweep) on a calendar")
     ss = p.add_subparsers(dest="schedule_command", metavar="SUBCOMMAND")
-    a = ss.add_parser("add", help="install a systemd timer (or, without systemd, a crontab line)",
-                      usage="orchestrator schedule add NAME --at CALENDAR -- COMMAND [ARGS...]",
-                      description="Run an orchestrator command on a calendar: a systemd timer "
-                      "on this machine, or a line in your crontab where systemd is not running. "
-                      "The command is checked now; the job runs it in the current directory "
-                      "with the same --results, ORCH_HOSTS and PYTHONPATH.")  # fmt: skip
+    a = ss.add_parser(
+        "add",
+        help="install a systemd timer (or, without systemd, a crontab line)",
+        usage="orchestrator schedule add NAME --at CALENDAR -- COMMAND [ARGS...]",
+        description="Run an orchestrator command on a calendar: a systemd timer "
+        "on this machine, or a line in your crontab where systemd is not running. "
+        "The command is checked now; the job runs it in the current directory "
+        "with the same --results, ORCH_HOSTS and PYTHONPATH.",
+    )
     a.add_argument("name")
-    a.add_argument("--at", required=True, metavar="CALENDAR",
-                   help="systemd calendar, e.g. 'Mon..Fri 01:30' (crontab: a time of day with "
-                   "optional weekdays, or 'daily')")  # fmt: skip
-    a.add_argument("--notify-file", metavar="FILE",
-                   help="a private file (chmod 600) holding the URL the job notifies; the "
-                   "command itself never carries --notify (a schedule's command is stored "
-                   "in the clear)")  # fmt: skip
+    a.add_argument(
+        "--at",
+        required=True,
+        metavar="CALENDAR",
+        help="systemd calendar, e.g. 'Mon..Fri 01:30' (crontab: a time of day with "
+        "optional weekdays, or 'daily')",
+    )
+    a.add_argument(
+        "--notify-file",
+        metavar="FILE",
+        help="a private file (chmod 600) holding the URL the job notifies; the "
+        "command itself never carries --notify (a schedule's command is stored "
+        "in the clear)",
+    )
     common.add_results_option(a)
     a.set_defaults(handler=add, command_words=[])
     li = ss.add_parser("list", help="installed schedules")
@@ -71,22 +81,29 @@ def check_command(words: list[str]) -> None:
     except SystemExit:
         errors = [ln for ln in said.getvalue().splitlines() if "error:" in ln]
         why = errors[-1].split("error:", 1)[1].strip() if errors else "it only prints help"
-        raise UsageError(f"the scheduled command `{_masked(shown)}` would not run: {why}",
-                         hint="`orchestrator --help` lists the commands") from None
+        raise UsageError(
+            f"the scheduled command `{_masked(shown)}` would not run: {why}",
+            hint="`orchestrator --help` lists the commands",
+        ) from None
     if not getattr(ns, "handler", None) or getattr(ns, "command", None) == "schedule":
-        raise UsageError(f"the scheduled command `{shown}` does nothing on its own",
-                         hint="schedule e.g. `sweep nightly.yaml`")  # fmt: skip
+        raise UsageError(
+            f"the scheduled command `{shown}` does nothing on its own",
+            hint="schedule e.g. `sweep nightly.yaml`",
+        )
     if getattr(ns, "notify", None):
-        raise UsageError("a scheduled command cannot carry --notify: the timer unit, the "
-                         "crontab line and `schedule list` hold it in the clear, and a "
-                         "webhook's URL is its password",
-                         hint="put the URL in a file (chmod 600) and pass --notify-file FILE "
-                         "to `schedule add`, or use notify: in the sweep or hosts file")
+        raise UsageError(
+            "a scheduled command cannot carry --notify: the timer unit, the "
+            "crontab line and `schedule list` hold it in the clear, and a "
+            "webhook's URL is its password",
+            hint="put the URL in a file (chmod 600) and pass --notify-file FILE "
+            "to `schedule add`, or use notify: in the sweep or hosts file",
+        )
     try:
         _load_what_it_names(ns)
     except OrchestratorError as exc:
-        raise UsageError(f"the scheduled command `{shown}` would fail: {exc}",
-                         hint=exc.hint) from None
+        raise UsageError(
+            f"the scheduled command `{shown}` would fail: {exc}", hint=exc.hint
+        ) from None
 
 
 def _load_what_it_names(ns: argparse.Namespace) -> None:
@@ -119,15 +136,22 @@ def add(args: argparse.Namespace) -> int:
         notify_file = Path(args.notify_file).expanduser().resolve()
         url_from_file(str(notify_file), where="--notify-file")  # refused now, not at 01:30
         env[FILE_ENV] = str(notify_file)  # a path: the URL stays in the file
-    info = sched.add(args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results),
-                     env=env)  # fmt: skip
+    info = sched.add(
+        args.name, args.at, words, workdir=Path.cwd(), results=Path(args.results), env=env
+    )
     c = console()
     if "timer" in info:
-        c.print(f"installed {info['timer']} in {info['unit_dir']} ({info['calendar']}); "
-                f"output goes to {info['log']}", highlight=False)  # fmt: skip
+        c.print(
+            f"installed {info['timer']} in {info['unit_dir']} ({info['calendar']}); "
+            f"output goes to {info['log']}",
+            highlight=False,
+        )
     else:
-        c.print(f"systemd is not running here: added to {info['where']} "
-                f"({info['calendar']}); output goes to {info['log']}:", highlight=False)
+        c.print(
+            f"systemd is not running here: added to {info['where']} "
+            f"({info['calendar']}); output goes to {info['log']}:",
+            highlight=False,
+        )
         c.out(info["cron"], highlight=False)
     return 0
 
@@ -144,9 +168,12 @@ def list_(args: argparse.Namespace) -> int:
     raw = sched.listing()
     rows = [{k: _masked(v) if isinstance(v, str) else v for k, v in r.items()} for r in raw]
     if rows != raw:
-        err_console().print("[yellow]note:[/] a schedule carries --notify on its command line "
-                            "(stored in the clear): remove it and add it again with "
-                            "--notify-file", highlight=False)  # fmt: skip
+        err_console().print(
+            "[yellow]note:[/] a schedule carries --notify on its command line "
+            "(stored in the clear): remove it and add it again with "
+            "--notify-file",
+            highlight=False,
+        )
     if args.json:
         console().print_json(json.dumps(rows))
         return 0

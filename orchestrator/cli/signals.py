@@ -69,8 +69,12 @@ class Interrupts:
         output.on_closed(self.output_closed)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         from orchestrator.cli import output
 
         output.on_closed(None)
@@ -117,8 +121,10 @@ class Interrupts:
             raise KeyboardInterrupt
         if self.count == 1:  # a restore is running: stop once it has read the hosts back
             shield.defer()
-        self._say(f"restoring the hosts, please wait ({ABANDON_AT - self.count} more Ctrl-C "
-                  "abandons the restore and leaves them as they are)")  # fmt: skip
+        self._say(
+            f"restoring the hosts, please wait ({ABANDON_AT - self.count} more Ctrl-C "
+            "abandons the restore and leaves them as they are)"
+        )
 
     def _quiet_terminal(self) -> None:
         if not self._ttys:

@@ -28,34 +28,53 @@ from orchestrator.reports import env_report
 from orchestrator.reports.sweep_report import Comparison, comparison, write_sweep_reports
 from orchestrator.store.store import CampaignRow
 
-KIND_WORDS = {"bisect": "a bisection", "sweep": "a sweep", "run": "a single run (`run`)",
-              "rerun": "a single run (`rerun`)"}  # fmt: skip
+KIND_WORDS = {
+    "bisect": "a bisection",
+    "sweep": "a sweep",
+    "run": "a single run (`run`)",
+    "rerun": "a single run (`rerun`)",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "sweep", help="run a list or matrix of configs (overnight sweeps)",
+        "sweep",
+        help="run a list or matrix of configs (overnight sweeps)",
         description="Run every config of a sweep file once per repeat, then print a table and "
         "write a report (with a plot of the probe metric, and the comparison with the "
         "previous run of the same sweep). Every config is measured afresh.",
         epilog="Budgets: --until HH:MM and --deadline stop starting runs at that time of day / "
         "after that long (the runs in progress finish); --max-runs N starts at most N runs in "
         "this invocation. A sweep stopped by a budget prints its resume command; running the "
-        "same command again also resumes it, with a new budget.")  # fmt: skip
+        "same command again also resumes it, with a new budget.",
+    )
     p.add_argument("sweep", nargs="?", help="sweep YAML")
     p.add_argument("--host", help="host or pool (default: the sweep file's host)")
     p.add_argument("--pool", help="a pool of equivalent hosts (same as --host POOL)")
     p.add_argument("--resume", metavar="ID", help="continue an interrupted or budget-stopped sweep")
-    p.add_argument("--max-runs", type=common.positive_int, metavar="N",
-                   help="start at most N runs in this invocation (a resume gets N more)")
-    p.add_argument("--until", metavar="HH:MM",
-                   help="stop starting runs at this time of day (runs in progress finish)")
-    p.add_argument("--deadline", metavar="DURATION",
-                   help="stop starting runs after this long, e.g. 6h (runs in progress finish)")
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse verdicts recorded by earlier campaigns for the same config and "
-                   "host class instead of measuring (first repeat only; the reference is always "
-                   "measured); reused rows are marked and judged by this sweep's bar")
+    p.add_argument(
+        "--max-runs",
+        type=common.positive_int,
+        metavar="N",
+        help="start at most N runs in this invocation (a resume gets N more)",
+    )
+    p.add_argument(
+        "--until",
+        metavar="HH:MM",
+        help="stop starting runs at this time of day (runs in progress finish)",
+    )
+    p.add_argument(
+        "--deadline",
+        metavar="DURATION",
+        help="stop starting runs after this long, e.g. 6h (runs in progress finish)",
+    )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse verdicts recorded by earlier campaigns for the same config and "
+        "host class instead of measuring (first repeat only; the reference is always "
+        "measured); reused rows are marked and judged by this sweep's bar",
+    )
     p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("--accept-new-host-key", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -78,8 +97,12 @@ def wrong_kind(camp: CampaignRow, wanted: str, options: str) -> UsageError:
 
 def _sweep_from_spec(spec: SweepSpec) -> Sweep:
     # the recorded configs, with their secrets taken from this environment again
-    items = tuple(SweepItem(i, it.label, Experiment.from_dict(it.config, resolve_secrets=True),
-                            tuple(it.values)) for i, it in enumerate(spec.items))  # fmt: skip
+    items = tuple(
+        SweepItem(
+            i, it.label, Experiment.from_dict(it.config, resolve_secrets=True), tuple(it.values)
+        )
+        for i, it in enumerate(spec.items)
+    )
     return Sweep(spec.name, spec.sweep, items, spec.repeat, None, None, spec.reference)
 
 
@@ -132,10 +155,19 @@ def run(args: argparse.Namespace) -> int:
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line
     view = common.live_view(args)
-    camp_run = SweepCampaign(store, sweep, hosts, reuse=reuse, max_runs=args.max_runs,
-                             deadline_s=budget, listener=view, command=common.command_line(),
-                             resume_id=resume_id, executor_factory=common.executor_factory(args),
-                             resume_text=lambda ref: common.resume_command(args, ref))  # fmt: skip
+    camp_run = SweepCampaign(
+        store,
+        sweep,
+        hosts,
+        reuse=reuse,
+        max_runs=args.max_runs,
+        deadline_s=budget,
+        listener=view,
+        command=common.command_line(),
+        resume_id=resume_id,
+        executor_factory=common.executor_factory(args),
+        resume_text=lambda ref: common.resume_command(args, ref),
+    )
     outcome = notifying.conduct(args, store, notify_url, "sweep", camp_run, view, "sweep")
     if outcome is None:
         return 130
@@ -144,8 +176,12 @@ def run(args: argparse.Namespace) -> int:
     comp = comparison(store, store.campaign(outcome.campaign_id))
     regressions = tuple(comp.regression_lines()) if comp is not None else ()
     if args.json:
-        extra = {"reports": paths, "comparison": _comparison_json(comp), "environment": envs,
-                 "regressions": list(regressions)}  # fmt: skip
+        extra = {
+            "reports": paths,
+            "comparison": _comparison_json(comp),
+            "environment": envs,
+            "regressions": list(regressions),
+        }
         console().print_json(json.dumps(outcome.answer().to_dict() | extra))
     else:
         print_table(outcome, paths, comp)
@@ -155,11 +191,20 @@ def run(args: argparse.Namespace) -> int:
             console().print(
                 f"[bold red]REGRESSION[/] against campaign {comp.previous.id}: "
                 + escape("; ".join(f"{ch.config}: {ch.regression}" for ch in comp.regressions))
-                + f" (exit {EXIT_REGRESSION})", highlight=False)  # fmt: skip
+                + f" (exit {EXIT_REGRESSION})",
+                highlight=False,
+            )
     # after the answer is printed: the receiver decides neither the answer nor the exit code
-    notifying.concluded(store, notify_url, "sweep", outcome.campaign_id, outcome.status,
-                        next((p for p in paths if p.endswith(".html")), None),
-                        detail=outcome.message, regressions=regressions)  # fmt: skip
+    notifying.concluded(
+        store,
+        notify_url,
+        "sweep",
+        outcome.campaign_id,
+        outcome.status,
+        next((p for p in paths if p.endswith(".html")), None),
+        detail=outcome.message,
+        regressions=regressions,
+    )
     if outcome.status is not Status.DONE:
         return 1
     return EXIT_REGRESSION if comp is not None and comp.regressions else 0
@@ -168,12 +213,23 @@ def run(args: argparse.Namespace) -> int:
 def _comparison_json(comp: Comparison | None) -> dict | None:
     if comp is None:
         return None
-    return {"previous": comp.previous.id, "headline": comp.headline(),
-            "reference_moved": comp.reference_moved or None,
-            "changes": [{"config": c.config, "metric_before": c.before, "metric_now": c.now,
-                         "change": c.ratio, "verdict_before": c.verdict_before,
-                         "verdict_now": c.verdict_now, "regression": c.regression}
-                        for c in comp.changes]}  # fmt: skip
+    return {
+        "previous": comp.previous.id,
+        "headline": comp.headline(),
+        "reference_moved": comp.reference_moved or None,
+        "changes": [
+            {
+                "config": c.config,
+                "metric_before": c.before,
+                "metric_now": c.now,
+                "change": c.ratio,
+                "verdict_before": c.verdict_before,
+                "verdict_now": c.verdict_now,
+                "regression": c.regression,
+            }
+            for c in comp.changes
+        ],
+    }
 
 
 def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None = None) -> None:
@@ -186,21 +242,28 @@ def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None
         t.add_column(col)
     for r in outcome.rows:
         run = r.run
-        label = escape(r.item.label) + (" [dim](reference)[/]"
-                                        if r.item.label == outcome.reference else "")
+        label = escape(r.item.label) + (
+            " [dim](reference)[/]" if r.item.label == outcome.reference else ""
+        )
         verdict = verdict_text(run.verdict) if run else "[dim]not run[/]"
         if run and run.cached_from:
             verdict += " [dim](reused)[/]"
-        t.add_row(label, str(r.repeat + 1), verdict,
-                  escape(str(run.signature or "")) if run else "",
-                  f"{run.probe_metric:g}" if run and run.probe_metric is not None else "",
-                  f"{run.duration:.0f}s" if run else "",
-                  (run.id + (f" (from {run.cached_from})" if run.cached_from else ""))
-                  if run else "")  # fmt: skip
+        t.add_row(
+            label,
+            str(r.repeat + 1),
+            verdict,
+            escape(str(run.signature or "")) if run else "",
+            f"{run.probe_metric:g}" if run and run.probe_metric is not None else "",
+            f"{run.duration:.0f}s" if run else "",
+            (run.id + (f" (from {run.cached_from})" if run.cached_from else "")) if run else "",
+        )
     c.print(t)
     if outcome.reference:
-        c.print(f"relative probe bars judged against the reference {escape(outcome.reference)}, "
-                "measured in this sweep", highlight=False)  # fmt: skip
+        c.print(
+            f"relative probe bars judged against the reference {escape(outcome.reference)}, "
+            "measured in this sweep",
+            highlight=False,
+        )
     if outcome.message:
         c.print(f"[yellow]{escape(outcome.message)}[/]", highlight=False)
     for host, why in outcome.removed_hosts:
@@ -208,19 +271,27 @@ def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None
     now = ""
     if (outcome.executed, outcome.reused) != (outcome.total_executed, outcome.total_reused):
         now = f" ({outcome.executed} executed and {outcome.reused} reused by this invocation)"
-    c.print(f"runs: {outcome.total_executed} executed, {outcome.total_reused} reused from "
-            f"earlier campaigns{now}", highlight=False)  # fmt: skip
+    c.print(
+        f"runs: {outcome.total_executed} executed, {outcome.total_reused} reused from "
+        f"earlier campaigns{now}",
+        highlight=False,
+    )
     if comp is not None:
-        c.print(escape(comp.headline()) if not comp.regressions else
-                f"against campaign {comp.previous.id}:", highlight=False)  # fmt: skip
+        c.print(
+            escape(comp.headline())
+            if not comp.regressions
+            else f"against campaign {comp.previous.id}:",
+            highlight=False,
+        )
         for ch in comp.changes:
             mark = "[red]regression[/]: " if ch.regression else ""
             c.print(f"  {escape(ch.config)}: {mark}{escape(ch.describe())}", highlight=False)
     if outcome.resume:
-        c.print(f"resume with: [bold]{escape(outcome.resume)}[/] (or the same command again)",
-                highlight=False)  # fmt: skip
+        c.print(
+            f"resume with: [bold]{escape(outcome.resume)}[/] (or the same command again)",
+            highlight=False,
+        )
     for p in paths:
         c.print(f"report: {p}", highlight=False)
     if comp is not None and comp.reference_moved:
         c.print(f"[yellow]note:[/] {escape(comp.reference_moved)}", highlight=False)
-

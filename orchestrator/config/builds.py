@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 RUNTIMES = ("docker", "podman", "nerdctl")
 #: `docker run` / `podman run` options that take a value as the next word (a long option
 #: may also be written `--opt=value`); every other option is a switch
-_VALUE_OPTIONS = frozenset("""
+_VALUE_OPTIONS = frozenset(
+    """
 -a --attach --add-host --annotation --blkio-weight --blkio-weight-device --cap-add --cap-drop
 --cgroup-parent --cgroupns --cgroup-conf --cidfile --cpu-period --cpu-quota --cpu-rt-period
 --cpu-rt-runtime -c --cpu-shares --cpus --cpuset-cpus --cpuset-mems --device
@@ -53,7 +54,8 @@ _VALUE_OPTIONS = frozenset("""
 --rootfs --sdnotify --seccomp-policy --timeout --tz --chrootdirs --passwd-entry
 --personality --preserve-fds --requires --log-level --conmon-pidfile --cgroups
 --gpus-all-devices --pod --pod-id-file --replace-policy --retry --retry-delay
-""".split())
+""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,10 @@ def container_split(words: Sequence[str]) -> ContainerCommand | None:
     `sudo`, `env X=Y` and a path to the runtime (`/usr/bin/docker`) may come first. The
     runtime's options are skipped by the table above; `--` ends them."""
     i = 0
-    while i < len(words) and (words[i] in ("sudo", "env", "exec", "nice", "-E")
-                              or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[i])):
+    while i < len(words) and (
+        words[i] in ("sudo", "env", "exec", "nice", "-E")
+        or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[i])
+    ):
         i += 1
     if i + 1 >= len(words) or os.path.basename(words[i]) not in RUNTIMES:
         return None
@@ -103,8 +107,9 @@ def container_split(words: Sequence[str]) -> ContainerCommand | None:
             k += 1
     if k >= len(words):
         return None
-    return ContainerCommand(tuple(words[:runtime_end]), tuple(words[runtime_end:k]),
-                            words[k], tuple(words[k + 1:]))  # fmt: skip
+    return ContainerCommand(
+        tuple(words[:runtime_end]), tuple(words[runtime_end:k]), words[k], tuple(words[k + 1 :])
+    )
 
 
 def is_path(name: str) -> bool:
@@ -123,6 +128,7 @@ def version_in(name: str) -> str | None:
 
 def same_version(a: str, b: str) -> bool:
     """`0.30.0` is `0.30.0+cpu` and `0.30`: what a release's name promises."""
+
     def norm(v: str) -> list[str]:
         parts = v.split("+", 1)[0].split(".")
         while len(parts) > 1 and parts[-1] == "0":
@@ -150,8 +156,10 @@ def target_of(name: str, builds: Mapping[str, str], exec_words: Sequence[str]) -
 
 def missing_hint(name: str, host: str, hosts_file: str, exec_words: Sequence[str]) -> str:
     example = f"lmsysorg/sglang:{name}" if container_split(exec_words) else f"/opt/server-{name}"
-    return (f"add it under the host in {hosts_file or 'the hosts file'}: "
-            f"hosts.{host}.builds: {{{shlex.quote(name)}: {example}}}")
+    return (
+        f"add it under the host in {hosts_file or 'the hosts file'}: "
+        f"hosts.{host}.builds: {{{shlex.quote(name)}: {example}}}"
+    )
 
 
 def apply(exec_words: Sequence[str], target: str) -> tuple[str, ...]:
@@ -164,37 +172,47 @@ def apply(exec_words: Sequence[str], target: str) -> tuple[str, ...]:
     cc = container_split(words)
     if cc is not None:
         if is_path(target):
-            raise ValueError(f"the command runs a container ({cc.runtime[-2]} run): its build "
-                             f"is an image, not the path {target}")
+            raise ValueError(
+                f"the command runs a container ({cc.runtime[-2]} run): its build "
+                f"is an image, not the path {target}"
+            )
         words[cc.image_index] = target
         return tuple(words)
     if not is_path(target):
-        raise ValueError(f"{target!r} is neither a path on the host nor usable as an image: "
-                         "the command runs no 'docker run' / 'podman run'")
+        raise ValueError(
+            f"{target!r} is neither a path on the host nor usable as an image: "
+            "the command runs no 'docker run' / 'podman run'"
+        )
     words[0] = f"{target.rstrip('/')}/bin/{os.path.basename(words[0])}"
     return tuple(words)
 
 
-def resolve(exp: Experiment, builds: Mapping[str, str], *, host: str = "",
-            hosts_file: str = "") -> Experiment:
+def resolve(
+    exp: Experiment, builds: Mapping[str, str], *, host: str = "", hosts_file: str = ""
+) -> Experiment:
     """The config with its build applied (unchanged when it names none)."""
     if exp.build is None:
         return exp
     target = target_of(exp.build, builds, exp.exec)
     if target is None:
-        raise BuildError(f"build '{exp.build}' is not known on host {host}",
-                         file=hosts_file or None, key=f"hosts.{host}.builds",
-                         hint=missing_hint(exp.build, host, hosts_file, exp.exec))
+        raise BuildError(
+            f"build '{exp.build}' is not known on host {host}",
+            file=hosts_file or None,
+            key=f"hosts.{host}.builds",
+            hint=missing_hint(exp.build, host, hosts_file, exp.exec),
+        )
     try:
         words = apply(exp.exec, target)
     except ValueError as exc:
-        raise BuildError(f"build '{exp.build}': {exc}", file=exp.source,
-                         key="service.build") from None
+        raise BuildError(
+            f"build '{exp.build}': {exc}", file=exp.source, key="service.build"
+        ) from None
     return replace(exp, exec=words)
 
 
-def read_back(name: str, target: str | None, served: str | None,
-              server: str | None = None) -> str | None:
+def read_back(
+    name: str, target: str | None, served: str | None, server: str | None = None
+) -> str | None:
     """Why a run of build `name` says nothing about its config: the version the server's
     package reports from inside the environment (`served`) is not the one the build's
     name (or its path or image) states. None when they agree or either is unknown."""
@@ -202,27 +220,32 @@ def read_back(name: str, target: str | None, served: str | None,
     if stated is None or served is None or same_version(stated, served):
         return None
     where = f" ({target})" if target and target != name else ""
-    return (f"build '{name}'{where} serves {server or 'the server'} {served}, not {stated}: "
-            "the tag or path points at another release; not a verdict about the config")
+    return (
+        f"build '{name}'{where} serves {server or 'the server'} {served}, not {stated}: "
+        "the tag or path points at another release; not a verdict about the config"
+    )
 
 
 #: a server that cannot start from its build: a module or a native library missing, a
 #: symbol another build of a library lacks
-_BROKEN = re.compile(r"cannot open shared object file|undefined symbol|No module named"
-                     r"|DLL load failed|GLIBC_[\d.]+' not found")
+_BROKEN = re.compile(
+    r"cannot open shared object file|undefined symbol|No module named"
+    r"|DLL load failed|GLIBC_[\d.]+' not found"
+)
 
 
 def broken(error_class: str, message: str) -> bool:
     """A failure that says the build is broken (an import error, a missing library),
     not that the config fails."""
-    return error_class in ("ImportError", "ModuleNotFoundError") or bool(
-        _BROKEN.search(message))
+    return error_class in ("ImportError", "ModuleNotFoundError") or bool(_BROKEN.search(message))
 
 
 #: run by a build's python: its distributions, {name: version}
-LIST_SNIPPET = ("import importlib.metadata as m, json; print('@@DISTS ' + json.dumps("
-                "{d.metadata['Name']: d.version for d in m.distributions() "
-                "if d.metadata['Name']}))")
+LIST_SNIPPET = (
+    "import importlib.metadata as m, json; print('@@DISTS ' + json.dumps("
+    "{d.metadata['Name']: d.version for d in m.distributions() "
+    "if d.metadata['Name']}))"
+)
 
 #: run by the python of the build the packages come from: links each wanted distribution
 #: (its dist-info and the top-level paths its RECORD lists) into the overlay directory
@@ -260,7 +283,7 @@ def parse_dists(text: str) -> dict[str, str] | None:
     for line in text.splitlines():
         if line.startswith("@@DISTS "):
             try:
-                data = json.loads(line[len("@@DISTS "):])
+                data = json.loads(line[len("@@DISTS ") :])
             except ValueError:
                 return None
             return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
@@ -284,8 +307,11 @@ def overlay_dir(root: str, packages: Sequence[tuple[str, str]], source: str) -> 
 
 def pip_problems(text: str) -> list[str]:
     """`pip check`'s complaints, one a line ('No broken requirements found.' is none)."""
-    return [ln.strip() for ln in text.splitlines()
-            if ln.strip() and not ln.startswith("No broken requirements")]  # fmt: skip
+    return [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith("No broken requirements")
+    ]
 
 
 def complaint_key(line: str) -> str:

@@ -225,7 +225,8 @@ class Experiment:
             + ([h.settle] if h.settle != DEFAULT_SETTLE else []),
             "probe": (
                 [self.probe.run, self.probe.metric, self.probe.pass_if, self.probe.timeout]
-                if self.probe else None
+                if self.probe
+                else None
             ),
         }
         if self.build is not None:  # joins only when set: older runs' keys hold
@@ -366,8 +367,12 @@ MAX_ARG_BYTES = 131072
 MAX_LAUNCH_BYTES = 1024 * 1024
 
 
-def _check_sizes(flags: list[tuple[str, FlagValue]], env: list[tuple[str, str]],
-                 exec_words: tuple[str, ...], source: str) -> None:  # fmt: skip
+def _check_sizes(
+    flags: list[tuple[str, FlagValue]],
+    env: list[tuple[str, str]],
+    exec_words: tuple[str, ...],
+    source: str,
+) -> None:
     """Refuse at load what no host can start: a word or an entry past the kernel's limit."""
     # (key, one argv word or environment entry, what it is) for every string execve gets
     strings = [("service.exec", w, "argument") for w in exec_words]
@@ -383,11 +388,17 @@ def _check_sizes(flags: list[tuple[str, FlagValue]], env: list[tuple[str, str]],
             raise ConfigError(
                 f"the {'value' if what == 'argument' else 'entry'} is {size - 1} bytes; one "
                 f"{what} can hold at most {MAX_ARG_BYTES - 1} (the kernel's MAX_ARG_STRLEN)",
-                file=source, key=key, hint="pass large settings in a file the server reads")
+                file=source,
+                key=key,
+                hint="pass large settings in a file the server reads",
+            )
     if total > MAX_LAUNCH_BYTES:
         raise ConfigError(
             f"the command line and environment together are {total} bytes; at most "
-            f"{MAX_LAUNCH_BYTES} can be launched on any host", file=source, key="service")
+            f"{MAX_LAUNCH_BYTES} can be launched on any host",
+            file=source,
+            key="service",
+        )
 
 
 def _build(data: dict[str, Any], source: str) -> Experiment:
@@ -418,8 +429,11 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     if svc.workdir is not None:
         _check_workdir(svc.workdir, source)
     if svc.packages and not svc.packages_from:
-        raise ConfigError("packages taken from another build need that build",
-                          file=source, key="service.packages_from")  # fmt: skip
+        raise ConfigError(
+            "packages taken from another build need that build",
+            file=source,
+            key="service.packages_from",
+        )
 
     secret_refs: list[tuple[str, str]] = []
     flags: list[tuple[str, FlagValue]] = []
@@ -505,7 +519,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         probe = Probe(run=p.run, metric=p.metric, pass_if=p.pass_if, timeout=p.timeout or 600.0)
         if p.pass_if and not p.metric:
             raise ConfigError(
-                "pass_if needs a metric to compare", file=source, key="probe.pass_if",
+                "pass_if needs a metric to compare",
+                file=source,
+                key="probe.pass_if",
                 hint="add probe.metric: a regex with one group capturing the number",
             )
     requires = tuple(

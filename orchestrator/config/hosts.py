@@ -82,8 +82,9 @@ class HostModel(_Raw):
             if not name or re.search(r"[\x00-\x20\x7f]", name):
                 raise ValueError(f"a build name is one word, got {name!r}")
             if not target or re.search(r"[\x00-\x20\x7f]", target):
-                raise ValueError(f"build {name!r}: expected one path on the host or one "
-                                 f"image, got {target!r}")
+                raise ValueError(
+                    f"build {name!r}: expected one path on the host or one image, got {target!r}"
+                )
         return v
 
     @field_validator("unit_dir", "run_dir")
@@ -102,8 +103,10 @@ class HostModel(_Raw):
         # each name is exported by a shell on the host: a name must be a name, not code
         for name in v:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise ValueError(f"{name!r} is not an environment variable name "
-                                 "(letters, digits and _, not starting with a digit)")  # fmt: skip
+                raise ValueError(
+                    f"{name!r} is not an environment variable name "
+                    "(letters, digits and _, not starting with a digit)"
+                )
         return v
 
 
@@ -211,25 +214,40 @@ def _expand(path: str | None, base: Path) -> str | None:
 
 def _slurm_options(h: HostModel, base: Path, *, file: str, key: str) -> SlurmOptions:
     if h.service_manager != "slurm":
-        raise ConfigError("a slurm: section needs service_manager: slurm", file=file,
-                          key=f"{key}.service_manager")  # fmt: skip
+        raise ConfigError(
+            "a slurm: section needs service_manager: slurm", file=file, key=f"{key}.service_manager"
+        )
     if h.slurm is None:
-        raise ConfigError("service_manager: slurm needs a slurm: section (at least its "
-                          "partition)", file=file, key=f"{key}.slurm",
-                          hint="e.g. slurm: {partition: gpu, gres: 'gpu:8', max_jobs: 4}")
+        raise ConfigError(
+            "service_manager: slurm needs a slurm: section (at least its partition)",
+            file=file,
+            key=f"{key}.slurm",
+            hint="e.g. slurm: {partition: gpu, gres: 'gpu:8', max_jobs: 4}",
+        )
     if not h.run_dir:
-        raise ConfigError("required for a Slurm cluster: a directory that the login node and "
-                          "the compute nodes share (job scripts, logs and results go there)",
-                          file=file, key=f"{key}.run_dir")  # fmt: skip
+        raise ConfigError(
+            "required for a Slurm cluster: a directory that the login node and "
+            "the compute nodes share (job scripts, logs and results go there)",
+            file=file,
+            key=f"{key}.run_dir",
+        )
     s = h.slurm
     # A relative SLURM_CONF only makes sense for a login node that is this machine (the lab):
     # relative to the hosts file, like the other paths.
     conf = _expand(s.conf, base) if s.conf and not s.conf.startswith("/") else s.conf
-    return SlurmOptions(partition=s.partition, gres=s.gres, time=s.time, account=s.account,
-                        constraint=s.constraint, exclusive=s.exclusive,
-                        options=tuple(s.options), max_jobs=s.max_jobs, conf=conf,
-                        pending_timeout=s.pending_timeout,
-                        private_network=s.private_network)  # fmt: skip
+    return SlurmOptions(
+        partition=s.partition,
+        gres=s.gres,
+        time=s.time,
+        account=s.account,
+        constraint=s.constraint,
+        exclusive=s.exclusive,
+        options=tuple(s.options),
+        max_jobs=s.max_jobs,
+        conf=conf,
+        pending_timeout=s.pending_timeout,
+        private_network=s.private_network,
+    )
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -240,7 +258,8 @@ def load_inventory(path: str | Path) -> Inventory:
     for name, h in model.hosts.items():
         if not _NAME.match(name):
             raise ConfigError(
-                "host names may use letters, digits, '.', '_' and '-'", file=str(path),
+                "host names may use letters, digits, '.', '_' and '-'",
+                file=str(path),
                 key=f"hosts.{name}",
             )
         if h.transport == "ssh" and not h.known_hosts:
@@ -303,6 +322,7 @@ def load_inventory(path: str | Path) -> Inventory:
         try:
             check_url(model.notify)
         except UsageError as exc:
-            raise ConfigError("expected an http:// or https:// URL", file=str(path),
-                              key="notify") from exc  # fmt: skip
+            raise ConfigError(
+                "expected an http:// or https:// URL", file=str(path), key="notify"
+            ) from exc
     return Inventory(hosts=hosts, pools=pools, source=str(path), notify=model.notify)

@@ -142,8 +142,11 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
                 i += 1
             value = True if not values else values[0] if len(values) == 1 else values
         if name in flags:
-            again = f" (as {spelled[name]} and {word.split('=', 1)[0]})" \
-                if spelled[name] != word.split("=", 1)[0] else ""  # fmt: skip
+            again = (
+                f" (as {spelled[name]} and {word.split('=', 1)[0]})"
+                if spelled[name] != word.split("=", 1)[0]
+                else ""
+            )
             raise ConfigError(f"flag {option_word(name)} is given twice{again}", file=source)
         flags[name] = value
         spelled[name] = word.split("=", 1)[0]
@@ -204,7 +207,7 @@ def _shell_script(words: list[str]) -> tuple[str, str | None, list[str], bool] |
         i += 1
     if not command or i >= len(words):
         return None
-    rest = words[i + 1:]
+    rest = words[i + 1 :]
     return words[i], (rest[0] if rest else None), rest[1:], login
 
 
@@ -215,7 +218,7 @@ def _assignment(word: shellwords.Word) -> tuple[str, shellwords.Word] | None:
     m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", word[0].text)
     if not m:
         return None
-    rest = word[0].text[m.end():]
+    rest = word[0].text[m.end() :]
     head = (shellwords.Part("lit", rest),) if rest else ()
     return m[1], head + word[1:]
 
@@ -227,8 +230,9 @@ def _assign(vs: shellwords.Vars, name: str, value: shellwords.Word) -> None:
         vs.set(name, None, str(exc))
 
 
-def _read_script(text: str, *, source: str, vs: shellwords.Vars,
-                 notes: list[str]) -> dict[str, Any]:  # fmt: skip
+def _read_script(
+    text: str, *, source: str, vs: shellwords.Vars, notes: list[str]
+) -> dict[str, Any]:
     """A shell script (or `bash -c` string) -> the spec of its launch command: the last
     command that passes `--flags`, else the last that is not a shell builtin."""
     try:
@@ -324,40 +328,55 @@ def _read_script(text: str, *, source: str, vs: shellwords.Vars,
         try:
             env[name] = "".join(shellwords.expand([value], at)) if value else ""
         except shellwords.Unreadable as exc:
-            raise ConfigError(f"cannot read the launch line's {name}=: it uses {exc}",
-                              file=source) from None  # fmt: skip
+            raise ConfigError(
+                f"cannot read the launch line's {name}=: it uses {exc}", file=source
+            ) from None
     if cmd.redirected:
-        notes.append("the launch line's redirection (> file, 2>&1) is not kept: the server's "
-                     "output goes where each run's log is read from")
+        notes.append(
+            "the launch line's redirection (> file, 2>&1) is not kept: the server's "
+            "output goes where each run's log is read from"
+        )
     if at.used_args and not at.args:
-        notes.append('the script\'s arguments ("$@") are taken as none: add the flags a '
-                     "caller passes to it to the config by hand")
+        notes.append(
+            'the script\'s arguments ("$@") are taken as none: add the flags a '
+            "caller passes to it to the config by hand"
+        )
     inner = _shell_script(expanded)
     if inner is not None:
         spec = _read_shell_c(inner, env, source=source, notes=notes)
         spec["env"] = {**env, **spec["env"]}
         return _with_venv(spec, venv)
-    unexported = sorted(k for k in at.values if k not in at.exported and k not in at.used
-                        and k not in dict(prefix))  # fmt: skip
+    unexported = sorted(
+        k for k in at.values if k not in at.exported and k not in at.used and k not in dict(prefix)
+    )
     if unexported:
-        notes.append("set in the script but not exported, so not in the server's environment "
-                      "(and not in env:): " + ", ".join(unexported))
+        notes.append(
+            "set in the script but not exported, so not in the server's environment "
+            "(and not in env:): " + ", ".join(unexported)
+        )
     spec = parse_command(expanded, source=source)
     _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
     return _with_venv(spec, venv)
 
 
-def _read_shell_c(inner: tuple[str, str | None, list[str], bool], env: dict[str, str], *,
-                  source: str, notes: list[str]) -> dict[str, Any]:  # fmt: skip
+def _read_shell_c(
+    inner: tuple[str, str | None, list[str], bool],
+    env: dict[str, str],
+    *,
+    source: str,
+    notes: list[str],
+) -> dict[str, Any]:
     """The launch of a `bash -c 'SCRIPT'` command (`_shell_script`): its script, read with
     only `env` (the shell started by `bash -c` sees only what is exported to it)."""
     script, arg0, args, login = inner
     if login:
-        notes.append("a login shell (-l) also reads the host's profile, which the import "
-                     "cannot see")
-    return _read_script(script, source=source, notes=notes,
-                        vs=shellwords.Vars(env, args=args, arg0=arg0))  # fmt: skip
+        notes.append(
+            "a login shell (-l) also reads the host's profile, which the import cannot see"
+        )
+    return _read_script(
+        script, source=source, notes=notes, vs=shellwords.Vars(env, args=args, arg0=arg0)
+    )
 
 
 def _with_venv(spec: dict[str, Any], venv: str | None) -> dict[str, Any]:
@@ -380,8 +399,10 @@ def _script_note(spec: dict[str, Any], notes: list[str]) -> None:
     if script is None and PurePosixPath(words[0]).name in _SHELLS and len(words) > 1:
         script = words[1]
     if script is not None and not spec["flags"]:
-        notes.append(f"the command runs the script {script}, whose launch line is not read "
-                     "here: import that script (with `orchestrator import SCRIPT`)")
+        notes.append(
+            f"the command runs the script {script}, whose launch line is not read "
+            "here: import that script (with `orchestrator import SCRIPT`)"
+        )
 
 
 def _copy(vs: shellwords.Vars) -> shellwords.Vars:
@@ -405,7 +426,9 @@ def _no_literal_references(spec: dict[str, Any], source: str) -> dict[str, Any]:
             raise ConfigError(
                 f"the value {value!r} of {what} is literal text, which an experiment config "
                 f"would read as a reference to the environment variable {m[1]}",
-                file=source, hint="write the config by hand for this value")  # fmt: skip
+                file=source,
+                hint="write the config by hand for this value",
+            )
     return spec
 
 
@@ -490,33 +513,47 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
     if not exec_start:
         raise ConfigError("no ExecStart= line in the [Service] section", file=source)
     prefixes = re.match(r"[-@:+!|]*", exec_start)[0]  # type: ignore[index]
-    line = exec_start[len(prefixes):]
+    line = exec_start[len(prefixes) :]
     if "|" in prefixes:
-        raise ConfigError("cannot read ExecStart=|: a command run by the user's login shell",
-                          file=source)  # fmt: skip
+        raise ConfigError(
+            "cannot read ExecStart=|: a command run by the user's login shell", file=source
+        )
     argv = words(line, "ExecStart")
     files = ", ".join(f.lstrip("-") for f in env_files)
     if ":" not in prefixes:  # `:` turns systemd's variable substitution off
         try:
             argv = shellwords.systemd_expand(
-                argv, env, f"EnvironmentFile={files}, which the import does not read" if files
-                else "nor would systemd take it from anywhere the import can see")  # fmt: skip
+                argv,
+                env,
+                f"EnvironmentFile={files}, which the import does not read"
+                if files
+                else "nor would systemd take it from anywhere the import can see",
+            )
         except shellwords.Unreadable as exc:
-            raise ConfigError(f"cannot read ExecStart=: it uses {exc}", file=source,
-                              hint="set it with Environment= in the unit (or replace it by its "
-                              "value) and import again") from None  # fmt: skip
+            raise ConfigError(
+                f"cannot read ExecStart=: it uses {exc}",
+                file=source,
+                hint="set it with Environment= in the unit (or replace it by its "
+                "value) and import again",
+            ) from None
     if "@" in prefixes and len(argv) > 1:
-        notes.append(f"ExecStart=@: the server's argv[0] is {argv[1]!r} in the unit; runs "
-                     f"start {argv[0]} under its own name")  # fmt: skip
+        notes.append(
+            f"ExecStart=@: the server's argv[0] is {argv[1]!r} in the unit; runs "
+            f"start {argv[0]} under its own name"
+        )
         argv = [argv[0], *argv[2:]]
     if "+" in prefixes or "!" in prefixes:
         p = "+" if "+" in prefixes else "!"
-        notes.append(f"ExecStart={p}: the unit runs the server with full privileges; runs "
-                     "(a drop-in's ExecStart= without the prefix) start it as the unit's "
-                     "User=")  # fmt: skip
+        notes.append(
+            f"ExecStart={p}: the unit runs the server with full privileges; runs "
+            "(a drop-in's ExecStart= without the prefix) start it as the unit's "
+            "User="
+        )
     if env_files:
-        notes.append(f"EnvironmentFile={files} is not read: its variables are not in env:, "
-                     "but they still reach the server when runs use this unit")
+        notes.append(
+            f"EnvironmentFile={files} is not read: its variables are not in env:, "
+            "but they still reach the server when runs use this unit"
+        )
     if not argv:
         raise ConfigError("ExecStart= has no command", file=source)
     inner = _shell_script(argv)

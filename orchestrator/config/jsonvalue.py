@@ -26,10 +26,12 @@ LeafChange = tuple[KeyPath, "str | None", "str | None", bool]
 
 #: JSON options' lists that their servers document as sets of independent members (flag,
 #: key path): vLLM's CUDA-graph capture sizes and compile sizes, SGLang's the same
-SET_PATHS: frozenset[tuple[str, KeyPath]] = frozenset({
-    ("compilation-config", ("cudagraph_capture_sizes",)),
-    ("compilation-config", ("compile_sizes",)),
-})
+SET_PATHS: frozenset[tuple[str, KeyPath]] = frozenset(
+    {
+        ("compilation-config", ("cudagraph_capture_sizes",)),
+        ("compilation-config", ("compile_sizes",)),
+    }
+)
 #: multi-value flags documented as sets (batch sizes to capture, each on its own)
 SET_FLAGS: frozenset[str] = frozenset({"cuda-graph-bs", "cuda-graph-sizes"})
 
@@ -73,8 +75,9 @@ def set_paths(flag: str) -> frozenset[KeyPath]:
     return frozenset(p for f, p in SET_PATHS if f == flag)
 
 
-def leaf_changes(good: dict[str, Any], bad: dict[str, Any],
-                 sets: frozenset[KeyPath] = frozenset()) -> list[LeafChange]:  # fmt: skip
+def leaf_changes(
+    good: dict[str, Any], bad: dict[str, Any], sets: frozenset[KeyPath] = frozenset()
+) -> list[LeafChange]:
     """Every key path whose value differs, in the bad value's key order, then good's
     removed keys in their order. Objects present on one side only are walked into (each of
     their leaves is added or removed); an empty one is a leaf. A list at one of `sets`,
@@ -84,8 +87,13 @@ def leaf_changes(good: dict[str, Any], bad: dict[str, Any],
     return out
 
 
-def _walk(g: dict[str, Any], b: dict[str, Any], prefix: KeyPath, out: list[LeafChange],
-          sets: frozenset[KeyPath]) -> None:  # fmt: skip
+def _walk(
+    g: dict[str, Any],
+    b: dict[str, Any],
+    prefix: KeyPath,
+    out: list[LeafChange],
+    sets: frozenset[KeyPath],
+) -> None:
     for k, bv in b.items():
         path = (*prefix, k)
         if k in g:
@@ -94,8 +102,12 @@ def _walk(g: dict[str, Any], b: dict[str, Any], prefix: KeyPath, out: list[LeafC
                 _walk(gv, bv, path, out, sets)
             elif dump_canonical(gv) == dump_canonical(bv):
                 continue
-            elif path in sets and isinstance(gv, list) and isinstance(bv, list) and (
-                    changes := member_changes(gv, bv)):  # (only reordered: one value)
+            elif (
+                path in sets
+                and isinstance(gv, list)
+                and isinstance(bv, list)
+                and (changes := member_changes(gv, bv))
+            ):  # (only reordered: one value)
                 out.extend((path, o, n, True) for o, n in changes)
             else:
                 out.append((path, _text(gv), _text(bv), False))
@@ -123,8 +135,9 @@ def member_changes(good: list[Any], bad: list[Any]) -> list[tuple[str | None, st
     return [(None, a) for a in added] + [(r, None) for r in removed]
 
 
-def rebuild_set(good: list[Any], bad: list[Any],
-                changes: list[tuple[str | None, str | None]]) -> list[Any]:  # fmt: skip
+def rebuild_set(
+    good: list[Any], bad: list[Any], changes: list[tuple[str | None, str | None]]
+) -> list[Any]:
     """Good's members with the chosen members added or removed, in bad's order (members
     only good has where good had them)."""
     members = {dump_canonical(v): v for v in good}
@@ -142,8 +155,7 @@ def _text(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
-def rebuild(good_text: str | None, bad_text: str | None,
-            changes: list[LeafChange]) -> str | None:
+def rebuild(good_text: str | None, bad_text: str | None, changes: list[LeafChange]) -> str | None:
     """The value of a variant: good's object with each change applied (bad's leaf set, or
     the key removed when bad lacks it; a set's member added or removed), rendered back as
     JSON with keys in their original order.
@@ -164,8 +176,13 @@ def rebuild(good_text: str | None, bad_text: str | None,
             _set(result, path, json.loads(new))
     for path, chosen in members.items():
         gl, bl = _get(g, path), _get(b, path)
-        _set(result, path, rebuild_set(gl if isinstance(gl, list) else [],
-                                       bl if isinstance(bl, list) else [], chosen))
+        _set(
+            result,
+            path,
+            rebuild_set(
+                gl if isinstance(gl, list) else [], bl if isinstance(bl, list) else [], chosen
+            ),
+        )
     result = _ordered(result, g, b)
     text = dump_canonical(result)
     if text == dump_canonical(b):
@@ -238,8 +255,7 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
 
 def path_text(path: KeyPath) -> str:
     """`pass_config.enable_fusion`; a key that is not a plain word is quoted as JSON."""
-    return ".".join(k if _PLAIN.fullmatch(k) else json.dumps(k, ensure_ascii=False)
-                    for k in path)  # fmt: skip
+    return ".".join(k if _PLAIN.fullmatch(k) else json.dumps(k, ensure_ascii=False) for k in path)
 
 
 def leaf_label(text: str) -> str:
@@ -254,6 +270,20 @@ def leaf_label(text: str) -> str:
     return text
 
 
-__all__ = ["SET_FLAGS", "SET_PATHS", "KeyPath", "LeafChange", "canonical", "dump_canonical",
-           "leaf_changes", "leaf_label", "member_changes", "parse_object", "path_text",
-           "rebuild", "rebuild_set", "same_json", "set_paths"]
+__all__ = [
+    "SET_FLAGS",
+    "SET_PATHS",
+    "KeyPath",
+    "LeafChange",
+    "canonical",
+    "dump_canonical",
+    "leaf_changes",
+    "leaf_label",
+    "member_changes",
+    "parse_object",
+    "path_text",
+    "rebuild",
+    "rebuild_set",
+    "same_json",
+    "set_paths",
+]

@@ -31,8 +31,11 @@ MAX_EXTENDS_DEPTH = 64
 def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     resolved = path.resolve()
     if len(stack) >= MAX_EXTENDS_DEPTH:
-        raise ConfigError(f"'extends' chain is longer than {MAX_EXTENDS_DEPTH} files "
-                          f"(from {stack[0]})", file=str(path), key="extends")  # fmt: skip
+        raise ConfigError(
+            f"'extends' chain is longer than {MAX_EXTENDS_DEPTH} files (from {stack[0]})",
+            file=str(path),
+            key="extends",
+        )
     if resolved in stack:
         chain = " -> ".join(str(p) for p in (*stack, resolved))
         raise ConfigError(f"'extends' makes a cycle: {chain}", file=str(path), key="extends")
@@ -41,8 +44,8 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
     parent_ref = data.pop("extends", None)
     if parent_ref is None:
         return data
-    parent_path = (path.parent / parent_ref) if not Path(parent_ref).is_absolute() else Path(
-        parent_ref
+    parent_path = (
+        (path.parent / parent_ref) if not Path(parent_ref).is_absolute() else Path(parent_ref)
     )
     try:
         found = parent_path.exists()
@@ -61,8 +64,11 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> dict[str, Any]:
         )
     why = not_a_file(parent_path)  # a directory, a device, a pipe: named from here
     if why is not None:
-        raise ConfigError(f"'extends' target {parent_ref!r} {why} ({parent_path}), "
-                          "expected an experiment file", file=str(path), key="extends")
+        raise ConfigError(
+            f"'extends' target {parent_ref!r} {why} ({parent_path}), expected an experiment file",
+            file=str(path),
+            key="extends",
+        )
     parent = _load_chain(parent_path, (*stack, resolved))
     parent.pop("name", None)  # a child without a name is named after its own file
     parent.pop("description", None)

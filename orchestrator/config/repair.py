@@ -75,10 +75,20 @@ class Move:
 
     def describe(self) -> str:
         how = f"+/-{self.step:g}" if self.step is not None else f"x/÷{self.factor:g}"
-        lim = ", ".join(x for x in (f"min {self.low:g}" if self.low is not None else "",
-                                    f"max {self.high:g}" if self.high is not None else "") if x)
-        return (f"{self.name()} {how} per step" + (f" ({lim})" if lim else "")
-                + ": " + "; ".join(t.describe() for t in self.triggers))  # fmt: skip
+        lim = ", ".join(
+            x
+            for x in (
+                f"min {self.low:g}" if self.low is not None else "",
+                f"max {self.high:g}" if self.high is not None else "",
+            )
+            if x
+        )
+        return (
+            f"{self.name()} {how} per step"
+            + (f" ({lim})" if lim else "")
+            + ": "
+            + "; ".join(t.describe() for t in self.triggers)
+        )
 
 
 @dataclass(frozen=True)
@@ -98,19 +108,50 @@ _LATE = frozenset({"warmup", "serving", "probe"})
 #: wants fewer captured batch sizes; a KV cache too small for the model's length wants
 #: more cache space (vLLM's CPU build sizes it with VLLM_CPU_KVCACHE_SPACE, in GiB).
 BUILTIN_MOVES: tuple[Move, ...] = (
-    Move("mem-fraction-static", False, (
-        Trigger("cuda_oom", _LOAD, +1), Trigger("not_enough_memory", None, +1),
-        Trigger("cuda_oom", _LATE, -1)), step=0.04, low=0.5, high=0.95),
-    Move("gpu-memory-utilization", False, (
-        Trigger("cuda_oom", _LOAD, +1), Trigger("kv_cache_memory", None, +1),
-        Trigger("kv_cache_too_small", None, +1), Trigger("cuda_oom", _LATE, -1)),
-        step=0.05, low=0.5, high=0.95),
-    Move("VLLM_CPU_KVCACHE_SPACE", True, (
-        Trigger("kv_cache_too_small", None, +1), Trigger("kv_cache_memory", None, +1)),
-        factor=2.0, low=1, high=512, integer=True),
-    Move("cuda-graph-max-bs", False, (Trigger("cuda_oom", frozenset({"cuda_graph"}), -1),),
-         factor=2.0, low=1, high=4096, integer=True),
-)  # fmt: skip
+    Move(
+        "mem-fraction-static",
+        False,
+        (
+            Trigger("cuda_oom", _LOAD, +1),
+            Trigger("not_enough_memory", None, +1),
+            Trigger("cuda_oom", _LATE, -1),
+        ),
+        step=0.04,
+        low=0.5,
+        high=0.95,
+    ),
+    Move(
+        "gpu-memory-utilization",
+        False,
+        (
+            Trigger("cuda_oom", _LOAD, +1),
+            Trigger("kv_cache_memory", None, +1),
+            Trigger("kv_cache_too_small", None, +1),
+            Trigger("cuda_oom", _LATE, -1),
+        ),
+        step=0.05,
+        low=0.5,
+        high=0.95,
+    ),
+    Move(
+        "VLLM_CPU_KVCACHE_SPACE",
+        True,
+        (Trigger("kv_cache_too_small", None, +1), Trigger("kv_cache_memory", None, +1)),
+        factor=2.0,
+        low=1,
+        high=512,
+        integer=True,
+    ),
+    Move(
+        "cuda-graph-max-bs",
+        False,
+        (Trigger("cuda_oom", frozenset({"cuda_graph"}), -1),),
+        factor=2.0,
+        low=1,
+        high=4096,
+        integer=True,
+    ),
+)
 
 
 class _Raw(BaseModel):
@@ -126,8 +167,10 @@ class TriggerModel(_Raw):
     @classmethod
     def _class(cls, v: str) -> str:
         if v not in RESOURCE_CLASSES:
-            raise ValueError(f"expected a resource failure's class (one of "
-                             f"{', '.join(sorted(RESOURCE_CLASSES))}), got {v!r}")  # fmt: skip
+            raise ValueError(
+                f"expected a resource failure's class (one of "
+                f"{', '.join(sorted(RESOURCE_CLASSES))}), got {v!r}"
+            )
         return v
 
     @field_validator("phases")
@@ -156,8 +199,10 @@ class MoveModel(_Raw):
         if (self.flag is None) == (self.env is None):
             raise ValueError("a move names one knob: either flag: or env:")
         if (self.step is None) == (self.factor is None):
-            raise ValueError("a move changes its knob by either step: (added) or factor: "
-                             "(multiplied), one of the two")  # fmt: skip
+            raise ValueError(
+                "a move changes its knob by either step: (added) or factor: "
+                "(multiplied), one of the two"
+            )
         name = self.env if self.env is not None else (self.flag or "").lstrip("-")
         if not (_ENV if self.env is not None else _KNOB).match(name):
             raise ValueError(f"{name!r} is not a valid {'variable' if self.env else 'flag'} name")
@@ -177,12 +222,27 @@ def to_moves(model: RepairModel, source: str) -> tuple[Move, ...]:
     out = []
     for m in model.moves:
         env = m.env is not None
-        out.append(Move(
-            knob=m.env if env else (m.flag or "").lstrip("-"), env=env,  # type: ignore[arg-type]
-            triggers=tuple(Trigger(t.error_class, frozenset(t.phases) if t.phases else None,
-                                   +1 if t.way == "up" else -1) for t in m.when),
-            step=m.step, factor=m.factor, low=m.min, high=m.max, absent=m.absent,
-            integer=m.integer, source=source))  # fmt: skip
+        out.append(
+            Move(
+                knob=m.env if env else (m.flag or "").lstrip("-"),
+                env=env,  # type: ignore[arg-type]
+                triggers=tuple(
+                    Trigger(
+                        t.error_class,
+                        frozenset(t.phases) if t.phases else None,
+                        +1 if t.way == "up" else -1,
+                    )
+                    for t in m.when
+                ),
+                step=m.step,
+                factor=m.factor,
+                low=m.min,
+                high=m.max,
+                absent=m.absent,
+                integer=m.integer,
+                source=source,
+            )
+        )
     return tuple(out)
 
 
@@ -207,13 +267,18 @@ class Declared:
         for m in self.moves:
             d: dict[str, object] = {"env" if m.env else "flag": m.knob}
             d |= {"step": m.step} if m.step is not None else {"factor": m.factor}
-            d |= {k: v for k, v in (("min", m.low), ("max", m.high), ("absent", m.absent))
-                  if v is not None}  # fmt: skip
+            d |= {
+                k: v
+                for k, v in (("min", m.low), ("max", m.high), ("absent", m.absent))
+                if v is not None
+            }
             if m.integer:
                 d["integer"] = True
-            d["when"] = [{"class": t.error_class, "way": "up" if t.way > 0 else "down"}
-                         | ({"phases": sorted(t.phases)} if t.phases else {})
-                         for t in m.triggers]  # fmt: skip
+            d["when"] = [
+                {"class": t.error_class, "way": "up" if t.way > 0 else "down"}
+                | ({"phases": sorted(t.phases)} if t.phases else {})
+                for t in m.triggers
+            ]
             moves.append(d)
         out: dict[str, object] = {"moves": moves}
         if self.steps is not None:
@@ -242,5 +307,14 @@ def policy(declared: Iterable[Declared | None], *, enabled: bool = True) -> Repa
     return RepairPolicy(tuple(moves.values()), steps if enabled else 0)
 
 
-__all__ = ["BUILTIN_MOVES", "DEFAULT_STEPS", "Declared", "Move", "RepairModel", "RepairPolicy",
-           "Trigger", "policy", "to_moves"]  # fmt: skip
+__all__ = [
+    "BUILTIN_MOVES",
+    "DEFAULT_STEPS",
+    "Declared",
+    "Move",
+    "RepairModel",
+    "RepairPolicy",
+    "Trigger",
+    "policy",
+    "to_moves",
+]

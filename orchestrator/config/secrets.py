@@ -57,8 +57,11 @@ def env_name(name: str) -> str:
     return re.sub(r"\W", "_", name).upper()
 
 
-def secrets_of(env: Mapping[str, str], flags: Iterable[tuple[str, Any]] = (),
-               marked: Mapping[str, str] | Iterable[str] = ()) -> dict[str, str]:  # fmt: skip
+def secrets_of(
+    env: Mapping[str, str],
+    flags: Iterable[tuple[str, Any]] = (),
+    marked: Mapping[str, str] | Iterable[str] = (),
+) -> dict[str, str]:
     """variable name -> secret value, for a config's environment and flags. `marked` maps
     a flag or env var to the `${VAR}` it came from (or just names what is secret)."""
     out: dict[str, str] = {}
@@ -67,8 +70,10 @@ def secrets_of(env: Mapping[str, str], flags: Iterable[tuple[str, Any]] = (),
         if (k in refs or is_secret_name(k) or TOKEN_VALUE.search(v)) and len(v) >= MIN_SECRET_LEN:
             out[refs.get(k, k)] = v
     for k, v in flags:
-        if isinstance(v, str) and len(v) >= MIN_SECRET_LEN and (
-            k in refs or is_secret_name(k) or TOKEN_VALUE.search(v)
+        if (
+            isinstance(v, str)
+            and len(v) >= MIN_SECRET_LEN
+            and (k in refs or is_secret_name(k) or TOKEN_VALUE.search(v))
         ):
             out[refs.get(k, env_name(k))] = v
     return out

@@ -85,13 +85,13 @@ def _dollar(text: str, i: int, quoted: bool) -> tuple[Part, int]:
     nxt = text[i + 1] if i + 1 < len(text) else ""
     if text.startswith("$((", i):
         end = _matching(text, i + 2, "(", ")")
-        return Part("bad", f"the arithmetic {text[i:end + 1]}", quoted), end + 1
+        return Part("bad", f"the arithmetic {text[i : end + 1]}", quoted), end + 1
     if nxt == "(":
         end = _matching(text, i + 2, "(", ")")
         return Part("bad", f"the command substitution {text[i:end]}", quoted), end
     if nxt == "{":
         end = _matching(text, i + 2, "{", "}")
-        inner = text[i + 2:end - 1]
+        inner = text[i + 2 : end - 1]
         m = _BRACED.match(inner)
         if m:
             return Part("var", m[1], quoted, m[2] or "", m[3] or ""), end
@@ -114,7 +114,7 @@ def _dollar(text: str, i: int, quoted: bool) -> tuple[Part, int]:
         out = []
         while j < len(text) and text[j] != "'":
             if text[j] == "\\" and j + 1 < len(text):
-                out.append(text[j:j + 2])
+                out.append(text[j : j + 2])
                 j += 2
                 continue
             out.append(text[j])
@@ -183,8 +183,11 @@ def scan(text: str) -> list[Command]:
             i += op.end()
             if op[0].startswith("<<"):
                 raise Unreadable("a here-document (<<)")
-            m = re.match(r"[ \t]*(-|\d+)(?=[\s;&|)]|$)", text[i:]) if op[0] in ("<&", ">&") \
-                else None  # fmt: skip
+            m = (
+                re.match(r"[ \t]*(-|\d+)(?=[\s;&|)]|$)", text[i:])
+                if op[0] in ("<&", ">&")
+                else None
+            )
             if m:
                 i += m.end()
             else:
@@ -198,7 +201,7 @@ def scan(text: str) -> list[Command]:
             j = text.find("'", i + 1)
             if j < 0:
                 raise Unreadable("unclosed single quote")
-            parts.append(Part("lit", text[i + 1:j], True))
+            parts.append(Part("lit", text[i + 1 : j], True))
             started = True
             i = j + 1
             continue
@@ -214,7 +217,7 @@ def scan(text: str) -> list[Command]:
             j = text.find("`", i + 1)
             if j < 0:
                 raise Unreadable("unclosed backquote")
-            parts.append(Part("bad", f"the command substitution {text[i:j + 1]}"))
+            parts.append(Part("bad", f"the command substitution {text[i : j + 1]}"))
             i = j + 1
             continue
         m = _LITERAL.match(text, i)
@@ -278,7 +281,7 @@ def _double(text: str, i: int, parts: list[Part]) -> int:
             if j < 0:
                 raise Unreadable("unclosed backquote")
             flush()
-            parts.append(Part("bad", f"the command substitution {text[i:j + 1]}", True))
+            parts.append(Part("bad", f"the command substitution {text[i : j + 1]}", True))
             i = j + 1
             continue
         buf.append(c)
@@ -289,8 +292,13 @@ def _double(text: str, i: int, parts: list[Part]) -> int:
 class Vars:
     """What the import knows of a shell's variables while it reads a script."""
 
-    def __init__(self, exported: Mapping[str, str] | None = None, *,
-                 args: Sequence[str] | None = None, arg0: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        exported: Mapping[str, str] | None = None,
+        *,
+        args: Sequence[str] | None = None,
+        arg0: str | None = None,
+    ) -> None:
         self.values: dict[str, str] = dict(exported or {})
         self.exported: set[str] = set(exported or {})
         self.unknown: dict[str, str] = {}  # name -> why its value is not known
@@ -320,11 +328,11 @@ def _value(part: Part, vs: Vars) -> str:
     unset = value is None
     empty = unset or value == ""
     if op in (":-", "-"):
-        if (empty if op == ":-" else unset):
+        if empty if op == ":-" else unset:
             return expand_text(part.word, vs)
         return value or ""
     if op in (":=", "="):
-        if (empty if op == ":=" else unset):
+        if empty if op == ":=" else unset:
             value = expand_text(part.word, vs)
             vs.set(name, value)
         return value or ""
@@ -333,8 +341,10 @@ def _value(part: Part, vs: Vars) -> str:
     if op in (":?", "?") and (empty if op == ":?" else unset):
         raise Unreadable(f"${name}, which the script requires and does not set")
     if unset:
-        raise Unreadable(f"${name}, which is not set in what the import reads (it would "
-                         "come from the environment the command starts in)")  # fmt: skip
+        raise Unreadable(
+            f"${name}, which is not set in what the import reads (it would "
+            "come from the environment the command starts in)"
+        )
     return value or ""
 
 
@@ -412,8 +422,19 @@ def expand(words: Sequence[Word], vs: Vars) -> list[str]:
 # systemd
 # ---------------------------------------------------------------------------------------
 
-_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-              "\\": "\\", '"': '"', "'": "'", "s": " "}  # fmt: skip
+_C_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
 
 
 def _c_unescape(text: str) -> str:
@@ -428,15 +449,15 @@ def _c_unescape(text: str) -> str:
         if e in _C_ESCAPES:
             out.append(_C_ESCAPES[e])
             i += 2
-        elif e == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
-            out.append(chr(int(text[i + 2:i + 4], 16)))
+        elif e == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2 : i + 4]):
+            out.append(chr(int(text[i + 2 : i + 4], 16)))
             i += 4
-        elif e in "uU" and re.fullmatch(r"[0-9a-fA-F]+", text[i + 2:i + (6 if e == "u" else 10)]):
+        elif e in "uU" and re.fullmatch(r"[0-9a-fA-F]+", text[i + 2 : i + (6 if e == "u" else 10)]):
             k = 6 if e == "u" else 10
-            out.append(chr(int(text[i + 2:i + k], 16)))
+            out.append(chr(int(text[i + 2 : i + k], 16)))
             i += k
-        elif re.fullmatch(r"[0-7]{3}", text[i + 1:i + 4]):
-            out.append(chr(int(text[i + 1:i + 4], 8)))
+        elif re.fullmatch(r"[0-7]{3}", text[i + 1 : i + 4]):
+            out.append(chr(int(text[i + 1 : i + 4], 8)))
             i += 4
         else:
             raise Unreadable(f"the escape \\{e}, which systemd refuses")
@@ -456,8 +477,11 @@ def systemd_words(value: str) -> list[str]:
             if c == quote:
                 quote = ""
             elif c == "\\" and i + 1 < n:
-                m = re.match(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)",
-                             value[i:], re.S)  # fmt: skip
+                m = re.match(
+                    r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)",
+                    value[i:],
+                    re.S,
+                )
                 assert m is not None
                 cur.append(_c_unescape(m[0]))
                 i += m.end()
@@ -473,8 +497,9 @@ def systemd_words(value: str) -> list[str]:
         elif c in "'\"":
             quote, has = c, True
         elif c == "\\" and i + 1 < n:
-            m = re.match(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)",
-                         value[i:], re.S)  # fmt: skip
+            m = re.match(
+                r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)", value[i:], re.S
+            )
             assert m is not None
             cur.append(_c_unescape(m[0]))
             has = True
@@ -492,33 +517,54 @@ def systemd_words(value: str) -> list[str]:
 
 
 #: specifiers that are the same on every host for a system unit
-_FIXED = {"%": "%", "t": "/run", "S": "/var/lib", "C": "/var/cache", "L": "/var/log",
-          "E": "/etc", "T": "/tmp", "V": "/var/tmp"}  # fmt: skip
+_FIXED = {
+    "%": "%",
+    "t": "/run",
+    "S": "/var/lib",
+    "C": "/var/cache",
+    "L": "/var/log",
+    "E": "/etc",
+    "T": "/tmp",
+    "V": "/var/tmp",
+}
 
 
 def specifiers(word: str, unit: str | None) -> str:
     """Resolve a unit line's `%` specifiers as systemd does for a system unit; one that
     depends on the host (`%h`, `%H`, `%u`, ...) or on a unit name not known raises."""
+
     def one(m: re.Match[str]) -> str:
         s = m[1]
         if s in _FIXED:
             return _FIXED[s]
         template = bool(unit) and re.search(r"@\.[a-z]+$", unit or "") is not None
         if template and s in "iIf":
-            raise Unreadable(f"the specifier %{s}: the instance of the template unit {unit} "
-                             "is not known (import the unit under its instance's name, "
-                             "NAME@INSTANCE.service)")  # fmt: skip
+            raise Unreadable(
+                f"the specifier %{s}: the instance of the template unit {unit} "
+                "is not known (import the unit under its instance's name, "
+                "NAME@INSTANCE.service)"
+            )
         if unit and s in "nNpPiIjJf":
             full = unit
             stem = full.rsplit(".", 1)[0]
             prefix, _, instance = stem.partition("@")
-            values = {"n": full, "N": stem, "p": prefix, "P": prefix.replace("-", "/"),
-                      "i": instance, "I": instance.replace("-", "/"),
-                      "j": prefix.rsplit("-", 1)[-1], "J": prefix.rsplit("-", 1)[-1],
-                      "f": "/" + (instance or prefix).replace("-", "/")}  # fmt: skip
+            values = {
+                "n": full,
+                "N": stem,
+                "p": prefix,
+                "P": prefix.replace("-", "/"),
+                "i": instance,
+                "I": instance.replace("-", "/"),
+                "j": prefix.rsplit("-", 1)[-1],
+                "J": prefix.rsplit("-", 1)[-1],
+                "f": "/" + (instance or prefix).replace("-", "/"),
+            }
             return values[s]
-        what = "the unit's name is not known (import the unit file itself)" if s in \
-            "nNpPiIjJf" else "it depends on the host"  # fmt: skip
+        what = (
+            "the unit's name is not known (import the unit file itself)"
+            if s in "nNpPiIjJf"
+            else "it depends on the host"
+        )
         raise Unreadable(f"the specifier %{s}: {what}")
 
     if "%" not in word:
@@ -526,16 +572,15 @@ def specifiers(word: str, unit: str | None) -> str:
     return re.sub(r"%(.)", one, word, flags=re.S)
 
 
-def systemd_expand(words: Sequence[str], env: Mapping[str, str],
-                   unknown: str) -> list[str]:  # fmt: skip
+def systemd_expand(words: Sequence[str], env: Mapping[str, str], unknown: str) -> list[str]:
     """ExecStart='s variable substitution: a word that is `$NAME` alone becomes the value's
     whitespace-split words; `${NAME}` anywhere in a word becomes the value; `$$` is `$`;
     a `$NAME` inside a word stays as written. A variable the unit does not set raises
     (`unknown` says where else it could come from)."""
+
     def value(name: str) -> str:
         if name not in env:
-            raise Unreadable(f"${{{name}}}, which the unit's Environment= does not set "
-                             f"({unknown})")  # fmt: skip
+            raise Unreadable(f"${{{name}}}, which the unit's Environment= does not set ({unknown})")
         return env[name]
 
     out: list[str] = []
@@ -554,5 +599,15 @@ def systemd_expand(words: Sequence[str], env: Mapping[str, str],
     return out
 
 
-__all__ = ["Command", "Part", "Unreadable", "Vars", "expand", "literal", "scan",
-           "specifiers", "systemd_expand", "systemd_words"]
+__all__ = [
+    "Command",
+    "Part",
+    "Unreadable",
+    "Vars",
+    "expand",
+    "literal",
+    "scan",
+    "specifiers",
+    "systemd_expand",
+    "systemd_words",
+]

@@ -20,8 +20,9 @@ def check_url(url: str, *, where: str = "--notify") -> str:
     except ValueError as exc:
         raise UsageError(f"{where}: not a valid URL ({exc})", hint=hint) from None
     if parts.scheme not in ("http", "https") or not host:
-        raise UsageError(f"{where}: expected an http:// or https:// URL, got {shown(url)!r}",
-                         hint=hint)  # fmt: skip
+        raise UsageError(
+            f"{where}: expected an http:// or https:// URL, got {shown(url)!r}", hint=hint
+        )
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
         raise UsageError(f"{where}: the URL holds a space or a control character", hint=hint)
     if port == 0:

@@ -31,8 +31,13 @@ def not_a_file(path: Path) -> str | None:
     not a regular file", "not found"), or None when it is a regular file."""
     if path.is_file():
         return None
-    return "is a directory" if path.is_dir() else "is not a regular file" if path.exists() \
-        else "not found"  # fmt: skip
+    return (
+        "is a directory"
+        if path.is_dir()
+        else "is not a regular file"
+        if path.exists()
+        else "not found"
+    )
 
 
 def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
@@ -44,8 +49,9 @@ def read_text_file(path: Path, *, what: str, limit: int = MAX_BYTES) -> str:
             # a device or a pipe (`/dev/zero`, `/dev/stdin`) would be read forever
             raise ConfigError(f"not a regular file, expected {_a(what)}", file=str(path))
         if st.st_size > limit:
-            raise ConfigError(f"{st.st_size} bytes is too large for {_a(what)} (limit {limit})",
-                              file=str(path))  # fmt: skip
+            raise ConfigError(
+                f"{st.st_size} bytes is too large for {_a(what)} (limit {limit})", file=str(path)
+            )
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", file=str(path)) from None
@@ -61,9 +67,12 @@ def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
     try:
         data = _parse(text)
     except DuplicateKey as exc:
-        raise ConfigError(f"key '{exc.key}' is given twice (line {exc.line}); YAML would keep "
-                          "only the last", file=str(path), key=exc.key,
-                          hint="remove one of them") from None  # fmt: skip
+        raise ConfigError(
+            f"key '{exc.key}' is given twice (line {exc.line}); YAML would keep only the last",
+            file=str(path),
+            key=exc.key,
+            hint="remove one of them",
+        ) from None
     except RecursionError:
         raise ConfigError("nested too deeply to be a config", file=str(path)) from None
     except yaml.YAMLError as exc:
@@ -119,8 +128,11 @@ class StrictLoader(_Strict, yaml.SafeLoader):
 
 #: the same with libyaml's parser, where PyYAML was built with it: the pure-Python parser
 #: takes about a minute for a file at MAX_BYTES, libyaml a few seconds
-FastStrictLoader: type = (type("FastStrictLoader", (_Strict, yaml.CSafeLoader), {})
-                          if hasattr(yaml, "CSafeLoader") else StrictLoader)  # fmt: skip
+FastStrictLoader: type = (
+    type("FastStrictLoader", (_Strict, yaml.CSafeLoader), {})
+    if hasattr(yaml, "CSafeLoader")
+    else StrictLoader
+)
 #: a file libyaml refuses is read again by the pure-Python parser, whose messages (and
 #: few differences, such as escaped lone surrogates) the rest of the checks expect; past
 #: this size libyaml's own message is given instead (the slow parser would take minutes)
@@ -225,37 +237,52 @@ def validation_error(
 #: (section, key) whose values are a flag's or an environment variable's: what one may be
 _VALUE_SHAPES = {
     "flags": "a flag value is a scalar (true, a number or a word), a list of them (the flag "
-             "given several values) or null (the flag removed); a JSON option's value (vLLM's "
-             "--compilation-config, ...) is one string of JSON",
+    "given several values) or null (the flag removed); a JSON option's value (vLLM's "
+    "--compilation-config, ...) is one string of JSON",
     "env": "an environment value is a scalar (a word or a number) or null (unset)",
 }
 
 
-def _value_shape_error(errors: list[Any], *, file: str, prefix: tuple[Any, ...],
-                       ) -> ConfigError | None:  # fmt: skip
+def _value_shape_error(
+    errors: list[Any],
+    *,
+    file: str,
+    prefix: tuple[Any, ...],
+) -> ConfigError | None:
     """A flag or environment value of a shape no value has (a mapping; a list in a list):
     pydantic reports one error per member of the value's type ("expected a valid boolean"
     under `.bool`, ...), none of which says what a value may be. Said once, at its key."""
     for err in errors:
         full = (*prefix, *err["loc"])
-        at = next((i for i in range(len(full) - 2) if full[i] == "service"
-                   and full[i + 1] in _VALUE_SHAPES), None)  # fmt: skip
+        at = next(
+            (
+                i
+                for i in range(len(full) - 2)
+                if full[i] == "service" and full[i + 1] in _VALUE_SHAPES
+            ),
+            None,
+        )
         value = err.get("input")
         if at is None or not isinstance(value, dict | list):
             continue
         section, name = full[at + 1], full[at + 2]
-        member = any(isinstance(p, int) for p in full[at + 3:])  # inside the value's list
+        member = any(isinstance(p, int) for p in full[at + 3 :])  # inside the value's list
         if section == "flags" and isinstance(value, list) and not member:
             continue  # a flag's list is fine: what is wrong is inside it (another error)
         got = ("a list holding " if member else "") + (
-            "a mapping" if isinstance(value, dict) else "a list")  # fmt: skip
+            "a mapping" if isinstance(value, dict) else "a list"
+        )
         hint = None
         if section == "flags" and isinstance(value, dict) and not member:
             import json
 
             hint = f"write it quoted, as on a command line: {name}: '{json.dumps(value)}'"
-        return ConfigError(f"{_VALUE_SHAPES[section]}; got {got}", file=file,
-                           key=".".join(str(p) for p in full[: at + 3]), hint=hint)
+        return ConfigError(
+            f"{_VALUE_SHAPES[section]}; got {got}",
+            file=file,
+            key=".".join(str(p) for p in full[: at + 3]),
+            hint=hint,
+        )
     return None
 
 

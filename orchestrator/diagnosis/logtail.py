@@ -44,8 +44,13 @@ def _blocks(bodies: list[str]) -> list[tuple[int, int]]:
         if j < n:
             j += 1  # the exception line itself
         k = 0
-        while j < n and k < _EXPLAIN and bodies[j][:1] in (" ", "\t") and \
-                bodies[j].strip() and not bodies[j].lstrip().startswith("File "):  # fmt: skip
+        while (
+            j < n
+            and k < _EXPLAIN
+            and bodies[j][:1] in (" ", "\t")
+            and bodies[j].strip()
+            and not bodies[j].lstrip().startswith("File ")
+        ):
             j += 1
             k += 1
         out.append((start, min(j, start + MAX_BLOCK)))
@@ -82,20 +87,23 @@ def keep_what_matters(log: str, lines: int, budget: int = MAX_BLOCKS) -> str:
     return "\n".join(out) + ("\n" if log.endswith("\n") else "")
 
 
-_TELLING = re.compile(r"error|fail|exception|traceback|refused|denied|timed? ?out|status",
-                      re.IGNORECASE)
+_TELLING = re.compile(
+    r"error|fail|exception|traceback|refused|denied|timed? ?out|status", re.IGNORECASE
+)
 
 
-def probe_excerpt(output: str, metric: str | None = None, *, last: int = 8,
-                  most: int = 30) -> str:
+def probe_excerpt(output: str, metric: str | None = None, *, last: int = 8, most: int = 30) -> str:
     """What a probe's output says, for the run's record: the lines that name its metric or
     an error or failure (a client's "Failed requests: 4", "Error 0: ..."), up to `most`,
     then its last `last` lines, in order, with `CUT` markers between."""
     lines = output.splitlines()
     rx = re.compile(metric) if metric else None
     tail_start = max(len(lines) - last, 0)
-    picked = [i for i, line in enumerate(lines[:tail_start])
-              if _TELLING.search(line) or (rx is not None and rx.search(line))][:most]
+    picked = [
+        i
+        for i, line in enumerate(lines[:tail_start])
+        if _TELLING.search(line) or (rx is not None and rx.search(line))
+    ][:most]
     out: list[str] = []
     at = 0
     for i in [*picked, *range(tail_start, len(lines))]:

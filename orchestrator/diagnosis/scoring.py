@@ -89,9 +89,12 @@ class Score:
         return self.phase_right / self.phase_counted if self.phase_counted else 1.0
 
     def meets_targets(self) -> bool:
-        return (self.precision >= TARGETS["precision"] and self.recall >= TARGETS["recall"]
-                and len(self.unclassified) <= TARGETS["unclassified"]
-                and self.phase_accuracy >= TARGETS["phase_accuracy"])  # fmt: skip
+        return (
+            self.precision >= TARGETS["precision"]
+            and self.recall >= TARGETS["recall"]
+            and len(self.unclassified) <= TARGETS["unclassified"]
+            and self.phase_accuracy >= TARGETS["phase_accuracy"]
+        )
 
 
 def read_labels(folder: Path) -> list[Label]:
@@ -100,19 +103,23 @@ def read_labels(folder: Path) -> list[Label]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})",
-                         hint="give a folder holding logs and a labels.tsv") from exc  # fmt: skip
+        raise UsageError(
+            f"{path}: cannot read ({exc.strerror or exc})",
+            hint="give a folder holding logs and a labels.tsv",
+        ) from exc
     rows = list(csv.reader(text.splitlines(), delimiter="\t"))
     if not rows or tuple(c.strip() for c in rows[0]) != COLUMNS:
-        raise UsageError(f"{path}: the header must be the tab-separated columns "
-                         f"{', '.join(COLUMNS)}")  # fmt: skip
+        raise UsageError(
+            f"{path}: the header must be the tab-separated columns {', '.join(COLUMNS)}"
+        )
     labels = []
     for n, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(COLUMNS):
-            raise UsageError(f"{path}:{n}: expected {len(COLUMNS)} tab-separated columns, "
-                             f"found {len(row)}")  # fmt: skip
+            raise UsageError(
+                f"{path}:{n}: expected {len(COLUMNS)} tab-separated columns, found {len(row)}"
+            )
         file, klass, phase, key, source = (cell.strip() for cell in row)
         if phase not in PHASES:
             raise UsageError(f"{path}:{n}: phase '{phase}' is not one of {', '.join(PHASES)}")
@@ -124,8 +131,10 @@ def read_labels(folder: Path) -> list[Label]:
 
 def load(folder: str | Path) -> list[Case]:
     folder = Path(folder)
-    return [Case(label, (folder / label.file).read_text(encoding="utf-8", errors="replace"))
-            for label in read_labels(folder)]  # fmt: skip
+    return [
+        Case(label, (folder / label.file).read_text(encoding="utf-8", errors="replace"))
+        for label in read_labels(folder)
+    ]
 
 
 def half_of(root_cause: str) -> str:
@@ -139,8 +148,9 @@ def timed_out(label: Label) -> bool:
     return any(word in label.klass.lower() for word in ("hang", "hung", "timeout", "stuck"))
 
 
-def classify(cases: Sequence[Case],
-             analyze: Callable[[str], LogAnalysis] = analyze_log) -> list[Outcome]:  # fmt: skip
+def classify(
+    cases: Sequence[Case], analyze: Callable[[str], LogAnalysis] = analyze_log
+) -> list[Outcome]:
     """Each log's signature and phase as a run leaving that log would be judged.
 
     A crash must be named by its log alone. For a log labelled a hang or a timeout the
@@ -156,8 +166,7 @@ def classify(cases: Sequence[Case],
         if timed_out(case.label) and analysis.note is None:
             _verdict, sig = judge(RunEvidence(log_tail=case.text, timed_out=True), None)
             phase = sig.phase if sig is not None else phase
-        out.append(Outcome(case.label, sig.key() if sig else None,
-                           phase.value if phase else None))  # fmt: skip
+        out.append(Outcome(case.label, sig.key() if sig else None, phase.value if phase else None))
     return out
 
 
@@ -173,20 +182,27 @@ def score(outcomes: Sequence[Outcome]) -> Score:
             else:
                 s.wrong_phase.append((o.label.file, o.label.phase, o.phase or "none"))
     # signatures are compared as a campaign compares them (`Signature.__eq__`)
-    same = {o.signature: Signature.from_key(o.signature).same_key()
-            for o in outcomes if o.signature is not None}
+    same = {
+        o.signature: Signature.from_key(o.signature).same_key()
+        for o in outcomes
+        if o.signature is not None
+    }
     for a, b in combinations(outcomes, 2):
         same_cause = a.label.root_cause == b.label.root_cause
-        same_sig = a.signature is not None and b.signature is not None \
+        same_sig = (
+            a.signature is not None
+            and b.signature is not None
             and same[a.signature] == same[b.signature]
+        )
         s.pairs_same_cause += same_cause
         s.pairs_same_signature += same_sig
         s.true_pairs += same_cause and same_sig
         if same_sig and not same_cause:
             s.collisions.append((a.label.file, b.label.file, a.signature or ""))
         if same_cause and not same_sig:
-            s.splits.append((a.label.file, b.label.file, a.signature or "none",
-                             b.signature or "none"))  # fmt: skip
+            s.splits.append(
+                (a.label.file, b.label.file, a.signature or "none", b.signature or "none")
+            )
     return s
 
 
@@ -199,5 +215,19 @@ def score_halves(outcomes: Sequence[Outcome]) -> dict[str, Score]:
     }
 
 
-__all__ = ["COLUMNS", "PHASES", "TARGETS", "Case", "Label", "Outcome", "Score", "classify",
-           "half_of", "load", "read_labels", "score", "score_halves", "timed_out"]  # fmt: skip
+__all__ = [
+    "COLUMNS",
+    "PHASES",
+    "TARGETS",
+    "Case",
+    "Label",
+    "Outcome",
+    "Score",
+    "classify",
+    "half_of",
+    "load",
+    "read_labels",
+    "score",
+    "score_halves",
+    "timed_out",
+]

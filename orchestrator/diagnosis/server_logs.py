@@ -71,14 +71,22 @@ ARGS_MARKERS: tuple[Marker, ...] = (
 # option's type function refused its value with an exception argparse does not turn into
 # `error:` (vLLM validates a JSON option such as --compilation-config there), whatever the
 # server. Unless a startup function sits inside it on the stack, that is phase `args`.
-ARGS_FRAMES = re.compile(r"^(?:parse_args|parse_known_args|_parse_known_args|_get_values?|"
-                         r"parse_known_intermixed_args)$")
+ARGS_FRAMES = re.compile(
+    r"^(?:parse_args|parse_known_args|_parse_known_args|_get_values?|"
+    r"parse_known_intermixed_args)$"
+)
 ARGS_FILES = re.compile(r"(?:^|/)argparse\w*\.py$")
 
 SGLANG = ServerProfile(
     name="sglang",
-    detect=("sglang", "ServerArgs(", "Scheduler hit an exception", " TP0]", "sgl_kernel",
-            "The server is fired up"),
+    detect=(
+        "sglang",
+        "ServerArgs(",
+        "Scheduler hit an exception",
+        " TP0]",
+        "sgl_kernel",
+        "The server is fired up",
+    ),
     markers=(
         _m(Phase.INIT, "server_args=ServerArgs("),
         _m(Phase.INIT, "Init torch distributed begin"),
@@ -107,18 +115,25 @@ SGLANG = ServerProfile(
         _m(Phase.SERVING, "POST /v1/"),  # the warmup request goes to /generate
     ),
     startup_frames=_frames(
-        (Phase.INIT, "init_torch_distributed|initialize_model_parallel|init_distributed_"
-                     "environment|_set_envs_and_config|_launch_subprocesses"),
-        (Phase.LOAD_WEIGHTS, "load_model|load_weights|load_weights_and_postprocess|"
-                             "post_load_weights|get_model|process_weights_after_loading"),
+        (
+            Phase.INIT,
+            "init_torch_distributed|initialize_model_parallel|init_distributed_"
+            "environment|_set_envs_and_config|_launch_subprocesses",
+        ),
+        (
+            Phase.LOAD_WEIGHTS,
+            "load_model|load_weights|load_weights_and_postprocess|"
+            "post_load_weights|get_model|process_weights_after_loading",
+        ),
         (Phase.KV_CACHE, "init_memory_pool|profile_max_num_token"),
-        (Phase.CUDA_GRAPH, "init_cuda_graphs|init_device_graphs|capture|"
-                           "capture_one_batch_size"),
+        (Phase.CUDA_GRAPH, "init_cuda_graphs|init_device_graphs|capture|capture_one_batch_size"),
         (Phase.WARMUP, "_wait_and_warmup|_execute_server_warmup"),
     ),
-    loop_frames=re.compile(r"^(?:event_loop_\w+|run_batch|forward_batch_generation|"
-                           r"process_batch_result\w*|forward_step|exposed_step|"
-                           r"forward_thread_func_?|forward_batch_speculative_generation)$"),
+    loop_frames=re.compile(
+        r"^(?:event_loop_\w+|run_batch|forward_batch_generation|"
+        r"process_batch_result\w*|forward_step|exposed_step|"
+        r"forward_thread_func_?|forward_batch_speculative_generation)$"
+    ),
     packages=("sglang", "sgl_kernel"),
 )
 
@@ -160,25 +175,35 @@ VLLM = ServerProfile(
         _m(Phase.SERVING, "Avg prompt throughput"),
     ),
     startup_frames=_frames(
-        (Phase.INIT, "init_device|init_model|init_worker_distributed_environment|"
-                     "_check_if_gpu_supports_dtype|_raise_for_unsupported|create_engine_config"),
-        (Phase.LOAD_WEIGHTS, "load_model|load_weights|_load_weights_\\w+|get_model|"
-                             "process_weights_after_loading"),
-        (Phase.KV_CACHE, "determine_available_memory|profile_run|determine_num_available_"
-                         "blocks|check_enough_kv_cache_memory|get_kv_cache_configs?|"
-                         "raise_if_cache_size_invalid|initialize_cache|_initialize_kv_caches|"
-                         "initialize_from_config|initialize_kv_cache|_allocate_kv_cache_"
-                         "tensors|_reshape_kv_cache_tensors"),
+        (
+            Phase.INIT,
+            "init_device|init_model|init_worker_distributed_environment|"
+            "_check_if_gpu_supports_dtype|_raise_for_unsupported|create_engine_config",
+        ),
+        (
+            Phase.LOAD_WEIGHTS,
+            "load_model|load_weights|_load_weights_\\w+|get_model|process_weights_after_loading",
+        ),
+        (
+            Phase.KV_CACHE,
+            "determine_available_memory|profile_run|determine_num_available_"
+            "blocks|check_enough_kv_cache_memory|get_kv_cache_configs?|"
+            "raise_if_cache_size_invalid|initialize_cache|_initialize_kv_caches|"
+            "initialize_from_config|initialize_kv_cache|_allocate_kv_cache_"
+            "tensors|_reshape_kv_cache_tensors",
+        ),
         (Phase.CUDA_GRAPH, "capture_model|_capture_cudagraphs|_warmup_and_capture|capture"),
         # v1 warms up (compile sizes, then graphs, then the sampler) inside this one
         (Phase.WARMUP, "_dummy_sampler_run|compile_or_warm_up_model"),
     ),
     # the engine loop, and what it does for a client once up (an RPC such as add_lora; a
     # LoRA adapter is loaded when a request or the API server asks for it)
-    loop_frames=re.compile(r"^(?:execute_model|step|step_async|run_busy_loop|"
-                           r"_process_engine_step|step_with_batch_queue|engine_step|"
-                           r"run_engine_loop|sample_tokens|execute_model_async|"
-                           r"_handle_client_request|add_lora|_load_adapter)$"),
+    loop_frames=re.compile(
+        r"^(?:execute_model|step|step_async|run_busy_loop|"
+        r"_process_engine_step|step_with_batch_queue|engine_step|"
+        r"run_engine_loop|sample_tokens|execute_model_async|"
+        r"_handle_client_request|add_lora|_load_adapter)$"
+    ),
     packages=("vllm",),
 )
 
@@ -212,11 +237,16 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
     GenericHeader(
         "pydantic-validator",
         re.compile(r"\b\d+ validation errors? for (?P<model>[\w.]+)"),
-        re.compile(r"^\s*(?P<kind>Value error|Assertion failed|Assertion error),\s*"
-                   r"(?P<msg>.*?)\s*(?:\[type=\w+.*)?$"),
+        re.compile(
+            r"^\s*(?P<kind>Value error|Assertion failed|Assertion error),\s*"
+            r"(?P<msg>.*?)\s*(?:\[type=\w+.*)?$"
+        ),
         "{msg}",
-        classes={"Value error": "ValueError", "Assertion failed": "AssertionError",
-                 "Assertion error": "AssertionError"},
+        classes={
+            "Value error": "ValueError",
+            "Assertion failed": "AssertionError",
+            "Assertion error": "AssertionError",
+        },
     ),
     # or a field's name on one line, then "  Input should be ... [type=int_parsing, ...]"
     GenericHeader(
@@ -240,9 +270,11 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
     # WARN line and one that kept only the summary name one failure
     GenericHeader(
         "nccl-last-error",
-        re.compile(r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
-                   r"error|unhandled cuda error|remote process exited|invalid usage)",
-                   re.IGNORECASE),
+        re.compile(
+            r"(?:NCCL error|nccl\w*Error)\b.*?(?P<what>internal error|unhandled system "
+            r"error|unhandled cuda error|remote process exited|invalid usage)",
+            re.IGNORECASE,
+        ),
         re.compile(r"^Last error:\s*(?P<msg>.*)$"),
         "NCCL WARN {msg}",
         within=3,
@@ -255,13 +287,31 @@ GENERIC_HEADERS: tuple[GenericHeader, ...] = (
 # error says what went wrong in its own words, and those words are its name: the place
 # is left out, so the same message from another version, rank or wrapper (code moved, a
 # traceback cut or re-printed shorter) stays one failure.
-GENERIC_CLASSES = frozenset({
-    "illegal_address", "device_assert", "cublas", "cuda_error", "cuda_oom",
-    "not_enough_memory", "kv_cache_memory", "nccl", "nvshmem", "triton_out_of_resources",
-    "cuda_graph_capture", "signal", "error",
-    "KeyError", "IndexError", "AttributeError", "ZeroDivisionError", "StopIteration",
-    "UnboundLocalError", "NameError", "OutOfResources",
-})  # fmt: skip
+GENERIC_CLASSES = frozenset(
+    {
+        "illegal_address",
+        "device_assert",
+        "cublas",
+        "cuda_error",
+        "cuda_oom",
+        "not_enough_memory",
+        "kv_cache_memory",
+        "nccl",
+        "nvshmem",
+        "triton_out_of_resources",
+        "cuda_graph_capture",
+        "signal",
+        "error",
+        "KeyError",
+        "IndexError",
+        "AttributeError",
+        "ZeroDivisionError",
+        "StopIteration",
+        "UnboundLocalError",
+        "NameError",
+        "OutOfResources",
+    }
+)
 # (A host-side assertion of a JIT compiler, `Assertion error (compiler.hpp:38): cond`,
 # names its file and condition: one check, wherever the compile was started or re-raised.)
 # Device errors that name their cause, wherever they are raised: a build for another GPU,
@@ -277,9 +327,14 @@ PHASE_HINTS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
     # SGLang's wrapper of any error raised while capturing says so
     (Phase.CUDA_GRAPH, re.compile(r"Capture cuda graph failed")),
     # a request the server rejects: only ever raised while serving
-    (Phase.SERVING, re.compile(r"The decoder prompt \(length \d+\) is longer than the "
-                               r"maximum model length|prompt \(length \d+\) is longer than|"
-                               r"maximum context length is \d+ tokens\. However, you requested")),
+    (
+        Phase.SERVING,
+        re.compile(
+            r"The decoder prompt \(length \d+\) is longer than the "
+            r"maximum model length|prompt \(length \d+\) is longer than|"
+            r"maximum context length is \d+ tokens\. However, you requested"
+        ),
+    ),
     (Phase.KV_CACHE, re.compile(r"Error in memory profiling|KV cache|cache blocks")),
     (Phase.LOAD_WEIGHTS, re.compile(r"\bmodel weights\b|\bload(?:ing)? (?:the )?weights\b")),
     # an NCCL watchdog's work item counts the collectives its group ran: a server that
@@ -309,8 +364,10 @@ VALUE_PARTS: tuple[re.Pattern[str], ...] = (
     # a quoted value (a repo id, a path: classify masks them to '<v>')
     re.compile(r"\s*'<v>'"),
     # a path to a directory or a model (no file extension): where the user keeps it
-    re.compile(r"\s*<path>/(?![^\s'\",:;()]*\.[A-Za-z]\w{0,4}(?:\.(?:\d+|<n>))*(?![^\s'\",:;()]))"
-               r"[^\s'\",:;()]*[^\s'\",:;().]"),
+    re.compile(
+        r"\s*<path>/(?![^\s'\",:;()]*\.[A-Za-z]\w{0,4}(?:\.(?:\d+|<n>))*(?![^\s'\",:;()]))"
+        r"[^\s'\",:;()]*[^\s'\",:;().]"
+    ),
     re.compile(r"<path>/"),  # where a file lives: the file names it
     # an unquoted dotted name of four parts or more: a parameter of the model's checkpoint
     # ("base_model.model.lm_head.weight is unsupported ..."), which adapters and models
@@ -322,9 +379,7 @@ VALUE_PARTS: tuple[re.Pattern[str], ...] = (
 # adds it after the message ("operator torchvision::nms does not exist when importing
 # vLLM", "Torch not compiled with CUDA enabled when specified --device tpu"). A message is
 # named by the words before it, when those are enough to name anything (SPECIFIC_WORDS).
-CIRCUMSTANCES: tuple[re.Pattern[str], ...] = (
-    re.compile(r",?\s+\b(?:when|while)\s+\S.*$"),
-)
+CIRCUMSTANCES: tuple[re.Pattern[str], ...] = (re.compile(r",?\s+\b(?:when|while)\s+\S.*$"),)
 
 # Words that make a line an error message when a report quotes the message without its
 # exception type (an issue title, a sentence, a console that dropped it). Read only when
@@ -333,7 +388,9 @@ CIRCUMSTANCES: tuple[re.Pattern[str], ...] = (
 UNTYPED_ERROR = re.compile(
     r"\b(?:error|failed|failure|unknown|not supported|unsupported|does not|do not|cannot|"
     r"can't|could not|unable to|invalid|undefined|missing|mismatch|exceeds?|must be|"
-    r"not found|no such|out of)\b", re.IGNORECASE)
+    r"not found|no such|out of)\b",
+    re.IGNORECASE,
+)
 # Where such a text quotes the message itself, first match wins: the `message` of the
 # servers' OpenAI-style error answer as a client printed it (`{'object': 'error',
 # 'message': "This model's maximum context length is ..."}`), or a message quoted in a
@@ -350,8 +407,10 @@ QUOTED_MESSAGES: tuple[re.Pattern[str], ...] = (
 # worker's own traceback went elsewhere), the quoted error is the failure. ('' quotes
 # nothing: the cause is the traceback above, if the log has it.)
 WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"Worker failed with error '(?P<inner>.+)'(?:, please check the stack trace "
-               r"above for the root cause)?$"),
+    re.compile(
+        r"Worker failed with error '(?P<inner>.+)'(?:, please check the stack trace "
+        r"above for the root cause)?$"
+    ),
     re.compile(r"Error in model execution(?: \(input dumped to [^)]*\))?: (?P<inner>.+)$"),
     # what failed, then after a colon why: "Failed to derive max model length: Unrecognized
     # model in ..." (a wrapper's own logger quoting the error it caught); the why is named
@@ -365,8 +424,10 @@ WRAPPED_CAUSES: tuple[re.Pattern[str], ...] = (
 # message that merely mentions a level word is never cut.
 RECORD_STARTS: tuple[re.Pattern[str], ...] = (
     # vLLM's logger: "ERROR 11-04 18:02:56 [v1/executor/multiproc_executor.py:597] "
-    re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? "
-               r"\d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"),
+    re.compile(
+        r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?:-\d{4})? "
+        r"\d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"
+    ),
     # NCCL's debug lines: "02fdc141b80d:213:213 [1] NCCL INFO cudaDriverVersion 12080"
     re.compile(r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)"),
 )
@@ -401,8 +462,9 @@ FOREIGN_FILES = re.compile(
 )
 
 
-def own_file(path: str, *, loose: bool = False,
-             profiles: tuple[ServerProfile, ...] = PROFILES) -> str | None:
+def own_file(
+    path: str, *, loose: bool = False, profiles: tuple[ServerProfile, ...] = PROFILES
+) -> str | None:
     """`package/file` when `path` is the servers' own code (bare `file` from a stack
     dump), else None.
 
@@ -419,8 +481,11 @@ def own_file(path: str, *, loose: bool = False,
                 if (at == 0 or clean[at - 1] in "/ ") and not _SITE.search(clean, at):
                     return f"{pkg}/{name}"
                 at = clean.rfind(f"{pkg}/", 0, at)
-    if loose and not clean.startswith("/") and not _SITE.search(clean) and not (
-        FOREIGN_FILES.search(clean)
+    if (
+        loose
+        and not clean.startswith("/")
+        and not _SITE.search(clean)
+        and not (FOREIGN_FILES.search(clean))
     ):
         return name
     return None
@@ -435,9 +500,32 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
     return found or PROFILES
 
 
-__all__ = ["ARGS_FILES", "ARGS_FRAMES", "ARGS_MARKERS", "FOREIGN_FILES", "GENERIC_CLASSES",
-           "GENERIC_HEADERS", "PHASE_HINTS", "KEY_WORDS", "RECORD_STARTS", "QUOTED_MESSAGES",
-           "UNTYPED_ERROR", "VALUE_PARTS", "RUN_TOGETHER_MIN", "SELF_NAMING", "SPECIFIC_WORDS",
-           "STOP_MARKERS", "WRAPPED_CAUSES", "CIRCUMSTANCES", "GenericHeader",
-           "PASS_THROUGH", "PROFILES", "SGLANG", "VLLM", "Marker", "ServerProfile", "own_file",
-           "profiles_for"]  # fmt: skip
+__all__ = [
+    "ARGS_FILES",
+    "ARGS_FRAMES",
+    "ARGS_MARKERS",
+    "FOREIGN_FILES",
+    "GENERIC_CLASSES",
+    "GENERIC_HEADERS",
+    "PHASE_HINTS",
+    "KEY_WORDS",
+    "RECORD_STARTS",
+    "QUOTED_MESSAGES",
+    "UNTYPED_ERROR",
+    "VALUE_PARTS",
+    "RUN_TOGETHER_MIN",
+    "SELF_NAMING",
+    "SPECIFIC_WORDS",
+    "STOP_MARKERS",
+    "WRAPPED_CAUSES",
+    "CIRCUMSTANCES",
+    "GenericHeader",
+    "PASS_THROUGH",
+    "PROFILES",
+    "SGLANG",
+    "VLLM",
+    "Marker",
+    "ServerProfile",
+    "own_file",
+    "profiles_for",
+]

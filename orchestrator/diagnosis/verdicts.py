@@ -68,8 +68,11 @@ class Signature:
     def same_key(self) -> str:
         """What two signatures must share to name one failure (see the class)."""
         words = self.message.split(" @ ", 1)[0].split()
-        if typed(self.error_class) and len(words) >= NAMING_WORDS \
-                and not self.message.startswith("@"):
+        if (
+            typed(self.error_class)
+            and len(words) >= NAMING_WORDS
+            and not self.message.startswith("@")
+        ):
             return f"{self.phase.value}||{self.message}"
         return self.key()
 
@@ -92,8 +95,9 @@ class Signature:
 
 #: the error classes of a failure for want of a resource (memory, KV-cache space): the
 #: classes a repair move may address (orchestrator.config.repair), named by the rules
-RESOURCE_CLASSES = frozenset({"cuda_oom", "not_enough_memory", "kv_cache_memory",
-                              "kv_cache_too_small"})
+RESOURCE_CLASSES = frozenset(
+    {"cuda_oom", "not_enough_memory", "kv_cache_memory", "kv_cache_too_small"}
+)
 
 #: a message of fewer words than this names no failure by itself
 NAMING_WORDS = 4
@@ -109,17 +113,24 @@ def typed(error_class: str) -> bool:
     return error_class[:1].isupper() or error_class in UNTYPED_CLASSES
 
 
-def relative(verdict: Verdict, signature: Signature | None, target: Signature | None,
-             *, across_builds: bool = False) -> Verdict:
+def relative(
+    verdict: Verdict,
+    signature: Signature | None,
+    target: Signature | None,
+    *,
+    across_builds: bool = False,
+) -> Verdict:
     """A recorded verdict re-read against a campaign's target signature. `across_builds`:
     the campaign runs several builds of the server, whose logs mark their startup phases
     with other lines (the same error is read in `kv_cache` on one release and in
     `cuda_graph` on the next): the target is then the error class and message, in any
     phase."""
     if verdict in (Verdict.FAIL, Verdict.OTHER, Verdict.TIMEOUT) and signature and target:
-        if signature == target or (across_builds and signature.error_class != "hang" and (
-                signature.error_class, signature.message) == (target.error_class,
-                                                              target.message)):
+        if signature == target or (
+            across_builds
+            and signature.error_class != "hang"
+            and (signature.error_class, signature.message) == (target.error_class, target.message)
+        ):
             return Verdict.FAIL
         return Verdict.TIMEOUT if verdict is Verdict.TIMEOUT else Verdict.OTHER
     return verdict

@@ -96,9 +96,16 @@ class HostExecutor:
     def close(self, *, restore: bool = True) -> list[str]:
         raise NotImplementedError
 
-    def run(self, exp: Experiment, *, run_id: str, label: str = "",
-            target: Signature | None = None, env_keys: Iterable[str] = (),
-            good_metric: float | None = None) -> RunResult:  # fmt: skip
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
         raise NotImplementedError
 
     def check_port(self, exp: Experiment) -> None:
@@ -115,8 +122,9 @@ class HostExecutor:
         """The config with its build applied on this host (`service.build` and the host's
         `builds:`): the command line that runs. Unchanged when it names no build; a build
         the host lacks is a BuildError naming the hosts-file line to add."""
-        out = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
-                             hosts_file=self.host.hosts_file)  # fmt: skip
+        out = builds.resolve(
+            exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
+        )
         if exp.packages and exp.packages_from:
             # the packages taken from another build go first on the server's path
             site = self._overlay_site(exp)
@@ -130,20 +138,26 @@ class HostExecutor:
 
     def packages_of(self, exp: Experiment) -> dict[str, str]:
         """The distributions of a config's build, read by its own interpreter on the host."""
-        launch = builds.resolve(exp, dict(self.host.builds), host=self.host.name,
-                                hosts_file=self.host.hosts_file)  # fmt: skip
-        target = builds.target_of(exp.build, dict(self.host.builds), exp.exec) \
-            if exp.build else None  # fmt: skip
+        launch = builds.resolve(
+            exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
+        )
+        target = (
+            builds.target_of(exp.build, dict(self.host.builds), exp.exec) if exp.build else None
+        )
         if target is not None and not builds.is_path(target):
-            raise builds.BuildError(f"build '{exp.build}' is an image: its packages cannot "
-                                    "be taken apart yet", key="service.build",
-                                    file=exp.source)  # fmt: skip
+            raise builds.BuildError(
+                f"build '{exp.build}' is an image: its packages cannot be taken apart yet",
+                key="service.build",
+                file=exp.source,
+            )
         py = builds.python_of(launch.exec, target)
         res = self.t.run(f"{shlex.quote(py)} -c {shlex.quote(builds.LIST_SNIPPET)}", timeout=60)
         dists = builds.parse_dists(res.stdout)
         if dists is None:
-            raise InfraError(f"{self.host.name}: cannot list the distributions of build "
-                             f"'{exp.build}' with {py}: {res.stderr.strip()[-300:]}")
+            raise InfraError(
+                f"{self.host.name}: cannot list the distributions of build "
+                f"'{exp.build}' with {py}: {res.stderr.strip()[-300:]}"
+            )
         return dists
 
     def prepare_packages(self, exp: Experiment) -> str | None:
@@ -160,30 +174,41 @@ class HostExecutor:
         src_target = builds.target_of(str(exp.packages_from), dict(self.host.builds), exp.exec)
         src_py = builds.python_of(self.launch_of(source).exec, src_target)
         wanted = json.dumps(dict(exp.packages))
-        res = self.t.run(f"{shlex.quote(src_py)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
-                         f"{shlex.quote(site)} {shlex.quote(wanted)}", timeout=120)  # fmt: skip
+        res = self.t.run(
+            f"{shlex.quote(src_py)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
+            f"{shlex.quote(site)} {shlex.quote(wanted)}",
+            timeout=120,
+        )
         line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@OVERLAY ")), None)
         if line is None:
-            raise InfraError(f"{self.host.name}: cannot lay out the packages from build "
-                             f"'{exp.packages_from}': {res.stderr.strip()[-300:]}")
-        missing = json.loads(line[len("@@OVERLAY "):])
+            raise InfraError(
+                f"{self.host.name}: cannot lay out the packages from build "
+                f"'{exp.packages_from}': {res.stderr.strip()[-300:]}"
+            )
+        missing = json.loads(line[len("@@OVERLAY ") :])
         if missing:
-            return (f"build '{exp.packages_from}' does not hold {', '.join(missing)}: "
-                    "the packages cannot be taken from it")
+            return (
+                f"build '{exp.packages_from}' does not hold {', '.join(missing)}: "
+                "the packages cannot be taken from it"
+            )
         base = replace(exp, packages=(), packages_from=None)
-        py = builds.python_of(self.launch_of(base).exec, builds.target_of(
-            str(exp.build), dict(self.host.builds), exp.exec) if exp.build else None)
+        py = builds.python_of(
+            self.launch_of(base).exec,
+            builds.target_of(str(exp.build), dict(self.host.builds), exp.exec)
+            if exp.build
+            else None,
+        )
         check = f"{shlex.quote(py)} -m pip check 2>&1"
         before = self.t.run(check, timeout=120)
-        after = self.t.run(f"PYTHONPATH={shlex.quote(site)}${{PYTHONPATH:+:$PYTHONPATH}} "
-                           + check, timeout=120)  # fmt: skip
+        after = self.t.run(
+            f"PYTHONPATH={shlex.quote(site)}${{PYTHONPATH:+:$PYTHONPATH}} " + check, timeout=120
+        )
         if "No module named pip" in before.stdout + after.stdout:
             return None  # nothing to check with: the server's start will tell
         # a complaint good's build has already is none of the set's, whatever version of
         # the complaining distribution the set brings ("X 0.29 requires Y" = "X 0.28 ...")
         known = {builds.complaint_key(p) for p in builds.pip_problems(before.stdout)}
-        new = [p for p in builds.pip_problems(after.stdout)
-               if builds.complaint_key(p) not in known]  # fmt: skip
+        new = [p for p in builds.pip_problems(after.stdout) if builds.complaint_key(p) not in known]
         if new:
             return "pip check refuses this set of packages: " + "; ".join(new[:5])
         return None
@@ -200,8 +225,9 @@ class HostExecutor:
             return
         cc = builds.container_split(launch.exec)
         if cc is not None:
-            cmd = shlex.join([*cc.runtime[:-1], "image", "inspect", "--format", "{{.Id}}",
-                              cc.image])  # fmt: skip
+            cmd = shlex.join(
+                [*cc.runtime[:-1], "image", "inspect", "--format", "{{.Id}}", cc.image]
+            )
             what = f"the image {cc.image} is not on the host"
         else:
             cmd = f"test -x {shlex.quote(launch.exec[0])}"
@@ -210,10 +236,11 @@ class HostExecutor:
         if res.exit_code != 0:
             raise builds.BuildError(
                 f"build '{exp.build}' is not installed on host {self.host.name}: {what}",
-                file=self.host.hosts_file or None, key=f"hosts.{self.host.name}.builds",
-                hint=builds.missing_hint(exp.build, self.host.name, self.host.hosts_file,
-                                         exp.exec)
-                + " (pointing at where the build is installed), or install it there")
+                file=self.host.hosts_file or None,
+                key=f"hosts.{self.host.name}.builds",
+                hint=builds.missing_hint(exp.build, self.host.name, self.host.hosts_file, exp.exec)
+                + " (pointing at where the build is installed), or install it there",
+            )
         checked.add(launch.exec)
 
     # ---- preflight
@@ -242,23 +269,49 @@ class HostExecutor:
         return self.preflight.check(self.launch_of(exp)).refusal
 
     # ---- one run
-    def _finish(self, exp: Experiment, run_id: str, label: str, verdict: Verdict,
-                sig: Signature | None, detail: str, duration: float,
-                **fields: Any) -> RunResult:  # fmt: skip
+    def _finish(
+        self,
+        exp: Experiment,
+        run_id: str,
+        label: str,
+        verdict: Verdict,
+        sig: Signature | None,
+        detail: str,
+        duration: float,
+        **fields: Any,
+    ) -> RunResult:
         """Announce the end of a run and make its record: every backend ends a run here,
         with what only it knows in `fields`."""
         env = fields.get("environment")
         fields.setdefault("inputs", self._inputs(env.digest() if env is not None else None))
-        self.emit(RunFinished(host=self.host.name, run_id=run_id, verdict=verdict, signature=sig,
-                              duration_s=duration, detail=detail))  # fmt: skip
-        return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
-                         experiment=exp, label=label, verdict=verdict, signature=sig,
-                         duration_s=duration, detail=detail, **fields)  # fmt: skip
+        self.emit(
+            RunFinished(
+                host=self.host.name,
+                run_id=run_id,
+                verdict=verdict,
+                signature=sig,
+                duration_s=duration,
+                detail=detail,
+            )
+        )
+        return RunResult(
+            run_id=run_id,
+            host=self.host.name,
+            host_class=self.host.host_class,
+            experiment=exp,
+            label=label,
+            verdict=verdict,
+            signature=sig,
+            duration_s=duration,
+            detail=detail,
+            **fields,
+        )
 
     def _inputs(self, environment: str | None) -> LaunchInputs:
         manager = getattr(self, "manager", None)  # a Slurm job has no unit of the user's
-        return launch_inputs(self.host, unit=manager.unit_inputs() if manager else "",
-                             environment=environment)  # fmt: skip
+        return launch_inputs(
+            self.host, unit=manager.unit_inputs() if manager else "", environment=environment
+        )
 
     def inputs(self, exp: Experiment) -> LaunchInputs:
         """What would reach the server of `exp` if it started now, besides its config: read
@@ -280,8 +333,9 @@ class HostExecutor:
     def _capture_command(self, exp: Experiment) -> str:
         manager = getattr(self, "manager", None)  # a Slurm job's node reads its own
         unit_env, unit_wd = manager.interpreter_context() if manager else ([], None)
-        return envfacts.command(exp.exec, env=[*unit_env, *envfacts.public_env(exp)],
-                                workdir=exp.workdir or unit_wd)  # fmt: skip
+        return envfacts.command(
+            exp.exec, env=[*unit_env, *envfacts.public_env(exp)], workdir=exp.workdir or unit_wd
+        )
 
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with

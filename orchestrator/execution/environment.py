@@ -143,8 +143,16 @@ class HostEnvironment:
             return None
         packages = sorted((k, v) for k, v in (self.packages or {}).items() if v)
         # the executable's own file too: a wrapper script edited in place takes other flags
-        return json.dumps([self.interpreter, self.server, self.server_version, self.python,
-                           packages, self.exec_sha256])  # fmt: skip
+        return json.dumps(
+            [
+                self.interpreter,
+                self.server,
+                self.server_version,
+                self.python,
+                packages,
+                self.exec_sha256,
+            ]
+        )
 
     def digest(self) -> str:
         """Equal environments have equal digests (what the cache and change checks use)."""
@@ -177,8 +185,12 @@ class HostEnvironment:
             sha = f" (sha256 {self.exec_sha256[:12]})" if self.exec_sha256 else ""
             out.append(("exec", self.exec_path + sha))
         if self.image:
-            out.append(("image", self.image + (f" ({self.image_id})" if self.image_id
-                                               else " (not on the host)")))
+            out.append(
+                (
+                    "image",
+                    self.image + (f" ({self.image_id})" if self.image_id else " (not on the host)"),
+                )
+            )
         out += [(name, v) for name, v in self.packages.items() if v]
         missing = [name for name, v in self.packages.items() if not v]
         if missing:
@@ -188,8 +200,11 @@ class HostEnvironment:
     def summary(self) -> str:
         """One line: GPU, driver, CUDA, the server package."""
         if self.gpu_count:
-            parts = [f"{self.gpu_count}x {self.gpu_model}", f"driver {self.driver or 'absent'}",
-                     f"CUDA {self.cuda or 'absent'}"]  # fmt: skip
+            parts = [
+                f"{self.gpu_count}x {self.gpu_model}",
+                f"driver {self.driver or 'absent'}",
+                f"CUDA {self.cuda or 'absent'}",
+            ]
         else:
             # a CPU-only host: what runs the server is the CPU and torch's build
             parts = ["no GPU"] + ([f"CPU {self.cpu}"] if self.cpu else [])
@@ -204,8 +219,11 @@ def changes(old: HostEnvironment, new: HostEnvironment) -> list[str]:
     """What differs, for people: `driver 580.65.06 -> 580.82.07`."""
     a, b = dict(old.rows()), dict(new.rows())
     keys = dict.fromkeys([*a, *b])
-    return [f"{k} {a.get(k, 'absent')} -> {b.get(k, 'absent')}"
-            for k in keys if a.get(k, "absent") != b.get(k, "absent")]  # fmt: skip
+    return [
+        f"{k} {a.get(k, 'absent')} -> {b.get(k, 'absent')}"
+        for k in keys
+        if a.get(k, "absent") != b.get(k, "absent")
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,8 +237,11 @@ def public_env(exp: Any) -> list[tuple[str, str]]:
     from orchestrator.config.secrets import TOKEN_VALUE, is_secret_name
 
     refs = dict(exp.secret_refs)
-    return [(k, v) for k, v in exp.env
-            if k not in refs and not is_secret_name(k) and not TOKEN_VALUE.search(v)]  # fmt: skip
+    return [
+        (k, v)
+        for k, v in exp.env
+        if k not in refs and not is_secret_name(k) and not TOKEN_VALUE.search(v)
+    ]
 
 
 def server_hint(exec_argv: Sequence[str]) -> str:
@@ -240,8 +261,9 @@ def _is_python(word: str) -> bool:
     return bool(re.fullmatch(r"python[0-9.]*", word.rsplit("/", 1)[-1]))
 
 
-def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
-            workdir: str | None = None) -> str:  # fmt: skip
+def command(
+    exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (), workdir: str | None = None
+) -> str:
     """One shell command printing every fact, in sections `parse` reads.
 
     The interpreter is the server's own: the exec when it is a Python, else the one in
@@ -258,29 +280,34 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
         # says which image a tag named
         rt = shlex.join(cc.runtime[:-1])
         img = shlex.quote(cc.image)
-        image = (f"echo {IMAGE_MARK}; echo {img}; {rt} image inspect --format '{{{{.Id}}}}' "
-                 f"{img} 2>/dev/null; ")
-        find_py = (f"py=\"{rt} run --rm --network none --entrypoint python3 {img}\"; "
-                   "how=image")
+        image = (
+            f"echo {IMAGE_MARK}; echo {img}; {rt} image inspect --format '{{{{.Id}}}}' "
+            f"{img} 2>/dev/null; "
+        )
+        find_py = f'py="{rt} run --rm --network none --entrypoint python3 {img}"; how=image'
     elif argv and _is_python(argv[0]):
         find_py = f"py={shlex.quote(argv[0])}; how=exec"
     elif argv:
         exe = shlex.quote(argv[0])
         # a shell wrapper (a release's `bin/vllm` over a shared base): the Python beside it
-        find_py = (f"py=$(sed -n '1s/^#![[:space:]]*//p' \"$(command -v {exe})\" 2>/dev/null "
-                   "| head -c 300); how=shebang; "
-                   'case "$py" in *python*) ;; *) d=$(dirname "$(command -v '
-                   f'{exe})" 2>/dev/null); if [ -x "$d/python" ]; then py="$d/python"; '
-                   'how=beside; else py=; fi;; esac; '
-                   '[ -n "$py" ] || { py=python3; how=default; }')  # fmt: skip
+        find_py = (
+            f"py=$(sed -n '1s/^#![[:space:]]*//p' \"$(command -v {exe})\" 2>/dev/null "
+            "| head -c 300); how=shebang; "
+            'case "$py" in *python*) ;; *) d=$(dirname "$(command -v '
+            f'{exe})" 2>/dev/null); if [ -x "$d/python" ]; then py="$d/python"; '
+            "how=beside; else py=; fi;; esac; "
+            '[ -n "$py" ] || { py=python3; how=default; }'
+        )
     else:
         find_py = "py=python3; how=default"
     keys = shlex.quote(json.dumps(KEY_PACKAGES))
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env)
     cd = f"cd {shlex.quote(workdir)} 2>/dev/null; " if workdir else ""
     first = shlex.quote(argv[0]) if argv else "''"
-    resolve = (f"echo {EXEC_MARK}; e=$(command -v {first} 2>/dev/null) && echo \"$e\" && "
-               'sha256sum "$e" 2>/dev/null | cut -c1-64; ')  # fmt: skip
+    resolve = (
+        f'echo {EXEC_MARK}; e=$(command -v {first} 2>/dev/null) && echo "$e" && '
+        'sha256sum "$e" 2>/dev/null | cut -c1-64; '
+    )
     # The config's environment first: every fact is read as the server would see it.
     return (
         f"{cd}{exports}"
@@ -290,7 +317,7 @@ def command(exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (),
         f"echo {KERNEL_MARK}; uname -r; "
         f"echo {CPU_MARK}; sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
         "| sort | uniq -c; "
-        f"{image}{resolve}{find_py}; echo \"@@PYHOW $how $py\"; "
+        f'{image}{resolve}{find_py}; echo "@@PYHOW $how $py"; '
         f"$py -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
         f"{shlex.quote(server_hint(cc.command if cc else argv))} 2>/dev/null; true"
     )
@@ -368,20 +395,30 @@ def parse(text: str) -> HostEnvironment:
     exe = [ln.strip() for ln in (_section(text, EXEC_MARK) or "").splitlines() if ln.strip()]
     sha = exe[1] if len(exe) > 1 and re.fullmatch(r"[0-9a-f]{64}", exe[1]) else None
     img = [ln.strip() for ln in (_section(text, IMAGE_MARK) or "").splitlines() if ln.strip()]
-    image_id = img[1] if len(img) > 1 and re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", img[1]) \
-        else None  # fmt: skip
+    image_id = (
+        img[1] if len(img) > 1 and re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", img[1]) else None
+    )
     pk = {name: _str(packages.get(name)) for name in KEY_PACKAGES}
     return HostEnvironment(
-        gpu_model=model, gpu_count=count, gpu_memory=mem, driver=driver,
+        gpu_model=model,
+        gpu_count=count,
+        gpu_memory=mem,
+        driver=driver,
         cuda=parse_banner_cuda(_section(text, BANNER_MARK)),
-        torch_cuda=_str(data.get("torch_cuda")), nccl=_str(data.get("nccl")),
-        kernel=kernel[0].strip() if kernel and kernel[0].strip() else None, cpu=cpu,
+        torch_cuda=_str(data.get("torch_cuda")),
+        nccl=_str(data.get("nccl")),
+        kernel=kernel[0].strip() if kernel and kernel[0].strip() else None,
+        cpu=cpu,
         python=_str(data.get("python")),
         interpreter=(f"{how[2].strip()} ({how[1]})" if how else None) if data else None,
-        server=_str(data.get("server")), server_version=_str(data.get("server_version")),
-        packages=pk, exec_path=exe[0] if exe else None, exec_sha256=sha,
-        image=img[0] if img else None, image_id=image_id,
-    )  # fmt: skip
+        server=_str(data.get("server")),
+        server_version=_str(data.get("server_version")),
+        packages=pk,
+        exec_path=exe[0] if exe else None,
+        exec_sha256=sha,
+        image=img[0] if img else None,
+        image_id=image_id,
+    )
 
 
 def _str(v: object) -> str | None:

@@ -111,8 +111,11 @@ class Executor(HostExecutor):
         self.campaign = campaign
         self.emit = listener
         self._own_transport = transport is None
-        self.t = transport or connect(host, accept_new_host_key=accept_new_host_key) \
-            if not host.is_local else (transport or connect(host))  # fmt: skip
+        self.t = (
+            transport or connect(host, accept_new_host_key=accept_new_host_key)
+            if not host.is_local
+            else (transport or connect(host))
+        )
         self.manager: ServiceManager = manager_for(host, self.t, name=service, campaign=campaign)
         self.lock = HostLock(host, self.t, service, campaign)
         self.poll_min = poll_min
@@ -132,10 +135,13 @@ class Executor(HostExecutor):
         #: the flag preflight: each executable's help read once, trusted until contradicted
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
-            lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
-                                                    extra=extra)),
+            lambda message, extra: self.emit(
+                Notice(host=self.host.name, message=message, extra=extra)
+            ),
             # the same name may be another machine in another hosts file: keyed by address
-            cache=HelpCache(), host=f"{host.name} {host.user}@{host.address}:{host.port}")
+            cache=HelpCache(),
+            host=f"{host.name} {host.user}@{host.address}:{host.port}",
+        )
         #: set from another thread to abandon the run in progress (a pool's decided round,
         #: Ctrl-C): checked at every poll; the server is stopped and RunCancelled raised
         self.cancel_event = threading.Event()
@@ -171,8 +177,11 @@ class Executor(HostExecutor):
                     self.lock.release()
                 finally:
                     try:
-                        self.left = self._read_back() if opened and restore else (
-                            [] if not opened else None)  # fmt: skip
+                        self.left = (
+                            self._read_back()
+                            if opened and restore
+                            else ([] if not opened else None)
+                        )
                     finally:
                         if self._own_transport:
                             self.t.close()
@@ -189,8 +198,12 @@ class Executor(HostExecutor):
             holder = self.lock.read()
         except OrchestratorError:
             return None
-        if holder is not None and holder.campaign == self.campaign and holder.owner == me() \
-                and holder.pid == os.getpid():  # fmt: skip
+        if (
+            holder is not None
+            and holder.campaign == self.campaign
+            and holder.owner == me()
+            and holder.pid == os.getpid()
+        ):
             left.append(f"the lock {self.lock.path} is still held")
         return left
 
@@ -235,14 +248,21 @@ class Executor(HostExecutor):
             env_error = exc  # host trouble: judged below as this run's `infra`
         if environment is not None and config.build is not None and not config.packages:
             # what runs is read from inside the build, not taken from its name
-            served = builds.read_back(config.build, dict(self.host.builds).get(config.build),
-                                      environment.server_version, environment.server)
+            served = builds.read_back(
+                config.build,
+                dict(self.host.builds).get(config.build),
+                environment.server_version,
+                environment.server,
+            )
             if served is not None:
                 env_error = InfraError(served)
         started_at = self.wall_clock()
         t0 = self.clock()
-        self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
-                             deadline_s=exp.health.timeout))  # fmt: skip
+        self.emit(
+            RunStarted(
+                host=self.host.name, run_id=run_id, label=label, deadline_s=exp.health.timeout
+            )
+        )
         watch = _Watch()
         ports: list[int] | None = None
         log = ""
@@ -265,8 +285,12 @@ class Executor(HostExecutor):
                 self._step("stopped", self.service)
                 reason = self.manager.install(exp, env_keys=frozenset(env_keys), run_id=run_id)
                 rendered = self.manager.rendered()
-                self._step("installed", "drop-in written, read back" if self.manager.kind ==
-                           "systemd" else "launch script written")  # fmt: skip
+                self._step(
+                    "installed",
+                    "drop-in written, read back"
+                    if self.manager.kind == "systemd"
+                    else "launch script written",
+                )
                 if reason is not None:
                     evidence = RunEvidence(invalid_reason=reason)
                 else:
@@ -279,13 +303,12 @@ class Executor(HostExecutor):
                         ports = self._ports(started)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
-                        probe, metric, probe_record = self._probe(exp, started, good_metric,
-                                                                  watch)  # fmt: skip
-                    log = keep_what_matters(self.manager.logs(started, lines=LOG_FETCH_LINES),
-                                            LOG_TAIL_LINES)  # fmt: skip
+                        probe, metric, probe_record = self._probe(exp, started, good_metric, watch)
+                    log = keep_what_matters(
+                        self.manager.logs(started, lines=LOG_FETCH_LINES), LOG_TAIL_LINES
+                    )
                     # before our own stop below: a stop job now would be someone else's
-                    stopped_by = self.manager.stopped_from_outside(started) \
-                        if watch.died else None  # fmt: skip
+                    stopped_by = self.manager.stopped_from_outside(started) if watch.died else None
                     if watch.died:
                         self._host_stayed_up(watch)
                     p = watch.poll
@@ -315,18 +338,25 @@ class Executor(HostExecutor):
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
             detail = outside_cause(evidence) or ""
-        if config.build is not None and sig is not None and verdict in (
-                Verdict.FAIL, Verdict.OTHER) and builds.broken(sig.error_class, sig.message):
+        if (
+            config.build is not None
+            and sig is not None
+            and verdict in (Verdict.FAIL, Verdict.OTHER)
+            and builds.broken(sig.error_class, sig.message)
+        ):
             # the build cannot start the server at all: it never ran the config
             verdict = Verdict.INVALID
-            detail = (f"build '{config.build}' cannot start the server ({sig.error_class}: "
-                      f"{sig.message}); not a verdict about the config")
+            detail = (
+                f"build '{config.build}' cannot start the server ({sig.error_class}: "
+                f"{sig.message}); not a verdict about the config"
+            )
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
         if verdict is Verdict.TIMEOUT or (watch.timed_out and verdict is Verdict.FAIL):
             detail = f"not ready after {exp.health.timeout:g}s; last phase: " + (
-                watch.phase.value if watch.phase else "none seen")  # fmt: skip
+                watch.phase.value if watch.phase else "none seen"
+            )
             detail += _port_hint(exp.port, ports)
             last = last_log_line(log)
             if last and not watch.died:  # alive, never healthy: what it was last doing
@@ -334,8 +364,11 @@ class Executor(HostExecutor):
         duration = self.clock() - t0
         host_record = self.manager.host_record(started) if rendered is not None else None
         if probe_record is not None:  # kept whatever the manager records of its own
-            host_record = {"manager": self.manager.kind, **(host_record or {}),
-                           "probe": probe_record}  # fmt: skip
+            host_record = {
+                "manager": self.manager.kind,
+                **(host_record or {}),
+                "probe": probe_record,
+            }
         if host_record is not None:
             host_record["host"] = self.host.name
             if not self.host.is_local:  # how to get there from this controller
@@ -343,14 +376,29 @@ class Executor(HostExecutor):
                 ssh = ["ssh", "-p", str(h.port)]
                 ssh += ["-i", h.identity_file] if h.identity_file else []
                 ssh += ["-o", f"UserKnownHostsFile={h.known_hosts}"] if h.known_hosts else []
-                host_record["ssh"] = shlex.join([*ssh, f"{h.user}@{h.address}" if h.user
-                                                 else h.address])  # fmt: skip
+                host_record["ssh"] = shlex.join(
+                    [*ssh, f"{h.user}@{h.address}" if h.user else h.address]
+                )
         return self._finish(
-            config, run_id, label, verdict, sig, detail, duration, started_at=started_at,
-            phase_times=tuple(watch.phase_times.items()), last_phase=watch.phase, log_tail=log,
-            rendered=rendered, probe_metric=metric, polls=watch.polls, ready_s=watch.ready_at,
-            invocation=started.invocation if started else None, host_record=host_record,
-            environment=environment)  # fmt: skip
+            config,
+            run_id,
+            label,
+            verdict,
+            sig,
+            detail,
+            duration,
+            started_at=started_at,
+            phase_times=tuple(watch.phase_times.items()),
+            last_phase=watch.phase,
+            log_tail=log,
+            rendered=rendered,
+            probe_metric=metric,
+            polls=watch.polls,
+            ready_s=watch.ready_at,
+            invocation=started.invocation if started else None,
+            host_record=host_record,
+            environment=environment,
+        )
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""
@@ -363,8 +411,10 @@ class Executor(HostExecutor):
         """Poll until ready, dead or past the deadline (capped exponential backoff)."""
         # The host's boot id rides along: a host rebooted under the run (a reconnect that
         # succeeded) shows a unit that never ran our variant, which is no verdict at all.
-        cmd = f"echo {BOOT_MARK} $(cat /proc/sys/kernel/random/boot_id 2>/dev/null); " + \
-            self.manager.poll_command(exp, started)  # fmt: skip
+        cmd = (
+            f"echo {BOOT_MARK} $(cat /proc/sys/kernel/random/boot_id 2>/dev/null); "
+            + self.manager.poll_command(exp, started)
+        )
         streak = 0
 
         def once() -> str | None:
@@ -378,8 +428,10 @@ class Executor(HostExecutor):
             if w.boot is None:
                 w.boot = seen_boot or None
             elif seen_boot and seen_boot != w.boot:
-                raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
-                                 "changed); the run says nothing about the config")  # fmt: skip
+                raise InfraError(
+                    f"{self.host.describe()} rebooted during the run (its boot id "
+                    "changed); the run says nothing about the config"
+                )
             try:
                 poll = self.manager.parse_poll(text, started)
             except InfraError:
@@ -394,8 +446,14 @@ class Executor(HostExecutor):
                 w.phase = seen
                 w.phase_times.setdefault(seen.value, round(elapsed, 3))
                 self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))
-            self.emit(Polled(host=self.host.name, state=poll.state, http_code=poll.http_code,
-                             elapsed_s=elapsed))  # fmt: skip
+            self.emit(
+                Polled(
+                    host=self.host.name,
+                    state=poll.state,
+                    http_code=poll.http_code,
+                    elapsed_s=elapsed,
+                )
+            )
             if not poll.alive:
                 w.died, w.dead_at = True, elapsed
                 return "dead"
@@ -411,8 +469,7 @@ class Executor(HostExecutor):
         # when the start itself took that long); the last wait is cut short to end on it,
         # so a server not ready by then is judged at the deadline, not a backoff later.
         deadline = max(t0 + exp.health.timeout, self.clock() + 0.1)
-        backoff = wait_exponential(multiplier=self.poll_min, min=self.poll_min,
-                                   max=self.poll_max)  # fmt: skip
+        backoff = wait_exponential(multiplier=self.poll_min, min=self.poll_min, max=self.poll_max)
 
         def wait(state: RetryCallState) -> float:
             if exp.health.interval is not None:
@@ -450,8 +507,9 @@ class Executor(HostExecutor):
         (CUDA_VISIBLE_DEVICES of the config or the host, else all); 0 on a host without
         nvidia-smi. Still held after `gpu_wait` seconds: InfraError naming the holders,
         because a server started beside them fails for them, not for its config."""
-        visible = exp.env_map().get("CUDA_VISIBLE_DEVICES", dict(self.host.env).get(
-            "CUDA_VISIBLE_DEVICES"))  # fmt: skip
+        visible = exp.env_map().get(
+            "CUDA_VISIBLE_DEVICES", dict(self.host.env).get("CUDA_VISIBLE_DEVICES")
+        )
         t = self.clock()
         told = False
         for k in range(10_000):  # bounded by the wait below as well
@@ -465,15 +523,21 @@ class Executor(HostExecutor):
                     self._step("waiting", f"the GPUs are free after {waited:.0f}s")
                 return waited
             who = "; ".join(h.describe() for h in held[:4]) + (
-                f"; and {len(held) - 4} more" if len(held) > 4 else "")  # fmt: skip
+                f"; and {len(held) - 4} more" if len(held) > 4 else ""
+            )
             if waited >= self.gpu_wait:
-                raise InfraError(f"{self.host.describe()}: {who}, still after {waited:.0f}s: "
-                                 "not this run's server, so a start would fail for it, not "
-                                 "for the config (stop it, or set CUDA_VISIBLE_DEVICES in the "
-                                 "config to GPUs it does not use)")  # fmt: skip
+                raise InfraError(
+                    f"{self.host.describe()}: {who}, still after {waited:.0f}s: "
+                    "not this run's server, so a start would fail for it, not "
+                    "for the config (stop it, or set CUDA_VISIBLE_DEVICES in the "
+                    "config to GPUs it does not use)"
+                )
             if not told:
-                self._step("waiting", f"{who}: waiting up to {self.gpu_wait:.0f}s for it to "
-                           "be freed before the start")  # fmt: skip
+                self._step(
+                    "waiting",
+                    f"{who}: waiting up to {self.gpu_wait:.0f}s for it to "
+                    "be freed before the start",
+                )
                 told = True
             # soon at first (a server just stopped frees its memory in seconds), then
             # every GPU_FREE_POLL_S
@@ -486,16 +550,23 @@ class Executor(HostExecutor):
         nothing in its config: raise the run's `infra` instead of letting it be judged.
         Asked after the death's evidence was read, so a reboot that lands between the
         last poll and that read is seen too."""
-        r = self.t.run("cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
-                       "systemctl is-system-running 2>/dev/null || true", timeout=30)  # fmt: skip
+        r = self.t.run(
+            "cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
+            "systemctl is-system-running 2>/dev/null || true",
+            timeout=30,
+        )
         lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
         boot = lines[0] if lines else ""
         if w.boot and boot and boot != w.boot:
-            raise InfraError(f"{self.host.describe()} rebooted during the run (its boot id "
-                             "changed); the run says nothing about the config")  # fmt: skip
+            raise InfraError(
+                f"{self.host.describe()} rebooted during the run (its boot id "
+                "changed); the run says nothing about the config"
+            )
         if "stopping" in lines[1:]:
-            raise InfraError(f"{self.host.describe()} was shutting down when the server died "
-                             "(systemd: stopping); the run says nothing about the config")
+            raise InfraError(
+                f"{self.host.describe()} was shutting down when the server died "
+                "(systemd: stopping); the run says nothing about the config"
+            )
 
     def _probe(
         self, exp: Experiment, started: Started, good_metric: float | None, w: _Watch
@@ -526,13 +597,23 @@ class Executor(HostExecutor):
                 alive = False
                 w.died = True
                 break
-        outcome = ProbeOutcome(exit_code=exit_code, metric=metric, passed=passed,
-                               condition=probe.pass_if, server_alive=alive)  # fmt: skip
+        outcome = ProbeOutcome(
+            exit_code=exit_code,
+            metric=metric,
+            passed=passed,
+            condition=probe.pass_if,
+            server_alive=alive,
+        )
         # kept with the run: `show` tells what the probe did, whatever the server logged
         record: dict[str, object] = {
-            "command": command, "exit_code": exit_code, "metric": metric, "bar": probe.pass_if,
-            "passed": passed, "server_alive": alive,
-            "output": probe_excerpt(out, probe.metric)}  # fmt: skip
+            "command": command,
+            "exit_code": exit_code,
+            "metric": metric,
+            "bar": probe.pass_if,
+            "passed": passed,
+            "server_alive": alive,
+            "output": probe_excerpt(out, probe.metric),
+        }
         return outcome, metric, record
 
 
@@ -547,4 +628,3 @@ def _port_hint(port: int, ports: list[int] | None) -> str:
         f"; the server listens on {seen} but the health check polls port {port}: check "
         "--port and health.port in the experiment config"
     )
-

@@ -115,8 +115,15 @@ def parse_exec_start(value: str) -> list[ExecCommand]:
 _SHELL_NEED_ESCAPE = '"\\`$'
 _SHELL_NEED_QUOTES = _SHELL_NEED_ESCAPE + "*?[" + "'()<>|&;!"
 _WHITESPACE = " \t\n\r"
-_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-              "\v": "\\v"}  # fmt: skip
+_C_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 _C_UNESCAPES = {v[1]: k for k, v in _C_ESCAPES.items()}
 
 
@@ -128,8 +135,11 @@ def shell_maybe_quote(s: str) -> str:
     and control characters C-escaped. Valid UTF-8 passes through.
     """
     cut = next(
-        (i for i, ch in enumerate(s) if ch in _WHITESPACE + _SHELL_NEED_QUOTES or ord(ch) < 32
-         or ord(ch) == 127),
+        (
+            i
+            for i, ch in enumerate(s)
+            if ch in _WHITESPACE + _SHELL_NEED_QUOTES or ord(ch) < 32 or ord(ch) == 127
+        ),
         None,
     )
     if cut is None:
@@ -487,8 +497,9 @@ class FlagProblem:
 MAX_SUGGESTED = 20
 
 
-def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
-                suggest: bool = True) -> list[FlagProblem]:
+def check_flags(
+    requested: Iterable[str], accepted: Iterable[str], *, suggest: bool = True
+) -> list[FlagProblem]:
     """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
 
     Exact match: fine. A prefix of exactly one option: accepted as an abbreviation (still
@@ -539,8 +550,11 @@ def check_flags(requested: Iterable[str], accepted: Iterable[str], *,
         else:
             # close matches for the first few unknown flags only: difflib costs the whole
             # option list per flag, and nobody reads a thousand suggestions
-            close = tuple(difflib.get_close_matches(name, options, n=3, cutoff=0.6)
-                          if suggest and suggested < MAX_SUGGESTED else ())
+            close = tuple(
+                difflib.get_close_matches(name, options, n=3, cutoff=0.6)
+                if suggest and suggested < MAX_SUGGESTED
+                else ()
+            )
             suggested += 1
             problems.append(
                 FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
@@ -595,8 +609,9 @@ def parse_gpu_holders(text: str) -> list[GpuHolder]:
             continue
         uuid, pid, used = parts[0].strip(), int(parts[1]), parts[-1].strip()
         name = ",".join(parts[2:-1]).strip()  # a name may hold commas
-        holders.append(GpuHolder(index.get(uuid), uuid, pid, name,
-                                 int(used) if used.isdigit() else None))  # fmt: skip
+        holders.append(
+            GpuHolder(index.get(uuid), uuid, pid, name, int(used) if used.isdigit() else None)
+        )
     return holders
 
 
@@ -617,5 +632,8 @@ def holders_on(holders: Sequence[GpuHolder], visible: str | None) -> list[GpuHol
         return []  # CUDA_VISIBLE_DEVICES= (empty): no GPU at all
     if not all(e.isdigit() or e.startswith("GPU-") for e in entries):
         return list(holders)  # MIG devices and the like: every GPU counts
-    return [h for h in holders
-            if any(str(h.gpu) == e if e.isdigit() else h.uuid.startswith(e) for e in entries)]
+    return [
+        h
+        for h in holders
+        if any(str(h.gpu) == e if e.isdigit() else h.uuid.startswith(e) for e in entries)
+    ]

@@ -23,8 +23,9 @@ from typing import Any
 
 
 def default_dir() -> Path:
-    return Path(os.environ.get("ORCH_HELP_CACHE") or Path.home() / ".cache" / "orchestrator"
-                / "help")  # fmt: skip
+    return Path(
+        os.environ.get("ORCH_HELP_CACHE") or Path.home() / ".cache" / "orchestrator" / "help"
+    )
 
 
 def build_of(environment: Any) -> str | None:
@@ -50,8 +51,7 @@ class HelpCache:
             return None
         return data if isinstance(data, dict) and isinstance(data.get("help"), str) else None
 
-    def put(self, host: str, exec_argv: tuple[str, ...], build: str,
-            entry: dict[str, Any]) -> None:  # fmt: skip
+    def put(self, host: str, exec_argv: tuple[str, ...], build: str, entry: dict[str, Any]) -> None:
         path = self._path(host, exec_argv, build)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -54,8 +54,11 @@ class LockInfo:
     def why_alive(self) -> str:
         if self.owner == me():
             return f"its process {self.pid} runs on this machine"
-        return (f"it renewed its lease {self.age_s:.0f}s ago (a lease lasts {LEASE_S:.0f}s)"
-                if self.age_s is not None else "its lease cannot be read")
+        return (
+            f"it renewed its lease {self.age_s:.0f}s ago (a lease lasts {LEASE_S:.0f}s)"
+            if self.age_s is not None
+            else "its lease cannot be read"
+        )
 
     def describe(self) -> str:
         age = time.time() - self.since
@@ -98,17 +101,22 @@ class HostLock:
             return None
         try:
             d = json.loads(text)
-            info = LockInfo(str(d["owner"]), str(d["campaign"]), int(d["pid"]),
-                            float(d["since"]))  # fmt: skip
+            info = LockInfo(str(d["owner"]), str(d["campaign"]), int(d["pid"]), float(d["since"]))
         except (ValueError, KeyError, TypeError):
             info = LockInfo("unknown (unreadable lock file)", "?", 0, 0.0)
         if with_age:
-            r = self.t.run(f"stat -c %Y {shlex.quote(self.path)} && date +%s", sudo=True,
-                           timeout=20)  # fmt: skip
+            r = self.t.run(
+                f"stat -c %Y {shlex.quote(self.path)} && date +%s", sudo=True, timeout=20
+            )
             nums = r.stdout.split()
             if r.ok and len(nums) == 2 and all(n.isdigit() for n in nums):
-                info = LockInfo(info.owner, info.campaign, info.pid, info.since,
-                                age_s=max(float(nums[1]) - float(nums[0]), 0.0))  # fmt: skip
+                info = LockInfo(
+                    info.owner,
+                    info.campaign,
+                    info.pid,
+                    info.since,
+                    age_s=max(float(nums[1]) - float(nums[0]), 0.0),
+                )
         return info
 
     def acquire(self) -> None:
@@ -116,9 +124,11 @@ class HostLock:
         body = shlex.quote(json.dumps(info))
         p = shlex.quote(self.path)
         d = shlex.quote(lock_dir(self.host))
-        r = self.t.run(f"umask 077 && mkdir -p {d} && (set -C; printf '%s\\n' {body} > {p}) "
-                       "2>/dev/null",
-                       sudo=True, timeout=20)  # fmt: skip
+        r = self.t.run(
+            f"umask 077 && mkdir -p {d} && (set -C; printf '%s\\n' {body} > {p}) 2>/dev/null",
+            sudo=True,
+            timeout=20,
+        )
         if r.ok:
             self._held()
             return
@@ -126,8 +136,11 @@ class HostLock:
         if holder is not None and holder.owner != me():  # another machine's: its lease
             holder = self.read(with_age=True) or holder
         mine = holder is not None and holder.owner == me() and holder.pid == os.getpid()
-        if holder is not None and holder.campaign == self.campaign and (
-                mine or holder.alive() is False):  # fmt: skip
+        if (
+            holder is not None
+            and holder.campaign == self.campaign
+            and (mine or holder.alive() is False)
+        ):
             # our own campaign, resumed after the controller died: take the lock over
             self.t.write_file(self.path, json.dumps(info) + "\n", sudo=True)
             self._held()
@@ -136,21 +149,28 @@ class HostLock:
         alive = holder.alive() if holder else None
         restore = f"orchestrator restore --host {self.host.name}"
         if alive is False:
-            stale = (" The holder's process is gone from this machine" if holder.owner == me()
-                     else " The holder has not renewed its lease for "
-                     f"{holder.age_s or 0:.0f}s") + ": the lock is stale."  # fmt: skip
+            stale = (
+                " The holder's process is gone from this machine"
+                if holder.owner == me()
+                else f" The holder has not renewed its lease for {holder.age_s or 0:.0f}s"
+            ) + ": the lock is stale."
             hint = f"{restore} (undoes what that campaign left and removes its lock)"
         elif alive is None:
             stale = " Whether the holder still runs cannot be told."
-            hint = (f"wait for that campaign; if you know it is dead: {restore} --break-lock "
-                    f"(restores {self.service} and removes {self.path})")  # fmt: skip
+            hint = (
+                f"wait for that campaign; if you know it is dead: {restore} --break-lock "
+                f"(restores {self.service} and removes {self.path})"
+            )
         else:
-            stale = (" That campaign is running now: the same campaign cannot run twice."
-                     if holder.campaign == self.campaign else
-                     f" It is running ({holder.why_alive()}).")  # fmt: skip
+            stale = (
+                " That campaign is running now: the same campaign cannot run twice."
+                if holder.campaign == self.campaign
+                else f" It is running ({holder.why_alive()})."
+            )
             hint = "wait for that campaign to end (restore refuses to touch a live one)"
-        err = LockError(f"{self.host.describe()}: {self.service} is locked by {who}.{stale}",
-                        hint=hint)  # fmt: skip
+        err = LockError(
+            f"{self.host.describe()}: {self.service} is locked by {who}.{stale}", hint=hint
+        )
         err.holder_campaign = holder.campaign if holder else None
         raise err
 
@@ -159,8 +179,9 @@ class HostLock:
         run's longest steps, a probe or a slow start, run for many minutes)."""
         self.held = True
         self._stop_renewing.clear()
-        self._renewer = threading.Thread(target=self._renew, daemon=True,
-                                         name=f"lease-{self.service}")  # fmt: skip
+        self._renewer = threading.Thread(
+            target=self._renew, daemon=True, name=f"lease-{self.service}"
+        )
         self._renewer.start()
 
     def _renew(self) -> None:
@@ -183,5 +204,3 @@ class HostLock:
         holder = self.read()
         self.t.run(f"rm -f {shlex.quote(self.path)}", sudo=True, timeout=20)
         return holder
-
-

@@ -21,8 +21,9 @@ from orchestrator.execution.services.systemd import DROPIN_NAME, STATE_NAME
 from orchestrator.execution.transport import Transport
 
 
-def check_host(host: Host, t: Transport, *, unit: str | None = None,
-               restore_command: str | None = None) -> list[Check]:  # fmt: skip
+def check_host(
+    host: Host, t: Transport, *, unit: str | None = None, restore_command: str | None = None
+) -> list[Check]:
     """The checks, ending with what `restore` would undo here (`restore_command`: the
     command that does it, for the hint)."""
     checks: list[Check] = []
@@ -31,70 +32,144 @@ def check_host(host: Host, t: Transport, *, unit: str | None = None,
     except OrchestratorError as exc:
         return [Check("reachable", False, str(exc), exc.hint)]
     who = r.stdout.split()
-    checks.append(Check("reachable", True, f"{host.describe()} as {who[0] if who else '?'}"
-                        + ("" if host.is_local else "; host key verified")))  # fmt: skip
+    checks.append(
+        Check(
+            "reachable",
+            True,
+            f"{host.describe()} as {who[0] if who else '?'}"
+            + ("" if host.is_local else "; host key verified"),
+        )
+    )
     if host.service_manager == "slurm":  # a login node: the jobs' nodes are the scheduler's
         from orchestrator.execution.slurm.check import slurm_checks
 
         return checks + slurm_checks(host, t)
     if host.sudo:
         s = t.run("sudo -n true", timeout=30)
-        checks.append(Check("sudo", s.ok, "sudo -n works" if s.ok else s.stderr.strip()[-200:],
-                            None if s.ok else "allow passwordless sudo for this user"))  # fmt: skip
+        checks.append(
+            Check(
+                "sudo",
+                s.ok,
+                "sudo -n works" if s.ok else s.stderr.strip()[-200:],
+                None if s.ok else "allow passwordless sudo for this user",
+            )
+        )
     if host.service_manager == "systemd":
         v = t.run("systemctl --version | head -1", timeout=30)
-        checks.append(Check("systemd", v.ok, v.stdout.strip() or v.stderr.strip()[-200:],
-                            None if v.ok else "use service_manager: process on this host"))
+        checks.append(
+            Check(
+                "systemd",
+                v.ok,
+                v.stdout.strip() or v.stderr.strip()[-200:],
+                None if v.ok else "use service_manager: process on this host",
+            )
+        )
         if unit:
-            u = t.run(f"systemctl show {shlex.quote(unit)} -p LoadState --value", timeout=30,
-                      sudo=True)  # fmt: skip
+            u = t.run(
+                f"systemctl show {shlex.quote(unit)} -p LoadState --value", timeout=30, sudo=True
+            )
             loaded = u.stdout.strip() == "loaded"
-            checks.append(Check("unit", loaded, f"{unit}: {u.stdout.strip() or 'unknown'}",
-                                None if loaded else f"install {unit} on the host first"))
+            checks.append(
+                Check(
+                    "unit",
+                    loaded,
+                    f"{unit}: {u.stdout.strip() or 'unknown'}",
+                    None if loaded else f"install {unit} on the host first",
+                )
+            )
     else:
         d = host.run_dir or "/tmp/orchestrator"
-        w = t.run(f"command -v setsid >/dev/null && mkdir -p {shlex.quote(d)} && test -w "
-                  f"{shlex.quote(d)}", timeout=30)  # fmt: skip
-        checks.append(Check("process manager", w.ok, f"setsid and writable {d}" if w.ok else
-                            (w.stderr.strip() or "setsid missing or run_dir not writable"),
-                            None if w.ok else "install util-linux, or set run_dir"))  # fmt: skip
-    g = t.run("command -v nvidia-smi >/dev/null || exit 3; nvidia-smi --query-gpu=index,name,"
-              "memory.used,memory.total --format=csv,noheader; echo @@APPS; nvidia-smi "
-              "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader",
-              timeout=60)  # fmt: skip
+        w = t.run(
+            f"command -v setsid >/dev/null && mkdir -p {shlex.quote(d)} && test -w "
+            f"{shlex.quote(d)}",
+            timeout=30,
+        )
+        checks.append(
+            Check(
+                "process manager",
+                w.ok,
+                f"setsid and writable {d}"
+                if w.ok
+                else (w.stderr.strip() or "setsid missing or run_dir not writable"),
+                None if w.ok else "install util-linux, or set run_dir",
+            )
+        )
+    g = t.run(
+        "command -v nvidia-smi >/dev/null || exit 3; nvidia-smi --query-gpu=index,name,"
+        "memory.used,memory.total --format=csv,noheader; echo @@APPS; nvidia-smi "
+        "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader",
+        timeout=60,
+    )
     if g.exit_code == 3:
         checks.append(Check("gpus", None, "nvidia-smi not found (no GPU check)"))
     elif g.ok:
         gpus, _, apps = g.stdout.partition("@@APPS")
         n = len([x for x in gpus.splitlines() if x.strip()])
         busy = [x.strip() for x in apps.splitlines() if x.strip()]
-        checks.append(Check("gpus", True, f"{n} GPU(s): " + "; ".join(
-            x.strip() for x in gpus.splitlines() if x.strip())))  # fmt: skip
-        checks.append(Check("gpus free", not busy, "no compute processes" if not busy else
-                            "busy: " + "; ".join(busy), None if not busy else
-                            "leftover processes hold GPU memory: stop them before a campaign"))
+        checks.append(
+            Check(
+                "gpus",
+                True,
+                f"{n} GPU(s): " + "; ".join(x.strip() for x in gpus.splitlines() if x.strip()),
+            )
+        )
+        checks.append(
+            Check(
+                "gpus free",
+                not busy,
+                "no compute processes" if not busy else "busy: " + "; ".join(busy),
+                None
+                if not busy
+                else "leftover processes hold GPU memory: stop them before a campaign",
+            )
+        )
     else:
         checks.append(Check("gpus", False, g.stderr.strip()[-200:] or "nvidia-smi failed"))
     return checks + leftover_checks(host, t, restore_command)
 
 
-def leftover_checks(host: Host, t: Transport, restore_command: str | None = None,
-                    ) -> list[Check]:  # fmt: skip
+def leftover_checks(
+    host: Host,
+    t: Transport,
+    restore_command: str | None = None,
+) -> list[Check]:
     """What `restore` would undo, as checks: found by the same survey it acts on."""
     s = survey(host, t)
     fix = s.to_fix()
     how = restore_command or f"orchestrator restore --host {host.name}"
-    checks = [Check("leftovers", not fix, "; ".join(fix) if fix else "none of orchestrator's "
-                    "(no drop-in, server or lock of a campaign that is gone)",
-                    None if not fix else f"{how} undoes them")]  # fmt: skip
+    checks = [
+        Check(
+            "leftovers",
+            not fix,
+            "; ".join(fix)
+            if fix
+            else "none of orchestrator's (no drop-in, server or lock of a campaign that is gone)",
+            None if not fix else f"{how} undoes them",
+        )
+    ]
     if s.unknown:
-        checks.append(Check("locks", False, "; ".join(
-            f"{svc} is locked by {holder.describe() if holder else '?'}, which cannot be told "
-            "alive or dead" for svc, holder in s.unknown),
-            f"if you know it is dead, {how} --break-lock restores it"))  # fmt: skip
+        checks.append(
+            Check(
+                "locks",
+                False,
+                "; ".join(
+                    f"{svc} is locked by {holder.describe() if holder else '?'}, "
+                    "which cannot be told alive or dead"
+                    for svc, holder in s.unknown
+                ),
+                f"if you know it is dead, {how} --break-lock restores it",
+            )
+        )
     if s.live:
-        checks.append(Check("in use", None, "; ".join(
-            f"{svc}: a campaign is running: {holder.describe()}" for svc, holder in s.live)))
+        checks.append(
+            Check(
+                "in use",
+                None,
+                "; ".join(
+                    f"{svc}: a campaign is running: {holder.describe()}" for svc, holder in s.live
+                ),
+            )
+        )
     return checks
 
 
@@ -103,8 +178,11 @@ def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {"systemd": [], "process": [], "locks": []}
     if host.service_manager == "systemd":
         d = shlex.quote(host.unit_dir)
-        r = t.run(f"ls -1 {d}/*.d/{DROPIN_NAME} {d}/*.d/{STATE_NAME} 2>/dev/null || true",
-                  sudo=True, timeout=30)  # fmt: skip
+        r = t.run(
+            f"ls -1 {d}/*.d/{DROPIN_NAME} {d}/*.d/{STATE_NAME} 2>/dev/null || true",
+            sudo=True,
+            timeout=30,
+        )
         for line in r.stdout.split():
             unit = line.rsplit("/", 2)[-2][: -len(".d")]
             if unit not in found["systemd"]:
@@ -112,8 +190,9 @@ def leftovers(host: Host, t: Transport) -> dict[str, list[str]]:
     run_dir = (host.run_dir or "/tmp/orchestrator").rstrip("/")
     r = t.run(f"ls -1 {shlex.quote(run_dir)}/*/pid 2>/dev/null || true", timeout=30)
     found["process"] = [line.rsplit("/", 2)[-2] for line in r.stdout.split()]
-    r = t.run(f"ls -1 {shlex.quote(lock_dir(host))}/*.lock 2>/dev/null || true", sudo=True,
-              timeout=30)  # fmt: skip
+    r = t.run(
+        f"ls -1 {shlex.quote(lock_dir(host))}/*.lock 2>/dev/null || true", sudo=True, timeout=30
+    )
     found["locks"] = [line.rsplit("/", 1)[-1][: -len(".lock")] for line in r.stdout.split()]
     return found
 
@@ -146,9 +225,9 @@ class Survey:
         if not break_lock:
             keep |= {_key(svc) for svc, _ in self.unknown}
         out: list[SystemdManager | ProcessManager] = [
-            SystemdManager(self.host, self.t, name=u) for u in self.units if _key(u) not in keep]
-        out += [ProcessManager(self.host, self.t, name=p) for p in self.processes
-                if p not in keep]
+            SystemdManager(self.host, self.t, name=u) for u in self.units if _key(u) not in keep
+        ]
+        out += [ProcessManager(self.host, self.t, name=p) for p in self.processes if p not in keep]
         return out
 
     def to_fix(self) -> list[str]:
@@ -156,24 +235,34 @@ class Survey:
         out: list[str] = []
         for m in self.managers():
             if isinstance(m, SystemdManager):
-                r = self.t.run(f"test -e {shlex.quote(m.dropin)} && echo dropin; systemctl show "
-                               f"{shlex.quote(m.name)} -p ActiveState --value", sudo=True,
-                               timeout=30)  # fmt: skip
+                r = self.t.run(
+                    f"test -e {shlex.quote(m.dropin)} && echo dropin; systemctl show "
+                    f"{shlex.quote(m.name)} -p ActiveState --value",
+                    sudo=True,
+                    timeout=30,
+                )
                 words = r.stdout.split()
-                what = (f"orchestrator's drop-in {m.dropin}" if "dropin" in words else
-                        f"orchestrator's note of how it found it ({m.state_file})")
+                what = (
+                    f"orchestrator's drop-in {m.dropin}"
+                    if "dropin" in words
+                    else f"orchestrator's note of how it found it ({m.state_file})"
+                )
                 state = words[-1] if words and words[-1] != "dropin" else "unknown"
-                out.append(f"{m.name} has {what}, left by a campaign that is gone (the unit "
-                           f"is {state})")  # fmt: skip
+                out.append(
+                    f"{m.name} has {what}, left by a campaign that is gone (the unit is {state})"
+                )
             else:
                 running = m.left_over()
-                out.append(f"{m.name}: " + ("; ".join(running) if running else
-                                            f"the pid file of a server in {m.dir}")
-                           + ", left by a campaign that is gone")  # fmt: skip
+                out.append(
+                    f"{m.name}: "
+                    + ("; ".join(running) if running else f"the pid file of a server in {m.dir}")
+                    + ", left by a campaign that is gone"
+                )
         for lock, holder in self.dead_locks:
-            out.append(f"the lock on {lock.service}"
-                       + (f" left by {holder.describe()}, which is gone" if holder
-                          else " (unreadable)"))  # fmt: skip
+            out.append(
+                f"the lock on {lock.service}"
+                + (f" left by {holder.describe()}, which is gone" if holder else " (unreadable)")
+            )
         return out
 
 
@@ -207,28 +296,35 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
     if host.service_manager == "slurm":  # a cluster: jobs and their files, not units
         from orchestrator.execution.slurm.executor import cancel_orphans
 
-        return cancel_orphans(host, t) or ["nothing to restore: no job or secrets file of "
-                                           "a stopped orchestrator found"]  # fmt: skip
+        return cancel_orphans(host, t) or [
+            "nothing to restore: no job or secrets file of a stopped orchestrator found"
+        ]
     s = survey(host, t)
     for service, holder in s.live:
-        done.append(f"refused: {service} belongs to a campaign that is running: "
-                    f"{holder.describe()}; {holder.why_alive()}. Nothing of it was "
-                    "touched; wait for it to end")  # fmt: skip
+        done.append(
+            f"refused: {service} belongs to a campaign that is running: "
+            f"{holder.describe()}; {holder.why_alive()}. Nothing of it was "
+            "touched; wait for it to end"
+        )
     dead_locks = list(s.dead_locks)
     for service, holder in s.unknown:
         if break_lock:
             dead_locks.append((HostLock(host, t, service, campaign=""), holder))
         else:
-            done.append(f"{service} kept: locked by {holder.describe() if holder else '?'}, "
-                        "which cannot be told alive or dead; if you know it is dead, "
-                        "--break-lock restores it and removes the lock")  # fmt: skip
+            done.append(
+                f"{service} kept: locked by {holder.describe() if holder else '?'}, "
+                "which cannot be told alive or dead; if you know it is dead, "
+                "--break-lock restores it and removes the lock"
+            )
     managers = s.managers(break_lock=break_lock)
     for m in managers:
         done += m.restore()
     for lock, holder in dead_locks:
         lock.break_lock()
-        done.append(f"removed the lock on {lock.service}"
-                    + (f" left by {holder.describe()}, which is gone" if holder else ""))
+        done.append(
+            f"removed the lock on {lock.service}"
+            + (f" left by {holder.describe()}, which is gone" if holder else "")
+        )
     for m in managers:  # read back: never "restored" on the word of the commands alone
         got = m.left_over()
         if got is None:

@@ -56,8 +56,17 @@ def backend_digest(host: Host) -> str:
     slurm = host.slurm
     opts: Any = None
     if slurm is not None:
-        opts = [slurm.partition, slurm.gres, slurm.time, slurm.account, slurm.constraint,
-                slurm.exclusive, list(slurm.options), slurm.conf, slurm.private_network]
+        opts = [
+            slurm.partition,
+            slurm.gres,
+            slurm.time,
+            slurm.account,
+            slurm.constraint,
+            slurm.exclusive,
+            list(slurm.options),
+            slurm.conf,
+            slurm.private_network,
+        ]
     return digest([host.service_manager, opts])
 
 
@@ -104,9 +113,13 @@ class LaunchInputs:
 
 
 def launch_inputs(host: Host, *, unit: str | None, environment: str | None) -> LaunchInputs:
-    return LaunchInputs(host_class=host.host_class, backend=backend_digest(host),
-                        host_env=env_digest(host.env), unit=unit,
-                        environment=environment)  # fmt: skip
+    return LaunchInputs(
+        host_class=host.host_class,
+        backend=backend_digest(host),
+        host_env=env_digest(host.env),
+        unit=unit,
+        environment=environment,
+    )
 
 
 __all__ = ["PARTS", "LaunchInputs", "backend_digest", "digest", "env_digest", "launch_inputs"]

@@ -59,11 +59,15 @@ _INVOCATION_RE = re.compile(r"^  (-\S.*)$")
 _HEADER_RE = re.compile(r"^\S.*:\s*$")
 #: A pointer to a fuller help: vLLM's "For full list: vllm serve --help=all".
 _MORE_RE = re.compile(r"(?<![\w-])(--help(?:=|-)(?:all|full))(?![\w-])")
-_QUAL = (r"(?:any|all|other|unknown|unrecogni[sz]ed|extra|additional|remaining|unlisted|"
-         r"further|arbitrary|undeclared|unsupported)")  # fmt: skip
+_QUAL = (
+    r"(?:any|all|other|unknown|unrecogni[sz]ed|extra|additional|remaining|unlisted|"
+    r"further|arbitrary|undeclared|unsupported)"
+)
 _NOUN = r"(?:flags?|options?|arguments?|args|parameters?|params|switches)"
-_VERB = (r"(?:pass(?:ed|es)?|forward(?:ed|s)?|hand(?:ed|s)?|relay(?:ed|s)?|sent|given|"
-         r"accepted|ignored|appended|propagated)")  # fmt: skip
+_VERB = (
+    r"(?:pass(?:ed|es)?|forward(?:ed|s)?|hand(?:ed|s)?|relay(?:ed|s)?|sent|given|"
+    r"accepted|ignored|appended|propagated)"
+)
 #: Prose saying that flags the help does not list are passed on or accepted anyway.
 _IN = r"(?:[^.;!?]|\.(?!\s|$))"  # within one sentence ("..." and "a.b" do not end it)
 _PASSTHROUGH_RE = re.compile(
@@ -91,8 +95,12 @@ class HelpFacts:
     @property
     def complete(self) -> bool:
         """Trusted to predict refusals: a full argparse help of a parser that refuses."""
-        return (self.argparse and self.more is None and not self.passthrough
-                and any(o not in ("-h", "--help") for o in self.options))  # fmt: skip
+        return (
+            self.argparse
+            and self.more is None
+            and not self.passthrough
+            and any(o not in ("-h", "--help") for o in self.options)
+        )
 
     @property
     def why_not(self) -> str:
@@ -160,13 +168,16 @@ def read_help(text: str) -> HelpFacts:
     # The usage block names the options the sections show (unless the parser was given a
     # usage string of its own, as vLLM's "vllm serve [model_tag] [options]"); a usage block
     # alone (an error message's) still names them.
-    for opt in re.findall(r"(?<![\w-])--?[A-Za-z0-9][\w.-]*", " ".join(usage)[len("usage: "):]):
+    for opt in re.findall(r"(?<![\w-])--?[A-Za-z0-9][\w.-]*", " ".join(usage)[len("usage: ") :]):
         found.setdefault(opt, None)
     joined = " ".join(prose)
     # argparse.REMAINDER prints as a bare "..." in the usage: it swallows any flags.
     remainder = bool(re.search(r"(?<![\w\]])\.\.\.(?![\w\]])", " ".join(usage)))
-    flexible = more is not None or bool(re.search(r"--[\w-]+\.[\w]+[ =]", joined)) or \
-        "(_ or - accepted)" in text  # fmt: skip
+    flexible = (
+        more is not None
+        or bool(re.search(r"--[\w-]+\.[\w]+[ =]", joined))
+        or "(_ or - accepted)" in text
+    )
     return HelpFacts(
         options=tuple(found),
         switches=frozenset(switches),
@@ -183,10 +194,14 @@ def follow(first: HelpFacts, full: HelpFacts) -> HelpFacts:
     """The facts of a paged help whose pointer (`--help=all`) printed `full`: the full
     page's options, and what either page says about pass-through and spellings. The full
     page may repeat the pointer (vLLM's does): it is followed once, not again."""
-    return HelpFacts(options=full.options, switches=full.switches, argparse=full.argparse,
-                     passthrough=full.passthrough or first.passthrough,
-                     flexible=full.flexible or first.flexible,
-                     groups=full.groups)  # fmt: skip
+    return HelpFacts(
+        options=full.options,
+        switches=full.switches,
+        argparse=full.argparse,
+        passthrough=full.passthrough or first.passthrough,
+        flexible=full.flexible or first.flexible,
+        groups=full.groups,
+    )
 
 
 def _hidden_forms(facts_: HelpFacts) -> list[str]:
@@ -236,8 +251,9 @@ def option_of(name: str, help_: HelpFacts) -> str | None:
         token = matches[0]
     for group in help_.groups:
         if token in group:
-            first = next((o for o in group if o.startswith("--") and not o.startswith("--no-")),
-                         token)  # fmt: skip
+            first = next(
+                (o for o in group if o.startswith("--") and not o.startswith("--no-")), token
+            )
             return first[2:] if first.startswith("--") else None
     return token[2:] if token.startswith("--") else None
 
@@ -261,8 +277,9 @@ def respell(exp: Experiment, help_: HelpFacts) -> tuple[Experiment, list[tuple[s
     return replace(exp, flags=tuple(flags.items())), renamed  # type: ignore[arg-type]
 
 
-def predict(help_: HelpFacts, requested: Iterable[str], *,
-            suggest: bool = True) -> list[FlagProblem]:
+def predict(
+    help_: HelpFacts, requested: Iterable[str], *, suggest: bool = True
+) -> list[FlagProblem]:
     """argparse's decision on each requested flag that is not a plain exact match, as far
     as the help tells (abbreviations included: they are accepted, `fatal` is False)."""
     longs = [o for o in help_.options if o.startswith("--")]
@@ -283,8 +300,14 @@ def predict(help_: HelpFacts, requested: Iterable[str], *,
             continue
         matches = tuple(o for o in shorts if o.startswith(name))
         if len(matches) > 1:
-            problems.append(FlagProblem(name, "ambiguous", f"ambiguous option: {token} could "
-                                        f"match {', '.join(matches)}", matches))  # fmt: skip
+            problems.append(
+                FlagProblem(
+                    name,
+                    "ambiguous",
+                    f"ambiguous option: {token} could match {', '.join(matches)}",
+                    matches,
+                )
+            )
         elif not matches:
             problems.append(FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}"))
     problems.extend(facts.check_flags(pending, longs, suggest=suggest))
@@ -295,8 +318,9 @@ def predict(help_: HelpFacts, requested: Iterable[str], *,
 # the server's own words
 # ---------------------------------------------------------------------------------------
 
-_ERROR_LINE_RE = re.compile(r"^(?:usage: .*\n(?:[ \t].*\n)*)?[\w./ -]+: error: (?P<msg>.+)$",
-                            re.MULTILINE)  # fmt: skip
+_ERROR_LINE_RE = re.compile(
+    r"^(?:usage: .*\n(?:[ \t].*\n)*)?[\w./ -]+: error: (?P<msg>.+)$", re.MULTILINE
+)
 
 
 def parser_error(output: str) -> str | None:
@@ -316,8 +340,7 @@ def _without_probe(error: str) -> str:
 
 def is_args_failure(verdict: Verdict, signature: Signature | None) -> bool:
     """A run that died at argument parsing: the server refused its command line."""
-    return verdict is Verdict.INVALID and signature is not None and \
-        signature.phase is Phase.ARGS  # fmt: skip
+    return verdict is Verdict.INVALID and signature is not None and signature.phase is Phase.ARGS
 
 
 def args_detail(log: str, signature: Signature | None, check: Check) -> str:
@@ -337,8 +360,11 @@ def _hints(problems: Sequence[FlagProblem]) -> str:
         return ""
     if len(close) == 1:
         return " (did you mean " + " or ".join(close[0].candidates) + "?)"
-    return " (did you mean " + "; ".join(
-        " or ".join(p.candidates) + f" for {p.flag}" for p in close) + "?)"  # fmt: skip
+    return (
+        " (did you mean "
+        + "; ".join(" or ".join(p.candidates) + f" for {p.flag}" for p in close)
+        + "?)"
+    )
 
 
 def suggestions(problems: Sequence[FlagProblem]) -> str:
@@ -388,8 +414,9 @@ class _Help:
 class Preflight:
     """Reads each executable's help once, predicts, confirms, and withdraws trust."""
 
-    def __init__(self, run: Runner, say: Say, *, cache: HelpCache | None = None,
-                 host: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, run: Runner, say: Say, *, cache: HelpCache | None = None, host: str = ""
+    ) -> None:
         self._run = run
         self._say = say
         self._helps: dict[tuple[str, ...], _Help] = {}
@@ -454,16 +481,26 @@ class Preflight:
                 help_ = follow(help_, more)
             why = why or more_why
         if cached is None and self._cache and build and text is not None and not why:
-            self._cache.put(self._host, key, build, {
-                "help": text, "more_arg": followed, "more": more_text if followed else None,
-                "seconds": seconds})  # fmt: skip
+            self._cache.put(
+                self._host,
+                key,
+                build,
+                {
+                    "help": text,
+                    "more_arg": followed,
+                    "more": more_text if followed else None,
+                    "seconds": seconds,
+                },
+            )
         entry = _Help(help_, trusted=help_.complete, followed=followed, help_seconds=seconds)
         self._helps[key] = entry
         if not entry.trusted:
             reason = why or help_.why_not
-            self._say(f"{shlex.join(exp.exec)} --help is not trusted to refuse flags "
-                      f"({reason}): flags are checked by the server itself, at each start",
-                      {"kind": "help-untrusted", "reason": reason})  # fmt: skip
+            self._say(
+                f"{shlex.join(exp.exec)} --help is not trusted to refuse flags "
+                f"({reason}): flags are checked by the server itself, at each start",
+                {"kind": "help-untrusted", "reason": reason},
+            )
         return entry
 
     def check(self, exp: Experiment, build: str | None = None) -> Check:
@@ -472,20 +509,25 @@ class Preflight:
         entry = self.help_of(exp, build)
         if not entry.trusted:
             return Check()
-        problems = tuple(p for p in predict(entry.facts, [option_word(k) for k, _ in exp.flags])
-                         if p.fatal)  # fmt: skip
+        problems = tuple(
+            p for p in predict(entry.facts, [option_word(k) for k, _ in exp.flags]) if p.fatal
+        )
         if not problems:
             return Check()
         words = self._dry_parse(exp, entry, problems)
         if words is not None:
-            return Check(refusal=f"the server rejects the flags: {words}{_hints(problems)}",
-                         predicted=problems, trusted=True)  # fmt: skip
+            return Check(
+                refusal=f"the server rejects the flags: {words}{_hints(problems)}",
+                predicted=problems,
+                trusted=True,
+            )
         if not entry.trusted:
             return Check()  # the dry parse contradicted the help: trust withdrawn
         return Check(predicted=problems, trusted=True)  # undecided: the run will tell
 
-    def _dry_parse(self, exp: Experiment, entry: _Help,
-                   problems: Sequence[FlagProblem]) -> str | None:  # fmt: skip
+    def _dry_parse(
+        self, exp: Experiment, entry: _Help, problems: Sequence[FlagProblem]
+    ) -> str | None:
         """The server's own parser on this variant's command line plus PROBE, a flag no
         server has: argparse reports ambiguous options and bad values while parsing, and
         unknown options all together at the end, so a parser that refuses unknown options
@@ -499,23 +541,35 @@ class Preflight:
         try:
             r = self._in_env(exp, [*exp.argv(), PROBE], timeout)
         except CommandTimeout:
-            self._withdraw(exp, f"a dry parse with {flags} and an unknown flag was still "
-                                f"running after {timeout:g}s instead of refusing them")  # fmt: skip
+            self._withdraw(
+                exp,
+                f"a dry parse with {flags} and an unknown flag was still "
+                f"running after {timeout:g}s instead of refusing them",
+            )
             return None
         error = parser_error(r.stderr + "\n" + r.stdout)
         if r.ok or (error is not None and not _without_probe(error)):
-            self._withdraw(exp, f"its own parser took {flags} (a dry parse refused only "
-                                "the unknown flag added to it)" if not r.ok else
-                                f"its own parser took {flags} and even an unknown flag "
-                                "(a dry parse exited 0)")  # fmt: skip
+            self._withdraw(
+                exp,
+                f"its own parser took {flags} (a dry parse refused only "
+                "the unknown flag added to it)"
+                if not r.ok
+                else f"its own parser took {flags} and even an unknown flag (a dry parse exited 0)",
+            )
             return None
         if error is None:
             return None  # not argparse's words: the run will tell
         return _without_probe(error)
 
     # -- after a real start
-    def settle(self, exp: Experiment, check: Check, verdict: Verdict,
-               signature: Signature | None, run_id: str = "") -> None:  # fmt: skip
+    def settle(
+        self,
+        exp: Experiment,
+        check: Check,
+        verdict: Verdict,
+        signature: Signature | None,
+        run_id: str = "",
+    ) -> None:
         """A run of a variant whose flags the help predicted refused: confirmed when it
         died at argument parsing, contradicted when it started (or died elsewhere)."""
         if not check.predicted or not check.trusted or check.refusal is not None:
@@ -535,9 +589,12 @@ class Preflight:
         entry.trusted = False
         if not entry.said:
             entry.said = True
-            self._say(f"{shlex.join(exp.exec)} --help predicted a refusal the server did not "
-                      f"make: {why}; its help is no longer trusted to refuse flags in this "
-                      "campaign", {"kind": "help-distrusted", "reason": why})  # fmt: skip
+            self._say(
+                f"{shlex.join(exp.exec)} --help predicted a refusal the server did not "
+                f"make: {why}; its help is no longer trusted to refuse flags in this "
+                "campaign",
+                {"kind": "help-distrusted", "reason": why},
+            )
 
     def trusted(self, exp: Experiment) -> bool:
         entry = self._helps.get(exp.exec)

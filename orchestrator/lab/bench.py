@@ -56,10 +56,14 @@ class Result:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_serving.py",
-                                description="Benchmark the online serving throughput.")
-    p.add_argument("--backend", default="sglang",
-                   help="sglang uses /generate; sglang-oai, vllm and others /v1/completions")
+    p = argparse.ArgumentParser(
+        prog="bench_serving.py", description="Benchmark the online serving throughput."
+    )
+    p.add_argument(
+        "--backend",
+        default="sglang",
+        help="sglang uses /generate; sglang-oai, vllm and others /v1/completions",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--base-url", default=None, help="e.g. http://127.0.0.1:30000")
@@ -91,17 +95,29 @@ class Client:
     def request(self, prompt: str, prompt_len: int, output_len: int) -> Result:
         if self.oai:
             path = "/v1/completions"
-            body = {"model": "default", "prompt": prompt, "max_tokens": output_len,
-                    "temperature": 0.0, "ignore_eos": True}
+            body = {
+                "model": "default",
+                "prompt": prompt,
+                "max_tokens": output_len,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            }
         else:
             path = "/generate"
-            body = {"text": prompt, "sampling_params": {"max_new_tokens": output_len,
-                                                        "temperature": 0.0, "ignore_eos": True}}
+            body = {
+                "text": prompt,
+                "sampling_params": {
+                    "max_new_tokens": output_len,
+                    "temperature": 0.0,
+                    "ignore_eos": True,
+                },
+            }
         start = time.perf_counter()
         try:
             conn = self._conn()
-            conn.request("POST", path, body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
+            conn.request(
+                "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+            )
             resp = conn.getresponse()
             data = resp.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -184,8 +200,9 @@ def report(args: argparse.Namespace, results: list[Result], duration: float) -> 
         "{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="),
         _row("Backend:", args.backend),
         _row("Traffic request rate:", rate),
-        _row("Max request concurrency:",
-             args.max_concurrency if args.max_concurrency else "not set"),
+        _row(
+            "Max request concurrency:", args.max_concurrency if args.max_concurrency else "not set"
+        ),
         _row("Successful requests:", len(ok)),
         _row("Benchmark duration (s):", duration, ".2f"),
         _row("Total input tokens:", total_in),
@@ -233,15 +250,20 @@ def run(args: argparse.Namespace) -> int:
         print("Starting initial single prompt test run...", flush=True)
         first = client.request(_prompt(0, in_len), in_len, min(out_len, 16))
         if not first.ok:
-            print(f"Error: initial test run failed ({first.error}); is the server up at "
-                  f"{host}:{port}?", file=sys.stderr, flush=True)
+            print(
+                f"Error: initial test run failed ({first.error}); is the server up at "
+                f"{host}:{port}?",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         print("Initial test run completed. Starting main benchmark run...", flush=True)
     workers = min(args.max_concurrency or n, n, _MAX_THREADS)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
-        futures = [pool.submit(client.request, _prompt(i, in_len), in_len, out_len)
-                   for i in range(n)]
+        futures = [
+            pool.submit(client.request, _prompt(i, in_len), in_len, out_len) for i in range(n)
+        ]
         results = [f.result() for f in futures]
     duration = time.perf_counter() - start
     busy = engine_busy(results)
@@ -249,8 +271,12 @@ def run(args: argparse.Namespace) -> int:
     failed = [r for r in results if not r.ok]
     if failed:
         reasons = sorted({r.error for r in failed})
-        print(f"Error: {len(failed)} of {n} requests failed; the server may have died "
-              f"mid-run: {'; '.join(reasons[:3])}", file=sys.stderr, flush=True)
+        print(
+            f"Error: {len(failed)} of {n} requests failed; the server may have died "
+            f"mid-run: {'; '.join(reasons[:3])}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     print("\n".join(report(args, results, duration)), flush=True)
     return 0
@@ -260,8 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, unknown = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if unknown:
-        print(f"note: ignoring options the lab bench does not use: {' '.join(unknown)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: ignoring options the lab bench does not use: {' '.join(unknown)}",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.num_prompts < 1:
         parser.error("--num-prompts must be at least 1")
     if args.random_output_len < 1 or args.random_input_len < 1:

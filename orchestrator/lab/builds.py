@@ -22,14 +22,21 @@ from orchestrator.lab.server import LAB_DIST
 
 #: what a build without its native library prints when the server starts (a torch wheel
 #: of another CUDA, as public reports show it)
-BROKEN_ERROR = ("ImportError: libcudart.so.13: cannot open shared object file: "
-                "No such file or directory")
+BROKEN_ERROR = (
+    "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
+)
 
 
-def files(root: str, name: str, *, version: str | None = None, python: str = "python3",
-          repo: str | None = None, broken: bool = False,
-          extra: dict[str, tuple[str, list[str]]] | None = None,
-          ) -> dict[str, tuple[str, int]]:  # fmt: skip
+def files(
+    root: str,
+    name: str,
+    *,
+    version: str | None = None,
+    python: str = "python3",
+    repo: str | None = None,
+    broken: bool = False,
+    extra: dict[str, tuple[str, list[str]]] | None = None,
+) -> dict[str, tuple[str, int]]:
     """The files of build `name` under `root` (an absolute path on the host): `version`
     defaults to the name; `repo` is put on the path after the build's own site (where the
     orchestrator package is, when the host has it there); `extra`: more distributions
@@ -40,17 +47,21 @@ def files(root: str, name: str, *, version: str | None = None, python: str = "py
     dist = f"{site}/{LAB_DIST.replace('-', '_')}-{version}.dist-info"
     path = site + (f":{repo}" if repo else "")
     if broken:
-        body = ("case \" $* \" in *\" -m orchestrator.lab.server \"*)\n"
-                "  echo 'Traceback (most recent call last):' >&2\n"
-                "  echo '  File \"<frozen runpy>\", line 198, in _run_module_as_main' >&2\n"
-                f"  echo {shlex.quote(BROKEN_ERROR)} >&2\n  exit 1;;\nesac\n")
+        body = (
+            'case " $* " in *" -m orchestrator.lab.server "*)\n'
+            "  echo 'Traceback (most recent call last):' >&2\n"
+            "  echo '  File \"<frozen runpy>\", line 198, in _run_module_as_main' >&2\n"
+            f"  echo {shlex.quote(BROKEN_ERROR)} >&2\n  exit 1;;\nesac\n"
+        )
     else:
         body = ""
-    wrapper = ("#!/bin/sh\n# a lab build of the simulated server (orchestrator.lab.builds)\n"
-               # after what the caller put first (a run's package overlay), as a
-               # virtualenv's site-packages comes after PYTHONPATH
-               f"PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{shlex.quote(path)}\n"
-               f"export PYTHONPATH\n{body}exec {shlex.quote(python)} \"$@\"\n")
+    wrapper = (
+        "#!/bin/sh\n# a lab build of the simulated server (orchestrator.lab.builds)\n"
+        # after what the caller put first (a run's package overlay), as a
+        # virtualenv's site-packages comes after PYTHONPATH
+        f"PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{shlex.quote(path)}\n"
+        f'export PYTHONPATH\n{body}exec {shlex.quote(python)} "$@"\n'
+    )
     meta = f"Metadata-Version: 2.1\nName: {LAB_DIST}\nVersion: {version}\n"
     out = {
         f"{prefix}/bin/python3": (wrapper, 0o755),
@@ -61,7 +72,8 @@ def files(root: str, name: str, *, version: str | None = None, python: str = "py
     for dname, (dver, requires) in (extra or {}).items():
         info = f"{site}/{dname.replace('-', '_')}-{dver}.dist-info"
         text = f"Metadata-Version: 2.1\nName: {dname}\nVersion: {dver}\n" + "".join(
-            f"Requires-Dist: {r}\n" for r in requires)
+            f"Requires-Dist: {r}\n" for r in requires
+        )
         out[f"{info}/METADATA"] = (text, 0o644)
     return out
 

@@ -22,8 +22,9 @@ PROG = "launch_server.py"
 ALWAYS = (
     flagcat.FlagSpec("host", help="The host of the HTTP server."),
     flagcat.FlagSpec("port", help="The port of the HTTP server."),
-    flagcat.FlagSpec("tp-size", aliases=("tensor-parallel-size",),
-                     help="The tensor parallelism size."),
+    flagcat.FlagSpec(
+        "tp-size", aliases=("tensor-parallel-size",), help="The tensor parallelism size."
+    ),
 )
 
 
@@ -83,8 +84,9 @@ def build_parser(specs: Sequence[flagcat.FlagSpec] | None) -> argparse.ArgumentP
         parser.add_argument(*opts, **kw)
     # The lab's own flags are no part of the simulated server: hidden from --help.
     for name in LAB_ONLY_FLAGS:
-        parser.add_argument(f"--{name}", dest=name, default=argparse.SUPPRESS,
-                            help=argparse.SUPPRESS)
+        parser.add_argument(
+            f"--{name}", dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 

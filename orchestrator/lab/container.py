@@ -79,8 +79,12 @@ def run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> str:
 
 def rootfs_tarball() -> Path:
     """Where the builder caches the tarball of the current recipe (built or not)."""
-    res = subprocess.run([sys.executable, str(ROOTFS_BUILDER), "--print-path"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, str(ROOTFS_BUILDER), "--print-path"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if res.returncode != 0:
         raise ContainerError(f"{ROOTFS_BUILDER} --print-path failed: {res.stderr.strip()}")
     return Path(res.stdout.strip().splitlines()[-1])
@@ -124,7 +128,10 @@ def extracted_rootfs(tarball: Path) -> Path:
         with subprocess.Popen(["zstd", "-dc", str(tarball)], stdout=subprocess.PIPE) as zst:
             tar = subprocess.run(
                 ["tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "-xf", "-"],
-                stdin=zst.stdout, capture_output=True, text=True, timeout=600,
+                stdin=zst.stdout,
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
         if zst.returncode != 0 or tar.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -180,8 +187,12 @@ class Netns:
         with net_lock():
             used = used_blocks()
             if block is None:
-                free = [f"{x}.{y}" for x in range(256) for y in range(64)
-                        if f"{x}.{y}" not in used and f"{x}.{y}" not in RESERVED_BLOCKS]
+                free = [
+                    f"{x}.{y}"
+                    for x in range(256)
+                    for y in range(64)
+                    if f"{x}.{y}" not in used and f"{x}.{y}" not in RESERVED_BLOCKS
+                ]
                 if not free:
                     raise ContainerError(f"no free /30 left in {NET_PREFIX}.0.0/16")
                 block = random.choice(free)
@@ -198,8 +209,21 @@ class Netns:
             try:
                 run(["ip", "netns", "add", self.name])
                 # The container end is created inside the namespace, already named eth0.
-                run(["ip", "link", "add", self.veth, "type", "veth",
-                     "peer", "name", "eth0", "netns", self.name])
+                run(
+                    [
+                        "ip",
+                        "link",
+                        "add",
+                        self.veth,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        "eth0",
+                        "netns",
+                        self.name,
+                    ]
+                )
                 run(["ip", "addr", "add", f"{self.host_address}/30", "dev", self.veth])
                 run(["ip", "link", "set", self.veth, "up"])
                 # Configured from outside: the rootfs has no network manager, and systemd
@@ -229,8 +253,9 @@ class Netns:
 def _mounted(path: Path) -> bool:
     # os.path.ismount misses a bind mount on the same device; /proc/self/mounts does not.
     target = str(path).replace(" ", "\\040")
-    return any(line.split()[1] == target
-               for line in Path("/proc/self/mounts").read_text().splitlines())  # fmt: skip
+    return any(
+        line.split()[1] == target for line in Path("/proc/self/mounts").read_text().splitlines()
+    )
 
 
 def umount(path: Path) -> None:
@@ -282,8 +307,15 @@ class Container:
     (the lab host outlives `lab up`), checked by its argv before it is ever signalled.
     """
 
-    def __init__(self, *, machine: str, rootfs: Path, workdir: Path, netns: Netns,
-                 binds: Sequence[tuple[Path | str, str]] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        machine: str,
+        rootfs: Path,
+        workdir: Path,
+        netns: Netns,
+        binds: Sequence[tuple[Path | str, str]] = (),
+    ) -> None:
         self.machine = machine
         self.rootfs = rootfs
         self.dir = workdir
@@ -312,9 +344,18 @@ class Container:
             self.mode, self._root = "overlay", merged
             return
         res = subprocess.run(
-            ["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={self.rootfs},upperdir={upper},workdir={work}", str(merged)],
-            capture_output=True, text=True, timeout=60,
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={self.rootfs},upperdir={upper},workdir={work}",
+                str(merged),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if res.returncode == 0:
             self.mode, self._root = "overlay", merged
@@ -325,7 +366,8 @@ class Container:
         root = self.root
         argv = [
             "systemd-nspawn",
-            "--directory", str(root),
+            "--directory",
+            str(root),
             "--boot",
             "--register=no",
             "--keep-unit",
@@ -344,12 +386,16 @@ class Container:
         with open(self.console_log, "ab") as log:
             try:
                 self._proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     start_new_session=True,  # a Ctrl-C in the terminal is not for it
                 )
             except FileNotFoundError as exc:
-                raise ContainerError("systemd-nspawn not found",
-                                     hint="apt-get install systemd-container") from exc
+                raise ContainerError(
+                    "systemd-nspawn not found", hint="apt-get install systemd-container"
+                ) from exc
         self.pid = self._proc.pid
         return self.pid
 
@@ -363,8 +409,9 @@ class Container:
     def running(self) -> bool:
         if self._proc is not None:
             return self._proc.poll() is None
-        return self.pid is not None and pid_alive(self.pid) and self.pid in nspawn_pids(
-            self.machine)  # fmt: skip
+        return (
+            self.pid is not None and pid_alive(self.pid) and self.pid in nspawn_pids(self.machine)
+        )
 
     def console_tail(self, lines: int = 40) -> str:
         try:
@@ -374,8 +421,11 @@ class Container:
         return "\n".join(text.splitlines()[-lines:])
 
     def failure(self, what: str, target: SshTarget | None = None) -> ContainerError:
-        msg = [f"systemd host {self.machine} ({self.netns.address}): {what}",
-               f"--- console ({self.console_log}) ---", self.console_tail()]
+        msg = [
+            f"systemd host {self.machine} ({self.netns.address}): {what}",
+            f"--- console ({self.console_log}) ---",
+            self.console_tail(),
+        ]
         if target is not None and self.running():
             try:
                 j = target.ssh_run(
@@ -405,8 +455,9 @@ class Container:
                 f"timeout {int(left)} systemctl is-system-running --wait", timeout=left + 15
             )
         except subprocess.TimeoutExpired:
-            raise self.failure("boot did not finish (systemctl is-system-running --wait)",
-                               target) from None  # fmt: skip
+            raise self.failure(
+                "boot did not finish (systemctl is-system-running --wait)", target
+            ) from None
         state = res.stdout.strip()
         if res.returncode == 255:
             raise self.failure(f"ssh as {target.user} failed: {res.stderr.strip()}", target)
@@ -414,8 +465,9 @@ class Container:
             failed = target.ssh_run("systemctl --failed --no-pager --plain", timeout=30)
             return [f"boot degraded:\n{failed.stdout}"]
         if state != "running":
-            raise self.failure(f"system state after boot is {state!r}: {res.stderr.strip()}",
-                               target)  # fmt: skip
+            raise self.failure(
+                f"system state after boot is {state!r}: {res.stderr.strip()}", target
+            )
         return []
 
     def stop(self, *, grace: float = 30.0) -> None:

@@ -94,8 +94,9 @@ class LabSettings:
                 raise UsageError(
                     f"{PORT_ENV}={env[PORT_ENV]!r} is not a TCP port", hint="e.g. 2222"
                 )
-        return cls(state_dir=state_dir.resolve(), port=port, repo=repo,
-                   port_given=bool(env.get(PORT_ENV)))
+        return cls(
+            state_dir=state_dir.resolve(), port=port, repo=repo, port_given=bool(env.get(PORT_ENV))
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,13 @@ class LabStatus:
         """The `lab` entry of hosts.yaml that reaches this lab (absolute paths)."""
         run_dir = str(self.settings.run_dir)
         if not self.sshd_installed:
-            return {"address": "localhost", "transport": "local", "service_manager": "process",
-                    "run_dir": run_dir, "labels": ["lab"]}
+            return {
+                "address": "localhost",
+                "transport": "local",
+                "service_manager": "process",
+                "run_dir": run_dir,
+                "labels": ["lab"],
+            }
         entry: dict[str, object] = {
             "address": self.settings.address,
             "port": self.port,
@@ -219,10 +225,15 @@ def write_lab_configs(settings: LabSettings, server_port: int) -> Path:
             continue  # its port is not a flag: it cannot be moved
         dest = out / shipped.parent.name / shipped.name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        head = (f"# Written by `orchestrator lab up`: {shipped.relative_to(settings.repo)} "
-                "on this lab's server port.\n")
-        body = {"name": exp.name, "extends": str(shipped),
-                "service": {"flags": {"port": server_port}}}
+        head = (
+            f"# Written by `orchestrator lab up`: {shipped.relative_to(settings.repo)} "
+            "on this lab's server port.\n"
+        )
+        body = {
+            "name": exp.name,
+            "extends": str(shipped),
+            "service": {"flags": {"port": server_port}},
+        }
         dest.write_text(head + json.dumps(body) + "\n")
     return out
 
@@ -278,8 +289,17 @@ def up(settings: LabSettings) -> UpResult:
     server_port = _server_port(settings)
     pid = sshd_mod.start_daemon(endpoint, settings.pid_file)
     settings.state_file.write_text(
-        json.dumps({"pid": pid, "port": settings.port, "address": settings.address,
-                    "user": endpoint.user, "server_port": server_port}, indent=2) + "\n"
+        json.dumps(
+            {
+                "pid": pid,
+                "port": settings.port,
+                "address": settings.address,
+                "user": endpoint.user,
+                "server_port": server_port,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     write_lab_configs(settings, server_port)
     settings.run_dir.mkdir(mode=0o700, exist_ok=True)
@@ -322,7 +342,8 @@ def down(settings: LabSettings) -> DownResult:
         if stale:
             settings.pid_file.unlink(missing_ok=True)
             return DownResult(
-                stopped_pid=None, removed_stale_pid_file=True,
+                stopped_pid=None,
+                removed_stale_pid_file=True,
                 notes=(f"removed a stale pid file ({settings.pid_file})",),
             )
         return DownResult(stopped_pid=None)

@@ -38,8 +38,16 @@ from pathlib import Path
 
 SUITE = "bookworm"
 PACKAGES = [
-    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-yaml",
-    "curl", "iproute2", "procps", "sudo",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-yaml",
+    "curl",
+    "iproute2",
+    "procps",
+    "sudo",
     # vLLM's CPU kernels (vllm._C) link libnuma: the lab's real vLLM unit (lab up --vllm)
     "libnuma1",
 ]
@@ -49,11 +57,20 @@ HOSTNAME = "orch-systemd-host"
 # Units that only slow a container boot down or wait for hardware/terminals that do not
 # exist here. getty units in particular: nspawn without a TTY leaves console-getty spinning.
 MASKED_UNITS = [
-    "console-getty.service", "getty@.service", "serial-getty@.service",
-    "container-getty@.service", "getty.target", "systemd-firstboot.service",
-    "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
-    "dpkg-db-backup.timer", "systemd-networkd-wait-online.service",
-    "systemd-timesyncd.service", "cron.service",
+    "console-getty.service",
+    "getty@.service",
+    "serial-getty@.service",
+    "container-getty@.service",
+    "getty.target",
+    "systemd-firstboot.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "fstrim.timer",
+    "dpkg-db-backup.timer",
+    "systemd-networkd-wait-online.service",
+    "systemd-timesyncd.service",
+    "cron.service",
 ]
 # sshd settings for the tests; sshd_config's first value wins, and Debian's sshd_config
 # includes sshd_config.d/*.conf at its top, so these override the defaults.
@@ -154,16 +171,39 @@ def configure(root: Path) -> None:
     # the fixture can write a known_hosts line from it (host keys are always checked).
     for key in (root / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{HOSTNAME}",
-         "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"root@{HOSTNAME}",
+            "-f",
+            str(root / "etc/ssh/ssh_host_ed25519_key"),
+        ]
+    )
     (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
     (root / "etc/ssh/sshd_config.d/orch-test.conf").write_text(SSHD_CONF)
     (root / "etc/ssh/orch_authorized_keys").write_text("")  # bind-mount target
     # With UsePAM no, OpenSSH refuses accounts whose password starts with '!' (locked);
     # '*' means "no password" but still allows keys.
     run(["chroot", str(root), "usermod", "-p", "*", "root"])
-    run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash",
-         "--password", "*", LOGIN_USER])
+    run(
+        [
+            "chroot",
+            str(root),
+            "useradd",
+            "--create-home",
+            "--shell",
+            "/bin/bash",
+            "--password",
+            "*",
+            LOGIN_USER,
+        ]
+    )
     sudoers = root / "etc/sudoers.d" / LOGIN_USER
     sudoers.write_text(f"{LOGIN_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n")
     sudoers.chmod(0o440)
@@ -195,7 +235,9 @@ def build(dest: Path) -> None:
         root = Path(work) / "root"
         log(f"debootstrap {SUITE} from {mirror} into {root} (about a minute)")
         argv = [
-            "debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(PACKAGES)}",
         ]
         keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
         if Path(keyring).exists():

@@ -68,8 +68,13 @@ from orchestrator.lab import flags as flagcat
 STARTUP_PHASES = ("init", "load_weights", "kv_cache", "cuda_graph", "warmup")
 #: Phases a fault rule may name: argument parsing, startup, and serving (under load).
 RULE_PHASES = ("args", *STARTUP_PHASES, "serving")
-DEFAULT_STARTUP = {"init": 0.3, "load_weights": 1.0, "kv_cache": 0.2, "cuda_graph": 0.6,
-                   "warmup": 0.2}
+DEFAULT_STARTUP = {
+    "init": 0.3,
+    "load_weights": 1.0,
+    "kv_cache": 0.2,
+    "cuda_graph": 0.6,
+    "warmup": 0.2,
+}
 EFFECTS = ("crash", "hang")
 OPERATORS = ("lt", "le", "gt", "ge", "ne", "in")
 
@@ -153,8 +158,11 @@ class When:
     version: tuple[Condition, ...] = ()
 
     def holds(
-        self, flags: Mapping[str, FlagValue], env: Mapping[str, str],
-        defaults: Mapping[str, Any] | None = None, version: int | None = None,
+        self,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        defaults: Mapping[str, Any] | None = None,
+        version: int | None = None,
     ) -> bool:
         defaults = defaults or {}
         for c in self.version:
@@ -251,8 +259,9 @@ class Scenario:
 
     def startup_total(self) -> float:
         """Seconds from start to ready at time scale 1, on the checkpoint's weights."""
-        return sum(v for k, v in self.startup.items() if k != "load_weights") + \
-            self.load_seconds({})  # fmt: skip
+        return sum(v for k, v in self.startup.items() if k != "load_weights") + self.load_seconds(
+            {}
+        )
 
     def load_seconds(self, flags: Mapping[str, FlagValue]) -> float:
         """The load phase: from the model's size (or `startup.load_weights`), unless the
@@ -264,7 +273,10 @@ class Scenario:
         return self.startup["load_weights"]
 
     def select_fault(
-        self, flags: Mapping[str, FlagValue], env: Mapping[str, str], seed: int,
+        self,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        seed: int,
         version: str | None = None,
     ) -> Rule | None:
         """The first rule that matches (and, if flaky, whose draw comes up), else None.
@@ -434,8 +446,9 @@ class _Validator:
             raise self.fail(where, f"expected a mapping, got {_kind(v)}")
         return v
 
-    def number(self, where: str, v: object, *, minimum: float | None = None,
-               positive: bool = False) -> float:
+    def number(
+        self, where: str, v: object, *, minimum: float | None = None, positive: bool = False
+    ) -> float:
         if not _is_number(v):
             raise self.fail(where, f"expected a number, got {_kind(v)}")
         if positive and v <= 0:
@@ -460,8 +473,22 @@ class _Validator:
         if data is None:
             raise self.fail("", "the file is empty; expected a scenario mapping")
         data = self.mapping("(top level)", data)
-        self.keys("", data, ("name", "description", "seed", "startup", "faults", "throughput",
-                             "known_flags", "defaults", "model", "versions"))
+        self.keys(
+            "",
+            data,
+            (
+                "name",
+                "description",
+                "seed",
+                "startup",
+                "faults",
+                "throughput",
+                "known_flags",
+                "defaults",
+                "model",
+                "versions",
+            ),
+        )
         self.versions = self.version_list(data.get("versions"))
         name = self.string("name", data["name"]) if "name" in data else self.path.parent.name
         seed: int | None = 0
@@ -469,8 +496,9 @@ class _Validator:
             seed = None
         elif "seed" in data:
             if not isinstance(data["seed"], int) or isinstance(data["seed"], bool):
-                raise self.fail("seed", f"expected a whole number or 'random', got "
-                                        f"{_kind(data['seed'])}")  # fmt: skip
+                raise self.fail(
+                    "seed", f"expected a whole number or 'random', got {_kind(data['seed'])}"
+                )
             seed = self.integer("seed", data["seed"], 0, 2**63)
         startup = self.startup(data.get("startup", {}))
         faults_raw = data.get("faults", [])
@@ -486,18 +514,32 @@ class _Validator:
         desc = data.get("description", "")
         if not isinstance(desc, str):
             raise self.fail("description", f"expected a string, got {_kind(desc)}")
-        return Scenario(name=name, path=self.path, description=desc, seed=seed, startup=startup,
-                        faults=faults, throughput=base, factors=factors, known_flags=known,
-                        defaults=defaults, model=model, versions=self.versions)
+        return Scenario(
+            name=name,
+            path=self.path,
+            description=desc,
+            seed=seed,
+            startup=startup,
+            faults=faults,
+            throughput=base,
+            factors=factors,
+            known_flags=known,
+            defaults=defaults,
+            model=model,
+            versions=self.versions,
+        )
 
     def version_list(self, v: object) -> tuple[str, ...]:
         if v is None:
             return ()
         if not isinstance(v, list) or not v:
-            raise self.fail("versions", f"expected a list of version names, oldest first, got "
-                                        f"{_kind(v)}")  # fmt: skip
-        names = [str(x) if isinstance(x, int | float | str) and not isinstance(x, bool)
-                 else "" for x in v]  # fmt: skip
+            raise self.fail(
+                "versions", f"expected a list of version names, oldest first, got {_kind(v)}"
+            )
+        names = [
+            str(x) if isinstance(x, int | float | str) and not isinstance(x, bool) else ""
+            for x in v
+        ]
         for i, name in enumerate(names):
             if not name:
                 raise self.fail(f"versions[{i}]", f"expected a version name, got {_kind(v[i])}")
@@ -510,9 +552,13 @@ class _Validator:
         `versions:`, as positions."""
         if not self.versions:
             raise self.fail(where, "a version condition needs the scenario's 'versions:' list")
-        c = self.condition(where, "version", v if not isinstance(v, dict) else
-                           {k: (0 if k in ("lt", "le", "gt", "ge") else x)
-                            for k, x in v.items()})  # fmt: skip
+        c = self.condition(
+            where,
+            "version",
+            v
+            if not isinstance(v, dict)
+            else {k: (0 if k in ("lt", "le", "gt", "ge") else x) for k, x in v.items()},
+        )
         raw = v[c.op] if isinstance(v, dict) else v
 
         def index(x: object, at: str) -> int:
@@ -544,8 +590,9 @@ class _Validator:
             flag, *path = str(key).lstrip("-").split(".")
             if path:  # a key path: a JSON value, as the server's JSON reads it
                 if not isinstance(val, int | float | str | bool):
-                    raise self.fail(f"defaults.{key}",
-                                    f"expected a number, string or boolean, got {_kind(val)}")
+                    raise self.fail(
+                        f"defaults.{key}", f"expected a number, string or boolean, got {_kind(val)}"
+                    )
                 out[".".join((flagcat.canonical(flag), *path))] = val
                 continue
             if not isinstance(val, int | float | str) or isinstance(val, bool):
@@ -557,8 +604,20 @@ class _Validator:
 
     def model(self, v: object) -> ModelInfo:
         data = self.mapping("model", v if v is not None else {})
-        self.keys("model", data, ("arch", "dtype", "shards", "gpu_mem_gb", "weights_gb",
-                                  "context_len", "load_gb_per_s", "dummy_load_s"))
+        self.keys(
+            "model",
+            data,
+            (
+                "arch",
+                "dtype",
+                "shards",
+                "gpu_mem_gb",
+                "weights_gb",
+                "context_len",
+                "load_gb_per_s",
+                "dummy_load_s",
+            ),
+        )
         kw: dict[str, Any] = {}
         for key in ("arch", "dtype"):
             if key in data:
@@ -570,8 +629,7 @@ class _Validator:
             if key in data:
                 kw[key] = self.number(f"model.{key}", data[key], positive=True)
         if "dummy_load_s" in data:
-            kw["dummy_load_s"] = self.number("model.dummy_load_s", data["dummy_load_s"],
-                                             minimum=0)  # fmt: skip
+            kw["dummy_load_s"] = self.number("model.dummy_load_s", data["dummy_load_s"], minimum=0)
         return ModelInfo(**kw)
 
     def throughput(self, v: object) -> tuple[float, tuple[Factor, ...]]:
@@ -592,8 +650,12 @@ class _Validator:
             self.keys(where, fd, ("when", "multiply"))
             if "when" not in fd or "multiply" not in fd:
                 raise self.fail(where, "expected both 'when' and 'multiply'")
-            factors.append(Factor(self.when(f"{where}.when", fd["when"]),
-                                  self.number(f"{where}.multiply", fd["multiply"], positive=True)))
+            factors.append(
+                Factor(
+                    self.when(f"{where}.when", fd["when"]),
+                    self.number(f"{where}.multiply", fd["multiply"], positive=True),
+                )
+            )
         return base, tuple(factors)
 
     # -- rules
@@ -601,34 +663,55 @@ class _Validator:
     def rule(self, i: int, v: object) -> Rule:
         where = f"faults[{i}]"
         data = self.mapping(where, v)
-        self.keys(where, data, ("when", "phase", "effect", "error", "after_requests",
-                                "probability", "exit_code", "kill", "frames", "description",
-                                "needs_real_weights"))
+        self.keys(
+            where,
+            data,
+            (
+                "when",
+                "phase",
+                "effect",
+                "error",
+                "after_requests",
+                "probability",
+                "exit_code",
+                "kill",
+                "frames",
+                "description",
+                "needs_real_weights",
+            ),
+        )
         if "when" not in data:
-            raise self.fail(f"{where}.when",
-                            "missing; expected a mapping of conditions ({} = always)")
+            raise self.fail(
+                f"{where}.when", "missing; expected a mapping of conditions ({} = always)"
+            )
         when = self.when(f"{where}.when", data["when"])
         after = None
         if data.get("after_requests") is not None:
             after = self.integer(f"{where}.after_requests", data["after_requests"], 0, 10**9)
         phase = data.get("phase", "serving" if after is not None else None)
         if phase not in RULE_PHASES:
-            raise self.fail(f"{where}.phase", f"expected one of {', '.join(RULE_PHASES)}, "
-                                              f"got {phase!r}")
+            raise self.fail(
+                f"{where}.phase", f"expected one of {', '.join(RULE_PHASES)}, got {phase!r}"
+            )
         if after is not None and phase != "serving":
-            raise self.fail(f"{where}.after_requests", "only a 'serving' phase rule can wait "
-                                                       f"for requests (phase is {phase!r})")
+            raise self.fail(
+                f"{where}.after_requests",
+                f"only a 'serving' phase rule can wait for requests (phase is {phase!r})",
+            )
         effect = data.get("effect", "crash")
         if effect not in EFFECTS:
-            raise self.fail(f"{where}.effect",
-                            f"expected one of {', '.join(EFFECTS)}, got {effect!r}")
+            raise self.fail(
+                f"{where}.effect", f"expected one of {', '.join(EFFECTS)}, got {effect!r}"
+            )
         if effect == "hang" and phase == "args":
             raise self.fail(f"{where}.effect", "an 'args' rule cannot hang; it exits with code 2")
         error = ""
         if effect == "crash":
             if "error" not in data:
-                raise self.fail(f"{where}.error", "missing; a crash needs the error text it "
-                                                  "ends with, e.g. 'RuntimeError: ...'")
+                raise self.fail(
+                    f"{where}.error",
+                    "missing; a crash needs the error text it ends with, e.g. 'RuntimeError: ...'",
+                )
             error = self.string(f"{where}.error", data["error"]).strip("\n")
         elif "error" in data:
             error = self.string(f"{where}.error", data["error"]).strip("\n")
@@ -644,17 +727,28 @@ class _Validator:
             raise self.fail(f"{where}.kill", f"expected true or false, got {_kind(kill)}")
         raw_frames = data.get("frames") or []
         if not isinstance(raw_frames, list):
-            raise self.fail(f"{where}.frames",
-                            f"expected a list of frames, got {_kind(raw_frames)}")
+            raise self.fail(
+                f"{where}.frames", f"expected a list of frames, got {_kind(raw_frames)}"
+            )
         frames = tuple(self.frame(f"{where}.frames[{j}]", f) for j, f in enumerate(raw_frames))
         real = data.get("needs_real_weights", False)
         if not isinstance(real, bool):
-            raise self.fail(f"{where}.needs_real_weights",
-                            f"expected true or false, got {_kind(real)}")
-        return Rule(index=i, when=when, phase=phase, effect=effect, error=error,
-                    needs_real_weights=real,
-                    after_requests=after if phase == "serving" else None, probability=prob,
-                    exit_code=code, kill=kill, frames=frames)
+            raise self.fail(
+                f"{where}.needs_real_weights", f"expected true or false, got {_kind(real)}"
+            )
+        return Rule(
+            index=i,
+            when=when,
+            phase=phase,
+            effect=effect,
+            error=error,
+            needs_real_weights=real,
+            after_requests=after if phase == "serving" else None,
+            probability=prob,
+            exit_code=code,
+            kill=kill,
+            frames=frames,
+        )
 
     def frame(self, where: str, v: object) -> Frame:
         data = self.mapping(where, v)
@@ -662,10 +756,12 @@ class _Validator:
         for key in ("file", "line", "func", "code"):
             if key not in data:
                 raise self.fail(f"{where}.{key}", "missing; a frame needs file, line, func, code")
-        return Frame(self.string(f"{where}.file", data["file"]),
-                     self.integer(f"{where}.line", data["line"], 1, 10**7),
-                     self.string(f"{where}.func", data["func"]),
-                     self.string(f"{where}.code", data["code"]))
+        return Frame(
+            self.string(f"{where}.file", data["file"]),
+            self.integer(f"{where}.line", data["line"], 1, 10**7),
+            self.string(f"{where}.func", data["func"]),
+            self.string(f"{where}.code", data["code"]),
+        )
 
     def when(self, where: str, v: object) -> When:
         data = self.mapping(where, v if v is not None else {})
@@ -678,15 +774,19 @@ class _Validator:
                 continue
             if key == "env":
                 env = self.mapping(f"{where}.env", cond)
-                env_conds.extend(self.condition(f"{where}.env.{k}", str(k), c)
-                                 for k, c in env.items())
+                env_conds.extend(
+                    self.condition(f"{where}.env.{k}", str(k), c) for k, c in env.items()
+                )
                 continue
             if not isinstance(key, str) or not key.strip("-"):
                 raise self.fail(f"{where}.{key}", "expected a flag name like 'ep-size'")
             flag, *path = key.lstrip("-").split(".")
             if not flag or not all(path):
-                raise self.fail(f"{where}.{key}", "expected a flag name or a key path like "
-                                                  "'compilation-config.pass_config.enable_fusion'")
+                raise self.fail(
+                    f"{where}.{key}",
+                    "expected a flag name or a key path like "
+                    "'compilation-config.pass_config.enable_fusion'",
+                )
             name = flagcat.canonical(flag)
             if path:
                 flag_conds.append(self.key_condition(f"{where}.{key}", name, tuple(path), cond))
@@ -700,8 +800,9 @@ class _Validator:
             return Condition(key, "eq", v, path)
         if isinstance(v, dict) and set(v) == {"present"}:
             if not isinstance(v["present"], bool):
-                raise self.fail(f"{where}.present", f"expected true or false, got "
-                                                    f"{_kind(v['present'])}")  # fmt: skip
+                raise self.fail(
+                    f"{where}.present", f"expected true or false, got {_kind(v['present'])}"
+                )
             return Condition(key, "present" if v["present"] else "absent", None, path)
         c = self.condition(where, key, v)
         return Condition(c.key, c.op, c.value, path)
@@ -712,21 +813,26 @@ class _Validator:
         if v is False:
             return Condition(key, "absent")
         if v is None:
-            raise self.fail(where, "expected a value, true (present), false (absent) or a "
-                                   "mapping of lt/le/gt/ge/ne/in; got null")
+            raise self.fail(
+                where,
+                "expected a value, true (present), false (absent) or a "
+                "mapping of lt/le/gt/ge/ne/in; got null",
+            )
         if isinstance(v, int | float | str):
             return Condition(key, "eq", v)
         if isinstance(v, list):
             for i, item in enumerate(v):
                 if not isinstance(item, int | float | str) or isinstance(item, bool):
-                    raise self.fail(f"{where}[{i}]",
-                                    f"expected a number or string, got {_kind(item)}")
+                    raise self.fail(
+                        f"{where}[{i}]", f"expected a number or string, got {_kind(item)}"
+                    )
             return Condition(key, "eq", list(v))
         data = self.mapping(where, v)
         if len(data) != 1:
             # One operator per condition keeps the meaning obvious; ranges use two rules.
-            raise self.fail(where, f"expected exactly one of {', '.join(OPERATORS)}, "
-                                   f"got {len(data)} keys")
+            raise self.fail(
+                where, f"expected exactly one of {', '.join(OPERATORS)}, got {len(data)} keys"
+            )
         self.keys(where, data, OPERATORS)
         op, operand = next(iter(data.items()))
         if op in ("lt", "le", "gt", "ge"):
@@ -751,8 +857,9 @@ class _Validator:
         specs = self.preset(f"{where}.preset", data.get("preset")) if "preset" in data else []
         remove = data.get("remove") or []
         if not isinstance(remove, list):
-            raise self.fail(f"{where}.remove",
-                            f"expected a list of flag names, got {_kind(remove)}")
+            raise self.fail(
+                f"{where}.remove", f"expected a list of flag names, got {_kind(remove)}"
+            )
         drop = {str(r).lstrip("-") for r in remove}
         unknown = drop - {s.name for s in specs}
         if unknown:
@@ -767,11 +874,14 @@ class _Validator:
         try:
             return flagcat.preset(str(name))
         except KeyError:
-            raise self.fail(where, f"unknown preset {name!r}; expected one of "
-                                   f"{', '.join(flagcat.preset_names())}") from None
+            raise self.fail(
+                where,
+                f"unknown preset {name!r}; expected one of {', '.join(flagcat.preset_names())}",
+            ) from None
 
-    def flag_list(self, where: str, items: list[Any],
-                  start: list[flagcat.FlagSpec]) -> list[flagcat.FlagSpec]:
+    def flag_list(
+        self, where: str, items: list[Any], start: list[flagcat.FlagSpec]
+    ) -> list[flagcat.FlagSpec]:
         specs = list(start)
         seen = {s.name for s in specs}
         for i, item in enumerate(items):
@@ -783,14 +893,19 @@ class _Validator:
                 name, kind = next(iter(item.items()))
                 name = str(name).lstrip("-")
                 if kind not in flagcat.KINDS:
-                    raise self.fail(f"{w}.{name}", f"expected one of {', '.join(flagcat.KINDS)}, "
-                                                   f"got {kind!r}")
+                    raise self.fail(
+                        f"{w}.{name}", f"expected one of {', '.join(flagcat.KINDS)}, got {kind!r}"
+                    )
                 base = flagcat.CATALOGUE.get(name)
-                spec = flagcat.FlagSpec(name, kind, base.aliases if base else (),
-                                        base.help if base else None)
+                spec = flagcat.FlagSpec(
+                    name, kind, base.aliases if base else (), base.help if base else None
+                )
             else:
-                raise self.fail(w, "expected a flag name, or a one-key mapping "
-                                   f"name: value|switch|list; got {_kind(item)}")
+                raise self.fail(
+                    w,
+                    "expected a flag name, or a one-key mapping "
+                    f"name: value|switch|list; got {_kind(item)}",
+                )
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
                 raise self.fail(w, f"{name!r} is not a valid option name")
             if name in seen:

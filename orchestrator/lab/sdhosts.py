@@ -51,8 +51,15 @@ VETH_RE = re.compile(r"^oh(\d+)x(\d+)$")
 
 #: the test host's failures are the container's (the fixtures' callers catch this name)
 HostError = ContainerError
-__all__ = ["HostError", "SystemdHost", "SystemdHostFactory", "SystemdImage", "build_rootfs",
-           "cleanup_stale", "extracted_rootfs"]
+__all__ = [
+    "HostError",
+    "SystemdHost",
+    "SystemdHostFactory",
+    "SystemdImage",
+    "build_rootfs",
+    "cleanup_stale",
+    "extracted_rootfs",
+]
 
 
 def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> str:
@@ -68,8 +75,20 @@ class SystemdImage:
         self.rootfs = extracted_rootfs(tarball)
         self.host_key_pub = ct.rootfs_host_key(self.rootfs).split()
         self.identity_file = workdir / "id_ed25519"
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orch-tests",
-              "-f", str(self.identity_file)])
+        _run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "orch-tests",
+                "-f",
+                str(self.identity_file),
+            ]
+        )
         self.authorized_keys = workdir / "authorized_keys"
         shutil.copy(str(self.identity_file) + ".pub", self.authorized_keys)
         self.authorized_keys.chmod(0o644)
@@ -97,9 +116,14 @@ class SystemdHost:
         self.dir.mkdir()
         self.netns = Netns(f"orch-{pid}-{index}", f"oh{pid}x{index}"[:15])
         self.container = ct.Container(
-            machine=self.name, rootfs=image.rootfs, workdir=self.dir, netns=self.netns,
-            binds=[(REPO, REPO_IN_CONTAINER),
-                   (image.authorized_keys, "/etc/ssh/orch_authorized_keys")],
+            machine=self.name,
+            rootfs=image.rootfs,
+            workdir=self.dir,
+            netns=self.netns,
+            binds=[
+                (REPO, REPO_IN_CONTAINER),
+                (image.authorized_keys, "/etc/ssh/orch_authorized_keys"),
+            ],
         )
         self.console_log = self.container.console_log
         self.target: SshTarget | None = None
@@ -124,7 +148,7 @@ class SystemdHost:
 
     @property
     def mode(self) -> str:
-        """"overlay" or "ephemeral" (see orchestrator.lab.container)."""
+        """ "overlay" or "ephemeral" (see orchestrator.lab.container)."""
         return self.container.mode
 
     # -- lifecycle --
@@ -135,8 +159,11 @@ class SystemdHost:
                 self.netns.create()
             self.known_hosts.write_text(f"{self.address} {self.host_key_pub}\n")
             self.target = SshTarget(
-                address=self.address, port=self.port, user=self.user,
-                identity_file=self.identity_file, known_hosts=self.known_hosts,
+                address=self.address,
+                port=self.port,
+                user=self.user,
+                identity_file=self.identity_file,
+                known_hosts=self.known_hosts,
                 host_key_pub=self.host_key_pub,
             )
             self.container.mount_root()
@@ -204,8 +231,9 @@ class SystemdHost:
         """Write a file on the host through ssh (stdin, so any content arrives unchanged)."""
         q = "'" + path.replace("'", "'\\''") + "'"
         self.ssh_run(
-            f"mkdir -p \"$(dirname {q})\" && cat > {q} && chmod {mode} {q}",
-            input=text, check=True,
+            f'mkdir -p "$(dirname {q})" && cat > {q} && chmod {mode} {q}',
+            input=text,
+            check=True,
         )
 
     def install_unit(self, name: str, text: str, *, directory: str = "/etc/systemd/system") -> None:
@@ -276,7 +304,7 @@ def cleanup_stale() -> None:
         if m and not pid_alive(int(m.group(1))):
             dead.add(m.group(1))
     for workdir in WORK_PARENT.glob(f"{WORK_PREFIX}*"):
-        owner = workdir.name[len(WORK_PREFIX):].split("-", 1)[0]
+        owner = workdir.name[len(WORK_PREFIX) :].split("-", 1)[0]
         if owner.isdigit() and not pid_alive(int(owner)):
             dead.add(owner)
     if not dead:

@@ -108,8 +108,10 @@ class SdLabSettings:
         name = env.get(NAME_ENV)
         if name:
             if not _NAME_RE.fullmatch(name):
-                raise UsageError(f"{NAME_ENV}={name!r} is not a usable name",
-                                 hint="lower-case letters, digits and '-', at most 31")  # fmt: skip
+                raise UsageError(
+                    f"{NAME_ENV}={name!r} is not a usable name",
+                    hint="lower-case letters, digits and '-', at most 31",
+                )
             # a name of its own (tests, bench) never takes the default's address block
             return cls(lab=lab, name=name)
         return cls(lab=lab, default_block=True)
@@ -174,9 +176,14 @@ class SdLabStatus:
         kh = self.settings.known_hosts
         if kh.exists():
             host_key = " ".join(kh.read_text().split()[1:3])
-        return SshTarget(address=self.address, port=22, user=USER,
-                         identity_file=self.settings.identity_file, known_hosts=kh,
-                         host_key_pub=host_key)  # fmt: skip
+        return SshTarget(
+            address=self.address,
+            port=22,
+            user=USER,
+            identity_file=self.settings.identity_file,
+            known_hosts=kh,
+            host_key_pub=host_key,
+        )
 
     def hosts_entry(self) -> dict[str, object]:
         """The `lab-systemd` entry of hosts.yaml that reaches this host (absolute paths)."""
@@ -211,8 +218,12 @@ def missing_prerequisites() -> str | None:
     """Why this machine cannot run the systemd lab host, or None when it can."""
     if os.geteuid() != 0:
         return "not root (systemd-nspawn and network namespaces need root)"
-    for tool, pkg in (("systemd-nspawn", "systemd-container"), ("ip", "iproute2"),
-                      ("zstd", "zstd"), ("ssh-keygen", "openssh-client")):  # fmt: skip
+    for tool, pkg in (
+        ("systemd-nspawn", "systemd-container"),
+        ("ip", "iproute2"),
+        ("zstd", "zstd"),
+        ("ssh-keygen", "openssh-client"),
+    ):
         if not shutil.which(tool):
             return f"'{tool}' is not installed (Debian package {pkg})"
     return None
@@ -263,16 +274,19 @@ def _vllm_binds() -> list[tuple[Path | str, str]]:
     return [(cache, str(cache)), (base, str(base))]
 
 
-def _container(settings: SdLabSettings, rootfs: Path | None = None,
-               vllm: bool = False) -> ct.Container:  # fmt: skip
+def _container(
+    settings: SdLabSettings, rootfs: Path | None = None, vllm: bool = False
+) -> ct.Container:
     return ct.Container(
         machine=settings.name,
         rootfs=rootfs or Path("/nonexistent"),
         workdir=settings.workdir,
         netns=ct.Netns(settings.netns_name, settings.veth),
-        binds=[(settings.lab.repo, REPO_IN_CONTAINER),
-               (settings.identity_file.with_suffix(".pub"), "/etc/ssh/orch_authorized_keys"),
-               *(_vllm_binds() if vllm else [])],
+        binds=[
+            (settings.lab.repo, REPO_IN_CONTAINER),
+            (settings.identity_file.with_suffix(".pub"), "/etc/ssh/orch_authorized_keys"),
+            *(_vllm_binds() if vllm else []),
+        ],
     )
 
 
@@ -306,8 +320,20 @@ def _keys(settings: SdLabSettings) -> None:
     if key.exists() and key.with_suffix(".pub").exists():
         return
     key.unlink(missing_ok=True)
-    ct.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orchestrator-lab-systemd",
-            "-f", str(key)])  # fmt: skip
+    ct.run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "orchestrator-lab-systemd",
+            "-f",
+            str(key),
+        ]
+    )
     key.with_suffix(".pub").chmod(0o644)
 
 
@@ -325,20 +351,27 @@ def _provision(root: Path, name: str, vllm: bool = False) -> None:
     # The project (bound read-only at /opt/orchestrator) on python3's path for every user
     # and unit, the way a pip-installed sglang is: no PYTHONPATH in units or hosts.yaml.
     (root / "usr/lib/python3/dist-packages/orchestrator-lab.pth").write_text(
-        REPO_IN_CONTAINER + "\n")  # fmt: skip
+        REPO_IN_CONTAINER + "\n"
+    )
     # The name the journal and prompts show; sudo must be able to resolve it.
     (root / "etc/hostname").write_text(f"{name}\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
 
 
-def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: None,
-       timeout: float = 180.0, vllm: bool = False) -> SdUpResult:  # fmt: skip
+def up(
+    settings: SdLabSettings,
+    *,
+    progress: Callable[[str], None] = lambda _m: None,
+    timeout: float = 180.0,
+    vllm: bool = False,
+) -> SdUpResult:
     """Boot the systemd lab host unless it runs already; wait for its unit to serve."""
     why = missing_prerequisites()
     if why:
-        raise UsageError(f"the systemd lab host cannot run here: {why}",
-                         hint="`orchestrator lab up` (without --systemd) gives the process "
-                         "lab host")  # fmt: skip
+        raise UsageError(
+            f"the systemd lab host cannot run here: {why}",
+            hint="`orchestrator lab up` (without --systemd) gives the process lab host",
+        )
     current = status(settings)
     if current.running:
         return SdUpResult(status=current, started=False, **unit_health(current))
@@ -346,8 +379,9 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         _teardown(settings)
     tarball = ct.rootfs_tarball()
     if not tarball.exists():
-        progress(f"building the Debian rootfs once (debootstrap: 2-4 minutes here; cached as "
-                 f"{tarball})")
+        progress(
+            f"building the Debian rootfs once (debootstrap: 2-4 minutes here; cached as {tarball})"
+        )
         tarball = ct.build_rootfs()
     rootfs = ct.extracted_rootfs(tarball)
     _keys(settings)
@@ -362,10 +396,23 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
         c.mount_root()
         _provision(c.root, HOST_NAME, vllm=vllm)
         pid = c.spawn(hostname=HOST_NAME)
-        settings.state_file.write_text(json.dumps({
-            "name": settings.name, "pid": pid, "address": c.netns.address,
-            "netns": c.netns.name, "veth": c.netns.veth, "workdir": str(settings.workdir),
-            "user": USER, "unit": UNIT, "started": time.time()}, indent=2) + "\n")  # fmt: skip
+        settings.state_file.write_text(
+            json.dumps(
+                {
+                    "name": settings.name,
+                    "pid": pid,
+                    "address": c.netns.address,
+                    "netns": c.netns.name,
+                    "veth": c.netns.veth,
+                    "workdir": str(settings.workdir),
+                    "user": USER,
+                    "unit": UNIT,
+                    "started": time.time(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         c.wait_booted(status(settings).target(), timeout)
         st = status(settings)
         if not st.running:
@@ -380,9 +427,11 @@ def up(settings: SdLabSettings, *, progress: Callable[[str], None] = lambda _m: 
 def unit_health(st: SdLabStatus, *, wait: float = 0.0) -> dict[str, str]:
     """The unit's state and /health inside the host (waits up to `wait` s for a 200)."""
     deadline = time.monotonic() + wait
-    cmd = (f"systemctl show {UNIT} -p ActiveState -p SubState --value | paste -sd/; "
-           f"curl -s -o /dev/null -m 3 -w '%{{http_code}}' "
-           f"http://127.0.0.1:{SERVER_PORT}/health")  # fmt: skip
+    cmd = (
+        f"systemctl show {UNIT} -p ActiveState -p SubState --value | paste -sd/; "
+        f"curl -s -o /dev/null -m 3 -w '%{{http_code}}' "
+        f"http://127.0.0.1:{SERVER_PORT}/health"
+    )
     state = health = ""
     for _ in range(200):
         try:
@@ -414,8 +463,10 @@ def write_hosts_file(lab: LabSettings, st: SdLabStatus | None) -> Path:
         hosts[slurmlab.HOST_NAME] = slurmlab.hosts_entry(process.hosts_entry(), cluster)
     path = lab.state_dir / "hosts.yaml"
     lab.state_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text("# Written by `orchestrator lab up`: the lab hosts that run now.\n"
-                    + yaml.safe_dump({"hosts": hosts}, sort_keys=False))  # fmt: skip
+    path.write_text(
+        "# Written by `orchestrator lab up`: the lab hosts that run now.\n"
+        + yaml.safe_dump({"hosts": hosts}, sort_keys=False)
+    )
     return path
 
 
@@ -443,8 +494,10 @@ def _teardown(settings: SdLabSettings) -> tuple[int | None, list[str]]:
         removed.append(str(settings.workdir))
     settings.state_file.unlink(missing_ok=True)
     if c.netns.exists() or settings.workdir.exists():
-        raise InfraError(f"the systemd lab host {settings.name} left "
-                         f"{c.netns.name if c.netns.exists() else settings.workdir} behind")
+        raise InfraError(
+            f"the systemd lab host {settings.name} left "
+            f"{c.netns.name if c.netns.exists() else settings.workdir} behind"
+        )
     return stopped, removed
 
 

@@ -119,9 +119,16 @@ class Engine:
             self.tokens_out += tokens
             count = self.completed
         if count % 20 == 0:
-            self.log.emit([(0, f"Decode batch. #running-req: {min(count, 64)}, #token: "
-                               f"{self.tokens_out}, token usage: 0.01, cuda graph: True, "
-                               f"gen throughput (token/s): {self.rate:.2f}, #queue-req: 0, ")])
+            self.log.emit(
+                [
+                    (
+                        0,
+                        f"Decode batch. #running-req: {min(count, 64)}, #token: "
+                        f"{self.tokens_out}, token usage: 0.01, cuda graph: True, "
+                        f"gen throughput (token/s): {self.rate:.2f}, #queue-req: 0, ",
+                    )
+                ]
+            )
         rule = self.rule
         if rule is not None and rule.after_requests is not None and count == rule.after_requests:
             self.fire()
@@ -157,10 +164,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _access(self, code: int) -> None:
         host, port = self.client_address[:2]
-        phrase = {200: "OK", 404: "Not Found", 400: "Bad Request",
-                  503: "Service Unavailable"}.get(code, "")
-        self.engine.log.main(f'INFO:     {host}:{port} - "{self.command} {self.path} '
-                             f'HTTP/1.1" {code} {phrase}')
+        phrase = {200: "OK", 404: "Not Found", 400: "Bad Request", 503: "Service Unavailable"}.get(
+            code, ""
+        )
+        self.engine.log.main(
+            f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {code} {phrase}'
+        )
 
     def _gate(self) -> bool:
         """False when the request must not be answered normally (crashed, stalled, stopping)."""
@@ -177,8 +186,9 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _send(self, code: int, body: object | None,
-              headers: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def _send(
+        self, code: int, body: object | None, headers: Mapping[str, str] | None = None
+    ) -> None:
         data = b"" if body is None else json.dumps(body).encode()
         try:
             self.send_response(code)
@@ -206,8 +216,19 @@ class Handler(BaseHTTPRequestHandler):
         elif path in ("/get_model_info", "/model_info"):
             self._send(200, {"model_path": server.info.get("model_path"), "is_generation": True})
         elif path == "/v1/models":
-            self._send(200, {"object": "list", "data": [
-                {"id": server.info.get("model_path"), "object": "model", "owned_by": "sglang"}]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": server.info.get("model_path"),
+                            "object": "model",
+                            "owned_by": "sglang",
+                        }
+                    ],
+                },
+            )
         else:
             self._send(404, {"detail": "Not Found"})
 
@@ -237,8 +258,9 @@ class Handler(BaseHTTPRequestHandler):
             with eng.lock:
                 eng.in_flight -= 1
 
-    def _generate(self, path: str, req: Mapping[str, Any], prompt_tokens: int,
-                  max_tokens: int) -> None:
+    def _generate(
+        self, path: str, req: Mapping[str, Any], prompt_tokens: int, max_tokens: int
+    ) -> None:
         eng = self.engine
         booked = time.monotonic()
         queued, generating = eng.reserve(max_tokens, now=booked)
@@ -252,8 +274,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         text = " ".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
         per_token = generating / max(max_tokens, 1)
-        meta = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                "e2e_latency": queued + generating, "ttft": queued + per_token}
+        meta = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": max_tokens,
+            "e2e_latency": queued + generating,
+            "ttft": queued + per_token,
+        }
         # when the engine generated it, on the engine's clock: the lab bench's duration is
         # the engine's own busy span, not the client's wall clock (ENGINE_WINDOW_HEADER)
         window = f"{booked + queued:.6f} {booked + queued + generating:.6f}"
@@ -283,19 +309,40 @@ def _request_size(path: str, req: Mapping[str, Any]) -> tuple[int, int]:
 
 def _response(path: str, req: Mapping[str, Any], text: str, meta: dict[str, Any]) -> object:
     if path == "/generate":
-        return {"text": text, "meta_info": {"id": f"lab-{time.monotonic_ns()}",
-                                            "finish_reason": {"type": "length"}, **meta}}
-    usage = {"prompt_tokens": meta["prompt_tokens"],
-             "completion_tokens": meta["completion_tokens"],
-             "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+        return {
+            "text": text,
+            "meta_info": {
+                "id": f"lab-{time.monotonic_ns()}",
+                "finish_reason": {"type": "length"},
+                **meta,
+            },
+        }
+    usage = {
+        "prompt_tokens": meta["prompt_tokens"],
+        "completion_tokens": meta["completion_tokens"],
+        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+    }
     if path == "/v1/completions":
-        return {"id": "cmpl-lab", "object": "text_completion", "model": req.get("model", ""),
-                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                "usage": usage}
-    return {"id": "chatcmpl-lab", "object": "chat.completion", "model": req.get("model", ""),
-            "choices": [{"index": 0, "finish_reason": "length",
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": usage}
+        return {
+            "id": "cmpl-lab",
+            "object": "text_completion",
+            "model": req.get("model", ""),
+            "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+            "usage": usage,
+        }
+    return {
+        "id": "chatcmpl-lab",
+        "object": "chat.completion",
+        "model": req.get("model", ""),
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {"role": "assistant", "content": text},
+            }
+        ],
+        "usage": usage,
+    }
 
 
 class LabServer(ThreadingHTTPServer):
@@ -318,8 +365,9 @@ class LabServer(ThreadingHTTPServer):
 class Run:
     """One server process: startup phases, serving, and the way it ends."""
 
-    def __init__(self, scen: Scenario, flags: dict[str, Any], rule: Rule | None,
-                 scale: float, seed: int) -> None:
+    def __init__(
+        self, scen: Scenario, flags: dict[str, Any], rule: Rule | None, scale: float, seed: int
+    ) -> None:
         self.scen = scen
         self.flags = flags
         self.rule = rule
@@ -348,8 +396,10 @@ class Run:
             return
         self._noticed = True
         name = signal.Signals(self.stop_signal).name
-        self.log.main(f"{name} received. signum={self.stop_signal} frame=None. Draining "
-                      "requests and shutting down...")
+        self.log.main(
+            f"{name} received. signum={self.stop_signal} frame=None. Draining "
+            "requests and shutting down..."
+        )
 
     def sleep(self, seconds: float) -> bool:
         """Sleep scaled time; True if a stop was requested meanwhile."""
@@ -371,10 +421,14 @@ class Run:
     def start(self) -> int:
         scen = self.scen
         for phase in STARTUP_PHASES:
-            self.log.emit(sglang_text.phase_begin(phase, self.nums, scen.model, self.flags,
-                                                  self.host, self.port, self.pid))
-            duration = scen.load_seconds(self.flags) if phase == "load_weights" \
-                else scen.startup[phase]
+            self.log.emit(
+                sglang_text.phase_begin(
+                    phase, self.nums, scen.model, self.flags, self.host, self.port, self.pid
+                )
+            )
+            duration = (
+                scen.load_seconds(self.flags) if phase == "load_weights" else scen.startup[phase]
+            )
             failing = self.rule is not None and self.rule.phase == phase
             if failing:
                 assert self.rule is not None
@@ -388,8 +442,9 @@ class Run:
                     return 0
             elif self.sleep(duration):
                 return 0
-            self.log.emit(sglang_text.phase_end(phase, self.nums, scen.model,
-                                                duration * self.scale))
+            self.log.emit(
+                sglang_text.phase_end(phase, self.nums, scen.model, duration * self.scale)
+            )
             if phase == "warmup":
                 # The port opens only now: until ready, connections are refused.
                 return self.serve()
@@ -409,21 +464,30 @@ class Run:
         return False
 
     def serve(self) -> int:
-        info = {"model_path": self.flags.get("model-path", "/models/model"),
-                "scenario": self.scen.name, "seed": self.seed, "tp_size": self.tp,
-                "host": self.host, "port": self.port,
-                "flags": self.flags, "throughput_tok_s": self.engine.rate}
+        info = {
+            "model_path": self.flags.get("model-path", "/models/model"),
+            "scenario": self.scen.name,
+            "seed": self.seed,
+            "tp_size": self.tp,
+            "host": self.host,
+            "port": self.port,
+            "flags": self.flags,
+            "throughput_tok_s": self.engine.rate,
+        }
         for name, value in self.flags.items():
             info.setdefault(name.replace("-", "_"), value)
         try:
             httpd = LabServer((self.host, self.port), self.engine, info)
         except OSError as exc:
-            self.log.main(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
-                          f"address ('{self.host}', {self.port}): {exc.strerror.lower()}")
+            self.log.main(
+                f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
+                f"address ('{self.host}', {self.port}): {exc.strerror.lower()}"
+            )
             self.log.emit([(None, sglang_text.SIGQUIT_LINE)])
             return 1
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                  name="http", daemon=True)
+        thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
+        )
         thread.start()
         rule = self.rule
         if rule is not None and rule.phase == "serving" and not rule.after_requests:
@@ -450,10 +514,13 @@ class Run:
         deadline = time.monotonic() + DRAIN_SECONDS
         while eng.in_flight > 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        self.log.emit([
-                       (None, "INFO:     Waiting for application shutdown."),
-                       (None, "INFO:     Application shutdown complete."),
-                       (None, f"INFO:     Finished server process [{self.pid}]")])
+        self.log.emit(
+            [
+                (None, "INFO:     Waiting for application shutdown."),
+                (None, "INFO:     Application shutdown complete."),
+                (None, f"INFO:     Finished server process [{self.pid}]"),
+            ]
+        )
         httpd.shutdown()
         httpd.server_close()
         return 0
@@ -500,12 +567,13 @@ def _seed(pre: cmdline.Pre, scen: Scenario) -> int:
         return _fresh_seed()
     try:
         if text.startswith("random:"):
-            return _replayed_seed(int(text[len("random:"):]))
+            return _replayed_seed(int(text[len("random:") :]))
         return int(text)
     except ValueError:
         src = "--seed" if pre.seed is not None else SEED_ENV
-        raise _Usage(f"{src}: expected a whole number, 'random' or 'random:N', "
-                     f"got {text!r}") from None
+        raise _Usage(
+            f"{src}: expected a whole number, 'random' or 'random:N', got {text!r}"
+        ) from None
 
 
 def _fresh_seed() -> int:
@@ -589,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rule = scen.select_fault(flags, os.environ, seed, version=installed_version())
     if rule is not None and rule.phase == "args":
         message = rule.error or "invalid arguments"
-        message = message[len("error:"):].strip() if message.startswith("error:") else message
+        message = message[len("error:") :].strip() if message.startswith("error:") else message
         cmdline.print_usage_error(message, specs)
         return rule.exit_code
     run = Run(scen, flags, rule, scale, seed)

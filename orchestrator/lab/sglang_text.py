@@ -54,8 +54,9 @@ class Numbers:
     chunked_prefill: int
 
 
-def numbers(model: ModelInfo, flags: Mapping[str, object], defaults: Mapping[str, object],
-            tp: int) -> Numbers:
+def numbers(
+    model: ModelInfo, flags: Mapping[str, object], defaults: Mapping[str, object], tp: int
+) -> Numbers:
     def num(name: str, fallback: float) -> float:
         v = flags.get(name, defaults.get(name, fallback))
         return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else fallback
@@ -74,13 +75,29 @@ def numbers(model: ModelInfo, flags: Mapping[str, object], defaults: Mapping[str
     if isinstance(bs_list, list) and all(isinstance(b, int) for b in bs_list):
         graph_bs = tuple(sorted(int(b) for b in bs_list))
     else:
-        candidates = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 513, 16),
-                      *range(544, 1025, 32)]
+        candidates = [
+            1,
+            2,
+            4,
+            8,
+            12,
+            *range(16, 257, 8),
+            *range(272, 513, 16),
+            *range(544, 1025, 32),
+        ]
         graph_bs = tuple(b for b in candidates if b <= max(max_bs, 1)) or (1,)
     return Numbers(
-        tp=tp, gpu=gpu, after_init=after_init, weights=weights, after_weights=after_weights,
-        kv_each=kv_each, kv_tokens=int(kv_total * 26_214), after_pool=after_pool,
-        graph_mem=graph_mem, after_graph=max(after_pool - graph_mem, 0.3), graph_bs=graph_bs,
+        tp=tp,
+        gpu=gpu,
+        after_init=after_init,
+        weights=weights,
+        after_weights=after_weights,
+        kv_each=kv_each,
+        kv_tokens=int(kv_total * 26_214),
+        after_pool=after_pool,
+        graph_mem=graph_mem,
+        after_graph=max(after_pool - graph_mem, 0.3),
+        graph_bs=graph_bs,
         max_running=int(num("max-running-requests", 2048)),
         chunked_prefill=int(num("chunked-prefill-size", 8192)),
     )
@@ -91,9 +108,12 @@ def _ranks(tp: int, text: str) -> list[Line]:
 
 
 def server_args_line(flags: Mapping[str, object], host: str, port: int) -> str:
-    shown = {"model_path": flags.get("model-path", "/models/model"),
-             "tokenizer_path": flags.get("model-path", "/models/model"),
-             "host": host, "port": port}
+    shown = {
+        "model_path": flags.get("model-path", "/models/model"),
+        "tokenizer_path": flags.get("model-path", "/models/model"),
+        "host": host,
+        "port": port,
+    }
     for name, v in sorted(flags.items()):
         if name in ("model-path", "host", "port"):
             continue
@@ -102,8 +122,15 @@ def server_args_line(flags: Mapping[str, object], host: str, port: int) -> str:
     return f"server_args=ServerArgs({body})"
 
 
-def phase_begin(phase: str, n: Numbers, model: ModelInfo, flags: Mapping[str, object],
-                host: str, port: int, pid: int) -> list[Line]:
+def phase_begin(
+    phase: str,
+    n: Numbers,
+    model: ModelInfo,
+    flags: Mapping[str, object],
+    host: str,
+    port: int,
+    pid: int,
+) -> list[Line]:
     if phase == "init":
         return [
             (None, server_args_line(flags, host, port)),
@@ -120,19 +147,28 @@ def phase_begin(phase: str, n: Numbers, model: ModelInfo, flags: Mapping[str, ob
         return [
             *begin,
             (0, "Using model weights format ['*.safetensors']"),
-            (RAW, f"Loading safetensors checkpoint shards:   0% Completed | 0/{model.shards} "
-                  "[00:00<?, ?it/s]"),
+            (
+                RAW,
+                f"Loading safetensors checkpoint shards:   0% Completed | 0/{model.shards} "
+                "[00:00<?, ?it/s]",
+            ),
         ]
     if phase == "kv_cache":
         return [(0, f"Using KV cache dtype: {model.dtype}")]
     if phase == "cuda_graph":
         bs = n.graph_bs
         return [
-            *_ranks(n.tp, "Capture cuda graph begin. This can take up to several minutes. "
-                          f"avail mem={n.after_pool:.2f} GB"),
+            *_ranks(
+                n.tp,
+                "Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={n.after_pool:.2f} GB",
+            ),
             (0, f"Capture cuda graph bs {list(bs)}"),
-            (RAW, f"Capturing batches (bs={bs[-1]} avail_mem={n.after_pool:.2f} GB):   0%|"
-                  f"          | 0/{len(bs)} [00:00<?, ?it/s]"),
+            (
+                RAW,
+                f"Capturing batches (bs={bs[-1]} avail_mem={n.after_pool:.2f} GB):   0%|"
+                f"          | 0/{len(bs)} [00:00<?, ?it/s]",
+            ),
         ]
     if phase == "warmup":
         return [
@@ -141,8 +177,11 @@ def phase_begin(phase: str, n: Numbers, model: ModelInfo, flags: Mapping[str, ob
             (None, "INFO:     Application startup complete."),
             (None, f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"),
             (None, 'INFO:     127.0.0.1:39846 - "GET /get_model_info HTTP/1.1" 200 OK'),
-            (0, "Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, "
-                "#running-req: 0, #queue-req: 0, "),
+            (
+                0,
+                "Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0, ",
+            ),
         ]
     raise ValueError(phase)
 
@@ -150,34 +189,54 @@ def phase_begin(phase: str, n: Numbers, model: ModelInfo, flags: Mapping[str, ob
 def load_progress(done: int, total: int, elapsed: float) -> Line:
     pct = int(100 * done / total)
     rate = done / elapsed if elapsed > 0 else 0.0
-    return (RAW, f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/{total} "
-                 f"[00:{int(elapsed):02d}<00:00, {rate:5.2f}it/s]")
+    return (
+        RAW,
+        f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/{total} "
+        f"[00:{int(elapsed):02d}<00:00, {rate:5.2f}it/s]",
+    )
 
 
 def phase_end(phase: str, n: Numbers, model: ModelInfo, elapsed: float) -> list[Line]:
     if phase == "init":
         return []  # "Init torch distributed ends." opens load_weights (it is printed there)
     if phase == "load_weights":
-        return _ranks(n.tp, f"Load weight end. type={model.arch}, dtype={model.dtype}, "
-                            f"avail mem={n.after_weights:.2f} GB, mem usage={n.weights:.2f} GB.")
+        return _ranks(
+            n.tp,
+            f"Load weight end. type={model.arch}, dtype={model.dtype}, "
+            f"avail mem={n.after_weights:.2f} GB, mem usage={n.weights:.2f} GB.",
+        )
     if phase == "kv_cache":
         lines: list[Line] = []
         for r in range(n.tp):
-            lines.append((r, f"KV Cache is allocated. #tokens: {n.kv_tokens}, "
-                             f"K size: {n.kv_each:.2f} GB, V size: {n.kv_each:.2f} GB"))
+            lines.append(
+                (
+                    r,
+                    f"KV Cache is allocated. #tokens: {n.kv_tokens}, "
+                    f"K size: {n.kv_each:.2f} GB, V size: {n.kv_each:.2f} GB",
+                )
+            )
             lines.append((r, f"Memory pool end. avail mem={n.after_pool:.2f} GB"))
         return lines
     if phase == "cuda_graph":
         count = len(n.graph_bs)
         rate = count / elapsed if elapsed > 0 else 0.0
         return [
-            (RAW, f"Capturing batches (bs=1 avail_mem={n.after_graph:.2f} GB): 100%|██████████| "
-                  f"{count}/{count} [00:{int(elapsed):02d}<00:00, {rate:5.2f}it/s]"),
-            *_ranks(n.tp, f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. "
-                          f"mem usage={n.graph_mem:.2f} GB. avail mem={n.after_graph:.2f} GB."),
-            (0, f"max_total_num_tokens={n.kv_tokens}, chunked_prefill_size={n.chunked_prefill}, "
+            (
+                RAW,
+                f"Capturing batches (bs=1 avail_mem={n.after_graph:.2f} GB): 100%|██████████| "
+                f"{count}/{count} [00:{int(elapsed):02d}<00:00, {rate:5.2f}it/s]",
+            ),
+            *_ranks(
+                n.tp,
+                f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. "
+                f"mem usage={n.graph_mem:.2f} GB. avail mem={n.after_graph:.2f} GB.",
+            ),
+            (
+                0,
+                f"max_total_num_tokens={n.kv_tokens}, chunked_prefill_size={n.chunked_prefill}, "
                 f"max_prefill_tokens=16384, max_running_requests={n.max_running}, "
-                f"context_len={model.context_len}, available_gpu_mem={n.after_graph:.2f} GB"),
+                f"context_len={model.context_len}, available_gpu_mem={n.after_graph:.2f} GB",
+            ),
         ]
     if phase == "warmup":
         return [
@@ -195,73 +254,137 @@ _SCHEDULER_INIT: list[_F] = [
     (f"{_SGL}/managers/scheduler.py", 2964, "run_scheduler_process", "scheduler = Scheduler("),
     (f"{_SGL}/managers/scheduler.py", 348, "__init__", "self.tp_worker = TpModelWorker("),
     (f"{_SGL}/managers/tp_worker.py", 95, "__init__", "self.model_runner = ModelRunner("),
-    (f"{_SGL}/model_executor/model_runner.py", 281, "__init__",
-     "self.initialize(min_per_gpu_memory)"),
+    (
+        f"{_SGL}/model_executor/model_runner.py",
+        281,
+        "__init__",
+        "self.initialize(min_per_gpu_memory)",
+    ),
 ]
 _EVENT_LOOP: list[_F] = [
-    (f"{_SGL}/managers/scheduler.py", 2973, "run_scheduler_process",
-     "scheduler.event_loop_overlap()"),
+    (
+        f"{_SGL}/managers/scheduler.py",
+        2973,
+        "run_scheduler_process",
+        "scheduler.event_loop_overlap()",
+    ),
     (f"{_TORCH}/utils/_contextlib.py", 120, "decorate_context", "return func(*args, **kwargs)"),
 ]
 _PHASE_FRAMES: dict[str, list[_F]] = {
     "init": [
         *_SCHEDULER_INIT,
-        (f"{_SGL}/model_executor/model_runner.py", 334, "initialize",
-         "self.init_torch_distributed()"),
-        (f"{_SGL}/model_executor/model_runner.py", 655, "init_torch_distributed",
-         "initialize_model_parallel("),
+        (
+            f"{_SGL}/model_executor/model_runner.py",
+            334,
+            "initialize",
+            "self.init_torch_distributed()",
+        ),
+        (
+            f"{_SGL}/model_executor/model_runner.py",
+            655,
+            "init_torch_distributed",
+            "initialize_model_parallel(",
+        ),
     ],
     "load_weights": [
         *_SCHEDULER_INIT,
         (f"{_SGL}/model_executor/model_runner.py", 369, "initialize", "self.load_model()"),
-        (f"{_SGL}/model_executor/model_runner.py", 742, "load_model",
-         "self.model = get_model("),
+        (f"{_SGL}/model_executor/model_runner.py", 742, "load_model", "self.model = get_model("),
         (f"{_SGL}/model_loader/__init__.py", 28, "get_model", "return loader.load_model("),
-        (f"{_SGL}/model_loader/loader.py", 595, "load_model",
-         "self.load_weights_and_postprocess("),
-        (f"{_SGL}/model_loader/loader.py", 610, "load_weights_and_postprocess",
-         "model.load_weights(weights)"),
+        (f"{_SGL}/model_loader/loader.py", 595, "load_model", "self.load_weights_and_postprocess("),
+        (
+            f"{_SGL}/model_loader/loader.py",
+            610,
+            "load_weights_and_postprocess",
+            "model.load_weights(weights)",
+        ),
     ],
     "kv_cache": [
         *_SCHEDULER_INIT,
-        (f"{_SGL}/model_executor/model_runner.py", 401, "initialize",
-         "self.init_memory_pool("),
-        (f"{_SGL}/model_executor/model_runner.py", 1573, "init_memory_pool",
-         "self.token_to_kv_pool = MHATokenToKVPool("),
+        (f"{_SGL}/model_executor/model_runner.py", 401, "initialize", "self.init_memory_pool("),
+        (
+            f"{_SGL}/model_executor/model_runner.py",
+            1573,
+            "init_memory_pool",
+            "self.token_to_kv_pool = MHATokenToKVPool(",
+        ),
     ],
     "cuda_graph": [
         *_SCHEDULER_INIT,
-        (f"{_SGL}/model_executor/model_runner.py", 412, "initialize",
-         "self.init_device_graphs()"),
-        (f"{_SGL}/model_executor/model_runner.py", 1890, "init_device_graphs",
-         "self.graph_runner = graph_runners[self.device](self)"),
+        (f"{_SGL}/model_executor/model_runner.py", 412, "initialize", "self.init_device_graphs()"),
+        (
+            f"{_SGL}/model_executor/model_runner.py",
+            1890,
+            "init_device_graphs",
+            "self.graph_runner = graph_runners[self.device](self)",
+        ),
         (f"{_SGL}/model_executor/cuda_graph_runner.py", 380, "__init__", "self.capture()"),
-        (f"{_SGL}/model_executor/cuda_graph_runner.py", 486, "capture",
-         ") = self.capture_one_batch_size(bs, forward)"),
-        (f"{_SGL}/model_executor/cuda_graph_runner.py", 650, "capture_one_batch_size",
-         "run_once()"),
-        (f"{_SGL}/model_executor/cuda_graph_runner.py", 639, "run_once",
-         "logits_output_or_pp_proxy_tensors = forward("),
+        (
+            f"{_SGL}/model_executor/cuda_graph_runner.py",
+            486,
+            "capture",
+            ") = self.capture_one_batch_size(bs, forward)",
+        ),
+        (
+            f"{_SGL}/model_executor/cuda_graph_runner.py",
+            650,
+            "capture_one_batch_size",
+            "run_once()",
+        ),
+        (
+            f"{_SGL}/model_executor/cuda_graph_runner.py",
+            639,
+            "run_once",
+            "logits_output_or_pp_proxy_tensors = forward(",
+        ),
     ],
     "warmup": [
         *_EVENT_LOOP,
-        (f"{_SGL}/managers/scheduler.py", 1002, "event_loop_overlap",
-         "batch_result = self.run_batch(batch)"),
-        (f"{_SGL}/managers/scheduler.py", 1890, "run_batch",
-         ") = self.tp_worker.forward_batch_generation(model_worker_batch)"),
-        (f"{_SGL}/managers/tp_worker.py", 236, "forward_batch_generation",
-         "logits_output, can_run_cuda_graph = self.model_runner.forward("),
-        (f"{_SGL}/model_executor/model_runner.py", 2090, "_forward_raw",
-         "ret = self.forward_extend("),
+        (
+            f"{_SGL}/managers/scheduler.py",
+            1002,
+            "event_loop_overlap",
+            "batch_result = self.run_batch(batch)",
+        ),
+        (
+            f"{_SGL}/managers/scheduler.py",
+            1890,
+            "run_batch",
+            ") = self.tp_worker.forward_batch_generation(model_worker_batch)",
+        ),
+        (
+            f"{_SGL}/managers/tp_worker.py",
+            236,
+            "forward_batch_generation",
+            "logits_output, can_run_cuda_graph = self.model_runner.forward(",
+        ),
+        (
+            f"{_SGL}/model_executor/model_runner.py",
+            2090,
+            "_forward_raw",
+            "ret = self.forward_extend(",
+        ),
     ],
     "serving": [
         *_EVENT_LOOP,
-        (f"{_SGL}/managers/scheduler.py", 996, "event_loop_overlap",
-         "self.process_batch_result(tmp_batch, tmp_result)"),
-        (f"{_SGL}/managers/scheduler.py", 2090, "process_batch_result",
-         "self.process_batch_result_decode(batch, result)"),
-        (f"{_SGL}/managers/scheduler_output_processor_mixin.py", 288,
-         "process_batch_result_decode", "result.copy_done.synchronize()"),
+        (
+            f"{_SGL}/managers/scheduler.py",
+            996,
+            "event_loop_overlap",
+            "self.process_batch_result(tmp_batch, tmp_result)",
+        ),
+        (
+            f"{_SGL}/managers/scheduler.py",
+            2090,
+            "process_batch_result",
+            "self.process_batch_result_decode(batch, result)",
+        ),
+        (
+            f"{_SGL}/managers/scheduler_output_processor_mixin.py",
+            288,
+            "process_batch_result_decode",
+            "result.copy_done.synchronize()",
+        ),
         (f"{_TORCH}/cuda/streams.py", 231, "synchronize", "super().synchronize()"),
     ],
 }

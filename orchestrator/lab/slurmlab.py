@@ -75,8 +75,13 @@ class SlurmCluster:
 
     def client(self, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (sinfo, scontrol, ...) against this cluster."""
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **self.env()})  # fmt: skip
+        return subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **self.env()},
+        )
 
     # ---- state
     def pid(self, daemon: str) -> int | None:
@@ -106,8 +111,11 @@ class SlurmCluster:
             text = self.conf.read_text()
         except OSError:
             return None
-        values = dict(line.split("=", 1) for line in text.splitlines()
-                      if "=" in line and not line.startswith("#"))  # fmt: skip
+        values = dict(
+            line.split("=", 1)
+            for line in text.splitlines()
+            if "=" in line and not line.startswith("#")
+        )
         try:
             return int(values["SlurmctldPort"]), int(values["SlurmdPort"])
         except (KeyError, ValueError):
@@ -188,11 +196,17 @@ class SlurmCluster:
         env = {**os.environ, **self.env()}
         if self.pid("slurmctld") is None:
             # -i: ignore state a previous run of this cluster left (jobs of a dead lab)
-            _spawn([find_program("slurmctld") or "slurmctld", "-f", str(self.conf), "-i"],
-                   env, self.log_file("slurmctld-start"))  # fmt: skip
+            _spawn(
+                [find_program("slurmctld") or "slurmctld", "-f", str(self.conf), "-i"],
+                env,
+                self.log_file("slurmctld-start"),
+            )
         if self.pid("slurmd") is None:
-            _spawn([find_program("slurmd") or "slurmd", "-f", str(self.conf)], env,
-                   self.log_file("slurmd-start"))  # fmt: skip
+            _spawn(
+                [find_program("slurmd") or "slurmd", "-f", str(self.conf)],
+                env,
+                self.log_file("slurmd-start"),
+            )
         self.wait_ready(timeout=timeout)
         return True
 
@@ -204,18 +218,28 @@ class SlurmCluster:
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         self.munge_socket.unlink(missing_ok=True)
-        _spawn([find_program("munged") or "munged", "--force",
-                f"--socket={self.munge_socket}", f"--key-file={key}",
+        _spawn(
+            [
+                find_program("munged") or "munged",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
                 f"--pid-file={self.pid_file('munged')}",
                 f"--log-file={self.log_file('munged')}",
-                f"--seed-file={self.state_dir / 'munge' / 'munged.seed'}"],
-               dict(os.environ), self.log_file("munged-start"))  # fmt: skip
+                f"--seed-file={self.state_dir / 'munge' / 'munged.seed'}",
+            ],
+            dict(os.environ),
+            self.log_file("munged-start"),
+        )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and not self.munge_socket.exists():
             time.sleep(0.05)
         if not self.munge_socket.exists():
-            raise InfraError("munged did not start: " + _tail(self.log_file("munged"))
-                             + _tail(self.log_file("munged-start")))  # fmt: skip
+            raise InfraError(
+                "munged did not start: "
+                + _tail(self.log_file("munged"))
+                + _tail(self.log_file("munged-start"))
+            )
 
     def wait_ready(self, *, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -292,8 +316,15 @@ def _spawn(argv: list[str], env: dict[str, str], log: Path) -> None:
     """Start a daemon that forks into the background; its own output goes to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        r = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, timeout=60, start_new_session=True)
+        r = subprocess.run(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            start_new_session=True,
+        )
     if r.returncode != 0:
         raise InfraError(f"{shlex.join(argv)} exited {r.returncode}: {_tail(log)}")
 
@@ -356,20 +387,34 @@ def lab_run_dir(cluster: SlurmCluster) -> str:
     return str(cluster.state_dir / "jobs")
 
 
-def slurm_section(cluster: SlurmCluster, *, gres: str = "gpu:2", max_jobs: int = 4,
-                  **extra: object) -> dict[str, object]:  # fmt: skip
+def slurm_section(
+    cluster: SlurmCluster, *, gres: str = "gpu:2", max_jobs: int = 4, **extra: object
+) -> dict[str, object]:
     """The `slurm:` mapping of a hosts.yaml entry for this cluster. All jobs share its one
     node, so each gets a private network namespace (the lab servers all use one port)."""
-    return {"partition": PARTITION, "gres": gres, "max_jobs": max_jobs,
-            "conf": str(cluster.conf), "private_network": True, **extra}
+    return {
+        "partition": PARTITION,
+        "gres": gres,
+        "max_jobs": max_jobs,
+        "conf": str(cluster.conf),
+        "private_network": True,
+        **extra,
+    }
 
 
-def hosts_entry(login: dict[str, object], cluster: SlurmCluster, *,
-                run_dir: str | None = None, **slurm: object) -> dict[str, object]:  # fmt: skip
+def hosts_entry(
+    login: dict[str, object], cluster: SlurmCluster, *, run_dir: str | None = None, **slurm: object
+) -> dict[str, object]:
     """A `lab-slurm` hosts.yaml entry: the login node's entry (the lab sshd's) with the
     Slurm backend on top; its run directory is the cluster's unless one is given."""
     entry = dict(login)
-    entry.update({"service_manager": "slurm", "run_dir": run_dir or lab_run_dir(cluster),
-                  "labels": ["lab"],
-                  "class": HOST_NAME, "slurm": slurm_section(cluster, **slurm)})  # fmt: skip
+    entry.update(
+        {
+            "service_manager": "slurm",
+            "run_dir": run_dir or lab_run_dir(cluster),
+            "labels": ["lab"],
+            "class": HOST_NAME,
+            "slurm": slurm_section(cluster, **slurm),
+        }
+    )
     return entry

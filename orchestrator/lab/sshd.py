@@ -54,23 +54,37 @@ class SshTarget:
     def ssh_options(self) -> list[str]:
         """Client options that trust only this host's key and log in with the client key."""
         return [
-            "-F", "/dev/null",  # the user's ~/.ssh/config must not change what we test
-            "-p", str(self.port),
-            "-i", str(self.identity_file),
-            "-o", "IdentitiesOnly=yes",
-            "-o", "IdentityAgent=none",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={self.known_hosts}",
-            "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "HostKeyAlgorithms=ssh-ed25519",
+            "-F",
+            "/dev/null",  # the user's ~/.ssh/config must not change what we test
+            "-p",
+            str(self.port),
+            "-i",
+            str(self.identity_file),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "IdentityAgent=none",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "HostKeyAlgorithms=ssh-ed25519",
             # Plain X25519: OpenSSH 9's default hybrid (sntrup761x25519) costs ~0.1 s of CPU per
             # connection, and the tests and the lab open hundreds of short ones.
-            "-o", "KexAlgorithms=curve25519-sha256",
-            "-o", "BatchMode=yes",
-            "-o", "PasswordAuthentication=no",
-            "-o", "ConnectTimeout=15",
-            "-o", "LogLevel=ERROR",
-        ]  # fmt: skip
+            "-o",
+            "KexAlgorithms=curve25519-sha256",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "ConnectTimeout=15",
+            "-o",
+            "LogLevel=ERROR",
+        ]
 
     def ssh_command(self, *remote: str) -> list[str]:
         """An `ssh` argv for this host; `remote` words are joined by ssh, so quote them."""
@@ -196,7 +210,10 @@ def _keygen(path: Path, comment: str) -> None:
     try:
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-            check=True, capture_output=True, text=True, timeout=60,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except FileNotFoundError as exc:
         raise InfraError(
@@ -208,7 +225,7 @@ def _keygen(path: Path, comment: str) -> None:
 
 def _quote_setenv(name: str, value: str) -> str:
     word = f"{name}={value}"
-    return f'"{word}"' if any(c in word for c in ' \t"\'#') else word
+    return f'"{word}"' if any(c in word for c in " \t\"'#") else word
 
 
 def prepare(
@@ -293,9 +310,7 @@ def prepare(
 def _require_sshd() -> str:
     sshd = find_sshd()
     if not sshd:
-        raise InfraError(
-            "OpenSSH's sshd is not installed", hint="apt-get install openssh-server"
-        )
+        raise InfraError("OpenSSH's sshd is not installed", hint="apt-get install openssh-server")
     if os.geteuid() == 0:
         # sshd running as root insists on its privilege separation directory; on a machine
         # where the ssh service never ran nothing has created it.
@@ -502,12 +517,13 @@ def start_daemon(endpoint: SshdEndpoint, pid_file: Path, *, timeout: float = 30.
     pid_file.unlink(missing_ok=True)
     res = subprocess.run(
         [sshd, "-f", str(endpoint.config_path), "-E", str(endpoint.log_path)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     if res.returncode != 0:
-        raise InfraError(
-            f"sshd failed to start: {res.stderr.strip()}\n{log_tail(endpoint)}"
-        )
+        raise InfraError(f"sshd failed to start: {res.stderr.strip()}\n{log_tail(endpoint)}")
     # The daemon binds and writes its pid file after detaching, so poll for both.
     pid: int | None = None
     deadline = time.monotonic() + timeout

@@ -32,15 +32,26 @@ SPECIALS = ["<unk>", "<s>", "</s>"]
 
 def config(vocab: int) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-        "max_position_embeddings": POSITIONS, "vocab_size": vocab,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-        "attention_bias": False, "mlp_bias": False,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": POSITIONS,
+        "vocab_size": vocab,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "attention_bias": False,
+        "mlp_bias": False,
     }
 
 
@@ -56,14 +67,33 @@ def write_tokenizer(out: Path) -> int:
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIALS)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "pad_token": "<unk>", "model_max_length": POSITIONS,
-        "add_bos_token": True, "add_eos_token": False,
-    }, indent=1) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<unk>",
-    }) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<unk>",
+                "model_max_length": POSITIONS,
+                "add_bos_token": True,
+                "add_eos_token": False,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<unk>",
+            }
+        )
+        + "\n"
+    )
     return len(vocab)
 
 
@@ -76,9 +106,11 @@ def write_weights(out: Path, vocab: int) -> None:
     def rand(*shape: int) -> torch.Tensor:
         return (torch.randn(*shape, generator=gen) * 0.02).to(torch.bfloat16)
 
-    t: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(vocab, HIDDEN),
-                                  "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
-                                  "lm_head.weight": rand(vocab, HIDDEN)}
+    t: dict[str, torch.Tensor] = {
+        "model.embed_tokens.weight": rand(vocab, HIDDEN),
+        "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        "lm_head.weight": rand(vocab, HIDDEN),
+    }
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         t[p + "self_attn.q_proj.weight"] = rand(HEADS * HEAD_DIM, HIDDEN)
@@ -101,8 +133,9 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     vocab = write_tokenizer(out)
     (out / "config.json").write_text(json.dumps(config(vocab), indent=1) + "\n")
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}) + "\n"
+    )
     write_weights(out, vocab)
     print(out)
     return 0

@@ -11,8 +11,13 @@ from __future__ import annotations
 REPO_IN_CONTAINER = "/opt/orchestrator"  # where the checkout is bound in the lab's rootfs
 
 
-def lab_unit(*, exec_start: str = "/bin/sleep infinity", time_scale: float | str = 0.1,
-             restart: str = "no", restart_sec: str | None = None) -> str:  # fmt: skip
+def lab_unit(
+    *,
+    exec_start: str = "/bin/sleep infinity",
+    time_scale: float | str = 0.1,
+    restart: str = "no",
+    restart_sec: str | None = None,
+) -> str:
     """The unit file text."""
     restart_line = f"Restart={restart}\n" + (f"RestartSec={restart_sec}\n" if restart_sec else "")
     return (

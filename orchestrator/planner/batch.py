@@ -145,9 +145,13 @@ def _candidates(state: Noisy, belief: Belief) -> list[int]:
     if not state.model.repeats and not state.looks_flaky:  # variants not run yet first
         ran = state.ran() | blocked
         allowed = state.passed_changes() | _mask(term)
-        fresh = [(v, g) for v, g in ranked if g > MIN_GAIN
-                 and (c := _mask(state.closure(frozenset(_bits(v))))) not in ran
-                 and not c & ~allowed]  # fmt: skip
+        fresh = [
+            (v, g)
+            for v, g in ranked
+            if g > MIN_GAIN
+            and (c := _mask(state.closure(frozenset(_bits(v))))) not in ran
+            and not c & ~allowed
+        ]
         if fresh and fresh[0][1] >= REPEAT_WORTH * ranked[0][1]:
             ranked, blocked = fresh, ran
     out: list[int] = []
@@ -181,8 +185,11 @@ def _search_slot(state: Noisy, belief: Belief, chosen: Sequence[int]) -> int:
             groups[key] = groups.get(key, 0.0) + w
         g = _info(groups, len(held) + 1, pred)
         # ties: the smaller variant, then the lower mask (deterministic)
-        if best is None or g > best[0] + 1e-12 or (
-                g > best[0] - 1e-12 and (v.bit_count(), v) < (best[1].bit_count(), best[1])):
+        if (
+            best is None
+            or g > best[0] + 1e-12
+            or (g > best[0] - 1e-12 and (v.bit_count(), v) < (best[1].bit_count(), best[1]))
+        ):
             best = (g, v)
     assert best is not None
     return best[1]
@@ -261,24 +268,39 @@ def batch_search(
         new = next_batch(state, a, room, pending) if room > 0 else []
         started += len(new)
         pending += new
-        best = state.answer(a, complete=True) if a.next is None else \
-            state.answer(a, complete=False, reason="the search was stopped")  # fmt: skip
-        got = yield Round(tuple(frozenset(_bits(v)) for v in pending),
-                          purpose=f"noise-{a.purpose}", again=True, any_verdict=True,
-                          best=best, note=note)  # fmt: skip
+        best = (
+            state.answer(a, complete=True)
+            if a.next is None
+            else state.answer(a, complete=False, reason="the search was stopped")
+        )
+        got = yield Round(
+            tuple(frozenset(_bits(v)) for v in pending),
+            purpose=f"noise-{a.purpose}",
+            again=True,
+            any_verdict=True,
+            best=best,
+            note=note,
+        )
         for v, verdict in got.items():
             m = _mask(v)
             if m in pending:
                 pending.remove(m)
             state.add(state.closure(v), verdict)
     a = state.analyze()
-    return state.answer(a, complete=False,
-                        reason=f"run budget of the noise-aware search spent ({budget} runs)")
+    return state.answer(
+        a, complete=False, reason=f"run budget of the noise-aware search spent ({budget} runs)"
+    )
 
 
-def search(n: int, evidence: Sequence[Run] = (), *, model: NoiseModel | None = None,
-           closure: Callable[[Variant], Variant] | None = None, note: str = "",
-           slots: int = 1) -> Search:  # fmt: skip
+def search(
+    n: int,
+    evidence: Sequence[Run] = (),
+    *,
+    model: NoiseModel | None = None,
+    closure: Callable[[Variant], Variant] | None = None,
+    note: str = "",
+    slots: int = 1,
+) -> Search:
     """The noise-aware search for `slots` runs at a time (one: `noisy_search` itself)."""
     model = model or NoiseModel()
     if slots <= 1:
@@ -294,8 +316,12 @@ class NoisyFromStart:
     slots: int = 1
     takes_evidence = True
 
-    def __call__(self, n: int, evidence: Sequence[Run] = (),
-                 closure: Callable[[Variant], Variant] | None = None) -> Search:  # fmt: skip
+    def __call__(
+        self,
+        n: int,
+        evidence: Sequence[Run] = (),
+        closure: Callable[[Variant], Variant] | None = None,
+    ) -> Search:
         runs = list(evidence) or [(frozenset(), Verdict.PASS), (frozenset(range(n)), Verdict.FAIL)]
         return search(n, runs, model=self.model, closure=closure, slots=self.slots)
 

@@ -206,8 +206,9 @@ class Planner:
         for _ in range(8):  # depth bound: a spare host rarely pays off further ahead
             nxt: list[dict[Variant, Verdict]] = []
             for hyp in frontier:
-                sim = Planner(self.n, self._strategy, known={**self.results, **hyp},
-                              closure=self.closure)  # fmt: skip
+                sim = Planner(
+                    self.n, self._strategy, known={**self.results, **hyp}, closure=self.closure
+                )
                 pending = sim.pending()
                 if sim.done or not pending:
                     continue
@@ -321,6 +322,4 @@ class Probe:
 
     def known_not_failing(self, v: Variant) -> bool:
         """True if v, or a superset of v, passed (a failure needs all its deltas)."""
-        return any(
-            verdict is Verdict.PASS and v <= other for other, verdict in self.seen.items()
-        )
+        return any(verdict is Verdict.PASS and v <= other for other, verdict in self.seen.items())

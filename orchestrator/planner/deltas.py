@@ -149,9 +149,14 @@ class Delta:
         def t(v: object) -> object:
             return tuple(v) if isinstance(v, list) else v
 
-        return cls(d["kind"], d["key"], t(d.get("old")), t(d.get("new")),  # type: ignore[arg-type]
-                   path=tuple(d.get("path") or ()),  # type: ignore[arg-type]
-                   member=bool(d.get("member")) and d["kind"] == "json")
+        return cls(
+            d["kind"],
+            d["key"],
+            t(d.get("old")),
+            t(d.get("new")),  # type: ignore[arg-type]
+            path=tuple(d.get("path") or ()),  # type: ignore[arg-type]
+            member=bool(d.get("member")) and d["kind"] == "json",
+        )
 
 
 def _redacted(d: Delta, text: str) -> str:
@@ -218,21 +223,26 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
     return deltas
 
 
-def _flag_deltas(key: str, old: FlagValue | None, new: FlagValue | None,
-                 split: bool) -> list[Delta]:
+def _flag_deltas(
+    key: str, old: FlagValue | None, new: FlagValue | None, split: bool
+) -> list[Delta]:
     if split:
         g, b = jsonvalue.parse_object(old), jsonvalue.parse_object(new)
         if (g is not None or old is None) and (b is not None or new is None):
             leaves = jsonvalue.leaf_changes(g or {}, b or {}, jsonvalue.set_paths(key))
             if leaves:  # (an empty object added or removed is the option's own change)
-                return [Delta("json", key, o, n, path=p, whole=(old, new), member=m)
-                        for p, o, n, m in leaves]  # fmt: skip
+                return [
+                    Delta("json", key, o, n, path=p, whole=(old, new), member=m)
+                    for p, o, n, m in leaves
+                ]
         if key in jsonvalue.SET_FLAGS and old is not None and new is not None:
             # a set of values given on both sides (absent is the server's default set)
             changes = jsonvalue.member_changes(_members(old), _members(new))
             if changes:
-                return [Delta("member", key, o, n, whole=(old, new))
-                        for o, n in ((_scalar(o), _scalar(n)) for o, n in changes)]
+                return [
+                    Delta("member", key, o, n, whole=(old, new))
+                    for o, n in ((_scalar(o), _scalar(n)) for o, n in changes)
+                ]
     return [Delta("flag", key, old, new)]
 
 
@@ -246,15 +256,21 @@ def _scalar(text: str | None) -> FlagValue | None:
     return None if text is None else json.loads(text)
 
 
-def _set_value(old: FlagValue | None, new: FlagValue | None,
-               ds: list[Delta]) -> FlagValue | None:  # fmt: skip
+def _set_value(old: FlagValue | None, new: FlagValue | None, ds: list[Delta]) -> FlagValue | None:
     """A multi-value flag documented as a set, with the chosen members added or removed."""
     import json
 
     members = jsonvalue.rebuild_set(
-        _members(old) if old is not None else [], _members(new) if new is not None else [],
-        [(None if d.old is None else json.dumps(d.old),
-          None if d.new is None else json.dumps(d.new)) for d in ds])  # fmt: skip
+        _members(old) if old is not None else [],
+        _members(new) if new is not None else [],
+        [
+            (
+                None if d.old is None else json.dumps(d.old),
+                None if d.new is None else json.dumps(d.new),
+            )
+            for d in ds
+        ],
+    )
     for side in (new, old):
         if side is not None and _members(side) == members:
             return side
@@ -293,8 +309,14 @@ def apply_deltas(
             exe = d.new
     for key, ds in inside.items():
         old, new = ds[0].whole
-        flags[key] = jsonvalue.rebuild(old, new, [(d.path, d.old, d.new, d.member)  # type: ignore[arg-type]
-                                                  for d in ds])  # fmt: skip
+        flags[key] = jsonvalue.rebuild(
+            old,
+            new,
+            [
+                (d.path, d.old, d.new, d.member)  # type: ignore[arg-type]
+                for d in ds
+            ],
+        )
     for key, ds in members.items():
         flags[key] = _set_value(*ds[0].whole, ds)
     out = good.with_changes(flags=flags, env=env, name=name)

@@ -46,10 +46,15 @@ def observed_rate(fails: int, starts: int) -> float:
     return (fails + 1) / (starts + 2)
 
 
-def remaining_runs(n: int, evidence: Sequence[tuple[Variant, Verdict]], strategy: StrategyFn,
-                   *, closure: Callable[[Variant], Variant] | None = None,
-                   samples: int = SAMPLES,
-                   seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+def remaining_runs(
+    n: int,
+    evidence: Sequence[tuple[Variant, Verdict]],
+    strategy: StrategyFn,
+    *,
+    closure: Callable[[Variant], Variant] | None = None,
+    samples: int = SAMPLES,
+    seed: int = 0,
+) -> tuple[float, float] | None:
     """(mean, 95th percentile) of the runs the search `strategy` still takes from the
     recorded runs `evidence`, measured on simulated runs: `samples` culprit sets and rates
     drawn from the posterior the runs leave (the default search's prior), each answered by
@@ -86,8 +91,13 @@ def remaining_runs(n: int, evidence: Sequence[tuple[Variant, Verdict]], strategy
             hit = term <= v and rng.random() < rate
             return Verdict.FAIL if hit else Verdict.PASS
 
-        planner = Planner(n, strategy, known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
-                          closure=closure, evidence=runs)  # fmt: skip
+        planner = Planner(
+            n,
+            strategy,
+            known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
+            closure=closure,
+            evidence=runs,
+        )
         count = 0
         while not planner.done and count < limit:
             v = planner.pending()[0]
@@ -95,9 +105,15 @@ def remaining_runs(n: int, evidence: Sequence[tuple[Variant, Verdict]], strategy
             count += 1
         taken.append(count)
     taken.sort()
-    return sum(taken) / len(taken), float(taken[min(len(taken) - 1,
-                                                    int(0.95 * len(taken)))])  # fmt: skip
+    return sum(taken) / len(taken), float(taken[min(len(taken) - 1, int(0.95 * len(taken)))])
 
 
-__all__ = ["MAX_RATE", "MIN_RATE", "P95_OVER_MEAN", "SAMPLES", "flaky_runs", "observed_rate",
-           "remaining_runs"]
+__all__ = [
+    "MAX_RATE",
+    "MIN_RATE",
+    "P95_OVER_MEAN",
+    "SAMPLES",
+    "flaky_runs",
+    "observed_rate",
+    "remaining_runs",
+]

@@ -174,8 +174,12 @@ class Belief:
     def _like(self, s: int) -> tuple[float, float]:
         """(log P(runs | T), E[p | T, runs]) for a set carried by s passing runs."""
         m, f = self.model, self.fails
-        lb = (math.lgamma(m.a + f) + math.lgamma(m.b + s) - math.lgamma(m.a + m.b + f + s)
-              - (math.lgamma(m.a) + math.lgamma(m.b) - math.lgamma(m.a + m.b)))  # fmt: skip
+        lb = (
+            math.lgamma(m.a + f)
+            + math.lgamma(m.b + s)
+            - math.lgamma(m.a + m.b + f + s)
+            - (math.lgamma(m.a) + math.lgamma(m.b) - math.lgamma(m.a + m.b))
+        )
         mean = (m.a + f) / (m.a + m.b + f + s)
         if m.spike <= 0.0 or s > 0:
             return math.log1p(-m.spike) + lb if m.spike > 0 else lb, mean
@@ -216,8 +220,10 @@ class Belief:
     def best(self) -> tuple[frozenset[int], float, float, int]:
         """(leading set, its posterior, its expected rate, passes of variants carrying it)."""
         ws, rates = self.weights()
-        i = max(range(len(ws)), key=lambda j: (ws[j], -len(self.members[j]),
-                                                [-x for x in self.members[j]]))  # fmt: skip
+        i = max(
+            range(len(ws)),
+            key=lambda j: (ws[j], -len(self.members[j]), [-x for x in self.members[j]]),
+        )
         return frozenset(self.members[i]), ws[i], rates[i], self.passes[i]
 
     def marginals(self) -> dict[int, float]:
@@ -312,8 +318,9 @@ class Noisy:
     and brought up to date incrementally (the same sums in any order).
     """
 
-    def __init__(self, n: int, model: NoiseModel,
-                 closure: Callable[[Variant], Variant] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, n: int, model: NoiseModel, closure: Callable[[Variant], Variant] | None = None
+    ) -> None:
         self.n = n
         self.model = model
         self.closure = closure or (lambda v: v)
@@ -387,8 +394,7 @@ class Noisy:
                 return self._result(found, conf, belief, "search")
             # another cause: proven by a failure inside work - {x}, else weighed by the
             # passes of bad without x
-            proven = next((x for x in sorted(term) if self._fails_inside(work & ~(1 << x))),
-                          None)  # fmt: skip
+            proven = next((x for x in sorted(term) if self._fails_inside(work & ~(1 << x))), None)
             if proven is not None:
                 work &= ~(1 << proven)
                 continue
@@ -417,8 +423,9 @@ class Noisy:
         else the largest such run): the evidence that x is needed."""
         if self._passes_of(preferred):
             return preferred
-        runs = [v for v, got in self.runs
-                if got is Verdict.PASS and not v >> x & 1 and rest & ~v == 0]  # fmt: skip
+        runs = [
+            v for v, got in self.runs if got is Verdict.PASS and not v >> x & 1 and rest & ~v == 0
+        ]
         return max(runs, key=lambda v: (v.bit_count(), v), default=None)
 
     def _miss(self, belief: Belief, term: frozenset[int], k: int) -> float:
@@ -431,17 +438,31 @@ class Noisy:
         # spike, 0.3 in the default, it made the default confidently wrong more often at
         # p = 0.5; a weight of 0.5 here spares a deterministic pair about two runs;
         # bench/runs_to_answer.py --noise)
-        slab = math.exp(math.lgamma(m.b + s + k) - math.lgamma(m.b + s)
-                        + math.lgamma(m.a + m.b + f + s) - math.lgamma(m.a + m.b + f + s + k))
+        slab = math.exp(
+            math.lgamma(m.b + s + k)
+            - math.lgamma(m.b + s)
+            + math.lgamma(m.a + m.b + f + s)
+            - math.lgamma(m.a + m.b + f + s + k)
+        )
         if m.miss_spike > 0 and s == 0:
-            lb = math.lgamma(m.a + f) + math.lgamma(m.b) - math.lgamma(m.a + m.b + f) - (
-                math.lgamma(m.a) + math.lgamma(m.b) - math.lgamma(m.a + m.b))
+            lb = (
+                math.lgamma(m.a + f)
+                + math.lgamma(m.b)
+                - math.lgamma(m.a + m.b + f)
+                - (math.lgamma(m.a) + math.lgamma(m.b) - math.lgamma(m.a + m.b))
+            )
             w = (1 - m.miss_spike) * math.exp(lb)
             return slab * w / (m.miss_spike + w)
         return slab
 
-    def _result(self, found: list[Found], conf: float, belief: Belief | None, purpose: str,
-                nxt: int | None = None) -> Analysis:  # fmt: skip
+    def _result(
+        self,
+        found: list[Found],
+        conf: float,
+        belief: Belief | None,
+        purpose: str,
+        nxt: int | None = None,
+    ) -> Analysis:
         if belief is not None:
             nxt = self.choose(belief)
         rate, fails, carried = self.rate(found[0].term) if found else (None, 0, 0)
@@ -476,8 +497,11 @@ class Noisy:
         blocked = self.invalid | {v for v, c in self.unresolved.items() if c >= 2}
         # ties: the smaller variant, then the lower mask (deterministic, cheap)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1], kv[0].bit_count(), kv[0]))
-        new = None if self.model.repeats or self.looks_flaky else \
-            self._not_run(belief, ranked, blocked)  # fmt: skip
+        new = (
+            None
+            if self.model.repeats or self.looks_flaky
+            else self._not_run(belief, ranked, blocked)
+        )
         best: tuple[float, int] | None = None
         for v, g in ranked[:12]:
             closed = _mask(self.closure(frozenset(_bits(v))))
@@ -504,8 +528,9 @@ class Noisy:
         """Every variant run so far (closed), whatever its verdict."""
         return {v for v, _ in self.runs}
 
-    def _not_run(self, belief: Belief, ranked: Sequence[tuple[int, float]],
-                 blocked: set[int]) -> tuple[float, int] | None:  # fmt: skip
+    def _not_run(
+        self, belief: Belief, ranked: Sequence[tuple[int, float]], blocked: set[int]
+    ) -> tuple[float, int] | None:
         """The most informative candidate not run yet and its information (None: none
         would tell anything). Besides the leading set's changes it may carry only changes
         some passing run carried: it asks the question of the repeat it replaces, not one
@@ -540,11 +565,17 @@ class Noisy:
                 rest = self._clearing(f.work & ~(1 << x), t & ~(1 << x), x)
                 if rest is not None:
                     cleared.append((x, frozenset(_bits(rest))))
-            culprits.append(Culprit(f.term, frozenset(_bits(repro)), tuple(cleared),
-                                    confirmed=repro == t))  # fmt: skip
-        return Answer(tuple(culprits), complete=complete and bool(culprits), reason=reason,
-                      confidence=a.confidence, reproduction_rate=a.rate,
-                      noise_aware=True)  # fmt: skip
+            culprits.append(
+                Culprit(f.term, frozenset(_bits(repro)), tuple(cleared), confirmed=repro == t)
+            )
+        return Answer(
+            tuple(culprits),
+            complete=complete and bool(culprits),
+            reason=reason,
+            confidence=a.confidence,
+            reproduction_rate=a.rate,
+            noise_aware=True,
+        )
 
 
 def noisy_search(
@@ -565,10 +596,10 @@ def noisy_search(
         if a.next is None:
             return state.answer(a, complete=True)
         best = state.answer(a, complete=False, reason="the search was stopped")
-        got = yield Round((a.next,), purpose=f"noise-{a.purpose}", again=True, best=best,
-                          note=note)  # fmt: skip
+        got = yield Round((a.next,), purpose=f"noise-{a.purpose}", again=True, best=best, note=note)
         for v, verdict in got.items():
             state.add(state.closure(v), verdict)
     a = state.analyze()
-    return state.answer(a, complete=False,
-                        reason=f"run budget of the noise-aware search spent ({budget} runs)")
+    return state.answer(
+        a, complete=False, reason=f"run budget of the noise-aware search spent ({budget} runs)"
+    )

@@ -37,8 +37,9 @@ class Ordered:
     `axis` is the index of the build delta (b0 -> bk); `steps[m - 1]` the index of the
     hidden delta that sets the build to bm (m = 1..k); the search sees deltas 0..n-1."""
 
-    def __init__(self, inner: StrategyFn, *, axis: int, steps: Sequence[int],
-                 builds: Sequence[str] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, inner: StrategyFn, *, axis: int, steps: Sequence[int], builds: Sequence[str] = ()
+    ) -> None:
         self.inner = inner
         self.axis = axis
         self.steps = tuple(steps)
@@ -56,8 +57,10 @@ class Ordered:
     def _search(self, n: int) -> Search:
         k = len(self.steps)
         flags = tuple(i for i in range(n) if i != self.axis)
-        seen: dict[Variant, Verdict] = {frozenset(): Verdict.PASS,
-                                        frozenset(range(n)): Verdict.FAIL}
+        seen: dict[Variant, Verdict] = {
+            frozenset(): Verdict.PASS,
+            frozenset(range(n)): Verdict.FAIL,
+        }
         # 1. the builds, with bad's flags; good's build is one of the candidates (all
         #    failing = the build does not matter), so k + 1 outcomes cost log2(k + 1) runs
         lo, hi = -1, k
@@ -80,9 +83,11 @@ class Ordered:
         reason = ""
         if lo != hi - 1:
             open_ = ", ".join(self._name(m) for m in range(max(lo, 0) + 1, hi + 1))
-            reason = (f"builds between {self._name(max(lo, 0))} and {self._name(hi)} could not "
-                      f"be run with bad's flags: the first bad build is one of {open_}"
-                      + (f" (or none: {self._name(0)} too)" if lo < 0 else ""))
+            reason = (
+                f"builds between {self._name(max(lo, 0))} and {self._name(hi)} could not "
+                f"be run with bad's flags: the first bad build is one of {open_}"
+                + (f" (or none: {self._name(0)} too)" if lo < 0 else "")
+            )
         lo = max(lo, 0)
         step = self.steps[hi - 1]
         # 3. the build alone
@@ -95,13 +100,18 @@ class Ordered:
         # 4. the flags on build hi
         inner = yield from self._flags(flags, hi, seen)
         culprits = tuple(
-            Culprit(c.deltas | {step}, c.reproduced_by | {self._step_of(hi)},
-                    tuple(sorted((*c.cleared_by, cleared_build))),
-                    confirmed=c.confirmed and not reason)
-            for c in inner.culprits)  # fmt: skip
+            Culprit(
+                c.deltas | {step},
+                c.reproduced_by | {self._step_of(hi)},
+                tuple(sorted((*c.cleared_by, cleared_build))),
+                confirmed=c.confirmed and not reason,
+            )
+            for c in inner.culprits
+        )
         reasons = "; ".join(filter(None, [inner.reason, reason]))
-        return replace(inner, culprits=culprits, complete=inner.complete and not reason,
-                       reason=reasons)  # fmt: skip
+        return replace(
+            inner, culprits=culprits, complete=inner.complete and not reason, reason=reasons
+        )
 
     def _step_of(self, m: int) -> int:
         return self.axis if m == len(self.steps) else self.steps[m - 1]
@@ -109,6 +119,7 @@ class Ordered:
     def _flags(self, flags: tuple[int, ...], m: int, seen: dict[Variant, Verdict]) -> Search:
         """The inner strategy over the flags alone, every variant on build bm; its answer
         in the campaign's delta numbers (the build is added by the caller)."""
+
         def out(v: Iterable[int]) -> Variant:
             return self._at(m, (flags[j] for j in v))
 
@@ -121,16 +132,19 @@ class Ordered:
                 answer: Answer = stop.value
                 break
             outer = {v: out(v) for v in rnd.variants}
-            back = yield replace(rnd, variants=tuple(outer[v] for v in rnd.variants),
-                                 best=None)  # fmt: skip
+            back = yield replace(rnd, variants=tuple(outer[v] for v in rnd.variants), best=None)
             got = {v: back[o] for v, o in outer.items() if o in back}
             seen.update(back)
         build = {self._step_of(m)} if m else set()
         culprits = tuple(
-            Culprit(frozenset(flags[j] for j in c.deltas),
-                    out(c.reproduced_by) - build,
-                    tuple((flags[j], out(v)) for j, v in c.cleared_by), c.confirmed)
-            for c in answer.culprits)  # fmt: skip
+            Culprit(
+                frozenset(flags[j] for j in c.deltas),
+                out(c.reproduced_by) - build,
+                tuple((flags[j], out(v)) for j, v in c.cleared_by),
+                c.confirmed,
+            )
+            for c in answer.culprits
+        )
         return replace(answer, culprits=culprits)
 
     def _test(self, v: Variant, seen: dict[Variant, Verdict]) -> Search:

@@ -54,15 +54,29 @@ class Applied:
         return [f"--{self.knob}", _text(self.value)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"knob": self.knob, "env": self.env, "before": self.before, "value": self.value,
-                "way": self.way, "failure": self.failure, "after": self.after,
-                "step": self.step}  # fmt: skip
+        return {
+            "knob": self.knob,
+            "env": self.env,
+            "before": self.before,
+            "value": self.value,
+            "way": self.way,
+            "failure": self.failure,
+            "after": self.after,
+            "step": self.step,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Applied:
-        return cls(knob=str(d["knob"]), env=bool(d.get("env")), before=d.get("before"),
-                   value=d["value"], way=int(d.get("way") or 1), failure=str(d.get("failure")),
-                   after=str(d.get("after")), step=int(d.get("step") or 1))  # fmt: skip
+        return cls(
+            knob=str(d["knob"]),
+            env=bool(d.get("env")),
+            before=d.get("before"),
+            value=d["value"],
+            way=int(d.get("way") or 1),
+            failure=str(d.get("failure")),
+            after=str(d.get("after")),
+            step=int(d.get("step") or 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,8 +117,11 @@ class Settled:
 
 def is_resource(sig: Signature | None, target: Signature | None) -> bool:
     """A resource failure a move may address: by its class, and never the target."""
-    return (sig is not None and sig.error_class in RESOURCE_CLASSES
-            and not (target is not None and sig == target))  # fmt: skip
+    return (
+        sig is not None
+        and sig.error_class in RESOURCE_CLASSES
+        and not (target is not None and sig == target)
+    )
 
 
 def delta_knobs(deltas: Iterable[Delta]) -> frozenset[tuple[bool, str]]:
@@ -159,16 +176,25 @@ def stepped(move: Move, x: Number, way: int) -> Number:
     return round(nxt, 6)
 
 
-def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
-           deltas: Iterable[Delta], refused: frozenset[tuple[bool, str]] = frozenset(),
-           target: Signature | None = None) -> Next | Settled:  # fmt: skip
+def decide(
+    rungs: Sequence[Rung],
+    policy: RepairPolicy,
+    *,
+    variant: Experiment,
+    deltas: Iterable[Delta],
+    refused: frozenset[tuple[bool, str]] = frozenset(),
+    target: Signature | None = None,
+) -> Next | Settled:
     """What the ladder of one variant does after `rungs` (its starts, first one first)."""
     last = rungs[-1]
     if last.applied is not None and last.verdict is Verdict.INVALID and len(rungs) > 1:
         a = last.applied
-        return Settled(len(rungs) - 2, "unrepaired",
-                       f"the server refused {a.name()} {_text(a.value)}"
-                       + (f" ({last.detail})" if last.detail else ""))  # fmt: skip
+        return Settled(
+            len(rungs) - 2,
+            "unrepaired",
+            f"the server refused {a.name()} {_text(a.value)}"
+            + (f" ({last.detail})" if last.detail else ""),
+        )
     # A start that shows the target as planned is never repaired; a repaired start is
     # judged by the ladder alone (when the target is the resource failure a ladder ended
     # in, that ladder stays as it ended)
@@ -180,9 +206,11 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
         return Settled(len(rungs) - 1, "none")  # repair is off
     done = len(rungs) - 1
     if done >= policy.steps:
-        return Settled(len(rungs) - 1, "unrepaired",
-                       f"still {sig.error_class} after {done} repaired start(s), the most "
-                       f"allowed")  # fmt: skip
+        return Settled(
+            len(rungs) - 1,
+            "unrepaired",
+            f"still {sig.error_class} after {done} repaired start(s), the most allowed",
+        )
     launches = _launches(rungs, variant)
     busy = delta_knobs(deltas)
     blocked: list[str] = []
@@ -213,13 +241,17 @@ def decide(rungs: Sequence[Rung], policy: RepairPolicy, *, variant: Experiment,
             continue
         return Next(m, before, nxt, way)
     blocked = blocked or unset
-    why = "; ".join(blocked) if blocked else \
-        f"no move addresses {sig.error_class} in {sig.phase.value}"  # fmt: skip
+    why = (
+        "; ".join(blocked)
+        if blocked
+        else f"no move addresses {sig.error_class} in {sig.phase.value}"
+    )
     return Settled(len(rungs) - 1, "unrepaired", why)
 
 
-def may_run(policy: RepairPolicy, good: Experiment, bad: Experiment,
-            deltas: Iterable[Delta]) -> list[tuple[Move, str]]:  # fmt: skip
+def may_run(
+    policy: RepairPolicy, good: Experiment, bad: Experiment, deltas: Iterable[Delta]
+) -> list[tuple[Move, str]]:
     """Each move in force and whether it may run in this campaign: `may run from VALUE`,
     or why not (repair off, a delta under test, not set in either config)."""
     busy = delta_knobs(deltas)
@@ -252,15 +284,15 @@ def _launches(rungs: Sequence[Rung], variant: Experiment) -> list[Experiment]:
     return out
 
 
-def _no_window(m: Move, rungs: Sequence[Rung], launches: list[Experiment],
-               target: Signature | None) -> str:  # fmt: skip
+def _no_window(
+    m: Move, rungs: Sequence[Rung], launches: list[Experiment], target: Signature | None
+) -> str:
     """Why `m`'s knob has no working value, when one start failed wanting more of it and
     another wanting less ('' otherwise)."""
     low: tuple[Number, Signature] | None = None  # the highest value that wanted more
     high: tuple[Number, Signature] | None = None  # the lowest value that wanted less
     for i, (r, exp) in enumerate(zip(rungs, launches, strict=True)):
-        if not is_resource(r.signature, target if i == 0 else None) \
-                or r.verdict is Verdict.INVALID:  # fmt: skip
+        if not is_resource(r.signature, target if i == 0 else None) or r.verdict is Verdict.INVALID:
             continue
         assert r.signature is not None
         way = m.way(r.signature.error_class, r.signature.phase.value)
@@ -274,8 +306,10 @@ def _no_window(m: Move, rungs: Sequence[Rung], launches: list[Experiment],
             high = (x, r.signature)
     if low is None or high is None:
         return ""
-    return (f"no working window for {m.name()}: at {_text(low[0])} it failed wanting more "
-            f"({low[1]}), at {_text(high[0])} wanting less ({high[1]})")
+    return (
+        f"no working window for {m.name()}: at {_text(low[0])} it failed wanting more "
+        f"({low[1]}), at {_text(high[0])} wanting less ({high[1]})"
+    )
 
 
 def _text(x: object) -> str:
@@ -284,5 +318,16 @@ def _text(x: object) -> str:
     return str(x)
 
 
-__all__ = ["Applied", "Next", "Rung", "Settled", "decide", "delta_knobs", "is_resource",
-           "may_run", "stepped", "value_of", "with_moves"]  # fmt: skip
+__all__ = [
+    "Applied",
+    "Next",
+    "Rung",
+    "Settled",
+    "decide",
+    "delta_knobs",
+    "is_resource",
+    "may_run",
+    "stepped",
+    "value_of",
+    "with_moves",
+]

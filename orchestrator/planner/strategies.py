@@ -207,8 +207,9 @@ def auto(n: int) -> Search:
 MAX_HITTING_SETS = 256
 
 
-def hitting_sets(terms: Sequence[frozenset[int]], limit: int = MAX_HITTING_SETS
-                 ) -> list[frozenset[int]] | None:  # fmt: skip
+def hitting_sets(
+    terms: Sequence[frozenset[int]], limit: int = MAX_HITTING_SETS
+) -> list[frozenset[int]] | None:
     """The minimal sets that hold a member of every term (None: more than `limit` choices)."""
     choices = [frozenset()]
     for t in terms:
@@ -297,8 +298,12 @@ def _minimize(p: Probe, term: frozenset[int]) -> Search:
 
 #: `noisy`: the noise-aware search from the first run, for a failure known to be flaky
 #: (`auto` in a campaign switches to it by itself once the runs show flakiness)
-STRATEGIES: dict[str, StrategyFn] = {"auto": auto, "dd": dd, "linear": linear,
-                                     "noisy": NoisyFromStart()}  # fmt: skip
+STRATEGIES: dict[str, StrategyFn] = {
+    "auto": auto,
+    "dd": dd,
+    "linear": linear,
+    "noisy": NoisyFromStart(),
+}
 
 
 def make_strategy(name: str) -> StrategyFn:
@@ -369,12 +374,16 @@ def estimate_runs(strategy: StrategyFn, n: int, budget: int = ESTIMATE_BUDGET) -
     more simulated work than `budget` positions' worth); pure.
     """
     samples = max(ESTIMATE_MIN_SAMPLES, budget // max(n, 1))
-    singles = [simulate(strategy, n, and_oracle(frozenset({i})))[1]
-               for i in _evenly(n, samples)] or [0]  # fmt: skip
+    singles = [
+        simulate(strategy, n, and_oracle(frozenset({i})))[1] for i in _evenly(n, samples)
+    ] or [0]
     n_pairs = n * (n - 1) // 2
     k_pairs = min(ESTIMATE_MAX_PAIRS, samples)
-    picks = range(n_pairs) if n_pairs <= k_pairs else (
-        int(k * n_pairs / k_pairs) for k in range(k_pairs))  # fmt: skip
+    picks = (
+        range(n_pairs)
+        if n_pairs <= k_pairs
+        else (int(k * n_pairs / k_pairs) for k in range(k_pairs))
+    )
     pairs_idx = [_pair_at(n, k) for k in picks]
     pairs = [simulate(strategy, n, and_oracle(frozenset(pr)))[1] for pr in pairs_idx] or [0]
     return {

@@ -28,8 +28,11 @@ def markdown_section(seen: list[EnvironmentSeen]) -> list[str]:
         title = f"### {s.host}" + (f" (from run {s.runs[0]})" if what is not None else "")
         out += [title, ""]
         if what is not None:
-            out += [f"**The environment changed during the campaign**: {'; '.join(what)}. "
-                    "Runs after the change are not mixed with those before.", ""]  # fmt: skip
+            out += [
+                f"**The environment changed during the campaign**: {'; '.join(what)}. "
+                "Runs after the change are not mixed with those before.",
+                "",
+            ]
         out += ["| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in s.env.rows()]
         out.append("")
@@ -43,14 +46,22 @@ def html_section(seen: list[EnvironmentSeen]) -> str:
         return parts[0] + "<p>Not recorded (no run reached the host).</p>"
     for i, s in enumerate(seen):
         what = _changed(seen, i)
-        parts.append(f"<h3>{e(s.host)}" + (f" (from run {e(s.runs[0])})" if what is not None
-                                             else "") + "</h3>")  # fmt: skip
+        parts.append(
+            f"<h3>{e(s.host)}"
+            + (f" (from run {e(s.runs[0])})" if what is not None else "")
+            + "</h3>"
+        )
         if what is not None:
-            parts.append(f"<p class=changed><b>The environment changed during the campaign</b>:"
-                         f" {e('; '.join(what))}. Runs after the change are not mixed with "
-                         "those before.</p>")  # fmt: skip
-        parts.append("<table class=env>" + "".join(
-            f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in s.env.rows()) + "</table>")
+            parts.append(
+                f"<p class=changed><b>The environment changed during the campaign</b>:"
+                f" {e('; '.join(what))}. Runs after the change are not mixed with "
+                "those before.</p>"
+            )
+        parts.append(
+            "<table class=env>"
+            + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in s.env.rows())
+            + "</table>"
+        )
     return "\n".join(parts)
 
 

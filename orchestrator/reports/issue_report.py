@@ -68,8 +68,9 @@ def trim_traceback(lines: Sequence[str], keep: int = KEEP_FRAMES) -> list[str]:
     """The traceback's header, first frame and last `keep` frames, then the error lines;
     the frames in between become one `... (N frames omitted)` line."""
     # Python 3.11's `^^^^` markers under a frame's code line say nothing in an issue.
-    body = [b for b in (strip_prefix(x).rstrip() for x in lines)
-            if not re.fullmatch(r"\s*[\^~]+\s*", b)]  # fmt: skip
+    body = [
+        b for b in (strip_prefix(x).rstrip() for x in lines) if not re.fullmatch(r"\s*[\^~]+\s*", b)
+    ]
     frame_starts = [i for i, x in enumerate(body) if re.match(r"\s*File \"", x)]
     if len(frame_starts) <= keep + 1:
         out = body
@@ -79,7 +80,7 @@ def trim_traceback(lines: Sequence[str], keep: int = KEEP_FRAMES) -> list[str]:
         omitted = len(frame_starts) - keep - 1
         out = body[:cut_from] + [f"  ... ({omitted} frames omitted)"] + body[cut_to:]
     if len(out) > MAX_TRACE_LINES:
-        out = out[:4] + ["  ..."] + out[-(MAX_TRACE_LINES - 5):]
+        out = out[:4] + ["  ..."] + out[-(MAX_TRACE_LINES - 5) :]
     return out
 
 
@@ -97,8 +98,7 @@ def _describe(v: Verdict, run: RunRow) -> str:
     if v is Verdict.OTHER:
         return f"fails differently: `{run.signature}`"
     if v is Verdict.TIMEOUT:
-        return "does not become ready (timeout)" + (f": `{run.signature}`" if run.signature
-                                                     else "")  # fmt: skip
+        return "does not become ready (timeout)" + (f": `{run.signature}`" if run.signature else "")
     return f"{v.value}: {run.detail}"
 
 
@@ -108,14 +108,18 @@ def nothing_to_report(camp: CampaignRow, runs: list[RunRow]) -> str | None:
     "failure in ?" and "not recorded", which is not true of anything."""
     what = f"campaign {camp.id}"
     if camp.kind != "bisect":
-        return (f"{what} is a {camp.kind}: it measures configs and names no failing flags "
-                "(its report: `orchestrator report ID` without --issue)")
+        return (
+            f"{what} is a {camp.kind}: it measures configs and names no failing flags "
+            "(its report: `orchestrator report ID` without --issue)"
+        )
     status = (camp.answer or {}).get("status") or camp.status
     message = (camp.answer or {}).get("message") or ""
     said = f" ({status}{': ' + message if message else ''})"
     if camp.target is None:
-        return (f"{what} reproduced no failure{said}: the failing config never failed, or "
-                "the campaign stopped before it ran")
+        return (
+            f"{what} reproduced no failure{said}: the failing config never failed, or "
+            "the campaign stopped before it ran"
+        )
     real = [r for r in runs if r.verdict is not Verdict.INFRA]
     if not any(_relative(r, camp) is Verdict.FAIL for r in real):
         return f"{what} recorded no run that shows its target failure{said}"
@@ -145,80 +149,126 @@ def issue_markdown(
     by_id = {r.id: r for r in runs}
     # a start a repair superseded (or a repaired start the server refused) says nothing
     # of its launch's failure: the repaired start does
-    superseded = {str(r.repair.get("after")) for r in runs if r.repair
-                  and r.verdict not in (Verdict.INFRA, Verdict.INVALID)}  # fmt: skip
-    real = [r for r in runs if r.verdict is not Verdict.INFRA and r.id not in superseded
-            and not (r.repair and r.verdict is Verdict.INVALID)]  # fmt: skip
+    superseded = {
+        str(r.repair.get("after"))
+        for r in runs
+        if r.repair and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
+    }
+    real = [
+        r
+        for r in runs
+        if r.verdict is not Verdict.INFRA
+        and r.id not in superseded
+        and not (r.repair and r.verdict is Verdict.INVALID)
+    ]
     culprit = answer.culprits[0] if answer.culprits else None
     n_deltas = len(camp.spec.get("deltas") or [])
     full = tuple(range(n_deltas))
     repro = by_id.get(culprit.reproduced_by) if culprit and culprit.reproduced_by else None
     if repro is None:  # not narrowed: the bad config itself
-        repro = next((r for r in real if r.variant == full and _relative(r, camp) is
-                      Verdict.FAIL), None)  # fmt: skip
+        repro = next(
+            (r for r in real if r.variant == full and _relative(r, camp) is Verdict.FAIL), None
+        )
     if repro is None:
         repro = next((r for r in real if _relative(r, camp) is Verdict.FAIL), None)
     env = env_of(repro) if repro else None
     if env is None and repro is not None:  # a reused run: the same host's, as it was then
-        env = next((e for r in runs if r.host == repro.host and r.env_digest
-                    for e in [env_of(r)] if e is not None), None)  # fmt: skip
+        env = next(
+            (
+                e
+                for r in runs
+                if r.host == repro.host and r.env_digest
+                for e in [env_of(r)]
+                if e is not None
+            ),
+            None,
+        )
     server = (env.server if env and env.server else None) or "the server"
     log = log_of(repro) if repro else ""
     analysis = analyze_log(log) if log else None
     error = (analysis.raw_message if analysis and analysis.raw_message else None) or (
-        camp.target.message if camp.target else "the failure")  # fmt: skip
+        camp.target.message if camp.target else "the failure"
+    )
     phase = camp.target.phase.value if camp.target else "?"
     flags = culprit.flags if culprit else []
     set_text = " + ".join(f"`{f}`" for f in flags)
 
     out: list[str] = []
-    title = f"[Bug] {server}: {camp.target.error_class if camp.target else 'failure'} " \
-        f"in {phase}" + (f" with {' + '.join(flags)}" if flags else "")  # fmt: skip
+    title = (
+        f"[Bug] {server}: {camp.target.error_class if camp.target else 'failure'} "
+        f"in {phase}" + (f" with {' + '.join(flags)}" if flags else "")
+    )
     out += [f"# {title}", ""]
     version = f" {env.server_version}" if env and env.server_version else ""
     if culprit:
-        alone = ("without any one of them it does not reproduce" if len(flags) > 1 else
-                 "without it the failure does not reproduce")  # fmt: skip
-        summary = (f"{server}{version} fails during `{phase}` with `{error}` when "
-                   f"{set_text} {'are' if len(flags) > 1 else 'is'} set; {alone}.")  # fmt: skip
+        alone = (
+            "without any one of them it does not reproduce"
+            if len(flags) > 1
+            else "without it the failure does not reproduce"
+        )
+        summary = (
+            f"{server}{version} fails during `{phase}` with `{error}` when "
+            f"{set_text} {'are' if len(flags) > 1 else 'is'} set; {alone}."
+        )
     else:
-        summary = (f"{server}{version} fails during `{phase}` with `{error}`; the flags "
-                   "that cause it were not narrowed down.")  # fmt: skip
+        summary = (
+            f"{server}{version} fails during `{phase}` with `{error}`; the flags "
+            "that cause it were not narrowed down."
+        )
     out += [f"**Summary:** {summary}", ""]
     builds = _builds_of(culprit)
     if builds is not None:
         last_good, first_bad = builds
         others = [f for f, w in zip(flags, culprit.whats or [], strict=False) if w != "build"]
-        out += [f"**Build:** the first build that fails is `{first_bad}`; the last good one is "
-                f"`{last_good}`" + (" (with " + " + ".join(f"`{f}`" for f in others)
-                                    + "; without them both builds pass)" if others else "")
-                + ".", ""]  # fmt: skip
+        out += [
+            f"**Build:** the first build that fails is `{first_bad}`; the last good one is "
+            f"`{last_good}`"
+            + (
+                " (with "
+                + " + ".join(f"`{f}`" for f in others)
+                + "; without them both builds pass)"
+                if others
+                else ""
+            )
+            + ".",
+            "",
+        ]
     if answer.status is Status.UNSURE and culprit:
         noise = answer.noise or {}
         conf = noise.get("confidence")
-        out += [f"**Not yet conclusive:** {set_text} is the best answer so far, "
-                f"{conf or 0:.0%} likely to be right (below the "
-                f"{noise.get('asked_confidence') or 0.95:.0%} the bisection asked for; runs "
-                f"with it: {noise.get('reproduction_counts') or 'none'}). More runs are "
-                "needed before this is a finding.", ""]  # fmt: skip
+        out += [
+            f"**Not yet conclusive:** {set_text} is the best answer so far, "
+            f"{conf or 0:.0%} likely to be right (below the "
+            f"{noise.get('asked_confidence') or 0.95:.0%} the bisection asked for; runs "
+            f"with it: {noise.get('reproduction_counts') or 'none'}). More runs are "
+            "needed before this is a finding.",
+            "",
+        ]
 
     out += ["## Reproduction", ""]
     if repro is not None:
-        removed = [k for k, v in ((repro.config.get("service") or {}).get("env") or {}).items()
-                   if v is None]  # fmt: skip
+        removed = [
+            k
+            for k, v in ((repro.config.get("service") or {}).get("env") or {}).items()
+            if v is None
+        ]
         out += ["```bash", command_block(repro.argv, repro.env, removed), "```", ""]
         if repro.repair and culprit and culprit.repaired_with:
             moves = ", ".join(f"`{m}`" for m in culprit.repaired_with)
             first = next((n.before for n in answer.repairs if n.after_run == repro.id), "")
-            out.append(f"This command line is the repaired one: as first launched it "
-                       f"{first or 'failed on a resource'}, and with {moves} it shows the "
-                       "failure above. Without the repair the failure is hidden behind "
-                       "that one.")  # fmt: skip
+            out.append(
+                f"This command line is the repaired one: as first launched it "
+                f"{first or 'failed on a resource'}, and with {moves} it shows the "
+                "failure above. Without the repair the failure is hidden behind "
+                "that one."
+            )
             out.append("")
         if culprit:
-            out.append(f"The failure needs {'all of ' if len(flags) > 1 else ''}{set_text}: "
-                       f"found by bisecting the {n_deltas} differences between a working and a "
-                       f"failing launch.")  # fmt: skip
+            out.append(
+                f"The failure needs {'all of ' if len(flags) > 1 else ''}{set_text}: "
+                f"found by bisecting the {n_deltas} differences between a working and a "
+                f"failing launch."
+            )
         out.append("")
     else:
         out += ["No run reproduced the failure.", ""]
@@ -231,8 +281,10 @@ def issue_markdown(
             out.append(f"| the failing launch without `{flag}` | {said} |")
     good = next((r for r in real if r.variant == ()), None)
     if good is not None:
-        out.append(f"| the working launch (none of these flags) | "
-                   f"{_describe(_relative(good, camp), good)} |")  # fmt: skip
+        out.append(
+            f"| the working launch (none of these flags) | "
+            f"{_describe(_relative(good, camp), good)} |"
+        )
     out.append("")
 
     out += ["## Error", ""]
@@ -253,16 +305,20 @@ def issue_markdown(
     for r in real:
         v = _relative(r, camp).value
         counts[v] = counts.get(v, 0) + 1
-    out.append(f"- {len(runs)} runs ({len(executed)} executed, {len(runs) - len(executed)} "
-               "reused from earlier campaigns): "
-               + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))  # fmt: skip
+    out.append(
+        f"- {len(runs)} runs ({len(executed)} executed, {len(runs) - len(executed)} "
+        "reused from earlier campaigns): "
+        + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    )
     if repro is not None:
         same = [r for r in real if r.variant == repro.variant]
         hits = sum(1 for r in same if _relative(r, camp) is Verdict.FAIL)
         rate = f"{hits} of {len(same)} starts"
         flaky = bool(answer.flaky) or hits < len(same)
-        out.append(f"- the reproducing launch failed in {rate}"
-                   + (f" ({100 * hits / len(same):.0f}%: the failure is flaky)" if flaky else ""))
+        out.append(
+            f"- the reproducing launch failed in {rate}"
+            + (f" ({100 * hits / len(same):.0f}%: the failure is flaky)" if flaky else "")
+        )
         bad = [r for r in real if r.variant == full]
         if bad and repro.variant != full:
             bhits = sum(1 for r in bad if _relative(r, camp) is Verdict.FAIL)
@@ -272,8 +328,10 @@ def issue_markdown(
     for note in answer.repairs[:3]:
         out.append(f"- repair: {note.sentence()}")
     if answer.findings:
-        out.append("- other failures met on the way: "
-                   + "; ".join(f"`{f.signature}`" for f in answer.findings[:3]))  # fmt: skip
+        out.append(
+            "- other failures met on the way: "
+            + "; ".join(f"`{f.signature}`" for f in answer.findings[:3])
+        )
     out += ["", "_Found with orchestrator (automated flag bisection on the real host)._"]
 
     text = _hide("\n".join(out), local_paths)

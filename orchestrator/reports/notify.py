@@ -70,8 +70,9 @@ class Message:
             said += " with a REGRESSION"
         text = f"orchestrator {self.kind} {self.campaign} {said}"
         if self.culprits:
-            text += (": best so far " if self.status == "unsure" else ": ") \
-                + "; ".join(self.culprits)
+            text += (": best so far " if self.status == "unsure" else ": ") + "; ".join(
+                self.culprits
+            )
         if self.regressions:
             text += ": " + "; ".join(self.regressions)
         if self.target and self.status != "found":
@@ -105,9 +106,15 @@ class _Final(Exception):  # noqa: N818 (an internal signal: the delivery failed 
     pass
 
 
-def send(url: str, payload: dict[str, Any], *, timeout: float = TIMEOUT_S,
-         attempts: int = ATTEMPTS, deadline: float = DEADLINE_S,
-         sleep: Callable[[float], None] | None = None) -> str | None:  # fmt: skip
+def send(
+    url: str,
+    payload: dict[str, Any],
+    *,
+    timeout: float = TIMEOUT_S,
+    attempts: int = ATTEMPTS,
+    deadline: float = DEADLINE_S,
+    sleep: Callable[[float], None] | None = None,
+) -> str | None:
     """POST `payload` as JSON. None when delivered (a 2xx answer), else why not: one line,
     never the URL's path, never an exception.
 
@@ -123,8 +130,15 @@ def send(url: str, payload: dict[str, Any], *, timeout: float = TIMEOUT_S,
 
     def work() -> None:
         try:
-            box["problem"] = _deliver(url, body, timeout=timeout, attempts=attempts,
-                                      end=end, sleep=sleep or time.sleep, box=box)  # fmt: skip
+            box["problem"] = _deliver(
+                url,
+                body,
+                timeout=timeout,
+                attempts=attempts,
+                end=end,
+                sleep=sleep or time.sleep,
+                box=box,
+            )
         except Exception as exc:  # noqa: BLE001 (any failure of a receiver is one note)
             box["problem"] = f"{type(exc).__name__}: {_line(exc)}"
         finally:
@@ -140,8 +154,16 @@ def send(url: str, payload: dict[str, Any], *, timeout: float = TIMEOUT_S,
     return f"{shown(url)}: {problem}" if problem else None
 
 
-def _deliver(url: str, body: bytes, *, timeout: float, attempts: int, end: float,
-             sleep: Callable[[float], None], box: dict[str, Any]) -> str | None:  # fmt: skip
+def _deliver(
+    url: str,
+    body: bytes,
+    *,
+    timeout: float,
+    attempts: int,
+    end: float,
+    sleep: Callable[[float], None],
+    box: dict[str, Any],
+) -> str | None:
     """The attempts of one delivery, until `end`: None when delivered, else why not."""
     last = "no attempt made"
     for attempt in range(1, max(attempts, 1) + 1):
@@ -168,8 +190,12 @@ def _post(url: str, body: bytes, *, timeout: float, box: dict[str, Any]) -> None
     box["conn"] = conn
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        conn.request("POST", target, body=body, headers={
-            "Content-Type": "application/json", "User-Agent": "orchestrator"})  # fmt: skip
+        conn.request(
+            "POST",
+            target,
+            body=body,
+            headers={"Content-Type": "application/json", "User-Agent": "orchestrator"},
+        )
         # The status line and headers say whether it was taken; the answer's body says
         # nothing more, so it is not read (a receiver may send it slowly, or forever).
         resp = conn.getresponse()
@@ -178,8 +204,9 @@ def _post(url: str, body: bytes, *, timeout: float, box: dict[str, Any]) -> None
     except (http.client.RemoteDisconnected, ConnectionError, TimeoutError) as exc:
         raise _Retry(_net(exc)) from exc
     except http.client.HTTPException as exc:
-        raise _Final("the receiver does not answer in HTTP "
-                     f"({type(exc).__name__}: {_line(exc)})") from exc  # fmt: skip
+        raise _Final(
+            f"the receiver does not answer in HTTP ({type(exc).__name__}: {_line(exc)})"
+        ) from exc
     except OSError as exc:  # refused, unreachable, DNS, TLS
         raise _Retry(_net(exc)) from exc
     finally:
@@ -188,8 +215,10 @@ def _post(url: str, body: bytes, *, timeout: float, box: dict[str, Any]) -> None
         return
     if 300 <= status < 400:
         where = f" to {shown(urllib.parse.urljoin(url, location))}" if location else ""
-        raise _Final(f"HTTP {status} {reason}: a redirect{where}, not followed (the message "
-                     "would arrive as a GET without its body); give the final URL")
+        raise _Final(
+            f"HTTP {status} {reason}: a redirect{where}, not followed (the message "
+            "would arrive as a GET without its body); give the final URL"
+        )
     if status >= 500 or status == 429:
         raise _Retry(f"HTTP {status}")
     raise _Final(f"HTTP {status} {reason}")
@@ -233,5 +262,6 @@ def culprits_of(answer: dict[str, Any] | None) -> tuple[str, ...]:
     """`--a + --b` per culprit set of a campaign's recorded answer (none for a sweep's)."""
     from orchestrator.campaign.records import Culprit
 
-    return tuple(" + ".join(Culprit.from_dict(c).flags)
-                 for c in (answer or {}).get("culprits") or [])  # fmt: skip
+    return tuple(
+        " + ".join(Culprit.from_dict(c).flags) for c in (answer or {}).get("culprits") or []
+    )

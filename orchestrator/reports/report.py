@@ -60,8 +60,10 @@ def _sureness(answer: Outcome) -> list[str]:
     if noise.get("confidence") is not None:
         out.append(f"confidence {noise['confidence']:.3f}")
     if noise.get("reproduction_rate") is not None:
-        out.append(f"reproduction rate {noise['reproduction_rate']:.2f} "
-                   f"({noise.get('reproduction_counts')} runs with the culprit set)")  # fmt: skip
+        out.append(
+            f"reproduction rate {noise['reproduction_rate']:.2f} "
+            f"({noise.get('reproduction_counts')} runs with the culprit set)"
+        )
     return out
 
 
@@ -76,8 +78,10 @@ def _weights(answer: Outcome) -> list[str]:
     if not (w.get("rehearsal") or w.get("dummy_starts")):
         return []
     out = [f"weights: {w['note']}"] if w.get("note") else []
-    out.append(f"starts on real weights: {w.get('real_starts', 0)}, on dummy weights: "
-               f"{w.get('dummy_starts', 0)}")
+    out.append(
+        f"starts on real weights: {w.get('real_starts', 0)}, on dummy weights: "
+        f"{w.get('dummy_starts', 0)}"
+    )
     return out
 
 
@@ -128,8 +132,10 @@ def _with(text: str | None) -> str:
     return f" ({text})" if text else ""
 
 
-def _builds(runs: list[RunRow], environments: list[EnvironmentSeen] | None,
-            ) -> dict[str, str] | None:  # fmt: skip
+def _builds(
+    runs: list[RunRow],
+    environments: list[EnvironmentSeen] | None,
+) -> dict[str, str] | None:
     """Run id -> its build as the config named it and the server version read inside it
     (`0.5.23 (serves 0.5.23)`); None when no run named a build (no column then)."""
     named = {r.id: (r.config.get("service") or {}).get("build") for r in runs}
@@ -142,17 +148,19 @@ def _builds(runs: list[RunRow], environments: list[EnvironmentSeen] | None,
                 served[rid] = seen.env.server_version
             if seen.env.image_id:
                 served[rid] = served.get(rid, "") + f" {seen.env.image_id[:19]}"
-    return {rid: (b or "as installed") + (f" (serves {served[rid].strip()})"
-                                          if rid in served else "")
-            for rid, b in named.items()}  # fmt: skip
+    return {
+        rid: (b or "as installed") + (f" (serves {served[rid].strip()})" if rid in served else "")
+        for rid, b in named.items()
+    }
 
 
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
-def markdown(camp: CampaignRow, runs: list[RunRow],
-             environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
+def markdown(
+    camp: CampaignRow, runs: list[RunRow], environments: list[EnvironmentSeen] | None = None
+) -> str:
     answer, cleared = _answer(camp)
     deltas = _deltas(camp)
     spec = camp.spec
@@ -170,11 +178,17 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             kind = c.kind
             if unsure:
                 kind += ", not yet conclusive"
-            under = (" with the repair " + ", ".join(f"`{m}`" for m in c.repaired_with)
-                     if c.repaired_with else "")  # fmt: skip
-            rep = (f"good + set reproduces the failure{under}: run {c.reproduced_by}"
-                   f"{_with(c.reproduced_counts)}" if c.reproduced_by is not None
-                   else "no run of good + exactly this set is recorded")  # fmt: skip
+            under = (
+                " with the repair " + ", ".join(f"`{m}`" for m in c.repaired_with)
+                if c.repaired_with
+                else ""
+            )
+            rep = (
+                f"good + set reproduces the failure{under}: run {c.reproduced_by}"
+                f"{_with(c.reproduced_counts)}"
+                if c.reproduced_by is not None
+                else "no run of good + exactly this set is recorded"
+            )
             out.append(f"- **{' + '.join(f'`{f}`' for f in c.flags)}** ({kind}); {rep}")
             for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
@@ -189,8 +203,10 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
             needs = ", ".join(f"`{d}`" for d in answer.narrowed.failure_needs_some_of)
             out.append(f"- narrowed so far: the failure needs some of {needs}")
     for f in answer.findings:
-        out.append(f"- other failure `{f.signature}`: smallest variant {f.label} "
-                   f"(run {f.run_id}, {f.seen()})")  # fmt: skip
+        out.append(
+            f"- other failure `{f.signature}`: smallest variant {f.label} "
+            f"(run {f.run_id}, {f.seen()})"
+        )
     for note in answer.repairs:
         out.append(f"- repair: {note.sentence()}")
     for inv in answer.invalid:
@@ -208,20 +224,35 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
     rehearsed = _rehearsed(runs)
     # which build a run ran: a column only when some config named one
     built = _builds(runs, environments)
-    out += ["", "## Steps", "",
-            "| run | variant | purpose |" + (" weights |" if rehearsed else "")
-            + (" build |" if built else "") + " verdict | signature | time |",
-            "|---|---|---|" + ("---|" if rehearsed else "") + ("---|" if built else "")
-            + "---|---|---|"]  # fmt: skip
+    out += [
+        "",
+        "## Steps",
+        "",
+        "| run | variant | purpose |"
+        + (" weights |" if rehearsed else "")
+        + (" build |" if built else "")
+        + " verdict | signature | time |",
+        "|---|---|---|"
+        + ("---|" if rehearsed else "")
+        + ("---|" if built else "")
+        + "---|---|---|",
+    ]
     for r in runs:
         src = " (cached)" if r.cached_from else ""
-        out.append(f"| {r.id} | {r.label} | {r.purpose} | "
-                   + (f"{r.weights} | " if rehearsed else "")
-                   + (f"{built[r.id]} | " if built else "")
-                   + f"{_relative(r, camp)}{src} | {r.signature or ''} | "
-                   f"{r.duration:.0f}s |")  # fmt: skip
-    out += ["", "## Counts per variant", "", "| variant | target failures | first run |",
-            "|---|---|---|"]  # fmt: skip
+        out.append(
+            f"| {r.id} | {r.label} | {r.purpose} | "
+            + (f"{r.weights} | " if rehearsed else "")
+            + (f"{built[r.id]} | " if built else "")
+            + f"{_relative(r, camp)}{src} | {r.signature or ''} | "
+            f"{r.duration:.0f}s |"
+        )
+    out += [
+        "",
+        "## Counts per variant",
+        "",
+        "| variant | target failures | first run |",
+        "|---|---|---|",
+    ]
     out += [f"| {label} | {got} | {seq} |" for label, got, seq in _variant_counts(camp, runs)]
     out += ["", "## Narrowing", "", "```"]
     out.append("run      " + " ".join(f"{i:>2}" for i in range(len(deltas))) + "  verdict")
@@ -230,8 +261,16 @@ def markdown(camp: CampaignRow, runs: list[RunRow],
         out.append(f"{r.id:<8} {cells}  {_relative(r, camp)}")
     out += ["```", "", "## Findings by signature", ""]
     for sig, rs, smallest in _by_signature(runs):
-        out += [f"### `{sig}`", "", f"{len(rs)} run(s); smallest variant: {smallest.label} "
-                f"(run {smallest.id})", "", "```", _excerpt(smallest), "```", ""]  # fmt: skip
+        out += [
+            f"### `{sig}`",
+            "",
+            f"{len(rs)} run(s); smallest variant: {smallest.label} (run {smallest.id})",
+            "",
+            "```",
+            _excerpt(smallest),
+            "```",
+            "",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -249,24 +288,31 @@ background:#fff7f7}.unsure{border-color:#ef6c00;background:#fff8e1}
 """
 
 
-def html_page(camp: CampaignRow, runs: list[RunRow],
-              environments: list[EnvironmentSeen] | None = None) -> str:  # fmt: skip
+def html_page(
+    camp: CampaignRow, runs: list[RunRow], environments: list[EnvironmentSeen] | None = None
+) -> str:
     e = html.escape
     answer, cleared = _answer(camp)
     deltas = _deltas(camp)
     spec = camp.spec
-    parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8>"
-             f"<title>Campaign {e(camp.id)}</title><style>{_CSS}</style></head><body>"]  # fmt: skip
+    parts = [
+        f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>Campaign {e(camp.id)}</title><style>{_CSS}</style></head><body>"
+    ]
     parts.append(f"<h1>Campaign {e(camp.id)}: {e(camp.kind)}</h1>")
-    parts.append(f"<p>good <code>{e(str(spec.get('good_source')))}</code>, bad "
-                 f"<code>{e(str(spec.get('bad_source')))}</code>, hosts "
-                 f"{e(', '.join(spec.get('hosts', [])))}, strategy "
-                 f"{e(str(spec.get('strategy')))}, started {e(_when(camp.created))}, status "
-                 f"<b>{e(camp.status)}</b></p>")  # fmt: skip
+    parts.append(
+        f"<p>good <code>{e(str(spec.get('good_source')))}</code>, bad "
+        f"<code>{e(str(spec.get('bad_source')))}</code>, hosts "
+        f"{e(', '.join(spec.get('hosts', [])))}, strategy "
+        f"{e(str(spec.get('strategy')))}, started {e(_when(camp.created))}, status "
+        f"<b>{e(camp.status)}</b></p>"
+    )
     unsure = answer.status is Status.UNSURE
     if unsure:  # amber, not the answer's colours: below the confidence asked
-        parts.append('<div class="answer unsure" id=answer><h2 style="margin-top:0">'
-                     'Best answer (unsure)</h2>')  # fmt: skip
+        parts.append(
+            '<div class="answer unsure" id=answer><h2 style="margin-top:0">'
+            "Best answer (unsure)</h2>"
+        )
         parts += [f"<p><b>{e(line)}</b></p>" for line in _unsure(answer)[:1]]
     else:
         parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
@@ -281,35 +327,47 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
             flags = " + ".join(f"<code>{e(f)}</code>" for f in c.flags)
             repro = c.reproduced_counts
             if c.reproduced_by is None:
-                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
-                             "exactly this set is recorded<ul>")  # fmt: skip
+                parts.append(
+                    f"<li class=culprit><b>{flags}</b> ({kind}): no run of good + "
+                    "exactly this set is recorded<ul>"
+                )
             else:
-                under = (" with the repair " + ", ".join(f"<code>{e(m)}</code>"
-                                                         for m in c.repaired_with)
-                         if c.repaired_with else "")  # fmt: skip
-                parts.append(f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
-                             f"reproduces the failure{under} (run {e(str(c.reproduced_by))}"
-                             f"{'; ' + e(repro) if repro else ''})<ul>")  # fmt: skip
+                under = (
+                    " with the repair " + ", ".join(f"<code>{e(m)}</code>" for m in c.repaired_with)
+                    if c.repaired_with
+                    else ""
+                )
+                parts.append(
+                    f"<li class=culprit><b>{flags}</b> ({kind}): good + set "
+                    f"reproduces the failure{under} (run {e(str(c.reproduced_by))}"
+                    f"{'; ' + e(repro) if repro else ''})<ul>"
+                )
             for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
                     continue
                 got = c.cleared_count(flag)
-                parts.append(f"<li>{e(c.claim(flag))} (run {e(str(rid))}"
-                             f"{'; ' + e(got) if got else ''})</li>")  # fmt: skip
+                parts.append(
+                    f"<li>{e(c.claim(flag))} (run {e(str(rid))}{'; ' + e(got) if got else ''})</li>"
+                )
             parts.append("</ul></li>")
         parts.append("</ul>")
         if cleared:
-            parts.append("<p>Cleared: " + ", ".join(f"<code>{e(d)}</code>" for d in cleared)
-                         + "</p>")  # fmt: skip
+            parts.append(
+                "<p>Cleared: " + ", ".join(f"<code>{e(d)}</code>" for d in cleared) + "</p>"
+            )
     else:
         parts.append(f"<p>No answer: {e(answer.message or camp.status)}</p>")
         if answer.narrowed:
-            parts.append("<p>Narrowed so far: the failure needs some of " + ", ".join(
-                f"<code>{e(d)}</code>" for d in answer.narrowed.failure_needs_some_of)
-                + "</p>")  # fmt: skip
+            parts.append(
+                "<p>Narrowed so far: the failure needs some of "
+                + ", ".join(f"<code>{e(d)}</code>" for d in answer.narrowed.failure_needs_some_of)
+                + "</p>"
+            )
     for f in answer.findings:
-        parts.append(f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
-                     f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>")  # fmt: skip
+        parts.append(
+            f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
+            f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>"
+        )
     for note in answer.repairs:
         parts.append(f"<p class=repair>Repair: {e(note.sentence())}</p>")
     for inv in answer.invalid:
@@ -318,32 +376,43 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts += [f"<p class=weights>{e(line)}</p>" for line in _weights(answer)]
     parts += [f"<p class=next>{e(line)}</p>" for line in _unsure(answer)[1:]]
     parts.append("</div>")
-    parts.append("<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
-                 "<th>target failures</th><th>first run</th></tr>")  # fmt: skip
-    parts += [f"<tr><td>{e(label)}</td><td>{e(got)}</td><td>{seq}</td></tr>"
-              for label, got, seq in _variant_counts(camp, runs)]  # fmt: skip
+    parts.append(
+        "<h2>Counts per variant</h2><table id=counts><tr><th>variant</th>"
+        "<th>target failures</th><th>first run</th></tr>"
+    )
+    parts += [
+        f"<tr><td>{e(label)}</td><td>{e(got)}</td><td>{seq}</td></tr>"
+        for label, got, seq in _variant_counts(camp, runs)
+    ]
     parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
     rehearsed = _rehearsed(runs)
     built = _builds(runs, environments)
-    parts.append("<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
-                 "<th>purpose</th>" + ("<th>weights</th>" if rehearsed else "")
-                 + ("<th>build</th>" if built else "")
-                 + "<th>verdict</th><th>signature</th><th>time</th></tr>")  # fmt: skip
+    parts.append(
+        "<h2>Steps</h2><table id=steps><tr><th>run</th><th>variant</th>"
+        "<th>purpose</th>"
+        + ("<th>weights</th>" if rehearsed else "")
+        + ("<th>build</th>" if built else "")
+        + "<th>verdict</th><th>signature</th><th>time</th></tr>"
+    )
     for r in runs:
         v = _relative(r, camp)
         src = " (cached)" if r.cached_from else ""
-        parts.append(f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
-                     + (f"<td>{e(r.weights)}</td>" if rehearsed else "")
-                     + (f"<td>{e(built[r.id])}</td>" if built else "")
-                     + f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
-                     f"<td><code>{e(str(r.signature or ''))}</code></td>"
-                     f"<td>{r.duration:.0f}s</td></tr>")  # fmt: skip
+        parts.append(
+            f"<tr><td>{e(r.id)}</td><td>{e(r.label)}</td><td>{e(r.purpose)}</td>"
+            + (f"<td>{e(r.weights)}</td>" if rehearsed else "")
+            + (f"<td>{e(built[r.id])}</td>" if built else "")
+            + f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
+            f"<td><code>{e(str(r.signature or ''))}</code></td>"
+            f"<td>{r.duration:.0f}s</td></tr>"
+        )
     parts.append("</table>")
-    parts.append("<h2>How the difference was narrowed</h2><p>One row per run; a filled cell means "
-                 "the variant has that delta (good + filled cells).</p><table class=matrix>"
-                 "<tr><th>run</th>")  # fmt: skip
+    parts.append(
+        "<h2>How the difference was narrowed</h2><p>One row per run; a filled cell means "
+        "the variant has that delta (good + filled cells).</p><table class=matrix>"
+        "<tr><th>run</th>"
+    )
     parts += [f"<th title='{e(d)}'>{i}</th>" for i, d in enumerate(deltas)]
     parts.append("<th>verdict</th></tr>")
     for r in runs:
@@ -358,9 +427,11 @@ def html_page(camp: CampaignRow, runs: list[RunRow],
     parts += [f"<tr><td>{i}</td><td><code>{e(d)}</code></td></tr>" for i, d in enumerate(deltas)]
     parts.append("</table><h2>Findings by signature</h2>")
     for sig, rs, smallest in _by_signature(runs):
-        parts.append(f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
-                     f"{e(smallest.label)} (run {e(smallest.id)})</p>"
-                     f"<pre>{e(_excerpt(smallest))}</pre>")  # fmt: skip
+        parts.append(
+            f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
+            f"{e(smallest.label)} (run {e(smallest.id)})</p>"
+            f"<pre>{e(_excerpt(smallest))}</pre>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -385,5 +456,6 @@ def write_reports(store: Store, campaign_id: str) -> list[Path]:
     camp = store.campaign(campaign_id)
     runs = store.runs(camp.id)
     envs = store.campaign_environments(camp.id)
-    return write_private(store, camp.id, {".md": markdown(camp, runs, envs),
-                                          ".html": html_page(camp, runs, envs)})  # fmt: skip
+    return write_private(
+        store, camp.id, {".md": markdown(camp, runs, envs), ".html": html_page(camp, runs, envs)}
+    )

@@ -74,8 +74,9 @@ class Change:
         parts = []
         if self.before is not None or self.now is not None:
             change = f" ({self.ratio:+.1%})" if self.ratio is not None else ""
-            parts.append(f"metric {_metric(self.before) or '-'} -> {_metric(self.now) or '-'}"
-                         f"{change}")  # fmt: skip
+            parts.append(
+                f"metric {_metric(self.before) or '-'} -> {_metric(self.now) or '-'}{change}"
+            )
         if self.verdict_before != self.verdict_now:
             parts.append(f"verdict {self.verdict_before} -> {self.verdict_now}")
         return ", ".join(parts) or "unchanged"
@@ -98,15 +99,21 @@ class Comparison:
         regs = self.regressions
         moved = f"; {self.reference_moved}" if self.reference_moved else ""
         if not regs:
-            return (f"compared with campaign {self.previous.id} ({when}): "
-                    f"no regression beyond the bar{moved}")  # fmt: skip
-        return (f"REGRESSION since campaign {self.previous.id} ({when}): "
-                + "; ".join(f"{c.config}: {c.regression}" for c in regs) + moved)
+            return (
+                f"compared with campaign {self.previous.id} ({when}): "
+                f"no regression beyond the bar{moved}"
+            )
+        return (
+            f"REGRESSION since campaign {self.previous.id} ({when}): "
+            + "; ".join(f"{c.config}: {c.regression}" for c in regs)
+            + moved
+        )
 
     def regression_lines(self) -> list[str]:
         """One line per regression (config: why), then the reference's move, if any."""
         return [f"{c.config}: {c.regression}" for c in self.regressions] + (
-            [self.reference_moved] if self.reference_moved else [])
+            [self.reference_moved] if self.reference_moved else []
+        )
 
 
 def _summary(rows: list[SweepTableRow]) -> dict[str, tuple[float | None, str]]:
@@ -147,18 +154,26 @@ def compare(previous: CampaignRow, camp: CampaignRow) -> Comparison:
         why = []
         probe = probes.get(config)
         cond = probe.condition if probe is not None else None
-        if (cond is not None and cond.relative_to_good and m_before is not None
-                and m_now is not None and not cond.holds(m_now, m_before)):  # fmt: skip
-            why.append(f"metric {m_before:g} -> {m_now:g} ({m_now / m_before - 1:+.1%}), beyond "
-                       f"the bar {probe.pass_if} against the previous run")  # fmt: skip
+        if (
+            cond is not None
+            and cond.relative_to_good
+            and m_before is not None
+            and m_now is not None
+            and not cond.holds(m_now, m_before)
+        ):
+            why.append(
+                f"metric {m_before:g} -> {m_now:g} ({m_now / m_before - 1:+.1%}), beyond "
+                f"the bar {probe.pass_if} against the previous run"
+            )
         if v_before == "pass" and v_now not in ("pass", "not run"):
             why.append(f"verdict pass -> {v_now}")
         changes.append(Change(config, m_before, m_now, v_before, v_now, "; ".join(why)))
     return Comparison(previous, changes, _reference_moved(previous, camp, changes, probes))
 
 
-def _reference_moved(previous: CampaignRow, camp: CampaignRow, changes: list[Change],
-                     probes: dict[str, Any]) -> str:  # fmt: skip
+def _reference_moved(
+    previous: CampaignRow, camp: CampaignRow, changes: list[Change], probes: dict[str, Any]
+) -> str:
     """Why the verdicts against the reference moved with it, or "" when it held still (within
     its relative bar, either way) or there is none to compare."""
     ref = _answer(camp).reference
@@ -167,22 +182,38 @@ def _reference_moved(previous: CampaignRow, camp: CampaignRow, changes: list[Cha
     change = next((c for c in changes if c.config == ref), None)
     probe = probes.get(ref)
     cond = probe.condition if probe is not None else None
-    if (change is None or cond is None or not cond.relative_to_good or not change.before
-            or change.now is None):  # fmt: skip
+    if (
+        change is None
+        or cond is None
+        or not cond.relative_to_good
+        or not change.before
+        or change.now is None
+    ):
         return ""
     if cond.holds(change.now, change.before) and cond.holds(change.before, change.now):
         return ""
     # verdicts that changed while the config's own metric stayed within the bar: the
     # reference's move, not the config's, changed them
-    flipped = [c for c in changes if c.config != ref and c.verdict_before != c.verdict_now
-               and c.before is not None and c.now is not None and c.before > 0
-               and cond.holds(c.now, c.before) and cond.holds(c.before, c.now)]  # fmt: skip
-    text = (f"the reference {ref} itself moved {change.now / change.before - 1:+.1%} "
-            f"({change.before:g} -> {change.now:g}), beyond its bar {probe.pass_if}: relative "
-            "bars moved with it")  # fmt: skip
+    flipped = [
+        c
+        for c in changes
+        if c.config != ref
+        and c.verdict_before != c.verdict_now
+        and c.before is not None
+        and c.now is not None
+        and c.before > 0
+        and cond.holds(c.now, c.before)
+        and cond.holds(c.before, c.now)
+    ]
+    text = (
+        f"the reference {ref} itself moved {change.now / change.before - 1:+.1%} "
+        f"({change.before:g} -> {change.now:g}), beyond its bar {probe.pass_if}: relative "
+        "bars moved with it"
+    )
     if flipped:
         text += "; verdicts that changed with it, not with their own metric: " + ", ".join(
-            f"{c.config} {c.verdict_before} -> {c.verdict_now}" for c in flipped)
+            f"{c.config} {c.verdict_before} -> {c.verdict_now}" for c in flipped
+        )
     return text
 
 
@@ -211,8 +242,10 @@ def _reference_line(camp: CampaignRow) -> str:
     ref = _answer(camp).reference
     if not ref:
         return ""
-    return (f"probe bars relative to good are judged against the reference config "
-            f"{ref}, measured in this sweep (each repeat against its own)")
+    return (
+        f"probe bars relative to good are judged against the reference config "
+        f"{ref}, measured in this sweep (each repeat against its own)"
+    )
 
 
 def _said(camp: CampaignRow, text: Callable[[str], str], code: Callable[[str], str]) -> list[str]:
@@ -242,26 +275,40 @@ def markdown(camp: CampaignRow, comp: Comparison | None = None) -> str:
     out = [f"# Sweep {spec.name} (campaign {camp.id})", ""]
     if comp is not None:
         out += [f"**{comp.headline()}**", ""]
-    out += [f"- sweep file: `{spec.sweep}`; hosts: {', '.join(spec.hosts)}",
-            f"- started {_when(camp.created)}, status **{camp.status}**; {_totals(camp)}"]
+    out += [
+        f"- sweep file: `{spec.sweep}`; hosts: {', '.join(spec.hosts)}",
+        f"- started {_when(camp.created)}, status **{camp.status}**; {_totals(camp)}",
+    ]
     out += [f"- {line}" for line in _said(camp, str, lambda c: f"`{c}`")]
-    out += [*_removed_lines(camp), "",
-            "| config | repeat | verdict | signature | metric | time | run |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        *_removed_lines(camp),
+        "",
+        "| config | repeat | verdict | signature | metric | time | run |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in _rows(camp):
         dur = "" if r.duration is None else f"{r.duration:.0f}s"
-        out.append(f"| {r.config} | {r.repeat + 1} | {_verdict_cell(r)} | "
-                   f"{r.signature or ''} | {_metric(r.metric)} | {dur} | "
-                   f"{_run_cell(r)} |")  # fmt: skip
+        out.append(
+            f"| {r.config} | {r.repeat + 1} | {_verdict_cell(r)} | "
+            f"{r.signature or ''} | {_metric(r.metric)} | {dur} | "
+            f"{_run_cell(r)} |"
+        )
     if comp is not None:
-        out += ["", f"## Against the previous run (campaign {comp.previous.id}, "
-                f"{_when(comp.previous.created)})", "",
-                "| config | metric before | metric now | change | verdict before | verdict now "
-                "| regression |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        out += [
+            "",
+            f"## Against the previous run (campaign {comp.previous.id}, "
+            f"{_when(comp.previous.created)})",
+            "",
+            "| config | metric before | metric now | change | verdict before | verdict now "
+            "| regression |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for c in comp.changes:
             change = f"{c.ratio:+.1%}" if c.ratio is not None else ""
-            out.append(f"| {c.config} | {_metric(c.before)} | {_metric(c.now)} | {change} | "
-                       f"{c.verdict_before} | {c.verdict_now} | {c.regression} |")  # fmt: skip
+            out.append(
+                f"| {c.config} | {_metric(c.before)} | {_metric(c.now)} | {change} | "
+                f"{c.verdict_before} | {c.verdict_now} | {c.regression} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -305,11 +352,11 @@ def _points(camp: CampaignRow) -> tuple[str, list[str], list[_Point]]:
             xs.append(x)
         y = None if r.metric is None else float(r.metric)
         title = f"{r.config} (repeat {r.repeat + 1}): {r.verdict}" + (
-            f", {y:g}" if y is not None else ", no metric")  # fmt: skip
+            f", {y:g}" if y is not None else ", no metric"
+        )
         points.append(_Point(series, x, y, r.verdict == "pass", title))
     if line_mode:
-        raw = {fmt(v): v for r in rows for k, v in values.get(r.config, {}).items()
-               if k == axes[0]}  # fmt: skip
+        raw = {fmt(v): v for r in rows for k, v in values.get(r.config, {}).items() if k == axes[0]}
 
         def order(label: str) -> tuple[int, float, str]:
             v = raw.get(label)  # numbers by value, then words, the absent flag last
@@ -335,8 +382,14 @@ def svg_plot(camp: CampaignRow, width: int = 640, height: int = 320) -> str:
     pad = (hi - lo) * 0.1 or max(abs(hi) * 0.1, 1.0)
     lo, hi = lo - pad, hi + pad
     series_names = sorted({p.series for p in points})
-    legend = [*series_names, *(["x: did not pass (at the bottom edge: no metric)"]
-                               if any(not p.passed for p in points) else [])]  # fmt: skip
+    legend = [
+        *series_names,
+        *(
+            ["x: did not pass (at the bottom edge: no metric)"]
+            if any(not p.passed for p in points)
+            else []
+        ),
+    ]
     categorical = x_title == "config"
     longest_x = max(len(x) for x in xs)
     left, right, top = 60, 20, 20
@@ -354,24 +407,31 @@ def svg_plot(camp: CampaignRow, width: int = 640, height: int = 320) -> str:
     def py(y: float) -> float:
         return top + ph * (1 - (y - lo) / (hi - lo))
 
-    parts = [f"<svg id=plot xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-             f"font-family='sans-serif' font-size='11'>",
-             f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='#fafafa' "
-             "stroke='#ccc'/>"]  # fmt: skip
+    parts = [
+        f"<svg id=plot xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"font-family='sans-serif' font-size='11'>",
+        f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='#fafafa' stroke='#ccc'/>",
+    ]
     for k in range(5):
         y = lo + (hi - lo) * k / 4
         parts.append(f"<text x='{left - 6}' y='{py(y) + 4:.1f}' text-anchor='end'>{y:.4g}</text>")
-        parts.append(f"<line x1='{left}' x2='{left + pw}' y1='{py(y):.1f}' y2='{py(y):.1f}' "
-                     "stroke='#eee'/>")  # fmt: skip
+        parts.append(
+            f"<line x1='{left}' x2='{left + pw}' y1='{py(y):.1f}' y2='{py(y):.1f}' stroke='#eee'/>"
+        )
     for x in xs:
         if categorical:
-            parts.append(f"<text x='{px(x):.1f}' y='{top + ph + 14}' text-anchor='end' "
-                         f"transform='rotate(-35 {px(x):.1f} {top + ph + 14})'>{e(x)}</text>")
+            parts.append(
+                f"<text x='{px(x):.1f}' y='{top + ph + 14}' text-anchor='end' "
+                f"transform='rotate(-35 {px(x):.1f} {top + ph + 14})'>{e(x)}</text>"
+            )
         else:
-            parts.append(f"<text x='{px(x):.1f}' y='{top + ph + 16}' text-anchor='middle'>"
-                         f"{e(x)}</text>")  # fmt: skip
-    parts.append(f"<text x='{left + pw / 2}' y='{top + ph + x_labels_h + 4}' "
-                 f"text-anchor='middle'>{e(x_title)}</text>")  # fmt: skip
+            parts.append(
+                f"<text x='{px(x):.1f}' y='{top + ph + 16}' text-anchor='middle'>{e(x)}</text>"
+            )
+    parts.append(
+        f"<text x='{left + pw / 2}' y='{top + ph + x_labels_h + 4}' "
+        f"text-anchor='middle'>{e(x_title)}</text>"
+    )
     for i, series in enumerate(series_names):
         color = PALETTE[i % len(PALETTE)]
         pts = [p for p in points if p.series == series]
@@ -386,18 +446,23 @@ def svg_plot(camp: CampaignRow, width: int = 640, height: int = 320) -> str:
         for p in pts:
             cx = px(p.x)
             if p.passed and p.y is not None:
-                parts.append(f"<circle cx='{cx:.1f}' cy='{py(p.y):.1f}' r='3.5' fill='{color}'>"
-                             f"<title>{e(p.title)}</title></circle>")  # fmt: skip
+                parts.append(
+                    f"<circle cx='{cx:.1f}' cy='{py(p.y):.1f}' r='3.5' fill='{color}'>"
+                    f"<title>{e(p.title)}</title></circle>"
+                )
                 continue
             cy = py(p.y) if p.y is not None else top + ph - 5
-            parts.append(f"<path class=failed d='M{cx - 4:.1f},{cy - 4:.1f} l8,8 m0,-8 l-8,8' "
-                         f"stroke='{FAILED}' stroke-width='2.5'><title>{e(p.title)}</title>"
-                         "</path>")  # fmt: skip
+            parts.append(
+                f"<path class=failed d='M{cx - 4:.1f},{cy - 4:.1f} l8,8 m0,-8 l-8,8' "
+                f"stroke='{FAILED}' stroke-width='2.5'><title>{e(p.title)}</title>"
+                "</path>"
+            )
     ly = top + ph + x_labels_h + 22
     for i, name in enumerate(legend):
         color = FAILED if i >= len(series_names) else PALETTE[i % len(PALETTE)]
-        parts.append(f"<text class=legend x='{left}' y='{ly + 16 * i}' fill='{color}'>"
-                     f"{e(name)}</text>")  # fmt: skip
+        parts.append(
+            f"<text class=legend x='{left}' y='{ly + 16 * i}' fill='{color}'>{e(name)}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -410,42 +475,56 @@ def html_page(camp: CampaignRow, comp: Comparison | None = None) -> str:
 
     e = html.escape
     spec = SweepSpec.from_dict(camp.spec)
-    parts = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Sweep "
-             f"{e(spec.name)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Sweep {e(spec.name)} (campaign {e(camp.id)})</h1>"]  # fmt: skip
+    parts = [
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Sweep "
+        f"{e(spec.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>Sweep {e(spec.name)} (campaign {e(camp.id)})</h1>",
+    ]
     if comp is not None:
         color = FAILED if comp.regressions else "#2e7d32"
         parts.append(f"<p id=comparison style='color:{color}'><b>{e(comp.headline())}</b></p>")
-    parts.append(f"<p>sweep file <code>{e(spec.sweep)}</code>, hosts "
-                 f"{e(', '.join(spec.hosts))}, started {e(_when(camp.created))}, status "
-                 f"<b>{e(camp.status)}</b>; {e(_totals(camp))}</p>")  # fmt: skip
+    parts.append(
+        f"<p>sweep file <code>{e(spec.sweep)}</code>, hosts "
+        f"{e(', '.join(spec.hosts))}, started {e(_when(camp.created))}, status "
+        f"<b>{e(camp.status)}</b>; {e(_totals(camp))}</p>"
+    )
     parts += [f"<p>{line}</p>" for line in _said(camp, e, lambda c: f"<code>{e(c)}</code>")]
-    parts += [f"<p class=removed>host <b>{e(h)}</b> was taken out of the pool: {e(why)}</p>"
-              for h, why in _removed(camp)]  # fmt: skip
+    parts += [
+        f"<p class=removed>host <b>{e(h)}</b> was taken out of the pool: {e(why)}</p>"
+        for h, why in _removed(camp)
+    ]
     plot = svg_plot(camp)
     if plot:
         parts.append("<h2>Probe metric</h2>" + plot)
-    parts.append("<h2>Results</h2><table id=results><tr><th>config</th><th>repeat</th>"
-                 "<th>verdict</th><th>signature</th><th>metric</th><th>time</th><th>run</th></tr>")
+    parts.append(
+        "<h2>Results</h2><table id=results><tr><th>config</th><th>repeat</th>"
+        "<th>verdict</th><th>signature</th><th>metric</th><th>time</th><th>run</th></tr>"
+    )
     for r in _rows(camp):
         v = r.verdict or "not run"
         dur = "" if r.duration is None else f"{r.duration:.0f}s"
-        parts.append(f"<tr><td>{e(r.config)}</td><td>{r.repeat + 1}</td>"
-                     f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(_verdict_cell(r))}</td>"
-                     f"<td><code>{e(r.signature or '')}</code></td><td>{_metric(r.metric)}"
-                     f"</td><td>{dur}</td><td>{e(_run_cell(r))}</td></tr>")  # fmt: skip
+        parts.append(
+            f"<tr><td>{e(r.config)}</td><td>{r.repeat + 1}</td>"
+            f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(_verdict_cell(r))}</td>"
+            f"<td><code>{e(r.signature or '')}</code></td><td>{_metric(r.metric)}"
+            f"</td><td>{dur}</td><td>{e(_run_cell(r))}</td></tr>"
+        )
     parts.append("</table>")
     if comp is not None:
-        parts.append(f"<h2>Against the previous run (campaign {e(comp.previous.id)}, "
-                     f"{e(_when(comp.previous.created))})</h2><table id=comparison-table><tr>"
-                     "<th>config</th><th>metric before</th><th>metric now</th><th>change</th>"
-                     "<th>verdict before</th><th>verdict now</th><th>regression</th></tr>")
+        parts.append(
+            f"<h2>Against the previous run (campaign {e(comp.previous.id)}, "
+            f"{e(_when(comp.previous.created))})</h2><table id=comparison-table><tr>"
+            "<th>config</th><th>metric before</th><th>metric now</th><th>change</th>"
+            "<th>verdict before</th><th>verdict now</th><th>regression</th></tr>"
+        )
         for c in comp.changes:
             change = f"{c.ratio:+.1%}" if c.ratio is not None else ""
             style = f" style='color:{FAILED}'" if c.regression else ""
-            parts.append(f"<tr{style}><td>{e(c.config)}</td><td>{_metric(c.before)}</td>"
-                         f"<td>{_metric(c.now)}</td><td>{change}</td><td>{e(c.verdict_before)}"
-                         f"</td><td>{e(c.verdict_now)}</td><td>{e(c.regression)}</td></tr>")
+            parts.append(
+                f"<tr{style}><td>{e(c.config)}</td><td>{_metric(c.before)}</td>"
+                f"<td>{_metric(c.now)}</td><td>{change}</td><td>{e(c.verdict_before)}"
+                f"</td><td>{e(c.verdict_now)}</td><td>{e(c.regression)}</td></tr>"
+            )
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)

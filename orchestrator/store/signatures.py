@@ -98,8 +98,10 @@ def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
-def upgrade(db: sqlite3.Connection, transaction: Callable[
-        [], AbstractContextManager[sqlite3.Connection]] | None = None) -> int:
+def upgrade(
+    db: sqlite3.Connection,
+    transaction: Callable[[], AbstractContextManager[sqlite3.Connection]] | None = None,
+) -> int:
     """Bring every run of `db` to this classifier version; the number re-signed.
     `transaction`: the write transaction to do it in (the store's own, which names the
     database when a write fails); a plain BEGIN IMMEDIATE when none is given."""
@@ -113,36 +115,42 @@ def upgrade(db: sqlite3.Connection, transaction: Callable[
         renamed: dict[str, dict[str, str]] = {}  # campaign -> old key -> new key
         rows = db.execute(
             "SELECT id, campaign, signature, signature_version, log_path FROM runs "
-            "WHERE signature_version IS NULL OR signature_version < ?", (SIGNATURE_VERSION,)
+            "WHERE signature_version IS NULL OR signature_version < ?",
+            (SIGNATURE_VERSION,),
         ).fetchall()
         for r in rows:
             old = Signature.from_key(r["signature"]) if r["signature"] else None
             new = resign(old, _read_tail(r["log_path"]))
             version = r["signature_version"] or 1
             if old is not None:
-                db.execute("INSERT OR REPLACE INTO signature_history VALUES (?,?,?)",
-                           (r["id"], version, old.key()))  # fmt: skip
+                db.execute(
+                    "INSERT OR REPLACE INTO signature_history VALUES (?,?,?)",
+                    (r["id"], version, old.key()),
+                )
                 renamed.setdefault(r["campaign"], {}).setdefault(
-                    old.key(), new.key() if new else old.key())
-            db.execute("UPDATE runs SET signature=?, signature_version=? WHERE id=?",
-                       (new.key() if new else None, SIGNATURE_VERSION, r["id"]))  # fmt: skip
+                    old.key(), new.key() if new else old.key()
+                )
+            db.execute(
+                "UPDATE runs SET signature=?, signature_version=? WHERE id=?",
+                (new.key() if new else None, SIGNATURE_VERSION, r["id"]),
+            )
             changed += old != new
         for cid, names in renamed.items():
-            camp = db.execute("SELECT target, answer FROM campaigns WHERE id=?",
-                              (cid,)).fetchone()  # fmt: skip
+            camp = db.execute("SELECT target, answer FROM campaigns WHERE id=?", (cid,)).fetchone()
             if camp is None:
                 continue
             target = names.get(camp["target"], camp["target"]) if camp["target"] else None
             # answers quote signatures in their display form (`phase: class: message`)
-            shown = {str(Signature.from_key(o)): str(Signature.from_key(n))
-                     for o, n in names.items()}  # fmt: skip
+            shown = {
+                str(Signature.from_key(o)): str(Signature.from_key(n)) for o, n in names.items()
+            }
             answer = camp["answer"]
             if answer:
                 answer = json.dumps(_swap(json.loads(answer), shown | names))
-            db.execute("UPDATE campaigns SET target=?, answer=? WHERE id=?",
-                       (target, answer, cid))  # fmt: skip
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('signature_version', ?)",
-                   (str(SIGNATURE_VERSION),))  # fmt: skip
+            db.execute("UPDATE campaigns SET target=?, answer=? WHERE id=?", (target, answer, cid))
+        db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('signature_version', ?)", (str(SIGNATURE_VERSION),)
+        )
     return changed
 
 

@@ -160,8 +160,9 @@ class RunRow:
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
         environment (needed to run it again)."""
-        return Experiment.from_dict(self.config, source=f"run {self.id}",
-                                    resolve_secrets=resolve_secrets)  # fmt: skip
+        return Experiment.from_dict(
+            self.config, source=f"run {self.id}", resolve_secrets=resolve_secrets
+        )
 
     def log_tail(self) -> str:
         if not self.log_path:
@@ -182,8 +183,13 @@ class EnvironmentSeen:
     runs: list[str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "digest": self.digest, "first_run": self.runs[0],
-                "runs": len(self.runs), **self.env.to_dict()}  # fmt: skip
+        return {
+            "host": self.host,
+            "digest": self.digest,
+            "first_run": self.runs[0],
+            "runs": len(self.runs),
+            **self.env.to_dict(),
+        }
 
 
 def default_root() -> Path:
@@ -191,8 +197,9 @@ def default_root() -> Path:
 
 
 class Store:
-    def __init__(self, root: str | Path | None = None, *, readonly: bool = False,
-                 create: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, root: str | Path | None = None, *, readonly: bool = False, create: bool = True
+    ) -> None:
         """`readonly`: for commands that only read; `create=False`: for commands that write
         to recorded campaigns (rerun, report, resume): neither makes a results directory
         that is not there (`created` says whether this one made it)."""
@@ -248,16 +255,21 @@ class Store:
 
         def busy(exc: BaseException) -> bool:
             return isinstance(exc, sqlite3.OperationalError) and (
-                "locked" in str(exc) or "busy" in str(exc))
+                "locked" in str(exc) or "busy" in str(exc)
+            )
 
         def close(_state: RetryCallState) -> None:
             db = getattr(self, "db", None)
             if db is not None:
                 db.close()
 
-        Retrying(retry=retry_if_exception(busy), stop=stop_after_delay(30),
-                 wait=wait_random(0.05, 0.15), before_sleep=close,
-                 reraise=True)(self._open_and_set_up)  # fmt: skip
+        Retrying(
+            retry=retry_if_exception(busy),
+            stop=stop_after_delay(30),
+            wait=wait_random(0.05, 0.15),
+            before_sleep=close,
+            reraise=True,
+        )(self._open_and_set_up)
 
     def _open_and_set_up(self) -> None:
         with _CREATING:
@@ -304,9 +316,11 @@ class Store:
         )
 
     def _missing(self) -> StoreError:
-        return StoreError(f"no results in {self.root} (no {self.db_path.name} there)",
-                          hint="pass the results directory of your campaigns with "
-                          "--results DIR (or ORCH_RESULTS)")  # fmt: skip
+        return StoreError(
+            f"no results in {self.root} (no {self.db_path.name} there)",
+            hint="pass the results directory of your campaigns with "
+            "--results DIR (or ORCH_RESULTS)",
+        )
 
     def _open_readonly(self) -> None:
         """For commands that only read (runs, show, classify): nothing is created, and a
@@ -319,8 +333,9 @@ class Store:
         # nobody writes the database, so it can be read as immutable instead.
         for query in ("mode=ro", "immutable=1"):
             try:
-                self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=30,
-                                          isolation_level=None)  # fmt: skip
+                self.db = sqlite3.connect(
+                    f"{uri}?{query}", uri=True, timeout=30, isolation_level=None
+                )
                 self.db.row_factory = sqlite3.Row
                 self.db.execute("SELECT count(*) FROM runs").fetchone()
                 return
@@ -383,8 +398,16 @@ class Store:
             db.execute(
                 "INSERT INTO campaigns (id, kind, key, created, updated, status, command, spec)"
                 " VALUES (?,?,?,?,?,?,?,?)",
-                (cid, kind, key, now, now, "running", self.redact.text(command),
-                 json.dumps(self.redact.obj(spec))),
+                (
+                    cid,
+                    kind,
+                    key,
+                    now,
+                    now,
+                    "running",
+                    self.redact.text(command),
+                    json.dumps(self.redact.obj(spec)),
+                ),
             )
         return cid
 
@@ -430,15 +453,19 @@ class Store:
             # literal prefix: substr, not LIKE (where % and _ match anything)
             rows = self.db.execute(
                 "SELECT * FROM campaigns WHERE substr(id, 1, ?) = ? ORDER BY created DESC",
-                (len(cid), cid)).fetchall()  # fmt: skip
+                (len(cid), cid),
+            ).fetchall()
             if len(rows) > 1:
-                raise UsageError(f"ambiguous prefix '{cid}': "
-                                 + ", ".join(r["id"] for r in rows[:10]),
-                                 hint="give more of the campaign id")  # fmt: skip
+                raise UsageError(
+                    f"ambiguous prefix '{cid}': " + ", ".join(r["id"] for r in rows[:10]),
+                    hint="give more of the campaign id",
+                )
             row = rows[0] if rows else None
         if row is None:
-            raise UsageError(f"no campaign '{cid}' in {self.db_path}",
-                             hint="`orchestrator runs --campaigns` lists them")  # fmt: skip
+            raise UsageError(
+                f"no campaign '{cid}' in {self.db_path}",
+                hint="`orchestrator runs --campaigns` lists them",
+            )
         return _campaign(row)
 
     def campaigns(self, limit: int = 50) -> list[CampaignRow]:
@@ -493,63 +520,93 @@ class Store:
                 " phase_times, last_phase, probe_metric, detail, log_path, cached_from)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    run_id, cid, seq, json.dumps(sorted(variant)), red.text(result.label), purpose,
-                    result.host, result.host_class, exp.fingerprint(),
-                    json.dumps(red.obj(exp.to_dict())), json.dumps(red.obj(exp.argv())),
-                    json.dumps(red.obj(exp.env_map())), red.text(result.rendered),
-                    result.verdict.value, result.signature.key() if result.signature else None,
-                    result.started_at, result.duration_s, json.dumps(dict(result.phase_times)),
-                    result.last_phase.value if result.last_phase else None, result.probe_metric,
-                    red.text(result.detail), str(log_path) if log_path else None, cached_from,
+                    run_id,
+                    cid,
+                    seq,
+                    json.dumps(sorted(variant)),
+                    red.text(result.label),
+                    purpose,
+                    result.host,
+                    result.host_class,
+                    exp.fingerprint(),
+                    json.dumps(red.obj(exp.to_dict())),
+                    json.dumps(red.obj(exp.argv())),
+                    json.dumps(red.obj(exp.env_map())),
+                    red.text(result.rendered),
+                    result.verdict.value,
+                    result.signature.key() if result.signature else None,
+                    result.started_at,
+                    result.duration_s,
+                    json.dumps(dict(result.phase_times)),
+                    result.last_phase.value if result.last_phase else None,
+                    result.probe_metric,
+                    red.text(result.detail),
+                    str(log_path) if log_path else None,
+                    cached_from,
                 ),
-            )  # fmt: skip
+            )
             record = getattr(result, "host_record", None)
             if record and cached_from is None:
-                db.execute("INSERT INTO run_host (run_id, record) VALUES (?, ?)",
-                           (run_id, json.dumps(red.obj(record))))  # fmt: skip
-            self._record_environment(db, run_id, getattr(result, "environment", None),
-                                     cached_from)  # fmt: skip
+                db.execute(
+                    "INSERT INTO run_host (run_id, record) VALUES (?, ?)",
+                    (run_id, json.dumps(red.obj(record))),
+                )
+            self._record_environment(db, run_id, getattr(result, "environment", None), cached_from)
             inputs = getattr(result, "inputs", None)
             if inputs is not None:
-                db.execute("UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
-                           (json.dumps(inputs.to_dict(), sort_keys=True),
-                            inputs.key(exp.fingerprint()), run_id))  # fmt: skip
+                db.execute(
+                    "UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
+                    (
+                        json.dumps(inputs.to_dict(), sort_keys=True),
+                        inputs.key(exp.fingerprint()),
+                        run_id,
+                    ),
+                )
             db.execute("UPDATE runs SET weights=? WHERE id=?", (exp.weights, run_id))
             if repair is not None:
-                db.execute("UPDATE runs SET repair=? WHERE id=?",
-                           (json.dumps(repair, sort_keys=True), run_id))  # fmt: skip
+                db.execute(
+                    "UPDATE runs SET repair=? WHERE id=?",
+                    (json.dumps(repair, sort_keys=True), run_id),
+                )
             self._stamp_signature_version(db, run_id)
         return run_id
 
     def host_record(self, run_id: str) -> dict[str, Any] | None:
         """What the run did on its host (see executor.RunResult.host_record), or None."""
         try:
-            row = self.db.execute("SELECT record FROM run_host WHERE run_id=?",
-                                  (run_id,)).fetchone()  # fmt: skip
+            row = self.db.execute(
+                "SELECT record FROM run_host WHERE run_id=?", (run_id,)
+            ).fetchone()
         except sqlite3.OperationalError:
             # An older database opened read-only (`show`): nobody created the table yet.
             return None
         return json.loads(row["record"]) if row else None
 
     # ---- environments
-    def _record_environment(self, db: sqlite3.Connection, run_id: str, env: Any,
-                            cached_from: str | None) -> None:  # fmt: skip
+    def _record_environment(
+        self, db: sqlite3.Connection, run_id: str, env: Any, cached_from: str | None
+    ) -> None:
         """The run's environment (deduplicated by digest); a cache hit keeps its source's."""
         if env is not None:
             digest = env.digest()
-            db.execute("INSERT OR IGNORE INTO environments VALUES (?, ?)",
-                       (digest, json.dumps(self.redact.obj(env.to_dict()), sort_keys=True)))
+            db.execute(
+                "INSERT OR IGNORE INTO environments VALUES (?, ?)",
+                (digest, json.dumps(self.redact.obj(env.to_dict()), sort_keys=True)),
+            )
             db.execute("UPDATE runs SET env_digest=? WHERE id=?", (digest, run_id))
         elif cached_from is not None:
-            db.execute("UPDATE runs SET env_digest=(SELECT env_digest FROM runs WHERE id=?) "
-                       "WHERE id=?", (cached_from, run_id))  # fmt: skip
+            db.execute(
+                "UPDATE runs SET env_digest=(SELECT env_digest FROM runs WHERE id=?) WHERE id=?",
+                (cached_from, run_id),
+            )
 
     def environment(self, digest: str | None) -> HostEnvironment | None:
         if not digest:
             return None
         try:
-            row = self.db.execute("SELECT data FROM environments WHERE digest=?",
-                                  (digest,)).fetchone()  # fmt: skip
+            row = self.db.execute(
+                "SELECT data FROM environments WHERE digest=?", (digest,)
+            ).fetchone()
         except sqlite3.OperationalError:  # an older database opened read-only: no such table
             return None
         return HostEnvironment.from_dict(json.loads(row["data"])) if row else None
@@ -576,7 +633,9 @@ class Store:
         without decoding the campaign's other runs (it is asked at every run recorded)."""
         rows = self.db.execute(
             "SELECT env_digest FROM runs WHERE campaign=? AND host=? AND env_digest IS NOT NULL"
-            " AND env_digest != '' ORDER BY seq", (cid, host))  # fmt: skip
+            " AND env_digest != '' ORDER BY seq",
+            (cid, host),
+        )
         for r in rows:
             env = self.environment(r["env_digest"])
             if env is not None:
@@ -587,14 +646,18 @@ class Store:
         """What reached the server of this campaign's first run on `host` that recorded it."""
         row = self.db.execute(
             "SELECT inputs FROM runs WHERE campaign=? AND host=? AND inputs IS NOT NULL"
-            " AND inputs != '' ORDER BY seq LIMIT 1", (cid, host)).fetchone()  # fmt: skip
+            " AND inputs != '' ORDER BY seq LIMIT 1",
+            (cid, host),
+        ).fetchone()
         return LaunchInputs.from_dict(json.loads(row["inputs"])) if row else None
 
     def latest_env_digest(self, host: str) -> str | None:
         """The environment the newest run on this host (any campaign) saw."""
         row = self.db.execute(
             "SELECT env_digest FROM runs WHERE host=? AND env_digest IS NOT NULL AND "
-            "cached_from IS NULL ORDER BY started DESC LIMIT 1", (host,)).fetchone()  # fmt: skip
+            "cached_from IS NULL ORDER BY started DESC LIMIT 1",
+            (host,),
+        ).fetchone()
         return row["env_digest"] if row else None
 
     def runs(self, cid: str | None = None, limit: int = 1000) -> list[RunRow]:
@@ -607,8 +670,10 @@ class Store:
     def judged_count(self, cid: str) -> int:
         """How many of this campaign's runs have a verdict (are not `infra`), counted
         without decoding them (it is told at every run recorded)."""
-        row = self.db.execute("SELECT count(*) AS n FROM runs WHERE campaign=? AND verdict!=?",
-                              (cid, Verdict.INFRA.value)).fetchone()  # fmt: skip
+        row = self.db.execute(
+            "SELECT count(*) AS n FROM runs WHERE campaign=? AND verdict!=?",
+            (cid, Verdict.INFRA.value),
+        ).fetchone()
         return int(row["n"])
 
     def run(self, run_id: str) -> RunRow:
@@ -616,12 +681,14 @@ class Store:
         if row is None:
             from orchestrator.errors import UsageError
 
-            raise UsageError(f"no run '{run_id}' in {self.db_path}",
-                             hint="`orchestrator runs` lists the runs")  # fmt: skip
+            raise UsageError(
+                f"no run '{run_id}' in {self.db_path}", hint="`orchestrator runs` lists the runs"
+            )
         return _run(row)
 
-    def cached(self, fingerprint: str, host_class: str,
-               env_digest: str | None = None) -> RunRow | None:  # fmt: skip
+    def cached(
+        self, fingerprint: str, host_class: str, env_digest: str | None = None
+    ) -> RunRow | None:
         """The newest real (not itself cached) run of this config on this host class,
         infra verdicts excluded: they say nothing about the config. With `env_digest`,
         only a run in that environment. For looking at the store: campaigns reuse only
@@ -634,24 +701,28 @@ class Store:
         ).fetchone()
         return _run(row) if row else None
 
-    def reuse_candidates(self, fingerprint: str, host_class: str, *,
-                         exclude_campaign: str | None = None) -> set[str]:  # fmt: skip
+    def reuse_candidates(
+        self, fingerprint: str, host_class: str, *, exclude_campaign: str | None = None
+    ) -> set[str]:
         """The runs of this config on this host class that some inputs could reuse (cheap:
         asked before the host is asked for the inputs it has now)."""
         rows = self.db.execute(
             "SELECT id FROM runs WHERE fingerprint=? AND host_class=? AND launch_key IS NOT NULL"
             " AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
-            (fingerprint, host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+            (fingerprint, host_class, exclude_campaign or ""),
+        ).fetchall()
         return {r["id"] for r in rows}
 
-    def recorded_launches(self, host_class: str, *,
-                          exclude_campaign: str | None = None) -> list[tuple[tuple[int, ...], str]]:
+    def recorded_launches(
+        self, host_class: str, *, exclude_campaign: str | None = None
+    ) -> list[tuple[tuple[int, ...], str]]:
         """(variant, fingerprint) of every launch on this host class that some inputs could
         reuse: what earlier campaigns recorded."""
         rows = self.db.execute(
             "SELECT DISTINCT variant, fingerprint FROM runs WHERE host_class=? AND launch_key IS"
             " NOT NULL AND verdict != 'infra' AND cached_from IS NULL AND campaign != ?",
-            (host_class, exclude_campaign or "")).fetchall()  # fmt: skip
+            (host_class, exclude_campaign or ""),
+        ).fetchall()
         return [(tuple(json.loads(r["variant"])), r["fingerprint"]) for r in rows]
 
     def runs_of(self, fingerprint: str, host_class: str, ids: set[str]) -> list[RunRow]:
@@ -661,11 +732,17 @@ class Store:
         marks = ",".join("?" * len(ids))
         rows = self.db.execute(
             f"SELECT * FROM runs WHERE id IN ({marks}) AND fingerprint=? AND host_class=?"
-            " ORDER BY started, seq", (*sorted(ids), fingerprint, host_class)).fetchall()
+            " ORDER BY started, seq",
+            (*sorted(ids), fingerprint, host_class),
+        ).fetchall()
         return [_run(r) for r in rows]
 
-    def reusable(self, launch_key: str | None, *, exclude_campaign: str | None = None,
-                 ) -> list[RunRow]:  # fmt: skip
+    def reusable(
+        self,
+        launch_key: str | None,
+        *,
+        exclude_campaign: str | None = None,
+    ) -> list[RunRow]:
         """Every executed run (not itself reused) of the launch `launch_key` names, oldest
         first, infra verdicts excluded (they say nothing about the config): each start of
         a flaky config counts. Runs recorded without a key (before keys covered what
@@ -674,8 +751,9 @@ class Store:
             return []
         rows = self.db.execute(
             "SELECT * FROM runs WHERE launch_key=? AND verdict != 'infra' AND cached_from IS NULL"
-            " AND campaign != ? ORDER BY started, seq", (launch_key, exclude_campaign or ""),
-        ).fetchall()  # fmt: skip
+            " AND campaign != ? ORDER BY started, seq",
+            (launch_key, exclude_campaign or ""),
+        ).fetchall()
         return [_run(r) for r in rows]
 
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
@@ -691,16 +769,18 @@ class Store:
         if not current(self.db):
             rows = self.db.execute(
                 "SELECT * FROM runs WHERE signature IS NOT NULL AND cached_from IS NULL "
-                "ORDER BY started").fetchall()  # fmt: skip
-            return [run for run in map(_run, rows)
-                    if resigned(run.signature, run.log_path) == signature]  # fmt: skip
+                "ORDER BY started"
+            ).fetchall()
+            return [
+                run for run in map(_run, rows) if resigned(run.signature, run.log_path) == signature
+            ]
         phase = signature.phase.value
         rows = self.db.execute(
             "SELECT * FROM runs WHERE signature >= ? AND signature < ? AND cached_from IS NULL"
-            " ORDER BY started", (phase + "|", phase + "}"),
-        ).fetchall()  # fmt: skip
+            " ORDER BY started",
+            (phase + "|", phase + "}"),
+        ).fetchall()
         return [run for run in map(_run, rows) if run.signature == signature]
-
 
     # ---- signature versions (see orchestrator.store.signatures)
     def _upgrade_signatures(self) -> None:
@@ -719,36 +799,61 @@ class Store:
             "SELECT version, signature FROM signature_history WHERE run=? ORDER BY version",
             (run_id,),
         ).fetchall()
-        return [(r["version"], Signature.from_key(r["signature"]) if r["signature"] else None)
-                for r in rows]  # fmt: skip
+        return [
+            (r["version"], Signature.from_key(r["signature"]) if r["signature"] else None)
+            for r in rows
+        ]
 
 
 def _campaign(r: sqlite3.Row) -> CampaignRow:
     return CampaignRow(
-        id=r["id"], kind=r["kind"], key=r["key"], created=r["created"], updated=r["updated"],
-        status=r["status"], command=r["command"], spec=json.loads(r["spec"]),
+        id=r["id"],
+        kind=r["kind"],
+        key=r["key"],
+        created=r["created"],
+        updated=r["updated"],
+        status=r["status"],
+        command=r["command"],
+        spec=json.loads(r["spec"]),
         target=Signature.from_key(r["target"]) if r["target"] else None,
         answer=json.loads(r["answer"]) if r["answer"] else None,
         # (a read-only store of an older version has no such column)
-        controller=json.loads(r["controller"]) if "controller" in r.keys() and r["controller"]
+        controller=json.loads(r["controller"])
+        if "controller" in r.keys() and r["controller"]
         else None,
-    )  # fmt: skip
+    )
 
 
 def _run(r: sqlite3.Row) -> RunRow:
     return RunRow(
-        id=r["id"], campaign=r["campaign"], seq=r["seq"], variant=tuple(json.loads(r["variant"])),
-        label=r["label"], purpose=r["purpose"], host=r["host"], host_class=r["host_class"],
-        fingerprint=r["fingerprint"], config=json.loads(r["config"]), argv=json.loads(r["argv"]),
-        env=json.loads(r["env"]), rendered=r["rendered"], verdict=Verdict(r["verdict"]),
+        id=r["id"],
+        campaign=r["campaign"],
+        seq=r["seq"],
+        variant=tuple(json.loads(r["variant"])),
+        label=r["label"],
+        purpose=r["purpose"],
+        host=r["host"],
+        host_class=r["host_class"],
+        fingerprint=r["fingerprint"],
+        config=json.loads(r["config"]),
+        argv=json.loads(r["argv"]),
+        env=json.loads(r["env"]),
+        rendered=r["rendered"],
+        verdict=Verdict(r["verdict"]),
         signature=Signature.from_key(r["signature"]) if r["signature"] else None,
-        started=r["started"], duration=r["duration"], phase_times=json.loads(r["phase_times"]),
-        last_phase=r["last_phase"], probe_metric=r["probe_metric"], detail=r["detail"],
-        log_path=r["log_path"], cached_from=r["cached_from"],
+        started=r["started"],
+        duration=r["duration"],
+        phase_times=json.loads(r["phase_times"]),
+        last_phase=r["last_phase"],
+        probe_metric=r["probe_metric"],
+        detail=r["detail"],
+        log_path=r["log_path"],
+        cached_from=r["cached_from"],
         env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
         inputs=LaunchInputs.from_dict(json.loads(r["inputs"]))
-        if "inputs" in r.keys() and r["inputs"] else None,
+        if "inputs" in r.keys() and r["inputs"]
+        else None,
         launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
         weights=(r["weights"] if "weights" in r.keys() else None) or "real",
         repair=json.loads(r["repair"]) if "repair" in r.keys() and r["repair"] else None,
-    )  # fmt: skip
+    )

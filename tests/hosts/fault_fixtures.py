@@ -13,8 +13,11 @@ from tests.hosts.faults import NetFault, SdLab
 
 
 @pytest.fixture(scope="module")
-def sd_box(systemd_hosts: SystemdHostFactory, tmp_path_factory: pytest.TempPathFactory,
-           request: pytest.FixtureRequest) -> Iterator[SdLab]:  # fmt: skip
+def sd_box(
+    systemd_hosts: SystemdHostFactory,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[SdLab]:
     box = systemd_hosts.boot()
     try:
         name = request.module.__name__.rsplit(".", 1)[-1].replace("test_", "")

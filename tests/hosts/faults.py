@@ -55,8 +55,21 @@ class NetFault:
         self.rules: list[list[str]] = []
 
     def _spec(self, action: str) -> list[str]:
-        spec = ["INPUT", "-i", "eth0", "-p", "tcp", "--dport", str(self.port),
-                "-m", "comment", "--comment", TAG, "-j", action]  # fmt: skip
+        spec = [
+            "INPUT",
+            "-i",
+            "eth0",
+            "-p",
+            "tcp",
+            "--dport",
+            str(self.port),
+            "-m",
+            "comment",
+            "--comment",
+            TAG,
+            "-j",
+            action,
+        ]
         if action == "REJECT":
             spec += ["--reject-with", "tcp-reset"]
         return spec
@@ -78,16 +91,20 @@ class NetFault:
         self.unblock()
         if not Path(f"/run/netns/{self.netns}").exists():
             return
-        out = _run(["ip", "netns", "exec", self.netns, "iptables", "-w", "-S", "INPUT"],
-                   check=False).stdout  # fmt: skip
+        out = _run(
+            ["ip", "netns", "exec", self.netns, "iptables", "-w", "-S", "INPUT"], check=False
+        ).stdout
         for line in out.splitlines():
             if TAG in line and line.startswith("-A "):
-                _run(["ip", "netns", "exec", self.netns, "iptables", "-w", "-D",
-                      *line.split()[1:]], check=False)  # fmt: skip
+                _run(
+                    ["ip", "netns", "exec", self.netns, "iptables", "-w", "-D", *line.split()[1:]],
+                    check=False,
+                )
 
     def active(self) -> bool:
-        out = _run(["ip", "netns", "exec", self.netns, "iptables", "-w", "-S", "INPUT"],
-                   check=False).stdout  # fmt: skip
+        out = _run(
+            ["ip", "netns", "exec", self.netns, "iptables", "-w", "-S", "INPUT"], check=False
+        ).stdout
         return TAG in out
 
 
@@ -181,8 +198,11 @@ class SdLab(BoxView):
 
     def reset(self) -> None:
         """Back to the installed state whatever a test left (a finalizer)."""
-        self.sh(f"systemctl stop {B300}; rm -rf {UNIT_DIR}/{B300}.d /tmp/orchestrator; "
-                "systemctl daemon-reload; systemctl reset-failed", check=False)  # fmt: skip
+        self.sh(
+            f"systemctl stop {B300}; rm -rf {UNIT_DIR}/{B300}.d /tmp/orchestrator; "
+            "systemctl daemon-reload; systemctl reset-failed",
+            check=False,
+        )
 
     def lab_servers(self) -> str:
         return self.sh("pgrep -af '[o]rchestrator[.]lab[.]server|[o]rch-flaky' || true").strip()

@@ -110,8 +110,7 @@ def spawn() -> Iterator[Callable[..., LabProcess]]:
     and stops every one after it."""
     procs: list[LabProcess] = []
 
-    def _spawn(*args: str, env: dict[str, str] | None = None,
-               module: str = "server") -> LabProcess:  # fmt: skip
+    def _spawn(*args: str, env: dict[str, str] | None = None, module: str = "server") -> LabProcess:
         proc = LabProcess(f"orchestrator.lab.{module}", list(args), env=env).start()
         procs.append(proc)
         return proc

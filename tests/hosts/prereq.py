@@ -59,5 +59,7 @@ def require_slurm() -> None:
 
     missing = missing_programs()
     if missing:
-        unavailable(f"{', '.join(missing)} not installed (Debian packages {PACKAGES}; run "
-                    "scripts/bootstrap as root)")
+        unavailable(
+            f"{', '.join(missing)} not installed (Debian packages {PACKAGES}; run "
+            "scripts/bootstrap as root)"
+        )

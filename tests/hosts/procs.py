@@ -51,8 +51,14 @@ def http_get(port: int, path: str, host: str = "127.0.0.1", timeout: float = 2.0
 class LabProcess:
     """One lab module run as a child process, its output captured line by line."""
 
-    def __init__(self, module: str, args: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
         self.argv = [python, "-m", module, *args]
         full_env = dict(os.environ)
         full_env.update(env or {})
@@ -71,8 +77,14 @@ class LabProcess:
         return cls("orchestrator.lab.server", args, **kw)  # type: ignore[arg-type]
 
     def start(self) -> LabProcess:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=self.env, cwd=str(REPO))
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=str(REPO),
+        )
         for stream, sink in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
             t = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
             t.start()

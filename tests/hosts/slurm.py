@@ -56,26 +56,41 @@ def slurm_cluster() -> Iterator[slurmlab.SlurmCluster]:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def slurm_hosts_file(sshd: SshdEndpoint, cluster: slurmlab.SlurmCluster, tmp: Path,
-                     **slurm: object) -> Path:  # fmt: skip
+def slurm_hosts_file(
+    sshd: SshdEndpoint, cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: object
+) -> Path:
     """A hosts.yaml whose `lab-slurm` is the cluster behind the session's sshd (the login
     node), and whose `lab` is the same sshd as a process host; `slurm` overrides options."""
     login = sshd.hosts_entry(env={"ORCH_LAB_TIME_SCALE": TIME_SCALE})
-    entry = slurmlab.hosts_entry({k: v for k, v in login.items() if k != "service_manager"},
-                                 cluster, run_dir=str(tmp / "jobs"), **slurm)  # fmt: skip
+    entry = slurmlab.hosts_entry(
+        {k: v for k, v in login.items() if k != "service_manager"},
+        cluster,
+        run_dir=str(tmp / "jobs"),
+        **slurm,
+    )
     path = tmp / "hosts.yaml"
-    path.write_text(yaml.safe_dump({"hosts": {
-        "lab-slurm": entry,
-        "lab": {**login, "run_dir": str(tmp / "run")},
-    }}, sort_keys=False))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": {
+                    "lab-slurm": entry,
+                    "lab": {**login, "run_dir": str(tmp / "run")},
+                }
+            },
+            sort_keys=False,
+        )
+    )
     return path
 
 
 def local_slurm_hosts_file(cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: object) -> Path:
     """A hosts.yaml whose `lab-slurm` is the cluster with this machine as its login node
     (the local transport: no sshd needed)."""
-    login = {"address": "localhost", "transport": "local",
-             "env": {**session_env(REPO), "ORCH_LAB_TIME_SCALE": TIME_SCALE}}
+    login = {
+        "address": "localhost",
+        "transport": "local",
+        "env": {**session_env(REPO), "ORCH_LAB_TIME_SCALE": TIME_SCALE},
+    }
     entry = slurmlab.hosts_entry(login, cluster, run_dir=str(tmp / "jobs"), **slurm)
     path = tmp / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": {"lab-slurm": entry}}, sort_keys=False))
@@ -85,8 +100,9 @@ def local_slurm_hosts_file(cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: o
 def hang_scenario(tmp: Path) -> Path:
     """The b300 scenario plus a rule that hangs in CUDA-graph capture at batch size 512."""
     scen = yaml.safe_load((LAB / "b300" / "scenario.yaml").read_text())
-    scen["faults"].insert(0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph",
-                              "effect": "hang"})  # fmt: skip
+    scen["faults"].insert(
+        0, {"when": {"cuda-graph-max-bs": 512}, "phase": "cuda_graph", "effect": "hang"}
+    )
     path = tmp / "b300-hang.yaml"
     path.write_text(yaml.safe_dump(scen, sort_keys=False))
     return path
@@ -95,10 +111,18 @@ def hang_scenario(tmp: Path) -> Path:
 def hang_config(tmp: Path, *, health_timeout: str, flags: dict | None = None) -> Path:
     """An experiment of that scenario (b300 good otherwise) with this health deadline."""
     path = tmp / f"hang-{health_timeout}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "b300-hang", "extends": str(GOOD),
-        "service": {"exec": f"python3 -m orchestrator.lab.server --scenario "
-                            f"{hang_scenario(tmp)}", "flags": flags or {}},
-        "health": {"timeout": health_timeout, "settle": "0.1s"},
-    }, sort_keys=False))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "b300-hang",
+                "extends": str(GOOD),
+                "service": {
+                    "exec": f"python3 -m orchestrator.lab.server --scenario {hang_scenario(tmp)}",
+                    "flags": flags or {},
+                },
+                "health": {"timeout": health_timeout, "settle": "0.1s"},
+            },
+            sort_keys=False,
+        )
+    )
     return path

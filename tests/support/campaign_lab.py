@@ -78,13 +78,18 @@ def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
     paths = []
     for side, name in (("good", good_name), ("bad", bad_name)):
         path = out / f"{pair}-{side}.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": f"test-{pair}-{side}",
-            "extends": str(LAB / scenario / name),
-            "service": {"flags": {"port": port}},
-            # the lab starts TIME_SCALE times faster; so does the check that it stays up
-            "health": SETTLE,
-        }, sort_keys=False))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": f"test-{pair}-{side}",
+                    "extends": str(LAB / scenario / name),
+                    "service": {"flags": {"port": port}},
+                    # the lab starts TIME_SCALE times faster; so does the check that it stays up
+                    "health": SETTLE,
+                },
+                sort_keys=False,
+            )
+        )
         paths.append(path)
     unit = _unit(LAB / scenario / good_name)
     return Pair(paths[0], paths[1], port, unit)
@@ -101,9 +106,17 @@ def replayed_hosts_file(sshd: SshdEndpoint, tmp: Path, base: int) -> Path:
     """The sshd lab host whose flaky scenarios (`seed: random`) replay the fixed draw
     sequence `base` (`ORCH_LAB_SEED=random:BASE`), so that a test repeats its history."""
     path = tmp / "hosts.yaml"
-    path.write_text(sshd.hosts_yaml("lab", run_dir=str(tmp / "run"), env={
-        "ORCH_LAB_TIME_SCALE": TIME_SCALE, "ORCH_LAB_SEED": f"random:{base}",
-        "ORCH_LAB_DIR": str(tmp / "lab-state")}))  # fmt: skip
+    path.write_text(
+        sshd.hosts_yaml(
+            "lab",
+            run_dir=str(tmp / "run"),
+            env={
+                "ORCH_LAB_TIME_SCALE": TIME_SCALE,
+                "ORCH_LAB_SEED": f"random:{base}",
+                "ORCH_LAB_DIR": str(tmp / "lab-state"),
+            },
+        )
+    )
     return path
 
 
@@ -116,7 +129,7 @@ def bad_passes_first(bad: Experiment, scenario: str) -> int:
 
     scen = sc.load(scenario)
     argv = bad.argv()
-    flags = cmdline.parse_strict(argv[argv.index("--scenario") + 2:], scen.known_flags)
+    flags = cmdline.parse_strict(argv[argv.index("--scenario") + 2 :], scen.known_flags)
     for name in sc.LAB_ONLY_FLAGS:
         flags.pop(name, None)
     for base in range(1, 200):
@@ -128,8 +141,9 @@ def bad_passes_first(bad: Experiment, scenario: str) -> int:
 def sshd_hosts_file(sshd: SshdEndpoint, tmp: Path, name: str = "lab") -> Path:
     """A hosts.yaml with the sshd as a process-manager host, run_dir and env of its own."""
     path = tmp / "hosts.yaml"
-    path.write_text(sshd.hosts_yaml(name, run_dir=str(tmp / "run"),
-                                    env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}))  # fmt: skip
+    path.write_text(
+        sshd.hosts_yaml(name, run_dir=str(tmp / "run"), env={"ORCH_LAB_TIME_SCALE": TIME_SCALE})
+    )
     return path
 
 
@@ -145,9 +159,12 @@ def sigkill_executor_child_while_polling(spec: dict[str, Any], tmp_path: Path) -
 
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("executor_child.py")),
-                              str(spec_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("executor_child.py")), str(spec_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = ""
         deadline = time.monotonic() + 120
@@ -183,8 +200,7 @@ def our_processes(marker: str) -> list[int]:
 
 def lab_servers(port: int) -> list[int]:
     """Pids of lab servers on this machine listening (or meant to listen) on `port`."""
-    return [p for p in our_processes("orchestrator.lab.server")
-            if f"--port {port}" in _cmdline(p)]  # fmt: skip
+    return [p for p in our_processes("orchestrator.lab.server") if f"--port {port}" in _cmdline(p)]
 
 
 def _cmdline(pid: int) -> str:
@@ -194,14 +210,20 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def cli(*args: str | Path, timeout: float = 600, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def cli(
+    *args: str | Path,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """`orchestrator ARGS` in a subprocess (this interpreter), output captured."""
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def cli_json(*args: str | Path, timeout: float = 600) -> tuple[int, dict]:
@@ -221,9 +243,12 @@ def popen_cli(*args: str | Path, log: Path) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *map(str, args)],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
             env={**os.environ, "COLUMNS": "200"},
-        )  # fmt: skip
+        )
     finally:
         fh.close()
 
@@ -300,13 +325,29 @@ def recorded_b300(sshd: SshdEndpoint, basetemp: Path) -> Recorded:
     with open(root / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = root / "outcome.json"
-        pair = Pair(root / "experiments" / "b300-good.yaml", root / "experiments" / "b300-bad.yaml",
-                    0, "lab-b300.service")  # fmt: skip
+        pair = Pair(
+            root / "experiments" / "b300-good.yaml",
+            root / "experiments" / "b300-bad.yaml",
+            0,
+            "lab-b300.service",
+        )
         if not done.exists():
             pair = lab_pair(root, "b300")
             hosts = sshd_hosts_file(sshd, root)
-            res = cli("bisect", "--good", pair.good, "--bad", pair.bad, "--host", "lab",
-                      "--hosts", hosts, "--results", root / "results", "--json")  # fmt: skip
+            res = cli(
+                "bisect",
+                "--good",
+                pair.good,
+                "--bad",
+                pair.bad,
+                "--host",
+                "lab",
+                "--hosts",
+                hosts,
+                "--results",
+                root / "results",
+                "--json",
+            )
             try:
                 outcome = json.loads(res.stdout)
             except json.JSONDecodeError:
@@ -314,8 +355,9 @@ def recorded_b300(sshd: SshdEndpoint, basetemp: Path) -> Recorded:
                     f"bisect --json printed no JSON (exit {res.returncode}):\n"
                     f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
                 ) from None
-            done.write_text(json.dumps({"exit_code": res.returncode, "outcome": outcome,
-                                        "port": pair.port}))  # fmt: skip
+            done.write_text(
+                json.dumps({"exit_code": res.returncode, "outcome": outcome, "port": pair.port})
+            )
         data = json.loads(done.read_text())
     pair = Pair(pair.good, pair.bad, data["port"], pair.unit)
     return Recorded(root, pair, root / "hosts.yaml", data["exit_code"], data["outcome"])
@@ -328,8 +370,9 @@ def check_b300_answer(answer: dict[str, Any], results: Path, *, resumed: bool = 
     target = answer["target"]
     assert target.startswith("cuda_graph: cublas: ") and "CUBLAS_STATUS_EXECUTION_FAILED" in target
     deltas = answer["deltas"]
-    assert sorted(deltas) == sorted(["+ --ep-size 8", "+ --enable-nccl-nvls",
-                                     "~ --max-running-requests 128 -> 256"])  # fmt: skip
+    assert sorted(deltas) == sorted(
+        ["+ --ep-size 8", "+ --enable-nccl-nvls", "~ --max-running-requests 128 -> 256"]
+    )
     [culprit] = answer["culprits"]
     assert sorted(culprit["flags"]) == ["--enable-nccl-nvls", "--ep-size 8"]
     assert culprit["interacting"] is True and culprit["confirmed"] is True

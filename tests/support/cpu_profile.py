@@ -26,8 +26,12 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cpu-profile", default=None, metavar="FILE",
-                     help="append each test process's CPU per module (JSON lines) to FILE")
+    parser.addoption(
+        "--cpu-profile",
+        default=None,
+        metavar="FILE",
+        help="append each test process's CPU per module (JSON lines) to FILE",
+    )
 
 
 def _cpu() -> tuple[float, float]:
@@ -87,11 +91,17 @@ class _Profile:
         total_kids = sum(self.child_cpu.values())
         self.self_cpu["(collection and start)"] += me - total_self
         self.child_cpu["(collection and start)"] += 0.0 if self.controller else kids - total_kids
-        record = {"modules": {m: {"self": round(self.self_cpu[m], 3),
-                                  "children": round(self.child_cpu[m], 3),
-                                  "tests": self.tests.get(m, 0),
-                                  "spawns": dict(self.spawns.get(m, {}))}
-                              for m in set(self.self_cpu) | set(self.spawns)}}
+        record = {
+            "modules": {
+                m: {
+                    "self": round(self.self_cpu[m], 3),
+                    "children": round(self.child_cpu[m], 3),
+                    "tests": self.tests.get(m, 0),
+                    "spawns": dict(self.spawns.get(m, {})),
+                }
+                for m in set(self.self_cpu) | set(self.spawns)
+            }
+        }
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -100,9 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--cpu-profile")
     if path:
         controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(
-            config, "workerinput")
-        config.pluginmanager.register(_Profile(os.path.abspath(path), controller=controller),
-                                      "cpu-profile")
+            config, "workerinput"
+        )
+        config.pluginmanager.register(
+            _Profile(os.path.abspath(path), controller=controller), "cpu-profile"
+        )
 
 
 def table(path: Path) -> str:
@@ -117,22 +129,26 @@ def table(path: Path) -> str:
             tests[module] += rec["tests"]
             for k, n in rec["spawns"].items():
                 spawns[module][k] += n
-    rows = ["| module | tests | CPU s (own + children) | started processes |",
-            "|---|---|---|---|"]
+    rows = ["| module | tests | CPU s (own + children) | started processes |", "|---|---|---|---|"]
     total = 0.0
     for module, (own, kids) in sorted(cpu.items(), key=lambda kv: -sum(kv[1])):
         total += own + kids
-        started = ", ".join(f"{k} {n}" for k, n in sorted(spawns[module].items(),
-                                                          key=lambda kv: -kv[1]))
-        rows.append(f"| {module} | {tests[module]} | {own + kids:.1f} ({own:.1f} + {kids:.1f})"
-                    f" | {started} |")
+        started = ", ".join(
+            f"{k} {n}" for k, n in sorted(spawns[module].items(), key=lambda kv: -kv[1])
+        )
+        rows.append(
+            f"| {module} | {tests[module]} | {own + kids:.1f} ({own:.1f} + {kids:.1f})"
+            f" | {started} |"
+        )
     kinds: dict[str, int] = defaultdict(int)
     for per in spawns.values():
         for k, n in per.items():
             kinds[k] += n
-    rows.append(f"| total | {sum(tests.values())} | {total:.1f} | "
-                + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
-                + " |")
+    rows.append(
+        f"| total | {sum(tests.values())} | {total:.1f} | "
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        + " |"
+    )
     return "\n".join(rows)
 
 

@@ -35,8 +35,9 @@ def main(spec_path: str) -> int:
             said = True
             print("POLLING", flush=True)
 
-    with Executor(host, service=spec["service"], campaign=spec["campaign"],
-                  listener=listener) as ex:  # fmt: skip
+    with Executor(
+        host, service=spec["service"], campaign=spec["campaign"], listener=listener
+    ) as ex:
         result = ex.run(exp, run_id="killed-run")
     print("FINISHED", result.verdict.value, flush=True)  # only if nobody killed us
     return 0

@@ -10,8 +10,9 @@ from orchestrator.planner import Planner
 P, F = Verdict.PASS, Verdict.FAIL
 
 
-def drive(planner: Planner, oracle: Callable[[frozenset[int]], Verdict],
-          limit: int = 500) -> list[frozenset[int]]:  # fmt: skip
+def drive(
+    planner: Planner, oracle: Callable[[frozenset[int]], Verdict], limit: int = 500
+) -> list[frozenset[int]]:
     """Answer the planner's first pending variant until it is done; the variants asked."""
     asked = []
     for _ in range(limit):

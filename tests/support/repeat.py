@@ -24,8 +24,13 @@ _INDEX = re.compile(r"^rep\d+$")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--repeat-each", type=int, default=0, metavar="N",
-                     help="run every chosen test N times and list those that failed at least once")
+    parser.addoption(
+        "--repeat-each",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run every chosen test N times and list those that failed at least once",
+    )
 
 
 @pytest.fixture
@@ -38,8 +43,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     count = metafunc.config.getoption("--repeat-each")
     if count and count > 1:
         metafunc.fixturenames.append(_REPEAT)
-        metafunc.parametrize(_REPEAT, range(count), indirect=True,
-                             ids=[f"rep{i}" for i in range(count)])
+        metafunc.parametrize(
+            _REPEAT, range(count), indirect=True, ids=[f"rep{i}" for i in range(count)]
+        )
 
 
 def base_id(nodeid: str) -> str:
@@ -70,8 +76,9 @@ class _Tally:
         failed = Counter(base_id(n) for n in self.failed)
         tr.section("repeat: tests that failed at least once")
         if not failed:
-            tr.write_line(f"none: {len(runs)} tests, each run "
-                          f"{tr.config.getoption('--repeat-each')} times")
+            tr.write_line(
+                f"none: {len(runs)} tests, each run {tr.config.getoption('--repeat-each')} times"
+            )
             return
         for name, count in sorted(failed.items()):
             tr.write_line(f"FLAKY {count}/{runs[name]} {name}")

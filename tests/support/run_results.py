@@ -11,12 +11,22 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.execution.contract import RunResult
 
 
-def run_result(experiment: Experiment, verdict: Verdict = Verdict.PASS,
-               signature: Signature | None = None, **fields: Any) -> RunResult:  # fmt: skip
+def run_result(
+    experiment: Experiment,
+    verdict: Verdict = Verdict.PASS,
+    signature: Signature | None = None,
+    **fields: Any,
+) -> RunResult:
     defaults: dict[str, Any] = {
-        "run_id": "t.1", "host": "h1", "host_class": "b300", "label": "good",
-        "started_at": time.time(), "duration_s": 1.5, "phase_times": (("init", 0.1),),
+        "run_id": "t.1",
+        "host": "h1",
+        "host_class": "b300",
+        "label": "good",
+        "started_at": time.time(),
+        "duration_s": 1.5,
+        "phase_times": (("init", 0.1),),
         "last_phase": Phase.INIT,
-    }  # fmt: skip
-    return RunResult(experiment=experiment, verdict=verdict, signature=signature,
-                     **(defaults | fields))  # fmt: skip
+    }
+    return RunResult(
+        experiment=experiment, verdict=verdict, signature=signature, **(defaults | fields)
+    )

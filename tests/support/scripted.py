@@ -32,10 +32,12 @@ from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario import ModelInfo
 
 PHASES = ["init", "load_weights", "kv_cache", "cuda_graph", "warmup"]
-TARGET_ERROR = ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
-                "`cublasGemmStridedBatchedEx(handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, "
-                "lda, stridea, b, CUDA_R_16BF, ldb, strideb, &fbeta, c, CUDA_R_16BF, ldc, "
-                "stridec, num_batches, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")  # fmt: skip
+TARGET_ERROR = (
+    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
+    "`cublasGemmStridedBatchedEx(handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, "
+    "lda, stridea, b, CUDA_R_16BF, ldb, strideb, &fbeta, c, CUDA_R_16BF, ldc, "
+    "stridec, num_batches, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`"
+)
 OTHER_ERROR = "AttributeError: 'NoneType' object has no attribute 'dtype'"
 PORT_CLASH = "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"  # noqa: E501
 
@@ -49,12 +51,18 @@ def write_pair(root: Path, n: int, port: int = 30000) -> tuple[Path, Path]:
     root.mkdir(parents=True, exist_ok=True)
     good = {
         "name": "scripted-good",
-        "service": {"unit": "scripted.service", "exec": "python3 -m sglang.launch_server",
-                    "flags": {"model-path": "/models/m", "tp-size": 8, "port": port}},
+        "service": {
+            "unit": "scripted.service",
+            "exec": "python3 -m sglang.launch_server",
+            "flags": {"model-path": "/models/m", "tp-size": 8, "port": port},
+        },
         "health": {"path": "/health", "timeout": "60s", "ready_after": 2},
-    }  # fmt: skip
-    bad = {"name": "scripted-bad", "extends": "good.yaml",
-           "service": {"flags": {flag(i): True for i in range(n)}}}  # fmt: skip
+    }
+    bad = {
+        "name": "scripted-bad",
+        "extends": "good.yaml",
+        "service": {"flags": {flag(i): True for i in range(n)}},
+    }
     (root / "good.yaml").write_text(yaml.safe_dump(good))
     (root / "bad.yaml").write_text(yaml.safe_dump(bad))
     return root / "good.yaml", root / "bad.yaml"
@@ -93,8 +101,9 @@ class Rule:
             except (TypeError, ValueError):
                 return None
 
-        return (all((x := num(k)) is None or x < lim for k, lim in self.below)
-                and all((x := num(k)) is not None and x > lim for k, lim in self.above))
+        return all((x := num(k)) is None or x < lim for k, lim in self.below) and all(
+            (x := num(k)) is not None and x > lim for k, lim in self.above
+        )
 
 
 @dataclass
@@ -106,9 +115,13 @@ class Oracle:
         self.rng = random.Random(self.seed)
         self.lock = threading.Lock()
 
-    def outcome(self, variant: frozenset[int], env: Iterable[tuple[str, str]] = (),
-                weights: str = "real", knobs: dict[str, object] | None = None,
-                ) -> Rule | None:  # fmt: skip
+    def outcome(
+        self,
+        variant: frozenset[int],
+        env: Iterable[tuple[str, str]] = (),
+        weights: str = "real",
+        knobs: dict[str, object] | None = None,
+    ) -> Rule | None:
         have = set(env)
         for rule in self.rules:
             if not rule.needs <= variant or not rule.env <= have:
@@ -145,8 +158,11 @@ class Faults:
     def draw(self) -> str | None:
         with self.lock:
             x = self.rng.random()
-            for name, p in (("kill", self.kill), ("port_clash", self.port_clash),
-                            ("ssh_drop", self.ssh_drop)):  # fmt: skip
+            for name, p in (
+                ("kill", self.kill),
+                ("port_clash", self.port_clash),
+                ("ssh_drop", self.ssh_drop),
+            ):
                 if x < p:
                     return name
                 x -= p
@@ -190,8 +206,9 @@ def startup_log(upto: int) -> list[str]:
 class ScriptedExecutor:
     """The `Executor` interface (open, close, run, cancel_event) over an oracle and faults."""
 
-    def __init__(self, host: Host, oracle: Oracle, faults: Faults,
-                 listener: Listener | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, host: Host, oracle: Oracle, faults: Faults, listener: Listener | None = None
+    ) -> None:
         self.host = host
         self.oracle = oracle
         self.faults = faults
@@ -210,52 +227,85 @@ class ScriptedExecutor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, exp: Experiment, *, run_id: str, label: str = "",
-            target: Signature | None = None, env_keys: Iterable[str] = (),
-            good_metric: float | None = None) -> RunResult:  # fmt: skip
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
         self.runs += 1
         variant = present(exp)
         # (the weights only when they matter: oracles of other tests take two arguments)
         if any(r.below or r.above for r in getattr(self.oracle, "rules", ())):
             # rules on a knob's value (a resource limit): the launch's flags and environment
-            rule = self.oracle.outcome(variant, self.host.env, exp.weights,
-                                       knobs=exp.flag_map() | exp.env_map())  # fmt: skip
+            rule = self.oracle.outcome(
+                variant, self.host.env, exp.weights, knobs=exp.flag_map() | exp.env_map()
+            )
         else:
-            rule = self.oracle.outcome(variant, self.host.env, exp.weights) if \
-                exp.weights != "real" else self.oracle.outcome(variant, self.host.env)
+            rule = (
+                self.oracle.outcome(variant, self.host.env, exp.weights)
+                if exp.weights != "real"
+                else self.oracle.outcome(variant, self.host.env)
+            )
         fault = self.faults.draw()
         crash_at = PHASES.index(rule.phase) if rule else len(PHASES)
         log = startup_log(min(crash_at, len(PHASES)))
         evidence: RunEvidence
         if fault == "ssh_drop":
-            evidence = RunEvidence(infra_error=str(TransportError(
-                f"{self.host.name}: connection lost (Connection reset by peer)")))
+            evidence = RunEvidence(
+                infra_error=str(
+                    TransportError(f"{self.host.name}: connection lost (Connection reset by peer)")
+                )
+            )
         elif fault == "port_clash":
-            log = startup_log(4) + _lines(sglang_text.traceback_lines(
-                "warmup", PORT_CLASH.format(port=exp.port)))
+            log = startup_log(4) + _lines(
+                sglang_text.traceback_lines("warmup", PORT_CLASH.format(port=exp.port))
+            )
             evidence = RunEvidence(log_tail="\n".join(log), exit_code=1)
         elif fault == "kill" and (at := self.faults.moment(crash_at + 1)) <= crash_at:
             # killed before its own crash (or before it was ready, or while serving)
             if at == len(PHASES) and rule is None:
-                evidence = RunEvidence(log_tail="\n".join(log), became_ready=True,
-                                       died_after_ready=True, exit_signal="KILL")  # fmt: skip
+                evidence = RunEvidence(
+                    log_tail="\n".join(log),
+                    became_ready=True,
+                    died_after_ready=True,
+                    exit_signal="KILL",
+                )
             else:
-                evidence = RunEvidence(log_tail="\n".join(startup_log(at)), exit_signal="KILL",
-                                       last_phase=Phase(PHASES[min(at, 4)]))  # fmt: skip
+                evidence = RunEvidence(
+                    log_tail="\n".join(startup_log(at)),
+                    exit_signal="KILL",
+                    last_phase=Phase(PHASES[min(at, 4)]),
+                )
         elif rule is None:
             evidence = RunEvidence(log_tail="\n".join(log), became_ready=True)
         else:
             log += _lines(sglang_text.traceback_lines(rule.phase, rule.error))
-            evidence = RunEvidence(log_tail="\n".join(log), exit_signal="KILL",
-                                   last_phase=Phase(rule.phase))  # fmt: skip
+            evidence = RunEvidence(
+                log_tail="\n".join(log), exit_signal="KILL", last_phase=Phase(rule.phase)
+            )
         self.faults.log.append(f"{run_id} {sorted(variant)} {fault}")
         verdict, sig = judge(evidence, target)
         detail = evidence.infra_error or outside_cause(evidence) or ""
-        return RunResult(run_id=run_id, host=self.host.name, host_class=self.host.host_class,
-                         experiment=exp, label=label, verdict=verdict, signature=sig,
-                         started_at=time.time(), duration_s=0.0, log_tail=evidence.log_tail,
-                         detail=detail, last_phase=evidence.last_phase,
-                         inputs=self.inputs(exp))  # fmt: skip
+        return RunResult(
+            run_id=run_id,
+            host=self.host.name,
+            host_class=self.host.host_class,
+            experiment=exp,
+            label=label,
+            verdict=verdict,
+            signature=sig,
+            started_at=time.time(),
+            duration_s=0.0,
+            log_tail=evidence.log_tail,
+            detail=detail,
+            last_phase=evidence.last_phase,
+            inputs=self.inputs(exp),
+        )
 
     def inputs(self, exp: Experiment) -> LaunchInputs:
         """What reaches the scripted server besides its config: the host's `env:` (the
@@ -274,8 +324,17 @@ def host(name: str = "scripted") -> Host:
     return Host(name=name, address="192.0.2.1", host_class=name, service_manager="process")
 
 
-__all__ = ["Faults", "Oracle", "Rule", "ScriptedExecutor", "Verdict", "factory", "host",
-           "present", "write_pair"]  # fmt: skip
+__all__ = [
+    "Faults",
+    "Oracle",
+    "Rule",
+    "ScriptedExecutor",
+    "Verdict",
+    "factory",
+    "host",
+    "present",
+    "write_pair",
+]
 
 
 def first_draw_passes(p: float = 0.5) -> int:

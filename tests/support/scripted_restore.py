@@ -77,8 +77,15 @@ class SignalPlan:
 class RestoringExecutor(ScriptedExecutor):
     """A scripted executor over a `HostTruth`, stepping through what the real one does."""
 
-    def __init__(self, host: Host, oracle: Oracle, faults: Faults, truth: HostTruth,
-                 plan: SignalPlan, listener: Listener | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: Host,
+        oracle: Oracle,
+        faults: Faults,
+        truth: HostTruth,
+        plan: SignalPlan,
+        listener: Listener | None = None,
+    ) -> None:
         super().__init__(host, oracle, faults, listener)
         self.truth = truth
         self.plan = plan
@@ -96,14 +103,27 @@ class RestoringExecutor(ScriptedExecutor):
         self._opened = True
         return self
 
-    def run(self, exp: Experiment, *, run_id: str, label: str = "",
-            target: Signature | None = None, env_keys: Iterable[str] = (),
-            good_metric: float | None = None) -> RunResult:  # fmt: skip
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
         self._set(unit="inactive")  # stop, reset-failed
         self._set(dropin=True)  # the variant's drop-in, daemon-reload
         self._set(unit="active")  # started
-        result = super().run(exp, run_id=run_id, label=label, target=target,
-                             env_keys=env_keys, good_metric=good_metric)  # fmt: skip
+        result = super().run(
+            exp,
+            run_id=run_id,
+            label=label,
+            target=target,
+            env_keys=env_keys,
+            good_metric=good_metric,
+        )
         self._set(unit="active" if result.verdict is Verdict.PASS else "failed")
         return result
 
@@ -124,8 +144,11 @@ class RestoringExecutor(ScriptedExecutor):
         return ["restored"]
 
 
-def factory(oracle: Oracle, truths: dict[str, HostTruth], plan: SignalPlan,
-            ) -> Callable[..., RestoringExecutor]:  # fmt: skip
+def factory(
+    oracle: Oracle,
+    truths: dict[str, HostTruth],
+    plan: SignalPlan,
+) -> Callable[..., RestoringExecutor]:
     def make(host: Host, service: str, campaign: str, listener: Listener) -> RestoringExecutor:
         return RestoringExecutor(host, oracle, Faults(), truths[host.name], plan, listener)
 

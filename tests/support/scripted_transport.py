@@ -41,8 +41,12 @@ from tests.support.scripted import _lines as sglang_lines
 
 #: SGLang's startup phases and how long each takes in the script (seconds): ready at 13 s
 PHASES: tuple[tuple[str, float], ...] = (
-    ("init", 2.0), ("load_weights", 6.0), ("kv_cache", 1.0), ("cuda_graph", 3.0), ("warmup", 1.0),
-)  # fmt: skip
+    ("init", 2.0),
+    ("load_weights", 6.0),
+    ("kv_cache", 1.0),
+    ("cuda_graph", 3.0),
+    ("warmup", 1.0),
+)
 #: what a link drop costs before the SSH transport gives up (its reconnect backoff)
 DROP_COST_S = 15.5
 
@@ -162,8 +166,9 @@ class _Proc:
         for phase, begins, ends in self.script.phase_starts():
             if t < begins:
                 break
-            out += sglang_lines(sglang_text.phase_begin(phase, n, model, flags, "127.0.0.1",
-                                                        30000, self.pid))  # fmt: skip
+            out += sglang_lines(
+                sglang_text.phase_begin(phase, n, model, flags, "127.0.0.1", 30000, self.pid)
+            )
             if phase == self.script.hang_in:
                 break
             if t < ends or phase == self.script.crash_in:
@@ -202,8 +207,9 @@ class ScriptedTransport(Transport):
     help_text: str | None = None
     #: systemd hosts: the unit's own text, and when a dead server is started again by
     #: systemd (None: never; a `Restart=always` that wins over our drop-in's Restart=no)
-    unit_text: str = ("[Service]\nEnvironment=PYTHONPATH=/opt/srv\nExecStart=/bin/sleep infinity\n"
-                      "Restart=no\n")
+    unit_text: str = (
+        "[Service]\nEnvironment=PYTHONPATH=/opt/srv\nExecStart=/bin/sleep infinity\nRestart=no\n"
+    )
     restart_after: float | None = None
     files: dict[str, str] = field(default_factory=dict)
     procs: list[_Proc] = field(default_factory=list)
@@ -216,8 +222,7 @@ class ScriptedTransport(Transport):
         self.polled_port = 0
         self._loaded_dropin: str | None = None  # the drop-in as of the last daemon-reload
         self._table: list[tuple[str, re.Pattern[str], Handler]] = [
-            (kind, re.compile(rx, re.S), getattr(self, f"_{kind}"))
-            for kind, rx in _COMMANDS
+            (kind, re.compile(rx, re.S), getattr(self, f"_{kind}")) for kind, rx in _COMMANDS
         ]
 
     # ---- what the tests look at
@@ -240,11 +245,17 @@ class ScriptedTransport(Transport):
                     f"connection to {self.host.describe()} lost and not re-established "
                     "after 4 attempts: Connection reset by peer"
                 )
-        found = [(kind, m, handler) for kind, rx, handler in self._table
-                 if (m := rx.fullmatch(inner)) is not None]  # fmt: skip
+        found = [
+            (kind, m, handler)
+            for kind, rx, handler in self._table
+            if (m := rx.fullmatch(inner)) is not None
+        ]
         if len(found) != 1:
-            what = "does not know" if not found else "cannot tell apart (" + ", ".join(
-                k for k, _, _ in found) + ")"  # fmt: skip
+            what = (
+                "does not know"
+                if not found
+                else "cannot tell apart (" + ", ".join(k for k, _, _ in found) + ")"
+            )
             raise UnscriptedCommand(f"the scripted host {what} this command: {inner!r}")
         kind, m, handler = found[0]
         self.log.append((started, kind))
@@ -280,8 +291,12 @@ class ScriptedTransport(Transport):
         for p in self.procs:
             ready = p.script.ready_at
             port = p.script.listen_port or self.polled_port
-            if (self._alive(p) and ready is not None and self.clock.now - p.started >= ready
-                    and port == self.polled_port):  # fmt: skip
+            if (
+                self._alive(p)
+                and ready is not None
+                and self.clock.now - p.started >= ready
+                and port == self.polled_port
+            ):
                 return 200 if m[2] == "/health" else 404
         return 0
 
@@ -292,20 +307,28 @@ class ScriptedTransport(Transport):
     # ---- the commands (see _COMMANDS)
     def _poll(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         boot = f"{BOOT_MARK} {self.boot_id()}\n" if m["boot"] else ""
-        return 0, (f"{boot}{self._state(int(m['pid']))}\n{HTTP_MARK} "
-                   f"{self._http(_word(m['url'])):03d}\n{LOG_MARK}\n"
-                   + self._tail(_word(m["log"]), int(m["lines"])))  # fmt: skip
+        return 0, (
+            f"{boot}{self._state(int(m['pid']))}\n{HTTP_MARK} "
+            f"{self._http(_word(m['url'])):03d}\n{LOG_MARK}\n"
+            + self._tail(_word(m["log"]), int(m["lines"]))
+        )
 
     def _spawn(self, log: str, script: Server | None = None, at: float | None = None) -> _Proc:
         if script is None:
             if self._next >= len(self.starts):
-                raise UnscriptedCommand(f"start #{self._next + 1}: the script has only "
-                                        f"{len(self.starts)}")  # fmt: skip
+                raise UnscriptedCommand(
+                    f"start #{self._next + 1}: the script has only {len(self.starts)}"
+                )
             script = self.starts[self._next]
             self._next += 1
         n = len(self.procs)
-        p = _Proc(4242 + 100 * n, script, self.clock.now if at is None else at, log,
-                  invocation=f"{n + 1:032x}")  # fmt: skip
+        p = _Proc(
+            4242 + 100 * n,
+            script,
+            self.clock.now if at is None else at,
+            log,
+            invocation=f"{n + 1:032x}",
+        )
         self.procs.append(p)
         return p
 
@@ -334,8 +357,10 @@ class ScriptedTransport(Transport):
             return 0, f"{SS_MARK}\n"
         port = p.script.listen_port or self.polled_port
         server = p.pid + 1
-        return 0, (f"{p.pid}\n{server}\n{SS_MARK}\nLISTEN 0 2048 127.0.0.1:{port} 0.0.0.0:* "
-                   f'users:(("python3",pid={server},fd=9))\n')  # fmt: skip
+        return 0, (
+            f"{p.pid}\n{server}\n{SS_MARK}\nLISTEN 0 2048 127.0.0.1:{port} 0.0.0.0:* "
+            f'users:(("python3",pid={server},fd=9))\n'
+        )
 
     def _logs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, self._tail(_word(m["log"]), int(m["lines"]))
@@ -347,9 +372,11 @@ class ScriptedTransport(Transport):
         if self.gpu_held is None:
             return 3, ""
         gpus = "".join(f"{i}, GPU-scripted-{i}\n" for i in range(8))
-        apps = "".join(f"GPU-scripted-{gpu}, {7000 + gpu}, python3, 70000\n"
-                       for begins, until, gpu in self.gpu_held
-                       if begins <= self.clock.now < until)  # fmt: skip
+        apps = "".join(
+            f"GPU-scripted-{gpu}, {7000 + gpu}, python3, 70000\n"
+            for begins, until, gpu in self.gpu_held
+            if begins <= self.clock.now < until
+        )
         return 0, f"{gpus}@@APPS\n{apps}"
 
     def _environment(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
@@ -381,7 +408,6 @@ class ScriptedTransport(Transport):
             self.files.pop(path, None)
         return 0, ""
 
-
     # ---- the systemd unit (orchestrator/execution/services/systemd.py)
     def _unit_proc(self) -> _Proc | None:
         """The unit's current server; a `restart_after` unit starts a dead one again."""
@@ -399,12 +425,21 @@ class ScriptedTransport(Transport):
     def _unit_props(self) -> dict[str, str]:
         p = self._unit_proc()
         restarts = max(sum(1 for q in self.procs if q.log == "journal") - 1, 0)
-        props = {"LoadState": "loaded", "FragmentPath": "/etc/systemd/system/unit.service",
-                 "DropInPaths": self._loaded_dropin or "", "NRestarts": str(restarts),
-                 "ActiveState": "inactive", "SubState": "dead", "Result": "success",
-                 "InvocationID": "", "MainPID": "0", "ExecMainStatus": "0",
-                 "ExecMainCode": "0", "WorkingDirectory": "/opt/srv",
-                 "Environment": " ".join(self._unit_env())}  # fmt: skip
+        props = {
+            "LoadState": "loaded",
+            "FragmentPath": "/etc/systemd/system/unit.service",
+            "DropInPaths": self._loaded_dropin or "",
+            "NRestarts": str(restarts),
+            "ActiveState": "inactive",
+            "SubState": "dead",
+            "Result": "success",
+            "InvocationID": "",
+            "MainPID": "0",
+            "ExecMainStatus": "0",
+            "ExecMainCode": "0",
+            "WorkingDirectory": "/opt/srv",
+            "Environment": " ".join(self._unit_env()),
+        }
         if p is None:
             return props
         props["InvocationID"] = p.invocation
@@ -417,26 +452,47 @@ class ScriptedTransport(Transport):
         elif p.stopped is not None and p.stopped == dies:
             props |= {"ExecMainCode": "2", "ExecMainStatus": "15"}
         elif code is not None and code > 128:
-            props |= {"ActiveState": "failed", "SubState": "failed", "Result": "signal",
-                      "ExecMainCode": "2", "ExecMainStatus": str(code - 128)}  # fmt: skip
+            props |= {
+                "ActiveState": "failed",
+                "SubState": "failed",
+                "Result": "signal",
+                "ExecMainCode": "2",
+                "ExecMainStatus": str(code - 128),
+            }
         elif code is not None:
-            props |= {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code",
-                      "ExecMainCode": "1", "ExecMainStatus": str(code)}  # fmt: skip
+            props |= {
+                "ActiveState": "failed",
+                "SubState": "failed",
+                "Result": "exit-code",
+                "ExecMainCode": "1",
+                "ExecMainStatus": str(code),
+            }
         if self.restart_after is not None and props["ActiveState"] == "failed":
             props |= {"ActiveState": "activating", "SubState": "auto-restart"}
         return props
 
     def _unit_env(self) -> list[str]:
-        env = [ln.split("=", 1)[1] for ln in self.unit_text.splitlines()
-               if ln.startswith("Environment=")]  # fmt: skip
-        return env + [w for ln in (self._loaded_dropin and self.files.get(
-            self._loaded_dropin, "") or "").splitlines() if ln.startswith("Environment=")
-            for w in _systemd_words(ln.split("=", 1)[1])]  # fmt: skip
+        env = [
+            ln.split("=", 1)[1]
+            for ln in self.unit_text.splitlines()
+            if ln.startswith("Environment=")
+        ]
+        return env + [
+            w
+            for ln in (
+                self._loaded_dropin and self.files.get(self._loaded_dropin, "") or ""
+            ).splitlines()
+            if ln.startswith("Environment=")
+            for w in _systemd_words(ln.split("=", 1)[1])
+        ]
 
     def _exec_start(self) -> tuple[str, list[str]]:
         text = self.files.get(self._loaded_dropin or "", "") if self._loaded_dropin else ""
-        lines = [ln.split("=", 1)[1] for ln in (text or self.unit_text).splitlines()
-                 if ln.startswith("ExecStart=") and ln != "ExecStart="]  # fmt: skip
+        lines = [
+            ln.split("=", 1)[1]
+            for ln in (text or self.unit_text).splitlines()
+            if ln.startswith("ExecStart=") and ln != "ExecStart="
+        ]
         words = _systemd_words(lines[-1]) if text else lines[-1].split()
         return words[0], words
 
@@ -458,8 +514,10 @@ class ScriptedTransport(Transport):
 
     def _unit_inputs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         env = " ".join(self._unit_env())
-        return 0, (f"Environment={env}\nUnsetEnvironment=\nWorkingDirectory=/opt/srv\n"
-                   "User=\nGroup=\n@@MANAGER\nPATH=/usr/bin:/bin\n")
+        return 0, (
+            f"Environment={env}\nUnsetEnvironment=\nWorkingDirectory=/opt/srv\n"
+            "User=\nGroup=\n@@MANAGER\nPATH=/usr/bin:/bin\n"
+        )
 
     def _reload(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         dropins = [p for p in self.files if p.endswith(".service.d/99-orchestrator.conf")]
@@ -470,14 +528,19 @@ class ScriptedTransport(Transport):
         prop = m["prop"]
         if prop == "ExecStart":
             path, argv = self._exec_start()
-            return 0, json.dumps({"type": "a(sasbttttuii)",
-                                  "data": [[path, argv, False, 0, 0, 0, 0, 0, 0, 0]]})
+            return 0, json.dumps(
+                {"type": "a(sasbttttuii)", "data": [[path, argv, False, 0, 0, 0, 0, 0, 0, 0]]}
+            )
         if prop == "Environment":
             return 0, json.dumps({"type": "as", "data": self._unit_env()})
         if prop == "UnsetEnvironment":  # the loaded drop-in's, as systemd serves them
             text = self.files.get(self._loaded_dropin or "", "") if self._loaded_dropin else ""
-            names = [w for ln in (text or "").splitlines() if ln.startswith("UnsetEnvironment=")
-                     for w in ln.split("=", 1)[1].split()]  # fmt: skip
+            names = [
+                w
+                for ln in (text or "").splitlines()
+                if ln.startswith("UnsetEnvironment=")
+                for w in ln.split("=", 1)[1].split()
+            ]
             return 0, json.dumps({"type": "as", "data": names})
         raise UnscriptedCommand(f"busctl property not scripted: {prop}")
 
@@ -497,7 +560,7 @@ class ScriptedTransport(Transport):
         self._unit_proc()  # a restart due by now writes its own lines
         p = next((q for q in self.procs if q.invocation == m["inv"]), None)
         lines = p.lines(self.clock.now) if p is not None else []
-        return 0, "".join(x + "\n" for x in lines[-int(m["lines"]):])
+        return 0, "".join(x + "\n" for x in lines[-int(m["lines"]) :])
 
     def _stop_jobs(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         # systemd's record of stop jobs: none here (the scripted faults kill, never stop)
@@ -515,8 +578,10 @@ class ScriptedTransport(Transport):
         if p is None or not self._alive(p):
             return 0, f"{SS_MARK}\n"
         port = p.script.listen_port or self.polled_port
-        return 0, (f"{p.pid}\n{SS_MARK}\nLISTEN 0 2048 127.0.0.1:{port} 0.0.0.0:* "
-                   f'users:(("python3",pid={p.pid},fd=9))\n')  # fmt: skip
+        return 0, (
+            f"{p.pid}\n{SS_MARK}\nLISTEN 0 2048 127.0.0.1:{port} 0.0.0.0:* "
+            f'users:(("python3",pid={p.pid},fd=9))\n'
+        )
 
     def _rm_dropin(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return self._rm(m, stdin)
@@ -524,8 +589,9 @@ class ScriptedTransport(Transport):
     # ---- the read-back after a restore (ServiceManager.left_over)
     def _left_systemd(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         present = [f for f in shlex.split(m["files"]) if f in self.files]
-        return 0, "".join(f + "\n" for f in present) + "@@\n" + \
-            self._unit_props()["ActiveState"] + "\n"  # fmt: skip
+        return 0, "".join(f + "\n" for f in present) + "@@\n" + self._unit_props()[
+            "ActiveState"
+        ] + "\n"
 
     def _boot_state(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, f"{self.boot_id()}\n{'stopping' if self._stopping() else 'running'}\n"
@@ -533,6 +599,7 @@ class ScriptedTransport(Transport):
     def _left_process(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pgid"]))
         return (0, "") if p is not None and self._alive(p) else (1, "")
+
 
 #: the commands the scripted host knows: (kind, the whole command as a regex). One shape
 #: each, as the executor (poll with boot id, probe), the host lock and the process manager
@@ -546,51 +613,93 @@ _POLL = (
     rf"tail -n (?P<lines>\d+) (?P<log>{_W}) 2>/dev/null"
 )
 _COMMANDS: tuple[tuple[str, str], ...] = (
-    ("poll", rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
-             rf"2>/dev/null\); )?{_POLL}"),
-    ("start", rf"umask 077; rm -f (?P<dir>{_W})/pid {_W}/exit; setsid -f sh -c {_W} > "
-              rf"(?P<log>{_W}) 2>&1 < /dev/null; for i in \$\(seq 50\); do .*; cat {_W}/pid"),
-    ("stop", r"m\(\) \{ if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= \| "
-             r"awk '\$2 == (?P<pid>\d+) && .*"),
-    ("pids", r"ps -eo pid=,sid= \| awk '\$2 == (?P<pgid>\d+) \{print \$1\}'; "
-             r"command -v ss >/dev/null && echo '@@SS' && ss -Hltnp 2>/dev/null"),
+    (
+        "poll",
+        rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
+        rf"2>/dev/null\); )?{_POLL}",
+    ),
+    (
+        "start",
+        rf"umask 077; rm -f (?P<dir>{_W})/pid {_W}/exit; setsid -f sh -c {_W} > "
+        rf"(?P<log>{_W}) 2>&1 < /dev/null; for i in \$\(seq 50\); do .*; cat {_W}/pid",
+    ),
+    (
+        "stop",
+        r"m\(\) \{ if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= \| "
+        r"awk '\$2 == (?P<pid>\d+) && .*",
+    ),
+    (
+        "pids",
+        r"ps -eo pid=,sid= \| awk '\$2 == (?P<pgid>\d+) \{print \$1\}'; "
+        r"command -v ss >/dev/null && echo '@@SS' && ss -Hltnp 2>/dev/null",
+    ),
     ("logs", rf"tail -n (?P<lines>\d+) (?P<log>{_W}); s=\$\?; ls -1t .*; exit \$s"),
     ("listeners", r"ss -Hltnp 'sport = :\d+' 2>/dev/null \|\| true"),
-    ("gpu_holders", r"command -v nvidia-smi >/dev/null 2>&1 \|\| exit 3; nvidia-smi "
-                    r"--query-gpu=index,uuid .*"),
+    (
+        "gpu_holders",
+        r"command -v nvidia-smi >/dev/null 2>&1 \|\| exit 3; nvidia-smi "
+        r"--query-gpu=index,uuid .*",
+    ),
     ("environment", r"(?:cd \S+ 2>/dev/null; )?(?:export \S+; )*echo @@NVSMI; .*"),
-    ("lock", rf"umask 077 && mkdir -p {_W} && \(set -C; printf '%s\\n' (?P<body>{_W}) > "
-             rf"(?P<path>{_W})\) 2>/dev/null"),
+    (
+        "lock",
+        rf"umask 077 && mkdir -p {_W} && \(set -C; printf '%s\\n' (?P<body>{_W}) > "
+        rf"(?P<path>{_W})\) 2>/dev/null",
+    ),
     ("mkdir", rf"umask 077 && mkdir -p (?P<dir>{_W}) && \[ ! -L (?P=dir) \] && .*"),
     ("read", rf"if \[ -e (?P<path>{_W}) \]; then cat (?P=path); else exit 3; fi"),
-    ("write", rf"umask 077 && mkdir -p {_W} && cat > {_W} && .* mv -f {_W} "
-              rf"(?P<path>{_W}); else .*"),
+    (
+        "write",
+        rf"umask 077 && mkdir -p {_W} && cat > {_W} && .* mv -f {_W} "
+        rf"(?P<path>{_W}); else .*",
+    ),
     ("rm", r"rm -f (?P<paths>[^;&|]+)"),
-    ("left_systemd", r"for f in (?P<files>.*?); do \[ -e \"\$f\" \] && echo \"\$f\"; done; "
-                     r"echo @@; systemctl show [\w.@-]+ -p ActiveState --value"),
+    (
+        "left_systemd",
+        r"for f in (?P<files>.*?); do \[ -e \"\$f\" \] && echo \"\$f\"; done; "
+        r"echo @@; systemctl show [\w.@-]+ -p ActiveState --value",
+    ),
     ("left_process", r"ps -eo sid=,stat= \| awk '\$1 == (?P<pgid>\d+) && .*"),
     ("systemctl_version", r"command -v systemctl >/dev/null && systemctl --version \| head -1"),
     ("show", r"systemctl show [\w.@-]+(?P<props>( -p [\w,]+)+)"),
     ("cat", r"systemctl cat [\w.@-]+"),
-    ("unit_inputs", r"systemctl show [\w.@-]+ -p Environment -p UnsetEnvironment "
-                    r"-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
-                    r"echo @@MANAGER; systemctl show-environment"),
+    (
+        "unit_inputs",
+        r"systemctl show [\w.@-]+ -p Environment -p UnsetEnvironment "
+        r"-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
+        r"echo @@MANAGER; systemctl show-environment",
+    ),
     ("reload", r"systemctl daemon-reload"),
     ("ctl", r"systemctl (?P<verb>start --no-block|stop|reset-failed) [\w.@-]+"),
-    ("busctl", r"busctl --json=short get-property org\.freedesktop\.systemd1 \S+ "
-               r"org\.freedesktop\.systemd1\.Service (?P<prop>\w+)"),
-    ("journal", r"journalctl _SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
-                r"-n (?P<lines>\d+)"),
-    ("stop_jobs", r"journalctl _PID=1 INVOCATION_ID=(?P<inv>[0-9a-f]+) MESSAGE_ID=[0-9a-f]+ "
-                  r"-o cat --no-pager -n 1"),
-    ("unit_poll", rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
-                  r"2>/dev/null\); )?systemctl show [\w.@-]+(?P<props> -p [\w,]+); "
-                  rf"if command -v curl .*? --max-time 3 (?P<url>{_W}) 2>/dev/null\); else "
-                  r".*?; fi; echo \"@@HTTP \$\{c:-000\}\"; echo '@@LOG'; journalctl "
-                  r"_SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
-                  r"-n (?P<lines>\d+) 2>/dev/null"),
-    ("boot_state", r"cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
-                   r"systemctl is-system-running 2>/dev/null \|\| true"),
+    (
+        "busctl",
+        r"busctl --json=short get-property org\.freedesktop\.systemd1 \S+ "
+        r"org\.freedesktop\.systemd1\.Service (?P<prop>\w+)",
+    ),
+    (
+        "journal",
+        r"journalctl _SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
+        r"-n (?P<lines>\d+)",
+    ),
+    (
+        "stop_jobs",
+        r"journalctl _PID=1 INVOCATION_ID=(?P<inv>[0-9a-f]+) MESSAGE_ID=[0-9a-f]+ "
+        r"-o cat --no-pager -n 1",
+    ),
+    (
+        "unit_poll",
+        rf"(?P<boot>echo {BOOT_MARK} \$\(cat /proc/sys/kernel/random/boot_id "
+        r"2>/dev/null\); )?systemctl show [\w.@-]+(?P<props> -p [\w,]+); "
+        rf"if command -v curl .*? --max-time 3 (?P<url>{_W}) 2>/dev/null\); else "
+        r".*?; fi; echo \"@@HTTP \$\{c:-000\}\"; echo '@@LOG'; journalctl "
+        r"_SYSTEMD_INVOCATION_ID=(?P<inv>[0-9a-f]+) -o cat --no-pager "
+        r"-n (?P<lines>\d+) 2>/dev/null",
+    ),
+    (
+        "boot_state",
+        r"cat /proc/sys/kernel/random/boot_id 2>/dev/null; "
+        r"systemctl is-system-running 2>/dev/null \|\| true",
+    ),
     ("cgroup_pids", r"cg=\$\(systemctl show -p ControlGroup --value [\w.@-]+\); .*"),
     ("rm_dropin", r"rm -f (?P<paths>[^;&|]+); rmdir \S+ 2>/dev/null \|\| true"),
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),
@@ -618,9 +727,13 @@ def _systemd_words(text: str) -> list[str]:
     argv, as systemd keeps it until it runs the command)."""
     words = []
     for raw in re.findall(r'"((?:[^"\\]|\\.)*)"', text):
-        word = re.sub(r"\\(x[0-9a-f]{2}|.)", lambda e: {"n": "\n", "t": "\t"}.get(
-            e[1], chr(int(e[1][1:], 16)) if e[1].startswith("x") and len(e[1]) == 3
-            else e[1]), raw)  # fmt: skip
+        word = re.sub(
+            r"\\(x[0-9a-f]{2}|.)",
+            lambda e: {"n": "\n", "t": "\t"}.get(
+                e[1], chr(int(e[1][1:], 16)) if e[1].startswith("x") and len(e[1]) == 3 else e[1]
+            ),
+            raw,
+        )
         words.append(word.replace("%%", "%"))
     return words
 

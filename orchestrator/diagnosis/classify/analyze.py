@@ -84,8 +84,12 @@ class LogAnalysis:
 FRESH_LINES = 3  # a milestone this close above a traceback was being printed when it failed
 
 
-def _fresh_progress(bodies: Sequence[str], progress: Sequence[Phase | None], start: int,
-                    profiles: Sequence[ServerProfile]) -> Phase | None:  # fmt: skip
+def _fresh_progress(
+    bodies: Sequence[str],
+    progress: Sequence[Phase | None],
+    start: int,
+    profiles: Sequence[ServerProfile],
+) -> Phase | None:
     """The phase of a milestone printed right above line `start` (blank lines and other
     processes' lines aside), or None."""
     seen = 0
@@ -123,8 +127,9 @@ def _hang_before_kill(roots: Sequence[_Event], bodies: Sequence[str]) -> _Event 
     return None
 
 
-def _root_error(root: _Event, events: Sequence[_Event], bodies: Sequence[str]
-                ) -> tuple[list[str], str, str, ErrorRule | None]:  # fmt: skip
+def _root_error(
+    root: _Event, events: Sequence[_Event], bodies: Sequence[str]
+) -> tuple[list[str], str, str, ErrorRule | None]:
     """The root error's continuation lines, then its error class, key message and rule:
     its own, else those of the error a wrapper quotes, else (a bare exception type) those
     of the exception it caused."""
@@ -134,8 +139,10 @@ def _root_error(root: _Event, events: Sequence[_Event], bodies: Sequence[str]
         # only the wrapper was printed, or the error was re-raised with the wrapper's words
         # in front of its own ("Error in model execution (input dumped to ...): ..."): the
         # error it quotes, if any, is the failure
-        inner = next((m.group("inner") for p in WRAPPED_CAUSES
-                      if (m := p.search(root.text)) is not None), None)  # fmt: skip
+        inner = next(
+            (m.group("inner") for p in WRAPPED_CAUSES if (m := p.search(root.text)) is not None),
+            None,
+        )
         if inner and inner.strip("'\" "):
             hit = classify_error(inner)
             error_class, key, rule = hit if hit is not None else (error_class, inner, None)
@@ -150,28 +157,33 @@ def _root_error(root: _Event, events: Sequence[_Event], bodies: Sequence[str]
     return extra, error_class, key, rule
 
 
-def _frames_of(root: _Event, events: Sequence[_Event], bodies: Sequence[str],
-               kind: str) -> tuple[tuple[Frame, ...], tuple[Frame, ...]]:  # fmt: skip
+def _frames_of(
+    root: _Event, events: Sequence[_Event], bodies: Sequence[str], kind: str
+) -> tuple[tuple[Frame, ...], tuple[Frame, ...]]:
     """The frames that tell where the root error happened, and those of its whole chain."""
     # Frames that tell where: the root's own, else those of the traceback printed for the
     # same failure right after it (a bare CUDA or C++ error line, then Python's report).
     frames = root.frames
     if not frames:
-        later = [e for e in events if e.index > root.index and e.frames
-                 and e.index - root.index <= 200]  # fmt: skip
+        later = [
+            e for e in events if e.index > root.index and e.frames and e.index - root.index <= 200
+        ]
         if later and kind == "crash":
             frames = later[0].frames
         elif kind == "crash":
             # a traceback the tail cut before its exception line still says where
-            frames = tuple((fm.group("file"), fm.group("func")) for body in
-                           bodies[root.index + 1 : root.index + 200]
-                           if (fm := _FRAME_RE.match(body)) is not None)
+            frames = tuple(
+                (fm.group("file"), fm.group("func"))
+                for body in bodies[root.index + 1 : root.index + 200]
+                if (fm := _FRAME_RE.match(body)) is not None
+            )
     chain_frames = tuple(f for e in events if e.chain == root.chain for f in e.frames)
     return frames, chain_frames
 
 
-def _message(key: str, rule: ErrorRule | None, kind: str, error_class: str,
-             site: str | None) -> str:  # fmt: skip
+def _message(
+    key: str, rule: ErrorRule | None, kind: str, error_class: str, site: str | None
+) -> str:
     """The signature's message: the key message normalized, cut to its name, with the
     place in the server's own code unless the words name the failure themselves."""
     message = normalize_message(key) if key else ""
@@ -222,11 +234,18 @@ def analyze_log(text: str) -> LogAnalysis:
         note = None
         if reached is None and not events:
             size = f"{len(text) / 1e6:.1f} MB" if len(text) >= 100_000 else f"{len(lines)} lines"
-            note = (f"no failure and no server startup line found in {size}"
-                    + (f" ({skipped / 1e6:.0f} MB in the middle only searched for errors)"
-                       if skipped else "") + ": is this a server log?")  # fmt: skip
-        return LogAnalysis(phase=reached, reached=reached, errors_seen=len(events),
-                           server=server, note=note)  # fmt: skip
+            note = (
+                f"no failure and no server startup line found in {size}"
+                + (
+                    f" ({skipped / 1e6:.0f} MB in the middle only searched for errors)"
+                    if skipped
+                    else ""
+                )
+                + ": is this a server log?"
+            )
+        return LogAnalysis(
+            phase=reached, reached=reached, errors_seen=len(events), server=server, note=note
+        )
 
     # The first real error is the root: ranks that fail because a peer died print later,
     # and chained tracebacks print the cause first.
@@ -240,8 +259,7 @@ def analyze_log(text: str) -> LogAnalysis:
     dump_frames: tuple[Frame, ...] = ()
     peer_frames: list[Frame] = []
     if kind == "crash":
-        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames,
-                            events)
+        site = _common_site(root, frames, (error_class, key), roots, bodies, peer_frames, events)
     else:
         site, dump_frames = _stuck_place(_find_dumps(bodies), root.index)
         if site is None:
@@ -252,10 +270,11 @@ def analyze_log(text: str) -> LogAnalysis:
     if rule is not None and rule.phase is not None:
         phase = rule.phase
     else:
-        phase = (_frame_phase(frames or chain_frames, profiles, at_root)
-                 or _frame_phase(chain_frames + dump_frames + tuple(peer_frames), profiles,
-                                 at_root)
-                 or at_root)  # fmt: skip
+        phase = (
+            _frame_phase(frames or chain_frames, profiles, at_root)
+            or _frame_phase(chain_frames + dump_frames + tuple(peer_frames), profiles, at_root)
+            or at_root
+        )
         fresh = _fresh_progress(bodies, progress, root.start, profiles)
         if fresh is not None and _later(fresh, phase) is fresh and fresh is not phase:
             # the server was printing its own progress of a later phase when it failed
@@ -266,10 +285,10 @@ def analyze_log(text: str) -> LogAnalysis:
             phase = rule.phase_hint
         if phase is None:
             # the error's own words, or the wrapper printed right after it, may say
-            said = [key or "", root.text] + [e.text for e in events
-                                             if 0 < e.index - root.index <= 5]  # fmt: skip
-            phase = next((ph for ph, pat in PHASE_HINTS if any(pat.search(t) for t in said)),
-                         None)  # fmt: skip
+            said = [key or "", root.text] + [
+                e.text for e in events if 0 < e.index - root.index <= 5
+            ]
+            phase = next((ph for ph, pat in PHASE_HINTS if any(pat.search(t) for t in said)), None)
         if phase is None:
             phase = Phase.INIT  # the process ran but printed no milestone yet
     message = _message(key, rule, kind, error_class, site)

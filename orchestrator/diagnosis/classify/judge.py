@@ -22,10 +22,20 @@ def hang_message(log_tail: str) -> str:
     last = last_milestone(log_tail[-2_000_000:].splitlines()) if log_tail else None
     return f"{HANG_MESSAGE} after '{last}'" if last else HANG_MESSAGE
 
+
 _SIGNAL_NAMES = {
-    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS",
-    8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM",
-}  # fmt: skip
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    13: "SIGPIPE",
+    15: "SIGTERM",
+}
 
 
 def signal_name(value: str | int) -> str:
@@ -86,8 +96,11 @@ def _process_signature(evidence: RunEvidence, phase: Phase) -> Signature:
 
 def _crash_signature(evidence: RunEvidence, analysis: LogAnalysis, phase: Phase) -> Signature:
     silent = analysis.error_class == "child_died"  # the log only says a child went away
-    known_exit = (evidence.exit_signal is not None or evidence.exit_code is not None
-                  or bool(evidence.unit_result))  # fmt: skip
+    known_exit = (
+        evidence.exit_signal is not None
+        or evidence.exit_code is not None
+        or bool(evidence.unit_result)
+    )
     if analysis.signature is not None and not (silent and known_exit):
         return analysis.signature
     return _process_signature(evidence, analysis.phase or phase if silent else phase)
@@ -113,7 +126,9 @@ _PORT_CLASH_RE = re.compile(
 _STOP_NOTICE_RE = re.compile(
     r"\b(?:received|caught|got)\s+(?:signal\s+)?(?:SIGTERM|SIGINT|SIGHUP|15|2|1)\b"
     r"|\b(?:SIGTERM|SIGINT|SIGHUP) received\b"  # SGLang's TokenizerManager
-    r"|Shutting down FastAPI HTTP server", re.IGNORECASE)  # vLLM's, on SIGTERM/SIGINT
+    r"|Shutting down FastAPI HTTP server",
+    re.IGNORECASE,
+)  # vLLM's, on SIGTERM/SIGINT
 
 
 def _died_by_signal(evidence: RunEvidence) -> str | None:
@@ -141,7 +156,9 @@ def port_clash(log: str) -> str | None:
 #: hardware is broken), or the disk is full
 _HOST_FAULT_RE = re.compile(
     r"uncorrectable ECC error|ECC_UNCORRECTABLE|uncorrectable NVLink error"
-    r"|NVLINK_UNCORRECTABLE|No space left on device", re.IGNORECASE)
+    r"|NVLINK_UNCORRECTABLE|No space left on device",
+    re.IGNORECASE,
+)
 
 
 def host_fault(sig: Signature | None) -> str | None:
@@ -149,8 +166,10 @@ def host_fault(sig: Signature | None) -> str | None:
     config causes (a GPU's uncorrectable ECC or NVLink error, a full disk), else None."""
     if sig is None or not _HOST_FAULT_RE.search(sig.message):
         return None
-    return (f"the host failed under the server ({sig.error_class}: {sig.message}); not a "
-            "verdict about the config")
+    return (
+        f"the host failed under the server ({sig.error_class}: {sig.message}); not a "
+        "verdict about the config"
+    )
 
 
 def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) -> str | None:
@@ -168,8 +187,11 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
     if evidence.infra_error or evidence.invalid_reason:
         return None
     died = not evidence.became_ready and not evidence.timed_out
-    died = died or evidence.died_after_ready or (
-        evidence.probe is not None and not evidence.probe.server_alive)
+    died = (
+        died
+        or evidence.died_after_ready
+        or (evidence.probe is not None and not evidence.probe.server_alive)
+    )
     if not died:
         return None
     tail = evidence.log_tail[-200_000:]
@@ -194,11 +216,15 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
         # (a crash, then an exit 0 on its own) stays the config's.
         if own is None or _kill_notice(own) or own.error_class == "child_died":
             if sig in OUTSIDE_SIGNALS:
-                return (f"the server was killed by {sig} from outside the campaign (its log "
-                        "shows no failure of its own: a person, a watchdog, the kernel's OOM "
-                        "killer?); not a verdict about the config")
-            return (f"the server was stopped from outside the campaign ({stopped}) and its "
-                    "log shows no failure of its own; not a verdict about the config")
+                return (
+                    f"the server was killed by {sig} from outside the campaign (its log "
+                    "shows no failure of its own: a person, a watchdog, the kernel's OOM "
+                    "killer?); not a verdict about the config"
+                )
+            return (
+                f"the server was stopped from outside the campaign ({stopped}) and its "
+                "log shows no failure of its own; not a verdict about the config"
+            )
     return None
 
 
@@ -263,8 +289,7 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         # The probe failed and the server logged an error under its load: a crash under
         # load that had not ended the process yet when it was looked at (vLLM's engine dies
         # first; its API server exits, with status 0, seconds later). Named by the error.
-        sig = Signature(Phase.SERVING, analysis.signature.error_class,
-                        analysis.signature.message)  # fmt: skip
+        sig = Signature(Phase.SERVING, analysis.signature.error_class, analysis.signature.message)
         return _verdict_for(sig, target), sig
     if probe.exit_code not in (None, 0):
         sig = Signature(Phase.PROBE, "probe_error", f"probe exit status {probe.exit_code}")

@@ -31,11 +31,15 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s"),
     # Python logging in a wrapper: "2024-01-22 14:32:27 | ERROR | stderr | " (fastchat,
     # loguru: "... | ERROR | mod:fn:12 - "), "2025-03-07 23:50:27,531 - __main__ - INFO - "
-    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
-               r"[\w.:<>-]+\s*(?:\||-)\s?"),
+    re.compile(
+        r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*\|\s*[A-Z]+\s*\|\s*"
+        r"[\w.:<>-]+\s*(?:\||-)\s?"
+    ),
     # (the stamp in ISO form too: "2025-04-17T08:59:26+00:00 - gpustack.worker - ERROR - ")
-    re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? - "
-               r"[\w.<>-]+ - [A-Z]+ - "),
+    re.compile(
+        r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? - "
+        r"[\w.<>-]+ - [A-Z]+ - "
+    ),
     # docker compose: "service-1  | "
     re.compile(r"^[\w.-]+\s+\|\s"),
     # CI log viewers: "  | [2025-03-10T15:07:20Z] "
@@ -120,8 +124,8 @@ def _source_lines(text: str) -> list[str]:
             for m in _RUN_TOGETHER.finditer(line, 1):
                 # a record start behind a mere prefix (a worker tag, a journal stamp) is
                 # still the same record
-                if strip_prefix(line[begin:m.end()]).strip():
-                    out.append(line[begin:m.start()])
+                if strip_prefix(line[begin : m.end()]).strip():
+                    out.append(line[begin : m.start()])
                     begin = m.end()
             out.append(line[begin:])
         else:
@@ -146,6 +150,7 @@ PHASE_MARKERS: tuple[PhaseMarker, ...] = tuple(
     PhaseMarker(m.phase, m.pattern)
     for m in (*ARGS_MARKERS, *(mk for prof in PROFILES for mk in prof.markers))
 )
+
 
 def _later(a: Phase | None, b: Phase | None) -> Phase | None:
     if a is None:

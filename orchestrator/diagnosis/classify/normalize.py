@@ -18,8 +18,10 @@ from orchestrator.diagnosis.server_logs import (
 # Normalization: what varies between ranks, days, hosts and installs goes
 # ---------------------------------------------------------------------------------------
 
-_PATH = re.compile(r"""(?:(?<=^)|(?<=[\s'"(\[=`]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
-                   r"""(?=[^\s/'"():,\[\]]+)""")
+_PATH = re.compile(
+    r"""(?:(?<=^)|(?<=[\s'"(\[=`]))(?:\.{1,2}/|~/|/)(?:[^\s'"():,\[\]]+/)+"""
+    r"""(?=[^\s/'"():,\[\]]+)"""
+)
 
 # Order matters: specific shapes before the generic number rules.
 _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -31,8 +31,10 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase
 
 _TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\):")
-_CHAIN_RE = re.compile(r"During handling of the above exception|The above exception was the "
-                       r"direct cause of the following exception")
+_CHAIN_RE = re.compile(
+    r"During handling of the above exception|The above exception was the "
+    r"direct cause of the following exception"
+)
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+, in (?P<func>\S+)')
 # "module.Type: message" or "Type" alone; types are CamelCase and end like exceptions do,
 # or live in an `errors` module (triton.runtime.errors.OutOfResources).
@@ -104,11 +106,14 @@ def _lone_detail(bodies: Sequence[str], idx: int) -> tuple[str, str] | None:
 # An exception line that a sentence runs into ("... deploying fails with ValueError: ..."),
 # read only when the log shows no error line of its own.
 _MID_LINE_EXC = re.compile(
-    r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$")
+    r"(?<=[\s(])(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S.*)$"
+)
 # or its repr, as a wrapper prints the exception it caught ("Runner failed with exception:
 # RuntimeError('Cannot find any model weights with ...')")
-_EXC_REPR = re.compile(r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
-                       r"\((?P<q>['\"])(?P<msg>.+?)(?P=q)\)")
+_EXC_REPR = re.compile(
+    r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+    r"\((?P<q>['\"])(?P<msg>.+?)(?P=q)\)"
+)
 
 
 def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
@@ -118,14 +123,19 @@ def _mid_line_errors(bodies: Sequence[str]) -> list[_Event]:
             continue
         if (m := _MID_LINE_EXC.search(body)) is not None:
             text = m.group("exc").rstrip()
-            if (body[m.start() - 1] == "(" and text.endswith(")")
-                    and text.count(")") > text.count("(")):
+            if (
+                body[m.start() - 1] == "("
+                and text.endswith(")")
+                and text.count(")") > text.count("(")
+            ):
                 text = text[:-1]  # "(RuntimeError: ...)": the parenthesis is the sentence's
             found.append((i, text))
         elif (r := _EXC_REPR.search(body)) is not None:
             found.append((i, f"{r.group('type')}: {r.group('msg')}"))
-    return [_Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text,
-                   (), n) for n, (i, text) in enumerate(found, start=1)]  # fmt: skip
+    return [
+        _Event(i, i, m.group("type") if (m := _EXC_LINE_RE.match(text)) else None, text, (), n)
+        for n, (i, text) in enumerate(found, start=1)
+    ]
 
 
 def _untyped_error(bodies: Sequence[str]) -> list[_Event]:
@@ -136,8 +146,11 @@ def _untyped_error(bodies: Sequence[str]) -> list[_Event]:
         if isinstance(body, _Advice) or not body.strip():
             continue
         # (text, whether its place says it is an error): an error answer's `message` is one
-        found = [(next(g for g in m.groups() if g).strip(), n == 0)
-                 for n, pattern in enumerate(QUOTED_MESSAGES) for m in pattern.finditer(body)]
+        found = [
+            (next(g for g in m.groups() if g).strip(), n == 0)
+            for n, pattern in enumerate(QUOTED_MESSAGES)
+            for m in pattern.finditer(body)
+        ]
         for text, known in [*found, (body.strip(), False)]:
             if len(text.split()) >= SPECIFIC_WORDS and (known or UNTYPED_ERROR.search(text)):
                 return [_Event(i, i, None, text, (), 1, untyped=True)]
@@ -190,16 +203,25 @@ def _find_events(bodies: Sequence[str]) -> list[_Event]:
         if m is not None and (m.group("msg") is not None or frames):
             if not linked:
                 chain += 1
-            events.append(_Event(idx, start if start is not None else idx, m.group("type"),
-                                 stripped, tuple(frames), chain))  # fmt: skip
+            events.append(
+                _Event(
+                    idx,
+                    start if start is not None else idx,
+                    m.group("type"),
+                    stripped,
+                    tuple(frames),
+                    chain,
+                )
+            )
             frames, start, linked = [], None, False
             continue
         if not isinstance(body, _Advice) and (q := _QUOTED_EXC_LINE.search(stripped)) is not None:
             # a sentence that quotes the exception line ("I get “RuntimeError: ...”")
             text = (q.group("dq") or q.group("bq")).rstrip()
             m = _EXC_LINE_RE.match(text)
-            events.append(_Event(idx, idx, m.group("type") if m else None, text, (),
-                                 chain := chain + 1))  # fmt: skip
+            events.append(
+                _Event(idx, idx, m.group("type") if m else None, text, (), chain := chain + 1)
+            )
             continue
         if _needles(stripped) and any(r.pattern.search(stripped) for r in ERROR_RULES):
             events.append(_Event(idx, idx, None, stripped, (), chain := chain + 1))
@@ -226,8 +248,16 @@ def _events_by_process(lines: Sequence[str], bodies: Sequence[str]) -> list[_Eve
     for indices in streams.values():
         found = _find_events([bodies[i] for i in indices])
         for e in found:
-            events.append(_Event(indices[e.index], indices[e.start], e.exc_type, e.text,
-                                 e.frames, e.chain + chain_base))  # fmt: skip
+            events.append(
+                _Event(
+                    indices[e.index],
+                    indices[e.start],
+                    e.exc_type,
+                    e.text,
+                    e.frames,
+                    e.chain + chain_base,
+                )
+            )
         chain_base += 1 + max((e.chain for e in found), default=0)
     events.sort(key=lambda e: e.index)
     return events
@@ -296,7 +326,8 @@ def _detail(event: _Event, bodies: Sequence[str]) -> tuple[str, str | None] | No
             if m is not None:
                 groups = {k: (v or "") for k, v in (head.groupdict() | m.groupdict()).items()}
                 return gh.template.format(**groups).strip(), (gh.classes or {}).get(
-                    groups.get("kind", ""))
+                    groups.get("kind", "")
+                )
             continue
         if gh.direction == "after":
             span = range(event.index + 1, min(len(bodies), event.index + 1 + gh.within))
@@ -320,8 +351,9 @@ def _detail(event: _Event, bodies: Sequence[str]) -> tuple[str, str | None] | No
     return None
 
 
-def _classify_event(event: _Event, extra: Sequence[str],
-                    bodies: Sequence[str] = ()) -> tuple[str, str, ErrorRule | None]:  # fmt: skip
+def _classify_event(
+    event: _Event, extra: Sequence[str], bodies: Sequence[str] = ()
+) -> tuple[str, str, ErrorRule | None]:
     # The rule table sees the exception line plus its continuation lines: CUDA's messages
     # often put the interesting part on the next line.
     hit = classify_error(event.text)
@@ -376,13 +408,19 @@ def _reraise(event: _Event, chain_head: dict[int, int]) -> bool:
     """True when `event` only reports an exception raised before it: a later link of a
     chained traceback, or a message quoting another exception."""
     return chain_head.get(event.chain, event.index) != event.index or bool(
-        _QUOTED_EXC.search(event.text))
+        _QUOTED_EXC.search(event.text)
+    )
 
 
-def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
-                 roots: Sequence[_Event], bodies: Sequence[str],
-                 peer_frames: list[Frame],
-                 events: Sequence[_Event] = ()) -> str | None:  # fmt: skip
+def _common_site(
+    root: _Event,
+    frames: Sequence[Frame],
+    what: tuple[str, str],
+    roots: Sequence[_Event],
+    bodies: Sequence[str],
+    peer_frames: list[Frame],
+    events: Sequence[_Event] = (),
+) -> str | None:
     """The place most ranks report the root error from (ties: the first by name); the
     frames of those other ranks' reports go to `peer_frames`.
 
@@ -402,8 +440,7 @@ def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
     for peer in roots:
         if peer is root or not peer.frames or not 0 < abs(peer.index - root.index) <= 5000:
             continue
-        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index),
-                                                 bodies)
+        error_class, key, _rule = _classify_event(peer, _continuation(bodies, peer.index), bodies)
         if (error_class, normalize_message(key)) != (what[0], normalize_message(what[1])):
             continue
         peer_frames.extend(peer.frames)
@@ -416,8 +453,9 @@ def _common_site(root: _Event, frames: Sequence[Frame], what: tuple[str, str],
     return min(votes, key=lambda s: (-votes[s], s))
 
 
-def _frame_phase(frames: Sequence[Frame], profiles: Sequence[ServerProfile],
-                 progress: Phase | None) -> Phase | None:  # fmt: skip
+def _frame_phase(
+    frames: Sequence[Frame], profiles: Sequence[ServerProfile], progress: Phase | None
+) -> Phase | None:
     """The phase the stack says: a startup function on it (innermost wins), else the
     serving loop (warmup or serving: the log's progress tells which)."""
     for path, func in reversed(frames):

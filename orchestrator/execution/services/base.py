@@ -140,8 +140,11 @@ class ServiceManager(ABC):
         pids_cmd = self.server_pids_command(started)
         if pids_cmd is None:
             return None
-        r = self.t.run(f"{pids_cmd}; command -v ss >/dev/null && echo '{SS_MARK}' && "
-                       "ss -Hltnp 2>/dev/null", timeout=20, sudo=True)  # fmt: skip
+        r = self.t.run(
+            f"{pids_cmd}; command -v ss >/dev/null && echo '{SS_MARK}' && ss -Hltnp 2>/dev/null",
+            timeout=20,
+            sudo=True,
+        )
         pid_text, found, ss_text = r.stdout.partition(SS_MARK)
         pids = {int(w) for w in pid_text.split() if w.isdigit()}
         if not found or not pids:  # no ss on the host, or the server's pids are unknown

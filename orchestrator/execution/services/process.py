@@ -38,9 +38,11 @@ def session_members(sid: int) -> str:
     """Shell that prints the live (not zombie) processes of the server's session, one pid
     a line; without ps, the session leader's process group (`kill -0` counts zombies).
     Each line is an argument `kill` takes (a pid, or `-PGID`)."""
-    return (f"if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= | "
-            f"awk '$2 == {sid} && $3 !~ /^Z/ {{print $1}}'; "
-            f"else kill -s 0 -- -{sid} 2>/dev/null && echo -{sid}; fi")
+    return (
+        f"if command -v ps >/dev/null 2>&1; then ps -eo pid=,sid=,stat= | "
+        f"awk '$2 == {sid} && $3 !~ /^Z/ {{print $1}}'; "
+        f"else kill -s 0 -- -{sid} 2>/dev/null && echo -{sid}; fi"
+    )
 
 
 class ProcessManager(ServiceManager):
@@ -62,8 +64,11 @@ class ProcessManager(ServiceManager):
         # Private: the server's log holds its argv (SGLang prints `server_args=...` with
         # the API key); a directory made by an older version is made private too.
         d = shlex.quote(self.dir)
-        r = self.t.run(f"umask 077 && mkdir -p {d} && [ ! -L {d} ] && test -O {d} && "
-                       f"chmod -R go-rwx {d} && test -w {d}", timeout=20)  # fmt: skip
+        r = self.t.run(
+            f"umask 077 && mkdir -p {d} && [ ! -L {d} ] && test -O {d} && "
+            f"chmod -R go-rwx {d} && test -w {d}",
+            timeout=20,
+        )
         if not r.ok:
             raise ServiceError(
                 f"{self.host.describe()}: cannot use run directory {self.dir}: {r.stderr.strip()}",
@@ -78,8 +83,10 @@ class ProcessManager(ServiceManager):
     def install(self, exp: Experiment, *, env_keys: frozenset[str], run_id: str) -> str | None:
         env = exp.env_map()
         unset = exp.unsetting(env_keys).unset
-        lines = ["#!/bin/sh",
-                 f"# written by orchestrator for run {run_id}; argv and env of the variant"]
+        lines = [
+            "#!/bin/sh",
+            f"# written by orchestrator for run {run_id}; argv and env of the variant",
+        ]
         for k in unset:
             lines.append(f"unset {k}")
         for k, v in env.items():
@@ -101,7 +108,7 @@ class ProcessManager(ServiceManager):
         log = f"{self.dir}/run-{run_id}.log"
         d = shlex.quote(self.dir)
         # The wrapper shell records the server's exit status; `exec` would lose it.
-        inner = f'echo $$ > {d}/pid; sh {d}/launch.sh; echo $? > {d}/exit'
+        inner = f"echo $$ > {d}/pid; sh {d}/launch.sh; echo $? > {d}/exit"
         # umask 077: the log, pid and exit files are the user's only (0600).
         cmd = (
             f"umask 077; rm -f {d}/pid {d}/exit; "
@@ -122,7 +129,7 @@ class ProcessManager(ServiceManager):
         return (
             f"if [ -d /proc/{pid} ] && ! grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; "
             f"then echo '{STATE_MARK} alive'; "
-            f"else echo \"{STATE_MARK} dead $(cat {self._q('exit')} 2>/dev/null)\"; fi; "
+            f'else echo "{STATE_MARK} dead $(cat {self._q("exit")} 2>/dev/null)"; fi; '
             f"{health_snippet(exp)}; echo '{LOG_MARK}'; "
             f"tail -n {int(log_lines)} {shlex.quote(started.log_ref or '/dev/null')} 2>/dev/null"
         )
@@ -133,8 +140,7 @@ class ProcessManager(ServiceManager):
         alive = bool(m and m[1] == "alive")
         exit_code = int(m[2]) if m and m[2] else None
         state = "running" if alive else ("exited" if exit_code is not None else "gone")
-        return Poll(alive=alive, state=state, http_code=code, exit_code=exit_code,
-                    log_tail=log)  # fmt: skip
+        return Poll(alive=alive, state=state, http_code=code, exit_code=exit_code, log_tail=log)
 
     def server_pids_command(self, started: Started) -> str | None:
         # The wrapper leads its own session: every process of the server is in it.
@@ -147,10 +153,14 @@ class ProcessManager(ServiceManager):
         # Once this run's log is copied, only the newest `keep_runs` run logs stay on the
         # host (the results store keeps every one).
         keep = max(int(self.host.keep_runs), 1)
-        prune = (f"ls -1t {shlex.quote(self.dir)}/run-*.log 2>/dev/null | tail -n +{keep + 1}"
-                 ' | while IFS= read -r f; do rm -f -- "$f"; done')  # fmt: skip
-        r = self.t.run(f"tail -n {int(lines)} {shlex.quote(started.log_ref)}; s=$?; {prune}; "
-                       "exit $s", timeout=30)  # fmt: skip
+        prune = (
+            f"ls -1t {shlex.quote(self.dir)}/run-*.log 2>/dev/null | tail -n +{keep + 1}"
+            ' | while IFS= read -r f; do rm -f -- "$f"; done'
+        )
+        r = self.t.run(
+            f"tail -n {int(lines)} {shlex.quote(started.log_ref)}; s=$?; {prune}; exit $s",
+            timeout=30,
+        )
         return r.stdout
 
     def _pid(self) -> int | None:
@@ -170,10 +180,10 @@ class ProcessManager(ServiceManager):
         # bounded, until the kernel has torn every member down (memory, the port).
         cmd = (
             f"m() {{ {session_members(pid)}; }}; "
-            f"p=$(m); [ -n \"$p\" ] || exit 0; kill -s TERM -- $p 2>/dev/null; "
-            f"for i in $(seq {STOP_GRACE_S * 10}); do [ -n \"$(m)\" ] || exit 0; "
+            f'p=$(m); [ -n "$p" ] || exit 0; kill -s TERM -- $p 2>/dev/null; '
+            f'for i in $(seq {STOP_GRACE_S * 10}); do [ -n "$(m)" ] || exit 0; '
             f"sleep 0.1; done; kill -s KILL -- -{pid} $(m) 2>/dev/null; "
-            f"for i in $(seq {KILL_WAIT_S * 10}); do [ -n \"$(m)\" ] || exit 0; "
+            f'for i in $(seq {KILL_WAIT_S * 10}); do [ -n "$(m)" ] || exit 0; '
             f"sleep 0.1; done; exit 0"
         )
         self.t.run(cmd, timeout=STOP_GRACE_S + KILL_WAIT_S + 15)
@@ -193,10 +203,15 @@ class ProcessManager(ServiceManager):
         pid = self._pid()
         if pid is None:
             return []
-        r = self.t.run(f"ps -eo sid=,stat= | awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} "
-                       "END {exit !f}'", timeout=20)  # fmt: skip
-        return [f"the server started in {self.dir} (session {pid}) still runs"] \
-            if r.exit_code == 0 else []  # fmt: skip
+        r = self.t.run(
+            f"ps -eo sid=,stat= | awk '$1 == {pid} && $2 !~ /^Z/ {{f = 1}} END {{exit !f}}'",
+            timeout=20,
+        )
+        return (
+            [f"the server started in {self.dir} (session {pid}) still runs"]
+            if r.exit_code == 0
+            else []
+        )
 
     def owns_pid(self, pid: int) -> bool:
         mine = self._pid()

@@ -168,8 +168,9 @@ class SystemdManager(ServiceManager):
 
     # ---- lifecycle
     def prepare(self) -> None:
-        r = self.t.run("command -v systemctl >/dev/null && systemctl --version | head -1",
-                       timeout=20)  # fmt: skip
+        r = self.t.run(
+            "command -v systemctl >/dev/null && systemctl --version | head -1", timeout=20
+        )
         if not r.ok:
             raise ServiceError(
                 f"{self.host.describe()}: systemctl not found",
@@ -193,8 +194,12 @@ class SystemdManager(ServiceManager):
             props = self._show("LoadState,ActiveState,FragmentPath,DropInPaths")
         self.found_active = props.get("ActiveState") in ("active", "activating", "reloading")
         # systemd ignores files without a .conf suffix in the drop-in directory
-        self.t.write_file(self.state_file, "active\n" if self.found_active else "inactive\n",
-                          mode=0o600, sudo=True)  # fmt: skip
+        self.t.write_file(
+            self.state_file,
+            "active\n" if self.found_active else "inactive\n",
+            mode=0o600,
+            sudo=True,
+        )
         self.backup = self._ctl(f"cat {shlex.quote(self.name)}", check=False)
         self._unit_inputs = self._read_unit_inputs(self.backup)
         self._prepared = True
@@ -210,10 +215,13 @@ class SystemdManager(ServiceManager):
             text = self._ctl(f"cat {unit}", check=False)
         if DROPIN_NAME in text:
             return None
-        r = self.t.run(f"systemctl show {unit} -p Environment -p UnsetEnvironment "
-                       "-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
-                       "echo @@MANAGER; systemctl show-environment", sudo=True,
-                       timeout=30)  # fmt: skip
+        r = self.t.run(
+            f"systemctl show {unit} -p Environment -p UnsetEnvironment "
+            "-p EnvironmentFiles -p WorkingDirectory -p User -p Group; "
+            "echo @@MANAGER; systemctl show-environment",
+            sudo=True,
+            timeout=30,
+        )
         if not r.ok or not text:
             return None
         shown, _, manager = r.stdout.partition("@@MANAGER")
@@ -263,8 +271,9 @@ class SystemdManager(ServiceManager):
         self.read_back_exec = self.read_back_path = None
         self.t.write_file(self.dropin, self._text, mode=0o600, sudo=True)
         self._ctl("daemon-reload", timeout=120)
-        return self._read_back(exp, {k: v for k, v in env.items() if k not in private}, unset,
-                               private)  # fmt: skip
+        return self._read_back(
+            exp, {k: v for k, v in env.items() if k not in private}, unset, private
+        )
 
     def _busctl(self, prop: str) -> str | None:
         """A Service property as `busctl --json=short` prints it (exact), or None."""
@@ -276,8 +285,9 @@ class SystemdManager(ServiceManager):
         )
         return r.stdout if r.ok and r.stdout.strip() else None
 
-    def _read_back(self, exp: Experiment, env: dict[str, str], unset: list[str],
-                   private: dict[str, str]) -> str | None:  # fmt: skip
+    def _read_back(
+        self, exp: Experiment, env: dict[str, str], unset: list[str], private: dict[str, str]
+    ) -> str | None:
         # `systemctl show` prints argv words raw: a newline or carriage return in one
         # breaks its line format, so it is asked for ExecStart only when busctl is missing.
         props = self._show("DropInPaths")
@@ -336,8 +346,10 @@ class SystemdManager(ServiceManager):
         files = self._busctl("EnvironmentFiles")
         paths = [rec[0] for rec in _bus_data(files)] if files is not None else []
         if not paths or paths[-1] != self.env_file:
-            return (f"EnvironmentFiles read back differs: intended {self.env_file} last, "
-                    f"systemd has {paths!r}")  # fmt: skip
+            return (
+                f"EnvironmentFiles read back differs: intended {self.env_file} last, "
+                f"systemd has {paths!r}"
+            )
         dropped = sorted(k for k in private if k in {u.split("=", 1)[0] for u in unset_now})
         if dropped:
             return f"UnsetEnvironment= of the unit removes {', '.join(dropped)}"
@@ -352,8 +364,11 @@ class SystemdManager(ServiceManager):
         if self._text is None:
             return None
         inv = re.sub(r"[^0-9a-f]", "", started.invocation or "") if started else ""
-        journal = (f"journalctl _SYSTEMD_INVOCATION_ID={inv} --no-pager" if inv else
-                   f"journalctl -u {shlex.quote(self.name)} --no-pager")  # fmt: skip
+        journal = (
+            f"journalctl _SYSTEMD_INVOCATION_ID={inv} --no-pager"
+            if inv
+            else f"journalctl -u {shlex.quote(self.name)} --no-pager"
+        )
         return {
             "manager": "systemd",
             "unit": self.name,
@@ -372,16 +387,20 @@ class SystemdManager(ServiceManager):
         """The unit's own PATH/PYTHONPATH/venv variables and WorkingDirectory=: the server
         runs with them, an SSH command does not. Read once, before our drop-in is added."""
         if self._context is None:
-            r = self.t.run(f"systemctl show {shlex.quote(self.name)} -p Environment "
-                           "-p WorkingDirectory", timeout=30)  # fmt: skip
+            r = self.t.run(
+                f"systemctl show {shlex.quote(self.name)} -p Environment -p WorkingDirectory",
+                timeout=30,
+            )
             try:
                 props = facts.parse_show(r.stdout) if r.ok else {}
                 env = facts.parse_environment(props.get("Environment", ""))
             except facts.FactParseError:
                 props, env = {}, {}
             wd = props.get("WorkingDirectory", "").lstrip("-!")
-            self._context = ([(k, v) for k, v in env.items() if k in INTERPRETER_VARS],
-                             wd if wd.startswith("/") else None)  # fmt: skip
+            self._context = (
+                [(k, v) for k, v in env.items() if k in INTERPRETER_VARS],
+                wd if wd.startswith("/") else None,
+            )
         return self._context
 
     def start(self, exp: Experiment, *, run_id: str) -> Started:
@@ -390,8 +409,9 @@ class SystemdManager(ServiceManager):
         self._ctl(f"start --no-block {shlex.quote(self.name)}", timeout=120)
         props = self._show(STATE_PROPS)
         st = facts.unit_state(props)
-        return Started(invocation=st.invocation_id or None, pid=st.main_pid or None,
-                       restarts=st.n_restarts)  # fmt: skip
+        return Started(
+            invocation=st.invocation_id or None, pid=st.main_pid or None, restarts=st.n_restarts
+        )
 
     def poll_command(self, exp: Experiment, started: Started, *, log_lines: int = 150) -> str:
         unit = shlex.quote(self.name)
@@ -427,8 +447,10 @@ class SystemdManager(ServiceManager):
     def server_pids_command(self, started: Started) -> str | None:
         # Every process of the unit is in its cgroup (v2 layout, then v1's named hierarchy).
         cg = f"$(systemctl show -p ControlGroup --value {shlex.quote(self.name)})"
-        return (f"cg={cg}; [ -n \"$cg\" ] && {{ cat /sys/fs/cgroup$cg/cgroup.procs "
-                f"2>/dev/null || cat /sys/fs/cgroup/systemd$cg/cgroup.procs 2>/dev/null; }}")
+        return (
+            f'cg={cg}; [ -n "$cg" ] && {{ cat /sys/fs/cgroup$cg/cgroup.procs '
+            f"2>/dev/null || cat /sys/fs/cgroup/systemd$cg/cgroup.procs 2>/dev/null; }}"
+        )
 
     def logs(self, started: Started, *, lines: int = 400) -> str:
         inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
@@ -447,8 +469,12 @@ class SystemdManager(ServiceManager):
         inv = re.sub(r"[^0-9a-f]", "", started.invocation or "")
         if not inv:
             return None
-        r = self.t.run(f"journalctl _PID=1 INVOCATION_ID={inv} MESSAGE_ID={UNIT_STOPPING_ID} "
-                       "-o cat --no-pager -n 1", sudo=True, timeout=60)  # fmt: skip
+        r = self.t.run(
+            f"journalctl _PID=1 INVOCATION_ID={inv} MESSAGE_ID={UNIT_STOPPING_ID} "
+            "-o cat --no-pager -n 1",
+            sudo=True,
+            timeout=60,
+        )
         line = r.stdout.strip().splitlines()[-1:] if r.ok else []
         return f"systemd: {line[0].strip()[:200]!r}" if line else None
 
@@ -482,9 +508,12 @@ class SystemdManager(ServiceManager):
         self._ctl(f"reset-failed {unit}", check=False)
         if self.found_active:
             why = self._start_again()
-            done.append(f"started {self.name} again with its own configuration (it was running)"
-                        if why is None else f"could not start {self.name} again with its own "
-                        f"configuration (it was running): {why}")  # fmt: skip
+            done.append(
+                f"started {self.name} again with its own configuration (it was running)"
+                if why is None
+                else f"could not start {self.name} again with its own "
+                f"configuration (it was running): {why}"
+            )
         else:
             done.append(f"left {self.name} stopped (as it was found)")
         return done
@@ -505,17 +534,22 @@ class SystemdManager(ServiceManager):
             if r.ok and state in ("active", "activating", "reloading"):
                 return None
             said = (r.stderr or r.stdout).strip().splitlines()[-1:] if not r.ok else []
-            why = f"it is {state or 'unknown'} ({props.get('SubState') or '?'}, result " \
+            why = (
+                f"it is {state or 'unknown'} ({props.get('SubState') or '?'}, result "
                 f"{props.get('Result') or '?'})" + (f"; systemctl: {said[0][:300]}" if said else "")
+            )
         return why
 
     def left_over(self) -> list[str] | None:
         """Our files in the unit's drop-in directory, and the unit's state against the one
         it was found in, as the host shows them now."""
         files = " ".join(shlex.quote(f) for f in (self.dropin, self.state_file, self.env_file))
-        r = self.t.run(f"for f in {files}; do [ -e \"$f\" ] && echo \"$f\"; done; "
-                       f"echo @@; systemctl show {shlex.quote(self.name)} -p ActiveState --value",
-                       sudo=True, timeout=30)  # fmt: skip
+        r = self.t.run(
+            f'for f in {files}; do [ -e "$f" ] && echo "$f"; done; '
+            f"echo @@; systemctl show {shlex.quote(self.name)} -p ActiveState --value",
+            sudo=True,
+            timeout=30,
+        )
         if "@@" not in r.stdout:
             return None
         present, _, state = r.stdout.partition("@@")
@@ -525,8 +559,10 @@ class SystemdManager(ServiceManager):
             want = "active" if self.found_active else "inactive"
             now = "active" if state in ("active", "activating", "reloading") else state
             if now != want:
-                left.append(f"{self.name} is {state or 'unknown'} (it was {want} when the "
-                            "campaign found it)")  # fmt: skip
+                left.append(
+                    f"{self.name} is {state or 'unknown'} (it was {want} when the "
+                    "campaign found it)"
+                )
         return left
 
     def owns_pid(self, pid: int) -> bool:

@@ -28,28 +28,50 @@ def slurm_checks(host: Host, t: Transport) -> list[Check]:
     checks: list[Check] = []
     v = run("sinfo --version", timeout=30)
     if not v.ok:
-        return [Check("slurm", False, (v.stderr or v.stdout).strip()[-200:] or "sinfo failed",
-                      "install Slurm's clients on the login node, or set slurm.conf")]
+        return [
+            Check(
+                "slurm",
+                False,
+                (v.stderr or v.stdout).strip()[-200:] or "sinfo failed",
+                "install Slurm's clients on the login node, or set slurm.conf",
+            )
+        ]
     checks.append(Check("slurm", True, f"{v.stdout.strip()}; sinfo answers"))
     try:
         part = check_cluster(host, run)
     except OrchestratorError as exc:
         name = "gres" if "gres" in str(exc) else "partition"
         return [*checks, Check(name, False, str(exc), exc.hint)]
-    checks.append(Check("partition", part.available,
-                        f"{part.name}: {'up' if part.available else 'down'}, {part.nodes} "
-                        f"node(s)", None if part.available else "the partition is not up"))
+    checks.append(
+        Check(
+            "partition",
+            part.available,
+            f"{part.name}: {'up' if part.available else 'down'}, {part.nodes} node(s)",
+            None if part.available else "the partition is not up",
+        )
+    )
     if opts.gres:
-        checks.append(Check("gres", True, f"{opts.gres} requested; nodes offer "
-                            f"{', '.join(part.gres)}"))  # fmt: skip
+        checks.append(
+            Check("gres", True, f"{opts.gres} requested; nodes offer {', '.join(part.gres)}")
+        )
     usable = sum(n for s, n in part.states.items() if s in ("idle", "mix"))
     states = ", ".join(f"{n} {s}" for s, n in sorted(part.states.items()))
-    checks.append(Check("idle nodes", usable > 0, f"{usable} of {part.nodes} can start jobs "
-                        f"now ({states})", None if usable else
-                        "jobs will wait in the queue until a node frees up"))  # fmt: skip
+    checks.append(
+        Check(
+            "idle nodes",
+            usable > 0,
+            f"{usable} of {part.nodes} can start jobs now ({states})",
+            None if usable else "jobs will wait in the queue until a node frees up",
+        )
+    )
     d = shlex.quote(host.run_dir or "")
     w = t.run(f"mkdir -p {d} && test -w {d}", timeout=30)
-    checks.append(Check("run directory", w.ok, f"{host.run_dir} writable" if w.ok else
-                        (w.stderr.strip()[-200:] or "not writable"), None if w.ok else
-                        "set run_dir to a directory shared by the login node and the nodes"))
+    checks.append(
+        Check(
+            "run directory",
+            w.ok,
+            f"{host.run_dir} writable" if w.ok else (w.stderr.strip()[-200:] or "not writable"),
+            None if w.ok else "set run_dir to a directory shared by the login node and the nodes",
+        )
+    )
     return checks

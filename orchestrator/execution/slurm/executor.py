@@ -77,11 +77,19 @@ _recovered_lock = threading.Lock()
 class SlurmExecutor(HostExecutor):
     """Runs variants as Slurm jobs through one login node. Use as a context manager."""
 
-    def __init__(self, host: Host, *, service: str, campaign: str = "",
-                 listener: Listener = null_listener, transport: Transport | None = None,
-                 accept_new_host_key: bool = False, poll_min: float = 0.25,
-                 poll_max: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: Host,
+        *,
+        service: str,
+        campaign: str = "",
+        listener: Listener = null_listener,
+        transport: Transport | None = None,
+        accept_new_host_key: bool = False,
+        poll_min: float = 0.25,
+        poll_max: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if host.slurm is None:
             raise SchedulerError(f"{host.name}: no slurm: section in the hosts file")
         self.host = host
@@ -90,8 +98,11 @@ class SlurmExecutor(HostExecutor):
         self.campaign = campaign
         self.emit = listener
         self._own_transport = transport is None
-        self.t = transport or (connect(host) if host.is_local
-                               else connect(host, accept_new_host_key=accept_new_host_key))
+        self.t = transport or (
+            connect(host)
+            if host.is_local
+            else connect(host, accept_new_host_key=accept_new_host_key)
+        )
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.sleep = sleep
@@ -99,8 +110,10 @@ class SlurmExecutor(HostExecutor):
         self.base = campaign_dir(host, campaign)
         self.preflight = preflight.Preflight(
             lambda cmd, timeout, stdin: self.t.run(cmd, timeout=timeout, stdin=stdin),
-            lambda message, extra: self.emit(Notice(host=self.host.name, message=message,
-                                                    extra=extra)))  # fmt: skip
+            lambda message, extra: self.emit(
+                Notice(host=self.host.name, message=message, extra=extra)
+            ),
+        )
         self.cancel_event = threading.Event()
         self._job: str | None = None
         self._cancelled: list[str] = []  # jobs this slot cancelled: gone before it closes
@@ -122,11 +135,15 @@ class SlurmExecutor(HostExecutor):
             raise SchedulerError(
                 f"{self.host.describe()}: cannot use run directory {self.base}: "
                 f"{r.stderr.strip()[-200:]}",
-                hint="set run_dir to a directory the login node and the compute nodes share")
+                hint="set run_dir to a directory the login node and the compute nodes share",
+            )
         self._recover()
         self._opened = True
-        self.emit(StepDone(host=self.host.name, step="prepared",
-                           detail=f"partition {self.opts.partition}"))  # fmt: skip
+        self.emit(
+            StepDone(
+                host=self.host.name, step="prepared", detail=f"partition {self.opts.partition}"
+            )
+        )
         return self
 
     def _recover(self) -> None:
@@ -154,15 +171,26 @@ class SlurmExecutor(HostExecutor):
         ids = " ".join(j for j, _, _, _ in stale)
         self._slurm(f"scancel {ids}", timeout=60)
         # their secrets: no job will read them now
-        self.t.run("rm -f -- " + " ".join(
-            shlex.quote(JobFiles(run_dir_of(self.host, camp, run)).secrets)
-            for _, _, camp, run in stale if run != "?"), timeout=60)  # fmt: skip
+        self.t.run(
+            "rm -f -- "
+            + " ".join(
+                shlex.quote(JobFiles(run_dir_of(self.host, camp, run)).secrets)
+                for _, _, camp, run in stale
+                if run != "?"
+            ),
+            timeout=60,
+        )
         for job, state, camp, run in stale:
-            again = "; its variant runs again" if camp == self.campaign else \
-                f" (campaign {camp})"  # fmt: skip
-            self.emit(Notice(host=self.host.name, message=(
-                f"cancelled job {job} ({state.lower()}, run {run}) left by a controller that "
-                f"stopped{again}")))  # fmt: skip
+            again = "; its variant runs again" if camp == self.campaign else f" (campaign {camp})"
+            self.emit(
+                Notice(
+                    host=self.host.name,
+                    message=(
+                        f"cancelled job {job} ({state.lower()}, run {run}) "
+                        f"left by a controller that stopped{again}"
+                    ),
+                )
+            )
 
     def close(self, *, restore: bool = True) -> list[str]:
         done: list[str] = []
@@ -176,8 +204,11 @@ class SlurmExecutor(HostExecutor):
                     done.append(f"cancelled job {job}")
                 self._wait_gone(self._cancelled)
                 # read back: none of this slot's jobs is left in the queue
-                self.left = [] if self._gone(self._cancelled) else [
-                    f"job(s) {' '.join(self._cancelled)} still in the queue"]
+                self.left = (
+                    []
+                    if self._gone(self._cancelled)
+                    else [f"job(s) {' '.join(self._cancelled)} still in the queue"]
+                )
             finally:
                 if self._own_transport:
                     self.t.close()
@@ -191,21 +222,36 @@ class SlurmExecutor(HostExecutor):
         raise InfraError("a Slurm job reads its node's environment itself")
 
     # ---- one run
-    def run(self, exp: Experiment, *, run_id: str, label: str = "",
-            target: Signature | None = None, env_keys: Iterable[str] = (),
-            good_metric: float | None = None) -> RunResult:  # fmt: skip
+    def run(
+        self,
+        exp: Experiment,
+        *,
+        run_id: str,
+        label: str = "",
+        target: Signature | None = None,
+        env_keys: Iterable[str] = (),
+        good_metric: float | None = None,
+    ) -> RunResult:
         exp = exp.unsetting(env_keys)  # run and recorded as launched (see Executor.run)
         # the job runs the build's interpreter or image (first word of its command line);
         # the run is recorded under its config
         config, exp = exp, self.launch_of(exp)
         started_at = time.time()
         t_submit = time.monotonic()
-        self.emit(RunStarted(host=self.host.name, run_id=run_id, label=label,
-                             deadline_s=exp.health.timeout))  # fmt: skip
+        self.emit(
+            RunStarted(
+                host=self.host.name, run_id=run_id, label=label, deadline_s=exp.health.timeout
+            )
+        )
         files = JobFiles(run_dir_of(self.host, self.campaign, run_id))
-        script = jobscript.render(exp, files, run_id=run_id, campaign=self.campaign,
-                                  env_keys=frozenset(env_keys),
-                                  private_network=self.opts.private_network)  # fmt: skip
+        script = jobscript.render(
+            exp,
+            files,
+            run_id=run_id,
+            campaign=self.campaign,
+            env_keys=frozenset(env_keys),
+            private_network=self.opts.private_network,
+        )
         flagcheck = preflight.Check()
         state = facts.JobState("")
         out: dict[str, str] = {}
@@ -253,15 +299,21 @@ class SlurmExecutor(HostExecutor):
         self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
         result = jobscript.parse_result(out.get("result", ""))
         if verdict is Verdict.TIMEOUT or (evidence.timed_out and verdict is Verdict.FAIL):
-            why = ("killed by its time limit (--time "
-                   f"{jobscript.time_limit(exp, self.opts)})" if state.state == "TIMEOUT"
-                   else f"not ready after {exp.health.timeout:g}s")  # fmt: skip
+            why = (
+                f"killed by its time limit (--time {jobscript.time_limit(exp, self.opts)})"
+                if state.state == "TIMEOUT"
+                else f"not ready after {exp.health.timeout:g}s"
+            )
             detail = f"job {job}: {why}; last phase: " + (
-                evidence.last_phase.value if evidence.last_phase else "none seen")
+                evidence.last_phase.value if evidence.last_phase else "none seen"
+            )
         t_start = _num(result.get("server_start"))
         t_end = _num(result.get("end")) or _num(result.get("signalled"))
-        duration = (t_end - t_start) if t_start and t_end else \
-            max(time.monotonic() - t_submit - ran["pending_s"], 0.0)  # fmt: skip
+        duration = (
+            (t_end - t_start)
+            if t_start and t_end
+            else max(time.monotonic() - t_submit - ran["pending_s"], 0.0)
+        )
         ready_s = None
         if _num(result.get("ready_at")) and t_start:
             ready_s = round(_num(result["ready_at"]) - t_start, 3)  # type: ignore[operator]
@@ -269,21 +321,48 @@ class SlurmExecutor(HostExecutor):
         env_text = out.get("env", "")
         record = None
         if job is not None:
-            record = {"manager": "slurm", "host": self.host.name, "job": job,
-                      "node": state.node or result.get("node", ""), "state": state.state,
-                      "reason": state.reason, "pending_s": round(ran["pending_s"], 3),
-                      "dir": files.dir, "log": files.log,
-                      "sbatch": shlex.join(jobscript.sbatch_argv(
-                          exp, self.opts, files, campaign=self.campaign, run_id=run_id,
-                          controller=CONTROLLER))}  # fmt: skip
+            record = {
+                "manager": "slurm",
+                "host": self.host.name,
+                "job": job,
+                "node": state.node or result.get("node", ""),
+                "state": state.state,
+                "reason": state.reason,
+                "pending_s": round(ran["pending_s"], 3),
+                "dir": files.dir,
+                "log": files.log,
+                "sbatch": shlex.join(
+                    jobscript.sbatch_argv(
+                        exp,
+                        self.opts,
+                        files,
+                        campaign=self.campaign,
+                        run_id=run_id,
+                        controller=CONTROLLER,
+                    )
+                ),
+            }
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
-            config, run_id, label, verdict, sig, detail, round(duration, 3),
-            started_at=started_at + ran["pending_s"], ready_s=ready_s, host_record=record,
-            last_phase=evidence.last_phase or seen_phase, phase_times=tuple(phase_times.items()),
-            probe_metric=evidence.probe.metric if evidence.probe else None, environment=env,
-            rendered=script if job is not None else None, polls=int(ran.get("polls", 0)),
-            log_tail=log, invocation=f"slurm job {job}" if job else None)  # fmt: skip
+            config,
+            run_id,
+            label,
+            verdict,
+            sig,
+            detail,
+            round(duration, 3),
+            started_at=started_at + ran["pending_s"],
+            ready_s=ready_s,
+            host_record=record,
+            last_phase=evidence.last_phase or seen_phase,
+            phase_times=tuple(phase_times.items()),
+            probe_metric=evidence.probe.metric if evidence.probe else None,
+            environment=env,
+            rendered=script if job is not None else None,
+            polls=int(ran.get("polls", 0)),
+            log_tail=log,
+            invocation=f"slurm job {job}" if job else None,
+        )
 
     def _submit(self, exp: Experiment, files: JobFiles, script: str, run_id: str) -> str:
         d = shlex.quote(files.dir)
@@ -291,31 +370,40 @@ class SlurmExecutor(HostExecutor):
         secrets = jobscript.secret_file_text(exp, controller=CONTROLLER)
         if secrets:
             self.t.write_file(files.secrets, secrets, mode=0o600)
-        argv = jobscript.sbatch_argv(exp, self.opts, files, campaign=self.campaign,
-                                     run_id=run_id, controller=CONTROLLER)  # fmt: skip
-        r = self._slurm(f"cd {d} && {shlex.join(argv)} {shlex.quote(files.script)}",
-                        timeout=60)  # fmt: skip
+        argv = jobscript.sbatch_argv(
+            exp, self.opts, files, campaign=self.campaign, run_id=run_id, controller=CONTROLLER
+        )
+        r = self._slurm(f"cd {d} && {shlex.join(argv)} {shlex.quote(files.script)}", timeout=60)
         job = facts.parse_job_id(r.stdout) if r.ok else None
         if job is None:
             raise SchedulerError(
                 f"{self.host.describe()}: sbatch refused the job: "
                 f"{facts.sbatch_refusal(r.stderr or r.stdout)}",
                 hint="check the slurm: options of this host in the hosts file "
-                "(partition, gres, time, account, constraint, options)")
+                "(partition, gres, time, account, constraint, options)",
+            )
         self._job = job
         self._step("submitted", f"job {job}")
         return job
 
-    def _watch(self, exp: Experiment, job: str, files: JobFiles, ran: dict[str, float],
-               phase_times: dict[str, float], t_submit: float,
-               ) -> tuple[facts.JobState, Phase | None]:  # fmt: skip
+    def _watch(
+        self,
+        exp: Experiment,
+        job: str,
+        files: JobFiles,
+        ran: dict[str, float],
+        phase_times: dict[str, float],
+        t_submit: float,
+    ) -> tuple[facts.JobState, Phase | None]:
         """Poll until the job has ended. Returns its final state and the last phase seen."""
         q = shlex.quote
-        cmd = (f"scontrol show job -o {job} 2>&1 | grep -o "
-               r"'\(JobState\|Reason\|NodeList\|ExitCode\|Restarts\)=[^ ]*'; "
-               f"echo {facts.RESULT_MARK}; cat {q(files.path('result.tmp'))} "
-               f"{q(files.result)} 2>/dev/null; echo {facts.LOG_MARK}; "
-               f"tail -n 150 {q(files.log)} 2>/dev/null")  # fmt: skip
+        cmd = (
+            f"scontrol show job -o {job} 2>&1 | grep -o "
+            r"'\(JobState\|Reason\|NodeList\|ExitCode\|Restarts\)=[^ ]*'; "
+            f"echo {facts.RESULT_MARK}; cat {q(files.path('result.tmp'))} "
+            f"{q(files.result)} 2>/dev/null; echo {facts.LOG_MARK}; "
+            f"tail -n 150 {q(files.log)} 2>/dev/null"
+        )
         # A generous bound: the job's own time limit ends it first; this catches a
         # scheduler that lost the job's end.
         run_cap = exp.health.timeout + (exp.probe.timeout if exp.probe else 0) + 900
@@ -345,23 +433,33 @@ class SlurmExecutor(HostExecutor):
             result = jobscript.parse_result(parts.get(facts.RESULT_MARK, ""))
             if state.pending or not state.state:
                 ran["pending_s"] = now - t_submit
-                self.emit(Polled(host=self.host.name, state=f"pending {ran['pending_s']:.0f}s"
-                                 f" ({state.reason or 'submitted'})", elapsed_s=0.0))  # fmt: skip
+                self.emit(
+                    Polled(
+                        host=self.host.name,
+                        state=f"pending {ran['pending_s']:.0f}s ({state.reason or 'submitted'})",
+                        elapsed_s=0.0,
+                    )
+                )
                 if state.reason.replace(" ", "_") in facts.NEVER:
                     self._slurm(f"scancel {job}", timeout=60)
                     raise SchedulerError(
                         f"{self.host.describe()}: job {job} can never start as asked "
                         f"(Slurm: {state.reason})",
-                        hint="check the slurm: options of this host in the hosts file")
+                        hint="check the slurm: options of this host in the hosts file",
+                    )
                 if ran["pending_s"] > self.opts.pending_timeout:
                     self._slurm(f"scancel {job}", timeout=60)
-                    raise InfraError(f"job {job} still pending after "
-                                     f"{self.opts.pending_timeout:g}s ({state.reason})")
+                    raise InfraError(
+                        f"job {job} still pending after "
+                        f"{self.opts.pending_timeout:g}s ({state.reason})"
+                    )
             elif t_run is None:
                 t_run = now
                 ran["pending_s"] = now - t_submit
-                self._step("started", f"job {job} on {state.node or '?'} after "
-                           f"{ran['pending_s']:.1f}s pending")  # fmt: skip
+                self._step(
+                    "started",
+                    f"job {job} on {state.node or '?'} after {ran['pending_s']:.1f}s pending",
+                )
             if t_run is not None:
                 elapsed = now - t_run
                 seen = last_phase(parts.get(facts.LOG_MARK, "").splitlines())
@@ -370,8 +468,14 @@ class SlurmExecutor(HostExecutor):
                     phase_times.setdefault(seen.value, round(elapsed, 3))
                     self.emit(PhaseReached(host=self.host.name, phase=seen, elapsed_s=elapsed))
                 ready = result.get("state") == "ready"
-                self.emit(Polled(host=self.host.name, state=state.state.lower(),
-                                 http_code=200 if ready else 0, elapsed_s=elapsed))  # fmt: skip
+                self.emit(
+                    Polled(
+                        host=self.host.name,
+                        state=state.state.lower(),
+                        http_code=200 if ready else 0,
+                        elapsed_s=elapsed,
+                    )
+                )
                 if elapsed > run_cap and state.running:
                     self._slurm(f"scancel {job}", timeout=60)
                     raise InfraError(f"job {job} ran {elapsed:.0f}s, past its time limit")
@@ -386,8 +490,9 @@ class SlurmExecutor(HostExecutor):
     def _gone(self, jobs: list[str]) -> bool:
         if not jobs:
             return True
-        r = self._slurm(f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))}"
-                        " -o %i", timeout=60)  # fmt: skip
+        r = self._slurm(
+            f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))} -o %i", timeout=60
+        )
         return r.ok and not set(jobs) & set(r.stdout.split())
 
     def _wait_gone(self, jobs: list[str], *, wait: float = 30.0) -> None:
@@ -396,15 +501,18 @@ class SlurmExecutor(HostExecutor):
         in squeue when the controller exits."""
         deadline = time.monotonic() + wait
         while jobs and time.monotonic() < deadline:
-            r = self._slurm(f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))}"
-                            " -o %i", timeout=60)  # fmt: skip
+            r = self._slurm(
+                f"squeue -h --name={shlex.quote(jobscript.job_name(self.campaign))} -o %i",
+                timeout=60,
+            )
             if r.ok and not set(jobs) & set(r.stdout.split()):
                 return
             self.sleep(0.2)
 
     def _sacct(self, job: str) -> facts.JobState | None:
-        r = self._slurm(f"sacct -n -P -X -j {job} -o State,ExitCode,NodeList,Reason 2>/dev/null",
-                        timeout=60)  # fmt: skip
+        r = self._slurm(
+            f"sacct -n -P -X -j {job} -o State,ExitCode,NodeList,Reason 2>/dev/null", timeout=60
+        )
         return facts.parse_sacct(r.stdout) if r.ok else None
 
     def _collect(self, files: JobFiles) -> dict[str, str]:
@@ -418,13 +526,18 @@ class SlurmExecutor(HostExecutor):
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
             f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; "
             f"rm -f {q(files.secrets)}; ls -1dt {q(self.base)}/*/ 2>/dev/null | "
-            f"tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- \"$d\"; done; true",
-            timeout=60)
+            f'tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- "$d"; done; true',
+            timeout=60,
+        )
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
         # the tail, and the tracebacks above it (a server's shutdown noise can bury them)
         log = keep_what_matters(parts.get(facts.LOG_MARK, ""), LOG_TAIL_LINES)
-        return {"result": parts.get("", ""), "log": log,
-                "probe": parts.get(facts.PROBE_MARK, ""), "env": parts.get(facts.ENV_MARK, "")}
+        return {
+            "result": parts.get("", ""),
+            "log": log,
+            "probe": parts.get(facts.PROBE_MARK, ""),
+            "env": parts.get(facts.ENV_MARK, ""),
+        }
 
 
 def _complete(env_text: str, verdict: Verdict) -> bool:
@@ -440,29 +553,49 @@ def _num(text: str | None) -> float | None:
         return None
 
 
-def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
-              good_metric: float | None, phase: Phase | None, job: str) -> RunEvidence:  # fmt: skip
+def _evidence(
+    state: facts.JobState,
+    out: dict[str, str],
+    exp: Experiment,
+    good_metric: float | None,
+    phase: Phase | None,
+    job: str,
+) -> RunEvidence:
     """What the job's end and its files say, for the classifier."""
     log = out.get("log", "")
     result = jobscript.parse_result(out.get("result", ""))
     where = f" on {state.node}" if state.node else ""
     if state.restarts > 0 or state.state in facts.INFRA:
-        why = state.state.lower().replace("_", " ") + (f" ({state.reason})" if state.reason
-                                                       else "")  # fmt: skip
-        return RunEvidence(infra_error=f"job {job} {why}{where}: the cluster's trouble, not "
-                           "the config's", log_tail=log)  # fmt: skip
+        why = state.state.lower().replace("_", " ") + (f" ({state.reason})" if state.reason else "")
+        return RunEvidence(
+            infra_error=f"job {job} {why}{where}: the cluster's trouble, not the config's",
+            log_tail=log,
+        )
     if state.state == "TIMEOUT":
-        return RunEvidence(log_tail=log, timed_out=True, time_limit=True, last_phase=phase,
-                           became_ready=result.get("state") == "ready")  # fmt: skip
+        return RunEvidence(
+            log_tail=log,
+            timed_out=True,
+            time_limit=True,
+            last_phase=phase,
+            became_ready=result.get("state") == "ready",
+        )
     s = result.get("state")
     if s is None:  # the script ended before it could say how the server did
-        when = "before the server started" if "server_start" not in result else \
-            "before the server's health was known"  # fmt: skip
-        return RunEvidence(infra_error=f"job {job} {state.state.lower()}{where} {when} (see "
-                           "slurm.out in its run directory)", log_tail=log)  # fmt: skip
+        when = (
+            "before the server started"
+            if "server_start" not in result
+            else "before the server's health was known"
+        )
+        return RunEvidence(
+            infra_error=f"job {job} {state.state.lower()}{where} {when} (see "
+            "slurm.out in its run directory)",
+            log_tail=log,
+        )
     if s == "cd_failed":
-        return RunEvidence(invalid_reason=f"the working directory {exp.workdir} does not exist "
-                           f"on {state.node or 'the node'}")  # fmt: skip
+        return RunEvidence(
+            invalid_reason=f"the working directory {exp.workdir} does not exist "
+            f"on {state.node or 'the node'}"
+        )
     exit_code = int(result["exit"]) if result.get("exit", "").lstrip("-").isdigit() else None
     ready = s == "ready"
     died = s == "dead" or "after_ready" in result or "after_probe" in result
@@ -472,9 +605,13 @@ def _evidence(state: facts.JobState, out: dict[str, str], exp: Experiment,
     probe: ProbeOutcome | None = None
     if ready and exp.probe is not None and "probe_exit" in result:
         metric, passed = exp.probe.read(out.get("probe", ""), good_metric)
-        probe = ProbeOutcome(exit_code=int(result["probe_exit"]), metric=metric, passed=passed,
-                             condition=exp.probe.pass_if,
-                             server_alive="after_probe" not in result)  # fmt: skip
+        probe = ProbeOutcome(
+            exit_code=int(result["probe_exit"]),
+            metric=metric,
+            passed=passed,
+            condition=exp.probe.pass_if,
+            server_alive="after_probe" not in result,
+        )
     return RunEvidence(
         log_tail=log,
         became_ready=ready,
@@ -497,20 +634,24 @@ def check_cluster(host: Host, run: Callable[..., object]) -> facts.Partition:
         raise SchedulerError(
             f"{host.describe()}: sinfo does not answer: {err.splitlines()[-1] if err else '?'}",
             hint="check that Slurm's clients work on the login node (and slurm.conf in the "
-            "hosts file, if the cluster's is not the default)")
+            "hosts file, if the cluster's is not the default)",
+        )
     parts = facts.parse_sinfo(getattr(r, "stdout", ""))
     part = parts.get(opts.partition)
     if part is None:
         raise SchedulerError(
             f"{host.describe()}: no partition '{opts.partition}' on this cluster",
-            hint="partitions: " + (", ".join(sorted(parts)) or "none") +
-            f"; set slurm.partition of {host.name} in the hosts file")  # fmt: skip
+            hint="partitions: "
+            + (", ".join(sorted(parts)) or "none")
+            + f"; set slurm.partition of {host.name} in the hosts file",
+        )
     if opts.gres and not facts.gres_offered(opts.gres, part.gres):
         raise SchedulerError(
             f"{host.describe()}: partition '{opts.partition}' has no node with gres "
             f"{opts.gres} (it offers {', '.join(part.gres) or 'no gres'})",
             hint=f"set slurm.gres of {host.name} to what the nodes have, or configure it in "
-            "gres.conf")  # fmt: skip
+            "gres.conf",
+        )
     return part
 
 
@@ -552,8 +693,9 @@ def cancel_orphans(host: Host, t: Transport) -> list[str]:
     env = f"export SLURM_CONF={shlex.quote(opts.conf)}; " if opts.conf else ""
     r = t.run(f"{env}squeue -h --me -o '%i|%T|%k'", timeout=60)
     if not r.ok:  # without the queue, no secrets file can be known to be unread
-        raise SchedulerError(f"{host.describe()}: squeue does not answer: "
-                             f"{(r.stderr or r.stdout).strip()[-200:]}")  # fmt: skip
+        raise SchedulerError(
+            f"{host.describe()}: squeue does not answer: {(r.stderr or r.stdout).strip()[-200:]}"
+        )
     done = []
     queued: set[str] = set()
     for job, state, comment in facts.parse_squeue_jobs(r.stdout):
@@ -562,8 +704,10 @@ def cancel_orphans(host: Host, t: Transport) -> list[str]:
             queued.add(run_dir_of(host, words.get("campaign", ""), words.get("run", "")))
             continue
         t.run(f"{env}scancel {job}", timeout=60)
-        done.append(f"cancelled job {job} ({state.lower()}) left by a controller that "
-                    f"stopped ({comment.split(' ', 1)[-1]})")
+        done.append(
+            f"cancelled job {job} ({state.lower()}) left by a controller that "
+            f"stopped ({comment.split(' ', 1)[-1]})"
+        )
     return done + remove_left_secrets(host, t, queued)
 
 
@@ -586,10 +730,12 @@ def remove_left_secrets(host: Host, t: Transport, queued: set[str]) -> list[str]
     did not say who wrote it; or by another machine's controller long enough ago)."""
     base = shlex.quote((host.run_dir or "/tmp/orchestrator").rstrip("/"))
     # the file name, its age and its header's controller: never a line of the secrets
-    r = t.run(f'now=$(date +%s); for f in {base}/*/*/secret.env; do [ -f "$f" ] || continue; '
-              'printf \'%s|%s|%s\\n\' "$f" "$((now - $(stat -c %Y "$f")))" '
-              f'"$(sed -n \'1s/^{jobscript.SECRETS_HEADER}//p\' "$f")"; done; true',
-              timeout=60)  # fmt: skip
+    r = t.run(
+        f'now=$(date +%s); for f in {base}/*/*/secret.env; do [ -f "$f" ] || continue; '
+        'printf \'%s|%s|%s\\n\' "$f" "$((now - $(stat -c %Y "$f")))" '
+        f'"$(sed -n \'1s/^{jobscript.SECRETS_HEADER}//p\' "$f")"; done; true',
+        timeout=60,
+    )
     gone = []
     for line in r.stdout.splitlines():
         path, _, rest = line.partition("|")
@@ -597,11 +743,11 @@ def remove_left_secrets(host: Host, t: Transport, queued: set[str]) -> list[str]
         if not path.endswith("/secret.env") or path.rsplit("/", 1)[0] in queued:
             continue
         dead = _dead_here(controller) if controller else True
-        if dead is False or (dead is None and age.isdigit() and
-                             int(age) < FOREIGN_SECRETS_GRACE_S):  # fmt: skip
+        if dead is False or (dead is None and age.isdigit() and int(age) < FOREIGN_SECRETS_GRACE_S):
             continue
         gone.append(path)
     if gone:
         t.run("rm -f -- " + " ".join(shlex.quote(p) for p in gone), timeout=60, check=True)
-    return [f"removed {p} (secrets no job will read, left by a controller that stopped)"
-            for p in gone]  # fmt: skip
+    return [
+        f"removed {p} (secrets no job will read, left by a controller that stopped)" for p in gone
+    ]

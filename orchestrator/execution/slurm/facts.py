@@ -13,18 +13,41 @@ import re
 from dataclasses import dataclass
 
 #: states in which the job has not finished
-ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
-                   "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING",
-                   "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})  # fmt: skip
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    }
+)
 #: final states that are the cluster's trouble, not the config's
-INFRA = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REVOKED", "SPECIAL_EXIT",
-                   "DEADLINE", "CANCELLED"})  # fmt: skip
+INFRA = frozenset(
+    {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REVOKED", "SPECIAL_EXIT", "DEADLINE", "CANCELLED"}
+)
 #: the job script ran to its end (or was stopped): its result file tells what happened
 RAN = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
 
 #: pending reasons that mean the job can never start as asked: our error, not a wait
-NEVER = frozenset({"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
-                   "InvalidAccount", "InvalidQOS", "PartitionConfig"})  # fmt: skip
+NEVER = frozenset(
+    {
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "InvalidAccount",
+        "InvalidQOS",
+        "PartitionConfig",
+    }
+)
 
 SCTL_MARK = "@@SCTL"
 RESULT_MARK = "@@RESULT"
@@ -87,11 +110,13 @@ def parse_sacct(text: str) -> JobState | None:
             continue
         state = cells[0].split()[0].upper()  # "CANCELLED by 0"
         code = re.match(r"(\d+):(\d+)", cells[1])
-        return JobState(state=state,
-                        node=cells[2] if len(cells) > 2 and cells[2] != "None assigned" else "",
-                        reason=cells[3] if len(cells) > 3 and cells[3] != "None" else "",
-                        exit_code=int(code[1]) if code else None,
-                        exit_signal=int(code[2]) if code and int(code[2]) else None)  # fmt: skip
+        return JobState(
+            state=state,
+            node=cells[2] if len(cells) > 2 and cells[2] != "None assigned" else "",
+            reason=cells[3] if len(cells) > 3 and cells[3] != "None" else "",
+            exit_code=int(code[1]) if code else None,
+            exit_signal=int(code[2]) if code and int(code[2]) else None,
+        )
     return None
 
 
@@ -148,8 +173,13 @@ def parse_sinfo(text: str) -> dict[str, Partition]:
         old = out.get(name)
         states = dict(old.states) if old else {}
         states[state] = states.get(state, 0) + count
-        out[name] = Partition(name, cells[1] == "up", (old.nodes if old else 0) + count,
-                              states, tuple(dict.fromkeys((old.gres if old else ()) + gres)))
+        out[name] = Partition(
+            name,
+            cells[1] == "up",
+            (old.nodes if old else 0) + count,
+            states,
+            tuple(dict.fromkeys((old.gres if old else ()) + gres)),
+        )
     return out
 
 

@@ -100,14 +100,29 @@ def time_limit(exp: Experiment, opts: SlurmOptions) -> str:
     return str(max(math.ceil(seconds / 60), 1))
 
 
-def sbatch_argv(exp: Experiment, opts: SlurmOptions, files: JobFiles, *, campaign: str,
-                run_id: str, controller: str) -> list[str]:  # fmt: skip
+def sbatch_argv(
+    exp: Experiment,
+    opts: SlurmOptions,
+    files: JobFiles,
+    *,
+    campaign: str,
+    run_id: str,
+    controller: str,
+) -> list[str]:
     """The `sbatch` words (the script comes on stdin: it is read at submission)."""
-    argv = ["sbatch", "--parsable", f"--job-name={job_name(campaign)}",
-            f"--comment={job_comment(campaign, run_id, controller)}",
-            f"--partition={opts.partition}", f"--time={time_limit(exp, opts)}",
-            f"--output={files.slurm_out}", f"--chdir={files.dir}", "--nodes=1",
-            "--ntasks=1", "--no-requeue"]  # fmt: skip
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_name(campaign)}",
+        f"--comment={job_comment(campaign, run_id, controller)}",
+        f"--partition={opts.partition}",
+        f"--time={time_limit(exp, opts)}",
+        f"--output={files.slurm_out}",
+        f"--chdir={files.dir}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--no-requeue",
+    ]
     if opts.gres:
         argv.append(f"--gres={opts.gres}")
     if opts.account:
@@ -150,9 +165,15 @@ def secret_file_text(exp: Experiment, *, controller: str = "") -> str:
     return f"{SECRETS_HEADER}{controller}\n{lines}" if lines else ""
 
 
-def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
-           env_keys: frozenset[str] = frozenset(),
-           private_network: bool = False) -> str:  # fmt: skip
+def render(
+    exp: Experiment,
+    files: JobFiles,
+    *,
+    run_id: str,
+    campaign: str,
+    env_keys: frozenset[str] = frozenset(),
+    private_network: bool = False,
+) -> str:
     """The job script (bash) of one run."""
     secrets = exp.secrets()
     secret_vars = secret_env(exp)
@@ -195,12 +216,12 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
         'R="$D/result.tmp"',
         ': > "$R"',
         'res() { printf \'%s=%s\\n\' "$1" "$2" >> "$R"; }',
-        'now() { date +%s.%N; }',
+        "now() { date +%s.%N; }",
         'res job "${SLURM_JOB_ID:-}"',
         'res node "$(hostname)"',
         'res job_start "$(now)"',
         # the node's own environment, read with the server's interpreter before it starts
-        f"( {envcmd} ) > \"$D/environment\" 2>/dev/null < /dev/null",
+        f'( {envcmd} ) > "$D/environment" 2>/dev/null < /dev/null',
         # the secrets: read once, then gone from the shared filesystem
         'if [ -f "$D/secret.env" ]; then set -a; . "$D/secret.env"; set +a;'
         ' rm -f "$D/secret.env"; fi',
@@ -211,33 +232,34 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
         if k not in secret_vars:
             lines.append(f"export {k}={q(v)}")
     if exp.workdir:
-        lines.append(f"cd {q(exp.workdir)} || {{ res state cd_failed; mv \"$R\" \"$D/result\";"
-                     " exit 0; }")  # fmt: skip
+        lines.append(
+            f'cd {q(exp.workdir)} || {{ res state cd_failed; mv "$R" "$D/result"; exit 0; }}'
+        )
     lines += [
-        f"setsid {launch} > \"$D/server.log\" 2>&1 < /dev/null &",
+        f'setsid {launch} > "$D/server.log" 2>&1 < /dev/null &',
         "PID=$!",
         'res server_start "$(now)"',
         'res pid "$PID"',
-        'stop_server() {',
+        "stop_server() {",
         '  kill -s TERM -- "-$PID" 2>/dev/null || return 0',
         f'  for i in $(seq {STOP_GRACE_S * 10}); do kill -s 0 "$PID" 2>/dev/null || return 0;'
-        ' sleep 0.1; done',
+        " sleep 0.1; done",
         '  kill -s KILL -- "-$PID" 2>/dev/null; return 0',
-        '}',
+        "}",
         # scancel and the time limit reach us here: stop the server, leave what is known
         'on_term() { res signalled "$(now)"; stop_server; mv "$R" "$D/result"; exit 143; }',
         "trap on_term TERM INT",
-        'alive() { kill -s 0 "$PID" 2>/dev/null && ! grep -q \'^State:.*Z\' '
+        "alive() { kill -s 0 \"$PID\" 2>/dev/null && ! grep -q '^State:.*Z' "
         '"/proc/$PID/status" 2>/dev/null; }',
         'died() { wait "$PID"; res exit "$?"; res dead_at "$(now)"; }',
         f"URL={q(url)}",
-        'health() { curl -s -o /dev/null -w \'%{http_code}\' --max-time 3 "$URL" '
-        '2>/dev/null || true; }',
+        "health() { curl -s -o /dev/null -w '%{http_code}' --max-time 3 \"$URL\" "
+        "2>/dev/null || true; }",
         f"T0=$(now); LIMIT={exp.health.timeout!r}; NEED={int(exp.health.ready_after)}; streak=0",
         "state=timeout",
         "while :; do",
-        '  if ! alive; then state=dead; died; break; fi',
-        '  code=$(health)',
+        "  if ! alive; then state=dead; died; break; fi",
+        "  code=$(health)",
         '  if [ "$code" = 200 ]; then streak=$((streak + 1)); else streak=0; fi',
         '  if [ "$streak" -ge "$NEED" ]; then state=ready; break; fi',
         '  if awk -v a="$(now)" -v b="$T0" -v l="$LIMIT" \'BEGIN {exit !(a - b >= l)}\'; then'
@@ -250,7 +272,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
         'if [ "$state" = ready ]; then',
         '  res ready_at "$(now)"',
         f"  sleep {exp.health.settle!r} & wait $!",
-        '  if ! alive; then res after_ready dead; died; fi',
+        "  if ! alive; then res after_ready dead; died; fi",
         "fi",
     ]
     if probe_cmd is not None:
@@ -258,7 +280,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
         lines += [
             'if [ "$state" = ready ] && alive; then',
             '  res probe_start "$(now)"',
-            f"  timeout -k 10 {exp.probe.timeout!r} bash -c {q(probe_cmd)} > \"$D/probe.out\" "
+            f'  timeout -k 10 {exp.probe.timeout!r} bash -c {q(probe_cmd)} > "$D/probe.out" '
             "2>&1 < /dev/null & wait $!",
             '  res probe_exit "$?"',
             # a crash under load takes a moment to show: look twice, one gap apart (half
@@ -270,7 +292,7 @@ def render(exp: Experiment, files: JobFiles, *, run_id: str, campaign: str,
             "fi",
         ]
     lines += [
-        'if alive; then stop_server; fi',
+        "if alive; then stop_server; fi",
         'res end "$(now)"',
         'mv "$R" "$D/result"',
         "exit 0",

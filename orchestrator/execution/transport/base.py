@@ -69,8 +69,9 @@ class Transport(ABC):
             stdin = self.env_header() + (stdin or "")
         self.commands_run += 1
         result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
-        result = CommandResult(command, result.exit_code, result.stdout, result.stderr,
-                               result.duration)  # fmt: skip
+        result = CommandResult(
+            command, result.exit_code, result.stdout, result.stderr, result.duration
+        )
         if result.exit_code == TIMEOUT_EXIT or (
             # `timeout -k` had to SIGKILL a command that ignored SIGTERM: it then exits
             # 128+9, not 124. A kill -9 from elsewhere exactly at the deadline is unlikely.
@@ -144,10 +145,11 @@ class Transport(ABC):
         if self.host.env:
             # The lines up to the end mark are `export K='v'` lines (env_header): read,
             # then evaluated in the shell that runs the command, under sudo where asked.
-            inner = (f'_e=; while IFS= read -r _l; do [ "$_l" = {self._env_end} ] && break; '
-                     # a real newline inside the quotes: a value may span lines
-                     '_e="$_e$_l\n"; done; eval "$_e"; unset _e _l; '
-                     + command)  # fmt: skip
+            inner = (
+                f'_e=; while IFS= read -r _l; do [ "$_l" = {self._env_end} ] && break; '
+                # a real newline inside the quotes: a value may span lines
+                '_e="$_e$_l\n"; done; eval "$_e"; unset _e _l; ' + command
+            )
         # -k: SIGKILL if the command ignores SIGTERM for 5 s after its time is up
         wrapped = f"timeout -k 5 {max(int(timeout + 0.999), 1)} sh -c {shlex.quote(inner)}"
         if sudo:
@@ -171,8 +173,12 @@ def _short(command: str, limit: int = 120) -> str:
 
 def _sudo_refused(stderr: str) -> bool:
     s = stderr.lower()
-    return "sudo:" in s and ("password is required" in s or "not in the sudoers" in s
-                             or "not allowed to execute" in s or "no tty present" in s)  # fmt: skip
+    return "sudo:" in s and (
+        "password is required" in s
+        or "not in the sudoers" in s
+        or "not allowed to execute" in s
+        or "no tty present" in s
+    )
 
 
 def _sudo_missing(result: CommandResult) -> bool:

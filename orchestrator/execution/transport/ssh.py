@@ -164,8 +164,9 @@ class _RejectUnknown(paramiko.MissingHostKeyPolicy):
     def __init__(self, transport: SSHTransport) -> None:
         self.transport = transport
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:  # fmt: skip
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         h = self.transport.host
         kh = str(h.known_hosts)
         raise HostKeyError(
@@ -183,8 +184,9 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
     def __init__(self, transport: SSHTransport) -> None:
         self.transport = transport
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:  # fmt: skip
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         path = str(self.transport.host.known_hosts)
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         try:
@@ -200,12 +202,15 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
                 f.write(line)
         except OSError as exc:
             raise HostKeyError(
-                f"{self.transport.host.describe()}: cannot record the new host key in "
-                f"{path}: {exc}"
+                f"{self.transport.host.describe()}: cannot record the new host key in {path}: {exc}"
             ) from exc
         client.get_host_keys().add(hostname, key.get_name(), key)
-        log.info("%s: recorded new host key %s in %s", self.transport.host.describe(),
-                    _fingerprint(key), path)  # fmt: skip
+        log.info(
+            "%s: recorded new host key %s in %s",
+            self.transport.host.describe(),
+            _fingerprint(key),
+            path,
+        )
 
 
 class SSHTransport(Transport):
@@ -288,8 +293,7 @@ class SSHTransport(Transport):
         kh = h.known_hosts
         if not kh:
             raise HostKeyError(
-                f"{h.describe()}: no known_hosts file configured; host keys are always "
-                "verified",
+                f"{h.describe()}: no known_hosts file configured; host keys are always verified",
                 hint="set known_hosts: for the host in hosts.yaml and record its key: "
                 + keyscan_command(h.address, h.port, "KNOWN_HOSTS"),
             )
@@ -315,15 +319,22 @@ class SSHTransport(Transport):
             # Only the configured key: an agent or ~/.ssh keys would make what works
             # depend on who runs the campaign, and can exhaust sshd's MaxAuthTries.
             connect_kwargs |= {
-                "key_filename": [h.identity_file], "look_for_keys": False, "allow_agent": False,
-            }  # fmt: skip
+                "key_filename": [h.identity_file],
+                "look_for_keys": False,
+                "allow_agent": False,
+            }
         # lazy + no ssh configs: neither ~/.ssh/config nor fabric's config files may change
         # the address, user, port, key or proxy the hosts file names.
         config = Config(lazy=True, overrides={"load_ssh_configs": False})
         conn = Connection(
-            h.address, user=h.user, port=h.port, config=config, connect_kwargs=connect_kwargs,
-            gateway=False, forward_agent=False,
-        )  # fmt: skip
+            h.address,
+            user=h.user,
+            port=h.port,
+            config=config,
+            connect_kwargs=connect_kwargs,
+            gateway=False,
+            forward_agent=False,
+        )
         client: paramiko.SSHClient = conn.client
         try:
             client.load_host_keys(kh)
@@ -454,17 +465,19 @@ class SSHTransport(Transport):
             self._on_drop(conn, exc, sent=runner.sent)
         if res.exited == -1 and not conn.is_connected:
             # The channel closed with the transport and no exit status ever came.
-            self._on_drop(conn, EOFError("connection closed before the command ended"),
-                          sent=True)  # fmt: skip
-        return CommandResult(command, res.exited, res.stdout, res.stderr,
-                             time.monotonic() - start)  # fmt: skip
+            self._on_drop(conn, EOFError("connection closed before the command ended"), sent=True)
+        return CommandResult(command, res.exited, res.stdout, res.stderr, time.monotonic() - start)
 
     def _on_drop(self, conn: Connection, exc: BaseException, *, sent: bool) -> None:
         """Drop the dead connection and decide whether the command may run again."""
         self._discard(conn)
         reason = _describe_net_error(exc)
-        log.info("%s: connection dropped (%s)%s", self.host.describe(), reason,
-                    " after the command was sent" if sent else "")  # fmt: skip
+        log.info(
+            "%s: connection dropped (%s)%s",
+            self.host.describe(),
+            reason,
+            " after the command was sent" if sent else "",
+        )
         if sent and not self.rerun_interrupted:
             raise TransportError(
                 f"{self.host.describe()}: connection lost while a command was running "

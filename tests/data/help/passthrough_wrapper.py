@@ -21,10 +21,14 @@ def main() -> int:
         description="Start the inference server with this site's defaults. Any other flag is "
         "passed through to the server unchanged.",
     )
-    parser.add_argument("--server", default="orchestrator.lab.server",
-                        help="the server module to run (default: %(default)s)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the server's command line and exit")
+    parser.add_argument(
+        "--server",
+        default="orchestrator.lab.server",
+        help="the server module to run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the server's command line and exit"
+    )
     own, rest = parser.parse_known_args()
     argv = [sys.executable, "-m", own.server, *rest]
     if own.dry_run:

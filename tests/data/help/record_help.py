@@ -56,15 +56,25 @@ def _values(action: argparse.Action) -> list[list[str]]:
     return [["1"], ["3"], ["auto"], ["x"], ['{"a": 1}']]
 
 
-def _survey(parser: argparse.ArgumentParser, parse: Callable[[list[str]], Any],
-            prefix: list[str], extra_forms: list[str]) -> dict[str, Any]:  # fmt: skip
+def _survey(
+    parser: argparse.ArgumentParser,
+    parse: Callable[[list[str]], Any],
+    prefix: list[str],
+    extra_forms: list[str],
+) -> dict[str, Any]:
     actions = parser._option_string_actions  # noqa: SLF001 (the parser's own registry)
     options = []
     for opt, action in actions.items():
         if opt in ("-h", "--help"):
             continue
-        options.append({"option": opt, "dest": action.dest, "switch": action.nargs == 0,
-                        "hidden": action.help == argparse.SUPPRESS})  # fmt: skip
+        options.append(
+            {
+                "option": opt,
+                "dest": action.dest,
+                "switch": action.nargs == 0,
+                "hidden": action.help == argparse.SUPPRESS,
+            }
+        )
     forms: dict[str, str] = {}
     candidates: list[tuple[str, argparse.Action | None]] = []
     for opt, action in actions.items():
@@ -109,8 +119,9 @@ def _survey(parser: argparse.ArgumentParser, parse: Callable[[list[str]], Any],
 def record_sglang(out: Path) -> None:
     import stub_heavy_imports
 
-    stub_heavy_imports.install(["torch", "triton", "transformers", "zmq", "tqdm", "IPython",
-                                "aiohttp"])  # fmt: skip
+    stub_heavy_imports.install(
+        ["torch", "triton", "transformers", "zmq", "tqdm", "IPython", "aiohttp"]
+    )
     import sglang
     from sglang.srt.server_args import ServerArgs
 
@@ -121,8 +132,12 @@ def record_sglang(out: Path) -> None:
     name = f"sglang-{sglang.__version__}"
     (out / f"{name}.help.txt").write_text(parser.format_help())
     # seed 002: --cuda-graph-max-bs split into -decode/-prefill in this release
-    survey = _survey(parser, parser.parse_args, ["--model-path", "m"],
-                     ["-O3", "--cuda-graph-max-bs", "--cuda-graph"])
+    survey = _survey(
+        parser,
+        parser.parse_args,
+        ["--model-path", "m"],
+        ["-O3", "--cuda-graph-max-bs", "--cuda-graph"],
+    )
     survey["program"] = f"python -m sglang.launch_server (sglang {sglang.__version__})"
     (out / f"{name}.accepts.json").write_text(json.dumps(survey, indent=1) + "\n")
 
@@ -131,8 +146,18 @@ def record_vllm(out: Path) -> None:
     import stub_heavy_imports
 
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    stub_heavy_imports.install(["torch", "triton", "openai_harmony", "uvloop", "xgrammar",
-                                "llguidance", "watchfiles", "vllm.ir"])  # fmt: skip
+    stub_heavy_imports.install(
+        [
+            "torch",
+            "triton",
+            "openai_harmony",
+            "uvloop",
+            "xgrammar",
+            "llguidance",
+            "watchfiles",
+            "vllm.ir",
+        ]
+    )
     import importlib.metadata
 
     from vllm.entrypoints.common.cli_args import make_arg_parser
@@ -143,16 +168,19 @@ def record_vllm(out: Path) -> None:
     # As vllm/entrypoints/cli/main.py and cli/serve.py build it (the other subcommands'
     # modules import the GPU runtime and are left out: they do not change `serve`).
     sys.argv[0] = "vllm"
-    top = FlexibleArgumentParser(description="vLLM CLI",
-                                 epilog=VLLM_SUBCMD_PARSER_EPILOG.format(subcmd="[subcommand]"))
+    top = FlexibleArgumentParser(
+        description="vLLM CLI", epilog=VLLM_SUBCMD_PARSER_EPILOG.format(subcmd="[subcommand]")
+    )
     top.add_argument("-v", "--version", action="version", version=version)
     subparsers = top.add_subparsers(required=False, dest="subparser")
     import vllm.entrypoints.cli.serve as serve_mod  # noqa: F401 (DESCRIPTION)
 
     serve = subparsers.add_parser(
-        "serve", help="Launch a local OpenAI-compatible API server to serve LLM "
-        "completions via HTTP.", description=serve_mod.DESCRIPTION,
-        usage="vllm serve [model_tag] [options]")  # fmt: skip
+        "serve",
+        help="Launch a local OpenAI-compatible API server to serve LLM completions via HTTP.",
+        description=serve_mod.DESCRIPTION,
+        usage="vllm serve [model_tag] [options]",
+    )
     serve = make_arg_parser(serve)
     serve.epilog = VLLM_SUBCMD_PARSER_EPILOG.format(subcmd="serve")
 

@@ -20,21 +20,83 @@ from typing import Any
 
 #: attributes a stand-in must not pretend to have (copy, pydantic, inspect and device
 #: probes look them up and take a different path when present)
-_ABSENT = frozenset({
-    "npu", "musa", "hpu", "mlu", "_npu", "torch_npu", "_n",
-    "__wrapped__", "__signature__", "__func__", "__self__", "__origin__", "__args__",
-    "__parameters__", "__dataclass_fields__", "__get_validators__", "__set_name__", "__get__",
-    "__set__", "__delete__", "__class_getitem__", "__fspath__", "__dict__", "__annotations__",
-    "__module__", "__name__", "__qualname__", "__doc__", "__code__", "__defaults__",
-    "__kwdefaults__", "__isabstractmethod__", "__objclass__", "__enter__", "__exit__",
-    "__await__", "__aiter__", "__next__", "__reduce__", "__reduce_ex__", "__getstate__",
-    "__length_hint__", "__complex__", "__round__", "__trunc__", "__floor__", "__ceil__",
-    "__bytes__", "__format__", "__sizeof__", "__subclasshook__", "__instancecheck__",
-    "__subclasscheck__", "__init_subclass__", "__prepare__", "__mro__", "__bases__",
-    "__base__",
-})  # fmt: skip
-_STR_METHODS = frozenset({"split", "strip", "replace", "startswith", "endswith", "lower",
-                          "upper", "format", "join", "partition", "rsplit"})  # fmt: skip
+_ABSENT = frozenset(
+    {
+        "npu",
+        "musa",
+        "hpu",
+        "mlu",
+        "_npu",
+        "torch_npu",
+        "_n",
+        "__wrapped__",
+        "__signature__",
+        "__func__",
+        "__self__",
+        "__origin__",
+        "__args__",
+        "__parameters__",
+        "__dataclass_fields__",
+        "__get_validators__",
+        "__set_name__",
+        "__get__",
+        "__set__",
+        "__delete__",
+        "__class_getitem__",
+        "__fspath__",
+        "__dict__",
+        "__annotations__",
+        "__module__",
+        "__name__",
+        "__qualname__",
+        "__doc__",
+        "__code__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__isabstractmethod__",
+        "__objclass__",
+        "__enter__",
+        "__exit__",
+        "__await__",
+        "__aiter__",
+        "__next__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getstate__",
+        "__length_hint__",
+        "__complex__",
+        "__round__",
+        "__trunc__",
+        "__floor__",
+        "__ceil__",
+        "__bytes__",
+        "__format__",
+        "__sizeof__",
+        "__subclasshook__",
+        "__instancecheck__",
+        "__subclasscheck__",
+        "__init_subclass__",
+        "__prepare__",
+        "__mro__",
+        "__bases__",
+        "__base__",
+    }
+)
+_STR_METHODS = frozenset(
+    {
+        "split",
+        "strip",
+        "replace",
+        "startswith",
+        "endswith",
+        "lower",
+        "upper",
+        "format",
+        "join",
+        "partition",
+        "rsplit",
+    }
+)
 _CLASSES: dict[str, type] = {}
 
 
@@ -58,8 +120,9 @@ class Stand:
 
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type]:
         if self._n not in _CLASSES:
-            _CLASSES[self._n] = type(self._n.rsplit(".", 1)[-1], (),
-                                     {"__getattr__": lambda s, n: Stand(n)})  # fmt: skip
+            _CLASSES[self._n] = type(
+                self._n.rsplit(".", 1)[-1], (), {"__getattr__": lambda s, n: Stand(n)}
+            )
         return (_CLASSES[self._n],)
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:

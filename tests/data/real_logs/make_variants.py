@@ -55,22 +55,35 @@ CASES: tuple[tuple[str, str, str, str], ...] = (
     ("sgl_import_sgl_kernel_greenctx", "crash", "init", f"{SG}/issues/8432"),
     ("sgl_nccl_watchdog_allgather_timeout", "timeout", "serving", f"{SG}/issues/1693"),
     ("vllm_keyerror_gate_g_idx", "crash", "load_weights", f"{VL}/issues/25029"),
-    ("vllm_keyerror_down_proj_weight_scale", "crash", "load_weights",
-     "https://github.com/vllm-project/llm-compressor/issues/959"),
+    (
+        "vllm_keyerror_down_proj_weight_scale",
+        "crash",
+        "load_weights",
+        "https://github.com/vllm-project/llm-compressor/issues/959",
+    ),
     ("vllm_keyerror_w13_bias_gptoss", "crash", "load_weights", f"{VL}/issues/40358"),
     ("vllm_no_cache_blocks_v1_check", "crash", "kv_cache", f"{VL}/issues/27508"),
     ("vllm_no_cache_blocks_v0_raise_if", "crash", "kv_cache", f"{VL}/issues/10439"),
     ("vllm_max_seq_len_vs_kv", "crash", "kv_cache", f"{VL}/issues/5976"),
     ("vllm_sampler_warmup_oom", "crash", "warmup", f"{VL}/issues/17939"),
     ("vllm_free_memory_startup", "crash", "init", f"{VL}/issues/25837"),
-    ("vllm_nccl_system_error_mp", "crash", "init", "https://github.com/gpustack/gpustack/issues/835"),
+    (
+        "vllm_nccl_system_error_mp",
+        "crash",
+        "init",
+        "https://github.com/gpustack/gpustack/issues/835",
+    ),
     ("vllm_nccl_unhandled_cuda_ray", "crash", "init", f"{VL}/issues/7896"),
     ("vllm_rpc_sample_tokens_timeout", "timeout", "serving", f"{VL}/issues/46611"),
     ("vllm_rpc_execute_model_timeout", "timeout", "serving", f"{VL}/issues/17965"),
     ("vllm_engines_ready_timeout", "timeout", "load_weights", f"{VL}/issues/32116"),
     ("vllm_triton_smem_t4", "crash", "serving", f"{VL}/issues/36802"),
-    ("vllm_capture_stream_unsupported", "crash", "cuda_graph",
-     "https://github.com/noonghunna/club-3090/issues/106"),
+    (
+        "vllm_capture_stream_unsupported",
+        "crash",
+        "cuda_graph",
+        "https://github.com/noonghunna/club-3090/issues/106",
+    ),
     ("vllm_capture_nccl_uncaptured_stream", "crash", "cuda_graph", f"{VL}/issues/4432"),
     ("vllm_ima_capture_gh200_pp", "crash", "cuda_graph", f"{VL}/issues/30044"),
     ("vllm_ima_fused_moe_triton", "crash", "serving", f"{VL}/issues/21520"),
@@ -85,7 +98,7 @@ CASES: tuple[tuple[str, str, str, str], ...] = (
     ("sgl_typeerror_executor_submit", "crash", "load_weights", f"{SG}/issues/13048"),
     ("sgl_fp8_block_n_divisible", "crash", "load_weights", f"{SG}/issues/4791"),
     ("vllm_heads_not_divisible_tp", "crash", "init", f"{VL}/issues/414"),
-)  # fmt: skip
+)
 
 
 class Rerun:
@@ -119,16 +132,25 @@ def _shift(r: Rerun, text: str, fmt: str) -> str:
 
 
 def _times(r: Rerun, line: str) -> str:
-    line = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d",
-                  lambda m: _shift(r, m.group(0), "%Y-%m-%dT%H:%M:%S"), line)
-    line = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d",
-                  lambda m: _shift(r, m.group(0), "%Y-%m-%d %H:%M:%S"), line)
-    line = re.sub(r"(?<=[A-Z] )\d\d-\d\d \d\d:\d\d:\d\d",
-                  lambda m: _shift(r, m.group(0), "%m-%d %H:%M:%S"), line)
-    line = re.sub(r"(?<=\[E)\d{4} \d\d:\d\d:\d\d",
-                  lambda m: _shift(r, m.group(0), "%m%d %H:%M:%S"), line)
-    line = re.sub(r"^\[\d\d:\d\d:\d\d", lambda m: "[" + _shift(r, m.group(0)[1:], "%H:%M:%S"),
-                  line)
+    line = re.sub(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d",
+        lambda m: _shift(r, m.group(0), "%Y-%m-%dT%H:%M:%S"),
+        line,
+    )
+    line = re.sub(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d",
+        lambda m: _shift(r, m.group(0), "%Y-%m-%d %H:%M:%S"),
+        line,
+    )
+    line = re.sub(
+        r"(?<=[A-Z] )\d\d-\d\d \d\d:\d\d:\d\d",
+        lambda m: _shift(r, m.group(0), "%m-%d %H:%M:%S"),
+        line,
+    )
+    line = re.sub(
+        r"(?<=\[E)\d{4} \d\d:\d\d:\d\d", lambda m: _shift(r, m.group(0), "%m%d %H:%M:%S"), line
+    )
+    line = re.sub(r"^\[\d\d:\d\d:\d\d", lambda m: "[" + _shift(r, m.group(0)[1:], "%H:%M:%S"), line)
     return line
 
 
@@ -136,45 +158,75 @@ def _ranks(r: Rerun, line: str, top: int) -> str:
     def swap(m: re.Match[str]) -> str:
         return m.group(1) + r.num("rank", m.group(2), 0, top)
 
-    return re.sub(r"(\b(?:TP|DP|EP|Rank |rank=|\[rank|GPU |Worker_TP|scheduler_TP))(\d+)\b",
-                  swap, line)
+    return re.sub(
+        r"(\b(?:TP|DP|EP|Rank |rank=|\[rank|GPU |Worker_TP|scheduler_TP))(\d+)\b", swap, line
+    )
 
 
 def _numbers(r: Rerun, line: str) -> str:
-    line = re.sub(r"(pid=|PID |Process |Thread |process \[|python3?\[)(\d{3,7})(?=[\]):, ]|$)",
-                  lambda m: m.group(1) + r.num("pid", m.group(2), 1000, 3999999), line)
-    line = re.sub(r"0x[0-9a-f]{6,}",
-                  lambda m: r.same("hex", m.group(0), lambda: hex(r.rng.getrandbits(47))), line)
-    line = re.sub(r"\b(?:10|172|192)\.\d+\.\d+\.\d+\b",
-                  lambda m: r.same("ip", m.group(0),
-                                   lambda: f"10.{r.rng.randint(0, 255)}.{r.rng.randint(0, 255)}"
-                                           f".{r.rng.randint(2, 254)}"), line)
-    line = re.sub(r"(127\.0\.0\.1:)(\d{4,5})",
-                  lambda m: m.group(1) + r.num("port", m.group(2), 30000, 65000), line)
-    line = re.sub(r"(\d+\.\d\d) ?(GiB|GB|MiB|MB)\b",
-                  lambda m: f"{float(m.group(1)) * r.size_factor:.2f} {m.group(2)}", line)
-    line = re.sub(r"\blayers\.(\d+)\.",
-                  lambda m: f"layers.{r.num('layer', m.group(1), 0, 60)}.", line)
-    line = re.sub(r"(#tokens: |#token: |#new-token: |#running-req: |SeqNum=|NumelIn=|NumelOut="
-                  r"|ran for |block: \[|thread: \[|with |Required: |max seq len \(|KV cache \(|"
-                  r"work: |batch_size\(\)=|size\(\)=)(\d+)",
-                  lambda m: m.group(1) + str(max(1, int(int(m.group(2)) * r.size_factor))), line)
+    line = re.sub(
+        r"(pid=|PID |Process |Thread |process \[|python3?\[)(\d{3,7})(?=[\]):, ]|$)",
+        lambda m: m.group(1) + r.num("pid", m.group(2), 1000, 3999999),
+        line,
+    )
+    line = re.sub(
+        r"0x[0-9a-f]{6,}",
+        lambda m: r.same("hex", m.group(0), lambda: hex(r.rng.getrandbits(47))),
+        line,
+    )
+    line = re.sub(
+        r"\b(?:10|172|192)\.\d+\.\d+\.\d+\b",
+        lambda m: r.same(
+            "ip",
+            m.group(0),
+            lambda: f"10.{r.rng.randint(0, 255)}.{r.rng.randint(0, 255)}.{r.rng.randint(2, 254)}",
+        ),
+        line,
+    )
+    line = re.sub(
+        r"(127\.0\.0\.1:)(\d{4,5})",
+        lambda m: m.group(1) + r.num("port", m.group(2), 30000, 65000),
+        line,
+    )
+    line = re.sub(
+        r"(\d+\.\d\d) ?(GiB|GB|MiB|MB)\b",
+        lambda m: f"{float(m.group(1)) * r.size_factor:.2f} {m.group(2)}",
+        line,
+    )
+    line = re.sub(
+        r"\blayers\.(\d+)\.", lambda m: f"layers.{r.num('layer', m.group(1), 0, 60)}.", line
+    )
+    line = re.sub(
+        r"(#tokens: |#token: |#new-token: |#running-req: |SeqNum=|NumelIn=|NumelOut="
+        r"|ran for |block: \[|thread: \[|with |Required: |max seq len \(|KV cache \(|"
+        r"work: |batch_size\(\)=|size\(\)=)(\d+)",
+        lambda m: m.group(1) + str(max(1, int(int(m.group(2)) * r.size_factor))),
+        line,
+    )
     line = re.sub(r"\brid=[0-9a-f]{32}", lambda m: f"rid={r.rng.getrandbits(128):032x}", line)
-    line = re.sub(r"(chatcmpl-|cmpl-)[0-9a-f]{32}",
-                  lambda m: f"{m.group(1)}{r.rng.getrandbits(128):032x}", line)
-    line = re.sub(r"(ts-[0-9a-f]+-worker-\d+|sglang-head-r\d|gpt-oss-20b-[0-9a-z]+-[0-9a-z]+)",
-                  lambda m: r.same("host", m.group(0),
-                                   lambda: f"gpu-node-{r.rng.randint(1, 99):02d}"), line)
+    line = re.sub(
+        r"(chatcmpl-|cmpl-)[0-9a-f]{32}",
+        lambda m: f"{m.group(1)}{r.rng.getrandbits(128):032x}",
+        line,
+    )
+    line = re.sub(
+        r"(ts-[0-9a-f]+-worker-\d+|sglang-head-r\d|gpt-oss-20b-[0-9a-z]+-[0-9a-z]+)",
+        lambda m: r.same("host", m.group(0), lambda: f"gpu-node-{r.rng.randint(1, 99):02d}"),
+        line,
+    )
     return line
 
 
 def _line_numbers(r: Rerun, line: str) -> str:
-    return re.sub(r'(", line |\.py:|\.cpp:|\.cu:|\.hpp:)(\d+)',
-                  lambda m: m.group(1) + str(int(m.group(2)) + r.line_shift), line)
+    return re.sub(
+        r'(", line |\.py:|\.cpp:|\.cu:|\.hpp:)(\d+)',
+        lambda m: m.group(1) + str(int(m.group(2)) + r.line_shift),
+        line,
+    )
 
 
 _SGL_NOISE = (
-    "[{ts}] INFO:     127.0.0.1:{port} - \"GET /health HTTP/1.1\" 200 OK",
+    '[{ts}] INFO:     127.0.0.1:{port} - "GET /health HTTP/1.1" 200 OK',
     "/usr/local/lib/python3.10/dist-packages/torch/cuda/__init__.py:61: FutureWarning: The "
     "pynvml package is deprecated. Please install nvidia-ml-py instead. If you did not install "
     "pynvml directly, please report this to the maintainers of the package that installed "
@@ -183,7 +235,7 @@ _SGL_NOISE = (
     "Please use '/model_info' instead.",
 )
 _VLLM_NOISE = (
-    "INFO:     127.0.0.1:{port} - \"GET /health HTTP/1.1\" 200 OK",
+    'INFO:     127.0.0.1:{port} - "GET /health HTTP/1.1" 200 OK',
     "WARNING {vts} [config.py:1239] Default sampling parameters have been overridden by the "
     "model's Hugging Face generation config recommended from the model creator. If this is not "
     "intended, please relaunch vLLM instance with `--generation-config vllm`.",
@@ -202,8 +254,9 @@ _WRAPPED = re.compile(r"^[\w.-]+\s+\|\s|^\S+Z\s")  # docker compose / docker --t
 
 def _noise(r: Rerun, lines: list[str], vllm: bool) -> list[str]:
     """Unrelated warnings and health polls between startup lines (never inside a traceback)."""
-    first_error = next((i for i, ln in enumerate(lines)
-                        if _TRACE_LINE.search(_WRAPPED.sub("", ln))), len(lines))
+    first_error = next(
+        (i for i, ln in enumerate(lines) if _TRACE_LINE.search(_WRAPPED.sub("", ln))), len(lines)
+    )
     out: list[str] = []
     pool = _VLLM_NOISE if vllm else _SGL_NOISE
     for i, line in enumerate(lines):
@@ -212,14 +265,18 @@ def _noise(r: Rerun, lines: list[str], vllm: bool) -> list[str]:
             sgl = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line)
             vts = re.search(r"(?<=[A-Z] )\d\d-\d\d \d\d:\d\d:\d\d", line)
             text = r.rng.choice(pool).format(
-                ts=sgl.group(0) if sgl else "", vts=vts.group(0) if vts else "01-01 00:00:00",
-                port=r.rng.randint(30000, 60000))
+                ts=sgl.group(0) if sgl else "",
+                vts=vts.group(0) if vts else "01-01 00:00:00",
+                port=r.rng.randint(30000, 60000),
+            )
             out.append(text.replace("[] ", ""))
     return out + list(_AFTER)
 
 
-_SGL_EXC = re.compile(r"^\[(?P<ts>[^\]]*?) (?P<rank>TP\d+)\] (Scheduler hit an exception|"
-                      r"Exception in|TpModelWorkerClient hit)")
+_SGL_EXC = re.compile(
+    r"^\[(?P<ts>[^\]]*?) (?P<rank>TP\d+)\] (Scheduler hit an exception|"
+    r"Exception in|TpModelWorkerClient hit)"
+)
 _VLLM_WORKER = re.compile(r"^\((?P<tag>VllmWorker rank=|Worker_TP)(?P<rank>\d+)(?P<rest>[^)]*)\)")
 
 
@@ -266,8 +323,7 @@ def rerun(text: str, seed: str, *, journal: bool, shift_lines: bool) -> str:
     top = max([*ranks, 0])
     top = 7 if top == 0 and ranks else top
     lines = _interleave(r, lines, top) if top else lines
-    lines = [_numbers(r, _ranks(r, _times(r, ln), top) if top else _times(r, ln))
-             for ln in lines]
+    lines = [_numbers(r, _ranks(r, _times(r, ln), top) if top else _times(r, ln)) for ln in lines]
     if shift_lines:
         lines = [_line_numbers(r, ln) for ln in lines]
     lines = _noise(r, lines, vllm)
@@ -280,8 +336,10 @@ def main() -> None:
     rows = ["file\tclass\tphase\troot_cause_key\tsource"]
     for i, (key, klass, phase, source) in enumerate(CASES):
         base = (HERE / "base" / f"{key}.log").read_text(encoding="utf-8")
-        variants = {"a": base if base.endswith("\n") else base + "\n",
-                    "b": rerun(base, key + "/b", journal=False, shift_lines=False)}
+        variants = {
+            "a": base if base.endswith("\n") else base + "\n",
+            "b": rerun(base, key + "/b", journal=False, shift_lines=False),
+        }
         if i % 2 == 0:
             variants["c"] = rerun(base, key + "/c", journal=True, shift_lines=True)
         for tag, text in variants.items():
