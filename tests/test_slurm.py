@@ -285,7 +285,7 @@ def test_a_node_going_down_mid_campaign_costs_retried_infra_runs_only(
     assert (
         wait_until(
             lambda: not slurmlab.job_processes(slurm_cluster.conf) or None,
-            timeout=60,
+            timeout=240,  # slurmd ends them after its KillWait; minutes on a loaded machine
             what="the jobs' processes gone",
         )
         is True

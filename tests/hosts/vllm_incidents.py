@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -95,6 +95,8 @@ INCIDENTS = (
     Incident("never_healthy.yaml", "good_short.yaml", ("--headless",), "hang", "hang"),
 )
 LANES = ("pairs", "good", "probe", "hang")
+#: the lane whose deadline is the subject (never_healthy): see test_real_vllm._lane
+HANG = "hang"
 #: the environment variable incident, bisected through the systemd lab host's unit
 #: (tests/test_real_vllm_systemd.py)
 ENV_VAR = Incident(
@@ -118,6 +120,10 @@ class Lab:
     hosts_file: Path
     ports: dict[str, int]
     results: Path
+    #: set when a lane's subsets are started (or it failed trying)
+    subsets_in: dict[str, threading.Event] = field(
+        default_factory=lambda: {lane: threading.Event() for lane in LANES}
+    )
 
     def host(self, lane: str) -> Host:
         return load_inventory(self.hosts_file).host(f"lab-{lane}")
