@@ -20,7 +20,14 @@ from orchestrator.lab import builds as labbuilds
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.support.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
+from tests.support.campaign_lab import (
+    REPO,
+    TIME_SCALE,
+    install_lab_builds,
+    lab_pair,
+    lab_servers,
+    load_host,
+)
 
 pytestmark = pytest.mark.sshd
 RELEASES = load_scenario("releases").versions
@@ -35,15 +42,6 @@ def _hosts(sshd: SshdEndpoint, tmp: Path, builds: dict[str, str]) -> Path:
         )
     )
     return path
-
-
-def _install(tmp: Path, **special: dict) -> dict[str, str]:
-    root = tmp / "builds"
-    out = {}
-    for v in RELEASES:
-        labbuilds.install(root, v, python=sys.executable, repo=str(REPO), **special.get(v, {}))
-        out[v] = str(root / v)
-    return out
 
 
 REPORTS: dict[str, str] = {}
@@ -92,7 +90,7 @@ class _Run:
 
 
 def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
-    hosts = _hosts(sshd, tmp_path, _install(tmp_path))
+    hosts = _hosts(sshd, tmp_path, install_lab_builds(tmp_path))
     pair, plan, outcome, runs = _bisect(tmp_path, hosts)
     answer = outcome.to_dict()
     assert outcome.found, answer
@@ -119,7 +117,7 @@ def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Pa
 def test_a_build_the_host_lacks_stops_before_the_first_run(
     sshd: SshdEndpoint, tmp_path: Path
 ) -> None:
-    installed = _install(tmp_path)
+    installed = install_lab_builds(tmp_path)
     installed["0.5.22"] = str(tmp_path / "nowhere" / "0.5.22")
     hosts = _hosts(sshd, tmp_path, installed)
     with pytest.raises(BuildError) as err:
@@ -135,7 +133,7 @@ def test_a_build_the_host_lacks_stops_before_the_first_run(
 
 
 def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint, tmp_path: Path) -> None:
-    hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"broken": True}}))
+    hosts = _hosts(sshd, tmp_path, install_lab_builds(tmp_path, **{"0.5.22": {"broken": True}}))
     pair, plan, outcome, runs = _bisect(tmp_path, hosts)
     broken = [r for r in runs if r.build == "0.5.22"]
     assert broken and all(r.verdict is Verdict.INVALID for r in broken)
@@ -151,7 +149,9 @@ def test_a_broken_build_is_invalid_never_the_answer(sshd: SshdEndpoint, tmp_path
 def test_a_build_serving_another_release_is_infra(sshd: SshdEndpoint, tmp_path: Path) -> None:
     from orchestrator.errors import InfraError
 
-    hosts = _hosts(sshd, tmp_path, _install(tmp_path, **{"0.5.22": {"version": "0.5.21"}}))
+    hosts = _hosts(
+        sshd, tmp_path, install_lab_builds(tmp_path, **{"0.5.22": {"version": "0.5.21"}})
+    )
     with pytest.raises(
         InfraError, match="build '0.5.22' .* serves orchestrator 0.5.21, not 0.5.22"
     ):
@@ -311,7 +311,7 @@ def test_bisect_builds_through_the_cli_and_its_resume(sshd: SshdEndpoint, tmp_pa
     resume (`--resume ID`) rebuilds the ordered plan from its record."""
     from tests.support.campaign_lab import cli_json
 
-    hosts = _hosts(sshd, tmp_path, _install(tmp_path))
+    hosts = _hosts(sshd, tmp_path, install_lab_builds(tmp_path))
     pair = lab_pair(tmp_path, "releases")
     code, out = cli_json(
         "bisect",

@@ -6,7 +6,6 @@ the release and the flag, and every run is recorded under the build it ran."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import yaml
@@ -14,13 +13,12 @@ import yaml
 from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.lab import builds as labbuilds
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
 from tests.hosts.slurm import slurm_hosts_file
-from tests.support.campaign_lab import REPO, lab_pair, load_host
+from tests.support.campaign_lab import install_lab_builds, lab_pair, load_host
 
 RELEASES = load_scenario("releases").versions
 
@@ -28,11 +26,7 @@ RELEASES = load_scenario("releases").versions
 def test_release_together_with_a_flag_by_slurm_jobs(
     slurm_cluster: SlurmCluster, sshd: SshdEndpoint, tmp_path: Path
 ) -> None:
-    root = tmp_path / "builds"
-    builds = {}
-    for v in RELEASES:
-        labbuilds.install(root, v, python=sys.executable, repo=str(REPO))
-        builds[v] = str(root / v)
+    builds = install_lab_builds(tmp_path)
     # one job at a time: the search's own runs, held to the process host's bound (with
     # more, the search also starts what it may need next)
     hosts = slurm_hosts_file(sshd, slurm_cluster, tmp_path, max_jobs=1)

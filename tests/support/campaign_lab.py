@@ -405,3 +405,18 @@ def check_b300_answer(answer: dict[str, Any], results: Path, *, resumed: bool = 
         assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
     finally:
         store.close()
+
+
+def install_lab_builds(tmp: Path, **special: dict) -> dict[str, str]:
+    """The lab's releases (the `releases` scenario's versions) installed as build prefixes
+    under `tmp/builds` on this machine: the hosts file's `builds:` (name -> prefix).
+    `special`: a release's own `orchestrator.lab.builds.files` options (broken, version)."""
+    from orchestrator.lab import builds as labbuilds
+    from orchestrator.lab.scenario import load as load_scenario
+
+    root = tmp / "builds"
+    out = {}
+    for v in load_scenario("releases").versions:
+        labbuilds.install(root, v, python=sys.executable, repo=str(REPO), **special.get(v, {}))
+        out[v] = str(root / v)
+    return out
