@@ -392,6 +392,16 @@ def test_judge_probe_threshold_and_crash_under_load() -> None:
     assert judge(segv, sig) == (Verdict.OTHER, Signature(Phase.SERVING, "signal", "SIGSEGV"))
 
 
+def test_judge_reads_128_plus_n_as_a_signal_only_for_a_signal() -> None:
+    # a shell's 139 is SIGSEGV; 200 and up are no signal (systemd's own setup statuses,
+    # 219/CGROUP would be "signal 91"): an exit status, kept as the number it was
+    segv = judge(RunEvidence(exit_code=139), None)[1]
+    assert segv == Signature(Phase.INIT, "signal", "SIGSEGV")
+    for code in (200, 219, 255):
+        sig = judge(RunEvidence(exit_code=code), None)[1]
+        assert sig == Signature(Phase.INIT, "exit", f"exit status {code}"), sig
+
+
 def test_judge_probe_command_error() -> None:
     broken = ProbeOutcome(exit_code=2, passed=None)
     assert judge(RunEvidence(became_ready=True, probe=broken), None)[1] == Signature(

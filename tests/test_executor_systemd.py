@@ -288,6 +288,22 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
 
 
+def test_a_process_systemd_could_not_set_up_is_infra_not_a_crash(lab: Lab) -> None:
+    # Someone's drop-in names a working directory the host lacks: systemd's child fails
+    # before the server's command runs and exits 200/CHDIR (a racing cgroup is 219/CGROUP).
+    # The status is systemd's, never the server's: not "signal 72" (200 - 128), not a failure.
+    lab.box.install_unit(f"{B300}.d/10-operator.conf", "[Service]\nWorkingDirectory=/no/such/dir\n")
+    with Executor(lab.host, service=B300, campaign="c-setup") as ex:
+        r = ex.run(exp("b300/good.yaml"), run_id="setup")
+    said = lab.sh(f"journalctl -u {B300} -o cat --no-pager | grep -c 'status=200/CHDIR'; true")
+    assert int(said.strip() or 0) >= 1  # what systemd said of the start
+    assert r.verdict is Verdict.INFRA, (r.verdict, r.signature, r.detail)
+    assert r.signature is None or r.signature.error_class != "signal", r.signature
+    assert "status 200/CHDIR" in r.detail and "nothing about the config" in r.detail, r.detail
+    assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # left as found
+    assert lab.exists(f"{UNIT_DIR}/{B300}.d/10-operator.conf")
+
+
 def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> None:
     lab.sh(f"systemctl start {B300}")  # found running, with its own config
     sha = lab.unit_sha(B300)

@@ -68,6 +68,17 @@ def test_show_running_and_killed_and_oom() -> None:
     assert oom.result == "oom-kill" and oom.exit_signal == "SIGKILL"
 
 
+def test_show_a_process_systemd_could_not_set_up() -> None:
+    # systemd's child exits 219/CGROUP before the server's command runs: systemd's status
+    cgroup = unit_state(parse_show(read("systemctl_show_cgroup.txt")))
+    assert cgroup.setup_failure == "219/CGROUP" and cgroup.exit_signal is None
+    assert cgroup.exit_code == 219 and cgroup.failed
+    # a server's own exit status, even a high one, is the server's
+    assert unit_state(parse_show(read("systemctl_show_failed.txt"))).setup_failure is None
+    killed = unit_state(parse_show(read("systemctl_show_killed.txt")))
+    assert killed.setup_failure is None  # 9 as a signal is no setup status
+
+
 def test_show_rejects_garbage() -> None:
     with pytest.raises(FactParseError):
         parse_show("Failed to connect to bus: No such file or directory")

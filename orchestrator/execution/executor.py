@@ -311,6 +311,7 @@ class Executor(HostExecutor):
                     stopped_by = self.manager.stopped_from_outside(started) if watch.died else None
                     if watch.died:
                         self._host_stayed_up(watch)
+                        self._server_ran(watch)
                     p = watch.poll
                     evidence = RunEvidence(
                         log_tail=log,
@@ -566,6 +567,19 @@ class Executor(HostExecutor):
             raise InfraError(
                 f"{self.host.describe()} was shutting down when the server died "
                 "(systemd: stopping); the run says nothing about the config"
+            )
+
+    def _server_ran(self, w: _Watch) -> None:
+        """A start whose process systemd could not set up (`219/CGROUP`: its cgroup was not
+        there to join; `203/EXEC`) never ran the server's command: its status is systemd's,
+        not the server's, and says nothing about the config. Raise the run's `infra` (the
+        campaign starts it again, and stops if every start fails so)."""
+        failure = getattr(w.poll, "setup_failure", None)
+        if failure:
+            raise InfraError(
+                f"systemd could not start {self.service} on {self.host.describe()}: its "
+                f"process failed to set up before the server ran (status {failure}); the run "
+                f"says nothing about the config (`journalctl -u {self.service}` says which step)"
             )
 
     def _probe(

@@ -275,6 +275,68 @@ class UnitState:
     def exit_code(self) -> int | None:
         return self.exec_main_status if self.exec_main_code == 1 else None
 
+    @property
+    def setup_failure(self) -> str | None:
+        """'219/CGROUP' when systemd itself failed to set up the main process, else None.
+
+        Between fork and exec systemd's child exits with one of its own statuses (200 and
+        up, `systemd.exec(5)`) when a step of the process' setup fails: the server never
+        ran, so the status says nothing of it (and is not `128 + a signal`).
+        """
+        code = self.exit_code
+        if code is None or code not in SYSTEMD_SETUP_EXITS:
+            return None
+        return f"{code}/{SYSTEMD_SETUP_EXITS[code]}"
+
+
+#: systemd's exit statuses of a process whose setup failed before its command ran
+#: (`systemd.exec(5)`, "Process Exit Codes"), by number
+SYSTEMD_SETUP_EXITS: dict[int, str] = {
+    200: "CHDIR",
+    201: "NICE",
+    202: "FDS",
+    203: "EXEC",
+    204: "MEMORY",
+    205: "LIMITS",
+    206: "OOM_ADJUST",
+    207: "SIGNAL_MASK",
+    208: "STDIN",
+    209: "STDOUT",
+    210: "CHROOT",
+    211: "IOPRIO",
+    212: "TIMERSLACK",
+    213: "SECUREBITS",
+    214: "SETSCHEDULER",
+    215: "CPUAFFINITY",
+    216: "GROUP",
+    217: "USER",
+    218: "CAPABILITIES",
+    219: "CGROUP",
+    220: "SETSID",
+    221: "CONFIRM",
+    222: "STDERR",
+    224: "PAM",
+    225: "NETWORK",
+    226: "NAMESPACE",
+    227: "NO_NEW_PRIVILEGES",
+    228: "SECCOMP",
+    229: "SELINUX_CONTEXT",
+    230: "PERSONALITY",
+    231: "APPARMOR",
+    232: "ADDRESS_FAMILIES",
+    233: "RUNTIME_DIRECTORY",
+    235: "CHOWN",
+    236: "SMACK_PROCESS_LABEL",
+    237: "KEYRING",
+    238: "STATE_DIRECTORY",
+    239: "CACHE_DIRECTORY",
+    240: "LOGS_DIRECTORY",
+    241: "CONFIGURATION_DIRECTORY",
+    242: "NUMA_POLICY",
+    243: "CREDENTIALS",
+    245: "BPF",
+}
+
 
 UNIT_STATE_PROPERTIES = (
     "ActiveState",

@@ -86,9 +86,9 @@ def _process_signature(evidence: RunEvidence, phase: Phase) -> Signature:
         return Signature(phase, "signal", "SIGKILL (oom-kill)")
     if evidence.exit_signal is not None:
         return Signature(phase, "signal", signal_name(evidence.exit_signal))
-    if evidence.exit_code is not None and evidence.exit_code > 128:
-        # shells and runtimes report death by signal N as 128+N
-        return Signature(phase, "signal", signal_name(evidence.exit_code - 128))
+    shell_signal = _shell_signal(evidence.exit_code)
+    if shell_signal is not None:
+        return Signature(phase, "signal", signal_name(shell_signal))
     if evidence.exit_code is not None:
         return Signature(phase, "exit", f"exit status {evidence.exit_code}")
     return Signature(phase, "exit", result or "exited")
@@ -134,9 +134,20 @@ _STOP_NOTICE_RE = re.compile(
 def _died_by_signal(evidence: RunEvidence) -> str | None:
     if evidence.exit_signal is not None:
         return signal_name(evidence.exit_signal)
-    if evidence.exit_code is not None and evidence.exit_code > 128:
-        return signal_name(evidence.exit_code - 128)
-    return None
+    shell_signal = _shell_signal(evidence.exit_code)
+    return signal_name(shell_signal) if shell_signal is not None else None
+
+
+#: the highest signal number (Linux: SIGRTMAX); a status of 128 + more is no signal's
+MAX_SIGNAL = 64
+
+
+def _shell_signal(exit_code: int | None) -> int | None:
+    """N when `exit_code` is a shell's or runtime's 128 + N for death by signal N, else None
+    (systemd's own statuses 200 and up, `219/CGROUP`, are no signal: 219 is not SIGRT)."""
+    if exit_code is None or not 128 < exit_code <= 128 + MAX_SIGNAL:
+        return None
+    return exit_code - 128
 
 
 def port_clash(log: str) -> str | None:

@@ -39,6 +39,7 @@ class Poll:
     exit_code: int | None = None
     exit_signal: str | None = None
     unit_result: str | None = None
+    setup_failure: str | None = None  # systemd could not set the process up: "219/CGROUP"
     invocation: str | None = None
     restarts: int = 0
     log_tail: str = ""

@@ -439,6 +439,7 @@ class SystemdManager(ServiceManager):
             exit_code=st.exit_code,
             exit_signal=st.exit_signal,
             unit_result=st.result,
+            setup_failure=st.setup_failure,
             invocation=st.invocation_id,
             restarts=st.n_restarts,
             log_tail=log,
