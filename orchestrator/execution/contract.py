@@ -126,8 +126,13 @@ class HostExecutor:
             exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
         )
         if exp.packages and exp.packages_from:
-            # the packages taken from another build go first on the server's path
+            # the packages taken from another build go first on the server's path: in a
+            # container, mounted at the same path and first on the container's PYTHONPATH
             site = self._overlay_site(exp)
+            cc = builds.container_split(out.exec)
+            if cc is not None:
+                image_path = self._image_env(cc).get("PYTHONPATH")
+                return replace(out, exec=builds.with_path_first(out.exec, site, image_path))
             rest = dict(out.env).get("PYTHONPATH")
             out = out.with_changes(env={"PYTHONPATH": site + (f":{rest}" if rest else "")})
         return out
@@ -136,22 +141,46 @@ class HostExecutor:
         root = self.host.run_dir or "/var/tmp/orchestrator"
         return builds.overlay_dir(root, exp.packages, str(exp.packages_from))
 
-    def packages_of(self, exp: Experiment) -> dict[str, str]:
-        """The distributions of a config's build, read by its own interpreter on the host."""
-        launch = builds.resolve(
-            exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
-        )
+    def _image_env(self, cc: builds.ContainerCommand) -> dict[str, str]:
+        """The environment an image sets for its processes (`ENV` of its build), read once
+        per image and host; empty when it cannot be read (the run's start will tell)."""
+        memo = self.__dict__.setdefault("_image_envs", {})
+        if cc.image not in memo:
+            import json
+
+            cmd = shlex.join(
+                [*cc.runtime[:-1], "image", "inspect", "--format", "{{json .Config.Env}}", cc.image]
+            )
+            res = self.t.run(cmd, timeout=60)
+            try:
+                items = json.loads(res.stdout.strip().splitlines()[-1]) if res.ok else []
+            except (ValueError, IndexError):
+                items = []
+            memo[cc.image] = dict(str(i).split("=", 1) for i in items or [] if "=" in str(i))
+        return memo[cc.image]
+
+    def _python_of(self, exp: Experiment) -> str:
+        """The shell words running the Python of a config's build as its server would: the
+        prefix's `bin/python`, the exec's interpreter, or `python3` inside its image (with
+        the command's environment and mounts); arguments follow."""
+        launch = self.launch_of(exp)
+        cc = builds.container_split(launch.exec)
+        if cc is not None:
+            return builds.python_in_image(cc)
         target = (
             builds.target_of(exp.build, dict(self.host.builds), exp.exec) if exp.build else None
         )
-        if target is not None and not builds.is_path(target):
-            raise builds.BuildError(
-                f"build '{exp.build}' is an image: its packages cannot be taken apart yet",
-                key="service.build",
-                file=exp.source,
-            )
-        py = builds.python_of(launch.exec, target)
-        res = self.t.run(f"{shlex.quote(py)} -c {shlex.quote(builds.LIST_SNIPPET)}", timeout=60)
+        py = shlex.quote(builds.python_of(launch.exec, target))
+        if exp.packages and exp.packages_from:
+            site = shlex.quote(self._overlay_site(exp))
+            py = f"PYTHONPATH={site}${{PYTHONPATH:+:$PYTHONPATH}} {py}"
+        return py
+
+    def packages_of(self, exp: Experiment) -> dict[str, str]:
+        """The distributions of a config's build, read by its own interpreter on the host
+        (inside its image, for a container command)."""
+        py = self._python_of(exp)
+        res = self.t.run(f"{py} -c {shlex.quote(builds.LIST_SNIPPET)}", timeout=120)
         dists = builds.parse_dists(res.stdout)
         if dists is None:
             raise InfraError(
@@ -162,23 +191,31 @@ class HostExecutor:
 
     def prepare_packages(self, exp: Experiment) -> str | None:
         """Lay the overlay of a package variant out on the host (links into the build the
-        packages come from) and put the result to `pip check`: why the variant cannot run
-        (a package missing, a requirement the set breaks that good's build alone does not),
-        None when it can."""
+        packages come from; copies out of it when it is an image) and put the result to
+        `pip check`: why the variant cannot run (a package missing, a requirement the set
+        breaks that good's build alone does not), None when it can."""
         if not exp.packages or not exp.packages_from:
             return None
         import json
 
         site = self._overlay_site(exp)
         source = replace(exp, build=exp.packages_from, packages=(), packages_from=None)
-        src_target = builds.target_of(str(exp.packages_from), dict(self.host.builds), exp.exec)
-        src_py = builds.python_of(self.launch_of(source).exec, src_target)
         wanted = json.dumps(dict(exp.packages))
-        res = self.t.run(
-            f"{shlex.quote(src_py)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
-            f"{shlex.quote(site)} {shlex.quote(wanted)}",
-            timeout=120,
-        )
+        cc = builds.container_split(self.launch_of(source).exec)
+        if cc is not None:
+            # the image's files, copied into the overlay through a writable mount of it
+            qsite = shlex.quote(site)
+            lay = (
+                f"mkdir -p {qsite} && "
+                + builds.python_in_image(cc, "-v", f"{site}:{site}")
+                + f" -c {shlex.quote(builds.OVERLAY_SNIPPET)} {qsite} {shlex.quote(wanted)} copy"
+            )
+        else:
+            lay = (
+                f"{self._python_of(source)} -c {shlex.quote(builds.OVERLAY_SNIPPET)} "
+                f"{shlex.quote(site)} {shlex.quote(wanted)}"
+            )
+        res = self.t.run(lay, timeout=300)
         line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@OVERLAY ")), None)
         if line is None:
             raise InfraError(
@@ -192,17 +229,8 @@ class HostExecutor:
                 "the packages cannot be taken from it"
             )
         base = replace(exp, packages=(), packages_from=None)
-        py = builds.python_of(
-            self.launch_of(base).exec,
-            builds.target_of(str(exp.build), dict(self.host.builds), exp.exec)
-            if exp.build
-            else None,
-        )
-        check = f"{shlex.quote(py)} -m pip check 2>&1"
-        before = self.t.run(check, timeout=120)
-        after = self.t.run(
-            f"PYTHONPATH={shlex.quote(site)}${{PYTHONPATH:+:$PYTHONPATH}} " + check, timeout=120
-        )
+        before = self.t.run(f"{self._python_of(base)} -m pip check 2>&1", timeout=120)
+        after = self.t.run(f"{self._python_of(exp)} -m pip check 2>&1", timeout=120)
         if "No module named pip" in before.stdout + after.stdout:
             return None  # nothing to check with: the server's start will tell
         # a complaint good's build has already is none of the set's, whatever version of

@@ -270,11 +270,12 @@ def command(
     the exec script's `#!` line (a console script such as `vllm` or `sglang`), else
     python3. `env` is the config's (non-secret) environment: PYTHONPATH, a venv's PATH.
     """
-    from orchestrator.config.builds import container_split
+    from orchestrator.config.builds import container_split, python_in_image
 
     argv = list(exec_argv)
     cc = container_split(argv)
     image = ""
+    run_py = "$py"
     if cc is not None:
         # the server runs inside the image: its packages are read there, and the image's id
         # says which image a tag named
@@ -284,7 +285,11 @@ def command(
             f"echo {IMAGE_MARK}; echo {img}; {rt} image inspect --format '{{{{.Id}}}}' "
             f"{img} 2>/dev/null; "
         )
-        find_py = f'py="{rt} run --rm --network none --entrypoint python3 {img}"; how=image'
+        # python3 in the image as the server's command sees it: its -e and -v options
+        # (a package overlay mounted first on its path, the user's own mounts)
+        in_image = python_in_image(cc)
+        find_py = f"py={shlex.quote(in_image)}; how=image"
+        run_py = in_image  # its own words, quoted: `$py` would split them anew
     elif argv and _is_python(argv[0]):
         find_py = f"py={shlex.quote(argv[0])}; how=exec"
     elif argv:
@@ -318,7 +323,7 @@ def command(
         f"echo {CPU_MARK}; sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
         "| sort | uniq -c; "
         f'{image}{resolve}{find_py}; echo "@@PYHOW $how $py"; '
-        f"$py -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
+        f"{run_py} -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
         f"{shlex.quote(server_hint(cc.command if cc else argv))} 2>/dev/null; true"
     )
 
