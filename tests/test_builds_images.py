@@ -180,3 +180,20 @@ def test_bisect_the_images_in_order(sshd: SshdEndpoint, tmp_path: Path, label: s
         assert env is not None and env.image == tags[build] and env.image_id
         assert env.server_version == build
     assert images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split() == []
+
+
+def test_a_tag_that_names_another_release_is_infra(
+    sshd: SshdEndpoint, tmp_path: Path, label: str
+) -> None:
+    """An image tagged 0.5.23 that holds 0.5.22: the release read inside it is not the
+    one its name states, and the run says nothing about the config."""
+    wrong = _image("0.5.22", tag=f"{images.NAME}:0.5.23-mislabelled")
+    hosts = _hosts(sshd, tmp_path, {"0.5.23": wrong})
+    pair = _pair(tmp_path, label, "0.5.23", "0.5.23", nvls_both=False)
+    plan = make_plan(pair.good, pair.bad)
+    with Executor(load_host(hosts, "lab"), service="lab-releases.service", campaign="t") as ex:
+        r = ex.run(plan.good, run_id="t.1")
+    assert r.verdict is Verdict.INFRA, (r.verdict, r.detail)
+    assert f"build '0.5.23' ({wrong}) serves" in r.detail and "0.5.22, not 0.5.23" in r.detail
+    assert r.environment is not None and r.environment.image_id
+    assert images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split() == []
