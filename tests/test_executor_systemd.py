@@ -29,7 +29,7 @@ from orchestrator.config.hosts import load_inventory
 from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
-from orchestrator.events import Event, PhaseReached, Polled
+from orchestrator.events import Event, PhaseReached, Polled, StepDone
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sdhosts import SystemdHostFactory
@@ -288,20 +288,66 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
 
 
+def _chdir_failures(lab: Lab) -> int:
+    said = lab.sh(f"journalctl -u {B300} -o cat --no-pager | grep -c 'status=200/CHDIR'; true")
+    return int(said.strip() or 0)
+
+
 def test_a_process_systemd_could_not_set_up_is_infra_not_a_crash(lab: Lab) -> None:
     # Someone's drop-in names a working directory the host lacks: systemd's child fails
     # before the server's command runs and exits 200/CHDIR (a racing cgroup is 219/CGROUP).
     # The status is systemd's, never the server's: not "signal 72" (200 - 128), not a failure.
     lab.box.install_unit(f"{B300}.d/10-operator.conf", "[Service]\nWorkingDirectory=/no/such/dir\n")
-    with Executor(lab.host, service=B300, campaign="c-setup") as ex:
+    before = _chdir_failures(lab)
+    steps: list[StepDone] = []
+    with Executor(
+        lab.host,
+        service=B300,
+        campaign="c-setup",
+        listener=lambda e: steps.append(e) if isinstance(e, StepDone) else None,
+    ) as ex:
+        ex.setup_retry_wait = 0.5
         r = ex.run(exp("b300/good.yaml"), run_id="setup")
-    said = lab.sh(f"journalctl -u {B300} -o cat --no-pager | grep -c 'status=200/CHDIR'; true")
-    assert int(said.strip() or 0) >= 1  # what systemd said of the start
+    assert _chdir_failures(lab) - before == 2  # started once more, and failed the same way
+    assert [s.step for s in steps].count("restarting") == 1
     assert r.verdict is Verdict.INFRA, (r.verdict, r.signature, r.detail)
     assert r.signature is None or r.signature.error_class != "signal", r.signature
     assert "status 200/CHDIR" in r.detail and "nothing about the config" in r.detail, r.detail
     assert not lab.exists(f"{UNIT_DIR}/{B300}.d/99-orchestrator.conf")  # left as found
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/10-operator.conf")
+
+
+def test_a_setup_failure_that_passes_is_started_once_more(lab: Lab) -> None:
+    # The working directory appears once the first start has failed (the unit's OnFailure=
+    # creates it), as a cgroup that was not there to join is there a moment later: the
+    # second start runs the server, and the run is judged on what the server did.
+    appears = "/var/tmp/orch-appears"
+    lab.sh(f"rm -rf {appears}")
+    lab.box.install_unit(
+        "orch-appear.service", f"[Service]\nType=oneshot\nExecStart=/bin/mkdir -p {appears}\n"
+    )
+    lab.box.install_unit(
+        f"{B300}.d/10-operator.conf",
+        f"[Unit]\nOnFailure=orch-appear.service\n[Service]\nWorkingDirectory={appears}\n",
+    )
+    before = _chdir_failures(lab)
+    steps: list[StepDone] = []
+    try:
+        with Executor(
+            lab.host,
+            service=B300,
+            campaign="c-setup-once",
+            listener=lambda e: steps.append(e) if isinstance(e, StepDone) else None,
+        ) as ex:
+            ex.setup_retry_wait = 10.0  # the OnFailure= unit's start, on a loaded machine too
+            r = ex.run(exp("b300/good.yaml"), run_id="once")
+    finally:
+        lab.sh(f"rm -rf {appears} {UNIT_DIR}/orch-appear.service; systemctl daemon-reload")
+    assert _chdir_failures(lab) - before == 1
+    [again] = [s for s in steps if s.step == "restarting"]
+    assert "200/CHDIR" in again.detail
+    assert r.verdict is Verdict.PASS, (r.verdict, r.signature, r.detail, r.log_tail[-1500:])
+    assert "The server is fired up" in r.log_tail  # the second start's own journal
 
 
 def test_restore_after_the_controller_is_sigkilled(lab: Lab, tmp_path: Path) -> None:

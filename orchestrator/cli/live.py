@@ -134,7 +134,7 @@ class LiveView:
                 self.phase, self.run_t0 = "starting", time.monotonic()
             if self.tty:
                 self._refresh(step=e.step)
-            if e.step in ("restore", "waiting") or self.verbose:
+            if e.step in ("restore", "waiting", "restarting") or self.verbose:
                 self.c.print(f"  {e.host}: {escape(e.step)}: {escape(e.detail)}", highlight=False)
         elif isinstance(e, RunFinished):
             self._stop_status()

@@ -65,6 +65,9 @@ BOOT_MARK = "@@BOOT"
 #: server still exiting, someone's job) to be freed; then it is `infra` (three in a row
 #: stop the campaign, saying who holds the GPUs): a start beside it would fail for it
 GPU_FREE_WAIT_S = 180.0
+#: starts of one run whose process systemd could not set up, and the wait between them
+SETUP_ATTEMPTS = 2
+SETUP_RETRY_WAIT_S = 3.0
 GPU_FREE_POLL_S = 10.0
 
 
@@ -125,6 +128,8 @@ class Executor(HostExecutor):
         #: when the executor sleeps: `clock` measures runs and deadlines, `wall_clock`
         #: dates them
         self.sleep = sleep
+        #: before the second start of a process systemd could not set up
+        self.setup_retry_wait = SETUP_RETRY_WAIT_S
         self.clock = clock
         self.wall_clock = wall_clock
         #: seconds a run waits for GPU memory held by another process (GPU_FREE_WAIT_S)
@@ -296,9 +301,8 @@ class Executor(HostExecutor):
                 else:
                     self.check_port(exp)
                     waited = self._wait_for_gpus(exp)
-                    started = self.manager.start(exp, run_id=run_id)
-                    self._step("started", started.invocation or f"pid {started.pid}")
-                    self._watch(exp, started, t0 + waited, watch)  # the deadline's own time
+                    # the deadline's own time
+                    started = self._start_and_watch(exp, run_id, t0 + waited, watch)
                     if watch.timed_out and not watch.died:
                         ports = self._ports(started)
                     probe = None
@@ -568,6 +572,29 @@ class Executor(HostExecutor):
                 f"{self.host.describe()} was shutting down when the server died "
                 "(systemd: stopping); the run says nothing about the config"
             )
+
+    def _start_and_watch(self, exp: Experiment, run_id: str, t0: float, watch: _Watch) -> Started:
+        """Start the server and watch it until it is ready, dies or times out. A start
+        whose process systemd could not set up (`setup_failure`: its command never ran, so
+        nothing of the server was tried) is started once more after SETUP_RETRY_WAIT_S: a
+        cgroup that was not there to join is there a moment later; a missing working
+        directory is missing again, and `_server_ran` makes that run `infra`."""
+        for attempt in range(SETUP_ATTEMPTS):
+            if attempt:
+                vars(watch).update(vars(_Watch()))  # what the first start saw is no more
+            started = self.manager.start(exp, run_id=run_id)
+            self._step("started", started.invocation or f"pid {started.pid}")
+            self._watch(exp, started, t0, watch)
+            failure = getattr(watch.poll, "setup_failure", None) if watch.died else None
+            if not failure or attempt + 1 == SETUP_ATTEMPTS:
+                break
+            self._step(
+                "restarting",
+                f"systemd could not set the server's process up ({failure}); "
+                f"starting it once more in {self.setup_retry_wait:g}s",
+            )
+            self.sleep(self.setup_retry_wait)
+        return started
 
     def _server_ran(self, w: _Watch) -> None:
         """A start whose process systemd could not set up (`219/CGROUP`: its cgroup was not
