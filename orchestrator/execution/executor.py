@@ -65,10 +65,10 @@ BOOT_MARK = "@@BOOT"
 #: server still exiting, someone's job) to be freed; then it is `infra` (three in a row
 #: stop the campaign, saying who holds the GPUs): a start beside it would fail for it
 GPU_FREE_WAIT_S = 180.0
+GPU_FREE_POLL_S = 10.0
 #: starts of one run whose process systemd could not set up, and the wait between them
 SETUP_ATTEMPTS = 2
 SETUP_RETRY_WAIT_S = 3.0
-GPU_FREE_POLL_S = 10.0
 
 
 @dataclass
@@ -128,10 +128,10 @@ class Executor(HostExecutor):
         #: when the executor sleeps: `clock` measures runs and deadlines, `wall_clock`
         #: dates them
         self.sleep = sleep
-        #: before the second start of a process systemd could not set up
-        self.setup_retry_wait = SETUP_RETRY_WAIT_S
         self.clock = clock
         self.wall_clock = wall_clock
+        #: before the second start of a process systemd could not set up
+        self.setup_retry_wait = SETUP_RETRY_WAIT_S
         #: seconds a run waits for GPU memory held by another process (GPU_FREE_WAIT_S)
         self.gpu_wait = GPU_FREE_WAIT_S
         self._opened = False
