@@ -17,27 +17,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order, with_packages
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.lab import images
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.store.store import Store
-from tests.support.campaign_lab import REPO, TIME_SCALE, lab_pair, lab_servers, load_host
+from tests.support.campaign_lab import (
+    PACKAGE_KINDS,
+    PACKAGE_REFUSED,
+    REPO,
+    TIME_SCALE,
+    bisect_in,
+    lab_pair,
+    lab_servers,
+    load_host,
+)
 
 # one worker builds the images both tests use (podman builds each once)
 pytestmark = [pytest.mark.sshd, pytest.mark.xdist_group("test_builds_images")]
-
-#: two releases that differ in three distributions: the server's own, a kernel, and a
-#: tokenizer whose new release needs the new kernel
-KINDS = {
-    "0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
-    "0.5.23rc1": {"lab-kernel": ("0.1.1", []), "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])},
-}
-REFUSED = (
-    "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1"
-)
 
 
 @pytest.fixture
@@ -53,6 +50,11 @@ def _image(version: str, **kwargs: object) -> str:
         return images.image(version, **kwargs)  # type: ignore[arg-type]
     except images.ImagesUnavailable as exc:  # scripts/bootstrap installs podman and runc
         pytest.fail(f"the lab's images cannot be built here: {exc}")
+
+
+def _left_running(label: str) -> list[str]:
+    """The ids of this test's containers still there."""
+    return images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split()
 
 
 def _hosts(sshd: SshdEndpoint, tmp: Path, builds: dict[str, str]) -> Path:
@@ -85,7 +87,7 @@ def _pair(tmp: Path, label: str, good: str, bad: str, *, nvls_both: bool):  # no
 
 
 def test_packages_of_two_images(sshd: SshdEndpoint, tmp_path: Path, label: str) -> None:
-    tags = {v: _image(v, extra=extra) for v, extra in KINDS.items()}
+    tags = {v: _image(v, extra=extra) for v, extra in PACKAGE_KINDS.items()}
     hosts = _hosts(sshd, tmp_path, tags)
     pair = _pair(tmp_path, label, "0.5.22", "0.5.23rc1", nvls_both=True)
     plan = make_plan(pair.good, pair.bad)
@@ -104,15 +106,8 @@ def test_packages_of_two_images(sshd: SshdEndpoint, tmp_path: Path, label: str) 
         "lab-tokenizer",
         "orchestrator-lab-server",
     ]
-    store = Store(tmp_path / "results")
-    try:
-        outcome = Bisection(
-            store, plan, [host], options=BisectOptions(packages=got), command="test"
-        ).run()
-        runs = store.runs(outcome.campaign_id)
-        served = {r.id: store.environment(r.env_digest) for r in runs}
-    finally:
-        store.close()
+    done = bisect_in(tmp_path / "results", plan, [host], packages=got)
+    outcome, runs, served = done.outcome, done.runs, done.envs
     answer = outcome.to_dict()
     assert outcome.found, answer
     named = [sorted(c["deltas"]) for c in answer["culprits"]]
@@ -121,8 +116,8 @@ def test_packages_of_two_images(sshd: SshdEndpoint, tmp_path: Path, label: str) 
     tok = next(i for i, d in enumerate(plan.deltas) if d.key == "lab-tokenizer")
     with Executor(host, service="lab-releases.service", campaign="t") as ex:
         alone = ex.run(plan.variant(frozenset({tok})), run_id="t.1")
-    assert alone.verdict is Verdict.INVALID and REFUSED in alone.detail, alone.detail
-    assert all(REFUSED in r.detail for r in runs if r.verdict is Verdict.INVALID)
+    assert alone.verdict is Verdict.INVALID and PACKAGE_REFUSED in alone.detail, alone.detail
+    assert all(PACKAGE_REFUSED in r.detail for r in runs if r.verdict is Verdict.INVALID)
     started = [r for r in runs if r.verdict is not Verdict.INVALID]
     assert started and any(r.experiment().packages for r in started)
     for r in started:
@@ -144,7 +139,7 @@ def test_packages_of_two_images(sshd: SshdEndpoint, tmp_path: Path, label: str) 
         want = moved.get("orchestrator-lab-server", "0.5.22")
         assert env.server_version == want, (exp.packages, env.server_version)
     assert lab_servers(pair.port) == []
-    assert images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split() == []
+    assert _left_running(label) == []
 
 
 def test_bisect_the_images_in_order(sshd: SshdEndpoint, tmp_path: Path, label: str) -> None:
@@ -156,19 +151,8 @@ def test_bisect_the_images_in_order(sshd: SshdEndpoint, tmp_path: Path, label: s
     hosts = _hosts(sshd, tmp_path, tags)
     pair = _pair(tmp_path, label, releases[0], releases[-1], nvls_both=False)
     plan = with_order(make_plan(pair.good, pair.bad), releases[1:-1])
-    store = Store(tmp_path / "results")
-    try:
-        outcome = Bisection(
-            store,
-            plan,
-            [load_host(hosts, "lab")],
-            options=BisectOptions(builds=plan.order),
-            command="test",
-        ).run()
-        runs = store.runs(outcome.campaign_id)
-        envs = {r.id: store.environment(r.env_digest) for r in runs}
-    finally:
-        store.close()
+    done = bisect_in(tmp_path / "results", plan, [load_host(hosts, "lab")], builds=plan.order)
+    outcome, runs, envs = done.outcome, done.runs, done.envs
     answer = outcome.to_dict()
     assert outcome.found, answer
     [cul] = answer["culprits"]
@@ -179,7 +163,7 @@ def test_bisect_the_images_in_order(sshd: SshdEndpoint, tmp_path: Path, label: s
         assert tags[build] in (r.rendered or "")
         assert env is not None and env.image == tags[build] and env.image_id
         assert env.server_version == build
-    assert images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split() == []
+    assert _left_running(label) == []
 
 
 def test_a_tag_that_names_another_release_is_infra(
@@ -196,4 +180,4 @@ def test_a_tag_that_names_another_release_is_infra(
     assert r.verdict is Verdict.INFRA, (r.verdict, r.detail)
     assert f"build '0.5.23' ({wrong}) serves" in r.detail and "0.5.22, not 0.5.23" in r.detail
     assert r.environment is not None and r.environment.image_id
-    assert images.podman("ps", "-aq", "--filter", f"label=orchestrator-lab={label}").split() == []
+    assert _left_running(label) == []

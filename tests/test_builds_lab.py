@@ -21,8 +21,11 @@ from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
 from tests.support.campaign_lab import (
+    PACKAGE_KINDS,
+    PACKAGE_REFUSED,
     REPO,
     TIME_SCALE,
+    bisect_in,
     install_lab_builds,
     lab_pair,
     lab_servers,
@@ -242,13 +245,9 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     from orchestrator.execution.executor import Executor
 
     root = tmp_path / "builds"
-    kinds = {
-        "0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
-        "0.5.23rc1": {"lab-kernel": ("0.1.1", []), "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])},
-    }
-    for v, extra in kinds.items():
+    for v, extra in PACKAGE_KINDS.items():
         labbuilds.install(root, v, python=sys.executable, repo=str(REPO), extra=extra)
-    hosts = _hosts(sshd, tmp_path, {v: str(root / v) for v in kinds})
+    hosts = _hosts(sshd, tmp_path, {v: str(root / v) for v in PACKAGE_KINDS})
     pair = lab_pair(tmp_path, "releases")
     for side, build in (("good", "0.5.22"), ("bad", "0.5.23rc1")):
         path = pair.good if side == "good" else pair.bad
@@ -271,14 +270,8 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
         "orchestrator-lab-server",
     ]
     # the flags of bad that good lacks: none but the same nvls; the rest of bad's flags stay
-    store = Store(tmp_path / "results")
-    try:
-        outcome = Bisection(
-            store, plan, [host], options=BisectOptions(packages=got), command="test"
-        ).run()
-        runs = store.runs(outcome.campaign_id)
-    finally:
-        store.close()
+    done = bisect_in(tmp_path / "results", plan, [host], packages=got)
+    outcome, runs = done.outcome, done.runs
     answer = outcome.to_dict()
     assert outcome.found, answer
     named = [sorted(c["deltas"]) for c in answer["culprits"]]
@@ -288,16 +281,10 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     with Executor(host, service="lab-releases.service", campaign="t") as ex:
         alone = ex.run(plan.variant(frozenset({tok})), run_id="t.1")
     assert alone.verdict is Verdict.INVALID
-    assert (
-        "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement "
-        "lab-kernel>=0.1.1" in alone.detail
-    ), alone.detail
+    assert PACKAGE_REFUSED in alone.detail, alone.detail
     refused = [r for r in runs if r.verdict is Verdict.INVALID]
     for r in refused:
-        assert (
-            "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement "
-            "lab-kernel>=0.1.1" in r.detail
-        ), r.detail
+        assert PACKAGE_REFUSED in r.detail, r.detail
     # every run ran good's build, the chosen packages from bad's first on its path
     for r in runs:
         exp = r.experiment()

@@ -30,6 +30,7 @@ from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import LockError
 from orchestrator.events import Event, PhaseReached, Polled, StepDone
+from orchestrator.execution.contract import RunResult
 from orchestrator.execution.executor import Executor
 from orchestrator.execution.transport.ssh import SSHTransport
 from orchestrator.lab.sdhosts import SystemdHostFactory
@@ -288,6 +289,23 @@ def test_read_back_mismatch_is_invalid_and_nothing_starts(lab: Lab) -> None:
     assert lab.exists(f"{UNIT_DIR}/{B300}.d/zz-override.conf")  # theirs is left alone
 
 
+def _run_good_with_steps(
+    lab: Lab, campaign: str, *, wait: float
+) -> tuple[RunResult, list[StepDone]]:
+    """b300's good config run once (the setup retry after `wait` seconds), and the steps
+    the executor said."""
+    steps: list[StepDone] = []
+    with Executor(
+        lab.host,
+        service=B300,
+        campaign=campaign,
+        listener=lambda e: steps.append(e) if isinstance(e, StepDone) else None,
+    ) as ex:
+        ex.setup_retry_wait = wait
+        r = ex.run(exp("b300/good.yaml"), run_id=campaign)
+    return r, steps
+
+
 def _chdir_failures(lab: Lab) -> int:
     said = lab.sh(f"journalctl -u {B300} -o cat --no-pager | grep -c 'status=200/CHDIR'; true")
     return int(said.strip() or 0)
@@ -299,15 +317,7 @@ def test_a_process_systemd_could_not_set_up_is_infra_not_a_crash(lab: Lab) -> No
     # The status is systemd's, never the server's: not "signal 72" (200 - 128), not a failure.
     lab.box.install_unit(f"{B300}.d/10-operator.conf", "[Service]\nWorkingDirectory=/no/such/dir\n")
     before = _chdir_failures(lab)
-    steps: list[StepDone] = []
-    with Executor(
-        lab.host,
-        service=B300,
-        campaign="c-setup",
-        listener=lambda e: steps.append(e) if isinstance(e, StepDone) else None,
-    ) as ex:
-        ex.setup_retry_wait = 0.5
-        r = ex.run(exp("b300/good.yaml"), run_id="setup")
+    r, steps = _run_good_with_steps(lab, "c-setup", wait=0.5)
     assert _chdir_failures(lab) - before == 2  # started once more, and failed the same way
     assert [s.step for s in steps].count("restarting") == 1
     assert r.verdict is Verdict.INFRA, (r.verdict, r.signature, r.detail)
@@ -331,16 +341,9 @@ def test_a_setup_failure_that_passes_is_started_once_more(lab: Lab) -> None:
         f"[Unit]\nOnFailure=orch-appear.service\n[Service]\nWorkingDirectory={appears}\n",
     )
     before = _chdir_failures(lab)
-    steps: list[StepDone] = []
     try:
-        with Executor(
-            lab.host,
-            service=B300,
-            campaign="c-setup-once",
-            listener=lambda e: steps.append(e) if isinstance(e, StepDone) else None,
-        ) as ex:
-            ex.setup_retry_wait = 10.0  # the OnFailure= unit's start, on a loaded machine too
-            r = ex.run(exp("b300/good.yaml"), run_id="once")
+        # the wait covers the OnFailure= unit's start, on a loaded machine too
+        r, steps = _run_good_with_steps(lab, "c-setup-once", wait=10.0)
     finally:
         lab.sh(f"rm -rf {appears} {UNIT_DIR}/orch-appear.service; systemctl daemon-reload")
     assert _chdir_failures(lab) - before == 1

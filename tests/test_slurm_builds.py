@@ -10,15 +10,13 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.campaign.bisect import Bisection, BisectOptions
 from orchestrator.campaign.planning import make_plan, with_order
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import SshdEndpoint
-from orchestrator.store.store import Store
 from tests.hosts.slurm import slurm_hosts_file
-from tests.support.campaign_lab import install_lab_builds, lab_pair, load_host
+from tests.support.campaign_lab import bisect_in, install_lab_builds, lab_pair, load_host
 
 RELEASES = load_scenario("releases").versions
 
@@ -36,18 +34,8 @@ def test_release_together_with_a_flag_by_slurm_jobs(
 
     pair = lab_pair(tmp_path, "releases")
     plan = with_order(make_plan(pair.good, pair.bad), RELEASES[1:-1])
-    store = Store(tmp_path / "results")
-    try:
-        outcome = Bisection(
-            store,
-            plan,
-            [load_host(hosts, "lab-slurm")],
-            options=BisectOptions(builds=plan.order),
-            command="test",
-        ).run()
-        runs = store.runs(outcome.campaign_id)
-    finally:
-        store.close()
+    done = bisect_in(tmp_path / "results", plan, [load_host(hosts, "lab-slurm")], builds=plan.order)
+    outcome, runs = done.outcome, done.runs
     answer = outcome.to_dict()
     assert outcome.found, answer
     (cul,) = answer["culprits"]

@@ -13,6 +13,7 @@ back-up), `run(exp, run_id=...)` -> `RunResult`, `close()` (restore, unlock, `le
 
 from __future__ import annotations
 
+import json
 import shlex
 import threading
 from collections.abc import Iterable
@@ -146,8 +147,6 @@ class HostExecutor:
         per image and host; empty when it cannot be read (the run's start will tell)."""
         memo = self.__dict__.setdefault("_image_envs", {})
         if cc.image not in memo:
-            import json
-
             cmd = shlex.join(
                 [*cc.runtime[:-1], "image", "inspect", "--format", "{{json .Config.Env}}", cc.image]
             )
@@ -196,8 +195,6 @@ class HostExecutor:
         breaks that good's build alone does not), None when it can."""
         if not exp.packages or not exp.packages_from:
             return None
-        import json
-
         site = self._overlay_site(exp)
         source = replace(exp, build=exp.packages_from, packages=(), packages_from=None)
         wanted = json.dumps(dict(exp.packages))

@@ -84,6 +84,11 @@ class _Watch:
     dead_at: float | None = None
     boot: str | None = None  # the host's boot id at the first poll
 
+    @property
+    def setup_failure(self) -> str | None:
+        """systemd's status when it could not set the dead server's process up ('219/CGROUP')."""
+        return getattr(self.poll, "setup_failure", None) if self.died else None
+
 
 def service_name(exp: Experiment) -> str:
     return exp.unit or re.sub(r"[^A-Za-z0-9_.@-]", "_", exp.name)
@@ -585,7 +590,7 @@ class Executor(HostExecutor):
             started = self.manager.start(exp, run_id=run_id)
             self._step("started", started.invocation or f"pid {started.pid}")
             self._watch(exp, started, t0, watch)
-            failure = getattr(watch.poll, "setup_failure", None) if watch.died else None
+            failure = watch.setup_failure
             if not failure or attempt + 1 == SETUP_ATTEMPTS:
                 break
             self._step(
@@ -601,7 +606,7 @@ class Executor(HostExecutor):
         there to join; `203/EXEC`) never ran the server's command: its status is systemd's,
         not the server's, and says nothing about the config. Raise the run's `infra` (the
         campaign starts it again, and stops if every start fails so)."""
-        failure = getattr(w.poll, "setup_failure", None)
+        failure = w.setup_failure
         if failure:
             raise InfraError(
                 f"systemd could not start {self.service} on {self.host.describe()}: its "

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.campaign.bisect import Bisection, BisectOptions, Outcome
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.diagnosis.verdicts import Verdict, relative
@@ -420,3 +421,40 @@ def install_lab_builds(tmp: Path, **special: dict) -> dict[str, str]:
         labbuilds.install(root, v, python=sys.executable, repo=str(REPO), **special.get(v, {}))
         out[v] = str(root / v)
     return out
+
+
+#: two lab releases that differ in three distributions: the server's own, a kernel, and a
+#: tokenizer whose new release needs the new kernel (`bisect --packages`); name ->
+#: {distribution: (version, requirements)}
+PACKAGE_KINDS: dict[str, dict[str, tuple[str, list[str]]]] = {
+    "0.5.22": {"lab-kernel": ("0.1.0", []), "lab-tokenizer": ("1.0", [])},
+    "0.5.23rc1": {"lab-kernel": ("0.1.1", []), "lab-tokenizer": ("1.1", ["lab-kernel>=0.1.1"])},
+}
+#: what `pip check` says of the new tokenizer without the new kernel
+PACKAGE_REFUSED = (
+    "pip check refuses this set of packages: lab-tokenizer 1.1 has requirement lab-kernel>=0.1.1"
+)
+
+
+@dataclass(frozen=True)
+class Bisected:
+    """A campaign run to its end in a results store, as recorded."""
+
+    outcome: Outcome
+    runs: list[RunRow]
+    envs: dict[str, Any]  # run id -> the environment recorded for it (or None)
+
+
+def bisect_in(results: Path, plan: Any, hosts: list[Host], **options: Any) -> Bisected:
+    """Bisect `plan` on `hosts` (BisectOptions from `options`), recorded under `results`:
+    the outcome, its runs and each run's recorded environment."""
+    store = Store(results)
+    try:
+        outcome = Bisection(
+            store, plan, hosts, options=BisectOptions(**options), command="test"
+        ).run()
+        runs = store.runs(outcome.campaign_id)
+        envs = {r.id: store.environment(r.env_digest) for r in runs}
+    finally:
+        store.close()
+    return Bisected(outcome, runs, envs)
