@@ -147,3 +147,23 @@ def test_an_issue_reports_reproduction_removes_the_variable_too() -> None:
     text = command_block(["python3", "-m", "x", "--a", "1", "-tp", "8"], {"A": "1"}, ["NCCL_ALGO"])
     assert text.splitlines()[0] == "env -u NCCL_ALGO \\"
     assert "  -tp 8" in text.splitlines()  # a short option is a flag line of its own
+
+
+def test_a_child_config_setting_a_variable_false_removes_it(tmp_path: Path) -> None:
+    """`env: {X: false}` in a child removes X, as a flag set to false is removed
+    (docs/formats.md): never `Environment="X=false"` in the drop-in."""
+    _config(tmp_path / "parent.yaml", {"NCCL_DEBUG": "INFO", "A": "1"})
+    child = tmp_path / "child.yaml"
+    child.write_text(
+        yaml.safe_dump({"extends": "parent.yaml", "service": {"env": {"NCCL_DEBUG": False}}})
+    )
+    exp = load_experiment(child)
+    assert exp.env_map() == {"A": "1"} and exp.unset == ("NCCL_DEBUG",)
+    store = Store(tmp_path / "results")
+    row = store.run(_run(store, exp))
+    assert row.rendered is not None
+    assert "NCCL_DEBUG=false" not in row.rendered
+    assert "UnsetEnvironment=NCCL_DEBUG" in row.rendered
+    # the quoted text stays a value
+    quoted = _config(tmp_path / "quoted.yaml", {"NCCL_DEBUG": "false"})
+    assert load_experiment(quoted).env_map() == {"NCCL_DEBUG": "false"}

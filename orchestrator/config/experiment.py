@@ -466,8 +466,10 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
     env: list[tuple[str, str]] = []
     unset: list[str] = []
     for key, value in (svc.env or {}).items():
-        if value is None:
-            unset.append(key)  # `X: null`: the launch removes X (the unit's own X too)
+        if value is None or value is False:
+            # `X: null` (or `false`, as for a flag): the launch removes X (the unit's own
+            # X too); the text "false" is written quoted
+            unset.append(key)
             continue
         text = _scalar_text(value) if not isinstance(value, str) else value
         text, ref = resolve_reference(text, file=source, key=f"service.env.{key}")
