@@ -36,7 +36,11 @@ def test_docker_run_unit_gives_the_image_as_build_and_the_servers_flags(tmp_path
     }
     assert spec["exec"].startswith("/usr/bin/docker run --rm --name sglang-k2 --gpus all")
     assert spec["exec"].endswith("lmsysorg/sglang:v0.5.22-cu129 python3 -m sglang.launch_server")
-    assert spec["env"] == {"HF_HOME": "/data/hf"}
+    # env: is what the server in the container sees: its `-e NCCL_DEBUG=WARN`; the unit's
+    # HF_HOME reaches docker itself (no -e hands it on), which is said, not moved
+    assert spec["env"] == {"NCCL_DEBUG": "WARN"}
+    assert "NCCL_DEBUG" not in spec["exec"] and "--env HF_TOKEN" in spec["exec"]
+    assert any("HF_HOME reaches docker itself" in n for n in spec["notes"]), spec["notes"]
     exp = _loaded(spec, tmp_path)
     assert exp.build == "lmsysorg/sglang:v0.5.22-cu129"
     # another tag runs in place of the image, the rest of the line as it was

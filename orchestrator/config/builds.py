@@ -22,118 +22,27 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from orchestrator.config.containers import ContainerCommand, container_split
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.config.experiment import Experiment
 
-#: container runtimes whose `run` subcommand starts the server inside an image
-RUNTIMES = ("docker", "podman", "nerdctl")
-#: `docker run` / `podman run` options that take a value as the next word (a long option
-#: may also be written `--opt=value`); every other option is a switch
-_VALUE_OPTIONS = frozenset(
-    """
--a --attach --add-host --annotation --blkio-weight --blkio-weight-device --cap-add --cap-drop
---cgroup-parent --cgroupns --cgroup-conf --cidfile --cpu-period --cpu-quota --cpu-rt-period
---cpu-rt-runtime -c --cpu-shares --cpus --cpuset-cpus --cpuset-mems --device
---device-cgroup-rule --device-read-bps --device-read-iops --device-write-bps
---device-write-iops --dns --dns-option --dns-opt --dns-search --domainname --entrypoint -e
---env --env-file --expose --gpus --group-add --health-cmd --health-interval
---health-retries --health-start-period --health-timeout -h --hostname --hooks-dir --ip
---ip6 --ipc --isolation --kernel-memory -l --label --label-file --link --link-local-ip
---log-driver --log-opt --mac-address -m --memory --memory-reservation --memory-swap
---memory-swappiness --mount --name --network --net --network-alias --net-alias
---oom-score-adj --pid --pids-limit --platform -p --publish --pull --restart --runtime
---security-opt --shm-size --stop-signal --stop-timeout --storage-opt --sysctl --tmpfs
---ulimit -u --user --userns --uts -v --volume --volume-driver --volumes-from -w --workdir
---secret --systemd --umask --uidmap --gidmap --subuidname --subgidname --arch --os
---variant --authfile --cert-dir --creds --decryption-key --init-path --pidfile
---rootfs --sdnotify --seccomp-policy --timeout --tz --chrootdirs --passwd-entry
---personality --preserve-fds --requires --log-level --conmon-pidfile --cgroups
---gpus-all-devices --pod --pod-id-file --replace-policy --retry --retry-delay
-""".split()
-)
-
-
-@dataclass(frozen=True)
-class ContainerCommand:
-    """A `docker run ... IMAGE CMD...` command line cut in three."""
-
-    runtime: tuple[str, ...]  # everything up to and including `run` (`sudo docker run`)
-    options: tuple[str, ...]  # the runtime's own options (not the server's)
-    image: str
-    command: tuple[str, ...]  # what runs inside the image: the server's own argv
-
-    @property
-    def image_index(self) -> int:
-        return len(self.runtime) + len(self.options)
-
-
-def container_split(words: Sequence[str]) -> ContainerCommand | None:
-    """The parts of a `docker run` / `podman run` command line, or None if it is not one.
-
-    `sudo`, `env X=Y` and a path to the runtime (`/usr/bin/docker`) may come first. The
-    runtime's options are skipped by the table above; `--` ends them."""
-    i = 0
-    while i < len(words) and (
-        words[i] in ("sudo", "env", "exec", "nice", "-E")
-        or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[i])
-    ):
-        i += 1
-    if i + 1 >= len(words) or os.path.basename(words[i]) not in RUNTIMES:
-        return None
-    j = i + 1
-    if words[j] == "container":  # `docker container run`
-        j += 1
-    if j >= len(words) or words[j] != "run":
-        return None
-    runtime_end = j + 1
-    k = runtime_end
-    while k < len(words):
-        w = words[k]
-        if w == "--":
-            k += 1
-            break
-        if not w.startswith("-") or w == "-":
-            break
-        if "=" in w and w.startswith("--"):
-            k += 1
-        elif w in _VALUE_OPTIONS:
-            k += 2
-        else:
-            k += 1
-    if k >= len(words):
-        return None
-    return ContainerCommand(
-        tuple(words[:runtime_end]), tuple(words[runtime_end:k]), words[k], tuple(words[k + 1 :])
-    )
-
-
 #: the options of a container command that shape what its Python sees (its environment
 #: and its mounts): a command run inside the same image to read it takes them too
-_SEEN_OPTIONS = frozenset({"-e", "--env", "--env-file", "-v", "--volume", "--mount"})
-
-
-def _takes_value(word: str) -> bool:
-    return word in _VALUE_OPTIONS and not ("=" in word and word.startswith("--"))
+_SEEN_OPTIONS = frozenset({"--env", "--env-file", "--volume", "--mount"})
 
 
 def seen_options(cc: ContainerCommand) -> tuple[str, ...]:
     """The environment and mount options of the server's own `run` (`-e X=1`, `-v a:b`,
     `--env=X=1`), in order: what a command run in the image to read it needs as well."""
     out: list[str] = []
-    opts = cc.options
-    k = 0
-    while k < len(opts):
-        w = opts[k]
-        name = w.split("=", 1)[0] if w.startswith("--") else w
-        step = 2 if _takes_value(w) else 1
-        if name in _SEEN_OPTIONS:
-            out.extend(opts[k : k + step])
-        k += step
+    for o in cc.parsed():
+        if o.name in _SEEN_OPTIONS:
+            out.extend(cc.options[o.start : o.start + o.words])
     return tuple(out)
 
 
@@ -159,19 +68,11 @@ def env_option(cc: ContainerCommand, name: str) -> tuple[int, int, str] | None:
     """Where the command sets variable `name` (`-e NAME=V`, `--env NAME=V`,
     `--env=NAME=V`): (index in the options, words taken, value) of the last such option."""
     found = None
-    opts = cc.options
-    k = 0
-    while k < len(opts):
-        w = opts[k]
-        if w in ("-e", "--env") and k + 1 < len(opts):
-            key, sep, value = opts[k + 1].partition("=")
+    for o in cc.parsed():
+        if o.name == "--env" and o.value is not None:
+            key, sep, value = o.value.partition("=")
             if key == name and sep:
-                found = (k, 2, value)
-        elif w.startswith("--env="):
-            key, sep, value = w[len("--env=") :].partition("=")
-            if key == name and sep:
-                found = (k, 1, value)
-        k += 2 if _takes_value(w) else 1
+                found = (o.start, o.words, value)
     return found
 
 

@@ -19,6 +19,7 @@ from typing import Any, Union
 
 from pydantic import ValidationError
 
+from orchestrator.config.containers import container_problem, container_split
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
     Condition,
@@ -231,6 +232,10 @@ class Experiment:
         }
         if self.build is not None:  # joins only when set: older runs' keys hold
             launch["build"] = self.build
+        if self.env and container_split(self.exec) is not None:
+            # the environment goes into the container (`-e`): runs from before it did
+            # launched another server and hold no verdict for this one
+            launch["env_into_container"] = True
         if self.packages:
             launch["packages"] = [sorted(self.packages), self.packages_from]
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
@@ -426,6 +431,9 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         ) from None
     if not exec_words:
         raise ConfigError("the command is empty", file=source, key="service.exec")
+    why = container_problem(exec_words)  # `docker run -d`, an option of unknown arity
+    if why:
+        raise ConfigError(why, file=source, key="service.exec")
     if svc.workdir is not None:
         _check_workdir(svc.workdir, source)
     if svc.packages and not svc.packages_from:

@@ -86,7 +86,9 @@ def _program_end(words: list[str], i: int) -> int:
     return min(i, len(words))
 
 
-def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
+def parse_command(
+    words: list[str], *, source: str, notes: list[str] | None = None
+) -> dict[str, Any]:
     """argv words (maybe with leading VAR=x or `env`) -> {exec, flags, env}.
 
     Options are read as argparse reads them: `--x v`, `--x=v`, `-x v`, `-x=v`; a short
@@ -106,14 +108,18 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
         i += 1
     # `docker run ... IMAGE` / `podman run ...`: the runtime, its options and the image
     # open the command; the image is the build; the server's own command line follows
-    head, i, build = container_exec(words, i)
+    head, i, build, entry = container_exec(words, i, source=source, notes=notes)
     if not head and (i >= len(words) or is_option(words[i])):
         raise ConfigError("no command found before the first --flag", file=source)
-    # an image whose entrypoint is the server takes the options right after the image
-    end = _program_end(words, i) if i < len(words) and not is_option(words[i]) else i
+    if entry:
+        # the image's entry point (`--entrypoint python3`, `vllm serve` of vLLM's image)
+        # runs first: the words after the image are its arguments, read as its own
+        end = i + max(_program_end([*entry, *words[i:]], 0) - len(entry), 0)
+    else:
+        end = _program_end(words, i) if i < len(words) and not is_option(words[i]) else i
     exec_words = head + words[i:end]
     i = end
-    server = server_of(exec_words)
+    server = server_of([*exec_words, *entry])
     flags: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     while i < len(words):
@@ -156,18 +162,87 @@ def parse_command(words: list[str], *, source: str) -> dict[str, Any]:
     return spec
 
 
-def container_exec(words: list[str], i: int) -> tuple[list[str], int, str | None]:
+def container_exec(
+    words: list[str], i: int, *, source: str, notes: list[str] | None = None
+) -> tuple[list[str], int, str | None, tuple[str, ...]]:
     """A `docker run ... IMAGE CMD --flags` / `podman run` command line from word i: the
     runtime, its own options and the image open the exec (the runtime's options are never
-    the server's flags), the image is the build, and the words after it are the server's
-    own command line. Not a container command: ([], i, None)."""
-    from orchestrator.config.builds import container_split
+    the server's flags), the image is the build, the words after it are the server's own
+    command line, run by the image's entry point (the last item). `-d` is dropped (runs
+    keep the container in the foreground); an option whose taking a value neither runtime
+    lists is refused, never guessed. Not a container command: ([], i, None, ())."""
+    from orchestrator.config.containers import container_problem, container_split
 
     cc = container_split(words[i:])
     if cc is None:
-        return [], i, None
-    head = [*cc.runtime, *cc.options, cc.image]
-    return head, i + len(head), cc.image
+        return [], i, None, ()
+    options = list(cc.options)
+    if cc.detached():
+        for o in reversed([o for o in cc.parsed() if o.name == "--detach"]):
+            w = options[o.start]
+            if w.startswith("--") or w == "-d":
+                del options[o.start]
+            else:  # a cluster of short switches: `-dit` -> `-it`
+                options[o.start] = w.replace("d", "", 1)
+        if notes is not None:
+            notes.append(
+                f"{cc.runtime_name} run -d is dropped: each run keeps the container in the "
+                "foreground, where the service manager watches and stops it (and removes it)"
+            )
+    why = container_problem([*cc.runtime, *options, cc.image, *cc.command])
+    if why is not None:
+        raise ConfigError(f"cannot read the container command: {why}", file=source)
+    head = [*cc.runtime, *options, cc.image]
+    return head, i + len(cc.runtime) + len(cc.options) + 1, cc.image, cc.entrypoint()
+
+
+def _container_env(spec: dict[str, Any], *, notes: list[str], unit: bool) -> dict[str, Any]:
+    """Where a container command's variables go, said honestly. `env:` is what the server
+    inside the container sees (runs hand it over with `-e`): a variable the command sets
+    with `-e NAME=V`, or passes with `-e NAME` from its own environment, moves there (its
+    `-e` leaves the command). A variable only the runtime's own command gets (the unit's
+    `Environment=`, `X=1 docker run`) never reaches the server: it stays out of `env:`
+    (the unit keeps it; a command line keeps it as `env X=1` before the runtime)."""
+    from orchestrator.config.containers import container_split
+
+    words = shlex.split(spec["exec"])
+    cc = container_split(words)
+    if cc is None:
+        return spec
+    outer: dict[str, str] = dict(spec["env"])
+    inner: dict[str, str] = {}
+    drop: set[int] = set()
+    for o in cc.parsed():
+        word = cc.options[o.start]
+        if o.name != "--env" or o.value is None or word not in ("-e", "--env", f"--env={o.value}"):
+            continue  # not a variable, or inside a cluster of short options: left as written
+        key, sep, value = o.value.partition("=")
+        if not sep and key not in outer:
+            continue  # from an environment the import cannot see: left as written
+        inner[key] = value if sep else outer[key]
+        drop.update(range(o.start, o.start + o.words))
+    runtime_only = {k: v for k, v in outer.items() if k not in inner}
+    options = [w for k, w in enumerate(cc.options) if k not in drop]
+    prefix: list[str] = []
+    if runtime_only:
+        names = ", ".join(runtime_only)
+        where = f"{cc.runtime_name} itself, not the server inside the container (no -e hands it on)"
+        if unit:
+            notes.append(
+                f"Environment= {names} reaches {where}: not in env: (which the container "
+                "gets); the unit keeps it for every run"
+            )
+        else:
+            notes.append(f"{names} reaches {where}: kept before it in exec (`env`), not in env:")
+            prefix = ["env", *(f"{k}={v}" for k, v in runtime_only.items())]
+    if inner:
+        notes.append(
+            "the container's variables (" + ", ".join(inner) + ") are in env:; each run "
+            f"hands env: to the container with {cc.runtime_name} run -e"
+        )
+    spec["exec"] = shlex.join([*prefix, *cc.runtime, *options, cc.image, *cc.command])
+    spec["env"] = inner
+    return spec
 
 
 def venv_activation(words: list[str]) -> tuple[str | None, list[str]]:
@@ -354,7 +429,7 @@ def _read_script(
             "set in the script but not exported, so not in the server's environment "
             "(and not in env:): " + ", ".join(unexported)
         )
-    spec = parse_command(expanded, source=source)
+    spec = parse_command(expanded, source=source, notes=notes)
     _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
     return _with_venv(spec, venv)
@@ -437,6 +512,7 @@ def import_command_line(text: str, *, source: str = "<command line>") -> dict[st
     the import read in a way worth saying)."""
     notes: list[str] = []
     spec = _read_script(text, source=source, vs=shellwords.Vars(), notes=notes)
+    spec = _container_env(spec, notes=notes, unit=False)
     spec["notes"] = notes
     return _no_literal_references(spec, source)
 
@@ -469,7 +545,7 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
     name = Path(source).name
     unit = name if re.fullmatch(r".+\.(service|socket|target|timer)", name) else None
     section = ""
-    exec_start: str | None = None
+    exec_starts: list[str] = []
     env: dict[str, str] = {}
     env_files: list[str] = []
     notes: list[str] = []
@@ -492,7 +568,9 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
         key, _, value = stripped.partition("=")
         key, value = key.strip(), value.strip()
         if key == "ExecStart":
-            exec_start = value or None
+            # each line adds a command (systemd runs them in turn, oneshot units only);
+            # an empty one resets the list
+            exec_starts = [*exec_starts, value] if value else []
         elif key == "Environment":
             if not value:
                 env.clear()
@@ -510,8 +588,18 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
                 env_files.clear()
             else:
                 env_files.append(value)
-    if not exec_start:
+    if not exec_starts:
         raise ConfigError("no ExecStart= line in the [Service] section", file=source)
+    if len(exec_starts) > 1:
+        listed = "; ".join(e[:120] for e in exec_starts)
+        raise ConfigError(
+            f"the [Service] section has {len(exec_starts)} ExecStart= commands ({listed}): "
+            "which one is the server cannot be told",
+            file=source,
+            hint="import the server's command alone (`orchestrator import -- COMMAND...`) "
+            "or a copy of the unit with its ExecStart= line only",
+        )
+    exec_start = exec_starts[0]
     prefixes = re.match(r"[-@:+!|]*", exec_start)[0]  # type: ignore[index]
     line = exec_start[len(prefixes) :]
     if "|" in prefixes:
@@ -560,9 +648,10 @@ def import_unit_file(text: str, *, source: str) -> dict[str, Any]:
     if inner is not None:
         spec = _read_shell_c(inner, env, source=source, notes=notes)
     else:
-        spec = parse_command(argv, source=source)
+        spec = parse_command(argv, source=source, notes=notes)
         _script_note(spec, notes)
     spec["env"] = {**env, **spec["env"]}
+    spec = _container_env(spec, notes=notes, unit=True)
     spec["unit"] = unit if unit and unit.endswith(".service") else None
     spec["notes"] = notes
     return _no_literal_references(spec, source)

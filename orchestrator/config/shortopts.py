@@ -52,8 +52,13 @@ NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
 def server_of(exec_words: Sequence[str]) -> str | None:
-    """`vllm` or `sglang` when the command is one of their servers' entry points."""
-    for w in exec_words:
+    """`vllm` or `sglang` when the command is one of their servers' entry points (an
+    image whose entry point is the server's counts: `docker run vllm/vllm-openai`)."""
+    from orchestrator.config.containers import IMAGE_ENTRYPOINTS, image_repository
+
+    words = list(exec_words)
+    words += [e for w in exec_words for e in IMAGE_ENTRYPOINTS.get(image_repository(w), ())]
+    for w in words:
         base = PurePosixPath(w).name
         if base == "vllm" or w.startswith("vllm.entrypoints"):
             return "vllm"

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator.config import builds
+from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
@@ -126,6 +126,10 @@ class HostExecutor:
         out = builds.resolve(
             exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
         )
+        if out.env and builds.container_split(out.exec) is not None:
+            # a container's server sees only what the runtime hands it: the config's
+            # environment reaches the runtime (drop-in, launch script) and goes on by `-e`
+            out = replace(out, exec=containers.passing_env(out.exec, list(out.env_map())))
         if exp.packages and exp.packages_from:
             # the packages taken from another build go first on the server's path: in a
             # container, mounted at the same path and first on the container's PYTHONPATH

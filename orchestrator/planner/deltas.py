@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.config import jsonvalue
+from orchestrator.config.containers import container_split
 from orchestrator.config.experiment import Experiment, FlagValue, option_word, render_value
 from orchestrator.errors import PlanError
 
@@ -189,6 +190,17 @@ def _flag_words(key: str, value: FlagValue | str | None) -> str:
     return shlex.join(words)
 
 
+def _exec_key(exp: Experiment, *, masked: bool) -> tuple[str, ...]:
+    """The command as it decides what runs: a container command whose config names a
+    build runs the build's image, whatever image word the command holds."""
+    cc = container_split(exp.exec) if masked else None
+    if cc is None:
+        return exp.exec
+    words = list(exp.exec)
+    words[cc.image_index] = ""
+    return tuple(words)
+
+
 def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta]:
     """All differences between two resolved configs, in a stable order.
 
@@ -199,7 +211,10 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
     deltas: list[Delta] = []
     if good.build != bad.build:
         deltas.append(Delta("build", "build", good.build, bad.build))
-    if good.exec != bad.exec:
+    # both name a build: every variant runs one of them, so a difference of the image
+    # word alone is no `exec` delta beside the `build` one
+    masked = good.build is not None and bad.build is not None
+    if _exec_key(good, masked=masked) != _exec_key(bad, masked=masked):
         deltas.append(Delta("exec", "exec", shlex.join(good.exec), shlex.join(bad.exec)))
     gf, bf = good.flag_map(), bad.flag_map()
     secret = set(good.secrets().values()) | set(bad.secrets().values()) if split else set()
