@@ -284,12 +284,28 @@ def python_of(launch_exec: Sequence[str], target: str | None) -> str:
     return launch_exec[0]
 
 
-def overlay_dir(root: str, packages: Sequence[tuple[str, str]], source: str) -> str:
+#: where the overlays go on a host without a `run_dir`
+OVERLAY_ROOT = "/var/tmp/orchestrator"
+
+
+def overlays_of(run_dir: str | None, service: str | None = None) -> str:
+    """The directory of a service's package overlays on a host (of every service's: None):
+    `RUN_DIR/overlays/SERVICE/`, removed when the campaign ends and by `restore`."""
+    from orchestrator.config.containers import service_key
+
+    base = f"{(run_dir or OVERLAY_ROOT).rstrip('/')}/overlays"
+    return base if service is None else f"{base}/{service_key(service)}"
+
+
+def overlay_dir(
+    root: str, packages: Sequence[tuple[str, str]], source: str, service: str = ""
+) -> str:
+    """One set of packages' overlay: `ROOT/overlays/SERVICE/KEY`."""
     import hashlib
     import json
 
     key = hashlib.sha256(json.dumps([sorted(packages), source]).encode()).hexdigest()[:16]
-    return f"{root.rstrip('/')}/overlays/{key}"
+    return f"{overlays_of(root, service or None)}/{key}"
 
 
 def pip_problems(text: str) -> list[str]:

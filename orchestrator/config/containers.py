@@ -268,3 +268,62 @@ def passing_env(words: Sequence[str], names: Sequence[str]) -> tuple[str, ...]:
     `-e NAME` (the value taken from the runtime's own environment, where the drop-in or
     the launch script sets it: never on the command line)."""
     return with_options(words, [w for name in names for w in ("-e", name)])
+
+
+#: the label on every container a run starts: the service it ran for (to stop and remove
+#: it after the run, and to find what a controller that died left running)
+LABEL = "orchestrator.service"
+#: the runtimes looked for on a host whose leftovers are surveyed
+SURVEYED = ("docker", "podman", "nerdctl")
+CONTAINER_MARK = "@@CONTAINER"
+
+
+def service_key(service: str) -> str:
+    """The name a service's containers, lock and run directory are kept under."""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", service)
+
+
+def labelled(words: Sequence[str], service: str) -> tuple[str, ...]:
+    """A container command whose container carries the service's label."""
+    return with_options(words, ["--label", f"{LABEL}={service_key(service)}"])
+
+
+def runtime_prefix(cc: ContainerCommand) -> tuple[str, ...]:
+    """The words that run the runtime as the server's command does (`sudo docker`,
+    `env CONTAINERS_CONF=... podman`, `docker container`), without `run`."""
+    return cc.runtime[:-1]
+
+
+def remove_command(runtime: Sequence[str], service: str) -> str:
+    """Shell that stops (then removes) every container of the service's label, printing
+    `@@CONTAINER removed ID` for each one it found and `@@CONTAINER left ID` for each one
+    still there after."""
+    import shlex
+
+    r = shlex.join(runtime)
+    flt = shlex.quote(f"label={LABEL}={service_key(service)}")
+    return (
+        f"ids=$({r} ps -aq --filter {flt} 2>/dev/null); "
+        f'if [ -n "$ids" ]; then {r} stop -t 10 $ids >/dev/null 2>&1; '
+        f"{r} rm -f $ids >/dev/null 2>&1; fi; "
+        f'for id in $ids; do echo "{CONTAINER_MARK} removed $id"; done; '
+        f"for id in $({r} ps -aq --filter {flt} 2>/dev/null); do "
+        f'echo "{CONTAINER_MARK} left $id"; done; true'
+    )
+
+
+def survey_command() -> str:
+    """Shell printing `@@CONTAINER RUNTIME ID SERVICE` for every labelled container of each
+    runtime the host has."""
+    fmt = "'{{index .Config.Labels \"" + LABEL + "\"}}'"
+    return (
+        f"for r in {' '.join(SURVEYED)}; do command -v $r >/dev/null 2>&1 || continue; "
+        f"for id in $($r ps -aq --filter label={LABEL} 2>/dev/null); do "
+        f'echo "{CONTAINER_MARK} $r $id $($r inspect --format {fmt} $id 2>/dev/null)"; '
+        "done; done; true"
+    )
+
+
+def parse_marked(text: str) -> list[list[str]]:
+    """The fields after each `@@CONTAINER` line of a command's output."""
+    return [line.split()[1:] for line in text.splitlines() if line.startswith(CONTAINER_MARK + " ")]

@@ -126,10 +126,12 @@ class HostExecutor:
         out = builds.resolve(
             exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
         )
-        if out.env and builds.container_split(out.exec) is not None:
+        if builds.container_split(out.exec) is not None:
             # a container's server sees only what the runtime hands it: the config's
-            # environment reaches the runtime (drop-in, launch script) and goes on by `-e`
-            out = replace(out, exec=containers.passing_env(out.exec, list(out.env_map())))
+            # environment reaches the runtime (drop-in, launch script) and goes on by `-e`;
+            # the label finds the container to stop and remove after the run
+            words = containers.passing_env(out.exec, list(out.env_map()))
+            out = replace(out, exec=containers.labelled(words, self.service))
         if exp.packages and exp.packages_from:
             # the packages taken from another build go first on the server's path: in a
             # container, mounted at the same path and first on the container's PYTHONPATH
@@ -143,8 +145,34 @@ class HostExecutor:
         return out
 
     def _overlay_site(self, exp: Experiment) -> str:
-        root = self.host.run_dir or "/var/tmp/orchestrator"
-        return builds.overlay_dir(root, exp.packages, str(exp.packages_from))
+        root = self.host.run_dir or builds.OVERLAY_ROOT
+        return builds.overlay_dir(root, exp.packages, str(exp.packages_from), self.service)
+
+    def _remove_overlays(self, *, keep: str | None = None) -> list[str]:
+        """Remove this service's package overlays (full copies out of an image: gigabytes)
+        but `keep`; what was removed, in words. With sudo where the host allows it: files
+        copied out of an image by a rootful runtime are root's."""
+        d = shlex.quote(builds.overlays_of(self.host.run_dir, self.service))
+        spare = f" ! -name {shlex.quote(keep.rsplit('/', 1)[-1])}" if keep else ""
+        r = self.t.run(
+            f"[ -d {d} ] || exit 0; for o in $(find {d} -mindepth 1 -maxdepth 1{spare}); do "
+            f'rm -rf -- "$o" && echo "@@GONE $o"; done; '
+            + ("true" if keep else f"rmdir {d} 2>/dev/null; true"),
+            timeout=300,
+            sudo=True,
+        )
+        return [
+            f"removed the package overlay {line.split(' ', 1)[1]}"
+            for line in r.stdout.splitlines()
+            if line.startswith("@@GONE ")
+        ]
+
+    def _overlays_left(self) -> list[str]:
+        """This service's package overlays still on the host, in words."""
+        d = shlex.quote(builds.overlays_of(self.host.run_dir, self.service))
+        r = self.t.run(f"ls -1A {d} 2>/dev/null; true", timeout=30, sudo=True)
+        names = r.stdout.split()
+        return [f"package overlays in {d}: {', '.join(names)}"] if names else []
 
     def _image_env(self, cc: builds.ContainerCommand) -> dict[str, str]:
         """The environment an image sets for its processes (`ENV` of its build), read once
@@ -200,6 +228,9 @@ class HostExecutor:
         if not exp.packages or not exp.packages_from:
             return None
         site = self._overlay_site(exp)
+        # one overlay of this service on the host at a time: the one this run needs
+        self._remove_overlays(keep=site)
+        self.__dict__["_overlays_made"] = True
         source = replace(exp, build=exp.packages_from, packages=(), packages_from=None)
         wanted = json.dumps(dict(exp.packages))
         cc = builds.container_split(self.launch_of(source).exec)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from tenacity import RetryCallState, Retrying, retry_if_result, wait_exponential
 
 from orchestrator import shield
-from orchestrator.config import builds
+from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify.judge import (
@@ -157,6 +157,10 @@ class Executor(HostExecutor):
         self.cancel_event = threading.Event()
         #: what `inputs` read since the last run, by environment capture command
         self._inputs_memo: dict[str, LaunchInputs] = {}
+        #: the container runtimes this executor's launches ran (`docker`, `sudo podman`):
+        #: their containers of this service are removed after each run and at the end
+        self._runtimes: set[tuple[str, ...]] = set()
+        self._containers_left: list[str] = []
 
     # ---- campaign scope
     def open(self) -> Executor:
@@ -180,6 +184,9 @@ class Executor(HostExecutor):
             try:
                 if restore and self._opened:
                     done = self.manager.restore()
+                    done += self._remove_containers()
+                    if self.__dict__.get("_overlays_made"):
+                        done += self._remove_overlays()
                     for d in done:
                         self.emit(StepDone(host=self.host.name, step="restore", detail=d))
             finally:
@@ -205,6 +212,9 @@ class Executor(HostExecutor):
             left = self.manager.left_over()
             if left is None:
                 return None
+            left += self._containers_left
+            if self.__dict__.get("_overlays_made"):
+                left += self._overlays_left()
             holder = self.lock.read()
         except OrchestratorError:
             return None
@@ -216,6 +226,35 @@ class Executor(HostExecutor):
         ):
             left.append(f"the lock {self.lock.path} is still held")
         return left
+
+    def _stop(self) -> None:
+        """Stop the server; and the containers a run of ours started (a runtime's daemon
+        keeps a container running after its command is stopped)."""
+        self.manager.stop()
+        self._remove_containers()
+        if self._containers_left:
+            raise ServiceError(
+                f"{self.host.describe()}: " + "; ".join(self._containers_left),
+                hint="remove it by hand (`docker rm -f ID` / `podman rm -f ID`)",
+            )
+
+    def _remove_containers(self) -> list[str]:
+        """Stop and remove the containers labelled for this service, with each runtime
+        its launches ran; what was removed, in words (what could not be, in
+        `_containers_left`)."""
+        done: list[str] = []
+        self._containers_left = []
+        for runtime in sorted(self._runtimes):
+            r = self.t.run(containers.remove_command(runtime, self.service), timeout=60)
+            for what, cid in containers.parse_marked(r.stdout):
+                if what == "removed":
+                    done.append(f"stopped and removed container {cid} ({shlex.join(runtime)})")
+                else:
+                    self._containers_left.append(
+                        f"container {cid} of {self.service} ({shlex.join(runtime)}) is "
+                        "still there after its removal"
+                    )
+        return done
 
     def check_port(self, exp: Experiment) -> None:
         """Refuse to go on when the config's port is held by something not ours."""
@@ -246,6 +285,9 @@ class Executor(HostExecutor):
         # the run is recorded under its config (its build by name); the host runs the
         # build's interpreter or image
         config, exp = exp, self.launch_of(exp)
+        cc = builds.container_split(exp.exec)
+        if cc is not None:
+            self._runtimes.add(containers.runtime_prefix(cc))
         # Before the clock starts: the capture is not part of the run's time or deadline.
         self._inputs_memo.clear()  # a run reads the host afresh
         environment: envfacts.HostEnvironment | None = None
@@ -291,7 +333,7 @@ class Executor(HostExecutor):
             elif flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
-                self.manager.stop()
+                self._stop()
                 self._step("stopped", self.service)
                 reason = self.manager.install(exp, env_keys=frozenset(env_keys), run_id=run_id)
                 rendered = self.manager.rendered()
@@ -334,10 +376,10 @@ class Executor(HostExecutor):
                         last_phase=watch.phase,
                         probe=probe,
                     )
-                    self.manager.stop()
+                    self._stop()
                     self._step("stopped", "after the run")
         except RunCancelled:
-            self.manager.stop()
+            self._stop()
             self._step("stopped", "run cancelled")
             raise
         except ServiceError:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from orchestrator.config import builds, containers
 from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
 from orchestrator.execution.checks import Check
@@ -143,7 +144,8 @@ def leftover_checks(
             not fix,
             "; ".join(fix)
             if fix
-            else "none of orchestrator's (no drop-in, server or lock of a campaign that is gone)",
+            else "none of orchestrator's (no drop-in, server, container, package overlay or "
+            "lock of a campaign that is gone)",
             None if not fix else f"{how} undoes them",
         )
     ]
@@ -219,6 +221,24 @@ class Survey:
     units: list[str]
     #: the process services with a pid file of ours, not held by a live one
     processes: list[str]
+    #: containers a run of ours started, by the service label: (sudo, runtime, id, service)
+    containers: list[tuple[bool, str, str, str]] = field(default_factory=list)
+    #: services whose package overlays are on the host (`RUN_DIR/overlays/SERVICE`)
+    overlays: list[str] = field(default_factory=list)
+
+    def _kept(self, *, break_lock: bool = False) -> set[str]:
+        keep = {_key(svc) for svc, _ in self.live}
+        if not break_lock:
+            keep |= {_key(svc) for svc, _ in self.unknown}
+        return keep
+
+    def stray_containers(self, *, break_lock: bool = False) -> list[tuple[bool, str, str, str]]:
+        keep = self._kept(break_lock=break_lock)
+        return [c for c in self.containers if c[3] not in keep]
+
+    def stray_overlays(self, *, break_lock: bool = False) -> list[str]:
+        keep = self._kept(break_lock=break_lock)
+        return [o for o in self.overlays if o not in keep]
 
     def managers(self, *, break_lock: bool = False) -> list[SystemdManager | ProcessManager]:
         keep = {_key(svc) for svc, _ in self.live}
@@ -258,6 +278,14 @@ class Survey:
                     + ("; ".join(running) if running else f"the pid file of a server in {m.dir}")
                     + ", left by a campaign that is gone"
                 )
+        for sudo, runtime, cid, svc in self.stray_containers():
+            out.append(
+                f"container {cid} ({'sudo ' if sudo else ''}{runtime}) of {svc or '?'}, "
+                "started by a campaign that is gone"
+            )
+        root = builds.overlays_of(self.host.run_dir)
+        for svc in self.stray_overlays():
+            out.append(f"the package overlays {root}/{svc} of a campaign that is gone")
         for lock, holder in self.dead_locks:
             out.append(
                 f"the lock on {lock.service}"
@@ -283,7 +311,65 @@ def survey(host: Host, t: Transport) -> Survey:
             unknown.append((service, holder))
         else:
             dead_locks.append((lock, holder))
-    return Survey(host, t, live, unknown, dead_locks, left["systemd"], left["process"])
+    return Survey(
+        host,
+        t,
+        live,
+        unknown,
+        dead_locks,
+        left["systemd"],
+        left["process"],
+        _containers(host, t),
+        _overlays(host, t),
+    )
+
+
+def _containers(host: Host, t: Transport) -> list[tuple[bool, str, str, str]]:
+    """The containers labelled by a run of ours, of each runtime on the host: as the SSH
+    user (rootless podman), and as root where sudo is allowed (docker, a root unit)."""
+    found: list[tuple[bool, str, str, str]] = []
+    for sudo in (False, True) if host.sudo else (False,):
+        r = t.run(containers.survey_command(), timeout=60, sudo=sudo)
+        for fields in containers.parse_marked(r.stdout):
+            if len(fields) >= 2:
+                entry = (sudo, fields[0], fields[1], fields[2] if len(fields) > 2 else "")
+                if not any(e[1:3] == entry[1:3] for e in found):
+                    found.append(entry)
+    return found
+
+
+def _overlays(host: Host, t: Transport) -> list[str]:
+    d = shlex.quote(builds.overlays_of(host.run_dir))
+    return t.run(f"ls -1A {d} 2>/dev/null; true", timeout=30, sudo=True).stdout.split()
+
+
+def _remove_strays(s: Survey, *, break_lock: bool) -> list[str]:
+    """Remove the containers and package overlays of campaigns that are gone."""
+    done: list[str] = []
+    for sudo, runtime, cid, svc in s.stray_containers(break_lock=break_lock):
+        q = shlex.quote(cid)
+        r = s.t.run(
+            f"{runtime} stop -t 10 {q} >/dev/null 2>&1; {runtime} rm -f {q} >/dev/null",
+            timeout=60,
+            sudo=sudo,
+        )
+        done.append(
+            f"stopped and removed container {cid} ({runtime}) of {svc or '?'}"
+            if r.ok
+            else f"container {cid} ({runtime}) of {svc or '?'}: could not be removed: "
+            + r.stderr.strip()[-200:]
+        )
+    root = builds.overlays_of(s.host.run_dir)
+    for svc in s.stray_overlays(break_lock=break_lock):
+        d = shlex.quote(f"{root}/{svc}")
+        r = s.t.run(f"rm -rf -- {d}", timeout=300, sudo=True)
+        done.append(
+            f"removed the package overlays {root}/{svc}"
+            if r.ok
+            else f"the package overlays {root}/{svc} could not be removed: "
+            + r.stderr.strip()[-200:]
+        )
+    return done
 
 
 def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[str]:
@@ -319,6 +405,10 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
     managers = s.managers(break_lock=break_lock)
     for m in managers:
         done += m.restore()
+    strays = bool(
+        s.stray_containers(break_lock=break_lock) or s.stray_overlays(break_lock=break_lock)
+    )
+    done += _remove_strays(s, break_lock=break_lock)
     for lock, holder in dead_locks:
         lock.break_lock()
         done.append(
@@ -333,6 +423,22 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
             done.append(f"{m.name}: NOT as found: " + "; ".join(got))
         else:
             done.append(f"{m.name}: read back: as found")
+    if strays:  # read back too
+        again = survey(host, t)
+        gone = {c[2] for c in again.containers}
+        left = [c for c in s.stray_containers(break_lock=break_lock) if c[2] in gone]
+        left_o = [o for o in s.stray_overlays(break_lock=break_lock) if o in again.overlays]
+        done.append(
+            "containers and package overlays: read back: "
+            + (
+                "NOT as found: " + "; ".join([f"container {c[2]}" for c in left] + left_o)
+                if left or left_o
+                else "none left"
+            )
+        )
     if not done:
-        done.append("nothing to restore: no drop-in, server or lock of orchestrator found")
+        done.append(
+            "nothing to restore: no drop-in, server, container, package overlay or lock of "
+            "orchestrator found"
+        )
     return done
