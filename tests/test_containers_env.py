@@ -38,16 +38,24 @@ def test_the_launch_hands_env_to_the_container_by_name(tmp_path: Path) -> None:
     cc = container_split(launch.exec)
     assert cc is not None and cc.image == IMAGE
     # after the command's own -e (the config's value wins), never the value on argv
-    assert list(cc.options) == ["--rm", "-e", "A=image", "-e", "A", "-e", "HF_TOKEN", "--"]
+    assert list(cc.options) == [
+        *("--rm", "-e", "A=image", "-e", "A", "-e", "HF_TOKEN"),
+        *("--label", "orchestrator.service=sglang", "--"),  # to stop and remove it after
+    ]
     assert "hf_x" not in " ".join(launch.argv())
     assert launch.env_map() == {"A": "1", "HF_TOKEN": "hf_x"}  # for the runtime's environment
 
 
-def test_a_plain_command_and_a_container_without_env_are_unchanged(tmp_path: Path) -> None:
+def test_a_plain_command_is_unchanged_and_a_container_without_env_only_labelled(
+    tmp_path: Path,
+) -> None:
     plain = load_experiment(_config(tmp_path / "p.yaml", "python3 -m x", {"A": "1"}))
     assert _executor().launch_of(plain).exec == plain.exec
     bare = load_experiment(_config(tmp_path / "b.yaml", f"docker run --rm {IMAGE}", None))
-    assert _executor().launch_of(bare).exec == bare.exec
+    assert _executor().launch_of(bare).exec == (
+        *("docker", "run", "--rm", "--label", "orchestrator.service=sglang"),
+        IMAGE,
+    )
 
 
 def test_runs_from_before_env_reached_the_container_are_another_key(tmp_path: Path) -> None:
