@@ -82,3 +82,20 @@ def test_runs_from_before_env_reached_the_container_are_another_key(tmp_path: Pa
     old["exec"] = list(plain.exec)
     blob = json.dumps(old, sort_keys=True, separators=(",", ":"))
     assert plain.fingerprint() == hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def test_a_recorded_detached_container_still_loads_but_never_runs(tmp_path: Path) -> None:
+    """A run recorded before `-d` was refused still shows; running it again is refused."""
+    import pytest
+
+    from orchestrator.config.experiment import Experiment
+    from orchestrator.errors import ConfigError
+
+    data = {
+        "name": "old",
+        "service": {"exec": f"docker run -d {IMAGE} python3 -m x", "flags": {"port": 30000}},
+    }
+    exp = Experiment.from_dict(data)
+    with pytest.raises(ConfigError) as e:
+        _executor().launch_of(exp)
+    assert "-d detaches" in str(e.value) and e.value.key == "service.exec"

@@ -163,3 +163,14 @@ def test_a_command_lines_runtime_variable_stays_before_the_runtime() -> None:
     spec = import_command_line(f"CONTAINERS_CONF=/etc/c.conf podman run --rm {IMAGE} {SERVER}")
     assert spec["env"] == {}
     assert spec["exec"].startswith("env CONTAINERS_CONF=/etc/c.conf podman run --rm ")
+
+
+def test_a_rendered_container_command_imports_back_the_same() -> None:
+    from orchestrator.config.importer import render_command
+
+    text = _unit(f"docker run --rm -e NCCL_DEBUG=INFO {IMAGE} {SERVER}", "Environment=HF_HOME=/h")
+    spec = import_unit_file(text, source="u")
+    again = import_command_line(render_command(spec))
+    assert {k: again[k] for k in ("exec", "flags", "env", "build")} == {
+        k: spec[k] for k in ("exec", "flags", "env", "build")
+    }

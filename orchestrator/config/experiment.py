@@ -19,7 +19,7 @@ from typing import Any, Union
 
 from pydantic import ValidationError
 
-from orchestrator.config.containers import container_problem, container_split
+from orchestrator.config.containers import container_split
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
     Condition,
@@ -431,9 +431,6 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         ) from None
     if not exec_words:
         raise ConfigError("the command is empty", file=source, key="service.exec")
-    why = container_problem(exec_words)  # `docker run -d`, an option of unknown arity
-    if why:
-        raise ConfigError(why, file=source, key="service.exec")
     if svc.workdir is not None:
         _check_workdir(svc.workdir, source)
     if svc.packages and not svc.packages_from:

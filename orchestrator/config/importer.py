@@ -709,8 +709,14 @@ def render_yaml(mapping: dict[str, Any]) -> str:
 
 def render_command(spec: dict[str, Any]) -> str:
     """The spec as a shell command line (env assignments, exec, flags)."""
-    words = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()]
-    words += shlex.split(spec["exec"])
+    from orchestrator.config.containers import container_split, with_options
+
+    env = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()]
+    exec_words = shlex.split(spec["exec"])
+    if container_split(exec_words) is not None:  # env: is the container's: `-e K=V`
+        words = list(with_options(exec_words, [w for e in env for w in ("-e", e)]))
+    else:
+        words = env + exec_words
     for name, value in spec["flags"].items():
         if value is False or value is None:
             continue

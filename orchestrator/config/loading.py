@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.containers import container_problem
 from orchestrator.config.experiment import Experiment, _build
 from orchestrator.config.schema import ExperimentModel
 from orchestrator.config.yamlio import load_model, not_a_file
@@ -21,7 +22,12 @@ def load_experiment(path: str | Path) -> Experiment:
     """Load, merge the `extends:` chain, validate, and freeze one experiment YAML."""
     path = Path(path)
     merged = _load_chain(path, stack=())
-    return _build(merged, str(path))
+    exp = _build(merged, str(path))
+    # what no run can start as written (a recorded run still loads: see launch_of)
+    why = container_problem(exp.exec)  # `docker run -d`, an option of unknown arity
+    if why:
+        raise ConfigError(why, file=str(path), key="service.exec")
+    return exp
 
 
 #: an `extends:` chain longer than this is a mistake (and would exhaust the stack)

@@ -24,7 +24,7 @@ from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.errors import InfraError, TransportError
+from orchestrator.errors import ConfigError, InfraError, TransportError
 from orchestrator.events import Listener, RunFinished, StepDone
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
@@ -127,6 +127,9 @@ class HostExecutor:
             exp, dict(self.host.builds), host=self.host.name, hosts_file=self.host.hosts_file
         )
         if builds.container_split(out.exec) is not None:
+            why = containers.container_problem(out.exec)  # a run recorded before it was
+            if why:
+                raise ConfigError(why, file=exp.source, key="service.exec")
             # a container's server sees only what the runtime hands it: the config's
             # environment reaches the runtime (drop-in, launch script) and goes on by `-e`;
             # the label finds the container to stop and remove after the run
