@@ -174,3 +174,20 @@ def test_a_rendered_container_command_imports_back_the_same() -> None:
     assert {k: again[k] for k in ("exec", "flags", "env", "build")} == {
         k: spec[k] for k in ("exec", "flags", "env", "build")
     }
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        "sudo -u svc -E docker",
+        "docker --context gpu",
+        "/usr/bin/docker -H unix:///run/d.sock",
+        "podman --root=/srv/c --log-level warn",
+    ],
+)
+def test_sudos_and_the_runtimes_own_options_before_run(tmp_path: Path, runtime: str) -> None:
+    """A container command still, so env: goes into the container and builds apply."""
+    spec = import_unit_file(_unit(f"{runtime} run --rm {IMAGE} {SERVER}"), source="u")
+    assert spec["build"] == IMAGE and spec["flags"]["tp-size"] == 8
+    cc = container_split(shlex.split(spec["exec"]))
+    assert cc is not None and list(cc.runtime) == [*runtime.split(), "run"]

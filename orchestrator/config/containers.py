@@ -55,6 +55,18 @@ _SWITCHES = frozenset(
 --sig-proxy --tls-verify -t --tty --unsetenv-all --use-api-socket
 """.split()
 )
+#: the options of docker and podman before their command that take a value
+#: (`docker --context gpu run`, `podman --root /srv/c run`)
+_GLOBAL_VALUE = frozenset(
+    """
+--config -c --context -H --host -l --log-level --tlscacert --tlscert --tlskey --cgroup-manager
+--conmon --connection --events-backend --hooks-dir --identity --imagestore --module
+--network-cmd-path --network-config-dir --root --runroot --runtime --runtime-flag --ssh
+--storage-driver --storage-opt --tmpdir --url --volumepath
+""".split()
+)
+#: sudo's options that take a value (`sudo -u svc`)
+_SUDO_VALUE = frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"})
 #: a short option's long name (what the command line means whichever is written)
 _LONG = {
     "-a": "--attach",
@@ -198,14 +210,22 @@ def container_split(words: Sequence[str]) -> ContainerCommand | None:
     `sudo`, `env X=Y` and a path to the runtime (`/usr/bin/docker`) may come first. The
     runtime's options are read by the tables above (`read_options`); `--` ends them."""
     i = 0
+    sudo = False  # in sudo's own options (`sudo -u svc -E docker ...`)
     while i < len(words) and (
-        words[i] in ("sudo", "env", "exec", "nice", "-E")
+        words[i] in ("sudo", "env", "exec", "nice")
         or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[i])
+        or (sudo and words[i].startswith("-"))
     ):
-        i += 1
+        sudo = words[i] == "sudo" or (sudo and words[i].startswith("-"))
+        i += 2 if sudo and words[i] in _SUDO_VALUE else 1
     if i + 1 >= len(words) or os.path.basename(words[i]) not in RUNTIMES:
         return None
     j = i + 1
+    while j < len(words) and words[j].startswith("-"):  # the runtime's global options
+        name = words[j].split("=", 1)[0]
+        j += 2 if name in _GLOBAL_VALUE and "=" not in words[j] else 1
+    if j >= len(words):
+        return None
     if words[j] == "container":  # `docker container run`
         j += 1
     if j >= len(words) or words[j] != "run":
