@@ -278,13 +278,16 @@ def test_packages_of_two_builds_over_sshd(sshd: SshdEndpoint, tmp_path: Path) ->
     assert ["~ package orchestrator-lab-server 0.5.22 -> 0.5.23rc1"] in named, named
     # good's build with the new tokenizer alone: `pip check` refuses it before any start
     tok = next(i for i, d in enumerate(plan.deltas) if d.key == "lab-tokenizer")
+    kern = next(i for i, d in enumerate(plan.deltas) if d.key == "lab-kernel")
+    overlays = tmp_path / "run" / "overlays"
     with Executor(host, service="lab-releases.service", campaign="t") as ex:
         alone = ex.run(plan.variant(frozenset({tok})), run_id="t.1")
-        laid = [p for p in (tmp_path / "run" / "overlays").rglob("*") if p.is_dir()]
+        ex.run(plan.variant(frozenset({kern})), run_id="t.2")
+        laid = [p for p in overlays.glob("*/*") if p.is_dir()]
     assert alone.verdict is Verdict.INVALID
     assert PACKAGE_REFUSED in alone.detail, alone.detail
-    # the overlay a run laid out is there while the campaign runs, gone when it ends
-    assert laid and ex.left == [], ex.left
+    # one overlay on the host while the campaign runs (the last run's), none after it
+    assert len(laid) == 1 and ex.left == [], (laid, ex.left)
     assert list((tmp_path / "run" / "overlays").rglob("*")) == []
     refused = [r for r in runs if r.verdict is Verdict.INVALID]
     for r in refused:
