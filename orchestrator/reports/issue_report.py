@@ -162,7 +162,10 @@ def issue_markdown(
         and not (r.repair and r.verdict is Verdict.INVALID)
     ]
     culprit = answer.culprits[0] if answer.culprits else None
-    n_deltas = len(camp.spec.get("deltas") or [])
+    # an ordered search of builds records one hidden step per build after good's: not
+    # differences between the two launches, nor part of the bad variant
+    order = (camp.spec.get("options") or {}).get("builds") or []
+    n_deltas = len(camp.spec.get("deltas") or []) - max(len(order) - 1, 0)
     full = tuple(range(n_deltas))
     repro = by_id.get(culprit.reproduced_by) if culprit and culprit.reproduced_by else None
     if repro is None:  # not narrowed: the bad config itself
