@@ -148,6 +148,17 @@ def test_a_build_the_host_lacks_is_an_error_with_the_line_to_add(tmp_path: Path)
     assert "hosts.b300.builds: {0.5.20: /opt/server-0.5.20}" in (err.value.hint or "")
 
 
+def test_a_mistyped_build_name_gets_the_build_it_means(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path, good_build="0.5.23-rc1")
+    known = {"0.5.22": "/opt/a", "0.5.23rc1": "/opt/b", "0.5.23": "/opt/c", "nightly": "/opt/d"}
+    with pytest.raises(builds.BuildError) as err:
+        builds.resolve(load_experiment(g), known, host="b300", hosts_file="hosts.yaml")
+    assert "did you mean '0.5.23rc1'?" in str(err.value) and "add it" not in (err.value.hint or "")
+    assert str(g) in str(err.value) and "service.build" in str(err.value)
+    assert builds.close_build("nighlty", known) == "nightly"
+    assert builds.close_build("0.5.24", known) is None  # another version: no guess
+
+
 def test_versions_in_build_names() -> None:
     assert builds.version_in("lmsysorg/sglang:v0.5.23-cu129") == "0.5.23"
     assert builds.version_in("/opt/vllm-0.30.0") == "0.30.0"

@@ -142,6 +142,23 @@ def test_builds_given_out_of_order_give_the_true_answer_over_sshd(
     assert f"bisecting the {plan.n} differences" in REPORTS["issue"] and plan.n == 7
 
 
+def test_hosts_check_reads_each_build_of_the_host(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    from tests.support.campaign_lab import cli
+
+    installed = install_lab_builds(tmp_path)
+    installed["0.5.22"] = str(tmp_path / "nowhere" / "0.5.22")
+    installed["img"] = "example.invalid/none:never-pulled"
+    hosts = _hosts(sshd, tmp_path, installed)
+    res = cli("hosts", "check", "lab", "--hosts", hosts, "--json", timeout=120)
+    checks = {c["name"]: c for c in yaml.safe_load(res.stdout)["lab"]}
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert checks["build 0.5.20"]["ok"] is True
+    assert checks["build 0.5.22"]["ok"] is False
+    assert "nowhere/0.5.22/bin is no directory" in checks["build 0.5.22"]["detail"]
+    assert "hosts.lab.builds" in checks["build 0.5.22"]["hint"]
+    assert checks["build img"]["ok"] is not True  # not pulled, or no runtime to ask
+
+
 def test_a_build_the_host_lacks_stops_before_the_first_run(
     sshd: SshdEndpoint, tmp_path: Path
 ) -> None:

@@ -280,6 +280,20 @@ def target_of(name: str, builds: Mapping[str, str], exec_words: Sequence[str]) -
     return None
 
 
+def close_build(name: str, builds: Mapping[str, str]) -> str | None:
+    """The host's build a mistyped name means: one stating the same version as PEP 440
+    reads it (`0.5.23-rc1` is `0.5.23rc1`), else one spelt nearly the same."""
+    import difflib
+
+    key = build_version_key(name)
+    if key is not None:
+        same = [b for b in builds if build_version_key(b) == key]
+        # another version is another build, however close its spelling
+        return same[0] if len(same) == 1 else None
+    close = difflib.get_close_matches(name, list(builds), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
 def missing_hint(name: str, host: str, hosts_file: str, exec_words: Sequence[str]) -> str:
     example = f"lmsysorg/sglang:{name}" if container_split(exec_words) else f"/opt/server-{name}"
     return (
@@ -321,6 +335,15 @@ def resolve(
         return exp
     target = target_of(exp.build, builds, exp.exec)
     if target is None:
+        close = close_build(exp.build, builds)
+        if close is not None:
+            raise BuildError(
+                f"build '{exp.build}' is not known on host {host}; did you mean '{close}'?",
+                file=exp.source,
+                key="service.build",
+                hint=f"the host's builds are {', '.join(sorted(builds))} "
+                f"(hosts.{host}.builds in {hosts_file or 'the hosts file'})",
+            )
         raise BuildError(
             f"build '{exp.build}' is not known on host {host}",
             file=hosts_file or None,
