@@ -530,6 +530,11 @@ def test_plan_prints_the_builds_each_variant_needs() -> None:
     text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
     assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in text
     assert "[build 0.5.22]" in text
+    # the order `ls | sort` gives: searched in version order, and said so
+    argv[-1] = "0.5.21,0.5.22,0.5.23,0.5.23rc1"
+    res = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
+    assert "note: --builds: reordered by version (PEP 440)" in res.stderr, res.stderr
+    assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in res.stdout
 
 
 def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:
