@@ -148,6 +148,17 @@ def test_a_build_the_host_lacks_is_an_error_with_the_line_to_add(tmp_path: Path)
     assert "hosts.b300.builds: {0.5.20: /opt/server-0.5.20}" in (err.value.hint or "")
 
 
+def test_a_mistyped_build_name_gets_the_build_it_means(tmp_path: Path) -> None:
+    g, _ = _pair(tmp_path, good_build="0.5.23-rc1")
+    known = {"0.5.22": "/opt/a", "0.5.23rc1": "/opt/b", "0.5.23": "/opt/c", "nightly": "/opt/d"}
+    with pytest.raises(builds.BuildError) as err:
+        builds.resolve(load_experiment(g), known, host="b300", hosts_file="hosts.yaml")
+    assert "did you mean '0.5.23rc1'?" in str(err.value) and "add it" not in (err.value.hint or "")
+    assert str(g) in str(err.value) and "service.build" in str(err.value)
+    assert builds.close_build("nighlty", known) == "nightly"
+    assert builds.close_build("0.5.24", known) is None  # another version: no guess
+
+
 def test_versions_in_build_names() -> None:
     assert builds.version_in("lmsysorg/sglang:v0.5.23-cu129") == "0.5.23"
     assert builds.version_in("/opt/vllm-0.30.0") == "0.30.0"
@@ -265,11 +276,71 @@ def test_plan_order_and_builds_option(tmp_path: Path) -> None:
     assert read_builds("a, b") == ("a", "b")
     with pytest.raises(UsageError, match="given twice"):
         read_builds("a,a")
-    with pytest.raises(UsageError, match="comes after"):
-        with_order(make_plan(g, b), ["0.5.24", "0.5.20"])
+    gu, bu = _pair(tmp_path, good_build="stable", bad_build="nightly")
+    with pytest.raises(UsageError, match="comes after"):  # names that state no version
+        with_order(make_plan(gu, bu), ["nightly", "stable"])
     g2, b2 = _pair(tmp_path, good_build=None)
     with pytest.raises(UsageError, match="'service.build' is not set in .*good.yaml"):
         with_order(make_plan(g2, b2), ["0.5.22"])
+
+
+def test_versions_order_as_pep_440_says() -> None:
+    key = builds.version_key
+    ordered = ["0.5.23.dev1", "0.5.23a1", "0.5.23b2", "0.5.23rc1", "0.5.23", "0.5.23.post1"]
+    assert sorted(reversed(ordered), key=key) == ordered  # type: ignore[arg-type]
+    assert key("0.5.23") < key("0.5.24") < key("0.6") < key("0.10") < key("1!0.1")  # type: ignore[operator]
+    assert key("1.0") == key("1.0.0") == key("v1.0+cu129")
+    assert key("0.5.23-rc.1") == key("0.5.23rc1") and key("nightly") is None
+    assert builds.build_version_key("lmsysorg/sglang:v0.5.23rc1-cu129") == key("0.5.23rc1")
+    assert builds.build_version_key("/opt/sglang-0.5.22") == key("0.5.22")
+
+
+def test_builds_given_out_of_version_order_are_searched_in_it(tmp_path: Path) -> None:
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ["0.5.23rc1", "0.5.21", "0.5.22", "0.5.23"])
+    assert plan.order == ORDER
+    (note,) = plan.notes
+    assert "reordered by version (PEP 440)" in note and ", ".join(ORDER) in note
+    # the misordered list gives the true answer: 0.5.23rc1 with --enable-nccl-nvls
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    drive(planner, _oracle(plan, 3, {"enable-nccl-nvls"}))
+    (c,) = planner.answer.culprits
+    assert {plan.deltas[i].describe() for i in c.deltas} == {
+        "~ build 0.5.22 -> 0.5.23rc1",
+        "+ --enable-nccl-nvls",
+    }
+    # `ls | sort` puts 0.5.23 before 0.5.23rc1: not taken as the order
+    (tmp_path / "two").mkdir()
+    (tmp_path / "three").mkdir()
+    g2, b2 = _pair(tmp_path / "two", good_build="0.5.22")
+    plan2 = with_order(make_plan(g2, b2), ["0.5.23", "0.5.23rc1"])
+    assert plan2.order == ("0.5.22", "0.5.23rc1", "0.5.23", "0.5.24") and plan2.notes
+    # in order already: no note; a build outside good's..bad's is said, not searched
+    assert with_order(make_plan(g, b), ORDER[1:-1]).notes == ()
+    g3, b3 = _pair(tmp_path / "three", good_build="0.5.21")
+    plan3 = with_order(make_plan(g3, b3), ["0.5.20", "0.5.22"])
+    assert plan3.order == ("0.5.21", "0.5.22", "0.5.24")
+    assert any("0.5.20 not between" in n for n in plan3.notes), plan3.notes
+
+
+def test_cleared_lists_each_searched_difference_once_and_no_culprit_build(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.campaign.records import Culprit, Outcome, Status
+    from orchestrator.cli.bisect import cleared_deltas
+
+    g, b = _pair(tmp_path)
+    plan = with_order(make_plan(g, b), ORDER[1:-1])
+    planner = plan.planner()
+    planner.preload(endpoints(plan.n).items())
+    drive(planner, _oracle(plan, 3, {"enable-nccl-nvls"}))
+    (c,) = planner.answer.culprits
+    cul = Culprit.from_dict({"deltas": [], "flags": [], "indices": sorted(c.deltas)})
+    cleared = [d.short() for d in cleared_deltas(Outcome("x", Status.FOUND, culprits=[cul]), plan)]
+    assert len(cleared) == len(set(cleared)) == len(FLAGS) - 1, cleared
+    assert not any(s.startswith("build") for s in cleared), cleared
+    assert "--enable-nccl-nvls" not in cleared
 
 
 # ---------------------------------------------------------------- what a run's build is
@@ -459,6 +530,11 @@ def test_plan_prints_the_builds_each_variant_needs() -> None:
     text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
     assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in text
     assert "[build 0.5.22]" in text
+    # the order `ls | sort` gives: searched in version order, and said so
+    argv[-1] = "0.5.21,0.5.22,0.5.23,0.5.23rc1"
+    res = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
+    assert "note: --builds: reordered by version (PEP 440)" in res.stderr, res.stderr
+    assert "builds the host needs: 0.5.20, 0.5.21, 0.5.22, 0.5.23rc1, 0.5.23, 0.5.24" in res.stdout
 
 
 def test_the_releases_builder_reads_pip_checks_two_complaints() -> None:

@@ -117,6 +117,48 @@ def test_release_together_with_a_flag_over_sshd(sshd: SshdEndpoint, tmp_path: Pa
     ) in REPORTS["issue"], REPORTS["issue"]
 
 
+def test_builds_given_out_of_order_give_the_true_answer_over_sshd(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    from orchestrator.campaign.records import Outcome
+    from orchestrator.cli.bisect import cleared_deltas
+
+    hosts = _hosts(sshd, tmp_path, install_lab_builds(tmp_path))
+    misordered = ("0.5.23rc1", "0.5.21", "0.5.22", "0.5.23")
+    pair, plan, outcome, runs = _bisect(tmp_path, hosts, builds=misordered)
+    assert plan.order == RELEASES and any("reordered by version" in n for n in plan.notes)
+    answer = outcome.to_dict()
+    assert outcome.found, answer
+    (cul,) = answer["culprits"]
+    assert sorted(cul["deltas"]) == ["+ --enable-nccl-nvls", "~ build 0.5.22 -> 0.5.23rc1"]
+    # every run the answer cites ran, with the build it names
+    ran = {r.id: r for r in runs}
+    assert cul["reproduced_by"] in ran and ran[cul["reproduced_by"]].build == "0.5.23rc1"
+    assert all(rid in ran for rid in cul["cleared_by"].values()), cul
+    # what is cleared: no build (the culprit names one), each difference once
+    cleared = [d.short() for d in cleared_deltas(Outcome.from_dict(answer), plan)]
+    assert not any(c.startswith("build") for c in cleared) and len(cleared) == len(set(cleared))
+    # the issue text counts the launches' differences, not the builds' hidden steps
+    assert f"bisecting the {plan.n} differences" in REPORTS["issue"] and plan.n == 7
+
+
+def test_hosts_check_reads_each_build_of_the_host(sshd: SshdEndpoint, tmp_path: Path) -> None:
+    from tests.support.campaign_lab import cli
+
+    installed = install_lab_builds(tmp_path)
+    installed["0.5.22"] = str(tmp_path / "nowhere" / "0.5.22")
+    installed["img"] = "example.invalid/none:never-pulled"
+    hosts = _hosts(sshd, tmp_path, installed)
+    res = cli("hosts", "check", "lab", "--hosts", hosts, "--json", timeout=120)
+    checks = {c["name"]: c for c in yaml.safe_load(res.stdout)["lab"]}
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert checks["build 0.5.20"]["ok"] is True
+    assert checks["build 0.5.22"]["ok"] is False
+    assert "nowhere/0.5.22/bin is no directory" in checks["build 0.5.22"]["detail"]
+    assert "hosts.lab.builds" in checks["build 0.5.22"]["hint"]
+    assert checks["build img"]["ok"] is not True  # not pulled, or no runtime to ask
+
+
 def test_a_build_the_host_lacks_stops_before_the_first_run(
     sshd: SshdEndpoint, tmp_path: Path
 ) -> None:

@@ -408,3 +408,58 @@ def test_a_unit_changed_during_a_campaign_stops_it(tmp_path: Path) -> None:
     runs = store.runs(camp.id)
     assert camp.status == "changed" and len(runs) == 3 and runs[-1].verdict is Verdict.INFRA
     store.close()
+
+
+def test_a_refusal_a_later_start_of_the_same_launch_ran_past_is_not_reused(
+    tmp_path: Path,
+) -> None:
+    """Starts of one launch reused together: an `invalid` recorded before a start that ran
+    is over (what refused it was fixed), so the cache never gives both `invalid` and
+    `pass` for one variant; an `invalid` after the last start that ran still stands."""
+    from orchestrator.campaign.reuse import RecordedRuns
+    from orchestrator.diagnosis.verdicts import Verdict
+    from orchestrator.store.store import Store
+    from tests.support.run_results import run_result
+
+    exp = Experiment.from_dict(
+        {"name": "x", "service": {"exec": "python3 -m s", "flags": {"port": 30000}}}
+    )
+    store = Store(tmp_path / "results")
+    cid = store.create_campaign(kind="bisect", key="k", command="c", spec={})
+    for v in (Verdict.INVALID, Verdict.PASS, Verdict.PASS, Verdict.INVALID):
+        store.add_run(cid, variant=(), purpose="endpoint", result=run_result(exp, v))
+    rows = store.runs(cid)
+    kept = RecordedRuns.current(rows)
+    assert [r.verdict for r in kept] == [Verdict.PASS, Verdict.PASS, Verdict.INVALID]
+    assert RecordedRuns.current(rows[:1]) == rows[:1]  # refusals alone: they stand
+    store.close()
+
+
+def test_the_files_a_launch_names_are_in_its_key() -> None:
+    from orchestrator.execution.inputs import named_files
+
+    argv = [
+        "/opt/v/bin/python",
+        "-m",
+        "orchestrator.lab.server",
+        "--scenario",
+        "/srv/scen.yaml",
+        "--chat-template=/srv/t.jinja",
+        "--model-path",
+        "/models/m",
+        "--port",
+        "30000",
+    ]
+    assert named_files(argv, [("PATH", "/usr/bin:/bin"), ("CFG", "/etc/x.json")]) == (
+        "/srv/scen.yaml",
+        "/srv/t.jinja",
+        "/models/m",
+        "/etc/x.json",
+    )
+    h = host("a")
+    none = launch_inputs(h, unit="", environment="x")
+    assert none.key(FP) == launch_inputs(h, unit="", environment="x", files="").key(FP)
+    one = launch_inputs(h, unit="", environment="x", files="aaaa")
+    fixed = launch_inputs(h, unit="", environment="x", files="bbbb")
+    assert one.key(FP) != fixed.key(FP) and one.differences(fixed) == ["the files the launch names"]
+    assert launch_inputs(h, unit="", environment="x", files=None).key(FP) is None  # unread

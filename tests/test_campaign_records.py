@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -349,7 +350,11 @@ def test_a_sweep_stopped_by_its_budget_is_resumable_and_the_cli_words_the_comman
 
     first = camp().run()
     assert first.status is Status.INCOMPLETE and first.resumable
-    cmd = f"orchestrator sweep --resume {first.campaign_id} --hosts 'my hosts.yaml' --results res"
+    # absolute paths: the command works from any directory
+    cmd = (
+        f"orchestrator sweep --resume {first.campaign_id} "
+        f"--hosts '{os.path.abspath('my hosts.yaml')}' --results {os.path.abspath('res')}"
+    )
     assert first.resume == cmd
     stored = store.campaign(first.campaign_id).answer
     assert stored["resumable"] is True and stored["resume"] == cmd
@@ -398,7 +403,9 @@ def test_the_cli_renders_the_resume_command_from_the_interrupt(
     args = argparse.Namespace(hosts="lab.yaml", results="results", json=False, verbose=False)
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
     out = capsys.readouterr().out
-    assert "resume with: orchestrator bisect --resume abc123 --hosts lab.yaml" in out
+    hosts, results = os.path.abspath("lab.yaml"), os.path.abspath("results")
+    abs_opts = f"--hosts {hosts} --results {results}"
+    assert f"resume with: orchestrator bisect --resume abc123 {abs_opts}" in out
     assert "the host was restored (read back: as found): lab" in out
     args.json = True
     assert common.run_campaign(interrupted, lambda e: None, "campaign", args) is None
@@ -409,7 +416,7 @@ def test_the_cli_renders_the_resume_command_from_the_interrupt(
         "restored": True,
         "error": "campaign abc123 interrupted; the host was restored (read back: as found): lab",
         "left": {"lab": []},
-        "resume": "orchestrator bisect --resume abc123 --hosts lab.yaml",
+        "resume": f"orchestrator bisect --resume abc123 {abs_opts}",
     }
     # What the host read back shows is said, with the command that finishes the restore;
     # never "restored".
@@ -423,7 +430,7 @@ def test_the_cli_renders_the_resume_command_from_the_interrupt(
     assert "restored" not in out.replace("NOT restored", "")
     assert (
         "lab: NOT restored: sglang.service is failed (it was active when the campaign "
-        "found it); finish it with: orchestrator restore --host lab --hosts lab.yaml"
+        f"found it); finish it with: orchestrator restore --host lab --hosts {hosts}"
     ) in out
     assert "other: NOT restored: the restore was abandoned" in out
 
@@ -443,7 +450,7 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
     assert caught.value.resumable == core.ref
     assert caught.value.hint == (
         "check the hosts (orchestrator hosts check); then resume "
-        f"with: orchestrator sweep --resume {core.cid}"
+        f"with: orchestrator sweep --resume {core.cid} --results {os.path.abspath('results')}"
     )
     assert store.campaign(core.cid).status == "error"
     # one run that is not host trouble breaks the streak

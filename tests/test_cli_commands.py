@@ -88,7 +88,7 @@ def test_the_commands_a_detached_campaign_prints_parse(kind: str, tmp_path: Path
     assert (r.command, r.resume, r.hosts, r.results) == (
         kind,
         "abc123",
-        "my hosts.yaml",
+        os.path.abspath("my hosts.yaml"),  # absolute: it resumes from any directory
         str(tmp_path / "r"),
     )
 

@@ -154,6 +154,10 @@ def test_duration_parsing() -> None:
     for bad in ("", "m", "-5s", True, "5 parsecs"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+    assert parse_duration("720h") == 30 * 86400  # the longest any setting takes
+    for absurd in ("99999999999h", "721h", 10**12, "1e400s"):
+        with pytest.raises(ValueError, match="at most 30 days|expected a duration"):
+            parse_duration(absurd)
 
 
 def test_roundtrip_through_dict(tmp_path: Path) -> None:

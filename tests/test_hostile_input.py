@@ -958,3 +958,30 @@ def test_cli_plan_exits_2_with_one_error_line_and_no_traceback(
     except ConfigError:
         assert str(bad) in lines[0], err
     assert all(line.startswith("  hint: ") for line in lines[1:]), err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "root:$6$SECRETHASH:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n",  # /etc/shadow
+        "hosts: {}\n'SECRET token=abc def': 1\n",  # one line of it among a real file
+        "SECRETLINE\n",  # a plain text file
+    ],
+)
+def test_a_file_that_is_no_hosts_file_is_refused_without_its_content(
+    tmp_path: Path, text: str
+) -> None:
+    from orchestrator.config.hosts import load_inventory
+    from orchestrator.errors import ConfigError
+
+    path = tmp_path / "shadow"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_inventory(path)
+    said = str(err.value) + (err.value.hint or "") + (err.value.key or "")
+    assert str(path) in said
+    assert "SECRET" not in said and "19000" not in said, said
+    # a typo of a real key is still quoted, with the close match
+    path.write_text("hostss: {}\n")
+    with pytest.raises(ConfigError, match="did you mean 'hosts'"):
+        load_inventory(path)

@@ -488,3 +488,69 @@ def test_issue_report_of_a_campaign_without_an_answer_still_parses(tmp_path: Pat
     fences = {t.info: t.content for t in tokens if t.type == "fence"}
     assert "CUBLAS_STATUS_EXECUTION_FAILED" in fences["text"]
     assert str(tmp_path) not in text and "Not recorded." in text
+
+
+def test_issue_report_of_a_flaky_failure_carries_its_rate(tmp_path: Path) -> None:
+    """A failure that shows on 62% of starts: the issue text says so, with the counts of
+    every launch carrying the set (not the one start of the launch it quotes), and states
+    each "without X" row with the chance that it passed by luck."""
+    from orchestrator.config.loading import load_experiment
+    from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+    from orchestrator.reports.issue_report import issue_markdown
+    from tests.support.campaign_lab import LAB
+    from tests.support.run_results import run_result
+
+    store = Store(tmp_path / "results")
+    good = load_experiment(LAB / "b300" / "good.yaml")
+    bad = load_experiment(LAB / "b300" / "bad.yaml")
+    sig = Signature(Phase.CUDA_GRAPH, "cublas", "CUBLAS_STATUS_EXECUTION_FAILED")
+    log = (
+        'Traceback (most recent call last):\n  File "x.py", line 1, in f\n'
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx"
+    )
+    cid = store.create_campaign(kind="bisect", key="k", command="c", spec={"deltas": [{}, {}, {}]})
+    store.add_run(cid, variant=(), purpose="endpoint", result=run_result(good, Verdict.PASS))
+    store.add_run(
+        cid, variant=(0, 1, 2), purpose="endpoint", result=run_result(bad, Verdict.FAIL, sig)
+    )
+    repro = store.add_run(
+        cid,
+        variant=(1,),
+        purpose="confirm",
+        result=run_result(bad, Verdict.FAIL, sig, log_tail=log),
+    )
+    cleared = [
+        store.add_run(cid, variant=(0, 2), purpose="confirm", result=run_result(bad, Verdict.PASS))
+        for _ in range(2)
+    ]
+    answer = {
+        "status": "found",
+        "culprits": [
+            {
+                "deltas": ["+ --enable-nccl-nvls"],
+                "flags": ["--enable-nccl-nvls"],
+                "indices": [1],
+                "reproduced_by": repro,
+                "cleared_by": {"--enable-nccl-nvls": cleared[-1]},
+                "confirmed": True,
+                "reproduced_counts": "fail 1 of 1",
+                "cleared_counts": {"--enable-nccl-nvls": "fail 0 of 2"},
+            }
+        ],
+        "flaky": [],
+        "noise": {
+            "confidence": 0.97,
+            "reproduction_rate": 0.62,
+            "reproduction_counts": "fail 5 of 8",
+        },
+    }
+    store.update_campaign(cid, status="found", target=sig, answer=answer)
+    text = issue_markdown(
+        store.campaign(cid), store.runs(cid), log_of=lambda r: r.log_tail(), env_of=lambda r: None
+    )
+    assert "failed in 5 of 8 starts, rate 0.62" in text, text
+    assert "without it the failure does not reproduce" not in text  # not stated as certain
+    row = next(ln for ln in text.splitlines() if "without `--enable-nccl-nvls`" in ln)
+    # two passing starts of a launch that still fails at 0.62: (1 - 0.62)^2 = 0.14
+    assert "passed in 2 of 2 starts" in row and "probability 0.14" in row, row
+    assert "starts and serves (passes) |" not in row

@@ -469,6 +469,24 @@ def test_pass_through_wrapper_and_no_help_script_refuse_nothing() -> None:
     ]
 
 
+def test_a_help_not_trusted_is_said_once_for_every_build(tmp_path: Path) -> None:
+    """Each build of a server has its own executable, all with the same help: its distrust
+    is one note, not one per build."""
+    pf, said = _preflight()
+    base = replace(
+        lab("b300/good.yaml"),
+        exec=(sys.executable, str(DATA / "passthrough_wrapper.py"), "--scenario", "b300"),
+    )
+    for version in ("0.5.22", "0.5.23rc1", "0.5.23"):
+        prefix = tmp_path / version / "bin"
+        prefix.mkdir(parents=True)
+        (prefix / "python3").symlink_to(sys.executable)
+        exp = replace(base, exec=(str(prefix / "python3"), *base.exec[1:]), build=version)
+        assert pf.check(exp) == Check()
+    (note,) = said
+    assert note[1]["kind"] == "help-untrusted" and "said once for every build" in note[0]
+
+
 def test_paged_help_is_followed_to_help_all(tmp_path: Path) -> None:
     """A server printing vLLM's recorded pages: `--help` (groups only) and `--help=all`."""
     script = tmp_path / "vllm"

@@ -308,6 +308,11 @@ def test_declared_moves_replace_the_built_in_one_of_their_knob(tmp_path: Path) -
             "repair.moves.0.when.0.phases",
             "expected phases among",
         ),
+        (
+            {"moves": [{"flag": "port", "step": 1, "when": [{"class": "cuda_oom", "way": "up"}]}]},
+            "repair.moves.0",
+            "a move cannot change --port: the health check",
+        ),
         ({"steps": -1}, "repair.steps", "greater than or equal to 0"),
         ({"stepz": 2}, "repair.stepz", "did you mean 'steps'"),
     ],

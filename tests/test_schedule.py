@@ -297,6 +297,37 @@ def test_without_systemd_the_job_goes_into_the_crontab(
 
 @pytest.mark.slow
 @NO_SYSTEMD
+@pytest.mark.parametrize("daemon", [False, True])
+def test_a_crontab_line_without_a_cron_daemon_is_warned_about(
+    private_crontab: Path, tmp_path: Path, daemon: bool
+) -> None:
+    """In a process namespace of its own (its own /proc: no cron of the machine's is seen)
+    `add` warns that nothing runs the line, with how to start cron and the systemd
+    alternative; with a process named `cron` running there, it does not."""
+    fake = tmp_path / "cron"  # a real process by cron's name (sleep, copied)
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    start = f"{shlex.quote(str(fake))} 120 & " if daemon else ""
+    orch = shlex.join([sys.executable, "-m", "orchestrator"])
+    res = in_crontab(
+        private_crontab,
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        f"{start}{orch} schedule add nightly --at 02:00 -- runs --campaigns",
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "added to the crontab of root" in res.stdout
+    warned = "no cron daemon is running here" in res.stderr
+    assert warned is not daemon, res.stderr
+    if warned:
+        assert "service cron start" in res.stderr and "systemd timer" in res.stderr
+
+
+@pytest.mark.slow
+@NO_SYSTEMD
 @pytest.mark.parametrize("before", [None, "MAILTO=ops\n15 3 * * * /usr/local/bin/backup\n"])
 def test_add_then_remove_leaves_the_crontab_as_it_was(
     private_crontab: Path, before: str | None

@@ -124,7 +124,7 @@ def check_hosts(store: Store, cid: str, hosts: list[Any]) -> None:
         first = next((r.inputs for r in runs if r.host == host.name and r.inputs), None)
         if first is None:
             continue
-        now = launch_inputs(host, unit=first.unit, environment=first.environment)
+        now = launch_inputs(host, unit=first.unit, environment=first.environment, files=first.files)
         what = [f"{d} changed" for d in now.differences(first)]
         if what:
             raise EnvironmentChanged(

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from orchestrator.config.builds import build_version_key
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
@@ -40,6 +41,8 @@ class Plan:
     #: deltas are the hidden steps of the ordered search (planner.ordered), not searched
     #: as deltas of their own
     order: tuple[str, ...] = ()
+    #: what the user should know about how the plan was made (builds reordered)
+    notes: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -235,6 +238,7 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
         names.insert(0, g)
     if b not in names:
         names.append(b)
+    names, notes = _by_version(names, g, b)
     i, j = names.index(g), names.index(b)
     if i > j:
         raise UsageError(
@@ -246,4 +250,31 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
     steps = [
         Delta("build", "build", order[m - 1], order[m], order=order) for m in range(1, len(order))
     ]
-    return replace(plan, deltas=tuple(deltas + steps), order=order)
+    outside = [n for n in names if n not in order]
+    if outside:
+        notes.append(
+            f"--builds: {', '.join(outside)} not between good's build {g} and bad's {b}: "
+            "not searched"
+        )
+    return replace(plan, deltas=tuple(deltas + steps), order=order, notes=tuple(notes))
+
+
+def _by_version(names: list[str], good: str, bad: str) -> tuple[list[str], list[str]]:
+    """The builds in the order their versions give (PEP 440), from good's toward bad's,
+    and a note when that is not the order given (`ls | sort` puts 0.5.23 before
+    0.5.23rc1). Unchanged when a name states no version or good's and bad's are the same
+    version: the order given is then the only one there is."""
+    keys = [build_version_key(n) for n in names]
+    if any(k is None for k in keys):
+        return names, []
+    kg, kb = build_version_key(good), build_version_key(bad)
+    if kg == kb:
+        return names, []
+    key_of = dict(zip(names, keys, strict=True))
+    ordered = sorted(names, key=lambda n: key_of[n], reverse=kg > kb)  # stable: ties kept
+    if ordered == names:
+        return names, []
+    return ordered, [
+        f"--builds: reordered by version (PEP 440) from good's build to bad's: "
+        f"{', '.join(ordered)} (given: {', '.join(names)})"
+    ]

@@ -121,6 +121,7 @@ class RecordedRuns:
                 )
                 if h.id not in taken and self.reusable_run(h)
             ]
+            hits = self.current(hits)
             if not hits:
                 self._not_reused(variant, host, inputs, left)
                 continue
@@ -201,6 +202,16 @@ class RecordedRuns:
         """A verdict judged against another campaign's good throughput cannot be reused."""
         cond = exp.probe.condition if exp.probe else None
         return cond is None or not cond.relative_to_good
+
+    @staticmethod
+    def current(hits: list[RunRow]) -> list[RunRow]:
+        """The recorded starts of one launch (oldest first) that still speak for it: an
+        `invalid` (refused before the server ran) recorded before a start of the same
+        launch that ran is over: whatever refused it was fixed since."""
+        ran = [i for i, h in enumerate(hits) if h.verdict is not Verdict.INVALID]
+        if not ran:
+            return hits
+        return [h for i, h in enumerate(hits) if h.verdict is not Verdict.INVALID or i > ran[-1]]
 
     @staticmethod
     def reusable_run(hit: RunRow) -> bool:

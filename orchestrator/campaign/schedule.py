@@ -250,6 +250,7 @@ def add(
             "calendar": normalized,
             "where": f"the crontab of {_user()}",
             "log": str(log),
+            "cron_running": cron_running(),
         }
     sc = scope()
     sc.unit_dir.mkdir(parents=True, exist_ok=True)
@@ -346,6 +347,25 @@ def _crontab(consequence: str = "nothing was scheduled") -> str:
             hint="install cron (Debian: apt-get install cron) and run this again",
         )
     return found
+
+
+#: the process names of the cron daemons (Debian's cron, cronie, busybox, fcron, dcron)
+CRON_DAEMONS = frozenset({"cron", "crond", "fcron", "dcron"})
+
+
+def cron_running(proc: Path = Path("/proc")) -> bool:
+    """Whether a cron daemon runs here: a crontab line does nothing without one (a
+    container or a fresh machine often has `crontab` installed and no daemon started)."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue  # gone since the listing, or not ours to read
+        if name in CRON_DAEMONS:
+            return True
+    return False
 
 
 class CronMissing(InfraError):

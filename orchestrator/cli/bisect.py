@@ -25,7 +25,7 @@ from orchestrator.config.schema import parse_duration
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
 from orchestrator.planner import STRATEGIES
-from orchestrator.planner.deltas import check_differ, diff
+from orchestrator.planner.deltas import Delta, check_differ, diff
 from orchestrator.reports import env_report
 from orchestrator.store.store import Store
 
@@ -280,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
+        for line in plan.notes:
+            common.note(f"note: {line}")
         packages = None
         if args.packages:
             plan, packages = _opened(plan, hosts[0], args)
@@ -401,6 +403,19 @@ def _unsure(outcome: Outcome, resume: str | None) -> None:
     c.print(f"continue with: {escape(resume or noise.get('resume') or '')}", highlight=False)
 
 
+def cleared_deltas(outcome: Outcome, plan: Plan) -> list[Delta]:
+    """The searched differences no culprit needs. An ordered search's steps between builds
+    are not differences of their own (each build is judged by its runs, in the answer's
+    evidence), and the build is not cleared when a culprit names one of its steps."""
+    suspects = {i for cul in outcome.culprits for i in cul.indices}
+    build_named = any(plan.deltas[i].kind == "build" for i in suspects)
+    return [
+        d
+        for i, d in enumerate(plan.deltas[: plan.n])
+        if i not in suspects and not (build_named and d.kind == "build")
+    ]
+
+
 def print_outcome(
     outcome: Outcome, plan: Plan, report_paths: list[str], resume: str | None = None
 ) -> None:
@@ -419,8 +434,7 @@ def print_outcome(
             )
             for line in _evidence(cul):
                 c.print(f"  {escape(line)}", highlight=False)
-        suspects = {i for cul in outcome.culprits for i in cul.indices}
-        cleared = [d for i, d in enumerate(plan.deltas) if i not in suspects]
+        cleared = cleared_deltas(outcome, plan)
         if cleared:
             c.print(
                 "cleared (not needed for the failure): "

@@ -175,16 +175,21 @@ def note(message: str) -> None:
 def resume_options(args: argparse.Namespace) -> str:
     """The options a resume command must repeat to find the same hosts and results."""
     out = ""
+    # absolute: the command is pasted later, often from another directory
     if getattr(args, "hosts", None):
-        out += " --hosts " + shlex.quote(args.hosts)
-    return out + results_option(args)
+        out += " --hosts " + shlex.quote(os.path.abspath(args.hosts))
+    return out + results_option(args, absolute=True)
 
 
-def results_option(args: argparse.Namespace) -> str:
+def results_option(args: argparse.Namespace, *, absolute: bool = False) -> str:
     """`--results DIR` when the command line chose another results directory (the only
-    option a command that reads the results, `runs`, `show`, needs repeated)."""
-    if getattr(args, "results", "results") not in (None, "results"):
-        return " --results " + shlex.quote(str(args.results))
+    option a command that reads the results, `runs`, `show`, needs repeated); `absolute`:
+    always, as an absolute path (a command to run from anywhere)."""
+    chosen = getattr(args, "results", "results")
+    if absolute and chosen is not None:
+        return " --results " + shlex.quote(os.path.abspath(str(chosen)))
+    if chosen not in (None, "results"):
+        return " --results " + shlex.quote(str(chosen))
     return ""
 
 
@@ -222,7 +227,7 @@ def restore_command(args: argparse.Namespace, host: str) -> str:
     """The command that finishes the restore of `host`."""
     hosts = getattr(args, "hosts", None)
     return f"orchestrator restore --host {host}" + (
-        f" --hosts {shlex.quote(hosts)}" if hosts else ""
+        f" --hosts {shlex.quote(os.path.abspath(hosts))}" if hosts else ""
     )
 
 

@@ -181,6 +181,8 @@ def repair_moves(args: argparse.Namespace, plan: Plan) -> list[dict[str, str]]:
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
     plan = with_order(plan, read_builds(args.builds) if args.builds else ())
+    for line in plan.notes:
+        common.note(f"note: {line}")
     flag_notes = check_flags(args, plan) if args.host else []
     moves = repair_moves(args, plan)
     planner = plan.planner()

@@ -153,6 +153,14 @@ def add(args: argparse.Namespace) -> int:
             highlight=False,
         )
         c.out(info["cron"], highlight=False)
+        if not info.get("cron_running", True):
+            err_console().print(
+                "[yellow]warning:[/] no cron daemon is running here: the line will not run "
+                "until one is started (Debian: `service cron start`, or run `cron` as root); "
+                "on a machine where systemd runs, `schedule add` installs a systemd timer "
+                "instead",
+                highlight=False,
+            )
     return 0
 
 

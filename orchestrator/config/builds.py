@@ -118,6 +118,53 @@ def same_version(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
+#: a version as PEP 440 spells it, with the spellings it normalizes (`1.0-rc.1`, `1.0.post2`)
+_PEP440 = re.compile(
+    r"v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)"
+    r"(?:[-_.]?(?P<pre>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d*))?"
+    r"(?:-(?P<post_implicit>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n>\d*))?"
+    r"(?:[-_.]?dev[-_.]?(?P<dev_n>\d*))?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+#: sorts below and above every number of a version's part
+_LOW, _HIGH = (-1, 0), (1, 0)
+
+
+def version_key(version: str) -> tuple | None:
+    """A key that orders versions as PEP 440 does (`0.5.23.dev1 < 0.5.23rc1 < 0.5.23 <
+    0.5.23.post1 < 0.5.24`; `1.0 == 1.0.0`; a local part `+cu129` is ignored); None when
+    the text is not a version."""
+    m = _PEP440.fullmatch(version.strip())
+    if m is None:
+        return None
+    release = [int(x) for x in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    dev = (0, int(m["dev_n"] or 0)) if m["dev_n"] is not None else _HIGH
+    post_text = m["post_implicit"] or m["post_n"]
+    has_post = m["post_implicit"] is not None or m["post_n"] is not None
+    post = (0, int(post_text or 0)) if has_post else _LOW
+    if m["pre"] is not None:
+        pre = (0, _PRE_RANK[m["pre"].lower()], int(m["pre_n"] or 0))
+    elif m["dev_n"] is not None and not has_post:
+        pre = (-1, 0, 0)  # `1.0.dev1` comes before `1.0a1`
+    else:
+        pre = (1, 0, 0)
+    return (int(m["epoch"] or 0), tuple(release), pre, post, dev)
+
+
+def build_version_key(name: str) -> tuple | None:
+    """The PEP 440 key of the version a build's name states (`0.5.23rc1`,
+    `lmsysorg/sglang:v0.5.23rc1-cu129`, `/opt/sglang-0.5.23rc1`); None: it states none."""
+    direct = version_key(name)
+    if direct is not None:
+        return direct
+    stated = version_in(name)
+    return version_key(stated) if stated is not None else None
+
+
 class BuildError(ConfigError):
     """A build that the host cannot run (unknown name, wrong kind for the command)."""
 
@@ -132,6 +179,20 @@ def target_of(name: str, builds: Mapping[str, str], exec_words: Sequence[str]) -
     if container_split(exec_words) is not None and ("/" in name or ":" in name):
         return name
     return None
+
+
+def close_build(name: str, builds: Mapping[str, str]) -> str | None:
+    """The host's build a mistyped name means: one stating the same version as PEP 440
+    reads it (`0.5.23-rc1` is `0.5.23rc1`), else one spelt nearly the same."""
+    import difflib
+
+    key = build_version_key(name)
+    if key is not None:
+        same = [b for b in builds if build_version_key(b) == key]
+        # another version is another build, however close its spelling
+        return same[0] if len(same) == 1 else None
+    close = difflib.get_close_matches(name, list(builds), n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def missing_hint(name: str, host: str, hosts_file: str, exec_words: Sequence[str]) -> str:
@@ -175,6 +236,15 @@ def resolve(
         return exp
     target = target_of(exp.build, builds, exp.exec)
     if target is None:
+        close = close_build(exp.build, builds)
+        if close is not None:
+            raise BuildError(
+                f"build '{exp.build}' is not known on host {host}; did you mean '{close}'?",
+                file=exp.source,
+                key="service.build",
+                hint=f"the host's builds are {', '.join(sorted(builds))} "
+                f"(hosts.{host}.builds in {hosts_file or 'the hosts file'})",
+            )
         raise BuildError(
             f"build '{exp.build}' is not known on host {host}",
             file=hosts_file or None,

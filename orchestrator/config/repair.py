@@ -154,6 +154,16 @@ BUILTIN_MOVES: tuple[Move, ...] = (
 )
 
 
+#: flags no move may change, and why: they say where the server is and what it serves,
+#: not how much of a resource it takes
+FIXED_FLAGS = {
+    "port": "the health check and the probe find the server by it",
+    "host": "the health check and the probe find the server by it",
+    "model-path": "it is the model served, not a resource setting",
+    "model": "it is the model served, not a resource setting",
+}
+
+
 class _Raw(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -206,6 +216,11 @@ class MoveModel(_Raw):
         name = self.env if self.env is not None else (self.flag or "").lstrip("-")
         if not (_ENV if self.env is not None else _KNOB).match(name):
             raise ValueError(f"{name!r} is not a valid {'variable' if self.env else 'flag'} name")
+        if self.flag is not None and name in FIXED_FLAGS:
+            raise ValueError(
+                f"a move cannot change --{name}: {FIXED_FLAGS[name]}; moves change a "
+                "resource knob (a memory fraction, a batch or context size)"
+            )
         if self.min is not None and self.max is not None and self.min >= self.max:
             raise ValueError(f"min {self.min:g} is not below max {self.max:g}")
         return self

@@ -44,8 +44,23 @@ def uncarriable(text: str) -> str | None:
     return f"contains U+{ord(ch):04X}, a Unicode noncharacter systemd refuses in unit files"
 
 
+#: the longest duration any setting takes (a campaign's deadline, a start's timeout): past
+#: it a number is a typo (`99999999999h`), and clocks and schedulers overflow on it
+MAX_DURATION_S = 30 * 24 * 3600.0
+
+
 def parse_duration(value: object) -> float:
-    """'15m', '90s', '1h30m', '500ms' or a number of seconds -> seconds."""
+    """'15m', '90s', '1h30m', '500ms' or a number of seconds -> seconds (at most 30 days)."""
+    seconds = _duration_seconds(value)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(
+            f"expected a duration of at most 30 days (720h), got {value!r} "
+            f"({seconds / 86400:.3g} days)"
+        )
+    return seconds
+
+
+def _duration_seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like '90s', '15m' or a number of seconds")
     if isinstance(value, int | float):

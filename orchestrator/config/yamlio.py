@@ -7,6 +7,7 @@ for a misspelt key, the close match. No traceback ever reaches them for a bad fi
 from __future__ import annotations
 
 import difflib
+import re
 import stat
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,9 +69,10 @@ def read_yaml_mapping(path: Path, *, what: str = "config") -> dict[str, Any]:
         data = _parse(text)
     except DuplicateKey as exc:
         raise ConfigError(
-            f"key '{exc.key}' is given twice (line {exc.line}); YAML would keep only the last",
+            f"key '{shown_key(exc.key)}' is given twice (line {exc.line}); "
+            "YAML would keep only the last",
             file=str(path),
-            key=exc.key,
+            key=shown_key(exc.key),
             hint="remove one of them",
         ) from None
     except RecursionError:
@@ -187,9 +189,33 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+#: a key an error may quote: a name as configs spell them. Anything else is quoted by its
+#: length only: a file given by mistake (`--hosts /etc/shadow`) parses as YAML whose "keys"
+#: are its lines, and an error must not print them.
+_KEY_SHAPED = re.compile(r"[A-Za-z0-9_.@/+-]{1,80}")
+
+
+def shown_key(key: object) -> str:
+    """A key as an error quotes it: itself when it is name-shaped, else its length."""
+    text = str(key)
+    return text if _KEY_SHAPED.fullmatch(text) else f"<a key of {len(text)} characters>"
+
+
 def load_model(path: Path, model: type[M], *, what: str) -> M:
     """Read a YAML mapping and validate it as `model`; errors name the file and the key."""
     raw = read_yaml_mapping(path, what=what)
+    allowed = [f.alias or name for name, f in model.model_fields.items()]
+    if raw and not any(
+        k in allowed or difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.6) for k in raw
+    ):
+        # none of its keys is one of ours or a typo of one: not this kind of file at all,
+        # and nothing of it is quoted back
+        raise ConfigError(
+            f"not a {what} file: none of its {len(raw)} top-level key(s) is "
+            + ", ".join(sorted(allowed)),
+            file=str(path),
+            hint=f"check the path given for the {what} file",
+        )
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -208,7 +234,7 @@ def validation_error(
     if shaped is not None and err["type"] != "extra_forbidden":
         return shaped
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
-    key = ".".join(str(p) for p in (*prefix, *loc)) or "(top level)"
+    key = ".".join(shown_key(p) for p in (*prefix, *loc)) or "(top level)"
     hint = None
     if err["type"] == "extra_forbidden":
         allowed = _allowed_keys(model, loc[:-1])

@@ -24,12 +24,12 @@ from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
-from orchestrator.errors import ConfigError, InfraError, TransportError
+from orchestrator.errors import ConfigError, InfraError, OrchestratorError, TransportError
 from orchestrator.events import Listener, RunFinished, StepDone
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import preflight
 from orchestrator.execution.helpcache import build_of
-from orchestrator.execution.inputs import LaunchInputs, launch_inputs
+from orchestrator.execution.inputs import LaunchInputs, launch_inputs, named_files
 from orchestrator.execution.transport import Transport
 
 LOG_TAIL_LINES = 400
@@ -346,7 +346,10 @@ class HostExecutor:
         """Announce the end of a run and make its record: every backend ends a run here,
         with what only it knows in `fields`."""
         env = fields.get("environment")
-        fields.setdefault("inputs", self._inputs(env.digest() if env is not None else None))
+        if "inputs" not in fields:
+            fields["inputs"] = self._inputs(
+                env.digest() if env is not None else None, self._files_read_for(exp)
+            )
         self.emit(
             RunFinished(
                 host=self.host.name,
@@ -370,11 +373,30 @@ class HostExecutor:
             **fields,
         )
 
-    def _inputs(self, environment: str | None) -> LaunchInputs:
+    def _inputs(self, environment: str | None, files: str | None = "") -> LaunchInputs:
         manager = getattr(self, "manager", None)  # a Slurm job has no unit of the user's
         return launch_inputs(
-            self.host, unit=manager.unit_inputs() if manager else "", environment=environment
+            self.host,
+            unit=manager.unit_inputs() if manager else "",
+            environment=environment,
+            files=files,
         )
+
+    def _files_read_for(self, exp: Experiment) -> str | None:
+        """The digest of the files the launch of `exp` names, as the last capture of its
+        environment read them ("": it names none; None: not read)."""
+        try:
+            launch = self.launch_of(exp)
+        except OrchestratorError:
+            return None
+        named = self._named(launch)
+        if not named:
+            return ""
+        return self.__dict__.get("_files_read", {}).get(named)
+
+    @staticmethod
+    def _named(exp: Experiment) -> tuple[str, ...]:
+        return named_files(exp.argv(), envfacts.public_env(exp))
 
     def inputs(self, exp: Experiment) -> LaunchInputs:
         """What would reach the server of `exp` if it started now, besides its config: read
@@ -390,21 +412,30 @@ class HostExecutor:
                 env: str | None = self.environment(exp).digest()
             except (TransportError, InfraError):
                 env = None
-            memo[key] = self._inputs(env)
+            files = self._files_read_for(exp) if env is not None else None
+            memo[key] = self._inputs(env, files)
         return memo[key]
 
     def _capture_command(self, exp: Experiment) -> str:
         manager = getattr(self, "manager", None)  # a Slurm job's node reads its own
         unit_env, unit_wd = manager.interpreter_context() if manager else ([], None)
         return envfacts.command(
-            exp.exec, env=[*unit_env, *envfacts.public_env(exp)], workdir=exp.workdir or unit_wd
+            exp.exec,
+            env=[*unit_env, *envfacts.public_env(exp)],
+            workdir=exp.workdir or unit_wd,
+            files=self._named(exp),
         )
 
     def environment(self, exp: Experiment) -> envfacts.HostEnvironment:
         """GPUs, driver, CUDA, NCCL, kernel and the server's packages, read on the host with
         the server's own interpreter (one command; what is absent is recorded as absent)."""
         exp = self.launch_of(exp)
-        return envfacts.parse(self.t.run(self._capture_command(exp), timeout=60).stdout)
+        cmd = self._capture_command(exp)
+        text = self.t.run(cmd, timeout=60).stdout
+        # the files the launch names, read by the same command: part of its cache key
+        named = self._named(exp)
+        self.__dict__.setdefault("_files_read", {})[named] = envfacts.parse_files(text, named)
+        return envfacts.parse(text)
 
     def _step(self, step: str, detail: str) -> None:
         self.emit(StepDone(host=self.host.name, step=step, detail=detail))

@@ -261,10 +261,56 @@ def _is_python(word: str) -> bool:
     return bool(re.fullmatch(r"python[0-9.]*", word.rsplit("/", 1)[-1]))
 
 
+#: the section of the files a launch names (`files=`): one line per path, its digest first
+FILES_MARK = "@@FILES"
+#: files past this size are known by size and time, not read whole (a weights file)
+FILE_READ_LIMIT = 64 * 1024 * 1024
+
+
+def files_section(files: Sequence[str]) -> str:
+    """The shell that prints FILES_MARK, then `DIGEST PATH` per path: the first 16 hex of
+    its sha256 (`big:SIZE:MTIME` past FILE_READ_LIMIT; `-` when it is no readable file)."""
+    if not files:
+        return ""
+    paths = " ".join(shlex.quote(f) for f in files)
+    return (
+        f'echo {FILES_MARK}; for f in {paths}; do if [ -f "$f" ] && [ -r "$f" ]; then '
+        's=$(stat -c %s -- "$f" 2>/dev/null); '
+        f'if [ "${{s:-0}}" -le {FILE_READ_LIMIT} ]; then '
+        'echo "$(sha256sum < "$f" | cut -c1-16) $f"; '
+        'else echo "big:$s:$(stat -c %Y -- "$f") $f"; fi; '
+        'else echo "- $f"; fi; done; '
+    )
+
+
+def parse_files(text: str, files: Sequence[str]) -> str | None:
+    """The digest of the files section for `files` ("" when no file is named; None when
+    the section is missing or does not cover every path: unknown)."""
+    if not files:
+        return ""
+    body = _section(text, FILES_MARK)
+    if body is None:
+        return None
+    seen = {}
+    for line in body.splitlines():
+        value, _, path = line.partition(" ")
+        if path:
+            seen[path] = value
+    if any(f not in seen for f in files):
+        return None
+    blob = json.dumps([[f, seen[f]] for f in files])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def command(
-    exec_argv: Sequence[str], *, env: Iterable[tuple[str, str]] = (), workdir: str | None = None
+    exec_argv: Sequence[str],
+    *,
+    env: Iterable[tuple[str, str]] = (),
+    workdir: str | None = None,
+    files: Sequence[str] = (),
 ) -> str:
-    """One shell command printing every fact, in sections `parse` reads.
+    """One shell command printing every fact, in sections `parse` reads (and, for the
+    paths `files` a launch names, the section `parse_files` reads).
 
     The interpreter is the server's own: the exec when it is a Python, else the one in
     the exec script's `#!` line (a console script such as `vllm` or `sglang`), else
@@ -322,7 +368,7 @@ def command(
         f"echo {KERNEL_MARK}; uname -r; "
         f"echo {CPU_MARK}; sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
         "| sort | uniq -c; "
-        f'{image}{resolve}{find_py}; echo "@@PYHOW $how $py"; '
+        f'{image}{resolve}{files_section(files)}{find_py}; echo "@@PYHOW $how $py"; '
         f"{run_py} -c {shlex.quote(_SNIPPET)} {keys} {','.join(NCCL_DISTS)} "
         f"{shlex.quote(server_hint(cc.command if cc else argv))} 2>/dev/null; true"
     )

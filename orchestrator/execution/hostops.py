@@ -126,7 +126,42 @@ def check_host(
         )
     else:
         checks.append(Check("gpus", False, g.stderr.strip()[-200:] or "nvidia-smi failed"))
+    checks += build_checks(host, t)
     return checks + leftover_checks(host, t, restore_command)
+
+
+def build_checks(host: Host, t: Transport) -> list[Check]:
+    """One check per entry of the host's `builds:`: a prefix holds a `bin/` directory, an
+    image is pulled (docker's or podman's). A campaign refuses a missing build before its
+    first start; this says so before the campaign."""
+    from orchestrator.config.builds import is_path
+
+    out = []
+    for name, target in host.builds:
+        q = shlex.quote(target)
+        if is_path(target):
+            r = t.run(f"test -d {q}/bin", timeout=30)
+            ok, seen = r.ok, (f"{target}/bin" if r.ok else f"{target}/bin is no directory")
+            hint = f"install the build at {target}, or correct hosts.{host.name}.builds"
+        else:
+            r = t.run(
+                "for rt in docker podman; do command -v $rt >/dev/null || continue; "
+                f"$rt image inspect --format '{{{{.Id}}}}' {q} >/dev/null 2>&1 && exit 0; done; "
+                "command -v docker >/dev/null || command -v podman >/dev/null || exit 3; exit 1",
+                timeout=60,
+                sudo=True,
+            )
+            ok = True if r.ok else None if r.exit_code == 3 else False
+            seen = (
+                f"image {target} is pulled"
+                if r.ok
+                else "neither docker nor podman is installed"
+                if r.exit_code == 3
+                else f"image {target} is not pulled"
+            )
+            hint = f"pull {target} on the host, or correct hosts.{host.name}.builds"
+        out.append(Check(f"build {name}", ok, seen, None if ok is not False else hint))
+    return out
 
 
 def leftover_checks(

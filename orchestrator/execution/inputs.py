@@ -12,7 +12,10 @@ environment, unit, health check, probe) is `Experiment.fingerprint()`; the rest 
   drop-ins, `Environment=`, the contents of its `EnvironmentFile=`s, the manager's
   environment); a process-manager host has none: its launch script is wholly ours;
 - the host's environment as the server's own interpreter sees it (`environment.py`: the
-  resolved interpreter, the server's and key libraries' versions, driver, CUDA, kernel).
+  resolved interpreter, the server's and key libraries' versions, driver, CUDA, kernel);
+- the files the launch names (`named_files`: a scenario, a chat template, a config file
+  given by its path): the server reads them, so a file fixed since a run makes another
+  launch, and the run's verdict (an `invalid` above all) is not reused for it.
 
 Only digests are kept (values may be secrets). A part that could not be read is unknown
 (None), and a launch with an unknown part has no key: its verdict is never reused, nor is
@@ -36,7 +39,29 @@ PARTS = {
     "host_env": "the hosts file's env:",
     "unit": "the unit's own files or environment",
     "environment": "the host's environment (exec, packages, driver)",
+    "files": "the files the launch names",
 }
+
+#: how many path words of a launch are read (a launch names a few files, not hundreds)
+MAX_NAMED_FILES = 64
+
+
+def named_files(argv: Iterable[str], env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
+    """The absolute paths a launch names, after its executable (whose own file the
+    environment covers): words of its command line, `--flag=/path` values, and
+    environment values. What is a regular file among them is read on the host."""
+    words = list(argv)[1:] + [v for _, v in env]
+    out: list[str] = []
+    for word in words:
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if (
+            value.startswith("/")
+            and not value.startswith("//")
+            and not any(c.isspace() or c == ":" for c in value)
+            and value not in out
+        ):
+            out.append(value)
+    return tuple(out[:MAX_NAMED_FILES])
 
 
 def digest(obj: object) -> str:
@@ -83,17 +108,23 @@ class LaunchInputs:
     #: `HostEnvironment.digest()` of the host as the server's interpreter sees it; None:
     #: unknown (not read, or not readable before the run: a Slurm job's node)
     environment: str | None
+    #: the digest of the files the launch names, as read on the host ("": it names none;
+    #: None: they could not be read)
+    files: str | None = ""
 
     @property
     def known(self) -> bool:
-        return self.unit is not None and self.environment is not None
+        return self.unit is not None and self.environment is not None and self.files is not None
 
     def key(self, fingerprint: str) -> str | None:
         """The cache key of a launch of the config `fingerprint` under these inputs; None
         when a part is unknown (nothing is reused then)."""
         if not self.known:
             return None
-        return digest([fingerprint, self.to_dict()])
+        parts = self.to_dict()
+        if parts["files"] == "":  # names no file: the key runs recorded before files had
+            del parts["files"]
+        return digest([fingerprint, parts])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +134,10 @@ class LaunchInputs:
         if not data:
             return None
         try:
-            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+            # a record from before files were read: none named, as its key was made
+            return cls(
+                **{k: data.get(k, "" if k == "files" else None) for k in cls.__dataclass_fields__}
+            )
         except TypeError:
             return None
 
@@ -112,14 +146,25 @@ class LaunchInputs:
         return [PARTS[k] for k in PARTS if getattr(self, k) != getattr(other, k)]
 
 
-def launch_inputs(host: Host, *, unit: str | None, environment: str | None) -> LaunchInputs:
+def launch_inputs(
+    host: Host, *, unit: str | None, environment: str | None, files: str | None = ""
+) -> LaunchInputs:
     return LaunchInputs(
         host_class=host.host_class,
         backend=backend_digest(host),
         host_env=env_digest(host.env),
         unit=unit,
         environment=environment,
+        files=files,
     )
 
 
-__all__ = ["PARTS", "LaunchInputs", "backend_digest", "digest", "env_digest", "launch_inputs"]
+__all__ = [
+    "PARTS",
+    "LaunchInputs",
+    "backend_digest",
+    "digest",
+    "env_digest",
+    "launch_inputs",
+    "named_files",
+]

@@ -425,6 +425,8 @@ class Preflight:
         self._host = host
         #: how many help pages were read on the host (not from the cache)
         self.reads = 0
+        #: the distrust already said: (reason, the executable or None for any build)
+        self._said: set[tuple[str, tuple[str, ...] | None]] = set()
 
     # -- commands
     def _in_env(self, exp: Experiment, argv: list[str], timeout: float) -> CommandResult:
@@ -496,11 +498,16 @@ class Preflight:
         self._helps[key] = entry
         if not entry.trusted:
             reason = why or help_.why_not
-            self._say(
-                f"{shlex.join(exp.exec)} --help is not trusted to refuse flags "
-                f"({reason}): flags are checked by the server itself, at each start",
-                {"kind": "help-untrusted", "reason": reason},
-            )
+            # the builds of one server share their help's habits: said once for them all
+            said = (reason, None if exp.build is not None else exp.exec)
+            if said not in self._said:
+                self._said.add(said)
+                self._say(
+                    f"{shlex.join(exp.exec)} --help is not trusted to refuse flags "
+                    f"({reason}): flags are checked by the server itself, at each start"
+                    + (" (said once for every build)" if exp.build is not None else ""),
+                    {"kind": "help-untrusted", "reason": reason},
+                )
         return entry
 
     def check(self, exp: Experiment, build: str | None = None) -> Check:

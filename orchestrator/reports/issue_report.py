@@ -102,6 +102,38 @@ def _describe(v: Verdict, run: RunRow) -> str:
     return f"{v.value}: {run.detail}"
 
 
+_COUNTS = re.compile(r"fail (\d+) of (\d+)")
+
+
+def _flaky_rate(answer: Outcome) -> tuple[float | None, str]:
+    """(the reproduction rate measured, "k of n starts") when it is below 1; (None, "")
+    for a failure that showed on every start."""
+    noise = answer.noise or {}
+    rate = noise.get("reproduction_rate")
+    if not isinstance(rate, int | float) or rate >= 1:
+        return None, ""
+    m = _COUNTS.fullmatch(str(noise.get("reproduction_counts") or ""))
+    return float(rate), f"{m[1]} of {m[2]} starts" if m else "some starts"
+
+
+def _uncertain(said: str, counts: str | None, rate: float) -> str:
+    """A launch's result beside the chance that it passed although it still carries the
+    failure: at reproduction rate r, n passing starts of such a launch happen with
+    probability (1 - r)^n."""
+    m = _COUNTS.fullmatch(counts or "")
+    if m is None:
+        return f"{said}; not certain: the failure shows on {rate:.0%} of starts"
+    fails, n = int(m[1]), int(m[2])
+    if fails:
+        return f"{said} (failed in {fails} of {n} starts)"
+    miss = (1 - rate) ** n
+    return (
+        f"passed in {n} of {n} start{'s' if n != 1 else ''}; not certain: a launch that "
+        f"still fails at rate {rate:.2f} passes {'them' if n != 1 else 'it'} with "
+        f"probability {miss:.2f}"
+    )
+
+
 def nothing_to_report(camp: CampaignRow, runs: list[RunRow]) -> str | None:
     """Why the campaign has no bug to report upstream (None: it has one). A report needs a
     failure, a signature for it and a run that reproduced it: without them it would say
@@ -162,7 +194,13 @@ def issue_markdown(
         and not (r.repair and r.verdict is Verdict.INVALID)
     ]
     culprit = answer.culprits[0] if answer.culprits else None
-    n_deltas = len(camp.spec.get("deltas") or [])
+    # a failure that shows on some starts only: the rate the campaign measured over every
+    # launch carrying the set, not the one start of the launch quoted below
+    rate, carried = _flaky_rate(answer)
+    # an ordered search of builds records one hidden step per build after good's: not
+    # differences between the two launches, nor part of the bad variant
+    order = (camp.spec.get("options") or {}).get("builds") or []
+    n_deltas = len(camp.spec.get("deltas") or []) - max(len(order) - 1, 0)
     full = tuple(range(n_deltas))
     repro = by_id.get(culprit.reproduced_by) if culprit and culprit.reproduced_by else None
     if repro is None:  # not narrowed: the bad config itself
@@ -206,6 +244,12 @@ def issue_markdown(
             if len(flags) > 1
             else "without it the failure does not reproduce"
         )
+        if rate is not None:  # flaky: what passed is evidence, and says so
+            alone = (
+                f"it fails on some starts only ({carried}, rate {rate:.2f}), and "
+                + ("without any one of them" if len(flags) > 1 else "without it")
+                + " it did not reproduce in the starts tried"
+            )
         summary = (
             f"{server}{version} fails during `{phase}` with `{error}` when "
             f"{set_text} {'are' if len(flags) > 1 else 'is'} set; {alone}."
@@ -278,6 +322,8 @@ def issue_markdown(
         r = by_id.get(rid) if rid else None
         if r is not None:
             said = _describe(_relative(r, camp), r)
+            if rate is not None and culprit is not None:
+                said = _uncertain(said, culprit.cleared_count(flag), rate)
             out.append(f"| the failing launch without `{flag}` | {said} |")
     good = next((r for r in real if r.variant == ()), None)
     if good is not None:
@@ -310,6 +356,11 @@ def issue_markdown(
         "reused from earlier campaigns): "
         + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     )
+    if rate is not None:
+        out.append(
+            f"- the failure is flaky: the launches carrying {set_text or 'it'} failed in "
+            f"{carried}, rate {rate:.2f}; a launch that passes is evidence, not proof"
+        )
     if repro is not None:
         same = [r for r in real if r.variant == repro.variant]
         hits = sum(1 for r in same if _relative(r, camp) is Verdict.FAIL)

@@ -380,7 +380,18 @@ class ScriptedTransport(Transport):
         return 0, f"{gpus}@@APPS\n{apps}"
 
     def _environment(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
-        return 0, "@@NVSMI\n@@KERNEL\n6.1.0-scripted\n@@PYHOW exec python3\n"
+        out = "@@NVSMI\n@@KERNEL\n6.1.0-scripted\n@@PYHOW exec python3\n"
+        # the files the launch names, read from the scripted host's files (absent: `-`)
+        named = re.search(r"echo @@FILES; for f in (.*?); do ", m.string)
+        if named:
+            import hashlib
+
+            out += "@@FILES\n"
+            for path in shlex.split(named[1]):
+                text = self.files.get(path)
+                sha = hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else "-"
+                out += f"{sha} {path}\n"
+        return 0, out
 
     def _help(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return (0, self.help_text) if self.help_text is not None else (1, "")
