@@ -15,18 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.store.store import Store
+from orchestrator.lab.sshd import SshdEndpoint
 from tests.support.campaign_lab import (
-    LAB,
-    SETTLE,
-    cli,
     cli_json,
     lab_pair,
     lab_servers,
     read_runs,
     sshd_hosts_file,
 )
-from orchestrator.lab.sshd import SshdEndpoint, free_port
 
 TYPO = "/usr/bin/pyhton3 -m orchestrator.lab.server --scenario b300"
 
