@@ -19,7 +19,9 @@ from tests.test_repair import first, sglang, then
 
 OOM_KV = Signature(Phase.KV_CACHE, "cuda_oom", "CUDA out of memory.")
 OOM_GRAPH = Signature(Phase.CUDA_GRAPH, "cuda_oom", "CUDA out of memory. @ capture")
-SGL_ARGS = "server_args=ServerArgs(model_path='/m', port=30000, mem_fraction_static=0.88, tp_size=8)"
+SGL_ARGS = (
+    "server_args=ServerArgs(model_path='/m', port=30000, mem_fraction_static=0.88, tp_size=8)"
+)
 
 
 def test_the_lab_server_prints_the_values_it_chose_as_sglang_does() -> None:

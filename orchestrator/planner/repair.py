@@ -335,12 +335,13 @@ def may_run(
             values = {_text(x) for x in (value_of(good, m), value_of(bad, m)) if x is not None}
             if values:
                 why = f"may run, from {' / '.join(sorted(values))}"
-            elif not m.env:
-                why = "may run, from the value the server prints at start" + (
-                    f" (else {_text(m.absent)}, its default)" if m.absent is not None else ""
-                )
             elif m.absent is not None:
                 why = f"may run, from {_text(m.absent)} (the value assumed when unset)"
+            elif not m.env:
+                why = (
+                    "neither config sets it: it moves from the value the server prints "
+                    "at start, if it prints one (SGLang prints every argument)"
+                )
             else:
                 why = "not: neither config sets it"
         out.append((m, why))
