@@ -11,6 +11,7 @@ from __future__ import annotations
 from orchestrator.campaign.answer import resource_answer
 from orchestrator.campaign.records import Culprit, Outcome, RepairNote, Status
 from orchestrator.config.repair import policy
+from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.diagnosis.server_logs import printed_args
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.lab import scenario, sglang_text
@@ -128,3 +129,12 @@ def test_the_answer_says_what_the_repair_made_of_bad_s_resource_failure() -> Non
     seen.target = OOM_GRAPH
     resource_answer(seen, 2)
     assert seen.resource == "" and seen.status is Status.FOUND
+
+
+def test_the_stored_log_keeps_the_server_s_arguments_above_a_long_tail() -> None:
+    """A real start prints its arguments first and hundreds of lines after: the stored
+    form of its log keeps that line, so a repair can read what the server chose."""
+    log = f"[2026-01-01 10:00:00] {SGL_ARGS}\n" + "".join(f"[TP0] line {i}\n" for i in range(900))
+    kept = keep_what_matters(log, 400)
+    assert len(kept.splitlines()) < 410
+    assert printed_args(kept)["mem-fraction-static"] == "0.88"
