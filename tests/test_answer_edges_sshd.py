@@ -100,7 +100,7 @@ def test_a_repair_with_no_working_window_keeps_the_failure_bad_shows_as_written(
     # both sides' runs, each with what it showed
     runs = {r.id: r for r in read_runs(results, answer["campaign"])}
     low, high = runs[bad["before_run"]], runs[bad["after_run"]]
-    assert f"[run {low.id}]" in said and f"[run {high.id}]" in said
+    assert f"bad as written: run {low.id}" in said and f": run {high.id}]" in said
     assert str(low.signature).startswith("kv_cache: cuda_oom") and "--mem-fraction-static" in said
     assert str(high.signature).startswith("cuda_graph: cuda_oom") and high.repair
     # the answer is that of the failure as written: --ep-size, never "repaired with"

@@ -115,11 +115,15 @@ def test_the_answer_says_what_the_repair_made_of_bad_s_resource_failure() -> Non
     assert avoided.status is Status.FOUND
     assert avoided.culprits[0].needs == ["--mem-fraction-static >= 0.89"]
     assert "the repair avoids" in avoided.resource and "[run c.3]" in avoided.resource
-    window = _found(_note("unrepaired", f"ended other ({OOM_GRAPH})", "c.4", why="no window"))
+    why = "no working window for --mem-fraction-static: at 0.85 it failed wanting more (...)"
+    window = _found(_note("unrepaired", f"ended other ({OOM_GRAPH})", "c.4", why=why))
     resource_answer(window, 2)
     assert window.status is Status.INCOMPLETE and window.message == window.resource
-    assert window.resource.startswith("no working window") and "[run c.4]" in window.resource
-    assert "[run c.2]" in window.resource
+    assert window.resource.startswith("no working window") and "run c.4" in window.resource
+    assert "run c.2" in window.resource
+    steps = _found(_note("unrepaired", f"ended other ({OOM_KV})", "c.4", why="still cuda_oom"))
+    resource_answer(steps, 2)
+    assert steps.resource.startswith("no working window found") and "[run c.2]" in steps.resource
     unset = _found(_note("unrepaired", "", "c.2", why="set --mem-fraction-static"))
     resource_answer(unset, 2)
     assert unset.status is Status.FOUND and "could not address" in unset.resource

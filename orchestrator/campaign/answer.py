@@ -268,10 +268,19 @@ def resource_answer(outcome: Outcome, n: int) -> None:
             "away (`--no-repair` bisects the failure alone)"
         )
     elif note.state == "unrepaired" and note.after_run not in (None, note.before_run):
+        runs = (
+            f"bad as written: run {note.before_run}; with {', '.join(note.moves)}: "
+            f"run {note.after_run}"
+        )
+        said = (
+            f"{note.why} [{runs}]"
+            if note.why.startswith("no working window")
+            else f"no working window found: {written}; with {', '.join(note.moves)} it "
+            f"{note.after} [run {note.after_run}]; {note.why}"
+        )
         outcome.resource = (
-            f"no working window: {written}; with {', '.join(note.moves)} it {note.after} "
-            f"[run {note.after_run}]; {note.why}. The answer is that of the failure as "
-            "written; what bad shows with enough of the resource cannot be seen"
+            f"{said}. The answer is that of the failure as written; what bad shows with "
+            "enough of the resource cannot be seen"
         )
         if outcome.status is Status.FOUND:
             outcome.status = Status.INCOMPLETE
