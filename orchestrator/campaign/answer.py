@@ -241,4 +241,55 @@ class CampaignAnswer:
         return out
 
 
-__all__ = ["CampaignAnswer"]
+def resource_answer(outcome: Outcome, n: int) -> None:
+    """Say what a repair made of bad's own failure, when bad as written fails on a resource
+    (the target is always what bad shows as written):
+
+    - a move got bad past it and bad then passed: the failure is a resource failure that
+      the change under test brings and the repair avoids; each culprit `needs` the moves
+      that made bad pass (`--mem-fraction-static >= 0.89`);
+    - the moves found no working value (still a resource failure, or no window between
+      two failures): said with both starts, and the answer is not `found` (what bad shows
+      with enough of the resource cannot be seen);
+    - no move could run: why, and what to set.
+    """
+    full = list(range(n))
+    note = next((r for r in outcome.repairs if r.deltas == full), None)
+    if note is None or outcome.target is None or str(outcome.target) not in note.before:
+        return
+    written = f"bad as written {note.before} [run {note.before_run}]"
+    if note.state == "repaired" and note.after == "passed":
+        needs = note.needs or note.moves
+        for cul in outcome.culprits:
+            cul.needs = list(needs)
+        outcome.resource = (
+            f"a resource failure the repair avoids: {written}; with {', '.join(note.moves)} "
+            f"it passed [run {note.after_run}]: the failure needs {', '.join(needs)} to go "
+            "away (`--no-repair` bisects the failure alone)"
+        )
+    elif note.state == "unrepaired" and note.after_run not in (None, note.before_run):
+        runs = (
+            f"bad as written: run {note.before_run}; with {', '.join(note.moves)}: "
+            f"run {note.after_run}"
+        )
+        said = (
+            f"{note.why} [{runs}]"
+            if note.why.startswith("no working window")
+            else f"no working window found: {written}; with {', '.join(note.moves)} it "
+            f"{note.after} [run {note.after_run}]; {note.why}"
+        )
+        outcome.resource = (
+            f"{said}. The answer is that of the failure as written; what bad shows with "
+            "enough of the resource cannot be seen"
+        )
+        if outcome.status is Status.FOUND:
+            outcome.status = Status.INCOMPLETE
+            outcome.message = outcome.resource
+    elif note.state == "unrepaired":
+        outcome.resource = (
+            f"the target is a resource failure the repair could not address: {written}; "
+            f"not repaired: {note.why}"
+        )
+
+
+__all__ = ["CampaignAnswer", "resource_answer"]

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.campaign import envwatch, flaky, rehearsal, timing
-from orchestrator.campaign.answer import CampaignAnswer
+from orchestrator.campaign.answer import CampaignAnswer, resource_answer
 from orchestrator.campaign.core import (
     CampaignCore,
     ExecutorFactory,
@@ -48,7 +48,15 @@ from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import env_digest
 from orchestrator.planner import Answer, Planner, StrategyFn
 from orchestrator.planner.noise_estimate import flaky_runs, observed_rate, remaining_runs
-from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource, with_moves
+from orchestrator.planner.repair import (
+    Applied,
+    Next,
+    Rung,
+    Settled,
+    is_resource,
+    needs_of,
+    with_moves,
+)
 from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.store.store import RunRow, Store
 
@@ -237,6 +245,7 @@ class Bisection:
                     r.verdict,
                     r.signature,
                     r.detail,
+                    r.printed_args() if is_resource(r.signature, None) else None,
                 )
                 for r in chain
             ]
@@ -294,6 +303,18 @@ class Bisection:
                 ]
         return [Applied.from_dict(row.repair).describe()]
 
+    def _as_written(self, row: RunRow) -> RunRow | None:
+        """The first start of the ladder that `row` ended in a pass, when that start failed
+        on a resource and a move got past it: bad's failure as written (its target: the
+        change under test may be what needs the resource)."""
+        if row.verdict is not Verdict.PASS or not row.repair:
+            return None
+        for chain, state in self._ladders()[0]:
+            if any(r.id == row.id for r in chain) and isinstance(state, Settled):
+                first = chain[0]
+                return first if is_resource(first.signature, None) else None
+        return None
+
     def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str:
         return f"{self._label(v)} [repair: {applied.describe()}]"
 
@@ -322,8 +343,9 @@ class Bisection:
         for chain, state in self._ladders()[0]:
             if not isinstance(state, Settled) or state.state == "none":
                 continue
-            first, final = chain[0], chain[state.final]
-            moves = [Applied.from_dict(r.repair).describe() for r in chain[1:] if r.repair]
+            first, final = chain[0], chain[state.last]
+            carried = [Applied.from_dict(r.repair) for r in chain[1 : state.last + 1] if r.repair]
+            moves = [a.describe() for a in carried]
             got = relative(final.verdict, final.signature, self.target)
             if got is Verdict.FAIL:
                 after = f"failed with the target ({final.signature})"
@@ -346,6 +368,7 @@ class Bisection:
                 after=after,
                 why=state.why,
                 command=shlex.join(final.argv) if final.repair else None,
+                needs=needs_of(carried) if state.state == "repaired" else [],
             )
         return list(out.values())
 
@@ -404,6 +427,7 @@ class Bisection:
         outcome.weights = self._weights_summary()
         outcome.deltas = [d.describe() for d in self.plan.deltas]
         outcome.repairs = self._repairs()
+        resource_answer(outcome, self.plan.n)
         # a found answer is recorded as `done`, like every campaign that concluded
         self.core.finish(
             outcome.status,
@@ -898,7 +922,10 @@ class _Endpoints:
 
     def got(self, v: tuple[int, ...], row: RunRow) -> None:
         b, full = self.b, self.full
-        if row.verdict is not Verdict.INFRA:
+        written = b._as_written(row) if v == full else None
+        if written is not None:  # it passed only under a repair: its failure as written
+            self.ends[v] = written
+        elif row.verdict is not Verdict.INFRA:
             if v == full:  # a flaky failure may need several starts of bad to show
                 starts = flaky.bad_starts(b._rows(), full)
                 row = next((r for r in starts if r.verdict is Verdict.FAIL), row)

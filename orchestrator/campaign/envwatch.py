@@ -99,7 +99,12 @@ def as_infra(result: Any, host: str, what: list[str]) -> Any:
 
 
 def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged | None]:
-    """(the result to record, the error to raise after recording it, if any)."""
+    """(the result to record, the error to raise after recording it, if any). A run that
+    never reached the server (`invalid`: its flags refused, or its command not runnable on
+    the host, as a typo'd or absent interpreter is) is a verdict about no environment: the
+    environment read for it (an exec the host lacks reads as `absent`) is no change."""
+    if getattr(result, "verdict", None) is Verdict.INVALID:
+        return result, None
     what = change_of(store, cid, result)
     if what is None:
         return result, None

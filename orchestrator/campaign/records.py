@@ -144,6 +144,9 @@ class Culprit:
     whats: list[str] | None = None
     #: the repair moves the reproducing run carried (the failure shows only under them)
     repaired_with: list[str] = field(default_factory=list)
+    #: what the failure, a resource failure a repair avoids, needs to go away
+    #: (`--mem-fraction-static >= 0.89`): the moves that got bad past it
+    needs: list[str] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -193,6 +196,8 @@ class Culprit:
             out["whats"] = self.whats
         if self.repaired_with:
             out["repaired_with"] = self.repaired_with
+        if self.needs:
+            out["needs"] = self.needs
         return out
 
     @classmethod
@@ -211,6 +216,7 @@ class Culprit:
             cleared_counts=d.get("cleared_counts"),
             whats=list(d["whats"]) if d.get("whats") else None,
             repaired_with=list(d.get("repaired_with") or []),
+            needs=list(d.get("needs") or []),
         )
 
     def claim(self, flag: str) -> str:
@@ -283,6 +289,8 @@ class RepairNote:
     why: str = ""  # why it could not be repaired
     command: str | None = None  # the command line of the repaired start
     count: int = 1  # starts of the variant that went this way (the first one is shown)
+    #: what the start that passed needed (`--mem-fraction-static >= 0.89`), when one did
+    needs: list[str] = field(default_factory=list)
 
     def sentence(self) -> str:
         """`good + --ep-size 8 ran out (kv_cache: ...) [run c.3]; with --mem-fraction-static
@@ -314,7 +322,7 @@ class RepairNote:
             "why": self.why,
             "command": self.command,
             "count": self.count,
-        }
+        } | ({"needs": self.needs} if self.needs else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RepairNote:
@@ -330,6 +338,7 @@ class RepairNote:
             why=str(d.get("why") or ""),
             command=d.get("command"),
             count=int(d.get("count") or 1),
+            needs=list(d.get("needs") or []),
         )
 
 
@@ -394,6 +403,9 @@ class Outcome:
     weights: dict[str, Any] | None = None
     #: variants started again after a resource failure, or that could not be
     repairs: list[RepairNote] = field(default_factory=list)
+    #: when bad's failure as written is a resource failure: what the repair made of it
+    #: (avoided it, found no working value, could not run), in the answer's own words
+    resource: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
@@ -401,6 +413,7 @@ class Outcome:
         weights = {"weights": self.weights} if self.weights is not None else {}
         # (an answer without repairs, stored before they existed, writes back as it was)
         repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
+        repairs |= {"resource": self.resource} if self.resource else {}
         return (
             {
                 "campaign": self.campaign_id,
@@ -444,6 +457,7 @@ class Outcome:
             deltas=list(d.get("deltas") or []),
             weights=d.get("weights"),
             repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
+            resource=str(d.get("resource") or ""),
         )
 
     @property

@@ -17,8 +17,13 @@ from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.pool import Pool
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.classify.judge import OUTSIDE_SIGNALS
-from orchestrator.diagnosis.verdicts import Signature, Verdict
+from orchestrator.diagnosis.classify.judge import (
+    LAUNCH_CLASS,
+    OUTSIDE_SIGNALS,
+    RunEvidence,
+    launch_failure,
+)
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.events import Listener, Notice
 from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.planner.repair import Applied
@@ -216,11 +221,21 @@ class RecordedRuns:
     @staticmethod
     def reusable_run(hit: RunRow) -> bool:
         """Nor one recorded before kills from outside were told apart (a bare SIGKILL/SIGTERM
-        with no failure in the log: today such a run is infra)."""
+        with no failure in the log: today such a run is infra). Nor a launch that never
+        reached the server (a build not installed, a typo'd exec): whether its command can
+        run is the host's state of the moment, not the config's verdict; one recorded before
+        such launches were told apart (a `fail` at init) is known by its log alone (the
+        launcher's cannot-run line, no startup), its exit status not being kept."""
         sig = hit.signature
-        return not (
-            sig is not None and sig.error_class == "signal" and sig.message in OUTSIDE_SIGNALS
-        )
+        if sig is None:
+            return True
+        if sig.error_class == LAUNCH_CLASS:
+            return False
+        if hit.verdict in (Verdict.FAIL, Verdict.OTHER) and sig.phase is Phase.INIT:
+            assumed = RunEvidence(log_tail=hit.log_tail(), exit_code=127)
+            if launch_failure(assumed) is not None:
+                return False
+        return not (sig.error_class == "signal" and sig.message in OUTSIDE_SIGNALS)
 
 
 __all__ = ["Campaign", "RecordedRuns"]

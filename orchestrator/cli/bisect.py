@@ -428,8 +428,10 @@ def print_outcome(
     elif outcome.found:
         for cul in outcome.culprits:
             kind = cul.kind
+            needs = f" (needs {', '.join(cul.needs)})" if cul.needs else ""
             c.print(
-                f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]",
+                f"[bold red]culprit ({kind}):[/] [bold]{escape(' + '.join(cul.flags))}[/]"
+                + escape(needs),
                 highlight=False,
             )
             for line in _evidence(cul):
@@ -457,6 +459,8 @@ def print_outcome(
             f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
             highlight=False,
         )
+    if outcome.resource and outcome.resource != outcome.message:
+        c.print(f"[cyan]resource[/]: {escape(outcome.resource)}", highlight=False)
     for note in outcome.repairs:
         c.print(f"[cyan]repair[/]: {escape(note.sentence())}", highlight=False)
     for inv in outcome.invalid:

@@ -56,8 +56,8 @@ class Move:
     factor: float | None = None  # multiplied (raise) or divided (lower) per step
     low: float | None = None
     high: float | None = None
-    #: the value the server takes when the config does not set the knob (None: unknown,
-    #: the move applies only to configs that set it)
+    #: the value the server takes when the config does not set the knob and its log does
+    #: not print it (None: unknown, the move then applies only where one of them tells)
     absent: float | None = None
     integer: bool = False
     source: str = "built-in"  # where it was declared: built-in, a file, a host
@@ -104,17 +104,31 @@ _LATE = frozenset({"warmup", "serving", "probe"})
 
 #: SGLang's and vLLM's usual knobs. Resource limits are two-sided: out of memory while
 #: loading or sizing the KV cache wants a larger static fraction, out of memory while
-#: serving a smaller one (more room for activations); out of memory in CUDA-graph capture
-#: wants fewer captured batch sizes; a KV cache too small for the model's length wants
-#: more cache space (vLLM's CPU build sizes it with VLLM_CPU_KVCACHE_SPACE, in GiB).
+#: serving or capturing CUDA graphs a smaller one (more room for activations and graphs);
+#: out of memory in CUDA-graph capture wants fewer captured batch sizes first; a KV cache
+#: too small for the model's length wants more cache space (vLLM's CPU build sizes it with
+#: VLLM_CPU_KVCACHE_SPACE, in GiB). A knob the config does not set starts from the value
+#: the server printed at start (SGLang prints every argument, those it chose included),
+#: else from the value a declared move gives for it (`absent:`).
 BUILTIN_MOVES: tuple[Move, ...] = (
+    Move(
+        "cuda-graph-max-bs",
+        False,
+        (Trigger("cuda_oom", frozenset({"cuda_graph"}), -1),),
+        factor=2.0,
+        low=1,
+        high=4096,
+        integer=True,
+    ),
     Move(
         "mem-fraction-static",
         False,
         (
             Trigger("cuda_oom", _LOAD, +1),
             Trigger("not_enough_memory", None, +1),
-            Trigger("cuda_oom", _LATE, -1),
+            # SGLang's own advice for out of memory in graph capture: less static memory
+            # (the graphs live outside it), after fewer captured batch sizes
+            Trigger("cuda_oom", _LATE | {"cuda_graph"}, -1),
         ),
         step=0.04,
         low=0.5,
@@ -140,15 +154,6 @@ BUILTIN_MOVES: tuple[Move, ...] = (
         factor=2.0,
         low=1,
         high=512,
-        integer=True,
-    ),
-    Move(
-        "cuda-graph-max-bs",
-        False,
-        (Trigger("cuda_oom", frozenset({"cuda_graph"}), -1),),
-        factor=2.0,
-        low=1,
-        high=4096,
         integer=True,
     ),
 )

@@ -5,7 +5,8 @@ process, triton's nanobind leak warnings (hundreds of lines), a resource tracker
 A plain tail of such a log is all noise, and the error with its traceback is far above it.
 `keep_what_matters` keeps the last lines AND each traceback above them (from its
 `Traceback (most recent call last):` to the exception and the lines that explain it,
-pydantic's `Value error, ...` included), in log order, with a marker where lines were cut.
+pydantic's `Value error, ...` included) and the line where the server printed its
+arguments, in log order, with a marker where lines were cut.
 The executor stores this form of a run's log; `show` prints it. Pure.
 """
 
@@ -22,6 +23,8 @@ _CUT_RE = re.compile(r"^\[\.\.\. \d+ lines cut")
 MAX_BLOCK = 120
 MAX_BLOCKS = 300
 _START = "Traceback (most recent call last):"
+#: how a server's line of its own arguments begins (see `server_logs.printed_args`)
+_ARGS_LINES = ("server_args=ServerArgs(", "non-default args: {")
 # After the exception line, its explanation: indented lines (pydantic's "  Value error, ..."
 # and "For further information ..."), a few at most.
 _EXPLAIN = 6
@@ -68,12 +71,21 @@ def keep_what_matters(log: str, lines: int, budget: int = MAX_BLOCKS) -> str:
     tail_start = len(all_lines) - lines
     bodies = [strip_prefix(line) for line in all_lines[:tail_start]]
     kept: list[tuple[int, int]] = []
+    # the server's own arguments, printed once at start (SGLang: every one, the values it
+    # chose included): a repair reads the value of a knob the config does not set there
+    args = [i for i, b in enumerate(bodies) if b.startswith(_ARGS_LINES)]
+    if args and budget > 0:
+        budget -= 1
+    else:
+        args = []
     for start, end in _blocks(bodies):
         if budget <= 0:
             break
         end = min(end, start + budget)
         kept.append((start, end))
         budget -= end - start
+    if args and not any(a <= args[-1] < b for a, b in kept):
+        kept = sorted([*kept, (args[-1], args[-1] + 1)])
     out: list[str] = []
     at = 0
     for start, end in kept:

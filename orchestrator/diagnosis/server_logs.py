@@ -500,6 +500,33 @@ def profiles_for(text_sample: str) -> tuple[ServerProfile, ...]:
     return found or PROFILES
 
 
+#: the line where a server prints its arguments at start: SGLang every one of them, those
+#: it works out itself (`mem_fraction_static`, `cuda_graph_max_bs`) with the value chosen
+#: (`server_args=ServerArgs(a=1, b='x')`); vLLM the ones not at their default
+#: (`non-default args: {'a': 1}`)
+_ARGS_LINES = re.compile(
+    r"server_args=ServerArgs\((?P<sgl>.*)\)\s*$|non-default args: \{(?P<vllm>.*)\}"
+)
+_SCALAR = r"(?P<v>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|True|False|None|'[^']*')(?=\s*[,)}]|\s*$)"
+_SGL_ARG = re.compile(r"(?:^|, )(?P<k>\w+)=" + _SCALAR)
+_VLLM_ARG = re.compile(r"(?:^|, )'(?P<k>\w+)': " + _SCALAR)
+
+
+def printed_args(log: str) -> dict[str, str]:
+    """The scalar arguments a server printed at start, by flag name (`mem-fraction-static`
+    -> `0.88`), the last start's line winning; empty when the log has no such line."""
+    out: dict[str, str] = {}
+    for line in log.splitlines():
+        if "server_args=ServerArgs(" not in line and "non-default args: {" not in line:
+            continue
+        m = _ARGS_LINES.search(line)
+        if m is None:
+            continue
+        body, pat = (m["sgl"], _SGL_ARG) if m["sgl"] is not None else (m["vllm"], _VLLM_ARG)
+        out = {a["k"].replace("_", "-"): a["v"].strip("'") for a in pat.finditer(body)}
+    return out
+
+
 __all__ = [
     "ARGS_FILES",
     "ARGS_FRAMES",
@@ -527,5 +554,6 @@ __all__ = [
     "Marker",
     "ServerProfile",
     "own_file",
+    "printed_args",
     "profiles_for",
 ]

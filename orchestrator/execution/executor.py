@@ -26,10 +26,12 @@ from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify.judge import (
+    LAUNCH_CLASS,
     ProbeOutcome,
     RunEvidence,
     judge,
     last_phase,
+    launch_detail,
     outside_cause,
 )
 from orchestrator.diagnosis.logtail import keep_what_matters, last_log_line, probe_excerpt
@@ -390,6 +392,8 @@ class Executor(HostExecutor):
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
             detail = outside_cause(evidence) or ""
+        if verdict is Verdict.INVALID and sig is not None and sig.error_class == LAUNCH_CLASS:
+            detail = launch_detail(sig, evidence.exit_code, config.build)
         if (
             config.build is not None
             and sig is not None

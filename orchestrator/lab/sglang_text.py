@@ -52,6 +52,9 @@ class Numbers:
     graph_bs: tuple[int, ...]
     max_running: int
     chunked_prefill: int
+    #: what the server chose for the knobs it sizes itself when they are not set (SGLang
+    #: works them out before it prints its arguments, and prints them with the others)
+    chosen: tuple[tuple[str, object], ...] = ()
 
 
 def numbers(
@@ -100,6 +103,11 @@ def numbers(
         graph_bs=graph_bs,
         max_running=int(num("max-running-requests", 2048)),
         chunked_prefill=int(num("chunked-prefill-size", 8192)),
+        chosen=(
+            ("mem-fraction-static", mfs),
+            ("cuda-graph-max-bs", max_bs),
+            ("chunked-prefill-size", int(num("chunked-prefill-size", 8192))),
+        ),
     )
 
 
@@ -107,7 +115,12 @@ def _ranks(tp: int, text: str) -> list[Line]:
     return [(r, text) for r in range(tp)]
 
 
-def server_args_line(flags: Mapping[str, object], host: str, port: int) -> str:
+def server_args_line(
+    flags: Mapping[str, object], host: str, port: int, chosen: Mapping[str, object] | None = None
+) -> str:
+    """SGLang's `server_args=ServerArgs(...)`: every argument, the ones the command line
+    does not set with the value the server chose for them (`chosen`)."""
+    flags = {**(chosen or {}), **flags}
     shown = {
         "model_path": flags.get("model-path", "/models/model"),
         "tokenizer_path": flags.get("model-path", "/models/model"),
@@ -133,7 +146,7 @@ def phase_begin(
 ) -> list[Line]:
     if phase == "init":
         return [
-            (None, server_args_line(flags, host, port)),
+            (None, server_args_line(flags, host, port, dict(n.chosen))),
             (None, "Using default HuggingFace chat template with detected content format: string"),
             *_ranks(n.tp, "Init torch distributed begin."),
         ]

@@ -14,7 +14,7 @@ wanting less, the ladder stops: the variant has no working window.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,14 +38,25 @@ class Applied:
     failure: str  # the signature of the start it repairs, as printed
     after: str  # the run id of the start it repairs
     step: int  # 1 for the first repaired start of the variant
+    #: where `before` came from when the config does not set the knob: `chosen by the
+    #: server` (its log printed it), `its default` (the move's documented value); ""
+    #: when the config set it
+    assumed: str = ""
 
     def name(self) -> str:
         return f"env {self.knob}" if self.env else f"--{self.knob}"
 
     def describe(self) -> str:
-        """`--mem-fraction-static 0.85 -> 0.92`."""
+        """`--mem-fraction-static 0.85 -> 0.92`, `--mem-fraction-static 0.88 (chosen by the
+        server) -> 0.92`."""
         before = "unset" if self.before is None else _text(self.before)
+        if self.assumed and self.before is not None:
+            before += f" ({self.assumed})"
         return f"{self.name()} {before} -> {_text(self.value)}"
+
+    def needs(self) -> str:
+        """What the start that passed with this move needed: `--mem-fraction-static >= 0.89`."""
+        return f"{self.name()} {'>=' if self.way > 0 else '<='} {_text(self.value)}"
 
     def words(self) -> list[str]:
         """The move as command-line words (`--mem-fraction-static 0.92`, `NAME=4`)."""
@@ -63,7 +74,7 @@ class Applied:
             "failure": self.failure,
             "after": self.after,
             "step": self.step,
-        }
+        } | ({"assumed": self.assumed} if self.assumed else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Applied:
@@ -76,6 +87,7 @@ class Applied:
             failure=str(d.get("failure")),
             after=str(d.get("after")),
             step=int(d.get("step") or 1),
+            assumed=str(d.get("assumed") or ""),
         )
 
 
@@ -88,6 +100,8 @@ class Rung:
     verdict: Verdict
     signature: Signature | None
     detail: str = ""
+    #: the arguments the server printed at start (`server_logs.printed_args`), by flag name
+    printed: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,10 +112,13 @@ class Next:
     before: Number | None
     value: Number
     way: int
+    assumed: str = ""  # see Applied.assumed
 
     def applied(self, failure: str, after: str, step: int) -> Applied:
         m = self.move
-        return Applied(m.knob, m.env, self.before, self.value, self.way, failure, after, step)
+        return Applied(
+            m.knob, m.env, self.before, self.value, self.way, failure, after, step, self.assumed
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,14 @@ class Settled:
     #: `unrepaired` (still a resource failure: `why`)
     state: str
     why: str = ""
+    #: the start the ladder ended at, when another one speaks for the variant (a ladder
+    #: that found no working value, or whose first start shows the target as written)
+    ended: int | None = None
+
+    @property
+    def last(self) -> int:
+        """The last start the ladder made that counts (what its repair note tells)."""
+        return self.final if self.ended is None else self.ended
 
 
 def is_resource(sig: Signature | None, target: Signature | None) -> bool:
@@ -185,15 +210,26 @@ def decide(
     refused: frozenset[tuple[bool, str]] = frozenset(),
     target: Signature | None = None,
 ) -> Next | Settled:
-    """What the ladder of one variant does after `rungs` (its starts, first one first)."""
+    """What the ladder of one variant does after `rungs` (its starts, first one first).
+
+    The start as planned speaks for the variant unless a move got past its resource
+    failure: a ladder that ends still failing on a resource (no working value found)
+    leaves the failure the variant shows as written, and so does one whose first start
+    shows the target (the target is what bad shows as written, whatever a repair found)."""
+    if target is not None and len(rungs) > 1 and rungs[0].signature == target:
+        inner = decide(rungs, policy, variant=variant, deltas=deltas, refused=refused)
+        if isinstance(inner, Next):
+            return Settled(0, "unrepaired", "the start as written shows the target", len(rungs) - 1)
+        return Settled(0, inner.state, inner.why, inner.last)
     last = rungs[-1]
     if last.applied is not None and last.verdict is Verdict.INVALID and len(rungs) > 1:
         a = last.applied
         return Settled(
-            len(rungs) - 2,
+            0,
             "unrepaired",
             f"the server refused {a.name()} {_text(a.value)}"
             + (f" ({last.detail})" if last.detail else ""),
+            len(rungs) - 2 or None,
         )
     # A start that shows the target as planned is never repaired; a repaired start is
     # judged by the ladder alone (when the target is the resource failure a ladder ended
@@ -205,13 +241,18 @@ def decide(
     if policy.steps <= 0:
         return Settled(len(rungs) - 1, "none")  # repair is off
     done = len(rungs) - 1
-    if done >= policy.steps:
-        return Settled(
-            len(rungs) - 1,
-            "unrepaired",
-            f"still {sig.error_class} after {done} repaired start(s), the most allowed",
-        )
     launches = _launches(rungs, variant)
+    ended = len(rungs) - 1 if done else None
+    if done >= policy.steps:
+        window = next(
+            (w for m in policy.moves if (w := _no_window(m, rungs, launches, target))), ""
+        )
+        return Settled(
+            0,
+            "unrepaired",
+            window or f"still {sig.error_class} after {done} repaired start(s), the most allowed",
+            ended,
+        )
     busy = delta_knobs(deltas)
     blocked: list[str] = []
     unset: list[str] = []  # said only when nothing else blocked: another server's knobs
@@ -227,26 +268,55 @@ def decide(
             continue
         window = _no_window(m, rungs, launches, target)
         if window:
-            return Settled(len(rungs) - 1, "unrepaired", window)
+            return Settled(0, "unrepaired", window, ended)
         x = value_of(launches[-1], m)
-        before = x
+        assumed = ""
         if x is None:
-            if m.absent is None:
-                unset.append(f"{m.name()} is not set in the config (its value is unknown)")
+            got = assumed_value(m, last)
+            if got is None:
+                unset.append(
+                    f"{m.name()} is not set in the config and the server did not print the "
+                    f"value it chose (set {m.name()} in both configs to let it move)"
+                )
                 continue
-            x = m.absent
+            x, assumed = got
         nxt = stepped(m, x, way)
         if nxt == x:
             blocked.append(f"{m.name()} is at its limit ({_text(x)})")
             continue
-        return Next(m, before, nxt, way)
+        return Next(m, x, nxt, way, assumed)
     blocked = blocked or unset
     why = (
         "; ".join(blocked)
         if blocked
         else f"no move addresses {sig.error_class} in {sig.phase.value}"
     )
-    return Settled(len(rungs) - 1, "unrepaired", why)
+    return Settled(0, "unrepaired", why, ended)
+
+
+def needs_of(applied: Iterable[Applied]) -> list[str]:
+    """What the moves carried say a start needed, one per knob (a later move wins)."""
+    last: dict[tuple[bool, str], Applied] = {}
+    for a in applied:
+        last[(a.env, a.knob)] = a
+    return [a.needs() for a in last.values()]
+
+
+def assumed_value(move: Move, rung: Rung) -> tuple[Number, str] | None:
+    """The value of a knob the launch does not set, and where it came from: what the
+    server printed at start (SGLang prints every argument, the ones it chose included),
+    else the move's documented default; None when neither tells."""
+    raw = None if move.env else (rung.printed or {}).get(move.knob)
+    if raw is not None:
+        try:
+            x = float(raw)
+        except ValueError:
+            x = None
+        if x is not None and math.isfinite(x):
+            return (int(x) if move.integer else x), "chosen by the server"
+    if move.absent is not None:
+        return move.absent, "its default"
+    return None
 
 
 def may_run(
@@ -267,6 +337,11 @@ def may_run(
                 why = f"may run, from {' / '.join(sorted(values))}"
             elif m.absent is not None:
                 why = f"may run, from {_text(m.absent)} (the value assumed when unset)"
+            elif not m.env:
+                why = (
+                    "neither config sets it: it moves from the value the server prints "
+                    "at start, if it prints one (SGLang prints every argument)"
+                )
             else:
                 why = "not: neither config sets it"
         out.append((m, why))
@@ -297,7 +372,9 @@ def _no_window(
         assert r.signature is not None
         way = m.way(r.signature.error_class, r.signature.phase.value)
         x = value_of(exp, m)
-        x = m.absent if x is None else x
+        if x is None:
+            got = assumed_value(m, r)
+            x = got[0] if got is not None else None
         if way is None or x is None:
             continue
         if way > 0 and (low is None or x > low[0]):
@@ -323,10 +400,12 @@ __all__ = [
     "Next",
     "Rung",
     "Settled",
+    "assumed_value",
     "decide",
     "delta_knobs",
     "is_resource",
     "may_run",
+    "needs_of",
     "stepped",
     "value_of",
     "with_moves",

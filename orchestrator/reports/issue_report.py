@@ -181,11 +181,12 @@ def issue_markdown(
     by_id = {r.id: r for r in runs}
     # a start a repair superseded (or a repaired start the server refused) says nothing
     # of its launch's failure: the repaired start does
+    # (unless it shows the target as written: then it speaks, whatever its repair found)
     superseded = {
         str(r.repair.get("after"))
         for r in runs
         if r.repair and r.verdict not in (Verdict.INFRA, Verdict.INVALID)
-    }
+    } - {r.id for r in runs if camp.target is not None and r.signature == camp.target}
     real = [
         r
         for r in runs
@@ -260,6 +261,8 @@ def issue_markdown(
             "that cause it were not narrowed down."
         )
     out += [f"**Summary:** {summary}", ""]
+    if answer.resource:  # a resource failure: what a repair made of it, runs cited
+        out += [f"**Resource:** {answer.resource}.", ""]
     builds = _builds_of(culprit)
     if builds is not None:
         last_good, first_bad = builds

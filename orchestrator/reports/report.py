@@ -189,6 +189,8 @@ def markdown(
                 if c.reproduced_by is not None
                 else "no run of good + exactly this set is recorded"
             )
+            if c.needs:
+                kind += f"; needs {', '.join(f'`{n}`' for n in c.needs)}"
             out.append(f"- **{' + '.join(f'`{f}`' for f in c.flags)}** ({kind}); {rep}")
             for flag, rid in c.cleared_by.items():
                 if rid is None:  # evidence lines cite only runs that exist
@@ -207,6 +209,8 @@ def markdown(
             f"- other failure `{f.signature}`: smallest variant {f.label} "
             f"(run {f.run_id}, {f.seen()})"
         )
+    if answer.resource:
+        out.append(f"- resource: {answer.resource}")
     for note in answer.repairs:
         out.append(f"- repair: {note.sentence()}")
     for inv in answer.invalid:
@@ -368,6 +372,8 @@ def html_page(
             f"<p>Other failure <code>{e(str(f.signature))}</code>: smallest variant "
             f"{e(f.label)} (run {e(f.run_id)}, {e(f.seen())})</p>"
         )
+    if answer.resource:
+        parts.append(f"<p class=repair>Resource: {e(answer.resource)}</p>")
     for note in answer.repairs:
         parts.append(f"<p class=repair>Repair: {e(note.sentence())}</p>")
     for inv in answer.invalid:

@@ -10,6 +10,7 @@ recorded config). Files are created private (mode 0600, dir 0700).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -26,6 +27,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.secrets import Redactor
+from orchestrator.diagnosis.server_logs import printed_args
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import StoreError
 from orchestrator.execution.environment import HostEnvironment
@@ -171,6 +173,20 @@ class RunRow:
             return Path(self.log_path).read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
+
+    def printed_args(self) -> dict[str, str]:
+        """The arguments the server printed at start (`server_logs.printed_args`), read
+        once per log file (a run's log is written once)."""
+        return dict(_printed_args(self.log_path)) if self.log_path else {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _printed_args(log_path: str) -> tuple[tuple[str, str], ...]:
+    try:
+        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    return tuple(printed_args(text).items())
 
 
 @dataclass

@@ -52,6 +52,9 @@ PAIRS = {
     "compile": ("good.yaml", "bad.yaml"),
     "b300-checkpoint": ("good.yaml", "bad.yaml"),
     "releases": ("good.yaml", "bad.yaml"),
+    "rtx6000-nowindow": ("good.yaml", "bad.yaml"),
+    "hicache": ("good.yaml", "bad.yaml"),
+    "rtx6000-default": ("good.yaml", "bad.yaml"),
 }
 
 #: the user's own unit on the systemd host: the lab's environment, and an ExecStart of its

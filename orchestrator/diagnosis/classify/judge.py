@@ -239,6 +239,54 @@ def outside_cause(evidence: RunEvidence, analysis: LogAnalysis | None = None) ->
     return None
 
 
+#: the error class of a launch that never reached the server (`launch_failure`)
+LAUNCH_CLASS = "launch"
+#: a shell's exit status when it could not run a command: 126 found but not runnable,
+#: 127 not found (POSIX; `exec` of a launch script, `env`, `srun` report the same)
+LAUNCHER_EXITS = frozenset({126, 127})
+#: how a launcher says it could not run a command (dash, bash, env, execve's errors)
+_CANNOT_RUN_RE = re.compile(
+    r"(?:not found|No such file or directory|[Pp]ermission denied|cannot execute[^\n]*"
+    r"|Exec format error|Is a directory)\s*$"
+)
+#: a launch script's own place in the line: "/run/launch.sh: 4: ", "launch.sh: line 4: "
+_SCRIPT_PLACE_RE = re.compile(r"^\S+: (?:line )?\d+: ")
+
+
+def launch_failure(evidence: RunEvidence, analysis: LogAnalysis | None = None) -> Signature | None:
+    """The signature of a launch that never reached the server: the launcher (the launch
+    script's shell, systemd's `ExecStart`, a job's `srun`) could not run the server's
+    command at all (a typo'd interpreter, a build that is not installed, a file that is not
+    executable). It exited 126 or 127 with its own words for that, and the server printed
+    nothing of a startup. Such a start says nothing about the config's flags: `invalid`,
+    never a failure to bisect (None when the server ran)."""
+    if evidence.became_ready or evidence.exit_code not in LAUNCHER_EXITS:
+        return None
+    analysis = analysis or analyze_log(evidence.log_tail)
+    if analysis.reached is not None or evidence.last_phase not in (None, Phase.INIT):
+        return None  # the server got as far as its own startup: its own exit status
+    for line in reversed(evidence.log_tail.splitlines()):
+        text = strip_prefix(line).strip()
+        if text and _CANNOT_RUN_RE.search(text):
+            said = _SCRIPT_PLACE_RE.sub("", text, count=1)
+            return Signature(Phase.INIT, LAUNCH_CLASS, said[:300])
+    return None
+
+
+def launch_detail(sig: Signature, exit_code: int | None, build: str | None = None) -> str:
+    """What a user reads about a launch that never reached the server, and what to check."""
+    status = f" (exit {exit_code})" if exit_code is not None else ""
+    check = (
+        f"is build '{build}' installed on the host (the hosts file's `builds:`)?"
+        if build
+        else "check the config's `service.exec` on the host"
+    )
+    return (
+        f"the launch never reached the server: {sig.message}{status}; not a verdict about "
+        f"the config's flags ({check})"
+    )
+
+
 def _kill_notice(sig: Signature) -> bool:
     """The log's failure is only a shell's notice of a kill (`Killed`, `Terminated`)."""
     return sig.error_class == "signal" and sig.message in _KILL_NOTICES
@@ -259,6 +307,9 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
     analysis = analyze_log(evidence.log_tail)
     if outside_cause(evidence, analysis) is not None:
         return Verdict.INFRA, None
+    launch = launch_failure(evidence, analysis)
+    if launch is not None:
+        return Verdict.INVALID, launch
     reached = evidence.last_phase or analysis.reached or Phase.INIT
 
     if evidence.timed_out and not evidence.became_ready:
@@ -337,9 +388,12 @@ def resign(old: Signature | None, log_tail: str) -> Signature | None:
 # it, and this module is all of the classifier they import
 __all__ = [
     "HANG_MESSAGE",
+    "LAUNCH_CLASS",
     "OUTSIDE_SIGNALS",
     "ProbeOutcome",
     "RunEvidence",
+    "launch_detail",
+    "launch_failure",
     "hang_message",
     "host_fault",
     "judge",

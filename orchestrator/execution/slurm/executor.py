@@ -35,10 +35,12 @@ from orchestrator import shield
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
 from orchestrator.diagnosis.classify.judge import (
+    LAUNCH_CLASS,
     ProbeOutcome,
     RunEvidence,
     judge,
     last_phase,
+    launch_detail,
     outside_cause,
 )
 from orchestrator.diagnosis.logtail import keep_what_matters
@@ -293,6 +295,8 @@ class SlurmExecutor(HostExecutor):
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:
             detail = outside_cause(evidence) or ""
+        if verdict is Verdict.INVALID and sig is not None and sig.error_class == LAUNCH_CLASS:
+            detail = launch_detail(sig, evidence.exit_code, config.build)
         log = out.get("log", "")
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
