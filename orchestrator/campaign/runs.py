@@ -24,6 +24,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
+from orchestrator.execution.contract import RunResultLike
 from orchestrator.planner.repair import Applied, Next, Rung, Settled, is_resource
 from orchestrator.planner.repair import decide as repair_decide
 from orchestrator.store.store import RunRow, Store
@@ -76,28 +77,13 @@ class BisectionRuns:
             self._rows_cache = self.store.runs(self.cid)
         return self._rows_cache
 
-    def record(
-        self,
-        result: object,
-        *,
-        variant: tuple[int, ...],
-        purpose: str,
-        run_id: str | None = None,
-        cached_from: str | None = None,
-        repair: dict[str, Any] | None = None,
-    ) -> RunRow:
-        """Record a run (`CampaignCore.record`) and add it to the copy of the campaign's runs
+    def record(self, result: RunResultLike, **how: Any) -> RunRow:
+        """Record a run (`CampaignCore.record`; `how`: what `Store.add_run` takes besides
+        the result) and add it to the copy of the campaign's runs
         in its place (by seq: runs on a pool finish in any order), rather than reading them
         all again after every run. A record that raises drops the copy."""
         rows, self._rows_cache = self._rows_cache, None
-        row = self.core.record(
-            result,
-            variant=variant,
-            purpose=purpose,
-            run_id=run_id,
-            cached_from=cached_from,
-            repair=repair,
-        )
+        row = self.core.record(result, **how)
         if rows is not None:
             # a new list, not the old one changed in place: `_ladders` memoizes on the
             # list's identity (copying pointers is cheap; decoding every row was not)

@@ -14,6 +14,7 @@ from orchestrator.campaign.runs import BisectionRuns
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Signature
 from orchestrator.events import Listener, Notice
+from orchestrator.execution.contract import RunResult
 from orchestrator.planner.repair import Applied, with_moves
 from orchestrator.store.store import RunRow
 
@@ -154,7 +155,7 @@ class VariantRuns:
             builds=self.builds,
         )
 
-    def finished(self, task: Task, result: object) -> None:
+    def finished(self, task: Task, result: RunResult) -> None:
         runs = self.runs
         row = runs.record(
             result, variant=task.key, purpose=task.purpose, run_id=task.run_id, repair=task.repair

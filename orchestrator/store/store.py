@@ -27,6 +27,7 @@ from orchestrator.config.experiment import Experiment
 from orchestrator.config.secrets import Redactor
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import StoreError
+from orchestrator.execution.contract import RunResultLike
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.store.rows import (
@@ -412,7 +413,7 @@ class Store:
         *,
         variant: tuple[int, ...],
         purpose: str,
-        result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
+        result: RunResultLike,
         cached_from: str | None = None,
         run_id: str | None = None,  # reserved with reserve_run_id when the run started
         repair: dict[str, Any] | None = None,  # the repair move the start carried
@@ -464,14 +465,14 @@ class Store:
                     cached_from,
                 ),
             )
-            record = getattr(result, "host_record", None)
+            record = result.host_record
             if record and cached_from is None:
                 db.execute(
                     "INSERT INTO run_host (run_id, record) VALUES (?, ?)",
                     (run_id, json.dumps(red.obj(record))),
                 )
-            self._record_environment(db, run_id, getattr(result, "environment", None), cached_from)
-            inputs = getattr(result, "inputs", None)
+            self._record_environment(db, run_id, result.environment, cached_from)
+            inputs = result.inputs
             if inputs is not None:
                 db.execute(
                     "UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
