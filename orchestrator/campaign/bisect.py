@@ -238,19 +238,19 @@ class Bisection:
     def _bisect(self, pool: Pool) -> Outcome:
         """The bisection on the weights the runs are read on now: the endpoints, the
         search, the confirmation of its answer (--repeat) and the findings on the way."""
-        stopped = self._endpoints(pool)
+        stopped = self._endpoints(pool)  # 1. good passes, bad fails (the target)
         if stopped is not None:
             return stopped
-        search, stop = self._search(pool)
+        search, stop = self._search(pool)  # 2. the search, on every idle host
+        # 3. its answer confirmed (--repeat), 4. the findings on the way, 5. the answer
         return self._searched(pool, search, stop)
 
     def _search(self, pool: Pool) -> tuple[Search, str | None]:
         """2. The search from the endpoints' verdicts to an answer, and why it stopped
         early (a budget), if it did."""
-        # the search: each round's variants go to idle hosts; a decided round cancels
-        #    the runs it no longer needs
-        #    Every recorded run is evidence (a resumed campaign's posterior is what it was);
-        #    `auto` turns noise-aware by itself once the runs show flakiness.
+        # Each round's variants go to idle hosts; a decided round cancels the runs it no
+        # longer needs. Every recorded run is evidence (a resumed campaign's posterior is
+        # what it was); `auto` turns noise-aware by itself once the runs show flakiness.
         self.recorded.reuse_recorded(pool)
         # the noise-aware search keeps every slot of the pool busy (a Slurm host: max_jobs)
         strategy = self.plan.wrap(
@@ -329,8 +329,8 @@ class Bisection:
         return None
 
     def _searched(self, pool: Pool, search: Search, stop: str | None) -> Outcome:
-        """3-4. The outcome of the search: its answer (repeated with --repeat), or the best one
-        so far when a budget stopped it, with what the runs say about noise."""
+        """3-5. The outcome of the search: its answer (repeated with --repeat), or the best
+        one so far when a budget stopped it, with what the runs say about noise."""
         planner, watch = search.planner, search.watch
         if stop:
             best = planner.current_round.best if planner.current_round else None
