@@ -121,7 +121,6 @@ class Bisection:
         #: verdicts from recorded runs: this campaign's, or earlier ones' (campaign/reuse.py)
         self.recorded = RecordedRuns(self.runs, listener, fresh=options.fresh)
         self.env_keys = plan.env_keys
-        self._relative = self.runs.relative
         #: both configs' flags go to each host's server before it starts anything: a typo
         #: in the bad config is refused before the good config's long start, not after it
         self._precheck: tuple[Experiment, ...] = (plan.good, plan.bad)
@@ -352,19 +351,21 @@ class Bisection:
             watch.settled(
                 best,
                 [
-                    (frozenset(r.variant), self._relative(r.verdict, r.signature, self.target))
+                    (frozenset(r.variant), self.runs.relative(r.verdict, r.signature, self.target))
                     for r in rows
                     if r.verdict is not Verdict.INFRA
                 ],
                 lambda v: self.plan.describe(frozenset(v)),
             )
-        outcome.noise = watch.summary(best, rows, self.target, self._relative)
+        outcome.noise = watch.summary(best, rows, self.target, self.runs.relative)
         if outcome.status is Status.UNSURE:
             # what `bisect --resume ID` would run next: the search replayed on every run
             outcome.noise["asked_confidence"] = self.opts.confidence
             outcome.noise["next_runs"] = search.next_runs()
             outcome.noise["resume"] = f"orchestrator bisect --resume {self.cid}"
-        flaky.add_counts(outcome.culprits, best, flaky.counts(rows, self.target, self._relative))
+        flaky.add_counts(
+            outcome.culprits, best, flaky.counts(rows, self.target, self.runs.relative)
+        )
         return outcome
 
     # ---- obtaining verdicts
@@ -409,7 +410,7 @@ class Bisection:
             self.plan,
             self.runs.rows(),
             self.target,
-            self._relative,
+            self.runs.relative,
             confidence=self.opts.confidence,
             executed=self.executed,
             reused=self.reused,
