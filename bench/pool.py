@@ -26,8 +26,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.campaign.sweep import SweepCampaign, load_sweep  # noqa: E402
+from orchestrator.campaign.sweep import SweepCampaign  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
+from orchestrator.config.sweep import load_sweep  # noqa: E402
 from orchestrator.lab.sdhosts import SystemdHostFactory  # noqa: E402
 from orchestrator.lab.units import lab_unit  # noqa: E402
 from orchestrator.store.store import RunRow, Store  # noqa: E402

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.verdicts import Phase, Signature, Verdict
 
 
 @dataclass(frozen=True)

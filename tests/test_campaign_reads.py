@@ -21,15 +21,15 @@ from tests.support.scripted import TARGET_ERROR, Faults, Oracle, Rule, factory, 
 
 
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A counter of the runs the store decodes (`_run`: one per row read back)."""
+    """A counter of the runs the store decodes (`run_row`: one per row read back)."""
     count = [0]
-    real = store_mod._run
+    real = store_mod.run_row
 
     def counted(r: object) -> store_mod.RunRow:
         count[0] += 1
         return real(r)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store_mod, "_run", counted)
+    monkeypatch.setattr(store_mod, "run_row", counted)
     return count
 
 

@@ -29,8 +29,9 @@ from orchestrator.campaign.records import (
     SweepSpec,
     signature_from_text,
 )
-from orchestrator.campaign.sweep import SweepCampaign, load_sweep
+from orchestrator.campaign.sweep import SweepCampaign
 from orchestrator.cli import common
+from orchestrator.config.sweep import load_sweep
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted
 from orchestrator.events import CampaignFinished, Event, RunRecorded

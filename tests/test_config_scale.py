@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.config.loading import load_experiment
-from orchestrator.execution.facts import check_flags
+from orchestrator.execution.preflight import check_flags
 from orchestrator.planner import strategies
 
 #: what 4x the flags may cost at most: 4x and some slack for fixed costs; quadratic is 16x

@@ -20,10 +20,10 @@ import yaml
 
 from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.single import single_run
-from orchestrator.campaign.sweep import load_sweep
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.config.loading import load_experiment
+from orchestrator.config.sweep import load_sweep
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution.executor import Executor
 from orchestrator.store.store import Store

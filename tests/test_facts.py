@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.systemd_quoting import quote_command_line, split_command_line
 from orchestrator.execution.facts import (
     FactParseError,
     GpuHolder,
     argv_matches,
-    check_flags,
     holders_on,
     journal_text,
     parse_busctl_exec,
@@ -24,10 +24,9 @@ from orchestrator.execution.facts import (
     parse_show,
     parse_ss_listening,
     port_listeners,
-    quote_command_line,
-    split_command_line,
     unit_state,
 )
+from orchestrator.execution.preflight import check_flags
 
 FACTS = Path(__file__).parent / "data" / "facts"
 LOGS = Path(__file__).parent / "data" / "logs"

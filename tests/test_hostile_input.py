@@ -42,11 +42,11 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign.sweep import load_sweep
 from orchestrator.cli import main
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, load_inventory
 from orchestrator.config.loading import load_experiment
+from orchestrator.config.sweep import load_sweep
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.execution.services.process import ProcessManager
 from orchestrator.execution.services.systemd import ENV_FILE_NAME, SystemdManager

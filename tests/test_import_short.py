@@ -155,7 +155,7 @@ def test_what_reads_as_an_option() -> None:
 
 
 def test_a_sweep_matrix_key_names_a_short_option_as_a_config_does(tmp_path: Path) -> None:
-    from orchestrator.campaign.sweep import load_sweep
+    from orchestrator.config.sweep import load_sweep
 
     (tmp_path / "base.yaml").write_text(
         yaml.safe_dump(

@@ -25,9 +25,10 @@ import pytest
 import yaml
 
 from orchestrator.campaign.pool import Pool, Task
-from orchestrator.campaign.sweep import SweepCampaign, load_sweep
+from orchestrator.campaign.sweep import SweepCampaign
 from orchestrator.config.hosts import load_inventory
 from orchestrator.config.loading import load_experiment
+from orchestrator.config.sweep import load_sweep
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Event, Notice, StepDone
 from orchestrator.execution.contract import RunCancelled

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.campaign.sweep import SweepCampaign, load_sweep
+from orchestrator.campaign.sweep import SweepCampaign
 from orchestrator.config.hosts import load_inventory
+from orchestrator.config.sweep import load_sweep
 from orchestrator.diagnosis.verdicts import Phase, Verdict
 from orchestrator.errors import InfraError
 from orchestrator.events import Event, StepDone

@@ -25,6 +25,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab import cmdline, slurmlab
 from orchestrator.lab import scenario as sc
+from orchestrator.lab.scenario_model import LAB_ONLY_FLAGS
 from orchestrator.lab.server import replayed_seed
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import session_env
@@ -63,7 +64,7 @@ def bad_passes_then_fails(plan: object) -> int:
     argv = plan.bad.argv()  # type: ignore[attr-defined]
     at = argv.index("--scenario")
     flags = cmdline.parse_strict(argv[at + 2 :], scen.known_flags)
-    for name in sc.LAB_ONLY_FLAGS:
+    for name in LAB_ONLY_FLAGS:
         flags.pop(name, None)
     for base in range(1, 500):
         if (

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.campaign.sweep import load_sweep, parse_until
+from orchestrator.campaign.sweep import parse_until
 from orchestrator.cli import main
+from orchestrator.config.sweep import load_sweep
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.lab.sdhosts import SystemdHost

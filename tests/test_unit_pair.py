@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from orchestrator.campaign.planning import make_plan
-from orchestrator.campaign.sweep import load_sweep
 from orchestrator.cli import main
+from orchestrator.config.sweep import load_sweep
 from orchestrator.errors import ConfigError, PlanError
 
 

@@ -36,7 +36,7 @@ class CampaignAnswer:
     confidence: float
     executed: int
     reused: int
-    #: the repair moves a run carried, described (`Bisection._moves_of`)
+    #: the repair moves a run carried, described (`BisectionRuns.moves_of`)
     moves_of: Callable[[RunRow], list[str]]
 
     def conclude(self, answer: Answer, flaky: list[str]) -> Outcome:

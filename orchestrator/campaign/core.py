@@ -26,7 +26,8 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, InfraError, Interrupted, LockError, OrchestratorError
 from orchestrator.events import CampaignFinished, Listener, RunRecorded, null_listener
 from orchestrator.execution.backends import executor_for
-from orchestrator.execution.contract import HostExecutor
+from orchestrator.execution.contract import HostExecutor, RunResultLike
+from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.hostlock import me
 from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.store.store import CampaignRow, RunRow, Store
@@ -61,6 +62,10 @@ class CachedResult:
     detail: str
     #: the inputs of the campaign that reuses it (equal to its source's: its cache key)
     inputs: LaunchInputs | None = None
+    #: what the run did on its host and the host's environment: the source run's, never
+    #: recorded again for a reused run
+    host_record: dict[str, object] | None = None
+    environment: HostEnvironment | None = None
 
     @classmethod
     def from_row(
@@ -233,29 +238,13 @@ class CampaignCore:
                 exc.resumable = self.ref  # the same command starts afresh after a change
             raise
 
-    def record(
-        self,
-        result: Any,
-        *,
-        variant: tuple[int, ...],
-        purpose: str,
-        run_id: str | None = None,
-        cached_from: str | None = None,
-        repair: dict[str, Any] | None = None,
-    ) -> RunRow:
-        """Store a run's result (an executed run: checked for a changed host environment)."""
+    def record(self, result: RunResultLike, **how: Any) -> RunRow:
+        """Store a run's result (an executed run: checked for a changed host environment);
+        `how` is what `Store.add_run` takes besides the result (variant, purpose, ...)."""
         env_changed = None
-        if cached_from is None:
+        if how.get("cached_from") is None:
             result, env_changed = envwatch.check(self.store, self.cid, result)
-        rid = self.store.add_run(
-            self.cid,
-            variant=variant,
-            purpose=purpose,
-            result=result,
-            run_id=run_id,
-            cached_from=cached_from,
-            repair=repair,
-        )
+        rid = self.store.add_run(self.cid, result=result, **how)
         if env_changed is not None:
             raise env_changed
         return self.store.run(rid)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from orchestrator.campaign.pool import FlagsRefused, Pool, Task
-from orchestrator.execution.contract import RunCancelled
+from orchestrator.execution.contract import RunCancelled, RunResult
 
 
 class Source(Protocol):
@@ -50,7 +50,7 @@ class Source(Protocol):
         """The task that runs `key` ahead of the search (purpose `speculative`)."""
         ...
 
-    def finished(self, task: Task, result: object) -> None:
+    def finished(self, task: Task, result: RunResult) -> None:
         """Record a run that ended with a result and hand its verdict on."""
         ...
 

@@ -12,13 +12,17 @@ has now (it is part of the cache key: `orchestrator.execution.inputs`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import InfraError
+from orchestrator.execution.contract import RunResultLike
 from orchestrator.execution.environment import changes
 from orchestrator.execution.inputs import PARTS, LaunchInputs
 from orchestrator.store.store import Store
+
+#: a run's result: an executed run's, or a reused run's (returned as the type it came in)
+R = TypeVar("R", bound=RunResultLike)
 
 
 class EnvironmentChanged(InfraError):
@@ -38,13 +42,13 @@ class EnvironmentChanged(InfraError):
         self.what = what
 
 
-def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
+def change_of(store: Store, cid: str, result: RunResultLike) -> list[str] | None:
     """What differs between this run's environment, and what else reached its server (the
     hosts file's env:, the unit's own definition, ...), and what the campaign's earlier runs
     on its host saw; None when nothing changed (or nothing is known)."""
     what: list[str] = []
-    env = getattr(result, "environment", None)
-    exp = getattr(result, "experiment", None)
+    env = result.environment
+    exp = result.experiment
     build = getattr(exp, "build", None)
     if build is not None:
         # each build is its own environment (its packages, its interpreter), and so is each
@@ -69,7 +73,7 @@ def change_of(store: Store, cid: str, result: Any) -> list[str] | None:
         seen = store.first_environment(cid, result.host) if env is not None else None
         if env is not None and seen is not None and seen[0] != env.digest():
             what = changes(seen[1], env) or ["environment digest differs"]
-    inputs: LaunchInputs | None = getattr(result, "inputs", None)
+    inputs: LaunchInputs | None = result.inputs
     if inputs is not None:
         first = store.first_inputs(cid, result.host)
         if first is not None:
@@ -86,7 +90,7 @@ def _build_of(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     return svc.get("build"), dict(svc.get("packages") or {})
 
 
-def as_infra(result: Any, host: str, what: list[str]) -> Any:
+def as_infra(result: R, host: str, what: list[str]) -> R:
     """The run, recorded as `infra`: its verdict is about another environment."""
     return replace(
         result,
@@ -98,12 +102,12 @@ def as_infra(result: Any, host: str, what: list[str]) -> Any:
     )
 
 
-def check(store: Store, cid: str, result: Any) -> tuple[Any, EnvironmentChanged | None]:
+def check(store: Store, cid: str, result: R) -> tuple[R, EnvironmentChanged | None]:
     """(the result to record, the error to raise after recording it, if any). A run that
     never reached the server (`invalid`: its flags refused, or its command not runnable on
     the host, as a typo'd or absent interpreter is) is a verdict about no environment: the
     environment read for it (an exec the host lacks reads as `absent`) is no change."""
-    if getattr(result, "verdict", None) is Verdict.INVALID:
+    if result.verdict is Verdict.INVALID:
         return result, None
     what = change_of(store, cid, result)
     if what is None:

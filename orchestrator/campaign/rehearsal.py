@@ -9,7 +9,7 @@ called found only once good + each culprit set fails with the target on real wei
 A failure of the checkpoint's values (a missing tensor, a NaN from real values) does not
 show on dummy weights: the campaign says so once and searches on real weights.
 
-Pure helpers; the course itself is `Bisection._rehearsed` (campaign/bisect.py).
+Pure helpers; the course itself is `Rehearsal.run` (campaign/rehearse.py).
 """
 
 from __future__ import annotations

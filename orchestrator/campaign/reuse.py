@@ -10,11 +10,9 @@ resume does; why runs were not reused is said once per reason.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from orchestrator.campaign.core import CachedResult
-from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.pool import Pool
+from orchestrator.campaign.runs import BisectionRuns
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify.judge import (
@@ -27,46 +25,16 @@ from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.events import Listener, Notice
 from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.planner.repair import Applied
-from orchestrator.store.store import RunRow, Store
-
-
-class Campaign(Protocol):
-    """What reuse needs of the campaign it serves (a `Bisection`)."""
-
-    store: Store
-    cid: str
-    #: the pair the search runs on now (real or dummy weights)
-    plan: Plan
-    target: Signature | None
-    emit: Listener
-
-    def _rows(self) -> list[RunRow]: ...
-
-    def _launch_rows(self) -> list[RunRow]: ...
-
-    def _record(
-        self,
-        result: object,
-        *,
-        variant: tuple[int, ...],
-        purpose: str,
-        run_id: str | None = None,
-        cached_from: str | None = None,
-        repair: dict[str, Any] | None = None,
-    ) -> RunRow: ...
-
-    def _relabel(self, row: RunRow, target: Signature | None, source: str) -> RunRow: ...
-
-    def _label(self, v: tuple[int, ...]) -> str: ...
-
-    def _repaired_label(self, v: tuple[int, ...], applied: Applied) -> str: ...
+from orchestrator.store.store import RunRow
 
 
 class RecordedRuns:
     """The verdicts a campaign takes from recorded runs, and how many it took (`reused`)."""
 
-    def __init__(self, campaign: Campaign, *, fresh: bool) -> None:
+    def __init__(self, campaign: BisectionRuns, emit: Listener, *, fresh: bool) -> None:
+        #: the runs of the campaign it serves
         self.campaign = campaign
+        self.emit = emit
         #: --fresh: nothing earlier campaigns recorded is reused
         self.fresh = fresh
         self.reused = 0
@@ -83,11 +51,11 @@ class RecordedRuns:
         if not again:
             mine = [
                 r
-                for r in self.campaign._rows()
+                for r in self.campaign.rows()
                 if r.variant == variant and r.verdict is not Verdict.INFRA
             ]
             if mine:
-                return self.campaign._relabel(mine[-1], target, "resume")
+                return self.campaign.relabel(mine[-1], target, "resume")
         exp = self.campaign.plan.variant(frozenset(variant))
         return self.from_cache(variant, exp, target, pool)
 
@@ -106,7 +74,7 @@ class RecordedRuns:
         if self.fresh or not self.reusable_config(exp):
             return None
         fp = exp.fingerprint()
-        taken = {r.cached_from for r in self.campaign._launch_rows() if r.cached_from}
+        taken = {r.cached_from for r in self.campaign.launch_rows() if r.cached_from}
         for host in pool.healthy_hosts():
             left = (
                 self.campaign.store.reuse_candidates(
@@ -131,16 +99,16 @@ class RecordedRuns:
                 self._not_reused(variant, host, inputs, left)
                 continue
             label = (
-                self.campaign._label(variant)
+                self.campaign.label(variant)
                 if repair is None
-                else self.campaign._repaired_label(variant, repair)
+                else self.campaign.repaired_label(variant, repair)
             )
             if repair is not None:
                 hits = hits[-1:]  # one start continues a ladder
             row: RunRow | None = None
             for hit in hits:  # oldest first: the newest is this campaign's last word on it
                 cached = CachedResult.from_row(hit, label, host, exp, inputs)
-                row = self.campaign._record(
+                row = self.campaign.record(
                     cached,
                     variant=variant,
                     purpose="cache",
@@ -149,9 +117,9 @@ class RecordedRuns:
                 )
                 self.reused += 1
                 if hit is not hits[-1]:
-                    self.campaign._relabel(row, target, "cache")
+                    self.campaign.relabel(row, target, "cache")
             assert row is not None
-            return self.campaign._relabel(row, target, "cache")
+            return self.campaign.relabel(row, target, "cache")
         return None
 
     def reuse_recorded(self, pool: Pool) -> None:
@@ -192,7 +160,7 @@ class RecordedRuns:
         if not why or why in self._told:
             return
         self._told.add(why)
-        self.campaign.emit(
+        self.emit(
             Notice(
                 host=host.name,
                 message=(
@@ -238,4 +206,4 @@ class RecordedRuns:
         return not (sig.error_class == "signal" and sig.message in OUTSIDE_SIGNALS)
 
 
-__all__ = ["Campaign", "RecordedRuns"]
+__all__ = ["RecordedRuns"]

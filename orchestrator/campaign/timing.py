@@ -142,7 +142,7 @@ def rehearsal_starts(n: int, rate: float = 1.0) -> tuple[float, float]:
     """(mean, 95th percentile) of the starts on real weights a rehearsal adds: the bad
     config until it fails (the target), and good + the culprit set until it fails (the
     confirmation); with one change good + it is the bad config, already seen failing.
-    At `rate` 1 that is one start each (campaign/bisect.py, `Bisection._rehearsed`)."""
+    At `rate` 1 that is one start each (campaign/rehearse.py, `Rehearsal.run`)."""
     fails = 1 if n < 2 else 2
     return fails / min(max(rate, 1e-3), 1.0), float(_starts_until(fails, rate))
 

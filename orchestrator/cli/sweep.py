@@ -9,20 +9,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.campaign.records import Status, SweepSpec
-from orchestrator.campaign.sweep import (
-    Sweep,
-    SweepCampaign,
-    SweepItem,
-    SweepOutcome,
-    load_sweep,
-    parse_until,
-)
+from orchestrator.campaign.sweep import SweepCampaign, SweepOutcome, parse_until
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.config.schema import parse_duration
+from orchestrator.config.sweep import Sweep, SweepItem, load_sweep
 from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.reports import env_report
 from orchestrator.reports.sweep_report import Comparison, comparison, write_sweep_reports

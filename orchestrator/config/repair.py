@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.diagnosis.verdicts import RESOURCE_CLASSES, Phase
+from orchestrator.verdicts import RESOURCE_CLASSES, Phase
 
 #: repaired starts a variant may take after its first, unless declared otherwise
 DEFAULT_STEPS = 2

@@ -20,9 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-
-class Unreadable(Exception):
-    """What a launch line holds that the import cannot read (the message names it)."""
+from orchestrator.config.systemd_quoting import Unreadable, c_unescape
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def _dollar(text: str, i: int, quoted: bool) -> tuple[Part, int]:
             j += 1
         if j >= len(text):
             raise Unreadable("unclosed $'")
-        return Part("lit", _c_unescape("".join(out)), True), j + 1
+        return Part("lit", c_unescape("".join(out)), True), j + 1
     return Part("lit", "$", quoted), i + 1
 
 
@@ -422,47 +420,6 @@ def expand(words: Sequence[Word], vs: Vars) -> list[str]:
 # systemd
 # ---------------------------------------------------------------------------------------
 
-_C_ESCAPES = {
-    "a": "\a",
-    "b": "\b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-    "\\": "\\",
-    '"': '"',
-    "'": "'",
-    "s": " ",
-}
-
-
-def _c_unescape(text: str) -> str:
-    out, i = [], 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\" or i + 1 >= len(text):
-            out.append(c)
-            i += 1
-            continue
-        e = text[i + 1]
-        if e in _C_ESCAPES:
-            out.append(_C_ESCAPES[e])
-            i += 2
-        elif e == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2 : i + 4]):
-            out.append(chr(int(text[i + 2 : i + 4], 16)))
-            i += 4
-        elif e in "uU" and re.fullmatch(r"[0-9a-fA-F]+", text[i + 2 : i + (6 if e == "u" else 10)]):
-            k = 6 if e == "u" else 10
-            out.append(chr(int(text[i + 2 : i + k], 16)))
-            i += k
-        elif re.fullmatch(r"[0-7]{3}", text[i + 1 : i + 4]):
-            out.append(chr(int(text[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            raise Unreadable(f"the escape \\{e}, which systemd refuses")
-    return "".join(out)
-
 
 def systemd_words(value: str) -> list[str]:
     """A unit setting's value split into words as systemd does (quotes, C escapes)."""
@@ -483,7 +440,7 @@ def systemd_words(value: str) -> list[str]:
                     re.S,
                 )
                 assert m is not None
-                cur.append(_c_unescape(m[0]))
+                cur.append(c_unescape(m[0]))
                 i += m.end()
                 continue
             else:
@@ -501,7 +458,7 @@ def systemd_words(value: str) -> list[str]:
                 r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)", value[i:], re.S
             )
             assert m is not None
-            cur.append(_c_unescape(m[0]))
+            cur.append(c_unescape(m[0]))
             has = True
             i += m.end()
             continue

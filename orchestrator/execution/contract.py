@@ -18,7 +18,7 @@ import shlex
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.config import builds, containers
 from orchestrator.config.experiment import Experiment
@@ -36,6 +36,47 @@ LOG_TAIL_LINES = 400
 #: lines read from the host, of which the tail and the tracebacks above it are kept
 #: (orchestrator.diagnosis.logtail): a server's shutdown noise can run to hundreds of lines
 LOG_FETCH_LINES = 5000
+
+
+class RunResultLike(Protocol):
+    """What a run's record is made of (`Store.add_run`): a `RunResult`, or a recorded run
+    presented as one to record it again in another campaign (a cache hit,
+    `orchestrator.campaign.core.CachedResult`)."""
+
+    @property
+    def experiment(self) -> Experiment: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def host_class(self) -> str: ...
+    @property
+    def verdict(self) -> Verdict: ...
+    @property
+    def signature(self) -> Signature | None: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def duration_s(self) -> float: ...
+    @property
+    def phase_times(self) -> tuple[tuple[str, float], ...]: ...
+    @property
+    def last_phase(self) -> Phase | None: ...
+    @property
+    def log_tail(self) -> str: ...
+    @property
+    def rendered(self) -> str | None: ...
+    @property
+    def probe_metric(self) -> float | None: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def host_record(self) -> dict[str, object] | None: ...
+    @property
+    def environment(self) -> envfacts.HostEnvironment | None: ...
+    @property
+    def inputs(self) -> LaunchInputs | None: ...
 
 
 class RunCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)

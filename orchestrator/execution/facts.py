@@ -7,21 +7,19 @@ output under `tests/data/facts/`.
 Covered: `systemctl show` (key=value lines, `ExecStart=` records, `Environment=`, the unit
 state), `busctl --json=short get-property ... ExecStart` (the exact argv), `journalctl -o
 json` / `-o cat`, `ss -ltnpH` (who listens on a port), `nvidia-smi --query-compute-apps`
-(who holds GPU memory), and argparse `--help` text (which long options a server accepts)
-with `check_flags`, argparse's own accept/reject decision.
+(who holds GPU memory), and argparse `--help` text (which long options a server accepts;
+argparse's own accept/reject decision on them is `preflight.check_flags`).
 """
 
 from __future__ import annotations
 
-import bisect
-import difflib
 import json
 import re
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from orchestrator.config.systemd_quoting import quote_command_line, split_command_line
 from orchestrator.errors import InfraError
 
 
@@ -108,100 +106,6 @@ def parse_exec_start(value: str) -> list[ExecCommand]:
             )
         )
     return commands
-
-
-# systemd's escape.h: what makes shell_maybe_quote() quote an element, and what it
-# backslash-escapes inside the quotes.
-_SHELL_NEED_ESCAPE = '"\\`$'
-_SHELL_NEED_QUOTES = _SHELL_NEED_ESCAPE + "*?[" + "'()<>|&;!"
-_WHITESPACE = " \t\n\r"
-_C_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-_C_UNESCAPES = {v[1]: k for k, v in _C_ESCAPES.items()}
-
-
-def shell_maybe_quote(s: str) -> str:
-    """systemd's `shell_maybe_quote(s, 0)`: the element as `systemctl show` prints it.
-
-    Left alone unless it holds whitespace, a shell special character or a control
-    character; then wrapped in double quotes with `"`, `\\`, `` ` ``, `$` backslash-escaped
-    and control characters C-escaped. Valid UTF-8 passes through.
-    """
-    cut = next(
-        (
-            i
-            for i, ch in enumerate(s)
-            if ch in _WHITESPACE + _SHELL_NEED_QUOTES or ord(ch) < 32 or ord(ch) == 127
-        ),
-        None,
-    )
-    if cut is None:
-        return s
-    out = [s[:cut]]
-    for ch in s[cut:]:
-        if ch in _C_ESCAPES:
-            out.append(_C_ESCAPES[ch])
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ch in _SHELL_NEED_ESCAPE:
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def quote_command_line(argv: Sequence[str]) -> str:
-    """systemd's `quote_command_line()`: elements quoted as needed, joined by spaces."""
-    return " ".join(shell_maybe_quote(a) for a in argv)
-
-
-def split_command_line(text: str) -> list[str]:
-    """Inverse of `quote_command_line` (and of a plain space join when nothing is quoted).
-
-    Double-quoted words are unescaped the way systemd escaped them; anything else splits
-    on single spaces.
-    """
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        if text[i] == " ":
-            i += 1
-            continue
-        if text[i] == '"':
-            j = i + 1
-            buf: list[str] = []
-            while j < n and text[j] != '"':
-                if text[j] == "\\" and j + 1 < n:
-                    nxt = text[j + 1]
-                    if nxt in _C_UNESCAPES:
-                        buf.append(_C_UNESCAPES[nxt])
-                        j += 2
-                    elif nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[j + 2 : j + 4]):
-                        buf.append(chr(int(text[j + 2 : j + 4], 16)))
-                        j += 4
-                    else:
-                        buf.append(nxt)
-                        j += 2
-                    continue
-                buf.append(text[j])
-                j += 1
-            if j < n and (j + 1 == n or text[j + 1] == " "):
-                out.append("".join(buf))
-                i = j + 1
-                continue
-            # not a systemd-quoted word after all (a plain join of an element with `"`)
-        j = text.find(" ", i)
-        j = n if j < 0 else j
-        out.append(text[i:j])
-        i = j
-    return out
 
 
 def argv_matches(intended: Sequence[str], command: ExecCommand) -> bool:
@@ -538,90 +442,6 @@ def parse_help_options(text: str) -> tuple[str, ...]:
     for opt in usage:
         found.setdefault(opt, None)
     return tuple(found)
-
-
-@dataclass(frozen=True)
-class FlagProblem:
-    """argparse's verdict on one requested flag that is not an exact match."""
-
-    flag: str
-    kind: Literal["unrecognized", "ambiguous", "abbreviation"]
-    message: str  # argparse's own wording where argparse has one
-    candidates: tuple[str, ...] = ()  # the matches, or the close matches
-
-    @property
-    def fatal(self) -> bool:
-        """argparse refuses the command line (an abbreviation is accepted)."""
-        return self.kind != "abbreviation"
-
-
-#: unknown flags that get close matches suggested (see check_flags)
-MAX_SUGGESTED = 20
-
-
-def check_flags(
-    requested: Iterable[str], accepted: Iterable[str], *, suggest: bool = True
-) -> list[FlagProblem]:
-    """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
-
-    Exact match: fine. A prefix of exactly one option: accepted as an abbreviation (still
-    reported, because the server's next release may add a second match). A prefix of
-    several: `ambiguous option: X could match A, B` (matches in the parser's order, the
-    order of `accepted` when it is ordered). No match: `unrecognized arguments: X` with
-    close matches (unless `suggest` is False: difflib is slow on long option lists).
-    `requested` may carry `--flag=value` or bare `flag` names.
-    """
-    options = list(dict.fromkeys(accepted))
-    if isinstance(accepted, (set, frozenset)):
-        options.sort()  # no parser order to follow: at least be deterministic
-    known = set(options)
-    # prefix matches by bisection in a sorted copy, reported in the parser's order: the
-    # check stays linear in the requested flags however long the help is
-    order = {o: i for i, o in enumerate(options)}
-    ranked = sorted(options)
-    problems: list[FlagProblem] = []
-    suggested = 0
-    for raw in requested:
-        arg = raw if raw.startswith("-") else f"--{raw}"
-        name = arg.split("=", 1)[0]
-        if arg in known or name in known:
-            continue
-        lo = bisect.bisect_left(ranked, name)
-        hi = lo
-        while hi < len(ranked) and ranked[hi].startswith(name):  # bounded by the options
-            hi += 1
-        matches = tuple(sorted(ranked[lo:hi], key=order.__getitem__))
-        if len(matches) > 1:
-            problems.append(
-                FlagProblem(
-                    name,
-                    "ambiguous",
-                    f"ambiguous option: {arg} could match {', '.join(matches)}",
-                    matches,
-                )
-            )
-        elif len(matches) == 1:
-            problems.append(
-                FlagProblem(
-                    name,
-                    "abbreviation",
-                    f"{name} is accepted as an abbreviation of {matches[0]}",
-                    matches,
-                )
-            )
-        else:
-            # close matches for the first few unknown flags only: difflib costs the whole
-            # option list per flag, and nobody reads a thousand suggestions
-            close = tuple(
-                difflib.get_close_matches(name, options, n=3, cutoff=0.6)
-                if suggest and suggested < MAX_SUGGESTED
-                else ()
-            )
-            suggested += 1
-            problems.append(
-                FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
-            )
-    return problems
 
 
 # ---------------------------------------------------------------------------------------

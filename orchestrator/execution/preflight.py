@@ -29,22 +29,112 @@ function it is given) and holds the per-executable trust.
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CommandTimeout
-from orchestrator.execution import facts
-from orchestrator.execution.facts import FlagProblem
 from orchestrator.execution.helpcache import HelpCache
 from orchestrator.execution.transport.base import CommandResult
 
 HELP_TIMEOUT = 180.0
 #: A flag no server has, added to a dry parse (see Preflight._dry_parse).
 PROBE = "--orchestrator-preflight-probe"
+
+# ---------------------------------------------------------------------------------------
+# argparse's decision on requested flags (pure)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    """argparse's verdict on one requested flag that is not an exact match."""
+
+    flag: str
+    kind: Literal["unrecognized", "ambiguous", "abbreviation"]
+    message: str  # argparse's own wording where argparse has one
+    candidates: tuple[str, ...] = ()  # the matches, or the close matches
+
+    @property
+    def fatal(self) -> bool:
+        """argparse refuses the command line (an abbreviation is accepted)."""
+        return self.kind != "abbreviation"
+
+
+#: unknown flags that get close matches suggested (see check_flags)
+MAX_SUGGESTED = 20
+
+
+def check_flags(
+    requested: Iterable[str], accepted: Iterable[str], *, suggest: bool = True
+) -> list[FlagProblem]:
+    """What argparse (allow_abbrev=True, CPython 3.11-3.13) decides for each requested flag.
+
+    Exact match: fine. A prefix of exactly one option: accepted as an abbreviation (still
+    reported, because the server's next release may add a second match). A prefix of
+    several: `ambiguous option: X could match A, B` (matches in the parser's order, the
+    order of `accepted` when it is ordered). No match: `unrecognized arguments: X` with
+    close matches (unless `suggest` is False: difflib is slow on long option lists).
+    `requested` may carry `--flag=value` or bare `flag` names.
+    """
+    options = list(dict.fromkeys(accepted))
+    if isinstance(accepted, (set, frozenset)):
+        options.sort()  # no parser order to follow: at least be deterministic
+    known = set(options)
+    # prefix matches by bisection in a sorted copy, reported in the parser's order: the
+    # check stays linear in the requested flags however long the help is
+    order = {o: i for i, o in enumerate(options)}
+    ranked = sorted(options)
+    problems: list[FlagProblem] = []
+    suggested = 0
+    for raw in requested:
+        arg = raw if raw.startswith("-") else f"--{raw}"
+        name = arg.split("=", 1)[0]
+        if arg in known or name in known:
+            continue
+        lo = bisect.bisect_left(ranked, name)
+        hi = lo
+        while hi < len(ranked) and ranked[hi].startswith(name):  # bounded by the options
+            hi += 1
+        matches = tuple(sorted(ranked[lo:hi], key=order.__getitem__))
+        if len(matches) > 1:
+            problems.append(
+                FlagProblem(
+                    name,
+                    "ambiguous",
+                    f"ambiguous option: {arg} could match {', '.join(matches)}",
+                    matches,
+                )
+            )
+        elif len(matches) == 1:
+            problems.append(
+                FlagProblem(
+                    name,
+                    "abbreviation",
+                    f"{name} is accepted as an abbreviation of {matches[0]}",
+                    matches,
+                )
+            )
+        else:
+            # close matches for the first few unknown flags only: difflib costs the whole
+            # option list per flag, and nobody reads a thousand suggestions
+            close = tuple(
+                difflib.get_close_matches(name, options, n=3, cutoff=0.6)
+                if suggest and suggested < MAX_SUGGESTED
+                else ()
+            )
+            suggested += 1
+            problems.append(
+                FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}", close)
+            )
+    return problems
+
 
 # ---------------------------------------------------------------------------------------
 # reading a help text (pure)
@@ -310,7 +400,7 @@ def predict(
             )
         elif not matches:
             problems.append(FlagProblem(name, "unrecognized", f"unrecognized arguments: {name}"))
-    problems.extend(facts.check_flags(pending, longs, suggest=suggest))
+    problems.extend(check_flags(pending, longs, suggest=suggest))
     return problems
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.lab import flags as flagcat
-from orchestrator.lab.scenario import LAB_ONLY_FLAGS, coerce
+from orchestrator.lab.scenario_model import LAB_ONLY_FLAGS, coerce
 
 PROG = "launch_server.py"
 #: Flags the simulation always accepts, whatever the scenario lists.

@@ -40,14 +40,14 @@ from typing import Any
 
 from orchestrator.lab import cmdline, sglang_text
 from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
-from orchestrator.lab.scenario import (
+from orchestrator.lab.scenario import load as load_scenario
+from orchestrator.lab.scenario_model import (
     LAB_ONLY_FLAGS,
     STARTUP_PHASES,
     Rule,
     Scenario,
     ScenarioError,
 )
-from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.sglang_text import RAW, Line
 
 #: the distribution a lab build installs: its version is the server's release

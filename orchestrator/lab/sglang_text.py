@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.lab.scenario import Frame, ModelInfo
+from orchestrator.lab.scenario_model import Frame, ModelInfo
 
 RAW = -1
 Line = tuple[int | None, str]

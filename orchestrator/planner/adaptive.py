@@ -33,12 +33,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import batch
 from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.core import Answer, Round, Search, StrategyFn, Variant
 from orchestrator.planner.noisy import NoiseModel, Noisy
 from orchestrator.planner.strategies import auto, estimate_runs
+from orchestrator.verdicts import Verdict
 
 Run = tuple[Variant, Verdict]
 Describe = Callable[[Variant], str]

@@ -33,7 +33,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Round, Search, Variant
 from orchestrator.planner.noisy import (
     MIN_GAIN,
@@ -47,6 +46,7 @@ from orchestrator.planner.noisy import (
     _mask,
     noisy_search,
 )
+from orchestrator.verdicts import Verdict
 
 #: runs in progress weighed jointly with a candidate (2^(JOINT + 1) outcomes each)
 JOINT = 6

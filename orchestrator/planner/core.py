@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.verdicts import Verdict
 
 Variant = frozenset[int]
 Results = Mapping[Variant, Verdict]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import StrategyFn, Variant
+from orchestrator.verdicts import Verdict
 
 #: culprit size -> (a, b) of mean(p) = deterministic runs * (a + b / p)
 _FIT = {1: (0.23, 1.25), 2: (-1.13, 2.56), 3: (-0.99, 2.46)}

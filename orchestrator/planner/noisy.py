@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Culprit, Round, Search, Variant
+from orchestrator.verdicts import Verdict
 
 Run = tuple[Variant, Verdict]
 #: the least information (nats) a run not run yet must promise to be taken over a repeat

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner.core import Answer, Culprit, Round, Search, StrategyFn, Variant
 from orchestrator.planner.strategies import CLEARING
+from orchestrator.verdicts import Verdict
 
 PURPOSE = "build"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.repair import Move, RepairPolicy
-from orchestrator.diagnosis.verdicts import RESOURCE_CLASSES, Signature, Verdict
 from orchestrator.planner.deltas import Delta
+from orchestrator.verdicts import RESOURCE_CLASSES, Signature, Verdict
 
 Number = int | float
 

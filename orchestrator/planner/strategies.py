@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.planner import prefix_tree
 from orchestrator.planner.batch import NoisyFromStart
 from orchestrator.planner.core import Answer, Culprit, Probe, Search, StrategyFn, Variant
+from orchestrator.verdicts import Verdict
 
 FAIL = Verdict.FAIL
 #: verdicts that show a variant does not carry the target failure: it ran, and either

@@ -10,7 +10,6 @@ recorded config). Files are created private (mode 0600, dir 0700).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
@@ -19,7 +18,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,18 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.secrets import Redactor
-from orchestrator.diagnosis.server_logs import printed_args
 from orchestrator.diagnosis.verdicts import Signature, Verdict
 from orchestrator.errors import StoreError
+from orchestrator.execution.contract import RunResultLike
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.execution.inputs import LaunchInputs
+from orchestrator.store.rows import (
+    CampaignRow,
+    EnvironmentSeen,
+    RunRow,
+    campaign_row,
+    run_row,
+)
 
 #: held while a store of this process creates its database file and connects to it (see
 #: Store.__init__)
@@ -105,107 +110,6 @@ _ADDED_COLUMNS = {
     # as JSON (orchestrator.planner.repair.Applied); NULL: the variant as planned
     ("runs", "repair"): "ALTER TABLE runs ADD COLUMN repair TEXT",
 }
-
-
-@dataclass(frozen=True)
-class CampaignRow:
-    id: str
-    kind: str
-    key: str
-    created: float
-    updated: float
-    status: str
-    command: str
-    spec: dict[str, Any]
-    target: Signature | None
-    answer: dict[str, Any] | None
-    #: who runs (or last ran) it: owner (user@machine), pid, and `log` when detached
-    controller: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RunRow:
-    id: str
-    campaign: str
-    seq: int
-    variant: tuple[int, ...]
-    label: str
-    purpose: str
-    host: str
-    host_class: str
-    fingerprint: str
-    config: dict[str, Any]
-    argv: list[str]
-    env: dict[str, str]
-    rendered: str | None
-    verdict: Verdict
-    signature: Signature | None
-    started: float
-    duration: float
-    phase_times: dict[str, float]
-    last_phase: str | None
-    probe_metric: float | None
-    detail: str
-    log_path: str | None
-    cached_from: str | None
-    #: the host's environment when the run started (see `Store.environment`)
-    env_digest: str | None = None
-    #: what reached the server besides its config (for a reused run: the inputs of the
-    #: campaign that reused it, equal to its source's), and the cache key of both
-    inputs: LaunchInputs | None = None
-    launch_key: str | None = None
-    #: `real` (the checkpoint) or `dummy` (`--load-format dummy`: random weights)
-    weights: str = "real"
-    #: the repair move this start carried (`planner.repair.Applied.to_dict()`), or None
-    repair: dict[str, Any] | None = None
-
-    def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
-        """The recorded config; `resolve_secrets` puts redacted secrets back from the
-        environment (needed to run it again)."""
-        return Experiment.from_dict(
-            self.config, source=f"run {self.id}", resolve_secrets=resolve_secrets
-        )
-
-    def log_tail(self) -> str:
-        if not self.log_path:
-            return ""
-        try:
-            return Path(self.log_path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    def printed_args(self) -> dict[str, str]:
-        """The arguments the server printed at start (`server_logs.printed_args`), read
-        once per log file (a run's log is written once)."""
-        return dict(_printed_args(self.log_path)) if self.log_path else {}
-
-
-@functools.lru_cache(maxsize=4096)
-def _printed_args(log_path: str) -> tuple[tuple[str, str], ...]:
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ()
-    return tuple(printed_args(text).items())
-
-
-@dataclass
-class EnvironmentSeen:
-    """One environment of one host in a campaign, and the runs that saw it."""
-
-    host: str
-    digest: str
-    env: HostEnvironment
-    runs: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "digest": self.digest,
-            "first_run": self.runs[0],
-            "runs": len(self.runs),
-            **self.env.to_dict(),
-        }
 
 
 def default_root() -> Path:
@@ -444,7 +348,7 @@ class Store:
             "SELECT * FROM campaigns WHERE key=? AND created < ? ORDER BY created DESC LIMIT 1",
             (key, float("inf") if before is None else before),
         ).fetchone()
-        return _campaign(row) if row else None
+        return campaign_row(row) if row else None
 
     def update_campaign(self, cid: str, **fields: Any) -> None:
         cols, vals = [], []
@@ -482,13 +386,13 @@ class Store:
                 f"no campaign '{cid}' in {self.db_path}",
                 hint="`orchestrator runs --campaigns` lists them",
             )
-        return _campaign(row)
+        return campaign_row(row)
 
     def campaigns(self, limit: int = 50) -> list[CampaignRow]:
         rows = self.db.execute(
             "SELECT * FROM campaigns ORDER BY created DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [_campaign(r) for r in rows]
+        return [campaign_row(r) for r in rows]
 
     # ---- runs
     def next_seq(self, cid: str) -> int:
@@ -509,7 +413,7 @@ class Store:
         *,
         variant: tuple[int, ...],
         purpose: str,
-        result: Any,  # executor.RunResult (duck-typed to keep the store below the executor)
+        result: RunResultLike,
         cached_from: str | None = None,
         run_id: str | None = None,  # reserved with reserve_run_id when the run started
         repair: dict[str, Any] | None = None,  # the repair move the start carried
@@ -561,14 +465,14 @@ class Store:
                     cached_from,
                 ),
             )
-            record = getattr(result, "host_record", None)
+            record = result.host_record
             if record and cached_from is None:
                 db.execute(
                     "INSERT INTO run_host (run_id, record) VALUES (?, ?)",
                     (run_id, json.dumps(red.obj(record))),
                 )
-            self._record_environment(db, run_id, getattr(result, "environment", None), cached_from)
-            inputs = getattr(result, "inputs", None)
+            self._record_environment(db, run_id, result.environment, cached_from)
+            inputs = result.inputs
             if inputs is not None:
                 db.execute(
                     "UPDATE runs SET inputs=?, launch_key=? WHERE id=?",
@@ -681,7 +585,7 @@ class Store:
             rows = self.db.execute("SELECT * FROM runs WHERE campaign=? ORDER BY seq", (cid,))
         else:
             rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC LIMIT ?", (limit,))
-        return [_run(r) for r in rows.fetchall()]
+        return [run_row(r) for r in rows.fetchall()]
 
     def judged_count(self, cid: str) -> int:
         """How many of this campaign's runs have a verdict (are not `infra`), counted
@@ -700,7 +604,7 @@ class Store:
             raise UsageError(
                 f"no run '{run_id}' in {self.db_path}", hint="`orchestrator runs` lists the runs"
             )
-        return _run(row)
+        return run_row(row)
 
     def cached(
         self, fingerprint: str, host_class: str, env_digest: str | None = None
@@ -715,7 +619,7 @@ class Store:
             f" AND cached_from IS NULL{env_clause} ORDER BY started DESC LIMIT 1",
             (fingerprint, host_class, *([env_digest] if env_digest else [])),
         ).fetchone()
-        return _run(row) if row else None
+        return run_row(row) if row else None
 
     def reuse_candidates(
         self, fingerprint: str, host_class: str, *, exclude_campaign: str | None = None
@@ -751,7 +655,7 @@ class Store:
             " ORDER BY started, seq",
             (*sorted(ids), fingerprint, host_class),
         ).fetchall()
-        return [_run(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def reusable(
         self,
@@ -770,7 +674,7 @@ class Store:
             " AND campaign != ? ORDER BY started, seq",
             (launch_key, exclude_campaign or ""),
         ).fetchall()
-        return [_run(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def runs_with_signature(self, signature: Signature) -> list[RunRow]:
         """Runs whose signature equals `signature` (`Signature.__eq__`: one phase and
@@ -788,7 +692,9 @@ class Store:
                 "ORDER BY started"
             ).fetchall()
             return [
-                run for run in map(_run, rows) if resigned(run.signature, run.log_path) == signature
+                run
+                for run in map(run_row, rows)
+                if resigned(run.signature, run.log_path) == signature
             ]
         phase = signature.phase.value
         rows = self.db.execute(
@@ -796,7 +702,7 @@ class Store:
             " ORDER BY started",
             (phase + "|", phase + "}"),
         ).fetchall()
-        return [run for run in map(_run, rows) if run.signature == signature]
+        return [run for run in map(run_row, rows) if run.signature == signature]
 
     # ---- signature versions (see orchestrator.store.signatures)
     def _upgrade_signatures(self) -> None:
@@ -819,57 +725,3 @@ class Store:
             (r["version"], Signature.from_key(r["signature"]) if r["signature"] else None)
             for r in rows
         ]
-
-
-def _campaign(r: sqlite3.Row) -> CampaignRow:
-    return CampaignRow(
-        id=r["id"],
-        kind=r["kind"],
-        key=r["key"],
-        created=r["created"],
-        updated=r["updated"],
-        status=r["status"],
-        command=r["command"],
-        spec=json.loads(r["spec"]),
-        target=Signature.from_key(r["target"]) if r["target"] else None,
-        answer=json.loads(r["answer"]) if r["answer"] else None,
-        # (a read-only store of an older version has no such column)
-        controller=json.loads(r["controller"])
-        if "controller" in r.keys() and r["controller"]
-        else None,
-    )
-
-
-def _run(r: sqlite3.Row) -> RunRow:
-    return RunRow(
-        id=r["id"],
-        campaign=r["campaign"],
-        seq=r["seq"],
-        variant=tuple(json.loads(r["variant"])),
-        label=r["label"],
-        purpose=r["purpose"],
-        host=r["host"],
-        host_class=r["host_class"],
-        fingerprint=r["fingerprint"],
-        config=json.loads(r["config"]),
-        argv=json.loads(r["argv"]),
-        env=json.loads(r["env"]),
-        rendered=r["rendered"],
-        verdict=Verdict(r["verdict"]),
-        signature=Signature.from_key(r["signature"]) if r["signature"] else None,
-        started=r["started"],
-        duration=r["duration"],
-        phase_times=json.loads(r["phase_times"]),
-        last_phase=r["last_phase"],
-        probe_metric=r["probe_metric"],
-        detail=r["detail"],
-        log_path=r["log_path"],
-        cached_from=r["cached_from"],
-        env_digest=r["env_digest"] if "env_digest" in r.keys() else None,
-        inputs=LaunchInputs.from_dict(json.loads(r["inputs"]))
-        if "inputs" in r.keys() and r["inputs"]
-        else None,
-        launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
-        weights=(r["weights"] if "weights" in r.keys() else None) or "real",
-        repair=json.loads(r["repair"]) if "repair" in r.keys() and r["repair"] else None,
-    )

@@ -129,12 +129,13 @@ def bad_passes_first(bad: Experiment, scenario: str) -> int:
     campaign then meets the flakiness on its own bad config."""
     from orchestrator.lab import cmdline
     from orchestrator.lab import scenario as sc
+    from orchestrator.lab.scenario_model import LAB_ONLY_FLAGS
     from orchestrator.lab.server import replayed_seed
 
     scen = sc.load(scenario)
     argv = bad.argv()
     flags = cmdline.parse_strict(argv[argv.index("--scenario") + 2 :], scen.known_flags)
-    for name in sc.LAB_ONLY_FLAGS:
+    for name in LAB_ONLY_FLAGS:
         flags.pop(name, None)
     for base in range(1, 200):
         if scen.select_fault(flags, bad.env_map(), replayed_seed(base, 2)) is None:

@@ -29,7 +29,7 @@ from orchestrator.events import Listener
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.lab import sglang_text
-from orchestrator.lab.scenario import ModelInfo
+from orchestrator.lab.scenario_model import ModelInfo
 
 PHASES = ["init", "load_weights", "kv_cache", "cuda_graph", "warmup"]
 TARGET_ERROR = (

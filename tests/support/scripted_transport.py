@@ -36,7 +36,7 @@ from orchestrator.execution.executor import BOOT_MARK
 from orchestrator.execution.services.base import HTTP_MARK, LOG_MARK, SS_MARK, STATE_MARK
 from orchestrator.execution.transport.base import CommandResult, Transport
 from orchestrator.lab import sglang_text
-from orchestrator.lab.scenario import ModelInfo
+from orchestrator.lab.scenario_model import ModelInfo
 from tests.support.scripted import _lines as sglang_lines
 
 #: SGLang's startup phases and how long each takes in the script (seconds): ready at 13 s
