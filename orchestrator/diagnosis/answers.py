@@ -183,14 +183,28 @@ def garbled(text: str) -> tuple[str, ...]:
     if bad and bad * 20 >= len(body):
         reasons.append("invalid")
     words = body.split()
-    if len(body) >= 40 and len(zlib.compress(body.encode())) * 5 < len(body.encode()):
-        reasons.append("repetitive")
-    elif len(words) >= 6 and Counter(words).most_common(1)[0][1] * 2 > len(words):
+    if _repetitive(body, words):
         reasons.append("repetitive")
     wordlike = sum(1 for w in words if _wordlike(w))
     if wordlike * 2 < len(words):
         reasons.append("non-words")
     return tuple(reasons)
+
+
+def _repetitive(body: str, words: list[str]) -> bool:
+    """A short unit repeated over most of the text, one word over half the words, or text
+    that compresses to under a quarter of its size."""
+    looped = sum(len(m[0]) for m in _LOOP.finditer(body))
+    if len(body) >= 20 and looped * 2 > len(body):
+        return True
+    if len(words) >= 6 and Counter(words).most_common(1)[0][1] * 2 > len(words):
+        return True
+    raw = body.encode()
+    return len(raw) >= 40 and len(zlib.compress(raw)) * 4 < len(raw)
+
+
+#: a unit of 1-10 characters repeated at least five times in a row
+_LOOP = re.compile(r"(.{1,10}?)\1{4,}", re.DOTALL)
 
 
 def _control(ch: str) -> bool:
