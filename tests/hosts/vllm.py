@@ -1,4 +1,4 @@
-"""The real vLLM of the `real` tier: the cached venv and tiny model of scripts/build-vllm.
+"""The real vLLM of the `real` tier: the cached venv and models of scripts/build-vllm.
 
 The tier needs the venv built (`scripts/build-vllm`, which `ORCH_WITH_VLLM=1
 scripts/bootstrap` and the full `scripts/test` run). Outside CI a machine without it skips
@@ -26,6 +26,8 @@ class RealVllm:
     vllm: Path
     model: Path
     experiments: Path = REAL
+    #: real weights: SmolLM2-135M-Instruct, bf16 (orchestrator/lab/smollm2.py)
+    smollm2: Path = vllm_env.lab_dir() / "smollm2"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,407 @@
+"""What a server answered to a set of prompts, and whether it answered as the reference did.
+
+Pure: no I/O. A server's answers (greedy text, the tokens it chose, the top-k logprobs at
+each position) are compared with a reference's (good's, in the same campaign and host)
+under one rule:
+
+- `exact`: the same tokens (vLLM's `check_outputs_equal`);
+- `logprobs-close`: at the first position where the two runs chose different tokens, each
+  run's token is among the other run's top-k there; the comparison stops at that position,
+  since the texts diverge after it (vLLM's `check_logprobs_close`, `top_k` settable). Unlike
+  vLLM's, an answer that stops where the other goes on differs at that position and no
+  top-k excuses it (an API may leave out the stop token: an empty answer would pass);
+- `score`: the fraction of prompts with an expected answer (`expect`, `regex`) that were
+  met, held to a bar such as `>= good - 0.08` or `>= 0.75`.
+
+Whatever the rule, an answer that is garbled where the reference's is not (empty, invalid
+characters, repetitive, mostly non-words) fails: the verdict's `kind` then says `garbled`,
+which is a different bug from a `different` answer or a `score` drop.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import unicodedata
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+RuleName = Literal["exact", "logprobs-close", "score"]
+RULES: tuple[RuleName, ...] = ("exact", "logprobs-close", "score")
+Kind = Literal["same", "different", "garbled", "score", "no_answer"]
+DEFAULT_TOP_K = 5
+DEFAULT_SCORE_BAR = ">= good - 0.08"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One question: a completion `prompt` or chat `messages` ((role, content) pairs), and
+    optionally what a right answer holds: `expect` (the answer contains this text,
+    case-insensitive, at word boundaries) or `regex` (searched in the answer)."""
+
+    id: str
+    prompt: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    expect: str | None = None
+    regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError(f"prompt {self.id!r}: exactly one of prompt, messages")
+        if self.expect is not None and self.regex is not None:
+            raise ValueError(f"prompt {self.id!r}: at most one of expect, regex")
+
+    @property
+    def scored(self) -> bool:
+        return self.expect is not None or self.regex is not None
+
+    def met_by(self, text: str) -> bool:
+        """True if `text` is a right answer (False for a prompt without expectation)."""
+        if self.regex is not None:
+            return re.search(self.regex, text) is not None
+        if self.expect is not None:
+            want = r"\s+".join(re.escape(w) for w in self.expect.split())
+            return re.search(rf"(?<!\w){want}(?!\w)", text, re.IGNORECASE) is not None
+        return False
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One prompt's answer. `tokens` are the server's names of the chosen tokens (vLLM's
+    `token_id:N` when asked for ids), `top` the top-k (token, logprob) pairs at each
+    position, best first; `error` is set (and the rest empty) when no answer came."""
+
+    prompt_id: str
+    text: str = ""
+    tokens: tuple[str, ...] = ()
+    top: tuple[tuple[tuple[str, float], ...], ...] = ()
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def token_ids(self) -> tuple[int, ...] | None:
+        """The token ids, when the server named its tokens by id (`token_id:N`)."""
+        ids = []
+        for tok in self.tokens:
+            m = re.fullmatch(r"token_id:(-?\d+)", tok)
+            if m is None:
+                return None
+            ids.append(int(m[1]))
+        return tuple(ids)
+
+    def top_k(self, index: int, k: int) -> frozenset[str]:
+        if index >= len(self.top):
+            return frozenset()
+        ranked = sorted(self.top[index], key=lambda p: -p[1])
+        return frozenset(tok for tok, _ in ranked[:k])
+
+
+@dataclass(frozen=True)
+class AnswerSet:
+    """A server's answers to a prompt set, in the set's order; `mode` says how they were
+    asked (`sequential`: one at a time; `batch`: all at once)."""
+
+    answers: tuple[Answer, ...]
+    mode: str = "sequential"
+
+    def by_id(self) -> dict[str, Answer]:
+        return {a.prompt_id: a for a in self.answers}
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: RuleName = "logprobs-close"
+    top_k: int = DEFAULT_TOP_K
+    pass_if: str = DEFAULT_SCORE_BAR
+
+    def __post_init__(self) -> None:
+        if self.name not in RULES:
+            raise ValueError(f"rule {self.name!r}: expected one of {', '.join(RULES)}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k {self.top_k}: expected at least 1")
+        parse_bar(self.pass_if)
+
+
+# -- the rules on one answer pair ----------------------------------------------------------
+
+
+def first_difference(a: Answer, b: Answer) -> int | None:
+    """The first position where the two answers' tokens differ (an answer that ends first
+    differs at its length), or None when they are the same. Without tokens, the texts'
+    first differing character."""
+    if not a.tokens and not b.tokens:
+        if a.text == b.text:
+            return None
+        return next(
+            (i for i, (x, y) in enumerate(zip(a.text, b.text, strict=False)) if x != y),
+            min(len(a.text), len(b.text)),
+        )
+    for i, (x, y) in enumerate(zip(a.tokens, b.tokens, strict=False)):
+        if x != y:
+            return i
+    return None if len(a.tokens) == len(b.tokens) else min(len(a.tokens), len(b.tokens))
+
+
+def exact(a: Answer, b: Answer) -> bool:
+    """vLLM's check_outputs_equal: the same greedy tokens."""
+    return a.error is None and b.error is None and first_difference(a, b) is None
+
+
+def logprobs_close(a: Answer, b: Answer, top_k: int = DEFAULT_TOP_K) -> bool:
+    """vLLM's check_logprobs_close: at the first differing position, each answer's token is
+    among the other's top-k; nothing after it is compared."""
+    if a.error is not None or b.error is not None:
+        return False
+    i = first_difference(a, b)
+    if i is None:
+        return True
+    if i >= len(a.tokens) or i >= len(b.tokens):
+        return False
+    return a.tokens[i] in b.top_k(i, top_k) and b.tokens[i] in a.top_k(i, top_k)
+
+
+# -- garbled text --------------------------------------------------------------------------
+
+_VOWELS = set("aeiouyAEIOUY")
+
+
+def garbled(text: str) -> tuple[str, ...]:
+    """Why `text` is not language at all (empty when it reads as text): `empty`, `invalid`
+    (replacement or control characters), `repetitive`, `non-words`."""
+    reasons: list[str] = []
+    body = text.strip()
+    if not body:
+        return ("empty",)
+    bad = sum(
+        1
+        for ch in body
+        if ch == "\ufffd" or (unicodedata.category(ch)[0] == "C" and ch not in "\n\t\r")
+    )
+    if bad and bad * 20 >= len(body):
+        reasons.append("invalid")
+    words = body.split()
+    if _repetitive(body, words):
+        reasons.append("repetitive")
+    wordlike = sum(1 for w in words if _wordlike(w))
+    if wordlike * 2 < len(words):
+        reasons.append("non-words")
+    return tuple(reasons)
+
+
+def _repetitive(body: str, words: list[str]) -> bool:
+    """A short unit repeated over most of the text, one word over half the words, or text
+    that compresses to under a quarter of its size."""
+    looped = sum(len(m[0]) for m in _LOOP.finditer(body))
+    if len(body) >= 20 and looped * 2 > len(body):
+        return True
+    if len(words) >= 6 and Counter(words).most_common(1)[0][1] * 2 > len(words):
+        return True
+    raw = body.encode()
+    return len(raw) >= 40 and len(zlib.compress(raw)) * 4 < len(raw)
+
+
+#: a unit of 1-10 characters repeated at least five times in a row
+_LOOP = re.compile(r"(.{1,10}?)\1{4,}", re.DOTALL)
+
+
+def _control(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "C" and ch not in "\n\t\r"
+
+
+def _wordlike(word: str) -> bool:
+    core = word.strip(".,;:!?\"'()[]{}*-_`")
+    if not core:
+        return False
+    if any(ch.isdigit() for ch in core):
+        return sum(ch.isalnum() for ch in core) * 2 >= len(core)
+    letters = [ch for ch in core if ch.isalpha()]
+    if len(letters) * 2 < len(core):
+        return False
+    latin = [ch for ch in letters if ch.isascii()]
+    # a Latin-script word has a vowel; other scripts are taken as words
+    return len(latin) < len(letters) or any(ch in _VOWELS for ch in latin) or len(latin) == 1
+
+
+# -- the score -----------------------------------------------------------------------------
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+_BAR = re.compile(
+    r"^\s*(>=|<=|==|>|<)\s*(?:(good)\s*(?:([-+])\s*(\d+(?:\.\d+)?))?|(\d+(?:\.\d+)?))\s*$"
+)
+
+
+def parse_bar(text: str) -> tuple[str, bool, float]:
+    """`>= good - 0.08` -> ('>=', True, -0.08); `>= 0.75` -> ('>=', False, 0.75)."""
+    m = _BAR.match(text)
+    if m is None:
+        raise ValueError(
+            f"score bar {text!r}: expected OP good [+|- NUMBER] or OP NUMBER "
+            "(OP one of >=, >, <=, <, ==), e.g. '>= good - 0.08'"
+        )
+    op, good, sign, delta, number = m.groups()
+    if good:
+        value = float(delta or 0) * (-1 if sign == "-" else 1)
+        return op, True, value
+    return op, False, float(number)
+
+
+def score(answers: AnswerSet, prompts: Iterable[Prompt]) -> float | None:
+    """The fraction of the scored prompts whose answer is right (None: nothing scored)."""
+    got = answers.by_id()
+    scored = [p for p in prompts if p.scored]
+    if not scored:
+        return None
+    right = sum(1 for p in scored if p.id in got and p.met_by(got[p.id].text))
+    return right / len(scored)
+
+
+def meets_bar(value: float, bar: str, good: float | None) -> bool:
+    op, relative, number = parse_bar(bar)
+    if relative:
+        if good is None:
+            raise ValueError(f"score bar {bar!r} needs the reference's score")
+        number += good
+    return _OPS[op](round(value, 9), round(number, 9))
+
+
+# -- the verdict ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptDiff:
+    """One prompt whose answer differs from the reference's."""
+
+    prompt_id: str
+    first_diff: int | None
+    reference: str
+    answer: str
+    garbled: tuple[str, ...] = ()
+    within_rule: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AnswersVerdict:
+    passed: bool
+    rule: Rule
+    kind: Kind
+    detail: str
+    diffs: tuple[PromptDiff, ...] = field(default=())
+    score: float | None = None
+    reference_score: float | None = None
+
+
+def judge(
+    reference: AnswerSet, answers: AnswerSet, prompts: Iterable[Prompt], rule: Rule
+) -> AnswersVerdict:
+    """`answers` against `reference` under `rule`."""
+    prompts = tuple(prompts)
+    ref, got = reference.by_id(), answers.by_id()
+    diffs: list[PromptDiff] = []
+    for p in prompts:
+        r = ref.get(p.id, Answer(p.id, error="no reference answer"))
+        a = got.get(p.id, Answer(p.id, error="not asked"))
+        if a.error is not None:
+            diffs.append(PromptDiff(p.id, 0, r.text, "", error=a.error))
+            continue
+        i = first_difference(r, a)
+        if i is None and r.error is None:
+            continue
+        new_garble = () if garbled(r.text) else garbled(a.text)
+        within = rule.name == "score" or (
+            exact(r, a) if rule.name == "exact" else logprobs_close(r, a, rule.top_k)
+        )
+        diffs.append(PromptDiff(p.id, i, r.text, a.text, new_garble, within and not new_garble))
+    ref_score, got_score = score(reference, prompts), score(answers, prompts)
+    breaking = [d for d in diffs if not d.within_rule]
+    score_ok = True
+    if rule.name == "score" and got_score is not None:
+        score_ok = meets_bar(got_score, rule.pass_if, ref_score)
+    passed = not breaking and score_ok
+    kind: Kind
+    if any(d.error for d in breaking):
+        kind = "no_answer"
+    elif any(d.garbled for d in breaking):
+        kind = "garbled"
+    elif not score_ok:
+        kind = "score"
+    elif breaking or diffs:
+        kind = "different"
+    else:
+        kind = "same"
+    return AnswersVerdict(
+        passed=passed,
+        rule=rule,
+        kind=kind,
+        detail=_detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score),
+        diffs=tuple(diffs),
+        score=got_score,
+        reference_score=ref_score,
+    )
+
+
+def _detail(
+    kind: Kind,
+    rule: Rule,
+    diffs: list[PromptDiff],
+    total: int,
+    got: float | None,
+    ref: float | None,
+) -> str:
+    scores = "" if got is None else f"; score {got:.2f} (reference {_fmt(ref)})"
+    if kind == "same":
+        return f"all {total} answers equal to the reference's{scores}"
+    first = diffs[0]
+    where = f"{first.prompt_id!r} from token {first.first_diff}"
+    if kind == "no_answer":
+        return f"{len(diffs)} of {total} prompts got no answer ({first.prompt_id!r}: {first.error})"
+    if kind == "garbled":
+        bad = [d for d in diffs if d.garbled]
+        return (
+            f"{len(bad)} of {total} answers garbled ({', '.join(bad[0].garbled)}), first "
+            f"{bad[0].prompt_id!r}: {bad[0].answer[:60]!r}{scores}"
+        )
+    if kind == "score":
+        return f"score {_fmt(got)} misses {rule.pass_if!r} (reference {_fmt(ref)})"
+    rule_says = (
+        f"within {rule.name}" if all(d.within_rule for d in diffs) else f"breaks {rule.name}"
+    )
+    return f"{len(diffs)} of {total} answers differ ({rule_says}), first {where}{scores}"
+
+
+def _fmt(value: float | None) -> str:
+    return "none" if value is None else f"{value:.2f}"
+
+
+def answers_from(raw: Mapping[str, object]) -> Answer:
+    """An Answer from its plain form (`as_plain`), as kept with a run."""
+    top = tuple(tuple((str(t), float(lp)) for t, lp in pos) for pos in raw.get("top", ()))  # type: ignore[union-attr]
+    return Answer(
+        prompt_id=str(raw["prompt_id"]),
+        text=str(raw.get("text", "")),
+        tokens=tuple(str(t) for t in raw.get("tokens", ())),  # type: ignore[union-attr]
+        top=top,
+        finish_reason=raw.get("finish_reason"),  # type: ignore[arg-type]
+        error=raw.get("error"),  # type: ignore[arg-type]
+    )
+
+
+def as_plain(answer: Answer) -> dict[str, object]:
+    """JSON-ready form of an answer (lists for tuples), read back by `answers_from`."""
+    return {
+        "prompt_id": answer.prompt_id,
+        "text": answer.text,
+        "tokens": list(answer.tokens),
+        "top": [[list(p) for p in pos] for pos in answer.top],
+        "finish_reason": answer.finish_reason,
+        "error": answer.error,
+    }

@@ -1,0 +1,115 @@
+"""Ask a ready server a prompt set on its host, and read its answers as the judge's types.
+
+The asking runs ON the host (orchestrator/execution/answers_asker.py, stdlib only, sent to
+the host's `python3 -c` with the request on stdin), through the same transport as every
+other command, so the server's port never needs to be open to the controller. Greedy:
+temperature 0, a fixed seed, a stated max_tokens, top-k logprobs; each prompt goes to the
+chat or the completions endpoint by its shape (messages or prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.diagnosis.answers import DEFAULT_TOP_K, AnswerSet, Prompt, answers_from
+from orchestrator.errors import TransportError
+from orchestrator.execution.transport.base import Transport
+
+ASKER = Path(__file__).with_name("answers_asker.py")
+MARK = "@@ANSWERS "
+MODES = ("sequential", "batch")
+
+
+@dataclass(frozen=True)
+class AskSettings:
+    max_tokens: int = 24
+    top_k: int = DEFAULT_TOP_K
+    seed: int = 0
+    timeout: float = 120.0  # per request
+    modes: tuple[str, ...] = MODES
+    token_ids: bool = True  # vLLM's `return_tokens_as_token_ids`
+    model: str | None = None  # None: the server's first model
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the server answered, per mode, with what it cost."""
+
+    model: str | None
+    sets: dict[str, AnswerSet]
+    seconds: dict[str, float]
+    requests: int
+    error: str | None = None
+
+
+def request(
+    prompts: tuple[Prompt, ...], port: int, settings: AskSettings, host: str = "127.0.0.1"
+) -> dict[str, object]:
+    """The asker's request (JSON on its stdin)."""
+    unknown = [m for m in settings.modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"modes {unknown}: expected {', '.join(MODES)}")
+    return {
+        "base": f"http://{host}:{port}",
+        "model": settings.model,
+        "max_tokens": settings.max_tokens,
+        "top_k": settings.top_k,
+        "seed": settings.seed,
+        "timeout": settings.timeout,
+        "modes": list(settings.modes),
+        "token_ids": settings.token_ids,
+        "prompts": [
+            {
+                "id": p.id,
+                "prompt": p.prompt,
+                "messages": [list(m) for m in p.messages] if p.messages is not None else None,
+            }
+            for p in prompts
+        ],
+    }
+
+
+def command() -> str:
+    """The shell command that runs the asker on the host (request on stdin)."""
+    return f"python3 -c {shlex.quote(ASKER.read_text())}"
+
+
+def parse(stdout: str) -> Asked:
+    """The asker's reply, from its output."""
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARK)), None)
+    if line is None:
+        raise TransportError(f"the answers check printed no reply: {stdout.strip()[-300:]!r}")
+    raw = json.loads(line[len(MARK) :])
+    return Asked(
+        model=raw.get("model"),
+        sets={
+            mode: AnswerSet(tuple(answers_from(a) for a in answers), mode=mode)
+            for mode, answers in raw["sets"].items()
+        },
+        seconds={k: float(v) for k, v in raw["seconds"].items()},
+        requests=int(raw["requests"]),
+        error=raw.get("error"),
+    )
+
+
+def ask(
+    transport: Transport,
+    prompts: tuple[Prompt, ...],
+    port: int,
+    settings: AskSettings | None = None,
+    host: str = "127.0.0.1",
+) -> Asked:
+    """Ask the server on `port` of the transport's host every prompt, in every mode."""
+    settings = settings or AskSettings()
+    req = request(prompts, port, settings, host)
+    budget = settings.timeout * len(prompts) * len(settings.modes) + 30
+    res = transport.run(command(), timeout=budget, stdin=json.dumps(req))
+    if not res.ok and MARK not in res.stdout:
+        raise TransportError(
+            f"the answers check failed on the host (exit {res.exit_code}): "
+            f"{res.stderr.strip()[-300:]}"
+        )
+    return parse(res.stdout)
