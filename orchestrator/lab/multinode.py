@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.lab.scenario import STARTUP_PHASES
-from orchestrator.lab.sglang_text import RAW, SIGQUIT_LINE, Line
+from orchestrator.lab.sglang_text import RAW, SIGQUIT_LINE, Line, traceback_lines
 
 #: torch's default NCCL timeout (ProcessGroupNCCL), used when `--dist-timeout` is absent
 DEFAULT_WATCHDOG_S = 600.0
@@ -148,15 +148,17 @@ def watchdog_lines(topo: Topology, seq: int, waited_ms: int) -> list[Line]:
 
 
 def connect_timeout_lines(topo: Topology) -> list[Line]:
-    """torch's store client giving up on the init address (rank 0 never listened)."""
+    """torch's store client giving up on the init address (rank 0 never listened):
+    c10d's own line, then the scheduler's traceback ending in DistNetworkError."""
+    now = datetime.now()
+    said = (
+        f"The client socket has timed out after {int(topo.watchdog_s * 1000)}ms while "
+        f"trying to connect to ({topo.host}, {topo.port})."
+    )
+    stamp = f"[E{now:%m%d} {now:%H:%M:%S}.{now.microsecond:06d}000 socket.cpp:1023]"
     return [
-        (
-            0,
-            "Scheduler hit an exception: torch.distributed.DistNetworkError: The client "
-            f"socket has timed out after {int(topo.watchdog_s * 1000)}ms while trying to "
-            f"connect to ({topo.host}, {topo.port}).",
-        ),
-        (None, SIGQUIT_LINE),
+        (RAW, f"{stamp} [c10d] {said}"),
+        *traceback_lines("init", f"torch.distributed.DistNetworkError: {said}"),
     ]
 
 
