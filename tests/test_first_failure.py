@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.diagnosis.classify.analyze import analyze_log
+from orchestrator.diagnosis.classify.judge import HANG_MESSAGE
 from orchestrator.diagnosis.first_failure import (
     DEFAULT_TOLERANCE_S,
     NEVER_JOINED,
@@ -178,6 +179,29 @@ def test_only_consequences_name_the_earliest_and_no_failure_names_none() -> None
     assert answer is not None and answer.role == "decode" and answer.consequence
     assert first_failure([RoleResult("router", "h3")]) is None
     assert first_failure([]) is None
+
+
+def test_a_silent_straggler_is_the_one_the_watchdogs_waited_for() -> None:
+    # rank 1 hung without a word (its hang seen only at the run's deadline, no kind from
+    # the log); rank 0 timed out in a collective long before that deadline
+    timeout = RECORDED["rank1_cublas"][0]
+    assert timeout.failed_at is not None
+    silent = RoleResult(
+        "node-rank 1",
+        "b300-02",
+        Signature(Phase.LOAD_WEIGHTS, "hang", f"{HANG_MESSAGE} after 'Load weight begin.'"),
+        failed_at=timeout.failed_at + 900,
+    )
+    assert not silent.is_cause
+    for order in ([timeout, silent], [silent, timeout]):
+        answer = first_failure(order)
+        assert answer is not None and answer.role == "node-rank 1" and answer.consequence
+        assert answer.describe().endswith("node-rank 0 then timed out in a collective")
+    # a crash still beats it, unless the crash came long after the first watchdog
+    crash = replace(RECORDED["rank1_cublas"][1], role="node-rank 2", host="b300-03")
+    assert first_failure([silent, timeout, crash]).role == "node-rank 2"  # type: ignore[union-attr]
+    late = replace(crash, failed_at=timeout.failed_at + 60)
+    assert first_failure([late, timeout, silent]).role == "node-rank 1"  # type: ignore[union-attr]
 
 
 def test_a_peer_loss_reported_as_an_error_is_a_consequence() -> None:

@@ -18,7 +18,10 @@ module picks the cause from every role's classified result, pure (no I/O, no clo
    crash logged a little after it (clock error, a log flushed late) is still its cause,
    while a timeout long before any crash was the first failure (the crash came in the
    teardown);
-4. with no cause, the earliest consequence is the failure.
+4. with no cause, a role that hung silently until the run's deadline (the executor's
+   `no readiness before the deadline` hang) is the failure: it was in no collective when
+   the others' watchdogs fired, so it is the one they waited for; else the earliest
+   consequence is.
 
 The deployment's signature is the winning role's own signature, unchanged (a bug on one
 node of two signs as it does on a single node); the role and its host are named beside it,
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from orchestrator.diagnosis.classify.judge import HANG_MESSAGE
 from orchestrator.diagnosis.verdicts import Phase, Signature
 
 #: seconds a crash may be logged after a consequence on another role and still be its
@@ -51,6 +55,9 @@ EPSILON_S = 1e-6
 CRASH, HANG, TIMEOUT = "crash", "hang", "timeout"
 #: the classifier's kinds that are consequences of another role's failure
 CONSEQUENCE_KINDS = frozenset({HANG, TIMEOUT})
+#: error classes of hangs and timeouts, for a result that carries no kind (a run the
+#: executor judged a hang at its deadline has the signature but no log analysis)
+CONSEQUENCE_CLASSES = frozenset({"hang", "nccl_timeout", "timeout"})
 #: error messages that report a peer's loss, not a failure of this role
 PEER_LOSS = re.compile(
     r"ncclRemoteError|remote process exiting prematurely|Connection (?:closed|reset) by peer"
@@ -91,11 +98,21 @@ class RoleResult:
         return None if self.failed_at is None else self.failed_at - self.clock_offset
 
     @property
+    def silent_hang(self) -> bool:
+        """It hung without a word until the run's deadline (no watchdog, no timeout)."""
+        sig = self.signature
+        return (
+            sig is not None and sig.error_class == "hang" and sig.message.startswith(HANG_MESSAGE)
+        )
+
+    @property
     def is_cause(self) -> bool:
         """A failure of this role's own (a crash, never joining), not a consequence."""
         if self.absent is not None:
             return True
         if self.signature is None or (self.kind or CRASH) in CONSEQUENCE_KINDS:
+            return False
+        if self.kind is None and self.signature.error_class in CONSEQUENCE_CLASSES:
             return False
         return not PEER_LOSS.search(self.signature.message)
 
@@ -160,10 +177,13 @@ def first_failure(
     if not failed:
         return None
     causes = [p for p in failed if p[0].is_cause]
-    effects = [p for p in failed if not p[0].is_cause]
+    # a role silent until the deadline was in no collective when the others' watchdogs
+    # fired: it is the one they waited for, however late its hang was noticed
+    effects = sorted((p for p in failed if not p[0].is_cause), key=lambda p: not p[0].silent_hang)
     winner = causes[0] if causes else effects[0]
     if causes and effects:
-        cause_t, effect_t = _order(*causes[0])[0], _order(*effects[0])[0]
+        cause_t = _order(*causes[0])[0]
+        effect_t = min(_order(*p)[0] for p in effects)
         # inclusive, with a microsecond's slack for the float sums of the correction
         if cause_t - effect_t > tolerance + EPSILON_S:
             winner = effects[0]  # a consequence long before any crash was the failure
