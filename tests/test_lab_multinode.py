@@ -105,6 +105,9 @@ def test_two_healthy_ranks_rank0_serves_and_rank1_does_not(pair: Pair) -> None:
     assert one.wait_for_line("Capture cuda graph end.", WAIT), one.out
     assert not port_open(pair.http[1])
     assert "Uvicorn running" not in one.out and READY not in one.out
+    # --tp-size 2 over two nodes: one scheduler rank each, TP0 on rank 0 and TP1 on rank 1
+    assert " TP1] " in one.out and " TP0] " not in one.out
+    assert " TP0] " in zero.out and " TP1] " not in zero.out
     assert one.proc is not None and one.proc.poll() is None
     assert TIMEOUT_LINE not in zero.out + one.out
     assert one.stop() == 0 and zero.stop() == 0

@@ -71,6 +71,9 @@ class Log:
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stdout
         self.lock = threading.Lock()
+        #: (first, count) of a node's own scheduler ranks over several nodes: rank r < count
+        #: prints as TP{first + r}, the others belong to other nodes; None: all of them
+        self.ranks: tuple[int, int] | None = None
 
     def emit(self, lines: Sequence[Line]) -> None:
         with self.lock:
@@ -81,6 +84,10 @@ class Log:
                 elif rank is None:
                     line = f"[{stamp}] {text}"
                 else:
+                    if self.ranks is not None:
+                        if rank >= self.ranks[1]:
+                            continue
+                        rank += self.ranks[0]
                     line = f"[{stamp} TP{rank}] {text}"
                 try:
                     self.stream.write(line + "\n")
@@ -682,6 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if topo is not None:
         try:
             run.group = multinode.Group(topo, run.log.emit, run.engine.stopping)
+            run.log.ranks = (topo.node_rank * topo.ranks_per_node, topo.ranks_per_node)
         except OSError as exc:
             run.log.main(multinode.listen_failed(topo, exc))
             return 1
