@@ -587,6 +587,16 @@ def test_nccl_watchdog_timeout_is_named_by_its_collective_and_a_kill_ends_it() -
     assert stuck.signature.error_class == "hang"
 
 
+def test_a_store_client_timeout_is_a_timeout_not_a_crash() -> None:
+    # A node that never reached rank 0's store (rank 0 died or never listened) waited for
+    # it: a consequence of the other node, like the NCCL watchdog's, never a crash.
+    analysis = analyze_log(log("torch_store_client_timeout.log"))
+    assert analysis.kind == "timeout", analysis
+    assert analysis.signature == Signature(
+        Phase.INIT, "timeout", "the client socket timed out connecting to the distributed store"
+    )
+
+
 def test_a_silent_hang_is_named_by_its_last_milestone() -> None:
     def run(bs: int, done: int) -> str:
         return (

@@ -15,6 +15,10 @@ Faults come from the scenario (see `orchestrator.lab.scenario`):
   - `after_requests: N`: the running server crashes (or stalls) once N requests are done;
   - `phase: args`: argparse-style usage and error on stderr, exit 2.
 
+Over several nodes (`--nnodes N --node-rank R --dist-init-addr HOST:PORT`, with the
+watchdog's `--dist-timeout S`), the ranks meet over real TCP at the end of every startup
+phase and only node-rank 0 serves HTTP; see `orchestrator.lab.multinode`.
+
 Knobs: `--time-scale X` or ORCH_LAB_TIME_SCALE scale the startup phases (the flag wins);
 `--seed N`, else ORCH_LAB_SEED, else the scenario's `seed` fixes flaky rules' draws;
 `random` (in any of the three) draws afresh on every start; `random:N` too, from a sequence
@@ -38,7 +42,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab import cmdline, sglang_text
+from orchestrator.lab import cmdline, multinode, sglang_text
 from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.scenario_model import (
@@ -67,6 +71,9 @@ class Log:
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stdout
         self.lock = threading.Lock()
+        #: (first, count) of a node's own scheduler ranks over several nodes: rank r < count
+        #: prints as TP{first + r}, the others belong to other nodes; None: all of them
+        self.ranks: tuple[int, int] | None = None
 
     def emit(self, lines: Sequence[Line]) -> None:
         with self.lock:
@@ -77,6 +84,10 @@ class Log:
                 elif rank is None:
                     line = f"[{stamp}] {text}"
                 else:
+                    if self.ranks is not None:
+                        if rank >= self.ranks[1]:
+                            continue
+                        rank += self.ranks[0]
                     line = f"[{stamp} TP{rank}] {text}"
                 try:
                     self.stream.write(line + "\n")
@@ -383,6 +394,8 @@ class Run:
         self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
         self.stop_signal: int | None = None  # the signal that asked it to stop
         self._noticed = False
+        #: the other nodes of a multi-node server (`orchestrator.lab.multinode`), or None
+        self.group: multinode.Group | None = None
 
     def on_signal(self, signum: int, _frame: object = None) -> None:
         # A handler runs on the main thread between bytecodes: only flags here (the log's
@@ -420,12 +433,16 @@ class Run:
 
     def start(self) -> int:
         scen = self.scen
+        group = self.group
         for phase in STARTUP_PHASES:
-            self.log.emit(
-                sglang_text.phase_begin(
-                    phase, self.nums, scen.model, self.flags, self.host, self.port, self.pid
+            # a node other than rank 0 serves no HTTP: it says nothing of uvicorn
+            quiet = group is not None and phase == "warmup" and not group.serves_http
+            if not quiet:
+                self.log.emit(
+                    sglang_text.phase_begin(
+                        phase, self.nums, scen.model, self.flags, self.host, self.port, self.pid
+                    )
                 )
-            )
             duration = (
                 scen.load_seconds(self.flags) if phase == "load_weights" else scen.startup[phase]
             )
@@ -442,10 +459,15 @@ class Run:
                     return 0
             elif self.sleep(duration):
                 return 0
-            self.log.emit(
-                sglang_text.phase_end(phase, self.nums, scen.model, duration * self.scale)
-            )
+            if group is not None and group.barrier(phase):
+                return 0  # stopped while the other nodes were awaited
+            if not quiet:
+                self.log.emit(
+                    sglang_text.phase_end(phase, self.nums, scen.model, duration * self.scale)
+                )
             if phase == "warmup":
+                if group is not None and quiet:
+                    return group.follow()
                 # The port opens only now: until ready, connections are refused.
                 return self.serve()
         return 0
@@ -489,6 +511,8 @@ class Run:
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
         )
         thread.start()
+        if self.group is not None:
+            self.group.watch_peers()
         rule = self.rule
         if rule is not None and rule.phase == "serving" and not rule.after_requests:
             self.engine.fire()
@@ -651,7 +675,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed = _seed(pre, scen)
         _port(flags.get("port", DEFAULT_PORT))
         _tp(flags.get("tp-size", 1))
-    except (cmdline.UsageError, _Usage) as exc:
+        topo = multinode.topology(flags)
+    except (cmdline.UsageError, _Usage, multinode.TopologyError) as exc:
         cmdline.print_usage_error(str(exc), specs)
         return 2
     rule = scen.select_fault(flags, os.environ, seed, version=installed_version())
@@ -661,6 +686,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmdline.print_usage_error(message, specs)
         return rule.exit_code
     run = Run(scen, flags, rule, scale, seed)
+    if topo is not None:
+        try:
+            run.group = multinode.Group(topo, run.log.emit, run.engine.stopping)
+            run.log.ranks = (topo.node_rank * topo.ranks_per_node, topo.ranks_per_node)
+        except OSError as exc:
+            run.log.main(multinode.listen_failed(topo, exc))
+            return 1
     # SIGTERM/SIGINT end the run cleanly wherever it is; handlers run on the main thread.
     signal.signal(signal.SIGTERM, run.on_signal)
     signal.signal(signal.SIGINT, run.on_signal)

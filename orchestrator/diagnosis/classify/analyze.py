@@ -47,7 +47,7 @@ from orchestrator.diagnosis.server_logs import (
 from orchestrator.diagnosis.verdicts import Phase, Signature
 
 #: Bumped whenever signatures of the same log change; stored runs are re-signed then.
-SIGNATURE_VERSION = 8
+SIGNATURE_VERSION = 9
 KEY_LENGTH = 200  # characters of a normalized message kept in a signature
 
 

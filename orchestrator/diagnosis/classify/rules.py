@@ -147,6 +147,16 @@ ERROR_RULES: tuple[ErrorRule, ...] = tuple(
                 priority=7,
                 kind="timeout",
             ),
+            # torch's store client never reached the rendezvous (rank 0 of a multi-node
+            # server): a consequence of the node that did not come up, like a watchdog's
+            _r(
+                "timeout",
+                r"The client socket has timed out after \S+ while trying to connect to",
+                "the client socket timed out connecting to the distributed store",
+                priority=7,
+                phase_hint=Phase.INIT,
+                kind="timeout",
+            ),
             _r(
                 "cublas",
                 r"(?P<status>CUBLAS_STATUS_[A-Z_]+)(?: when calling `?(?P<fn>\w+))?",
