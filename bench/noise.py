@@ -37,11 +37,15 @@ Columns per policy: ok% (the exact culprit set, nothing else), mean and 95th-per
 runs; for the posterior policies `sure%` (the share of all answers reported with
 confidence >= 0.95) and `cal%` (of those, the share that is right). `vs fixed`: mean runs
 of `default`/`noisy` over those of the cheapest fixed-repeat peer whose ok% is at least as
-high ("-" when no fixed-repeat peer gets there).
+high ("-" when no fixed-repeat peer gets there). `bound`: the information bound in runs,
+log2(sets of the culprit's size) over the Z-channel's capacity log2(1 + p (1-p)^((1-p)/p))
+bits per run (no search does better on average, even one told p and the set's size);
+`<policy> / bound`: its mean runs over the bound.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -198,6 +202,22 @@ class Row:
     results: dict[str, list[Result]] = field(default_factory=dict)
 
 
+def capacity(p: float) -> float:
+    """Bits one run can tell at most when a variant with the culprit fails with chance p
+    and one without never fails: the Z-channel's capacity log2(1 + p (1-p)^((1-p)/p))."""
+    if p >= 1.0:
+        return 1.0
+    return math.log2(1.0 + p * (1.0 - p) ** ((1.0 - p) / p))
+
+
+def information_bound(shape: str, n: int, p: float) -> float:
+    """The fewest runs on average any search needs to name the row's culprit set: the bits
+    that name one set among the candidates of its size, over the capacity of a run (the
+    target's rate: the decoy's target fails on every start)."""
+    size = {"AND-pair": 2, "AND-triple": 3}.get(shape, 1)
+    return math.log2(math.comb(n, size)) / capacity(1.0 if shape == "decoy" else p)
+
+
 def make_case(shape: str, n: int, p: float, seed: int) -> Callable[[], Oracle]:
     place = random.Random(f"place:{shape}:{n}:{seed}")
     size = {"AND-pair": 2, "AND-triple": 3}.get(shape, 1)
@@ -227,7 +247,8 @@ def table(
         header += [f"{name} ok%", f"{name} mean", f"{name} p95"]
         if name in POSTERIOR:
             header += [f"{name} sure%", f"{name} cal%"]
-    header += ["default vs fixed", "noisy vs fixed"]
+    header += ["default vs fixed", "noisy vs fixed", "bound"]
+    header += [f"{name} / bound" for name in policies if name in POSTERIOR]
     rows: list[list[str]] = []
     for p in ps:
         for n in ns:
@@ -262,6 +283,11 @@ def table(
                         if f in stats and stats[f][0] >= ok
                     ]
                     row.append(f"{mean / min(m for _, m in peers):.2f}" if peers else "-")
+                bound = information_bound(shape, n, p)
+                row.append(f"{bound:.1f}")
+                for name in policies:
+                    if name in POSTERIOR:
+                        row.append(f"{stats[name][1] / bound:.2f}")
                 rows.append(row)
                 if on_row is not None:  # long runs: each row as soon as it is done
                     on_row(header, row)

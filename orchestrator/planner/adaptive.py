@@ -78,6 +78,9 @@ TRIPLES = 5000
 #: starts of the bad config before a campaign concludes that it does not fail: with a
 #: reproduction rate of 0.5 all pass once in 65,000 campaigns, with 0.3 once in 300
 BAD_ATTEMPTS = 16
+#: the confidence at which a set that passed alone and never failed alone runs alone again
+#: (rather than searching until sure again first)
+ALONE_SURE = 0.5
 #: runs (plus 2 per change) that weigh causes sharing a change against one flaky cause
 WEIGH_RUNS = 6
 
@@ -182,7 +185,12 @@ def adaptive(
         )
         budget = strict.max_runs if strict.max_runs is not None else 60 + 25 * n
         start = len(runs)
-        for _ in range(CONFIRM_TRIES + 1):  # bounded: one run alone per pass
+        for _ in range(2 * CONFIRM_TRIES + 2):  # bounded: one run alone per pass
+            v, best = _alone_again(n, runs, strict, close)
+            if v is not None and len(runs) - start < budget:
+                got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
+                runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
+                continue
             left = replace(strict, max_runs=max(0, budget - (len(runs) - start)))
             answer = yield from _recording(
                 batch.search(n, list(runs), model=left, closure=closure, note=note, slots=slots),
@@ -315,6 +323,32 @@ def adaptive(
         confidence=several,
         reason="the runs fit causes that share changes, or one flaky cause",
     )
+
+
+def _alone_again(
+    n: int, runs: Sequence[Run], model: NoiseModel, close: Callable[[Variant], Variant]
+) -> tuple[Variant | None, Answer | None]:
+    """(The leading set alone once more, the best answer so far) while that set has run
+    alone, passed and never failed alone, the runs still make it the answer at ALONE_SURE
+    and its measured rate says a failure could still show; (None, None) otherwise. A pure
+    function of the runs: a search sure of a set that then passed alone runs it alone
+    again instead of searching until sure again before each run alone."""
+    state = Noisy(n, model)
+    for v, x in runs:
+        state.add(v, x)
+    a = state.analyze()
+    if not a.found or a.confidence < ALONE_SURE:
+        return None, None
+    v = close(a.found[0].term)
+    got = [x for u, x in runs if u == v and x.resolved]
+    passes = sum(1 for x in got if x is Verdict.PASS)
+    if not passes or any(x is Verdict.FAIL for x in got):
+        return None, None
+    rate = min(max(a.rate or 0.5, 0.05), 0.95)
+    tries = min(CONFIRM_TRIES, math.ceil(math.log1p(-model.confidence) / math.log1p(-rate)))
+    if passes >= tries:
+        return None, None
+    return v, state.answer(a, complete=False, reason="the search was stopped")
 
 
 def _several_causes(

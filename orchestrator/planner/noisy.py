@@ -91,6 +91,10 @@ class NoiseModel:
     #: one not run yet tells about as much (`REPEAT_WORTH`): `auto`'s answer weighed
     #: before anything looked flaky, where a repeat asks again what every start agreed on
     repeats: bool = True
+    #: True: bad without a member of the leading set is weighed by what its run tells about
+    #: the set and about another cause hiding there, in the search and in the confirmation
+    #: alike (one rule); False: the confirmation runs the member least sure of, in turn
+    joint: bool = True
 
 
 # ------------------------------------------------------------------------------ posterior
@@ -234,15 +238,22 @@ class Belief:
                 mu[i] += w
         return mu
 
-    def gain(self, variant: int) -> float:
-        """Expected information (nats) about the culprit set from one run of `variant`."""
+    def gain(self, variant: int, other: float = 0.0, rate: float = 0.0) -> float:
+        """Expected information (nats) from one run of `variant` about the culprit set
+        and, with `other` > 0, about whether another cause (failing at `rate`) hides in
+        it: the chance the search gives that, where no culprit set is carried."""
         ws, rates = self.weights()
         nv = ~variant
-        pf = c = 0.0
+        pf = c = carried = 0.0
         for w, r, h in zip(ws, rates, self.hyps, strict=True):
             if h & nv == 0:
                 pf += w * r
                 c += w * _h(r)
+                carried += w
+        if other > 0.0:  # a variant without the culprit set fails only by the other cause
+            free = max(0.0, 1.0 - carried)
+            pf += free * other * rate
+            c += free * other * _h(rate)
         return _h(pf) - c
 
     def prefix_gains(self, order: Sequence[int]) -> list[tuple[float, int]]:
@@ -391,32 +402,51 @@ class Noisy:
             found.append(f)
             conf *= post
             if post < self.model.confidence:
-                return self._result(found, conf, belief, "search")
+                doubts = {rest: 1.0 - q for rest, q in self._no_other(f).items()}
+                return self._result(found, conf, belief, "search", doubts=doubts)
             # another cause: proven by a failure inside work - {x}, else weighed by the
             # passes of bad without x
             proven = next((x for x in sorted(term) if self._fails_inside(work & ~(1 << x))), None)
             if proven is not None:
                 work &= ~(1 << proven)
                 continue
+            sure = self._no_other(f)
             for x in sorted(term):
                 rest = work & ~(1 << x)
-                if not rest:
-                    f.no_other[x] = 1.0
-                    continue
-                # runs of W - {x} that did not show the target: a pass, or another failure
-                # (a run that failed differently did not fail with the target either)
-                k = self._clears_of(rest)
-                miss = self._miss(belief, term, k)
-                q = self.model.other
-                if self.model.other_per_change > 0:
-                    q = 1.0 - (1.0 - self.model.other_per_change) ** rest.bit_count()
-                f.no_other[x] = (1 - q) / ((1 - q) + q * miss)
+                f.no_other[x] = sure.get(rest, 1.0)
                 conf *= f.no_other[x]
             if conf < self.model.confidence:
+                if self._joint():  # bad without a member, or what else tells more
+                    doubts = {rest: 1.0 - q for rest, q in sure.items()}
+                    return self._result(found, conf, belief, "confirm", doubts=doubts)
                 x = min(f.no_other, key=lambda y: (f.no_other[y], y))
                 return self._result(found, conf, None, "confirm", work & ~(1 << x))
             break
         return self._result(found, conf, None, "done")
+
+    def _joint(self) -> bool:
+        """Whether the run after this one is weighed for another cause too: in the search
+        for a failure known to be flaky (while nothing looked flaky, the confirmation of
+        a deterministic answer runs bad without each member in turn, as `auto` would)."""
+        return self.model.joint and (self.model.repeats or self.looks_flaky)
+
+    def _no_other(self, f: Found) -> dict[int, float]:
+        """W - {x} -> P(no other cause in it) for each member x of the found set (W its
+        work set), from the runs of that variant that did not show the target."""
+        out: dict[int, float] = {}
+        for x in sorted(f.term):
+            rest = f.work & ~(1 << x)
+            if not rest:
+                continue
+            # runs of W - {x} that did not show the target: a pass, or another failure
+            # (a run that failed differently did not fail with the target either)
+            k = self._clears_of(rest)
+            miss = self._miss(f.belief, f.term, k)
+            q = self.model.other
+            if self.model.other_per_change > 0:
+                q = 1.0 - (1.0 - self.model.other_per_change) ** rest.bit_count()
+            out[rest] = (1 - q) / ((1 - q) + q * miss)
+        return out
 
     def _clearing(self, preferred: int, rest: int, x: int) -> int | None:
         """A variant that passed with `rest` and without `x` (the work set without x first,
@@ -462,9 +492,10 @@ class Noisy:
         belief: Belief | None,
         purpose: str,
         nxt: int | None = None,
+        doubts: dict[int, float] | None = None,
     ) -> Analysis:
         if belief is not None:
-            nxt = self.choose(belief)
+            nxt = self.choose(belief, doubts if self._joint() else None)
         rate, fails, carried = self.rate(found[0].term) if found else (None, 0, 0)
         variant = frozenset(_bits(nxt)) if nxt is not None else None
         return Analysis(found, conf, variant, purpose, rate, fails, carried)
@@ -477,7 +508,10 @@ class Noisy:
         return (fails / len(carried) if carried else None), fails, len(carried)
 
     # ---- the next run
-    def choose(self, belief: Belief) -> int:
+    def choose(self, belief: Belief, doubts: dict[int, float] | None = None) -> int:
+        """The candidate with the most expected information; `doubts`: W - {x} -> the
+        chance another cause hides there (its runs then tell about that too)."""
+        doubts = doubts or {}
         mu = belief.marginals()
         items = sorted(mu)
         by_mu = sorted(items, key=lambda i: (-mu[i], i))
@@ -494,6 +528,9 @@ class Noisy:
         for v in extra:
             if v and v != belief.work and v not in scored:
                 scored[v] = belief.gain(v)
+        _, _, rate, _ = belief.best()
+        for v, q in doubts.items():  # bad without a member: about the set and another cause
+            scored[v] = belief.gain(v, q, rate)
         blocked = self.invalid | {v for v, c in self.unresolved.items() if c >= 2}
         # ties: the smaller variant, then the lower mask (deterministic, cheap)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1], kv[0].bit_count(), kv[0]))
@@ -508,7 +545,7 @@ class Noisy:
             if closed in blocked:
                 continue
             if closed != v:
-                g = belief.gain(closed)
+                g = belief.gain(closed, doubts.get(closed, 0.0), rate)
             if best is None or g > best[0] + 1e-12:
                 best = (g, closed)
         if new is not None and (best is None or new[0] >= REPEAT_WORTH * best[0]):
