@@ -295,6 +295,26 @@ def test_versions_order_as_pep_440_says() -> None:
     assert builds.build_version_key("/opt/sglang-0.5.22") == key("0.5.22")
 
 
+def test_a_path_or_tag_spelling_a_pre_release_with_a_dash_is_that_pre_release() -> None:
+    # `/opt/sglang-0.5.23-rc1` states 0.5.23rc1 (PEP 440 allows the dash), not 0.5.23: read
+    # as 0.5.23 it was searched after 0.5.23 and called another release than it serves
+    key = builds.build_version_key
+    for name in (
+        "/opt/sglang-0.5.23-rc1",
+        "lmsysorg/sglang:v0.5.23-rc1-cu129",
+        "/opt/s-0.5.23.rc1",
+    ):
+        assert key(name) == builds.version_key("0.5.23rc1"), name
+        stated = builds.version_in(name)
+        assert stated is not None and builds.same_version(stated, "0.5.23rc1"), name
+        assert not builds.same_version(stated, "0.5.23"), name
+    assert key("/opt/sglang-0.5.23-dev2") == builds.version_key("0.5.23.dev2")
+    assert key("/opt/sglang-0.5.23-post1") == builds.version_key("0.5.23.post1")
+    # a hardware suffix is no pre-release
+    assert key("lmsysorg/sglang:v0.5.23-cu129-b200") == builds.version_key("0.5.23")
+    assert builds.same_version("0.30.0", "0.30.0+cpu") and builds.same_version("0.30", "0.30.0")
+
+
 def test_builds_given_out_of_version_order_are_searched_in_it(tmp_path: Path) -> None:
     g, b = _pair(tmp_path)
     plan = with_order(make_plan(g, b), ["0.5.23rc1", "0.5.21", "0.5.22", "0.5.23"])
