@@ -344,6 +344,20 @@ def test_builds_given_out_of_version_order_are_searched_in_it(tmp_path: Path) ->
     assert any("0.5.20 not between" in n for n in plan3.notes), plan3.notes
 
 
+def test_versions_out_of_order_beside_a_name_without_one_are_refused(tmp_path: Path) -> None:
+    # one name states no version (a nightly): the order given is kept, but the versions it
+    # holds must still run one way; 0.5.23rc1 before 0.5.21 was searched as given
+    g, b = _pair(tmp_path, good_build="0.5.20", bad_build="nightly")
+    with pytest.raises(UsageError, match="0.5.23rc1 comes before 0.5.21") as err:
+        with_order(make_plan(g, b), ["0.5.23rc1", "0.5.21", "0.5.22", "0.5.23"])
+    assert "nightly" in str(err.value)
+    plan = with_order(make_plan(g, b), ["0.5.21", "0.5.22", "0.5.23rc1", "0.5.23"])
+    assert plan.order == ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "nightly")
+    # equal versions (two local builds of one release) are no disorder
+    plan = with_order(make_plan(g, b), ["0.5.23+cu129", "0.5.23+cu130"])
+    assert plan.order == ("0.5.20", "0.5.23+cu129", "0.5.23+cu130", "nightly")
+
+
 def test_cleared_lists_each_searched_difference_once_and_no_culprit_build(
     tmp_path: Path,
 ) -> None:
