@@ -660,3 +660,34 @@ def test_a_container_command_keeps_what_its_python_sees() -> None:
     )
     plain = builds.with_path_first("docker run img python3".split(), "/ov", None)
     assert "PYTHONPATH=/ov" in plain
+
+
+def test_a_build_named_by_its_path_that_is_not_there_is_the_configs_to_fix(
+    tmp_path: Path,
+) -> None:
+    # a build given as a path (in the config or --builds) is no name of the hosts file's
+    # `builds:`: the error was keyed there, with the hint to map the path to `/opt/server-<path>`
+    from orchestrator.config.hosts import Host
+    from orchestrator.execution.executor import Executor
+
+    host = Host(name="here", address="localhost", transport="local")  # type: ignore[arg-type]
+    missing = str(tmp_path / "sglang-0.5.23")
+    g, _ = _pair(tmp_path, good_build=missing)
+    ex = Executor(host, service="x.service")
+    with pytest.raises(builds.BuildError) as err:
+        ex.check_build(load_experiment(g))
+    text = str(err.value) + " " + (err.value.hint or "")
+    assert f"{missing}/bin/python is no executable file there" in text, text
+    assert "/opt/server-" not in text and "hosts.here.builds" not in text, text
+    assert "service.build" in text and str(g) in text, text
+    # a name the hosts file maps keeps its pointer to the hosts file
+    named = Host(
+        name="here",
+        address="localhost",
+        transport="local",  # type: ignore[arg-type]
+        builds=(("0.5.23", missing),),
+    )
+    g2, _ = _pair(tmp_path, good_build="0.5.23")
+    with pytest.raises(builds.BuildError) as err:
+        Executor(named, service="x.service").check_build(load_experiment(g2))
+    assert "hosts.here.builds" in str(err.value), str(err.value)
