@@ -691,3 +691,29 @@ def test_a_build_named_by_its_path_that_is_not_there_is_the_configs_to_fix(
     with pytest.raises(builds.BuildError) as err:
         Executor(named, service="x.service").check_build(load_experiment(g2))
     assert "hosts.here.builds" in str(err.value), str(err.value)
+
+
+def test_a_resumed_campaign_keeps_the_order_it_searched(tmp_path: Path) -> None:
+    # a campaign records the order it searched; its recorded runs name builds by their
+    # step in it. Resumed under rules that would order the list otherwise (one recorded
+    # before builds were put in version order), re-sorting it gave its recorded verdicts
+    # to other builds.
+    from orchestrator.campaign.records import BisectOptions, BisectSpec
+    from orchestrator.cli.bisect import _plan_from_spec
+
+    g, b = _pair(tmp_path)
+    searched = ("0.5.20", "0.5.21", "0.5.22", "0.5.23", "0.5.23rc1", "0.5.24")  # as ls sorts
+    good, bad = load_experiment(g), load_experiment(b)
+    spec = BisectSpec(
+        good=good.to_dict(),
+        bad=bad.to_dict(),
+        good_source=str(g),
+        bad_source=str(b),
+        deltas=[],
+        hosts=["b300"],
+        options=BisectOptions(builds=searched),
+    )
+    plan = _plan_from_spec(BisectSpec.from_dict(spec.to_dict()))
+    assert plan.order == searched and plan.notes == ()
+    # a new campaign given that list searches it in version order, and says so
+    assert with_order(make_plan(g, b), searched).order == ORDER

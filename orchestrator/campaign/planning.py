@@ -215,9 +215,11 @@ def read_builds(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
+def with_order(plan: Plan, builds: Sequence[str], *, as_searched: bool = False) -> Plan:
     """The plan with its build delta searched on an order: good's build, the builds given
-    between, bad's build (good's and bad's are added at the ends when not listed)."""
+    between, bad's build (good's and bad's are added at the ends when not listed).
+    `as_searched`: the order a campaign recorded, taken as it is (its runs name builds by
+    their step in it; rules that would order the list otherwise apply to new campaigns)."""
     if not builds:
         return plan
     g, b = plan.good.build, plan.bad.build
@@ -238,7 +240,7 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
         names.insert(0, g)
     if b not in names:
         names.append(b)
-    names, notes = _by_version(names, g, b)
+    names, notes = (names, []) if as_searched else _by_version(names, g, b)
     i, j = names.index(g), names.index(b)
     if i > j:
         raise UsageError(
