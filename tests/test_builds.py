@@ -295,6 +295,26 @@ def test_versions_order_as_pep_440_says() -> None:
     assert builds.build_version_key("/opt/sglang-0.5.22") == key("0.5.22")
 
 
+def test_a_path_or_tag_spelling_a_pre_release_with_a_dash_is_that_pre_release() -> None:
+    # `/opt/sglang-0.5.23-rc1` states 0.5.23rc1 (PEP 440 allows the dash), not 0.5.23: read
+    # as 0.5.23 it was searched after 0.5.23 and called another release than it serves
+    key = builds.build_version_key
+    for name in (
+        "/opt/sglang-0.5.23-rc1",
+        "lmsysorg/sglang:v0.5.23-rc1-cu129",
+        "/opt/s-0.5.23.rc1",
+    ):
+        assert key(name) == builds.version_key("0.5.23rc1"), name
+        stated = builds.version_in(name)
+        assert stated is not None and builds.same_version(stated, "0.5.23rc1"), name
+        assert not builds.same_version(stated, "0.5.23"), name
+    assert key("/opt/sglang-0.5.23-dev2") == builds.version_key("0.5.23.dev2")
+    assert key("/opt/sglang-0.5.23-post1") == builds.version_key("0.5.23.post1")
+    # a hardware suffix is no pre-release
+    assert key("lmsysorg/sglang:v0.5.23-cu129-b200") == builds.version_key("0.5.23")
+    assert builds.same_version("0.30.0", "0.30.0+cpu") and builds.same_version("0.30", "0.30.0")
+
+
 def test_builds_given_out_of_version_order_are_searched_in_it(tmp_path: Path) -> None:
     g, b = _pair(tmp_path)
     plan = with_order(make_plan(g, b), ["0.5.23rc1", "0.5.21", "0.5.22", "0.5.23"])
@@ -322,6 +342,20 @@ def test_builds_given_out_of_version_order_are_searched_in_it(tmp_path: Path) ->
     plan3 = with_order(make_plan(g3, b3), ["0.5.20", "0.5.22"])
     assert plan3.order == ("0.5.21", "0.5.22", "0.5.24")
     assert any("0.5.20 not between" in n for n in plan3.notes), plan3.notes
+
+
+def test_versions_out_of_order_beside_a_name_without_one_are_refused(tmp_path: Path) -> None:
+    # one name states no version (a nightly): the order given is kept, but the versions it
+    # holds must still run one way; 0.5.23rc1 before 0.5.21 was searched as given
+    g, b = _pair(tmp_path, good_build="0.5.20", bad_build="nightly")
+    with pytest.raises(UsageError, match="0.5.23rc1 comes before 0.5.21") as err:
+        with_order(make_plan(g, b), ["0.5.23rc1", "0.5.21", "0.5.22", "0.5.23"])
+    assert "nightly" in str(err.value)
+    plan = with_order(make_plan(g, b), ["0.5.21", "0.5.22", "0.5.23rc1", "0.5.23"])
+    assert plan.order == ("0.5.20", "0.5.21", "0.5.22", "0.5.23rc1", "0.5.23", "nightly")
+    # equal versions (two local builds of one release) are no disorder
+    plan = with_order(make_plan(g, b), ["0.5.23+cu129", "0.5.23+cu130"])
+    assert plan.order == ("0.5.20", "0.5.23+cu129", "0.5.23+cu130", "nightly")
 
 
 def test_cleared_lists_each_searched_difference_once_and_no_culprit_build(
@@ -626,3 +660,60 @@ def test_a_container_command_keeps_what_its_python_sees() -> None:
     )
     plain = builds.with_path_first("docker run img python3".split(), "/ov", None)
     assert "PYTHONPATH=/ov" in plain
+
+
+def test_a_build_named_by_its_path_that_is_not_there_is_the_configs_to_fix(
+    tmp_path: Path,
+) -> None:
+    # a build given as a path (in the config or --builds) is no name of the hosts file's
+    # `builds:`: the error was keyed there, with the hint to map the path to `/opt/server-<path>`
+    from orchestrator.config.hosts import Host
+    from orchestrator.execution.executor import Executor
+
+    host = Host(name="here", address="localhost", transport="local")  # type: ignore[arg-type]
+    missing = str(tmp_path / "sglang-0.5.23")
+    g, _ = _pair(tmp_path, good_build=missing)
+    ex = Executor(host, service="x.service")
+    with pytest.raises(builds.BuildError) as err:
+        ex.check_build(load_experiment(g))
+    text = str(err.value) + " " + (err.value.hint or "")
+    assert f"{missing}/bin/python is no executable file there" in text, text
+    assert "/opt/server-" not in text and "hosts.here.builds" not in text, text
+    assert "service.build" in text and str(g) in text, text
+    # a name the hosts file maps keeps its pointer to the hosts file
+    named = Host(
+        name="here",
+        address="localhost",
+        transport="local",  # type: ignore[arg-type]
+        builds=(("0.5.23", missing),),
+    )
+    g2, _ = _pair(tmp_path, good_build="0.5.23")
+    with pytest.raises(builds.BuildError) as err:
+        Executor(named, service="x.service").check_build(load_experiment(g2))
+    assert "hosts.here.builds" in str(err.value), str(err.value)
+
+
+def test_a_resumed_campaign_keeps_the_order_it_searched(tmp_path: Path) -> None:
+    # a campaign records the order it searched; its recorded runs name builds by their
+    # step in it. Resumed under rules that would order the list otherwise (one recorded
+    # before builds were put in version order), re-sorting it gave its recorded verdicts
+    # to other builds.
+    from orchestrator.campaign.records import BisectOptions, BisectSpec
+    from orchestrator.cli.bisect import _plan_from_spec
+
+    g, b = _pair(tmp_path)
+    searched = ("0.5.20", "0.5.21", "0.5.22", "0.5.23", "0.5.23rc1", "0.5.24")  # as ls sorts
+    good, bad = load_experiment(g), load_experiment(b)
+    spec = BisectSpec(
+        good=good.to_dict(),
+        bad=bad.to_dict(),
+        good_source=str(g),
+        bad_source=str(b),
+        deltas=[],
+        hosts=["b300"],
+        options=BisectOptions(builds=searched),
+    )
+    plan = _plan_from_spec(BisectSpec.from_dict(spec.to_dict()))
+    assert plan.order == searched and plan.notes == ()
+    # a new campaign given that list searches it in version order, and says so
+    assert with_order(make_plan(g, b), searched).order == ORDER

@@ -463,3 +463,18 @@ def test_the_files_a_launch_names_are_in_its_key() -> None:
     fixed = launch_inputs(h, unit="", environment="x", files="bbbb")
     assert one.key(FP) != fixed.key(FP) and one.differences(fixed) == ["the files the launch names"]
     assert launch_inputs(h, unit="", environment="x", files=None).key(FP) is None  # unread
+
+
+def test_a_relative_path_is_named_and_a_repository_id_keeps_the_key() -> None:
+    from orchestrator.execution.environment import FILES_MARK, parse_files
+    from orchestrator.execution.inputs import named_files
+
+    argv = ["python3", "-m", "s", "--model-path", "org/model", "--chat-template=conf/t.jinja"]
+    named = named_files(argv)
+    assert named == ("org/model", "conf/t.jinja")
+    # the host reads the template in the working directory; the repository id is no file
+    read = parse_files(f"{FILES_MARK}\n- org/model\nabcd conf/t.jinja\n", named)
+    fixed = parse_files(f"{FILES_MARK}\n- org/model\nef01 conf/t.jinja\n", named)
+    assert read and fixed and read != fixed
+    # a launch naming only a repository id keeps the key of one that names no file
+    assert parse_files(f"{FILES_MARK}\n- org/model\n", ("org/model",)) == ""

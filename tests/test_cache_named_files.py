@@ -61,3 +61,35 @@ def test_a_fixed_file_the_launch_names_is_not_answered_from_the_cache(
     assert reused.outcome.found and reused.outcome.runs_reused > 0
     good_runs = [r for r in reused.runs if r.variant == ()]
     assert good_runs and {r.verdict for r in good_runs} == {Verdict.PASS}, good_runs
+
+
+def test_a_fixed_file_named_by_a_relative_path_is_not_answered_from_the_cache(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    # the scenario named from the launch's working directory (`conf/scenario.yaml`): a path
+    # relative to it was no part of the key, so the broken file's refusal outlived the fix
+    from tests.support.campaign_lab import REPO
+
+    (tmp_path / "conf").mkdir()
+    scenario = tmp_path / "conf" / "scenario.yaml"
+    fixed = resolve("b300").read_text()
+    scenario.write_text(fixed.replace("faults:", "fautls:", 1))
+    plan = _pair_on_file(tmp_path, Path("conf/scenario.yaml"))
+    for path in (plan.good.source, plan.bad.source):
+        data = yaml.safe_load(Path(path).read_text())
+        data["service"]["workdir"] = str(tmp_path)
+        svc = data["service"]
+        svc["env"] = {**(svc.get("env") or {}), "PYTHONPATH": str(REPO)}
+        Path(path).write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = make_plan(Path(plan.good.source), Path(plan.bad.source))
+    host = load_host(sshd_hosts_file(sshd, tmp_path), "lab")
+    results = tmp_path / "results"
+
+    broken = bisect_in(results, plan, [host])
+    good = [r for r in broken.runs if r.variant == ()]
+    assert good and all(r.verdict is Verdict.INVALID for r in good), broken.runs
+
+    scenario.write_text(fixed)
+    after = bisect_in(results, plan, [host])
+    assert after.outcome.found, after.outcome.to_dict()
+    assert not any(r.cached_from in {b.id for b in broken.runs} for r in after.runs)

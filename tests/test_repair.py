@@ -375,3 +375,25 @@ def test_a_recorded_config_keeps_its_repair_section(tmp_path: Path) -> None:
     assert [replace(m, source="") for m in back.repair.moves] == strip
     assert (back.repair.steps, back.repair.builtin) == (1, False)
     assert back.fingerprint() == exp.fingerprint()  # a hint, not part of the launch
+
+
+def test_an_unset_knob_is_advised_only_for_the_server_that_has_it() -> None:
+    # an SGLang launch whose log printed no arguments was told to set vLLM's
+    # --gpu-memory-utilization too (SGLang refuses it), and a vLLM launch SGLang's knob
+    why = decide([first(OOM_LOAD)], policy([]), variant=sglang(), deltas=[])
+    assert isinstance(why, Settled) and "--mem-fraction-static" in why.why
+    assert "gpu-memory-utilization" not in why.why, why.why
+    vllm = Experiment(name="v", exec=("vllm", "serve", "/m"), flags=(("port", 8000),))
+    why = decide([first(OOM_LOAD)], policy([]), variant=vllm, deltas=[])
+    assert isinstance(why, Settled) and "--gpu-memory-utilization" in why.why
+    assert "mem-fraction-static" not in why.why, why.why
+    # a server the command does not name (a wrapper script): every knob may be its own
+    other = Experiment(name="v", exec=("/opt/run-server",), flags=(("port", 8000),))
+    why = decide([first(OOM_LOAD)], policy([]), variant=other, deltas=[])
+    assert isinstance(why, Settled)
+    assert "--mem-fraction-static" in why.why and "--gpu-memory-utilization" in why.why
+    # the plan's list of moves says the same
+    from orchestrator.planner.repair import may_run
+
+    said = dict((m.name(), w) for m, w in may_run(policy([]), sglang(), sglang(), []))
+    assert said["--gpu-memory-utilization"].startswith("not:"), said

@@ -215,9 +215,11 @@ def read_builds(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
+def with_order(plan: Plan, builds: Sequence[str], *, as_searched: bool = False) -> Plan:
     """The plan with its build delta searched on an order: good's build, the builds given
-    between, bad's build (good's and bad's are added at the ends when not listed)."""
+    between, bad's build (good's and bad's are added at the ends when not listed).
+    `as_searched`: the order a campaign recorded, taken as it is (its runs name builds by
+    their step in it; rules that would order the list otherwise apply to new campaigns)."""
     if not builds:
         return plan
     g, b = plan.good.build, plan.bad.build
@@ -238,7 +240,7 @@ def with_order(plan: Plan, builds: Sequence[str]) -> Plan:
         names.insert(0, g)
     if b not in names:
         names.append(b)
-    names, notes = _by_version(names, g, b)
+    names, notes = (names, []) if as_searched else _by_version(names, g, b)
     i, j = names.index(g), names.index(b)
     if i > j:
         raise UsageError(
@@ -266,6 +268,7 @@ def _by_version(names: list[str], good: str, bad: str) -> tuple[list[str], list[
     version: the order given is then the only one there is."""
     keys = [build_version_key(n) for n in names]
     if any(k is None for k in keys):
+        _check_versions_run_one_way(names, keys)
         return names, []
     kg, kb = build_version_key(good), build_version_key(bad)
     if kg == kb:
@@ -278,3 +281,25 @@ def _by_version(names: list[str], good: str, bad: str) -> tuple[list[str], list[
         f"--builds: reordered by version (PEP 440) from good's build to bad's: "
         f"{', '.join(ordered)} (given: {', '.join(names)})"
     ]
+
+
+def _check_versions_run_one_way(names: list[str], keys: list[tuple | None]) -> None:
+    """Where some names state no version (`nightly`), the order given is the only one, but
+    the versions the others state must still run one way: `0.5.23rc1` given before
+    `0.5.21` is a misordered list, whichever way the search goes."""
+    stated = [(n, k) for n, k in zip(names, keys, strict=True) if k is not None]
+    steps = [(a, b) for a, b in zip(stated, stated[1:], strict=False) if a[1] != b[1]]
+    if not steps:
+        return
+    up = steps[0][0][1] < steps[0][1][1]  # type: ignore[operator]
+    for (na, ka), (nb, kb) in steps:
+        if (ka < kb) != up:  # type: ignore[operator]
+            plain = ", ".join(n for n, k in zip(names, keys, strict=True) if k is None)
+            raise UsageError(
+                f"--builds: {na} comes before {nb} but states a "
+                f"{'later' if up else 'earlier'} version than the order's "
+                f"{'rising' if up else 'falling'} versions allow ({', '.join(names)}); "
+                f"{plain} state no version, so the order given is the one searched",
+                hint="list the builds in the order their versions give, from good's build "
+                "to bad's, with the unversioned ones where they belong",
+            )

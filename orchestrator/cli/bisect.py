@@ -134,6 +134,7 @@ def _plan_from_spec(spec: BisectSpec) -> Plan:
     plan = with_order(
         Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=spec.options.strategy, split=split),
         spec.options.builds,
+        as_searched=True,
     )
     pk = spec.options.packages
     return with_packages(plan, pk["good"], pk["bad"]) if pk else plan

@@ -96,7 +96,14 @@ def is_path(name: str) -> bool:
     return name.startswith("/")
 
 
-_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:(?:rc|a|b|\.post|\.dev)\d+)?)")
+#: a version in a build's name, with the separators PEP 440 allows before a pre-, post- or
+#: dev-release (`0.5.23-rc1`, `0.5.23.rc1`, `0.5.23-post1`); a bare `a`/`b` only unseparated
+#: (`0.5.23b1`), as `-b200` after a version names hardware, not a beta
+_VERSION = re.compile(
+    r"(?<![\w.])v?(\d+(?:\.\d+)+"
+    r"(?:(?:[-_.]?(?:rc|alpha|beta|pre|preview)|a|b)[-_.]?\d+)?"
+    r"(?:[-_.]?post[-_.]?\d+)?(?:[-_.]?dev[-_.]?\d+)?)"
+)
 
 
 def version_in(name: str) -> str | None:
@@ -115,6 +122,9 @@ def same_version(a: str, b: str) -> bool:
             parts.pop()
         return parts
 
+    ka, kb = version_key(a), version_key(b)
+    if ka is not None and kb is not None:  # `0.5.23-rc1` is `0.5.23rc1`
+        return ka == kb
     return norm(a) == norm(b)
 
 

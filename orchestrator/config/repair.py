@@ -61,6 +61,13 @@ class Move:
     absent: float | None = None
     integer: bool = False
     source: str = "built-in"  # where it was declared: built-in, a file, a host
+    #: the server whose knob it is (`sglang`, `vllm`); None: any server's
+    server: str | None = None
+
+    def for_server(self, server: str | None) -> bool:
+        """Whether a launch of `server` (None: a command that names no known server) has
+        this knob: another server's flag is refused there, never advised."""
+        return self.server is None or server is None or self.server == server
 
     def way(self, error_class: str, phase: str) -> int | None:
         """The direction this failure points the knob, or None if it does not address it."""
@@ -119,6 +126,7 @@ BUILTIN_MOVES: tuple[Move, ...] = (
         low=1,
         high=4096,
         integer=True,
+        server="sglang",
     ),
     Move(
         "mem-fraction-static",
@@ -133,6 +141,7 @@ BUILTIN_MOVES: tuple[Move, ...] = (
         step=0.04,
         low=0.5,
         high=0.95,
+        server="sglang",
     ),
     Move(
         "gpu-memory-utilization",
@@ -146,6 +155,7 @@ BUILTIN_MOVES: tuple[Move, ...] = (
         step=0.05,
         low=0.5,
         high=0.95,
+        server="vllm",
     ),
     Move(
         "VLLM_CPU_KVCACHE_SPACE",
@@ -155,6 +165,7 @@ BUILTIN_MOVES: tuple[Move, ...] = (
         low=1,
         high=512,
         integer=True,
+        server="vllm",
     ),
 )
 

@@ -338,8 +338,19 @@ class HostExecutor:
             what = f"{launch.exec[0]} is no executable file there"
         res = self.t.run(cmd, timeout=60)
         if res.exit_code != 0:
+            said = f"build '{exp.build}' is not installed on host {self.host.name}: {what}"
+            if exp.build not in dict(self.host.builds):
+                # named by its own path or image (the config, or --builds): no line of
+                # the hosts file's `builds:` to correct
+                raise builds.BuildError(
+                    said,
+                    file=exp.source or None,
+                    key="service.build",
+                    hint="install it there, or correct the path or image the build is "
+                    "given by (service.build, or --builds)",
+                )
             raise builds.BuildError(
-                f"build '{exp.build}' is not installed on host {self.host.name}: {what}",
+                said,
                 file=self.host.hosts_file or None,
                 key=f"hosts.{self.host.name}.builds",
                 hint=builds.missing_hint(exp.build, self.host.name, self.host.hosts_file, exp.exec)

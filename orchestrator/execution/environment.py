@@ -298,7 +298,11 @@ def parse_files(text: str, files: Sequence[str]) -> str | None:
             seen[path] = value
     if any(f not in seen for f in files):
         return None
-    blob = json.dumps([[f, seen[f]] for f in files])
+    # a relative word that is no file there (a repository id `org/model`) is none named
+    kept = [[f, seen[f]] for f in files if f.startswith("/") or seen[f] != "-"]
+    if not kept:
+        return ""
+    blob = json.dumps(kept)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

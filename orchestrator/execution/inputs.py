@@ -47,16 +47,19 @@ MAX_NAMED_FILES = 64
 
 
 def named_files(argv: Iterable[str], env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
-    """The absolute paths a launch names, after its executable (whose own file the
-    environment covers): words of its command line, `--flag=/path` values, and
-    environment values. What is a regular file among them is read on the host."""
+    """The paths a launch names, after its executable (whose own file the environment
+    covers): words of its command line, `--flag=/path` values, and environment values;
+    absolute (`/etc/x.yaml`) or relative to the launch's working directory with a
+    directory part (`conf/x.yaml`, `./t.jinja`), where the host reads them from. What is a
+    regular file among them is read on the host (a relative word that names none, a
+    model's repository id `org/model`, counts for nothing)."""
     words = list(argv)[1:] + [v for _, v in env]
     out: list[str] = []
     for word in words:
         value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
         if (
-            value.startswith("/")
-            and not value.startswith("//")
+            "/" in value
+            and not value.startswith(("//", "-"))
             and not any(c.isspace() or c == ":" for c in value)
             and value not in out
         ):

@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.repair import Move, RepairPolicy
+from orchestrator.config.shortopts import server_of
 from orchestrator.planner.deltas import Delta
 from orchestrator.verdicts import RESOURCE_CLASSES, Signature, Verdict
 
@@ -274,6 +275,8 @@ def decide(
         if x is None:
             got = assumed_value(m, last)
             if got is None:
+                if not m.for_server(server_of(launches[-1].exec)):
+                    continue  # another server's knob: never advised
                 unset.append(
                     f"{m.name()} is not set in the config and the server did not print the "
                     f"value it chose (set {m.name()} in both configs to let it move)"
@@ -335,6 +338,8 @@ def may_run(
             values = {_text(x) for x in (value_of(good, m), value_of(bad, m)) if x is not None}
             if values:
                 why = f"may run, from {' / '.join(sorted(values))}"
+            elif not m.for_server(server_of(bad.exec)):
+                why = f"not: a knob of {m.server}, not of this server"
             elif m.absent is not None:
                 why = f"may run, from {_text(m.absent)} (the value assumed when unset)"
             elif not m.env:
