@@ -1,0 +1,202 @@
+"""Bisections judged by their answers: the answers check wired through config, executor,
+campaign and store, on the scripted host (tests/support/scripted.py: the real Bisection,
+planner, store and judge; only the host and its answers are scripted). Fast tier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.campaign.bisect import Bisection
+from orchestrator.campaign.planning import make_plan
+from orchestrator.campaign.records import BisectOptions, Status
+from orchestrator.config.loading import load_experiment
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import ConfigError
+from orchestrator.events import Event, Notice
+from orchestrator.store.store import Store
+from tests.support.scripted import (
+    TARGET_ERROR,
+    Faults,
+    Oracle,
+    Rule,
+    ScriptedExecutor,
+    host,
+    write_pair,
+)
+
+
+def answers_pair(root: Path, n: int, answers: dict[str, object] | None = None) -> tuple[Path, Path]:
+    good, bad = write_pair(root, n)
+    data = yaml.safe_load(good.read_text())
+    data["answers"] = answers if answers is not None else {}
+    good.write_text(yaml.safe_dump(data))
+    return good, bad
+
+
+def bisect(
+    root: Path, oracle: Oracle, n: int = 6, answers: dict[str, object] | None = None, **opts: object
+) -> tuple[object, Store, list[Event], list[ScriptedExecutor]]:
+    good, bad = answers_pair(root / "exp", n, answers)
+    plan = make_plan(good, bad)
+    store = Store(root / "results")
+    events: list[Event] = []
+    made: list[ScriptedExecutor] = []
+
+    def make(h, service, campaign, listener):  # type: ignore[no-untyped-def]
+        made.append(ScriptedExecutor(h, oracle, Faults(), listener))
+        return made[-1]
+
+    outcome = Bisection(
+        store,
+        plan,
+        [host("h1")],
+        options=BisectOptions(**opts),  # type: ignore[arg-type]
+        command="test",
+        executor_factory=make,
+        listener=events.append,
+    ).run()
+    return outcome, store, events, made
+
+
+def test_a_culprit_that_answers_wrong_is_found_as_a_wrong_output(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({3}), "garbled")])
+    outcome, store, _, made = bisect(tmp_path, oracle)
+    assert outcome.status is Status.FOUND, outcome.message
+    assert [c.indices for c in outcome.culprits] == [[3]]
+    assert outcome.target is not None
+    assert outcome.target.error_class == "wrong_output"
+    assert outcome.target.message == "garbled answers"
+    rows = store.runs(outcome.campaign_id)
+    good = next(r for r in rows if r.variant == ())
+    bad = next(r for r in rows if r.variant == tuple(range(6)))
+    # good asked twice on its start (the reference and its noise), the others once
+    assert (good.id, True) in made[0].asked
+    assert all(not twice for rid, twice in made[0].asked if rid != good.id)
+    assert good.verdict is Verdict.PASS and good.answers is not None
+    assert good.answers["noise"]["passed"] is True
+    assert bad.verdict is Verdict.FAIL
+    assert bad.answers is not None and bad.answers["judged"]["reference_run"] == good.id
+    assert bad.answers["judged"]["kind"] == "garbled"
+    assert "garbled" in bad.detail and good.id in bad.detail
+
+
+def test_a_crash_and_a_wrong_answer_are_two_findings(tmp_path: Path) -> None:
+    oracle = Oracle(
+        [Rule(frozenset({1}), "cuda_graph", TARGET_ERROR)],
+        answers=[(frozenset({4}), "different")],
+    )
+    outcome, store, _, _ = bisect(tmp_path, oracle)
+    assert outcome.status is Status.FOUND, outcome.message
+    sigs = {str(outcome.target)} | {str(f.signature) for f in outcome.findings}
+    assert any("cublas" in s for s in sigs), sigs
+    assert any("wrong_output" in s for s in sigs), sigs
+
+
+def test_two_kinds_of_wrong_answer_are_two_signatures(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({2}), "garbled"), (frozenset({5}), "different")])
+    outcome, store, _, _ = bisect(tmp_path, oracle)
+    rows = store.runs(outcome.campaign_id)
+    sigs = {str(r.signature) for r in rows if r.signature is not None}
+    assert "serving: wrong_output: garbled answers" in sigs
+    assert "serving: wrong_output: answers differ from the reference" in sigs
+    assert outcome.findings, outcome
+
+
+def test_a_good_that_disagrees_with_itself_under_exact_is_said(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({0}), "garbled")], repeat="drift")
+    outcome, store, events, _ = bisect(tmp_path, oracle, answers={"rule": "exact"})
+    said = [e.message for e in events if isinstance(e, Notice) and "disagrees" in e.message]
+    assert said and "answers.rule: logprobs-close" in said[0], said
+    good = next(r for r in store.runs(outcome.campaign_id) if r.variant == ())
+    assert good.answers is not None and good.answers["noise"]["would_hold"] == "logprobs-close"
+
+
+def test_a_good_whose_second_pass_drifts_within_logprobs_close_says_nothing(
+    tmp_path: Path,
+) -> None:
+    oracle = Oracle([], answers=[(frozenset({0}), "garbled")], repeat="drift")
+    _, _, events, _ = bisect(tmp_path, oracle)
+    assert not [e for e in events if isinstance(e, Notice) and "disagrees" in e.message]
+
+
+def test_health_without_a_completion_is_no_pass(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({1}), "silent")])
+    outcome, store, _, _ = bisect(tmp_path, oracle)
+    assert outcome.status is Status.FOUND, outcome.message
+    assert [c.indices for c in outcome.culprits] == [[1]]
+    assert outcome.target is not None and outcome.target.error_class == "no_completion"
+
+
+def test_answers_checked_runs_are_never_reused_from_another_campaign(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({3}), "garbled")])
+    first, store, _, _ = bisect(tmp_path, oracle, fresh=True)
+    # the same pair again, another campaign (fresh=True starts a new one): every run is
+    # executed again against this campaign's good
+    second, store2, _, _ = bisect(tmp_path, oracle, fresh=True)
+    assert second.campaign_id != first.campaign_id
+    assert second.runs_reused == 0 and second.runs_executed > 0
+    assert all(r.cached_from is None for r in store2.runs(second.campaign_id))
+
+
+def test_without_answers_nothing_is_asked(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path / "exp", 4)
+    plan = make_plan(good, bad)
+    assert plan.good.answers is None
+    oracle = Oracle([Rule(frozenset({2}), "cuda_graph", TARGET_ERROR)])
+    made: list[ScriptedExecutor] = []
+
+    def make(h, service, campaign, listener):  # type: ignore[no-untyped-def]
+        made.append(ScriptedExecutor(h, oracle, Faults(), listener))
+        return made[-1]
+
+    store = Store(tmp_path / "results")
+    outcome = Bisection(
+        store, plan, [host("h1")], options=BisectOptions(), command="t", executor_factory=make
+    ).run()
+    assert outcome.status is Status.FOUND
+    assert made[0].asked == []
+    assert all(r.answers is None for r in store.runs(outcome.campaign_id))
+
+
+@pytest.mark.parametrize(
+    ("answers", "key", "words"),
+    [
+        ({"rule": "exactly"}, "answers.rule", "exact, logprobs-close, score"),
+        ({"rul": "exact"}, "answers.rul", "rule"),
+        ({"modes": ["parallel"]}, "answers.modes", "sequential, batch"),
+        ({"endpoint": "chats"}, "answers.endpoint", "chat, completions"),
+        ({"top_k": 0}, "answers.top_k", "1"),
+        ({"pass_if": ">= good - 0.08"}, "answers.pass_if", "rule: score"),
+        ({"rule": "score", "pass_if": "at least good"}, "answers.pass_if", "good"),
+        ({"prompts": "missing.jsonl"}, "answers.prompts", "missing.jsonl"),
+        ({"enabled": "yes"}, "answers.enabled", "bool"),
+    ],
+)
+def test_config_errors_name_file_key_and_what_was_expected(
+    tmp_path: Path, answers: dict[str, object], key: str, words: str
+) -> None:
+    good, _ = answers_pair(tmp_path, 2, answers)
+    with pytest.raises(ConfigError) as err:
+        load_experiment(good)
+    text = str(err.value) + " " + str(getattr(err.value, "hint", "") or "")
+    assert str(good) in text and key in text and words in text, text
+
+
+def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:
+    (tmp_path / "mine.jsonl").write_text('{"id": "q", "prompt": "2+2=", "expect": "4"}\n')
+    good, _ = answers_pair(tmp_path, 2, {"prompts": "mine.jsonl", "rule": "score"})
+    exp = load_experiment(good)
+    assert exp.answers is not None and exp.answers.rule == "score"
+    assert [p.id for p in exp.answers.load()] == ["q"]
+    assert exp.answers.pass_if == ">= good - 0.08"
+    assert exp.answers.ready_completion is True
+    # the recorded config reads back with its digest, its fingerprint unchanged
+    again = type(exp).from_dict(exp.to_dict(), source="run x.1")
+    assert again.fingerprint() == exp.fingerprint()
+    # another prompt set is another run
+    (tmp_path / "mine.jsonl").write_text('{"id": "q", "prompt": "3+3=", "expect": "6"}\n')
+    assert load_experiment(good).fingerprint() != exp.fingerprint()
