@@ -5,6 +5,7 @@ planner, store and judge; only the host and its answers are scripted). Fast tier
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,46 @@ def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:
     # another prompt set is another run
     (tmp_path / "mine.jsonl").write_text('{"id": "q", "prompt": "3+3=", "expect": "6"}\n')
     assert load_experiment(good).fingerprint() != exp.fingerprint()
+
+
+def test_show_reports_and_issue_put_the_answers_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+    from orchestrator.reports.issue_report import issue_markdown
+    from orchestrator.reports.report import html_page, markdown
+
+    oracle = Oracle([], answers=[(frozenset({3}), "different")])
+    outcome, store, _, _ = bisect(tmp_path, oracle)
+    rows = store.runs(outcome.campaign_id)
+    good = next(r for r in rows if r.variant == ())
+    culprit = outcome.culprits[0]
+    repro = next(r for r in rows if r.id == culprit.reproduced_by)
+    results = str(tmp_path / "results")
+
+    assert main(["show", repro.id, "--results", results]) == 0
+    shown = capsys.readouterr().out
+    assert f"judged WRONG (different) under logprobs-close against good's run {good.id}" in shown
+    assert "asked:    user: What is 2 + 3? Answer with the number only." in shown
+    # the first differing token marked on both sides
+    # (a server's token carries its leading space: the mark holds it)
+    assert "good:     The answer[[ to]] this question is 5 and nothing else" in shown
+    assert "this run: The answer[[ Bananas]] are yellow fruit" in shown
+    assert "score (sequential): 0.00, good's 0.67" in shown
+
+    assert main(["show", good.id, "--results", results]) == 0
+    assert "it agrees with itself under logprobs-close" in capsys.readouterr().out
+
+    assert main(["show", repro.id, "--json", "--results", results]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["answers"]["judged"]["kind"] == "different"
+
+    camp = store.campaign(outcome.campaign_id)
+    md, page = markdown(camp, rows), html_page(camp, rows)
+    assert "[[ Bananas]]" in md and "[[ Bananas]]" in page
+    issue = issue_markdown(camp, rows, log_of=lambda r: r.log_tail(), env_of=lambda r: None)
+    assert "## Answers" in issue
+    assert "What is 2 + 3?" in issue and "[[ Bananas]]" in issue and "[[ to]]" in issue
+    working = issue.split("The working launch:")[1].split("```bash")[1].split("```")[0]
+    assert "--model-path /models/m" in working and "--feature-3" not in working
+    assert "wrong answers: answers differ from the reference" in issue

@@ -140,10 +140,11 @@ class AnswersCheck:
             "top_k": self.top_k,
             "max_tokens": self.max_tokens,
             "modes": list(self.modes),
-            "pass_if": self.pass_if,
             "ready_completion": self.ready_completion,
             "timeout": self.timeout,
         }
+        if self.rule == "score":
+            out["pass_if"] = self.pass_if
         if self.prompts is not None:
             out["prompts"] = self.prompts
         if self.endpoint is not None:

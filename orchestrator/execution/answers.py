@@ -149,6 +149,7 @@ def ask_check(
     record: dict[str, Any] = {
         "model": asked.model,
         "rule": check.rule,
+        "prompts": prompt_texts(prompts),
         "sets": {m: [as_plain(a) for a in s.answers] for m, s in asked.sets.items()},
         "seconds": dict(asked.seconds),
         "requests": asked.requests,
@@ -167,6 +168,15 @@ def ask_check(
     else:
         record["ready"] = None
     return record
+
+
+def prompt_texts(prompts: tuple[Prompt, ...]) -> dict[str, object]:
+    """What each prompt asked (a completion prompt's text, or chat messages), by id: kept
+    with the answers, so a report quotes the question beside both answers."""
+    return {
+        p.id: p.prompt if p.prompt is not None else [list(m) for m in p.messages or ()]
+        for p in prompts
+    }
 
 
 def not_ready(record: dict[str, Any]) -> str | None:

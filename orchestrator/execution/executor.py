@@ -357,7 +357,13 @@ class Executor(HostExecutor):
                     started = self._start_and_watch(exp, run_id, t0 + waited, watch)
                     if watch.timed_out and not watch.died:
                         ports = self._ports(started)
-                    if watch.ready and exp.answers is not None and not watch.died:
+                    check = exp.answers
+                    if (
+                        watch.ready
+                        and check is not None
+                        and (check.enabled or check.ready_completion)
+                        and not watch.died
+                    ):
                         answers_record = self._ask(exp, ask_twice)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:

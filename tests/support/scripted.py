@@ -305,7 +305,10 @@ class ScriptedExecutor:
         verdict, sig = judge(evidence, target)
         detail = evidence.infra_error or outside_cause(evidence) or ""
         answers = None
-        if verdict is Verdict.PASS and exp.answers is not None:
+        check = exp.answers
+        if verdict is Verdict.PASS and check is not None and (
+            check.enabled or check.ready_completion
+        ):
             answers = scripted_answers.record(
                 exp.answers,
                 getattr(self.oracle, "answer_kind", lambda v: None)(variant),

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck
 from orchestrator.diagnosis.answers import Prompt
+from orchestrator.execution.answers import prompt_texts
 
 RIGHT = "The answer to this question is {word} and nothing else"
 _WORDS = {"arith-add": "5", "arith-mul": "100", "fact-france": "Paris"}
@@ -77,6 +78,7 @@ def record(
     out: dict[str, Any] = {
         "model": "scripted",
         "rule": check.rule,
+        "prompts": prompt_texts(prompts),
         "sets": sets,
         "seconds": dict.fromkeys(modes, 0.1),
         "requests": len(prompts) * len(modes),
