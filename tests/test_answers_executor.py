@@ -12,8 +12,8 @@ from pathlib import Path
 from orchestrator.config.experiment import Experiment
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import Store
-from tests.test_executor_watch import experiment, rig
 from tests.support.scripted_transport import Server
+from tests.test_executor_watch import experiment, rig
 
 
 def checked(**answers: object) -> Experiment:
