@@ -244,3 +244,33 @@ def test_show_reports_and_issue_put_the_answers_side_by_side(
     working = issue.split("The working launch:")[1].split("```bash")[1].split("```")[0]
     assert "--model-path /models/m" in working and "--feature-3" not in working
     assert "wrong answers: answers differ from the reference" in issue
+
+
+def test_a_sweep_judges_each_config_by_its_answers_against_the_reference(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.campaign.sweep import SweepCampaign
+    from orchestrator.config.sweep import load_sweep
+    from tests.support.scripted import factory
+
+    # good (the reference) answers right; bad (with --feature-0, --feature-1) garbled
+    answers_pair(tmp_path / "exp", 2, {"rule": "score", "pass_if": ">= good - 0.08"})
+    bad = tmp_path / "exp" / "bad.yaml"
+    path = tmp_path / "exp" / "sweep.yaml"
+    path.write_text("name: s\nconfigs: [bad.yaml]\nreference: good.yaml\n")
+    assert bad.exists()
+    sweep = load_sweep(path)
+    store = Store(tmp_path / "results")
+    oracle = Oracle([], answers=[(frozenset({1}), "garbled")])
+    outcome = SweepCampaign(
+        store, sweep, [host("s1")], executor_factory=factory(oracle, Faults())
+    ).run()
+    by_label = {r.item.label: r.run for r in outcome.rows if r.run is not None}
+    ref_row = next(r for r in by_label.values() if r.variant == (sweep.reference,))
+    wrong = [r for r in by_label.values() if r.id != ref_row.id]
+    assert ref_row.verdict is Verdict.PASS
+    assert wrong and all(r.verdict is Verdict.FAIL for r in wrong)
+    assert str(wrong[0].signature) == "serving: wrong_output: garbled answers"
+    judged = wrong[0].answers["judged"]  # type: ignore[index]
+    assert judged["reference_run"] == ref_row.id
+    assert judged["modes"]["sequential"]["score"] < judged["modes"]["sequential"]["reference_score"]
