@@ -134,10 +134,10 @@ def test_health_without_a_completion_is_no_pass(tmp_path: Path) -> None:
 
 def test_answers_checked_runs_are_never_reused_from_another_campaign(tmp_path: Path) -> None:
     oracle = Oracle([], answers=[(frozenset({3}), "garbled")])
-    first, store, _, _ = bisect(tmp_path, oracle, fresh=True)
-    # the same pair again, another campaign (fresh=True starts a new one): every run is
-    # executed again against this campaign's good
-    second, store2, _, _ = bisect(tmp_path, oracle, fresh=True)
+    first, store, _, _ = bisect(tmp_path, oracle)
+    # the same pair again, another campaign (the first one is finished), reuse allowed:
+    # every run is executed again against this campaign's good
+    second, store2, _, _ = bisect(tmp_path, oracle)
     assert second.campaign_id != first.campaign_id
     assert second.runs_reused == 0 and second.runs_executed > 0
     assert all(r.cached_from is None for r in store2.runs(second.campaign_id))

@@ -306,8 +306,10 @@ class ScriptedExecutor:
         detail = evidence.infra_error or outside_cause(evidence) or ""
         answers = None
         check = exp.answers
-        if verdict is Verdict.PASS and check is not None and (
-            check.enabled or check.ready_completion
+        if (
+            verdict is Verdict.PASS
+            and check is not None
+            and (check.enabled or check.ready_completion)
         ):
             answers = scripted_answers.record(
                 exp.answers,
