@@ -114,6 +114,8 @@ def test_a_good_that_disagrees_with_itself_under_exact_is_said(tmp_path: Path) -
     assert said and "answers.rule: logprobs-close" in said[0], said
     good = next(r for r in store.runs(outcome.campaign_id) if r.variant == ())
     assert good.answers is not None and good.answers["noise"]["would_hold"] == "logprobs-close"
+    # and the answer says it (reports list it with the flaky notes)
+    assert any("disagrees with itself under exact" in f for f in outcome.flaky), outcome.flaky
 
 
 def test_a_good_whose_second_pass_drifts_within_logprobs_close_says_nothing(
