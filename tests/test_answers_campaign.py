@@ -276,3 +276,34 @@ def test_a_sweep_judges_each_config_by_its_answers_against_the_reference(
     judged = wrong[0].answers["judged"]  # type: ignore[index]
     assert judged["reference_run"] == ref_row.id
     assert judged["modes"]["sequential"]["score"] < judged["modes"]["sequential"]["reference_score"]
+
+
+def test_a_rerun_is_judged_against_the_good_answers_its_run_was_judged_against(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.campaign.rerun import recorded_reference
+    from orchestrator.campaign.single import single_run
+    from tests.support.scripted import factory
+
+    oracle = Oracle([], answers=[(frozenset({3}), "garbled")])
+    outcome, store, _, _ = bisect(tmp_path, oracle)
+    rows = store.runs(outcome.campaign_id)
+    good = next(r for r in rows if r.variant == ())
+    old = next(r for r in rows if r.id == outcome.culprits[0].reproduced_by)
+    camp = store.campaign(old.campaign)
+    reference = recorded_reference(store, old, camp)
+    assert reference is not None and reference.id == good.id
+    assert recorded_reference(store, good, camp) is None
+    row = single_run(
+        store,
+        old.experiment(),
+        host("h1"),
+        kind="rerun",
+        command="test",
+        label="rerun",
+        target=camp.target,
+        executor_factory=factory(oracle, Faults()),
+        reference=reference,
+    )
+    assert row.verdict is Verdict.FAIL and row.signature == camp.target
+    assert row.answers is not None and row.answers["judged"]["reference_run"] == good.id
