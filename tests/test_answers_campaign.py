@@ -39,7 +39,12 @@ def answers_pair(root: Path, n: int, answers: dict[str, object] | None = None) -
 
 
 def bisect(
-    root: Path, oracle: Oracle, n: int = 6, answers: dict[str, object] | None = None, **opts: object
+    root: Path,
+    oracle: Oracle,
+    n: int = 6,
+    answers: dict[str, object] | None = None,
+    resume_id: str | None = None,
+    **opts: object,
 ) -> tuple[object, Store, list[Event], list[ScriptedExecutor]]:
     good, bad = answers_pair(root / "exp", n, answers)
     plan = make_plan(good, bad)
@@ -59,6 +64,7 @@ def bisect(
         command="test",
         executor_factory=make,
         listener=events.append,
+        resume_id=resume_id,
     ).run()
     return outcome, store, events, made
 
@@ -307,3 +313,19 @@ def test_a_rerun_is_judged_against_the_good_answers_its_run_was_judged_against(
     )
     assert row.verdict is Verdict.FAIL and row.signature == camp.target
     assert row.answers is not None and row.answers["judged"]["reference_run"] == good.id
+
+
+def test_a_resumed_campaign_judges_by_the_good_run_it_recorded(tmp_path: Path) -> None:
+    oracle = Oracle([], answers=[(frozenset({4}), "garbled")])
+    first, store, _, made = bisect(tmp_path, oracle, max_runs=3)
+    assert first.status is Status.INCOMPLETE, first.message
+    good = next(r for r in store.runs(first.campaign_id) if r.variant == ())
+    store.close()
+    # resumed in a new process: good is not run again, its recorded answers are the reference
+    second, store2, _, made2 = bisect(tmp_path, oracle, resume_id=first.campaign_id)
+    assert second.campaign_id == first.campaign_id
+    assert made2 and made2[0].asked and not any(twice for _, twice in made2[0].asked)
+    assert second.status is Status.FOUND and [c.indices for c in second.culprits] == [[4]]
+    later = [r for r in store2.runs(second.campaign_id) if r.seq > 3 and r.answers]
+    assert later and all(r.variant != () for r in later)
+    assert all(r.answers["judged"]["reference_run"] == good.id for r in later)  # type: ignore[index]
