@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.campaign import answers_check
 from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.records import Culprit, Finding, InvalidRun, Narrowed, Outcome, Status
 from orchestrator.diagnosis.verdicts import Signature, Verdict
@@ -40,6 +41,7 @@ class CampaignAnswer:
     moves_of: Callable[[RunRow], list[str]]
 
     def conclude(self, answer: Answer, flaky: list[str]) -> Outcome:
+        flaky = flaky + self.answers_noise()
         culprits = []
         unbacked: list[str] = []
         for c in answer.culprits:
@@ -130,6 +132,17 @@ class CampaignAnswer:
             runs_reused=self.reused,
             flaky=flaky,
         )
+
+    def answers_noise(self) -> list[str]:
+        """What the good config's self-comparison of its answers said, when it disagreed
+        with itself (campaign/answers_check): the host's own noise, said with the answer."""
+        out = []
+        for r in self.rows:
+            noise = (r.answers or {}).get("noise") if r.variant == () else None
+            said = answers_check.noise_message(noise, r.id) if noise else None
+            if said and said not in out:
+                out.append(said)
+        return out
 
     def incomplete(self, why: str) -> Outcome:
         verdicts = self.verdicts()

@@ -4,7 +4,7 @@ target); a flaky failure may need several starts of bad to show.
 
 from __future__ import annotations
 
-from orchestrator.campaign import flaky
+from orchestrator.campaign import answers_check, flaky
 from orchestrator.campaign.runs import BisectionRuns
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Listener, Notice
@@ -24,10 +24,14 @@ class Endpoints:
         # (3 in a row stop the campaign with the resume command, see _note_infra).
         # A probe bar relative to the good config (">= 0.95 * good") judges bad against the
         # good run's metric: good runs first then, and bad's task carries its metric.
+        # So are answers: good's are the reference every other run is judged against.
         self.relative_bar = any(
-            e.probe is not None
-            and e.probe.condition is not None
-            and e.probe.condition.relative_to_good
+            (
+                e.probe is not None
+                and e.probe.condition is not None
+                and e.probe.condition.relative_to_good
+            )
+            or answers_check.judged(e)
             for e in (runs.plan.good, runs.plan.bad)
         )
 
@@ -67,6 +71,7 @@ class Endpoints:
             self.ends[v] = row
             if v == ():
                 runs.good_metric = row.probe_metric
+                runs.references[runs.weights] = row
 
     def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
         return v == self.full and flaky.retry_bad(flaky.bad_starts(self.runs.rows(), self.full))

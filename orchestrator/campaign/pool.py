@@ -81,6 +81,9 @@ class Task:
     #: configs whose builds must be installed on the host before it starts anything
     #: (an ordered search's builds; HostExecutor.check_build), checked once per host
     builds: tuple[Experiment, ...] = ()
+    #: the answers check asks its prompts twice on this start (good's reference: the
+    #: second pass measures the host's own disagreement)
+    ask_twice: bool = False
 
 
 @dataclass
@@ -360,6 +363,8 @@ class Pool:
                         target=task.target,
                         env_keys=self.env_keys,
                         good_metric=task.good_metric,
+                        # only when asked: an executor of another kind need not know it
+                        **({"ask_twice": True} if task.ask_twice else {}),
                     )
                     self.results.put(Done(task, w.host, result, worker=w))
                 except (OrchestratorError, InfraError, RunCancelled) as exc:

@@ -44,6 +44,8 @@ def refused(plan: Plan) -> str:
                 "the probe's bar is relative to the good config's metric, which the bad "
                 "config's start on real weights would need first"
             )
+    if any(e.answers is not None and e.answers.enabled for e in (plan.good, plan.bad)):
+        return "answers are checked: random weights answer nothing a real bug changes"
     for d in plan.deltas:
         if d.kind == "flag" and d.key == LOAD_FORMAT:
             return f"the configs differ in --{LOAD_FORMAT}, which a rehearsal replaces"

@@ -12,6 +12,25 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.store.store import CampaignRow, RunRow, Store
 
 
+def recorded_reference(store: Store, run: RunRow, camp: CampaignRow) -> RunRow | None:
+    """The run whose answers the recorded run's answers were judged against (the answers
+    check, `answers:`): a bisection's good run, a sweep's reference, or what an earlier
+    rerun used; None when the config has no such check or none is recorded."""
+    exp = run.experiment()
+    if exp.answers is None or not exp.answers.enabled:
+        return None
+    ref_id = ((run.answers or {}).get("judged") or {}).get("reference_run")
+    if ref_id is None and camp.kind in ("run", "rerun"):
+        ref_id = camp.spec.get("answers_reference")
+    if ref_id is not None:
+        return store.run(str(ref_id))
+    if camp.kind == "bisect" and run.variant != ():
+        goods = [r for r in store.runs(camp.id) if r.variant == () and r.answers]
+        earlier = [r for r in goods if r.seq <= run.seq] or goods
+        return earlier[-1] if earlier else None
+    return None
+
+
 def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, str] | None:
     """(good metric, the run that measured it) the recorded run was judged against, or None
     when its bar is not relative or no such measurement is recorded."""

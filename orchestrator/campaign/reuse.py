@@ -172,7 +172,10 @@ class RecordedRuns:
 
     @staticmethod
     def reusable_config(exp: Experiment) -> bool:
-        """A verdict judged against another campaign's good throughput cannot be reused."""
+        """A verdict judged against another campaign's good (its throughput, its answers)
+        cannot be reused: this campaign's good is the reference."""
+        if exp.answers is not None and exp.answers.enabled:
+            return False
         cond = exp.probe.condition if exp.probe else None
         return cond is None or not cond.relative_to_good
 

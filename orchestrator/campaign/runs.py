@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.campaign import rehearsal
+from orchestrator.campaign import answers_check, rehearsal
 from orchestrator.campaign.core import CampaignCore
 from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.records import BisectOptions, RepairNote
@@ -24,7 +24,8 @@ from orchestrator.config.hosts import Host
 from orchestrator.config.repair import RepairPolicy
 from orchestrator.config.repair import policy as repair_policy
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
-from orchestrator.execution.contract import RunResultLike
+from orchestrator.events import Notice
+from orchestrator.execution.contract import RunResult, RunResultLike
 from orchestrator.planner.repair import (
     Applied,
     Next,
@@ -62,6 +63,9 @@ class BisectionRuns:
         self.executed = 0
         #: the good config's probe metric, for a probe bar relative to it
         self.good_metric: float | None = None
+        #: the good config's run per weights (`real`, `dummy`): its answers are the
+        #: reference every other run's answers are judged against (campaign/answers_check)
+        self.references: dict[str, RunRow] = {}
         self._rows_cache: list[RunRow] | None = None
         self._ladder_cache: (
             tuple[tuple[object, ...], list[tuple[list[RunRow], Next | Settled]], list[RunRow]]
@@ -98,6 +102,21 @@ class BisectionRuns:
             insort(rows, row, key=lambda r: r.seq)
             self._rows_cache = rows
         return row
+
+    def judge_answers(self, v: tuple[int, ...], result: RunResult) -> RunResult:
+        """A run's answers judged against good's in this campaign, before it is recorded:
+        good's own run is the reference (its self-comparison said when it disagrees with
+        itself); any other run that answers wrong is `fail` with a `wrong_output`
+        signature (see campaign/answers_check)."""
+        if result.answers is None or not answers_check.judged(result.experiment):
+            return result
+        if v == ():
+            result, measured = answers_check.with_noise(result)
+            said = answers_check.noise_message(measured, result.run_id) if measured else None
+            if said:
+                self.core.emit(Notice(host=result.host, message=said))
+            return result
+        return answers_check.judge_result(result, self.references.get(self.weights), self.target)
 
     def launch_rows(self) -> list[RunRow]:
         """This campaign's runs on the weights the search runs on now (a dummy-weight start

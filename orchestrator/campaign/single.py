@@ -7,6 +7,7 @@ import hashlib
 import time
 from typing import Any
 
+from orchestrator.campaign import answers_check
 from orchestrator.campaign.core import CampaignCore, ExecutorFactory, default_executor
 from orchestrator.campaign.records import Status
 from orchestrator.config.experiment import Experiment
@@ -31,6 +32,7 @@ def single_run(
     executor_factory: ExecutorFactory = default_executor,
     spec_extra: dict[str, Any] | None = None,
     good_metric: float | None = None,
+    reference: RunRow | None = None,
 ) -> RunRow:
     """Run `exp` once on `host`, record and return the run. Ctrl-C restores the host and
     raises `Interrupted` (no partial outcome: the run did not finish)."""
@@ -47,6 +49,7 @@ def single_run(
         executor_factory=executor_factory,
         spec_extra=spec_extra,
         good_metric=good_metric,
+        reference=reference,
     )[0]
 
 
@@ -65,6 +68,7 @@ def single_runs(
     executor_factory: ExecutorFactory = default_executor,
     spec_extra: dict[str, Any] | None = None,
     good_metric: float | None = None,
+    reference: RunRow | None = None,
 ) -> list[RunRow]:
     """Start `exp` `starts` times on `host` (one campaign, the host locked throughout),
     record every start and return them in order. Ctrl-C restores the host and raises
@@ -101,6 +105,8 @@ def single_runs(
                 env_keys=env_keys | frozenset(exp.env_map()),
                 good_metric=good_metric,
             )
+            if reference is not None:  # its answers against the recorded good's
+                result = answers_check.judge_result(result, reference, target)
             rid = store.add_run(
                 core.cid, variant=(), purpose=kind, result=result, run_id=f"{core.cid}.{n}"
             )

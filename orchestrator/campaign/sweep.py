@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from orchestrator.campaign import answers_check
 from orchestrator.campaign.core import (
     CachedResult,
     CampaignCore,
@@ -33,7 +34,7 @@ from orchestrator.campaign.records import (
 )
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.config.sweep import Sweep, SweepItem
+from orchestrator.config.sweep import Sweep, SweepItem, relative_bar
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, UsageError
 from orchestrator.events import CampaignStarted, Listener, null_listener
@@ -244,6 +245,9 @@ class SweepCampaign:
                 None,
                 (f"the reference {self.sweep.items[ref].label} has no verdict in repeat {k + 1}"),
             )
+        if row.probe_metric is None and not relative_bar(it.exp):
+            # judged by its answers alone: against the reference's run, whatever its metric
+            return "ready", None, ""
         if row.probe_metric is None:
             return (
                 "none",
@@ -306,8 +310,12 @@ class SweepCampaign:
                         raise d.error or RuntimeError("no host left in the pool")
                     queue_.insert(0, (it, key[1]))
                     continue
+                result = d.result
+                if self.sweep.needs_reference(it):  # its answers against the reference's
+                    ref_row = self._recorded().get((self.sweep.reference, key[1]))  # type: ignore[arg-type]
+                    result = answers_check.judge_result(result, ref_row, None)
                 row = self.core.record(
-                    d.result, variant=(key[0],), purpose=f"sweep/{key[1]}", run_id=d.task.run_id
+                    result, variant=(key[0],), purpose=f"sweep/{key[1]}", run_id=d.task.run_id
                 )
                 outcome.executed += 1
                 self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
@@ -362,7 +370,12 @@ class SweepCampaign:
                     queue_.pop(pos)
                     not_judged[why] = not_judged.get(why, 0) + 1
                     break
-                if self.reuse and k == 0 and it.index != self.sweep.reference:
+                if (
+                    self.reuse
+                    and k == 0
+                    and it.index != self.sweep.reference
+                    and not answers_check.judged(it.exp)  # judged against this reference
+                ):
                     hit, inputs = self._reusable(pool, it.exp)
                     if hit is not None:
                         self._record_reused(it, k, hit, good, inputs)

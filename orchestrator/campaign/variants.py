@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from orchestrator.campaign import answers_check
 from orchestrator.campaign.pool import Pool, Task
 from orchestrator.campaign.reuse import RecordedRuns
 from orchestrator.campaign.runs import BisectionRuns
@@ -133,6 +134,8 @@ class VariantRuns:
             purpose=self.purpose(v),
             precheck=self.precheck,
             builds=self.builds,
+            # good's answers are the reference: asked twice on its start (the noise)
+            ask_twice=v == () and answers_check.judged(exp),
         )
 
     def blocked(self, v: tuple[int, ...]) -> bool:
@@ -157,6 +160,7 @@ class VariantRuns:
 
     def finished(self, task: Task, result: RunResult) -> None:
         runs = self.runs
+        result = runs.judge_answers(task.key, result)
         row = runs.record(
             result, variant=task.key, purpose=task.purpose, run_id=task.run_id, repair=task.repair
         )

@@ -169,6 +169,16 @@ def concluded(
 ) -> None:
     camp = store.campaign(campaign_id)
     answer = camp.answer or {}
+    if not detail and camp.target is not None and camp.target.error_class == "wrong_output":
+        # a wrong answer has no log line to quote: how it was wrong, against good's
+        detail = next(
+            (
+                str(r.answers["judged"].get("detail"))
+                for r in store.runs(campaign_id)
+                if r.signature == camp.target and r.answers and r.answers.get("judged")
+            ),
+            "",
+        )
     deliver(
         store,
         url,

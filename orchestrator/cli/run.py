@@ -8,7 +8,7 @@ import json
 from rich.markup import escape
 
 from orchestrator.campaign.records import BisectSpec
-from orchestrator.campaign.rerun import recorded_good
+from orchestrator.campaign.rerun import recorded_good, recorded_reference
 from orchestrator.campaign.single import single_run, single_runs
 from orchestrator.cli import common, detached
 from orchestrator.cli.live import verdict_text
@@ -165,6 +165,7 @@ def _rerun_repeated(
     good: tuple[float, str] | None,
     judged: str,
     view: object,
+    reference: RunRow | None = None,
 ) -> int:
     """`rerun ID --repeat N`: the recorded variant started N times, its reproduction rate."""
     rows = common.run_single(
@@ -184,8 +185,10 @@ def _rerun_repeated(
                 "rerun_of": old.id,
                 "good_metric": good[0] if good else None,
                 "good_run": good[1] if good else None,
+                "answers_reference": reference.id if reference else None,
             },
             good_metric=good[0] if good else None,
+            reference=reference,
         ),
         view,
         as_json=args.json,
@@ -255,11 +258,15 @@ def rerun(args: argparse.Namespace) -> int:
         env_keys |= frozenset((side.get("service") or {}).get("env") or {})
     # judged as the recorded run was: its recorded bar, against its campaign's good metric
     good = recorded_good(store, old, camp)
+    # and its answers against the answers they were judged against
+    reference = recorded_reference(store, old, camp)
     bar = exp.probe.pass_if if exp.probe else None
     judged = _judged_by(bar, good, exp)
     view = common.live_view(args)
     if args.repeat > 1:
-        return _rerun_repeated(args, store, old, camp, exp, host, env_keys, good, judged, view)
+        return _rerun_repeated(
+            args, store, old, camp, exp, host, env_keys, good, judged, view, reference
+        )
     row = common.run_single(
         lambda: single_run(
             store,
@@ -276,8 +283,10 @@ def rerun(args: argparse.Namespace) -> int:
                 "rerun_of": old.id,
                 "good_metric": good[0] if good else None,
                 "good_run": good[1] if good else None,
+                "answers_reference": reference.id if reference else None,
             },
             good_metric=good[0] if good else None,
+            reference=reference,
         ),
         view,
         as_json=args.json,

@@ -17,8 +17,10 @@ from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.logtail import keep_what_matters
-from orchestrator.errors import UsageError
+from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.reports import answers_view
 from orchestrator.reports.notify import culprits_of
+from orchestrator.store.store import RunRow, Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -180,6 +182,7 @@ def show(args: argparse.Namespace) -> int:
                     "environment": env.to_dict() if env else None,
                     "repair": r.repair,
                     "repaired_by": again.id if again else None,
+                    "answers": r.answers,
                 }
             )
         )
@@ -246,10 +249,27 @@ def show(args: argparse.Namespace) -> int:
         text = keep_what_matters(text, args.lines, budget=max(2 * args.lines, 60))
     tail = text.splitlines()[-args.lines :] if r.verdict.value == "pass" else text.splitlines()
     _probe_record(store.host_record(r.id))
+    _answers(store, r)
     if tail:
         c.print(f"log tail ({r.log_path}):", highlight=False)
         c.out("\n".join(tail), highlight=False)
     return 0
+
+
+def _answers(store: Store, r: RunRow) -> None:
+    """What the server answered, beside good's answers where they differ."""
+    if not r.answers:
+        return
+    ref_id = (r.answers.get("judged") or {}).get("reference_run")
+    reference = None
+    if ref_id:
+        try:
+            reference = store.run(str(ref_id)).answers
+        except OrchestratorError:
+            reference = None
+    c = console()
+    for line in answers_view.lines(r.answers, reference):
+        c.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def _probe_record(rec: dict[str, object] | None) -> None:

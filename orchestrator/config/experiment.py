@@ -95,6 +95,81 @@ class Probe:
         return metric, cond.holds(metric, good_metric)
 
 
+@dataclass(frozen=True)
+class AnswersCheck:
+    """`answers:`: what a ready server is asked and how its answers are judged against the
+    good config's in the same campaign (orchestrator.diagnosis.answers)."""
+
+    enabled: bool = True
+    #: the prompt set's file; None: the shipped default set
+    prompts: str | None = None
+    rule: str = "logprobs-close"
+    top_k: int = 5
+    max_tokens: int = 24
+    modes: tuple[str, ...] = ("sequential", "batch")
+    #: `chat` or `completions`: the endpoint every prompt goes to (a chat prompt set sent
+    #: to completions is its messages' text; a completion prompt sent to chat, one user turn)
+    endpoint: str | None = None
+    pass_if: str = ">= good - 0.08"
+    #: ready means /health passes AND one real completion returns
+    ready_completion: bool = True
+    timeout: float = 120.0  # per request
+    #: the prompt set's digest: a run judged on other prompts is another run
+    digest: str = ""
+
+    def judged(self) -> bool:
+        return self.enabled
+
+    def key(self) -> list[object]:
+        return [
+            self.enabled,
+            self.digest,
+            self.rule,
+            self.top_k,
+            self.max_tokens,
+            list(self.modes),
+            self.endpoint,
+            self.pass_if if self.rule == "score" else None,
+            self.ready_completion,
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "enabled": self.enabled,
+            "rule": self.rule,
+            "top_k": self.top_k,
+            "max_tokens": self.max_tokens,
+            "modes": list(self.modes),
+            "ready_completion": self.ready_completion,
+            "timeout": self.timeout,
+        }
+        if self.rule == "score":
+            out["pass_if"] = self.pass_if
+        if self.prompts is not None:
+            out["prompts"] = self.prompts
+        if self.endpoint is not None:
+            out["endpoint"] = self.endpoint
+        if self.digest:
+            out["digest"] = self.digest
+        return out
+
+    def load(self) -> tuple[Any, ...]:
+        """The prompt set (orchestrator.diagnosis.answers.Prompt), each sent to `endpoint`."""
+        from orchestrator.config.prompts import load_prompts
+
+        prompts = load_prompts(Path(self.prompts) if self.prompts else None)
+        return tuple(_to_endpoint(p, self.endpoint) for p in prompts)
+
+
+def _to_endpoint(prompt: Any, endpoint: str | None) -> Any:
+    if endpoint == "chat" and prompt.messages is None:
+        return replace(prompt, prompt=None, messages=(("user", prompt.prompt),))
+    if endpoint == "completions" and prompt.messages is not None:
+        text = "\n".join(content for _, content in prompt.messages)
+        return replace(prompt, prompt=text, messages=None)
+    return prompt
+
+
 def flag_key(raw: str) -> str:
     """A config's flag key as the launch names it: `--tp-size` and `tp-size` are the long
     option `tp-size`; a key written with one dash (`-tp`, `-O3`) is a short option and
@@ -138,6 +213,8 @@ class Experiment:
     workdir: str | None = None
     health: Health = field(default_factory=Health)
     probe: Probe | None = None
+    #: the answers check (`answers:`); None: the server is judged by its health alone
+    answers: AnswersCheck | None = None
     requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: environment variables the launch removes (sorted): `env: {X: null}`, or a variable
     #: another config of the campaign sets; a unit's own `Environment=X=...` does not reach
@@ -232,6 +309,8 @@ class Experiment:
         }
         if self.build is not None:  # joins only when set: older runs' keys hold
             launch["build"] = self.build
+        if self.answers is not None:  # joins only when set: older runs' keys hold
+            launch["answers"] = self.answers.key()
         if self.env and container_split(self.exec) is not None:
             # the environment goes into the container (`-e`): runs from before it did
             # launched another server and hold no verdict for this one
@@ -306,6 +385,8 @@ class Experiment:
             if self.probe.pass_if:
                 p["pass_if"] = self.probe.pass_if
             data["probe"] = p
+        if self.answers is not None:
+            data["answers"] = self.answers.to_dict()
         if self.requires:
             data["requires"] = {k: list(v) for k, v in self.requires}
         if self.repair is not None:
@@ -319,6 +400,15 @@ class Experiment:
         """A recorded config. Its secrets were stored as `[REDACTED:NAME]` markers; with
         `resolve_secrets` they are taken from this environment again (to run it)."""
         data = dict(data)
+        # the prompt set's digest as recorded: the file may have changed or be elsewhere
+        digest = None
+        if isinstance(data.get("answers"), Mapping) and "digest" in data["answers"]:
+            data["answers"] = dict(data["answers"])
+            digest = str(data["answers"].pop("digest"))
+        if digest is not None:
+            exp = cls.from_dict(data, source=source, resolve_secrets=resolve_secrets)
+            assert exp.answers is not None
+            return replace(exp, answers=replace(exp.answers, digest=digest))
         if resolve_secrets:
             from orchestrator.config.secrets import MARKER, unredact
 
@@ -531,6 +621,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
                 key="probe.pass_if",
                 hint="add probe.metric: a regex with one group capturing the number",
             )
+    answers = _answers(model, source)
     requires = tuple(
         (flag_key(k), tuple(flag_key(x) for x in v)) for k, v in (model.requires or {}).items()
     )
@@ -544,6 +635,7 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         workdir=svc.workdir,
         health=health,
         probe=probe,
+        answers=answers,
         requires=requires,
         unset=tuple(sorted(unset)),
         source=source,
@@ -555,3 +647,54 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         packages=tuple((svc.packages or {}).items()),
         packages_from=svc.packages_from,
     )
+
+
+def _answers(model: ExperimentModel, source: str) -> AnswersCheck | None:
+    """The `answers:` section, its prompt file read now (a path relative to the file that
+    names it): a missing or malformed prompt set is refused at load, not after a start."""
+    a = model.answers
+    if a is None:
+        return None
+    enabled = True if a.enabled is None else a.enabled
+    prompts = a.prompts
+    if prompts is not None:
+        path = Path(prompts).expanduser()
+        if not path.is_absolute() and not source.startswith(("<", "run ")):
+            path = Path(source).parent / path
+        prompts = str(path)
+    if a.pass_if is not None and (a.rule or "logprobs-close") != "score":
+        raise ConfigError(
+            f"pass_if is the bar of the score rule, but the rule is {a.rule or 'logprobs-close'!r}",
+            file=source,
+            key="answers.pass_if",
+            hint="set answers.rule: score, or drop answers.pass_if",
+        )
+    check = AnswersCheck(
+        enabled=enabled,
+        prompts=prompts,
+        rule=a.rule or "logprobs-close",
+        top_k=a.top_k or 5,
+        max_tokens=a.max_tokens or 24,
+        modes=tuple(a.modes or ("sequential", "batch")),
+        endpoint=a.endpoint,
+        pass_if=a.pass_if or ">= good - 0.08",
+        ready_completion=enabled if a.ready_completion is None else a.ready_completion,
+        timeout=a.timeout or 120.0,
+    )
+    if (not check.enabled and not check.ready_completion) or source.startswith(
+        ("<recorded>", "run ")
+    ):
+        return check  # a recorded config: its digest is the recorded one (from_dict)
+    try:
+        loaded = check.load()
+    except ConfigError as exc:
+        raise ConfigError(f"the prompt set {exc}", file=source, key="answers.prompts") from exc
+    if check.rule == "score" and not any(p.scored for p in loaded):
+        raise ConfigError(
+            "the score rule needs prompts with an expected answer (expect or regex)",
+            file=source,
+            key="answers.rule",
+            hint="add expect/regex to the prompts, or use rule: logprobs-close",
+        )
+    blob = json.dumps([repr(p) for p in loaded])
+    return replace(check, digest=hashlib.sha256(blob.encode()).hexdigest()[:12])

@@ -207,6 +207,69 @@ class ExpectModel(_Raw):
         return None if v is None else parse_duration(v)
 
 
+#: the values of `answers.rule`, `answers.modes` and `answers.endpoint`
+ANSWER_RULES = ("exact", "logprobs-close", "score")
+ANSWER_MODES = ("sequential", "batch")
+ANSWER_ENDPOINTS = ("chat", "completions")
+
+
+class AnswersModel(_Raw):
+    """`answers:`: ask the ready server a prompt set and judge its answers against good's."""
+
+    enabled: StrictBool | None = None
+    prompts: str | None = None
+    rule: str | None = None
+    top_k: int | None = Field(default=None, ge=1, le=20)
+    max_tokens: int | None = Field(default=None, ge=1, le=4096)
+    modes: list[str] | None = None
+    endpoint: str | None = None
+    pass_if: str | None = None
+    ready_completion: StrictBool | None = None
+    timeout: float | None = None
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else parse_duration(v)
+
+    @field_validator("rule")
+    @classmethod
+    def _rule(cls, v: str | None) -> str | None:
+        if v is not None and v not in ANSWER_RULES:
+            raise ValueError(f"expected one of {', '.join(ANSWER_RULES)}, got {v!r}")
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is not None and v not in ANSWER_ENDPOINTS:
+            raise ValueError(f"expected one of {', '.join(ANSWER_ENDPOINTS)}, got {v!r}")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError(f"expected at least one of {', '.join(ANSWER_MODES)}")
+        for m in v:
+            if m not in ANSWER_MODES:
+                raise ValueError(f"expected modes among {', '.join(ANSWER_MODES)}, got {m!r}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a mode is given twice: {v}")
+        return v
+
+    @field_validator("pass_if")
+    @classmethod
+    def _bar(cls, v: str | None) -> str | None:
+        if v is not None:
+            from orchestrator.diagnosis.answers import parse_bar
+
+            parse_bar(v)
+        return v
+
+
 #: the values of `rehearse:`
 REHEARSALS = ("dummy-weights", "off")
 
@@ -218,6 +281,7 @@ class ExperimentModel(_Raw):
     service: ServiceModel | None = None
     health: HealthModel | None = None
     probe: ProbeModel | None = None
+    answers: AnswersModel | None = None
     requires: dict[str, list[str]] | None = None
     #: a bisection searches on random weights first (`--load-format dummy`), see README
     rehearse: str | None = None

@@ -62,6 +62,11 @@ class SweepItem:
     values: tuple[tuple[str, Value], ...] = ()  # the swept values, for plots
 
 
+def answers_judged(exp: Experiment) -> bool:
+    """The config's answers are judged against the reference's (`answers:`)."""
+    return exp.answers is not None and exp.answers.enabled
+
+
 def relative_bar(exp: Experiment) -> bool:
     """The config's probe bar is relative to the good config's metric."""
     cond = exp.probe.condition if exp.probe else None
@@ -91,7 +96,11 @@ class Sweep:
         return names
 
     def needs_reference(self, it: SweepItem) -> bool:
-        return self.reference is not None and it.index != self.reference and relative_bar(it.exp)
+        return (
+            self.reference is not None
+            and it.index != self.reference
+            and (relative_bar(it.exp) or answers_judged(it.exp))
+        )
 
 
 def _config_at(path: Path, ref: str, key: str) -> Experiment:
@@ -116,19 +125,25 @@ def _reference(
     ref: Experiment | None = None
     if m.reference:
         ref = _config_at(path, m.reference, "reference")
-    relative = [it for it in items if relative_bar(it.exp)]
+    relative = [it for it in items if relative_bar(it.exp) or answers_judged(it.exp)]
     if relative and ref is None:
         ref = base
         if ref is None:
             bar = relative[0].exp.probe.pass_if if relative[0].exp.probe else ""
+            what = (
+                f"a probe bar relative to a good config ({bar!r})"
+                if relative_bar(relative[0].exp)
+                else "answers judged against a good config's (answers:)"
+            )
             raise ConfigError(
-                f"'{relative[0].label}' has a probe bar relative to a good config ({bar!r}) "
+                f"'{relative[0].label}' has {what} "
                 "but the sweep names no config to measure as good",
                 file=str(path),
                 key="reference",
                 hint="add `reference: GOOD.yaml` (or a `base:`) to the sweep",
             )
-    if ref is not None and relative and (ref.probe is None or not ref.probe.metric):
+    bars = [it for it in relative if relative_bar(it.exp)]
+    if ref is not None and bars and (ref.probe is None or not ref.probe.metric):
         raise ConfigError(
             f"the reference config {ref.source or ref.name} has no probe metric "
             "to judge the relative bars with",

@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from orchestrator.diagnosis.answers import DEFAULT_TOP_K, AnswerSet, Prompt, answers_from
+from orchestrator.config.experiment import AnswersCheck
+from orchestrator.diagnosis.answers import (
+    DEFAULT_TOP_K,
+    AnswerSet,
+    Prompt,
+    answers_from,
+    as_plain,
+)
+from orchestrator.diagnosis.verdicts import Phase, Signature
 from orchestrator.errors import TransportError
 from orchestrator.execution.transport.base import Transport
 
@@ -113,3 +122,86 @@ def ask(
             f"{res.stderr.strip()[-300:]}"
         )
     return parse(res.stdout)
+
+
+# -- the answers check of a run (`answers:` of an experiment) ------------------------------
+
+#: a server whose /health passes while no real completion returns is not ready (vLLM's
+#: rank 0 dead behind a live API server answers 200): a failure of its own
+NO_COMPLETION = Signature(Phase.SERVING, "no_completion", "health passes but no completion returns")
+
+
+def ask_check(
+    transport: Transport, check: AnswersCheck, port: int, *, twice: bool = False
+) -> dict[str, Any]:
+    """Ask a ready server the check's prompts (every mode; `twice`: the first mode once
+    more on the same start, good's second pass) and return the run's answers record:
+    `sets` (mode -> plain answers), `repeat` (the second pass), `seconds`, `requests`,
+    `model`, `error`, and `ready` (a real completion returned: None when not checked)."""
+    prompts = check.load()
+    settings = AskSettings(
+        max_tokens=check.max_tokens, top_k=check.top_k, timeout=check.timeout, modes=check.modes
+    )
+    if not check.enabled:  # readiness alone: one real completion, one token
+        settings = replace(settings, modes=("sequential",), max_tokens=1)
+        prompts = prompts[:1]
+    asked = ask(transport, prompts, port, settings)
+    record: dict[str, Any] = {
+        "model": asked.model,
+        "rule": check.rule,
+        "prompts": prompt_texts(prompts),
+        "sets": {m: [as_plain(a) for a in s.answers] for m, s in asked.sets.items()},
+        "seconds": dict(asked.seconds),
+        "requests": asked.requests,
+        "error": asked.error,
+    }
+    if twice and check.enabled and asked.error is None:
+        again = ask(transport, prompts, port, replace(settings, modes=check.modes[:1]))
+        first = again.sets.get(check.modes[0])
+        if first is not None:
+            record["repeat"] = [as_plain(a) for a in first.answers]
+            record["requests"] += again.requests
+            record["seconds"]["repeat"] = again.seconds.get(check.modes[0], 0.0)
+    if check.ready_completion:
+        answered = [a for s in asked.sets.values() for a in s.answers if a.error is None]
+        record["ready"] = asked.error is None and bool(answered)
+    else:
+        record["ready"] = None
+    return record
+
+
+def prompt_texts(prompts: tuple[Prompt, ...]) -> dict[str, object]:
+    """What each prompt asked (a completion prompt's text, or chat messages), by id: kept
+    with the answers, so a report quotes the question beside both answers."""
+    return {
+        p.id: p.prompt if p.prompt is not None else [list(m) for m in p.messages or ()]
+        for p in prompts
+    }
+
+
+def not_ready(record: dict[str, Any]) -> str | None:
+    """Why a server that passed /health is not ready by its answers (None: it is)."""
+    if record.get("ready") is not False:
+        return None
+    why = record.get("error")
+    if not why:
+        errors = [a.get("error") for s in record.get("sets", {}).values() for a in s]
+        why = next((e for e in errors if e), "no answer")
+    return f"/health passed but no completion returned: {why}"
+
+
+def answer_set(record: dict[str, Any], mode: str) -> AnswerSet | None:
+    """One mode's answers of a run's answers record (`repeat`: good's second pass)."""
+    raw = record.get("repeat") if mode == "repeat" else record.get("sets", {}).get(mode)
+    if raw is None:
+        return None
+    return AnswerSet(tuple(answers_from(a) for a in raw), mode=mode)
+
+
+def summary(record: dict[str, Any]) -> str:
+    sets = record.get("sets", {})
+    n = sum(len(s) for s in sets.values())
+    secs = sum(float(v) for v in record.get("seconds", {}).values())
+    if record.get("error"):
+        return f"no answers: {record['error']}"
+    return f"{n} answers in {secs:.1f}s ({record.get('requests', 0)} requests)"

@@ -112,6 +112,9 @@ class RunResult:
     environment: envfacts.HostEnvironment | None = None
     #: what reached the server besides its config (the cache key's other half)
     inputs: LaunchInputs | None = None
+    #: what the server answered to the answers check (execution.answers.ask_check), and,
+    #: once the campaign judged it against good's, the judgement (`judged`)
+    answers: dict[str, Any] | None = None
 
 
 class HostExecutor:
@@ -147,6 +150,7 @@ class HostExecutor:
         target: Signature | None = None,
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
+        ask_twice: bool = False,
     ) -> RunResult:
         raise NotImplementedError
 

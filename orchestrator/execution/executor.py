@@ -35,7 +35,7 @@ from orchestrator.diagnosis.classify.judge import (
     outside_cause,
 )
 from orchestrator.diagnosis.logtail import keep_what_matters, last_log_line, probe_excerpt
-from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict, relative
 from orchestrator.errors import InfraError, OrchestratorError, ServiceError, TransportError
 from orchestrator.events import (
     Listener,
@@ -47,6 +47,7 @@ from orchestrator.events import (
     StepDone,
     null_listener,
 )
+from orchestrator.execution import answers as answers_mod
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution import facts, preflight
 from orchestrator.execution.contract import (
@@ -280,6 +281,7 @@ class Executor(HostExecutor):
         target: Signature | None = None,
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
+        ask_twice: bool = False,
     ) -> RunResult:
         # The launch removes the campaign's other variables too; run and recorded as such
         # (its fingerprint says so), whichever command asked for it.
@@ -326,6 +328,7 @@ class Executor(HostExecutor):
         evidence: RunEvidence
         flagcheck = preflight.Check()
         probe_record: dict[str, object] | None = None
+        answers_record: dict[str, object] | None = None
         try:
             if env_error is not None:
                 raise env_error
@@ -354,6 +357,14 @@ class Executor(HostExecutor):
                     started = self._start_and_watch(exp, run_id, t0 + waited, watch)
                     if watch.timed_out and not watch.died:
                         ports = self._ports(started)
+                    check = exp.answers
+                    if (
+                        watch.ready
+                        and check is not None
+                        and (check.enabled or check.ready_completion)
+                        and not watch.died
+                    ):
+                        answers_record = self._ask(exp, ask_twice)
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
                         probe, metric, probe_record = self._probe(exp, started, good_metric, watch)
@@ -390,6 +401,12 @@ class Executor(HostExecutor):
             evidence = RunEvidence(infra_error=str(exc), log_tail=log)
         verdict, sig = judge(evidence, target)
         detail = evidence.invalid_reason or evidence.infra_error or ""
+        if verdict is Verdict.PASS and answers_record is not None:
+            no_answer = answers_mod.not_ready(answers_record)
+            if no_answer is not None:  # /health passed, yet no real completion returned
+                sig = answers_mod.NO_COMPLETION
+                verdict = relative(Verdict.FAIL, sig, target)
+                detail = no_answer
         if verdict is Verdict.INFRA and not detail:  # judged host trouble from the log: why
             detail = outside_cause(evidence) or ""
         if verdict is Verdict.INVALID and sig is not None and sig.error_class == LAUNCH_CLASS:
@@ -454,7 +471,19 @@ class Executor(HostExecutor):
             invocation=started.invocation if started else None,
             host_record=host_record,
             environment=environment,
+            answers=answers_record,
         )
+
+    def _ask(self, exp: Experiment, twice: bool) -> dict[str, object]:
+        """Ask the ready server the answers check's prompts on the host (the port stays
+        private to it); `twice`: the first mode once more, on the same start (good's
+        second pass, the host's own disagreement)."""
+        check = exp.answers
+        assert check is not None
+        self._step("answers", f"asking the server ({check.rule}, {', '.join(check.modes)})")
+        record = answers_mod.ask_check(self.t, check, exp.port, twice=twice)
+        self._step("answers", answers_mod.summary(record))
+        return record
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""

@@ -24,6 +24,7 @@ from orchestrator.diagnosis.classify.analyze import analyze_log
 from orchestrator.diagnosis.classify.lines import strip_prefix
 from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.environment import HostEnvironment
+from orchestrator.reports import answers_view
 from orchestrator.store.store import CampaignRow, RunRow
 
 MAX_LINES = 199
@@ -228,6 +229,8 @@ def issue_markdown(
     error = (analysis.raw_message if analysis and analysis.raw_message else None) or (
         camp.target.message if camp.target else "the failure"
     )
+    if camp.target is not None and camp.target.error_class == "wrong_output":
+        error = f"wrong answers: {camp.target.message}"  # the log has no error to quote
     phase = camp.target.phase.value if camp.target else "?"
     flags = culprit.flags if culprit else []
     set_text = " + ".join(f"`{f}`" for f in flags)
@@ -320,6 +323,13 @@ def issue_markdown(
     else:
         out += ["No run reproduced the failure.", ""]
 
+    good_run = next((r for r in real if r.variant == ()), None)
+    if repro is not None and repro.answers:  # a wrong answer: the prompt and both answers
+        out += answers_view.issue_lines(
+            repro.answers,
+            good_run.answers if good_run is not None else None,
+            command_block(good_run.argv, good_run.env) if good_run is not None else None,
+        )
     out += ["## What does not reproduce", "", "| launch | result |", "|---|---|"]
     for flag, rid in (culprit.cleared_by if culprit else {}).items():
         r = by_id.get(rid) if rid else None

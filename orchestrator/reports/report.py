@@ -16,7 +16,7 @@ from pathlib import Path
 from orchestrator.campaign.records import Outcome, Status
 from orchestrator.diagnosis.classify.analyze import analyze_log
 from orchestrator.diagnosis.verdicts import Signature, relative
-from orchestrator.reports import env_report
+from orchestrator.reports import answers_view, env_report
 from orchestrator.store.store import CampaignRow, EnvironmentSeen, RunRow, Store
 
 COLORS = {
@@ -33,7 +33,11 @@ def _relative(run: RunRow, camp: CampaignRow) -> str:
     return relative(run.verdict, run.signature, camp.target).value
 
 
-def _excerpt(run: RunRow, limit: int = 14) -> str:
+def _excerpt(run: RunRow, limit: int = 14, runs: list[RunRow] | None = None) -> str:
+    judged = (run.answers or {}).get("judged") or {}
+    if judged.get("passed") is False:  # a wrong answer: good's and this run's side by side
+        good = next((r for r in runs or () if r.variant == () and r.answers), None)
+        return "\n".join(answers_view.lines(run.answers, good.answers if good else None))
     text = run.log_tail()
     if not text:
         return ""
@@ -271,7 +275,7 @@ def markdown(
             f"{len(rs)} run(s); smallest variant: {smallest.label} (run {smallest.id})",
             "",
             "```",
-            _excerpt(smallest),
+            _excerpt(smallest, runs=runs),
             "```",
             "",
         ]
@@ -436,7 +440,7 @@ def html_page(
         parts.append(
             f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
             f"{e(smallest.label)} (run {e(smallest.id)})</p>"
-            f"<pre>{e(_excerpt(smallest))}</pre>"
+            f"<pre>{e(_excerpt(smallest, runs=runs))}</pre>"
         )
     parts.append("</body></html>")
     return "\n".join(parts)

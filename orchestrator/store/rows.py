@@ -69,6 +69,8 @@ class RunRow:
     weights: str = "real"
     #: the repair move this start carried (`planner.repair.Applied.to_dict()`), or None
     repair: dict[str, Any] | None = None
+    #: what the server answered to the answers check and its judgement (None: not asked)
+    answers: dict[str, Any] | None = None
 
     def experiment(self, *, resolve_secrets: bool = False) -> Experiment:
         """The recorded config; `resolve_secrets` puts redacted secrets back from the
@@ -170,6 +172,7 @@ def run_row(r: sqlite3.Row) -> RunRow:
         launch_key=r["launch_key"] if "launch_key" in r.keys() else None,
         weights=(r["weights"] if "weights" in r.keys() else None) or "real",
         repair=json.loads(r["repair"]) if "repair" in r.keys() and r["repair"] else None,
+        answers=json.loads(r["answers"]) if "answers" in r.keys() and r["answers"] else None,
     )
 
 

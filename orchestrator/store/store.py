@@ -109,6 +109,9 @@ _ADDED_COLUMNS = {
     # the repair move a start carried (a variant started again after a resource failure),
     # as JSON (orchestrator.planner.repair.Applied); NULL: the variant as planned
     ("runs", "repair"): "ALTER TABLE runs ADD COLUMN repair TEXT",
+    # what the server answered to the answers check, and how it was judged against the
+    # good config's answers (orchestrator.execution.answers), as JSON; NULL: not asked
+    ("runs", "answers"): "ALTER TABLE runs ADD COLUMN answers TEXT",
 }
 
 
@@ -487,6 +490,12 @@ class Store:
                 db.execute(
                     "UPDATE runs SET repair=? WHERE id=?",
                     (json.dumps(repair, sort_keys=True), run_id),
+                )
+            answers = getattr(result, "answers", None)
+            if answers is not None:
+                db.execute(
+                    "UPDATE runs SET answers=? WHERE id=?",
+                    (json.dumps(red.obj(answers), sort_keys=True), run_id),
                 )
             self._stamp_signature_version(db, run_id)
         return run_id

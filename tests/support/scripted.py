@@ -23,13 +23,15 @@ import yaml
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.diagnosis.classify.judge import RunEvidence, judge, outside_cause
-from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener
+from orchestrator.execution.answers import NO_COMPLETION, not_ready
 from orchestrator.execution.contract import RunResult
 from orchestrator.execution.inputs import LaunchInputs, launch_inputs
 from orchestrator.lab import sglang_text
 from orchestrator.lab.scenario_model import ModelInfo
+from tests.support import scripted_answers
 
 PHASES = ["init", "load_weights", "kv_cache", "cuda_graph", "warmup"]
 TARGET_ERROR = (
@@ -110,6 +112,14 @@ class Rule:
 class Oracle:
     rules: list[Rule]
     seed: int = 0  # the draws of flaky rules: one seeded sequence per oracle
+    #: (needs, kind): a ready variant containing `needs` answers wrong that way (first
+    #: match wins; kinds of tests/support/scripted_answers.py)
+    answers: list[tuple[frozenset[int], str]] = field(default_factory=list)
+    #: how good's second pass on its start answers (None: as the first: no noise)
+    repeat: str | None = None
+
+    def answer_kind(self, variant: frozenset[int]) -> str | None:
+        return next((kind for needs, kind in self.answers if needs <= variant), None)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -214,6 +224,8 @@ class ScriptedExecutor:
         self.faults = faults
         self.cancel_event = threading.Event()
         self.runs = 0
+        #: (run id, asked twice) of every run asked the answers check
+        self.asked: list[tuple[str, bool]] = []
 
     def open(self) -> ScriptedExecutor:
         return self
@@ -236,6 +248,7 @@ class ScriptedExecutor:
         target: Signature | None = None,
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
+        ask_twice: bool = False,
     ) -> RunResult:
         self.runs += 1
         variant = present(exp)
@@ -291,6 +304,24 @@ class ScriptedExecutor:
         self.faults.log.append(f"{run_id} {sorted(variant)} {fault}")
         verdict, sig = judge(evidence, target)
         detail = evidence.infra_error or outside_cause(evidence) or ""
+        answers = None
+        check = exp.answers
+        if (
+            verdict is Verdict.PASS
+            and check is not None
+            and (check.enabled or check.ready_completion)
+        ):
+            answers = scripted_answers.record(
+                exp.answers,
+                getattr(self.oracle, "answer_kind", lambda v: None)(variant),
+                twice=ask_twice,
+                repeat_kind=getattr(self.oracle, "repeat", None),
+            )
+            self.asked.append((run_id, ask_twice))
+            why = not_ready(answers)
+            if why is not None:  # as the executor judges it
+                sig, detail = NO_COMPLETION, why
+                verdict = relative(Verdict.FAIL, sig, target)
         return RunResult(
             run_id=run_id,
             host=self.host.name,
@@ -305,6 +336,7 @@ class ScriptedExecutor:
             detail=detail,
             last_phase=evidence.last_phase,
             inputs=self.inputs(exp),
+            answers=answers,
         )
 
     def inputs(self, exp: Experiment) -> LaunchInputs:

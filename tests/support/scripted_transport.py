@@ -105,6 +105,9 @@ class Server:
     killed_at: float | None = None
     listen_port: int | None = None
     probe: Probe | None = None
+    #: how it answers the answers check once ready (tests/support/scripted_answers.py:
+    #: None right, `garbled`, `different`, `drift`, `silent`: HTTP 500 to every request)
+    answers: str | None = None
 
     def phase_starts(self) -> list[tuple[str, float, float]]:
         """(phase, begins, ends) after the start."""
@@ -350,6 +353,26 @@ class ScriptedTransport(Transport):
         if not self._alive(p):
             return 1, "Error: server disconnected\n"
         return probe.exit_code, probe.output
+
+    def _ask(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        """The answers check's asker: every prompt of every mode answered as the live
+        server's script says (a second each); a dead server answers nothing."""
+        from orchestrator.diagnosis.answers import Prompt
+        from orchestrator.execution.answers import MARK
+        from tests.support.scripted_answers import answer
+
+        req = json.loads(stdin or "{}")
+        live = next((p for p in self.procs if self._alive(p)), None)
+        kind = live.script.answers if live is not None else "silent"
+        reply: dict[str, object] = {"model": "scripted", "sets": {}, "seconds": {}}
+        for mode in req["modes"]:
+            reply["sets"][mode] = [  # type: ignore[index]
+                answer(Prompt(p["id"], prompt="?"), kind) for p in req["prompts"]
+            ]
+            reply["seconds"][mode] = float(len(req["prompts"]))  # type: ignore[index]
+            self.clock.now += len(req["prompts"])
+        reply["requests"] = len(req["prompts"]) * len(req["modes"]) + 1
+        return 0, MARK + json.dumps(reply) + "\n"
 
     def _pids(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pgid"]))
@@ -715,6 +738,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("rm_dropin", r"rm -f (?P<paths>[^;&|]+); rmdir \S+ 2>/dev/null \|\| true"),
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),
     ("probe", r"python3 -m sglang\.bench_serving --port \d+ .*"),
+    ("ask", r"python3 -c '\"\"\"Ask an OpenAI-compatible server.*"),
 )
 
 

@@ -45,7 +45,7 @@ from orchestrator.diagnosis.classify.judge import (
 )
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
-from orchestrator.errors import InfraError, SchedulerError, TransportError
+from orchestrator.errors import ConfigError, InfraError, SchedulerError, TransportError
 from orchestrator.events import (
     Listener,
     Notice,
@@ -233,7 +233,19 @@ class SlurmExecutor(HostExecutor):
         target: Signature | None = None,
         env_keys: Iterable[str] = (),
         good_metric: float | None = None,
+        ask_twice: bool = False,
     ) -> RunResult:
+        check = exp.answers
+        if check is not None and (check.enabled or check.ready_completion):
+            # a job's server is reached only from inside its job: never judged as `pass`
+            # without its answers having been asked
+            raise ConfigError(
+                f"the answers check is not run on Slurm hosts ({self.host.name})",
+                file=exp.source,
+                key="answers",
+                hint="drop answers: (or set answers.enabled and answers.ready_completion "
+                "to false) for a Slurm host, or run on an SSH host",
+            )
         exp = exp.unsetting(env_keys)  # run and recorded as launched (see Executor.run)
         # the job runs the build's interpreter or image (first word of its command line);
         # the run is recorded under its config

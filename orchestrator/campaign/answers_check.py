@@ -1,0 +1,195 @@
+"""A run's answers judged against the good config's, in the same campaign.
+
+The executor keeps what a ready server answered (orchestrator.execution.answers); whether
+that is right is known only next to the reference: the good config's answers, recorded in
+this campaign on the same host class and build. Like a probe bar relative to good, good
+runs first, and every other run of the campaign is judged against its answers before it
+is recorded: a run whose answers break the rule is `fail` with a signature of its own
+class, `wrong_output`, whose message says which kind of wrong (garbled, different, a score
+that dropped, no answer) and in which mode (one at a time, batched), so two kinds of wrong
+answer are two findings, and a crash and a wrong answer are two findings.
+
+Good's own answers are asked twice on its start (a second pass, the cheap way to measure
+the host's own disagreement: GPU kernels are not batch invariant); a good that disagrees
+with itself under `exact` is said, with the rule that would hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.config.experiment import AnswersCheck, Experiment
+from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, judge
+from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
+from orchestrator.execution.answers import answer_set
+from orchestrator.execution.contract import RunResult
+
+WRONG_OUTPUT = "wrong_output"
+#: the most telling kind first: a run whose answers are wrong in several ways is named by it
+KIND_ORDER = ("no_answer", "garbled", "score", "different")
+_WHAT = {
+    "no_answer": "prompts got no answer",
+    "garbled": "garbled answers",
+    "score": "the score dropped below the bar",
+    "different": "answers differ from the reference",
+}
+
+
+def judged(exp: Experiment) -> bool:
+    """True when the config's runs are judged by their answers against good's."""
+    return exp.answers is not None and exp.answers.enabled
+
+
+def signature(kind: str, modes: list[str], all_modes: tuple[str, ...]) -> Signature:
+    """The `wrong_output` signature of a kind of wrong answer, in the modes it shows."""
+    message = _WHAT.get(kind, kind)
+    if len(all_modes) > 1 and len(modes) < len(all_modes):
+        message += " when batched" if modes == ["batch"] else " one at a time"
+    return Signature(Phase.SERVING, WRONG_OUTPUT, message)
+
+
+def rule_of(check: AnswersCheck, name: str | None = None) -> Rule:
+    return Rule(name=name or check.rule, top_k=check.top_k, pass_if=check.pass_if)  # type: ignore[arg-type]
+
+
+def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
+    """The JSON form of one mode's judgement, kept with the run (`show` reads it)."""
+    return {
+        "passed": v.passed,
+        "kind": v.kind,
+        "rule": v.rule.name,
+        "detail": v.detail,
+        "score": v.score,
+        "reference_score": v.reference_score,
+        "diffs": [
+            {
+                "prompt_id": d.prompt_id,
+                "first_diff": d.first_diff,
+                "reference": d.reference,
+                "answer": d.answer,
+                "garbled": list(d.garbled),
+                "within_rule": d.within_rule,
+                "error": d.error,
+            }
+            for d in v.diffs[:limit]
+        ],
+    }
+
+
+def judge_result(result: RunResult, reference: Any, target: Signature | None) -> RunResult:
+    """`result` judged against the reference run's answers (a RunRow of good in this
+    campaign). A run that did not pass (a crash, a hang) keeps its verdict: its failure
+    came first. The judgement joins the run's answers record (`judged`)."""
+    record = result.answers
+    check = result.experiment.answers
+    if record is None or check is None or not check.enabled or record.get("sets") is None:
+        return result
+    ref_record = getattr(reference, "answers", None) if reference is not None else None
+    if not ref_record or not ref_record.get("sets"):
+        return replace(
+            result,
+            answers={**record, "judged": {"passed": None, "detail": "no reference to judge by"}},
+        )
+    prompts = check.load()
+    rule = rule_of(check)
+    modes: dict[str, Any] = {}
+    failing: list[tuple[str, AnswersVerdict]] = []
+    for mode in check.modes:
+        ref, got = answer_set(ref_record, mode), answer_set(record, mode)
+        if ref is None or got is None:
+            continue
+        v = judge(ref, got, prompts, rule)
+        modes[mode] = verdict_dict(v)
+        if not v.passed:
+            failing.append((mode, v))
+    out: dict[str, Any] = {
+        "reference_run": getattr(reference, "id", None),
+        "rule": rule.name,
+        "modes": modes,
+        "passed": not failing,
+    }
+    if not failing:
+        first = next(iter(modes.values()), None)
+        out["detail"] = first["detail"] if first else "nothing to compare"
+        return replace(result, answers={**record, "judged": out})
+    kind = min((v.kind for _, v in failing), key=lambda k: KIND_ORDER.index(k))
+    shown = [m for m, v in failing if v.kind == kind]
+    sig = signature(kind, [m for m, _ in failing], check.modes)
+    mode, v = next((m, v) for m, v in failing if v.kind == kind)
+    detail = f"{_WHAT[kind]} ({', '.join(shown)}, rule {rule.name}): {v.detail}"
+    detail += f" [reference: run {out['reference_run']}]"
+    out |= {"kind": kind, "detail": detail, "mode": mode}
+    if result.verdict is not Verdict.PASS:
+        return replace(result, answers={**record, "judged": out})
+    return replace(
+        result,
+        verdict=relative(Verdict.FAIL, sig, target),
+        signature=sig,
+        detail=detail,
+        answers={**record, "judged": out},
+    )
+
+
+def noise(
+    result: RunResult | Any, prompts: tuple[Prompt, ...] | None = None
+) -> dict[str, Any] | None:
+    """Good compared with itself (its first mode's answers and the second pass on the same
+    start): None when there is no second pass. Under `exact` a disagreement names the rule
+    that would hold (`logprobs-close`, else `score`)."""
+    record = getattr(result, "answers", None)
+    exp = result.experiment if isinstance(result, RunResult) else result.experiment()
+    check = exp.answers
+    if not record or check is None or not record.get("repeat") or not record.get("sets"):
+        return None
+    first = answer_set(record, check.modes[0])
+    again = answer_set(record, "repeat")
+    if first is None or again is None:
+        return None
+    prompts = prompts if prompts is not None else check.load()
+    v = judge(first, again, prompts, rule_of(check))
+    out: dict[str, Any] = {
+        "passed": v.passed,
+        "rule": check.rule,
+        "detail": v.detail,
+        "differing": sum(1 for d in v.diffs if d.first_diff is not None or d.error),
+    }
+    if not v.passed and check.rule == "exact":
+        close = judge(first, again, prompts, rule_of(check, "logprobs-close"))
+        out["would_hold"] = "logprobs-close" if close.passed else "score"
+    return out
+
+
+def with_noise(result: RunResult) -> tuple[RunResult, dict[str, Any] | None]:
+    """Good's result with its self-comparison kept in its answers record."""
+    measured = noise(result)
+    if measured is None or result.answers is None:
+        return result, measured
+    return replace(result, answers={**result.answers, "noise": measured}), measured
+
+
+def noise_message(measured: dict[str, Any], run_id: str) -> str | None:
+    """What the campaign says of a good that disagrees with itself (None: it agrees)."""
+    if measured.get("passed"):
+        return None
+    text = (
+        f"the good config disagrees with itself under {measured['rule']} "
+        f"[run {run_id}]: {measured['detail']}"
+    )
+    if measured.get("would_hold"):
+        text += (
+            f"; answers of this host differ from start to start: use "
+            f"answers.rule: {measured['would_hold']}"
+        )
+    return text
+
+
+__all__ = [
+    "WRONG_OUTPUT",
+    "judge_result",
+    "judged",
+    "noise",
+    "noise_message",
+    "signature",
+    "with_noise",
+]
