@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.config.hosts import Host
 from orchestrator.config.prompts import load_prompts
-from orchestrator.diagnosis.answers import AnswerSet, Rule, garbled, judge, score
+from orchestrator.diagnosis.answers import Rule, garbled, judge, score
 from orchestrator.execution.answers import Asked, AskSettings, ask
 from orchestrator.execution.transport.local import LocalTransport
 from tests.hosts.procs import free_port, scenario_file
@@ -225,8 +225,9 @@ def test_openai_shapes_tokens_usage_and_sampling(spawn, zoo: Path) -> None:
     one = _post(port, "/v1/completions", {**body, "seed": 7})["choices"][0]["text"]
     assert _post(port, "/v1/completions", {**body, "seed": 7})["choices"][0]["text"] == one
     greedy = {**body, "temperature": 0}
-    assert _post(port, "/v1/completions", {**greedy, "seed": 1}) ["choices"][0]["text"] == (
-        _post(port, "/v1/completions", {**greedy, "seed": 2})["choices"][0]["text"]
+    assert (
+        _post(port, "/v1/completions", {**greedy, "seed": 1})["choices"][0]["text"]
+        == (_post(port, "/v1/completions", {**greedy, "seed": 2})["choices"][0]["text"])
     )
     with pytest.raises(urllib.error.HTTPError) as info:
         _post(port, "/v1/completions", {"prompt": "x", "n": 2})

@@ -165,9 +165,11 @@ def selected(
     a known set, exactly round(fraction * n) of its n scored prompts whose answers are
     longer than `longer_than` tokens, chosen by a fixed draw per prompt; for any other
     prompt, a draw below `fraction`."""
-    ids = [i for i, n in known.scored if n > longer_than] if known is not None else []
-    if known is None or known.id not in ids:
+    if known is None or known.id not in dict(known.scored):
         return fraction >= 1 or _unit("pick", salt, key) < fraction
+    ids = [i for i, n in known.scored if n > longer_than]
+    if known.id not in ids:
+        return False  # too short to be taken (a drift past the answer's end)
     ranked = sorted(ids, key=lambda i: _unit("pick", salt, known.set_name, i))
     return ranked.index(known.id) < math.floor(fraction * len(ranked) + 0.5)
 
@@ -324,7 +326,7 @@ def generate(
             scale = 1 + 0.04 * (_unit("drift", key, len(tokens)) - 0.5)
             pos = [(t, lp * scale) for t, lp in pos]
             if flip == len(tokens):
-                (t0, l0), (t1, l1) = pos[0], pos[1]
+                (t0, l0), (t1, _) = pos[0], pos[1]
                 pos = [(t1, l0 * 1.02), (t0, l0 * 1.05), *pos[2:]]
         if temperature > 0:
             weights = [math.exp(lp / temperature) for _, lp in pos]

@@ -83,7 +83,12 @@ def parse(path: str, req: Mapping[str, Any], served: str) -> Ask:
         pairs.append((str(m.get("role", "user")), m["content"]))
     text = "".join(c for _, c in pairs)
     ask = _ask(
-        path, answering.prompt_key(None, pairs), text, answering.CHAT_OVERHEAD * len(pairs), req, model
+        path,
+        answering.prompt_key(None, pairs),
+        text,
+        answering.CHAT_OVERHEAD * len(pairs),
+        req,
+        model,
     )
     top = None
     if req.get("logprobs"):
@@ -91,9 +96,7 @@ def parse(path: str, req: Mapping[str, Any], served: str) -> Ask:
     return _with_top(ask, top)
 
 
-def _ask(
-    path: str, key: str, text: str, overhead: int, req: Mapping[str, Any], model: str
-) -> Ask:
+def _ask(path: str, key: str, text: str, overhead: int, req: Mapping[str, Any], model: str) -> Ask:
     default = 16 if path == "/v1/completions" else 128
     names = ("max_new_tokens",) if path == "/generate" else ("max_tokens", "max_completion_tokens")
     raw = next((req[k] for k in names if req.get(k) is not None), default)
