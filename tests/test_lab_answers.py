@@ -262,3 +262,20 @@ def test_flaky_answers_pair_drops_accuracy_on_about_half_the_starts() -> None:
 def test_drift_pair_changes_numbers_with_the_dtype_only() -> None:
     _, outcomes = _subsets("drift")
     assert _minimal(outcomes, lambda o: o[1]) == [{"dtype"}]
+
+
+def test_each_request_keeps_its_own_peak_of_requests_in_flight() -> None:
+    """Two requests' peaks may be equal: leaving must drop the leaver's, not an equal one."""
+    import io
+
+    from orchestrator.lab.server import Engine, Log
+
+    eng = Engine(1000.0, None, Log(io.StringIO()))
+    first, second = eng.enter(), eng.enter()
+    eng.leave(second)
+    third, fourth = eng.enter(), eng.enter()
+    assert first == [3] and third == [3] and fourth == [3]
+    eng.leave(first)
+    eng.leave(third)
+    eng.leave(fourth)
+    assert eng.in_flight == 0 and eng.live == []

@@ -101,7 +101,7 @@ def _ask(path: str, key: str, text: str, overhead: int, req: Mapping[str, Any], 
     names = ("max_new_tokens",) if path == "/generate" else ("max_tokens", "max_completion_tokens")
     raw = next((req[k] for k in names if req.get(k) is not None), default)
     max_tokens = _int({"max_tokens": raw}, "max_tokens", default, 1, 1_000_000)
-    temp = req.get("temperature", 0.0 if path != "/generate" else 1.0)
+    temp = req.get("temperature", 0.0)
     if temp is None:
         temp = 0.0
     if isinstance(temp, bool) or not isinstance(temp, int | float) or temp < 0:
@@ -119,7 +119,9 @@ def _ask(path: str, key: str, text: str, overhead: int, req: Mapping[str, Any], 
         token_ids=bool(req.get("return_tokens_as_token_ids")),
         temperature=float(temp),
         seed=seed,
-        ignore_eos=bool(req.get("ignore_eos")),
+        # SGLang's own /generate here always runs to max_new_tokens (the lab bench and the
+        # health and load tests count on its length); the OpenAI routes stop at the answer's end
+        ignore_eos=bool(req.get("ignore_eos", path == "/generate")),
         model=model,
     )
 
