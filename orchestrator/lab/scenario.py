@@ -45,7 +45,24 @@ the startup lines; `weights_gb` with `load_gb_per_s` sets the load phase's time,
 `versions` (the server's releases, oldest first: a rule's `when: {version: ...}` holds by
 that order, `{ge: 0.5.23}` from that release on; the server's version is the installed
 distribution `orchestrator-lab-server`, which a lab build puts on its path, see
-`orchestrator.lab.builds`; a server without one matches no version condition).
+`orchestrator.lab.builds`; a server without one matches no version condition),
+`answers` (rules that make a serving server answer wrong, below), `prompt_sets` (JSONL
+prompt sets, relative to the scenario file, whose `expect` answers the server knows
+besides the shipped set's).
+
+Answers rules (`answers:`): the server starts and serves, and its answers to
+`/v1/completions` and `/v1/chat/completions` are wrong (`orchestrator.lab.answering`).
+Keys: `when` (as for faults), `effect` (`garbled`: unreadable, repetitive text; `wrong`:
+readable but wrong answers; `drift`: every logprob moves a little and the greedy token
+changes late, from `from_token` (default 16) on, within the reference's top-k),
+`fraction` (the share of the answers it takes, default 1: of a known prompt set exactly
+round(fraction * scored prompts), chosen by prompt, the same on every start; a drift
+chooses among the answers longer than `from_token`), `concurrency` (only while at least N
+requests are in flight: a request waits up to 0.3 s for N to gather), `min_prompt_tokens`
+/ `min_prompt_chars` (only for prompts at least that long, as usage.prompt_tokens counts),
+`probability` (flaky: in force on that share of the starts, drawn from the start's seed
+and command line like a flaky fault), `description`. Each request takes the first rule in
+force that applies to it; the faults still decide whether the server starts at all.
 """
 
 from __future__ import annotations

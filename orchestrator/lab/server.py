@@ -6,6 +6,9 @@ phase by phase (init, load_weights, kv_cache, cuda_graph, warmup), then binds `-
 `/v1/completions`, `/v1/chat/completions`, `/get_server_info` and `/get_model_info`.
 Tokens come out at the scenario's throughput, shared by all requests like one GPU's
 decode budget, so a benchmark measures the scenario's tok/s whatever its concurrency.
+The OpenAI routes answer as vLLM and SGLang do (`orchestrator.lab.openai_api`: logprobs,
+token ids, usage, seed, temperature), right by default and wrong by the scenario's
+`answers:` rules (`orchestrator.lab.answering`).
 
 Faults come from the scenario (see `orchestrator.lab.scenario`):
   - crash at a phase: a scheduler traceback ending in the rule's error, the parent's
