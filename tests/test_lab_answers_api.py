@@ -68,9 +68,18 @@ def _local() -> LocalTransport:
 def _asked(spawn, zoo: Path, *flags: str, seed: str = "3", **kw: object) -> Asked:
     port = free_port()
     proc = spawn(
-        "--scenario", str(zoo), "--port", str(port), "--model-path", "/models/m",
-        "--time-scale", "0", "--seed", seed, *flags,
-    )  # fmt: skip
+        "--scenario",
+        str(zoo),
+        "--port",
+        str(port),
+        "--model-path",
+        "/models/m",
+        "--time-scale",
+        "0",
+        "--seed",
+        seed,
+        *flags,
+    )
     assert proc.wait_healthy(port, WAIT), proc.out + proc.err
     asked = ask(_local(), PROMPTS, port, AskSettings(**kw))  # type: ignore[arg-type]
     proc.stop()
@@ -84,9 +93,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory, zoo: Path) -> Asked:
 
     port = free_port()
     proc = LabProcess.server(
-        ["--scenario", str(zoo), "--port", str(port), "--model-path", "/models/m",
-         "--time-scale", "0"]
-    ).start()  # fmt: skip
+        [
+            "--scenario",
+            str(zoo),
+            "--port",
+            str(port),
+            "--model-path",
+            "/models/m",
+            "--time-scale",
+            "0",
+        ]
+    ).start()
     try:
         assert proc.wait_healthy(port, WAIT), proc.out + proc.err
         return ask(_local(), PROMPTS, port, AskSettings())
@@ -199,9 +216,14 @@ def test_openai_shapes_tokens_usage_and_sampling(spawn, zoo: Path) -> None:
     cmpl = _post(
         port,
         "/v1/completions",
-        {"model": model, "prompt": "The capital of Italy is", "max_tokens": 3, "logprobs": 2,
-         "temperature": 0},
-    )  # fmt: skip
+        {
+            "model": model,
+            "prompt": "The capital of Italy is",
+            "max_tokens": 3,
+            "logprobs": 2,
+            "temperature": 0,
+        },
+    )
     choice = cmpl["choices"][0]
     assert choice["text"].startswith(" Rome. ") and choice["finish_reason"] == "length"
     lp = choice["logprobs"]
@@ -212,9 +234,16 @@ def test_openai_shapes_tokens_usage_and_sampling(spawn, zoo: Path) -> None:
     chat = _post(
         port,
         "/v1/chat/completions",
-        {"messages": [{"role": "user", "content": "Is the sun a star? Reply with yes or no only."}],
-         "logprobs": True, "top_logprobs": 3, "return_tokens_as_token_ids": True, "seed": 1},
-    )  # fmt: skip
+        {
+            "messages": [
+                {"role": "user", "content": "Is the sun a star? Reply with yes or no only."}
+            ],
+            "logprobs": True,
+            "top_logprobs": 3,
+            "return_tokens_as_token_ids": True,
+            "seed": 1,
+        },
+    )
     msg = chat["choices"][0]
     assert msg["message"]["content"] == "Yes" and msg["finish_reason"] == "stop"
     (pos,) = msg["logprobs"]["content"]
