@@ -332,7 +332,20 @@ def test_resolve_bare_names_and_paths(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["b300", "b300-v0523", "rtx6000", "rtx6000-repair", "glm5", "flaky-load", "decoy"]
+    "name",
+    [
+        "b300",
+        "b300-v0523",
+        "rtx6000",
+        "rtx6000-repair",
+        "glm5",
+        "flaky-load",
+        "decoy",
+        "k26-dp-ep",
+        "crash-wrong",
+        "flaky-answers",
+        "drift",
+    ],
 )
 def test_shipped_scenarios_load_and_start_in_2_to_3_seconds(name: str) -> None:
     s = sc.load(name)

@@ -586,6 +586,8 @@ def test_runs_on_system_python_with_only_pyyaml() -> None:
     ("experiment", "code", "text"),
     [
         ("b300/good.yaml", None, READY),
+        ("k26-dp-ep/bad.yaml", None, READY),  # it answers wrong, but serves
+        ("crash-wrong/bad.yaml", 1, "RuntimeError: CUDA error: misaligned address"),
         ("b300/bad.yaml", 1, "CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmStrided"),
         ("b300/ep8_only.yaml", 1, "AttributeError: 'NoneType' object has no attribute 'dtype'"),
         ("rtx6000/bad.yaml", 1, "AssertionError"),

@@ -45,7 +45,24 @@ the startup lines; `weights_gb` with `load_gb_per_s` sets the load phase's time,
 `versions` (the server's releases, oldest first: a rule's `when: {version: ...}` holds by
 that order, `{ge: 0.5.23}` from that release on; the server's version is the installed
 distribution `orchestrator-lab-server`, which a lab build puts on its path, see
-`orchestrator.lab.builds`; a server without one matches no version condition).
+`orchestrator.lab.builds`; a server without one matches no version condition),
+`answers` (rules that make a serving server answer wrong, below), `prompt_sets` (JSONL
+prompt sets, relative to the scenario file, whose `expect` answers the server knows
+besides the shipped set's).
+
+Answers rules (`answers:`): the server starts and serves, and its answers to
+`/v1/completions` and `/v1/chat/completions` are wrong (`orchestrator.lab.answering`).
+Keys: `when` (as for faults), `effect` (`garbled`: unreadable, repetitive text; `wrong`:
+readable but wrong answers; `drift`: every logprob moves a little and the greedy token
+changes late, from `from_token` (default 16) on, within the reference's top-k),
+`fraction` (the share of the answers it takes, default 1: of a known prompt set exactly
+round(fraction * scored prompts), chosen by prompt, the same on every start; a drift
+chooses among the answers longer than `from_token`), `concurrency` (only while at least N
+requests are in flight: a request waits up to 0.3 s for N to gather), `min_prompt_tokens`
+/ `min_prompt_chars` (only for prompts at least that long, as usage.prompt_tokens counts),
+`probability` (flaky: in force on that share of the starts, drawn from the start's seed
+and command line like a flaky fault), `description`. Each request takes the first rule in
+force that applies to it; the faults still decide whether the server starts at all.
 """
 
 from __future__ import annotations
@@ -60,11 +77,13 @@ import yaml
 
 from orchestrator.lab import flags as flagcat
 from orchestrator.lab.scenario_model import (
+    ANSWER_EFFECTS,
     DEFAULT_STARTUP,
     EFFECTS,
     OPERATORS,
     RULE_PHASES,
     STARTUP_PHASES,
+    AnswerRule,
     Condition,
     Factor,
     Frame,
@@ -199,6 +218,8 @@ class _Validator:
                 "defaults",
                 "model",
                 "versions",
+                "answers",
+                "prompt_sets",
             ),
         )
         self.versions = self.version_list(data.get("versions"))
@@ -219,6 +240,11 @@ class _Validator:
         if not isinstance(faults_raw, list):
             raise self.fail("faults", f"expected a list of rules, got {_kind(faults_raw)}")
         faults = tuple(self.rule(i, r) for i, r in enumerate(faults_raw))
+        answers_raw = data.get("answers") or []
+        if not isinstance(answers_raw, list):
+            raise self.fail("answers", f"expected a list of rules, got {_kind(answers_raw)}")
+        answers = tuple(self.answer_rule(i, r) for i, r in enumerate(answers_raw))
+        prompt_sets = self.prompt_sets(data.get("prompt_sets"))
         base, factors = self.throughput(data.get("throughput", 1000.0))
         defaults = self.defaults(data.get("defaults", {}))
         known = self.known_flags(data["known_flags"]) if data.get("known_flags") else None
@@ -239,6 +265,86 @@ class _Validator:
             defaults=defaults,
             model=model,
             versions=self.versions,
+            answers=answers,
+            prompt_sets=prompt_sets,
+        )
+
+    def prompt_sets(self, v: object) -> tuple[Path, ...]:
+        if v is None:
+            return ()
+        if not isinstance(v, list):
+            raise self.fail("prompt_sets", f"expected a list of JSONL file paths, got {_kind(v)}")
+        out = []
+        for i, item in enumerate(v):
+            where = f"prompt_sets[{i}]"
+            path = Path(self.string(where, item))
+            path = path if path.is_absolute() else self.path.parent / path
+            if not path.is_file():
+                raise self.fail(where, f"no such file: {path}; expected a prompt set (JSONL)")
+            out.append(path)
+        return tuple(out)
+
+    def answer_rule(self, i: int, v: object) -> AnswerRule:
+        where = f"answers[{i}]"
+        data = self.mapping(where, v)
+        self.keys(
+            where,
+            data,
+            (
+                "when",
+                "effect",
+                "fraction",
+                "concurrency",
+                "min_prompt_tokens",
+                "min_prompt_chars",
+                "probability",
+                "from_token",
+                "description",
+            ),
+        )
+        if "when" not in data:
+            raise self.fail(
+                f"{where}.when", "missing; expected a mapping of conditions ({} = always)"
+            )
+        effect = data.get("effect")
+        if effect not in ANSWER_EFFECTS:
+            raise self.fail(
+                f"{where}.effect", f"expected one of {', '.join(ANSWER_EFFECTS)}, got {effect!r}"
+            )
+        fraction = 1.0
+        if data.get("fraction") is not None:
+            fraction = self.number(f"{where}.fraction", data["fraction"])
+            if not 0 < fraction <= 1:
+                raise self.fail(f"{where}.fraction", f"expected a number in (0, 1], got {fraction}")
+        prob = None
+        if data.get("probability") is not None:
+            prob = self.number(f"{where}.probability", data["probability"])
+            if not 0 < prob <= 1:
+                raise self.fail(f"{where}.probability", f"expected a number in (0, 1], got {prob}")
+        counts: dict[str, int | None] = {}
+        for key, lo in (("concurrency", 2), ("min_prompt_tokens", 1), ("min_prompt_chars", 1)):
+            raw = data.get(key)
+            counts[key] = None if raw is None else self.integer(f"{where}.{key}", raw, lo, 10**9)
+        from_token = 16
+        if data.get("from_token") is not None:
+            if effect != "drift":
+                raise self.fail(
+                    f"{where}.from_token", f"only a 'drift' rule has one (effect is {effect!r})"
+                )
+            from_token = self.integer(f"{where}.from_token", data["from_token"], 0, 10**6)
+        desc = data.get("description", "")
+        if not isinstance(desc, str):
+            raise self.fail(f"{where}.description", f"expected a string, got {_kind(desc)}")
+        return AnswerRule(
+            index=i,
+            when=self.when(f"{where}.when", data["when"]),
+            effect=effect,
+            fraction=fraction,
+            concurrency=counts["concurrency"],
+            min_prompt_tokens=counts["min_prompt_tokens"],
+            min_prompt_chars=counts["min_prompt_chars"],
+            probability=prob,
+            from_token=from_token,
         )
 
     def version_list(self, v: object) -> tuple[str, ...]:

@@ -31,6 +31,8 @@ DEFAULT_STARTUP = {
     "warmup": 0.2,
 }
 EFFECTS = ("crash", "hang")
+#: what an `answers:` rule does to the answers it takes
+ANSWER_EFFECTS = ("garbled", "wrong", "drift")
 OPERATORS = ("lt", "le", "gt", "ge", "ne", "in")
 
 #: Flags that steer the simulation, not the simulated server: never part of a fault's
@@ -168,6 +170,34 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class AnswerRule:
+    """An `answers:` rule: the server starts and serves, but answers wrong."""
+
+    index: int
+    when: When
+    effect: str  # garbled, wrong, drift
+    #: the share of the prompts it takes (of a known prompt set: exactly that share)
+    fraction: float = 1.0
+    #: only while at least this many requests are in flight
+    concurrency: int | None = None
+    #: only for prompts at least this long (usage.prompt_tokens / characters)
+    min_prompt_tokens: int | None = None
+    min_prompt_chars: int | None = None
+    #: flaky: holds on this share of the starts (drawn from the start's seed)
+    probability: float | None = None
+    #: drift: the first position whose greedy token may change
+    from_token: int = 16
+
+    def takes(self, in_flight: int, prompt_tokens: int, prompt_chars: int) -> bool:
+        """Whether a request with these figures is one this rule applies to."""
+        return (
+            (self.concurrency is None or in_flight >= self.concurrency)
+            and (self.min_prompt_tokens is None or prompt_tokens >= self.min_prompt_tokens)
+            and (self.min_prompt_chars is None or prompt_chars >= self.min_prompt_chars)
+        )
+
+
+@dataclass(frozen=True)
 class Factor:
     when: When
     multiply: float
@@ -207,6 +237,10 @@ class Scenario:
     #: the server's releases, oldest first (`versions:`); a rule's `version:` condition
     #: compares by this order
     versions: tuple[str, ...] = ()
+    #: rules that make the answers wrong (the server still starts and serves)
+    answers: tuple[AnswerRule, ...] = ()
+    #: prompt sets (JSONL) whose expected answers the server knows, beside the shipped one
+    prompt_sets: tuple[Path, ...] = ()
 
     def version_index(self, name: str | None) -> int | None:
         """The position of a version in `versions:` (None: no version, or not listed)."""
@@ -247,6 +281,23 @@ class Scenario:
             return rule
         return None
 
+    def answer_rules(
+        self,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        seed: int,
+        version: str | None = None,
+    ) -> tuple[AnswerRule, ...]:
+        """The `answers:` rules in force for this start, in order: their conditions hold
+        and, if flaky, their draw came up (each request then takes the first that applies)."""
+        index = self.version_index(version)
+        return tuple(
+            r
+            for r in self.answers
+            if r.when.holds(flags, env, self.defaults, index)
+            and (r.probability is None or draw(seed, r, flags, env, kind="answers") < r.probability)
+        )
+
     def tokens_per_second(self, flags: Mapping[str, FlagValue], env: Mapping[str, str]) -> float:
         rate = self.throughput
         for factor in self.factors:
@@ -255,14 +306,23 @@ class Scenario:
         return rate
 
 
-def draw(seed: int, rule: Rule, flags: Mapping[str, FlagValue], env: Mapping[str, str]) -> float:
+def draw(
+    seed: int,
+    rule: Rule | AnswerRule,
+    flags: Mapping[str, FlagValue],
+    env: Mapping[str, str],
+    kind: str = "faults",
+) -> float:
     """A number in [0, 1) fixed by the seed, the rule and the server's command line.
 
     String seeds are hashed with SHA-512 by `random.Random`, so the draw is the same in
     every process regardless of PYTHONHASHSEED.
     """
+    # (a fault rule's key is the one it always had: recorded flaky histories replay)
+    extra = {} if kind == "faults" else {"kind": kind}
     key = json.dumps(
         {
+            **extra,
             "seed": seed,
             "rule": rule.index,
             "flags": {k: v for k, v in sorted(flags.items()) if k not in _NOT_IN_DRAW},

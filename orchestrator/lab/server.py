@@ -6,6 +6,9 @@ phase by phase (init, load_weights, kv_cache, cuda_graph, warmup), then binds `-
 `/v1/completions`, `/v1/chat/completions`, `/get_server_info` and `/get_model_info`.
 Tokens come out at the scenario's throughput, shared by all requests like one GPU's
 decode budget, so a benchmark measures the scenario's tok/s whatever its concurrency.
+The OpenAI routes answer as vLLM and SGLang do (`orchestrator.lab.openai_api`: logprobs,
+token ids, usage, seed, temperature), right by default and wrong by the scenario's
+`answers:` rules (`orchestrator.lab.answering`).
 
 Faults come from the scenario (see `orchestrator.lab.scenario`):
   - crash at a phase: a scheduler traceback ending in the rule's error, the parent's
@@ -42,12 +45,13 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab import cmdline, multinode, sglang_text
+from orchestrator.lab import answering, cmdline, multinode, openai_api, sglang_text
 from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.scenario_model import (
     LAB_ONLY_FLAGS,
     STARTUP_PHASES,
+    AnswerRule,
     Rule,
     Scenario,
     ScenarioError,
@@ -62,7 +66,10 @@ SEED_ENV = "ORCH_LAB_SEED"
 DEFAULT_PORT = 30000
 DEFAULT_HOST = "127.0.0.1"
 DRAIN_SECONDS = 5.0
-_WORDS = ("the", "model", "answers", "with", "simulated", "tokens", "at", "a", "steady", "rate")
+#: how long a request waits for others to join it when an answers rule asks for
+#: concurrency: the scheduler's batch forms from what arrives meanwhile (a concurrent
+#: batch arrives within milliseconds; a request alone answers after this)
+BATCH_WINDOW = 0.3
 
 
 class Log:
@@ -102,11 +109,25 @@ class Log:
 class Engine:
     """What the running server shares between request threads: token budget and faults."""
 
-    def __init__(self, rate: float, rule: Rule | None, log: Log) -> None:
+    def __init__(
+        self,
+        rate: float,
+        rule: Rule | None,
+        log: Log,
+        answer_rules: tuple[AnswerRule, ...] = (),
+        book: dict[str, answering.Known] | None = None,
+        model: str = "",
+    ) -> None:
         self.rate = rate
         self.rule = rule
         self.log = log
+        self.answer_rules = answer_rules
+        self.book = book or {}
+        self.model = model
         self.lock = threading.Lock()
+        self.joined = threading.Condition(self.lock)
+        self.live: list[list[int]] = []  # each request in flight: [the most in flight with it]
+        self._serial = 0
         self.next_free = 0.0
         self.completed = 0
         self.tokens_out = 0
@@ -123,6 +144,48 @@ class Engine:
             start = max(now, self.next_free)
             self.next_free = start + tokens / self.rate
             return start - now, self.next_free - start
+
+    def enter(self) -> list[int]:
+        """A request arrives: counted in flight, and in every live request's peak."""
+        with self.lock:
+            self.in_flight += 1
+            peak = [self.in_flight]
+            self.live.append(peak)
+            for other in self.live:
+                other[0] = max(other[0], self.in_flight)
+            self.joined.notify_all()
+            return peak
+
+    def leave(self, peak: list[int]) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            # by identity: two requests' peaks may be equal lists
+            self.live = [p for p in self.live if p is not peak]
+
+    def serial(self) -> int:
+        with self.lock:
+            self._serial += 1
+            return self._serial
+
+    def effect_for(self, ask: openai_api.Ask, peak: list[int]) -> answering.Effect | None:
+        """The first rule in force that takes this request, as what it does to the answer."""
+        if not self.answer_rules:
+            return None
+        wanted = max((r.concurrency or 0 for r in self.answer_rules), default=0)
+        if wanted:
+            with self.lock:
+                self.joined.wait_for(lambda: peak[0] >= wanted, timeout=BATCH_WINDOW)
+        known = self.book.get(ask.key)
+        for r in self.answer_rules:
+            if not r.takes(peak[0], ask.prompt_tokens, ask.prompt_chars):
+                continue
+            longer = r.from_token if r.effect == "drift" else -1
+            takes = answering.selected(r.fraction, (r.index, r.effect), ask.key, known, longer)
+            if r.effect == "drift":  # every answer's numbers move; the fraction's text too
+                return answering.Effect(r.effect, r.index, r.from_token, flip=takes)
+            if takes:
+                return answering.Effect(r.effect, r.index, r.from_token)
+        return None
 
     def done(self, tokens: int) -> None:
         with self.lock:
@@ -252,29 +315,39 @@ class Handler(BaseHTTPRequestHandler):
         if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
             self._send(404, {"detail": "Not Found"})
             return
+        server: LabServer = self.server  # type: ignore[assignment]
         try:
             req = json.loads(raw or b"{}")
             if not isinstance(req, dict):
                 raise ValueError("expected a JSON object")
-            prompt_tokens, max_tokens = _request_size(path, req)
+            ask = openai_api.parse(path, req, str(server.info.get("model_path")))
         except (ValueError, TypeError) as exc:
-            self._send(400, {"error": {"message": f"bad request: {exc}"}})
+            self._send(400, {"error": {"message": f"bad request: {exc}", "code": 400}})
             return
         eng = self.engine
-        with eng.lock:
-            eng.in_flight += 1
+        peak = eng.enter()
         try:
-            self._generate(path, req, prompt_tokens, max_tokens)
+            self._generate(ask, peak)
         finally:
-            with eng.lock:
-                eng.in_flight -= 1
+            eng.leave(peak)
 
-    def _generate(
-        self, path: str, req: Mapping[str, Any], prompt_tokens: int, max_tokens: int
-    ) -> None:
+    def _generate(self, ask: openai_api.Ask, peak: list[int]) -> None:
         eng = self.engine
+        effect = eng.effect_for(ask, peak)
+        gen = answering.generate(
+            ask.key,
+            eng.book.get(ask.key),
+            eng.model,
+            max_tokens=ask.max_tokens,
+            top_k=ask.top_k or 0,
+            effect=effect,
+            ignore_eos=ask.ignore_eos,
+            temperature=ask.temperature,
+            seed=ask.seed,
+        )
+        out = max(len(gen.tokens), 1)
         booked = time.monotonic()
-        queued, generating = eng.reserve(max_tokens, now=booked)
+        queued, generating = eng.reserve(out, now=booked)
         # Waiting on `crashed` lets a crash cut in-flight requests off, as a dead server does.
         if eng.crashed.wait(queued + generating):
             self.close_connection = True
@@ -283,77 +356,14 @@ class Handler(BaseHTTPRequestHandler):
             eng.stopping.wait()
             self.close_connection = True
             return
-        text = " ".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
-        per_token = generating / max(max_tokens, 1)
-        meta = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": max_tokens,
-            "e2e_latency": queued + generating,
-            "ttft": queued + per_token,
-        }
+        per_token = generating / out
+        meta = {"e2e_latency": queued + generating, "ttft": queued + per_token}
         # when the engine generated it, on the engine's clock: the lab bench's duration is
         # the engine's own busy span, not the client's wall clock (ENGINE_WINDOW_HEADER)
         window = f"{booked + queued:.6f} {booked + queued + generating:.6f}"
-        self._send(200, _response(path, req, text, meta), {ENGINE_WINDOW_HEADER: window})
-        eng.done(max_tokens)
-
-
-def _request_size(path: str, req: Mapping[str, Any]) -> tuple[int, int]:
-    if path == "/generate":
-        params = req.get("sampling_params") or {}
-        max_tokens = int(params.get("max_new_tokens", 128))
-        prompt: Any = req.get("text", req.get("input_ids", ""))
-    elif path == "/v1/completions":
-        max_tokens = int(req.get("max_tokens", 16))
-        prompt = req.get("prompt", "")
-    else:
-        max_tokens = int(req.get("max_tokens", req.get("max_completion_tokens", 128)))
-        prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
-    if max_tokens < 1 or max_tokens > 1_000_000:
-        raise ValueError(f"max tokens must be 1..1000000, got {max_tokens}")
-    if isinstance(prompt, list):
-        count = len(prompt)
-    else:
-        count = len(str(prompt).split())
-    return max(count, 1), max_tokens
-
-
-def _response(path: str, req: Mapping[str, Any], text: str, meta: dict[str, Any]) -> object:
-    if path == "/generate":
-        return {
-            "text": text,
-            "meta_info": {
-                "id": f"lab-{time.monotonic_ns()}",
-                "finish_reason": {"type": "length"},
-                **meta,
-            },
-        }
-    usage = {
-        "prompt_tokens": meta["prompt_tokens"],
-        "completion_tokens": meta["completion_tokens"],
-        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
-    }
-    if path == "/v1/completions":
-        return {
-            "id": "cmpl-lab",
-            "object": "text_completion",
-            "model": req.get("model", ""),
-            "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-            "usage": usage,
-        }
-    return {
-        "id": "chatcmpl-lab",
-        "object": "chat.completion",
-        "model": req.get("model", ""),
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "length",
-                "message": {"role": "assistant", "content": text},
-            }
-        ],
-        "usage": usage,
-    }
+        body = openai_api.response(ask, gen, meta, eng.serial())
+        self._send(200, body, {ENGINE_WINDOW_HEADER: window})
+        eng.done(len(gen.tokens))
 
 
 class LabServer(ThreadingHTTPServer):
@@ -390,7 +400,14 @@ class Run:
         self.tp = _tp(flags.get("tp-size", 1))
         self.pid = os.getpid()
         rate = scen.tokens_per_second(flags, os.environ)
-        self.engine = Engine(rate, rule, self.log)
+        self.engine = Engine(
+            rate,
+            rule,
+            self.log,
+            scen.answer_rules(flags, os.environ, seed, version=installed_version()),
+            answering.read_book((answering.DEFAULT_SET, *scen.prompt_sets)),
+            str(flags.get("model-path", "/models/model")),
+        )
         self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
         self.stop_signal: int | None = None  # the signal that asked it to stop
         self._noticed = False
