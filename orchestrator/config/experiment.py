@@ -20,6 +20,7 @@ from typing import Any, Union
 from pydantic import ValidationError
 
 from orchestrator.config.containers import container_split
+from orchestrator.config.deployment import Deployment, Role, build_roles, deployment, launch
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
     Condition,
@@ -157,6 +158,10 @@ class Experiment:
     #: on the server's path; `bisect --packages`)
     packages: tuple[tuple[str, str], ...] = ()
     packages_from: str | None = None
+    #: the roles of a deployment over several units (config.deployment); () is one unit
+    roles: tuple[Role, ...] = ()
+    #: a variant whose roles split a flag they must agree on: `refuse` (invalid) or `start`
+    mismatched_roles: str = "refuse"
 
     @property
     def weights(self) -> str:
@@ -175,6 +180,14 @@ class Experiment:
         return secrets_of(self.env_map(), self.flags, marked=dict(self.secret_refs))
 
     # ---- views
+    def deployment(self) -> Deployment:
+        """Its roles in start order (one role, `server`, without `roles:`)."""
+        return deployment(self)
+
+    def role_launch(self, role: str) -> Experiment:
+        """The single-unit launch of one role (of a single unit: itself)."""
+        return launch(self, role)
+
     @property
     def port(self) -> int:
         return self.health.port
@@ -238,6 +251,9 @@ class Experiment:
             launch["env_into_container"] = True
         if self.packages:
             launch["packages"] = [sorted(self.packages), self.packages_from]
+        if self.roles:  # joins only when set: a single unit's key holds
+            launch["roles"] = [r.key() for r in self.roles]
+            launch["mismatched_roles"] = self.mismatched_roles
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -310,6 +326,10 @@ class Experiment:
             data["requires"] = {k: list(v) for k, v in self.requires}
         if self.repair is not None:
             data["repair"] = self.repair.to_dict()
+        if self.roles:
+            data["roles"] = {r.name: r.to_dict() for r in self.roles}
+        if self.mismatched_roles != "refuse":
+            data["mismatched_roles"] = self.mismatched_roles
         return data
 
     @classmethod
@@ -441,26 +461,35 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         )
 
     secret_refs: list[tuple[str, str]] = []
-    flags: list[tuple[str, FlagValue]] = []
-    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
-    for raw_name, value in (svc.flags or {}).items():
+
+    def flag_value(
+        raw_name: str, value: Any, key: str, words: tuple[str, ...]
+    ) -> tuple[str, FlagValue | None]:
         # a known server's short alias is its long option (`-tp` is vLLM's
         # tensor-parallel-size): one option to the planner however it is written
-        name = canonical(exec_words, flag_key(raw_name))
+        name = canonical(words, flag_key(raw_name))
         if value is None or value is False:
-            continue  # absent
+            return name, None  # absent
         if isinstance(value, list):
             if not value:
-                continue
+                return name, None
             value = tuple(value)
         if isinstance(value, str):
-            value, ref = resolve_reference(value, file=source, key=f"service.flags.{raw_name}")
+            value, ref = resolve_reference(value, file=source, key=key)
             if ref:
                 secret_refs.append((name, ref))
         for word in value if isinstance(value, tuple) else (value,):
             why = uncarriable(word) if isinstance(word, str) else None
             if why:
-                raise ConfigError(f"the value {why}", file=source, key=f"service.flags.{raw_name}")
+                raise ConfigError(f"the value {why}", file=source, key=key)
+        return name, value
+
+    flags: list[tuple[str, FlagValue]] = []
+    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
+    for raw_name, raw_value in (svc.flags or {}).items():
+        name, value = flag_value(raw_name, raw_value, f"service.flags.{raw_name}", exec_words)
+        if value is None:
+            continue
         if name in seen:
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
@@ -486,8 +515,15 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         env.append((key, text))
 
     _check_sizes(flags, env, exec_words, source)
+    roles = build_roles(model.roles, source=source, exec_words=exec_words, flag_value=flag_value)
     h = model.health or HealthModel()
     flag_port = dict(flags).get("port")
+    if roles:  # health is polled on the router, else rank 0: the port is that role's
+        from orchestrator.config.deployment import role_flags
+
+        dep = Deployment(roles)
+        polled = dep.role(dep.health_role)
+        flag_port = role_flags(_Shared(tuple(flags)), polled).get("port")
     if flag_port is not None and (
         isinstance(flag_port, bool) or not isinstance(flag_port, int) or not 0 < flag_port < 65536
     ):
@@ -554,4 +590,14 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         build=svc.build,
         packages=tuple((svc.packages or {}).items()),
         packages_from=svc.packages_from,
+        roles=roles,
+        mismatched_roles=model.mismatched_roles or "refuse",
     )
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """The shared flags of a config being built (what `role_flags` reads of it)."""
+
+    flags: tuple[tuple[str, FlagValue], ...]
+    env: tuple[tuple[str, str], ...] = ()
