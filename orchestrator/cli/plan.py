@@ -195,12 +195,12 @@ def roles_of(exp: object) -> list[dict[str, object]]:
     ]
 
 
-def refused_start(exp: object) -> str | None:
+def refused_start(exp: object, plan: Plan) -> str | None:
     """Why this launch is `invalid` before it starts: its roles would split a flag they
-    must agree on (None: it may start)."""
-    from orchestrator.config.deployment import refusal
+    must agree on (None: it may start, or either config says to start it anyway)."""
+    from orchestrator.config.deployment import refusal, starts_anyway
 
-    why = refusal(exp)  # type: ignore[arg-type]
+    why = refusal(exp, start=starts_anyway(plan.good, plan.bad))  # type: ignore[arg-type]
     return why.reason if why else None
 
 
@@ -243,12 +243,12 @@ def run(args: argparse.Namespace) -> int:
                     "describe": plan.describe(v),
                     "argv": red.obj(plan.variant(v).argv()),
                     "build": plan.builds_of(v),
-                    "refused": refused_start(plan.variant(v)),
+                    "refused": refused_start(plan.variant(v), plan),
                 }
                 for v in first
             ],
             "roles": roles_of(plan.bad),
-            "refused": {"good": refused_start(plan.good), "bad": refused_start(plan.bad)},
+            "refused": {"good": refused_start(plan.good, plan), "bad": refused_start(plan.bad, plan)},
             "estimated_runs": est,
             "run_time": rt.to_dict(),
             "rehearse": rehearse,
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         for r in roles_of(plan.bad):
             c.print(f"  - {escape(_role_words(r))}", highlight=False)
     for which, exp in (("good", plan.good), ("bad", plan.bad)):
-        why = refused_start(exp)
+        why = refused_start(exp, plan)
         if why:
             c.print(
                 f"{which} is refused before it starts (invalid): {escape(why)}; "
@@ -301,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
         c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
         for v in first:
             build = f"  [build {plan.builds_of(v) or 'as installed'}]" if builds else ""
-            why = refused_start(plan.variant(v))
+            why = refused_start(plan.variant(v), plan)
             no = f"  [refused before it starts: {why}]" if why else ""
             c.print(f"  - {escape(plan.describe(v))}{escape(build)}{escape(no)}", highlight=False)
     else:  # one change: good + it is the bad config, so the endpoints are the whole search

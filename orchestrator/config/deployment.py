@@ -433,10 +433,18 @@ def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
     return tuple(found)
 
 
-def refusal(exp: Experiment) -> Refusal | None:
+def starts_anyway(*exps: Experiment) -> bool:
+    """Whether a campaign over these configs starts variants whose roles disagree: any of
+    them says `mismatched_roles: start` (a variant is built from good and takes bad's
+    deltas, so the pair decides, as for `rehearse:`)."""
+    return any(e.mismatched_roles == "start" for e in exps)
+
+
+def refusal(exp: Experiment, *, start: bool | None = None) -> Refusal | None:
     """Why this launch must not start (roles that would split a flag they must agree on),
-    or None: it agrees, or the experiment says `mismatched_roles: start`."""
-    if exp.mismatched_roles == "start":
+    or None: it agrees, or it starts anyway (`start`; by default the launch's own
+    `mismatched_roles: start`)."""
+    if exp.mismatched_roles == "start" if start is None else start:
         return None
     found = disagreements(exp)
     return Refusal(found) if found else None
