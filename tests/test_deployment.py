@@ -107,7 +107,11 @@ def test_node_ranks_start_from_rank_zero_which_health_is_polled_on(tmp_path: Pat
 @pytest.mark.parametrize(
     ("roles", "key", "words"),
     [
-        ("  decode: {kind: decode, flgs: {port: 1}}\n", "roles.decode.flgs", "did you mean 'flags'"),
+        (
+            "  decode: {kind: decode, flgs: {port: 1}}\n",
+            "roles.decode.flgs",
+            "did you mean 'flags'",
+        ),
         ("  worker: {flags: {port: 1}}\n", "roles.worker.kind", "needs its kind"),
         ("  decode: {kind: decoder}\n", "roles.decode.kind", "expected one of"),
         ("  n0: {kind: node}\n", "roles.n0.rank", "needs its rank"),
@@ -263,7 +267,8 @@ def test_the_ranks_of_one_server_agree_on_init_address_and_node_count(tmp_path: 
         write(
             tmp_path,
             "s.yaml",
-            "name: s\nextends: n.yaml\nroles: {node1: {flags: {dist-init-addr: '10.0.0.9:5000'}}}\n",
+            "name: s\nextends: n.yaml\n"
+            "roles: {node1: {flags: {dist-init-addr: '10.0.0.9:5000'}}}\n",
         )
     )
     (d,) = refusal(split).disagreements
@@ -294,7 +299,10 @@ def test_plan_of_the_lab_pd_pair_names_the_role_and_refuses_bad(
     text = " ".join(capsys.readouterr().out.split())
     assert "router [router] on the campaign's host (lab-pd-router.service), health polled" in text
     assert "decode: ~ --page-size 16 -> 64" in text
-    assert "bad is refused before it starts (invalid): roles disagree: prefill: --page-size 16;" in text
+    assert (
+        "bad is refused before it starts (invalid): roles disagree: prefill: --page-size 16;"
+        in text
+    )
     assert main(["plan", "--good", good, "--bad", bad, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["role"] for r in out["roles"]] == ["router", "prefill", "decode"]

@@ -91,9 +91,8 @@ def test_a_kv_cache_dtype_of_its_own_answers_wrong(spawn, tmp_path: Path) -> Non
 
 def test_health_is_503_until_both_workers_answer(spawn) -> None:
     port, dead = free_port(), free_port()
-    router = spawn(
-        "--port", str(port), "--prefill", f"http://127.0.0.1:{dead}", "--decode",
-        f"http://127.0.0.1:{dead}", "--worker-timeout", "1", module="pd",
-    )  # fmt: skip
+    url = f"http://127.0.0.1:{dead}"
+    args = ["--port", str(port), "--prefill", url, "--decode", url, "--worker-timeout", "1"]
+    router = spawn(*args, module="pd")
     assert router.wait_for_line("[PD] router on", 10.0), router.err
     assert http_get(port, "/health", timeout=5.0) == 503

@@ -248,7 +248,10 @@ def run(args: argparse.Namespace) -> int:
                 for v in first
             ],
             "roles": roles_of(plan.bad),
-            "refused": {"good": refused_start(plan.good, plan), "bad": refused_start(plan.bad, plan)},
+            "refused": {
+                "good": refused_start(plan.good, plan),
+                "bad": refused_start(plan.bad, plan),
+            },
             "estimated_runs": est,
             "run_time": rt.to_dict(),
             "rehearse": rehearse,

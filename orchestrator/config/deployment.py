@@ -20,13 +20,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.config.flagtext import FlagValue, _keyed, option_word, render_value
 from orchestrator.errors import ConfigError
 
-if TYPE_CHECKING:
-    from orchestrator.config.experiment import Experiment, FlagValue
-    from orchestrator.config.schema import RoleModel
+#: a frozen launch (`config.experiment.Experiment`, which holds its roles: read here by
+#: its attributes, never imported, so the two modules do not import each other)
+Experiment = Any
 
 #: the name of the one role of an experiment without `roles:`
 SINGLE = "server"
@@ -74,8 +75,6 @@ class Role:
 
     def key(self) -> list[Any]:
         """What of the role decides a verdict (the experiment's fingerprint)."""
-        from orchestrator.config.experiment import _keyed
-
         return [
             self.name,
             self.kind,
@@ -208,7 +207,7 @@ def without_overrides(exp: Experiment, flags: set[str], env: set[str]) -> Experi
 
 
 def build_roles(
-    models: Mapping[str, RoleModel] | None,
+    models: Mapping[str, Any] | None,
     *,
     source: str,
     exec_words: tuple[str, ...],
@@ -368,8 +367,6 @@ class Disagreement:
         return tuple(r for r, _ in self.values)
 
     def describe(self) -> str:
-        from orchestrator.config.experiment import option_word, render_value
-
         parts = [
             f"{r}: {option_word(self.flag)} "
             + (" ".join(render_value(v)) or "(switch)" if v is not None else "(absent)")
@@ -467,6 +464,4 @@ def _first(flags: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any]:
 
 def _hashable(v: Any) -> Any:
     """A value as the server reads it: `16` and `"16"` are one page size."""
-    from orchestrator.config.experiment import render_value
-
     return None if v is None else tuple(render_value(v))

@@ -15,12 +15,20 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.config.containers import container_split
 from orchestrator.config.deployment import Deployment, Role, build_roles, deployment, launch
+from orchestrator.config.flagtext import (  # noqa: F401 (FlagValue, _keyed: used by others)
+    FlagValue,
+    _jsonable,
+    _keyed,
+    _scalar_text,
+    option_word,
+    render_value,
+)
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
     Condition,
@@ -34,9 +42,6 @@ from orchestrator.config.secrets import resolve_reference
 from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import validation_error
 from orchestrator.errors import ConfigError
-
-#: A flag's value: True = bare switch; a scalar = `--flag VALUE`; a tuple = `--flag V1 V2`.
-FlagValue = Union[bool, int, float, str, tuple[Union[int, float, str], ...]]  # noqa: UP007
 
 DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
 #: the flag SGLang and vLLM both take to load random weights instead of the checkpoint
@@ -103,28 +108,6 @@ def flag_key(raw: str) -> str:
     if raw.startswith("-") and not raw.startswith("--") and len(raw) > 1:
         return raw
     return raw.lstrip("-")
-
-
-def option_word(name: str) -> str:
-    """The argv word of a flag named `name` (see `flag_key`): `--tp-size`, or `-tp`."""
-    return name if name.startswith("-") else f"--{name}"
-
-
-def render_value(value: FlagValue) -> list[str]:
-    """The argv words of a flag's value (nothing for a bare switch)."""
-    if value is True:
-        return []
-    if isinstance(value, tuple):
-        return [_scalar_text(v) for v in value]
-    return [_scalar_text(value)]
-
-
-def _scalar_text(v: bool | int | float | str) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
 
 
 @dataclass(frozen=True)
@@ -357,17 +340,6 @@ class Experiment:
             exp = _build(data, source)
             return replace(exp, secret_refs=tuple(dict.fromkeys(exp.secret_refs + tuple(refs))))
         return _build(data, source)
-
-
-def _jsonable(v: FlagValue) -> Any:
-    return list(v) if isinstance(v, tuple) else v
-
-
-def _keyed(v: FlagValue) -> Any:
-    from orchestrator.config.jsonvalue import canonical
-
-    c = canonical(v)
-    return _jsonable(v) if c is None else c
 
 
 def _check_workdir(workdir: str, source: str) -> None:

@@ -209,7 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     thread = threading.Thread(target=router.serve_forever, kwargs={"poll_interval": 0.1})
     thread.start()
-    log(f"[PD] router on http://{args.host}:{args.port}: prefill {args.prefill}, decode {args.decode}")
+    log(
+        f"[PD] router on http://{args.host}:{args.port}: "
+        f"prefill {args.prefill}, decode {args.decode}"
+    )
     while not router.stopping.wait(0.5):
         pass
     log("[PD] router stopping")
