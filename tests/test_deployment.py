@@ -316,3 +316,19 @@ def test_plan_of_the_lab_pd_pair_names_the_role_and_refuses_bad(
     out = json.loads(capsys.readouterr().out)
     assert out["refused"]["bad"] is None
     assert all(v["refused"] is None for v in out["first_round"])
+
+
+def test_runs_refuse_a_deployment_until_they_start_every_role(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run starts one unit: a deployment would run as its shared flags alone."""
+    good, bad = str(PD / "good.yaml"), str(PD / "bad-start.yaml")
+    # refused before any host is looked up (this hosts file does not exist)
+    hosts = tmp_path / "hosts.yaml"
+    argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
+    assert main(["bisect", "--good", good, "--bad", bad, *argv]) == 2
+    assert main(["run", good, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("a deployment of several roles cannot be run yet") == 2
+    assert "good.yaml" in err and "roles" in err
+    assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
