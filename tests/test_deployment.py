@@ -127,6 +127,11 @@ def test_node_ranks_start_from_rank_zero_which_health_is_polled_on(tmp_path: Pat
         ),
         ("  router: {flags: {port: 1}}\n", "roles", "needs a server role"),
         ("  decode: {unit: ../x.service}\n", "roles.decode.unit", "plain systemd unit"),
+        (
+            "  router: {exec: r, flags: {policy: random}}\n  decode: {flags: {port: 1}}\n",
+            "roles.router.flags.port",
+            "health is polled on the role 'router'",
+        ),
     ],
 )
 def test_bad_roles_are_refused_naming_file_and_key(

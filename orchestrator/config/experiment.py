@@ -496,6 +496,13 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         dep = Deployment(roles)
         polled = dep.role(dep.health_role)
         flag_port = role_flags(_Shared(tuple(flags)), polled).get("port")
+        if flag_port is None and h.port is None:
+            raise ConfigError(
+                f"no port: health is polled on the role '{polled.name}', which names none",
+                file=source,
+                key=f"roles.{polled.name}.flags.port",
+                hint="set the port that role's server listens on (its --port)",
+            )
     if flag_port is not None and (
         isinstance(flag_port, bool) or not isinstance(flag_port, int) or not 0 < flag_port < 65536
     ):
