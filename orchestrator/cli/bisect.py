@@ -278,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
         if not (args.good and args.bad and args.host):
             raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
+        common.refuse_deployment(plan.good, plan.bad)
         hosts = common.hosts_for(args, args.host)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())

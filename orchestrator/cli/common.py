@@ -168,6 +168,24 @@ def command_line() -> str:
     return shlex.join(["orchestrator", *sys.argv[1:]])
 
 
+def refuse_deployment(*exps: object) -> None:
+    """Runs start one unit on one host; a config whose `roles:` spread it over several
+    units would run as its shared flags alone on one unit, which is not the deployment:
+    refused (exit 2) until runs start every role. `plan` shows such a pair."""
+    from orchestrator.errors import ConfigError
+
+    for exp in exps:
+        if getattr(exp, "roles", ()):
+            raise ConfigError(
+                "a deployment of several roles cannot be run yet: a run starts one unit on "
+                "one host, and would start the shared flags alone",
+                file=getattr(exp, "source", None),
+                key="roles",
+                hint="`orchestrator plan` shows its roles, per-role deltas and the variants "
+                "refused before they start; run each role's launch as a config of its own",
+            )
+
+
 def note(message: str) -> None:
     err_console().print(message, highlight=False)
 

@@ -178,6 +178,40 @@ def repair_moves(args: argparse.Namespace, plan: Plan) -> list[dict[str, str]]:
     ]
 
 
+def roles_of(exp: object) -> list[dict[str, object]]:
+    """A deployment's roles in start order: name, kind, rank, host, unit, and which one
+    health is polled on (one role, `server`, for a single unit)."""
+    dep = exp.deployment()  # type: ignore[attr-defined]
+    return [
+        {
+            "role": r.name,
+            "kind": r.kind,
+            "rank": r.rank,
+            "host": r.host,
+            "unit": r.unit or exp.unit,  # type: ignore[attr-defined]
+            "health": r.name == dep.health_role,
+        }
+        for r in (dep.role(n) for n in dep.start_order)
+    ]
+
+
+def refused_start(exp: object, plan: Plan) -> str | None:
+    """Why this launch is `invalid` before it starts: its roles would split a flag they
+    must agree on (None: it may start, or either config says to start it anyway)."""
+    from orchestrator.config.deployment import refusal, starts_anyway
+
+    why = refusal(exp, start=starts_anyway(plan.good, plan.bad))  # type: ignore[arg-type]
+    return why.reason if why else None
+
+
+def _role_words(r: dict[str, object]) -> str:
+    rank = f" rank {r['rank']}" if r["rank"] is not None and r["kind"] != "router" else ""
+    host = f"on {r['host']}" if r["host"] else "on the campaign's host"
+    unit = f" ({r['unit']})" if r["unit"] else ""
+    polled = ", health polled here" if r["health"] else ""
+    return f"{r['role']} [{r['kind']}{rank}] {host}{unit}{polled}"
+
+
 def run(args: argparse.Namespace) -> int:
     plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
     plan = with_order(plan, read_builds(args.builds) if args.builds else ())
@@ -209,9 +243,15 @@ def run(args: argparse.Namespace) -> int:
                     "describe": plan.describe(v),
                     "argv": red.obj(plan.variant(v).argv()),
                     "build": plan.builds_of(v),
+                    "refused": refused_start(plan.variant(v), plan),
                 }
                 for v in first
             ],
+            "roles": roles_of(plan.bad),
+            "refused": {
+                "good": refused_start(plan.good, plan),
+                "bad": refused_start(plan.bad, plan),
+            },
             "estimated_runs": est,
             "run_time": rt.to_dict(),
             "rehearse": rehearse,
@@ -234,6 +274,18 @@ def run(args: argparse.Namespace) -> int:
     c = console()
     c.print(f"good: {escape(plan.good.name)} ({escape(plan.good.source)})", highlight=False)
     c.print(f"bad:  {escape(plan.bad.name)} ({escape(plan.bad.source)})", highlight=False)
+    if plan.bad.roles:
+        c.print("roles, in start order (stopped in reverse):", highlight=False)
+        for r in roles_of(plan.bad):
+            c.print(f"  - {escape(_role_words(r))}", highlight=False)
+    for which, exp in (("good", plan.good), ("bad", plan.bad)):
+        why = refused_start(exp, plan)
+        if why:
+            c.print(
+                f"{which} is refused before it starts (invalid): {escape(why)}; "
+                "`mismatched_roles: start` in the config starts it anyway",
+                highlight=False,
+            )
     table = Table(title=plural(plan.n, "delta"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("change")
@@ -252,7 +304,9 @@ def run(args: argparse.Namespace) -> int:
         c.print("runs first: the two endpoint checks (good must pass, bad must fail), then:")
         for v in first:
             build = f"  [build {plan.builds_of(v) or 'as installed'}]" if builds else ""
-            c.print(f"  - {escape(plan.describe(v))}{escape(build)}", highlight=False)
+            why = refused_start(plan.variant(v), plan)
+            no = f"  [refused before it starts: {why}]" if why else ""
+            c.print(f"  - {escape(plan.describe(v))}{escape(build)}{escape(no)}", highlight=False)
     else:  # one change: good + it is the bad config, so the endpoints are the whole search
         c.print(
             "runs: the two endpoint checks (good must pass, bad must fail); with one "

@@ -78,6 +78,7 @@ def run_one(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
     exp = load_experiment(args.config)
+    common.refuse_deployment(exp)
     hosts = common.hosts_for(args, args.host)
     if len(hosts) != 1:
         raise UsageError(f"'{args.host}' is a pool; `run` takes one host")

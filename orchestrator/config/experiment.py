@@ -15,11 +15,20 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.config.containers import container_split
+from orchestrator.config.deployment import Deployment, Role, build_roles, deployment, launch
+from orchestrator.config.flagtext import (  # noqa: F401 (FlagValue, _keyed: used by others)
+    FlagValue,
+    _jsonable,
+    _keyed,
+    _scalar_text,
+    option_word,
+    render_value,
+)
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
     Condition,
@@ -33,9 +42,6 @@ from orchestrator.config.secrets import resolve_reference
 from orchestrator.config.shortopts import canonical
 from orchestrator.config.yamlio import validation_error
 from orchestrator.errors import ConfigError
-
-#: A flag's value: True = bare switch; a scalar = `--flag VALUE`; a tuple = `--flag V1 V2`.
-FlagValue = Union[bool, int, float, str, tuple[Union[int, float, str], ...]]  # noqa: UP007
 
 DEFAULT_HEALTH_TIMEOUT = 15 * 60.0
 #: the flag SGLang and vLLM both take to load random weights instead of the checkpoint
@@ -179,28 +185,6 @@ def flag_key(raw: str) -> str:
     return raw.lstrip("-")
 
 
-def option_word(name: str) -> str:
-    """The argv word of a flag named `name` (see `flag_key`): `--tp-size`, or `-tp`."""
-    return name if name.startswith("-") else f"--{name}"
-
-
-def render_value(value: FlagValue) -> list[str]:
-    """The argv words of a flag's value (nothing for a bare switch)."""
-    if value is True:
-        return []
-    if isinstance(value, tuple):
-        return [_scalar_text(v) for v in value]
-    return [_scalar_text(value)]
-
-
-def _scalar_text(v: bool | int | float | str) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
-
-
 @dataclass(frozen=True)
 class Experiment:
     """One resolved server launch. Hashable and comparable; the planner's unit of work."""
@@ -234,6 +218,10 @@ class Experiment:
     #: on the server's path; `bisect --packages`)
     packages: tuple[tuple[str, str], ...] = ()
     packages_from: str | None = None
+    #: the roles of a deployment over several units (config.deployment); () is one unit
+    roles: tuple[Role, ...] = ()
+    #: a variant whose roles split a flag they must agree on: `refuse` (invalid) or `start`
+    mismatched_roles: str = "refuse"
 
     @property
     def weights(self) -> str:
@@ -252,6 +240,14 @@ class Experiment:
         return secrets_of(self.env_map(), self.flags, marked=dict(self.secret_refs))
 
     # ---- views
+    def deployment(self) -> Deployment:
+        """Its roles in start order (one role, `server`, without `roles:`)."""
+        return deployment(self)
+
+    def role_launch(self, role: str) -> Experiment:
+        """The single-unit launch of one role (of a single unit: itself)."""
+        return launch(self, role)
+
     @property
     def port(self) -> int:
         return self.health.port
@@ -317,6 +313,9 @@ class Experiment:
             launch["env_into_container"] = True
         if self.packages:
             launch["packages"] = [sorted(self.packages), self.packages_from]
+        if self.roles:  # joins only when set: a single unit's key holds
+            launch["roles"] = [r.key() for r in self.roles]
+            launch["mismatched_roles"] = self.mismatched_roles
         blob = json.dumps(launch, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -391,6 +390,10 @@ class Experiment:
             data["requires"] = {k: list(v) for k, v in self.requires}
         if self.repair is not None:
             data["repair"] = self.repair.to_dict()
+        if self.roles:
+            data["roles"] = {r.name: r.to_dict() for r in self.roles}
+        if self.mismatched_roles != "refuse":
+            data["mismatched_roles"] = self.mismatched_roles
         return data
 
     @classmethod
@@ -427,17 +430,6 @@ class Experiment:
             exp = _build(data, source)
             return replace(exp, secret_refs=tuple(dict.fromkeys(exp.secret_refs + tuple(refs))))
         return _build(data, source)
-
-
-def _jsonable(v: FlagValue) -> Any:
-    return list(v) if isinstance(v, tuple) else v
-
-
-def _keyed(v: FlagValue) -> Any:
-    from orchestrator.config.jsonvalue import canonical
-
-    c = canonical(v)
-    return _jsonable(v) if c is None else c
 
 
 def _check_workdir(workdir: str, source: str) -> None:
@@ -531,26 +523,35 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         )
 
     secret_refs: list[tuple[str, str]] = []
-    flags: list[tuple[str, FlagValue]] = []
-    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
-    for raw_name, value in (svc.flags or {}).items():
+
+    def flag_value(
+        raw_name: str, value: Any, key: str, words: tuple[str, ...]
+    ) -> tuple[str, FlagValue | None]:
         # a known server's short alias is its long option (`-tp` is vLLM's
         # tensor-parallel-size): one option to the planner however it is written
-        name = canonical(exec_words, flag_key(raw_name))
+        name = canonical(words, flag_key(raw_name))
         if value is None or value is False:
-            continue  # absent
+            return name, None  # absent
         if isinstance(value, list):
             if not value:
-                continue
+                return name, None
             value = tuple(value)
         if isinstance(value, str):
-            value, ref = resolve_reference(value, file=source, key=f"service.flags.{raw_name}")
+            value, ref = resolve_reference(value, file=source, key=key)
             if ref:
                 secret_refs.append((name, ref))
         for word in value if isinstance(value, tuple) else (value,):
             why = uncarriable(word) if isinstance(word, str) else None
             if why:
-                raise ConfigError(f"the value {why}", file=source, key=f"service.flags.{raw_name}")
+                raise ConfigError(f"the value {why}", file=source, key=key)
+        return name, value
+
+    flags: list[tuple[str, FlagValue]] = []
+    seen: set[str] = set()  # a set, not a scan of `flags`: loading stays linear in the flags
+    for raw_name, raw_value in (svc.flags or {}).items():
+        name, value = flag_value(raw_name, raw_value, f"service.flags.{raw_name}", exec_words)
+        if value is None:
+            continue
         if name in seen:
             raise ConfigError(
                 f"flag '{name}' is given twice", file=source, key=f"service.flags.{raw_name}"
@@ -576,8 +577,22 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         env.append((key, text))
 
     _check_sizes(flags, env, exec_words, source)
+    roles = build_roles(model.roles, source=source, exec_words=exec_words, flag_value=flag_value)
     h = model.health or HealthModel()
     flag_port = dict(flags).get("port")
+    if roles:  # health is polled on the router, else rank 0: the port is that role's
+        from orchestrator.config.deployment import role_flags
+
+        dep = Deployment(roles)
+        polled = dep.role(dep.health_role)
+        flag_port = role_flags(_Shared(tuple(flags)), polled).get("port")
+        if flag_port is None and h.port is None:
+            raise ConfigError(
+                f"no port: health is polled on the role '{polled.name}', which names none",
+                file=source,
+                key=f"roles.{polled.name}.flags.port",
+                hint="set the port that role's server listens on (its --port)",
+            )
     if flag_port is not None and (
         isinstance(flag_port, bool) or not isinstance(flag_port, int) or not 0 < flag_port < 65536
     ):
@@ -646,6 +661,8 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         build=svc.build,
         packages=tuple((svc.packages or {}).items()),
         packages_from=svc.packages_from,
+        roles=roles,
+        mismatched_roles=model.mismatched_roles or "refuse",
     )
 
 
@@ -698,3 +715,11 @@ def _answers(model: ExperimentModel, source: str) -> AnswersCheck | None:
         )
     blob = json.dumps([repr(p) for p in loaded])
     return replace(check, digest=hashlib.sha256(blob.encode()).hexdigest()[:12])
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """The shared flags of a config being built (what `role_flags` reads of it)."""
+
+    flags: tuple[tuple[str, FlagValue], ...]
+    env: tuple[tuple[str, str], ...] = ()

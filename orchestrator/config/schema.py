@@ -131,17 +131,62 @@ class ServiceModel(_Raw):
     @field_validator("unit")
     @classmethod
     def _unit_name(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", v) or v in (".", ".."):
-            raise ValueError(f"unit name {v!r} must be a plain systemd unit name, not a path")
-        if v.startswith("-"):  # `systemctl stop -H....service` would read it as an option
-            raise ValueError(f"unit name {v!r} cannot start with '-'")
-        if len(v) > 255:  # systemd's limit (UNIT_NAME_MAX), and a file name's
-            raise ValueError(f"unit name of {len(v)} characters is longer than 255")
-        if not re.fullmatch(r".+\.[a-z]+", v):  # what the systemd service manager accepts
-            raise ValueError(f"unit name {v!r} needs its type suffix, e.g. 'sglang.service'")
+        return unit_name(v)
+
+
+def unit_name(v: str | None) -> str | None:
+    """A unit name as systemd takes it (a `service.unit` or a role's `unit`)."""
+    if v is None:
         return v
+    if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+", v) or v in (".", ".."):
+        raise ValueError(f"unit name {v!r} must be a plain systemd unit name, not a path")
+    if v.startswith("-"):  # `systemctl stop -H....service` would read it as an option
+        raise ValueError(f"unit name {v!r} cannot start with '-'")
+    if len(v) > 255:  # systemd's limit (UNIT_NAME_MAX), and a file name's
+        raise ValueError(f"unit name of {len(v)} characters is longer than 255")
+    if not re.fullmatch(r".+\.[a-z]+", v):  # what the systemd service manager accepts
+        raise ValueError(f"unit name {v!r} needs its type suffix, e.g. 'sglang.service'")
+    return v
+
+
+#: the kinds of role a deployment holds (config.deployment)
+ROLE_KINDS = ("node", "prefill", "decode", "router")
+#: what a deployment does when a variant splits flags its roles must agree on
+MISMATCHED_ROLES = ("refuse", "start")
+
+
+class RoleModel(_Raw):
+    """One role of a deployment (`roles.NAME`): a unit on a host, with flags of its own."""
+
+    kind: str | None = None
+    rank: int | None = Field(default=None, ge=0, le=63)
+    host: str | None = None
+    unit: str | None = None
+    exec: str | None = None
+    flags: dict[str, Scalar | list[int | float | str] | None] | None = None
+    env: dict[str, Scalar | None] | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str | None) -> str | None:
+        if v is not None and v not in ROLE_KINDS:
+            raise ValueError(f"expected one of {', '.join(ROLE_KINDS)}, got {v!r}")
+        return v
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return ServiceModel._flag_names(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return ServiceModel._env_names(v)
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_name(cls, v: str | None) -> str | None:
+        return unit_name(v)
 
 
 class HealthModel(_Raw):
@@ -289,6 +334,17 @@ class ExperimentModel(_Raw):
     #: what a run that fails on a resource may change to run again (config.repair)
     repair: RepairModel | None = None
     schema_version: StrictBool | int | None = Field(default=None, alias="version")
+    #: a deployment over several units (config.deployment): role name -> role
+    roles: dict[str, RoleModel] | None = None
+    #: a variant that splits flags the roles must agree on: `refuse` (invalid) or `start`
+    mismatched_roles: str | None = None
+
+    @field_validator("mismatched_roles")
+    @classmethod
+    def _mismatched(cls, v: str | None) -> str | None:
+        if v is not None and v not in MISMATCHED_ROLES:
+            raise ValueError(f"expected one of {', '.join(MISMATCHED_ROLES)}, got {v!r}")
+        return v
 
     @field_validator("rehearse")
     @classmethod

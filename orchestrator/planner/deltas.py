@@ -44,6 +44,9 @@ class Delta:
     member: bool = False
     #: a `build` delta searched on an ordered axis: the builds from good's to bad's
     order: tuple[str, ...] = field(default=(), compare=False)
+    #: the role of a deployment whose own flag or variable this is; None: every server
+    #: role alike (and the one role of a single unit)
+    role: str | None = None
 
     @property
     def name(self) -> str:
@@ -66,8 +69,12 @@ class Delta:
         return "changed"
 
     def describe(self) -> str:
-        """Human form: `+ --ep-size 8`, `- --disable-radix-cache`, `~ --x 128 -> 256`."""
-        return _redacted(self, self._describe())
+        """Human form: `+ --ep-size 8`, `- --disable-radix-cache`, `~ --x 128 -> 256`; a
+        role's own: `decode: ~ --page-size 16 -> 64`."""
+        return _redacted(self, self._in_role(self._describe()))
+
+    def _in_role(self, text: str) -> str:
+        return f"{self.role}: {text}" if self.role is not None else text
 
     def _describe(self) -> str:
         if self.kind == "package":
@@ -108,7 +115,7 @@ class Delta:
 
     def short(self) -> str:
         """Compact label for tables: `--ep-size 8`, `NCCL_ALGO=Tree`, `-x` for removals."""
-        return _redacted(self, self._short())
+        return _redacted(self, self._in_role(self._short()))
 
     def _short(self) -> str:
         if self.kind == "env":
@@ -141,6 +148,8 @@ class Delta:
             out |= {"path": list(self.path), "name": self.name}
         if self.member or self.kind == "member":
             out["member"] = True
+        if self.role is not None:
+            out["role"] = self.role
         return out
 
     @classmethod
@@ -157,6 +166,7 @@ class Delta:
             t(d.get("new")),  # type: ignore[arg-type]
             path=tuple(d.get("path") or ()),  # type: ignore[arg-type]
             member=bool(d.get("member")) and d["kind"] == "json",
+            role=d.get("role"),  # type: ignore[arg-type]
         )
 
 
@@ -216,8 +226,10 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
     masked = good.build is not None and bad.build is not None
     if _exec_key(good, masked=masked) != _exec_key(bad, masked=masked):
         deltas.append(Delta("exec", "exec", shlex.join(good.exec), shlex.join(bad.exec)))
-    gf, bf = good.flag_map(), bad.flag_map()
     secret = set(good.secrets().values()) | set(bad.secrets().values()) if split else set()
+    if good.roles or bad.roles:
+        return deltas + _role_deltas(good, bad, split, secret)
+    gf, bf = good.flag_map(), bad.flag_map()
     for key, new in bad.flags:
         old = gf.get(key)
         if old == new and type(old) is type(new):
@@ -236,6 +248,79 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
         if key not in be:
             deltas.append(Delta("env", key, old, None))
     return deltas
+
+
+def check_same_roles(good: Experiment, bad: Experiment) -> None:
+    """Refuse a pair whose deployments differ in shape (role names, kinds, ranks, hosts,
+    units, a role's own command): a variant takes one of the two and no delta moves it."""
+    from orchestrator.config.deployment import deployment
+
+    def shape(exp: Experiment) -> list[tuple[object, ...]]:
+        return [(r.name, r.kind, r.rank, r.host, r.unit, r.exec) for r in deployment(exp).roles]
+
+    if shape(good) == shape(bad):
+        return
+    names = ", ".join(r.name for r in deployment(good).roles)
+    bad_names = ", ".join(r.name for r in deployment(bad).roles)
+    raise PlanError(
+        f"the good config '{good.name}' is deployed as roles ({names}) and the bad config "
+        f"'{bad.name}' as other roles ({bad_names}) or with another kind, rank, host, unit "
+        "or command of a role: every variant runs on one set of roles, so only their flags "
+        "and environment can be bisected",
+        hint="give both configs the same roles: (names, kind, rank, host, unit, exec) and "
+        "move what differs into the roles' flags: or env:",
+    )
+
+
+def _role_deltas(good: Experiment, bad: Experiment, split: bool, secret: set[str]) -> list[Delta]:
+    """The flag and env deltas of two deployments of the same roles: a change on every
+    server role alike is one delta; any other change is a delta of each role it is on."""
+    from dataclasses import replace
+
+    from orchestrator.config.deployment import deployment, role_env, role_flags
+
+    check_same_roles(good, bad)
+    gd, bd = deployment(good), deployment(bad)
+    shared = [r.name for r in bd.roles if r.serving]
+    out: list[Delta] = []
+    for what, read in (("flag", role_flags), ("env", role_env)):
+        gv = {r.name: read(good, gd.role(r.name)) for r in bd.roles}
+        bv = {r.name: read(bad, r) for r in bd.roles}
+        keys: dict[str, None] = {}  # bad's shared keys, bad's roles', then good's removed
+        for exp in (bad, good):
+            for k, _ in exp.flags if what == "flag" else exp.env:
+                keys[k] = None
+            for r in exp.roles:
+                for k, _ in r.flags if what == "flag" else r.env:
+                    keys[k] = None
+        for key in keys:
+            changed = {
+                n: (gv[n].get(key), bv[n].get(key))
+                for n in gv
+                if not _same(gv[n].get(key), bv[n].get(key))
+            }
+            if not changed:
+                continue
+            alike = {changed.get(n) for n in shared}
+            if set(shared) <= set(changed) and len({repr(c) for c in alike}) == 1:
+                old, new = changed[shared[0]]
+                out.extend(_one(what, key, old, new, split, secret))
+                changed = {n: c for n, c in changed.items() if n not in shared}
+            for n, (old, new) in changed.items():
+                out.extend(replace(d, role=n) for d in _one(what, key, old, new, split, secret))
+    return out
+
+
+def _same(old: object, new: object) -> bool:
+    return (old == new and type(old) is type(new)) or jsonvalue.same_json(old, new)
+
+
+def _one(
+    what: str, key: str, old: object, new: object, split: bool, secret: set[str]
+) -> list[Delta]:
+    if what == "env":
+        return [Delta("env", key, old, new)]  # type: ignore[arg-type]
+    return _flag_deltas(key, old, new, split and not {old, new} & secret)  # type: ignore[arg-type]
 
 
 def _flag_deltas(
@@ -296,7 +381,59 @@ def apply_deltas(
     good: Experiment, deltas: Iterable[Delta], *, name: str | None = None
 ) -> Experiment:
     """The good config with the given deltas applied (each set to its bad value); the
-    `json` deltas of one flag rebuild its value from good's (jsonvalue.rebuild)."""
+    `json` deltas of one flag rebuild its value from good's (jsonvalue.rebuild). A delta of
+    a role changes that role only; a shared one every server role alike."""
+    deltas = list(deltas)
+    own: dict[str, list[Delta]] = {}
+    for d in deltas:
+        if d.role is not None:
+            own.setdefault(d.role, []).append(d)
+    out = _apply_shared(good, [d for d in deltas if d.role is None], name=name)
+    if out.roles:
+        from orchestrator.config.deployment import with_role_changes, without_overrides
+
+        shared = [d for d in deltas if d.role is None]
+        out = without_overrides(
+            out,
+            {d.key for d in shared if d.kind in ("flag", "json", "member")},
+            {d.key for d in shared if d.kind == "env"},
+        )
+        for role, ds in own.items():
+            flags, env = _changes(ds)
+            out = with_role_changes(out, role, flags, env)
+    return out
+
+
+def _changes(
+    deltas: list[Delta],
+) -> tuple[dict[str, FlagValue | None], dict[str, str | None]]:
+    """The flag and env values a role's own deltas set (None: removed on the role)."""
+    flags: dict[str, FlagValue | None] = {}
+    env: dict[str, str | None] = {}
+    inside: dict[str, list[Delta]] = {}
+    members: dict[str, list[Delta]] = {}
+    for d in deltas:
+        if d.kind == "flag":
+            flags[d.key] = d.new  # type: ignore[assignment]
+        elif d.kind == "json":
+            inside.setdefault(d.key, []).append(d)
+        elif d.kind == "member":
+            members.setdefault(d.key, []).append(d)
+        elif d.kind == "env":
+            env[d.key] = d.new  # type: ignore[assignment]
+    for key, ds in inside.items():
+        old, new = ds[0].whole
+        flags[key] = jsonvalue.rebuild(
+            old,
+            new,
+            [(d.path, d.old, d.new, d.member) for d in ds],  # type: ignore[misc]
+        )
+    for key, ds in members.items():
+        flags[key] = _set_value(*ds[0].whole, ds)
+    return flags, env
+
+
+def _apply_shared(good: Experiment, deltas: list[Delta], *, name: str | None) -> Experiment:
     flags: dict[str, FlagValue | None] = {}
     env: dict[str, str | None] = {}
     exe = None

@@ -1,0 +1,467 @@
+"""A deployment: one experiment spread over several units, each a role on a host.
+
+An experiment names `roles:` (name -> kind, rank, host, unit, exec, flags, env). The
+`service:` section is what every server role shares (`node`, `prefill`, `decode`); a role's
+own `flags:`/`env:` are laid over it (`null` removes a shared flag on that role). A
+`router` takes only what it names itself: its own command and flags. An experiment
+without `roles:` is a deployment of one role, `server`, run exactly as before.
+
+Order: the router starts first (it waits for its workers, as sglang_router does), then
+each server's ranks in order (rank 0 first: the others connect to its init address), then
+prefill before decode; stops go in reverse. Health is polled on the router, else rank 0.
+
+Some flags must agree between roles (`AGREE`): a variant that splits them is refused
+before it starts (`refusal`), unless the experiment says `mismatched_roles: start`.
+Everything here is pure: it reads frozen configs and returns frozen values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.config.flagtext import FlagValue, _keyed, option_word, render_value
+from orchestrator.errors import ConfigError
+
+#: a frozen launch (`config.experiment.Experiment`, which holds its roles: read here by
+#: its attributes, never imported, so the two modules do not import each other)
+Experiment = Any
+
+#: the name of the one role of an experiment without `roles:`
+SINGLE = "server"
+#: the kinds whose servers take the shared `service:` flags and environment
+SERVING = ("node", "prefill", "decode")
+#: start order of the kinds (ranks ascending within a kind)
+_KIND_ORDER = {"router": 0, "node": 1, "prefill": 2, "decode": 3}
+_ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role: its own part of the launch (a flag or variable of None is removed on it)."""
+
+    name: str
+    kind: str
+    rank: int | None = None
+    host: str | None = None
+    unit: str | None = None
+    exec: tuple[str, ...] | None = None
+    flags: tuple[tuple[str, Any], ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def serving(self) -> bool:
+        """Whether it takes the shared flags and environment (every kind but the router)."""
+        return self.kind in SERVING
+
+    def to_dict(self) -> dict[str, Any]:
+        import shlex
+
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        for key in ("host", "unit"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.exec is not None:
+            out["exec"] = shlex.join(self.exec)
+        if self.flags:
+            out["flags"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.flags}
+        if self.env:
+            out["env"] = dict(self.env)
+        return out
+
+    def key(self) -> list[Any]:
+        """What of the role decides a verdict (the experiment's fingerprint)."""
+        return [
+            self.name,
+            self.kind,
+            self.rank,
+            self.host,
+            self.unit,
+            list(self.exec) if self.exec else None,
+            sorted([k, None if v is None else _keyed(v)] for k, v in self.flags),
+            sorted([k, v] for k, v in self.env),
+        ]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The roles of one experiment, in start order, and the one health is polled on."""
+
+    roles: tuple[Role, ...]
+
+    @property
+    def start_order(self) -> tuple[str, ...]:
+        ranked = sorted(
+            self.roles, key=lambda r: (_KIND_ORDER[r.kind], r.rank if r.rank is not None else 0)
+        )
+        return tuple(r.name for r in ranked)
+
+    @property
+    def stop_order(self) -> tuple[str, ...]:
+        return tuple(reversed(self.start_order))
+
+    @property
+    def health_role(self) -> str:
+        """The router if there is one, else rank 0 (or the first role in start order)."""
+        for r in self.roles:
+            if r.kind == "router":
+                return r.name
+        return self.start_order[0]
+
+    def role(self, name: str) -> Role:
+        for r in self.roles:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def single(self) -> bool:
+        return len(self.roles) == 1
+
+
+def deployment(exp: Experiment) -> Deployment:
+    """The deployment of an experiment: its roles, or one role `server` (the experiment)."""
+    if exp.roles:
+        return Deployment(exp.roles)
+    return Deployment((Role(SINGLE, "node", rank=0, unit=exp.unit),))
+
+
+def role_flags(exp: Experiment, role: Role) -> dict[str, FlagValue]:
+    """A role's effective flags: the shared ones (for a server role) with its own over them."""
+    out: dict[str, Any] = dict(exp.flags) if role.serving else {}
+    for k, v in role.flags:
+        out[k] = v
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def role_env(exp: Experiment, role: Role) -> dict[str, str]:
+    out: dict[str, str | None] = dict(exp.env) if role.serving else {}
+    for k, v in role.env:
+        out[k] = v
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def launch(exp: Experiment, name: str) -> Experiment:
+    """The single-unit launch one role runs (its command, flags, environment, unit and
+    port): what an executor installs on that role's host. Of a single-role experiment,
+    the experiment itself."""
+    if not exp.roles:
+        return exp
+    role = deployment(exp).role(name)
+    flags = role_flags(exp, role)
+    port = flags.get("port")
+    health = exp.health
+    if isinstance(port, int) and not isinstance(port, bool):
+        health = replace(health, port=port)
+    return replace(
+        exp,
+        name=f"{exp.name}/{role.name}",
+        exec=role.exec or exp.exec,
+        flags=tuple(flags.items()),
+        env=tuple(role_env(exp, role).items()),
+        unit=role.unit or exp.unit,
+        health=health,
+        roles=(),
+    )
+
+
+def with_role_changes(
+    exp: Experiment,
+    name: str,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str | None] | None = None,
+) -> Experiment:
+    """A copy where role `name` sets these flags/variables (None: removed on that role)."""
+    roles = []
+    for r in exp.roles:
+        if r.name == name:
+            f = dict(r.flags)
+            for k, v in (flags or {}).items():
+                f[k] = None if v is False else v
+            e = dict(r.env) | dict(env or {})
+            r = replace(r, flags=tuple(f.items()), env=tuple(e.items()))
+        roles.append(r)
+    return replace(exp, roles=tuple(roles))
+
+
+def without_overrides(exp: Experiment, flags: set[str], env: set[str]) -> Experiment:
+    """A copy where the server roles no longer set these flags/variables of their own (a
+    shared change then reaches each of them alike)."""
+    roles = []
+    for r in exp.roles:
+        if r.serving:
+            r = replace(
+                r,
+                flags=tuple((k, v) for k, v in r.flags if k not in flags),
+                env=tuple((k, v) for k, v in r.env if k not in env),
+            )
+        roles.append(r)
+    return replace(exp, roles=tuple(roles))
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def build_roles(
+    models: Mapping[str, Any] | None,
+    *,
+    source: str,
+    exec_words: tuple[str, ...],
+    flag_value: Any,
+) -> tuple[Role, ...]:
+    """Freeze `roles:`, checking what no schema can: names, kinds, ranks, one router.
+    `flag_value(raw_name, value, key, exec_words)` turns a flag as written into its
+    (name, value) as the launch has it (None: absent) or raises ConfigError."""
+    if models is None:
+        return ()
+    import shlex
+
+    if not models:
+        raise ConfigError(
+            "roles is empty", file=source, key="roles", hint="name each role, or drop roles:"
+        )
+    roles: list[Role] = []
+    for name, m in models.items():
+        key = f"roles.{name}"
+        if not _ROLE_NAME.match(name):
+            raise ConfigError(
+                f"role name {name!r} is not a plain name (letters, digits, '-', '_', '.')",
+                file=source,
+                key=key,
+            )
+        kind = m.kind or (name if name in ("prefill", "decode", "router") else None)
+        if kind is None:
+            raise ConfigError(
+                "a role needs its kind",
+                file=source,
+                key=f"{key}.kind",
+                hint="one of node (with a rank), prefill, decode, router",
+            )
+        if kind == "node" and m.rank is None:
+            raise ConfigError(
+                "a node role needs its rank (its --node-rank)", file=source, key=f"{key}.rank"
+            )
+        if kind == "router" and m.rank is not None:
+            raise ConfigError("a router has no rank", file=source, key=f"{key}.rank")
+        exe = None
+        if m.exec is not None:
+            try:
+                exe = tuple(shlex.split(m.exec))
+            except ValueError as exc:
+                raise ConfigError(
+                    f"cannot split the command: {exc}", file=source, key=f"{key}.exec"
+                ) from None
+            if not exe:
+                raise ConfigError("the command is empty", file=source, key=f"{key}.exec")
+        flags: list[tuple[str, Any]] = []
+        for raw, value in (m.flags or {}).items():
+            flag, v = flag_value(raw, value, f"{key}.flags.{raw}", exe or exec_words)
+            flags.append((flag, v))  # None: removed on this role
+        env: list[tuple[str, str | None]] = []
+        for var, value in (m.env or {}).items():
+            if value is None or value is False:
+                env.append((var, None))
+            elif isinstance(value, str):
+                env.append((var, value))
+            else:
+                env.append((var, str(value).lower() if isinstance(value, bool) else str(value)))
+        roles.append(Role(name, kind, m.rank, m.host, m.unit, exe, tuple(flags), tuple(env)))
+    _check_shape(roles, source)
+    return tuple(roles)
+
+
+def _check_shape(roles: list[Role], source: str) -> None:
+    if not any(r.serving for r in roles):
+        raise ConfigError(
+            "a deployment needs a server role (node, prefill or decode), not only a router",
+            file=source,
+            key="roles",
+        )
+    routers = [r.name for r in roles if r.kind == "router"]
+    if len(routers) > 1:
+        raise ConfigError(
+            f"one router per deployment, got {', '.join(routers)}", file=source, key="roles"
+        )
+    for kind in SERVING:
+        same = [r for r in roles if r.kind == kind]
+        if len(same) < 2 and all(r.rank in (None, 0) for r in same):
+            continue
+        ranks = sorted(r.rank if r.rank is not None else -1 for r in same)
+        if ranks != list(range(len(same))):
+            raise ConfigError(
+                f"the {kind} roles are the nodes of one server and need the ranks "
+                f"0..{len(same) - 1} once each, got "
+                + ", ".join(f"{r.name}: {r.rank}" for r in same),
+                file=source,
+                key="roles",
+            )
+        for r in same:
+            given = dict(r.flags).get("node-rank")
+            if given is not None and given != r.rank:
+                raise ConfigError(
+                    f"--node-rank {given} differs from the role's rank {r.rank}",
+                    file=source,
+                    key=f"roles.{r.name}.flags.node-rank",
+                )
+
+
+# ---------------------------------------------------------------------------- agreement
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Flags (by any of their names) that must hold one value over a set of roles."""
+
+    names: tuple[str, ...]
+    #: `serving`: every server role; `server`: the ranks of one server (one kind)
+    over: str
+    why: str
+
+
+#: the flags servers require to agree between roles
+AGREE: tuple[Rule, ...] = (
+    Rule(
+        ("page-size", "block-size"),
+        "serving",
+        "KV pages move between the roles: a page size that differs hangs every request",
+    ),
+    Rule(
+        ("kv-cache-dtype",),
+        "serving",
+        "KV cache moves between the roles: a dtype that differs corrupts answers silently",
+    ),
+    Rule(("model-path", "model"), "serving", "every role must serve the same model"),
+    Rule(
+        ("tp-size", "tensor-parallel-size"),
+        "serving",
+        "the KV layout follows the TP size: a prefill/decode pair that differs answers wrong",
+    ),
+    Rule(
+        ("dist-init-addr",),
+        "server",
+        "the ranks of one server meet at one init address; a rank sent elsewhere hangs",
+    ),
+    Rule(
+        ("nnodes",),
+        "server",
+        "the ranks of one server must agree on how many they are; the others wait forever",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """Roles that would start with different values of a flag that must agree."""
+
+    flag: str
+    #: (role, value as the launch has it; None: absent) in role order
+    values: tuple[tuple[str, Any], ...]
+    why: str
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(r for r, _ in self.values)
+
+    def describe(self) -> str:
+        parts = [
+            f"{r}: {option_word(self.flag)} "
+            + (" ".join(render_value(v)) or "(switch)" if v is not None else "(absent)")
+            for r, v in self.values
+        ]
+        return f"{'; '.join(parts)} ({self.why})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "flag": self.flag,
+            "values": {r: list(v) if isinstance(v, tuple) else v for r, v in self.values},
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a variant is `invalid` before it starts: the flags it would split."""
+
+    disagreements: tuple[Disagreement, ...]
+
+    @property
+    def reason(self) -> str:
+        return "roles disagree: " + " | ".join(d.describe() for d in self.disagreements)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "disagreements": [d.to_dict() for d in self.disagreements]}
+
+
+def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
+    """Every flag of `AGREE` the roles of this launch would split (none for one role)."""
+    dep = deployment(exp)
+    if dep.single:
+        return ()
+    found: list[Disagreement] = []
+    serving = [r for r in dep.roles if r.serving]
+    flags = {r.name: role_flags(exp, r) for r in serving}
+    for rule in AGREE:
+        groups = [serving] if rule.over == "serving" else _servers(serving)
+        for group in groups:
+            if len(group) < 2:
+                continue
+            values = tuple((r.name, _first(flags[r.name], rule.names)) for r in group)
+            if len({_hashable(v) for _, (_, v) in values}) > 1:
+                name = next((n for _, (n, v) in values if v is not None), rule.names[0])
+                found.append(Disagreement(name, tuple((r, v) for r, (_, v) in values), rule.why))
+    for group in _servers(serving):
+        if len(group) < 2:
+            continue
+        for r in group:
+            n = flags[r.name].get("nnodes")
+            if n is not None and n != len(group):
+                found.append(
+                    Disagreement(
+                        "nnodes",
+                        ((r.name, n),),
+                        f"the deployment has {len(group)} {r.kind} roles for this server",
+                    )
+                )
+                break
+    return tuple(found)
+
+
+def starts_anyway(*exps: Experiment) -> bool:
+    """Whether a campaign over these configs starts variants whose roles disagree: any of
+    them says `mismatched_roles: start` (a variant is built from good and takes bad's
+    deltas, so the pair decides, as for `rehearse:`)."""
+    return any(e.mismatched_roles == "start" for e in exps)
+
+
+def refusal(exp: Experiment, *, start: bool | None = None) -> Refusal | None:
+    """Why this launch must not start (roles that would split a flag they must agree on),
+    or None: it agrees, or it starts anyway (`start`; by default the launch's own
+    `mismatched_roles: start`)."""
+    if exp.mismatched_roles == "start" if start is None else start:
+        return None
+    found = disagreements(exp)
+    return Refusal(found) if found else None
+
+
+def _servers(serving: list[Role]) -> list[list[Role]]:
+    """The ranks of each server over several nodes: the roles of one kind."""
+    by_kind: dict[str, list[Role]] = {}
+    for r in serving:
+        by_kind.setdefault(r.kind, []).append(r)
+    return list(by_kind.values())
+
+
+def _first(flags: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any]:
+    for n in names:
+        if n in flags:
+            return n, flags[n]
+    return names[0], None
+
+
+def _hashable(v: Any) -> Any:
+    """A value as the server reads it: `16` and `"16"` are one page size."""
+    return None if v is None else tuple(render_value(v))
