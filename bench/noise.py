@@ -26,6 +26,8 @@ several starts before it fails, and that is part of the cost. Policies:
   answer reaches the confidence (`orchestrator.planner.adaptive`);
 - `noisy`: the noise-aware search from the first run (`--strategy noisy`: a failure known
   to be intermittent);
+- `posterior` (only when asked with `--policies`): the default's prior, stop and runs alone
+  with the posterior search from the first run, no `auto` phase (`Adaptive(posterior=True)`);
 - `go`: Go's cmd/bisect policy: every trial (endpoints too) runs twice and the search gives
   up when the two disagree; its search is our `auto` (a log-cost minimal-set search);
 - `fixed r=3`, `fixed r=5`: `auto` with each variant run up to r times, a variant failing
@@ -60,7 +62,7 @@ from orchestrator.planner.strategies import auto
 P, F, OTHER = Verdict.PASS, Verdict.FAIL, Verdict.OTHER
 Variant = frozenset[int]
 POLICIES = ("default", "noisy", "go", "fixed r=3", "fixed r=5", "bayesect")
-POSTERIOR = ("default", "noisy", "bayesect")
+POSTERIOR = ("default", "noisy", "posterior", "bayesect")
 SHAPES = ("single", "AND-pair", "AND-triple", "masked", "decoy")
 CONFIDENCE = 0.95
 
@@ -185,6 +187,8 @@ def run_policy(name: str, n: int, o: Oracle) -> Result:
         return run_ours(n, o, Adaptive(NoiseModel(confidence=CONFIDENCE)))
     if name == "noisy":
         return run_ours(n, o, NoisyFromStart(NoiseModel(confidence=CONFIDENCE)))
+    if name == "posterior":  # the default's prior and confirmation, the posterior from the start
+        return run_ours(n, o, Adaptive(NoiseModel(confidence=CONFIDENCE), posterior=True))
     if name == "go":
         return run_repeated(n, o, 2, True)
     if name.startswith("fixed r="):

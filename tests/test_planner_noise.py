@@ -430,3 +430,50 @@ def test_a_set_that_passed_alone_runs_alone_again_while_it_leads() -> None:
     answer = planner.answer if planner.done else rnd.best
     assert answer is not None and answer.culprit_sets == [fs({0, 1})]
     assert answer.culprits[0].confirmed
+
+
+def test_another_cause_keeps_its_prior_until_bad_without_the_member_has_run() -> None:
+    """With no run of bad without the found flag, the chance that another cause hides
+    there is its prior (no run could have missed it), also under the default's weight on
+    a deterministic rate for that check: the search is not sure yet and runs it."""
+    from orchestrator.planner.adaptive import _default_model
+
+    full = frozenset(range(8))
+    state = Noisy(8, _default_model(NoiseModel()))
+    for v, x in [
+        (frozenset(), Verdict.PASS),
+        (full, Verdict.FAIL),
+        (frozenset({0, 1, 2, 3, 4}), Verdict.FAIL),
+        (frozenset({0, 1, 2}), Verdict.FAIL),
+        (frozenset({0, 1}), Verdict.PASS),
+        (frozenset({2}), Verdict.FAIL),
+    ]:
+        state.add(v, x)
+    a = state.analyze()
+    assert [f.term for f in a.found] == [frozenset({2})]
+    assert a.found[0].no_other[2] == pytest.approx(0.985**7)
+    assert a.confidence < 0.95 and a.next is not None
+
+
+def test_the_posterior_search_from_the_first_run_finds_independent_deterministic_causes() -> None:
+    """`Adaptive(posterior=True)` names each of two independent causes that fail on every
+    start, each with a run alone that failed and runs without each member that passed."""
+    terms = [frozenset({2}), frozenset({5, 6})]
+    full = frozenset(range(8))
+    planner = Planner(
+        8,
+        Adaptive(NoiseModel(), posterior=True),
+        known={frozenset(): Verdict.PASS, full: Verdict.FAIL},
+        evidence=[(frozenset(), Verdict.PASS), (full, Verdict.FAIL)],
+    )
+    for _ in range(200):
+        if planner.done:
+            break
+        v = planner.pending()[0]
+        planner.record(v, Verdict.FAIL if any(t <= v for t in terms) else Verdict.PASS)
+    answer = planner.answer
+    assert answer.complete and sorted(map(sorted, answer.culprit_sets)) == [[2], [5, 6]]
+    for c in answer.culprits:
+        assert c.confirmed and c.reproduced_by == c.deltas
+        assert {x for x, _ in c.cleared_by} == set(c.deltas)
+        assert all(x not in v and not any(t <= v for t in terms) for x, v in c.cleared_by)

@@ -83,6 +83,11 @@ BAD_ATTEMPTS = 16
 ALONE_SURE = 0.5
 #: runs (plus 2 per change) that weigh causes sharing a change against one flaky cause
 WEIGH_RUNS = 6
+#: the prior weight of a deterministic failure for the posterior search from the first
+#: run (`Adaptive.posterior`): heavier than `DETERMINISTIC`, which weighs `auto`'s answer
+#: after the fact; a failure that reproduces every time is then searched for at about what
+#: `auto` costs (bench/runs_to_answer.py --noise, policy `posterior`)
+POSTERIOR_DETERMINISTIC = 0.4
 
 
 def _describe(v: Variant) -> str:
@@ -146,6 +151,8 @@ class Adaptive:
     describe: Describe = _describe
     #: runs the noise-aware search keeps in progress (the campaign's slots: planner.batch)
     slots: int = 1
+    #: True: the posterior search from the first run (under the default's prior)
+    posterior: bool = False
     takes_evidence = True
 
     def __call__(
@@ -155,7 +162,13 @@ class Adaptive:
         closure: Callable[[Variant], Variant] | None = None,
     ) -> Search:
         return adaptive(
-            n, evidence, model=self.model, closure=closure, describe=self.describe, slots=self.slots
+            n,
+            evidence,
+            model=self.model,
+            closure=closure,
+            describe=self.describe,
+            slots=self.slots,
+            posterior=self.posterior,
         )
 
 
@@ -167,6 +180,7 @@ def adaptive(
     closure: Callable[[Variant], Variant] | None = None,
     describe: Describe = _describe,
     slots: int = 1,
+    posterior: bool = False,
 ) -> Search:
     model = model or NoiseModel()
     close = closure or (lambda v: v)
@@ -177,26 +191,34 @@ def adaptive(
     seen = {v for v, _ in runs}
 
     def switch(reason: str) -> Search:
-        note = f"the failure is flaky: {reason}; switched to the noise-aware search"
-        # once runs contradicted each other, the search goes on until the doubt left is
-        # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
-        strict = replace(
-            _default_model(model), confidence=1.0 - (1.0 - model.confidence) * FLAKY_DOUBT
+        note = (
+            f"the failure is flaky: {reason}; switched to the noise-aware search" if reason else ""
         )
-        budget = strict.max_runs if strict.max_runs is not None else 60 + 25 * n
+        budget = model.max_runs if model.max_runs is not None else 60 + 25 * n
         start = len(runs)
-        for _ in range(2 * CONFIRM_TRIES + 2):  # bounded: one run alone per pass
+        answer: Answer | None = None
+        for _ in range(2 * CONFIRM_TRIES + 4):  # bounded: one run alone, or one phase, per pass
+            # once runs contradicted each other, the search goes on until the doubt left is
+            # FLAKY_DOUBT of the doubt allowed; an answer at the confidence asked is complete
+            flaky = bool(reason or flakiness(runs, describe))
+            strict = _default_model(model, flaky=flaky)
             v, best = _alone_again(n, runs, strict, close)
             if v is not None and len(runs) - start < budget:
                 got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
                 runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
                 continue
             left = replace(strict, max_runs=max(0, budget - (len(runs) - start)))
+            search = batch.search(
+                n, list(runs), model=left, closure=closure, note=note, slots=slots
+            )
             answer = yield from _recording(
-                batch.search(n, list(runs), model=left, closure=closure, note=note, slots=slots),
+                search,
                 runs,
                 close,
+                until=None if flaky else lambda: bool(flakiness(runs, describe)),
             )
+            if answer is None:  # the runs just looked flaky: weighed again with that stop
+                continue
             # a set the posterior is sure of that never failed alone: it runs alone (the
             # evidence a culprit is named with) until it fails, or until a failure with its
             # measured rate would have shown with the confidence asked (at most
@@ -212,6 +234,11 @@ def adaptive(
             best = replace(answer, complete=False, reason="the search was stopped")
             got = yield Round((v,), purpose="noise-confirm", again=True, note=note, best=best)
             runs.extend((close(u), x) for u, x in got.items() if x is not Verdict.INFRA)
+        if answer is None:  # (bounded loop spent on phases: weigh what the runs say)
+            state = Noisy(n, _default_model(model, flaky=True))
+            for u, x in runs:
+                state.add(u, x)
+            answer = state.answer(state.analyze(), complete=False, reason="the search was stopped")
         if (
             not answer.complete
             and answer.culprits
@@ -221,7 +248,7 @@ def adaptive(
         return answer
 
     reason = flakiness(runs, describe)
-    if reason:
+    if reason or posterior:
         return (yield from switch(reason))
     gen = auto(n)
     try:
@@ -414,13 +441,22 @@ def _weigh_next(
     return min((close(t) for t in options), key=lambda v: count.get(v, 0))
 
 
-def _recording(search: Search, runs: list[Run], close: Callable[[Variant], Variant]) -> Search:
-    """`search`, with every verdict it receives added to `runs`."""
+def _recording(
+    search: Search,
+    runs: list[Run],
+    close: Callable[[Variant], Variant],
+    until: Callable[[], bool] | None = None,
+) -> Search:
+    """`search`, with every verdict it receives added to `runs`; None (the search closed)
+    as soon as `until()` says so after a round."""
     try:
         rnd = next(search)
         for _ in range(100_000):  # bounded: the search has a run budget
             got = yield rnd
             runs.extend((close(v), x) for v, x in got.items() if x is not Verdict.INFRA)
+            if until is not None and until():
+                search.close()
+                return None
             rnd = search.send(got)
         raise RuntimeError("the search did not converge")
     except StopIteration as stop:
@@ -443,10 +479,19 @@ def _shared(terms: list[frozenset[int]]) -> list[frozenset[int]]:
     return cores
 
 
-def _default_model(model: NoiseModel) -> NoiseModel:
+def _default_model(model: NoiseModel, *, flaky: bool | None = None) -> NoiseModel:
     """The prior of the default search: a failure reproduces on every start with prior
     probability `DETERMINISTIC`, otherwise at a rate uniform on (0, 1); a run that failed
-    in another way did not show the target (as `auto` reads it)."""
+    in another way did not show the target (as `auto` reads it). `flaky` (the runs
+    contradicted a deterministic failure): the search stops when the doubt left is
+    FLAKY_DOUBT of the doubt allowed; False: at the confidence asked; None: as asked,
+    with `auto`'s spike weight."""
+    if flaky is not None:
+        conf = model.confidence
+        if flaky:
+            conf = 1.0 - (1.0 - conf) * FLAKY_DOUBT
+        spike = model.spike or (DETERMINISTIC if flaky else POSTERIOR_DETERMINISTIC)
+        model = replace(model, confidence=conf, spike=spike)
     return replace(
         model,
         spike=model.spike if model.spike > 0 else DETERMINISTIC,

@@ -461,6 +461,8 @@ class Noisy:
     def _miss(self, belief: Belief, term: frozenset[int], k: int) -> float:
         """E[(1 - p)^k]: the chance that k runs of a variant with another cause all pass."""
         m = self.model
+        if k == 0:  # no run of it yet: nothing missed (the spike's 0^0 is 1 too)
+            return 1.0
         _, _, _, s = belief.best()
         f = belief.fails
         # The rate over the slab, unless no run carrying the found set passed: then the
