@@ -28,8 +28,17 @@ def _bisect(sshd: SshdEndpoint, tmp: Path, pair: str) -> tuple[int, dict, Path]:
     hosts = sshd_hosts_file(sshd, tmp)
     results = tmp / "results"
     code, out = cli_json(
-        "bisect", "--good", exp.good, "--bad", exp.bad, "--host", "lab",
-        "--hosts", hosts, "--results", results,
+        "bisect",
+        "--good",
+        exp.good,
+        "--bad",
+        exp.bad,
+        "--host",
+        "lab",
+        "--hosts",
+        hosts,
+        "--results",
+        results,
     )
     return code, out, results
 
@@ -66,6 +75,7 @@ def test_k26_dp_ep_wrong_answer_bisected_over_sshd(sshd: SshdEndpoint, tmp_path:
     assert differ, run.answers
     good_text, bad_text = (t.strip().replace("\n", "\\n")[:20] for t in differ[0])
     assert good_text in res.stdout and bad_text in res.stdout, res.stdout
+
 
 def test_crash_wrong_two_findings_over_sshd(sshd: SshdEndpoint, tmp_path: Path) -> None:
     code, answer, results = _bisect(sshd, tmp_path, "crash-wrong")
