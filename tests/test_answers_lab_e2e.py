@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from orchestrator.campaign.bisect import Bisection, BisectOptions
+from orchestrator.campaign.planning import make_plan
+from orchestrator.lab.sdhosts import SystemdHost
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
 from tests.support.campaign_lab import (
+    LAB,
+    LAB_UNIT,
     check_answer_evidence,
     cli,
     cli_json,
     lab_pair,
+    load_host,
     sshd_hosts_file,
 )
 
 WRONG = "serving: wrong_output: "
+PAIR = LAB / "k26-dp-ep"
+K26_UNIT = "lab-k26.service"
 
 
 def _bisect(sshd: SshdEndpoint, tmp: Path, pair: str) -> tuple[int, dict, Path]:
@@ -89,3 +99,33 @@ def test_crash_wrong_two_findings_over_sshd(sshd: SshdEndpoint, tmp_path: Path) 
     [finding] = answer["findings"]
     assert finding["signature"] == WRONG + "garbled answers"
     assert [deltas[i] for i in finding["deltas"]] == ["+ --kv-cache-dtype fp8_e5m2"]
+
+
+# ---- on the systemd host -------------------------------------------------------------------
+
+
+@pytest.mark.systemd
+def test_k26_dp_ep_wrong_answer_on_the_systemd_host(
+    systemd_host: SystemdHost, tmp_path: Path
+) -> None:
+    box = systemd_host
+    box.install_unit(K26_UNIT, LAB_UNIT)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(box.hosts_yaml("sd", env={"PYTHONPATH": "/opt/orchestrator"}))
+    plan = make_plan(str(PAIR / "good.yaml"), str(PAIR / "bad.yaml"), "auto")
+    results = tmp_path / "results"
+    store = Store(results)
+    try:
+        outcome = Bisection(
+            store, plan, [load_host(hosts, "sd")], options=BisectOptions(), command="test"
+        ).run()
+    finally:
+        store.close()
+    answer = outcome.to_dict()
+    assert answer["status"] == "found", answer
+    assert answer["target"] == WRONG + "garbled answers"
+    [culprit] = answer["culprits"]
+    assert sorted(culprit["flags"]) == ["--enable-dp-attention", "--ep-size 8"]
+    assert culprit["interacting"] is True
+    check_answer_evidence(results, answer, answer["target"])
+    assert answer["findings"] == []
