@@ -31,6 +31,7 @@ from orchestrator.campaign.core import (
 )
 from orchestrator.campaign.dispatch import Dispatch
 from orchestrator.campaign.endpoints import Endpoints
+from orchestrator.campaign.narrow import narrow_findings
 from orchestrator.campaign.planning import Plan
 from orchestrator.campaign.pool import Pool
 from orchestrator.campaign.records import (
@@ -346,6 +347,8 @@ class Bisection:
                 if self.opts.repeat > 1
                 else []
             )
+            # 4. each finding narrowed to its own flag where one flag alone shows it
+            narrow_findings(self.runs, lambda: self._answer().findings(), self._drive, pool)
             outcome = self._answer().conclude(best, disagree)
         rows = self.runs.rows()
         if self.opts.strategy == "auto":

@@ -75,7 +75,7 @@ class Pair:
 def lab_pair(tmp: Path, pair: str, *, port: int | None = None) -> Pair:
     """The shipped lab pair `pair`, extended to listen on `port` (a free one by default)."""
     scenario = pair if (LAB / pair).is_dir() else pair.split("-")[0]
-    good_name, bad_name = PAIRS[pair]
+    good_name, bad_name = PAIRS.get(pair, ("good.yaml", "bad.yaml"))
     port = port or free_port()
     out = tmp / "experiments"
     out.mkdir(parents=True, exist_ok=True)
