@@ -37,6 +37,7 @@ from tests.support.campaign_lab import cli, cli_json
 PROMPTS = load_prompts()
 HOST = "lab-answers"
 ROPE = "rope_parameters"
+THETA = "rope_theta"
 
 
 def _moved(root: Path, name: str, port: int) -> Path:
@@ -103,7 +104,12 @@ def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
     assert culprit["flags"] == ["--dtype float32"], f32
     assert "wrong_output" in f32["target"] and "differ" in f32["target"], f32["target"]
 
-    store = Store(tmp_path / "results")
+    _recorded(tmp_path / "results", f32["campaign"])
+
+
+def _recorded(results: Path, f32_campaign: str) -> None:
+    """The recorded runs of both bisections: their answers, verdicts and `show`."""
+    store = Store(results)
     try:
         rows = [r for r in store.runs() if r.cached_from is None]
     finally:
@@ -123,19 +129,30 @@ def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
             assert a.error is None and a.text.strip() and not garbled(a.text), a
         assert (score(ref, PROMPTS) or 0) >= 0.6, [a.text for a in ref.answers]
 
-    # the override: healthy, every answer garbled or nearly, under every rule
+    # the rope override: the theta of 10 with its type garbles every answer under every
+    # rule while /health passes; the theta without its type dies at start (KeyError:
+    # 'rope_type'), no wrong answer; the type alone (`default`) replaces the checkpoint's
+    # rope parameters, its theta too: a different model, its answers differ
     overridden = [r for r in rows if _overridden(r)]
-    assert overridden
+    garbling = [r for r in overridden if THETA in " ".join(r.argv) and r.answers is not None]
+    assert garbling
     for r in overridden:
-        assert r.verdict is Verdict.FAIL and r.signature is not None, (r.label, r.detail)
-        assert "wrong_output" in str(r.signature) and "garbled" in str(r.signature)
+        if r.answers is None:
+            assert r.verdict is Verdict.OTHER and "wrong_output" not in str(r.signature)
+            assert "rope_type" in str(r.signature), r.signature
+        else:
+            assert r.verdict is not Verdict.PASS and "wrong_output" in str(r.signature)
+        if "garbled" in str(r.signature):
+            assert r in garbling, (r.label, r.signature)
+    for r in garbling:
+        assert r.verdict is Verdict.FAIL and "garbled" in str(r.signature), (r.label, r.detail)
         ref = _batch(goods[r.campaign])
         for rule in (Rule("exact"), Rule("logprobs-close"), Rule("score")):
             v = judge(ref, _batch(r), PROMPTS, rule)
             assert not v.passed and v.kind == "garbled", (rule, v.detail)
 
     # float32: wrong under exact, within the default rule (the same recorded answers)
-    f32_runs = [r for r in by_campaign[f32["campaign"]] if r.variant]
+    f32_runs = [r for r in by_campaign[f32_campaign] if r.variant]
     assert f32_runs
     f32_bad = f32_runs[0]
     ref, got = _batch(goods[f32_bad.campaign]), _batch(f32_bad)
@@ -144,11 +161,16 @@ def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
     close = judge(ref, got, PROMPTS, Rule("logprobs-close"))
     assert close.passed and not any(d.garbled for d in close.diffs), close.detail
 
-    # every run keeps its answers, and `show` prints them
-    for r in (goods[f32_bad.campaign], f32_bad, overridden[0]):
-        shown = cli("show", r.id, "--results", tmp_path / "results").stdout
-        first = _batch(r).answers[0].text.strip().splitlines()[0][:30]
-        assert first and first in shown, (first, shown[-3000:])
+    # every run keeps its answers, and `show` prints them: good's as the reference, a wrong
+    # run's beside good's where they differ
+    good = goods[f32_bad.campaign]
+    shown = cli("show", good.id, "--results", results).stdout
+    assert "answers: 9 asked (batch)" in shown and "reference of its campaign" in shown, shown
+    for r in (f32_bad, garbling[0]):
+        shown = cli("show", r.id, "--results", results).stdout
+        assert "judged WRONG" in shown and "this run: " in shown, shown[-3000:]
+        texts = [a.text.strip()[:20] for a in _batch(r).answers if a.text.strip()]
+        assert any(t in shown for t in texts), (texts, shown[-3000:])
 
     # no false alarm: every start without the override, judged under the default rule
     # against its campaign's good, is no wrong_output
@@ -159,5 +181,5 @@ def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
         v = judge(_batch(goods[r.campaign]), _batch(r), PROMPTS, Rule("logprobs-close"))
         assert v.passed, (r.label, v.detail)
     starts = {"benign": len(benign), "overridden": len(overridden)}
-    (tmp_path / "starts.json").write_text(json.dumps(starts))
-    assert len(benign) >= 5, starts
+    (results.parent / "starts.json").write_text(json.dumps(starts))
+    assert len(benign) >= 3, starts
