@@ -19,6 +19,7 @@ One test, so its servers run one at a time on one worker.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -36,8 +37,8 @@ from tests.support.campaign_lab import cli, cli_json
 
 PROMPTS = load_prompts()
 HOST = "lab-answers"
-ROPE = "rope_parameters"
-THETA = "rope_theta"
+#: the override that garbles: rope theta 10 (good has the checkpoint's 100000)
+ROPE = re.compile(r'"rope_theta":\s*10(\.0)?[,}]')
 
 
 def _moved(root: Path, name: str, port: int) -> Path:
@@ -75,7 +76,7 @@ def _bisect(root: Path, hosts: Path, good: str, bad: str, port: int) -> dict:
 
 
 def _overridden(row: RunRow) -> bool:
-    return ROPE in " ".join(row.argv)
+    return ROPE.search(" ".join(row.argv)) is not None
 
 
 def _batch(row: RunRow):  # noqa: ANN202
@@ -97,7 +98,7 @@ def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
 
     rope = _bisect(tmp_path, hosts, "answers_good.yaml", "answers_rope.yaml", port)
     [culprit] = rope["culprits"]
-    assert culprit["flags"] and all(f.startswith("--hf-overrides") for f in culprit["flags"])
+    assert culprit["flags"] == ["--hf-overrides.rope_parameters.rope_theta 10.0"], rope
     assert "wrong_output" in rope["target"] and "garbled" in rope["target"], rope["target"]
     f32 = _bisect(tmp_path, hosts, "answers_good_exact.yaml", "answers_float32_exact.yaml", port)
     [culprit] = f32["culprits"]
@@ -129,21 +130,10 @@ def _recorded(results: Path, f32_campaign: str) -> None:
             assert a.error is None and a.text.strip() and not garbled(a.text), a
         assert (score(ref, PROMPTS) or 0) >= 0.6, [a.text for a in ref.answers]
 
-    # the rope override: the theta of 10 with its type garbles every answer under every
-    # rule while /health passes; the theta without its type dies at start (KeyError:
-    # 'rope_type'), no wrong answer; the type alone (`default`) replaces the checkpoint's
-    # rope parameters, its theta too: a different model, its answers differ
-    overridden = [r for r in rows if _overridden(r)]
-    garbling = [r for r in overridden if THETA in " ".join(r.argv) and r.answers is not None]
+    # the rope override: a theta of 10 garbles every answer under every rule while /health
+    # passes
+    garbling = [r for r in rows if _overridden(r)]
     assert garbling
-    for r in overridden:
-        if r.answers is None:
-            assert r.verdict is Verdict.OTHER and "wrong_output" not in str(r.signature)
-            assert "rope_type" in str(r.signature), r.signature
-        else:
-            assert r.verdict is not Verdict.PASS and "wrong_output" in str(r.signature)
-        if "garbled" in str(r.signature):
-            assert r in garbling, (r.label, r.signature)
     for r in garbling:
         assert r.verdict is Verdict.FAIL and "garbled" in str(r.signature), (r.label, r.detail)
         ref = _batch(goods[r.campaign])
@@ -180,6 +170,6 @@ def _recorded(results: Path, f32_campaign: str) -> None:
             assert r in f32_runs, (r.label, r.signature)  # float32, under exact
         v = judge(_batch(goods[r.campaign]), _batch(r), PROMPTS, Rule("logprobs-close"))
         assert v.passed, (r.label, v.detail)
-    starts = {"benign": len(benign), "overridden": len(overridden)}
+    starts = {"benign": len(benign), "overridden": len(garbling)}
     (results.parent / "starts.json").write_text(json.dumps(starts))
-    assert len(benign) >= 3, starts
+    assert len(benign) >= 4, starts
