@@ -324,15 +324,7 @@ class Group:
         peer = self._peers[0]
         while not self.stopping.is_set():
             ready, _, _ = select.select([peer], [], [], POLL_S)
-            if not ready:
-                continue
-            try:
-                chunk = peer.recv(4096)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                started = time.monotonic()
-                self._blocked(started + self.topo.watchdog_s, started)
+            if ready and self._lost(peer):
                 break
         self.close()
         return 0
@@ -348,15 +340,21 @@ class Group:
         self._seq += 1
         while not self.stopping.is_set():
             ready, _, _ = select.select(self._peers, [], [], POLL_S)
-            for peer in ready:
-                try:
-                    chunk = peer.recv(4096)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    started = time.monotonic()
-                    self._blocked(started + self.topo.watchdog_s, started)
-                    return
+            if any(self._lost(peer) for peer in ready):
+                return
+
+    def _lost(self, peer: socket.socket) -> bool:
+        """True once `peer` closed its end: the next collective blocks until the watchdog
+        (which `_blocked` plays out)."""
+        try:
+            chunk = peer.recv(4096)
+        except OSError:
+            chunk = b""
+        if chunk:
+            return False
+        started = time.monotonic()
+        self._blocked(started + self.topo.watchdog_s, started)
+        return True
 
     def close(self) -> None:
         for sock in [*self._peers, *([self._listener] if self._listener else [])]:
