@@ -86,16 +86,9 @@ def split_command_line(text: str) -> list[str]:
             buf: list[str] = []
             while j < n and text[j] != '"':
                 if text[j] == "\\" and j + 1 < n:
-                    nxt = text[j + 1]
-                    if nxt in _C_UNESCAPES:
-                        buf.append(_C_UNESCAPES[nxt])
-                        j += 2
-                    elif nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[j + 2 : j + 4]):
-                        buf.append(chr(int(text[j + 2 : j + 4], 16)))
-                        j += 4
-                    else:
-                        buf.append(nxt)
-                        j += 2
+                    ch, width = _escape_at(text, j, _C_UNESCAPES) or (text[j + 1], 2)
+                    buf.append(ch)
+                    j += width
                     continue
                 buf.append(text[j])
                 j += 1
@@ -138,23 +131,33 @@ def c_unescape(text: str) -> str:
             out.append(c)
             i += 1
             continue
-        e = text[i + 1]
-        if e in _UNIT_UNESCAPES:
-            out.append(_UNIT_UNESCAPES[e])
-            i += 2
-        elif e == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2 : i + 4]):
-            out.append(chr(int(text[i + 2 : i + 4], 16)))
-            i += 4
-        elif e in "uU" and re.fullmatch(r"[0-9a-fA-F]+", text[i + 2 : i + (6 if e == "u" else 10)]):
-            k = 6 if e == "u" else 10
-            out.append(chr(int(text[i + 2 : i + k], 16)))
-            i += k
-        elif re.fullmatch(r"[0-7]{3}", text[i + 1 : i + 4]):
-            out.append(chr(int(text[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            raise Unreadable(f"the escape \\{e}, which systemd refuses")
+        found = _escape_at(text, i, _UNIT_UNESCAPES, unit=True)
+        if found is None:
+            raise Unreadable(f"the escape \\{text[i + 1]}, which systemd refuses")
+        out.append(found[0])
+        i += found[1]
     return "".join(out)
+
+
+def _escape_at(
+    text: str, i: int, table: dict[str, str], *, unit: bool = False
+) -> tuple[str, int] | None:
+    """The escape that starts with the backslash at `text[i]`: its character and how many
+    characters it spans, or None when it is none of `table`'s, `\\xHH` (nor, with `unit`,
+    a unit file's `\\uHHHH`, `\\UHHHHHHHH` or octal `\\NNN`)."""
+    e = text[i + 1]
+    if e in table:
+        return table[e], 2
+    if e == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2 : i + 4]):
+        return chr(int(text[i + 2 : i + 4], 16)), 4
+    if not unit:
+        return None
+    k = {"u": 6, "U": 10}.get(e)
+    if k is not None and re.fullmatch(r"[0-9a-fA-F]+", text[i + 2 : i + k]):
+        return chr(int(text[i + 2 : i + k], 16)), k
+    if re.fullmatch(r"[0-7]{3}", text[i + 1 : i + 4]):
+        return chr(int(text[i + 1 : i + 4], 8)), 4
+    return None
 
 
 __all__ = [
