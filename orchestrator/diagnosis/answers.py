@@ -60,12 +60,18 @@ class Prompt:
 
     def met_by(self, text: str) -> bool:
         """True if `text` is a right answer (False for a prompt without expectation)."""
-        if self.regex is not None:
-            return re.search(self.regex, text) is not None
-        if self.expect is not None:
-            want = r"\s+".join(re.escape(w) for w in self.expect.split())
-            return re.search(rf"(?<!\w){want}(?!\w)", text, re.IGNORECASE) is not None
-        return False
+        return bool(meets(text, self.expect, self.regex))
+
+
+def meets(text: str, expect: str | None, regex: str | None) -> bool | None:
+    """Whether `text` meets a prompt's expectation: its `regex` found in it, else its
+    `expect` as whole words (case and spacing aside); None when it states neither."""
+    if regex is not None:
+        return re.search(regex, text) is not None
+    if expect is not None:
+        want = r"\s+".join(re.escape(w) for w in expect.split())
+        return re.search(rf"(?<!\w){want}(?!\w)", text, re.IGNORECASE) is not None
+    return None
 
 
 @dataclass(frozen=True)
