@@ -65,9 +65,9 @@ def _local() -> LocalTransport:
     return LocalTransport(Host(name="here", address="localhost", transport="local"))  # type: ignore[arg-type]
 
 
-def _asked(spawn, zoo: Path, *flags: str, seed: str = "3", **kw: object) -> Asked:
-    port = free_port()
-    proc = spawn(
+def _args(zoo: Path, port: int) -> list[str]:
+    """The lab server of these tests: the scenario, a port, a model path, no startup time."""
+    return [
         "--scenario",
         str(zoo),
         "--port",
@@ -76,10 +76,12 @@ def _asked(spawn, zoo: Path, *flags: str, seed: str = "3", **kw: object) -> Aske
         "/models/m",
         "--time-scale",
         "0",
-        "--seed",
-        seed,
-        *flags,
-    )
+    ]
+
+
+def _asked(spawn, zoo: Path, *flags: str, seed: str = "3", **kw: object) -> Asked:
+    port = free_port()
+    proc = spawn(*_args(zoo, port), "--seed", seed, *flags)
     assert proc.wait_healthy(port, WAIT), proc.out + proc.err
     asked = ask(_local(), PROMPTS, port, AskSettings(**kw))  # type: ignore[arg-type]
     proc.stop()
@@ -92,18 +94,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, zoo: Path) -> Asked:
     from tests.hosts.procs import LabProcess
 
     port = free_port()
-    proc = LabProcess.server(
-        [
-            "--scenario",
-            str(zoo),
-            "--port",
-            str(port),
-            "--model-path",
-            "/models/m",
-            "--time-scale",
-            "0",
-        ]
-    ).start()
+    proc = LabProcess.server(_args(zoo, port)).start()
     try:
         assert proc.wait_healthy(port, WAIT), proc.out + proc.err
         return ask(_local(), PROMPTS, port, AskSettings())
