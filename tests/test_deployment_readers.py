@@ -9,6 +9,7 @@ The campaign is recorded through the real store the way a run over several roles
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,7 @@ from orchestrator.campaign.planning import make_plan
 from orchestrator.campaign.records import Outcome
 from orchestrator.cli import main, notifying
 from orchestrator.cli.bisect import print_outcome
+from orchestrator.cli.run import _print as print_run
 from orchestrator.reports.deployment_view import of_campaign
 from orchestrator.store.store import Store
 from tests.support.deployment_runs import CRASH, NODE0_LOG, NODE1_LOG, Recorded, record_campaign
@@ -214,3 +216,27 @@ class _Receiver:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_run_and_rerun_name_the_roles_and_the_first_failure(
+    rec: Recorded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = Store(rec.results)
+    try:
+        row = store.run(rec.runs["bad"])
+        capsys.readouterr()
+        print_run(row, argparse.Namespace(json=True), store=store)
+        data = json.loads(capsys.readouterr().out)
+        assert data["deployment"]["first_failure"] == {
+            "role": "node1",
+            "host": "b300-02",
+            "describe": FIRST,
+        }
+        print_run(row, argparse.Namespace(json=False), store=store)
+        lines = [x.strip() for x in capsys.readouterr().out.splitlines()]
+        assert f"detail: {FIRST}" in lines
+        assert (
+            f"node1 [node rank 1] on b300-02 (sglang-n1.service): fail: {CRASH}  <- failed first"
+        ) in lines
+    finally:
+        store.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.cli import main
 from orchestrator.config.hosts import SlurmOptions, load_inventory
 from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Verdict
@@ -25,6 +26,7 @@ from orchestrator.execution.backends import executor_for
 from orchestrator.execution.slurm import facts, jobscript, multinode
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import free_port
+from orchestrator.store.store import Store
 from tests.hosts.slurm import local_slurm_hosts_file
 from tests.support.campaign_lab import LAB
 
@@ -190,8 +192,12 @@ def _one_rank(tmp: Path, *, ranks: int = 1, extra: dict | None = None) -> Path:
 
 
 def test_a_job_of_one_rank_runs_on_the_lab_cluster(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # `show`'s lines unclipped
     hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
     host = load_inventory(hosts).host("lab-slurm")
     exp = load_experiment(_one_rank(tmp_path))
@@ -218,6 +224,19 @@ def test_a_job_of_one_rank_runs_on_the_lab_cluster(
     assert "AttributeError" in failed.host_record["roles"][0]["log_tail"]  # type: ignore[index]
     left = slurm_cluster.client("squeue", "-h", "-o", "%i")
     assert left.stdout.strip() == ""
+    # recorded, `show` names the rank, its node and the job
+    store = Store(tmp_path / "results")
+    try:
+        cid = store.create_campaign(kind="run", key="k", command="test", spec={})
+        run_id = store.add_run(cid, variant=(), purpose="run", result=failed)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["show", run_id, "--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert f"node0 [node rank 0] on {slurm_cluster.node}: fail: init: " in out, out
+    assert f"failed first: node0 on {slurm_cluster.node}: init: " in out, out
+    assert "on the cluster (lab-slurm): job " in out, out
 
 
 def test_a_job_of_more_ranks_than_nodes_is_refused_naming_the_nodes(

@@ -375,6 +375,8 @@ def _probe_record(rec: dict[str, object] | None) -> None:
 def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
     """What the tool did on the host for this run: the drop-in, what systemd read back,
     the invocation and the command that shows its whole journal there."""
+    if rec and rec.get("manager") == "deployment" and isinstance(rec.get("slurm"), dict):
+        rec = rec["slurm"]  # a deployment's node ranks as one job: where that job ran
     if rec and rec.get("manager") == "slurm":
         _on_cluster(rec)
         return
