@@ -20,10 +20,12 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.config.hosts import SlurmOptions, load_inventory
 from orchestrator.config.loading import load_experiment
+from orchestrator.diagnosis.first_failure import first_failure
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.execution.backends import executor_for
 from orchestrator.execution.slurm import facts, jobscript, multinode
+from orchestrator.execution.slurm.executor import deployment_record, rank_results
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import free_port
 from orchestrator.store.store import Store
@@ -253,3 +255,34 @@ def test_a_job_of_more_ranks_than_nodes_is_refused_naming_the_nodes(
     assert f"has 1 that take jobs: {slurm_cluster.node} (" in said, said
     left = slurm_cluster.client("squeue", "-h", "-o", "%i")
     assert left.stdout.strip() == ""  # nothing was submitted
+
+
+@pytest.mark.parametrize(
+    ("case", "failing", "waiting"),
+    [("rank1_cublas", "node1", "node0"), ("rank0_oom", "node0", "node1")],
+)
+def test_a_job_of_two_ranks_is_judged_by_the_rank_that_failed_first(
+    tmp_path: Path, case: str, failing: str, waiting: str
+) -> None:
+    """The lab's recorded two-rank logs, as the job's rank logs come back (with the line
+    slurmstepd adds when the step ends): the first failure is the failing rank's, on its
+    node, the other rank a consequence; whatever order the ranks are read in."""
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    ranks = multinode.node_roles(exp)
+    stepd = "slurmstepd: error: *** STEP 7.0 ON n2 CANCELLED AT 2026-12-04T21:46:00 ***\n"
+    data = Path(__file__).parent / "data" / "multinode"
+    out = {f"rank-{k}": (data / f"{case}.rank{k}.log").read_text() + stepd for k in (0, 1)}
+    result = {"rank_nodes": "n1,n2"}
+    roles = rank_results(ranks, out, result)
+    for order in (roles, list(reversed(roles))):
+        first = first_failure([r for r, _ in order])
+        assert first is not None and first.role == failing
+        assert first.host == ("n2" if failing == "node1" else "n1")
+        assert not first.consequence
+        assert first.describe().endswith(f"{waiting} then timed out in a collective")
+    record = deployment_record(ranks, roles, first, exp, {"manager": "slurm", "job": "7"})
+    by_role = {r["role"]: r for r in record["roles"]}  # type: ignore[union-attr]
+    assert by_role[failing]["verdict"] == "fail" and by_role[waiting]["verdict"] == "timeout"
+    assert record["first_failure"]["role"] == failing  # type: ignore[index]
+    assert "slurmstepd" not in by_role[failing]["log_tail"]
+    assert [r["rank"] for r in record["roles"]] == [0, 1]  # type: ignore[union-attr]

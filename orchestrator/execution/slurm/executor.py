@@ -46,6 +46,7 @@ from orchestrator.diagnosis.classify.judge import (
     outside_cause,
 )
 from orchestrator.diagnosis.first_failure import (
+    CONSEQUENCE_KINDS,
     FirstFailure,
     RoleResult,
     first_failure,
@@ -298,11 +299,15 @@ class SlurmExecutor(HostExecutor):
                 out = self._collect(files, len(ranks))
                 if ranks:
                     out["log"] = facts.server_lines(out["log"])
+                evidence = _evidence(state, out, head, good_metric, seen_phase, job)
+                if ranks:
                     roles = rank_results(ranks, out, jobscript.parse_result(out["result"]))
                     first = first_failure([r for r, _ in roles])
+                    if first is not None and judge(evidence, target)[0] is Verdict.PASS:
+                        first = None  # it served: what a rank logged when stopped is no failure
                     if first is not None:  # judged by the log of the rank that failed first
                         out["log"] = next(log for r, log in roles if r.role == first.role)
-                evidence = _evidence(state, out, head, good_metric, seen_phase, job)
+                        evidence = _evidence(state, out, head, good_metric, seen_phase, job)
         except RunCancelled:
             if job is not None:
                 self._slurm(f"scancel {job}", timeout=60)
@@ -636,8 +641,10 @@ def deployment_record(
     for role in ranks:
         r, log = by_name.get(role.name, (RoleResult(role.name, "?"), ""))
         verdict = "pass"
-        if r.signature is not None:
-            verdict = "fail" if first is not None and first.role == role.name else "other"
+        if r.signature is not None and first is not None:
+            # the others: waited for it (a hang, a watchdog's timeout), or failed too
+            consequence = r.kind in CONSEQUENCE_KINDS
+            verdict = "fail" if first.role == role.name else "timeout" if consequence else "other"
         out_roles.append(
             {
                 "role": role.name,
