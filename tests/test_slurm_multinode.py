@@ -25,7 +25,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.execution.backends import executor_for
 from orchestrator.execution.slurm import facts, jobscript, multinode
-from orchestrator.execution.slurm.executor import deployment_record, rank_results
+from orchestrator.execution.slurm.multinode import deployment_record, rank_results
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import free_port
 from orchestrator.store.store import Store
@@ -273,7 +273,7 @@ def test_a_job_of_two_ranks_is_judged_by_the_rank_that_failed_first(
     data = Path(__file__).parent / "data" / "multinode"
     out = {f"rank-{k}": (data / f"{case}.rank{k}.log").read_text() + stepd for k in (0, 1)}
     result = {"rank_nodes": "n1,n2"}
-    roles = rank_results(ranks, out, result)
+    roles = rank_results(ranks, out, result, 2026)
     for order in (roles, list(reversed(roles))):
         first = first_failure([r for r, _ in order])
         assert first is not None and first.role == failing

@@ -32,10 +32,8 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from orchestrator import shield
-from orchestrator.config.deployment import Role
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
-from orchestrator.diagnosis.classify.analyze import analyze_log
 from orchestrator.diagnosis.classify.judge import (
     LAUNCH_CLASS,
     ProbeOutcome,
@@ -45,13 +43,7 @@ from orchestrator.diagnosis.classify.judge import (
     launch_detail,
     outside_cause,
 )
-from orchestrator.diagnosis.first_failure import (
-    CONSEQUENCE_KINDS,
-    FirstFailure,
-    RoleResult,
-    first_failure,
-    first_stamp,
-)
+from orchestrator.diagnosis.first_failure import FirstFailure, RoleResult, first_failure
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
 from orchestrator.errors import ConfigError, InfraError, SchedulerError, TransportError
@@ -301,7 +293,8 @@ class SlurmExecutor(HostExecutor):
                     out["log"] = facts.server_lines(out["log"])
                 evidence = _evidence(state, out, head, good_metric, seen_phase, job)
                 if ranks:
-                    roles = rank_results(ranks, out, jobscript.parse_result(out["result"]))
+                    done = jobscript.parse_result(out["result"])
+                    roles = multinode.rank_results(ranks, out, done, time.gmtime().tm_year)
                     first = first_failure([r for r, _ in roles])
                     if first is not None and judge(evidence, target)[0] is Verdict.PASS:
                         first = None  # it served: what a rank logged when stopped is no failure
@@ -387,7 +380,7 @@ class SlurmExecutor(HostExecutor):
                 ),
             }
         if ranks and record is not None:
-            record = deployment_record(ranks, roles, first, exp, record)
+            record = multinode.deployment_record(ranks, roles, first, exp, record)
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
             config,
@@ -572,7 +565,7 @@ class SlurmExecutor(HostExecutor):
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
             f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; "
             + "".join(
-                f"echo {_rank_mark(k)}; tail -n {LOG_FETCH_LINES} "
+                f"echo {multinode.rank_mark(k)}; tail -n {LOG_FETCH_LINES} "
                 f"{q(files.path(f'rank-{k}.log'))} 2>/dev/null; "
                 for k in range(ranks)
             )
@@ -580,7 +573,7 @@ class SlurmExecutor(HostExecutor):
             f'tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- "$d"; done; true',
             timeout=60,
         )
-        marks = [_rank_mark(k) for k in range(ranks)]
+        marks = [multinode.rank_mark(k) for k in range(ranks)]
         parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK, *marks)
         # the tail, and the tracebacks above it (a server's shutdown noise can bury them)
         log = keep_what_matters(parts.get(facts.LOG_MARK, ""), LOG_TAIL_LINES)
@@ -593,83 +586,6 @@ class SlurmExecutor(HostExecutor):
         for k, mark in enumerate(marks):
             out[f"rank-{k}"] = keep_what_matters(parts.get(mark, ""), LOG_TAIL_LINES)
         return out
-
-
-def _rank_mark(k: int) -> str:
-    return f"@@RANK-{k}@@"
-
-
-def rank_results(
-    ranks: tuple[Role, ...], out: dict[str, str], result: dict[str, str]
-) -> list[tuple[RoleResult, str]]:
-    """Each node rank's part of a job, judged from its own log (`rank-K.log`), with its
-    log tail: the node it ran on (the job's K-th node), its failure and when it happened
-    (the log's own stamp; the nodes share the cluster's clock, no offset is measured)."""
-    nodes = [n for n in result.get("rank_nodes", "").split(",") if n]
-    year = time.gmtime().tm_year
-    out_roles = []
-    for k, role in enumerate(ranks):
-        log = facts.server_lines(out.get(f"rank-{k}", ""))
-        a = analyze_log(log) if log.strip() else None
-        failed = a is not None and a.signature is not None
-        out_roles.append(
-            (
-                RoleResult(
-                    role.name,
-                    nodes[k] if k < len(nodes) else "?",
-                    signature=a.signature if failed else None,
-                    kind=a.kind if failed else None,
-                    failed_at=first_stamp(a.excerpt, year) if failed else None,
-                ),
-                log,
-            )
-        )
-    return out_roles
-
-
-def deployment_record(
-    ranks: tuple[Role, ...],
-    roles: list[tuple[RoleResult, str]],
-    first: FirstFailure | None,
-    exp: Experiment,
-    job: dict[str, object],
-) -> dict[str, object]:
-    """A deployment's host record (every role's node, verdict, signature and log tail in
-    start order, and the first failure), with the job's own record under `slurm`."""
-    by_name = {r.role: (r, log) for r, log in roles}
-    out_roles = []
-    for role in ranks:
-        r, log = by_name.get(role.name, (RoleResult(role.name, "?"), ""))
-        verdict = "pass"
-        if r.signature is not None and first is not None:
-            # the others: waited for it (a hang, a watchdog's timeout), or failed too
-            consequence = r.kind in CONSEQUENCE_KINDS
-            verdict = "fail" if first.role == role.name else "timeout" if consequence else "other"
-        out_roles.append(
-            {
-                "role": role.name,
-                "kind": role.kind,
-                "rank": role.rank,
-                "host": r.host,
-                "unit": None,
-                "verdict": verdict,
-                "signature": str(r.signature) if r.signature else None,
-                "failed_at": r.failed_at,
-                "clock_offset": 0.0,
-                "log_tail": log,
-                "rendered": None,
-                "invocation": f"slurm job {job.get('job')} task {role.rank}",
-                "command": multinode.shell_words(multinode.rank_argv(exp, role, len(ranks))),
-            }
-        )
-    return {
-        "manager": "deployment",
-        "roles": out_roles,
-        "first_failure": None
-        if first is None
-        else {"role": first.role, "host": first.host, "describe": first.describe()},
-        "slurm": job,
-    }
 
 
 def _complete(env_text: str, verdict: Verdict) -> bool:

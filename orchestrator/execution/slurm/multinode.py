@@ -7,7 +7,9 @@ one per node, and each task runs the launch of its rank (`ranks.sh`, chosen by
 `$SLURM_NODEID`) with `--node-rank "$SLURM_NODEID"`, `--nnodes N` and `--dist-init-addr`
 on the first node's address (its `NodeAddr`, the config's port, else `DEFAULT_INIT_PORT`).
 Each rank's output is `rank-K.log` in the run's directory; `server.log` is rank 0's, whose
-health the script polls on the node's loopback. Pure: text in, text out.
+health the script polls on the node's loopback. After the job, each rank's log is judged
+on its own and the run's failure is the first across the ranks (`rank_results`,
+`deployment_record`). Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from dataclasses import replace
 
 from orchestrator.config.deployment import Role, deployment, launch
 from orchestrator.config.experiment import Experiment
+from orchestrator.diagnosis.classify.analyze import analyze_log
+from orchestrator.diagnosis.first_failure import (
+    CONSEQUENCE_KINDS,
+    FirstFailure,
+    RoleResult,
+    first_stamp,
+)
 from orchestrator.errors import ConfigError
+from orchestrator.execution.slurm.facts import server_lines
 
 #: the init port when the config names no `--dist-init-addr` (SGLang's examples use it)
 DEFAULT_INIT_PORT = 5000
@@ -145,3 +155,84 @@ def launch_lines(
         f"setsid srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --kill-on-bad-exit=0 "
         '--output="$D/rank-%n.log" bash "$D/ranks.sh" > "$D/srun.log" 2>&1 < /dev/null &',
     ]
+
+
+# ---------------------------------------------------------------------------- judged
+
+
+def rank_mark(k: int) -> str:
+    """The line before rank K's log tail in what the collection reads back."""
+    return f"@@RANK-{k}@@"
+
+
+def rank_results(
+    ranks: tuple[Role, ...], out: dict[str, str], result: dict[str, str], year: int
+) -> list[tuple[RoleResult, str]]:
+    """Each node rank's part of a job, judged from its own log (`rank-K.log`), with its
+    log tail: the node it ran on (the job's K-th node), its failure and when it happened
+    (the log's own stamp, `year` completing torch's; the nodes share the cluster's clock, no
+    offset is measured)."""
+    nodes = [n for n in result.get("rank_nodes", "").split(",") if n]
+    out_roles = []
+    for k, role in enumerate(ranks):
+        log = server_lines(out.get(f"rank-{k}", ""))
+        a = analyze_log(log) if log.strip() else None
+        failed = a is not None and a.signature is not None
+        out_roles.append(
+            (
+                RoleResult(
+                    role.name,
+                    nodes[k] if k < len(nodes) else "?",
+                    signature=a.signature if failed else None,
+                    kind=a.kind if failed else None,
+                    failed_at=first_stamp(a.excerpt, year) if failed else None,
+                ),
+                log,
+            )
+        )
+    return out_roles
+
+
+def deployment_record(
+    ranks: tuple[Role, ...],
+    roles: list[tuple[RoleResult, str]],
+    first: FirstFailure | None,
+    exp: Experiment,
+    job: dict[str, object],
+) -> dict[str, object]:
+    """A deployment's host record (every role's node, verdict, signature and log tail in
+    start order, and the first failure), with the job's own record under `slurm`."""
+    by_name = {r.role: (r, log) for r, log in roles}
+    out_roles = []
+    for role in ranks:
+        r, log = by_name.get(role.name, (RoleResult(role.name, "?"), ""))
+        verdict = "pass"
+        if r.signature is not None and first is not None:
+            # the others: waited for it (a hang, a watchdog's timeout), or failed too
+            consequence = r.kind in CONSEQUENCE_KINDS
+            verdict = "fail" if first.role == role.name else "timeout" if consequence else "other"
+        out_roles.append(
+            {
+                "role": role.name,
+                "kind": role.kind,
+                "rank": role.rank,
+                "host": r.host,
+                "unit": None,
+                "verdict": verdict,
+                "signature": str(r.signature) if r.signature else None,
+                "failed_at": r.failed_at,
+                "clock_offset": 0.0,
+                "log_tail": log,
+                "rendered": None,
+                "invocation": f"slurm job {job.get('job')} task {role.rank}",
+                "command": shell_words(rank_argv(exp, role, len(ranks))),
+            }
+        )
+    return {
+        "manager": "deployment",
+        "roles": out_roles,
+        "first_failure": None
+        if first is None
+        else {"role": first.role, "host": first.host, "describe": first.describe()},
+        "slurm": job,
+    }
