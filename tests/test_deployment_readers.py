@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from orchestrator.campaign.records import Outcome
 from orchestrator.cli import main, notifying
 from orchestrator.cli.bisect import print_outcome
 from orchestrator.cli.run import _print as print_run
+from orchestrator.config import load_experiment
 from orchestrator.reports.deployment_view import of_campaign
 from orchestrator.store.store import Store
 from tests.support.deployment_runs import CRASH, NODE0_LOG, NODE1_LOG, Recorded, record_campaign
+from tests.support.run_results import run_result
 
 #: FirstFailure.describe() of the failing runs
 FIRST = f"node1 on b300-02: {CRASH}; node0 then timed out in a collective"
@@ -86,6 +89,19 @@ def test_show_refuses_a_role_the_run_does_not_have(
     )
     assert code == 2 and out == ""
     assert "--role decode: run" in err and "has no such role" in err and "node0, node1" in err
+    # a run of one unit has no roles to choose from
+    exp = load_experiment(rec.results.parent / "good.yaml")
+    single = replace(exp, roles=())
+    store = Store(rec.results)
+    try:
+        cid = store.create_campaign(kind="run", key="k", command="test", spec={})
+        run_id = store.add_run(cid, variant=(), purpose="run", result=run_result(single))
+    finally:
+        store.close()
+    code, out, err = cli(capsys, "show", run_id, "--role", "node0", "--results", rec.results)
+    assert code == 2 and f"--role: run {run_id} is no deployment's run" in err, err
+    code, out, err = cli(capsys, "show", run_id, "--json", "--results", rec.results)
+    assert code == 0 and json.loads(out)["deployment"] is None
 
 
 def test_show_and_runs_json_carry_the_roles_and_the_first_failure(
