@@ -24,6 +24,7 @@ from orchestrator.cli import main, notifying
 from orchestrator.cli.bisect import print_outcome
 from orchestrator.cli.run import _print as print_run
 from orchestrator.config import load_experiment
+from orchestrator.reports import deployment_view
 from orchestrator.reports.deployment_view import of_campaign
 from orchestrator.store.store import Store
 from tests.support.deployment_runs import CRASH, NODE0_LOG, NODE1_LOG, Recorded, record_campaign
@@ -256,3 +257,36 @@ def test_run_and_rerun_name_the_roles_and_the_first_failure(
         ) in lines
     finally:
         store.close()
+
+
+def test_a_role_signature_recorded_as_the_store_key_reads_as_printed() -> None:
+    record = {
+        "manager": "deployment",
+        "roles": [
+            {
+                "role": "node1",
+                "kind": "node",
+                "rank": 1,
+                "host": "b300-02",
+                "unit": "u",
+                "verdict": "fail",
+                "signature": CRASH.key(),
+                "log_tail": "",
+            },
+            {
+                "role": "node0",
+                "kind": "node",
+                "rank": 0,
+                "host": "b300-01",
+                "unit": "u",
+                "verdict": "other",
+                "signature": "init: x: a | b | c",
+                "log_tail": "",
+            },
+        ],
+        "first_failure": {"role": "node1", "host": "b300-02", "describe": FIRST},
+    }
+    dep = deployment_view.of_record(record)
+    assert dep is not None
+    assert [r.signature for r in dep.roles] == [str(CRASH), "init: x: a | b | c"]
+    assert deployment_view.of_record({"manager": "systemd"}) is None

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.verdicts import Signature
+
 #: the host record's `manager` of a run over several roles
 MANAGER = "deployment"
 
@@ -88,6 +90,18 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def _signature(value: object) -> str:
+    """A role's signature as printed (`phase: class: message`), whether the record holds
+    it printed or as the store's key (`phase|class|message`)."""
+    text = _text(value)
+    if text.count("|") >= 2:
+        try:
+            return str(Signature.from_key(text))
+        except ValueError:  # not a key: a message with bars in it
+            return text
+    return text
+
+
 def of_record(record: Mapping[str, Any] | None) -> DeploymentRun | None:
     """The deployment of a run's host record, or None for a run of one unit."""
     if not record or record.get("manager") != MANAGER:
@@ -105,7 +119,7 @@ def of_record(record: Mapping[str, Any] | None) -> DeploymentRun | None:
                 host=_text(r.get("host")),
                 unit=_text(r.get("unit")),
                 verdict=_text(r.get("verdict")),
-                signature=_text(r.get("signature")),
+                signature=_signature(r.get("signature")),
                 log_tail=_text(r.get("log_tail")),
             )
         )
