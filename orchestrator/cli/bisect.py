@@ -27,6 +27,7 @@ from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, Usa
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import Delta, check_differ, diff
 from orchestrator.reports import env_report
+from orchestrator.reports.deployment_view import CampaignDeployment, of_campaign
 from orchestrator.store.store import Store
 
 
@@ -331,16 +332,18 @@ def run(args: argparse.Namespace) -> int:
             [outcome.message, *unsure_details(outcome.noise), f"continue with: {resume}"]
         )
     envs = store.campaign_environments(outcome.campaign_id)
+    deployment = of_campaign(store.runs(outcome.campaign_id), store.host_record, outcome.target)
     if args.json:
         data = outcome.to_dict() | {
             "reports": report_paths,
             "environment": env_report.to_json(envs),
+            "deployment": deployment.to_json() if deployment is not None else None,
         }
         if resume:
             data["resume"] = resume
         console().print_json(json.dumps(data))
     else:
-        print_outcome(outcome, plan, report_paths, resume)
+        print_outcome(outcome, plan, report_paths, resume, deployment)
         for line in env_report.text_lines(envs):
             console().print(escape(line), highlight=False)
     # after the answer is printed: the receiver decides neither the answer nor the exit code
@@ -419,12 +422,23 @@ def cleared_deltas(outcome: Outcome, plan: Plan) -> list[Delta]:
 
 
 def print_outcome(
-    outcome: Outcome, plan: Plan, report_paths: list[str], resume: str | None = None
+    outcome: Outcome,
+    plan: Plan,
+    report_paths: list[str],
+    resume: str | None = None,
+    deployment: CampaignDeployment | None = None,
 ) -> None:
     c = console()
     c.print()
     if outcome.target:
         c.print(f"target failure: [red]{escape(str(outcome.target))}[/]", highlight=False)
+    if deployment is not None:
+        c.print(
+            "roles: " + escape(", ".join(f"{r.role} on {r.host or '?'}" for r in deployment.roles)),
+            highlight=False,
+        )
+        if deployment.answer_line():
+            c.print(escape(str(deployment.answer_line())), highlight=False)
     if outcome.status is Status.UNSURE:
         _unsure(outcome, resume)
     elif outcome.found:

@@ -21,6 +21,7 @@ from rich.markup import escape
 from orchestrator.cli.output import err_console
 from orchestrator.config.webhook import check_url, shown
 from orchestrator.errors import CampaignRef, OrchestratorError, UsageError
+from orchestrator.reports.deployment_view import of_campaign
 from orchestrator.reports.notify import Message, culprits_of, repairs_of, send
 from orchestrator.store.store import Store
 
@@ -179,6 +180,8 @@ def concluded(
             ),
             "",
         )
+    deployment = of_campaign(store.runs(campaign_id), store.host_record, camp.target)
+    first = deployment.target[1] if deployment is not None and deployment.target else None
     deliver(
         store,
         url,
@@ -186,6 +189,7 @@ def concluded(
             campaign_id,
             kind,
             status,
+            first_failure=(first.describe or first.first_failure) if first else None,
             culprits=culprits_of(camp.answer),
             target=str(camp.target) if camp.target else None,
             report=report,

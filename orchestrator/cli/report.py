@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             log_of=lambda r: r.log_tail(),
             env_of=lambda r: store.environment(r.env_digest),
             local_paths=local,
+            record_of=store.host_record,
         )
         console().out(text, highlight=False, end="")
         return 0

@@ -1,5 +1,6 @@
 """`orchestrator restore --host H`: undo what a dead orchestrator left on a host, never what
-a live one holds, and read the host back."""
+a live one holds, and read the host back. With `--experiment`, on every host of that
+config's deployment, each role's unit read back by name."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import argparse
 
 from rich.markup import escape
 
-from orchestrator.cli import common
+from orchestrator.cli import common, deployment_hosts
+from orchestrator.cli.deployment_hosts import RoleHost
 from orchestrator.cli.output import console
-from orchestrator.execution.hostops import restore_host
-from orchestrator.execution.transport import connect
+from orchestrator.config.hosts import Host
+from orchestrator.errors import UsageError
+from orchestrator.execution.hostops import restore_host, service_left
+from orchestrator.execution.transport import Transport, connect
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "restore",
         help="remove our drop-ins, stop our servers and leave services as they were found",
     )
-    p.add_argument("--host", required=True, help="host or pool")
+    p.add_argument(
+        "--host",
+        help="host or pool; with --experiment, the host of the roles that name none",
+    )
+    p.add_argument(
+        "--experiment",
+        metavar="CONFIG",
+        help="restore every host of this experiment's deployment and read each role's unit back",
+    )
     p.add_argument(
         "--break-lock",
         action="store_true",
@@ -33,15 +45,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every host was read back as found, 1 when something was refused, kept
     or is still not as found."""
+    if not args.host and not args.experiment:
+        raise UsageError(
+            "restore needs --host H or --experiment CONFIG",
+            hint="--host names a host or pool; --experiment restores every host of a deployment",
+        )
+    roles: dict[str, list[RoleHost]] = {}
+    if args.experiment:
+        exp = deployment_hosts.load(args.experiment)
+        roles = deployment_hosts.by_host(deployment_hosts.role_hosts(args, exp, args.host))
+        hosts = [rs[0].host for rs in roles.values()]
+    else:
+        hosts = common.hosts_for(args, args.host)
     code = 0
-    for host in common.hosts_for(args, args.host):
+    for host in hosts:
         t = (
             connect(host)
             if host.is_local
             else connect(host, accept_new_host_key=args.accept_new_host_key)
         )
         with t:
-            for line in restore_host(host, t, break_lock=args.break_lock):
+            lines = restore_host(host, t, break_lock=args.break_lock)
+            lines += _read_back_roles(host, t, roles.get(host.name, []))
+            for line in lines:
                 console().print(f"{host.name}: {escape(line)}", highlight=False)
                 if (
                     line.startswith("refused:")
@@ -51,3 +77,19 @@ def run(args: argparse.Namespace) -> int:
                 ):
                     code = 1
     return code
+
+
+def _read_back_roles(host: Host, t: Transport, roles: list[RoleHost]) -> list[str]:
+    """Each role's unit on this host read back by name, after the restore."""
+    if host.service_manager == "slurm":
+        return []
+    out = []
+    for r in roles:
+        left = service_left(host, t, r.service)
+        if left is None:
+            out.append(f"{r.label} ({r.service}): could not be read back")
+        elif left:
+            out.append(f"{r.label} ({r.service}): NOT as found: " + "; ".join(left))
+        else:
+            out.append(f"{r.label} ({r.service}): read back: as found")
+    return out

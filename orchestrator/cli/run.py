@@ -18,6 +18,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.config.loading import load_experiment
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.errors import UsageError
+from orchestrator.reports import deployment_view
 from orchestrator.store.store import CampaignRow, RunRow, Store
 
 
@@ -50,7 +51,16 @@ def _shared(p: argparse.ArgumentParser) -> None:
     common.add_results_option(p)
 
 
-def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> None:
+def _print(
+    row: RunRow, args: argparse.Namespace, extra: dict | None = None, store: Store | None = None
+) -> None:
+    """The run's verdict; of a deployment's run (`store` given), every role's host and
+    which one failed first too."""
+    dep = None
+    if store is not None:
+        dep = deployment_view.of_record(store.host_record(row.cached_from or row.id))
+    if dep is not None:
+        extra = (extra or {}) | {"deployment": dep.to_json()}
     if args.json:
         data = {
             "run": row.id,
@@ -72,6 +82,9 @@ def _print(row: RunRow, args: argparse.Namespace, extra: dict | None = None) -> 
     )
     if row.detail:
         console().print(f"detail: {escape(row.detail)}", highlight=False)
+    if dep is not None:
+        for line in deployment_view.role_lines(dep):
+            console().print(f"  {escape(line)}", highlight=False)
 
 
 def run_one(args: argparse.Namespace) -> int:
@@ -101,7 +114,7 @@ def run_one(args: argparse.Namespace) -> int:
     )
     if row is None:
         return 130
-    _print(row, args)
+    _print(row, args, store=store)
     return _exit_code(row.verdict)
 
 
@@ -311,6 +324,7 @@ def rerun(args: argparse.Namespace) -> int:
                 "good_run": good[1] if good else None,
                 "judged_by": judged,
             },
+            store,
         )
         return _exit_code(row.verdict)
     c = console()

@@ -18,7 +18,7 @@ from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.errors import OrchestratorError, UsageError
-from orchestrator.reports import answers_view
+from orchestrator.reports import answers_view, deployment_view
 from orchestrator.reports.notify import culprits_of
 from orchestrator.store.store import RunRow, Store
 
@@ -51,6 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=common.positive_int,
         default=40,
         help="log tail lines to show (1 or more; default 40)",
+    )
+    s.add_argument(
+        "--role",
+        action="append",
+        metavar="ROLE",
+        help="of a deployment's run: also show this role's own log tail (repeatable; "
+        "`all`: every role's)",
     )
     s.add_argument("--json", action="store_true")
     common.add_results_option(s)
@@ -109,6 +116,7 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     cid = store.campaign(args.campaign).id if args.campaign is not None else None
     runs = store.runs(cid, limit=args.limit)
+    deps = deployment_view.of_runs(runs, store.host_record)
     if args.json:
         c.print_json(
             json.dumps(
@@ -124,6 +132,7 @@ def run_list(args: argparse.Namespace) -> int:
                         "started": r.started,
                         "cached_from": r.cached_from,
                         "weights": r.weights,
+                        "deployment": deps[r.id].to_json() if r.id in deps else None,
                     }
                     for r in runs
                 ]
@@ -134,10 +143,11 @@ def run_list(args: argparse.Namespace) -> int:
     for col in ("run", "when", "host", "variant", "verdict", "signature", "time"):
         t.add_column(col)
     for r in runs:
+        dep = deps.get(r.id)
         t.add_row(
             r.id,
             _when(r.started),
-            r.host,
+            escape(dep.first_failure or dep.hosts()) if dep else r.host,
             escape(r.label),
             verdict_text(r.verdict) + (" (cached)" if r.cached_from else ""),
             escape(str(r.signature or "")),
@@ -158,6 +168,8 @@ def show(args: argparse.Namespace) -> int:
     again = next(
         (x for x in store.runs(r.campaign) if x.repair and x.repair.get("after") == r.id), None
     )
+    dep = deployment_view.of_record(store.host_record(r.cached_from or r.id))
+    asked = _asked_roles(args, dep, r.id)
     c = console()
     if args.json:
         c.print_json(
@@ -183,12 +195,14 @@ def show(args: argparse.Namespace) -> int:
                     "repair": r.repair,
                     "repaired_by": again.id if again else None,
                     "answers": r.answers,
+                    "deployment": _deployment_json(dep, asked),
                 }
             )
         )
         return 0
+    where = escape(dep.hosts()) if dep is not None else r.host
     c.print(
-        f"run [bold]{r.id}[/] of campaign {r.campaign} on {r.host}, "
+        f"run [bold]{r.id}[/] of campaign {r.campaign} on {where}, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started))}, "
         f"{r.duration:.1f}s",
         highlight=False,
@@ -240,7 +254,10 @@ def show(args: argparse.Namespace) -> int:
         for line in diff[2:]:
             color = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
             c.print(f"  [{color}]{escape(line)}[/]", highlight=False)
-    c.print(f"command: {escape(exp.command_line())}", highlight=False)
+    if dep is None:
+        c.print(f"command: {escape(exp.command_line())}", highlight=False)
+    else:
+        _roles(dep, exp)
     _on_host(store.host_record(r.id), r.rendered)
     # the last lines, and the error above them (a failed server's shutdown noise can
     # bury it: vLLM's shutdown, triton's leak warnings)
@@ -251,9 +268,72 @@ def show(args: argparse.Namespace) -> int:
     _probe_record(store.host_record(r.id))
     _answers(store, r)
     if tail:
-        c.print(f"log tail ({r.log_path}):", highlight=False)
+        whose = f" of {dep.first_role}, which failed first" if dep and dep.first_role else ""
+        c.print(f"log tail{whose} ({r.log_path}):", highlight=False)
         c.out("\n".join(tail), highlight=False)
+    for role in asked:
+        lines = role.log_tail.splitlines()[-args.lines :]
+        c.print(f"log tail of {escape(role.where())}:", highlight=False)
+        if lines:
+            c.out("\n".join(lines), highlight=False)
+        else:
+            c.print("  (nothing recorded)", highlight=False)
     return 0
+
+
+def _asked_roles(
+    args: argparse.Namespace, dep: deployment_view.DeploymentRun | None, run_id: str
+) -> list[deployment_view.RoleRun]:
+    """The roles whose own log tail `--role` asks for (`all`: every role)."""
+    names = list(getattr(args, "role", None) or [])
+    if not names:
+        return []
+    if dep is None:
+        raise UsageError(
+            f"--role: run {run_id} is no deployment's run: it ran one unit, whose log "
+            "tail `show` prints without --role"
+        )
+    if "all" in names:
+        return list(dep.roles)
+    out = []
+    for name in names:
+        role = dep.role(name)
+        if role is None:
+            raise UsageError(
+                f"--role {name}: run {run_id} has no such role",
+                hint="its roles: " + ", ".join(r.role for r in dep.roles),
+            )
+        out.append(role)
+    return out
+
+
+def _deployment_json(
+    dep: deployment_view.DeploymentRun | None, asked: list[deployment_view.RoleRun]
+) -> dict[str, object] | None:
+    if dep is None:
+        return None
+    out = dep.to_json()
+    wanted = {r.role for r in asked}
+    for role in out["roles"]:
+        if role["role"] in wanted:
+            role["log_tail"] = dep.role(role["role"]).log_tail  # type: ignore[union-attr]
+    return out
+
+
+def _roles(dep: deployment_view.DeploymentRun, exp: Experiment) -> None:
+    """A deployment's roles in start order: where each ran, its verdict and signature and
+    its command; then which role failed first, and what the others did."""
+    c = console()
+    c.print("roles, in start order:", highlight=False)
+    for role, line in zip(dep.roles, deployment_view.role_lines(dep), strict=True):
+        c.print(f"  {escape(line)}", highlight=False)
+        try:
+            command = exp.role_launch(role.role).command_line()
+        except KeyError:  # a role the config no longer names
+            continue
+        c.print(f"    command: {escape(command)}", highlight=False, soft_wrap=True)
+    if dep.first_failure:
+        c.print(f"failed first: {escape(dep.describe or dep.first_failure)}", highlight=False)
 
 
 def _answers(store: Store, r: RunRow) -> None:
@@ -295,6 +375,8 @@ def _probe_record(rec: dict[str, object] | None) -> None:
 def _on_host(rec: dict[str, object] | None, rendered: str | None) -> None:
     """What the tool did on the host for this run: the drop-in, what systemd read back,
     the invocation and the command that shows its whole journal there."""
+    if rec and rec.get("manager") == "deployment" and isinstance(rec.get("slurm"), dict):
+        rec = rec["slurm"]  # a deployment's node ranks as one job: where that job ran
     if rec and rec.get("manager") == "slurm":
         _on_cluster(rec)
         return
@@ -353,4 +435,12 @@ def _lines(exp: Experiment) -> list[str]:
     out += [f"{option_word(k)} {v if v is not True else ''}".rstrip() for k, v in exp.flags]
     out += [f"env {k}={v}" for k, v in exp.env]
     out += [f"env -u {k}" for k in exp.unset]
+    for role in exp.roles:  # a role's own flags and variables, named with the role
+        for k, v in role.flags:
+            value = "(removed)" if v is None else "" if v is True else v
+            out.append(f"{role.name}: {option_word(k)} {value}".rstrip())
+        out += [
+            f"{role.name}: env {k}={v}" if v is not None else f"{role.name}: env -u {k}"
+            for k, v in role.env
+        ]
     return out

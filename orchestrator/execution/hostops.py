@@ -66,18 +66,7 @@ def check_host(
             )
         )
         if unit:
-            u = t.run(
-                f"systemctl show {shlex.quote(unit)} -p LoadState --value", timeout=30, sudo=True
-            )
-            loaded = u.stdout.strip() == "loaded"
-            checks.append(
-                Check(
-                    "unit",
-                    loaded,
-                    f"{unit}: {u.stdout.strip() or 'unknown'}",
-                    None if loaded else f"install {unit} on the host first",
-                )
-            )
+            checks.append(unit_check(t, unit))
     else:
         d = host.run_dir or "/tmp/orchestrator"
         w = t.run(
@@ -128,6 +117,18 @@ def check_host(
         checks.append(Check("gpus", False, g.stderr.strip()[-200:] or "nvidia-smi failed"))
     checks += build_checks(host, t)
     return checks + leftover_checks(host, t, restore_command)
+
+
+def unit_check(t: Transport, unit: str, name: str = "unit") -> Check:
+    """Whether a systemd unit is installed (loaded) on the host."""
+    u = t.run(f"systemctl show {shlex.quote(unit)} -p LoadState --value", timeout=30, sudo=True)
+    loaded = u.stdout.strip() == "loaded"
+    return Check(
+        name,
+        loaded,
+        f"{unit}: {u.stdout.strip() or 'unknown'}",
+        None if loaded else f"install {unit} on the host first",
+    )
 
 
 def build_checks(host: Host, t: Transport) -> list[Check]:
@@ -477,3 +478,54 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
             "orchestrator found"
         )
     return done
+
+
+def service_check(s: Survey, service: str, name: str, restore_command: str | None = None) -> Check:
+    """What of ours one service shows on the surveyed host (a role's unit of a deployment):
+    our drop-in or note of its state, a detached server, our lock and who holds it. `ok`:
+    nothing of ours; None: a running campaign holds it; False: what `restore` undoes."""
+    key = _key(service)
+    how = restore_command or f"orchestrator restore --host {s.host.name}"
+    live = next((h for svc, h in s.live if _key(svc) == key), None)
+    if live is not None:
+        return Check(name, None, f"{service}: a campaign is running: {live.describe()}")
+    found: list[str] = []
+    if service in s.units:
+        m = SystemdManager(s.host, s.t, name=service)
+        r = s.t.run(f"test -e {shlex.quote(m.dropin)} && echo dropin; true", sudo=True, timeout=30)
+        found.append(
+            f"orchestrator's drop-in {m.dropin}"
+            if "dropin" in r.stdout.split()
+            else f"orchestrator's note of how it found it ({m.state_file})"
+        )
+    if key in s.processes:
+        found.append(f"a detached server's pid file in {ProcessManager(s.host, s.t, name=key).dir}")
+    unknown = next((h for svc, h in s.unknown if _key(svc) == key), False)
+    if unknown is not False:
+        found.append(
+            f"a lock held by {unknown.describe() if unknown else '?'}, which cannot be told "
+            "alive or dead"
+        )
+    for lock, holder in s.dead_locks:
+        if _key(lock.service) == key:
+            found.append(
+                f"the lock left by {holder.describe()}, which is gone"
+                if holder
+                else "an unreadable lock"
+            )
+    if not found:
+        return Check(name, True, f"{service}: no drop-in, server or lock of orchestrator")
+    hint = f"{how} undoes them" + (" (with --break-lock)" if unknown is not False else "")
+    return Check(name, False, f"{service}: " + "; ".join(found), hint)
+
+
+def service_left(host: Host, t: Transport, service: str) -> list[str] | None:
+    """What of ours one service still shows after a restore (empty: as found; None: it
+    could not be read back)."""
+    try:
+        check = service_check(survey(host, t), service, service)
+    except OrchestratorError:
+        return None
+    if check.ok is True:
+        return []
+    return [check.detail]

@@ -5,8 +5,10 @@ culprit set, as it ran, secrets as `<NAME>` placeholders); what does not reprodu
 bad config without each member of the set, the good config); the signature and the
 root traceback trimmed to the frames that matter; the environment the failing run saw;
 the run counts and how often the failure reproduced. GitHub-flavoured Markdown, under
-200 lines, and nothing of the controller: no local paths, no host names, no results
-directory (what upstream needs is the server's command line and environment).
+200 lines, and nothing of the controller: no local paths, no results directory (what
+upstream needs is the server's command line and environment). A deployment over several
+hosts is the exception that names hosts: which role on which host failed first, and each
+role's command line, are what upstream needs of a multi-node failure.
 
 Pure: the caller hands in the campaign, its runs, each run's log text and environment.
 """
@@ -25,6 +27,7 @@ from orchestrator.diagnosis.classify.lines import strip_prefix
 from orchestrator.diagnosis.verdicts import Verdict, relative
 from orchestrator.execution.environment import HostEnvironment
 from orchestrator.reports import answers_view
+from orchestrator.reports.deployment_view import CampaignDeployment, of_campaign
 from orchestrator.store.store import CampaignRow, RunRow
 
 MAX_LINES = 199
@@ -170,6 +173,29 @@ def _builds_of(culprit: Any) -> tuple[str, str] | None:
     return None
 
 
+def _role_commands(run: RunRow, dep: CampaignDeployment) -> list[str]:
+    """Each role's command line as it ran, in start order, under its role and host."""
+    from orchestrator.config.experiment import Experiment
+
+    exp = Experiment.from_dict(run.config, source=f"run {run.id}")
+    out: list[str] = []
+    for r in dep.roles:
+        try:
+            launch = exp.role_launch(r.role)
+        except KeyError:  # a role the recorded config does not name
+            continue
+        rank = f" rank {r.rank}" if r.rank is not None and r.kind != "router" else ""
+        out += [
+            f"{r.role} ({r.kind}{rank}) on {r.host or '?'}:",
+            "",
+            "```bash",
+            command_block(launch.argv(), launch.env_map(), launch.unset),
+            "```",
+            "",
+        ]
+    return out
+
+
 def issue_markdown(
     camp: CampaignRow,
     runs: list[RunRow],
@@ -177,8 +203,11 @@ def issue_markdown(
     log_of: Callable[[RunRow], str],
     env_of: Callable[[RunRow], HostEnvironment | None],
     local_paths: Iterable[str] = (),
+    record_of: Callable[[str], Any] | None = None,
 ) -> str:
+    """`record_of(run_id)`: a run's host record (a deployment's names its roles)."""
     answer = Outcome.from_dict(camp.answer or {})
+    dep = of_campaign(runs, record_of, camp.target) if record_of is not None else None
     by_id = {r.id: r for r in runs}
     # a start a repair superseded (or a repaired start the server refused) says nothing
     # of its launch's failure: the repaired start does
@@ -263,6 +292,13 @@ def issue_markdown(
             f"{server}{version} fails during `{phase}` with `{error}`; the flags "
             "that cause it were not narrowed down."
         )
+    failed_first = dep.runs.get(repro.id) if dep is not None and repro is not None else None
+    if dep is not None and failed_first is not None and failed_first.first_failure:
+        summary += (
+            f" The server runs as {len(dep.roles)} roles on "
+            f"{len({r.host for r in dep.roles})} hosts; the failure happens first on "
+            f"{failed_first.first_failure}."
+        )
     out += [f"**Summary:** {summary}", ""]
     if answer.resource:  # a resource failure: what a repair made of it, runs cited
         out += [f"**Resource:** {answer.resource}.", ""]
@@ -302,7 +338,10 @@ def issue_markdown(
             for k, v in ((repro.config.get("service") or {}).get("env") or {}).items()
             if v is None
         ]
-        out += ["```bash", command_block(repro.argv, repro.env, removed), "```", ""]
+        if dep is not None:
+            out += _role_commands(repro, dep)
+        else:
+            out += ["```bash", command_block(repro.argv, repro.env, removed), "```", ""]
         if repro.repair and culprit and culprit.repaired_with:
             moves = ", ".join(f"`{m}`" for m in culprit.repaired_with)
             first = next((n.before for n in answer.repairs if n.after_run == repro.id), "")
@@ -349,6 +388,8 @@ def issue_markdown(
     out += ["## Error", ""]
     if camp.target:
         out += [f"Signature: `{camp.target}` (phase: error class: normalized message)", ""]
+    if failed_first is not None and failed_first.describe:
+        out += [f"First failure across the roles: {failed_first.describe}", ""]
     if analysis and analysis.excerpt:
         out += ["```text", *trim_traceback(analysis.excerpt), "```", ""]
 

@@ -4,7 +4,8 @@ The message is Slack-compatible (`text`, which Slack, Mattermost, Discord's /sla
 endpoint and most chat webhooks show) plus structured fields for other receivers:
 `campaign`, `kind`, `status`, `culprits`, `target`, `report`, `detail`, `regressions` (a
 sweep's, against its previous run, with the reference's own move), `confidence` (a
-bisection's, when its search computed one). It is sent
+bisection's, when its search computed one), `first_failure` (of a deployment over several
+hosts: the role and host where the target failure happened first). It is sent
 when a campaign concludes, stops on infrastructure or is interrupted, with a few retries
 on connection errors, 5xx and 429, all within one overall deadline. Whatever the receiver
 does (answers in another protocol, answers byte by byte or never, redirects), the
@@ -62,6 +63,9 @@ class Message:
     confidence: float | None = None
     #: the variants started again after a resource failure, one line each
     repairs: tuple[str, ...] = ()
+    #: a deployment's: where the target failure happened first, and what the other
+    #: roles did then ("node1 on b300-02: ...; node0 then timed out in a collective")
+    first_failure: str | None = None
 
     def payload(self, redact: Redactor | None = None) -> dict[str, Any]:
         r = redact or Redactor()
@@ -77,6 +81,8 @@ class Message:
             text += ": " + "; ".join(self.regressions)
         if self.target and self.status != "found":
             text += f" (target failure: {self.target})"
+        if self.first_failure:
+            text += f"; failed first: {self.first_failure}"
         if self.detail:
             text += f". {self.detail}"
         if self.repairs:
@@ -95,6 +101,7 @@ class Message:
             "regressions": [r.text(x) for x in self.regressions],
             "confidence": self.confidence,
             "repairs": [r.text(x) for x in self.repairs],
+            "first_failure": r.text(self.first_failure),
         }
 
 

@@ -17,6 +17,7 @@ from orchestrator.campaign.records import Outcome, Status
 from orchestrator.diagnosis.classify.analyze import analyze_log
 from orchestrator.diagnosis.verdicts import Signature, relative
 from orchestrator.reports import answers_view, env_report
+from orchestrator.reports.deployment_view import CampaignDeployment, of_campaign
 from orchestrator.store.store import CampaignRow, EnvironmentSeen, RunRow, Store
 
 COLORS = {
@@ -158,13 +159,32 @@ def _builds(
     }
 
 
+def _failed_first(dep: CampaignDeployment | None, run: RunRow) -> str:
+    """`; failed first on node1 on b300-02 (its log below)` for a deployment's run."""
+    where = dep.first_failure_of(run.id) if dep else ""
+    return f"; failed first on {where} (its log below)" if where else ""
+
+
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
+def _md_roles(dep: CampaignDeployment) -> list[str]:
+    """The deployment's roles in start order, with the host and unit each ran on."""
+    out = ["## Roles", "", "| role | kind | rank | host | unit |", "|---|---|---|---|---|"]
+    for r in dep.roles:
+        rank = "" if r.rank is None else str(r.rank)
+        out.append(f"| {r.role} | {r.kind} | {rank} | {r.host or '?'} | {r.unit} |")
+    return out
+
+
 def markdown(
-    camp: CampaignRow, runs: list[RunRow], environments: list[EnvironmentSeen] | None = None
+    camp: CampaignRow,
+    runs: list[RunRow],
+    environments: list[EnvironmentSeen] | None = None,
+    deployment: CampaignDeployment | None = None,
 ) -> str:
+    dep = deployment
     answer, cleared = _answer(camp)
     deltas = _deltas(camp)
     spec = camp.spec
@@ -174,6 +194,10 @@ def markdown(
     out.append(f"- started {_when(camp.created)}, status **{camp.status}**")
     if camp.target:
         out.append(f"- target failure: `{camp.target}`")
+    if dep is not None:
+        out.append("- roles: " + ", ".join(f"{r.role} on {r.host or '?'}" for r in dep.roles))
+        if dep.answer_line():
+            out.append(f"- {dep.answer_line()}")
     unsure = answer.status is Status.UNSURE
     out += ["", "## Best answer (unsure)" if unsure else "## Answer", ""]
     out += [f"**{line}**" for line in _unsure(answer)[:1]]
@@ -226,6 +250,8 @@ def markdown(
     out += [f"- {line}" for line in _unsure(answer)[1:]]
     if environments is not None:
         out += ["", *env_report.markdown_section(environments)]
+    if dep is not None:
+        out += ["", *_md_roles(dep)]
     out += ["", "## Deltas", "", "| # | change |", "|---|---|"]
     out += [f"| {i} | `{d}` |" for i, d in enumerate(deltas)]
     # which weights a run loaded: a column only when some run loaded dummy ones
@@ -239,10 +265,13 @@ def markdown(
         "| run | variant | purpose |"
         + (" weights |" if rehearsed else "")
         + (" build |" if built else "")
-        + " verdict | signature | time |",
+        + " verdict | signature |"
+        + (" failed first |" if dep else "")
+        + " time |",
         "|---|---|---|"
         + ("---|" if rehearsed else "")
         + ("---|" if built else "")
+        + ("---|" if dep else "")
         + "---|---|---|",
     ]
     for r in runs:
@@ -252,7 +281,8 @@ def markdown(
             + (f"{r.weights} | " if rehearsed else "")
             + (f"{built[r.id]} | " if built else "")
             + f"{_relative(r, camp)}{src} | {r.signature or ''} | "
-            f"{r.duration:.0f}s |"
+            + (f"{dep.first_failure_of(r.id)} | " if dep else "")
+            + f"{r.duration:.0f}s |"
         )
     out += [
         "",
@@ -272,7 +302,8 @@ def markdown(
         out += [
             f"### `{sig}`",
             "",
-            f"{len(rs)} run(s); smallest variant: {smallest.label} (run {smallest.id})",
+            f"{len(rs)} run(s); smallest variant: {smallest.label} (run {smallest.id})"
+            + _failed_first(dep, smallest),
             "",
             "```",
             _excerpt(smallest, runs=runs),
@@ -297,8 +328,12 @@ background:#fff7f7}.unsure{border-color:#ef6c00;background:#fff8e1}
 
 
 def html_page(
-    camp: CampaignRow, runs: list[RunRow], environments: list[EnvironmentSeen] | None = None
+    camp: CampaignRow,
+    runs: list[RunRow],
+    environments: list[EnvironmentSeen] | None = None,
+    deployment: CampaignDeployment | None = None,
 ) -> str:
+    dep = deployment
     e = html.escape
     answer, cleared = _answer(camp)
     deltas = _deltas(camp)
@@ -326,6 +361,8 @@ def html_page(
         parts.append('<div class=answer id=answer><h2 style="margin-top:0">Answer</h2>')
     if camp.target:
         parts.append(f"<p>Target failure: <code>{e(str(camp.target))}</code></p>")
+    if dep is not None and dep.answer_line():
+        parts.append(f"<p class=first-failure>{e(str(dep.answer_line()))}</p>")
     if answer.culprits:
         parts.append("<ul>")
         for c in answer.culprits:
@@ -397,6 +434,18 @@ def html_page(
     parts.append("</table>")
     if environments is not None:
         parts.append(env_report.html_section(environments))
+    if dep is not None:
+        parts.append(
+            "<h2>Roles</h2><table id=roles><tr><th>role</th><th>kind</th><th>rank</th>"
+            "<th>host</th><th>unit</th></tr>"
+        )
+        parts += [
+            f"<tr><td>{e(r.role)}</td><td>{e(r.kind)}</td>"
+            f"<td>{'' if r.rank is None else r.rank}</td><td>{e(r.host or '?')}</td>"
+            f"<td>{e(r.unit)}</td></tr>"
+            for r in dep.roles
+        ]
+        parts.append("</table>")
     rehearsed = _rehearsed(runs)
     built = _builds(runs, environments)
     parts.append(
@@ -404,7 +453,9 @@ def html_page(
         "<th>purpose</th>"
         + ("<th>weights</th>" if rehearsed else "")
         + ("<th>build</th>" if built else "")
-        + "<th>verdict</th><th>signature</th><th>time</th></tr>"
+        + "<th>verdict</th><th>signature</th>"
+        + ("<th>failed first</th>" if dep else "")
+        + "<th>time</th></tr>"
     )
     for r in runs:
         v = _relative(r, camp)
@@ -415,7 +466,8 @@ def html_page(
             + (f"<td>{e(built[r.id])}</td>" if built else "")
             + f"<td class=v style='color:{COLORS.get(v, '#000')}'>{e(v)}{src}</td>"
             f"<td><code>{e(str(r.signature or ''))}</code></td>"
-            f"<td>{r.duration:.0f}s</td></tr>"
+            + (f"<td>{e(dep.first_failure_of(r.id))}</td>" if dep else "")
+            + f"<td>{r.duration:.0f}s</td></tr>"
         )
     parts.append("</table>")
     parts.append(
@@ -439,7 +491,7 @@ def html_page(
     for sig, rs, smallest in _by_signature(runs):
         parts.append(
             f"<h3><code>{e(sig)}</code></h3><p>{len(rs)} run(s); smallest variant "
-            f"{e(smallest.label)} (run {e(smallest.id)})</p>"
+            f"{e(smallest.label)} (run {e(smallest.id)}){e(_failed_first(dep, smallest))}</p>"
             f"<pre>{e(_excerpt(smallest, runs=runs))}</pre>"
         )
     parts.append("</body></html>")
@@ -466,6 +518,12 @@ def write_reports(store: Store, campaign_id: str) -> list[Path]:
     camp = store.campaign(campaign_id)
     runs = store.runs(camp.id)
     envs = store.campaign_environments(camp.id)
+    dep = of_campaign(runs, store.host_record, camp.target)
     return write_private(
-        store, camp.id, {".md": markdown(camp, runs, envs), ".html": html_page(camp, runs, envs)}
+        store,
+        camp.id,
+        {
+            ".md": markdown(camp, runs, envs, dep),
+            ".html": html_page(camp, runs, envs, dep),
+        },
     )

@@ -43,6 +43,7 @@ from orchestrator.diagnosis.classify.judge import (
     launch_detail,
     outside_cause,
 )
+from orchestrator.diagnosis.first_failure import FirstFailure, RoleResult, first_failure
 from orchestrator.diagnosis.logtail import keep_what_matters
 from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict
 from orchestrator.errors import ConfigError, InfraError, SchedulerError, TransportError
@@ -64,7 +65,7 @@ from orchestrator.execution.contract import (
     RunCancelled,
     RunResult,
 )
-from orchestrator.execution.slurm import facts, jobscript
+from orchestrator.execution.slurm import facts, jobscript, multinode
 from orchestrator.execution.slurm.jobscript import JobFiles
 from orchestrator.execution.transport import Transport, connect
 
@@ -250,6 +251,11 @@ class SlurmExecutor(HostExecutor):
         # the job runs the build's interpreter or image (first word of its command line);
         # the run is recorded under its config
         config, exp = exp, self.launch_of(exp)
+        # a deployment of node ranks is one job over its nodes; rank 0's launch is polled
+        ranks = multinode.node_roles(exp)
+        head = multinode.head_launch(exp)
+        roles: list[tuple[RoleResult, str]] = []
+        first: FirstFailure | None = None
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(
@@ -274,14 +280,27 @@ class SlurmExecutor(HostExecutor):
         seen_phase: Phase | None = None
         job: str | None = None
         try:
-            flagcheck = self.preflight.check(exp)
+            flagcheck = self.preflight.check(head)
             if flagcheck.refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
+                if ranks:
+                    check_nodes(self.host, self._slurm, len(ranks), f"deployment {exp.name}")
                 job = self._submit(exp, files, script, run_id)
-                state, seen_phase = self._watch(exp, job, files, ran, phase_times, t_submit)
-                out = self._collect(files)
-                evidence = _evidence(state, out, exp, good_metric, seen_phase, job)
+                state, seen_phase = self._watch(head, job, files, ran, phase_times, t_submit)
+                out = self._collect(files, len(ranks))
+                if ranks:
+                    out["log"] = facts.server_lines(out["log"])
+                evidence = _evidence(state, out, head, good_metric, seen_phase, job)
+                if ranks:
+                    done = jobscript.parse_result(out["result"])
+                    roles = multinode.rank_results(ranks, out, done, time.gmtime().tm_year)
+                    first = first_failure([r for r, _ in roles])
+                    if first is not None and judge(evidence, target)[0] is Verdict.PASS:
+                        first = None  # it served: what a rank logged when stopped is no failure
+                    if first is not None:  # judged by the log of the rank that failed first
+                        out["log"] = next(log for r, log in roles if r.role == first.role)
+                        evidence = _evidence(state, out, head, good_metric, seen_phase, job)
         except RunCancelled:
             if job is not None:
                 self._slurm(f"scancel {job}", timeout=60)
@@ -312,7 +331,9 @@ class SlurmExecutor(HostExecutor):
         log = out.get("log", "")
         if preflight.is_args_failure(verdict, sig) and not detail:
             detail = preflight.args_detail(log, sig, flagcheck)
-        self.preflight.settle(exp, flagcheck, verdict, sig, run_id)
+        self.preflight.settle(head, flagcheck, verdict, sig, run_id)
+        if first is not None and verdict is not Verdict.INFRA and not detail:
+            detail = first.describe()
         result = jobscript.parse_result(out.get("result", ""))
         if verdict is Verdict.TIMEOUT or (evidence.timed_out and verdict is Verdict.FAIL):
             why = (
@@ -358,6 +379,8 @@ class SlurmExecutor(HostExecutor):
                     )
                 ),
             }
+        if ranks and record is not None:
+            record = multinode.deployment_record(ranks, roles, first, exp, record)
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
             config,
@@ -531,7 +554,7 @@ class SlurmExecutor(HostExecutor):
         )
         return facts.parse_sacct(r.stdout) if r.ok else None
 
-    def _collect(self, files: JobFiles) -> dict[str, str]:
+    def _collect(self, files: JobFiles, ranks: int = 0) -> dict[str, str]:
         q = shlex.quote
         # Once copied, only the newest `keep_runs` run directories stay on the cluster (the
         # server's log holds its arguments, API keys included; the store keeps every run).
@@ -541,19 +564,28 @@ class SlurmExecutor(HostExecutor):
             f"2>/dev/null; echo {facts.LOG_MARK}; tail -n {LOG_FETCH_LINES} {q(files.log)} "
             f"2>/dev/null; echo {facts.PROBE_MARK}; cat {q(files.probe)} 2>/dev/null; "
             f"echo {facts.ENV_MARK}; cat {q(files.environment)} 2>/dev/null; "
-            f"rm -f {q(files.secrets)}; ls -1dt {q(self.base)}/*/ 2>/dev/null | "
+            + "".join(
+                f"echo {multinode.rank_mark(k)}; tail -n {LOG_FETCH_LINES} "
+                f"{q(files.path(f'rank-{k}.log'))} 2>/dev/null; "
+                for k in range(ranks)
+            )
+            + f"rm -f {q(files.secrets)}; ls -1dt {q(self.base)}/*/ 2>/dev/null | "
             f'tail -n +{keep + 1} | while IFS= read -r d; do rm -rf -- "$d"; done; true',
             timeout=60,
         )
-        parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK)
+        marks = [multinode.rank_mark(k) for k in range(ranks)]
+        parts = facts.split(r.stdout, facts.LOG_MARK, facts.PROBE_MARK, facts.ENV_MARK, *marks)
         # the tail, and the tracebacks above it (a server's shutdown noise can bury them)
         log = keep_what_matters(parts.get(facts.LOG_MARK, ""), LOG_TAIL_LINES)
-        return {
+        out = {
             "result": parts.get("", ""),
             "log": log,
             "probe": parts.get(facts.PROBE_MARK, ""),
             "env": parts.get(facts.ENV_MARK, ""),
         }
+        for k, mark in enumerate(marks):
+            out[f"rank-{k}"] = keep_what_matters(parts.get(mark, ""), LOG_TAIL_LINES)
+        return out
 
 
 def _complete(env_text: str, verdict: Verdict) -> bool:
@@ -637,6 +669,25 @@ def _evidence(
         timed_out=s == "timeout",
         last_phase=phase,
         probe=probe,
+    )
+
+
+def check_nodes(host: Host, run: Callable[..., object], needed: int, what: str) -> None:
+    """The partition has `needed` nodes that take jobs (a deployment's job asks one per
+    node rank); else our error, naming the nodes it has."""
+    opts = host.slurm
+    assert opts is not None
+    r = run(f"sinfo -h -N -p {shlex.quote(opts.partition)} -o '%N|%t'", timeout=60)
+    nodes = facts.parse_sinfo_nodes(getattr(r, "stdout", "") or "")
+    usable = [n for n, state in nodes.items() if state not in facts.UNUSABLE]
+    if len(usable) >= needed:
+        return
+    has = ", ".join(f"{n} ({state})" for n, state in sorted(nodes.items())) or "none"
+    raise SchedulerError(
+        f"{host.describe()}: {what} needs {needed} nodes, one per node rank; partition "
+        f"'{opts.partition}' has {len(usable)} that take jobs: {has}",
+        hint=f"run it where the partition has {needed} nodes (slurm.partition of "
+        f"{host.name} in the hosts file), or on SSH hosts (roles.NAME.host)",
     )
 
 

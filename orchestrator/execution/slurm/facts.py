@@ -210,3 +210,31 @@ def split(text: str, *marks: str) -> dict[str, str]:
     for i in range(1, len(pieces) - 1, 2):
         out[pieces[i]] = pieces[i + 1]
     return out
+
+
+#: node states in which a node takes no job (sinfo's short names, flags stripped)
+UNUSABLE = frozenset({"down", "drain", "drng", "fail", "failg", "maint", "futr", "inval", "unk"})
+
+
+def parse_sinfo_nodes(text: str) -> dict[str, str]:
+    """`sinfo -h -N -p P -o '%N|%t'` -> node name -> state (one row per node; a node in
+    several partitions once)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, state = line.strip().partition("|")
+        if sep and name:
+            out.setdefault(name, state.strip().rstrip("*~#!%$@^-"))
+    return out
+
+
+#: what slurmstepd writes into a task's output when its step or job is ended (by the job
+#: script stopping the ranks, the time limit, scancel): the scheduler's words, never the
+#: server's (how the job ended is judged from its state)
+STEP_ENDED = re.compile(r"^slurmstepd(?:-\S+)?: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT")
+
+
+def server_lines(log: str) -> str:
+    """A task's output without the lines slurmstepd wrote into it."""
+    return "".join(
+        line for line in log.splitlines(keepends=True) if not STEP_ENDED.match(line.strip())
+    )

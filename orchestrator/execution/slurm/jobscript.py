@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import SlurmOptions
+from orchestrator.errors import ConfigError
 from orchestrator.execution import environment as envfacts
 from orchestrator.execution.services.base import health_url
+from orchestrator.execution.slurm import multinode
 
 #: name and comment of every job: `squeue --name` finds the campaign's jobs again after
 #: a controller died (the comment says which run and which controller)
@@ -119,8 +121,9 @@ def sbatch_argv(
         f"--time={time_limit(exp, opts)}",
         f"--output={files.slurm_out}",
         f"--chdir={files.dir}",
-        "--nodes=1",
-        "--ntasks=1",
+        f"--nodes={multinode.node_count(exp)}",
+        f"--ntasks={multinode.node_count(exp)}",
+        "--ntasks-per-node=1",
         "--no-requeue",
     ]
     if opts.gres:
@@ -174,21 +177,40 @@ def render(
     env_keys: frozenset[str] = frozenset(),
     private_network: bool = False,
 ) -> str:
-    """The job script (bash) of one run."""
+    """The job script (bash) of one run; of a deployment of node ranks, one job over its
+    nodes (see `multinode`: rank 0's launch is polled, probed and read)."""
     secrets = exp.secrets()
     secret_vars = secret_env(exp)
-    env = exp.env_map()
     q = shlex.quote
-    url = health_url(exp)
-    # the command line; a secret flag value is a reference to its variable in secret.env
-    words = []
     by_value = {v: k for k, v in secrets.items()}
-    for w in exp.argv():
+
+    def word(w: str) -> str:
+        # a secret flag value is a reference to its variable in secret.env
         if w in by_value and _flag_var(by_value[w]) in secret_vars:
-            words.append(f'"${_flag_var(by_value[w])}"')
-        else:
-            words.append(q(w))
-    launch = " ".join(words)
+            return f'"${_flag_var(by_value[w])}"'
+        return q(w)
+
+    ranks = multinode.node_roles(exp)
+    if ranks and private_network:
+        raise ConfigError(
+            "a deployment's job needs the nodes' own network (srun reaches the other "
+            "nodes, the ranks meet at the first node's address): private_network is for "
+            "jobs of one server each",
+            file=exp.source,
+            key="roles",
+            hint="run it on a Slurm host without slurm.private_network in the hosts file",
+        )
+    head = multinode.head_launch(exp)
+    launch_lines = (
+        multinode.launch_lines(exp, word, secret_vars)
+        if ranks
+        else [
+            f'setsid {" ".join(word(w) for w in exp.argv())} > "$D/server.log" 2>&1 < /dev/null &'
+        ]
+    )
+    exp = head  # what the script polls, probes and reads the node's environment with
+    env = exp.env_map()
+    url = health_url(exp)
     interval = exp.health.interval if exp.health.interval is not None else POLL_S
     probe_cmd = exp.probe.command(exp.port) if exp.probe else None
     envcmd = envfacts.command(exp.exec, env=envfacts.public_env(exp), workdir=exp.workdir)
@@ -236,7 +258,7 @@ def render(
             f'cd {q(exp.workdir)} || {{ res state cd_failed; mv "$R" "$D/result"; exit 0; }}'
         )
     lines += [
-        f'setsid {launch} > "$D/server.log" 2>&1 < /dev/null &',
+        *launch_lines,
         "PID=$!",
         'res server_start "$(now)"',
         'res pid "$PID"',

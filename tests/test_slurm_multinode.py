@@ -1,0 +1,288 @@
+"""A deployment of node ranks as one Slurm job over its nodes (`--nodes N`, one task each).
+
+The pure part: the sbatch words and the job script of two ranks, whose `ranks.sh` is run
+by bash as each task would run it (the command lines it starts are read back word for
+word); a deployment of other roles, and one asking for a private network, refused. On the
+single-node lab cluster (Slurm 22.05, this machine as its login node): a job of one rank
+runs the lab server through `srun` and is judged from that rank's own log, and a job of
+two ranks is refused before it is submitted, naming the one node the cluster has.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.config.hosts import SlurmOptions, load_inventory
+from orchestrator.config.loading import load_experiment
+from orchestrator.diagnosis.first_failure import first_failure
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.errors import ConfigError, SchedulerError
+from orchestrator.execution.backends import executor_for
+from orchestrator.execution.slurm import facts, jobscript, multinode
+from orchestrator.execution.slurm.multinode import deployment_record, rank_results
+from orchestrator.lab.slurmlab import SlurmCluster
+from orchestrator.lab.sshd import free_port
+from orchestrator.store.store import Store
+from tests.hosts.slurm import local_slurm_hosts_file
+from tests.support.campaign_lab import LAB
+
+TWO = """\
+name: two-nodes
+service:
+  exec: echo
+  flags: {model-path: /m, tp-size: 16, nnodes: 2, dist-init-addr: "10.0.0.1:5757", port: 30000}
+  env: {NCCL_DEBUG: WARN}
+roles:
+  node1:
+    kind: node
+    rank: 1
+    flags: {node-rank: 1, cuda-graph-max-bs: 512, served-model-name: "it's $(x)"}
+    env: {ONLY_ON_1: "a b"}
+  node0: {kind: node, rank: 0, flags: {node-rank: 0}}
+"""
+
+
+def _write(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+def _ranks_sh(script: str) -> str:
+    """The ranks script the job script writes (its here-document)."""
+    m = re.search(rf"<<'{multinode.RANKS_EOF}'\n(.*?)\n{multinode.RANKS_EOF}\n", script, flags=re.S)
+    assert m, script
+    return m[1] + "\n"
+
+
+def test_two_ranks_are_one_job_of_two_nodes_one_task_each(tmp_path: Path) -> None:
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    files = jobscript.JobFiles("/shared/runs/c1/c1.3")
+    opts = SlurmOptions(partition="gpu", gres="gpu:8")
+    argv = jobscript.sbatch_argv(exp, opts, files, campaign="c1", run_id="c1.3", controller="x")
+    assert "--nodes=2" in argv and "--ntasks=2" in argv and "--ntasks-per-node=1" in argv
+    assert "--gres=gpu:8" in argv  # per node
+    script = jobscript.render(exp, files, run_id="c1.3", campaign="c1")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    [srun] = [x for x in script.splitlines() if x.startswith("setsid srun")]
+    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1" in srun
+    assert '--output="$D/rank-%n.log" bash "$D/ranks.sh"' in srun
+    assert 'ln -sf rank-0.log "$D/server.log"' in script  # rank 0's is the polled one
+    assert "URL=http://127.0.0.1:30000/health" in script
+    # each task starts its rank's launch: run ranks.sh as a task of node 0 and of node 1
+    ranks = _write(tmp_path, "ranks.sh", _ranks_sh(script))
+    assert subprocess.run(["bash", "-n", str(ranks)]).returncode == 0
+
+    def task(node: int) -> list[str]:
+        r = subprocess.run(
+            ["bash", str(ranks)],
+            env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": str(node), "ORCH_HEAD": "10.9.8.7"},
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    rank0, rank1 = task(0), task(1)
+    for node, words in ((0, rank0), (1, rank1)):
+        at = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+        assert at["--node-rank"] == str(node)
+        assert at["--nnodes"] == "2"
+        assert at["--dist-init-addr"] == "10.9.8.7:5757"  # the first node, the config's port
+        assert at["--model-path"] == "/m" and at["--port"] == "30000"
+    assert "--cuda-graph-max-bs" in rank1 and "--cuda-graph-max-bs" not in rank0
+    assert "it's $(x)" in " ".join(rank1)  # one word, never run
+    # a rank's own environment reaches only that rank
+    envs = subprocess.run(
+        ["bash", "-c", f"sed 's/exec echo/exec env; : /' {ranks} > {ranks}.env"], check=True
+    )
+    assert envs.returncode == 0
+    got = subprocess.run(
+        ["bash", f"{ranks}.env"],
+        env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": "1", "ORCH_HEAD": "h"},
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "ONLY_ON_1=a b" in got and "NCCL_DEBUG=WARN" in got
+    r = subprocess.run(
+        ["bash", str(ranks)],
+        env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": "2"},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "no node rank 2 in this deployment" in r.stderr
+
+
+def test_a_missing_init_address_takes_the_first_node_and_the_default_port(tmp_path: Path) -> None:
+    text = TWO.replace(', dist-init-addr: "10.0.0.1:5757"', "")
+    exp = load_experiment(_write(tmp_path, "two.yaml", text))
+    script = jobscript.render(exp, jobscript.JobFiles("/d"), run_id="r", campaign="c")
+    assert f'--dist-init-addr "$ORCH_HEAD":{multinode.DEFAULT_INIT_PORT}' in script
+
+
+def test_other_roles_and_a_private_network_are_refused(tmp_path: Path) -> None:
+    pd = """\
+name: pd
+service:
+  exec: python3 -m sglang.launch_server
+  flags: {model-path: /m, port: 30000}
+roles:
+  prefill: {flags: {port: 30001}}
+  decode: {flags: {port: 30002}}
+"""
+    exp = load_experiment(_write(tmp_path, "pd.yaml", pd))
+    with pytest.raises(ConfigError) as err:
+        jobscript.render(exp, jobscript.JobFiles("/d"), run_id="r", campaign="c")
+    assert "node ranks only" in str(err.value) and "prefill, decode" in str(err.value)
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    with pytest.raises(ConfigError) as err:
+        jobscript.render(
+            exp, jobscript.JobFiles("/d"), run_id="r", campaign="c", private_network=True
+        )
+    assert "private_network" in str(err.value) and err.value.key == "roles"
+
+
+def test_sinfo_nodes_and_the_lines_slurmstepd_writes_into_a_rank_log() -> None:
+    text = "node1|idle\nnode2|drain*\nnode3|mix\nnode1|idle\n"
+    assert facts.parse_sinfo_nodes(text) == {"node1": "idle", "node2": "drain", "node3": "mix"}
+    log = (
+        "[2026-01-01 00:00:00] The server is fired up and ready to roll!\n"
+        "slurmstepd: error: *** STEP 12.0 ON vm CANCELLED AT 2026-01-01T00:00:05 ***\n"
+        "slurmstepd-vm: error: *** JOB 12 ON vm CANCELLED AT 2026-01-01T00:00:06 DUE TO "
+        "TIME LIMIT ***\n"
+        "RuntimeError: slurmstepd: error: *** STEP quoted by the server is the server's\n"
+    )
+    assert facts.server_lines(log).splitlines() == [
+        "[2026-01-01 00:00:00] The server is fired up and ready to roll!",
+        "RuntimeError: slurmstepd: error: *** STEP quoted by the server is the server's",
+    ]
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+
+def _one_rank(tmp: Path, *, ranks: int = 1, extra: dict | None = None) -> Path:
+    scenario = LAB / "b300" / "scenario.yaml"
+    roles = {
+        f"node{k}": {"kind": "node", "rank": k, "flags": {"node-rank": k}} for k in range(ranks)
+    }
+    data = {
+        "name": f"lab-{ranks}-nodes",
+        "extends": str(LAB / "b300" / "good.yaml"),
+        "service": {
+            "exec": f"python3 -m orchestrator.lab.server --scenario {scenario}",
+            "flags": {
+                "nnodes": ranks,
+                "dist-init-addr": f"127.0.0.1:{free_port()}",
+                "port": free_port(),
+                **(extra or {}),
+            },
+        },
+        "health": {"timeout": "120s", "settle": "0.1s"},
+        "roles": roles,
+    }
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / f"lab-{ranks}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_job_of_one_rank_runs_on_the_lab_cluster(
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # `show`'s lines unclipped
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    host = load_inventory(hosts).host("lab-slurm")
+    exp = load_experiment(_one_rank(tmp_path))
+    bad = load_experiment(_one_rank(tmp_path / "bad", extra={"ep-size": 8}))
+    with executor_for(host, service="lab-nodes", campaign="nodes1") as ex:
+        result = ex.run(exp, run_id="nodes1.1", label="one rank")
+        failed = ex.run(bad, run_id="nodes1.2", label="one rank, ep-size 8")
+    assert result.verdict is Verdict.PASS, (result.verdict, result.detail, result.log_tail)
+    rec = result.host_record
+    assert rec is not None and rec["manager"] == "deployment"
+    assert rec["slurm"]["state"] == "COMPLETED" and "--nodes=1" in rec["slurm"]["sbatch"]
+    [role] = rec["roles"]
+    assert role["role"] == "node0" and role["host"] == slurm_cluster.node
+    assert role["verdict"] == "pass", rec
+    assert rec["first_failure"] is None, rec
+    assert '--node-rank "$SLURM_NODEID"' in role["command"]
+    assert "ranks.sh" in (result.rendered or "")
+    # a crash of the rank is judged from the rank's own log, and named with its node
+    assert failed.verdict is Verdict.FAIL, (failed.verdict, failed.detail, failed.log_tail)
+    assert failed.signature is not None and failed.signature.phase.value == "init"
+    first = failed.host_record["first_failure"]  # type: ignore[index]
+    assert first["role"] == "node0" and first["host"] == slurm_cluster.node
+    assert failed.detail.startswith(f"node0 on {slurm_cluster.node}: init: ")
+    assert "AttributeError" in failed.host_record["roles"][0]["log_tail"]  # type: ignore[index]
+    left = slurm_cluster.client("squeue", "-h", "-o", "%i")
+    assert left.stdout.strip() == ""
+    # recorded, `show` names the rank, its node and the job
+    store = Store(tmp_path / "results")
+    try:
+        cid = store.create_campaign(kind="run", key="k", command="test", spec={})
+        run_id = store.add_run(cid, variant=(), purpose="run", result=failed)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["show", run_id, "--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert f"node0 [node rank 0] on {slurm_cluster.node}: fail: init: " in out, out
+    assert f"failed first: node0 on {slurm_cluster.node}: init: " in out, out
+    assert "on the cluster (lab-slurm): job " in out, out
+
+
+def test_a_job_of_more_ranks_than_nodes_is_refused_naming_the_nodes(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    host = load_inventory(hosts).host("lab-slurm")
+    exp = load_experiment(_one_rank(tmp_path, ranks=2))
+    with executor_for(host, service="lab-nodes", campaign="nodes2") as ex:
+        with pytest.raises(SchedulerError) as err:
+            ex.run(exp, run_id="nodes2.1", label="two ranks")
+    said = str(err.value)
+    assert "deployment lab-2-nodes needs 2 nodes, one per node rank" in said, said
+    assert f"has 1 that take jobs: {slurm_cluster.node} (" in said, said
+    left = slurm_cluster.client("squeue", "-h", "-o", "%i")
+    assert left.stdout.strip() == ""  # nothing was submitted
+
+
+@pytest.mark.parametrize(
+    ("case", "failing", "waiting"),
+    [("rank1_cublas", "node1", "node0"), ("rank0_oom", "node0", "node1")],
+)
+def test_a_job_of_two_ranks_is_judged_by_the_rank_that_failed_first(
+    tmp_path: Path, case: str, failing: str, waiting: str
+) -> None:
+    """The lab's recorded two-rank logs, as the job's rank logs come back (with the line
+    slurmstepd adds when the step ends): the first failure is the failing rank's, on its
+    node, the other rank a consequence; whatever order the ranks are read in."""
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    ranks = multinode.node_roles(exp)
+    stepd = "slurmstepd: error: *** STEP 7.0 ON n2 CANCELLED AT 2026-12-04T21:46:00 ***\n"
+    data = Path(__file__).parent / "data" / "multinode"
+    out = {f"rank-{k}": (data / f"{case}.rank{k}.log").read_text() + stepd for k in (0, 1)}
+    result = {"rank_nodes": "n1,n2"}
+    roles = rank_results(ranks, out, result, 2026)
+    for order in (roles, list(reversed(roles))):
+        first = first_failure([r for r, _ in order])
+        assert first is not None and first.role == failing
+        assert first.host == ("n2" if failing == "node1" else "n1")
+        assert not first.consequence
+        assert first.describe().endswith(f"{waiting} then timed out in a collective")
+    record = deployment_record(ranks, roles, first, exp, {"manager": "slurm", "job": "7"})
+    by_role = {r["role"]: r for r in record["roles"]}  # type: ignore[union-attr]
+    assert by_role[failing]["verdict"] == "fail" and by_role[waiting]["verdict"] == "timeout"
+    assert record["first_failure"]["role"] == failing  # type: ignore[index]
+    assert "slurmstepd" not in by_role[failing]["log_tail"]
+    assert [r["rank"] for r in record["roles"]] == [0, 1]  # type: ignore[union-attr]
