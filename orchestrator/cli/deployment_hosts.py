@@ -84,6 +84,13 @@ def by_host(roles: list[RoleHost]) -> dict[str, list[RoleHost]]:
     return out
 
 
+def hosts_of(args: argparse.Namespace) -> tuple[dict[str, list[RoleHost]], list[Host]]:
+    """The roles of `--experiment` by host, and those hosts in start order."""
+    exp = load(args.experiment)
+    roles = by_host(role_hosts(args, exp, args.host))
+    return roles, [rs[0].host for rs in roles.values()]
+
+
 def restore_command(args: argparse.Namespace, experiment: str, host: str | None) -> str:
     """The command that restores every host of the deployment."""
     hosts = getattr(args, "hosts", None)

@@ -51,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
     inv = common.inventory(args)
     roles: dict[str, list[RoleHost]] = {}
     if args.experiment:
-        exp = deployment_hosts.load(args.experiment)
-        roles = deployment_hosts.by_host(deployment_hosts.role_hosts(args, exp, args.host))
-        hosts = [rs[0].host for rs in roles.values()]
+        roles, hosts = deployment_hosts.hosts_of(args)
     else:
         hosts = inv.resolve(args.host) if args.host else list(inv.hosts.values())
     results: dict[str, list[Check]] = {}
