@@ -149,7 +149,9 @@ def _opened(
     plan's deltas in place of the build."""
     from orchestrator.execution.executor import service_name
 
-    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
+    ex = common.executor_factory(args, plan.good, plan.bad)(
+        host, service_name(plan.good), "", lambda e: None
+    )
     try:
         got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
     finally:
@@ -165,7 +167,9 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     from orchestrator.execution.executor import service_name
     from orchestrator.execution.preflight import respell
 
-    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
+    ex = common.executor_factory(args, plan.good, plan.bad)(
+        host, service_name(plan.good), "", lambda e: None
+    )
     try:
         facts = getattr(ex, "parser_facts", lambda exp: None)(plan.good)
     except OrchestratorError:
@@ -273,13 +277,14 @@ def run(args: argparse.Namespace) -> int:
         common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in spec.hosts]
+        common.deployment_setup(args, hosts, plan.good, plan.bad)
         resume_id = camp.id
     else:
         if not (args.good and args.bad and args.host):
             raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
-        common.refuse_deployment(plan.good, plan.bad)
         hosts = common.hosts_for(args, args.host)
+        common.deployment_setup(args, hosts, plan.good, plan.bad)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
         for line in plan.notes:
@@ -314,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         listener=view,
         command=common.command_line(),
         resume_id=resume_id,
-        executor_factory=common.executor_factory(args),
+        executor_factory=common.executor_factory(args, plan.good, plan.bad),
     )
     outcome = notifying.conduct(args, store, notify_url, "bisect", bisection, view, "campaign")
     if outcome is None:

@@ -195,6 +195,14 @@ class DeploymentExecutor(HostExecutor):
         self._opened: list[_Member] = []
         self._mark = "@@ROLE-" + secrets.token_hex(4)
 
+    def hosts_left(self) -> dict[str, list[str] | None]:
+        """Per host of the roles: what its restore read back (None: not read back, or
+        still open)."""
+        names = list(dict.fromkeys(m.site.host.name for m in self.members))
+        if self._opened:
+            return dict.fromkeys(names)
+        return {h: self.left_by_host.get(h, []) for h in names}
+
     def _member(self, name: str) -> _Member:
         return next(m for m in self.members if m.name == name)
 
