@@ -56,10 +56,8 @@ def host_records(results: Path, ids: list[str]) -> list[dict]:
 
 
 def bisect(hosts: Path, tmp_path: Path, good: Path, bad: Path) -> tuple[int, dict]:
-    return cli_json(
-        "bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts,
-        "--results", tmp_path / "results", "--no-report",
-    )  # fmt: skip
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    return cli_json(*argv, "--results", tmp_path / "results", "--no-report")
 
 
 def test_two_node_pair_names_the_flag_rank1s_crash_and_rank1(hosts: Path, tmp_path: Path) -> None:

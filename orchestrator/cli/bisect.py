@@ -149,9 +149,7 @@ def _opened(
     plan's deltas in place of the build."""
     from orchestrator.execution.executor import service_name
 
-    ex = common.executor_factory(args, plan.good, plan.bad)(
-        host, service_name(plan.good), "", lambda e: None
-    )
+    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
     try:
         got = {"good": ex.packages_of(plan.good), "bad": ex.packages_of(plan.bad)}
     finally:
@@ -167,9 +165,7 @@ def _respelled(plan: Plan, host: Host, args: argparse.Namespace) -> Plan:
     from orchestrator.execution.executor import service_name
     from orchestrator.execution.preflight import respell
 
-    ex = common.executor_factory(args, plan.good, plan.bad)(
-        host, service_name(plan.good), "", lambda e: None
-    )
+    ex = common.executor_factory(args)(host, service_name(plan.good), "", lambda e: None)
     try:
         facts = getattr(ex, "parser_facts", lambda exp: None)(plan.good)
     except OrchestratorError:
@@ -319,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
         listener=view,
         command=common.command_line(),
         resume_id=resume_id,
-        executor_factory=common.executor_factory(args, plan.good, plan.bad),
+        executor_factory=common.executor_factory(args),
     )
     outcome = notifying.conduct(args, store, notify_url, "bisect", bisection, view, "campaign")
     if outcome is None:

@@ -193,6 +193,7 @@ def deployment_setup(args: argparse.Namespace, hosts: list[Host], *exps: object)
                 f"on each host of the pool '{args.host}' at once",
                 hint="give one host with --host",
             )
+    args.deployment_exps = exps
     args.deployment_hosts = []
     for host in hosts:
         for name in deployment_hosts(roled, host, inv):  # type: ignore[arg-type]
@@ -230,11 +231,11 @@ def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
     return f"orchestrator {campaign.kind} --resume {campaign.campaign_id}{resume_options(args)}"
 
 
-def executor_factory(args: argparse.Namespace, *exps: object) -> ExecutorFactory:
-    """Executors as the command line asks (`--accept-new-host-key`); for configs with
-    `roles:` (good's first), a deployment's executor: one member executor per role, on the
-    role's host of the hosts file, variants whose roles disagree started only when either
-    config says `mismatched_roles: start`."""
+def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
+    """Executors as the command line asks (`--accept-new-host-key`); for the configs
+    `deployment_setup` noted (`roles:`, good's first), a deployment's executor: one
+    member executor per role, on the role's host of the hosts file, variants whose roles
+    disagree started only when either config says `mismatched_roles: start`."""
     from orchestrator.execution.backends import executor_for
 
     def member(host: Host, **kwargs: object) -> HostExecutor:
@@ -242,6 +243,7 @@ def executor_factory(args: argparse.Namespace, *exps: object) -> ExecutorFactory
             host, accept_new_host_key=getattr(args, "accept_new_host_key", False), **kwargs
         )
 
+    exps = getattr(args, "deployment_exps", ())
     roled = [e for e in exps if getattr(e, "roles", ())]
     if roled:
         from orchestrator.config.deployment import starts_anyway

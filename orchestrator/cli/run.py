@@ -93,7 +93,7 @@ def run_one(args: argparse.Namespace) -> int:
             command=common.command_line(),
             label=exp.name,
             listener=view,
-            executor_factory=common.executor_factory(args, exp),
+            executor_factory=common.executor_factory(args),
         ),
         view,
         as_json=args.json,
@@ -181,7 +181,7 @@ def _rerun_repeated(
             target=camp.target,
             env_keys=env_keys,
             listener=view,
-            executor_factory=common.executor_factory(args, exp),
+            executor_factory=common.executor_factory(args),
             spec_extra={
                 "rerun_of": old.id,
                 "good_metric": good[0] if good else None,
@@ -283,7 +283,7 @@ def rerun(args: argparse.Namespace) -> int:
             target=camp.target,
             env_keys=env_keys,
             listener=view,
-            executor_factory=common.executor_factory(args, exp),
+            executor_factory=common.executor_factory(args),
             spec_extra={
                 "rerun_of": old.id,
                 "good_metric": good[0] if good else None,
