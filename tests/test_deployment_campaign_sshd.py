@@ -20,7 +20,7 @@ from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
 from tests.support.campaign_lab import cli_json, our_processes, read_runs
-from tests.support.deployment_lab import two_node_pair, two_sshd_hosts
+from tests.support.deployment_lab import pd_files, two_node_pair, two_sshd_hosts
 
 pytestmark = pytest.mark.sshd
 
@@ -78,4 +78,39 @@ def test_two_node_pair_names_the_flag_rank1s_crash_and_rank1(hosts: Path, tmp_pa
         assert ff["describe"].startswith("node1 on n1: cuda_graph: cublas"), ff
         roles = {x["role"]: x for x in record["roles"]}
         assert roles["node0"]["host"] == "n0" and roles["node0"]["log_tail"]
+    nothing_left(tmp_path)
+
+
+def test_b300_over_two_nodes_gives_the_answer_it_gives_on_one(hosts: Path, tmp_path: Path) -> None:
+    good, bad = two_node_pair(tmp_path, scenario="b300")
+    code, out = bisect(hosts, tmp_path, good, bad)
+    assert code == 0, out
+    assert out["status"] == "found"
+    # as on one node (tests/test_campaign_e2e.py): the pair together, ep-size alone a finding
+    assert [sorted(c["flags"]) for c in out["culprits"]] == [
+        ["--enable-nccl-nvls", "--ep-size 8"]
+    ], out
+    assert out["culprits"][0]["interacting"] is True
+    assert out["target"].startswith("cuda_graph: cublas: CUBLAS_STATUS_EXECUTION_FAILED")
+    finding = " ".join(str(f) for f in out["findings"])
+    assert "AttributeError" in finding and "--ep-size" in finding, out["findings"]
+    nothing_left(tmp_path)
+
+
+def test_pd_split_refused_before_it_starts_unless_asked_then_the_decode_flag(
+    hosts: Path, tmp_path: Path
+) -> None:
+    files = pd_files(tmp_path)
+    code, out = bisect(hosts, tmp_path, files["good"], files["bad"])
+    assert code != 0, out
+    text = str(out)
+    assert "roles disagree" in text and "decode: --page-size 64" in text, out
+    runs = read_runs(tmp_path / "results")
+    # nothing of the refused config was started: its runs are invalid, never failed
+    assert all(r.verdict is not Verdict.FAIL for r in runs), [(r.label, r.verdict) for r in runs]
+    nothing_left(tmp_path)
+    code, out = bisect(hosts, tmp_path, files["good"], files["bad-start"])
+    assert code == 0, out
+    assert out["status"] == "found"
+    assert [c["deltas"] for c in out["culprits"]] == [["decode: ~ --page-size 16 -> 64"]], out
     nothing_left(tmp_path)

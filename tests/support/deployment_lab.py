@@ -60,3 +60,37 @@ def two_node_pair(
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         paths.append(path)
     return paths[0], paths[1]
+
+
+PD = LAB / "pd-page-size"
+
+
+def pd_files(tmp: Path, *, decode_host: str | None = "n1") -> dict[str, Path]:
+    """The shipped prefill/decode pair (`good`, `bad`, `bad-start`) on free ports: the
+    router's command names the workers' ports; the decode role on `decode_host`."""
+    out = tmp / "experiments"
+    out.mkdir(parents=True, exist_ok=True)
+    router, prefill, decode = free_port(), free_port(), free_port()
+    paths = {}
+    for side in ("good", "bad", "bad-start"):
+        roles: dict[str, dict[str, object]] = {
+            "router": {
+                "exec": "python3 -m orchestrator.lab.pd --prefill "
+                f"http://127.0.0.1:{prefill} --decode http://127.0.0.1:{decode}",
+                "flags": {"port": router},
+            },
+            "prefill": {"flags": {"port": prefill}},
+            "decode": {"flags": {"port": decode}},
+        }
+        if decode_host:
+            roles["decode"]["host"] = decode_host
+        doc = {
+            "name": f"test-pd-{side}",
+            "extends": str(PD / f"{side}.yaml"),
+            "roles": roles,
+            "health": {"settle": f"{float(TIME_SCALE):g}s"},
+        }
+        path = out / f"pd-{side}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        paths[side] = path
+    return paths
