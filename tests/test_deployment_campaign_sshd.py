@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sshd import SshdEndpoint
 from orchestrator.store.store import Store
-from tests.support.campaign_lab import cli_json, our_processes, read_runs
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
+    cli,
+    cli_json,
+    our_processes,
+    popen_cli,
+    read_runs,
+    stop_child,
+)
 from tests.support.deployment_lab import pd_files, two_node_pair, two_sshd_hosts
 
 pytestmark = pytest.mark.sshd
@@ -113,4 +124,85 @@ def test_pd_split_refused_before_it_starts_unless_asked_then_the_decode_flag(
     assert code == 0, out
     assert out["status"] == "found"
     assert [c["deltas"] for c in out["culprits"]] == [["decode: ~ --page-size 16 -> 64"]], out
+    nothing_left(tmp_path)
+
+
+HANG_SCENARIO = """
+name: two-node-hang
+startup: {init: 0.3, load_weights: 0.5, kv_cache: 0.2, cuda_graph: 0.6, warmup: 0.2}
+known_flags: sglang
+faults:
+  - when: {node-rank: 1, enable-nccl-nvls: true}
+    phase: cuda_graph
+    effect: hang
+"""
+
+
+def hanging_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """The two-node pair where bad's rank 1 hangs in graph capture and rank 0 waits for
+    it past the run's deadline: a campaign that is mid-run for as long as a test needs."""
+    scenario = tmp_path / "hang.yaml"
+    scenario.write_text(HANG_SCENARIO)
+    good, bad = two_node_pair(tmp_path, watchdog=600)
+    for path in (good, bad):
+        doc = yaml.safe_load(path.read_text())
+        doc["service"]["exec"] = f"python3 -m orchestrator.lab.server --scenario {scenario}"
+        doc["health"]["timeout"] = "120s"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return good, bad
+
+
+def wait_both_ranks_of_bad(tmp_path: Path, child: subprocess.Popen[bytes], log: Path) -> None:
+    """Until both ranks of a bad variant (NVLS) run, each on its own host."""
+
+    def up() -> bool | None:
+        assert child.poll() is None, log.read_text()
+        for node in ("0", "1"):
+            svc = tmp_path / f"run-n{node}" / f"lab-node{node}.service"
+            script = svc / "launch.sh"
+            if not (script.is_file() and "enable-nccl-nvls" in script.read_text()):
+                return None
+            if not (svc / "pid").is_file():
+                return None
+        return True
+
+    wait_until(up, timeout=180, interval=0.1, what="both ranks of bad", describe=log.read_text)
+    time.sleep(1.0)  # the watch loop is polling both hosts
+
+
+def test_ctrl_c_restores_every_host_of_the_deployment(hosts: Path, tmp_path: Path) -> None:
+    good, bad = hanging_pair(tmp_path)
+    log = tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", tmp_path / "results", "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    out = " ".join(log.read_text().split())
+    assert "interrupted" in out
+    assert "the hosts were restored (read back: as found): n0, n1" in out, out
+    assert "resume with: orchestrator bisect --resume" in out
+    nothing_left(tmp_path)
+
+
+def test_restore_after_kill_9_leaves_every_host_as_found(hosts: Path, tmp_path: Path) -> None:
+    good, bad = hanging_pair(tmp_path)
+    log = tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", tmp_path / "results", "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        stop_child(child)
+    # the dead controller left both ranks running, each on its host
+    assert our_processes(str(tmp_path / "run-n0")) and our_processes(str(tmp_path / "run-n1"))
+    for name in ("n0", "n1"):
+        res = cli("restore", "--host", name, "--hosts", hosts, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "read back: as found" in res.stdout, res.stdout
     nothing_left(tmp_path)
