@@ -31,10 +31,16 @@ def inventory(path: Path) -> Inventory:
 
 
 def two_node_pair(
-    tmp: Path, *, scenario: str = "two-node", node1_host: str | None = "n1", watchdog: float = 3
+    tmp: Path,
+    *,
+    scenario: str = "two-node",
+    node1_host: str | None = "n1",
+    watchdog: float = 3,
+    init_host: str = "127.0.0.1",
 ) -> tuple[Path, Path]:
     """The shipped two-node pair (or b300's pair spread over two nodes, `scenario="b300"`)
-    on free ports: rank 0's HTTP port, rank 1's, and the init address."""
+    on free ports: rank 0's HTTP port, rank 1's, and the init address (on `init_host`,
+    rank 0's address as rank 1 reaches it)."""
     out = tmp / "experiments"
     out.mkdir(parents=True, exist_ok=True)
     init, p0, p1 = free_port(), free_port(), free_port()
@@ -47,7 +53,7 @@ def two_node_pair(
         else:  # a single-node pair spread over two nodes: the same flags on both
             doc["extends"] = str(LAB / scenario / f"{side}.yaml")
             shared = {"nnodes": 2}
-        shared |= {"dist-init-addr": f"127.0.0.1:{init}", "dist-timeout": watchdog, "port": None}
+        shared |= {"dist-init-addr": f"{init_host}:{init}", "dist-timeout": watchdog, "port": None}
         doc["service"] = {"flags": shared}
         doc["roles"] = {
             "node0": {"kind": "node", "rank": 0, "flags": {"node-rank": 0, "port": p0}},
