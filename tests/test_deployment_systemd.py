@@ -5,7 +5,9 @@ bisected end to end through the command line, and every unit is as found afterwa
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,15 @@ import yaml
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
 from orchestrator.store.store import Store
-from tests.support.campaign_lab import LAB_UNIT, UNIT_DIR, cli_json
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
+    LAB_UNIT,
+    UNIT_DIR,
+    cli,
+    cli_json,
+    popen_cli,
+    stop_child,
+)
 from tests.support.deployment_lab import two_node_pair
 
 pytestmark = pytest.mark.systemd
@@ -99,4 +109,90 @@ def test_two_node_pair_over_two_containers(pair: list[SystemdHost], tmp_path: Pa
         assert roles["node0"]["host"] == "b0" and roles["node0"]["invocation"]
         assert "Watchdog caught collective operation timeout" in roles["node0"]["log_tail"]
     # every unit as found: byte-identical, no drop-in, stopped
+    assert [unit_state(box, unit) for box, unit in zip(pair, NODE_UNITS, strict=True)] == found
+
+
+HANG = """
+name: two-node-hang
+startup: {init: 0.3, load_weights: 0.5, kv_cache: 0.2, cuda_graph: 0.6, warmup: 0.2}
+known_flags: sglang
+faults:
+  - when: {node-rank: 1, enable-nccl-nvls: true}
+    phase: cuda_graph
+    effect: hang
+"""
+HANG_PATH = "/var/tmp/two-node-hang.yaml"
+
+
+def hanging_campaign(pair: list[SystemdHost], tmp_path: Path) -> tuple[list[str], list]:
+    """Units installed, the hosts file and a pair whose bad variant hangs on rank 1 (rank
+    0 waits past the run's deadline): the command line of its bisection, and the units'
+    state as found."""
+    for box, unit in zip(pair, NODE_UNITS, strict=True):
+        box.install_unit(unit, LAB_UNIT)
+        box.write_file(HANG_PATH, HANG)
+    found = [unit_state(box, unit) for box, unit in zip(pair, NODE_UNITS, strict=True)]
+    hosts = tmp_path / "hosts.yaml"
+    env = {"PYTHONPATH": "/opt/orchestrator"}
+    entries = {f"b{i}": box.hosts_entry(env=env) for i, box in enumerate(pair)}
+    hosts.write_text(yaml.safe_dump({"hosts": entries}, sort_keys=False))
+    good, bad = two_node_pair(tmp_path, node1_host="b1", init_host=pair[0].address, watchdog=600)
+    for path in (good, bad):
+        doc = yaml.safe_load(path.read_text())
+        doc["service"]["exec"] = f"python3 -m orchestrator.lab.server --scenario {HANG_PATH}"
+        doc["health"]["timeout"] = "120s"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = ["bisect", "--good", str(good), "--bad", str(bad), "--host", "b0"]
+    argv += ["--hosts", str(hosts), "--results", str(tmp_path / "results"), "--no-report"]
+    return argv, found
+
+
+def wait_both_ranks_of_bad(pair: list[SystemdHost], child: subprocess.Popen, log: Path) -> None:
+    def up() -> bool | None:
+        assert child.poll() is None, log.read_text()
+        for box, unit in zip(pair, NODE_UNITS, strict=True):
+            conf = f"{UNIT_DIR}/{unit}.d/99-orchestrator.conf"
+            check = f"grep -q enable-nccl-nvls {conf} && systemctl is-active -q {unit}"
+            if box.ssh_run(check, timeout=60).returncode != 0:
+                return None
+        return True
+
+    wait_until(up, timeout=180, interval=0.5, what="both ranks of bad", describe=log.read_text)
+    time.sleep(1.0)
+
+
+def test_ctrl_c_leaves_both_containers_units_as_found(
+    pair: list[SystemdHost], tmp_path: Path
+) -> None:
+    argv, found = hanging_campaign(pair, tmp_path)
+    log = tmp_path / "bisect.log"
+    child = popen_cli(*argv, log=log)
+    try:
+        wait_both_ranks_of_bad(pair, child, log)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    out = " ".join(log.read_text().split())
+    assert "the hosts were restored (read back: as found): b0, b1" in out, out
+    assert [unit_state(box, unit) for box, unit in zip(pair, NODE_UNITS, strict=True)] == found
+
+
+def test_restore_after_kill_9_leaves_both_containers_units_as_found(
+    pair: list[SystemdHost], tmp_path: Path
+) -> None:
+    argv, found = hanging_campaign(pair, tmp_path)
+    log = tmp_path / "bisect.log"
+    child = popen_cli(*argv, log=log)
+    try:
+        wait_both_ranks_of_bad(pair, child, log)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        stop_child(child)
+    hosts = argv[argv.index("--hosts") + 1]
+    for name, box, unit in zip(("b0", "b1"), pair, NODE_UNITS, strict=True):
+        assert unit_state(box, unit)[2]  # the dead controller's drop-in is still there
+        res = cli("restore", "--host", name, "--hosts", hosts, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
     assert [unit_state(box, unit) for box, unit in zip(pair, NODE_UNITS, strict=True)] == found
