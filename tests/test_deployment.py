@@ -342,3 +342,21 @@ def test_a_role_on_a_host_the_hosts_file_lacks_is_refused_before_anything_runs(
     assert "role decode runs on host 'gpu-02'" in err and "roles.decode.host" in err, err
     assert "moved.yaml" in err
     assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+
+
+def test_an_interrupt_names_the_restore_of_every_host_of_a_deployment() -> None:
+    """When the restore could not be read back, or left something on one host, the lines
+    name `orchestrator restore --host H` for each host of the deployment concerned."""
+    import argparse
+
+    from orchestrator.cli.common import restore_lines
+
+    args = argparse.Namespace(host="n0", hosts=None, deployment_hosts=["n0", "n1"])
+    ok, lines = restore_lines(args, None)
+    assert not ok
+    text = " ".join(lines)
+    assert "orchestrator restore --host n0" in text and "orchestrator restore --host n1" in text
+    ok, lines = restore_lines(args, {"n0": [], "n1": ["lab-node1.service: still running"]})
+    assert not ok
+    assert lines[0] == "n0: restored (read back: as found)"
+    assert lines[1].endswith("finish it with: orchestrator restore --host n1"), lines
