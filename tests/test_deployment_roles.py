@@ -13,8 +13,8 @@ from orchestrator.config.deployment import Role
 from orchestrator.diagnosis.classify.judge import RunEvidence
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.execution import answers as answers_mod
-from orchestrator.execution.deployment import _sections
 from orchestrator.execution.roles import RoleOutcome, judge_roles, offset_command, parse_now
+from orchestrator.execution.roles import poll_sections as _sections
 
 DATA = Path(__file__).parent / "data" / "multinode"
 HOSTS = {0: "b300-01", 1: "b300-02"}

@@ -23,18 +23,25 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from orchestrator import shield
-from orchestrator.config.deployment import Role, launch, refusal
+from orchestrator.config.deployment import launch, refusal
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
-from orchestrator.diagnosis.classify.judge import RunEvidence
+from orchestrator.diagnosis.classify.judge import RunEvidence, last_phase
 from orchestrator.diagnosis.logtail import keep_what_matters
-from orchestrator.diagnosis.verdicts import Signature, Verdict
-from orchestrator.errors import ConfigError, InfraError, ServiceError, TransportError
-from orchestrator.events import Listener, Polled, RunStarted, StepDone, null_listener
+from orchestrator.diagnosis.verdicts import PHASE_ORDER, Signature, Verdict
+from orchestrator.errors import InfraError, ServiceError, TransportError
+from orchestrator.events import (
+    Listener,
+    PhaseReached,
+    Polled,
+    RunStarted,
+    StepDone,
+    null_listener,
+)
 from orchestrator.execution.contract import (
     LOG_FETCH_LINES,
     LOG_TAIL_LINES,
@@ -42,8 +49,15 @@ from orchestrator.execution.contract import (
     RunCancelled,
     RunResult,
 )
-from orchestrator.execution.executor import Executor, _Watch, service_name
-from orchestrator.execution.roles import RoleOutcome, judge_roles, offset_command, parse_now
+from orchestrator.execution.deployment_sites import RoleSite, deployment_hosts, same_layout, sites
+from orchestrator.execution.executor import Executor, _Watch
+from orchestrator.execution.roles import (
+    RoleOutcome,
+    judge_roles,
+    offset_command,
+    parse_now,
+    poll_sections,
+)
 from orchestrator.execution.services import Started
 
 #: seconds the other roles are still watched after one died: their last lines (a
@@ -53,61 +67,6 @@ DEATH_GRACE_S = 5.0
 POLL_MIN_S, POLL_MAX_S = 0.25, 1.0
 
 MemberFactory = Callable[[Host, str], Executor]
-
-
-@dataclass(frozen=True)
-class RoleSite:
-    """Where a role runs: its host and its service (unit name or process key) there."""
-
-    role: Role
-    host: Host
-    service: str
-
-
-def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[RoleSite, ...]:
-    """Each role of `exp` (start order) on its host: the role's `host:` (which must be a
-    host of the hosts file), else `host`; its service the role's unit, else
-    `<service>-<role>`."""
-    dep = exp.deployment()
-    base = service_name(exp)
-    out = []
-    for name in dep.start_order:
-        role = dep.role(name)
-        where = host
-        if role.host is not None and role.host != host.name:
-            if inventory is None or role.host not in inventory.hosts:
-                known = ", ".join(sorted(inventory.hosts)) if inventory else "(no hosts file)"
-                raise ConfigError(
-                    f"role {name} runs on host {role.host!r}, which the hosts file "
-                    f"{inventory.source if inventory else ''} does not name (it has: {known})",
-                    file=exp.source,
-                    key=f"roles.{name}.host",
-                    hint="add the host to the hosts file, or correct the role's host:",
-                )
-            where = inventory.host(role.host)
-        if where.service_manager == "slurm":
-            raise ConfigError(
-                f"role {name} would run on {where.name}, a Slurm cluster: a deployment's "
-                "roles run on systemd or process hosts",
-                file=exp.source,
-                key=f"roles.{name}.host",
-            )
-        out.append(RoleSite(role, where, role.unit or f"{base}-{name}"))
-    return tuple(out)
-
-
-def deployment_hosts(
-    exps: Iterable[Experiment], host: Host, inventory: Inventory | None
-) -> list[str]:
-    """Every host a deployment of these configs touches (the campaign's first), for
-    `restore --host H` lines."""
-    names = [host.name]
-    for exp in exps:
-        if exp.roles:
-            for s in sites(exp, host, inventory):
-                if s.host.name not in names:
-                    names.append(s.host.name)
-    return names
 
 
 @dataclass
@@ -322,6 +281,7 @@ class DeploymentExecutor(HostExecutor):
         answers: dict[str, object] | None = None
         probe = None
         metric: float | None = None
+        probe_record: dict[str, object] | None = None
         try:
             try:
                 environment = health.ex.environment(health.launch)  # type: ignore[arg-type]
@@ -353,7 +313,7 @@ class DeploymentExecutor(HostExecutor):
                 answers = health.ex._ask(health.launch, ask_twice)  # type: ignore[arg-type]
             if alive_health and exp.probe is not None and not self._any_died():
                 assert health.started is not None
-                probe, metric, _record = health.ex._probe(
+                probe, metric, probe_record = health.ex._probe(
                     health.launch,  # type: ignore[arg-type]
                     health.started,
                     good_metric,
@@ -390,6 +350,7 @@ class DeploymentExecutor(HostExecutor):
             environment=environment,
             answers=answers,
             metric=metric,
+            probe_record=probe_record,
         )
 
     # ---- the parts of a run
@@ -436,7 +397,7 @@ class DeploymentExecutor(HostExecutor):
             res = ms[0].ex.t.run("; ".join(parts), timeout=30)
             got = parse_now(res.stdout)
             now = got[0] if got else None
-            sections = _sections(res.stdout, self._mark)
+            sections = poll_sections(res.stdout, self._mark)
             for m in ms:
                 if m.name not in sections:
                     raise InfraError(
@@ -446,12 +407,25 @@ class DeploymentExecutor(HostExecutor):
                 poll = m.ex.manager.parse_poll(sections[m.name], m.started)
                 m.watch.poll = poll
                 m.watch.polls += 1
+                self._phase(m, poll.log_tail, t0)
                 if not poll.alive:
                     m.watch.died, m.watch.dead_at = True, self.clock() - t0
                     m.died_host_time = now
                     if poll.setup_failure:
                         m.absent = f"its unit failed to start (status {poll.setup_failure})"
                         m.infra = True
+
+    def _phase(self, m: _Member, log_tail: str, t0: float) -> None:
+        """The startup phase a role's log has reached; the health role's is told."""
+        seen = last_phase(log_tail.splitlines())
+        w = m.watch
+        if seen is None or (w.phase is not None and PHASE_ORDER[seen] <= PHASE_ORDER[w.phase]):
+            return
+        elapsed = self.clock() - t0
+        w.phase = seen
+        w.phase_times.setdefault(seen.value, round(elapsed, 3))
+        if m.name == self.health_role:
+            self.emit(PhaseReached(host=m.site.host.name, phase=seen, elapsed_s=elapsed))
 
     def _watch(self, exp: Experiment, health: _Member, deadline: float) -> None:
         """Poll until the health role is ready (and settled), a role dies (then the
@@ -514,6 +488,7 @@ class DeploymentExecutor(HostExecutor):
             unit_result=getattr(p, "unit_result", None) if w.died else None,
             # a role still running when the run ended without serving was blocked
             timed_out=not ready and not w.died,
+            last_phase=w.phase,
             probe=probe if health else None,  # type: ignore[arg-type]
         )
         return RoleOutcome(
@@ -544,6 +519,7 @@ class DeploymentExecutor(HostExecutor):
         environment: object = None,
         answers: dict[str, object] | None = None,
         metric: float | None = None,
+        probe_record: dict[str, object] | None = None,
     ) -> RunResult:
         from orchestrator.execution.roles import Judged
 
@@ -559,6 +535,8 @@ class DeploymentExecutor(HostExecutor):
             "roles": [r.to_record() for r in outcome.roles],
             "first_failure": outcome.first_failure,
         }
+        if probe_record is not None:  # on the health role, as a single unit's
+            record["probe"] = probe_record
         tail = outcome.log_tail if outcome.roles else ""
         rendered = "\n".join(
             f"# role {m.name} on {m.site.host.name} ({m.ex.service})\n{m.rendered}"
@@ -575,7 +553,7 @@ class DeploymentExecutor(HostExecutor):
             duration,
             started_at=started_at,
             phase_times=tuple(health.watch.phase_times.items()),
-            last_phase=outcome.signature.phase if outcome.signature else None,
+            last_phase=outcome.signature.phase if outcome.signature else health.watch.phase,
             log_tail=tail,
             rendered=rendered or None,
             probe_metric=metric,
@@ -592,23 +570,6 @@ class DeploymentExecutor(HostExecutor):
 
             result = replace(result, host=host)
         return result
-
-
-def _sections(text: str, mark: str) -> dict[str, str]:
-    """A combined poll's output cut at each role's mark: role -> its poll's text."""
-    out: dict[str, str] = {}
-    current: str | None = None
-    lines: list[str] = []
-    for line in text.split("\n"):
-        if line.startswith(mark + " "):
-            if current is not None:
-                out[current] = "\n".join(lines)
-            current, lines = line[len(mark) + 1 :].strip(), []
-        elif current is not None:
-            lines.append(line)
-    if current is not None:
-        out[current] = "\n".join(lines)
-    return out
 
 
 def deployment_factory(
@@ -644,28 +605,11 @@ def deployment_factory(
     return make
 
 
-def same_layout(exps: Mapping[str, Experiment]) -> None:
-    """Refuse configs whose roles differ in name, host or unit: a variant takes good's
-    roles, so a role added, moved or renamed by bad cannot be bisected."""
-    items = list(exps.items())
-    first_name, first = items[0]
-
-    def layout(e: Experiment) -> list[tuple[str, str | None, str | None]]:
-        return sorted((r.name, r.host, r.unit) for r in e.roles)
-
-    for name, e in items[1:]:
-        if layout(e) != layout(first):
-            raise ConfigError(
-                f"the roles of {name} ({_words(layout(e))}) differ from {first_name}'s "
-                f"({_words(layout(first))}): a variant keeps every role on its host and unit",
-                file=e.source,
-                key="roles",
-                hint="give both configs the same roles, hosts and units; differ only in flags",
-            )
-
-
-def _words(layout: list[tuple[str, str | None, str | None]]) -> str:
-    return (
-        ", ".join(f"{n}" + (f"@{h}" if h else "") + (f" ({u})" if u else "") for n, h, u in layout)
-        or "none"
-    )
+__all__ = [
+    "DeploymentExecutor",
+    "RoleSite",
+    "deployment_factory",
+    "deployment_hosts",
+    "same_layout",
+    "sites",
+]

@@ -194,3 +194,20 @@ def judge_roles(
         {"role": ff.role, "host": ff.host, "describe": ff.describe()},
         winner.evidence.log_tail,
     )
+
+
+def poll_sections(text: str, mark: str) -> dict[str, str]:
+    """A combined poll's output cut at each role's mark: role -> its poll's text."""
+    out: dict[str, str] = {}
+    current: str | None = None
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith(mark + " "):
+            if current is not None:
+                out[current] = "\n".join(lines)
+            current, lines = line[len(mark) + 1 :].strip(), []
+        elif current is not None:
+            lines.append(line)
+    if current is not None:
+        out[current] = "\n".join(lines)
+    return out
