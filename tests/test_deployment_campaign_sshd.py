@@ -206,3 +206,21 @@ def test_restore_after_kill_9_leaves_every_host_as_found(hosts: Path, tmp_path: 
         assert res.returncode == 0, res.stdout + res.stderr
         assert "read back: as found" in res.stdout, res.stdout
     nothing_left(tmp_path)
+
+
+def test_run_starts_every_role_and_names_the_failing_one(hosts: Path, tmp_path: Path) -> None:
+    _, bad = two_node_pair(tmp_path)
+    argv = ["run", bad, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"]
+    code, out = cli_json(*argv)
+    assert code == 0, out
+    assert out["verdict"] == "fail" and out["host"] == "n1", out
+    assert str(out["detail"]).startswith("node1 on n1: cuda_graph: cublas"), out
+    nothing_left(tmp_path)
+    # a rerun starts it again on the campaign's host, not the failing role's
+    code, again = cli_json("rerun", out["run"], "--hosts", hosts, "--results", tmp_path / "results")
+    assert code == 0, again
+    assert again["verdict"] == "fail" and again["host"] == "n1", again
+    assert str(again["detail"]).startswith("node1 on n1: cuda_graph: cublas"), again
+    (record,) = host_records(tmp_path / "results", [again["run"]])
+    assert [(r["role"], r["host"]) for r in record["roles"]] == [("node0", "n0"), ("node1", "n1")]
+    nothing_left(tmp_path)
