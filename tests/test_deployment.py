@@ -323,17 +323,40 @@ def test_plan_of_the_lab_pd_pair_names_the_role_and_refuses_bad(
     assert all(v["refused"] is None for v in out["first_round"])
 
 
-def test_runs_refuse_a_deployment_until_they_start_every_role(
+def test_a_role_on_a_host_the_hosts_file_lacks_is_refused_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A run starts one unit: a deployment would run as its shared flags alone."""
-    good, bad = str(PD / "good.yaml"), str(PD / "bad-start.yaml")
-    # refused before any host is looked up (this hosts file does not exist)
+    """Runs start every role on its host; a role's `host:` must be a host of the hosts
+    file: refused (exit 2) naming the role's key, before anything is recorded or started."""
     hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n  lab: {address: localhost, transport: local, service_manager: process}\n"
+    )
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(
+        f"name: moved\nextends: {PD / 'bad-start.yaml'}\nroles:\n  decode: {{host: gpu-02}}\n"
+    )
     argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
-    assert main(["bisect", "--good", good, "--bad", bad, *argv]) == 2
-    assert main(["run", good, *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("a deployment of several roles cannot be run yet") == 2
-    assert "good.yaml" in err and "roles" in err
+    assert main(["run", str(moved), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "role decode runs on host 'gpu-02'" in err and "roles.decode.host" in err, err
+    assert "moved.yaml" in err
     assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+
+
+def test_an_interrupt_names_the_restore_of_every_host_of_a_deployment() -> None:
+    """When the restore could not be read back, or left something on one host, the lines
+    name `orchestrator restore --host H` for each host of the deployment concerned."""
+    import argparse
+
+    from orchestrator.cli.common import restore_lines
+
+    args = argparse.Namespace(host="n0", hosts=None, deployment_hosts=["n0", "n1"])
+    ok, lines = restore_lines(args, None)
+    assert not ok
+    text = " ".join(lines)
+    assert "orchestrator restore --host n0" in text and "orchestrator restore --host n1" in text
+    ok, lines = restore_lines(args, {"n0": [], "n1": ["lab-node1.service: still running"]})
+    assert not ok
+    assert lines[0] == "n0: restored (read back: as found)"
+    assert lines[1].endswith("finish it with: orchestrator restore --host n1"), lines

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.campaign import envwatch
-from orchestrator.campaign.pool import Pool
+from orchestrator.campaign.pool import Pool, hosts_left
 from orchestrator.campaign.records import Status
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
@@ -198,8 +198,11 @@ class CampaignCore:
         """Per host: what the restores read back as still there (None: not read back)."""
         out: dict[str, list[str] | None] = {}
         for r in self._restorers:
+            per_host = hosts_left(r)
             if isinstance(r, Pool):
                 out |= r.left()
+            elif per_host is not None:
+                out |= per_host
             elif getattr(r, "_opened", False):
                 out[r.host.name] = None  # still open: its restore never ran
             else:

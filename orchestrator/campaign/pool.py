@@ -117,6 +117,8 @@ class _Worker:
     opened: bool = False
     restored: list[str] = field(default_factory=list)
     left: list[str] | None = None  # what the restore read back as still there
+    #: a deployment's executor: per host of its roles, what its restore read back
+    left_by_host: dict[str, list[str] | None] | None = None
     executor: HostExecutor | None = None
     prechecked: set[str] = field(default_factory=set)  # fingerprints checked on this host
 
@@ -183,11 +185,16 @@ class Pool:
         for w in self.workers:
             if not w.opened:
                 continue
-            got = None if (w.thread is not None and w.thread.is_alive()) else w.left
-            if w.host.name in out:
-                before = out[w.host.name]
-                got = None if before is None or got is None else before + got
-            out[w.host.name] = got
+            running = w.thread is not None and w.thread.is_alive()
+            per_host = hosts_left(w.executor) if w.executor is not None else None
+            if per_host is None or running:
+                names = list(per_host) if per_host else [w.host.name]
+                per_host = {h: None if running else w.left for h in names}
+            for name, got in per_host.items():
+                if name in out:
+                    before = out[name]
+                    got = None if before is None or got is None else before + got
+                out[name] = got
         return out
 
     # ---- coordination
@@ -385,7 +392,12 @@ class Pool:
                                 message=(
                                     f"{w.host.name} is not as it was found: "
                                     + "; ".join(w.left)
-                                    + f"; orchestrator restore --host {w.host.name} finishes it"
+                                    + "; "
+                                    + "; ".join(
+                                        f"orchestrator restore --host {h}"
+                                        for h in _unrestored(executor, w.host.name)
+                                    )
+                                    + " finishes it"
                                 ),
                             )
                         )
@@ -398,7 +410,10 @@ class Pool:
                             message=(
                                 f"{w.host.name} could not be restored: {exc}; "
                                 "once it is reachable: "
-                                f"orchestrator restore --host {w.host.name}"
+                                + "; ".join(
+                                    f"orchestrator restore --host {h}"
+                                    for h in _unrestored(executor, w.host.name)
+                                )
                             ),
                         )
                     )
@@ -407,3 +422,19 @@ class Pool:
                     executor.close(restore=False)
                 except Exception:  # noqa: BLE001 (a connection that is gone already)
                     pass
+
+
+def hosts_left(executor: object) -> dict[str, list[str] | None] | None:
+    """Per host, what an executor spread over several hosts (a deployment's) read back
+    after its restore; None for an executor of one host."""
+    got = getattr(executor, "hosts_left", None)
+    return got() if callable(got) else None
+
+
+def _unrestored(executor: object, host: str) -> list[str]:
+    """The hosts an executor's restore left something on (or could not read): each needs
+    its `restore --host`."""
+    per_host = hosts_left(executor)
+    if not per_host:
+        return [host]
+    return [h for h, what in per_host.items() if what is None or what] or [host]

@@ -274,13 +274,14 @@ def run(args: argparse.Namespace) -> int:
         common.recorded_hosts(args, camp)  # the same hosts, not another file's of that name
         inv = common.inventory(args)
         hosts = [inv.host(h) for h in spec.hosts]
+        common.deployment_setup(args, hosts, plan.good, plan.bad)
         resume_id = camp.id
     else:
         if not (args.good and args.bad and args.host):
             raise UsageError("bisect needs --good, --bad and --host (or --resume ID)")
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
-        common.refuse_deployment(plan.good, plan.bad)
         hosts = common.hosts_for(args, args.host)
+        common.deployment_setup(args, hosts, plan.good, plan.bad)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
         for line in plan.notes:

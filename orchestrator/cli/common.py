@@ -168,22 +168,37 @@ def command_line() -> str:
     return shlex.join(["orchestrator", *sys.argv[1:]])
 
 
-def refuse_deployment(*exps: object) -> None:
-    """Runs start one unit on one host; a config whose `roles:` spread it over several
-    units would run as its shared flags alone on one unit, which is not the deployment:
-    refused (exit 2) until runs start every role. `plan` shows such a pair."""
-    from orchestrator.errors import ConfigError
+def deployment_setup(args: argparse.Namespace, hosts: list[Host], *exps: object) -> None:
+    """Check a deployment's configs against the hosts file before anything runs: every
+    role's `host:` must be a host of it (a clear error naming the role's key otherwise),
+    good's and bad's roles must sit on the same hosts and units, and a pool of several
+    hosts takes only roles that name no host (each host then runs a whole deployment).
+    Notes every host of the deployment on `args` (`deployment_hosts`): the restore lines
+    of an interrupt name each."""
+    from orchestrator.execution.deployment import deployment_hosts, same_layout, sites
 
-    for exp in exps:
-        if getattr(exp, "roles", ()):
-            raise ConfigError(
-                "a deployment of several roles cannot be run yet: a run starts one unit on "
-                "one host, and would start the shared flags alone",
-                file=getattr(exp, "source", None),
-                key="roles",
-                hint="`orchestrator plan` shows its roles, per-role deltas and the variants "
-                "refused before they start; run each role's launch as a config of its own",
+    roled = [e for e in exps if getattr(e, "roles", ())]
+    if not roled:
+        return
+    same_layout({getattr(e, "source", "") or getattr(e, "name", "?"): e for e in exps})  # type: ignore[misc]
+    inv = inventory(args)
+    for exp in roled:
+        for host in hosts:
+            sites(exp, host, inv)  # type: ignore[arg-type]
+    if len(hosts) > 1:
+        fixed = [r.name for r in roled[0].roles if r.host is not None]  # type: ignore[attr-defined]
+        if fixed:
+            raise UsageError(
+                f"the roles {', '.join(fixed)} name their hosts: the deployment cannot run "
+                f"on each host of the pool '{args.host}' at once",
+                hint="give one host with --host",
             )
+    args.deployment_exps = exps
+    args.deployment_hosts = []
+    for host in hosts:
+        for name in deployment_hosts(roled, host, inv):  # type: ignore[arg-type]
+            if name not in args.deployment_hosts:
+                args.deployment_hosts.append(name)
 
 
 def note(message: str) -> None:
@@ -217,18 +232,32 @@ def resume_command(args: argparse.Namespace, campaign: CampaignRef) -> str:
 
 
 def executor_factory(args: argparse.Namespace) -> ExecutorFactory:
-    """Executors as the command line asks (`--accept-new-host-key`)."""
+    """Executors as the command line asks (`--accept-new-host-key`); for the configs
+    `deployment_setup` noted (`roles:`, good's first), a deployment's executor: one
+    member executor per role, on the role's host of the hosts file, variants whose roles
+    disagree started only when either config says `mismatched_roles: start`."""
+    from orchestrator.execution.backends import executor_for
+
+    def member(host: Host, **kwargs: object) -> HostExecutor:
+        return executor_for(
+            host, accept_new_host_key=getattr(args, "accept_new_host_key", False), **kwargs
+        )
+
+    exps = getattr(args, "deployment_exps", ())
+    roled = [e for e in exps if getattr(e, "roles", ())]
+    if roled:
+        from orchestrator.config.deployment import starts_anyway
+        from orchestrator.execution.deployment import deployment_factory
+
+        return deployment_factory(
+            member,
+            roled[0],  # type: ignore[arg-type]
+            inventory(args),
+            start_mismatched=starts_anyway(*exps),
+        )
 
     def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
-        from orchestrator.execution.backends import executor_for
-
-        return executor_for(
-            host,
-            service=service,
-            campaign=campaign,
-            listener=listener,
-            accept_new_host_key=getattr(args, "accept_new_host_key", False),
-        )
+        return member(host, service=service, campaign=campaign, listener=listener)
 
     return make
 
@@ -259,11 +288,12 @@ def restore_lines(
     is left and the command that finishes it."""
     if left is None:  # the interrupt cut the campaign's own handling short
         host = getattr(args, "host", None)
+        every = getattr(args, "deployment_hosts", None) or ([host] if host else [])
         return False, [
             "the hosts were not read back after the restore; finish it with: "
             + (
-                restore_command(args, host)
-                if host
+                "; ".join(restore_command(args, h) for h in every)
+                if every
                 else "orchestrator restore --host HOST (for each host of the campaign)"
             )
         ]

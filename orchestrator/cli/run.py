@@ -91,10 +91,10 @@ def run_one(args: argparse.Namespace) -> int:
     if args.detach:
         return detached.detach(args)
     exp = load_experiment(args.config)
-    common.refuse_deployment(exp)
     hosts = common.hosts_for(args, args.host)
     if len(hosts) != 1:
         raise UsageError(f"'{args.host}' is a pool; `run` takes one host")
+    common.deployment_setup(args, hosts, exp)
     store = common.store(args)
     view = common.live_view(args)
     row = common.run_single(
@@ -265,7 +265,11 @@ def rerun(args: argparse.Namespace) -> int:
     exp = old.experiment(resolve_secrets=True)
     if not args.host:  # the recorded host: as its campaign's hosts file names it
         common.recorded_hosts(args, camp)
-    host = common.inventory(args).host(args.host or old.host)
+    recorded = old.host
+    if exp.roles:  # a deployment's run is named by its failing role's host: its campaign's
+        recorded = ((camp.spec or {}).get("hosts") or [old.host])[0]
+    host = common.inventory(args).host(args.host or recorded)
+    common.deployment_setup(args, [host], exp)
     env_keys: frozenset[str] = frozenset()
     spec = BisectSpec.from_dict(camp.spec)  # a bisection's two configs (none for other kinds)
     for side in (spec.good, spec.bad):

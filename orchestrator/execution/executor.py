@@ -36,7 +36,13 @@ from orchestrator.diagnosis.classify.judge import (
 )
 from orchestrator.diagnosis.logtail import keep_what_matters, last_log_line, probe_excerpt
 from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature, Verdict, relative
-from orchestrator.errors import InfraError, OrchestratorError, ServiceError, TransportError
+from orchestrator.errors import (
+    ConfigError,
+    InfraError,
+    OrchestratorError,
+    ServiceError,
+    TransportError,
+)
 from orchestrator.events import (
     Listener,
     Notice,
@@ -283,6 +289,13 @@ class Executor(HostExecutor):
         good_metric: float | None = None,
         ask_twice: bool = False,
     ) -> RunResult:
+        if exp.roles:  # its shared flags alone on one unit would not be the deployment
+            raise ConfigError(
+                "a deployment of several roles runs through the deployment's executor, "
+                "one unit per role, never as one unit",
+                file=exp.source,
+                key="roles",
+            )
         # The launch removes the campaign's other variables too; run and recorded as such
         # (its fingerprint says so), whichever command asked for it.
         exp = exp.unsetting(env_keys)

@@ -1,0 +1,97 @@
+"""Where a deployment's roles run: each role on its host of the hosts file (else the
+campaign's host), as the service its unit names (else `<service>-<role>`), and the checks
+of a pair's roles against the hosts file before anything runs. Pure: it reads frozen
+configs and the inventory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from orchestrator.config.deployment import Role
+from orchestrator.config.experiment import Experiment
+from orchestrator.config.hosts import Host, Inventory
+from orchestrator.errors import ConfigError
+from orchestrator.execution.executor import service_name
+
+
+@dataclass(frozen=True)
+class RoleSite:
+    """Where a role runs: its host and its service (unit name or process key) there."""
+
+    role: Role
+    host: Host
+    service: str
+
+
+def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[RoleSite, ...]:
+    """Each role of `exp` (start order) on its host: the role's `host:` (which must be a
+    host of the hosts file), else `host`; its service the role's unit, else
+    `<service>-<role>`."""
+    dep = exp.deployment()
+    base = service_name(exp)
+    out = []
+    for name in dep.start_order:
+        role = dep.role(name)
+        where = host
+        if role.host is not None and role.host != host.name:
+            if inventory is None or role.host not in inventory.hosts:
+                known = ", ".join(sorted(inventory.hosts)) if inventory else "(no hosts file)"
+                raise ConfigError(
+                    f"role {name} runs on host {role.host!r}, which the hosts file "
+                    f"{inventory.source if inventory else ''} does not name (it has: {known})",
+                    file=exp.source,
+                    key=f"roles.{name}.host",
+                    hint="add the host to the hosts file, or correct the role's host:",
+                )
+            where = inventory.host(role.host)
+        if where.service_manager == "slurm":
+            raise ConfigError(
+                f"role {name} would run on {where.name}, a Slurm cluster: a deployment's "
+                "roles run on systemd or process hosts",
+                file=exp.source,
+                key=f"roles.{name}.host",
+            )
+        out.append(RoleSite(role, where, role.unit or f"{base}-{name}"))
+    return tuple(out)
+
+
+def deployment_hosts(
+    exps: Iterable[Experiment], host: Host, inventory: Inventory | None
+) -> list[str]:
+    """Every host a deployment of these configs touches (the campaign's first), for
+    `restore --host H` lines."""
+    names = [host.name]
+    for exp in exps:
+        if exp.roles:
+            for s in sites(exp, host, inventory):
+                if s.host.name not in names:
+                    names.append(s.host.name)
+    return names
+
+
+def same_layout(exps: Mapping[str, Experiment]) -> None:
+    """Refuse configs whose roles differ in name, host or unit: a variant takes good's
+    roles, so a role added, moved or renamed by bad cannot be bisected."""
+    items = list(exps.items())
+    first_name, first = items[0]
+
+    def layout(e: Experiment) -> list[tuple[str, str | None, str | None]]:
+        return sorted((r.name, r.host, r.unit) for r in e.roles)
+
+    for name, e in items[1:]:
+        if layout(e) != layout(first):
+            raise ConfigError(
+                f"the roles of {name} ({_words(layout(e))}) differ from {first_name}'s "
+                f"({_words(layout(first))}): a variant keeps every role on its host and unit",
+                file=e.source,
+                key="roles",
+                hint="give both configs the same roles, hosts and units; differ only in flags",
+            )
+
+
+def _words(layout: list[tuple[str, str | None, str | None]]) -> str:
+    return (
+        ", ".join(f"{n}" + (f"@{h}" if h else "") + (f" ({u})" if u else "") for n, h, u in layout)
+        or "none"
+    )

@@ -1,0 +1,226 @@
+"""A bisection of a deployment through the command line, on real hosts: two host names on
+OpenSSH's sshd at 127.0.0.1, each role a detached lab server of its own.
+
+(a) two nodes where one flag makes node-rank 1 crash in graph capture while rank 0 only
+times out in its watchdog: answered with the flag, rank 1's crash and rank 1 named;
+(c) the B300 incident's pair spread over two nodes gives the answer it gives on one.
+After each campaign every role's service is as found on every host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.lab.sshd import SshdEndpoint
+from orchestrator.store.store import Store
+from tests.hosts.wait import wait_until
+from tests.support.campaign_lab import (
+    cli,
+    cli_json,
+    our_processes,
+    popen_cli,
+    read_runs,
+    stop_child,
+)
+from tests.support.deployment_lab import pd_files, two_node_pair, two_sshd_hosts
+
+pytestmark = pytest.mark.sshd
+
+
+@pytest.fixture
+def hosts(sshd: SshdEndpoint, tmp_path: Path) -> Iterator[Path]:
+    path = two_sshd_hosts(sshd, tmp_path)
+    yield path
+    for name in ("n0", "n1"):
+        for pid in our_processes(str(tmp_path / f"run-{name}")):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def nothing_left(tmp_path: Path) -> None:
+    """No server of ours runs and no launch script or pid file is left on either host."""
+    for name in ("n0", "n1"):
+        run = tmp_path / f"run-{name}"
+        assert our_processes(str(run)) == []
+        for svc in run.iterdir() if run.is_dir() else ():
+            if svc.is_dir() and svc.name not in ("locks",):
+                assert not (svc / "pid").exists() and not (svc / "launch.sh").exists(), svc
+
+
+def host_records(results: Path, ids: list[str]) -> list[dict]:
+    store = Store(results)
+    try:
+        return [store.host_record(i) or {} for i in ids]
+    finally:
+        store.close()
+
+
+def bisect(hosts: Path, tmp_path: Path, good: Path, bad: Path) -> tuple[int, dict]:
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    return cli_json(*argv, "--results", tmp_path / "results", "--no-report")
+
+
+def test_two_node_pair_names_the_flag_rank1s_crash_and_rank1(hosts: Path, tmp_path: Path) -> None:
+    good, bad = two_node_pair(tmp_path)
+    code, out = bisect(hosts, tmp_path, good, bad)
+    assert code == 0, out
+    assert out["status"] == "found"
+    assert [c["flags"] for c in out["culprits"]] == [["--enable-nccl-nvls"]], out
+    assert out["target"].startswith("cuda_graph: cublas: CUBLAS_STATUS_EXECUTION_FAILED")
+    # every failing run names rank 1 on its host, never rank 0's watchdog timeout
+    runs = read_runs(tmp_path / "results", out["campaign"])
+    failed = [r for r in runs if r.verdict is Verdict.FAIL]
+    assert failed and all(r.host == "n1" for r in failed)
+    records = host_records(tmp_path / "results", [r.id for r in failed])
+    for record in records:
+        ff = record["first_failure"]
+        assert ff["role"] == "node1" and ff["host"] == "n1", ff
+        assert ff["describe"].startswith("node1 on n1: cuda_graph: cublas"), ff
+        roles = {x["role"]: x for x in record["roles"]}
+        assert roles["node0"]["host"] == "n0" and roles["node0"]["log_tail"]
+    nothing_left(tmp_path)
+
+
+def test_b300_over_two_nodes_gives_the_answer_it_gives_on_one(hosts: Path, tmp_path: Path) -> None:
+    good, bad = two_node_pair(tmp_path, scenario="b300")
+    code, out = bisect(hosts, tmp_path, good, bad)
+    assert code == 0, out
+    assert out["status"] == "found"
+    # as on one node (tests/test_campaign_e2e.py): the pair together, ep-size alone a finding
+    assert [sorted(c["flags"]) for c in out["culprits"]] == [
+        ["--enable-nccl-nvls", "--ep-size 8"]
+    ], out
+    assert out["culprits"][0]["interacting"] is True
+    assert out["target"].startswith("cuda_graph: cublas: CUBLAS_STATUS_EXECUTION_FAILED")
+    finding = " ".join(str(f) for f in out["findings"])
+    assert "AttributeError" in finding and "--ep-size" in finding, out["findings"]
+    nothing_left(tmp_path)
+
+
+def test_pd_split_refused_before_it_starts_unless_asked_then_the_decode_flag(
+    hosts: Path, tmp_path: Path
+) -> None:
+    files = pd_files(tmp_path)
+    code, out = bisect(hosts, tmp_path, files["good"], files["bad"])
+    assert code != 0, out
+    text = str(out)
+    assert "roles disagree" in text and "decode: --page-size 64" in text, out
+    runs = read_runs(tmp_path / "results")
+    # nothing of the refused config was started: its runs are invalid, never failed
+    assert all(r.verdict is not Verdict.FAIL for r in runs), [(r.label, r.verdict) for r in runs]
+    nothing_left(tmp_path)
+    code, out = bisect(hosts, tmp_path, files["good"], files["bad-start"])
+    assert code == 0, out
+    assert out["status"] == "found"
+    assert [c["deltas"] for c in out["culprits"]] == [["decode: ~ --page-size 16 -> 64"]], out
+    nothing_left(tmp_path)
+
+
+HANG_SCENARIO = """
+name: two-node-hang
+startup: {init: 0.3, load_weights: 0.5, kv_cache: 0.2, cuda_graph: 0.6, warmup: 0.2}
+known_flags: sglang
+faults:
+  - when: {node-rank: 1, enable-nccl-nvls: true}
+    phase: cuda_graph
+    effect: hang
+"""
+
+
+def hanging_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """The two-node pair where bad's rank 1 hangs in graph capture and rank 0 waits for
+    it past the run's deadline: a campaign that is mid-run for as long as a test needs."""
+    scenario = tmp_path / "hang.yaml"
+    scenario.write_text(HANG_SCENARIO)
+    good, bad = two_node_pair(tmp_path, watchdog=600)
+    for path in (good, bad):
+        doc = yaml.safe_load(path.read_text())
+        doc["service"]["exec"] = f"python3 -m orchestrator.lab.server --scenario {scenario}"
+        doc["health"]["timeout"] = "120s"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return good, bad
+
+
+def wait_both_ranks_of_bad(tmp_path: Path, child: subprocess.Popen[bytes], log: Path) -> None:
+    """Until both ranks of a bad variant (NVLS) run, each on its own host."""
+
+    def up() -> bool | None:
+        assert child.poll() is None, log.read_text()
+        for node in ("0", "1"):
+            svc = tmp_path / f"run-n{node}" / f"lab-node{node}.service"
+            script = svc / "launch.sh"
+            if not (script.is_file() and "enable-nccl-nvls" in script.read_text()):
+                return None
+            if not (svc / "pid").is_file():
+                return None
+        return True
+
+    wait_until(up, timeout=180, interval=0.1, what="both ranks of bad", describe=log.read_text)
+    time.sleep(1.0)  # the watch loop is polling both hosts
+
+
+def test_ctrl_c_restores_every_host_of_the_deployment(hosts: Path, tmp_path: Path) -> None:
+    good, bad = hanging_pair(tmp_path)
+    log = tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", tmp_path / "results", "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    out = " ".join(log.read_text().split())
+    assert "interrupted" in out
+    assert "the hosts were restored (read back: as found): n0, n1" in out, out
+    assert "resume with: orchestrator bisect --resume" in out
+    nothing_left(tmp_path)
+
+
+def test_restore_after_kill_9_leaves_every_host_as_found(hosts: Path, tmp_path: Path) -> None:
+    good, bad = hanging_pair(tmp_path)
+    log = tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", tmp_path / "results", "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        stop_child(child)
+    # the dead controller left both ranks running, each on its host
+    assert our_processes(str(tmp_path / "run-n0")) and our_processes(str(tmp_path / "run-n1"))
+    for name in ("n0", "n1"):
+        res = cli("restore", "--host", name, "--hosts", hosts, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "read back: as found" in res.stdout, res.stdout
+    nothing_left(tmp_path)
+
+
+def test_run_starts_every_role_and_names_the_failing_one(hosts: Path, tmp_path: Path) -> None:
+    _, bad = two_node_pair(tmp_path)
+    argv = ["run", bad, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"]
+    code, out = cli_json(*argv)
+    assert code == 0, out
+    assert out["verdict"] == "fail" and out["host"] == "n1", out
+    assert str(out["detail"]).startswith("node1 on n1: cuda_graph: cublas"), out
+    nothing_left(tmp_path)
+    # a rerun starts it again on the campaign's host, not the failing role's
+    code, again = cli_json("rerun", out["run"], "--hosts", hosts, "--results", tmp_path / "results")
+    assert code == 0, again
+    assert again["verdict"] == "fail" and again["host"] == "n1", again
+    assert str(again["detail"]).startswith("node1 on n1: cuda_graph: cublas"), again
+    (record,) = host_records(tmp_path / "results", [again["run"]])
+    assert [(r["role"], r["host"]) for r in record["roles"]] == [("node0", "n0"), ("node1", "n1")]
+    nothing_left(tmp_path)

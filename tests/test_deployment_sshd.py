@@ -1,0 +1,95 @@
+"""A deployment's runs on real hosts: two host names on OpenSSH's sshd at 127.0.0.1, each
+role a detached lab server of its own (process manager), the ranks meeting over real TCP.
+
+What is proven here: every role installed, started and polled through its own member
+executor; the first failure across the roles named with its role and host (node-rank 1's
+crash in graph capture, not rank 0's watchdog timeout that follows it); every role's log
+tail kept; and every role's service as found after `close()`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_experiment
+from orchestrator.diagnosis.verdicts import Phase, Verdict
+from orchestrator.execution.backends import executor_for
+from orchestrator.execution.deployment import DeploymentExecutor, deployment_factory
+from orchestrator.lab.sshd import SshdEndpoint
+from tests.support.campaign_lab import our_processes
+from tests.support.deployment_lab import inventory, two_node_pair, two_sshd_hosts
+
+pytestmark = pytest.mark.sshd
+
+#: a role's record, as the readers of a run (show, reports, --json) take it
+RECORD_KEYS = (
+    "role kind rank host unit verdict signature failed_at clock_offset log_tail rendered invocation"
+).split()
+
+
+@pytest.fixture
+def hosts(sshd: SshdEndpoint, tmp_path: Path) -> Iterator[Path]:
+    path = two_sshd_hosts(sshd, tmp_path)
+    yield path
+    for name in ("n0", "n1"):  # nothing of ours may outlive a test
+        for pid in our_processes(str(tmp_path / f"run-{name}")):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def executor(hosts: Path, exp_path: Path) -> DeploymentExecutor:
+    inv = inventory(hosts)
+    exp = load_experiment(exp_path)
+    make = deployment_factory(executor_for, exp, inv)
+    ex = make(inv.host("n0"), "lab-two-node", "c1", lambda e: None)
+    assert isinstance(ex, DeploymentExecutor)
+    return ex
+
+
+def test_rank1_crash_is_the_first_failure_and_rank1_is_named(hosts: Path, tmp_path: Path) -> None:
+    good, bad = two_node_pair(tmp_path)
+    ex = executor(hosts, bad)
+    with ex:
+        assert {m.site.host.name for m in ex.members} == {"n0", "n1"}
+        assert set(ex.offsets) == {"n0", "n1"} and all(abs(o) < 5 for o in ex.offsets.values())
+        result = ex.run(load_experiment(bad), run_id="r1")
+    assert result.verdict is Verdict.FAIL, result.detail
+    assert result.signature is not None
+    assert result.signature.error_class == "cublas" and result.signature.phase is Phase.CUDA_GRAPH
+    assert result.host == "n1"
+    assert result.detail.startswith("node1 on n1: cuda_graph"), result.detail
+    assert "CUBLAS_STATUS_EXECUTION_FAILED" in result.log_tail
+    rec = result.host_record
+    assert rec is not None and rec["manager"] == "deployment"
+    assert rec["first_failure"] == {"role": "node1", "host": "n1", "describe": result.detail}
+    roles = {r["role"]: r for r in rec["roles"]}  # type: ignore[union-attr]
+    assert [r["role"] for r in rec["roles"]] == ["node0", "node1"]  # type: ignore[union-attr]
+    assert set(roles["node0"]) == set(RECORD_KEYS)
+    assert roles["node1"]["host"] == "n1" and roles["node0"]["host"] == "n0"
+    assert roles["node1"]["rank"] == 1 and roles["node1"]["kind"] == "node"
+    assert roles["node1"]["unit"] == "lab-node1.service"
+    assert "--node-rank 1" in str(roles["node1"]["rendered"])
+    assert "Capture cuda graph begin." in str(roles["node0"]["log_tail"])  # rank 0's own
+    assert roles["node1"]["failed_at"] is not None
+    assert ex.left == [] and ex.left_by_host == {"n0": [], "n1": []}
+    assert not our_processes(str(tmp_path / "run-n0")) and not our_processes(
+        str(tmp_path / "run-n1")
+    )
+
+
+def test_both_ranks_up_is_a_pass(hosts: Path, tmp_path: Path) -> None:
+    good, _ = two_node_pair(tmp_path)
+    ex = executor(hosts, good)
+    with ex:
+        result = ex.run(load_experiment(good), run_id="r1")
+    assert result.verdict is Verdict.PASS, result.detail
+    assert result.host == "n0"  # the health role's host when nothing failed
+    assert result.host_record is not None and result.host_record["first_failure"] is None
+    assert ex.left == []
