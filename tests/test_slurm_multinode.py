@@ -10,6 +10,7 @@ two ranks is refused before it is submitted, naming the one node the cluster has
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -286,3 +287,26 @@ def test_a_job_of_two_ranks_is_judged_by_the_rank_that_failed_first(
     assert record["first_failure"]["role"] == failing  # type: ignore[index]
     assert "slurmstepd" not in by_role[failing]["log_tail"]
     assert [r["rank"] for r in record["roles"]] == [0, 1]  # type: ignore[union-attr]
+
+
+def test_run_of_a_deployment_on_a_cluster_is_one_job_of_its_ranks(
+    slurm_cluster: SlurmCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orchestrator run` of a config with node roles on a Slurm host goes to the cluster's
+    executor (one job over its nodes), not to one unit per role on SSH hosts."""
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    config = _one_rank(tmp_path)
+    capsys.readouterr()
+    code = main(
+        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
+        + ["--results", str(tmp_path / "results")]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    got = json.loads(out)
+    text = json.dumps(got)
+    assert got["verdict"] == "pass", got
+    [role] = got["deployment"]["roles"]
+    assert role["role"] == "node0" and role["host"] == slurm_cluster.node, text
+    left = slurm_cluster.client("squeue", "-h", "-o", "%i")
+    assert left.stdout.strip() == ""

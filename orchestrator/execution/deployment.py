@@ -585,6 +585,8 @@ def deployment_factory(
 
     def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
         roles = sites(exp, host, inventory)
+        if host.service_manager == "slurm":  # one job over the cluster's nodes
+            return base(host, service=service, campaign=campaign, listener=listener)
 
         def member(h: Host, svc: str) -> Executor:
             ex = base(h, service=svc, campaign=campaign, listener=listener)

@@ -34,6 +34,19 @@ def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[Rol
     for name in dep.start_order:
         role = dep.role(name)
         where = host
+        if host.service_manager == "slurm":
+            # on a cluster the deployment is one job over its nodes (the Slurm executor's)
+            if role.host is not None and role.host != host.name:
+                raise ConfigError(
+                    f"role {name} names host {role.host!r}, but the deployment runs on the "
+                    f"Slurm cluster {host.name} as one job over its nodes",
+                    file=exp.source,
+                    key=f"roles.{name}.host",
+                    hint="drop the role's host: to run it on the cluster, or give --host "
+                    "an SSH host",
+                )
+            out.append(RoleSite(role, host, role.unit or f"{base}-{name}"))
+            continue
         if role.host is not None and role.host != host.name:
             if inventory is None or role.host not in inventory.hosts:
                 known = ", ".join(sorted(inventory.hosts)) if inventory else "(no hosts file)"
