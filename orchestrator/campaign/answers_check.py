@@ -62,6 +62,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
         "detail": v.detail,
         "score": v.score,
         "reference_score": v.reference_score,
+        "unjudged": list(v.unjudged),
         "diffs": [
             {
                 "prompt_id": d.prompt_id,
@@ -100,9 +101,14 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         if ref is None or got is None:
             continue
         v = judge(ref, got, prompts, rule)
+        if len(v.unjudged) == len(prompts):
+            continue  # the reference answered nothing in this mode: nothing to judge by
         modes[mode] = verdict_dict(v)
         if not v.passed:
             failing.append((mode, v))
+    if not modes:
+        why = "the reference answered no prompt: nothing to judge by"
+        return replace(result, answers={**record, "judged": {"passed": None, "detail": why}})
     out: dict[str, Any] = {
         "reference_run": getattr(reference, "id", None),
         "rule": rule.name,
@@ -160,6 +166,33 @@ def noise(
     return out
 
 
+def unanswered_message(result: RunResult) -> str | None:
+    """What the campaign says of a good run that got no answer to some prompts (None: it
+    answered every one): those prompts judge nothing, in any run."""
+    record = result.answers or {}
+    if record.get("error"):
+        return f"the good config's answers check failed [run {result.run_id}]: {record['error']}"
+    missing: dict[str, str] = {}
+    for answers in (record.get("sets") or {}).values():
+        for a in answers:
+            if a.get("error"):
+                missing.setdefault(str(a.get("prompt_id")), str(a["error"]))
+    if not missing:
+        return None
+    total = len(record.get("prompts") or {}) or len(missing)
+    first, error = next(iter(missing.items()))
+    if len(missing) >= total:
+        return (
+            f"the good config got no answer to any prompt [run {result.run_id}] ({first!r}: "
+            f"{error}): no run of this campaign is judged by its answers"
+        )
+    return (
+        f"the good config got no answer to {len(missing)} of {total} prompts "
+        f"[run {result.run_id}] ({first!r}: {error}): those prompts judge no run (a server "
+        "with one endpoint: answers.endpoint sends every prompt to it)"
+    )
+
+
 def with_noise(result: RunResult) -> tuple[RunResult, dict[str, Any] | None]:
     """Good's result with its self-comparison kept in its answers record."""
     measured = noise(result)
@@ -191,5 +224,6 @@ __all__ = [
     "noise",
     "noise_message",
     "signature",
+    "unanswered_message",
     "with_noise",
 ]

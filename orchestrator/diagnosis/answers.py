@@ -298,23 +298,29 @@ class AnswersVerdict:
     diffs: tuple[PromptDiff, ...] = field(default=())
     score: float | None = None
     reference_score: float | None = None
+    #: prompts the reference got no answer to: nothing to judge them by
+    unjudged: tuple[str, ...] = ()
 
 
 def judge(
     reference: AnswerSet, answers: AnswerSet, prompts: Iterable[Prompt], rule: Rule
 ) -> AnswersVerdict:
-    """`answers` against `reference` under `rule`."""
-    prompts = tuple(prompts)
+    """`answers` against `reference` under `rule`. A prompt the reference got no answer to
+    (an endpoint the server does not have, a request it refused) says nothing about the
+    answers: it is left out (`unjudged`), the score included."""
     ref, got = reference.by_id(), answers.by_id()
+    missing = Answer("", error="no reference answer")
+    unjudged = tuple(p.id for p in prompts if ref.get(p.id, missing).error is not None)
+    prompts = tuple(p for p in prompts if p.id not in unjudged)
     diffs: list[PromptDiff] = []
     for p in prompts:
-        r = ref.get(p.id, Answer(p.id, error="no reference answer"))
+        r = ref[p.id]
         a = got.get(p.id, Answer(p.id, error="not asked"))
         if a.error is not None:
             diffs.append(PromptDiff(p.id, 0, r.text, "", error=a.error))
             continue
         i = first_difference(r, a)
-        if i is None and r.error is None:
+        if i is None:
             continue
         new_garble = () if garbled(r.text) else garbled(a.text)
         within = rule.name == "score" or (
@@ -338,14 +344,21 @@ def judge(
         kind = "different"
     else:
         kind = "same"
+    detail = _detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score)
+    if unjudged:
+        detail += (
+            f"; {len(unjudged)} prompt(s) not judged, the reference got no answer "
+            f"({', '.join(repr(i) for i in unjudged[:3])}{', ...' if len(unjudged) > 3 else ''})"
+        )
     return AnswersVerdict(
         passed=passed,
         rule=rule,
         kind=kind,
-        detail=_detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score),
+        detail=detail,
         diffs=tuple(diffs),
         score=got_score,
         reference_score=ref_score,
+        unjudged=unjudged,
     )
 
 

@@ -190,6 +190,13 @@ def not_ready(record: dict[str, Any]) -> str | None:
     return f"/health passed but no completion returned: {why}"
 
 
+def unanswered(record: dict[str, Any]) -> bool:
+    """True when the check failed or some prompt got no answer."""
+    if record.get("error"):
+        return True
+    return any(a.get("error") for s in record.get("sets", {}).values() for a in s)
+
+
 def answer_set(record: dict[str, Any], mode: str) -> AnswerSet | None:
     """One mode's answers of a run's answers record (`repeat`: good's second pass)."""
     raw = record.get("repeat") if mode == "repeat" else record.get("sets", {}).get(mode)

@@ -363,14 +363,16 @@ class ScriptedTransport(Transport):
 
         req = json.loads(stdin or "{}")
         live = next((p for p in self.procs if self._alive(p)), None)
-        kind = live.script.answers if live is not None else "silent"
         reply: dict[str, object] = {"model": "scripted", "sets": {}, "seconds": {}}
         for mode in req["modes"]:
-            reply["sets"][mode] = [  # type: ignore[index]
-                answer(Prompt(p["id"], prompt="?"), kind) for p in req["prompts"]
-            ]
+            got = []
+            for p in req["prompts"]:  # a server that dies while asked answers no more
+                alive = live is not None and self._alive(live)
+                kind = live.script.answers if live is not None and alive else "silent"
+                got.append(answer(Prompt(p["id"], prompt="?"), kind))
+                self.clock.now += 1
+            reply["sets"][mode] = got  # type: ignore[index]
             reply["seconds"][mode] = float(len(req["prompts"]))  # type: ignore[index]
-            self.clock.now += len(req["prompts"])
         reply["requests"] = len(req["prompts"]) * len(req["modes"]) + 1
         return 0, MARK + json.dumps(reply) + "\n"
 
