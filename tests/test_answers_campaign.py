@@ -329,3 +329,26 @@ def test_a_resumed_campaign_judges_by_the_good_run_it_recorded(tmp_path: Path) -
     later = [r for r in store2.runs(second.campaign_id) if r.seq > 3 and r.answers]
     assert later and all(r.variant != () for r in later)
     assert all(r.answers["judged"]["reference_run"] == good.id for r in later)  # type: ignore[index]
+
+
+def test_a_run_alone_says_its_answers_were_not_judged(tmp_path: Path) -> None:
+    # `run` has no good config to compare with: a server answering garbage is no silent pass
+    from orchestrator.campaign.single import single_run
+    from tests.support.scripted import factory
+
+    oracle = Oracle([], answers=[(frozenset({1}), "garbled")])
+    _, bad = answers_pair(tmp_path / "exp", 3)
+    store = Store(tmp_path / "results")
+    row = single_run(
+        store,
+        load_experiment(bad),
+        host("h1"),
+        kind="run",
+        command="test",
+        label="bad",
+        executor_factory=factory(oracle, Faults()),
+    )
+    assert row.verdict is Verdict.PASS  # nothing to judge it against: no verdict about it
+    assert "answers not judged: no good config's answers to compare with" in row.detail
+    assert "answer(s) garbled" in row.detail, row.detail
+    assert row.answers is not None and row.answers["judged"]["passed"] is None

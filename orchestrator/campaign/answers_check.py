@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck, Experiment
-from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, judge
+from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
@@ -88,9 +88,10 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         return result
     ref_record = getattr(reference, "answers", None) if reference is not None else None
     if not ref_record or not ref_record.get("sets"):
-        return replace(
+        return unjudged(
             result,
-            answers={**record, "judged": {"passed": None, "detail": "no reference to judge by"}},
+            "no good config's answers to compare with (a bisection, or a sweep with a "
+            "reference, judges them)",
         )
     prompts = check.load()
     rule = rule_of(check)
@@ -135,6 +136,27 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         detail=detail,
         answers={**record, "judged": out},
     )
+
+
+def unjudged(result: RunResult, why: str) -> RunResult:
+    """A run whose answers have nothing to be judged against (a run alone: `run`, or a
+    rerun of a run that was never judged): it is not called right, and it says so, with
+    the answers that read as no text at all (which no reference could make right)."""
+    record = result.answers or {}
+    bad = sorted(
+        {
+            str(a.get("prompt_id"))
+            for answers in (record.get("sets") or {}).values()
+            for a in answers
+            if not a.get("error") and garbled(str(a.get("text", "")))
+        }
+    )
+    if bad:
+        why += f"; {len(bad)} answer(s) garbled ({', '.join(repr(b) for b in bad[:3])})"
+    out = replace(result, answers={**record, "judged": {"passed": None, "detail": why}})
+    if result.verdict is Verdict.PASS and not result.detail:
+        out = replace(out, detail=f"answers not judged: {why}")
+    return out
 
 
 def noise(
@@ -225,5 +247,6 @@ __all__ = [
     "noise_message",
     "signature",
     "unanswered_message",
+    "unjudged",
     "with_noise",
 ]
