@@ -483,7 +483,12 @@ class Executor(HostExecutor):
         check = exp.answers
         assert check is not None
         self._step("answers", f"asking the server ({check.rule}, {', '.join(check.modes)})")
-        record = answers_mod.ask_check(self.t, check, exp.port, twice=twice)
+        try:
+            record = answers_mod.ask_check(
+                self.t, check, exp.port, twice=twice, cancel=self.cancel_event
+            )
+        except answers_mod.AskCancelled:
+            raise RunCancelled(f"run cancelled on {self.host.name}") from None
         self._step("answers", answers_mod.summary(record))
         return record
 

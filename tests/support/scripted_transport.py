@@ -376,6 +376,9 @@ class ScriptedTransport(Transport):
         reply["requests"] = len(req["prompts"]) * len(req["modes"]) + 1
         return 0, MARK + json.dumps(reply) + "\n"
 
+    def _stop_ask(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, ""  # the scripted asker is over before anything can stop it
+
     def _pids(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pgid"]))
         if p is None or not self._alive(p):
@@ -741,6 +744,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),
     ("probe", r"python3 -m sglang\.bench_serving --port \d+ .*"),
     ("ask", r"python3 -c '\"\"\"Ask an OpenAI-compatible server.*"),
+    ("stop_ask", r"pkill -f -- '\[o\]rchestrator-ask-[0-9a-f]+' \|\| true"),
 )
 
 
