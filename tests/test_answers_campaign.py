@@ -183,6 +183,13 @@ def test_without_answers_nothing_is_asked(tmp_path: Path) -> None:
         ({"rule": "score", "pass_if": "at least good"}, "answers.pass_if", "good"),
         ({"prompts": "missing.jsonl"}, "answers.prompts", "missing.jsonl"),
         ({"enabled": "yes"}, "answers.enabled", "bool"),
+        ({"top_k": "5"}, "answers.top_k", "integer"),
+        # bars that cannot judge a score in [0, 1] that is better higher
+        ({"rule": "score", "pass_if": ">= good - 2"}, "answers.pass_if", "no score misses"),
+        ({"rule": "score", "pass_if": ">= 0"}, "answers.pass_if", "no score misses"),
+        ({"rule": "score", "pass_if": "> 1"}, "answers.pass_if", "no score meets"),
+        ({"rule": "score", "pass_if": ">= good + 0.1"}, "answers.pass_if", "reference's own"),
+        ({"rule": "score", "pass_if": "<= good"}, "answers.pass_if", "better higher"),
     ],
 )
 def test_config_errors_name_file_key_and_what_was_expected(
@@ -193,6 +200,12 @@ def test_config_errors_name_file_key_and_what_was_expected(
         load_experiment(good)
     text = str(err.value) + " " + str(getattr(err.value, "hint", "") or "")
     assert str(good) in text and key in text and words in text, text
+
+
+@pytest.mark.parametrize("bar", [">= good - 0.08", "> good - 0.5", "== good", ">= 0.75", "== 1"])
+def test_score_bars_that_judge_load(tmp_path: Path, bar: str) -> None:
+    good, _ = answers_pair(tmp_path, 2, {"rule": "score", "pass_if": bar})
+    assert load_experiment(good).answers.pass_if == bar  # type: ignore[union-attr]
 
 
 def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:

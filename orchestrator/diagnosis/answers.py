@@ -254,6 +254,32 @@ def parse_bar(text: str) -> tuple[str, bool, float]:
     return op, False, float(number)
 
 
+def bar_problem(text: str) -> str | None:
+    """Why a score bar cannot judge a score, which lies in [0, 1] and is better higher
+    (None: it can): a bar that passes a drop and fails a rise, one the reference itself
+    would miss, one no score misses, or one no score meets."""
+    op, relative, number = parse_bar(text)
+    if op in ("<", "<="):
+        return "it passes a lower score and fails a higher one (a score is better higher)"
+    if relative:
+        if (
+            (op == ">=" and number > 0)
+            or (op == ">" and number >= 0)
+            or (op == "==" and number != 0)
+        ):
+            return "the reference's own score misses it"
+        if number <= -1:
+            return "no score misses it (a score lies between 0 and 1)"
+        return None
+    if op == "==":
+        return None if 0 <= number <= 1 else "no score meets it (a score lies between 0 and 1)"
+    if (op == ">=" and number > 1) or (op == ">" and number >= 1):
+        return "no score meets it (a score lies between 0 and 1)"
+    if (op == ">=" and number <= 0) or (op == ">" and number < 0):
+        return "no score misses it (a score lies between 0 and 1)"
+    return None
+
+
 def score(answers: AnswerSet, prompts: Iterable[Prompt]) -> float | None:
     """The fraction of the scored prompts whose answer is right (None: nothing scored)."""
     got = answers.by_id()
