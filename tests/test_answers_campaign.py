@@ -222,6 +222,12 @@ def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:
     # another prompt set is another run
     (tmp_path / "mine.jsonl").write_text('{"id": "q", "prompt": "3+3=", "expect": "6"}\n')
     assert load_experiment(good).fingerprint() != exp.fingerprint()
+    # and the recorded config (a rerun, a resumed campaign) refuses it: its reference
+    # answered "2+2=", and an answer to "3+3=" is no answer to judge by it
+    with pytest.raises(ConfigError) as err:
+        again.answers.load()  # type: ignore[union-attr]
+    text = str(err.value)
+    assert "mine.jsonl" in text and "answers.prompts" in text and "changed since" in text
 
 
 def test_show_reports_and_issue_put_the_answers_side_by_side(
