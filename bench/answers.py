@@ -14,7 +14,16 @@ The cost of the check is measured on the real lab server (`orchestrator.lab.serv
 time scaled to 0) on this machine: the shipped prompt set asked through the project's asker
 on a local transport, per run (seconds, requests), for each pair's good config.
 
+The flaky pair on the real lab server (`--real-lab`): the flaky-answers pair's bisection
+run through the campaign (`Bisection`, the default search at confidence 0.95) against the
+real lab server started by the process manager on this machine (a local host: no scripted
+host), for each placement: the bad config's flags written in that placement's order, the
+lab's random draws replayed from a sequence of the placement's own (`ORCH_LAB_SEED`), the
+lab's startup sped up (`ORCH_LAB_TIME_SCALE`). A placement is right when the answer is the
+culprit alone, said at confidence >= 0.95.
+
     .venv/bin/python bench/answers.py [--placements 20]
+    .venv/bin/python bench/answers.py --real-lab [--placements 20]
 """
 
 from __future__ import annotations
@@ -25,16 +34,21 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from noise import CONFIDENCE, Oracle, run_ours  # noqa: E402
 
+from orchestrator.campaign.bisect import Bisection  # noqa: E402
 from orchestrator.campaign.planning import make_plan  # noqa: E402
+from orchestrator.campaign.records import BisectOptions  # noqa: E402
 from orchestrator.config.hosts import load_inventory  # noqa: E402
 from orchestrator.config.loading import load_experiment  # noqa: E402
 from orchestrator.config.prompts import load_prompts  # noqa: E402
@@ -43,6 +57,7 @@ from orchestrator.execution.transport import connect  # noqa: E402
 from orchestrator.lab import scenario as sc  # noqa: E402
 from orchestrator.planner.adaptive import Adaptive  # noqa: E402
 from orchestrator.planner.noisy import NoiseModel  # noqa: E402
+from orchestrator.store.store import Store  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "experiments" / "lab"
@@ -127,10 +142,99 @@ def check_cost(pair: str) -> tuple[float, int]:
         proc.wait(timeout=30)
 
 
+#: the flaky pair's culprit, as the answer names it
+FLAKY_CULPRIT = ["--speculative-algorithm NEXTN"]
+#: the lab's startup, sped up (the pair's health settle with it)
+LAB_SCALE = 0.02
+
+
+def _placement_pair(root: Path, seed: int, port: int) -> tuple[Path, Path]:
+    """flaky-answers' good and bad, written out whole, bad's changed flags in the order
+    of placement `seed` (the deltas follow the bad config's flags)."""
+    good = yaml.safe_load((LAB / "flaky-answers" / "good.yaml").read_text())
+    bad = yaml.safe_load((LAB / "flaky-answers" / "bad.yaml").read_text())
+    good["service"]["flags"]["port"] = port
+    good["health"]["settle"] = f"{LAB_SCALE:g}s"
+    changed = list(bad["service"]["flags"].items())
+    random.Random(f"order:flaky-answers:{seed}").shuffle(changed)
+    rest = {k: v for k, v in good["service"]["flags"].items() if k not in dict(changed)}
+    bad_doc = yaml.safe_load(yaml.safe_dump(good))
+    bad_doc["name"] = bad["name"]
+    bad_doc["service"]["flags"] = dict(changed) | rest
+    bad_doc["service"]["env"] = {**good["service"]["env"], **bad["service"]["env"]}
+    paths = (root / f"good-{seed}.yaml", root / f"bad-{seed}.yaml")
+    for path, doc in zip(paths, (good, bad_doc), strict=True):
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return paths
+
+
+def real_lab(count: int) -> list[tuple[bool, int, float | None, float]]:
+    """The flaky-answers pair bisected on the real lab server, `count` placements:
+    (right, runs executed, confidence, seconds) each."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="orch-answers-lab-") as tmp:
+        root = Path(tmp)
+        for seed in range(count):
+            inv = root / f"hosts-{seed}.yaml"
+            entry = {
+                "address": "localhost",
+                "transport": "local",
+                "service_manager": "process",
+                "run_dir": str(root / "run"),
+                "env": {
+                    "ORCH_LAB_TIME_SCALE": str(LAB_SCALE),
+                    "ORCH_LAB_SEED": f"random:{seed + 1}",
+                    "ORCH_LAB_DIR": str(root / f"lab-state-{seed}"),
+                },
+            }
+            inv.write_text(yaml.safe_dump({"hosts": {"here": entry}}))
+            good, bad = _placement_pair(root, seed, _free_port())
+            store = Store(root / f"results-{seed}")
+            t0 = time.monotonic()
+            try:
+                outcome = Bisection(
+                    store,
+                    make_plan(good, bad, "auto"),
+                    [load_inventory(inv).host("here")],
+                    options=BisectOptions(confidence=CONFIDENCE),
+                    command="bench",
+                ).run()
+            finally:
+                store.close()
+            answer = outcome.to_dict()
+            conf = (outcome.noise or {}).get("confidence")
+            conf = 1.0 if conf is None and answer.get("status") == "found" else conf
+            culprits = [c.get("flags") for c in answer.get("culprits", [])]
+            right = culprits == [FLAKY_CULPRIT]
+            out.append((right, outcome.runs_executed, conf, time.monotonic() - t0))
+            print(
+                f"placement {seed}: {answer.get('status')} {culprits} conf={conf} "
+                f"runs={outcome.runs_executed} {out[-1][3]:.0f}s",
+                file=sys.stderr,
+            )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--placements", type=int, default=20)
+    ap.add_argument("--real-lab", action="store_true", help="the flaky pair on the real lab server")
     args = ap.parse_args()
+    if args.real_lab:
+        got = real_lab(args.placements)
+        sure = sum(1 for right, _, c, _ in got if right and c is not None and c >= CONFIDENCE)
+        runs = [r for _, r, _, _ in got]
+        secs = [s for _, _, _, s in got]
+        print(
+            f"| pair | placements | right @ conf>={CONFIDENCE} | runs mean | runs worst "
+            "| seconds/placement |"
+        )
+        print("|---|---|---|---|---|---|")
+        print(
+            f"| flaky-answers (real lab server) | {len(got)} | {sure}/{len(got)} "
+            f"| {statistics.mean(runs):.1f} | {max(runs)} | {statistics.mean(secs):.0f} |"
+        )
+        return
     print(
         f"| pair | placements | right @ conf>={CONFIDENCE} | runs mean | runs worst "
         "| check s/run | requests/run |"

@@ -170,3 +170,42 @@ def test_no_server_is_said_not_raised() -> None:
     asked = ask(_local(), PROMPTS, free_port(), AskSettings(timeout=3))
     assert asked.error is not None and asked.error.startswith("cannot list the models")
     assert asked.sets == {}
+
+
+def test_a_server_whose_requests_hang_is_waited_for_once() -> None:
+    # vLLM with rank 0 dead: /v1/models answers, every completion hangs. The first request
+    # that times out ends the asking: the others are not sent (not one timeout each)
+    posts: list[str] = []
+    release = threading.Event()
+
+    class Hang(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            data = json.dumps({"data": [{"id": "hung"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802
+            posts.append(self.path)
+            release.wait(60)
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Hang)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        asked = ask(_local(), PROMPTS, port, AskSettings(timeout=1))
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert posts == ["/v1/chat/completions"], posts
+    assert asked.requests == 2  # the models, one prompt
+    first, *rest = asked.sets["sequential"].answers
+    assert first.error is not None and "timed out" in first.error
+    for a in [*rest, *asked.sets["batch"].answers]:
+        assert a.error is not None and a.error.startswith("not asked: an earlier request"), a

@@ -37,3 +37,19 @@ def test_the_scripted_host_follows_the_scenarios_rules() -> None:
     assert oracle.terms[0] != oracle.other and oracle.p == 1.0
     flaky, _ = bench.oracle_for("flaky-answers", list(range(7)), 0)
     assert flaky.p == 0.5 and flaky.other is None
+
+
+def test_the_real_lab_placements_are_the_shipped_pair_reordered(tmp_path: Path) -> None:
+    from orchestrator.campaign.planning import make_plan
+
+    bench = _bench()
+    lab = BENCH.parent / "experiments" / "lab" / "flaky-answers"
+    shipped = make_plan(lab / "good.yaml", lab / "bad.yaml")
+    orders = set()
+    for seed in range(4):
+        good, bad = bench._placement_pair(tmp_path, seed, 31999)
+        plan = make_plan(good, bad)
+        assert sorted(map(str, plan.deltas)) == sorted(map(str, shipped.deltas))
+        assert plan.good.port == 31999 and plan.bad.port == 31999
+        orders.add(tuple(map(str, plan.deltas)))
+    assert len(orders) > 1  # the culprit sits at other places

@@ -183,6 +183,13 @@ def test_without_answers_nothing_is_asked(tmp_path: Path) -> None:
         ({"rule": "score", "pass_if": "at least good"}, "answers.pass_if", "good"),
         ({"prompts": "missing.jsonl"}, "answers.prompts", "missing.jsonl"),
         ({"enabled": "yes"}, "answers.enabled", "bool"),
+        ({"top_k": "5"}, "answers.top_k", "integer"),
+        # bars that cannot judge a score in [0, 1] that is better higher
+        ({"rule": "score", "pass_if": ">= good - 2"}, "answers.pass_if", "no score misses"),
+        ({"rule": "score", "pass_if": ">= 0"}, "answers.pass_if", "no score misses"),
+        ({"rule": "score", "pass_if": "> 1"}, "answers.pass_if", "no score meets"),
+        ({"rule": "score", "pass_if": ">= good + 0.1"}, "answers.pass_if", "reference's own"),
+        ({"rule": "score", "pass_if": "<= good"}, "answers.pass_if", "better higher"),
     ],
 )
 def test_config_errors_name_file_key_and_what_was_expected(
@@ -193,6 +200,12 @@ def test_config_errors_name_file_key_and_what_was_expected(
         load_experiment(good)
     text = str(err.value) + " " + str(getattr(err.value, "hint", "") or "")
     assert str(good) in text and key in text and words in text, text
+
+
+@pytest.mark.parametrize("bar", [">= good - 0.08", "> good - 0.5", "== good", ">= 0.75", "== 1"])
+def test_score_bars_that_judge_load(tmp_path: Path, bar: str) -> None:
+    good, _ = answers_pair(tmp_path, 2, {"rule": "score", "pass_if": bar})
+    assert load_experiment(good).answers.pass_if == bar  # type: ignore[union-attr]
 
 
 def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:
@@ -209,6 +222,12 @@ def test_a_prompt_file_is_read_beside_the_experiment(tmp_path: Path) -> None:
     # another prompt set is another run
     (tmp_path / "mine.jsonl").write_text('{"id": "q", "prompt": "3+3=", "expect": "6"}\n')
     assert load_experiment(good).fingerprint() != exp.fingerprint()
+    # and the recorded config (a rerun, a resumed campaign) refuses it: its reference
+    # answered "2+2=", and an answer to "3+3=" is no answer to judge by it
+    with pytest.raises(ConfigError) as err:
+        again.answers.load()  # type: ignore[union-attr]
+    text = str(err.value)
+    assert "mine.jsonl" in text and "answers.prompts" in text and "changed since" in text
 
 
 def test_show_reports_and_issue_put_the_answers_side_by_side(
@@ -329,3 +348,26 @@ def test_a_resumed_campaign_judges_by_the_good_run_it_recorded(tmp_path: Path) -
     later = [r for r in store2.runs(second.campaign_id) if r.seq > 3 and r.answers]
     assert later and all(r.variant != () for r in later)
     assert all(r.answers["judged"]["reference_run"] == good.id for r in later)  # type: ignore[index]
+
+
+def test_a_run_alone_says_its_answers_were_not_judged(tmp_path: Path) -> None:
+    # `run` has no good config to compare with: a server answering garbage is no silent pass
+    from orchestrator.campaign.single import single_run
+    from tests.support.scripted import factory
+
+    oracle = Oracle([], answers=[(frozenset({1}), "garbled")])
+    _, bad = answers_pair(tmp_path / "exp", 3)
+    store = Store(tmp_path / "results")
+    row = single_run(
+        store,
+        load_experiment(bad),
+        host("h1"),
+        kind="run",
+        command="test",
+        label="bad",
+        executor_factory=factory(oracle, Faults()),
+    )
+    assert row.verdict is Verdict.PASS  # nothing to judge it against: no verdict about it
+    assert "answers not judged: no good config's answers to compare with" in row.detail
+    assert "answer(s) garbled" in row.detail, row.detail
+    assert row.answers is not None and row.answers["judged"]["passed"] is None

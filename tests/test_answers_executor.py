@@ -95,3 +95,26 @@ def test_the_store_keeps_the_answers_and_an_old_database_reads_without_them(
     db.close()
     again = Store(tmp_path)
     assert again.run(rid).answers is None
+
+
+def _ready_at() -> float:
+    from tests.test_executor_watch import READY, expected_polls
+
+    return expected_polls(READY)[-1] + 1.25  # the second 200 (the settle included)
+
+
+def test_a_server_killed_from_outside_while_asked_is_host_trouble() -> None:
+    # SIGKILL from outside a few prompts into the check: the prompts after it get no
+    # answer, which says nothing about the config (not `no_completion`, not a wrong answer)
+    r = rig(Server(killed_at=_ready_at() + 3.0))
+    result = r.run(checked())
+    assert result.verdict is Verdict.INFRA, (result.verdict, result.signature, result.detail)
+    assert "from outside the campaign" in result.detail
+
+
+def test_a_server_that_crashes_while_asked_keeps_its_crash() -> None:
+    r = rig(Server(dies_at=_ready_at() + 3.0))
+    result = r.run(checked())
+    assert result.verdict is Verdict.FAIL, (result.detail, result.log_tail[-1500:])
+    assert result.signature is not None and result.signature.phase.value == "serving"
+    assert "illegal memory access" in result.signature.message, result.signature

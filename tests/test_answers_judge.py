@@ -249,3 +249,24 @@ def test_a_missing_answer_is_no_answer() -> None:
 def test_plain_form_round_trips() -> None:
     a = ans("p", [1, 2], [[1, 3], [2]], text="hi")
     assert answers_from(as_plain(a)) == a
+
+
+def test_a_prompt_the_reference_got_no_answer_to_is_not_judged() -> None:
+    # a chat-only server: the completion prompt gets a 404 on good and on every variant;
+    # that says nothing about any variant's answers
+    prompts = [Prompt("a", prompt="q", expect="word1"), Prompt("b", prompt="q", expect="word2")]
+    err = Answer("a", error='HTTP 404: {"detail": "Not Found"}')
+    ref = AnswerSet((err, ans("b", [2])))
+    for rule in (Rule("exact"), Rule("logprobs-close"), Rule("score")):
+        v = judge(ref, AnswerSet((err, ans("b", [2]))), prompts, rule)
+        assert v.passed, (rule, v.detail)
+        assert (v.passed, v.kind, v.unjudged) == (True, "same", ("a",)), v.detail
+        assert "1 prompt(s) not judged" in v.detail and "'a'" in v.detail
+        assert (v.score, v.reference_score) == (1.0, 1.0)  # over the judged prompts
+    # what the variant answers to it is not judged either
+    assert judge(ref, AnswerSet((ans("a", [9]), ans("b", [2]))), prompts, Rule("exact")).passed
+    # the prompts the reference answered are judged as ever
+    v = judge(ref, AnswerSet((err, Answer("b", error="HTTP 500"))), prompts, Rule("exact"))
+    assert (v.passed, v.kind) == (False, "no_answer")
+    v = judge(ref, AnswerSet((err, ans("b", [3]))), prompts, Rule("exact"))
+    assert (v.passed, v.kind) == (False, "different")

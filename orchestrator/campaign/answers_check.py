@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck, Experiment
-from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, judge
+from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
@@ -62,6 +62,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
         "detail": v.detail,
         "score": v.score,
         "reference_score": v.reference_score,
+        "unjudged": list(v.unjudged),
         "diffs": [
             {
                 "prompt_id": d.prompt_id,
@@ -87,9 +88,10 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         return result
     ref_record = getattr(reference, "answers", None) if reference is not None else None
     if not ref_record or not ref_record.get("sets"):
-        return replace(
+        return unjudged(
             result,
-            answers={**record, "judged": {"passed": None, "detail": "no reference to judge by"}},
+            "no good config's answers to compare with (a bisection, or a sweep with a "
+            "reference, judges them)",
         )
     prompts = check.load()
     rule = rule_of(check)
@@ -100,9 +102,14 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         if ref is None or got is None:
             continue
         v = judge(ref, got, prompts, rule)
+        if len(v.unjudged) == len(prompts):
+            continue  # the reference answered nothing in this mode: nothing to judge by
         modes[mode] = verdict_dict(v)
         if not v.passed:
             failing.append((mode, v))
+    if not modes:
+        why = "the reference answered no prompt: nothing to judge by"
+        return replace(result, answers={**record, "judged": {"passed": None, "detail": why}})
     out: dict[str, Any] = {
         "reference_run": getattr(reference, "id", None),
         "rule": rule.name,
@@ -129,6 +136,27 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         detail=detail,
         answers={**record, "judged": out},
     )
+
+
+def unjudged(result: RunResult, why: str) -> RunResult:
+    """A run whose answers have nothing to be judged against (a run alone: `run`, or a
+    rerun of a run that was never judged): it is not called right, and it says so, with
+    the answers that read as no text at all (which no reference could make right)."""
+    record = result.answers or {}
+    bad = sorted(
+        {
+            str(a.get("prompt_id"))
+            for answers in (record.get("sets") or {}).values()
+            for a in answers
+            if not a.get("error") and garbled(str(a.get("text", "")))
+        }
+    )
+    if bad:
+        why += f"; {len(bad)} answer(s) garbled ({', '.join(repr(b) for b in bad[:3])})"
+    out = replace(result, answers={**record, "judged": {"passed": None, "detail": why}})
+    if result.verdict is Verdict.PASS and not result.detail:
+        out = replace(out, detail=f"answers not judged: {why}")
+    return out
 
 
 def noise(
@@ -158,6 +186,33 @@ def noise(
         close = judge(first, again, prompts, rule_of(check, "logprobs-close"))
         out["would_hold"] = "logprobs-close" if close.passed else "score"
     return out
+
+
+def unanswered_message(result: RunResult) -> str | None:
+    """What the campaign says of a good run that got no answer to some prompts (None: it
+    answered every one): those prompts judge nothing, in any run."""
+    record = result.answers or {}
+    if record.get("error"):
+        return f"the good config's answers check failed [run {result.run_id}]: {record['error']}"
+    missing: dict[str, str] = {}
+    for answers in (record.get("sets") or {}).values():
+        for a in answers:
+            if a.get("error"):
+                missing.setdefault(str(a.get("prompt_id")), str(a["error"]))
+    if not missing:
+        return None
+    total = len(record.get("prompts") or {}) or len(missing)
+    first, error = next(iter(missing.items()))
+    if len(missing) >= total:
+        return (
+            f"the good config got no answer to any prompt [run {result.run_id}] ({first!r}: "
+            f"{error}): no run of this campaign is judged by its answers"
+        )
+    return (
+        f"the good config got no answer to {len(missing)} of {total} prompts "
+        f"[run {result.run_id}] ({first!r}: {error}): those prompts judge no run (a server "
+        "with one endpoint: answers.endpoint sends every prompt to it)"
+    )
 
 
 def with_noise(result: RunResult) -> tuple[RunResult, dict[str, Any] | None]:
@@ -191,5 +246,7 @@ __all__ = [
     "noise",
     "noise_message",
     "signature",
+    "unanswered_message",
+    "unjudged",
     "with_noise",
 ]

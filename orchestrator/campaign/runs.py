@@ -113,8 +113,9 @@ class BisectionRuns:
         if v == ():
             result, measured = answers_check.with_noise(result)
             said = answers_check.noise_message(measured, result.run_id) if measured else None
-            if said:
-                self.core.emit(Notice(host=result.host, message=said))
+            for text in (answers_check.unanswered_message(result), said):
+                if text:
+                    self.core.emit(Notice(host=result.host, message=text))
             return result
         return answers_check.judge_result(result, self.references.get(self.weights), self.target)
 

@@ -105,8 +105,8 @@ def single_runs(
                 env_keys=env_keys | frozenset(exp.env_map()),
                 good_metric=good_metric,
             )
-            if reference is not None:  # its answers against the recorded good's
-                result = answers_check.judge_result(result, reference, target)
+            # its answers against the recorded good's (none: said to be not judged)
+            result = answers_check.judge_result(result, reference, target)
             rid = store.add_run(
                 core.cid, variant=(), purpose=kind, result=result, run_id=f"{core.cid}.{n}"
             )

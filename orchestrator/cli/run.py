@@ -263,6 +263,8 @@ def rerun(args: argparse.Namespace) -> int:
     camp = store.campaign(old.campaign)
     # exactly as recorded (YAML files may have changed since); secrets from the environment
     exp = old.experiment(resolve_secrets=True)
+    if exp.answers is not None and exp.answers.judged():
+        exp.answers.load()  # the prompts its reference answered, or refused before a start
     if not args.host:  # the recorded host: as its campaign's hosts file names it
         common.recorded_hosts(args, camp)
     recorded = old.host

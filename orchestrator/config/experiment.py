@@ -163,8 +163,29 @@ class AnswersCheck:
         """The prompt set (orchestrator.diagnosis.answers.Prompt), each sent to `endpoint`."""
         from orchestrator.config.prompts import load_prompts
 
-        prompts = load_prompts(Path(self.prompts) if self.prompts else None)
-        return tuple(_to_endpoint(p, self.endpoint) for p in prompts)
+        path = Path(self.prompts) if self.prompts else None
+        loaded = tuple(_to_endpoint(p, self.endpoint) for p in load_prompts(path))
+        now = prompts_digest(loaded)
+        if self.digest and now != self.digest:
+            # a recorded config (a rerun, a resumed campaign): its reference answered the
+            # questions of then; answers to other questions are no answers to judge by them
+            from orchestrator.config.prompts import DEFAULT_PROMPTS
+
+            raise ConfigError(
+                f"the prompt set changed since the runs it judges were recorded (digest "
+                f"{self.digest}, now {now}): answers to other prompts cannot be judged "
+                "against the recorded ones",
+                file=str(path or DEFAULT_PROMPTS),
+                key="answers.prompts",
+                hint="restore the prompt set as it was, or start a new campaign",
+            )
+        return loaded
+
+
+def prompts_digest(prompts: tuple[Any, ...]) -> str:
+    """The digest of a loaded prompt set (part of a config's fingerprint)."""
+    blob = json.dumps([repr(p) for p in prompts])
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def _to_endpoint(prompt: Any, endpoint: str | None) -> Any:
@@ -713,8 +734,7 @@ def _answers(model: ExperimentModel, source: str) -> AnswersCheck | None:
             key="answers.rule",
             hint="add expect/regex to the prompts, or use rule: logprobs-close",
         )
-    blob = json.dumps([repr(p) for p in loaded])
-    return replace(check, digest=hashlib.sha256(blob.encode()).hexdigest()[:12])
+    return replace(check, digest=prompts_digest(loaded))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from orchestrator.config.repair import RepairModel
 
@@ -264,8 +264,8 @@ class AnswersModel(_Raw):
     enabled: StrictBool | None = None
     prompts: str | None = None
     rule: str | None = None
-    top_k: int | None = Field(default=None, ge=1, le=20)
-    max_tokens: int | None = Field(default=None, ge=1, le=4096)
+    top_k: StrictInt | None = Field(default=None, ge=1, le=20)
+    max_tokens: StrictInt | None = Field(default=None, ge=1, le=4096)
     modes: list[str] | None = None
     endpoint: str | None = None
     pass_if: str | None = None
@@ -309,9 +309,14 @@ class AnswersModel(_Raw):
     @classmethod
     def _bar(cls, v: str | None) -> str | None:
         if v is not None:
-            from orchestrator.diagnosis.answers import parse_bar
+            from orchestrator.diagnosis.answers import bar_problem
 
-            parse_bar(v)
+            why = bar_problem(v)
+            if why is not None:
+                raise ValueError(
+                    f"score bar {v!r} cannot judge: {why}; expected a bar such as "
+                    "'>= good - 0.08' or '>= 0.75'"
+                )
         return v
 
 

@@ -260,6 +260,32 @@ def parse_bar(text: str) -> tuple[str, bool, float]:
     return op, False, float(number)
 
 
+def bar_problem(text: str) -> str | None:
+    """Why a score bar cannot judge a score, which lies in [0, 1] and is better higher
+    (None: it can): a bar that passes a drop and fails a rise, one the reference itself
+    would miss, one no score misses, or one no score meets."""
+    op, relative, number = parse_bar(text)
+    if op in ("<", "<="):
+        return "it passes a lower score and fails a higher one (a score is better higher)"
+    if relative:
+        if (
+            (op == ">=" and number > 0)
+            or (op == ">" and number >= 0)
+            or (op == "==" and number != 0)
+        ):
+            return "the reference's own score misses it"
+        if number <= -1:
+            return "no score misses it (a score lies between 0 and 1)"
+        return None
+    if op == "==":
+        return None if 0 <= number <= 1 else "no score meets it (a score lies between 0 and 1)"
+    if (op == ">=" and number > 1) or (op == ">" and number >= 1):
+        return "no score meets it (a score lies between 0 and 1)"
+    if (op == ">=" and number <= 0) or (op == ">" and number < 0):
+        return "no score misses it (a score lies between 0 and 1)"
+    return None
+
+
 def score(answers: AnswerSet, prompts: Iterable[Prompt]) -> float | None:
     """The fraction of the scored prompts whose answer is right (None: nothing scored)."""
     got = answers.by_id()
@@ -304,23 +330,29 @@ class AnswersVerdict:
     diffs: tuple[PromptDiff, ...] = field(default=())
     score: float | None = None
     reference_score: float | None = None
+    #: prompts the reference got no answer to: nothing to judge them by
+    unjudged: tuple[str, ...] = ()
 
 
 def judge(
     reference: AnswerSet, answers: AnswerSet, prompts: Iterable[Prompt], rule: Rule
 ) -> AnswersVerdict:
-    """`answers` against `reference` under `rule`."""
-    prompts = tuple(prompts)
+    """`answers` against `reference` under `rule`. A prompt the reference got no answer to
+    (an endpoint the server does not have, a request it refused) says nothing about the
+    answers: it is left out (`unjudged`), the score included."""
     ref, got = reference.by_id(), answers.by_id()
+    missing = Answer("", error="no reference answer")
+    unjudged = tuple(p.id for p in prompts if ref.get(p.id, missing).error is not None)
+    prompts = tuple(p for p in prompts if p.id not in unjudged)
     diffs: list[PromptDiff] = []
     for p in prompts:
-        r = ref.get(p.id, Answer(p.id, error="no reference answer"))
+        r = ref[p.id]
         a = got.get(p.id, Answer(p.id, error="not asked"))
         if a.error is not None:
             diffs.append(PromptDiff(p.id, 0, r.text, "", error=a.error))
             continue
         i = first_difference(r, a)
-        if i is None and r.error is None:
+        if i is None:
             continue
         new_garble = () if garbled(r.text) else garbled(a.text)
         within = rule.name == "score" or (
@@ -344,14 +376,21 @@ def judge(
         kind = "different"
     else:
         kind = "same"
+    detail = _detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score)
+    if unjudged:
+        detail += (
+            f"; {len(unjudged)} prompt(s) not judged, the reference got no answer "
+            f"({', '.join(repr(i) for i in unjudged[:3])}{', ...' if len(unjudged) > 3 else ''})"
+        )
     return AnswersVerdict(
         passed=passed,
         rule=rule,
         kind=kind,
-        detail=_detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score),
+        detail=detail,
         diffs=tuple(diffs),
         score=got_score,
         reference_score=ref_score,
+        unjudged=unjudged,
     )
 
 

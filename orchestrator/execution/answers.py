@@ -10,7 +10,11 @@ chat or the completions endpoint by its shape (messages or prompt).
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,12 +28,16 @@ from orchestrator.diagnosis.answers import (
     as_plain,
 )
 from orchestrator.diagnosis.verdicts import Phase, Signature
-from orchestrator.errors import TransportError
+from orchestrator.errors import OrchestratorError, TransportError
 from orchestrator.execution.transport.base import Transport
 
 ASKER = Path(__file__).with_name("answers_asker.py")
 MARK = "@@ANSWERS "
 MODES = ("sequential", "batch")
+
+
+class AskCancelled(Exception):
+    """The answers check was stopped before it ended (its run was cancelled)."""
 
 
 @dataclass(frozen=True)
@@ -81,9 +89,46 @@ def request(
     }
 
 
-def command() -> str:
-    """The shell command that runs the asker on the host (request on stdin)."""
-    return f"python3 -c {shlex.quote(ASKER.read_text())}"
+def command(marker: str | None = None) -> str:
+    """The shell command that runs the asker on the host (request on stdin); `marker`, an
+    argument the asker ignores, names this asker among the host's processes."""
+    tail = f" {shlex.quote(marker)}" if marker else ""
+    return f"python3 -c {shlex.quote(ASKER.read_text())}{tail}"
+
+
+def kill_command(marker: str) -> str:
+    """Stop the asker named `marker` on the host (its `timeout` wrapper with it). The
+    pattern's bracket keeps it from matching this command's own shell."""
+    pattern = f"[{marker[0]}]{marker[1:]}"
+    return f"pkill -f -- {shlex.quote(pattern)} || true"
+
+
+@contextmanager
+def stopped_on(
+    transport: Transport, marker: str, cancel: threading.Event
+) -> Iterator[threading.Event]:
+    """While the asker named `marker` runs, a `cancel` (Ctrl-C, a decided round) stops it
+    on the host at once, through a second command, so the run that waits for it ends now,
+    not when the last prompt times out. Yields an event that is set when it was stopped."""
+    done, stopped = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.5):
+                stopped.set()
+                try:
+                    transport.run(kill_command(marker), timeout=30)
+                except OrchestratorError:
+                    pass  # the host is unreachable: the asker's own timeout ends it
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True, name=f"ask-stop-{marker}")
+    watcher.start()
+    try:
+        yield stopped
+    finally:
+        done.set()
+        watcher.join(35)
 
 
 def parse(stdout: str) -> Asked:
@@ -110,12 +155,27 @@ def ask(
     port: int,
     settings: AskSettings | None = None,
     host: str = "127.0.0.1",
+    *,
+    cancel: threading.Event | None = None,
 ) -> Asked:
-    """Ask the server on `port` of the transport's host every prompt, in every mode."""
+    """Ask the server on `port` of the transport's host every prompt, in every mode.
+    `cancel`: once set, the asker is stopped on the host and `AskCancelled` raised."""
     settings = settings or AskSettings()
     req = request(prompts, port, settings, host)
     budget = settings.timeout * len(prompts) * len(settings.modes) + 30
-    res = transport.run(command(), timeout=budget, stdin=json.dumps(req))
+    if cancel is None:
+        res = transport.run(command(), timeout=budget, stdin=json.dumps(req))
+    else:
+        marker = f"orchestrator-ask-{secrets.token_hex(6)}"
+        with stopped_on(transport, marker, cancel) as stopped:
+            try:
+                res = transport.run(command(marker), timeout=budget, stdin=json.dumps(req))
+            except TransportError:
+                if stopped.is_set():
+                    raise AskCancelled("the answers check was stopped") from None
+                raise
+        if stopped.is_set():
+            raise AskCancelled("the answers check was stopped")
     if not res.ok and MARK not in res.stdout:
         raise TransportError(
             f"the answers check failed on the host (exit {res.exit_code}): "
@@ -132,7 +192,12 @@ NO_COMPLETION = Signature(Phase.SERVING, "no_completion", "health passes but no 
 
 
 def ask_check(
-    transport: Transport, check: AnswersCheck, port: int, *, twice: bool = False
+    transport: Transport,
+    check: AnswersCheck,
+    port: int,
+    *,
+    twice: bool = False,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Ask a ready server the check's prompts (every mode; `twice`: the first mode once
     more on the same start, good's second pass) and return the run's answers record:
@@ -145,7 +210,7 @@ def ask_check(
     if not check.enabled:  # readiness alone: one real completion, one token
         settings = replace(settings, modes=("sequential",), max_tokens=1)
         prompts = prompts[:1]
-    asked = ask(transport, prompts, port, settings)
+    asked = ask(transport, prompts, port, settings, cancel=cancel)
     record: dict[str, Any] = {
         "model": asked.model,
         "rule": check.rule,
@@ -156,7 +221,9 @@ def ask_check(
         "error": asked.error,
     }
     if twice and check.enabled and asked.error is None:
-        again = ask(transport, prompts, port, replace(settings, modes=check.modes[:1]))
+        again = ask(
+            transport, prompts, port, replace(settings, modes=check.modes[:1]), cancel=cancel
+        )
         first = again.sets.get(check.modes[0])
         if first is not None:
             record["repeat"] = [as_plain(a) for a in first.answers]
@@ -188,6 +255,13 @@ def not_ready(record: dict[str, Any]) -> str | None:
         errors = [a.get("error") for s in record.get("sets", {}).values() for a in s]
         why = next((e for e in errors if e), "no answer")
     return f"/health passed but no completion returned: {why}"
+
+
+def unanswered(record: dict[str, Any]) -> bool:
+    """True when the check failed or some prompt got no answer."""
+    if record.get("error"):
+        return True
+    return any(a.get("error") for s in record.get("sets", {}).values() for a in s)
 
 
 def answer_set(record: dict[str, Any], mode: str) -> AnswerSet | None:

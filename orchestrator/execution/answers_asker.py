@@ -121,16 +121,46 @@ def main(req):
         reply["error"] = f"cannot list the models: {type(exc).__name__}: {exc}"
         return reply
     prompts = req["prompts"]
+    # Once a request timed out, the server is taken to answer nothing (a dead rank behind
+    # a live API server hangs every request): the prompts after it are not asked, so such
+    # a server costs the timeout once, not once per prompt.
+    silent = None
     for mode in req["modes"]:
         began = time.monotonic()
-        if mode == "batch" and len(prompts) > 1:
+        if silent is None and mode == "batch" and len(prompts) > 1:
             answers = ask_batch(req, prompts)
+            reply["requests"] += len(prompts)
+            if all(_timed_out(a["error"]) for a in answers):
+                silent = answers[0]["error"]
         else:
-            answers = [ask_one(req, p) for p in prompts]
+            answers = []
+            for p in prompts:
+                if silent is not None:
+                    answers.append(_unasked(p, silent))
+                    continue
+                answers.append(ask_one(req, p))
+                reply["requests"] += 1
+                if _timed_out(answers[-1]["error"]):
+                    silent = answers[-1]["error"]
         reply["sets"][mode] = answers
         reply["seconds"][mode] = round(time.monotonic() - began, 3)
-        reply["requests"] += len(prompts)
     return reply
+
+
+def _timed_out(error):
+    return error is not None and "timed out" in error.lower()
+
+
+def _unasked(prompt, timed_out):
+    why = f"not asked: an earlier request got no answer ({timed_out})"
+    return {
+        "prompt_id": prompt["id"],
+        "text": "",
+        "tokens": [],
+        "top": [],
+        "finish_reason": None,
+        "error": why,
+    }
 
 
 if __name__ == "__main__":

@@ -378,6 +378,8 @@ class Executor(HostExecutor):
                         and not watch.died
                     ):
                         answers_record = self._ask(exp, ask_twice)
+                        if answers_mod.unanswered(answers_record):
+                            self._look_alive(exp, started, watch)  # died while asked?
                     probe = None
                     if watch.ready and exp.probe is not None and not watch.died:
                         probe, metric, probe_record = self._probe(exp, started, good_metric, watch)
@@ -494,9 +496,24 @@ class Executor(HostExecutor):
         check = exp.answers
         assert check is not None
         self._step("answers", f"asking the server ({check.rule}, {', '.join(check.modes)})")
-        record = answers_mod.ask_check(self.t, check, exp.port, twice=twice)
+        try:
+            record = answers_mod.ask_check(
+                self.t, check, exp.port, twice=twice, cancel=self.cancel_event
+            )
+        except answers_mod.AskCancelled:
+            raise RunCancelled(f"run cancelled on {self.host.name}") from None
         self._step("answers", answers_mod.summary(record))
         return record
+
+    def _look_alive(self, exp: Experiment, started: Started, w: _Watch) -> None:
+        """After prompts went unanswered: a server that died meanwhile (a crash, a kill
+        from outside) is judged by how it ended, never by the answers it could not give."""
+        res = self.t.run(self.manager.poll_command(exp, started), timeout=30)
+        poll = self.manager.parse_poll(res.stdout, started)
+        w.polls += 1
+        w.poll = poll
+        if not poll.alive:
+            w.died = True
 
     def _ports(self, started: Started) -> list[int] | None:
         """The ports the (still running) server listens on; None if that cannot be told."""

@@ -48,7 +48,9 @@ distribution `orchestrator-lab-server`, which a lab build puts on its path, see
 `orchestrator.lab.builds`; a server without one matches no version condition),
 `answers` (rules that make a serving server answer wrong, below), `prompt_sets` (JSONL
 prompt sets, relative to the scenario file, whose `expect` answers the server knows
-besides the shipped set's).
+besides the shipped set's), `routes` (the OpenAI routes it serves: a list of
+`completions`, `chat`; default both; a route left out answers 404, as a chat-only server's
+`/v1/completions` does).
 
 Answers rules (`answers:`): the server starts and serves, and its answers to
 `/v1/completions` and `/v1/chat/completions` are wrong (`orchestrator.lab.answering`).
@@ -81,6 +83,7 @@ from orchestrator.lab.scenario_model import (
     DEFAULT_STARTUP,
     EFFECTS,
     OPERATORS,
+    ROUTES,
     RULE_PHASES,
     STARTUP_PHASES,
     AnswerRule,
@@ -220,6 +223,7 @@ class _Validator:
                 "versions",
                 "answers",
                 "prompt_sets",
+                "routes",
             ),
         )
         self.versions = self.version_list(data.get("versions"))
@@ -245,6 +249,7 @@ class _Validator:
             raise self.fail("answers", f"expected a list of rules, got {_kind(answers_raw)}")
         answers = tuple(self.answer_rule(i, r) for i, r in enumerate(answers_raw))
         prompt_sets = self.prompt_sets(data.get("prompt_sets"))
+        routes = self.routes(data.get("routes", list(ROUTES)))
         base, factors = self.throughput(data.get("throughput", 1000.0))
         defaults = self.defaults(data.get("defaults", {}))
         known = self.known_flags(data["known_flags"]) if data.get("known_flags") else None
@@ -267,7 +272,14 @@ class _Validator:
             versions=self.versions,
             answers=answers,
             prompt_sets=prompt_sets,
+            routes=routes,
         )
+
+    def routes(self, v: object) -> tuple[str, ...]:
+        if not isinstance(v, list) or any(r not in ROUTES for r in v) or len(set(v)) < len(v):
+            got = repr(v) if isinstance(v, list) else _kind(v)
+            raise self.fail("routes", f"expected a list of distinct {', '.join(ROUTES)}, got {got}")
+        return tuple(v)
 
     def prompt_sets(self, v: object) -> tuple[Path, ...]:
         if v is None:

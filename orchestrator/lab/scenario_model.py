@@ -37,6 +37,8 @@ OPERATORS = ("lt", "le", "gt", "ge", "ne", "in")
 
 #: Flags that steer the simulation, not the simulated server: never part of a fault's
 #: random draw, so a flaky rule depends on the seed and the server's own flags only.
+#: the OpenAI routes a lab server may serve (`routes:`): /v1/completions, /v1/chat/completions
+ROUTES = ("completions", "chat")
 LAB_ONLY_FLAGS = ("scenario", "seed", "time-scale")
 #: (nor the load format: a dummy-weight start draws as the real one of the same flags does)
 _NOT_IN_DRAW = (*LAB_ONLY_FLAGS, "port", "host", "load-format")
@@ -241,6 +243,8 @@ class Scenario:
     answers: tuple[AnswerRule, ...] = ()
     #: prompt sets (JSONL) whose expected answers the server knows, beside the shipped one
     prompt_sets: tuple[Path, ...] = ()
+    #: the OpenAI routes it serves (`completions`, `chat`); the others answer 404
+    routes: tuple[str, ...] = ROUTES
 
     def version_index(self, name: str | None) -> int | None:
         """The position of a version in `versions:` (None: no version, or not listed)."""

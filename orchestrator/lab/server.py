@@ -50,6 +50,7 @@ from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.scenario_model import (
     LAB_ONLY_FLAGS,
+    ROUTES,
     STARTUP_PHASES,
     AnswerRule,
     Rule,
@@ -106,6 +107,9 @@ class Log:
         self.emit([(None, text)])
 
 
+_ROUTE_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
 class Engine:
     """What the running server shares between request threads: token budget and faults."""
 
@@ -117,6 +121,7 @@ class Engine:
         answer_rules: tuple[AnswerRule, ...] = (),
         book: dict[str, answering.Known] | None = None,
         model: str = "",
+        routes: tuple[str, ...] = ROUTES,
     ) -> None:
         self.rate = rate
         self.rule = rule
@@ -124,6 +129,8 @@ class Engine:
         self.answer_rules = answer_rules
         self.book = book or {}
         self.model = model
+        #: the OpenAI paths it serves (the scenario's `routes:`); the others answer 404
+        self.paths = frozenset(_ROUTE_PATHS[r] for r in routes)
         self.lock = threading.Lock()
         self.joined = threading.Condition(self.lock)
         self.live: list[list[int]] = []  # each request in flight: [the most in flight with it]
@@ -312,7 +319,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._gate():
             return
         path = self.path.split("?", 1)[0]
-        if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
+        if path != "/generate" and path not in self.engine.paths:
             self._send(404, {"detail": "Not Found"})
             return
         server: LabServer = self.server  # type: ignore[assignment]
@@ -407,6 +414,7 @@ class Run:
             scen.answer_rules(flags, os.environ, seed, version=installed_version()),
             answering.read_book((answering.DEFAULT_SET, *scen.prompt_sets)),
             str(flags.get("model-path", "/models/model")),
+            scen.routes,
         )
         self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
         self.stop_signal: int | None = None  # the signal that asked it to stop

@@ -363,16 +363,21 @@ class ScriptedTransport(Transport):
 
         req = json.loads(stdin or "{}")
         live = next((p for p in self.procs if self._alive(p)), None)
-        kind = live.script.answers if live is not None else "silent"
         reply: dict[str, object] = {"model": "scripted", "sets": {}, "seconds": {}}
         for mode in req["modes"]:
-            reply["sets"][mode] = [  # type: ignore[index]
-                answer(Prompt(p["id"], prompt="?"), kind) for p in req["prompts"]
-            ]
+            got = []
+            for p in req["prompts"]:  # a server that dies while asked answers no more
+                alive = live is not None and self._alive(live)
+                kind = live.script.answers if live is not None and alive else "silent"
+                got.append(answer(Prompt(p["id"], prompt="?"), kind))
+                self.clock.now += 1
+            reply["sets"][mode] = got  # type: ignore[index]
             reply["seconds"][mode] = float(len(req["prompts"]))  # type: ignore[index]
-            self.clock.now += len(req["prompts"])
         reply["requests"] = len(req["prompts"]) * len(req["modes"]) + 1
         return 0, MARK + json.dumps(reply) + "\n"
+
+    def _stop_ask(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, ""  # the scripted asker is over before anything can stop it
 
     def _pids(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         p = self._proc(int(m["pgid"]))
@@ -739,6 +744,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("help", r"(?:cd \S+ && )?(?:\. /dev/stdin && )?python3 -m sglang\.launch_server --help"),
     ("probe", r"python3 -m sglang\.bench_serving --port \d+ .*"),
     ("ask", r"python3 -c '\"\"\"Ask an OpenAI-compatible server.*"),
+    ("stop_ask", r"pkill -f -- '\[o\]rchestrator-ask-[0-9a-f]+' \|\| true"),
 )
 
 
