@@ -350,6 +350,25 @@ AGREE: tuple[Rule, ...] = (
         "server",
         "the ranks of one server must agree on how many they are; the others wait forever",
     ),
+    # vLLM's data parallel over several nodes: every rank dials the head's address and RPC
+    # port and expects the same number of ranks; a rank that differs never joins, and the
+    # others wait for it in the handshake without a line
+    Rule(
+        ("data-parallel-address",),
+        "server",
+        "the data-parallel ranks of one server meet at one address; a rank sent elsewhere hangs",
+    ),
+    Rule(
+        ("data-parallel-rpc-port",),
+        "server",
+        "the data-parallel ranks of one server meet at one RPC port; a rank sent elsewhere hangs",
+    ),
+    Rule(
+        ("data-parallel-size",),
+        "server",
+        "the data-parallel ranks of one server must agree on how many they are; the others "
+        "wait forever",
+    ),
 )
 
 
