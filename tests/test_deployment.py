@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
-from orchestrator.config.deployment import disagreements, refusal, starts_anyway
+from orchestrator.config.deployment import disagreements, listens, refusal, starts_anyway
 from orchestrator.errors import ConfigError, PlanError
 from orchestrator.planner.deltas import Delta, apply_deltas, diff
 
@@ -336,6 +336,16 @@ def test_the_data_parallel_ranks_of_one_vllm_server_agree_on_where_they_meet(
         )
     )
     assert refusal(alike) is None
+
+
+def test_only_the_health_role_and_roles_that_name_a_port_listen(tmp_path: Path) -> None:
+    dp = load_experiment(write(tmp_path, "dp.yaml", DATA_PARALLEL))
+    # the headless rank serves no HTTP: rank 0's port on its host is not its own
+    assert listens(dp, "node0") and not listens(dp, "node1")
+    assert dp.role_launch("node1").port == 8000  # what a port check would have held it to
+    pd = load_experiment(write(tmp_path, "pd.yaml", PAIR))
+    assert all(listens(pd, r) for r in ("router", "prefill", "decode"))
+    assert listens(load_experiment(write(tmp_path, "one.yaml", SINGLE)), "server")
 
 
 def test_start_anyway_is_the_pairs_word() -> None:

@@ -111,3 +111,40 @@ def test_two_node_pair_across_the_namespaces(
     assert [c["flags"] for c in out["culprits"]] == [["--enable-nccl-nvls"]], out
     assert out["target"].startswith("cuda_graph: cublas: CUBLAS_STATUS_EXECUTION_FAILED")
     assert all(h.processes() == [] for h in netns_hosts)
+
+
+def test_a_rank_that_serves_no_port_is_not_held_to_rank0s_port_on_its_host(
+    netns_hosts: list[NetnsSshdHost], tmp_path: Path
+) -> None:
+    """Only rank 0 serves HTTP (SGLang's other ranks, vLLM's `--headless` ones): a rank
+    that names no port listens on none, so a server not ours on rank 0's port number on
+    rank 1's host is no conflict of the deployment's."""
+    entries = {
+        f"n{i}": h.endpoint.hosts_entry(
+            run_dir=str(tmp_path / f"run-n{i}"), env={"ORCH_LAB_TIME_SCALE": TIME_SCALE}
+        )
+        for i, h in enumerate(netns_hosts)
+    }
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": entries}, sort_keys=False))
+    good, _ = two_node_pair(tmp_path, init_host=netns_hosts[0].address)
+    doc = yaml.safe_load(good.read_text())
+    doc["roles"]["node1"]["flags"]["port"] = None  # rank 1 serves nothing
+    good.write_text(yaml.safe_dump(doc, sort_keys=False))
+    port = doc["roles"]["node0"]["flags"]["port"]
+    listen = (
+        'python3 -c "import socket, time; s = socket.socket(); '
+        f"s.bind(('0.0.0.0', {port})); s.listen(); print('listening', flush=True); "
+        'time.sleep(120)"'
+    )
+    with subprocess.Popen(
+        netns_hosts[1].endpoint.ssh_command(listen), stdout=subprocess.PIPE, text=True
+    ) as other:
+        try:
+            assert other.stdout is not None and "listening" in other.stdout.readline()
+            argv = ["run", good, "--host", "n0", "--hosts", hosts]
+            code, out = cli_json(*argv, "--results", tmp_path / "results")
+        finally:
+            other.kill()
+    assert code == 0, out
+    assert out["verdict"] == "pass", out

@@ -169,6 +169,20 @@ def launch(exp: Experiment, name: str) -> Experiment:
     )
 
 
+def listens(exp: Experiment, name: str) -> bool:
+    """Whether role `name` serves on a port: health is polled on it, or its flags name a
+    `port` and no `headless` (vLLM's switch for a rank without an API server). A role that
+    names none listens on no port known here (SGLang's ranks above 0 serve no HTTP): the
+    health role's port on its host is none of its business, and a port is never guessed."""
+    if not exp.roles:
+        return True
+    dep = deployment(exp)
+    if name == dep.health_role:
+        return True
+    flags = role_flags(exp, dep.role(name))
+    return "port" in flags and not flags.get("headless")
+
+
 def with_role_changes(
     exp: Experiment,
     name: str,
