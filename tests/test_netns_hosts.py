@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from orchestrator.execution.localproc import pid_alive
-from orchestrator.lab.nshosts import NetnsSshdHost, netns_sshd_hosts
+from orchestrator.lab.nshosts import NetnsSshdHost, cleanup_stale, netns_sshd_hosts
 from orchestrator.lab.sdhosts import REPO
 from orchestrator.lab.sshd import session_env
 from tests.hosts.prereq import require_netns, require_sshd
@@ -148,3 +149,62 @@ def test_a_rank_that_serves_no_port_is_not_held_to_rank0s_port_on_its_host(
             other.kill()
     assert code == 0, out
     assert out["verdict"] == "pass", out
+
+
+KILLED_OWNER = """
+import sys
+from orchestrator.lab.nshosts import netns_sshd_hosts
+from orchestrator.lab.sdhosts import REPO
+from orchestrator.lab.sshd import session_env
+with netns_sshd_hosts(2, env=session_env(REPO)) as hosts:
+    hosts[1].endpoint.ssh_run("setsid sleep 600 </dev/null >/dev/null 2>&1 &", check=True)
+    print(" ".join(f"{h.netns.name},{h.netns.veth},{h.sshd_pid},{h.dir}" for h in hosts))
+    sys.stdout.flush()
+    sys.stdin.read()
+"""
+
+
+def test_what_a_killed_session_left_is_removed_by_the_next() -> None:
+    require_sshd()
+    require_netns()
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_OWNER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    ) as owner:
+        try:
+            assert owner.stdout is not None
+            left = [w.split(",") for w in owner.stdout.readline().split()]
+        finally:
+            owner.kill()  # no teardown runs
+    assert len(left) == 2, left
+    names = [n for n, _, _, _ in left]
+    assert all(Path("/run/netns", n).exists() for n in names)
+    sleepers = [
+        p.parent.name
+        for p in Path("/proc").glob("[0-9]*/cmdline")
+        if _read(p) == b"sleep\x00600\x00" and _netns_name(p.parent.name) in names
+    ]
+    assert sleepers  # the server the session left running in its namespace
+    cleanup_stale()
+    for name, veth, sshd, state in left:
+        assert not Path("/run/netns", name).exists()
+        assert not Path("/sys/class/net", veth).exists()
+        assert not pid_alive(int(sshd))
+        assert not Path(state).exists()
+    assert all(not pid_alive(int(p)) for p in sleepers)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _netns_name(pid: str) -> str | None:
+    """The name of the namespace `pid` runs in (`ip netns identify`), if it has one."""
+    res = subprocess.run(["ip", "netns", "identify", pid], capture_output=True, text=True)
+    return res.stdout.strip() or None
