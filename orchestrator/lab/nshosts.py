@@ -25,7 +25,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,9 +116,8 @@ class NetnsSshdHost:
             raise ContainerError(f"namespace {self.netns.name} or its veth is still there")
 
 
-def _kill_all(pids: object, *, grace: float = 10.0) -> None:
+def _kill_all(pids: Callable[[], list[int]], *, grace: float = 10.0) -> None:
     """SIGTERM, then SIGKILL, every pid `pids()` lists, until none is left (bounded)."""
-    assert callable(pids)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         left = pids()
         for pid in left:
