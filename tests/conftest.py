@@ -25,6 +25,7 @@ atexit.register(shutil.rmtree, os.environ["ORCH_HELP_CACHE"], True)
 from tests.hosts.fault_fixtures import net, sd, sd_box  # noqa: E402
 from tests.hosts.fixtures import (  # noqa: E402
     duo,
+    netns_hosts,
     spawn,
     sshd,
     sshd_server,
@@ -44,6 +45,7 @@ __all__ = [
     "_repeat_index",
     "duo",
     "net",
+    "netns_hosts",
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
@@ -61,6 +63,7 @@ __all__ = [
 _MARKERS = {
     "sshd": "sshd",
     "sshd_server": "sshd",
+    "netns_hosts": "sshd",
     "systemd_host": "systemd",
     "systemd_hosts": "systemd",
     "sd_box": "systemd",

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
-from orchestrator.config.deployment import disagreements, refusal, starts_anyway
+from orchestrator.config.deployment import disagreements, listens, refusal, starts_anyway
 from orchestrator.errors import ConfigError, PlanError
 from orchestrator.planner.deltas import Delta, apply_deltas, diff
 
@@ -283,6 +283,69 @@ def test_the_ranks_of_one_server_agree_on_init_address_and_node_count(tmp_path: 
     )
     (d,) = refusal(three).disagreements
     assert d.flag == "nnodes" and "2 node roles" in d.why
+
+
+DATA_PARALLEL = """\
+name: dp2
+service:
+  exec: /opt/vllm/bin/vllm serve /models/m
+  flags:
+    data-parallel-size: 2
+    data-parallel-size-local: 1
+    data-parallel-address: 10.0.0.1
+    data-parallel-rpc-port: 13345
+    port: 8000
+roles:
+  node0: {kind: node, rank: 0, host: b300-01}
+  node1: {kind: node, rank: 1, host: b300-02, flags: {headless: true, data-parallel-start-rank: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("own", "flag"),
+    [
+        ("{data-parallel-address: 10.0.0.9}", "data-parallel-address"),
+        ("{data-parallel-rpc-port: 13346}", "data-parallel-rpc-port"),
+        ("{-dpp: 13346}", "data-parallel-rpc-port"),  # vLLM's short alias: the same option
+        ("{data-parallel-size: 4}", "data-parallel-size"),
+        ("{data-parallel-address: null}", "data-parallel-address"),  # absent on one rank
+    ],
+)
+def test_the_data_parallel_ranks_of_one_vllm_server_agree_on_where_they_meet(
+    tmp_path: Path, own: str, flag: str
+) -> None:
+    good = load_experiment(write(tmp_path, "dp.yaml", DATA_PARALLEL))
+    # a rank's own flags (headless, its start rank) are no split
+    assert refusal(good) is None
+    split = load_experiment(
+        write(
+            tmp_path, "s.yaml", f"name: s\nextends: dp.yaml\nroles: {{node1: {{flags: {own}}}}}\n"
+        )
+    )
+    why = refusal(split)
+    assert why is not None
+    (d,) = why.disagreements
+    assert d.flag == flag and d.roles == ("node0", "node1"), d
+    assert "data-parallel ranks" in d.why
+    # moved alike on every rank, it is one delta and no split
+    alike = load_experiment(
+        write(
+            tmp_path,
+            "a.yaml",
+            "name: a\nextends: dp.yaml\nservice: {flags: {data-parallel-rpc-port: 13399}}\n",
+        )
+    )
+    assert refusal(alike) is None
+
+
+def test_only_the_health_role_and_roles_that_name_a_port_listen(tmp_path: Path) -> None:
+    dp = load_experiment(write(tmp_path, "dp.yaml", DATA_PARALLEL))
+    # the headless rank serves no HTTP: rank 0's port on its host is not its own
+    assert listens(dp, "node0") and not listens(dp, "node1")
+    assert dp.role_launch("node1").port == 8000  # what a port check would have held it to
+    pd = load_experiment(write(tmp_path, "pd.yaml", PAIR))
+    assert all(listens(pd, r) for r in ("router", "prefill", "decode"))
+    assert listens(load_experiment(write(tmp_path, "one.yaml", SINGLE)), "server")
 
 
 def test_start_anyway_is_the_pairs_word() -> None:

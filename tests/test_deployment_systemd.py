@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from orchestrator.diagnosis.verdicts import Verdict
+from orchestrator.lab.container import route_between
 from orchestrator.lab.sdhosts import SystemdHost, SystemdHostFactory
 from orchestrator.store.store import Store
 from tests.hosts.wait import wait_until
@@ -31,26 +32,11 @@ from tests.support.deployment_lab import two_node_pair
 pytestmark = pytest.mark.systemd
 
 
-def route_between(boxes: list[SystemdHost]) -> None:
-    """Each container reaches the others' addresses through this machine (its end of the
-    pair): the lab gives each namespace a /30 of its own and no route beyond it."""
-    for box in boxes:
-        for other in boxes:
-            if other is not box:
-                route = [f"{other.address}/32", "via", box.netns.host_address]
-                subprocess.run(
-                    ["ip", "-n", box.netns.name, "route", "replace", *route],
-                    check=True,
-                    capture_output=True,
-                    timeout=30,
-                )
-
-
 @pytest.fixture(scope="module")
 def pair(systemd_hosts: SystemdHostFactory) -> Iterator[list[SystemdHost]]:
     boxes = [systemd_hosts.boot(), systemd_hosts.boot()]
     try:
-        route_between(boxes)
+        route_between([box.netns for box in boxes])
         yield boxes
     finally:
         for box in boxes:

@@ -204,6 +204,32 @@ def test_a_silent_straggler_is_the_one_the_watchdogs_waited_for() -> None:
     assert first_failure([late, timeout, silent]).role == "node-rank 1"  # type: ignore[union-attr]
 
 
+def test_a_role_left_waiting_by_the_crash_is_told_as_hung_not_as_a_failure_of_its_own() -> None:
+    # vLLM's data parallel: rank 1's engine dies at config validation while rank 0 waits
+    # for it in the handshake without a line; the executor stops rank 0 and judges it a
+    # silent hang (no kind from its log)
+    crash = RoleResult(
+        "node1",
+        "dp-node1",
+        Signature(Phase.INIT, "ValueError", "User-specified max_model_len is greater"),
+        "crash",
+        failed_at=100.0,
+    )
+    waiting = RoleResult(
+        "node0",
+        "dp-node0",
+        Signature(Phase.INIT, "hang", f"{HANG_MESSAGE} after 'Resolved architecture'"),
+        failed_at=None,
+    )
+    for order in ([crash, waiting], [waiting, crash]):
+        answer = first_failure(order)
+        assert answer is not None and answer.role == "node1" and not answer.consequence
+        assert answer.describe() == (
+            "node1 on dp-node1: init: ValueError: User-specified max_model_len is greater; "
+            "node0 then hung without a word after 'Resolved architecture'"
+        )
+
+
 def test_a_peer_loss_reported_as_an_error_is_a_consequence() -> None:
     lost = RoleResult(
         "node-rank 0",

@@ -169,6 +169,20 @@ def launch(exp: Experiment, name: str) -> Experiment:
     )
 
 
+def listens(exp: Experiment, name: str) -> bool:
+    """Whether role `name` serves on a port: health is polled on it, or its flags name a
+    `port` and no `headless` (vLLM's switch for a rank without an API server). A role that
+    names none listens on no port known here (SGLang's ranks above 0 serve no HTTP): the
+    health role's port on its host is none of its business, and a port is never guessed."""
+    if not exp.roles:
+        return True
+    dep = deployment(exp)
+    if name == dep.health_role:
+        return True
+    flags = role_flags(exp, dep.role(name))
+    return "port" in flags and not flags.get("headless")
+
+
 def with_role_changes(
     exp: Experiment,
     name: str,
@@ -349,6 +363,25 @@ AGREE: tuple[Rule, ...] = (
         ("nnodes",),
         "server",
         "the ranks of one server must agree on how many they are; the others wait forever",
+    ),
+    # vLLM's data parallel over several nodes: every rank dials the head's address and RPC
+    # port and expects the same number of ranks; a rank that differs never joins, and the
+    # others wait for it in the handshake without a line
+    Rule(
+        ("data-parallel-address",),
+        "server",
+        "the data-parallel ranks of one server meet at one address; a rank sent elsewhere hangs",
+    ),
+    Rule(
+        ("data-parallel-rpc-port",),
+        "server",
+        "the data-parallel ranks of one server meet at one RPC port; a rank sent elsewhere hangs",
+    ),
+    Rule(
+        ("data-parallel-size",),
+        "server",
+        "the data-parallel ranks of one server must agree on how many they are; the others "
+        "wait forever",
     ),
 )
 

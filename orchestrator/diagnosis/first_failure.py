@@ -147,6 +147,11 @@ def _then(r: RoleResult) -> str:
     assert r.signature is not None
     if r.signature.error_class == "nccl_timeout":
         return "then timed out in a collective"
+    if r.silent_hang:
+        # judged by the executor, not from a log line (no kind): it waited without a word,
+        # and what it last said is what it waited on
+        after = r.signature.message[len(HANG_MESSAGE) :].strip()
+        return "then hung without a word" + (f" {after}" if after else "")
     if r.kind == HANG:
         return "then hung"
     if r.kind == TIMEOUT:

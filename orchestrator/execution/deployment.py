@@ -9,9 +9,10 @@ back-up, preflight and restore; this module only orders them and judges the whol
   then each host's clock offset is measured over its own transport (host clock minus
   controller clock, at the midpoint of a `date` round trip);
 - `run()`: a variant whose roles split a flag they must agree on is `invalid`, never
-  started; else every role is stopped (stop order), installed by its own member, started
-  in start order and polled each round (one command per host); health and readiness are
-  read on the health role only, which also takes the answers check and the probe. When a
+  started; else every role is stopped (stop order), installed by its own member (its port
+  checked when it serves one: `config.deployment.listens`), started in start order and
+  polled each round (one command per host); health and readiness are read on the health
+  role only, which also takes the answers check and the probe. When a
   role dies, the others get a short bounded grace for their last lines; then every role
   is stopped, every role's log fetched and judged alone, and `first_failure` names the
   role that failed first on the controller's clock (`roles.py` builds the record);
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from orchestrator import shield
-from orchestrator.config.deployment import launch, refusal
+from orchestrator.config.deployment import launch, listens, refusal
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.diagnosis.classify.judge import RunEvidence, last_phase
@@ -238,7 +239,8 @@ class DeploymentExecutor(HostExecutor):
 
     def check_port(self, exp: Experiment) -> None:
         for m in self.members:
-            m.ex.check_port(m.ex.launch_of(launch(exp, m.name)))
+            if listens(exp, m.name):
+                m.ex.check_port(m.ex.launch_of(launch(exp, m.name)))
 
     def environment(self, exp: Experiment):  # noqa: ANN201 (the member's type)
         return self._member(self.health_role).ex.environment(launch(exp, self.health_role))
@@ -302,7 +304,8 @@ class DeploymentExecutor(HostExecutor):
                     return self._end(
                         exp, run_id, label, t0, started_at, invalid=f"role {m.name}: {reason}"
                     )
-                m.ex.check_port(run_launch)
+                if listens(exp, m.name):  # a rank that serves no port holds none
+                    m.ex.check_port(run_launch)
             waited = max(m.ex._wait_for_gpus(m.ex.launch_of(m.launch)) for m in self.members)  # type: ignore[arg-type]
             self._start_all(run_id)
             deadline = t0 + waited + exp.health.timeout

@@ -247,6 +247,17 @@ class Netns:
             run(["ip", "link", "del", self.veth], check=False)
 
 
+def route_between(namespaces: Sequence[Netns]) -> None:
+    """Each namespace reaches the others' addresses through this machine (its own end of
+    its pair): a namespace has its /30 and no route beyond it. The routes live inside the
+    namespaces and go with them when they are deleted."""
+    for ns in namespaces:
+        for other in namespaces:
+            if other is not ns:
+                route = [f"{other.address}/32", "via", ns.host_address]
+                run(["ip", "-n", ns.name, "route", "replace", *route], timeout=30)
+
+
 # --- mounts --------------------------------------------------------------------------------
 
 

@@ -452,11 +452,14 @@ class SshdServer:
     """An sshd run in the foreground as our child (`-D -e`): for test sessions.
 
     `restart()` kills the listener and every session below it (clients see the
-    connection drop) and starts it again on the same port with the same keys.
+    connection drop) and starts it again on the same port with the same keys. With
+    `netns`, it runs inside that network namespace (`ip netns exec`, which execs sshd in
+    place: the pid is sshd's), and so does every session's command.
     """
 
-    def __init__(self, endpoint: SshdEndpoint) -> None:
+    def __init__(self, endpoint: SshdEndpoint, *, netns: str | None = None) -> None:
         self.endpoint = endpoint
+        self.netns = netns
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -471,9 +474,10 @@ class SshdServer:
             return
         sshd = _require_sshd()
         check_config(self.endpoint)
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         with open(self.endpoint.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [sshd, "-D", "-e", "-f", str(self.endpoint.config_path)],
+                [*inside, sshd, "-D", "-e", "-f", str(self.endpoint.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.nshosts import NetnsSshdHost, netns_sshd_hosts
 from orchestrator.lab.sdhosts import REPO, SystemdHost, SystemdHostFactory
 from orchestrator.lab.sshd import (
     SshdEndpoint,
@@ -21,7 +22,7 @@ from orchestrator.lab.sshd import (
     prepare,
     session_env,
 )
-from tests.hosts.prereq import require_sshd, require_systemd_host
+from tests.hosts.prereq import require_netns, require_sshd, require_systemd_host
 from tests.hosts.procs import LabProcess
 
 SSHD_PREFIX = "orch-sshd-"
@@ -65,6 +66,18 @@ def sshd(sshd_server: SshdServer) -> SshdEndpoint:
     if not sshd_server.running():  # a test restarted it and failed half-way
         sshd_server.start()
     return sshd_server.endpoint
+
+
+@pytest.fixture
+def netns_hosts() -> Iterator[list[NetnsSshdHost]]:
+    """Two sshd hosts, each inside a network namespace of its own (its own address,
+    loopback and ports), routed to each other through this machine; the process manager's
+    hosts. Everything is removed after the test: sshd, what runs in the namespaces, the
+    namespaces with their routes and veth pairs."""
+    require_sshd()
+    require_netns()
+    with netns_sshd_hosts(2, env=session_env(REPO)) as hosts:
+        yield hosts
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,14 @@ def require_systemd_host() -> None:
             unavailable(f"'{tool}' is not installed (Debian package {pkg}; run scripts/bootstrap)")
 
 
+def require_netns() -> None:
+    """Root and iproute2, for hosts in network namespaces of their own."""
+    if os.geteuid() != 0:
+        unavailable("hosts in network namespaces need root (ip netns)")
+    if not shutil.which("ip"):
+        unavailable("'ip' is not installed (Debian package iproute2; run scripts/bootstrap)")
+
+
 def require_slurm() -> None:
     """Debian's Slurm (slurmctld, slurmd, clients) and munge, for the lab cluster."""
     from orchestrator.lab.slurmlab import PACKAGES, missing_programs
