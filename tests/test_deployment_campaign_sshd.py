@@ -224,3 +224,23 @@ def test_run_starts_every_role_and_names_the_failing_one(hosts: Path, tmp_path: 
     (record,) = host_records(tmp_path / "results", [again["run"]])
     assert [(r["role"], r["host"]) for r in record["roles"]] == [("node0", "n0"), ("node1", "n1")]
     nothing_left(tmp_path)
+
+
+def test_two_roles_on_one_port_of_one_host_are_refused_not_host_trouble(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Prefill and decode on one host, both told to listen on one port: the config's own
+    clash, `invalid` before anything starts (the decode server would die binding it and
+    the run would read as host trouble)."""
+    good = pd_files(tmp_path, decode_host=None)["good"]
+    doc = yaml.safe_load(good.read_text())
+    doc["roles"]["decode"]["flags"]["port"] = doc["roles"]["prefill"]["flags"]["port"]
+    good.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = ["run", good, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"]
+    code, out = cli_json(*argv)
+    assert out["verdict"] == "invalid", out
+    port = doc["roles"]["prefill"]["flags"]["port"]
+    assert f"roles prefill and decode both listen on port {port} of n0" in out["detail"], out
+    (record,) = host_records(tmp_path / "results", [out["run"]])
+    assert record["roles"] == [] and record["first_failure"] is None, record  # none started
+    nothing_left(tmp_path)

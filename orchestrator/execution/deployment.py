@@ -49,7 +49,13 @@ from orchestrator.execution.contract import (
     RunCancelled,
     RunResult,
 )
-from orchestrator.execution.deployment_sites import RoleSite, deployment_hosts, same_layout, sites
+from orchestrator.execution.deployment_sites import (
+    RoleSite,
+    deployment_hosts,
+    port_clash,
+    same_layout,
+    sites,
+)
 from orchestrator.execution.executor import Executor, _Watch
 from orchestrator.execution.roles import (
     RoleOutcome,
@@ -277,6 +283,9 @@ class DeploymentExecutor(HostExecutor):
         refused = refusal(exp, start=self.start_mismatched)
         if refused is not None:
             return self._end(exp, run_id, label, t0, started_at, invalid=refused.reason)
+        clash = port_clash(exp, (m.site for m in self.members))
+        if clash is not None:  # the config's own doing, not the host's: never started
+            return self._end(exp, run_id, label, t0, started_at, invalid=clash)
         environment = None
         answers: dict[str, object] | None = None
         probe = None
