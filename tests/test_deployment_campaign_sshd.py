@@ -244,3 +244,23 @@ def test_two_roles_on_one_port_of_one_host_are_refused_not_host_trouble(
     (record,) = host_records(tmp_path / "results", [out["run"]])
     assert record["roles"] == [] and record["first_failure"] is None, record  # none started
     nothing_left(tmp_path)
+
+
+def test_plan_host_asks_each_role_on_its_own_host(hosts: Path, tmp_path: Path) -> None:
+    """`plan --host` of a deployment puts each role's own launch to the server on the
+    role's host, as the bisection does: a misspelt flag of node1 (on n1) is refused by
+    plan, not only once the campaign has begun."""
+    good, bad = two_node_pair(tmp_path)
+    doc = yaml.safe_load(bad.read_text())
+    doc["roles"]["node1"]["flags"]["cuda-graph-max-bz"] = 8
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "role node1 on n1" in res.stderr and "--cuda-graph-max-bz" in res.stderr, res.stderr
+    doc["roles"]["node1"]["flags"].pop("cuda-graph-max-bz")
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("n0", "n1"):  # both hosts asked, each named
+        assert f"{name}: the server takes both configs' flags" in res.stdout, res.stdout
+    nothing_left(tmp_path)
