@@ -264,3 +264,26 @@ def test_plan_host_asks_each_role_on_its_own_host(hosts: Path, tmp_path: Path) -
     for name in ("n0", "n1"):  # both hosts asked, each named
         assert f"{name}: the server takes both configs' flags" in res.stdout, res.stdout
     nothing_left(tmp_path)
+
+
+def test_sweep_runs_a_deployment_on_every_roles_host(hosts: Path, tmp_path: Path) -> None:
+    """A sweep over a config with roles runs each config as the deployment (every role
+    on its own host), as `run` does, instead of refusing it once the sweep is recorded."""
+    good, _ = two_node_pair(tmp_path)
+    sweep = tmp_path / "experiments" / "sweep.yaml"
+    doc = {"name": "sweep-2n", "base": good.name, "matrix": {"max-running-requests": [128, 256]}}
+    sweep.write_text(yaml.safe_dump(doc))
+    code, out = cli_json(
+        "sweep", sweep, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"
+    )
+    assert code == 0, out
+    runs = out["rows"]
+    assert [r["verdict"] for r in runs] == ["pass", "pass"], out
+    records = host_records(tmp_path / "results", [r["run"] for r in runs])
+    for record in records:
+        assert [(r["role"], r["host"]) for r in record["roles"]] == [
+            ("node0", "n0"),
+            ("node1", "n1"),
+        ]
+        assert "--max-running-requests" in str(record["roles"][1]["rendered"])
+    nothing_left(tmp_path)
