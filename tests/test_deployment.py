@@ -227,7 +227,20 @@ def test_a_pair_of_other_roles_is_refused(tmp_path: Path) -> None:
     good, bad = _pd_pair(tmp_path, "roles:\n  decode: {host: b300-03}\n")
     with pytest.raises(PlanError) as err:
         diff(good, bad)
-    assert "roles" in str(err.value)
+    # the error names what differs, where, and each side's value
+    assert "roles.decode.host: good has b300-02, bad has b300-03" in str(err.value)
+    assert str(bad.source) in str(err.value)
+    renamed, _ = _pd_pair(tmp_path, "")
+    other = load_experiment(
+        write(
+            tmp_path,
+            "renamed.yaml",
+            PAIR.replace("decode: {", "decoder: {kind: decode, ").replace("name: pd", "name: r"),
+        )
+    )
+    with pytest.raises(PlanError) as err:
+        diff(renamed, other)
+    assert "only good has decode, only bad has decoder" in str(err.value)
     single = load_experiment(write(tmp_path, "one.yaml", SINGLE))
     with pytest.raises(PlanError):
         diff(single, good)
