@@ -264,7 +264,10 @@ def check_same_roles(good: Experiment, bad: Experiment) -> None:
     gs, bs = shape(good), shape(bad)
     if gs == bs:
         return
-    where = f"the good config '{good.name}' ({good.source}) and the bad config '{bad.name}' ({bad.source})"
+    where = (
+        f"the good config '{good.name}' ({good.source}) and the bad config "
+        f"'{bad.name}' ({bad.source})"
+    )
     if set(gs) != set(bs):
         only_good = ", ".join(n for n in gs if n not in bs) or "none"
         only_bad = ", ".join(n for n in bs if n not in gs) or "none"
