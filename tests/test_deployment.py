@@ -373,3 +373,28 @@ def test_an_interrupt_names_the_restore_of_every_host_of_a_deployment() -> None:
     assert not ok
     assert lines[0] == "n0: restored (read back: as found)"
     assert lines[1].endswith("finish it with: orchestrator restore --host n1"), lines
+
+
+def test_a_bisection_whose_bad_splits_its_roles_is_refused_before_any_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bad's roles split a flag they must agree on and neither config says to start it:
+    bad can never be judged, so the bisection is refused before good's start is spent
+    (exit 2, naming bad's file and `mismatched_roles`); with `mismatched_roles: start` the
+    same pair goes on to the hosts."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n  lab:\n    address: 127.0.0.1\n    port: 1\n    known_hosts: /dev/null\n"
+        "    service_manager: process\n"
+    )
+    argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r"), "--no-report"]
+    good = str(PD / "good.yaml")
+    assert main(["bisect", "--good", good, "--bad", str(PD / "bad.yaml"), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "bad.yaml: mismatched_roles: the bad config would never start" in err, err
+    assert "decode: --page-size 64" in err and "mismatched_roles: start" in err, err
+    assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+    from orchestrator.cli.bisect import refuse_split_endpoints
+
+    start = load_experiment(PD / "bad-start.yaml")
+    refuse_split_endpoints(load_experiment(PD / "good.yaml"), start)  # goes on to the hosts
