@@ -257,6 +257,7 @@ def test_plan_host_asks_each_role_on_its_own_host(hosts: Path, tmp_path: Path) -
     res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "role node1 on n1" in res.stderr and "--cuda-graph-max-bz" in res.stderr, res.stderr
+    assert "roles.node1.flags" in res.stderr, res.stderr  # where the flag is, not service.flags
     doc["roles"]["node1"]["flags"].pop("cuda-graph-max-bz")
     bad.write_text(yaml.safe_dump(doc, sort_keys=False))
     res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)

@@ -49,12 +49,14 @@ def refused_flags(executor: HostExecutor, exp: Experiment) -> None:
     if pf is None:
         return
     # the build's own server is asked (its interpreter or image)
-    refusal = pf.check(getattr(executor, "launch_of", lambda e: e)(exp)).refusal
+    check = pf.check(getattr(executor, "launch_of", lambda e: e)(exp))
+    refusal = check.refusal
     if refusal is not None:
         raise FlagsRefused(
             f"on {executor.host.name}, before anything started: {refusal}",
             file=exp.source,
-            key="service.flags",
+            # a deployment's check names the role whose own flags hold the refused one
+            key=getattr(check, "key", "service.flags"),
             hint="correct the flag in the file (the server's own parser refused it)",
         )
 

@@ -95,10 +95,12 @@ class _Member:
 
 
 class _RolesCheck:
-    """The preflight's answer over every role: the first refusal, named by its role."""
+    """The preflight's answer over every role: the first refusal, named by its role, and
+    the config key that holds the refused flag (the role's own flags, else the shared)."""
 
-    def __init__(self, refusal: str | None) -> None:
+    def __init__(self, refusal: str | None, key: str = "service.flags") -> None:
         self.refusal = refusal
+        self.key = key
 
 
 class _RolesPreflight:
@@ -113,7 +115,10 @@ class _RolesPreflight:
             one = launch(exp, m.name)
             got = m.ex.preflight.check(m.ex.launch_of(one))
             if got.refusal is not None:
-                return _RolesCheck(f"role {m.name} on {m.site.host.name}: {got.refusal}")
+                own = {k for k, _ in exp.deployment().role(m.name).flags}
+                refused = {p.flag.lstrip("-").split("=", 1)[0] for p in got.predicted}
+                key = f"roles.{m.name}.flags" if refused & own else "service.flags"
+                return _RolesCheck(f"role {m.name} on {m.site.host.name}: {got.refusal}", key)
         return _RolesCheck(None)
 
 
