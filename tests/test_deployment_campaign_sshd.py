@@ -288,3 +288,37 @@ def test_sweep_runs_a_deployment_on_every_roles_host(hosts: Path, tmp_path: Path
         ]
         assert "--max-running-requests" in str(record["roles"][1]["rendered"])
     nothing_left(tmp_path)
+
+
+def test_a_run_carries_the_environment_of_the_host_that_names_it(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    """n1 has other GPUs and another driver than n0: a run that failed on node1 (host n1)
+    is recorded with n1's environment, a run that passed (host n0, the health role's)
+    with n0's; never one host's environment under the other's name."""
+    hosts = two_sshd_hosts(sshd, tmp_path)
+    gpus = tmp_path / "gpus-n1.json"
+    gpus.write_text('{"name": "NVIDIA H200", "driver": "590.10.01"}')
+    doc = yaml.safe_load(hosts.read_text())
+    doc["hosts"]["n1"]["env"]["ORCH_LAB_GPUS"] = str(gpus)
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    good, bad = two_node_pair(tmp_path)
+    results = tmp_path / "results"
+    try:
+        seen = {}
+        for exp in (bad, good):
+            code, out = cli_json("run", exp, "--host", "n0", "--hosts", hosts, "--results", results)
+            assert code == 0, out
+            code, shown = cli_json("show", out["run"], "--results", results)
+            seen[out["host"]] = shown["environment"]
+        assert set(seen) == {"n0", "n1"}, seen
+        assert (seen["n1"]["gpu_model"], seen["n1"]["driver"]) == ("NVIDIA H200", "590.10.01")
+        assert seen["n0"]["gpu_model"] == "NVIDIA B300 SXM6 AC", seen["n0"]
+        nothing_left(tmp_path)
+    finally:
+        for name in ("n0", "n1"):
+            for pid in our_processes(str(tmp_path / f"run-{name}")):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                except OSError:
+                    pass

@@ -291,14 +291,17 @@ class DeploymentExecutor(HostExecutor):
         clash = port_clash(exp, (m.site for m in self.members))
         if clash is not None:  # the config's own doing, not the host's: never started
             return self._end(exp, run_id, label, t0, started_at, invalid=clash)
-        environment = None
+        #: host name -> its environment, read on each host of the roles: the run is
+        #: recorded with the environment of the host that names it (the failing role's)
+        environments: dict[str, object] = {}
         answers: dict[str, object] | None = None
         probe = None
         metric: float | None = None
         probe_record: dict[str, object] | None = None
         try:
             try:
-                environment = health.ex.environment(health.launch)  # type: ignore[arg-type]
+                for m in self._env_readers(health):
+                    environments[m.site.host.name] = m.ex.environment(m.launch)  # type: ignore[arg-type]
             except (TransportError, InfraError) as exc:
                 return self._end(exp, run_id, label, t0, started_at, infra=str(exc))
             why = self.preflight.check(exp).refusal
@@ -361,13 +364,21 @@ class DeploymentExecutor(HostExecutor):
             t0,
             started_at,
             outcome=outcome,
-            environment=environment,
+            environments=environments,
             answers=answers,
             metric=metric,
             probe_record=probe_record,
         )
 
     # ---- the parts of a run
+    def _env_readers(self, health: _Member) -> list[_Member]:
+        """One role per host whose environment is read: the health role on its host, else
+        the host's first server role (a router's command may be another interpreter)."""
+        chosen: dict[str, _Member] = {health.site.host.name: health}
+        for m in sorted(self.members, key=lambda m: not m.site.role.serving):
+            chosen.setdefault(m.site.host.name, m)
+        return list(chosen.values())
+
     def _step(self, m: _Member, step: str, detail: str) -> None:
         self.emit(StepDone(host=m.site.host.name, step=step, detail=f"{m.name}: {detail}"))
 
@@ -530,7 +541,7 @@ class DeploymentExecutor(HostExecutor):
         invalid: str | None = None,
         infra: str | None = None,
         outcome: object = None,
-        environment: object = None,
+        environments: dict[str, object] | None = None,
         answers: dict[str, object] | None = None,
         metric: float | None = None,
         probe_record: dict[str, object] | None = None,
@@ -575,7 +586,8 @@ class DeploymentExecutor(HostExecutor):
             ready_s=health.watch.ready_at,
             invocation=health.started.invocation if health.started else None,
             host_record=record,
-            environment=environment,
+            # the host that names the run: its own environment, never another role's
+            environment=(environments or {}).get(host),
             answers=answers,
             inputs=None,
         )
