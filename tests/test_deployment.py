@@ -398,3 +398,26 @@ def test_a_bisection_whose_bad_splits_its_roles_is_refused_before_any_start(
 
     start = load_experiment(PD / "bad-start.yaml")
     refuse_split_endpoints(load_experiment(PD / "good.yaml"), start)  # goes on to the hosts
+
+
+def test_two_roles_on_one_unit_of_one_host_are_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """decode given prefill's unit on the same host: each role's drop-in, start and
+    restore would be the other's, so the config is refused (exit 2) naming the role's
+    unit key, before anything is recorded or started."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n  lab: {address: localhost, transport: local, service_manager: process}\n"
+    )
+    same = tmp_path / "same.yaml"
+    same.write_text(
+        f"name: same\nextends: {PD / 'good.yaml'}\n"
+        "roles:\n  decode: {unit: lab-pd-prefill.service}\n"
+    )
+    argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
+    assert main(["run", str(same), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "same.yaml: roles.decode.unit: roles prefill and decode would both run as" in err, err
+    assert "lab-pd-prefill.service on lab" in err, err
+    assert not (tmp_path / "r").exists()  # nothing recorded, nothing started

@@ -66,7 +66,36 @@ def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[Rol
                 key=f"roles.{name}.host",
             )
         out.append(RoleSite(role, where, role.unit or f"{base}-{name}"))
+    _one_service_each(exp, out)
     return tuple(out)
+
+
+def _machine(h: Host) -> tuple[object, ...]:
+    """What one machine is to a service: one SSH endpoint (two hosts-file names of it are
+    one systemd), and for detached servers also the run_dir that keys them."""
+    return (
+        h.transport,
+        h.address,
+        h.port if h.transport == "ssh" else 0,
+        h.service_manager,
+        h.run_dir if h.service_manager == "process" else None,
+    )
+
+
+def _one_service_each(exp: Experiment, where: list[RoleSite]) -> None:
+    """Refuse two roles on one service of one machine: each role's drop-in, start and
+    restore would be the other's."""
+    seen: dict[tuple[object, ...], str] = {}
+    for s in where:
+        first = seen.setdefault((*_machine(s.host), s.service), s.role.name)
+        if first != s.role.name:
+            raise ConfigError(
+                f"roles {first} and {s.role.name} would both run as {s.service} on "
+                f"{s.host.name}: each role needs a unit of its own on its host",
+                file=exp.source,
+                key=f"roles.{s.role.name}.unit",
+                hint="give the role a unit: of its own, or put it on another host:",
+            )
 
 
 def deployment_hosts(
