@@ -322,3 +322,62 @@ def test_a_run_carries_the_environment_of_the_host_that_names_it(
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
                 except OSError:
                     pass
+
+
+def test_a_role_host_gone_for_good_stops_the_campaign_naming_its_restore(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    """n1 (node1's host) is reached through a forwarder of its own; once a run is
+    recorded the forwarder is killed: the runs are `infra`, the campaign stops (exit 3)
+    with its resume command, n0 is restored and read back, and the output names n1 as
+    not restored with the command that finishes it."""
+    import sys
+
+    from orchestrator.lab.sshd import free_port
+    from tests.test_campaign_resume import recorded_count
+
+    hosts = two_sshd_hosts(sshd, tmp_path)
+    port = free_port()
+    doc = yaml.safe_load(hosts.read_text())
+    doc["hosts"]["n1"]["port"] = port
+    known = tmp_path / "known_hosts_n1"
+    line = Path(sshd.known_hosts).read_text().strip().split(" ", 1)[1]
+    known.write_text(f"[127.0.0.1]:{port} {line}\n")
+    doc["hosts"]["n1"]["known_hosts"] = str(known)
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    fwd = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.tcp_forward", str(port), str(sshd.port)],
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    good, bad = two_node_pair(tmp_path)
+    results, log = tmp_path / "results", tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", results, "--no-report", log=log)
+    try:
+
+        def one_run() -> tuple[str, int] | None:
+            assert child.poll() is None, log.read_text()
+            got = recorded_count(results)
+            return got if got and got[1] >= 1 else None
+
+        wait_until(one_run, timeout=120, interval=0.05, what="a run", describe=log.read_text)
+        fwd.kill()
+        code = child.wait(timeout=300)
+    finally:
+        stop_child(child)
+        if fwd.poll() is None:
+            fwd.kill()
+        fwd.wait(timeout=30)
+        for name in ("n0", "n1"):
+            for pid in our_processes(str(tmp_path / f"run-{name}")):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+    out = " ".join(log.read_text().split())
+    assert code == 3, out
+    assert "runs in a row failed on host trouble" in out and "--resume" in out, out
+    assert "n1 could not be restored or read back" in out, out
+    assert "orchestrator restore --host n1" in out, out
+    assert "Traceback" not in out, out
+    assert not list((tmp_path / "run-n0" / "locks").iterdir())  # n0 restored, unlocked

@@ -387,7 +387,24 @@ class Pool:
                 try:
                     w.restored = executor.close()
                     w.left = getattr(executor, "left", None)
-                    if w.left:  # the host read back shows what the restore did not undo
+                    # a deployment restores each of its hosts on its own and goes on past
+                    # one it cannot reach: the user must hear which, and how to finish
+                    unread = [h for h, what in (hosts_left(executor) or {}).items() if what is None]
+                    if unread:
+                        failed = [d for d in w.restored or () if "restore failed" in d]
+                        self.emit(
+                            Notice(
+                                host=w.host.name,
+                                message=(
+                                    f"{', '.join(unread)} could not be restored or read "
+                                    "back: "
+                                    + ("; ".join(failed) or "the restore was not read back")
+                                    + "; once it is reachable: "
+                                    + "; ".join(f"orchestrator restore --host {h}" for h in unread)
+                                ),
+                            )
+                        )
+                    elif w.left:  # the host read back shows what the restore did not undo
                         self.emit(
                             Notice(
                                 host=w.host.name,
