@@ -242,7 +242,17 @@ def test_two_roles_on_one_port_of_one_host_are_refused_not_host_trouble(
     port = doc["roles"]["prefill"]["flags"]["port"]
     assert f"roles prefill and decode both listen on port {port} of n0" in out["detail"], out
     (record,) = host_records(tmp_path / "results", [out["run"]])
-    assert record["roles"] == [] and record["first_failure"] is None, record  # none started
+    # none started, each still named with its host and unit, for show, --role and reports
+    assert [(r["role"], r["host"], r["verdict"]) for r in record["roles"]] == [
+        ("router", "n0", "absent"),
+        ("prefill", "n0", "absent"),
+        ("decode", "n0", "absent"),
+    ], record
+    assert record["first_failure"] is None, record
+    shown = cli("show", out["run"], "--role", "decode", "--results", tmp_path / "results")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "decode [decode] on n0 (lab-pd-decode.service): absent" in text, text
     nothing_left(tmp_path)
 
 

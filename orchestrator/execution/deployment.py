@@ -546,13 +546,24 @@ class DeploymentExecutor(HostExecutor):
         metric: float | None = None,
         probe_record: dict[str, object] | None = None,
     ) -> RunResult:
-        from orchestrator.execution.roles import Judged
+        from orchestrator.execution.roles import ABSENT, Judged, RoleRecord
 
         duration = self.clock() - t0
         health = self._member(self.health_role)
         if outcome is None:
             verdict = Verdict.INVALID if invalid is not None else Verdict.INFRA
-            outcome = Judged(verdict, None, invalid or infra or "", None, ())
+            # every role is still named with its host and unit (show, --role, reports):
+            # absent when it never started, else cut short by the host trouble
+            records = tuple(
+                RoleRecord(
+                    self._evidence(m, None),
+                    ABSENT if m.started is None else Verdict.INFRA.value,
+                    None,
+                    None,
+                )
+                for m in self.members
+            )
+            outcome = Judged(verdict, None, invalid or infra or "", None, records)
         assert isinstance(outcome, Judged)
         host = outcome.host or health.site.host.name
         record: dict[str, object] = {
