@@ -421,3 +421,27 @@ def test_two_roles_on_one_unit_of_one_host_are_refused_before_anything_runs(
     assert "same.yaml: roles.decode.unit: roles prefill and decode would both run as" in err, err
     assert "lab-pd-prefill.service on lab" in err, err
     assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+
+
+def test_a_pool_with_roles_that_name_their_hosts_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pool runs a whole deployment on each of its hosts; a role fixed to one host
+    cannot be on all of them: refused (exit 2) naming the file and the role's host key."""
+    hosts = tmp_path / "hosts.yaml"
+    local = "{address: localhost, transport: local, service_manager: process}"
+    hosts.write_text(
+        f"hosts:\n  a: {local}\n  b: {local}\n  gpu-02: {local}\npools:\n  ab: [a, b]\n"
+    )
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(
+        f"name: moved\nextends: {PD / 'bad-start.yaml'}\nroles:\n  decode: {{host: gpu-02}}\n"
+    )
+    good = tmp_path / "good.yaml"
+    good.write_text(f"name: g\nextends: {PD / 'good.yaml'}\nroles:\n  decode: {{host: gpu-02}}\n")
+    argv = ["--host", "ab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
+    assert main(["bisect", "--good", str(good), "--bad", str(moved), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "good.yaml: roles.decode.host: role decode names its host" in err, err
+    assert "pool 'ab'" in err, err
+    assert not (tmp_path / "r").exists()
