@@ -391,3 +391,41 @@ def test_a_role_host_gone_for_good_stops_the_campaign_naming_its_restore(
     assert "orchestrator restore --host n1" in out, out
     assert "Traceback" not in out, out
     assert not list((tmp_path / "run-n0" / "locks").iterdir())  # n0 restored, unlocked
+
+
+def test_resume_after_ctrl_c_mid_run_reuses_only_judged_runs_and_answers(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C while both ranks of a bad variant run: every host restored; `--resume`
+    continues the same campaign, starts the interrupted variant again (it was never
+    judged), judges each variant once, gives the answer, and leaves every host as found."""
+    from tests.test_campaign_resume import recorded_count
+
+    good, bad = two_node_pair(tmp_path)
+    results, log = tmp_path / "results", tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", results, "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    out = " ".join(log.read_text().split())
+    assert "the hosts were restored (read back: as found): n0, n1" in out, out
+    nothing_left(tmp_path)
+    got = recorded_count(results)
+    assert got is not None
+    cid, before = got
+    code, answer = cli_json(
+        "bisect", "--resume", cid, "--hosts", hosts, "--results", results, "--no-report"
+    )
+    assert code == 0, answer
+    assert answer["campaign"] == cid and answer["status"] == "found", answer
+    assert [c["flags"] for c in answer["culprits"]] == [["--enable-nccl-nvls"]], answer
+    runs = read_runs(results, cid)
+    assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
+    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA]
+    assert len(judged) == len(set(judged)), [(r.seq, r.variant, r.verdict) for r in runs]
+    assert len(runs) > before and all(r.cached_from is None for r in runs)
+    nothing_left(tmp_path)
