@@ -227,7 +227,20 @@ def test_a_pair_of_other_roles_is_refused(tmp_path: Path) -> None:
     good, bad = _pd_pair(tmp_path, "roles:\n  decode: {host: b300-03}\n")
     with pytest.raises(PlanError) as err:
         diff(good, bad)
-    assert "roles" in str(err.value)
+    # the error names what differs, where, and each side's value
+    assert "roles.decode.host: good has b300-02, bad has b300-03" in str(err.value)
+    assert str(bad.source) in str(err.value)
+    renamed, _ = _pd_pair(tmp_path, "")
+    other = load_experiment(
+        write(
+            tmp_path,
+            "renamed.yaml",
+            PAIR.replace("decode: {", "decoder: {kind: decode, ").replace("name: pd", "name: r"),
+        )
+    )
+    with pytest.raises(PlanError) as err:
+        diff(renamed, other)
+    assert "only good has decode, only bad has decoder" in str(err.value)
     single = load_experiment(write(tmp_path, "one.yaml", SINGLE))
     with pytest.raises(PlanError):
         diff(single, good)
@@ -423,3 +436,75 @@ def test_an_interrupt_names_the_restore_of_every_host_of_a_deployment() -> None:
     assert not ok
     assert lines[0] == "n0: restored (read back: as found)"
     assert lines[1].endswith("finish it with: orchestrator restore --host n1"), lines
+
+
+def test_a_bisection_whose_bad_splits_its_roles_is_refused_before_any_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bad's roles split a flag they must agree on and neither config says to start it:
+    bad can never be judged, so the bisection is refused before good's start is spent
+    (exit 2, naming bad's file and `mismatched_roles`); with `mismatched_roles: start` the
+    same pair goes on to the hosts."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n  lab:\n    address: 127.0.0.1\n    port: 1\n    known_hosts: /dev/null\n"
+        "    service_manager: process\n"
+    )
+    argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r"), "--no-report"]
+    good = str(PD / "good.yaml")
+    assert main(["bisect", "--good", good, "--bad", str(PD / "bad.yaml"), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "bad.yaml: mismatched_roles: the bad config would never start" in err, err
+    assert "decode: --page-size 64" in err and "mismatched_roles: start" in err, err
+    assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+    from orchestrator.cli.bisect import refuse_split_endpoints
+
+    start = load_experiment(PD / "bad-start.yaml")
+    refuse_split_endpoints(load_experiment(PD / "good.yaml"), start)  # goes on to the hosts
+
+
+def test_two_roles_on_one_unit_of_one_host_are_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """decode given prefill's unit on the same host: each role's drop-in, start and
+    restore would be the other's, so the config is refused (exit 2) naming the role's
+    unit key, before anything is recorded or started."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n  lab: {address: localhost, transport: local, service_manager: process}\n"
+    )
+    same = tmp_path / "same.yaml"
+    same.write_text(
+        f"name: same\nextends: {PD / 'good.yaml'}\n"
+        "roles:\n  decode: {unit: lab-pd-prefill.service}\n"
+    )
+    argv = ["--host", "lab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
+    assert main(["run", str(same), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "same.yaml: roles.decode.unit: roles prefill and decode would both run as" in err, err
+    assert "lab-pd-prefill.service on lab" in err, err
+    assert not (tmp_path / "r").exists()  # nothing recorded, nothing started
+
+
+def test_a_pool_with_roles_that_name_their_hosts_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pool runs a whole deployment on each of its hosts; a role fixed to one host
+    cannot be on all of them: refused (exit 2) naming the file and the role's host key."""
+    hosts = tmp_path / "hosts.yaml"
+    local = "{address: localhost, transport: local, service_manager: process}"
+    hosts.write_text(
+        f"hosts:\n  a: {local}\n  b: {local}\n  gpu-02: {local}\npools:\n  ab: [a, b]\n"
+    )
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(
+        f"name: moved\nextends: {PD / 'bad-start.yaml'}\nroles:\n  decode: {{host: gpu-02}}\n"
+    )
+    good = tmp_path / "good.yaml"
+    good.write_text(f"name: g\nextends: {PD / 'good.yaml'}\nroles:\n  decode: {{host: gpu-02}}\n")
+    argv = ["--host", "ab", "--hosts", str(hosts), "--results", str(tmp_path / "r")]
+    assert main(["bisect", "--good", str(good), "--bad", str(moved), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "good.yaml: roles.decode.host: role decode names its host" in err, err
+    assert "pool 'ab'" in err, err
+    assert not (tmp_path / "r").exists()

@@ -113,7 +113,7 @@ def test_pd_split_refused_before_it_starts_unless_asked_then_the_decode_flag(
 ) -> None:
     files = pd_files(tmp_path)
     code, out = bisect(hosts, tmp_path, files["good"], files["bad"])
-    assert code != 0, out
+    assert code == 2, out  # refused before any start: bad can never be judged
     text = str(out)
     assert "roles disagree" in text and "decode: --page-size 64" in text, out
     runs = read_runs(tmp_path / "results")
@@ -223,4 +223,209 @@ def test_run_starts_every_role_and_names_the_failing_one(hosts: Path, tmp_path: 
     assert str(again["detail"]).startswith("node1 on n1: cuda_graph: cublas"), again
     (record,) = host_records(tmp_path / "results", [again["run"]])
     assert [(r["role"], r["host"]) for r in record["roles"]] == [("node0", "n0"), ("node1", "n1")]
+    nothing_left(tmp_path)
+
+
+def test_two_roles_on_one_port_of_one_host_are_refused_not_host_trouble(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Prefill and decode on one host, both told to listen on one port: the config's own
+    clash, `invalid` before anything starts (the decode server would die binding it and
+    the run would read as host trouble)."""
+    good = pd_files(tmp_path, decode_host=None)["good"]
+    doc = yaml.safe_load(good.read_text())
+    doc["roles"]["decode"]["flags"]["port"] = doc["roles"]["prefill"]["flags"]["port"]
+    good.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = ["run", good, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"]
+    code, out = cli_json(*argv)
+    assert out["verdict"] == "invalid", out
+    port = doc["roles"]["prefill"]["flags"]["port"]
+    assert f"roles prefill and decode both listen on port {port} of n0" in out["detail"], out
+    (record,) = host_records(tmp_path / "results", [out["run"]])
+    # none started, each still named with its host and unit, for show, --role and reports
+    assert [(r["role"], r["host"], r["verdict"]) for r in record["roles"]] == [
+        ("router", "n0", "absent"),
+        ("prefill", "n0", "absent"),
+        ("decode", "n0", "absent"),
+    ], record
+    assert record["first_failure"] is None, record
+    shown = cli("show", out["run"], "--role", "decode", "--results", tmp_path / "results")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "decode [decode] on n0 (lab-pd-decode.service): absent" in text, text
+    nothing_left(tmp_path)
+
+
+def test_plan_host_asks_each_role_on_its_own_host(hosts: Path, tmp_path: Path) -> None:
+    """`plan --host` of a deployment puts each role's own launch to the server on the
+    role's host, as the bisection does: a misspelt flag of node1 (on n1) is refused by
+    plan, not only once the campaign has begun."""
+    good, bad = two_node_pair(tmp_path)
+    doc = yaml.safe_load(bad.read_text())
+    doc["roles"]["node1"]["flags"]["cuda-graph-max-bz"] = 8
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "role node1 on n1" in res.stderr and "--cuda-graph-max-bz" in res.stderr, res.stderr
+    assert "roles.node1.flags" in res.stderr, res.stderr  # where the flag is, not service.flags
+    doc["roles"]["node1"]["flags"].pop("cuda-graph-max-bz")
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = cli("plan", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("n0", "n1"):  # both hosts asked, each named
+        assert f"{name}: the server takes both configs' flags" in res.stdout, res.stdout
+    nothing_left(tmp_path)
+
+
+def test_sweep_runs_a_deployment_on_every_roles_host(hosts: Path, tmp_path: Path) -> None:
+    """A sweep over a config with roles runs each config as the deployment (every role
+    on its own host), as `run` does, instead of refusing it once the sweep is recorded."""
+    good, _ = two_node_pair(tmp_path)
+    sweep = tmp_path / "experiments" / "sweep.yaml"
+    doc = {"name": "sweep-2n", "base": good.name, "matrix": {"max-running-requests": [128, 256]}}
+    sweep.write_text(yaml.safe_dump(doc))
+    code, out = cli_json(
+        "sweep", sweep, "--host", "n0", "--hosts", hosts, "--results", tmp_path / "results"
+    )
+    assert code == 0, out
+    runs = out["rows"]
+    assert [r["verdict"] for r in runs] == ["pass", "pass"], out
+    records = host_records(tmp_path / "results", [r["run"] for r in runs])
+    for record in records:
+        assert [(r["role"], r["host"]) for r in record["roles"]] == [
+            ("node0", "n0"),
+            ("node1", "n1"),
+        ]
+        assert "--max-running-requests" in str(record["roles"][1]["rendered"])
+    nothing_left(tmp_path)
+
+
+def test_a_run_carries_the_environment_of_the_host_that_names_it(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    """n1 has other GPUs and another driver than n0: a run that failed on node1 (host n1)
+    is recorded with n1's environment, a run that passed (host n0, the health role's)
+    with n0's; never one host's environment under the other's name."""
+    hosts = two_sshd_hosts(sshd, tmp_path)
+    gpus = tmp_path / "gpus-n1.json"
+    gpus.write_text('{"name": "NVIDIA H200", "driver": "590.10.01"}')
+    doc = yaml.safe_load(hosts.read_text())
+    doc["hosts"]["n1"]["env"]["ORCH_LAB_GPUS"] = str(gpus)
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    good, bad = two_node_pair(tmp_path)
+    results = tmp_path / "results"
+    try:
+        seen = {}
+        for exp in (bad, good):
+            code, out = cli_json("run", exp, "--host", "n0", "--hosts", hosts, "--results", results)
+            assert code == 0, out
+            code, shown = cli_json("show", out["run"], "--results", results)
+            seen[out["host"]] = shown["environment"]
+        assert set(seen) == {"n0", "n1"}, seen
+        assert (seen["n1"]["gpu_model"], seen["n1"]["driver"]) == ("NVIDIA H200", "590.10.01")
+        assert seen["n0"]["gpu_model"] == "NVIDIA B300 SXM6 AC", seen["n0"]
+        nothing_left(tmp_path)
+    finally:
+        for name in ("n0", "n1"):
+            for pid in our_processes(str(tmp_path / f"run-{name}")):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def test_a_role_host_gone_for_good_stops_the_campaign_naming_its_restore(
+    sshd: SshdEndpoint, tmp_path: Path
+) -> None:
+    """n1 (node1's host) is reached through a forwarder of its own; once a run is
+    recorded the forwarder is killed: the runs are `infra`, the campaign stops (exit 3)
+    with its resume command, n0 is restored and read back, and the output names n1 as
+    not restored with the command that finishes it."""
+    import sys
+
+    from orchestrator.lab.sshd import free_port
+    from tests.test_campaign_resume import recorded_count
+
+    hosts = two_sshd_hosts(sshd, tmp_path)
+    port = free_port()
+    doc = yaml.safe_load(hosts.read_text())
+    doc["hosts"]["n1"]["port"] = port
+    known = tmp_path / "known_hosts_n1"
+    line = Path(sshd.known_hosts).read_text().strip().split(" ", 1)[1]
+    known.write_text(f"[127.0.0.1]:{port} {line}\n")
+    doc["hosts"]["n1"]["known_hosts"] = str(known)
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    fwd = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.tcp_forward", str(port), str(sshd.port)],
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    good, bad = two_node_pair(tmp_path)
+    results, log = tmp_path / "results", tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", results, "--no-report", log=log)
+    try:
+
+        def one_run() -> tuple[str, int] | None:
+            assert child.poll() is None, log.read_text()
+            got = recorded_count(results)
+            return got if got and got[1] >= 1 else None
+
+        wait_until(one_run, timeout=120, interval=0.05, what="a run", describe=log.read_text)
+        fwd.kill()
+        code = child.wait(timeout=300)
+    finally:
+        stop_child(child)
+        if fwd.poll() is None:
+            fwd.kill()
+        fwd.wait(timeout=30)
+        for name in ("n0", "n1"):
+            for pid in our_processes(str(tmp_path / f"run-{name}")):
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+    out = " ".join(log.read_text().split())
+    assert code == 3, out
+    assert "runs in a row failed on host trouble" in out and "--resume" in out, out
+    assert "n1 could not be restored or read back" in out, out
+    assert "orchestrator restore --host n1" in out, out
+    assert "Traceback" not in out, out
+    assert not list((tmp_path / "run-n0" / "locks").iterdir())  # n0 restored, unlocked
+
+
+def test_resume_after_ctrl_c_mid_run_reuses_only_judged_runs_and_answers(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C while both ranks of a bad variant run: every host restored; `--resume`
+    continues the same campaign, starts the interrupted variant again (it was never
+    judged), judges each variant once, gives the answer, and leaves every host as found."""
+    from tests.test_campaign_resume import recorded_count
+
+    good, bad = two_node_pair(tmp_path)
+    results, log = tmp_path / "results", tmp_path / "bisect.log"
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "n0", "--hosts", hosts]
+    child = popen_cli(*argv, "--results", results, "--no-report", log=log)
+    try:
+        wait_both_ranks_of_bad(tmp_path, child, log)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=120) == 130, log.read_text()
+    finally:
+        stop_child(child)
+    out = " ".join(log.read_text().split())
+    assert "the hosts were restored (read back: as found): n0, n1" in out, out
+    nothing_left(tmp_path)
+    got = recorded_count(results)
+    assert got is not None
+    cid, before = got
+    code, answer = cli_json(
+        "bisect", "--resume", cid, "--hosts", hosts, "--results", results, "--no-report"
+    )
+    assert code == 0, answer
+    assert answer["campaign"] == cid and answer["status"] == "found", answer
+    assert [c["flags"] for c in answer["culprits"]] == [["--enable-nccl-nvls"]], answer
+    runs = read_runs(results, cid)
+    assert [r.seq for r in runs] == list(range(1, len(runs) + 1))
+    judged = [r.variant for r in runs if r.verdict is not Verdict.INFRA]
+    assert len(judged) == len(set(judged)), [(r.seq, r.variant, r.verdict) for r in runs]
+    assert len(runs) > before and all(r.cached_from is None for r in runs)
     nothing_left(tmp_path)

@@ -182,3 +182,26 @@ def test_restore_after_kill_9_leaves_both_containers_units_as_found(
         res = cli("restore", "--host", name, "--hosts", hosts, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
     assert [unit_state(box, unit) for box, unit in zip(pair, NODE_UNITS, strict=True)] == found
+
+
+def test_a_role_whose_unit_is_missing_stops_the_campaign_and_restores_the_other(
+    pair: list[SystemdHost], tmp_path: Path
+) -> None:
+    """node1's unit is not on b1: the campaign stops before any start (exit 3) naming the
+    unit and b1, and b0's unit, opened first, is as found."""
+    pair[0].install_unit(NODE_UNITS[0], LAB_UNIT)
+    pair[1].ssh_run(f"rm -f {UNIT_DIR}/{NODE_UNITS[1]} && systemctl daemon-reload", timeout=60)
+    found = unit_state(pair[0], NODE_UNITS[0])
+    hosts = tmp_path / "hosts.yaml"
+    env = {"PYTHONPATH": "/opt/orchestrator"}
+    entries = {f"b{i}": box.hosts_entry(env=env) for i, box in enumerate(pair)}
+    hosts.write_text(yaml.safe_dump({"hosts": entries}, sort_keys=False))
+    good, bad = two_node_pair(tmp_path, node1_host="b1", init_host=pair[0].address)
+    argv = ["bisect", "--good", good, "--bad", bad, "--host", "b0", "--hosts", hosts]
+    res = cli(*argv, "--results", tmp_path / "results", "--no-report")
+    text = " ".join(res.stderr.split())
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert NODE_UNITS[1] in text and "b1" in text, text
+    assert unit_state(pair[0], NODE_UNITS[0]) == found
+    lock = pair[0].ssh_run("ls /run/orchestrator 2>/dev/null; ls /var/lib/orchestrator 2>/dev/null")
+    assert "lab-node0" not in str(lock.stdout), lock.stdout

@@ -49,12 +49,14 @@ def refused_flags(executor: HostExecutor, exp: Experiment) -> None:
     if pf is None:
         return
     # the build's own server is asked (its interpreter or image)
-    refusal = pf.check(getattr(executor, "launch_of", lambda e: e)(exp)).refusal
+    check = pf.check(getattr(executor, "launch_of", lambda e: e)(exp))
+    refusal = check.refusal
     if refusal is not None:
         raise FlagsRefused(
             f"on {executor.host.name}, before anything started: {refusal}",
             file=exp.source,
-            key="service.flags",
+            # a deployment's check names the role whose own flags hold the refused one
+            key=getattr(check, "key", "service.flags"),
             hint="correct the flag in the file (the server's own parser refused it)",
         )
 
@@ -385,7 +387,24 @@ class Pool:
                 try:
                     w.restored = executor.close()
                     w.left = getattr(executor, "left", None)
-                    if w.left:  # the host read back shows what the restore did not undo
+                    # a deployment restores each of its hosts on its own and goes on past
+                    # one it cannot reach: the user must hear which, and how to finish
+                    unread = [h for h, what in (hosts_left(executor) or {}).items() if what is None]
+                    if unread:
+                        failed = [d for d in w.restored or () if "restore failed" in d]
+                        self.emit(
+                            Notice(
+                                host=w.host.name,
+                                message=(
+                                    f"{', '.join(unread)} could not be restored or read "
+                                    "back: "
+                                    + ("; ".join(failed) or "the restore was not read back")
+                                    + "; once it is reachable: "
+                                    + "; ".join(f"orchestrator restore --host {h}" for h in unread)
+                                ),
+                            )
+                        )
+                    elif w.left:  # the host read back shows what the restore did not undo
                         self.emit(
                             Notice(
                                 host=w.host.name,

@@ -23,7 +23,7 @@ from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.config.hosts import Host
 from orchestrator.config.schema import parse_duration
 from orchestrator.diagnosis.verdicts import Verdict
-from orchestrator.errors import EXIT_UNSURE, CampaignRef, OrchestratorError, UsageError
+from orchestrator.errors import EXIT_UNSURE, CampaignRef, ConfigError, OrchestratorError, UsageError
 from orchestrator.planner import STRATEGIES
 from orchestrator.planner.deltas import Delta, check_differ, diff
 from orchestrator.reports import env_report
@@ -282,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         plan = make_plan(args.good, args.bad, args.strategy, split=not args.no_split)
         hosts = common.hosts_for(args, args.host)
         common.deployment_setup(args, hosts, plan.good, plan.bad)
+        refuse_split_endpoints(plan.good, plan.bad)
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
         for line in plan.notes:
@@ -529,3 +530,23 @@ def sureness_lines(noise: dict | None) -> list[str]:
 
 
 __all__ = ["print_outcome", "register", "sureness_lines"]
+
+
+def refuse_split_endpoints(good: Experiment, bad: Experiment) -> None:
+    """A pair whose good or bad config splits a flag its roles must agree on, and that
+    does not say to start it anyway, is refused before anything starts (exit 2): that
+    endpoint would be `invalid` without a start, after good's start was spent for
+    nothing, and no search can follow."""
+    from orchestrator.config.deployment import refusal, starts_anyway
+
+    start = starts_anyway(good, bad)
+    for side, exp in (("good", good), ("bad", bad)):
+        refused = refusal(exp, start=start)
+        if refused is not None:
+            raise ConfigError(
+                f"the {side} config would never start: {refused.reason}",
+                file=exp.source,
+                key="mismatched_roles",
+                hint="make the roles agree, or say `mismatched_roles: start` in either "
+                "config to start such variants anyway and see what the split does",
+            )

@@ -14,6 +14,7 @@ from orchestrator.cli.output import err_console
 from orchestrator.config.hosts import Host, Inventory, load_inventory
 from orchestrator.errors import (
     CampaignRef,
+    ConfigError,
     InfraError,
     Interrupted,
     OrchestratorError,
@@ -188,10 +189,14 @@ def deployment_setup(args: argparse.Namespace, hosts: list[Host], *exps: object)
     if len(hosts) > 1:
         fixed = [r.name for r in roled[0].roles if r.host is not None]  # type: ignore[attr-defined]
         if fixed:
-            raise UsageError(
-                f"the roles {', '.join(fixed)} name their hosts: the deployment cannot run "
-                f"on each host of the pool '{args.host}' at once",
-                hint="give one host with --host",
+            raise ConfigError(
+                f"{'roles' if len(fixed) > 1 else 'role'} {', '.join(fixed)} "
+                f"{'name their hosts' if len(fixed) > 1 else 'names its host'}: the "
+                f"deployment cannot run on each host of the pool '{args.host}' at once",
+                file=getattr(roled[0], "source", None),
+                key=f"roles.{fixed[0]}.host",
+                hint="give one host with --host (the roles without a host: run there), or "
+                "drop the roles' host: to run a whole deployment on each host of the pool",
             )
     args.deployment_exps = exps
     args.deployment_hosts = []

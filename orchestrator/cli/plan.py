@@ -145,19 +145,25 @@ def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
         if isinstance(event, Notice):
             said.append(f"{event.host}: {event.message}")
 
+    hosts = common.hosts_for(args, args.host)
+    # a deployment's roles are asked on their own hosts, each its own launch (as a
+    # bisection asks them); a pool with roles that name their hosts is refused here too
+    common.deployment_setup(args, hosts, plan.good, plan.bad)
     make = common.executor_factory(args)
-    for host in common.hosts_for(args, args.host):
+    for host in hosts:
         executor = make(host, service_name(plan.good), "", listen)
         try:
             for exp in (plan.good, plan.bad):
                 refused_flags(executor, exp)
         finally:
             executor.close(restore=False)
-        if not any(line.startswith(f"{host.name}: ") for line in said):
-            said.append(
-                f"{host.name}: the server takes both configs' flags (its --help, "
-                "and its own parser where the help foresaw a refusal)"
-            )
+        asked = [m.site.host.name for m in getattr(executor, "members", ())] or [host.name]
+        for name in dict.fromkeys(asked):
+            if not any(line.startswith(f"{name}: ") for line in said):
+                said.append(
+                    f"{name}: the server takes both configs' flags (its --help, "
+                    "and its own parser where the help foresaw a refusal)"
+                )
     return said
 
 

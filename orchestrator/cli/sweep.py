@@ -142,9 +142,13 @@ def run(args: argparse.Namespace) -> int:
         hosts = [inv.host(h) for h in spec.hosts]
         resume_id = camp.id
         reuse = reuse or spec.reuse
+        common.deployment_setup(args, hosts, *(it.exp for it in sweep.items))
     else:
         sweep, hosts = sweep_and_hosts(args, inv)
         resume_id = None
+        # configs with roles run as deployments (each role on its host), checked before
+        # the campaign is recorded
+        common.deployment_setup(args, hosts, *(it.exp for it in sweep.items))
         store = common.store(args)
     notify_url = notifying.url_for(args, sweep.notify, inv.notify)
     notifying.register_secret(store, notify_url)  # never in the recorded command line

@@ -50,7 +50,13 @@ from orchestrator.execution.contract import (
     RunCancelled,
     RunResult,
 )
-from orchestrator.execution.deployment_sites import RoleSite, deployment_hosts, same_layout, sites
+from orchestrator.execution.deployment_sites import (
+    RoleSite,
+    deployment_hosts,
+    port_clash,
+    same_layout,
+    sites,
+)
 from orchestrator.execution.executor import Executor, _Watch
 from orchestrator.execution.roles import (
     RoleOutcome,
@@ -90,10 +96,12 @@ class _Member:
 
 
 class _RolesCheck:
-    """The preflight's answer over every role: the first refusal, named by its role."""
+    """The preflight's answer over every role: the first refusal, named by its role, and
+    the config key that holds the refused flag (the role's own flags, else the shared)."""
 
-    def __init__(self, refusal: str | None) -> None:
+    def __init__(self, refusal: str | None, key: str = "service.flags") -> None:
         self.refusal = refusal
+        self.key = key
 
 
 class _RolesPreflight:
@@ -108,7 +116,10 @@ class _RolesPreflight:
             one = launch(exp, m.name)
             got = m.ex.preflight.check(m.ex.launch_of(one))
             if got.refusal is not None:
-                return _RolesCheck(f"role {m.name} on {m.site.host.name}: {got.refusal}")
+                own = {k for k, _ in exp.deployment().role(m.name).flags}
+                refused = {p.flag.lstrip("-").split("=", 1)[0] for p in got.predicted}
+                key = f"roles.{m.name}.flags" if refused & own else "service.flags"
+                return _RolesCheck(f"role {m.name} on {m.site.host.name}: {got.refusal}", key)
         return _RolesCheck(None)
 
 
@@ -279,14 +290,20 @@ class DeploymentExecutor(HostExecutor):
         refused = refusal(exp, start=self.start_mismatched)
         if refused is not None:
             return self._end(exp, run_id, label, t0, started_at, invalid=refused.reason)
-        environment = None
+        clash = port_clash(exp, (m.site for m in self.members))
+        if clash is not None:  # the config's own doing, not the host's: never started
+            return self._end(exp, run_id, label, t0, started_at, invalid=clash)
+        #: host name -> its environment, read on each host of the roles: the run is
+        #: recorded with the environment of the host that names it (the failing role's)
+        environments: dict[str, object] = {}
         answers: dict[str, object] | None = None
         probe = None
         metric: float | None = None
         probe_record: dict[str, object] | None = None
         try:
             try:
-                environment = health.ex.environment(health.launch)  # type: ignore[arg-type]
+                for m in self._env_readers(health):
+                    environments[m.site.host.name] = m.ex.environment(m.launch)  # type: ignore[arg-type]
             except (TransportError, InfraError) as exc:
                 return self._end(exp, run_id, label, t0, started_at, infra=str(exc))
             why = self.preflight.check(exp).refusal
@@ -350,13 +367,21 @@ class DeploymentExecutor(HostExecutor):
             t0,
             started_at,
             outcome=outcome,
-            environment=environment,
+            environments=environments,
             answers=answers,
             metric=metric,
             probe_record=probe_record,
         )
 
     # ---- the parts of a run
+    def _env_readers(self, health: _Member) -> list[_Member]:
+        """One role per host whose environment is read: the health role on its host, else
+        the host's first server role (a router's command may be another interpreter)."""
+        chosen: dict[str, _Member] = {health.site.host.name: health}
+        for m in sorted(self.members, key=lambda m: not m.site.role.serving):
+            chosen.setdefault(m.site.host.name, m)
+        return list(chosen.values())
+
     def _step(self, m: _Member, step: str, detail: str) -> None:
         self.emit(StepDone(host=m.site.host.name, step=step, detail=f"{m.name}: {detail}"))
 
@@ -519,18 +544,29 @@ class DeploymentExecutor(HostExecutor):
         invalid: str | None = None,
         infra: str | None = None,
         outcome: object = None,
-        environment: object = None,
+        environments: dict[str, object] | None = None,
         answers: dict[str, object] | None = None,
         metric: float | None = None,
         probe_record: dict[str, object] | None = None,
     ) -> RunResult:
-        from orchestrator.execution.roles import Judged
+        from orchestrator.execution.roles import ABSENT, Judged, RoleRecord
 
         duration = self.clock() - t0
         health = self._member(self.health_role)
         if outcome is None:
             verdict = Verdict.INVALID if invalid is not None else Verdict.INFRA
-            outcome = Judged(verdict, None, invalid or infra or "", None, ())
+            # every role is still named with its host and unit (show, --role, reports):
+            # absent when it never started, else cut short by the host trouble
+            records = tuple(
+                RoleRecord(
+                    self._evidence(m, None),
+                    ABSENT if m.started is None else Verdict.INFRA.value,
+                    None,
+                    None,
+                )
+                for m in self.members
+            )
+            outcome = Judged(verdict, None, invalid or infra or "", None, records)
         assert isinstance(outcome, Judged)
         host = outcome.host or health.site.host.name
         record: dict[str, object] = {
@@ -564,7 +600,8 @@ class DeploymentExecutor(HostExecutor):
             ready_s=health.watch.ready_at,
             invocation=health.started.invocation if health.started else None,
             host_record=record,
-            environment=environment,
+            # the host that names the run: its own environment, never another role's
+            environment=(environments or {}).get(host),
             answers=answers,
             inputs=None,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.deployment import Role
+from orchestrator.config.deployment import Role, launch
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import ConfigError
@@ -66,7 +66,36 @@ def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[Rol
                 key=f"roles.{name}.host",
             )
         out.append(RoleSite(role, where, role.unit or f"{base}-{name}"))
+    _one_service_each(exp, out)
     return tuple(out)
+
+
+def _machine(h: Host) -> tuple[object, ...]:
+    """What one machine is to a service: one SSH endpoint (two hosts-file names of it are
+    one systemd), and for detached servers also the run_dir that keys them."""
+    return (
+        h.transport,
+        h.address,
+        h.port if h.transport == "ssh" else 0,
+        h.service_manager,
+        h.run_dir if h.service_manager == "process" else None,
+    )
+
+
+def _one_service_each(exp: Experiment, where: list[RoleSite]) -> None:
+    """Refuse two roles on one service of one machine: each role's drop-in, start and
+    restore would be the other's."""
+    seen: dict[tuple[object, ...], str] = {}
+    for s in where:
+        first = seen.setdefault((*_machine(s.host), s.service), s.role.name)
+        if first != s.role.name:
+            raise ConfigError(
+                f"roles {first} and {s.role.name} would both run as {s.service} on "
+                f"{s.host.name}: each role needs a unit of its own on its host",
+                file=exp.source,
+                key=f"roles.{s.role.name}.unit",
+                hint="give the role a unit: of its own, or put it on another host:",
+            )
 
 
 def deployment_hosts(
@@ -108,3 +137,30 @@ def _words(layout: list[tuple[str, str | None, str | None]]) -> str:
         ", ".join(f"{n}" + (f"@{h}" if h else "") + (f" ({u})" if u else "") for n, h, u in layout)
         or "none"
     )
+
+
+def listens(role: Role) -> bool:
+    """Whether the role's server binds its HTTP port: a router, and the first (or only)
+    node of each server; the other ranks of a multi-node server serve no HTTP (SGLang's
+    `--node-rank` >= 1 and vLLM's headless nodes only join rank 0)."""
+    return role.kind == "router" or role.rank in (None, 0)
+
+
+def port_clash(exp: Experiment, where: Iterable[RoleSite]) -> str | None:
+    """Why the roles of `exp` cannot all start: two that listen would bind one port of one
+    machine (one host entry, or two entries reaching the same SSH endpoint), so the
+    second dies with `address already in use`; None when every such port is its own."""
+    seen: dict[tuple[str, str, int, int], str] = {}
+    for s in where:
+        if not listens(s.role):
+            continue
+        port = launch(exp, s.role.name).port
+        h = s.host
+        machine = (h.transport, h.address, h.port if h.transport == "ssh" else 0, port)
+        first = seen.setdefault(machine, s.role.name)
+        if first != s.role.name:
+            return (
+                f"roles {first} and {s.role.name} both listen on port {port} of "
+                f"{h.describe()}: the second could not bind it"
+            )
+    return None

@@ -252,21 +252,40 @@ def diff(good: Experiment, bad: Experiment, *, split: bool = True) -> list[Delta
 
 def check_same_roles(good: Experiment, bad: Experiment) -> None:
     """Refuse a pair whose deployments differ in shape (role names, kinds, ranks, hosts,
-    units, a role's own command): a variant takes one of the two and no delta moves it."""
+    units, a role's own command): a variant takes one of the two and no delta moves it.
+    The error names the first difference: the role and its key, and each side's value."""
     from orchestrator.config.deployment import deployment
 
-    def shape(exp: Experiment) -> list[tuple[object, ...]]:
-        return [(r.name, r.kind, r.rank, r.host, r.unit, r.exec) for r in deployment(exp).roles]
+    fields = ("kind", "rank", "host", "unit", "exec")
 
-    if shape(good) == shape(bad):
+    def shape(exp: Experiment) -> dict[str, tuple[object, ...]]:
+        return {r.name: tuple(getattr(r, f) for f in fields) for r in deployment(exp).roles}
+
+    gs, bs = shape(good), shape(bad)
+    if gs == bs:
         return
-    names = ", ".join(r.name for r in deployment(good).roles)
-    bad_names = ", ".join(r.name for r in deployment(bad).roles)
+    where = (
+        f"the good config '{good.name}' ({good.source}) and the bad config "
+        f"'{bad.name}' ({bad.source})"
+    )
+    if set(gs) != set(bs):
+        only_good = ", ".join(n for n in gs if n not in bs) or "none"
+        only_bad = ", ".join(n for n in bs if n not in gs) or "none"
+        what = f"{where} have other roles: only good has {only_good}, only bad has {only_bad}"
+    else:
+        name, field, old, new = next(
+            (n, f, g, b) for n in gs for f, g, b in zip(fields, gs[n], bs[n], strict=True) if g != b
+        )
+
+        def word(v: object) -> str:
+            if v is None:
+                return "the campaign's host" if field == "host" else "not set"
+            return " ".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+        what = f"{where} differ in roles.{name}.{field}: good has {word(old)}, bad has {word(new)}"
     raise PlanError(
-        f"the good config '{good.name}' is deployed as roles ({names}) and the bad config "
-        f"'{bad.name}' as other roles ({bad_names}) or with another kind, rank, host, unit "
-        "or command of a role: every variant runs on one set of roles, so only their flags "
-        "and environment can be bisected",
+        f"{what}: every variant runs on one set of roles, so only their flags and "
+        "environment can be bisected",
         hint="give both configs the same roles: (names, kind, rank, host, unit, exec) and "
         "move what differs into the roles' flags: or env:",
     )
