@@ -16,6 +16,7 @@ from orchestrator.planner.deltas import Delta, apply_deltas, diff
 
 REPO = Path(__file__).resolve().parents[1]
 PD = REPO / "experiments" / "lab" / "pd-page-size"
+LAB = REPO / "experiments" / "lab"
 
 SINGLE = """\
 name: one
@@ -351,7 +352,7 @@ def test_the_data_parallel_ranks_of_one_vllm_server_agree_on_where_they_meet(
     assert refusal(alike) is None
 
 
-def test_only_the_health_role_and_roles_that_name_a_port_listen(tmp_path: Path) -> None:
+def test_only_the_roles_that_serve_http_listen(tmp_path: Path) -> None:
     dp = load_experiment(write(tmp_path, "dp.yaml", DATA_PARALLEL))
     # the headless rank serves no HTTP: rank 0's port on its host is not its own
     assert listens(dp, "node0") and not listens(dp, "node1")
@@ -359,6 +360,10 @@ def test_only_the_health_role_and_roles_that_name_a_port_listen(tmp_path: Path) 
     pd = load_experiment(write(tmp_path, "pd.yaml", PAIR))
     assert all(listens(pd, r) for r in ("router", "prefill", "decode"))
     assert listens(load_experiment(write(tmp_path, "one.yaml", SINGLE)), "server")
+    # an SGLang rank above 0 serves no HTTP either, though it inherits the shared port
+    two = load_experiment(LAB / "two-node" / "good.yaml")
+    ranks = [r.name for r in two.roles if r.rank]
+    assert ranks and not any(listens(two, r) for r in ranks)
 
 
 def test_start_anyway_is_the_pairs_word() -> None:

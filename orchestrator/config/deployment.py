@@ -170,17 +170,20 @@ def launch(exp: Experiment, name: str) -> Experiment:
 
 
 def listens(exp: Experiment, name: str) -> bool:
-    """Whether role `name` serves on a port: health is polled on it, or its flags name a
-    `port` and no `headless` (vLLM's switch for a rank without an API server). A role that
-    names none listens on no port known here (SGLang's ranks above 0 serve no HTTP): the
-    health role's port on its host is none of its business, and a port is never guessed."""
+    """Whether role `name` binds its HTTP port: the role health is polled on, a router, and
+    the first (or only) node of each server, unless `headless` (vLLM's switch for a rank
+    without an API server); the other ranks of a multi-node server serve no HTTP (SGLang's
+    `--node-rank` >= 1, vLLM's headless ranks only join rank 0), so the port they inherit
+    from the shared flags is none of theirs on their host."""
     if not exp.roles:
         return True
     dep = deployment(exp)
     if name == dep.health_role:
         return True
-    flags = role_flags(exp, dep.role(name))
-    return "port" in flags and not flags.get("headless")
+    role = dep.role(name)
+    if role_flags(exp, role).get("headless"):
+        return False
+    return role.kind == "router" or role.rank in (None, 0)
 
 
 def with_role_changes(

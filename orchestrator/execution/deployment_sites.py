@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.deployment import Role, launch
+from orchestrator.config.deployment import Role, launch, listens
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.errors import ConfigError
@@ -139,20 +139,13 @@ def _words(layout: list[tuple[str, str | None, str | None]]) -> str:
     )
 
 
-def listens(role: Role) -> bool:
-    """Whether the role's server binds its HTTP port: a router, and the first (or only)
-    node of each server; the other ranks of a multi-node server serve no HTTP (SGLang's
-    `--node-rank` >= 1 and vLLM's headless nodes only join rank 0)."""
-    return role.kind == "router" or role.rank in (None, 0)
-
-
 def port_clash(exp: Experiment, where: Iterable[RoleSite]) -> str | None:
     """Why the roles of `exp` cannot all start: two that listen would bind one port of one
     machine (one host entry, or two entries reaching the same SSH endpoint), so the
     second dies with `address already in use`; None when every such port is its own."""
     seen: dict[tuple[str, str, int, int], str] = {}
     for s in where:
-        if not listens(s.role):
+        if not listens(exp, s.role.name):
             continue
         port = launch(exp, s.role.name).port
         h = s.host
