@@ -66,14 +66,14 @@ def _handler(stand: Stand) -> type[BaseHTTPRequestHandler]:
                     with stand.lock:
                         stand.met += 1
                 if body.get("prompt") == "fail please":
-                    self._send(500, {"error": "engine dead"})
+                    reply = (500, {"error": "engine dead"})
                 elif self.path == "/v1/chat/completions":
                     top = [
                         {"token": "token_id:9", "logprob": -0.1},
                         {"token": "token_id:8", "logprob": -2.0},
                     ]
                     content = [{"token": "token_id:9", "logprob": -0.1, "top_logprobs": top}]
-                    self._send(
+                    reply = (
                         200,
                         {
                             "choices": [
@@ -93,13 +93,16 @@ def _handler(stand: Stand) -> type[BaseHTTPRequestHandler]:
                             {"token_id:2": -0.01},
                         ],
                     }
-                    self._send(
+                    reply = (
                         200,
                         {"choices": [{"text": " Rome.", "logprobs": lp, "finish_reason": "stop"}]},
                     )
             finally:
+                # out of flight before the answer leaves: the next request of a one-at-a-time
+                # pass can only come after it
                 with stand.lock:
                     stand.in_flight -= 1
+            self._send(*reply)
 
     return H
 
