@@ -173,23 +173,44 @@ def _is_base(row: RunRow) -> bool:
     return row.label == "base"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sweep_main(
+    doc: str,
+    *,
+    prefix: str,
+    missing: str | None,
+    sweep: Callable[[Path, Path], None],
+    table: Callable[[Path], list[str]],
+) -> int:
+    """A real-server bench's command line: run its sweep into `--results` (a temporary
+    store by default) unless `--table`, then print its table; `missing`: why it cannot run."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--results", type=Path, help="the results store (default: a temporary one)")
     ap.add_argument("--table", action="store_true", help="print the table of --results only")
     args = ap.parse_args()
-    if not vllm_env.ready():
-        print("the real vLLM venv is not built: run scripts/build-vllm", file=sys.stderr)
+    if missing is not None:
+        print(missing, file=sys.stderr)
         return 2
-    root = Path(tempfile.mkdtemp(prefix="orch-benign-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     results = args.results or root / "results"
     try:
         if not args.table:
-            run_sweep(root, results, lambda r: write_sweep(r, free_port()))
+            sweep(root, results)
         print("\n".join(table(results)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def main() -> int:
+    return sweep_main(
+        __doc__,
+        prefix="orch-benign-",
+        missing=None
+        if vllm_env.ready()
+        else "the real vLLM venv is not built: run scripts/build-vllm",
+        sweep=lambda root, results: run_sweep(root, results, lambda r: write_sweep(r, free_port())),
+        table=table,
+    )
 
 
 if __name__ == "__main__":

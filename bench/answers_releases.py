@@ -16,10 +16,7 @@ there is none.
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -27,7 +24,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from answers_benign import REAL, run_sweep  # noqa: E402
+from answers_benign import REAL, run_sweep, sweep_main  # noqa: E402
 
 from orchestrator.config.prompts import load_prompts  # noqa: E402
 from orchestrator.diagnosis.answers import Rule, judge, score  # noqa: E402
@@ -102,23 +99,18 @@ def table(results: Path) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, help="the results store (default: a temporary one)")
-    ap.add_argument("--table", action="store_true", help="print the table of --results only")
-    args = ap.parse_args()
-    if not vllm_releases.ready():
-        print("the releases are not built: run scripts/build-vllm --releases", file=sys.stderr)
-        return 2
-    root = Path(tempfile.mkdtemp(prefix="orch-releases-"))
-    results = args.results or root / "results"
-    try:
-        if not args.table:
-            builds = {v: str(vllm_releases.prefix(v)) for v in RELEASES}
-            run_sweep(root, results, lambda r: write_sweep(r, free_port()), builds=builds)
-        print("\n".join(table(results)))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    builds = {v: str(vllm_releases.prefix(v)) for v in RELEASES}
+    return sweep_main(
+        __doc__,
+        prefix="orch-releases-",
+        missing=None
+        if vllm_releases.ready()
+        else "the releases are not built: run scripts/build-vllm --releases",
+        sweep=lambda root, results: run_sweep(
+            root, results, lambda r: write_sweep(r, free_port()), builds=builds
+        ),
+        table=table,
+    )
 
 
 if __name__ == "__main__":
