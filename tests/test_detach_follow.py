@@ -48,7 +48,11 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     assert resume.startswith(f"orchestrator bisect --resume {cid} --hosts ")
     try:
         assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: no terminal
-        # Following, then Ctrl-C: following stops, the campaign goes on.
+        # Following, then Ctrl-C: following stops, the campaign goes on. The campaign is
+        # held still (SIGSTOP) until the follower is interrupted: on a loaded machine the
+        # lab's fast campaign could otherwise end before the follower is up, and a follow
+        # of an ended campaign exits with its code, not 130.
+        os.kill(pid, signal.SIGSTOP)
         seen = tmp_path / "follow.out"
         with seen.open("wb") as fh:
             follower = subprocess.Popen(
@@ -68,9 +72,9 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
             )
         try:
             wait_until(
-                lambda: f" run {cid}.1 on lab" in seen.read_text() or None,
-                timeout=60,
-                what="the campaign's output, followed",
+                lambda: f"following campaign {cid}" in seen.read_text() or None,
+                timeout=120,
+                what="the campaign followed",
                 describe=seen.read_text,
             )
             follower.send_signal(signal.SIGINT)
@@ -78,6 +82,7 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
         finally:
             if follower.poll() is None:
                 follower.kill()
+            os.kill(pid, signal.SIGCONT)
         out = seen.read_text()
         assert follower.returncode == 130, out
         assert f"campaign {cid} keeps running" in out
