@@ -49,9 +49,9 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
     try:
         assert os.getsid(pid) == pid != os.getsid(0)  # a session of its own: no terminal
         # Following, then Ctrl-C: following stops, the campaign goes on. The campaign is
-        # held still (SIGSTOP) until the follower is interrupted: on a loaded machine the
-        # lab's fast campaign could otherwise end before the follower is up, and a follow
-        # of an ended campaign exits with its code, not 130.
+        # held still (SIGSTOP) until the follower is up: on a loaded machine the lab's fast
+        # campaign could otherwise end before it, and a follow of an ended campaign exits
+        # with the campaign's code, not 130.
         os.kill(pid, signal.SIGSTOP)
         seen = tmp_path / "follow.out"
         with seen.open("wb") as fh:
@@ -77,6 +77,9 @@ def test_a_detached_bisection_runs_on_and_follow_exits_with_its_code(
                 what="the campaign followed",
                 describe=seen.read_text,
             )
+            # going on again before the Ctrl-C: held still, it may hold the results store
+            # the follower reads as it stops
+            os.kill(pid, signal.SIGCONT)
             follower.send_signal(signal.SIGINT)
             follower.wait(timeout=60)
         finally:
