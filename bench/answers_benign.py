@@ -136,13 +136,18 @@ def run_sweep(root: Path, results: Path, write: Callable[[Path], Path], **host: 
     return out
 
 
-def table(results: Path) -> list[str]:
-    prompts = load_prompts()
+def started_runs(results: Path) -> list[RunRow]:
+    """The runs of the store that started a server (none reused), in the order they ran."""
     store = Store(results)
     try:
-        rows = sorted((r for r in store.runs() if r.cached_from is None), key=lambda r: r.seq)
+        return sorted((r for r in store.runs() if r.cached_from is None), key=lambda r: r.seq)
     finally:
         store.close()
+
+
+def table(results: Path) -> list[str]:
+    prompts = load_prompts()
+    rows = started_runs(results)
     ref = next((r for r in rows if r.purpose.startswith("sweep") and _is_base(r)), None)
     lines = [
         "| variant | verdict | signature | check s | exact too |",

@@ -24,14 +24,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from answers_benign import REAL, run_sweep, sweep_main  # noqa: E402
+from answers_benign import REAL, run_sweep, started_runs, sweep_main  # noqa: E402
 
 from orchestrator.config.prompts import load_prompts  # noqa: E402
 from orchestrator.diagnosis.answers import Rule, judge, score  # noqa: E402
 from orchestrator.execution.answers import answer_set  # noqa: E402
 from orchestrator.lab import vllm_releases  # noqa: E402
 from orchestrator.lab.sshd import free_port  # noqa: E402
-from orchestrator.store.store import Store  # noqa: E402
 
 RELEASES = vllm_releases.RELEASES
 
@@ -63,11 +62,7 @@ def write_sweep(root: Path, port: int) -> Path:
 
 def table(results: Path) -> list[str]:
     prompts = load_prompts()
-    store = Store(results)
-    try:
-        rows = sorted((r for r in store.runs() if r.cached_from is None), key=lambda r: r.seq)
-    finally:
-        store.close()
+    rows = started_runs(results)
     lines = [
         "| release | verdict | check s | score | vs prev: exact | vs prev: logprobs-close |",
         "|---|---|---|---|---|---|",
