@@ -17,7 +17,12 @@ import pytest
 import yaml
 
 from orchestrator.execution.localproc import pid_alive
-from orchestrator.lab.nshosts import NetnsSshdHost, cleanup_stale, netns_sshd_hosts
+from orchestrator.lab.nshosts import (
+    NetnsSshdHost,
+    cleanup_stale,
+    netns_sshd_hosts,
+    stale_cleanup_held,
+)
 from orchestrator.lab.sdhosts import REPO
 from orchestrator.lab.sshd import session_env
 from tests.hosts.prereq import require_netns, require_sshd
@@ -157,7 +162,12 @@ from orchestrator.lab.nshosts import netns_sshd_hosts
 from orchestrator.lab.sdhosts import REPO
 from orchestrator.lab.sshd import session_env
 with netns_sshd_hosts(2, env=session_env(REPO)) as hosts:
-    hosts[1].endpoint.ssh_run("setsid sleep 600 </dev/null >/dev/null 2>&1 &", check=True)
+    # the sleeper is waited for until it is `sleep` (setsid execs it a moment later)
+    hosts[1].endpoint.ssh_run(
+        "setsid sleep 600 </dev/null >/dev/null 2>&1 & p=$!; "
+        "for i in $(seq 200); do grep -qx sleep /proc/$p/comm && break; sleep 0.05; done",
+        check=True,
+    )
     print(" ".join(f"{h.netns.name},{h.netns.veth},{h.sshd_pid},{h.dir}" for h in hosts))
     sys.stdout.flush()
     sys.stdin.read()
@@ -177,17 +187,23 @@ def test_what_a_killed_session_left_is_removed_by_the_next() -> None:
         try:
             assert owner.stdout is not None
             left = [w.split(",") for w in owner.stdout.readline().split()]
-        finally:
+        except BaseException:
+            owner.kill()
+            raise
+        # no other test worker's set-up may clean up after the killed owner before the
+        # leftovers are looked at (the owner's own set-up took the lock: it is done now)
+        with stale_cleanup_held():
             owner.kill()  # no teardown runs
-    assert len(left) == 2, left
-    names = [n for n, _, _, _ in left]
-    assert all(Path("/run/netns", n).exists() for n in names)
-    sleepers = [
-        p.parent.name
-        for p in Path("/proc").glob("[0-9]*/cmdline")
-        if _read(p) == b"sleep\x00600\x00" and _netns_name(p.parent.name) in names
-    ]
-    assert sleepers  # the server the session left running in its namespace
+            owner.wait(timeout=30)
+            assert len(left) == 2, left
+            names = [n for n, _, _, _ in left]
+            assert all(Path("/run/netns", n).exists() for n in names)
+            sleepers = [
+                p.parent.name
+                for p in Path("/proc").glob("[0-9]*/cmdline")
+                if _read(p) == b"sleep\x00600\x00" and _netns_name(p.parent.name) in names
+            ]
+            assert sleepers  # the server the session left running in its namespace
     cleanup_stale()
     for name, veth, sshd, state in left:
         assert not Path("/run/netns", name).exists()

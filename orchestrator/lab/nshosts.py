@@ -18,6 +18,7 @@ killed session left. Needs root (network namespaces).
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import re
@@ -161,11 +162,31 @@ def netns_sshd_hosts(
             raise ContainerError("teardown failed: " + "; ".join(errors))
 
 
+STALE_LOCK = Path(tempfile.gettempdir()) / "orch-nshosts.lock"  # not a session's name
+
+
+@contextmanager
+def stale_cleanup_held() -> Iterator[None]:
+    """Hold off every other process's `cleanup_stale` (sessions of several test workers
+    clean up after killed owners at once; one must not remove what another is reading)."""
+    with open(STALE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def cleanup_stale() -> None:
     """Remove the namespaces (with whatever runs in them), veths and state directories of
     sessions whose owner died without its teardown."""
     if os.geteuid() != 0:
         return
+    with stale_cleanup_held():
+        _cleanup_stale()
+
+
+def _cleanup_stale() -> None:
     dead: set[str] = set()
     netns_dir = Path("/run/netns")
     for entry in netns_dir.iterdir() if netns_dir.is_dir() else ():

@@ -275,11 +275,14 @@ def start_missing(
 class SessionWatch:
     """Records the session of every server started under `run_dir` (the process manager's
     wrapper leads it, its command line names the run directory), so a test can ask
-    afterwards whether any process of those sessions is still alive."""
+    afterwards whether any process of those sessions is still alive. A session is known by
+    its leader's pid and start time: once the leader is gone its pid can be reused by an
+    unrelated session leader (an sshd session of another test, on a busy machine), whose
+    processes are not this session's."""
 
     def __init__(self, run_dir: Path) -> None:
         self.marker = str(run_dir).encode()
-        self.sessions: set[int] = set()
+        self.sessions: dict[int, int] = {}  # leader pid -> its start time (clock ticks)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -294,20 +297,43 @@ class SessionWatch:
     def _watch(self) -> None:
         while not self._stop.wait(0.5):
             for pid, cmd in _procs():
-                if self.marker in cmd and b"/pid; sh " in cmd:
-                    self.sessions.add(pid)
+                if self.marker in cmd and b"/pid; sh " in cmd and pid not in self.sessions:
+                    stat = _stat(pid)
+                    if stat is not None and stat.session == pid:
+                        self.sessions[pid] = stat.start
 
     def alive(self) -> list[tuple[int, str]]:
         """Live (not zombie) processes of the recorded sessions: (pid, command line)."""
         out = []
         for pid, cmd in _procs():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+            stat = _stat(pid)
+            if stat is None or stat.state == "Z" or stat.session not in self.sessions:
                 continue
-            if fields[0] != "Z" and int(fields[3]) in self.sessions:
-                out.append((pid, cmd.decode(errors="replace")[:200]))
+            leader = _stat(stat.session)
+            if leader is not None and leader.start != self.sessions[stat.session]:
+                # the leader's pid names another session now: only what began before it
+                # can be the recorded session's
+                if stat.start >= leader.start:
+                    continue
+            out.append((pid, cmd.decode(errors="replace")[:200]))
         return out
+
+
+@dataclass(frozen=True)
+class _Stat:
+    state: str
+    session: int
+    start: int
+
+
+def _stat(pid: int) -> _Stat | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+    # cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime
+    return _Stat(state=fields[0], session=int(fields[3]), start=int(fields[19]))
 
 
 def _procs() -> Iterator[tuple[int, bytes]]:
