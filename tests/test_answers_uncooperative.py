@@ -95,6 +95,10 @@ def test_a_server_without_a_completion_endpoint(sshd: SshdEndpoint, tmp_path: Pa
     assert "the good config got no answer to any prompt" in out, out[:3000]
     assert "no run of this campaign is judged by its answers" in out
     assert "wrong_output" not in out and "culprit" not in out, out[-3000:]
+    # bad is started once, not again and again: no start of it can be judged by answers
+    assert "it passed on its start" in out, out[-3000:]
+    assert "its answers were not judged: the good config got no answer" in out
+    assert "starting it again" not in out, out[-3000:]
 
 
 def _asked(run_dir: Path) -> bool:

@@ -194,14 +194,9 @@ def unanswered_message(result: RunResult) -> str | None:
     record = result.answers or {}
     if record.get("error"):
         return f"the good config's answers check failed [run {result.run_id}]: {record['error']}"
-    missing: dict[str, str] = {}
-    for answers in (record.get("sets") or {}).values():
-        for a in answers:
-            if a.get("error"):
-                missing.setdefault(str(a.get("prompt_id")), str(a["error"]))
+    missing, total = _unanswered(record)
     if not missing:
         return None
-    total = len(record.get("prompts") or {}) or len(missing)
     first, error = next(iter(missing.items()))
     if len(missing) >= total:
         return (
@@ -213,6 +208,29 @@ def unanswered_message(result: RunResult) -> str | None:
         f"[run {result.run_id}] ({first!r}: {error}): those prompts judge no run (a server "
         "with one endpoint: answers.endpoint sends every prompt to it)"
     )
+
+
+def _unanswered(record: dict[str, Any]) -> tuple[dict[str, str], int]:
+    """The prompts of an answers record that got no answer in some mode (prompt id ->
+    its error), and how many prompts were asked."""
+    missing: dict[str, str] = {}
+    for answers in (record.get("sets") or {}).values():
+        for a in answers:
+            if a.get("error"):
+                missing.setdefault(str(a.get("prompt_id")), str(a["error"]))
+    return missing, len(record.get("prompts") or {}) or len(missing)
+
+
+def answered_nothing(reference: Any) -> bool:
+    """True when a reference run (a result or a stored run) has no answer to judge any
+    run's by: its check failed, or no prompt got an answer."""
+    record = getattr(reference, "answers", None)
+    if not record:
+        return False
+    if record.get("error"):
+        return True
+    missing, total = _unanswered(record)
+    return bool(missing) and len(missing) >= total
 
 
 def with_noise(result: RunResult) -> tuple[RunResult, dict[str, Any] | None]:
@@ -241,6 +259,7 @@ def noise_message(measured: dict[str, Any], run_id: str) -> str | None:
 
 __all__ = [
     "WRONG_OUTPUT",
+    "answered_nothing",
     "judge_result",
     "judged",
     "noise",

@@ -317,9 +317,16 @@ class Bisection:
         self.runs.good_metric = good.probe_metric
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self.runs.rows(), full))
+            unjudged = (
+                "; its answers were not judged: the good config got no answer to any prompt "
+                "(check answers.endpoint, or leave the answers check out)"
+                if ends.unjudgeable()
+                else ""
+            )
             return self._answer().at_endpoints(
-                f"the bad config does not fail on {where}: it passed on all {starts} starts "
-                f"[last run {bad.id}]; nothing to bisect"
+                f"the bad config does not fail on {where}: it passed on "
+                + (f"all {starts} starts" if starts > 1 else "its start")
+                + f" [last run {bad.id}]{unjudged}; nothing to bisect"
                 if bad.verdict is Verdict.PASS
                 else f"the bad config could not be judged: {bad.verdict.value}: {bad.detail} "
                 f"[run {bad.id}]",

@@ -57,7 +57,7 @@ class Endpoints:
             if v == full:  # a flaky failure may need several starts of bad to show
                 starts = flaky.bad_starts(runs.rows(), full)
                 row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
-                if flaky.retry_bad(starts):
+                if flaky.retry_bad(starts) and not self.unjudgeable():
                     self.emit(
                         Notice(
                             host=row.host,
@@ -74,7 +74,22 @@ class Endpoints:
                 runs.references[runs.weights] = row
 
     def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
-        return v == self.full and flaky.retry_bad(flaky.bad_starts(self.runs.rows(), self.full))
+        return (
+            v == self.full
+            and flaky.retry_bad(flaky.bad_starts(self.runs.rows(), self.full))
+            and not self.unjudgeable()
+        )
+
+    def unjudgeable(self) -> bool:
+        """True when bad's answers are to be judged but good answered no prompt: starting
+        bad again cannot show the failure the check was meant to find (the campaign says
+        why instead of starting bad up to BAD_ATTEMPTS times)."""
+        ref = self.runs.references.get(self.runs.weights)
+        return (
+            ref is not None
+            and answers_check.judged(self.runs.plan.bad)
+            and answers_check.answered_nothing(ref)
+        )
 
 
 __all__ = ["Endpoints"]
