@@ -303,6 +303,33 @@ def test_a_sweep_judges_each_config_by_its_answers_against_the_reference(
     assert judged["modes"]["sequential"]["score"] < judged["modes"]["sequential"]["reference_score"]
 
 
+def test_a_sweep_says_when_its_reference_got_no_answer(tmp_path: Path) -> None:
+    from orchestrator.campaign.sweep import SweepCampaign
+    from orchestrator.config.sweep import load_sweep
+    from orchestrator.events import Notice
+    from tests.support.scripted import factory
+
+    # every config is ready without a completion and answers no prompt: nothing is judged
+    answers_pair(tmp_path / "exp", 2, {"ready_completion": False})
+    path = tmp_path / "exp" / "sweep.yaml"
+    path.write_text("name: s\nconfigs: [bad.yaml]\nreference: good.yaml\nrepeat: 2\n")
+    sweep = load_sweep(path)
+    said: list[str] = []
+    oracle = Oracle([], answers=[(frozenset(), "silent")])
+    outcome = SweepCampaign(
+        Store(tmp_path / "results"),
+        sweep,
+        [host("s1")],
+        executor_factory=factory(oracle, Faults()),
+        listener=lambda e: said.append(e.message) if isinstance(e, Notice) else None,
+    ).run()
+    assert all(r.run is not None and r.run.verdict is Verdict.PASS for r in outcome.rows)
+    told = [m for m in said if "got no answer" in m]
+    assert len(told) == 1, said  # once, not once per repeat
+    assert told[0].startswith("the reference scripted-good got no answer to any prompt"), told
+    assert "no run of this campaign is judged by its answers" in told[0]
+
+
 def test_a_rerun_is_judged_against_the_good_answers_its_run_was_judged_against(
     tmp_path: Path,
 ) -> None:

@@ -188,23 +188,24 @@ def noise(
     return out
 
 
-def unanswered_message(result: RunResult) -> str | None:
-    """What the campaign says of a good run that got no answer to some prompts (None: it
-    answered every one): those prompts judge nothing, in any run."""
+def unanswered_message(result: RunResult, who: str = "the good config") -> str | None:
+    """What the campaign says of a reference run (`who`: good's, a sweep's reference) that
+    got no answer to some prompts (None: it answered every one): those prompts judge
+    nothing, in any run."""
     record = result.answers or {}
     if record.get("error"):
-        return f"the good config's answers check failed [run {result.run_id}]: {record['error']}"
+        return f"{who}'s answers check failed [run {result.run_id}]: {record['error']}"
     missing, total = _unanswered(record)
     if not missing:
         return None
     first, error = next(iter(missing.items()))
     if len(missing) >= total:
         return (
-            f"the good config got no answer to any prompt [run {result.run_id}] ({first!r}: "
+            f"{who} got no answer to any prompt [run {result.run_id}] ({first!r}: "
             f"{error}): no run of this campaign is judged by its answers"
         )
     return (
-        f"the good config got no answer to {len(missing)} of {total} prompts "
+        f"{who} got no answer to {len(missing)} of {total} prompts "
         f"[run {result.run_id}] ({first!r}: {error}): those prompts judge no run (a server "
         "with one endpoint: answers.endpoint sends every prompt to it)"
     )

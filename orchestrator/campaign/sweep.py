@@ -37,7 +37,8 @@ from orchestrator.config.hosts import Host
 from orchestrator.config.sweep import Sweep, SweepItem, relative_bar
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict
 from orchestrator.errors import CampaignRef, UsageError
-from orchestrator.events import CampaignStarted, Listener, null_listener
+from orchestrator.events import CampaignStarted, Listener, Notice, null_listener
+from orchestrator.execution.contract import RunResult
 from orchestrator.execution.executor import service_name
 from orchestrator.execution.inputs import LaunchInputs
 from orchestrator.store.store import RunRow, Store
@@ -190,6 +191,7 @@ class SweepCampaign:
             executor_factory=executor_factory,
         )
         self.cid = self.core.cid
+        self._said_unanswered = False
         self.resumed = self.core.resumed
         self._started = 0  # runs this invocation started: what --max-runs counts
 
@@ -318,6 +320,7 @@ class SweepCampaign:
                     result, variant=(key[0],), purpose=f"sweep/{key[1]}", run_id=d.task.run_id
                 )
                 outcome.executed += 1
+                self._say_unanswered(it, result)
                 self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
                 attempts[key] = attempts.get(key, 0) + 1
                 if row.verdict is Verdict.INFRA and attempts[key] < MAX_ATTEMPTS:
@@ -432,6 +435,19 @@ class SweepCampaign:
             cached, variant=(it.index,), purpose=f"sweep/{k}", cached_from=hit.id
         )
         self._emit(row, "cache")
+
+    def _say_unanswered(self, it: SweepItem, result: RunResult) -> None:
+        """Said once, at the reference's first run: the prompts it got no answer to judge
+        no config of the sweep (a config's answers would otherwise pass unjudged,
+        silently)."""
+        if self._said_unanswered or it.index != self.sweep.reference:
+            return
+        if not answers_check.judged(it.exp) or result.verdict is not Verdict.PASS:
+            return
+        said = answers_check.unanswered_message(result, f"the {it.label}")
+        if said:
+            self._said_unanswered = True
+            self.emit(Notice(host=result.host, message=said))
 
     def _emit(self, row: RunRow, source: str) -> None:
         self.core.recorded(
