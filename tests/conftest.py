@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +17,13 @@ import pytest
 _REPO = str(Path(__file__).resolve().parents[1])
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
+
+# A Ctrl-C reaches the commands the tests start as it would from a terminal: a suite started
+# as a background job of a shell without job control (`./.ci/run &` in a script) inherits
+# SIGINT ignored, and an ignored SIGINT stays ignored in every process it starts (Python then
+# installs no KeyboardInterrupt handler), so a test's Ctrl-C of a command would not arrive.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The help pages the preflight keeps per host and server build: the tests' own, never the
 # user's (each test process starts with an empty one).

@@ -390,6 +390,26 @@ def _session_sshds(server: SshdServer) -> list[int]:
     return found
 
 
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _sshd_above(pid: int) -> int:
+    """The nearest sshd above a process of a session (the command may run under `timeout`
+    or another shell): the one that forwards its output."""
+    for _ in range(10):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == "sshd":
+            return pid
+        pid = int(rest.split()[1])
+    raise AssertionError(f"no sshd above process {pid}")
+
+
 def _freeze(pids: list[int]) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
@@ -422,11 +442,18 @@ def test_connection_stuck_mid_command_times_out_locally(
 
     def freeze_once_running() -> None:
         try:
-            deadline = time.monotonic() + 30
-            while not started.exists() and time.monotonic() < deadline:
+            deadline = time.monotonic() + 120
+            while not _read_pid(started) and time.monotonic() < deadline:
                 time.sleep(0.02)
-            # every session process, looked for again after each freeze until none is
-            # new (one forked while the first look ran would still carry the answer)
+            # the session process that carries this command's answer: its shell's parent,
+            # as the shell wrote it (found by name alone, a busy machine once let the answer
+            # through); then every session process, looked for again after each freeze
+            # until none is new (one forked while the first look ran would still carry it)
+            shell = _read_pid(started)
+            assert shell is not None, "the command never started"
+            carrier = _sshd_above(shell)
+            _freeze([carrier])
+            frozen.append(carrier)
             for _ in range(5):
                 new = [p for p in _session_sshds(sshd_server) if p not in frozen]
                 if not new:
@@ -466,7 +493,8 @@ def test_connection_stuck_mid_command_times_out_locally(
         start = time.monotonic()
         with pytest.raises(CommandTimeout, match="no answer from the host within 3s"):
             t.run(
-                f"touch {started}; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do "
+                f"echo $PPID > {started}.new; mv {started}.new {started}; i=0; "
+                f"while [ ! -e {go} ] && [ $i -lt 600 ]; do "
                 f"sleep 0.05; i=$((i+1)); done; touch {done}; echo stuck",
                 timeout=60,
             )
