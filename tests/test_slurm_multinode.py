@@ -101,7 +101,7 @@ def test_two_ranks_are_one_job_of_two_nodes_one_task_each(tmp_path: Path) -> Non
     assert "it's $(x)" in " ".join(rank1)  # one word, never run
     # a rank's own environment reaches only that rank
     envs = subprocess.run(
-        ["bash", "-c", f"sed 's/exec echo/exec env; : /' {ranks} > {ranks}.env"], check=True
+        ["bash", "-c", f"sed 's/; echo /; env; : /' {ranks} > {ranks}.env"], check=True
     )
     assert envs.returncode == 0
     got = subprocess.run(
@@ -310,3 +310,92 @@ def test_run_of_a_deployment_on_a_cluster_is_one_job_of_its_ranks(
     assert role["role"] == "node0" and role["host"] == slurm_cluster.node, text
     left = slurm_cluster.client("squeue", "-h", "-o", "%i")
     assert left.stdout.strip() == ""
+
+
+def test_a_rank_that_hangs_silently_is_the_failure_not_the_watchdog_it_caused(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 stops logging in graph capture and never ends; rank 0 waits for it until its
+    NCCL watchdog ends it: the job stops rank 1 (no exit of its own). Rank 1's silent hang
+    is the run's failure, as on SSH hosts, not rank 0's watchdog; whatever the order."""
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    ranks = multinode.node_roles(exp)
+    data = Path(__file__).parent / "data" / "multinode"
+    hung = "".join((data / "rank1_cublas.rank1.log").read_text().splitlines(True)[:16])
+    out = {"rank-0": (data / "rank1_cublas.rank0.log").read_text(), "rank-1": hung}
+    result = {"rank_nodes": "n1,n2", "state": "dead", "rank_exit_0": "134 1796444170.5"}
+    roles = rank_results(ranks, out, result, 2026)
+    for order in (roles, list(reversed(roles))):
+        first = first_failure([r for r, _ in order])
+        assert first is not None and first.role == "node1" and first.host == "n2", first
+        assert first.signature.error_class == "hang", first.signature
+        assert first.signature.phase.value == "cuda_graph", first.signature
+        assert "node0 then timed out in a collective" in first.describe()
+    record = deployment_record(ranks, roles, first, exp, {"manager": "slurm", "job": "7"})
+    by_role = {r["role"]: r for r in record["roles"]}  # type: ignore[union-attr]
+    assert by_role["node1"]["verdict"] == "fail" and by_role["node0"]["verdict"] == "timeout"
+    # a rank that ended with a bare exit status and no line of its own is a failure too
+    result = {"rank_nodes": "n1,n2", "state": "dead", "rank_exit_1": "1 1796444170.5"}
+    roles = rank_results(ranks, {"rank-0": hung, "rank-1": hung}, result, 2026)
+    first = first_failure([r for r, _ in roles])
+    assert first is not None and first.role == "node1", first
+    assert first.signature.message == "exit status 1", first.signature
+
+
+def test_each_rank_leaves_its_own_end_and_the_job_stops_the_others_after_a_grace(
+    tmp_path: Path,
+) -> None:
+    """`ranks.sh` leaves `rank-K.exit` (status, time) when the rank's server ends on its
+    own; the job script stops every rank a grace after the first such end and notes the
+    ends it saw before it stopped anything."""
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO.replace("exec: echo", "exec: 'false'")))
+    script = jobscript.render(exp, jobscript.JobFiles(str(tmp_path)), run_id="r", campaign="c")
+    ranks = _write(tmp_path, "ranks.sh", _ranks_sh(script))
+    r = subprocess.run(
+        ["bash", str(ranks)],
+        env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": "1", "ORCH_HEAD": "h"},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1, r.stderr
+    code, when = (tmp_path / "rank-1.exit").read_text().split()
+    assert code == "1" and float(when) > 0
+    assert not (tmp_path / "rank-0.exit").exists()
+    loop = script[script.index("while :; do") : script.index("done\nres state")]
+    assert "if rank_ended; then" in loop and "ranks_seen; stop_server; died; break" in loop
+    assert f"seq {multinode.DEATH_GRACE_S * 10}" in loop
+    assert "ranks_seen; if alive; then stop_server; fi" in script
+    single = load_experiment(LAB / "b300" / "good.yaml")
+    assert "rank_ended" not in jobscript.render(
+        single, jobscript.JobFiles("/d"), run_id="r", campaign="c"
+    )
+
+
+def test_hosts_check_of_a_deployment_says_the_cluster_lacks_its_nodes(
+    slurm_cluster: SlurmCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hosts check --experiment` fails, before any campaign, the job a run would refuse:
+    more node ranks than the partition has nodes, or roles that are not node ranks."""
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    two = _one_rank(tmp_path, ranks=2)
+    capsys.readouterr()
+    argv = ["hosts", "check", "lab-slurm", "--hosts", str(hosts), "--json", "--experiment"]
+    assert main([*argv, str(two)]) == 3
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["lab-slurm"]}
+    assert checks["nodes"]["ok"] is False, checks
+    assert "needs 2 nodes, one per node rank" in checks["nodes"]["detail"], checks
+    assert f"{slurm_cluster.node} (" in checks["nodes"]["detail"], checks
+    assert main([*argv, str(_one_rank(tmp_path / "one"))]) == 0
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["lab-slurm"]}
+    assert checks["nodes"]["ok"] is True, checks
+    pd = _write(
+        tmp_path,
+        "pd.yaml",
+        "name: pd\nservice: {exec: python3 -m sglang.launch_server, flags: {port: 30000}}\n"
+        "roles:\n  prefill: {flags: {port: 30001}}\n  decode: {flags: {port: 30002}}\n",
+    )
+    assert main([*argv, str(pd)]) == 3
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["lab-slurm"]}
+    assert (
+        checks["deployment"]["ok"] is False and "node ranks only" in checks["deployment"]["detail"]
+    )

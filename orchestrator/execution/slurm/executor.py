@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from orchestrator import shield
 from orchestrator.config.experiment import Experiment
@@ -256,6 +257,7 @@ class SlurmExecutor(HostExecutor):
         head = multinode.head_launch(exp)
         roles: list[tuple[RoleResult, str]] = []
         first: FirstFailure | None = None
+        done: dict[str, str] = {}
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(
@@ -323,6 +325,14 @@ class SlurmExecutor(HostExecutor):
                     pass
         self._job = None
         verdict, sig = judge(evidence, target)
+        if first is not None and not (evidence.infra_error or evidence.invalid_reason):
+            # the run is the failure of the rank that failed first, judged as that rank
+            # (how srun ended says only how the job stopped the ranks)
+            k = next(i for i, r in enumerate(ranks) if r.name == first.role)
+            own = multinode.rank_evidence(k, out.get("log", ""), done)
+            verdict, sig = judge(replace(own, time_limit=evidence.time_limit), target)
+            if first.infra:
+                verdict, sig = Verdict.INFRA, None
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:
             detail = outside_cause(evidence) or ""
@@ -341,8 +351,11 @@ class SlurmExecutor(HostExecutor):
                 if state.state == "TIMEOUT"
                 else f"not ready after {exp.health.timeout:g}s"
             )
-            detail = f"job {job}: {why}; last phase: " + (
-                evidence.last_phase.value if evidence.last_phase else "none seen"
+            detail = f"job {job}: {why}; " + (
+                first.describe()
+                if first is not None
+                else "last phase: "
+                + (evidence.last_phase.value if evidence.last_phase else "none seen")
             )
         t_start = _num(result.get("server_start"))
         t_end = _num(result.get("end")) or _num(result.get("signalled"))
