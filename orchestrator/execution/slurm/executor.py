@@ -375,7 +375,10 @@ class SlurmExecutor(HostExecutor):
                 "manager": "slurm",
                 "host": self.host.name,
                 "job": job,
-                "node": state.node or result.get("node", ""),
+                # a deployment's job: every node of it, in rank order
+                "node": (result.get("rank_nodes") if ranks else None)
+                or state.node
+                or result.get("node", ""),
                 "state": state.state,
                 "reason": state.reason,
                 "pending_s": round(ran["pending_s"], 3),
@@ -393,7 +396,9 @@ class SlurmExecutor(HostExecutor):
                 ),
             }
         if ranks and record is not None:
-            record = multinode.deployment_record(ranks, roles, first, exp, record)
+            record = multinode.deployment_record(
+                ranks, roles, first, exp, record, head=done.get("head") or None
+            )
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
             config,

@@ -100,6 +100,15 @@ def rank_argv(exp: Experiment, role: Role, n: int) -> list[str]:
     return replace(one, flags=tuple(flags.items())).argv()
 
 
+def ran_argv(exp: Experiment, role: Role, n: int, head: str) -> list[str]:
+    """A rank's command line as its task ran it: its node rank and the first node's
+    address (`head`, what the job resolved) in place of the placeholders."""
+    return [
+        str(role.rank) if w == _RANK else head + w[len(_HEAD) :] if w.startswith(_HEAD) else w
+        for w in rank_argv(exp, role, n)
+    ]
+
+
 def shell_words(argv: list[str], word: Callable[[str], str] = shlex.quote) -> str:
     """The words quoted for bash, the placeholders as the job's variables."""
     out = []
@@ -293,9 +302,12 @@ def deployment_record(
     first: FirstFailure | None,
     exp: Experiment,
     job: dict[str, object],
+    head: str | None = None,
 ) -> dict[str, object]:
     """A deployment's host record (every role's node, verdict, signature and log tail in
-    start order, and the first failure), with the job's own record under `slurm`."""
+    start order, and the first failure), with the job's own record under `slurm`. With
+    `head`, the first node's address the job resolved, each role's `argv` is the command
+    line its task ran (what `show` and the issue text give)."""
     by_name = {r.role: (r, log) for r, log in roles}
     out_roles = []
     for role in ranks:
@@ -322,6 +334,7 @@ def deployment_record(
                 "rendered": None,
                 "invocation": f"slurm job {job.get('job')} task {role.rank}",
                 "command": shell_words(rank_argv(exp, role, len(ranks))),
+                "argv": ran_argv(exp, role, len(ranks), head) if head else None,
             }
         )
     return {
