@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -21,17 +22,19 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.config.hosts import SlurmOptions, load_inventory
 from orchestrator.config.loading import load_experiment
-from orchestrator.diagnosis.first_failure import first_failure
+from orchestrator.diagnosis.first_failure import RoleResult, first_failure
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.errors import ConfigError, SchedulerError
 from orchestrator.execution.backends import executor_for
 from orchestrator.execution.slurm import facts, jobscript, multinode
 from orchestrator.execution.slurm.multinode import deployment_record, rank_results
+from orchestrator.lab import slurmlab
 from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import free_port
 from orchestrator.store.store import Store
 from tests.hosts.slurm import local_slurm_hosts_file
 from tests.support.campaign_lab import LAB
+from tests.support.deployment_runs import record_campaign
 
 TWO = """\
 name: two-nodes
@@ -163,6 +166,44 @@ def test_sinfo_nodes_and_the_lines_slurmstepd_writes_into_a_rank_log() -> None:
         "[2026-01-01 00:00:00] The server is fired up and ready to roll!",
         "RuntimeError: slurmstepd: error: *** STEP quoted by the server is the server's",
     ]
+
+
+def test_show_and_the_issue_give_each_rank_the_command_line_its_task_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm job replaces the config's `--dist-init-addr` host with the first node's
+    address and gives each rank its node rank: the record holds each rank's command line
+    as its task ran it, and `show` and `report --issue` give that one, not the config's."""
+    monkeypatch.setenv("COLUMNS", "300")
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO.replace("{node-rank: 0}", "{}")))
+    ranks = multinode.node_roles(exp)
+    roles = [(RoleResult(r.name, "n"), "") for r in ranks]
+    record = deployment_record(ranks, roles, None, exp, {"job": "7"}, head="10.9.8.7")
+    argv = {r["role"]: r["argv"] for r in record["roles"]}  # type: ignore[union-attr]
+    for k, name in enumerate(("node0", "node1")):
+        at = {w: argv[name][i + 1] for i, w in enumerate(argv[name][:-1]) if w.startswith("--")}
+        assert at["--dist-init-addr"] == "10.9.8.7:5757" and at["--node-rank"] == str(k)
+        assert at["--nnodes"] == "2"
+    unknown = deployment_record(ranks, roles, None, exp, {})["roles"]  # no head: the config's
+    assert unknown[0]["argv"] is None  # type: ignore[index]
+    # recorded runs whose roles carry the command lines their tasks ran
+    rec = record_campaign(tmp_path / "pair")
+    db = sqlite3.connect(rec.results / "orchestrator.db")
+    for run_id, text in db.execute("SELECT run_id, record FROM run_host").fetchall():
+        got = json.loads(text)
+        for role in got["roles"]:
+            role["argv"] = ["sglang", "--dist-init-addr", "10.9.8.7:5000", "--ran-as", role["role"]]
+        db.execute("UPDATE run_host SET record=? WHERE run_id=?", (json.dumps(got), run_id))
+    db.commit()
+    db.close()
+    capsys.readouterr()
+    assert main(["show", rec.runs["bad"], "--results", str(rec.results)]) == 0
+    lines = [x.strip() for x in capsys.readouterr().out.splitlines()]
+    assert "command: sglang --dist-init-addr 10.9.8.7:5000 --ran-as node1" in lines, lines
+    assert main(["report", rec.campaign, "--issue", "--results", str(rec.results)]) == 0
+    out = capsys.readouterr().out
+    n1 = out.split("node1 (node rank 1) on b300-02:")[1].split("```")[1]
+    assert "--ran-as node1" in n1 and "10.9.8.7:5000" in n1, n1
 
 
 # ---------------------------------------------------------------------------- the cluster
@@ -399,3 +440,85 @@ def test_hosts_check_of_a_deployment_says_the_cluster_lacks_its_nodes(
     assert (
         checks["deployment"]["ok"] is False and "node ranks only" in checks["deployment"]["detail"]
     )
+
+
+def _two_node(tmp: Path, name: str, flags: dict) -> Path:
+    """The lab's two-node pair (good) with `flags`, under a scenario where node-rank 0 runs
+    out of memory with `ep-size 8` and node-rank 1 hangs silently in graph capture at batch
+    size 512; every port its own."""
+    scen = yaml.safe_load((LAB / "two-node" / "scenario.yaml").read_text())
+    scen["faults"] = [
+        {
+            "when": {"node-rank": 0, "ep-size": 8},
+            "phase": "kv_cache",
+            "error": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        },
+        {
+            "when": {"node-rank": 1, "cuda-graph-max-bs": 512},
+            "phase": "cuda_graph",
+            "effect": "hang",
+        },
+    ]
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump(scen, sort_keys=False))
+    data = {
+        "name": name,
+        "extends": str(LAB / "two-node" / "good.yaml"),
+        "service": {
+            "exec": f"python3 -m orchestrator.lab.server --scenario {tmp / 'scenario.yaml'}",
+            "flags": {"dist-init-addr": f"127.0.0.1:{free_port()}", "dist-timeout": 2, **flags},
+        },
+        "roles": {
+            "node0": {"flags": {"port": free_port()}},
+            "node1": {"flags": {"port": free_port()}},
+        },
+        "health": {"timeout": "60s", "settle": "0.1s"},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "failing", "waiting", "error_class"),
+    [
+        ({"cuda-graph-max-bs": 512}, "node1", "node0", "hang"),
+        ({"ep-size": 8}, "node0", "node1", "cuda_oom"),
+    ],
+)
+def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothing(
+    slurm_cluster2: SlurmCluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: dict,
+    failing: str,
+    waiting: str,
+    error_class: str,
+) -> None:
+    """On a cluster of two nodes: node-rank 1 hangs silently while rank 0's watchdog ends
+    it, or rank 0 runs out of memory while rank 1 waits. The run is the failing rank's, on
+    its node; the job stops the other rank once one ended (never at the health deadline);
+    no job and no server is left."""
+    hosts = local_slurm_hosts_file(slurm_cluster2, tmp_path, private_network=False, max_jobs=1)
+    config = _two_node(tmp_path / "cfg", f"two-{error_class}", flags)
+    capsys.readouterr()
+    code = main(
+        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
+        + ["--results", str(tmp_path / "results")]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    got = json.loads(out)
+    nodes = slurm_cluster2.node_names()
+    where = {"node0": nodes[0], "node1": nodes[1]}
+    assert got["verdict"] == "fail", got
+    assert got["signature"].split(": ")[1] == error_class, got
+    first = got["deployment"]["first_failure"]
+    assert first["role"] == failing and first["host"] == where[failing], first
+    assert first["describe"].endswith(f"{waiting} then timed out in a collective"), first
+    assert "not ready after" not in got["detail"], got["detail"]
+    by_role = {r["role"]: r for r in got["deployment"]["roles"]}
+    assert by_role[failing]["verdict"] == "fail" and by_role[waiting]["verdict"] == "timeout"
+    assert {r["host"] for r in by_role.values()} == set(nodes)
+    assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
+    assert slurmlab.job_processes(slurm_cluster2.conf) == []
