@@ -522,3 +522,16 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothin
     assert {r["host"] for r in by_role.values()} == set(nodes)
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
     assert slurmlab.job_processes(slurm_cluster2.conf) == []
+    if failing != "node1":
+        return
+    # `rerun` says where each run failed first, and every role of the new one
+    code = main(
+        ["rerun", got["run"], "--hosts", str(hosts), "--results", str(tmp_path / "results")]
+    )
+    lines = [x.strip() for x in capsys.readouterr().out.splitlines()]
+    assert code == 0, lines
+    said = [x for x in lines if x.startswith(("recorded run", "rerun "))]
+    assert len(said) == 2 and all("failed first: node1 on " in x for x in said), lines
+    assert "same verdict and signature" in lines, lines
+    assert any(x.startswith("node0 [node rank 0] on ") and ": timeout: " in x for x in lines)
+    assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
