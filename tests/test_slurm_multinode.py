@@ -535,3 +535,24 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothin
     assert "same verdict and signature" in lines, lines
     assert any(x.startswith("node0 [node rank 0] on ") and ": timeout: " in x for x in lines)
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
+
+
+def test_ranks_that_disagree_on_what_they_must_share_are_never_submitted(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """A launch whose ranks split a flag they must agree on (here `--nnodes 3` for a
+    deployment of two ranks, which the job would quietly replace by 2) is `invalid` with
+    the reason, as on SSH hosts, before anything is submitted; unless the campaign starts
+    such launches anyway (then it goes on to the job, here refused for its nodes)."""
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    host = load_inventory(hosts).host("lab-slurm")
+    exp = load_experiment(_one_rank(tmp_path, ranks=2, extra={"nnodes": 3}))
+    with executor_for(host, service="lab-nodes", campaign="split") as ex:
+        result = ex.run(exp, run_id="split.1", label="nnodes 3 for two ranks")
+    assert result.verdict is Verdict.INVALID, (result.verdict, result.detail)
+    assert "roles disagree" in result.detail and "--nnodes 3" in result.detail, result.detail
+    assert not (tmp_path / "jobs" / "split" / "split.1" / "job.sh").exists()
+    assert slurm_cluster.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
+    with executor_for(host, service="lab-nodes", campaign="split", start_mismatched=True) as ex:
+        with pytest.raises(SchedulerError):
+            ex.run(exp, run_id="split.2", label="started anyway")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from orchestrator import shield
+from orchestrator.config.deployment import refusal
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
 from orchestrator.diagnosis.classify.judge import (
@@ -93,6 +94,7 @@ class SlurmExecutor(HostExecutor):
         poll_min: float = 0.25,
         poll_max: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        start_mismatched: bool | None = None,
     ) -> None:
         if host.slurm is None:
             raise SchedulerError(f"{host.name}: no slurm: section in the hosts file")
@@ -110,6 +112,8 @@ class SlurmExecutor(HostExecutor):
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.sleep = sleep
+        #: None: each variant's own `mismatched_roles`; True/False: the campaign's choice
+        self.start_mismatched = start_mismatched
         self._opened = False
         self.base = campaign_dir(host, campaign)
         self.preflight = preflight.Preflight(
@@ -282,8 +286,12 @@ class SlurmExecutor(HostExecutor):
         seen_phase: Phase | None = None
         job: str | None = None
         try:
-            flagcheck = self.preflight.check(head)
-            if flagcheck.refusal is not None:
+            # ranks that would split a flag they must agree on never start (the job sets
+            # --nnodes and the init address itself: a config's own would be hidden)
+            refused = refusal(exp, start=self.start_mismatched) if ranks else None
+            if refused is not None:
+                evidence = RunEvidence(invalid_reason=refused.reason)
+            elif (flagcheck := self.preflight.check(head)).refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
                 if ranks:
