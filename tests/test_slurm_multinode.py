@@ -206,6 +206,46 @@ def test_show_and_the_issue_give_each_rank_the_command_line_its_task_ran(
     assert "--ran-as node1" in n1 and "10.9.8.7:5000" in n1, n1
 
 
+def test_a_deployment_a_cluster_cannot_run_is_refused_before_any_campaign(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Prefill/decode/router roles, or node ranks on a cluster whose jobs each get a private
+    network, cannot be one job over the nodes: `bisect` says so naming the config's
+    `roles` before a campaign is recorded (not after, in some other words)."""
+    hosts = _write(
+        tmp_path,
+        "hosts.yaml",
+        "hosts:\n  c:\n    address: localhost\n    transport: local\n"
+        "    service_manager: slurm\n    run_dir: /nonexistent/jobs\n"
+        "    slurm: {partition: gpu, private_network: PRIVATE}\n",
+    )
+    pd = LAB / "pd-page-size"
+    two = LAB / "two-node"
+    for private, good, bad, said in (
+        ("false", pd / "good.yaml", pd / "bad-start.yaml", "node ranks only"),
+        ("true", two / "good.yaml", two / "bad.yaml", "slurm.private_network"),
+    ):
+        hosts.write_text(
+            hosts.read_text()
+            .replace("PRIVATE", private)
+            .replace("private_network: false", f"private_network: {private}")
+        )
+        results = tmp_path / f"results-{private}"
+        capsys.readouterr()
+        code = main(
+            ["bisect", "--good", str(good), "--bad", str(bad), "--host", "c"]
+            + ["--hosts", str(hosts), "--results", str(results)]
+        )
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"{good}: roles: " in err and said in err, err
+        store = Store(results)
+        try:
+            assert store.campaigns() == [], "a campaign was recorded"
+        finally:
+            store.close()
+
+
 # ---------------------------------------------------------------------------- the cluster
 
 
@@ -437,9 +477,8 @@ def test_hosts_check_of_a_deployment_says_the_cluster_lacks_its_nodes(
     )
     assert main([*argv, str(pd)]) == 3
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["lab-slurm"]}
-    assert (
-        checks["deployment"]["ok"] is False and "node ranks only" in checks["deployment"]["detail"]
-    )
+    assert checks["deployment"]["ok"] is False, checks
+    assert "node ranks only" in checks["deployment"]["detail"], checks
 
 
 def _two_node(tmp: Path, name: str, flags: dict) -> Path:

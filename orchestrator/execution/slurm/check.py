@@ -38,7 +38,7 @@ def deployment_checks(host: Host, t: Transport, exp: Experiment) -> list[Check]:
     node rank, and the partition has a node that takes jobs for each."""
     try:
         n = len(multinode.node_roles(exp))
-    except OrchestratorError as exc:
+    except OrchestratorError as exc:  # roles of another kind: no job over the nodes
         return [Check("deployment", False, str(exc), exc.hint)]
     if n == 0:
         return []
