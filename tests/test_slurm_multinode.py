@@ -573,6 +573,11 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothin
     assert len(said) == 2 and all("failed first: node1 on " in x for x in said), lines
     assert "same verdict and signature" in lines, lines
     assert any(x.startswith("node0 [node rank 0] on ") and ": timeout: " in x for x in lines)
+    # `show` names the job's nodes, and the command line each rank's task ran
+    assert main(["show", got["run"], "--results", str(tmp_path / "results")]) == 0
+    shown = capsys.readouterr().out
+    assert f" on nodes {nodes[0]},{nodes[1]}, ended " in shown, shown
+    assert "--node-rank 1 --port" in shown and "$SLURM_NODEID" not in shown, shown
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
 
 
