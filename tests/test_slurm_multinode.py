@@ -600,3 +600,26 @@ def test_ranks_that_disagree_on_what_they_must_share_are_never_submitted(
     with executor_for(host, service="lab-nodes", campaign="split", start_mismatched=True) as ex:
         with pytest.raises(SchedulerError):
             ex.run(exp, run_id="split.2", label="started anyway")
+
+
+def test_a_rank_that_ends_while_rank_0_serves_is_a_failure_of_the_run(tmp_path: Path) -> None:
+    """Rank 0 became ready, but node-rank 1's server ended on its own before the job
+    stopped the ranks: the run failed on node1, in serving. What a rank logs only as the
+    job stops it after serving stays no failure."""
+    exp = load_experiment(_write(tmp_path, "two.yaml", TWO))
+    ranks = multinode.node_roles(exp)
+    crash = (
+        "[2026-12-05 04:44:25 TP8] The server is fired up and ready to roll!\n"
+        "[2026-12-05 04:44:27 TP8] Scheduler hit an exception: Traceback (most recent call "
+        "last):\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    fine = "[2026-12-05 04:44:25 TP0] The server is fired up and ready to roll!\n"
+    result = {"rank_nodes": "n1,n2", "state": "ready", "rank_exit_1": "1 1796445867.5"}
+    roles = rank_results(ranks, {"rank-0": fine, "rank-1": crash}, result, 2026)
+    first = first_failure([r for r, _ in roles])
+    assert first is not None and first.role == "node1" and first.host == "n2", first
+    assert first.signature.phase.value == "serving", first.signature
+    # the same lines, logged by a rank the job stopped after serving: no end of its own
+    stopped = {"rank_nodes": "n1,n2", "state": "ready"}
+    roles = rank_results(ranks, {"rank-0": fine, "rank-1": crash}, stopped, 2026)
+    assert first_failure([r for r, _ in roles]) is None

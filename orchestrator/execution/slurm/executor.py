@@ -306,8 +306,6 @@ class SlurmExecutor(HostExecutor):
                     done = jobscript.parse_result(out["result"])
                     roles = multinode.rank_results(ranks, out, done, time.gmtime().tm_year)
                     first = first_failure([r for r, _ in roles])
-                    if first is not None and judge(evidence, target)[0] is Verdict.PASS:
-                        first = None  # it served: what a rank logged when stopped is no failure
                     if first is not None:  # judged by the log of the rank that failed first
                         out["log"] = next(log for r, log in roles if r.role == first.role)
                         evidence = _evidence(state, out, head, good_metric, seen_phase, job)
