@@ -623,3 +623,48 @@ def test_a_rank_that_ends_while_rank_0_serves_is_a_failure_of_the_run(tmp_path: 
     stopped = {"rank_nodes": "n1,n2", "state": "ready"}
     roles = rank_results(ranks, {"rank-0": fine, "rank-1": crash}, stopped, 2026)
     assert first_failure([r for r, _ in roles]) is None
+
+
+def test_a_rank_that_dies_behind_a_serving_rank_0_fails_the_run_on_two_nodes(
+    slurm_cluster2: SlurmCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 0 is ready and keeps answering (its watchdog is long); node-rank 1's server is
+    killed 4 s after it started and its task ends with a CUDA error: the run fails on
+    node1, in serving, not `pass` because rank 0 still answers."""
+    hosts = local_slurm_hosts_file(slurm_cluster2, tmp_path, private_network=False, max_jobs=1)
+    rank1 = (
+        'bash -c \'python3 -m orchestrator.lab.server --scenario two-node "$@" & p=$!; '
+        'sleep 4; kill -9 $p; echo "RuntimeError: CUDA error: an illegal memory access was '
+        "encountered\"; exit 1' rank1"
+    )
+    config = _write(
+        tmp_path,
+        "late.yaml",
+        yaml.safe_dump(
+            {
+                "name": "late",
+                "extends": str(LAB / "two-node" / "good.yaml"),
+                "service": {
+                    "flags": {"dist-init-addr": f"127.0.0.1:{free_port()}", "dist-timeout": 60}
+                },
+                "roles": {
+                    "node0": {"flags": {"port": free_port()}},
+                    "node1": {"exec": rank1, "flags": {"port": free_port()}},
+                },
+                "health": {"timeout": "30s", "settle": "6s"},
+            },
+            sort_keys=False,
+        ),
+    )
+    capsys.readouterr()
+    code = main(
+        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
+        + ["--results", str(tmp_path / "results")]
+    )
+    got = json.loads(capsys.readouterr().out)
+    assert code == 0, got
+    assert got["verdict"] == "fail", got
+    assert got["signature"].startswith("serving: illegal_address"), got
+    assert got["deployment"]["first_failure"]["role"] == "node1", got
+    assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
+    assert slurmlab.job_processes(slurm_cluster2.conf) == []
