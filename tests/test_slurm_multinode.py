@@ -668,3 +668,22 @@ def test_a_rank_that_dies_behind_a_serving_rank_0_fails_the_run_on_two_nodes(
     assert got["deployment"]["first_failure"]["role"] == "node1", got
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
     assert slurmlab.job_processes(slurm_cluster2.conf) == []
+
+
+def test_plan_on_a_cluster_says_a_deployment_needs_more_nodes_than_it_has(
+    slurm_cluster: SlurmCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`plan --host` asks what a bisection would: the job of two ranks on the one-node lab
+    cluster could never run, and plan says so (exit 3, naming the nodes it has)."""
+    hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
+    good = _one_rank(tmp_path, ranks=2)
+    bad = _one_rank(tmp_path / "bad", ranks=2, extra={"ep-size": 8})
+    capsys.readouterr()
+    code = main(
+        ["plan", "--good", str(good), "--bad", str(bad), "--host", "lab-slurm"]
+        + ["--hosts", str(hosts)]
+    )
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "needs 2 nodes, one per node rank" in err and f"{slurm_cluster.node} (" in err, err
+    assert slurm_cluster.client("squeue", "-h", "-o", "%i").stdout.strip() == ""

@@ -129,6 +129,13 @@ class SlurmExecutor(HostExecutor):
         self._inputs_memo = {}  # see HostExecutor.inputs (here: the node is unknown before a job)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
+    def check_jobs(self, exp: Experiment) -> None:
+        """Raise SchedulerError when the job of `exp` could never run here: a deployment of
+        more node ranks than the partition has nodes that take jobs (`plan --host`)."""
+        ranks = multinode.node_roles(exp)
+        if ranks:
+            check_nodes(self.host, self._slurm, len(ranks), f"deployment {exp.name}")
+
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
         if self.opts.conf:
             command = f"export SLURM_CONF={shlex.quote(self.opts.conf)}; {command}"
