@@ -40,7 +40,7 @@ from tests.hosts.fixtures import (  # noqa: E402
     systemd_host,
     systemd_hosts,
 )
-from tests.hosts.slurm import slurm_cluster  # noqa: E402
+from tests.hosts.slurm import slurm_cluster, slurm_cluster2  # noqa: E402
 from tests.hosts.vllm import vllm_real  # noqa: E402
 from tests.support.repeat import (  # noqa: E402  the flake finder: scripts/test --repeat N
     _repeat_index,
@@ -60,6 +60,7 @@ __all__ = [
     "sd",
     "sd_box",
     "slurm_cluster",
+    "slurm_cluster2",
     "spawn",
     "sshd",
     "sshd_server",
@@ -77,6 +78,7 @@ _MARKERS = {
     "sd_box": "systemd",
     "duo": "systemd",
     "slurm_cluster": "slurm",
+    "slurm_cluster2": "slurm",
     "vllm_real": "real",
 }
 

@@ -16,6 +16,7 @@ from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
 from orchestrator.execution.checks import Check
 from orchestrator.execution.hostops import check_host, service_check, survey, unit_check
+from orchestrator.execution.slurm.check import deployment_checks
 from orchestrator.execution.transport import Transport, connect
 
 
@@ -69,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
             ):
                 results[host.name] = check_host(host, t, unit=args.unit, restore_command=how)
                 results[host.name] += _role_checks(host, t, roles.get(host.name, []), how)
+                if args.experiment and host.service_manager == "slurm" and roles.get(host.name):
+                    exp = deployment_hosts.load(args.experiment)
+                    results[host.name] += deployment_checks(host, t, exp)
         except OrchestratorError as exc:
             results[host.name] = [
                 Check("reachable", False, common.with_hosts_file(args, exc), exc.hint)

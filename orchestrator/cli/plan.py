@@ -155,6 +155,10 @@ def check_flags(args: argparse.Namespace, plan: Plan) -> list[str]:
         try:
             for exp in (plan.good, plan.bad):
                 refused_flags(executor, exp)
+                # a cluster's job that could never run (a deployment of more ranks than nodes)
+                check_jobs = getattr(executor, "check_jobs", None)
+                if check_jobs is not None:
+                    check_jobs(exp)
         finally:
             executor.close(restore=False)
         asked = [m.site.host.name for m in getattr(executor, "members", ())] or [host.name]

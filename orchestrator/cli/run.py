@@ -315,7 +315,17 @@ def rerun(args: argparse.Namespace) -> int:
     if row is None:
         return 130
     old_v = relative(old.verdict, old.signature, camp.target)
-    same = row.verdict is old_v and row.signature == old.signature
+    # of a deployment, where it failed first is part of the failure (one signature from
+    # another rank is another story: a crash there, or a hang it caused)
+    old_dep = deployment_view.of_record(store.host_record(old.cached_from or old.id))
+    new_dep = deployment_view.of_record(store.host_record(row.cached_from or row.id))
+    old_first = old_dep.first_failure if old_dep else None
+    new_first = new_dep.first_failure if new_dep else None
+    same = (
+        row.verdict is old_v
+        and row.signature == old.signature
+        and (old_dep is None or new_dep is None or old_dep.first_role == new_dep.first_role)
+    )
     if args.json:
         _print(
             row,
@@ -325,6 +335,7 @@ def rerun(args: argparse.Namespace) -> int:
                 "old_verdict": old_v.value,
                 "old_signature": str(old.signature) if old.signature else None,
                 "same": same,
+                "old_first_failure": old_first,
                 "bar": bar,
                 "good_metric": good[0] if good else None,
                 "good_run": good[1] if good else None,
@@ -339,15 +350,22 @@ def rerun(args: argparse.Namespace) -> int:
     c.print(
         f"recorded run {old.id} on {old.host}: {verdict_text(old_v)}"
         + (f"  {escape(str(old.signature))}" if old.signature else "")
-        + (f"  metric {old.probe_metric:g}" if old.probe_metric is not None else ""),
+        + (f"  metric {old.probe_metric:g}" if old.probe_metric is not None else "")
+        + (f"  failed first: {escape(old_first)}" if old_first else ""),
         highlight=False,
     )
     c.print(
         f"rerun    {row.id} on {row.host}: {verdict_text(row.verdict)}"
         + (f"  {escape(str(row.signature))}" if row.signature else "")
-        + (f"  metric {row.probe_metric:g}" if row.probe_metric is not None else ""),
+        + (f"  metric {row.probe_metric:g}" if row.probe_metric is not None else "")
+        + (f"  failed first: {escape(new_first)}" if new_first else ""),
         highlight=False,
     )
+    if new_dep is not None:
+        if row.detail:
+            c.print(f"detail: {escape(row.detail)}", highlight=False)
+        for line in deployment_view.role_lines(new_dep):
+            c.print(f"  {escape(line)}", highlight=False)
     c.print(
         "same verdict and signature" if same else "[yellow]differs from the recorded run[/]",
         highlight=False,

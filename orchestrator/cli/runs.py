@@ -328,7 +328,9 @@ def _roles(dep: deployment_view.DeploymentRun, exp: Experiment) -> None:
     for role, line in zip(dep.roles, deployment_view.role_lines(dep), strict=True):
         c.print(f"  {escape(line)}", highlight=False)
         try:
-            command = exp.role_launch(role.role).command_line()
+            command = (
+                shlex.join(role.argv) if role.argv else exp.role_launch(role.role).command_line()
+            )
         except KeyError:  # a role the config no longer names
             continue
         c.print(f"    command: {escape(command)}", highlight=False, soft_wrap=True)
@@ -418,7 +420,8 @@ def _on_cluster(rec: dict[str, object]) -> None:
     c = console()
     c.print(
         f"on the cluster ({escape(str(rec.get('host') or '?'))}): job "
-        f"{escape(str(rec.get('job')))} on node {escape(str(rec.get('node') or '?'))}, "
+        f"{escape(str(rec.get('job')))} on node{'s' if ',' in str(rec.get('node')) else ''} "
+        f"{escape(str(rec.get('node') or '?'))}, "
         f"ended {escape(str(rec.get('state') or '?'))}"
         + (f" ({escape(str(rec['reason']))})" if rec.get("reason") else "")
         + f", {float(rec.get('pending_s') or 0):.1f}s pending",

@@ -626,7 +626,13 @@ def deployment_factory(
     def make(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
         roles = sites(exp, host, inventory)
         if host.service_manager == "slurm":  # one job over the cluster's nodes
-            return base(host, service=service, campaign=campaign, listener=listener)
+            return base(
+                host,
+                service=service,
+                campaign=campaign,
+                listener=listener,
+                start_mismatched=start_mismatched,
+            )
 
         def member(h: Host, svc: str) -> Executor:
             ex = base(h, service=svc, campaign=campaign, listener=listener)

@@ -30,6 +30,8 @@ def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[Rol
     `<service>-<role>`."""
     dep = exp.deployment()
     base = service_name(exp)
+    if host.service_manager == "slurm":
+        job_of_ranks(exp, host)
     out = []
     for name in dep.start_order:
         role = dep.role(name)
@@ -68,6 +70,23 @@ def sites(exp: Experiment, host: Host, inventory: Inventory | None) -> tuple[Rol
         out.append(RoleSite(role, where, role.unit or f"{base}-{name}"))
     _one_service_each(exp, out)
     return tuple(out)
+
+
+def job_of_ranks(exp: Experiment, host: Host) -> None:
+    """Refuse, before anything runs, a deployment the cluster `host` cannot run as one job
+    over its nodes: roles other than node ranks, or jobs in a private network each."""
+    from orchestrator.execution.slurm.multinode import node_roles
+
+    node_roles(exp)
+    if host.slurm is not None and host.slurm.private_network:
+        raise ConfigError(
+            f"a deployment's job needs the nodes' own network (srun reaches the other "
+            f"nodes, the ranks meet at the first node's address), but {host.name} runs each "
+            "job in a private network (slurm.private_network)",
+            file=exp.source,
+            key="roles",
+            hint="run it on a Slurm host without slurm.private_network in the hosts file",
+        )
 
 
 def _machine(h: Host) -> tuple[object, ...]:

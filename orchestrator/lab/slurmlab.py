@@ -8,6 +8,11 @@ declaring 8 GPUs backed by placeholder files (`Name=gpu File=<dir>/gpus/nvidia[0
 The node declares more CPUs than the machine has (`SlurmdParameters=config_overrides`):
 lab jobs mostly wait on a simulated server, and several must fit at once.
 
+With `nodes=N` (N > 1) the cluster has N nodes on this one machine (`<host>-1` ..
+`<host>-N`): one slurmd each, on a port of its own (Slurm's `-N NODENAME`, built with
+multiple-slurmd support as Debian's is), so a job of `--nodes N` runs one task on each,
+as on a real cluster.
+
 Clients reach it with `SLURM_CONF=<dir>/slurm.conf`. `orchestrator lab up --slurm` and
 the test fixtures use this same code; every daemon is found again by its pid file and
 checked to be ours (its command line names our config) before it is stopped.
@@ -67,7 +72,33 @@ class SlurmCluster:
 
     @property
     def node(self) -> str:
+        """The first (for one node: the only) node's name."""
+        return self.node_names()[0]
+
+    @property
+    def machine(self) -> str:
         return socket.gethostname().split(".")[0]
+
+    def node_names(self, nodes: int | None = None) -> list[str]:
+        """The nodes' names: this machine's for one node; `<machine>-K` for several (read
+        back from the config once it is written)."""
+        if nodes is None:
+            try:
+                text = self.conf.read_text()
+            except OSError:
+                text = ""
+            names = [
+                line.split()[0].split("=", 1)[1]
+                for line in text.splitlines()
+                if line.startswith("NodeName=")
+            ]
+            return names or [self.machine]
+        return (
+            [self.machine] if nodes == 1 else [f"{self.machine}-{k}" for k in range(1, nodes + 1)]
+        )
+
+    def slurmd_pid_file(self, name: str) -> Path:
+        return self.pid_file("slurmd" if name == self.machine else f"slurmd-{name}")
 
     def env(self) -> dict[str, str]:
         """The environment a Slurm client needs to talk to this cluster."""
@@ -99,12 +130,35 @@ class SlurmCluster:
         mine = str(self.munge_socket) if daemon == "munged" else str(self.conf)
         return pid if mine in cmdline.split("\0") or mine in cmdline else None
 
+    def slurmd_pids(self) -> dict[str, int | None]:
+        """Each node's slurmd pid (None: not running, or not ours)."""
+        out: dict[str, int | None] = {}
+        for name in self.node_names():
+            try:
+                pid = int(self.slurmd_pid_file(name).read_text().strip())
+            except (OSError, ValueError):
+                out[name] = None
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                cmdline = ""
+            out[name] = pid if pid_alive(pid) and str(self.conf) in cmdline else None
+        return out
+
     def running(self) -> bool:
-        return all(self.pid(d) is not None for d in ("munged", "slurmctld", "slurmd"))
+        return all(self.pid(d) is not None for d in ("munged", "slurmctld")) and all(
+            p is not None for p in self.slurmd_pids().values()
+        )
 
     def node_state(self) -> str:
+        """The nodes' state: one word when they all agree, else the worst first."""
         r = self.client("sinfo", "-h", "-N", "-o", "%t", timeout=10)
-        return r.stdout.strip() if r.returncode == 0 else ""
+        states = set(r.stdout.split()) if r.returncode == 0 else set()
+        if len(states) == 1:
+            return states.pop()
+        bad = sorted(x for x in states if x not in ("idle", "mix", "alloc"))
+        return bad[0] if bad else (sorted(states)[0] if states else "")
 
     def ports(self) -> tuple[int, int] | None:
         try:
@@ -122,8 +176,10 @@ class SlurmCluster:
             return None
 
     # ---- lifecycle
-    def write_config(self, *, ctld_port: int, slurmd_port: int) -> None:
+    def write_config(self, *, ctld_port: int, slurmd_port: int, nodes: int = 1) -> None:
         d = self.state_dir
+        names = self.node_names(nodes)
+        several = len(names) > 1
         for sub in ("munge", "run", "log", "state", "spool", "gpus"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         (d / "munge").chmod(0o700)
@@ -133,7 +189,7 @@ class SlurmCluster:
         self.conf.write_text(
             "# A private single-node Slurm cluster written by orchestrator (lab/slurmlab.py).\n"
             f"ClusterName={CLUSTER}\n"
-            f"SlurmctldHost={self.node}(127.0.0.1)\n"
+            f"SlurmctldHost={self.machine}(127.0.0.1)\n"
             f"SlurmctldPort={ctld_port}\n"
             f"SlurmdPort={slurmd_port}\n"
             f"SlurmUser={user}\n"
@@ -142,11 +198,11 @@ class SlurmCluster:
             "CredType=cred/munge\n"
             f"AuthInfo=socket={self.munge_socket}\n"
             f"StateSaveLocation={d / 'state'}\n"
-            f"SlurmdSpoolDir={d / 'spool'}\n"
+            f"SlurmdSpoolDir={d / 'spool'}{'/%n' if several else ''}\n"
             f"SlurmctldPidFile={self.pid_file('slurmctld')}\n"
-            f"SlurmdPidFile={self.pid_file('slurmd')}\n"
+            f"SlurmdPidFile={self.pid_file('slurmd-%n' if several else 'slurmd')}\n"
             f"SlurmctldLogFile={self.log_file('slurmctld')}\n"
-            f"SlurmdLogFile={self.log_file('slurmd')}\n"
+            f"SlurmdLogFile={self.log_file('slurmd-%n' if several else 'slurmd')}\n"
             "ProctrackType=proctrack/linuxproc\n"
             "TaskPlugin=task/none\n"
             "SelectType=select/cons_tres\n"
@@ -168,16 +224,26 @@ class SlurmCluster:
             "SlurmdTimeout=60\n"
             "MpiDefault=none\n"
             "GresTypes=gpu\n"
-            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory=4000 "
-            f"Gres=gpu:{GPUS} State=UNKNOWN\n"
-            f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE "
-            "State=UP\n"
+            + "".join(
+                f"NodeName={name}"
+                + (f" NodeHostname={self.machine} Port={slurmd_port + k}" if several else "")
+                + f" NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory=4000 Gres=gpu:{GPUS} "
+                "State=UNKNOWN\n"
+                for k, name in enumerate(names)
+            )
+            + f"PartitionName={PARTITION} Nodes={','.join(names)} Default=YES "
+            "MaxTime=INFINITE State=UP\n"
         )
         (d / "gres.conf").write_text(
-            f"NodeName={self.node} Name=gpu File={d / 'gpus'}/nvidia[0-{GPUS - 1}]\n"
+            "".join(
+                f"NodeName={name} Name=gpu File={d / 'gpus'}/nvidia[0-{GPUS - 1}]\n"
+                for name in names
+            )
         )
+        for name in names if several else ():
+            (d / "spool" / name).mkdir(parents=True, exist_ok=True)
 
-    def start(self, *, timeout: float = 60.0) -> bool:
+    def start(self, *, timeout: float = 60.0, nodes: int = 1) -> bool:
         """Start whatever of munged, slurmctld, slurmd is not running; wait until the node
         takes jobs. Returns True when something was started."""
         missing = missing_programs()
@@ -190,8 +256,8 @@ class SlurmCluster:
             return False
         ports = self.ports()
         if ports is None or any(_port_taken(p) for p in ports if not self.pid("slurmctld")):
-            ports = (free_port(), free_port())
-            self.write_config(ctld_port=ports[0], slurmd_port=ports[1])
+            ports = (free_port(), _free_ports(nodes))
+            self.write_config(ctld_port=ports[0], slurmd_port=ports[1], nodes=nodes)
         self._start_munge()
         env = {**os.environ, **self.env()}
         if self.pid("slurmctld") is None:
@@ -201,12 +267,15 @@ class SlurmCluster:
                 env,
                 self.log_file("slurmctld-start"),
             )
-        if self.pid("slurmd") is None:
-            _spawn(
-                [find_program("slurmd") or "slurmd", "-f", str(self.conf)],
-                env,
-                self.log_file("slurmd-start"),
-            )
+        several = len(self.node_names()) > 1
+        for name, pid in self.slurmd_pids().items():
+            if pid is None:
+                _spawn(
+                    [find_program("slurmd") or "slurmd", "-f", str(self.conf)]
+                    + (["-N", name] if several else []),
+                    env,
+                    self.log_file(f"slurmd-start-{name}" if several else "slurmd-start"),
+                )
         self.wait_ready(timeout=timeout)
         return True
 
@@ -248,9 +317,10 @@ class SlurmCluster:
             state = self.node_state()
             if state in ("idle", "mix", "alloc"):
                 return
-            if state.startswith(("down", "drain")) and self.pid("slurmd") is not None:
+            if state.startswith(("down", "drain")) and self.running():
                 # a node left down by an earlier run of this cluster: it is ours to resume
-                self.client("scontrol", "update", f"NodeName={self.node}", "State=RESUME")
+                names = ",".join(self.node_names())
+                self.client("scontrol", "update", f"NodeName={names}", "State=RESUME")
             time.sleep(0.2)
         raise InfraError(
             f"the lab Slurm cluster did not become ready in {timeout:g}s (node state "
@@ -263,7 +333,11 @@ class SlurmCluster:
         stopped = []
         if self.pid("slurmctld") is not None:
             self.cancel_all()
-        for daemon in ("slurmd", "slurmctld", "munged"):
+        for name, pid in self.slurmd_pids().items():
+            if pid is not None:
+                _kill(pid)
+                stopped.append(f"slurmd of {name} (pid {pid})")
+        for daemon in ("slurmctld", "munged"):
             pid = self.pid(daemon)
             if pid is None:
                 continue
@@ -301,6 +375,15 @@ def _user() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _free_ports(n: int) -> int:
+    """The first of `n` consecutive free ports (one slurmd each)."""
+    for _ in range(50):
+        first = free_port()
+        if not any(_port_taken(first + k) for k in range(1, n)):
+            return first
+    raise InfraError(f"no {n} consecutive free ports for the lab cluster's slurmd daemons")
 
 
 def _port_taken(port: int) -> bool:

@@ -32,6 +32,9 @@ class RoleRun:
     verdict: str
     signature: str
     log_tail: str
+    #: the command line as it ran, when the record knows it (a Slurm job fills in each
+    #: rank's node rank and the first node's address); () when it is the config's
+    argv: tuple[str, ...] = ()
 
     def where(self) -> str:
         """`node-1 [node rank 1] on b300-02 (sglang.service)`."""
@@ -102,6 +105,12 @@ def _signature(value: object) -> str:
     return text
 
 
+def _argv(value: object) -> tuple[str, ...]:
+    if isinstance(value, list) and all(isinstance(w, str) for w in value):
+        return tuple(value)
+    return ()
+
+
 def of_record(record: Mapping[str, Any] | None) -> DeploymentRun | None:
     """The deployment of a run's host record, or None for a run of one unit."""
     if not record or record.get("manager") != MANAGER:
@@ -121,6 +130,7 @@ def of_record(record: Mapping[str, Any] | None) -> DeploymentRun | None:
                 verdict=_text(r.get("verdict")),
                 signature=_signature(r.get("signature")),
                 log_tail=_text(r.get("log_tail")),
+                argv=_argv(r.get("argv")),
             )
         )
     first = record.get("first_failure")

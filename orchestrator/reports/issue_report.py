@@ -178,6 +178,7 @@ def _role_commands(run: RunRow, dep: CampaignDeployment) -> list[str]:
     from orchestrator.config.experiment import Experiment
 
     exp = Experiment.from_dict(run.config, source=f"run {run.id}")
+    ran = dep.runs.get(run.id)
     out: list[str] = []
     for r in dep.roles:
         try:
@@ -185,11 +186,13 @@ def _role_commands(run: RunRow, dep: CampaignDeployment) -> list[str]:
         except KeyError:  # a role the recorded config does not name
             continue
         rank = f" rank {r.rank}" if r.rank is not None and r.kind != "router" else ""
+        own = ran.role(r.role) if ran is not None else None
+        argv = list(own.argv) if own is not None and own.argv else launch.argv()
         out += [
             f"{r.role} ({r.kind}{rank}) on {r.host or '?'}:",
             "",
             "```bash",
-            command_block(launch.argv(), launch.env_map(), launch.unset),
+            command_block(argv, launch.env_map(), launch.unset),
             "```",
             "",
         ]

@@ -56,6 +56,22 @@ def slurm_cluster() -> Iterator[slurmlab.SlurmCluster]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster2() -> Iterator[slurmlab.SlurmCluster]:
+    """A cluster of two nodes on this machine (one slurmd each): a job of `--nodes 2` runs
+    one task on each. Started on first use, stopped at the end like `slurm_cluster`."""
+    require_slurm()
+    _cleanup_stale()
+    state = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-two-"))
+    cluster = slurmlab.SlurmCluster(state)
+    try:
+        cluster.start(nodes=2)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def slurm_hosts_file(
     sshd: SshdEndpoint, cluster: slurmlab.SlurmCluster, tmp: Path, **slurm: object
 ) -> Path:

@@ -2,21 +2,26 @@
 
 sinfo answers; the partition exists and is up; the gres the jobs ask for is configured on
 its nodes; how many nodes are idle (or only partly used) now; the run directory is
-writable. Each check is one line with what to fix.
+writable. For a deployment of node ranks (`deployment_checks`): the job it would submit
+can run there (one job over N nodes: the partition has N nodes that take jobs, and every
+role is a node rank). Each check is one line with what to fix.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
+from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
 from orchestrator.errors import OrchestratorError
 from orchestrator.execution.checks import Check
-from orchestrator.execution.slurm.executor import check_cluster
+from orchestrator.execution.slurm import multinode
+from orchestrator.execution.slurm.executor import check_cluster, check_nodes
 from orchestrator.execution.transport import Transport
 
 
-def slurm_checks(host: Host, t: Transport) -> list[Check]:
+def _runner(host: Host, t: Transport) -> Callable[..., object]:
     opts = host.slurm
     assert opts is not None
 
@@ -24,6 +29,30 @@ def slurm_checks(host: Host, t: Transport) -> list[Check]:
         if opts.conf:
             command = f"export SLURM_CONF={shlex.quote(opts.conf)}; {command}"
         return t.run(command, timeout=timeout)
+
+    return run
+
+
+def deployment_checks(host: Host, t: Transport, exp: Experiment) -> list[Check]:
+    """Whether the one job of `exp`'s node ranks can run on this cluster: every role is a
+    node rank, and the partition has a node that takes jobs for each."""
+    try:
+        n = len(multinode.node_roles(exp))
+    except OrchestratorError as exc:  # roles of another kind: no job over the nodes
+        return [Check("deployment", False, str(exc), exc.hint)]
+    if n == 0:
+        return []
+    try:
+        check_nodes(host, _runner(host, t), n, f"deployment {exp.name}")
+    except OrchestratorError as exc:
+        return [Check("nodes", False, str(exc), exc.hint)]
+    return [Check("nodes", True, f"one job of {n} nodes, one per node rank")]
+
+
+def slurm_checks(host: Host, t: Transport) -> list[Check]:
+    opts = host.slurm
+    assert opts is not None
+    run = _runner(host, t)
 
     checks: list[Check] = []
     v = run("sinfo --version", timeout=30)

@@ -30,8 +30,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from orchestrator import shield
+from orchestrator.config.deployment import refusal
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, SlurmOptions
 from orchestrator.diagnosis.classify.judge import (
@@ -92,6 +94,7 @@ class SlurmExecutor(HostExecutor):
         poll_min: float = 0.25,
         poll_max: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        start_mismatched: bool | None = None,
     ) -> None:
         if host.slurm is None:
             raise SchedulerError(f"{host.name}: no slurm: section in the hosts file")
@@ -109,6 +112,8 @@ class SlurmExecutor(HostExecutor):
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.sleep = sleep
+        #: None: each variant's own `mismatched_roles`; True/False: the campaign's choice
+        self.start_mismatched = start_mismatched
         self._opened = False
         self.base = campaign_dir(host, campaign)
         self.preflight = preflight.Preflight(
@@ -124,6 +129,13 @@ class SlurmExecutor(HostExecutor):
         self._inputs_memo = {}  # see HostExecutor.inputs (here: the node is unknown before a job)
 
     # ---- the commands, with the cluster's SLURM_CONF when the hosts file names one
+    def check_jobs(self, exp: Experiment) -> None:
+        """Raise SchedulerError when the job of `exp` could never run here: a deployment of
+        more node ranks than the partition has nodes that take jobs (`plan --host`)."""
+        ranks = multinode.node_roles(exp)
+        if ranks:
+            check_nodes(self.host, self._slurm, len(ranks), f"deployment {exp.name}")
+
     def _slurm(self, command: str, *, timeout: float = 60, stdin: str | None = None):  # noqa: ANN202
         if self.opts.conf:
             command = f"export SLURM_CONF={shlex.quote(self.opts.conf)}; {command}"
@@ -256,6 +268,7 @@ class SlurmExecutor(HostExecutor):
         head = multinode.head_launch(exp)
         roles: list[tuple[RoleResult, str]] = []
         first: FirstFailure | None = None
+        done: dict[str, str] = {}
         started_at = time.time()
         t_submit = time.monotonic()
         self.emit(
@@ -280,8 +293,12 @@ class SlurmExecutor(HostExecutor):
         seen_phase: Phase | None = None
         job: str | None = None
         try:
-            flagcheck = self.preflight.check(head)
-            if flagcheck.refusal is not None:
+            # ranks that would split a flag they must agree on never start (the job sets
+            # --nnodes and the init address itself: a config's own would be hidden)
+            refused = refusal(exp, start=self.start_mismatched) if ranks else None
+            if refused is not None:
+                evidence = RunEvidence(invalid_reason=refused.reason)
+            elif (flagcheck := self.preflight.check(head)).refusal is not None:
                 evidence = RunEvidence(invalid_reason=flagcheck.refusal)
             else:
                 if ranks:
@@ -296,8 +313,6 @@ class SlurmExecutor(HostExecutor):
                     done = jobscript.parse_result(out["result"])
                     roles = multinode.rank_results(ranks, out, done, time.gmtime().tm_year)
                     first = first_failure([r for r, _ in roles])
-                    if first is not None and judge(evidence, target)[0] is Verdict.PASS:
-                        first = None  # it served: what a rank logged when stopped is no failure
                     if first is not None:  # judged by the log of the rank that failed first
                         out["log"] = next(log for r, log in roles if r.role == first.role)
                         evidence = _evidence(state, out, head, good_metric, seen_phase, job)
@@ -323,6 +338,14 @@ class SlurmExecutor(HostExecutor):
                     pass
         self._job = None
         verdict, sig = judge(evidence, target)
+        if first is not None and not (evidence.infra_error or evidence.invalid_reason):
+            # the run is the failure of the rank that failed first, judged as that rank
+            # (how srun ended says only how the job stopped the ranks)
+            k = next(i for i, r in enumerate(ranks) if r.name == first.role)
+            own = multinode.rank_evidence(k, out.get("log", ""), done)
+            verdict, sig = judge(replace(own, time_limit=evidence.time_limit), target)
+            if first.infra:
+                verdict, sig = Verdict.INFRA, None
         detail = evidence.invalid_reason or evidence.infra_error or ""
         if verdict is Verdict.INFRA and not detail:
             detail = outside_cause(evidence) or ""
@@ -341,8 +364,11 @@ class SlurmExecutor(HostExecutor):
                 if state.state == "TIMEOUT"
                 else f"not ready after {exp.health.timeout:g}s"
             )
-            detail = f"job {job}: {why}; last phase: " + (
-                evidence.last_phase.value if evidence.last_phase else "none seen"
+            detail = f"job {job}: {why}; " + (
+                first.describe()
+                if first is not None
+                else "last phase: "
+                + (evidence.last_phase.value if evidence.last_phase else "none seen")
             )
         t_start = _num(result.get("server_start"))
         t_end = _num(result.get("end")) or _num(result.get("signalled"))
@@ -362,7 +388,10 @@ class SlurmExecutor(HostExecutor):
                 "manager": "slurm",
                 "host": self.host.name,
                 "job": job,
-                "node": state.node or result.get("node", ""),
+                # a deployment's job: every node of it, in rank order
+                "node": (result.get("rank_nodes") if ranks else None)
+                or state.node
+                or result.get("node", ""),
                 "state": state.state,
                 "reason": state.reason,
                 "pending_s": round(ran["pending_s"], 3),
@@ -380,7 +409,9 @@ class SlurmExecutor(HostExecutor):
                 ),
             }
         if ranks and record is not None:
-            record = multinode.deployment_record(ranks, roles, first, exp, record)
+            record = multinode.deployment_record(
+                ranks, roles, first, exp, record, head=done.get("head") or None
+            )
         env = envfacts.parse(env_text) if _complete(env_text, verdict) else None
         return self._finish(
             config,

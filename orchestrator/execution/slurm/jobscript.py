@@ -200,6 +200,8 @@ def render(
             key="roles",
             hint="run it on a Slurm host without slurm.private_network in the hosts file",
         )
+    # a deployment's ranks that ended on their own, noted before the job stops any
+    seen = "ranks_seen; " if ranks else ""
     head = multinode.head_launch(exp)
     launch_lines = (
         multinode.launch_lines(exp, word, secret_vars)
@@ -268,8 +270,10 @@ def render(
         " sleep 0.1; done",
         '  kill -s KILL -- "-$PID" 2>/dev/null; return 0',
         "}",
+        *(multinode.watch_functions() if ranks else []),
         # scancel and the time limit reach us here: stop the server, leave what is known
-        'on_term() { res signalled "$(now)"; stop_server; mv "$R" "$D/result"; exit 143; }',
+        f'on_term() {{ res signalled "$(now)"; {seen}stop_server; mv "$R" "$D/result"; '
+        "exit 143; }",
         "trap on_term TERM INT",
         "alive() { kill -s 0 \"$PID\" 2>/dev/null && ! grep -q '^State:.*Z' "
         '"/proc/$PID/status" 2>/dev/null; }',
@@ -281,6 +285,7 @@ def render(
         "state=timeout",
         "while :; do",
         "  if ! alive; then state=dead; died; break; fi",
+        *(multinode.watch_lines() if ranks else []),
         "  code=$(health)",
         '  if [ "$code" = 200 ]; then streak=$((streak + 1)); else streak=0; fi',
         '  if [ "$streak" -ge "$NEED" ]; then state=ready; break; fi',
@@ -314,7 +319,7 @@ def render(
             "fi",
         ]
     lines += [
-        "if alive; then stop_server; fi",
+        f"{seen}if alive; then stop_server; fi",
         'res end "$(now)"',
         'mv "$R" "$D/result"',
         "exit 0",
