@@ -33,6 +33,7 @@ from orchestrator.lab.slurmlab import SlurmCluster
 from orchestrator.lab.sshd import free_port
 from orchestrator.store.store import Store
 from tests.hosts.slurm import local_slurm_hosts_file
+from tests.hosts.wait import wait_until
 from tests.support.campaign_lab import LAB
 from tests.support.deployment_runs import record_campaign
 
@@ -560,7 +561,7 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothin
     assert by_role[failing]["verdict"] == "fail" and by_role[waiting]["verdict"] == "timeout"
     assert {r["host"] for r in by_role.values()} == set(nodes)
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
-    assert slurmlab.job_processes(slurm_cluster2.conf) == []
+    assert _no_job_processes(slurm_cluster2)
     if failing != "node1":
         return
     # `rerun` says where each run failed first, and every role of the new one
@@ -667,7 +668,7 @@ def test_a_rank_that_dies_behind_a_serving_rank_0_fails_the_run_on_two_nodes(
     assert got["signature"].startswith("serving: illegal_address"), got
     assert got["deployment"]["first_failure"]["role"] == "node1", got
     assert slurm_cluster2.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
-    assert slurmlab.job_processes(slurm_cluster2.conf) == []
+    assert _no_job_processes(slurm_cluster2)
 
 
 def test_plan_on_a_cluster_says_a_deployment_needs_more_nodes_than_it_has(
@@ -687,3 +688,17 @@ def test_plan_on_a_cluster_says_a_deployment_needs_more_nodes_than_it_has(
     assert code == 3, err
     assert "needs 2 nodes, one per node rank" in err and f"{slurm_cluster.node} (" in err, err
     assert slurm_cluster.client("squeue", "-h", "-o", "%i").stdout.strip() == ""
+
+
+def _no_job_processes(cluster: SlurmCluster) -> bool:
+    """No process of the cluster's jobs is left: slurmd ends a cancelled job's processes
+    after its KillWait, which a loaded machine can stretch; waited for, bounded."""
+    return (
+        wait_until(
+            lambda: not slurmlab.job_processes(cluster.conf) or None,
+            timeout=240,
+            what="the jobs' processes gone",
+            describe=lambda: str(slurmlab.job_processes(cluster.conf)),
+        )
+        is True
+    )
