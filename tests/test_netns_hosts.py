@@ -71,6 +71,15 @@ def test_two_hosts_each_in_a_network_of_its_own_reach_each_other(
             child.kill()
 
 
+#: a server a session leaves running in its own session, as the process manager does;
+#: waited for until it is `sleep` (the shell's child execs setsid, which execs sleep, a
+#: moment after the shell returns: a busy machine once showed the shell's fork instead)
+LEAVE_A_SLEEPER = (
+    "setsid sleep 600 </dev/null >/dev/null 2>&1 & p=$!; "
+    "for i in $(seq 200); do grep -qx sleep /proc/$p/comm && break; sleep 0.05; done"
+)
+
+
 def test_teardown_removes_every_trace_also_of_what_runs_there() -> None:
     require_sshd()
     require_netns()
@@ -81,7 +90,7 @@ def test_teardown_removes_every_trace_also_of_what_runs_there() -> None:
         sshds = [h.sshd_pid for h in hosts]
         dirs = [h.dir for h in hosts]
         # a server a session left running in its own session, as the process manager does
-        hosts[0].endpoint.ssh_run("setsid sleep 600 </dev/null >/dev/null 2>&1 &", check=True)
+        hosts[0].endpoint.ssh_run(LEAVE_A_SLEEPER, check=True)
         left = hosts[0].processes()
         assert [line for _, line in left] == ["sleep 600"], left
         assert hosts[1].processes() == []
@@ -162,12 +171,7 @@ from orchestrator.lab.nshosts import netns_sshd_hosts
 from orchestrator.lab.sdhosts import REPO
 from orchestrator.lab.sshd import session_env
 with netns_sshd_hosts(2, env=session_env(REPO)) as hosts:
-    # the sleeper is waited for until it is `sleep` (setsid execs it a moment later)
-    hosts[1].endpoint.ssh_run(
-        "setsid sleep 600 </dev/null >/dev/null 2>&1 & p=$!; "
-        "for i in $(seq 200); do grep -qx sleep /proc/$p/comm && break; sleep 0.05; done",
-        check=True,
-    )
+    hosts[1].endpoint.ssh_run(sys.argv[1], check=True)  # LEAVE_A_SLEEPER
     print(" ".join(f"{h.netns.name},{h.netns.veth},{h.sshd_pid},{h.dir}" for h in hosts))
     sys.stdout.flush()
     sys.stdin.read()
@@ -178,7 +182,7 @@ def test_what_a_killed_session_left_is_removed_by_the_next() -> None:
     require_sshd()
     require_netns()
     with subprocess.Popen(
-        [sys.executable, "-c", KILLED_OWNER],
+        [sys.executable, "-c", KILLED_OWNER, LEAVE_A_SLEEPER],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
