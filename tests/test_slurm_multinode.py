@@ -378,14 +378,7 @@ def test_run_of_a_deployment_on_a_cluster_is_one_job_of_its_ranks(
     executor (one job over its nodes), not to one unit per role on SSH hosts."""
     hosts = local_slurm_hosts_file(slurm_cluster, tmp_path, private_network=False, max_jobs=1)
     config = _one_rank(tmp_path)
-    capsys.readouterr()
-    code = main(
-        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
-        + ["--results", str(tmp_path / "results")]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out
-    got = json.loads(out)
+    got = _run_json(config, hosts, tmp_path / "results", capsys)
     text = json.dumps(got)
     assert got["verdict"] == "pass", got
     [role] = got["deployment"]["roles"]
@@ -541,14 +534,7 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first_and_leaves_nothin
     no job and no server is left."""
     hosts = local_slurm_hosts_file(slurm_cluster2, tmp_path, private_network=False, max_jobs=1)
     config = _two_node(tmp_path / "cfg", f"two-{error_class}", flags)
-    capsys.readouterr()
-    code = main(
-        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
-        + ["--results", str(tmp_path / "results")]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out
-    got = json.loads(out)
+    got = _run_json(config, hosts, tmp_path / "results", capsys)
     nodes = slurm_cluster2.node_names()
     where = {"node0": nodes[0], "node1": nodes[1]}
     assert got["verdict"] == "fail", got
@@ -657,13 +643,7 @@ def test_a_rank_that_dies_behind_a_serving_rank_0_fails_the_run_on_two_nodes(
             sort_keys=False,
         ),
     )
-    capsys.readouterr()
-    code = main(
-        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
-        + ["--results", str(tmp_path / "results")]
-    )
-    got = json.loads(capsys.readouterr().out)
-    assert code == 0, got
+    got = _run_json(config, hosts, tmp_path / "results", capsys)
     assert got["verdict"] == "fail", got
     assert got["signature"].startswith("serving: illegal_address"), got
     assert got["deployment"]["first_failure"]["role"] == "node1", got
@@ -702,3 +682,15 @@ def _no_job_processes(cluster: SlurmCluster) -> bool:
         )
         is True
     )
+
+
+def _run_json(config: Path, hosts: Path, results: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    """`orchestrator run CONFIG --host lab-slurm --json`: its one JSON document (exit 0)."""
+    capsys.readouterr()
+    code = main(
+        ["run", str(config), "--host", "lab-slurm", "--hosts", str(hosts), "--json"]
+        + ["--results", str(results)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -150,14 +150,19 @@ def rootfs_host_key(rootfs: Path) -> str:
 
 
 @contextmanager
-def net_lock() -> Iterator[None]:
-    """Serialize address allocation between concurrent users (test workers, the lab)."""
-    with open(NET_LOCK, "a") as f:
+def file_lock(path: Path) -> Iterator[None]:
+    """Held by one process at a time on this machine (an exclusive lock on `path`)."""
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def net_lock() -> AbstractContextManager[None]:
+    """Serialize address allocation between concurrent users (test workers, the lab)."""
+    return file_lock(NET_LOCK)
 
 
 def used_blocks() -> set[str]:

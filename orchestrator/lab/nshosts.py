@@ -18,7 +18,6 @@ killed session left. Needs root (network namespaces).
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import os
 import re
@@ -27,11 +26,11 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from orchestrator.execution.localproc import pid_alive
-from orchestrator.lab.container import ContainerError, Netns, route_between, run
+from orchestrator.lab.container import ContainerError, Netns, file_lock, route_between, run
 from orchestrator.lab.sshd import SshdEndpoint, SshdServer, _descendants, prepare
 
 NETNS_PREFIX = "orchs-"
@@ -165,16 +164,10 @@ def netns_sshd_hosts(
 STALE_LOCK = Path(tempfile.gettempdir()) / "orch-nshosts.lock"  # not a session's name
 
 
-@contextmanager
-def stale_cleanup_held() -> Iterator[None]:
+def stale_cleanup_held() -> AbstractContextManager[None]:
     """Hold off every other process's `cleanup_stale` (sessions of several test workers
     clean up after killed owners at once; one must not remove what another is reading)."""
-    with open(STALE_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return file_lock(STALE_LOCK)
 
 
 def cleanup_stale() -> None:
