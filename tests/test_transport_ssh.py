@@ -31,7 +31,13 @@ from orchestrator.errors import (
 )
 from orchestrator.execution.transport import connect
 from orchestrator.execution.transport.ssh import SSHTransport, keyscan_command
-from orchestrator.lab.sshd import SshdEndpoint, SshdServer, free_port, known_hosts_line
+from orchestrator.lab.sshd import (
+    SshdEndpoint,
+    SshdServer,
+    free_port,
+    known_hosts_line,
+    read_pid,
+)
 from tests.hosts.wait import wait_gone
 
 ODD = 'it\'s "quoted" $HOME `date` ; rm -rf / && echo no\n\ttabs \\ back\nunicode: ü ñ 日本 🚀\n'
@@ -390,14 +396,6 @@ def _session_sshds(server: SshdServer) -> list[int]:
     return found
 
 
-def _read_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
 def _sshd_above(pid: int) -> int:
     """The nearest sshd above a process of a session (the command may run under `timeout`
     or another shell): the one that forwards its output."""
@@ -443,13 +441,13 @@ def test_connection_stuck_mid_command_times_out_locally(
     def freeze_once_running() -> None:
         try:
             deadline = time.monotonic() + 120
-            while not _read_pid(started) and time.monotonic() < deadline:
+            while not read_pid(started) and time.monotonic() < deadline:
                 time.sleep(0.02)
             # the session process that carries this command's answer: its shell's parent,
             # as the shell wrote it (found by name alone, a busy machine once let the answer
             # through); then every session process, looked for again after each freeze
             # until none is new (one forked while the first look ran would still carry it)
-            shell = _read_pid(started)
+            shell = read_pid(started)
             assert shell is not None, "the command never started"
             carrier = _sshd_above(shell)
             _freeze([carrier])
