@@ -257,6 +257,10 @@ def route_between(namespaces: Sequence[Netns]) -> None:
     its pair): a namespace has its /30 and no route beyond it. The routes live inside the
     namespaces and go with them when they are deleted."""
     for ns in namespaces:
+        # This machine forwards between the pairs. Forwarding is turned on for our own veth
+        # ends only (a per-interface setting that goes with the veth), never machine-wide:
+        # a machine whose net.ipv4.ip_forward is 0 (Debian's default) still routes them.
+        Path(f"/proc/sys/net/ipv4/conf/{ns.veth}/forwarding").write_text("1\n")
         for other in namespaces:
             if other is not ns:
                 route = [f"{other.address}/32", "via", ns.host_address]
