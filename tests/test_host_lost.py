@@ -5,8 +5,9 @@ The host is cut off after good's run. On a single host (the scripted stand-in ex
 its link dropped past the reconnect budget) three `infra` runs in a row stop the
 bisection; in a deployment (the real `DeploymentExecutor` and member executors over the
 scripted transport, the link of the second role's host down) the run is named by the
-role's host that was lost, not by the host the campaign runs it on. The same over real
-sshd hosts in network namespaces: tests/test_netns_hosts.py.
+role's host that was lost, not by the host the campaign runs it on. The same through the
+real CLI over the real sshd, a role's host lost behind a killed forwarder:
+tests/test_deployment_campaign_sshd.py.
 """
 
 from __future__ import annotations
