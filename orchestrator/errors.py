@@ -84,6 +84,14 @@ class InfraError(OrchestratorError):
     """The host or the path to it failed: not a verdict about the config."""
 
     exit_code = 3
+    #: the host whose trouble it is, by its name in the hosts file, when known (a run over
+    #: several hosts names the one that was lost, not the one the campaign runs it on)
+    host: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None, host: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        if host is not None:
+            self.host = host
 
 
 class TransportError(InfraError):

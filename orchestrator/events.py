@@ -99,6 +99,8 @@ class RunRecorded(Event):
     source: str = "run"  # run | cache | resume
     duration_s: float = 0.0
     done: int = 0  # runs with a verdict so far in this campaign
+    #: what the run's record says of how it ended (for `infra`: the host trouble)
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -450,7 +450,7 @@ def test_host_trouble_stops_the_campaign_and_the_cli_adds_how_to_resume(tmp_path
         common.run_campaign(troubled, lambda e: None, "sweep", args)
     assert caught.value.resumable == core.ref
     assert caught.value.hint == (
-        "check the hosts (orchestrator hosts check); then resume "
+        "check h with: orchestrator hosts check h; then resume "
         f"with: orchestrator sweep --resume {core.cid} --results {os.path.abspath('results')}"
     )
     assert store.campaign(core.cid).status == "error"

@@ -10,6 +10,7 @@ After each campaign every role's service is as found on every host.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -338,9 +339,11 @@ def test_a_role_host_gone_for_good_stops_the_campaign_naming_its_restore(
     sshd: SshdEndpoint, tmp_path: Path
 ) -> None:
     """n1 (node1's host) is reached through a forwarder of its own; once a run is
-    recorded the forwarder is killed: the runs are `infra`, the campaign stops (exit 3)
-    with its resume command, n0 is restored and read back, and the output names n1 as
-    not restored with the command that finishes it."""
+    recorded the forwarder is killed: the runs are `infra`, each saying under its line
+    that n1 was lost, the campaign stops (exit 3) naming n1 (not n0, the host it runs the
+    deployment on) with the command that checks the deployment's hosts and its resume
+    command, n0 is restored and read back, and the output names n1 as not restored with
+    the command that finishes it."""
     import sys
 
     from orchestrator.lab.sshd import free_port
@@ -384,9 +387,17 @@ def test_a_role_host_gone_for_good_stops_the_campaign_naming_its_restore(
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
                 except OSError:
                     pass
-    out = " ".join(log.read_text().split())
+    text = log.read_text()
+    out = " ".join(text.split())
     assert code == 3, out
-    assert "runs in a row failed on host trouble" in out and "--resume" in out, out
+    assert len(re.findall(r"host trouble on n1: \S", text)) == 3, text
+    assert "host trouble on n0" not in out, out
+    assert "3 runs in a row failed on host trouble; last on n1: " in out, out
+    check = (
+        f"check n1 with: orchestrator hosts check --experiment {os.path.abspath(good)} "
+        f"--hosts {os.path.abspath(hosts)}; then resume with: "
+    )
+    assert check in out and "--resume" in out, out
     assert "n1 could not be restored or read back" in out, out
     assert "orchestrator restore --host n1" in out, out
     assert "Traceback" not in out, out

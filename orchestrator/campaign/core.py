@@ -38,6 +38,22 @@ MAX_INFRA_IN_A_ROW = 3
 ExecutorFactory = Callable[[Host, str, str, Listener], HostExecutor]
 
 
+class HostTrouble(InfraError):
+    """Runs in a row ended in host trouble: the campaign stops, naming the host that was
+    lost and the command that checks it (the CLI completes it with the files it ran
+    with: the hosts file, a deployment's experiment)."""
+
+    def __init__(self, message: str, *, host: str, deployment: bool = False) -> None:
+        check = (
+            "orchestrator hosts check --experiment CONFIG"
+            if deployment
+            else f"orchestrator hosts check {host}"
+        )
+        super().__init__(message, hint=f"check {host} with: {check}", host=host)
+        #: the run was a deployment's: its hosts are checked with its config
+        self.deployment = deployment
+
+
 def default_executor(host: Host, service: str, campaign: str, listener: Listener) -> HostExecutor:
     return executor_for(host, service=service, campaign=campaign, listener=listener)
 
@@ -161,17 +177,27 @@ class CampaignCore:
         return ""
 
     # ---- host trouble
-    def note_infra(self, verdict: Verdict, host: str, detail: str, healthy: int) -> None:
-        """Count runs in a row that ended in host trouble; too many stop the campaign."""
+    def note_infra(
+        self,
+        verdict: Verdict,
+        host: str,
+        detail: str,
+        healthy: int,
+        *,
+        deployment: bool = False,
+    ) -> None:
+        """Count runs in a row that ended in host trouble; too many stop the campaign.
+        `host` is the host the run names (a deployment's: the role's host that was lost)."""
         if verdict is not Verdict.INFRA:
             self.infra_streak = 0
             return
         self.infra_streak += 1
         if self.infra_streak >= MAX_INFRA_IN_A_ROW * max(healthy, 1):
-            raise InfraError(
+            raise HostTrouble(
                 f"{self.infra_streak} runs in a row failed on host trouble; last on "
                 f"{host}: {detail}",
-                hint="check the hosts (orchestrator hosts check)",
+                host=host,
+                deployment=deployment,
             )
 
     # ---- running
@@ -273,6 +299,7 @@ class CampaignCore:
                 source=source,
                 duration_s=row.duration,
                 done=done,
+                detail=row.detail,
             )
         )
 
@@ -290,5 +317,6 @@ __all__ = [
     "CachedResult",
     "CampaignCore",
     "ExecutorFactory",
+    "HostTrouble",
     "default_executor",
 ]

@@ -321,11 +321,17 @@ class SweepCampaign:
                 )
                 outcome.executed += 1
                 self._say_unanswered(it, result)
-                self.core.note_infra(row.verdict, row.host, row.detail, len(pool.healthy()))
+                self._emit(row, "run")  # before the streak: the run that ends it is seen too
+                self.core.note_infra(
+                    row.verdict,
+                    row.host,
+                    row.detail,
+                    len(pool.healthy()),
+                    deployment=bool(row.config.get("roles")),
+                )
                 attempts[key] = attempts.get(key, 0) + 1
                 if row.verdict is Verdict.INFRA and attempts[key] < MAX_ATTEMPTS:
                     queue_.insert(0, (it, key[1]))
-                self._emit(row, "run")
             outcome.removed_hosts = list(pool.removed)
         self._settle(outcome, todo)
         outcome.notes = [f"{n} config run(s) not judged: {why}" for why, n in not_judged.items()]

@@ -165,8 +165,16 @@ class VariantRuns:
             result, variant=task.key, purpose=task.purpose, run_id=task.run_id, repair=task.repair
         )
         runs.executed += 1
-        runs.core.note_infra(row.verdict, row.host, row.detail, len(self.pool.healthy()))
-        runs.deliver(task.key, runs.relabel(row, self.target, "run"), self.target, self.on_result)
+        # told before the streak is counted: the run that ends the campaign is seen too
+        told = runs.relabel(row, self.target, "run")
+        runs.core.note_infra(
+            row.verdict,
+            row.host,
+            row.detail,
+            len(self.pool.healthy()),
+            deployment=bool(row.config.get("roles")),
+        )
+        runs.deliver(task.key, told, self.target, self.on_result)
 
 
 __all__ = ["VariantRuns"]

@@ -24,7 +24,7 @@ from orchestrator.events import Listener
 from orchestrator.store.store import CampaignRow, Store
 
 if TYPE_CHECKING:  # the executor's imports are heavy: only the commands that run load them
-    from orchestrator.campaign.core import ExecutorFactory
+    from orchestrator.campaign.core import ExecutorFactory, HostTrouble
     from orchestrator.execution.contract import HostExecutor
 
 T = TypeVar("T")
@@ -336,11 +336,31 @@ def run_campaign(
             run, view, args, noun=noun, campaign=True, as_json=getattr(args, "json", False)
         )
     except OrchestratorError as exc:
+        from orchestrator.campaign.core import HostTrouble  # loaded by the campaign already
+
+        if isinstance(exc, HostTrouble):
+            exc.hint = f"check {exc.host} with: {host_check_command(args, exc)}"
         if exc.resumable is not None:
             exc.hint = (
                 (exc.hint + "; ") if exc.hint else ""
             ) + f"then resume with: {resume_command(args, exc.resumable)}"
         raise
+
+
+def host_check_command(args: argparse.Namespace, exc: HostTrouble) -> str:
+    """The command that checks the host a campaign lost: a deployment's every host with its
+    config (`--experiment`), else the host; with the hosts file the campaign ran with."""
+    roled = [e for e in getattr(args, "deployment_exps", ()) if getattr(e, "roles", ())]
+    source = getattr(roled[0], "source", None) if roled else None
+    what = (
+        f"--experiment {shlex.quote(os.path.abspath(source))}"
+        if exc.deployment and source and Path(source).is_file()
+        else shlex.quote(exc.host or "")
+    )
+    hosts = getattr(args, "hosts", None)
+    return f"orchestrator hosts check {what}" + (
+        f" --hosts {shlex.quote(os.path.abspath(hosts))}" if hosts else ""
+    )
 
 
 def run_single(

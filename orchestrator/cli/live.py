@@ -152,6 +152,9 @@ class LiveView:
                 f"[dim]{sig}  {e.duration_s:.0f}s {e.run_id}{src}[/]",
                 highlight=False,
             )
+            if e.verdict is Verdict.INFRA and e.detail and e.source == "run":
+                # said as it happens: a lost host's runs end long before the campaign does
+                self.c.print(f"     host trouble on {e.host}: {escape(e.detail)}", highlight=False)
         elif isinstance(e, Notice):
             self.c.print(f"  note: {escape(e.message)}", highlight=False)
         elif isinstance(e, SearchSwitched):

@@ -305,7 +305,7 @@ class DeploymentExecutor(HostExecutor):
                 for m in self._env_readers(health):
                     environments[m.site.host.name] = m.ex.environment(m.launch)  # type: ignore[arg-type]
             except (TransportError, InfraError) as exc:
-                return self._end(exp, run_id, label, t0, started_at, infra=str(exc))
+                return self._end(exp, run_id, label, t0, started_at, infra=str(exc), lost=exc.host)
             why = self.preflight.check(exp).refusal
             if why is not None:
                 return self._end(exp, run_id, label, t0, started_at, invalid=why)
@@ -353,7 +353,7 @@ class DeploymentExecutor(HostExecutor):
             raise
         except (TransportError, InfraError) as exc:
             self._stop_all(quiet=True)
-            return self._end(exp, run_id, label, t0, started_at, infra=str(exc))
+            return self._end(exp, run_id, label, t0, started_at, infra=str(exc), lost=exc.host)
         outcome = judge_roles(
             [self._evidence(m, probe) for m in self.members],
             target=target,
@@ -429,7 +429,8 @@ class DeploymentExecutor(HostExecutor):
             for m in ms:
                 if m.name not in sections:
                     raise InfraError(
-                        f"{m.site.host.describe()}: the poll of role {m.name} gave no answer"
+                        f"{m.site.host.describe()}: the poll of role {m.name} gave no answer",
+                        host=m.site.host.name,
                     )
                 assert m.started is not None
                 poll = m.ex.manager.parse_poll(sections[m.name], m.started)
@@ -543,6 +544,7 @@ class DeploymentExecutor(HostExecutor):
         *,
         invalid: str | None = None,
         infra: str | None = None,
+        lost: str | None = None,
         outcome: object = None,
         environments: dict[str, object] | None = None,
         answers: dict[str, object] | None = None,
@@ -566,7 +568,9 @@ class DeploymentExecutor(HostExecutor):
                 )
                 for m in self.members
             )
-            outcome = Judged(verdict, None, invalid or infra or "", None, records)
+            # host trouble names the role's host that was lost, not the health role's
+            named = lost if lost in {m.site.host.name for m in self.members} else None
+            outcome = Judged(verdict, None, invalid or infra or "", named, records)
         assert isinstance(outcome, Judged)
         host = outcome.host or health.site.host.name
         record: dict[str, object] = {

@@ -416,7 +416,7 @@ def restore_host(host: Host, t: Transport, *, break_lock: bool = False) -> list[
     alive or dead (an unreadable lock, a lease that cannot be read)."""
     done: list[str] = []
     if host.service_manager == "slurm":  # a cluster: jobs and their files, not units
-        from orchestrator.execution.slurm.executor import cancel_orphans
+        from orchestrator.execution.slurm.leftovers import cancel_orphans
 
         return cancel_orphans(host, t) or [
             "nothing to restore: no job or secrets file of a stopped orchestrator found"

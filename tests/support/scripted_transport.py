@@ -376,6 +376,9 @@ class ScriptedTransport(Transport):
         reply["requests"] = len(req["prompts"]) * len(req["modes"]) + 1
         return 0, MARK + json.dumps(reply) + "\n"
 
+    def _now(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
+        return 0, f"@@NOW {self.clock.time():.6f} +0000\n"
+
     def _stop_ask(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:
         return 0, ""  # the scripted asker is over before anything can stop it
 
@@ -745,6 +748,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("probe", r"python3 -m sglang\.bench_serving --port \d+ .*"),
     ("ask", r"python3 -c '\"\"\"Ask an OpenAI-compatible server.*"),
     ("stop_ask", r"pkill -f -- '\[o\]rchestrator-ask-[0-9a-f]+' \|\| true"),
+    # a deployment's reading of each host's clock (roles.offset_command)
+    ("now", r'echo "@@NOW \$\(date \+%s\.%N\) \$\(date \+%z\)"'),
 )
 
 

@@ -68,7 +68,12 @@ class Transport(ABC):
         if self.host.env:
             stdin = self.env_header() + (stdin or "")
         self.commands_run += 1
-        result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
+        try:
+            result = self._exec(wrapped, timeout=timeout + LOCAL_GRACE, stdin=stdin)
+        except TransportError as exc:
+            # whoever records the run names this host as the one in trouble
+            exc.host = exc.host or self.host.name
+            raise
         result = CommandResult(
             command, result.exit_code, result.stdout, result.stderr, result.duration
         )
@@ -79,7 +84,8 @@ class Transport(ABC):
         ):
             raise CommandTimeout(
                 f"{self.host.describe()}: command timed out after {timeout:g}s and was "
-                f"stopped on the host: {_short(command)}"
+                f"stopped on the host: {_short(command)}",
+                host=self.host.name,
             )
         if sudo and self.host.sudo and _sudo_missing(result):
             raise ServiceError(
@@ -96,7 +102,8 @@ class Transport(ABC):
         if check and not result.ok:
             raise TransportError(
                 f"{self.host.describe()}: command failed with exit {result.exit_code}: "
-                f"{_short(command)}: {result.stderr.strip()[-300:]}"
+                f"{_short(command)}: {result.stderr.strip()[-300:]}",
+                host=self.host.name,
             )
         return result
 
