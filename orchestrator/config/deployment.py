@@ -347,11 +347,11 @@ class Rule:
 
 
 _SGLANG_MULTINODE = (
-    "SGLang's multi-node deployment docs (docs.sglang.io references/multi_node_deployment): "
+    "SGLang's multi-node deployment docs, docs.sglang.io references/multi_node_deployment: "
     "every node is started with the same --tp, --dist-init-addr and --nnodes"
 )
 _VLLM_DP = (
-    "vLLM's data parallel deployment docs (docs.vllm.ai serving/data_parallel_deployment): "
+    "vLLM's data parallel deployment docs, docs.vllm.ai serving/data_parallel_deployment: "
     "every node is started with the same --data-parallel-size, --data-parallel-address "
     "and --data-parallel-rpc-port"
 )
@@ -373,8 +373,8 @@ AGREE: tuple[Rule, ...] = (
         "serving",
         "KV blocks move between the roles: vLLM transfers between block sizes that differ "
         "only with some connectors and models",
-        "vLLM's NixlConnector compatibility matrix (docs.vllm.ai "
-        "features/nixl_connector_compatibility): heterogeneous block size partly supported",
+        "vLLM's NixlConnector compatibility matrix, docs.vllm.ai "
+        "features/nixl_connector_compatibility: heterogeneous block size partly supported",
         required=False,
     ),
     Rule(
@@ -389,9 +389,9 @@ AGREE: tuple[Rule, ...] = (
         ("model-path", "model"),
         "serving",
         "every role must serve the same model: one model's KV cache means nothing to another",
-        "SGLang's PD disaggregation docs (docs.sglang.io advanced_features/pd_disaggregation) "
-        "and vLLM's disaggregated prefill docs (docs.vllm.ai features/disagg_prefill) start "
-        "every role on one model",
+        "SGLang's PD disaggregation docs, docs.sglang.io advanced_features/pd_disaggregation, "
+        "and vLLM's disaggregated prefill docs, docs.vllm.ai features/disagg_prefill: every "
+        "role starts on one model",
     ),
     # prefill and decode of different TP sizes are a supported layout: the transfer maps
     # prefill's ranks onto decode's; some models and backends still fail with it
@@ -399,10 +399,10 @@ AGREE: tuple[Rule, ...] = (
         ("tp-size", "tensor-parallel-size"),
         "serving",
         "the KV layout follows the TP size: the servers map one onto the other, but not for "
-        "every model and transfer backend (sglang#15674: non-MLA models under load)",
-        "sglang#5922 and SGLang's test_disaggregation_different_tp.py (prefill and decode of "
-        "different TP sizes are supported); vLLM's NixlConnector compatibility matrix "
-        "(heterogeneous TP supported, partly for MLA)",
+        "every model and transfer backend, as sglang#15674 reports of non-MLA models under load",
+        "sglang#5922 and SGLang's test_disaggregation_different_tp.py: prefill and decode of "
+        "different TP sizes are supported; vLLM's NixlConnector compatibility matrix: "
+        "heterogeneous TP supported, partly for MLA",
         required=False,
     ),
     Rule(
@@ -555,19 +555,20 @@ def refusal(exp: Experiment, *, start: bool | None = None) -> Refusal | None:
 
 def split_warnings(*exps: Experiment) -> list[str]:
     """What the roles of these configs split that the servers support only in some setups
-    (never refused): one line per flag and config, said before a campaign starts."""
-    out: list[str] = []
+    (never refused): one line per split, naming the configs that have it, said before a
+    campaign starts."""
+    files: dict[tuple[str, str], list[str]] = {}
     for exp in exps:
         for d in disagreements(exp):
-            if d.required:
-                continue
-            line = (
-                f"{exp.source or exp.name}: the roles differ on {option_word(d.flag)}, a "
-                f"layout the servers support in some setups only: {d.describe()}"
-            )
-            if line not in out:
-                out.append(line)
-    return out
+            if not d.required:
+                where = files.setdefault((d.flag, d.describe()), [])
+                if (exp.source or exp.name) not in where:
+                    where.append(exp.source or exp.name)
+    return [
+        f"{', '.join(where)}: the roles differ on {option_word(flag)}, a layout the servers "
+        f"support in some setups only: {text}"
+        for (flag, text), where in files.items()
+    ]
 
 
 def _servers(serving: list[Role]) -> list[list[Role]]:
