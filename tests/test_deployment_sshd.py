@@ -23,7 +23,7 @@ from orchestrator.execution.backends import executor_for
 from orchestrator.execution.deployment import DeploymentExecutor, deployment_factory
 from orchestrator.lab.sshd import SshdEndpoint
 from tests.support.campaign_lab import our_processes
-from tests.support.deployment_lab import inventory, two_node_pair, two_sshd_hosts
+from tests.support.deployment_lab import PD_TP, inventory, pd_files, two_node_pair, two_sshd_hosts
 
 pytestmark = pytest.mark.sshd
 
@@ -155,4 +155,36 @@ def test_rank0s_watchdog_ending_the_run_is_not_called_the_deadline(
     assert result.signature.message.startswith("no readiness when another role failed")
     assert "deadline" not in result.detail, result.detail
     assert result.detail.endswith("node0 then timed out in a collective"), result.detail
+    assert ex.left == []
+
+
+PREFILL_DIES_SCENARIO = """
+name: pd-prefill-dies
+startup: {init: 0.2, load_weights: 0.4, kv_cache: 0.1, cuda_graph: 0.3, warmup: 0.1}
+faults:
+  - when: {disaggregation-mode: prefill, enable-mixed-chunk: true}
+    phase: cuda_graph
+    error: "RuntimeError: CUDA error: misaligned address"
+"""
+
+
+def test_roles_up_and_answering_when_prefill_dies_are_never_said_to_hang(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Prefill crashes in graph capture; decode stays up and healthy, and the router up,
+    answering 503 for its missing worker: prefill failed first, and the others are said to
+    have stayed up, never to have hung without a word."""
+    scenario = tmp_path / "prefill-dies.yaml"
+    scenario.write_text(PREFILL_DIES_SCENARIO)
+    bad = pd_files(tmp_path, pair=PD_TP)["bad"]
+    doc = yaml.safe_load(bad.read_text())
+    doc["service"] = {"exec": f"python3 -m orchestrator.lab.server --scenario {scenario}"}
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with executor(hosts, bad) as ex:
+        result = ex.run(load_experiment(bad), run_id="r1")
+    assert result.verdict is Verdict.FAIL, result.detail
+    assert result.detail.startswith("prefill on n0: cuda_graph: "), result.detail
+    assert "misaligned address" in result.detail and "hung" not in result.detail, result.detail
+    assert "decode stayed up and healthy meanwhile" in result.detail, result.detail
+    assert "router stayed up meanwhile (its health check answered 503)" in result.detail
     assert ex.left == []

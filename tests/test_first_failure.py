@@ -312,15 +312,18 @@ def test_the_rank_whose_log_stops_earliest_is_the_one_waited_for() -> None:
         )
 
 
-def test_a_role_up_and_healthy_is_never_said_to_hang() -> None:
-    """The router and decode answered their own health checks while prefill hung: they are
-    not the ones waited for, and are said to have stayed up, not to have hung."""
+def test_a_role_up_and_answering_is_never_said_to_hang() -> None:
+    """Decode answered its own health check and the router its 503 (a worker down) while
+    prefill hung: neither is the one waited for, and each is said to have stayed up, not
+    to have hung."""
     prefill = RoleResult("prefill", "h", Signature(Phase.INIT, "hang", f"{HANG_MESSAGE}"))
-    router = RoleResult("router", "h", Signature(Phase.INIT, "hang", HANG_MESSAGE), healthy=True)
-    decode = replace(router, role="decode")
+    hung = Signature(Phase.INIT, "hang", HANG_MESSAGE)
+    router = RoleResult("router", "h", hung, health_code=503)
+    decode = RoleResult("decode", "h", hung, health_code=200)
     for order in ([router, prefill, decode], [decode, router, prefill]):
         got = first_failure(order)
         assert got is not None and got.role == "prefill" and got.tied == ()
         said = got.describe()
         assert "hung without a word" not in said, said
-        assert "router stayed up and healthy meanwhile" in said, said
+        assert "decode stayed up and healthy meanwhile" in said, said
+        assert "router stayed up meanwhile (its health check answered 503)" in said, said

@@ -26,8 +26,8 @@ module picks the cause from every role's classified result, pure (no I/O, no clo
    got: the one whose log stops at the earliest startup phase is the one the others
    waited for; when their logs stop at the same phase, which one failed first cannot be
    told, and the answer says so (`FirstFailure.tied`) instead of inventing an order. A
-   role whose own health check still answered is up and healthy, never the one waited
-   for.
+   role whose own port still answered its health check (200, or a router's 503 while a
+   worker is down) was up and answering, never the one waited for.
 
 The deployment's signature is the winning role's own signature, unchanged (a bug on one
 node of two signs as it does on a single node); the role and its host are named beside it,
@@ -99,9 +99,9 @@ class RoleResult:
     clock_offset: float = 0.0
     absent: str | None = None
     infra: bool = False
-    #: its own health check answered 200 when last polled: up and serving, whatever the
-    #: deployment as a whole did
-    healthy: bool = False
+    #: the HTTP status its own port answered its health check with when last polled (0:
+    #: no answer): a role that answers is up, whatever the deployment as a whole did
+    health_code: int = 0
 
     @property
     def failed(self) -> bool:
@@ -125,8 +125,8 @@ class RoleResult:
     @property
     def waited_for(self) -> bool:
         """A silent hang that may be the one the others waited for (not a role that was up
-        and healthy all along)."""
-        return self.silent_hang and not self.healthy
+        and answering on its port all along)."""
+        return self.silent_hang and not self.health_code
 
     @property
     def is_cause(self) -> bool:
@@ -187,9 +187,12 @@ def _then(r: RoleResult) -> str:
     assert r.signature is not None
     if r.signature.error_class == "nccl_timeout":
         return "then timed out in a collective"
-    if r.silent_hang and r.healthy:
+    if r.silent_hang and r.health_code == 200:
         # alive and answering its own health check: it did its part and waited
         return "stayed up and healthy meanwhile (its health check answered)"
+    if r.silent_hang and r.health_code:
+        # up and answering, not ready itself (a router whose worker is down says 503)
+        return f"stayed up meanwhile (its health check answered {r.health_code})"
     if r.silent_hang:
         # judged by the executor, not from a log line (no kind): it waited without a word,
         # and what it last said is what it waited on

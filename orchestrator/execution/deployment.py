@@ -550,7 +550,7 @@ class DeploymentExecutor(HostExecutor):
             infra=m.infra,
             rendered=m.rendered,
             invocation=m.started.invocation if m.started else None,
-            healthy=p is not None and p.alive and p.http_code == 200 and not w.died,
+            health_code=p.http_code if p is not None and p.alive and not w.died else 0,
             # alive and not ready when another role's failure ended the watch early
             cut_short=not ready and not w.died and not w.timed_out and m.started is not None,
         )

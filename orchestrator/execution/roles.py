@@ -68,8 +68,8 @@ class RoleOutcome:
     infra: bool = False
     rendered: str | None = None
     invocation: str | None = None
-    #: its own health check answered 200 when last polled (up and serving)
-    healthy: bool = False
+    #: the HTTP status its own health check answered when last polled (0: no answer)
+    health_code: int = 0
     #: still running, not ready, when another role's failure ended the run before its
     #: deadline: a silent hang then says so, never "before the deadline"
     cut_short: bool = False
@@ -158,7 +158,7 @@ def _judge_one(
         kind=kind,
         failed_at=failed_at,
         clock_offset=o.offset,
-        healthy=o.healthy,
+        health_code=o.health_code,
     )
     return rec, result, verdict
 
