@@ -4,13 +4,20 @@ and `plan` on the lab's prefill/decode pair (no host needed)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_experiment
-from orchestrator.config.deployment import disagreements, listens, refusal, starts_anyway
+from orchestrator.config.deployment import (
+    disagreements,
+    listens,
+    refusal,
+    split_warnings,
+    starts_anyway,
+)
 from orchestrator.errors import ConfigError, PlanError
 from orchestrator.planner.deltas import Delta, apply_deltas, diff
 
@@ -256,7 +263,6 @@ def test_a_pair_of_other_roles_is_refused(tmp_path: Path) -> None:
         ("roles: {decode: {flags: {page-size: 64}}}\n", "page-size", ("prefill", "decode")),
         ("roles: {decode: {flags: {kv-cache-dtype: fp8_e4m3}}}\n", "kv-cache-dtype", None),
         ("roles: {prefill: {flags: {model-path: /other}}}\n", "model-path", None),
-        ("roles: {decode: {flags: {tp-size: 8}}}\n", "tp-size", None),
     ],
 )
 def test_a_split_of_flags_the_roles_share_is_refused(
@@ -270,9 +276,73 @@ def test_a_split_of_flags_the_roles_share_is_refused(
     assert d.flag == flag and d.roles == ("prefill", "decode")
     assert "prefill: --" in why.reason and "decode: --" in why.reason
     assert why.to_dict()["disagreements"][0]["flag"] == flag
+    assert d.required and d.source and d.source in why.reason  # the servers' own word
     # the experiment may say to start it anyway
     assert refusal(bad, start=True) is None
     assert disagreements(bad) == why.disagreements
+
+
+def test_every_agreement_entry_cites_the_servers_own_word() -> None:
+    """Each entry of the table names where the servers say it (their docs, tests or
+    reports): a refusal or a warning the user can check."""
+    from orchestrator.config.deployment import AGREE
+
+    for rule in AGREE:
+        assert re.search(r"(sglang|vllm)#\d+|docs\.(sglang|vllm)|\.py", rule.source), rule
+    required = {(n, r.over) for r in AGREE if r.required for n in r.names}
+    # a layout SGLang and vLLM support (sglang#5922, test_disaggregation_different_tp.py)
+    assert ("tp-size", "serving") not in required
+    assert ("block-size", "serving") not in required  # vLLM: heterogeneous block size
+    assert {("page-size", "serving"), ("kv-cache-dtype", "serving")} <= required
+    assert {("tp-size", "server"), ("dist-init-addr", "server"), ("nnodes", "server")} <= required
+
+
+@pytest.mark.parametrize(
+    ("tail", "flag", "source"),
+    [
+        ("roles: {decode: {flags: {tp-size: 2}}}\n", "tp-size", "sglang#5922"),
+        ("roles: {decode: {flags: {block-size: 32}}}\n", "block-size", "nixl_connector"),
+    ],
+)
+def test_a_split_the_servers_support_in_some_setups_is_a_warning_not_a_refusal(
+    tmp_path: Path, tail: str, flag: str, source: str
+) -> None:
+    """Prefill with --tp-size 4 and decode with --tp-size 2 behind a router is a layout
+    SGLang supports (sglang#5922): it starts, and is said once before the campaign."""
+    good, split = _pd_pair(tmp_path, tail)
+    assert refusal(split) is None
+    (d,) = disagreements(split)
+    assert not d.required and source in d.source
+    (line,) = split_warnings(good, split)
+    assert line.startswith(f"{split.source}: the roles differ on --{flag}"), line
+    assert "some setups only" in line and source in line, line
+    assert split_warnings(good, good) == []
+
+
+def test_plan_and_bisect_say_the_warning_and_refuse_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, split = _pd_pair(tmp_path, "roles: {decode: {flags: {tp-size: 2}}}\n")
+    assert main(["plan", "--good", str(good.source), "--bad", str(split.source), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["refused"] == {"good": None, "bad": None}
+    err = " ".join(captured.err.split())
+    assert "warning: " in err and "the roles differ on --tp-size" in err, err
+    from orchestrator.cli.bisect import refuse_split_endpoints
+
+    refuse_split_endpoints(split, split)  # a good of different TP sizes goes on to the hosts
+
+
+def test_the_ranks_of_one_server_must_agree_on_their_tp_size(tmp_path: Path) -> None:
+    write(tmp_path, "n.yaml", NODES)
+    split = load_experiment(
+        write(
+            tmp_path, "s.yaml", "name: s\nextends: n.yaml\nroles: {node1: {flags: {tp-size: 8}}}\n"
+        )
+    )
+    (d,) = refusal(split).disagreements
+    assert d.flag == "tp-size" and d.roles == ("node1", "node0")
+    assert "multi_node_deployment" in refusal(split).reason
 
 
 def test_equal_values_written_differently_agree(tmp_path: Path) -> None:

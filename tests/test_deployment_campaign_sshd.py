@@ -32,7 +32,7 @@ from tests.support.campaign_lab import (
     read_runs,
     stop_child,
 )
-from tests.support.deployment_lab import pd_files, two_node_pair, two_sshd_hosts
+from tests.support.deployment_lab import PD_TP, pd_files, two_node_pair, two_sshd_hosts
 
 pytestmark = pytest.mark.sshd
 
@@ -125,6 +125,39 @@ def test_pd_split_refused_before_it_starts_unless_asked_then_the_decode_flag(
     assert code == 0, out
     assert out["status"] == "found"
     assert [c["deltas"] for c in out["culprits"]] == [["decode: ~ --page-size 16 -> 64"]], out
+    nothing_left(tmp_path)
+
+
+def test_pd_of_different_tp_sizes_names_prefills_crash_under_requests(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Prefill of TP4 and decode of TP2 behind a router, a layout SGLang supports
+    (sglang#5922): said as a warning, never refused. Bad's prefill crashes with
+    "misaligned address" after 5 of the answers check's requests while the router answers
+    502 for the prompts it can no longer take: the answer is prefill's flag, prefill's
+    crash the target and prefill the role that failed first, never the router's 502s."""
+    files = pd_files(tmp_path, pair=PD_TP)
+    argv = ["bisect", "--good", files["good"], "--bad", files["bad"], "--host", "n0"]
+    res = cli(*argv, "--hosts", hosts, "--results", tmp_path / "results", "--no-report")
+    text = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 0, text
+    assert "warning: " in text and "the roles differ on --tp-size" in text, text
+    assert "sglang#5922" in text, text
+    assert "culprit (single flag): prefill: --enable-mixed-chunk" in text, text
+    assert "the target failure happens first on prefill on n0" in text, text
+    runs = read_runs(tmp_path / "results")
+    failed = [r for r in runs if r.verdict is Verdict.FAIL]
+    assert failed, [(r.label, r.verdict, r.signature) for r in runs]
+    for r in failed:
+        assert r.signature is not None and "misaligned address" in r.signature.message, r
+        assert r.signature.phase.value == "serving", r.signature
+    records = host_records(tmp_path / "results", [r.id for r in failed])
+    for record in records:
+        ff = record["first_failure"]
+        assert ff["role"] == "prefill" and ff["host"] == "n0", ff
+        roles = {x["role"]: x for x in record["roles"]}
+        assert roles["prefill"]["verdict"] == "fail", roles["prefill"]
+        assert roles["router"]["verdict"] == "pass" and roles["decode"]["verdict"] == "pass"
     nothing_left(tmp_path)
 
 

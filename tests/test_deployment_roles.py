@@ -5,6 +5,7 @@ The same judgement on real hosts is in tests/test_deployment_sshd.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,69 @@ def test_the_host_clock_read_and_a_combined_poll_cut_by_role() -> None:
         "node0": "@@STATE alive",
         "node1": "@@STATE dead 1\nlog line\n",
     }
+
+
+def _silent_rank1(**kw: object) -> RoleOutcome:
+    """Rank 1 silent in graph capture: its recorded log up to the line it hung after, the
+    process still running when the run ended."""
+    lines = (DATA / "rank1_cublas.rank1.log").read_text(encoding="utf-8").splitlines()
+    text = "\n".join(lines[:18]) + "\n"
+    return RoleOutcome(
+        role=Role("node1", "node", rank=1),
+        host=HOSTS[1],
+        unit="lab-node1.service",
+        evidence=RunEvidence(log_tail=text, timed_out=True),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_rank_silent_when_anothers_watchdog_ended_the_run_never_says_deadline() -> None:
+    """Rank 0's watchdog ended the run 13 s into a 60 s deadline while rank 1 was silent in
+    graph capture: rank 1 is the one rank 0 waited for, and its hang says the run ended
+    when another role failed, never that the deadline passed."""
+    roles = [outcome("rank1_cublas", 0), _silent_rank1(cut_short=True)]
+    got = judge_roles(roles, target=None, answers=None, health_role="node0")
+    assert got.first_failure is not None and got.first_failure["role"] == "node1"
+    assert got.signature is not None and got.signature.error_class == "hang"
+    assert "deadline" not in got.signature.message, got.signature
+    assert got.signature.message.startswith("no readiness when another role failed after '")
+    assert got.detail.endswith("node0 then timed out in a collective"), got.detail
+    # at the deadline itself (no role ended the run) the same hang says the deadline
+    at_deadline = judge_roles(
+        [outcome("rank1_cublas", 0), _silent_rank1()],
+        target=None,
+        answers=None,
+        health_role="node0",
+    )
+    assert at_deadline.signature is not None
+    assert at_deadline.signature.message.startswith("no readiness before the deadline")
+
+
+def test_two_ranks_silent_alike_name_no_first_role_in_any_reader() -> None:
+    """Both ranks still running at the deadline, their logs ending on the same line: the
+    record names no role first, and the answer says the order cannot be told."""
+    from orchestrator.reports.deployment_view import CampaignDeployment, of_record, role_lines
+
+    rank0 = replace(_silent_rank1(), role=Role("node0", "node", rank=0), host=HOSTS[0])
+    got = judge_roles([rank0, _silent_rank1()], target=None, answers=None, health_role="node0")
+    assert got.first_failure is not None
+    assert [t["role"] for t in got.first_failure["tied"]] == ["node0", "node1"]
+    assert "cannot be told" in got.detail and "then hung" not in got.detail, got.detail
+    record = {
+        "manager": "deployment",
+        "roles": [r.to_record() for r in got.roles],
+        "first_failure": got.first_failure,
+    }
+    dep = of_record(record)
+    assert dep is not None and dep.first_role is None
+    assert dep.first_failure == (
+        "node0 on b300-01 or node1 on b300-02 (which one first cannot be told)"
+    )
+    assert not any("<- failed first" in line for line in role_lines(dep))
+    line = CampaignDeployment(dep.roles, {"c.1": dep}, ("c.1", dep)).answer_line()
+    assert line is not None and "happens first on" not in line
+    assert line.startswith("the target failure: which role failed first cannot be told (run c.1)")
+    assert dep.to_json()["first_failure"]["tied"] == [
+        {"role": "node0", "host": "b300-01"},
+        {"role": "node1", "host": "b300-02"},
+    ]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.config import load_experiment
 from orchestrator.diagnosis.verdicts import Phase, Verdict
@@ -22,7 +23,7 @@ from orchestrator.execution.backends import executor_for
 from orchestrator.execution.deployment import DeploymentExecutor, deployment_factory
 from orchestrator.lab.sshd import SshdEndpoint
 from tests.support.campaign_lab import our_processes
-from tests.support.deployment_lab import inventory, two_node_pair, two_sshd_hosts
+from tests.support.deployment_lab import PD_TP, inventory, pd_files, two_node_pair, two_sshd_hosts
 
 pytestmark = pytest.mark.sshd
 
@@ -92,4 +93,98 @@ def test_both_ranks_up_is_a_pass(hosts: Path, tmp_path: Path) -> None:
     assert result.verdict is Verdict.PASS, result.detail
     assert result.host == "n0"  # the health role's host when nothing failed
     assert result.host_record is not None and result.host_record["first_failure"] is None
+    assert ex.left == []
+
+
+HANG_SCENARIO = """
+name: two-node-hang
+startup: {init: 0.3, load_weights: 0.5, kv_cache: 0.2, cuda_graph: 0.6, warmup: 0.2}
+known_flags: sglang
+faults:
+  - when: {node-rank: 1, enable-nccl-nvls: true}
+    phase: cuda_graph
+    effect: hang
+"""
+
+
+def hanging_bad(tmp_path: Path, *, watchdog: float, timeout: str) -> Path:
+    """The two-node bad config whose rank 1 hangs without a word in graph capture, rank 0
+    waiting for it under a watchdog of `watchdog` seconds, the run's deadline `timeout`."""
+    scenario = tmp_path / "hang.yaml"
+    scenario.write_text(HANG_SCENARIO)
+    _, bad = two_node_pair(tmp_path, watchdog=watchdog)
+    doc = yaml.safe_load(bad.read_text())
+    doc["service"]["exec"] = f"python3 -m orchestrator.lab.server --scenario {scenario}"
+    doc["health"]["timeout"] = timeout
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return bad
+
+
+def test_two_ranks_silent_past_the_deadline_are_given_no_invented_order(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Rank 1 hangs without a word and rank 0 waits for it past the run's deadline (a long
+    dist-timeout). Both logs stop at one line: no role is named first, and the run says
+    which one the other waited for cannot be told."""
+    bad = hanging_bad(tmp_path, watchdog=600, timeout="10s")
+    with executor(hosts, bad) as ex:
+        result = ex.run(load_experiment(bad), run_id="r1")
+    assert result.verdict is Verdict.FAIL, result.detail
+    ff = result.host_record["first_failure"]  # type: ignore[index]
+    logs = {r["role"]: r["log_tail"] for r in result.host_record["roles"]}  # type: ignore[index]
+    last = {role: [x for x in tail.splitlines() if x.strip()][-1] for role, tail in logs.items()}
+    assert last["node0"] == last["node1"], last  # both stop at one line of graph capture
+    assert [t["role"] for t in ff["tied"]] == ["node0", "node1"], ff
+    assert "cannot be told" in result.detail and "then hung" not in result.detail
+    assert "no readiness before the deadline" in str(result.signature)
+    assert ex.left == []
+
+
+def test_rank0s_watchdog_ending_the_run_is_not_called_the_deadline(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """A short dist-timeout: rank 0's watchdog ends the run long before the 60 s deadline
+    while rank 1 is silent: rank 1 is the one it waited for, and its hang says the run
+    ended when another role failed, never that the deadline passed."""
+    bad = hanging_bad(tmp_path, watchdog=3, timeout="60s")
+    with executor(hosts, bad) as ex:
+        result = ex.run(load_experiment(bad), run_id="r1")
+    assert result.verdict is Verdict.FAIL, result.detail
+    assert result.host == "n1", result.detail
+    assert result.signature is not None and result.signature.error_class == "hang"
+    assert result.signature.message.startswith("no readiness when another role failed")
+    assert "deadline" not in result.detail, result.detail
+    assert result.detail.endswith("node0 then timed out in a collective"), result.detail
+    assert ex.left == []
+
+
+PREFILL_DIES_SCENARIO = """
+name: pd-prefill-dies
+startup: {init: 0.2, load_weights: 0.4, kv_cache: 0.1, cuda_graph: 0.3, warmup: 0.1}
+faults:
+  - when: {disaggregation-mode: prefill, enable-mixed-chunk: true}
+    phase: cuda_graph
+    error: "RuntimeError: CUDA error: misaligned address"
+"""
+
+
+def test_roles_up_and_answering_when_prefill_dies_are_never_said_to_hang(
+    hosts: Path, tmp_path: Path
+) -> None:
+    """Prefill crashes in graph capture; decode stays up and healthy, and the router up,
+    answering 503 for its missing worker: prefill failed first, and the others are said to
+    have stayed up, never to have hung without a word."""
+    scenario = tmp_path / "prefill-dies.yaml"
+    scenario.write_text(PREFILL_DIES_SCENARIO)
+    bad = pd_files(tmp_path, pair=PD_TP)["bad"]
+    doc = yaml.safe_load(bad.read_text())
+    doc["service"] = {"exec": f"python3 -m orchestrator.lab.server --scenario {scenario}"}
+    bad.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with executor(hosts, bad) as ex:
+        result = ex.run(load_experiment(bad), run_id="r1")
+    assert result.verdict is Verdict.FAIL, result.detail
+    assert result.detail.startswith("prefill on n0: cuda_graph: "), result.detail
+    assert "misaligned address" in result.detail and "hung" not in result.detail, result.detail
+    assert "decode stayed up and healthy meanwhile" in result.detail, result.detail
+    assert "router stayed up meanwhile (its health check answered 503)" in result.detail
     assert ex.left == []

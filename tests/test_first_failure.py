@@ -268,3 +268,62 @@ def test_failure_time_reads_sglang_and_torch_stamps(line: str, expected: str | N
     text = expected if "T" in expected else f"{YEAR}-12-04T{expected}"
     want = datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
     assert got == pytest.approx(want)
+
+
+def _silent(rank: int, phase: Phase, last: str, **kw: object) -> RoleResult:
+    return RoleResult(
+        f"node{rank}",
+        HOSTS[rank],
+        Signature(phase, "hang", f"{HANG_MESSAGE} after '{last}'"),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_two_ranks_silent_at_one_step_are_not_given_an_invented_order(reverse: bool) -> None:
+    """Rank 1 hangs without a word and rank 0 waits for it past the deadline (a long
+    dist-timeout): both logs end on the same line, so which one the other waited for
+    cannot be told, and the answer says so instead of naming rank 0 first."""
+    both = [
+        _silent(0, Phase.CUDA_GRAPH, "Capture cuda graph begin."),
+        _silent(1, Phase.CUDA_GRAPH, "Capture cuda graph begin."),
+    ]
+    got = first_failure(both[::-1] if reverse else both)
+    assert got is not None
+    assert {r.role for r in got.tied} == {"node0", "node1"} and got.others == ()
+    said = got.describe()
+    assert "cannot be told" in said and "then hung" not in said, said
+    assert "node0 on b300-01 and node1 on b300-02" in said or (
+        "node1 on b300-02 and node0 on b300-01" in said
+    ), said
+    assert "after 'Capture cuda graph begin.'" in said, said
+
+
+def test_the_rank_whose_log_stops_earliest_is_the_one_waited_for() -> None:
+    """Silent alike, but rank 1 never finished loading while rank 0 got to graph capture:
+    rank 0 could not have got there without it, so rank 1 is the one it waited for."""
+    ahead = _silent(0, Phase.CUDA_GRAPH, "Capture cuda graph begin.")
+    behind = _silent(1, Phase.LOAD_WEIGHTS, "Load weight begin.")
+    for order in ([ahead, behind], [behind, ahead]):
+        got = first_failure(order)
+        assert got is not None and got.role == "node1" and got.tied == ()
+        assert got.describe().endswith(
+            "node0 then hung without a word after 'Capture cuda graph begin.'"
+        )
+
+
+def test_a_role_up_and_answering_is_never_said_to_hang() -> None:
+    """Decode answered its own health check and the router its 503 (a worker down) while
+    prefill hung: neither is the one waited for, and each is said to have stayed up, not
+    to have hung."""
+    prefill = RoleResult("prefill", "h", Signature(Phase.INIT, "hang", f"{HANG_MESSAGE}"))
+    hung = Signature(Phase.INIT, "hang", HANG_MESSAGE)
+    router = RoleResult("router", "h", hung, health_code=503)
+    decode = RoleResult("decode", "h", hung, health_code=200)
+    for order in ([router, prefill, decode], [decode, router, prefill]):
+        got = first_failure(order)
+        assert got is not None and got.role == "prefill" and got.tied == ()
+        said = got.describe()
+        assert "hung without a word" not in said, said
+        assert "decode stayed up and healthy meanwhile" in said, said
+        assert "router stayed up meanwhile (its health check answered 503)" in said, said

@@ -19,6 +19,7 @@ from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Ou
 from orchestrator.cli import common, detached, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
+from orchestrator.config.deployment import split_warnings
 from orchestrator.config.experiment import Experiment, option_word
 from orchestrator.config.hosts import Host
 from orchestrator.config.schema import parse_duration
@@ -283,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
         hosts = common.hosts_for(args, args.host)
         common.deployment_setup(args, hosts, plan.good, plan.bad)
         refuse_split_endpoints(plan.good, plan.bad)
+        for line in split_warnings(plan.good, plan.bad):
+            common.note(f"warning: {line}")
         plan = _respelled(plan, hosts[0], args)
         plan = with_order(plan, read_builds(args.builds) if args.builds else ())
         for line in plan.notes:

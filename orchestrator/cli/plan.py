@@ -16,6 +16,7 @@ from orchestrator.campaign import timing
 from orchestrator.campaign.planning import Plan, make_plan, read_builds, with_order
 from orchestrator.cli import common
 from orchestrator.cli.output import console
+from orchestrator.config.deployment import split_warnings
 from orchestrator.planner import STRATEGIES
 
 
@@ -227,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     plan = with_order(plan, read_builds(args.builds) if args.builds else ())
     for line in plan.notes:
         common.note(f"note: {line}")
+    for line in split_warnings(plan.good, plan.bad):  # type: ignore[arg-type]
+        common.note(f"warning: {line}")
     flag_notes = check_flags(args, plan) if args.host else []
     moves = repair_moves(args, plan)
     planner = plan.planner()

@@ -10,8 +10,11 @@ Order: the router starts first (it waits for its workers, as sglang_router does)
 each server's ranks in order (rank 0 first: the others connect to its init address), then
 prefill before decode; stops go in reverse. Health is polled on the router, else rank 0.
 
-Some flags must agree between roles (`AGREE`): a variant that splits them is refused
-before it starts (`refusal`), unless the experiment says `mismatched_roles: start`.
+Some flags hold one value over the roles (`AGREE`, each entry with the servers' own docs,
+tests or reports as its source). A variant that splits one the servers require to agree is
+refused before it starts (`refusal`), unless the experiment says `mismatched_roles: start`;
+one they support split in some setups only (prefill and decode of different TP sizes) is
+said before the campaign (`split_warnings`), never refused.
 Everything here is pure: it reads frozen configs and returns frozen values.
 """
 
@@ -331,41 +334,95 @@ def _check_shape(roles: list[Role], source: str) -> None:
 
 @dataclass(frozen=True)
 class Rule:
-    """Flags (by any of their names) that must hold one value over a set of roles."""
+    """Flags (by any of their names) that hold one value over a set of roles, with the
+    servers' own word for it (`source`). `required`: a split is refused; else the servers
+    support a split in some setups only, and it is a warning, never a refusal."""
 
     names: tuple[str, ...]
     #: `serving`: every server role; `server`: the ranks of one server (one kind)
     over: str
     why: str
+    source: str
+    required: bool = True
 
 
-#: the flags servers require to agree between roles
+_SGLANG_MULTINODE = (
+    "SGLang's multi-node deployment docs, docs.sglang.io references/multi_node_deployment: "
+    "every node is started with the same --tp, --dist-init-addr and --nnodes"
+)
+_VLLM_DP = (
+    "vLLM's data parallel deployment docs, docs.vllm.ai serving/data_parallel_deployment: "
+    "every node is started with the same --data-parallel-size, --data-parallel-address "
+    "and --data-parallel-rpc-port"
+)
+
+#: the flags the roles of a deployment hold one value of, each checked against the
+#: servers' own docs, tests and reports (cited in `source`); only `required` ones refuse
 AGREE: tuple[Rule, ...] = (
+    # SGLang checks it itself since sglang#14474 (an error on prefill, a hung request on
+    # decode); before that the transfer never completed
     Rule(
-        ("page-size", "block-size"),
+        ("page-size",),
         "serving",
         "KV pages move between the roles: a page size that differs hangs every request",
+        "sglang#14474: 'Both servers must use the same --page-size value'",
+    ),
+    # vLLM's NixlConnector transfers between block sizes that differ in some setups only
+    Rule(
+        ("block-size",),
+        "serving",
+        "KV blocks move between the roles: vLLM transfers between block sizes that differ "
+        "only with some connectors and models",
+        "vLLM's NixlConnector compatibility matrix, docs.vllm.ai "
+        "features/nixl_connector_compatibility: heterogeneous block size partly supported",
+        required=False,
     ),
     Rule(
         ("kv-cache-dtype",),
         "serving",
         "KV cache moves between the roles: a dtype that differs corrupts answers silently",
+        "sglang#19398: no dtype conversion in the KV transfer, corrupted answers and then "
+        "'Requested address not found'; vllm#42179: mixed KV cache dtypes between prefill "
+        "and decode are not supported yet",
     ),
-    Rule(("model-path", "model"), "serving", "every role must serve the same model"),
+    Rule(
+        ("model-path", "model"),
+        "serving",
+        "every role must serve the same model: one model's KV cache means nothing to another",
+        "SGLang's PD disaggregation docs, docs.sglang.io advanced_features/pd_disaggregation, "
+        "and vLLM's disaggregated prefill docs, docs.vllm.ai features/disagg_prefill: every "
+        "role starts on one model",
+    ),
+    # prefill and decode of different TP sizes are a supported layout: the transfer maps
+    # prefill's ranks onto decode's; some models and backends still fail with it
     Rule(
         ("tp-size", "tensor-parallel-size"),
         "serving",
-        "the KV layout follows the TP size: a prefill/decode pair that differs answers wrong",
+        "the KV layout follows the TP size: the servers map one onto the other, but not for "
+        "every model and transfer backend, as sglang#15674 reports of non-MLA models under load",
+        "sglang#5922 and SGLang's test_disaggregation_different_tp.py: prefill and decode of "
+        "different TP sizes are supported; vLLM's NixlConnector compatibility matrix: "
+        "heterogeneous TP supported, partly for MLA",
+        required=False,
+    ),
+    Rule(
+        ("tp-size", "tensor-parallel-size"),
+        "server",
+        "the ranks of one server split one model over one TP size; a rank that counts "
+        "another never joins the others",
+        _SGLANG_MULTINODE,
     ),
     Rule(
         ("dist-init-addr",),
         "server",
         "the ranks of one server meet at one init address; a rank sent elsewhere hangs",
+        _SGLANG_MULTINODE,
     ),
     Rule(
         ("nnodes",),
         "server",
         "the ranks of one server must agree on how many they are; the others wait forever",
+        _SGLANG_MULTINODE,
     ),
     # vLLM's data parallel over several nodes: every rank dials the head's address and RPC
     # port and expects the same number of ranks; a rank that differs never joins, and the
@@ -374,17 +431,20 @@ AGREE: tuple[Rule, ...] = (
         ("data-parallel-address",),
         "server",
         "the data-parallel ranks of one server meet at one address; a rank sent elsewhere hangs",
+        _VLLM_DP,
     ),
     Rule(
         ("data-parallel-rpc-port",),
         "server",
         "the data-parallel ranks of one server meet at one RPC port; a rank sent elsewhere hangs",
+        _VLLM_DP,
     ),
     Rule(
         ("data-parallel-size",),
         "server",
         "the data-parallel ranks of one server must agree on how many they are; the others "
         "wait forever",
+        _VLLM_DP,
     ),
 )
 
@@ -397,6 +457,10 @@ class Disagreement:
     #: (role, value as the launch has it; None: absent) in role order
     values: tuple[tuple[str, Any], ...]
     why: str
+    #: the servers' own word for it (their docs, tests, reports)
+    source: str = ""
+    #: refused before a start; else only a warning (a split the servers sometimes support)
+    required: bool = True
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -408,13 +472,16 @@ class Disagreement:
             + (" ".join(render_value(v)) or "(switch)" if v is not None else "(absent)")
             for r, v in self.values
         ]
-        return f"{'; '.join(parts)} ({self.why})"
+        source = f"; {self.source}" if self.source else ""
+        return f"{'; '.join(parts)} ({self.why}{source})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "flag": self.flag,
             "values": {r: list(v) if isinstance(v, tuple) else v for r, v in self.values},
             "why": self.why,
+            "source": self.source,
+            "required": self.required,
         }
 
 
@@ -433,7 +500,8 @@ class Refusal:
 
 
 def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
-    """Every flag of `AGREE` the roles of this launch would split (none for one role)."""
+    """Every flag of `AGREE` the roles of this launch would split (none for one role):
+    those the servers require to agree and those they only sometimes do."""
     dep = deployment(exp)
     if dep.single:
         return ()
@@ -448,7 +516,8 @@ def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
             values = tuple((r.name, _first(flags[r.name], rule.names)) for r in group)
             if len({_hashable(v) for _, (_, v) in values}) > 1:
                 name = next((n for _, (n, v) in values if v is not None), rule.names[0])
-                found.append(Disagreement(name, tuple((r, v) for r, (_, v) in values), rule.why))
+                pairs = tuple((r, v) for r, (_, v) in values)
+                found.append(Disagreement(name, pairs, rule.why, rule.source, rule.required))
     for group in _servers(serving):
         if len(group) < 2:
             continue
@@ -460,6 +529,7 @@ def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
                         "nnodes",
                         ((r.name, n),),
                         f"the deployment has {len(group)} {r.kind} roles for this server",
+                        _SGLANG_MULTINODE,
                     )
                 )
                 break
@@ -479,8 +549,26 @@ def refusal(exp: Experiment, *, start: bool | None = None) -> Refusal | None:
     `mismatched_roles: start`)."""
     if exp.mismatched_roles == "start" if start is None else start:
         return None
-    found = disagreements(exp)
+    found = tuple(d for d in disagreements(exp) if d.required)
     return Refusal(found) if found else None
+
+
+def split_warnings(*exps: Experiment) -> list[str]:
+    """What the roles of these configs split that the servers support only in some setups
+    (never refused): one line per split, naming the configs that have it, said before a
+    campaign starts."""
+    files: dict[tuple[str, str], list[str]] = {}
+    for exp in exps:
+        for d in disagreements(exp):
+            if not d.required:
+                where = files.setdefault((d.flag, d.describe()), [])
+                if (exp.source or exp.name) not in where:
+                    where.append(exp.source or exp.name)
+    return [
+        f"{', '.join(where)}: the roles differ on {option_word(flag)}, a layout the servers "
+        f"support in some setups only: {text}"
+        for (flag, text), where in files.items()
+    ]
 
 
 def _servers(serving: list[Role]) -> list[list[Role]]:

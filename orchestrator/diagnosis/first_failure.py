@@ -18,10 +18,16 @@ module picks the cause from every role's classified result, pure (no I/O, no clo
    crash logged a little after it (clock error, a log flushed late) is still its cause,
    while a timeout long before any crash was the first failure (the crash came in the
    teardown);
-4. with no cause, a role that hung silently until the run's deadline (the executor's
-   `no readiness before the deadline` hang) is the failure: it was in no collective when
-   the others' watchdogs fired, so it is the one they waited for; else the earliest
-   consequence is.
+4. with no cause, a role that hung silently until the run ended (the executor's
+   `no readiness before the deadline` hang, or `no readiness when another role failed`
+   when another role's watchdog ended the run first) is the failure: it was in no
+   collective when the others' watchdogs fired, so it is the one they waited for; else the
+   earliest consequence is. Several roles silent alike are told apart only by how far each
+   got: the one whose log stops at the earliest startup phase is the one the others
+   waited for; when their logs stop at the same phase, which one failed first cannot be
+   told, and the answer says so (`FirstFailure.tied`) instead of inventing an order. A
+   role whose own port still answered its health check (200, or a router's 503 while a
+   worker is down) was up and answering, never the one waited for.
 
 The deployment's signature is the winning role's own signature, unchanged (a bug on one
 node of two signs as it does on a single node); the role and its host are named beside it,
@@ -42,7 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from orchestrator.diagnosis.classify.judge import HANG_MESSAGE
-from orchestrator.diagnosis.verdicts import Phase, Signature
+from orchestrator.diagnosis.verdicts import PHASE_ORDER, Phase, Signature
 
 #: seconds a crash may be logged after a consequence on another role and still be its
 #: cause: clock offsets measured over SSH are good to milliseconds, SGLang's log stamps to
@@ -66,6 +72,12 @@ PEER_LOSS = re.compile(
 )
 #: error class of the signature of a role that never joined
 NEVER_JOINED = "never_joined"
+#: a silent hang's message when the run ended before its deadline because another role
+#: failed (its watchdog, a crash): the deadline never came
+CUT_SHORT_MESSAGE = "no readiness when another role failed"
+_SILENT_MESSAGES = (HANG_MESSAGE, CUT_SHORT_MESSAGE)
+#: the last milestone a silent hang names (`... after 'Load weight end'`)
+_LAST_LINE = re.compile(r"after '(.*)'$")
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,9 @@ class RoleResult:
     clock_offset: float = 0.0
     absent: str | None = None
     infra: bool = False
+    #: the HTTP status its own port answered its health check with when last polled (0:
+    #: no answer): a role that answers is up, whatever the deployment as a whole did
+    health_code: int = 0
 
     @property
     def failed(self) -> bool:
@@ -102,8 +117,16 @@ class RoleResult:
         """It hung without a word until the run's deadline (no watchdog, no timeout)."""
         sig = self.signature
         return (
-            sig is not None and sig.error_class == "hang" and sig.message.startswith(HANG_MESSAGE)
+            sig is not None
+            and sig.error_class == "hang"
+            and sig.message.startswith(_SILENT_MESSAGES)
         )
+
+    @property
+    def waited_for(self) -> bool:
+        """A silent hang that may be the one the others waited for (not a role that was up
+        and answering on its port all along)."""
+        return self.silent_hang and not self.health_code
 
     @property
     def is_cause(self) -> bool:
@@ -129,16 +152,33 @@ class FirstFailure:
     #: the run says nothing about the config: the first failure is host trouble
     infra: bool
     others: tuple[RoleResult, ...]
+    #: the roles (the winner among them) that hung without a word alike, their logs
+    #: stopping at the same phase: which one the others waited for cannot be told;
+    #: () when the order is known
+    tied: tuple[RoleResult, ...] = ()
 
     def describe(self) -> str:
         """'node-rank 1 on b300-02: <signature>; node-rank 0 then timed out in a
         collective' (the others in time order)."""
-        if self.signature.error_class == NEVER_JOINED:
+        if self.tied:
+            names = " and ".join(f"{r.role} on {r.host}" for r in self.tied)
+            head = (
+                f"{names} each hung without a word{_after(self.tied[0])} "
+                f"({self.signature.phase.value}): their logs stop at the same step, so which "
+                "one the others waited for cannot be told"
+            )
+        elif self.signature.error_class == NEVER_JOINED:
             head = f"{self.role} on {self.host} never joined ({self.signature.message})"
         else:
             head = f"{self.role} on {self.host}: {self.signature}"
         tails = [f"{r.role} {_then(r)}" for r in self.others]
         return "; ".join([head, *tails])
+
+
+def _after(r: RoleResult) -> str:
+    """` after 'Load weight end'`: what a silent role said last (it waited on that)."""
+    m = _LAST_LINE.search(r.signature.message) if r.signature is not None else None
+    return f" after '{m[1]}'" if m else ""
 
 
 def _then(r: RoleResult) -> str:
@@ -147,11 +187,16 @@ def _then(r: RoleResult) -> str:
     assert r.signature is not None
     if r.signature.error_class == "nccl_timeout":
         return "then timed out in a collective"
+    if r.silent_hang and r.health_code == 200:
+        # alive and answering its own health check: it did its part and waited
+        return "stayed up and healthy meanwhile (its health check answered)"
+    if r.silent_hang and r.health_code:
+        # up and answering, not ready itself (a router whose worker is down says 503)
+        return f"stayed up meanwhile (its health check answered {r.health_code})"
     if r.silent_hang:
         # judged by the executor, not from a log line (no kind): it waited without a word,
         # and what it last said is what it waited on
-        after = r.signature.message[len(HANG_MESSAGE) :].strip()
-        return "then hung without a word" + (f" {after}" if after else "")
+        return "then hung without a word" + _after(r)
     if r.kind == HANG:
         return "then hung"
     if r.kind == TIMEOUT:
@@ -184,8 +229,18 @@ def first_failure(
     causes = [p for p in failed if p[0].is_cause]
     # a role silent until the deadline was in no collective when the others' watchdogs
     # fired: it is the one they waited for, however late its hang was noticed
-    effects = sorted((p for p in failed if not p[0].is_cause), key=lambda p: not p[0].silent_hang)
+    effects = sorted((p for p in failed if not p[0].is_cause), key=lambda p: not p[0].waited_for)
     winner = causes[0] if causes else effects[0]
+    tied: tuple[RoleResult, ...] = ()
+    silent = [p for p in effects if p[0].waited_for]
+    if not causes and len(silent) > 1:
+        # several silent alike: the one whose log stops earliest held the others up; at
+        # the same phase, their logs cannot tell which one the others waited for
+        earliest = min(_phase_rank(p[0]) for p in silent)
+        behind = [p for p in silent if _phase_rank(p[0]) == earliest]
+        winner = behind[0]
+        if len(behind) > 1:
+            tied = tuple(r for r, _ in behind)
     if causes and effects:
         cause_t = _order(*causes[0])[0]
         effect_t = min(_order(*p)[0] for p in effects)
@@ -193,7 +248,7 @@ def first_failure(
         if cause_t - effect_t > tolerance + EPSILON_S:
             winner = effects[0]  # a consequence long before any crash was the failure
     role = winner[0]
-    others = tuple(r for r, _ in failed if r is not role)
+    others = tuple(r for r, _ in failed if r is not role and r not in tied)
     return FirstFailure(
         role=role.role,
         host=role.host,
@@ -201,7 +256,14 @@ def first_failure(
         consequence=not role.is_cause,
         infra=role.infra,
         others=others,
+        tied=tied,
     )
+
+
+def _phase_rank(r: RoleResult) -> int:
+    """How far a silent role got: the startup phase its log stops at."""
+    assert r.signature is not None
+    return PHASE_ORDER[r.signature.phase]
 
 
 def _signature(r: RoleResult) -> Signature:

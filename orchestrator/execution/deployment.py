@@ -12,7 +12,9 @@ back-up, preflight and restore; this module only orders them and judges the whol
   started; else every role is stopped (stop order), installed by its own member (its port
   checked when it serves one: `config.deployment.listens`), started in start order and
   polled each round (one command per host); health and readiness are read on the health
-  role only, which also takes the answers check and the probe. When a
+  role only, which also takes the answers check and the probe; after them every role is
+  polled once more (a role that died under their requests failed first, whatever the
+  router answered meanwhile). When a
   role dies, the others get a short bounded grace for their last lines; then every role
   is stopped, every role's log fetched and judged alone, and `first_failure` names the
   role that failed first on the controller's clock (`roles.py` builds the record);
@@ -339,6 +341,8 @@ class DeploymentExecutor(HostExecutor):
                     good_metric,
                     health.watch,
                 )
+            if answers is not None or probe is not None:
+                self._look_alive()
             for m in self.members:
                 if m.started is not None:
                     m.log = keep_what_matters(
@@ -502,6 +506,21 @@ class DeploymentExecutor(HostExecutor):
             self.sleep(max(min(wait, deadline - self.clock()), 0.0))
             pause = min(pause * 2, POLL_MAX_S)
 
+    def _look_alive(self) -> None:
+        """After the answers check and the probe: a role that died under their requests
+        (prefill crashing while the router answers 502 for it) is seen dead and judged by
+        how it ended, never by the answers the deployment could not give; the others get
+        the grace for their last lines, as in the watch."""
+        t0 = self.clock()
+        self._poll_round(t0)
+        if not self._any_died():
+            return
+        while any(m.started is not None and not m.watch.died for m in self.members):
+            if self.clock() - t0 >= self.grace_s:
+                return
+            self.sleep(POLL_MIN_S)
+            self._poll_round(t0)
+
     def _evidence(self, m: _Member, probe: object) -> RoleOutcome:
         w = m.watch
         p = w.poll
@@ -532,6 +551,9 @@ class DeploymentExecutor(HostExecutor):
             infra=m.infra,
             rendered=m.rendered,
             invocation=m.started.invocation if m.started else None,
+            health_code=p.http_code if p is not None and p.alive and not w.died else 0,
+            # alive and not ready when another role's failure ended the watch early
+            cut_short=not ready and not w.died and not w.timed_out and m.started is not None,
         )
 
     def _end(

@@ -15,8 +15,13 @@ from typing import Any
 
 from orchestrator.config.deployment import Role
 from orchestrator.diagnosis.classify.analyze import analyze_log
-from orchestrator.diagnosis.classify.judge import RunEvidence, judge
-from orchestrator.diagnosis.first_failure import RoleResult, first_failure, first_stamp
+from orchestrator.diagnosis.classify.judge import HANG_MESSAGE, RunEvidence, judge
+from orchestrator.diagnosis.first_failure import (
+    CUT_SHORT_MESSAGE,
+    RoleResult,
+    first_failure,
+    first_stamp,
+)
 from orchestrator.diagnosis.verdicts import Signature, Verdict, relative
 from orchestrator.execution import answers as answers_mod
 
@@ -63,6 +68,11 @@ class RoleOutcome:
     infra: bool = False
     rendered: str | None = None
     invocation: str | None = None
+    #: the HTTP status its own health check answered when last polled (0: no answer)
+    health_code: int = 0
+    #: still running, not ready, when another role's failure ended the run before its
+    #: deadline: a silent hang then says so, never "before the deadline"
+    cut_short: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,10 @@ def _judge_one(
         )
     if sig is None or verdict is Verdict.PASS:
         return RoleRecord(o, verdict.value, None, None), RoleResult(o.role.name, o.host), verdict
+    if o.cut_short and sig.error_class == "hang" and sig.message.startswith(HANG_MESSAGE):
+        # the run ended when another role failed, long before the deadline: say that
+        sig = Signature(sig.phase, "hang", CUT_SHORT_MESSAGE + sig.message[len(HANG_MESSAGE) :])
+        verdict = Verdict.FAIL if target is None or sig == target else Verdict.TIMEOUT
     analysis = analyze_log(o.evidence.log_tail)
     kind = analysis.kind if analysis.signature is not None and analysis.signature == sig else None
     year = time.gmtime(o.died_host_time if o.died_host_time is not None else time.time()).tm_year
@@ -144,6 +158,7 @@ def _judge_one(
         kind=kind,
         failed_at=failed_at,
         clock_offset=o.offset,
+        health_code=o.health_code,
     )
     return rec, result, verdict
 
@@ -185,15 +200,10 @@ def judge_roles(
         o.evidence.exit_code is not None or o.absent for o in outcomes
     ):
         detail = "no role died and the deployment was not ready by the deadline; " + detail
-    return Judged(
-        verdict,
-        sig,
-        detail,
-        ff.host,
-        records,
-        {"role": ff.role, "host": ff.host, "describe": ff.describe()},
-        winner.evidence.log_tail,
-    )
+    record: dict[str, Any] = {"role": ff.role, "host": ff.host, "describe": ff.describe()}
+    if ff.tied:  # the order cannot be told: no role is named as the first
+        record["tied"] = [{"role": r.role, "host": r.host} for r in ff.tied]
+    return Judged(verdict, sig, detail, ff.host, records, record, winner.evidence.log_tail)
 
 
 def poll_sections(text: str, mark: str) -> dict[str, str]:

@@ -67,13 +67,20 @@ class DeploymentRun:
     first_role: str | None = None
     first_host: str | None = None
     describe: str | None = None
+    #: (role, host) of the roles that hung alike when which one failed first cannot be
+    #: told (no role is then named first); () when the order is known
+    tied: tuple[tuple[str, str], ...] = ()
 
     def role(self, name: str) -> RoleRun | None:
         return next((r for r in self.roles if r.role == name), None)
 
     @property
     def first_failure(self) -> str | None:
-        """`node-1 on b300-02`: where the run failed first."""
+        """`node-1 on b300-02`: where the run failed first (or the roles of which it
+        cannot be told)."""
+        if self.tied:
+            names = " or ".join(f"{r} on {h or '?'}" for r, h in self.tied)
+            return f"{names} (which one first cannot be told)"
         if self.first_role is None:
             return None
         return f"{self.first_role} on {self.first_host or '?'}"
@@ -83,9 +90,16 @@ class DeploymentRun:
         return ", ".join(f"{r.role} on {r.host or '?'}" for r in self.roles)
 
     def to_json(self, *, logs: bool = False) -> dict[str, Any]:
-        first = None
+        first: dict[str, Any] | None = None
         if self.first_role is not None:
             first = {"role": self.first_role, "host": self.first_host, "describe": self.describe}
+        elif self.tied:
+            first = {
+                "role": None,
+                "host": None,
+                "describe": self.describe,
+                "tied": [{"role": r, "host": h} for r, h in self.tied],
+            }
         return {"roles": [r.to_json(log=logs) for r in self.roles], "first_failure": first}
 
 
@@ -134,6 +148,13 @@ def of_record(record: Mapping[str, Any] | None) -> DeploymentRun | None:
             )
         )
     first = record.get("first_failure")
+    tied = first.get("tied") if isinstance(first, Mapping) else None
+    if isinstance(tied, list) and tied:
+        pairs = tuple(
+            (_text(t.get("role")), _text(t.get("host"))) for t in tied if isinstance(t, Mapping)
+        )
+        said = _text(first.get("describe")) or None  # type: ignore[union-attr]
+        return DeploymentRun(tuple(roles), describe=said, tied=pairs)
     if isinstance(first, Mapping) and first.get("role"):
         return DeploymentRun(
             tuple(roles),
@@ -183,7 +204,7 @@ def target_failure(
         return None
     for r in sorted(runs, key=lambda r: r.seq):
         dep = deps.get(r.id)
-        if dep is not None and dep.first_role is not None and r.signature == target:
+        if dep is not None and dep.first_failure is not None and r.signature == target:
             return r.id, dep
     return None
 
@@ -196,6 +217,8 @@ def role_lines(dep: DeploymentRun) -> list[str]:
         if r.signature:
             said += f": {r.signature}"
         first = "  <- failed first" if r.role == dep.first_role else ""
+        if any(r.role == name for name, _ in dep.tied):
+            first = "  <- hung alike; which failed first cannot be told"
         out.append(f"{r.where()}: {said}{first}")
     return out
 
@@ -216,6 +239,10 @@ class CampaignDeployment:
         if self.target is None:
             return None
         run_id, dep = self.target
+        if dep.tied:
+            return f"the target failure: which role failed first cannot be told (run {run_id})" + (
+                f": {dep.describe}" if dep.describe else ""
+            )
         return f"the target failure happens first on {dep.first_failure} (run {run_id})" + (
             f": {dep.describe}" if dep.describe else ""
         )

@@ -69,16 +69,21 @@ def two_node_pair(
 
 
 PD = LAB / "pd-page-size"
+#: prefill of TP4 and decode of TP2; bad's prefill crashes under requests
+PD_TP = LAB / "pd-tp"
 
 
-def pd_files(tmp: Path, *, decode_host: str | None = "n1") -> dict[str, Path]:
-    """The shipped prefill/decode pair (`good`, `bad`, `bad-start`) on free ports: the
-    router's command names the workers' ports; the decode role on `decode_host`."""
+def pd_files(tmp: Path, *, decode_host: str | None = "n1", pair: Path = PD) -> dict[str, Path]:
+    """A shipped prefill/decode pair (`good`, `bad`, and `bad-start` where it has one) on
+    free ports: the router's command names the workers' ports; the decode role on
+    `decode_host`."""
     out = tmp / "experiments"
     out.mkdir(parents=True, exist_ok=True)
     router, prefill, decode = free_port(), free_port(), free_port()
     paths = {}
     for side in ("good", "bad", "bad-start"):
+        if not (pair / f"{side}.yaml").is_file():
+            continue
         roles: dict[str, dict[str, object]] = {
             "router": {
                 "exec": "python3 -m orchestrator.lab.pd --prefill "
@@ -91,12 +96,12 @@ def pd_files(tmp: Path, *, decode_host: str | None = "n1") -> dict[str, Path]:
         if decode_host:
             roles["decode"]["host"] = decode_host
         doc = {
-            "name": f"test-pd-{side}",
-            "extends": str(PD / f"{side}.yaml"),
+            "name": f"test-{pair.name}-{side}",
+            "extends": str(pair / f"{side}.yaml"),
             "roles": roles,
             "health": {"settle": f"{float(TIME_SCALE):g}s"},
         }
-        path = out / f"pd-{side}.yaml"
+        path = out / f"{pair.name}-{side}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         paths[side] = path
     return paths
