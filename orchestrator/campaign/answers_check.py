@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck, Experiment
-from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge
+from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge, judge_alone
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
@@ -72,6 +72,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
                 "garbled": list(d.garbled),
                 "within_rule": d.within_rule,
                 "error": d.error,
+                "same_tokens": d.same_tokens,
             }
             for d in v.diffs[:limit]
         ],
@@ -88,6 +89,9 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         return result
     ref_record = getattr(reference, "answers", None) if reference is not None else None
     if not ref_record or not ref_record.get("sets"):
+        alone = judged_alone(result, target)
+        if alone is not None:  # an absolute score bar needs no reference
+            return alone
         return unjudged(
             result,
             "no good config's answers to compare with (a bisection, or a sweep with a "
@@ -135,6 +139,68 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         signature=sig,
         detail=detail,
         answers={**record, "judged": out},
+    )
+
+
+def judged_alone(result: RunResult, target: Signature | None) -> RunResult | None:
+    """`result` held alone to its absolute score bar (`pass_if: ">= 0.75"`), in each mode
+    it was asked in (None: the rule needs a reference, or nothing was answered to judge).
+    A run that passed and misses the bar is `fail` with a `wrong_output` score signature;
+    its judgement (`reference_run` None) joins its answers record."""
+    record = result.answers
+    check = result.experiment.answers
+    if record is None or check is None or not check.enabled or not record.get("sets"):
+        return None
+    prompts = check.load()
+    rule = rule_of(check)
+    modes: dict[str, Any] = {}
+    failing: list[str] = []
+    for mode in check.modes:
+        got = answer_set(record, mode)
+        v = judge_alone(got, prompts, rule) if got is not None else None
+        if v is None:
+            continue
+        modes[mode] = verdict_dict(v)
+        if not v.passed:
+            failing.append(mode)
+    if not modes:
+        return None
+    out: dict[str, Any] = {"reference_run": None, "rule": rule.name, "modes": modes}
+    out["passed"] = not failing
+    if not failing:
+        out["detail"] = next(iter(modes.values()))["detail"]
+        return replace(result, answers={**record, "judged": out})
+    mode = failing[0]
+    detail = f"{_WHAT['score']} ({', '.join(failing)}, rule score): {modes[mode]['detail']}"
+    out |= {"kind": "score", "detail": detail, "mode": mode}
+    if result.verdict is not Verdict.PASS:
+        return replace(result, answers={**record, "judged": out})
+    sig = signature("score", failing, check.modes)
+    return replace(
+        result,
+        verdict=relative(Verdict.FAIL, sig, target),
+        signature=sig,
+        detail=detail,
+        answers={**record, "judged": out},
+    )
+
+
+def own_bar_message(row: Any, where: str) -> str | None:
+    """What a bisection says of a good config whose own answers miss an absolute score bar
+    (None: its run failed otherwise): no run can be judged against such a reference."""
+    judged = (getattr(row, "answers", None) or {}).get("judged") or {}
+    if judged.get("passed") is not False or judged.get("reference_run") is not None:
+        return None
+    mode = judged.get("mode")
+    v = (judged.get("modes") or {}).get(mode) or {}
+    if v.get("score") is None:
+        return None
+    wrong = str(v.get("detail") or "").partition("; ")[2]  # `wrong: 'a', 'b'`
+    return (
+        f"the good config's own score {v['score']:.2f} misses the bar "
+        f"{row.experiment().answers.pass_if!r} on {where} ({mode}{'; ' + wrong if wrong else ''})"
+        f" [run {row.id}]: its answers cannot judge any other run (lower the bar, or make "
+        "it relative: '>= good - 0.08'); nothing to bisect"
     )
 
 
@@ -263,6 +329,8 @@ __all__ = [
     "answered_nothing",
     "judge_result",
     "judged",
+    "judged_alone",
+    "own_bar_message",
     "noise",
     "noise_message",
     "signature",
