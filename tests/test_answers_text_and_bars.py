@@ -119,3 +119,63 @@ def test_a_run_alone_is_judged_by_an_absolute_bar(tmp_path: Path) -> None:
     # a bar relative to good still needs good's answers
     row = run_alone(tmp_path / "rel", ">= good - 0.08", HALF)
     assert row.answers["judged"]["passed"] is None  # type: ignore[attr-defined]
+
+
+def test_a_wrong_answer_finding_names_the_one_prompt_it_hit(tmp_path: Path) -> None:
+    from tests.support.scripted import TARGET_ERROR
+    from tests.support.scripted import Rule as Crash
+
+    oracle = Oracle(
+        [Crash(frozenset({1}), "cuda_graph", TARGET_ERROR)],
+        answers=[(frozenset({3}), "different@fact-france")],
+    )
+    outcome, _ = bisect(tmp_path, oracle, {})
+    assert outcome.status is Status.FOUND, outcome.message
+    (finding,) = [f for f in outcome.findings if f.signature.error_class == "wrong_output"]
+    assert finding.prompts == ("fact-france",)
+    assert finding.seen().endswith("; on prompt 'fact-france' only"), finding.seen()
+    assert outcome.to_dict()["findings"][0]["prompts"] == ["fact-france"]
+
+
+def test_show_and_the_issue_say_what_a_pass_and_a_retext_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+    from orchestrator.reports.issue_report import issue_markdown
+
+    oracle = Oracle([], answers=[(frozenset({2}), "retext@fact-france")])
+    outcome, store = bisect(tmp_path, oracle, {"rule": "exact"})
+    assert outcome.status is Status.FOUND, outcome.message
+    rows = store.runs(outcome.campaign_id)
+    repro = next(r for r in rows if r.id == outcome.culprits[0].reproduced_by)
+    assert main(["show", repro.id, "--results", str(tmp_path / "results")]) == 0
+    shown = capsys.readouterr().out
+    assert "prompt 'fact-france' (the same tokens, another text; breaks the rule" in shown
+    issue = issue_markdown(
+        store.campaign(outcome.campaign_id),
+        rows,
+        log_of=lambda r: r.log_tail(),
+        env_of=lambda r: None,
+    )
+    assert "Working launch answers (the same tokens, another text):" in issue, issue
+    assert (
+        "| the failing launch without `--feature-2` | starts, serves and answers right (passes) |"
+        in issue
+    )
+    assert (
+        "| the working launch (none of these flags) | starts and serves; its answers are "
+        "the reference (passes) |" in issue
+    )
+    assert "starts and serves (passes)" not in issue
+
+
+def test_show_of_a_run_judged_by_its_absolute_bar_names_no_good_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+
+    row = run_alone(tmp_path, ">= 0.75", HALF)
+    assert main(["show", row.id, "--results", str(tmp_path / "results")]) == 0  # type: ignore[attr-defined]
+    shown = capsys.readouterr().out
+    assert "judged WRONG (score) under score by its absolute bar, no reference needed" in shown
+    assert "score (sequential): 0.50\n" in shown and "good's" not in shown, shown

@@ -63,6 +63,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
         "score": v.score,
         "reference_score": v.reference_score,
         "unjudged": list(v.unjudged),
+        "broken": list(v.broken),
         "diffs": [
             {
                 "prompt_id": d.prompt_id,
@@ -185,6 +186,16 @@ def judged_alone(result: RunResult, target: Signature | None) -> RunResult | Non
     )
 
 
+def wrong_prompts(record: dict[str, Any] | None) -> tuple[str, ...]:
+    """The prompts a run's answers were judged wrong on, in the mode that named its
+    verdict (empty: judged right, not judged, or recorded before they were kept)."""
+    judged = (record or {}).get("judged") or {}
+    if judged.get("passed") is not False:
+        return ()
+    v = (judged.get("modes") or {}).get(judged.get("mode")) or {}
+    return tuple(str(i) for i in v.get("broken") or ())
+
+
 def own_bar_message(row: Any, where: str) -> str | None:
     """What a bisection says of a good config whose own answers miss an absolute score bar
     (None: its run failed otherwise): no run can be judged against such a reference."""
@@ -246,7 +257,7 @@ def noise(
         "passed": v.passed,
         "rule": check.rule,
         "detail": v.detail,
-        "differing": sum(1 for d in v.diffs if d.first_diff is not None or d.error),
+        "differing": len(v.diffs),  # a token, an error, or the text alone
     }
     if not v.passed and check.rule == "exact":
         close = judge(first, again, prompts, rule_of(check, "logprobs-close"))
@@ -331,6 +342,7 @@ __all__ = [
     "judged",
     "judged_alone",
     "own_bar_message",
+    "wrong_prompts",
     "noise",
     "noise_message",
     "signature",

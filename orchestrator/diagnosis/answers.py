@@ -157,13 +157,6 @@ def first_difference(a: Answer, b: Answer) -> int | None:
     return None if len(a.tokens) == len(b.tokens) else min(len(a.tokens), len(b.tokens))
 
 
-def same_tokens_other_text(a: Answer, b: Answer) -> bool:
-    """True when the two answers chose the same tokens but read as different text: what
-    the tokens were turned into changed (a detokenizer, a chat template, a server that
-    rewrites the text), which no rule on the tokens alone would see."""
-    return bool(a.tokens or b.tokens) and first_difference(a, b) is None and a.text != b.text
-
-
 def exact(a: Answer, b: Answer) -> bool:
     """vLLM's check_outputs_equal: the same greedy tokens and the same text."""
     return (
@@ -373,6 +366,8 @@ class AnswersVerdict:
     reference_score: float | None = None
     #: prompts the reference got no answer to: nothing to judge them by
     unjudged: tuple[str, ...] = ()
+    #: the prompts whose answers fail the verdict (of its `kind`), in the set's order
+    broken: tuple[str, ...] = ()
 
 
 def judge(
@@ -428,8 +423,16 @@ def judge(
     else:
         kind = "same"
     detail = _detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score)
+    broken: tuple[str, ...] = ()
     if kind == "score":
-        detail += _missed(reference, answers, prompts)
+        broken = _missed(reference, answers, prompts)
+        detail += _named(broken)
+    elif not passed:  # the answers of the verdict's kind (an error, a garble, a difference)
+        broken = tuple(
+            d.prompt_id
+            for d in breaking
+            if kind == "different" or bool(d.error if kind == "no_answer" else d.garbled)
+        )
     if unjudged:
         detail += (
             f"; {len(unjudged)} prompt(s) not judged, the reference got no answer "
@@ -444,6 +447,7 @@ def judge(
         score=got_score,
         reference_score=ref_score,
         unjudged=unjudged,
+        broken=broken,
     )
 
 
@@ -485,19 +489,22 @@ def _fmt(value: float | None) -> str:
 
 
 def _missed(
-    reference: AnswerSet | None, answers: AnswerSet, prompts: Iterable[Prompt], shown: int = 3
-) -> str:
-    """`; wrong: 'a', 'b'`: the scored prompts the answers miss (that the reference, when
-    there is one, met), the first few by id; '' when none."""
+    reference: AnswerSet | None, answers: AnswerSet, prompts: Iterable[Prompt]
+) -> tuple[str, ...]:
+    """The scored prompts the answers miss (that the reference, when there is one, met)."""
     ref = reference.by_id() if reference is not None else None
     got = answers.by_id()
-    ids = [
+    return tuple(
         p.id
         for p in prompts
         if p.scored
         and (ref is None or (p.id in ref and p.met_by(ref[p.id].text)))
         and not (p.id in got and p.met_by(got[p.id].text))
-    ]
+    )
+
+
+def _named(ids: tuple[str, ...], shown: int = 3) -> str:
+    """`; wrong: 'a', 'b'`: the first few prompts by id ('' when none)."""
     if not ids:
         return ""
     more = f", ... ({len(ids)} in all)" if len(ids) > shown else ""
@@ -516,13 +523,15 @@ def judge_alone(answers: AnswerSet, prompts: Iterable[Prompt], rule: Rule) -> An
     if got is None:
         return None
     passed = meets_bar(got, rule.pass_if, None)
-    detail = f"score {got:.2f} {'meets' if passed else 'misses'} {rule.pass_if!r}"
+    broken = () if passed else _missed(None, answers, prompts)
     return AnswersVerdict(
         passed=passed,
         rule=rule,
         kind="same" if passed else "score",
-        detail=detail + ("" if passed else _missed(None, answers, prompts)),
+        detail=f"score {got:.2f} {'meets' if passed else 'misses'} {rule.pass_if!r}"
+        + _named(broken),
         score=got,
+        broken=broken,
     )
 
 

@@ -6,7 +6,8 @@ holding the chosen word first and `perhaps` second. A wrong answer is made by ki
 `drift` (the third token swapped for its runner-up, with top-k to match: within
 `logprobs-close`, not `exact`: a host's own start-to-start noise), `retext` (the right
 tokens, each word of the text reversed and marked, as the lab's prefill/decode router
-answers when its roles disagree on the KV cache dtype), `silent` (no answer).
+answers when its roles disagree on the KV cache dtype), `silent` (no answer). `KIND@ID`
+answers wrong that way to prompt ID only.
 The record has the shape `orchestrator.execution.answers.ask_check` returns.
 """
 
@@ -28,6 +29,9 @@ def _right_words(p: Prompt) -> list[str]:
 
 
 def answer(p: Prompt, kind: str | None) -> dict[str, Any]:
+    if kind is not None and "@" in kind:
+        kind, only = kind.split("@", 1)
+        kind = kind if p.id == only else None
     words = _right_words(p)
     top = [[[w, -0.1], ["perhaps", -2.0]] for w in words]
     if kind == "garbled":
