@@ -41,7 +41,13 @@ def dtype_pair(tmp_path: Path, rule: str) -> tuple[Path, Path]:
     also raises the shared request limit, a harmless change."""
     good = pd_files(tmp_path)["good"]
     doc = yaml.safe_load(good.read_text())
-    doc["answers"] = {"rule": rule, "modes": ["sequential"], "max_tokens": 16, "timeout": 20}
+    doc["answers"] = {
+        "enabled": True,  # the shipped pair asks one completion only (enabled: false)
+        "rule": rule,
+        "modes": ["sequential"],
+        "max_tokens": 16,
+        "timeout": 20,
+    }
     good.write_text(yaml.safe_dump(doc, sort_keys=False))
     bad = good.parent / "pd-dtype.yaml"
     bad.write_text(
