@@ -20,7 +20,15 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck, Experiment
-from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge, judge_alone
+from orchestrator.diagnosis.answers import (
+    AnswersVerdict,
+    Prompt,
+    Rule,
+    absolute_bar,
+    garbled,
+    judge,
+    judge_alone,
+)
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
@@ -152,8 +160,10 @@ def judged_alone(result: RunResult, target: Signature | None) -> RunResult | Non
     check = result.experiment.answers
     if record is None or check is None or not check.enabled or not record.get("sets"):
         return None
-    prompts = check.load()
     rule = rule_of(check)
+    if not absolute_bar(rule):
+        return None
+    prompts = check.load()
     modes: dict[str, Any] = {}
     failing: list[str] = []
     for mode in check.modes:
@@ -206,10 +216,11 @@ def own_bar_message(row: Any, where: str) -> str | None:
     v = (judged.get("modes") or {}).get(mode) or {}
     if v.get("score") is None:
         return None
-    wrong = str(v.get("detail") or "").partition("; ")[2]  # `wrong: 'a', 'b'`
+    broken = [repr(str(b)) for b in v.get("broken") or ()]
+    wrong = f"; wrong: {', '.join(broken[:3])}{', ...' if len(broken) > 3 else ''}"
     return (
         f"the good config's own score {v['score']:.2f} misses the bar "
-        f"{row.experiment().answers.pass_if!r} on {where} ({mode}{'; ' + wrong if wrong else ''})"
+        f"{row.experiment().answers.pass_if!r} on {where} ({mode}{wrong if broken else ''})"
         f" [run {row.id}]: its answers cannot judge any other run (lower the bar, or make "
         "it relative: '>= good - 0.08'); nothing to bisect"
     )
@@ -341,12 +352,12 @@ __all__ = [
     "judge_result",
     "judged",
     "judged_alone",
-    "own_bar_message",
-    "wrong_prompts",
     "noise",
     "noise_message",
+    "own_bar_message",
     "signature",
     "unanswered_message",
     "unjudged",
     "with_noise",
+    "wrong_prompts",
 ]
