@@ -190,6 +190,8 @@ def test_without_answers_nothing_is_asked(tmp_path: Path) -> None:
         ({"rule": "score", "pass_if": "> 1"}, "answers.pass_if", "no score meets"),
         ({"rule": "score", "pass_if": ">= good + 0.1"}, "answers.pass_if", "reference's own"),
         ({"rule": "score", "pass_if": "<= good"}, "answers.pass_if", "better higher"),
+        ({"rule": "score", "pass_if": "== good"}, "answers.pass_if", "use >="),
+        ({"rule": "score", "pass_if": ">= -0.5"}, "answers.pass_if", "no score misses"),
     ],
 )
 def test_config_errors_name_file_key_and_what_was_expected(
@@ -202,7 +204,7 @@ def test_config_errors_name_file_key_and_what_was_expected(
     assert str(good) in text and key in text and words in text, text
 
 
-@pytest.mark.parametrize("bar", [">= good - 0.08", "> good - 0.5", "== good", ">= 0.75", "== 1"])
+@pytest.mark.parametrize("bar", [">= good - 0.08", "> good - 0.5", ">= 0.75", ">= 1"])
 def test_score_bars_that_judge_load(tmp_path: Path, bar: str) -> None:
     good, _ = answers_pair(tmp_path, 2, {"rule": "score", "pass_if": bar})
     assert load_experiment(good).answers.pass_if == bar  # type: ignore[union-attr]

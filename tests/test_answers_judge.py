@@ -14,10 +14,12 @@ from orchestrator.diagnosis.answers import (
     Rule,
     answers_from,
     as_plain,
+    bar_problem,
     exact,
     first_difference,
     garbled,
     judge,
+    judge_alone,
     logprobs_close,
     meets_bar,
     parse_bar,
@@ -156,7 +158,7 @@ def test_score_bars() -> None:
     assert meets_bar(0.72, ">= good - 0.08", 0.8)
     assert not meets_bar(0.71, ">= good - 0.08", 0.8)
     for bad in ("good - 0.08", ">= bad", ">= good * 2", ""):
-        with pytest.raises(ValueError, match="expected OP good"):
+        with pytest.raises(ValueError, match="expected '>= good - NUMBER' or '>= NUMBER'"):
             parse_bar(bad)
     with pytest.raises(ValueError):
         Rule("score", pass_if="at least 0.5")
@@ -270,3 +272,115 @@ def test_a_prompt_the_reference_got_no_answer_to_is_not_judged() -> None:
     assert (v.passed, v.kind) == (False, "no_answer")
     v = judge(ref, AnswerSet((err, ans("b", [3]))), prompts, Rule("exact"))
     assert (v.passed, v.kind) == (False, "different")
+
+
+# -- the same tokens, another text -----------------------------------------------------------
+
+#: the lab's prefill/decode router when its roles disagree on the KV cache dtype
+#: (orchestrator/lab/pd.py): decode's tokens, each word reversed and marked
+SCRAMBLED = {
+    "a": ("The capital of France is Paris.", "ehT!! latipac!! fo!! ecnarF!! si!! .siraP!!"),
+    "b": ("Yes", "seY!!"),
+    "c": ("Red, green, blue", ",deR!! ,neerg!! eulb!!"),
+    "d": (" Rome.", ".emoR!!"),
+}
+
+
+def scrambled_pair() -> tuple[list[Prompt], AnswerSet, AnswerSet]:
+    prompts = [
+        Prompt(k, prompt="q", expect=ref.split()[-1].strip("."))
+        for k, (ref, _) in SCRAMBLED.items()
+    ]
+    ref = AnswerSet(tuple(ans(k, [1, 2, 3], text=r) for k, (r, _) in SCRAMBLED.items()))
+    got = AnswerSet(tuple(ans(k, [1, 2, 3], text=g) for k, (_, g) in SCRAMBLED.items()))
+    return prompts, ref, got
+
+
+def test_the_same_tokens_with_another_text_are_not_the_same_answer() -> None:
+    prompts, ref, got = scrambled_pair()
+    a, b = ref.answers[0], got.answers[0]
+    assert first_difference(a, b) is None  # the tokens agree
+    assert not exact(a, b) and not logprobs_close(a, b, 5)
+    for rule in ("exact", "logprobs-close"):
+        v = judge(ref, got, prompts, Rule(rule))  # type: ignore[arg-type]
+        assert not v.passed, (rule, v.detail)
+        assert [d.prompt_id for d in v.diffs] == ["a", "b", "c", "d"]
+        assert all(d.same_tokens and d.first_diff is None for d in v.diffs)
+    # a detokenizer regression that reads as text is `different`, named as such
+    plain = AnswerSet((ans("a", [1, 2, 3], text="The capital of France is Lyon."),))
+    v = judge(AnswerSet(ref.answers[:1]), plain, prompts[:1], Rule("exact"))
+    assert (v.passed, v.kind) == (False, "different")
+    assert "'a': the same tokens, another text" in v.detail, v.detail
+
+
+def test_the_lab_routers_scrambled_words_read_as_garbled() -> None:
+    for ref, scrambled in SCRAMBLED.values():
+        assert garbled(ref) == (), ref
+        assert garbled(scrambled), scrambled
+    prompts, ref, got = scrambled_pair()
+    for rule in ("exact", "logprobs-close", "score"):
+        v = judge(ref, got, prompts, Rule(rule))  # type: ignore[arg-type]
+        assert (v.passed, v.kind) == (False, "garbled"), (rule, v.detail)
+        assert "4 of 4 answers garbled" in v.detail, v.detail
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Wow! That is great, really great.",
+        "Use the .env file, not .gitignore, for this.",
+        "The file is 4 GiB and the pH is 7.",
+        "Note -- this is fine.",
+        "Step 1... step 2... done.",
+    ],
+)
+def test_marks_and_capitals_of_ordinary_text_are_not_garbled(text: str) -> None:
+    assert garbled(text) == ()
+
+
+# -- a score that drops with no token differing, an absolute bar ----------------------------
+
+
+def test_a_score_drop_with_no_answer_beyond_its_rule_says_so() -> None:
+    """(a) under `score` every text is within the rule: the drop alone fails, by name."""
+    prompts = [Prompt("a", prompt="q", expect="Paris"), Prompt("b", prompt="q", expect="7")]
+    ref = AnswerSet((ans("a", [1], text="Paris"), ans("b", [2], text="7 days")))
+    got = AnswerSet((ans("a", [1], text="Lyon"), ans("b", [2], text="7 days")))
+    v = judge(ref, got, prompts, Rule("score", pass_if=">= good - 0.08"))
+    assert (v.passed, v.kind) == (False, "score"), v.detail
+    assert "score 0.50 misses '>= good - 0.08' (reference 1.00); wrong: 'a'" == v.detail
+
+
+def test_good_missing_an_absolute_bar_against_itself_is_a_score_miss() -> None:
+    """(b) good asked twice, both passes at 0.50 under `>= 0.75`: no token differs."""
+    prompts = [Prompt("a", prompt="q", expect="Paris"), Prompt("b", prompt="q", expect="7")]
+    half = AnswerSet((ans("a", [1], text="Paris"), ans("b", [2], text="5 days")))
+    rule = Rule("score", pass_if=">= 0.75")
+    v = judge(half, half, prompts, rule)
+    assert (v.passed, v.kind) == (False, "score")
+    assert v.detail.startswith("score 0.50 misses '>= 0.75'"), v.detail
+    alone = judge_alone(half, prompts, rule)
+    assert alone is not None and (alone.passed, alone.kind, alone.score) == (False, "score", 0.5)
+    assert alone.detail == "score 0.50 misses '>= 0.75'; wrong: 'b'"
+    full = AnswerSet((ans("a", [1], text="Paris"), ans("b", [2], text="7 days")))
+    assert judge_alone(full, prompts, rule).passed  # type: ignore[union-attr]
+    # a bar relative to good, or a rule on tokens, needs the reference
+    assert judge_alone(half, prompts, Rule("score", pass_if=">= good - 0.08")) is None
+    assert judge_alone(half, prompts, Rule("exact")) is None
+    assert judge_alone(half, [Prompt("a", prompt="q")], rule) is None  # nothing scored
+
+
+def test_score_bar_errors_name_only_what_a_bar_may_say() -> None:
+    # a negative number parses, to be refused for what it is
+    assert parse_bar(">= -0.5") == (">=", False, -0.5)
+    assert bar_problem(">= -0.5") == "no score misses it (a score lies between 0 and 1)"
+    # a bar that fails a higher score is refused, == included
+    for bar in ("== good", "== good - 0.1", "== 0.5", "<= good", "< 0.9"):
+        why = bar_problem(bar)
+        assert why is not None and "higher" in why, (bar, why)
+    for bar in (">= good - 0.08", "> good - 0.1", ">= 0.75", "> 0.5"):
+        assert bar_problem(bar) is None, bar
+    # the syntax error offers only the comparisons a bar may use
+    with pytest.raises(ValueError) as err:
+        parse_bar("at least 0.5")
+    assert "<" not in str(err.value) and "==" not in str(err.value), err.value

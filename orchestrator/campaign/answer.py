@@ -190,6 +190,10 @@ class CampaignAnswer:
                 f.count += 1
                 if len(r.variant) < len(f.variant):
                     f.variant, f.run_id, f.label = r.variant, r.id, r.label
+        # a wrong answer names its prompts, as the run that stands for it was judged
+        by_id = {r.id: r for r in self.rows}
+        for f in by_sig.values():
+            f.prompts = answers_check.wrong_prompts(getattr(by_id.get(f.run_id), "answers", None))
         # a failure needs all of its deltas: a pass of a variant that has them all shows
         # that it comes on some starts only
         for f in by_sig.values():

@@ -20,7 +20,15 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.experiment import AnswersCheck, Experiment
-from orchestrator.diagnosis.answers import AnswersVerdict, Prompt, Rule, garbled, judge
+from orchestrator.diagnosis.answers import (
+    AnswersVerdict,
+    Prompt,
+    Rule,
+    absolute_bar,
+    garbled,
+    judge,
+    judge_alone,
+)
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
@@ -63,6 +71,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
         "score": v.score,
         "reference_score": v.reference_score,
         "unjudged": list(v.unjudged),
+        "broken": list(v.broken),
         "diffs": [
             {
                 "prompt_id": d.prompt_id,
@@ -72,6 +81,7 @@ def verdict_dict(v: AnswersVerdict, limit: int = 8) -> dict[str, Any]:
                 "garbled": list(d.garbled),
                 "within_rule": d.within_rule,
                 "error": d.error,
+                "same_tokens": d.same_tokens,
             }
             for d in v.diffs[:limit]
         ],
@@ -88,6 +98,9 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
         return result
     ref_record = getattr(reference, "answers", None) if reference is not None else None
     if not ref_record or not ref_record.get("sets"):
+        alone = judged_alone(result, target)
+        if alone is not None:  # an absolute score bar needs no reference
+            return alone
         return unjudged(
             result,
             "no good config's answers to compare with (a bisection, or a sweep with a "
@@ -138,6 +151,81 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
     )
 
 
+def judged_alone(result: RunResult, target: Signature | None) -> RunResult | None:
+    """`result` held alone to its absolute score bar (`pass_if: ">= 0.75"`), in each mode
+    it was asked in (None: the rule needs a reference, or nothing was answered to judge).
+    A run that passed and misses the bar is `fail` with a `wrong_output` score signature;
+    its judgement (`reference_run` None) joins its answers record."""
+    record = result.answers
+    check = result.experiment.answers
+    if record is None or check is None or not check.enabled or not record.get("sets"):
+        return None
+    rule = rule_of(check)
+    if not absolute_bar(rule):
+        return None
+    prompts = check.load()
+    modes: dict[str, Any] = {}
+    failing: list[str] = []
+    for mode in check.modes:
+        got = answer_set(record, mode)
+        v = judge_alone(got, prompts, rule) if got is not None else None
+        if v is None:
+            continue
+        modes[mode] = verdict_dict(v)
+        if not v.passed:
+            failing.append(mode)
+    if not modes:
+        return None
+    out: dict[str, Any] = {"reference_run": None, "rule": rule.name, "modes": modes}
+    out["passed"] = not failing
+    if not failing:
+        out["detail"] = next(iter(modes.values()))["detail"]
+        return replace(result, answers={**record, "judged": out})
+    mode = failing[0]
+    detail = f"{_WHAT['score']} ({', '.join(failing)}, rule score): {modes[mode]['detail']}"
+    out |= {"kind": "score", "detail": detail, "mode": mode}
+    if result.verdict is not Verdict.PASS:
+        return replace(result, answers={**record, "judged": out})
+    sig = signature("score", failing, check.modes)
+    return replace(
+        result,
+        verdict=relative(Verdict.FAIL, sig, target),
+        signature=sig,
+        detail=detail,
+        answers={**record, "judged": out},
+    )
+
+
+def wrong_prompts(record: dict[str, Any] | None) -> tuple[str, ...]:
+    """The prompts a run's answers were judged wrong on, in the mode that named its
+    verdict (empty: judged right, not judged, or recorded before they were kept)."""
+    judged = (record or {}).get("judged") or {}
+    if judged.get("passed") is not False:
+        return ()
+    v = (judged.get("modes") or {}).get(judged.get("mode")) or {}
+    return tuple(str(i) for i in v.get("broken") or ())
+
+
+def own_bar_message(row: Any, where: str) -> str | None:
+    """What a bisection says of a good config whose own answers miss an absolute score bar
+    (None: its run failed otherwise): no run can be judged against such a reference."""
+    judged = (getattr(row, "answers", None) or {}).get("judged") or {}
+    if judged.get("passed") is not False or judged.get("reference_run") is not None:
+        return None
+    mode = judged.get("mode")
+    v = (judged.get("modes") or {}).get(mode) or {}
+    if v.get("score") is None:
+        return None
+    broken = [repr(str(b)) for b in v.get("broken") or ()]
+    wrong = f"; wrong: {', '.join(broken[:3])}{', ...' if len(broken) > 3 else ''}"
+    return (
+        f"the good config's own score {v['score']:.2f} misses the bar "
+        f"{row.experiment().answers.pass_if!r} on {where} ({mode}{wrong if broken else ''})"
+        f" [run {row.id}]: its answers cannot judge any other run (lower the bar, or make "
+        "it relative: '>= good - 0.08'); nothing to bisect"
+    )
+
+
 def unjudged(result: RunResult, why: str) -> RunResult:
     """A run whose answers have nothing to be judged against (a run alone: `run`, or a
     rerun of a run that was never judged): it is not called right, and it says so, with
@@ -180,7 +268,7 @@ def noise(
         "passed": v.passed,
         "rule": check.rule,
         "detail": v.detail,
-        "differing": sum(1 for d in v.diffs if d.first_diff is not None or d.error),
+        "differing": len(v.diffs),  # a token, an error, or the text alone
     }
     if not v.passed and check.rule == "exact":
         close = judge(first, again, prompts, rule_of(check, "logprobs-close"))
@@ -263,10 +351,13 @@ __all__ = [
     "answered_nothing",
     "judge_result",
     "judged",
+    "judged_alone",
     "noise",
     "noise_message",
+    "own_bar_message",
     "signature",
     "unanswered_message",
     "unjudged",
     "with_noise",
+    "wrong_prompts",
 ]

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import envwatch, flaky, rehearsal, timing
+from orchestrator.campaign import answers_check, envwatch, flaky, rehearsal, timing
 from orchestrator.campaign.answer import CampaignAnswer, resource_answer
 from orchestrator.campaign.confirm import confirm_sets, repeat
 from orchestrator.campaign.core import (
@@ -293,7 +293,8 @@ class Bisection:
         failed = ends.good_failed()
         if failed is not None:  # said even when a budget ran out: it is the answer
             return self._answer().at_endpoints(
-                f"the good config does not pass on {where}: {failed.verdict.value}"
+                answers_check.own_bar_message(failed, where)
+                or f"the good config does not pass on {where}: {failed.verdict.value}"
                 + (f" ({failed.signature})" if failed.signature else "")
                 + f" [run {failed.id}]; nothing to bisect",
             )

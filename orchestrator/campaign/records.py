@@ -239,6 +239,8 @@ class Finding:
     #: starts of variants with all of its deltas that passed: > 0 means it shows on some
     #: starts only (a flaky failure); None: not counted (answers stored before the count)
     passed: int | None = None
+    #: a wrong answer's prompts, as its run was judged (empty for any other failure)
+    prompts: tuple[str, ...] = ()
 
     @property
     def flaky(self) -> bool:
@@ -254,6 +256,8 @@ class Finding:
         }
         if self.passed is not None:
             out |= {"flaky": self.flaky, "passed": self.passed}
+        if self.prompts:
+            out["prompts"] = list(self.prompts)
         return out
 
     @classmethod
@@ -265,12 +269,24 @@ class Finding:
             d["variant"],
             int(d.get("count", 1)),
             d.get("passed"),
+            tuple(d.get("prompts") or ()),
         )
 
     def seen(self) -> str:
-        """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`."""
+        """How often it showed, in words: `seen 2x`, `seen 2x; flaky: passed 3x with it`,
+        and for a wrong answer on few prompts, which: `seen 1x; on prompt 'fact-week' only`."""
         flaky = f"; flaky: passed {self.passed}x with it" if self.flaky else ""
-        return f"seen {self.count}x{flaky}"
+        return f"seen {self.count}x{flaky}{self._on()}"
+
+    def _on(self, shown: int = 3) -> str:
+        if not self.prompts:
+            return ""
+        ids = ", ".join(repr(p) for p in self.prompts[:shown])
+        if len(self.prompts) == 1:
+            return f"; on prompt {ids} only"
+        if len(self.prompts) <= shown:
+            return f"; on prompts {ids}"
+        return f"; on {len(self.prompts)} prompts, first {ids}"
 
 
 @dataclass

@@ -111,7 +111,11 @@ class BisectionRuns:
         if result.answers is None or not answers_check.judged(result.experiment):
             return result
         if v == ():
-            result, measured = answers_check.with_noise(result)
+            # an absolute score bar holds good to it too: a good that misses it fails
+            alone = answers_check.judged_alone(result, self.target)
+            if alone is not None and alone.verdict is not result.verdict:
+                return alone
+            result, measured = answers_check.with_noise(alone or result)
             said = answers_check.noise_message(measured, result.run_id) if measured else None
             for text in (answers_check.unanswered_message(result), said):
                 if text:

@@ -4,14 +4,20 @@ Pure: no I/O. A server's answers (greedy text, the tokens it chose, the top-k lo
 each position) are compared with a reference's (good's, in the same campaign and host)
 under one rule:
 
-- `exact`: the same tokens (vLLM's `check_outputs_equal`);
+- `exact`: the same tokens and the same text (vLLM's `check_outputs_equal`);
 - `logprobs-close`: at the first position where the two runs chose different tokens, each
   run's token is among the other run's top-k there; the comparison stops at that position,
   since the texts diverge after it (vLLM's `check_logprobs_close`, `top_k` settable). Unlike
   vLLM's, an answer that stops where the other goes on differs at that position and no
-  top-k excuses it (an API may leave out the stop token: an empty answer would pass);
+  top-k excuses it (an API may leave out the stop token: an empty answer would pass), and
+  the same tokens with another text fail where vLLM's only warns;
 - `score`: the fraction of prompts with an expected answer (`expect`, `regex`) that were
-  met, held to a bar such as `>= good - 0.08` or `>= 0.75`.
+  met, held to a bar such as `>= good - 0.08` or `>= 0.75`. An absolute bar needs no
+  reference: `judge_alone` holds a run alone to it.
+
+Under every rule the text is compared as well as the tokens: the same tokens with another
+text (a detokenizer or chat-template regression, or a server that rewrites the text after
+choosing the tokens) are not the same answer.
 
 Whatever the rule, an answer that is garbled where the reference's is not (empty, invalid
 characters, repetitive, mostly non-words) fails: the verdict's `kind` then says `garbled`,
@@ -152,8 +158,10 @@ def first_difference(a: Answer, b: Answer) -> int | None:
 
 
 def exact(a: Answer, b: Answer) -> bool:
-    """vLLM's check_outputs_equal: the same greedy tokens."""
-    return a.error is None and b.error is None and first_difference(a, b) is None
+    """vLLM's check_outputs_equal: the same greedy tokens and the same text."""
+    return (
+        a.error is None and b.error is None and first_difference(a, b) is None and a.text == b.text
+    )
 
 
 def logprobs_close(a: Answer, b: Answer, top_k: int = DEFAULT_TOP_K) -> bool:
@@ -163,7 +171,9 @@ def logprobs_close(a: Answer, b: Answer, top_k: int = DEFAULT_TOP_K) -> bool:
         return False
     i = first_difference(a, b)
     if i is None:
-        return True
+        # vLLM's only warns on the same tokens with another text; here it fails (a
+        # detokenizer regression answers so)
+        return a.text == b.text
     if i >= len(a.tokens) or i >= len(b.tokens):
         return False
     return a.tokens[i] in b.top_k(i, top_k) and b.tokens[i] in a.top_k(i, top_k)
@@ -198,12 +208,17 @@ def garbled(text: str) -> tuple[str, ...]:
 
 
 def _repetitive(body: str, words: list[str]) -> bool:
-    """A short unit repeated over most of the text, one word over half the words, or text
+    """A short unit repeated over most of the text, one word over half the words, one run
+    of marks glued to over half the words (`word!! other!! more!!`: a model whose logits
+    went to NaN or zero picks token 0, `!` in GPT-2, Llama 3 and Qwen vocabularies), or text
     that compresses to under a quarter of its size."""
     looped = sum(len(m[0]) for m in _LOOP.finditer(body))
     if len(body) >= 20 and looped * 2 > len(body):
         return True
     if len(words) >= 6 and Counter(words).most_common(1)[0][1] * 2 > len(words):
+        return True
+    tails = Counter(m[0] for w in words if (m := _GLUED_TAIL.search(w)) is not None)
+    if len(words) >= 3 and tails and tails.most_common(1)[0][1] * 2 > len(words):
         return True
     raw = body.encode()
     return len(raw) >= 40 and len(zlib.compress(raw)) * 4 < len(raw)
@@ -211,6 +226,10 @@ def _repetitive(body: str, words: list[str]) -> bool:
 
 #: a unit of 1-10 characters repeated at least five times in a row
 _LOOP = re.compile(r"(.{1,10}?)\1{4,}", re.DOTALL)
+#: two or more marks glued to the end of a word's letters or digits (`si!!`, `word--`)
+_GLUED_TAIL = re.compile(r"(?<=\w)[^\w\s]{2,}$")
+#: a sentence mark glued before a word's letters (`.siraP`, `,deR`): language puts them after
+_LEADING_MARK = re.compile(r"^[.,;:!?][^\W\d_]")
 
 
 def _control(ch: str) -> bool:
@@ -218,6 +237,8 @@ def _control(ch: str) -> bool:
 
 
 def _wordlike(word: str) -> bool:
+    if _LEADING_MARK.match(word):
+        return False
     core = word.strip(".,;:!?\"'()[]{}*-_`")
     if not core:
         return False
@@ -227,6 +248,12 @@ def _wordlike(word: str) -> bool:
     if len(letters) * 2 < len(core):
         return False
     latin = [ch for ch in letters if ch.isascii()]
+    if (
+        len(latin) == len(letters) >= 3
+        and letters[-1].isupper()
+        and "".join(letters[:-1]).islower()
+    ):
+        return False  # a capital that ends a lowercase word (`ehT`, `ecnarF`): written backwards
     # a Latin-script word has a vowel; other scripts are taken as words
     return len(latin) < len(letters) or any(ch in _VOWELS for ch in latin) or len(latin) == 1
 
@@ -241,7 +268,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
 }
 _BAR = re.compile(
-    r"^\s*(>=|<=|==|>|<)\s*(?:(good)\s*(?:([-+])\s*(\d+(?:\.\d+)?))?|(\d+(?:\.\d+)?))\s*$"
+    r"^\s*(>=|<=|==|>|<)\s*(?:(good)\s*(?:([-+])\s*(\d+(?:\.\d+)?))?|([-+]?\d+(?:\.\d+)?))\s*$"
 )
 
 
@@ -249,9 +276,11 @@ def parse_bar(text: str) -> tuple[str, bool, float]:
     """`>= good - 0.08` -> ('>=', True, -0.08); `>= 0.75` -> ('>=', False, 0.75)."""
     m = _BAR.match(text)
     if m is None:
+        # only the comparisons a bar may use are offered (<, <= and == parse, to be refused
+        # by bar_problem with their reason)
         raise ValueError(
-            f"score bar {text!r}: expected OP good [+|- NUMBER] or OP NUMBER "
-            "(OP one of >=, >, <=, <, ==), e.g. '>= good - 0.08'"
+            f"score bar {text!r}: expected '>= good - NUMBER' or '>= NUMBER' (> also "
+            "works), e.g. '>= good - 0.08' or '>= 0.75'"
         )
     op, good, sign, delta, number = m.groups()
     if good:
@@ -267,18 +296,14 @@ def bar_problem(text: str) -> str | None:
     op, relative, number = parse_bar(text)
     if op in ("<", "<="):
         return "it passes a lower score and fails a higher one (a score is better higher)"
+    if op == "==":
+        return "it fails a higher score as well as a lower one (a score is better higher: use >=)"
     if relative:
-        if (
-            (op == ">=" and number > 0)
-            or (op == ">" and number >= 0)
-            or (op == "==" and number != 0)
-        ):
+        if (op == ">=" and number > 0) or (op == ">" and number >= 0):
             return "the reference's own score misses it"
         if number <= -1:
             return "no score misses it (a score lies between 0 and 1)"
         return None
-    if op == "==":
-        return None if 0 <= number <= 1 else "no score meets it (a score lies between 0 and 1)"
     if (op == ">=" and number > 1) or (op == ">" and number >= 1):
         return "no score meets it (a score lies between 0 and 1)"
     if (op == ">=" and number <= 0) or (op == ">" and number < 0):
@@ -294,6 +319,12 @@ def score(answers: AnswerSet, prompts: Iterable[Prompt]) -> float | None:
         return None
     right = sum(1 for p in scored if p.id in got and p.met_by(got[p.id].text))
     return right / len(scored)
+
+
+def absolute_bar(rule: Rule) -> bool:
+    """True when the rule is `score` with a bar that names no reference (`>= 0.75`): a
+    run's answers are judged alone, good's own included."""
+    return rule.name == "score" and not parse_bar(rule.pass_if)[1]
 
 
 def meets_bar(value: float, bar: str, good: float | None) -> bool:
@@ -313,12 +344,15 @@ class PromptDiff:
     """One prompt whose answer differs from the reference's."""
 
     prompt_id: str
+    #: the first token that differs (None: the same tokens, see `same_tokens`)
     first_diff: int | None
     reference: str
     answer: str
     garbled: tuple[str, ...] = ()
     within_rule: bool = False
     error: str | None = None
+    #: the same tokens as the reference's, another text
+    same_tokens: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,6 +366,8 @@ class AnswersVerdict:
     reference_score: float | None = None
     #: prompts the reference got no answer to: nothing to judge them by
     unjudged: tuple[str, ...] = ()
+    #: the prompts whose answers fail the verdict (of its `kind`), in the set's order
+    broken: tuple[str, ...] = ()
 
 
 def judge(
@@ -352,13 +388,23 @@ def judge(
             diffs.append(PromptDiff(p.id, 0, r.text, "", error=a.error))
             continue
         i = first_difference(r, a)
-        if i is None:
+        if i is None and r.text == a.text:
             continue
         new_garble = () if garbled(r.text) else garbled(a.text)
         within = rule.name == "score" or (
             exact(r, a) if rule.name == "exact" else logprobs_close(r, a, rule.top_k)
         )
-        diffs.append(PromptDiff(p.id, i, r.text, a.text, new_garble, within and not new_garble))
+        diffs.append(
+            PromptDiff(
+                p.id,
+                i,
+                r.text,
+                a.text,
+                new_garble,
+                within and not new_garble,
+                same_tokens=i is None,
+            )
+        )
     ref_score, got_score = score(reference, prompts), score(answers, prompts)
     breaking = [d for d in diffs if not d.within_rule]
     score_ok = True
@@ -377,6 +423,16 @@ def judge(
     else:
         kind = "same"
     detail = _detail(kind, rule, breaking or diffs, len(prompts), got_score, ref_score)
+    broken: tuple[str, ...] = ()
+    if kind == "score":
+        broken = _missed(reference, answers, prompts)
+        detail += _named(broken)
+    elif not passed:  # the answers of the verdict's kind (an error, a garble, a difference)
+        broken = tuple(
+            d.prompt_id
+            for d in breaking
+            if kind == "different" or bool(d.error if kind == "no_answer" else d.garbled)
+        )
     if unjudged:
         detail += (
             f"; {len(unjudged)} prompt(s) not judged, the reference got no answer "
@@ -391,6 +447,7 @@ def judge(
         score=got_score,
         reference_score=ref_score,
         unjudged=unjudged,
+        broken=broken,
     )
 
 
@@ -405,8 +462,14 @@ def _detail(
     scores = "" if got is None else f"; score {got:.2f} (reference {_fmt(ref)})"
     if kind == "same":
         return f"all {total} answers equal to the reference's{scores}"
+    if kind == "score":  # a score can drop with no answer beyond its rule (score: any text)
+        return f"score {_fmt(got)} misses {rule.pass_if!r} (reference {_fmt(ref)})"
     first = diffs[0]
-    where = f"{first.prompt_id!r} from token {first.first_diff}"
+    where = (
+        f"{first.prompt_id!r}: the same tokens, another text"
+        if first.same_tokens
+        else f"{first.prompt_id!r} from token {first.first_diff}"
+    )
     if kind == "no_answer":
         return f"{len(diffs)} of {total} prompts got no answer ({first.prompt_id!r}: {first.error})"
     if kind == "garbled":
@@ -415,8 +478,6 @@ def _detail(
             f"{len(bad)} of {total} answers garbled ({', '.join(bad[0].garbled)}), first "
             f"{bad[0].prompt_id!r}: {bad[0].answer[:60]!r}{scores}"
         )
-    if kind == "score":
-        return f"score {_fmt(got)} misses {rule.pass_if!r} (reference {_fmt(ref)})"
     rule_says = (
         f"within {rule.name}" if all(d.within_rule for d in diffs) else f"breaks {rule.name}"
     )
@@ -425,6 +486,53 @@ def _detail(
 
 def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:.2f}"
+
+
+def _missed(
+    reference: AnswerSet | None, answers: AnswerSet, prompts: Iterable[Prompt]
+) -> tuple[str, ...]:
+    """The scored prompts the answers miss (that the reference, when there is one, met)."""
+    ref = reference.by_id() if reference is not None else None
+    got = answers.by_id()
+    return tuple(
+        p.id
+        for p in prompts
+        if p.scored
+        and (ref is None or (p.id in ref and p.met_by(ref[p.id].text)))
+        and not (p.id in got and p.met_by(got[p.id].text))
+    )
+
+
+def _named(ids: tuple[str, ...], shown: int = 3) -> str:
+    """`; wrong: 'a', 'b'`: the first few prompts by id ('' when none)."""
+    if not ids:
+        return ""
+    more = f", ... ({len(ids)} in all)" if len(ids) > shown else ""
+    return f"; wrong: {', '.join(repr(i) for i in ids[:shown])}{more}"
+
+
+def judge_alone(answers: AnswerSet, prompts: Iterable[Prompt], rule: Rule) -> AnswersVerdict | None:
+    """`answers` held to an absolute score bar (`>= 0.75`), with no reference: a run alone
+    (`run`), or the good config's own run, which every other run is judged against and
+    which must meet the bar itself. None when the rule needs a reference (`exact`,
+    `logprobs-close`, a bar relative to good) or no prompt states an expected answer."""
+    if not absolute_bar(rule):
+        return None
+    prompts = tuple(prompts)
+    got = score(answers, prompts)
+    if got is None:
+        return None
+    passed = meets_bar(got, rule.pass_if, None)
+    broken = () if passed else _missed(None, answers, prompts)
+    return AnswersVerdict(
+        passed=passed,
+        rule=rule,
+        kind="same" if passed else "score",
+        detail=f"score {got:.2f} {'meets' if passed else 'misses'} {rule.pass_if!r}"
+        + _named(broken),
+        score=got,
+        broken=broken,
+    )
 
 
 def answers_from(raw: Mapping[str, object]) -> Answer:

@@ -94,15 +94,19 @@ def lines(record: dict[str, Any] | None, reference: dict[str, Any] | None = None
         out.append(f"  not judged: {judged.get('detail')}")
         return out
     verdict = "right" if judged["passed"] else f"WRONG ({judged.get('kind')})"
-    out.append(
-        f"  judged {verdict} under {judged.get('rule')} against good's run "
-        f"{judged.get('reference_run')}: {judged.get('detail')}"
+    against = (
+        f"against good's run {judged['reference_run']}"
+        if judged.get("reference_run")
+        else "by its absolute bar, no reference needed"
     )
+    out.append(f"  judged {verdict} under {judged.get('rule')} {against}: {judged.get('detail')}")
     shown = judged.get("mode") or next(iter(judged.get("modes") or {}), None)
     for mode, v in (judged.get("modes") or {}).items():
         if v.get("score") is not None:
+            ref_score = v.get("reference_score")
             out.append(
-                f"  score ({mode}): {v['score']:.2f}, good's {v.get('reference_score') or 0:.2f}"
+                f"  score ({mode}): {v['score']:.2f}"
+                + (f", good's {ref_score:.2f}" if ref_score is not None else "")
             )
         if mode != shown:  # the prompts side by side once: the mode that named the verdict
             out.append(f"  [{mode}] {v.get('detail')}")
@@ -110,6 +114,8 @@ def lines(record: dict[str, Any] | None, reference: dict[str, Any] | None = None
         for d in (v.get("diffs") or [])[:SHOWN]:
             at = d.get("first_diff")
             rule = "within the rule" if d.get("within_rule") else "breaks the rule"
+            if d.get("same_tokens"):  # what the tokens became changed, not the tokens
+                rule = f"the same tokens, another text; {rule}"
             out.append(
                 f"  [{mode}] prompt {d['prompt_id']!r}"
                 + (f" from token {at}" if at is not None else "")
@@ -159,8 +165,7 @@ def issue_lines(
         ]
         ref = _answer(reference, mode, d["prompt_id"])
         out += [
-            "Working launch answers"
-            + (f" (first difference at token {at}):" if at is not None else ":"),
+            "Working launch answers" + _where(d) + ":",
             "```text",
             marked(ref, at, d.get("reference", "")),
             "```",
@@ -171,13 +176,20 @@ def issue_lines(
             "",
         ]
     if v.get("score") is not None:
-        out += [
-            f"Score: {v['score']:.2f} (working launch: {v.get('reference_score') or 0:.2f})",
-            "",
-        ]
+        ref_score = v.get("reference_score")
+        working = f" (working launch: {ref_score:.2f})" if ref_score is not None else ""
+        out += [f"Score: {v['score']:.2f}{working}", ""]
     if good_command:
         out += ["The working launch:", "", "```bash", good_command, "```", ""]
     return out
+
+
+def _where(diff: dict[str, Any]) -> str:
+    """Where an answer first differs, for the issue: a token, or its text alone."""
+    if diff.get("same_tokens"):
+        return " (the same tokens, another text)"
+    at = diff.get("first_diff")
+    return f" (first difference at token {at})" if at is not None else ""
 
 
 __all__ = ["issue_lines", "lines", "marked"]

@@ -96,6 +96,13 @@ def _hide(text: str, paths: Iterable[str]) -> str:
 
 def _describe(v: Verdict, run: RunRow) -> str:
     if v is Verdict.PASS:
+        # a campaign with an answers check judges what a launch answers, not only that it
+        # serves: say which the pass means
+        judged = (run.answers or {}).get("judged") or {}
+        if judged.get("passed") is True:
+            return "starts, serves and answers right (passes)"
+        if run.answers and run.variant == () and not judged:
+            return "starts and serves; its answers are the reference (passes)"
         return "starts and serves (passes)"
     if v is Verdict.FAIL:
         return "reproduces the failure"

@@ -4,7 +4,10 @@ A right answer is a sentence of real words, one token per word, each position's 
 holding the chosen word first and `perhaps` second. A wrong answer is made by kind:
 `garbled` (repeated symbols), `different` (a word no top-k holds, from the third token on),
 `drift` (the third token swapped for its runner-up, with top-k to match: within
-`logprobs-close`, not `exact`: a host's own start-to-start noise), `silent` (no answer).
+`logprobs-close`, not `exact`: a host's own start-to-start noise), `retext` (the right
+tokens, each word of the text reversed and marked, as the lab's prefill/decode router
+answers when its roles disagree on the KV cache dtype), `silent` (no answer). `KIND@ID`
+answers wrong that way to prompt ID only.
 The record has the shape `orchestrator.execution.answers.ask_check` returns.
 """
 
@@ -26,6 +29,9 @@ def _right_words(p: Prompt) -> list[str]:
 
 
 def answer(p: Prompt, kind: str | None) -> dict[str, Any]:
+    if kind is not None and "@" in kind:
+        kind, only = kind.split("@", 1)
+        kind = kind if p.id == only else None
     words = _right_words(p)
     top = [[[w, -0.1], ["perhaps", -2.0]] for w in words]
     if kind == "garbled":
@@ -37,6 +43,15 @@ def answer(p: Prompt, kind: str | None) -> dict[str, Any]:
     elif kind == "drift":
         words = words[:2] + ["perhaps", *words[3:]]
         top = top[:2] + [[["perhaps", -0.1], [_right_words(p)[2], -0.15]]] + top[3:]
+    elif kind == "retext":
+        return {
+            "prompt_id": p.id,
+            "text": " ".join(w[::-1] + "!!" for w in words),
+            "tokens": words,
+            "top": top,
+            "finish_reason": "length",
+            "error": None,
+        }
     elif kind == "silent":
         return {
             "prompt_id": p.id,
