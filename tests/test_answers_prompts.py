@@ -76,3 +76,48 @@ def test_unreadable_and_empty_files(tmp_path: Path) -> None:
     (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe{")
     with pytest.raises(ConfigError, match="bin.jsonl: is not UTF-8"):
         load_prompts(tmp_path / "bin.jsonl")
+
+
+def test_a_byte_order_mark_is_read_past_or_named(tmp_path: Path) -> None:
+    # some editors write UTF-8 with a byte order mark: the set reads as without it
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + b'{"id": "q", "prompt": "2+2=", "expect": "4"}\n')
+    [q] = load_prompts(f)
+    assert (q.id, q.prompt) == ("q", "2+2=")
+    # UTF-16 (Notepad's "Unicode") is named, not Python's decode error
+    f16 = tmp_path / "utf16.jsonl"
+    f16.write_bytes('{"prompt": "2+2="}\n'.encode("utf-16"))
+    with pytest.raises(ConfigError) as err:
+        load_prompts(f16)
+    assert str(err.value) == (
+        f"{f16}: is not UTF-8 text: it is UTF-16 (it starts with a byte order mark)"
+    )
+    assert err.value.hint == "save the prompt set as UTF-8"
+
+
+def test_a_recorded_configs_deleted_prompt_set_names_the_key(tmp_path: Path) -> None:
+    from orchestrator.config.loading import load_experiment
+
+    (tmp_path / "p.jsonl").write_text('{"id": "q", "prompt": "2+2=", "expect": "4"}\n')
+    exp_file = tmp_path / "exp.yaml"
+    exp_file.write_text(
+        "name: x\nservice: {exec: python3 -m s, flags: {port: 30000}}\n"
+        "answers: {prompts: p.jsonl}\n"
+    )
+    exp = load_experiment(exp_file)
+    recorded = type(exp).from_dict(exp.to_dict(), source="run x.1")  # as a rerun reads it
+    (tmp_path / "p.jsonl").unlink()
+    with pytest.raises(ConfigError) as err:
+        recorded.answers.load()  # type: ignore[union-attr]
+    assert str(err.value) == (
+        f"answers.prompts: the prompt set {tmp_path / 'p.jsonl'}: cannot be read: "
+        "No such file or directory"
+    )
+    assert err.value.hint and "restore the prompt set" in err.value.hint
+    # at load the experiment file is named before the key, once
+    with pytest.raises(ConfigError) as err:
+        load_experiment(exp_file)
+    assert str(err.value) == (
+        f"{exp_file}: answers.prompts: the prompt set {tmp_path / 'p.jsonl'}: cannot be read: "
+        "No such file or directory"
+    )

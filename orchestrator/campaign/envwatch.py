@@ -4,9 +4,12 @@ Every run records the host's environment (driver, CUDA, packages, ...). When a r
 an environment other than the one this campaign's earlier runs saw on the same host (a
 driver upgraded overnight, a package reinstalled), its verdict is about another system:
 the run is recorded as `infra` (never cached, never an answer) with what changed, and the
-campaign stops saying so. Running the same command again starts a new campaign in the
-new environment; the cache only serves verdicts recorded in the environment the host
-has now (it is part of the cache key: `orchestrator.execution.inputs`).
+campaign stops saying so. The files a launch names are compared path by path: a file
+read otherwise than an earlier run read it at the same path is a change, a file only
+some variant names is part of that variant (`_files_changed`). Running the same command
+again starts a new campaign in the new environment; the cache only serves verdicts
+recorded in the environment the host has now (it is part of the cache key:
+`orchestrator.execution.inputs`).
 """
 
 from __future__ import annotations
@@ -77,12 +80,34 @@ def change_of(store: Store, cid: str, result: RunResultLike) -> list[str] | None
     if inputs is not None:
         first = store.first_inputs(cid, result.host)
         if first is not None:
-            # the environment's own change is told above, in detail; an unknown part is none
+            # the environment's own change is told above, in detail; the files one by one
+            # below; an unknown part is none
             for key, words in PARTS.items():
                 now, then = getattr(inputs, key), getattr(first, key)
-                if key != "environment" and None not in (now, then) and now != then:
+                if key not in SEPARATE and None not in (now, then) and now != then:
                     what.append(f"{words} changed")
+        what += _files_changed(store, cid, result.host, inputs)
     return what or None
+
+
+#: parts of the launch inputs `change_of` does not compare whole: the environment (told
+#: in detail), the files (each variant names its own: compared path by path)
+SEPARATE = ("environment", "files")
+
+
+def _files_changed(store: Store, cid: str, host: str, inputs: LaunchInputs) -> list[str]:
+    """The files this run read that an earlier run on the host read otherwise. A file is
+    part of the launch that names it: a variant naming a file good does not (a chat
+    template, a draft model, a JSON config) is that variant, not a host change; a file at
+    one path that reads otherwise between two runs is (an edit, a copy, a deletion)."""
+    named = dict(inputs.named or ())
+    if not named:
+        return []
+    seen = store.first_file_digests(cid, host, list(named))
+    edited = [path for path, d in named.items() if path in seen and seen[path] != d]
+    if not edited:
+        return []
+    return [f"{PARTS['files']} changed: {', '.join(edited)}"]
 
 
 def _build_of(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -164,7 +164,18 @@ class AnswersCheck:
         from orchestrator.config.prompts import load_prompts
 
         path = Path(self.prompts) if self.prompts else None
-        loaded = tuple(_to_endpoint(p, self.endpoint) for p in load_prompts(path))
+        try:
+            prompts = load_prompts(path)
+        except ConfigError as exc:
+            # a recorded config's prompt set (a rerun's): the key is named, and why it
+            # must come back rather than be replaced
+            hint = exc.hint or (
+                "restore the prompt set as its runs were asked it, or start a new campaign"
+                if self.digest
+                else None
+            )
+            raise ConfigError(f"the prompt set {exc}", key="answers.prompts", hint=hint) from exc
+        loaded = tuple(_to_endpoint(p, self.endpoint) for p in prompts)
         now = prompts_digest(loaded)
         if self.digest and now != self.digest:
             # a recorded config (a rerun, a resumed campaign): its reference answered the
@@ -726,7 +737,7 @@ def _answers(model: ExperimentModel, source: str) -> AnswersCheck | None:
     try:
         loaded = check.load()
     except ConfigError as exc:
-        raise ConfigError(f"the prompt set {exc}", file=source, key="answers.prompts") from exc
+        raise ConfigError(exc.reason, file=source, key="answers.prompts", hint=exc.hint) from exc
     if check.rule == "score" and not any(p.scored for p in loaded):
         raise ConfigError(
             "the score rule needs prompts with an expected answer (expect or regex)",

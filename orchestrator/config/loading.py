@@ -3,7 +3,8 @@
 A YAML file may `extends:` another (relative path, cycles refused); keys of the child
 override the parent's, mappings merge key by key, and a flag or env var set to
 `false`/null in the child is removed. Every file is validated on its own, so an error
-names the file the bad key is in. The result is a frozen `Experiment`.
+names the file the bad key is in. A `${ORCH_NAME:-default}` in a value is the controller's
+setting (`settings_refs.py`). The result is a frozen `Experiment`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from orchestrator.config.containers import container_problem
 from orchestrator.config.experiment import Experiment, _build
 from orchestrator.config.schema import ExperimentModel
+from orchestrator.config.settings_refs import expand
 from orchestrator.config.yamlio import load_model, not_a_file
 from orchestrator.errors import ConfigError
 
@@ -21,7 +23,7 @@ from orchestrator.errors import ConfigError
 def load_experiment(path: str | Path) -> Experiment:
     """Load, merge the `extends:` chain, validate, and freeze one experiment YAML."""
     path = Path(path)
-    merged = _load_chain(path, stack=())
+    merged = expand(_load_chain(path, stack=()))  # `${ORCH_NAME:-default}`: settings_refs.py
     exp = _build(merged, str(path))
     # what no run can start as written (a recorded run still loads: see launch_of)
     why = container_problem(exp.exec)  # `docker run -d`, an option of unknown arity

@@ -10,7 +10,8 @@ Keys: `prompt` (a completion prompt) or `messages` (chat: objects with `role` on
 system, user, assistant and a `content` string), optional `id` (default `line<N>`; unique),
 optional `expect` (the answer contains this text, case-insensitive, at word boundaries) or
 `regex` (a Python regular expression searched in the answer). Anything else is refused with
-the file, the line, the key and what was expected.
+the file, the line, the key and what was expected. The file is UTF-8; a byte order mark
+before it (which some editors write) is read past.
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ KEYS = ("id", "prompt", "messages", "expect", "regex")
 ROLES = ("system", "user", "assistant")
 #: a prompt set is a handful of questions; a bigger file is a mistake (a data dump)
 MAX_BYTES = 4 * 1024 * 1024
+#: byte order marks of encodings a prompt set is not in (UTF-32's first: FF FE 00 00
+#: starts with UTF-16's); UTF-8's own (EF BB BF) is read past
+UTF_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 def load_prompts(path: Path | None = None) -> tuple[Prompt, ...]:
@@ -39,9 +48,22 @@ def load_prompts(path: Path | None = None) -> tuple[Prompt, ...]:
             raise ConfigError(
                 f"is {size} bytes; a prompt set is at most {MAX_BYTES}", file=str(path)
             )
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        # an editor's byte order mark: UTF-8's is dropped, UTF-16's and UTF-32's named
+        for bom, encoding in UTF_BOMS:
+            if data.startswith(bom):
+                raise ConfigError(
+                    f"is not UTF-8 text: it is {encoding} (it starts with a byte order mark)",
+                    file=str(path),
+                    hint="save the prompt set as UTF-8",
+                )
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"is not UTF-8 text ({exc.reason})", file=str(path)) from exc
+        raise ConfigError(
+            f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            file=str(path),
+            hint="save the prompt set as UTF-8",
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot be read: {exc.strerror or exc}", file=str(path)) from exc
     return parse_prompts(text, str(path))

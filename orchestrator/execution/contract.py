@@ -404,7 +404,7 @@ class HostExecutor:
         env = fields.get("environment")
         if "inputs" not in fields:
             fields["inputs"] = self._inputs(
-                env.digest() if env is not None else None, self._files_read_for(exp)
+                env.digest() if env is not None else None, *self._files_read_for(exp)
             )
         self.emit(
             RunFinished(
@@ -429,26 +429,34 @@ class HostExecutor:
             **fields,
         )
 
-    def _inputs(self, environment: str | None, files: str | None = "") -> LaunchInputs:
+    def _inputs(
+        self,
+        environment: str | None,
+        files: str | None = "",
+        named: tuple[tuple[str, str], ...] | None = None,
+    ) -> LaunchInputs:
         manager = getattr(self, "manager", None)  # a Slurm job has no unit of the user's
         return launch_inputs(
             self.host,
             unit=manager.unit_inputs() if manager else "",
             environment=environment,
             files=files,
+            named=named,
         )
 
-    def _files_read_for(self, exp: Experiment) -> str | None:
+    def _files_read_for(
+        self, exp: Experiment
+    ) -> tuple[str | None, tuple[tuple[str, str], ...] | None]:
         """The digest of the files the launch of `exp` names, as the last capture of its
-        environment read them ("": it names none; None: not read)."""
+        environment read them ("": it names none; None: not read), and each file's own."""
         try:
             launch = self.launch_of(exp)
         except OrchestratorError:
-            return None
+            return None, None
         named = self._named(launch)
         if not named:
-            return ""
-        return self.__dict__.get("_files_read", {}).get(named)
+            return "", ()
+        return self.__dict__.get("_files_read", {}).get(named, (None, None))
 
     @staticmethod
     def _named(exp: Experiment) -> tuple[str, ...]:
@@ -468,8 +476,8 @@ class HostExecutor:
                 env: str | None = self.environment(exp).digest()
             except (TransportError, InfraError):
                 env = None
-            files = self._files_read_for(exp) if env is not None else None
-            memo[key] = self._inputs(env, files)
+            files, named = self._files_read_for(exp) if env is not None else (None, None)
+            memo[key] = self._inputs(env, files, named)
         return memo[key]
 
     def _capture_command(self, exp: Experiment) -> str:
@@ -490,7 +498,10 @@ class HostExecutor:
         text = self.t.run(cmd, timeout=60).stdout
         # the files the launch names, read by the same command: part of its cache key
         named = self._named(exp)
-        self.__dict__.setdefault("_files_read", {})[named] = envfacts.parse_files(text, named)
+        self.__dict__.setdefault("_files_read", {})[named] = (
+            envfacts.parse_files(text, named),
+            envfacts.parse_file_digests(text, named),
+        )
         return envfacts.parse(text)
 
     def _step(self, step: str, detail: str) -> None:

@@ -288,6 +288,21 @@ def parse_files(text: str, files: Sequence[str]) -> str | None:
     the section is missing or does not cover every path: unknown)."""
     if not files:
         return ""
+    kept = parse_file_digests(text, files)
+    if kept is None:
+        return None
+    if not kept:
+        return ""
+    blob = json.dumps([list(pair) for pair in kept])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_file_digests(text: str, files: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
+    """Each named file's (path, digest) from the files section, in the order named: every
+    absolute path (`-` when it is no readable file) and each relative word that is a file
+    there; () when none; None when the section is missing or does not cover every path."""
+    if not files:
+        return ()
     body = _section(text, FILES_MARK)
     if body is None:
         return None
@@ -299,11 +314,7 @@ def parse_files(text: str, files: Sequence[str]) -> str | None:
     if any(f not in seen for f in files):
         return None
     # a relative word that is no file there (a repository id `org/model`) is none named
-    kept = [[f, seen[f]] for f in files if f.startswith("/") or seen[f] != "-"]
-    if not kept:
-        return ""
-    blob = json.dumps(kept)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return tuple((f, seen[f]) for f in files if f.startswith("/") or seen[f] != "-")
 
 
 def command(

@@ -14,8 +14,12 @@ environment, unit, health check, probe) is `Experiment.fingerprint()`; the rest 
 - the host's environment as the server's own interpreter sees it (`environment.py`: the
   resolved interpreter, the server's and key libraries' versions, driver, CUDA, kernel);
 - the files the launch names (`named_files`: a scenario, a chat template, a config file
-  given by its path): the server reads them, so a file fixed since a run makes another
-  launch, and the run's verdict (an `invalid` above all) is not reused for it.
+  given by its path or by a bare name in its working directory): the server reads them,
+  so a file fixed since a run makes another launch, and the run's verdict (an `invalid`
+  above all) is not reused for it. Each file's own digest is kept beside (`named`): a
+  file is part of the launch that names it, so the environment watch compares a file only
+  with what earlier runs read at the same path, never one launch's files with another's
+  (a variant that adds `--chat-template t.jinja` names a file good does not).
 
 Only digests are kept (values may be secrets). A part that could not be read is unknown
 (None), and a launch with an unknown part has no key: its verdict is never reused, nor is
@@ -26,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config.hosts import Host
@@ -46,25 +51,45 @@ PARTS = {
 MAX_NAMED_FILES = 64
 
 
+#: a bare word that is a number or an address (`0.9`, `1e-5`, `127.0.0.1`) names no file
+_NUMBER = re.compile(r"[0-9][0-9.eE+_-]*")
+
+
 def named_files(argv: Iterable[str], env: Iterable[tuple[str, str]] = ()) -> tuple[str, ...]:
     """The paths a launch names, after its executable (whose own file the environment
     covers): words of its command line, `--flag=/path` values, and environment values;
     absolute (`/etc/x.yaml`) or relative to the launch's working directory with a
-    directory part (`conf/x.yaml`, `./t.jinja`), where the host reads them from. What is a
-    regular file among them is read on the host (a relative word that names none, a
-    model's repository id `org/model`, counts for nothing)."""
-    words = list(argv)[1:] + [v for _, v in env]
-    out: list[str] = []
+    directory part (`conf/x.yaml`, `./t.jinja`), then bare names (`t.jinja`), where the
+    host reads them from. What is a regular file among them is read on the host (a
+    relative word that names none, a model's repository id `org/model`, a value such as
+    `auto`, counts for nothing). Bare names come last: a launch that names no such file
+    keeps the key it had before they were read."""
+    args = list(argv)[1:]
+    # the module of `python -m mod` is imported, not read as a file
+    module = {i + 1 for i, w in enumerate(args[:-1]) if w == "-m"}
+    words = [w for i, w in enumerate(args) if i not in module] + [v for _, v in env]
+    paths: list[str] = []
+    bare: list[str] = []
     for word in words:
         value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
         if (
-            "/" in value
-            and not value.startswith(("//", "-"))
-            and not any(c.isspace() or c == ":" for c in value)
-            and value not in out
+            not value
+            or value.startswith(("//", "-"))
+            or any(c.isspace() or c == ":" for c in value)
+            or value in paths
+            or value in bare
         ):
-            out.append(value)
-    return tuple(out[:MAX_NAMED_FILES])
+            continue
+        if "/" in value:
+            paths.append(value)
+        elif (
+            "=" not in value
+            and value not in (".", "..")
+            and not _NUMBER.fullmatch(value)
+            and len(value) <= 255
+        ):
+            bare.append(value)
+    return tuple([*paths, *bare][:MAX_NAMED_FILES])
 
 
 def digest(obj: object) -> str:
@@ -114,6 +139,11 @@ class LaunchInputs:
     #: the digest of the files the launch names, as read on the host ("": it names none;
     #: None: they could not be read)
     files: str | None = ""
+    #: each of those files by itself, (path, digest) as read on the host (`-`: no readable
+    #: file at an absolute path); None: not read one by one (a record from before). Not
+    #: part of the key (`files` covers them), nor of `differences`: what the environment
+    #: watch compares path by path
+    named: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
 
     @property
     def known(self) -> bool:
@@ -125,12 +155,15 @@ class LaunchInputs:
         if not self.known:
             return None
         parts = self.to_dict()
+        del parts["named"]  # `files` is their digest already
         if parts["files"] == "":  # names no file: the key runs recorded before files had
             del parts["files"]
         return digest([fingerprint, parts])
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["named"] = None if self.named is None else dict(self.named)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> LaunchInputs | None:
@@ -138,10 +171,17 @@ class LaunchInputs:
             return None
         try:
             # a record from before files were read: none named, as its key was made
-            return cls(
-                **{k: data.get(k, "" if k == "files" else None) for k in cls.__dataclass_fields__}
+            fields = {
+                k: data.get(k, "" if k == "files" else None) for k in cls.__dataclass_fields__
+            }
+            named = fields["named"]
+            fields["named"] = (
+                tuple((str(p), str(d)) for p, d in named.items())
+                if isinstance(named, Mapping)
+                else None
             )
-        except TypeError:
+            return cls(**fields)
+        except (TypeError, AttributeError):
             return None
 
     def differences(self, other: LaunchInputs) -> list[str]:
@@ -150,7 +190,12 @@ class LaunchInputs:
 
 
 def launch_inputs(
-    host: Host, *, unit: str | None, environment: str | None, files: str | None = ""
+    host: Host,
+    *,
+    unit: str | None,
+    environment: str | None,
+    files: str | None = "",
+    named: tuple[tuple[str, str], ...] | None = None,
 ) -> LaunchInputs:
     return LaunchInputs(
         host_class=host.host_class,
@@ -159,6 +204,7 @@ def launch_inputs(
         unit=unit,
         environment=environment,
         files=files,
+        named=named,
     )
 
 

@@ -580,6 +580,22 @@ class Store:
         ).fetchone()
         return LaunchInputs.from_dict(json.loads(row["inputs"])) if row else None
 
+    def first_file_digests(self, cid: str, host: str, paths: list[str]) -> dict[str, str]:
+        """path -> the digest this campaign's first run on `host` that read the file at
+        `path` saw (`LaunchInputs.named`), for those of `paths` some run read: the
+        campaign's other runs are not decoded (it is asked at every run recorded)."""
+        if not paths:
+            return {}
+        marks = ",".join("?" * len(paths))
+        # SQLite takes the row of MIN(seq) for the bare column of an aggregate query
+        rows = self.db.execute(
+            "SELECT f.key AS path, f.value AS digest, MIN(runs.seq) FROM runs, json_each("
+            "CASE WHEN json_valid(runs.inputs) THEN runs.inputs ELSE '{}' END, '$.named') AS f "
+            f"WHERE runs.campaign=? AND runs.host=? AND f.key IN ({marks}) GROUP BY f.key",
+            (cid, host, *paths),
+        )
+        return {r["path"]: r["digest"] for r in rows}
+
     def latest_env_digest(self, host: str) -> str | None:
         """The environment the newest run on this host (any campaign) saw."""
         row = self.db.execute(
