@@ -77,6 +77,8 @@ class EffectSettings:
     screen_confidence: float = 0.8
     #: starts added for one comparison before it is decided on its estimate
     decide_budget: int = 12
+    #: bad's starts before an answer names anything
+    fresh_bad: int = 6
     #: good is started again after this many starts of the variants
     good_every: int = 4
     #: runs per start: the allocation's bounds (warm-up not counted)
@@ -288,6 +290,10 @@ class EffectSearch:
                 break
             if not (yield from self._decide(rest, good, kind="rest")):
                 break
+        # bad measured afresh: the starts that let the search begin were chosen by their
+        # own luck (a search begins when bad looked worse), fresh ones are not
+        while confirmed and self.data.n(bad) < self.s.fresh_bad:
+            yield from self._start(bad)
         return self._answer("found", confirmed, "")
 
     def _explained(self, terms: list[Variant]) -> float:
