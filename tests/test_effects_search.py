@@ -58,6 +58,9 @@ def test_one_flag_costing_ten_percent_is_named_with_its_interval(seed: int) -> N
     assert low <= -10 <= high and -13 < change < -7
     assert a.confidence >= 0.95 and 0.8 < a.explained < 1.2
     assert a.starts >= 5 and a.runs > a.starts  # both counted, repeats inside starts
+    # the noise it measured and states: about the host's (1.4 % inside and between starts)
+    assert 0.007 < a.noise_within < 0.03 and a.noise_between < 0.04
+    assert a.cleared and all(e.low <= e.effect <= e.high for e in a.cleared)
     assert all(not (e.deltas & {5}) for e in a.cleared if len(e.deltas) == 1)
 
 

@@ -14,25 +14,32 @@ The method (docs/search.md, "A slower deployment"):
    gets follows the classic two-stage allocation: sqrt(cost of a start / cost of a run *
    within-start variance / between-start variance), so a noisy benchmark on a quiet start
    runs more often and a start-to-start noise is met with more starts instead.
-2. **Bad against good.** Bad misses the bar when its effect exceeds the bar and its interval
-   clears half of it; it meets the bar when the whole interval lies within it ("nothing
-   misses the bar"); past a budget of endpoint starts the answer is `unsure`.
+2. **Bad against good.** The search begins when bad's effect exceeds the bar and its
+   interval clears zero; bad meets the bar when the whole interval lies within it
+   ("nothing misses the bar"); past a budget of endpoint starts the answer is `unsure`.
+   Before an answer names anything bad is started afresh (the starts that let the search
+   begin were chosen by their luck) and must then miss the bar with its interval clear
+   of half of it.
 3. **Screening by group effects** (sequential bifurcation, Bettonvil and Kleijnen): a group
    of deltas that carries an effect is split in halves; only good + the first half is a new
    variant: the first half's effect is that variant against the base, the second half's is
    the whole group's variant against it (its effect given the first half, so flags that
-   cost only together show there). A half is *active* when its effect's interval clears
-   zero and its estimate is at least half the bar; *inactive* when the whole interval lies
-   below the bar. A comparison asks for more starts of the variant with fewer, up to a
-   budget. A term found under a base other than good is tried from good alone; when it does
-   nothing there, its partners are searched in that base.
-4. **Each candidate measured from both ends**: bad minus the term is measured too, and one
-   linear model over every start (a level, each term's effect, and a drift in time) gives
-   each term's effect with its interval. A term is named when that interval clears zero
-   at the campaign's confidence (shared among the terms) and its estimate is at least half
-   the bar; every other group or term is cleared with its interval.
-5. **Drift.** Good is started again after every few starts of the variants; the model's
-   drift term takes the host's own trend out of the effects, and the answer states it.
+   cost only together show there). A ratio test of "the first half carries all of it"
+   against "none of it" settles a single culprit in a start or two; otherwise a half is
+   *active* when its interval clears a quarter of the bar and its estimate half of it,
+   *inactive* when its interval lies below the bar. A comparison asks for more starts of
+   the variant with fewer, up to a budget. A term found under a base other than good is
+   tried from good alone; when it does nothing there, its partners are searched in that
+   base.
+4. **Each candidate measured from both ends**: bad minus the term is measured too (a term
+   is kept only when removing it gives the effect back), what the kept terms leave is
+   searched again, and one linear model over every start (a level, each term's effect, and
+   a drift in time when good drifted) gives each term's effect with its interval. A term
+   is named when that interval clears zero at the campaign's confidence (shared among the
+   terms) and its estimate is at least three quarters of the bar; every other group or
+   term is cleared with its interval.
+5. **Drift.** Good is started again after every few starts of the variants; good's own
+   trend, when beyond the noise, is taken out of the effects, and the answer states it.
 """
 
 from __future__ import annotations
@@ -229,8 +236,10 @@ class EffectSearch:
         group wrongly is caught later (what the named terms leave unexplained is searched
         again), so it asks less, and a group still within the noise after the budget is
         looked into. `rest`: what the named terms leave; cleared at the campaign's
-        confidence, and past the budget taken as explained. `term`: a term's last check,
-        cleared at the naming confidence; past the budget the answer is unsure."""
+        confidence, and past the budget taken as explained. `recheck`: a group looked at
+        again because neither of its halves showed; cleared at the naming confidence.
+        `term`: a term's last check, cleared at the naming confidence; past the budget the
+        answer is unsure."""
         conf = self.decide_conf
         clear = {"screen": self.s.screen_confidence, "rest": self.s.confidence}.get(kind, conf)
         added = 0
@@ -295,12 +304,6 @@ class EffectSearch:
         while confirmed and self.data.n(bad) < self.s.fresh_bad:
             yield from self._start(bad)
         return self._answer("found", confirmed, "")
-
-    def _explained(self, terms: list[Variant]) -> float:
-        """The share of bad's effect that these terms explain, by the model's estimates."""
-        total = self.sign * (self.data.mean(frozenset(range(self.n))) - self.data.mean(frozenset()))
-        beta, _ = self._fit(terms, False)
-        return self.sign * sum(beta) / total if total > 0 else 1.0
 
     def _explain(
         self, full: Variant, base: Variant
@@ -448,6 +451,7 @@ class EffectSearch:
                 status, reason = "unsure", f"confidence {confidence:.3f} below the campaign's"
         explained = sum(self.sign * x.effect for x in named) / e if status == "found" and e else 0.0
         within = self.data.within()
+        kept = max(self.data.kept / max(self.data.starts, 1), 1.0)
         span = self.data.starts
         return EffectAnswer(
             status=status,
@@ -456,7 +460,7 @@ class EffectSearch:
             cleared=tuple(cleared),
             explained=explained,
             confidence=confidence if status == "found" else 0.0,
-            noise_between=math.sqrt(max(var - within / 3, 0.0)),
+            noise_between=math.sqrt(max(var - math.pi / 2 * within / kept, 0.0)),
             noise_within=math.sqrt(within),
             drift=slope * span,
             starts=self.data.starts,
