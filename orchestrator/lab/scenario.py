@@ -40,7 +40,8 @@ names several flags acts only when they are all there), `latency` (seconds, lowe
 better; the same form), `noise` of either (`within` and `between`: the CV of a run inside
 one start and of a start's level; `warmup: {runs, worse}`: the first runs of a start worse
 by that share, halving on each next one; `outlier: {probability, worse}`: a rare run worse
-by that share; drawn by `MetricModel.start` from the random stream it is given),
+by that share; drawn by `MetricModel.start` from the random stream it is given, and by
+the server for its throughput, per start and per benchmark run),
 `defaults` (flag values the server assumes when a flag is absent, used by comparisons
 but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or

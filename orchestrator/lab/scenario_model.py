@@ -257,18 +257,24 @@ class MetricModel:
     ) -> list[float]:
         """The figures of `runs` benchmark runs inside one start, drawn from `rng` (a
         start's own level first, then each run's)."""
+        level = self.value(flags, env, defaults) * self.level(rng)
+        return [level * self.run_factor(rng, i) for i in range(runs)]
+
+    def level(self, rng: random.Random) -> float:
+        """A start's own level, as a multiplier of the figure (drawn first)."""
+        return _lognormal(rng, self.noise.between)
+
+    def run_factor(self, rng: random.Random, i: int) -> float:
+        """The `i`-th run's (0: the first) multiplier of its start's level: the warm-up,
+        a rare outlier, and the variation inside a start."""
         n = self.noise
-        level = self.value(flags, env, defaults) * _lognormal(rng, n.between)
-        out = []
-        for i in range(runs):
-            worse = 0.0
-            if i < n.warmup_runs:
-                worse += n.warmup_worse / 2**i
-            if n.outlier_probability and rng.random() < n.outlier_probability:
-                worse += n.outlier_worse
-            factor = 1 / (1 + worse) if self.higher_is_better else 1 + worse
-            out.append(level * _lognormal(rng, n.within) * factor)
-        return out
+        worse = 0.0
+        if i < n.warmup_runs:
+            worse += n.warmup_worse / 2**i
+        if n.outlier_probability and rng.random() < n.outlier_probability:
+            worse += n.outlier_worse
+        factor = 1 / (1 + worse) if self.higher_is_better else 1 + worse
+        return _lognormal(rng, n.within) * factor
 
 
 def _lognormal(rng: random.Random, cv: float) -> float:
