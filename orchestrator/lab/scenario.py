@@ -34,9 +34,16 @@ crash ends in a clean exit, as vLLM's API server exits 0 once its engine died), 
 (die by SIGKILL instead), `frames` (innermost traceback frames: file, line, func, code),
 `description`. Top-level keys: `name`,
 `description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
-time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}]}`;
-every matching factor applies), `defaults` (flag values the server assumes when a flag
-is absent, used by comparisons but not by true/false), `known_flags` (a preset name from
+time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}],
+noise}`; every matching factor applies, so factors multiply, and a factor whose `when`
+names several flags acts only when they are all there), `latency` (seconds, lower is
+better; the same form), `noise` of either (`within` and `between`: the CV of a run inside
+one start and of a start's level; `warmup: {runs, worse}`: the first runs of a start worse
+by that share, halving on each next one; `outlier: {probability, worse}`: a rare run worse
+by that share; drawn by `MetricModel.start` from the random stream it is given, and by
+the server for its throughput, per start and per benchmark run),
+`defaults` (flag values the server assumes when a flag is absent, used by comparisons
+but not by true/false), `known_flags` (a preset name from
 `orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
 `{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
 `--help` lists three flags and says so, as pass-through wrappers do), `model` (figures for
@@ -90,6 +97,8 @@ from orchestrator.lab.scenario_model import (
     Condition,
     Factor,
     Frame,
+    MetricModel,
+    MetricNoise,
     ModelInfo,
     Rule,
     Scenario,
@@ -181,7 +190,13 @@ class _Validator:
         return v
 
     def number(
-        self, where: str, v: object, *, minimum: float | None = None, positive: bool = False
+        self,
+        where: str,
+        v: object,
+        *,
+        minimum: float | None = None,
+        positive: bool = False,
+        maximum: float | None = None,
     ) -> float:
         if not is_number(v):
             raise self.fail(where, f"expected a number, got {_kind(v)}")
@@ -189,6 +204,8 @@ class _Validator:
             raise self.fail(where, f"expected a positive number, got {v}")
         if minimum is not None and v < minimum:
             raise self.fail(where, f"expected a number >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise self.fail(where, f"expected a number <= {maximum}, got {v}")
         return float(v)
 
     def integer(self, where: str, v: object, lo: int, hi: int) -> int:
@@ -217,6 +234,7 @@ class _Validator:
                 "startup",
                 "faults",
                 "throughput",
+                "latency",
                 "known_flags",
                 "defaults",
                 "model",
@@ -250,7 +268,11 @@ class _Validator:
         answers = tuple(self.answer_rule(i, r) for i, r in enumerate(answers_raw))
         prompt_sets = self.prompt_sets(data.get("prompt_sets"))
         routes = self.routes(data.get("routes", list(ROUTES)))
-        base, factors = self.throughput(data.get("throughput", 1000.0))
+        base, factors, noise = self.metric("throughput", data.get("throughput", 1000.0))
+        latency = None
+        if "latency" in data:
+            lbase, lfactors, lnoise = self.metric("latency", data["latency"])
+            latency = MetricModel(lbase, lfactors, False, lnoise)
         defaults = self.defaults(data.get("defaults", {}))
         known = self.known_flags(data["known_flags"]) if data.get("known_flags") else None
         model = self.model(data.get("model", {}))
@@ -266,6 +288,8 @@ class _Validator:
             faults=faults,
             throughput=base,
             factors=factors,
+            throughput_noise=noise,
+            latency=latency,
             known_flags=known,
             defaults=defaults,
             model=model,
@@ -462,20 +486,22 @@ class _Validator:
             kw["dummy_load_s"] = self.number("model.dummy_load_s", data["dummy_load_s"], minimum=0)
         return ModelInfo(**kw)
 
-    def throughput(self, v: object) -> tuple[float, tuple[Factor, ...]]:
+    def metric(self, key: str, v: object) -> tuple[float, tuple[Factor, ...], MetricNoise]:
+        """`throughput:` or `latency:`: a number, or `{base, factors, noise}`."""
+        unit = "tokens per second, e.g. 4000" if key == "throughput" else "seconds, e.g. 0.05"
         if is_number(v):
-            return self.number("throughput", v, positive=True), ()
-        data = self.mapping("throughput", v)
-        self.keys("throughput", data, ("base", "factors"))
+            return self.number(key, v, positive=True), (), MetricNoise()
+        data = self.mapping(key, v)
+        self.keys(key, data, ("base", "factors", "noise"))
         if "base" not in data:
-            raise self.fail("throughput.base", "missing; expected tokens per second, e.g. 4000")
-        base = self.number("throughput.base", data["base"], positive=True)
+            raise self.fail(f"{key}.base", f"missing; expected {unit}")
+        base = self.number(f"{key}.base", data["base"], positive=True)
         raw = data.get("factors") or []
         if not isinstance(raw, list):
-            raise self.fail("throughput.factors", f"expected a list, got {_kind(raw)}")
+            raise self.fail(f"{key}.factors", f"expected a list, got {_kind(raw)}")
         factors = []
         for i, f in enumerate(raw):
-            where = f"throughput.factors[{i}]"
+            where = f"{key}.factors[{i}]"
             fd = self.mapping(where, f)
             self.keys(where, fd, ("when", "multiply"))
             if "when" not in fd or "multiply" not in fd:
@@ -486,7 +512,33 @@ class _Validator:
                     self.number(f"{where}.multiply", fd["multiply"], positive=True),
                 )
             )
-        return base, tuple(factors)
+        noise = self.noise(f"{key}.noise", data["noise"]) if "noise" in data else MetricNoise()
+        return base, tuple(factors), noise
+
+    def noise(self, where: str, v: object) -> MetricNoise:
+        data = self.mapping(where, v)
+        self.keys(where, data, ("within", "between", "warmup", "outlier"))
+        kw: dict[str, Any] = {}
+        for key in ("within", "between"):
+            if key in data:
+                kw[key] = self.number(f"{where}.{key}", data[key], minimum=0, maximum=1)
+        if "warmup" in data:
+            w = self.mapping(f"{where}.warmup", data["warmup"])
+            self.keys(f"{where}.warmup", w, ("runs", "worse"))
+            kw["warmup_runs"] = self.integer(f"{where}.warmup.runs", w.get("runs", 1), 0, 100)
+            kw["warmup_worse"] = self.number(
+                f"{where}.warmup.worse", w.get("worse", 0.0), minimum=0, maximum=10
+            )
+        if "outlier" in data:
+            o = self.mapping(f"{where}.outlier", data["outlier"])
+            self.keys(f"{where}.outlier", o, ("probability", "worse"))
+            kw["outlier_probability"] = self.number(
+                f"{where}.outlier.probability", o.get("probability", 0.0), minimum=0, maximum=1
+            )
+            kw["outlier_worse"] = self.number(
+                f"{where}.outlier.worse", o.get("worse", 0.3), minimum=0, maximum=10
+            )
+        return MetricNoise(**kw)
 
     # -- rules
 

@@ -201,8 +201,88 @@ class AnswerRule:
 
 @dataclass(frozen=True)
 class Factor:
+    """Multiplies the metric when its conditions all hold: a `when` naming several flags is
+    an effect those flags have only together; every matching factor applies (they multiply)."""
+
     when: When
     multiply: float
+
+
+@dataclass(frozen=True)
+class MetricNoise:
+    """How a benchmark's figure varies: a log-normal variation between starts (`between`,
+    a CV) and between the runs of one start (`within`), the first `warmup_runs` runs of a
+    start worse by `warmup_worse` (halving on each next one), and an outlier run, worse by
+    `outlier_worse`, with probability `outlier_probability`. Worse is slower for a
+    throughput and later for a latency. All zero: the figure itself, every time."""
+
+    within: float = 0.0
+    between: float = 0.0
+    warmup_runs: int = 0
+    warmup_worse: float = 0.0
+    outlier_probability: float = 0.0
+    outlier_worse: float = 0.3
+
+
+@dataclass(frozen=True)
+class MetricModel:
+    """A served figure (throughput in tok/s, or a latency in seconds) under the flags and
+    environment of a start, and its noise."""
+
+    base: float
+    factors: tuple[Factor, ...] = ()
+    higher_is_better: bool = True
+    noise: MetricNoise = MetricNoise()
+
+    def value(
+        self,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        defaults: Mapping[str, Any] | None = None,
+    ) -> float:
+        """The figure without noise: the base times every factor whose conditions hold."""
+        out = self.base
+        for factor in self.factors:
+            if factor.when.holds(flags, env, defaults):
+                out *= factor.multiply
+        return out
+
+    def start(
+        self,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        rng: random.Random,
+        runs: int,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> list[float]:
+        """The figures of `runs` benchmark runs inside one start, drawn from `rng` (a
+        start's own level first, then each run's)."""
+        level = self.value(flags, env, defaults) * self.level(rng)
+        return [level * self.run_factor(rng, i) for i in range(runs)]
+
+    def level(self, rng: random.Random) -> float:
+        """A start's own level, as a multiplier of the figure (drawn first)."""
+        return _lognormal(rng, self.noise.between)
+
+    def run_factor(self, rng: random.Random, i: int) -> float:
+        """The `i`-th run's (0: the first) multiplier of its start's level: the warm-up,
+        a rare outlier, and the variation inside a start."""
+        n = self.noise
+        worse = 0.0
+        if i < n.warmup_runs:
+            worse += n.warmup_worse / 2**i
+        if n.outlier_probability and rng.random() < n.outlier_probability:
+            worse += n.outlier_worse
+        factor = 1 / (1 + worse) if self.higher_is_better else 1 + worse
+        return _lognormal(rng, n.within) * factor
+
+
+def _lognormal(rng: random.Random, cv: float) -> float:
+    """A multiplier of mean 1 whose coefficient of variation is `cv` (log-normal)."""
+    if cv <= 0:
+        return 1.0
+    sigma = math.sqrt(math.log(1 + cv * cv))
+    return math.exp(rng.gauss(-sigma * sigma / 2, sigma))
 
 
 @dataclass(frozen=True)
@@ -233,6 +313,9 @@ class Scenario:
     faults: tuple[Rule, ...] = ()
     throughput: float = 1000.0
     factors: tuple[Factor, ...] = ()
+    #: the throughput's noise, and the latency's model (seconds, lower is better)
+    throughput_noise: MetricNoise = MetricNoise()
+    latency: MetricModel | None = None
     known_flags: tuple[flagcat.FlagSpec, ...] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     model: ModelInfo = ModelInfo()
@@ -303,11 +386,10 @@ class Scenario:
         )
 
     def tokens_per_second(self, flags: Mapping[str, FlagValue], env: Mapping[str, str]) -> float:
-        rate = self.throughput
-        for factor in self.factors:
-            if factor.when.holds(flags, env, self.defaults):
-                rate *= factor.multiply
-        return rate
+        return self.throughput_model().value(flags, env, self.defaults)
+
+    def throughput_model(self) -> MetricModel:
+        return MetricModel(self.throughput, self.factors, True, self.throughput_noise)
 
 
 def draw(

@@ -6,6 +6,10 @@ phase by phase (init, load_weights, kv_cache, cuda_graph, warmup), then binds `-
 `/v1/completions`, `/v1/chat/completions`, `/get_server_info` and `/get_model_info`.
 Tokens come out at the scenario's throughput, shared by all requests like one GPU's
 decode budget, so a benchmark measures the scenario's tok/s whatever its concurrency.
+With a throughput `noise:` the rate is drawn again for every burst of work (a benchmark
+run: requests after the engine was idle for BURST_GAP seconds), from the start's own
+level, the warm-up, a rare outlier and the variation inside a start, as
+`MetricModel.start` draws them, from a stream fixed by the start's seed.
 The OpenAI routes answer as vLLM and SGLang do (`orchestrator.lab.openai_api`: logprobs,
 token ids, usage, seed, temperature), right by default and wrong by the scenario's
 `answers:` rules (`orchestrator.lab.answering`).
@@ -36,11 +40,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -53,6 +58,7 @@ from orchestrator.lab.scenario_model import (
     ROUTES,
     STARTUP_PHASES,
     AnswerRule,
+    MetricNoise,
     Rule,
     Scenario,
     ScenarioError,
@@ -108,6 +114,8 @@ class Log:
 
 
 _ROUTE_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+#: an engine idle this long (seconds) starts a new burst: a new benchmark run's rate
+BURST_GAP = 0.25
 
 
 class Engine:
@@ -124,6 +132,10 @@ class Engine:
         routes: tuple[str, ...] = ROUTES,
     ) -> None:
         self.rate = rate
+        self.base_rate = rate
+        #: the rate's multiplier for the i-th burst of work (a noisy throughput), or None
+        self.pace: Callable[[int], float] | None = None
+        self.bursts = 0
         self.rule = rule
         self.log = log
         self.answer_rules = answer_rules
@@ -148,6 +160,9 @@ class Engine:
         """Book `tokens` of decode time; returns (seconds queued, seconds generating)."""
         now = time.monotonic() if now is None else now
         with self.lock:
+            if self.pace is not None and (self.bursts == 0 or now > self.next_free + BURST_GAP):
+                self.rate = self.base_rate * self.pace(self.bursts)
+                self.bursts += 1
             start = max(now, self.next_free)
             self.next_free = start + tokens / self.rate
             return start - now, self.next_free - start
@@ -416,6 +431,11 @@ class Run:
             str(flags.get("model-path", "/models/model")),
             scen.routes,
         )
+        if scen.throughput_noise != MetricNoise():
+            model = scen.throughput_model()
+            draws = random.Random(f"{seed}:throughput")
+            level = model.level(draws)
+            self.engine.pace = lambda i: level * model.run_factor(draws, i)
         self.nums = sglang_text.numbers(scen.model, flags, scen.defaults, self.tp)
         self.stop_signal: int | None = None  # the signal that asked it to stop
         self._noticed = False
