@@ -1,77 +1,22 @@
 """Lab scenarios: how the simulated server starts, how fast it serves, and how it fails.
 
-A scenario is a YAML file (see docs/formats.md, "Lab scenario"). It is validated here by hand,
-not with pydantic, because this module runs inside minimal hosts that only have python3
-and PyYAML. Every problem is reported as one `ScenarioError` line naming the file, the key
-path and what was expected.
+A scenario is a YAML file; its format, every key and the matching rules are in
+docs/formats.md ("Lab scenario"). It is validated here by hand, not with pydantic, because
+this module runs inside minimal hosts that only have python3 and PyYAML. Every problem is
+reported as one `ScenarioError` line naming the file, the key path and what was expected.
 
-Matching: a rule's `when` maps flag names (no dashes) to a condition: a scalar (equal),
-`true` (present), `false` (absent), a list (equal to a multi-value flag), or a mapping of
-`lt, le, gt, ge, ne, in`. The special key `env` holds the same kind of conditions on
-environment variables. A key with dots is a key path inside a flag whose value is a JSON
-object: `compilation-config.pass_config.enable_fusion` is the key `enable_fusion` of the
-object `pass_config` in `--compilation-config '{...}'`; it is absent when the flag is, when
-its value is no JSON object or when a key on the way is missing, and its conditions compare
-JSON values (`true`/`false` are JSON's booleans there, not present/absent, which
-`{present: true}` / `{present: false}` ask; a list is equal to a JSON list; `defaults:` may
-give a key path a value). Values on the command line and in the environment are text. A
-condition written as a number compares numerically (`8` matches `--ep-size 8.0`, `1`
-matches the env value `1`); one written as text (quoted, or a word) compares with the
-value's text (`"1"` matches the env value `1` and `--x 1`, `Tree` matches `Tree`), for
-flags and environment variables alike. `lt, le, gt, ge` compare numbers only. Rules are tried in
-order and the first whose conditions all hold (and whose `probability`, if any, comes up
-for this seed and command line) wins. With `seed: random` (or ORCH_LAB_SEED=random) every
-start draws afresh, so `probability: 0.5` reproduces on about half of the starts of the
-same command line, as an intermittent crash does.
-
-Rule keys: `when`, `phase` (args, init, load_weights, kv_cache, cuda_graph, warmup,
-serving), `effect` (crash, the default, or hang), `error` (the last line(s) of the
-traceback; for `args` the argparse error message), `after_requests` (serving: fire once N
-requests have been answered; absent or 0 = as soon as the server is ready), `probability`,
-`needs_real_weights` (true: a failure of the checkpoint's values, e.g. a missing tensor;
-it never fires with `--load-format dummy`), `exit_code` (default 1, 2 for args; 0: the
-crash ends in a clean exit, as vLLM's API server exits 0 once its engine died), `kill`
-(die by SIGKILL instead), `frames` (innermost traceback frames: file, line, func, code),
-`description`. Top-level keys: `name`,
-`description`, `seed` (a whole number, or `random`), `startup` (seconds per phase at
-time scale 1), `faults`, `throughput` (tok/s, or `{base, factors: [{when, multiply}],
-noise}`; every matching factor applies, so factors multiply, and a factor whose `when`
-names several flags acts only when they are all there), `latency` (seconds, lower is
-better; the same form), `noise` of either (`within` and `between`: the CV of a run inside
-one start and of a start's level; `warmup: {runs, worse}`: the first runs of a start worse
-by that share, halving on each next one; `outlier: {probability, worse}`: a rare run worse
-by that share; drawn by `MetricModel.start` from the random stream it is given, and by
-the server for its throughput, per start and per benchmark run),
-`defaults` (flag values the server assumes when a flag is absent, used by comparisons
-but not by true/false), `known_flags` (a preset name from
-`orchestrator.lab.flags`, a list of names or `{name: value|switch|list}`, or
-`{preset, add, remove}`; without it the server accepts any `--flag [VALUE ...]` and its
-`--help` lists three flags and says so, as pass-through wrappers do), `model` (figures for
-the startup lines; `weights_gb` with `load_gb_per_s` sets the load phase's time, and
-`dummy_load_s` its time with `--load-format dummy`, which loads random weights),
-`versions` (the server's releases, oldest first: a rule's `when: {version: ...}` holds by
-that order, `{ge: 0.5.23}` from that release on; the server's version is the installed
-distribution `orchestrator-lab-server`, which a lab build puts on its path, see
-`orchestrator.lab.builds`; a server without one matches no version condition),
-`answers` (rules that make a serving server answer wrong, below), `prompt_sets` (JSONL
-prompt sets, relative to the scenario file, whose `expect` answers the server knows
-besides the shipped set's), `routes` (the OpenAI routes it serves: a list of
-`completions`, `chat`; default both; a route left out answers 404, as a chat-only server's
-`/v1/completions` does).
-
-Answers rules (`answers:`): the server starts and serves, and its answers to
-`/v1/completions` and `/v1/chat/completions` are wrong (`orchestrator.lab.answering`).
-Keys: `when` (as for faults), `effect` (`garbled`: unreadable, repetitive text; `wrong`:
-readable but wrong answers; `drift`: every logprob moves a little and the greedy token
-changes late, from `from_token` (default 16) on, within the reference's top-k),
-`fraction` (the share of the answers it takes, default 1: of a known prompt set exactly
-round(fraction * scored prompts), chosen by prompt, the same on every start; a drift
-chooses among the answers longer than `from_token`), `concurrency` (only while at least N
-requests are in flight: a request waits up to 0.3 s for N to gather), `min_prompt_tokens`
-/ `min_prompt_chars` (only for prompts at least that long, as usage.prompt_tokens counts),
-`probability` (flaky: in force on that share of the starts, drawn from the start's seed
-and command line like a flaky fault), `description`. Each request takes the first rule in
-force that applies to it; the faults still decide whether the server starts at all.
+In brief: a rule's `when` maps flag names (no dashes; dotted key paths reach inside JSON
+valued flags; `env` holds environment conditions) to conditions (a scalar is equal, `true`
+present, `false` absent, a list a multi-value flag, or `lt, le, gt, ge, ne, in`). A
+condition written as a number compares numerically, one written as text compares text.
+Fault rules are tried in order and the first whose conditions all hold (and whose
+`probability`, if any, comes up for this seed and command line) wins; with `seed: random`
+every start draws afresh. `throughput` and `latency` are a figure or `{base, factors,
+noise}`: every matching factor applies (a factor naming several flags acts only when all
+are there) and the noise (`within`, `between`, `warmup`, `outlier`) is drawn by
+`MetricModel.start` from the random stream it is given. Answers rules make a serving server
+answer wrong (`orchestrator.lab.answering`): garbled, wrong or drifting, on a fraction of
+the prompts, under concurrency or for long prompts only, or flaky by start.
 """
 
 from __future__ import annotations
