@@ -193,3 +193,28 @@ def test_a_sweep_judged_by_answers_alone_names_its_rule_not_probe_bars(
     out = capsys.readouterr().out
     assert "answers (rule exact) judged against the reference" in out, out
     assert "probe bars" not in out, out
+
+
+def test_a_run_that_stalls_after_some_answers_is_named_a_stall(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from orchestrator.campaign.answers_check import judge_result
+    from orchestrator.config.loading import load_experiment
+    from tests.support.scripted import ScriptedExecutor
+    from tests.test_answers_campaign import answers_pair
+
+    good_path, bad_path = answers_pair(tmp_path, 2)
+    ex = ScriptedExecutor(host("h1"), Oracle([]), Faults())
+    good = ex.run(load_experiment(good_path), run_id="g.1")
+    bad = ex.run(load_experiment(bad_path), run_id="b.1")
+    assert good.answers is not None and bad.answers is not None
+    # the 9th request hung: it and every prompt after it got no answer
+    sets = {m: [dict(a) for a in s] for m, s in bad.answers["sets"].items()}
+    asked = [a for m in ("sequential", "batch") for a in sets[m]]
+    for a in asked[8:]:
+        a["error"] = "timed out after 120s"
+    bad = replace(bad, answers={**bad.answers, "sets": sets})
+    judged = judge_result(bad, good, None)
+    assert judged.verdict is Verdict.FAIL
+    assert str(judged.signature) == "serving: wrong_output: the server stopped answering"
+    assert "stopped answering after 8 answers" in judged.detail, judged.detail
