@@ -69,6 +69,7 @@ def test_a_good_that_stops_answering_when_asked_again_fails_and_is_no_noise(
     assert [r.variant for r in rows] == [()]
     said = [e.message for e in events if isinstance(e, Notice)] + list(outcome.flaky)
     assert not any("answers.rule" in m or "disagrees" in m for m in said), said
+    assert outcome.answers.endswith("under exact: no good run passed, nothing was judged by it")
 
 
 def test_a_stall_is_named_as_one_with_the_answers_before_it(tmp_path: Path) -> None:
@@ -133,6 +134,15 @@ def test_a_bad_that_passes_the_rule_the_same_way_twice_is_not_started_again(
     assert "under exact they would fail" in said and "answers.rule: exact" in said, said
     judged = bad[-1].answers["judged"]  # type: ignore[index]
     assert judged["stricter"]["rule"] == "exact" and judged["stricter"]["passed"] is False
+    # and so do the reports made from the campaign's record
+    from orchestrator.reports.issue_report import issue_markdown
+    from orchestrator.reports.report import html_page, markdown
+
+    camp, rows = store.campaign(outcome.campaign_id), store.runs(outcome.campaign_id)
+    assert f"- answers: {said}" in markdown(camp, rows)
+    assert "Answers: answers judged under logprobs-close" in html_page(camp, rows)
+    issue = issue_markdown(camp, rows, log_of=lambda r: r.log_tail(), env_of=lambda r: None)
+    assert "**Answers:** answers judged under logprobs-close" in issue
 
 
 def test_a_bad_that_answers_as_good_did_is_started_again_for_a_flaky_wrong_answer(
@@ -218,3 +228,40 @@ def test_a_run_that_stalls_after_some_answers_is_named_a_stall(tmp_path: Path) -
     assert judged.verdict is Verdict.FAIL
     assert str(judged.signature) == "serving: wrong_output: the server stopped answering"
     assert "stopped answering after 8 answers" in judged.detail, judged.detail
+
+
+def test_a_prompt_good_never_answers_is_no_stop_on_its_second_pass(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from orchestrator.campaign.answers_check import noise
+    from orchestrator.config.loading import load_experiment
+    from tests.support.scripted import ScriptedExecutor
+    from tests.test_answers_campaign import answers_pair
+
+    good_path, _ = answers_pair(tmp_path, 2)
+    ex = ScriptedExecutor(host("h1"), Oracle([]), Faults())
+    good = ex.run(load_experiment(good_path), run_id="g.1", ask_twice=True)
+    assert good.answers is not None
+
+    def first_lost(answers: list[dict]) -> list[dict]:
+        return [a if i else {**a, "error": "HTTP 404"} for i, a in enumerate(answers)]
+
+    # one prompt the server never answers, in every pass (a chat-only server)
+    record = {
+        **good.answers,
+        "sets": {m: first_lost(s) for m, s in good.answers["sets"].items()},
+        "repeat": first_lost(good.answers["repeat"]),
+    }
+    measured = noise(replace(good, answers=record))
+    assert measured is not None and not measured.get("no_answer"), measured
+
+
+def test_a_pair_that_judges_no_answers_may_differ_in_readiness(tmp_path: Path) -> None:
+    good, bad = write_pair(tmp_path, 2)
+    data = yaml.safe_load(good.read_text())
+    data["answers"] = {"enabled": False, "ready_completion": True}
+    good.write_text(yaml.safe_dump(data))
+    data = yaml.safe_load(bad.read_text())
+    data["answers"] = {"enabled": False, "ready_completion": False}
+    bad.write_text(yaml.safe_dump(data))
+    assert make_plan(good, bad).n == 2

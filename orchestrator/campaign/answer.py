@@ -140,7 +140,9 @@ class CampaignAnswer:
         if check is None or not answers_check.judged(self.plan.bad):
             return ""
         full = tuple(range(self.plan.n))
-        goods = [r for r in self.rows if r.variant == () and r.answers]
+        goods = [
+            r for r in self.rows if r.variant == () and r.answers and r.verdict is Verdict.PASS
+        ]
         bads = [r for r in self.rows if r.variant == full and r.answers]
         return answers_check.rule_line(
             check, goods[-1] if goods else None, bads[-1] if bads else None

@@ -231,8 +231,9 @@ def rule_line(check: AnswersCheck, good: Any, bad: Any) -> str:
     what bad's answers were under it and under the next stricter rule."""
     rule = check.rule + (f" ({check.pass_if})" if check.rule == "score" else "")
     text = f"answers judged under {rule}"
-    if good is not None:
-        text += f" against good's run {good.id}"
+    if good is None:
+        return text + ": no good run passed, nothing was judged by it"
+    text += f" against good's run {good.id}"
     judged_bad = ((getattr(bad, "answers", None) or {}).get("judged") or {}) if bad else {}
     if judged_bad.get("passed") is True:
         text += f"; bad's passed [run {bad.id}]: {judged_bad.get('detail')}"
@@ -254,9 +255,9 @@ def check_same(good: Experiment, bad: Experiment) -> None:
     by one check against good's answers, and a variant between the two takes good's,
     so bad judged by a rule of its own (or left unjudged) would be another question."""
     a, b = good.answers, bad.answers
-    if a == b:
-        return
-    if a is None or b is None or a.enabled != b.enabled:
+    if a == b or not (judged(good) or judged(bad)):
+        return  # (readiness alone, like a health check, may differ)
+    if judged(good) != judged(bad):
         on, off = (bad, good) if judged(bad) else (good, bad)
         why = "has no answers: section" if off.answers is None else "sets answers.enabled: false"
         raise ConfigError(
@@ -265,7 +266,7 @@ def check_same(good: Experiment, bad: Experiment) -> None:
             key="answers",
             hint="give both configs the same answers: section (the bad config can extend good's)",
         )
-    ad, bd = a.to_dict(), b.to_dict()
+    ad, bd = (a.to_dict() if a else {}), (b.to_dict() if b else {})
     keys = sorted(k for k in ad.keys() | bd.keys() if ad.get(k) != bd.get(k))
     if not keys:
         return
@@ -328,7 +329,10 @@ def noise(
     if first is None or again is None:
         return None
     prompts = prompts if prompts is not None else check.load()
-    lost = [a for a in again.answers if a.error]
+    # prompts the first pass answered and the second did not (a prompt the server never
+    # answers, a chat-only server's completion prompt, is said as such elsewhere)
+    answered = {a.prompt_id for a in first.answers if not a.error}
+    lost = [a for a in again.answers if a.error and a.prompt_id in answered]
     if lost:
         # a server that stops answering (a crash, a stall) is no noise of the host: no
         # rule, however loose, would make its answers agree
