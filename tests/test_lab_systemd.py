@@ -252,7 +252,7 @@ def test_demo_bisects_on_the_systemd_lab_host_and_leaves_the_unit_as_found(lab: 
     assert first.startswith("demo: using the systemd lab host (root and systemd-nspawn")
     # The answer: the interacting pair, the harmless delta cleared, the other bug kept.
     assert "culprit (interacting set): --ep-size 8 + --enable-nccl-nvls" in demo.stdout
-    assert "cleared (not needed for the failure): --max-running-requests 256" in demo.stdout
+    assert "cleared (not needed for the target failure): --max-running-requests 256" in demo.stdout
     assert (
         "other failure: init: AttributeError: 'NoneType' object has no attribute 'dtype'"
         in demo.stdout

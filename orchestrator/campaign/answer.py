@@ -133,12 +133,28 @@ class CampaignAnswer:
             flaky=flaky,
         )
 
+    def answers_line(self) -> str:
+        """With an answers check, what the answer says of it: the rule, good's run, and
+        what bad's answers were under it and a stricter rule ('' without a check)."""
+        check = self.plan.bad.answers
+        if check is None or not answers_check.judged(self.plan.bad):
+            return ""
+        full = tuple(range(self.plan.n))
+        goods = [
+            r for r in self.rows if r.variant == () and r.answers and r.verdict is Verdict.PASS
+        ]
+        bads = [r for r in self.rows if r.variant == full and r.answers]
+        return answers_check.rule_line(
+            check, goods[-1] if goods else None, bads[-1] if bads else None
+        )
+
     def answers_noise(self) -> list[str]:
         """What the good config's self-comparison of its answers said, when it disagreed
         with itself (campaign/answers_check): the host's own noise, said with the answer."""
         out = []
         for r in self.rows:
-            noise = (r.answers or {}).get("noise") if r.variant == () else None
+            passed = r.variant == () and r.verdict is Verdict.PASS  # a crash is no noise
+            noise = (r.answers or {}).get("noise") if passed else None
             said = answers_check.noise_message(noise, r.id) if noise else None
             if said and said not in out:
                 out.append(said)

@@ -30,14 +30,16 @@ from orchestrator.diagnosis.answers import (
     judge_alone,
 )
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
+from orchestrator.errors import ConfigError
 from orchestrator.execution.answers import answer_set
 from orchestrator.execution.contract import RunResult
 
 WRONG_OUTPUT = "wrong_output"
 #: the most telling kind first: a run whose answers are wrong in several ways is named by it
-KIND_ORDER = ("no_answer", "garbled", "score", "different")
+KIND_ORDER = ("stalled", "no_answer", "garbled", "score", "different")
 _WHAT = {
     "no_answer": "prompts got no answer",
+    "stalled": "the server stopped answering",
     "garbled": "garbled answers",
     "score": "the score dropped below the bar",
     "different": "answers differ from the reference",
@@ -132,12 +134,22 @@ def judge_result(result: RunResult, reference: Any, target: Signature | None) ->
     if not failing:
         first = next(iter(modes.values()), None)
         out["detail"] = first["detail"] if first else "nothing to compare"
+        out["differs"] = any(m.get("kind") == "different" for m in modes.values())
+        stricter = _stricter(rule.name, check, ref_record, record, prompts)
+        if stricter is not None:
+            out["stricter"] = stricter
         return replace(result, answers={**record, "judged": out})
     kind = min((v.kind for _, v in failing), key=lambda k: KIND_ORDER.index(k))
     shown = [m for m, v in failing if v.kind == kind]
-    sig = signature(kind, [m for m, _ in failing], check.modes)
     mode, v = next((m, v) for m, v in failing if v.kind == kind)
-    detail = f"{_WHAT[kind]} ({', '.join(shown)}, rule {rule.name}): {v.detail}"
+    after = stopped_after(record, check.modes) if kind == "no_answer" else None
+    if after is not None:  # answered, then nothing more: a stall (or a crash), not a few misses
+        sig = Signature(Phase.SERVING, WRONG_OUTPUT, _WHAT["stalled"])
+        detail = f"{_WHAT['stalled']} after {after} answers (rule {rule.name}): {v.detail}"
+        kind = "stalled"
+    else:
+        sig = signature(kind, [m for m, _ in failing], check.modes)
+        detail = f"{_WHAT[kind]} ({', '.join(shown)}, rule {rule.name}): {v.detail}"
     detail += f" [reference: run {out['reference_run']}]"
     out |= {"kind": kind, "detail": detail, "mode": mode}
     if result.verdict is not Verdict.PASS:
@@ -226,6 +238,148 @@ def own_bar_message(row: Any, where: str) -> str | None:
     )
 
 
+def stopped_after(record: dict[str, Any], modes: tuple[str, ...]) -> int | None:
+    """How many answers the server gave before it stopped answering for good (every
+    request after the first unanswered one unanswered too, in the order they were asked:
+    each mode, then good's second pass); None when it never answered, answered to the
+    end, or missed prompts here and there."""
+    asked = [a for m in modes for a in (record.get("sets") or {}).get(m) or []]
+    asked += record.get("repeat") or []
+    first = next((i for i, a in enumerate(asked) if a.get("error")), None)
+    if not first or not all(a.get("error") for a in asked[first:]):
+        return None
+    return first
+
+
+def stopped_answering(
+    result: RunResult, measured: dict[str, Any] | None, target: Signature | None
+) -> RunResult:
+    """Good's run when its server stopped answering on the second pass of its start (a
+    crash the executor did not see end, a stall): `fail`, never noise to loosen a rule for."""
+    if result.verdict is not Verdict.PASS or not measured or not measured.get("no_answer"):
+        return result
+    check = result.experiment.answers
+    after = stopped_after(result.answers or {}, check.modes) if check is not None else None
+    what = _WHAT["stalled"] if after is not None else _WHAT["no_answer"]
+    sig = Signature(Phase.SERVING, WRONG_OUTPUT, what)
+    detail = (
+        f"{what}{f' after {after} answers' if after is not None else ''} when asked again "
+        f"on its start: {measured['no_answer']} of {measured.get('asked', '?')} prompts got "
+        f"no answer ({measured['detail']})"
+    )
+    verdict = relative(Verdict.FAIL, sig, target)
+    return replace(result, verdict=verdict, signature=sig, detail=detail)
+
+
+#: the rule one step stricter than each: what a passing run would say under it
+STRICTER = {"score": "logprobs-close", "logprobs-close": "exact"}
+
+
+def _stricter(
+    rule: str,
+    check: AnswersCheck,
+    ref_record: dict[str, Any],
+    record: dict[str, Any],
+    prompts: tuple[Prompt, ...],
+) -> dict[str, Any] | None:
+    """A passing run's answers judged once more under the next stricter rule (None under
+    `exact`): the answer says what the rule let through."""
+    name = STRICTER.get(rule)
+    if name is None:
+        return None
+    for mode in check.modes:
+        ref, got = answer_set(ref_record, mode), answer_set(record, mode)
+        if ref is None or got is None:
+            continue
+        v = judge(ref, got, prompts, rule_of(check, name))
+        if not v.passed:
+            return {"rule": name, "passed": False, "mode": mode, "detail": v.detail}
+    return {"rule": name, "passed": True}
+
+
+def same_answers(a: Any, b: Any) -> bool:
+    """True when two runs (results or stored runs) gave the very same answers, token for
+    token, in every mode: a deterministic server that answers so again would again."""
+    sa = (getattr(a, "answers", None) or {}).get("sets")
+    sb = (getattr(b, "answers", None) or {}).get("sets")
+    if not sa or not sb or sa.keys() != sb.keys():
+        return False
+
+    def key(answers: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [
+            (x.get("prompt_id"), x.get("text"), tuple(x.get("tokens") or ()), x.get("error"))
+            for x in answers
+        ]
+
+    return all(key(sa[m]) == key(sb[m]) for m in sa)
+
+
+def rule_line(check: AnswersCheck, good: Any, bad: Any) -> str:
+    """What an answer says of its answers check: the rule, good's run it judged by, and
+    what bad's answers were under it and under the next stricter rule."""
+    rule = check.rule + (f" ({check.pass_if})" if check.rule == "score" else "")
+    text = f"answers judged under {rule}"
+    if good is None:
+        return text + ": no good run passed, nothing was judged by it"
+    text += f" against good's run {good.id}"
+    judged_bad = ((getattr(bad, "answers", None) or {}).get("judged") or {}) if bad else {}
+    if judged_bad.get("passed") is True:
+        text += f"; bad's passed [run {bad.id}]: {judged_bad.get('detail')}"
+        stricter = judged_bad.get("stricter")
+        if stricter and not stricter.get("passed"):
+            text += (
+                f"; under {stricter['rule']} they would fail: {stricter['detail']} "
+                f"(answers.rule: {stricter['rule']} bisects that difference)"
+            )
+        elif stricter:
+            text += f"; under {stricter['rule']} too"
+    elif judged_bad.get("passed") is False:
+        text += f"; bad's failed [run {bad.id}]"
+    return text
+
+
+def check_same(good: Experiment, bad: Experiment) -> None:
+    """Refuse a pair whose `answers:` sections differ: every run of a bisection is judged
+    by one check against good's answers, and a variant between the two takes good's,
+    so bad judged by a rule of its own (or left unjudged) would be another question."""
+    a, b = good.answers, bad.answers
+    if a == b or not (judged(good) or judged(bad)):
+        return  # (readiness alone, like a health check, may differ)
+    if judged(good) != judged(bad):
+        on, off = (bad, good) if judged(bad) else (good, bad)
+        why = "has no answers: section" if off.answers is None else "sets answers.enabled: false"
+        raise ConfigError(
+            f"{on.source} judges the answers, {off.source} {why}: every run of a "
+            "bisection is judged by one answers check",
+            key="answers",
+            hint="give both configs the same answers: section (the bad config can extend good's)",
+        )
+    ad, bd = (a.to_dict() if a else {}), (b.to_dict() if b else {})
+    keys = sorted(k for k in ad.keys() | bd.keys() if ad.get(k) != bd.get(k))
+    if not keys:
+        return
+    shown = ", ".join(f"{k} {ad.get(k)!r} in good, {bd.get(k)!r} in bad" for k in keys)
+    raise ConfigError(
+        f"the answers: sections of {good.source} and {bad.source} differ ({shown}): every "
+        "run of a bisection is judged by one answers check",
+        key="answers",
+        hint="give both configs the same answers: section (the bad config can extend good's)",
+    )
+
+
+def judged_against(exp: Experiment, reference: Any, run_id: str) -> str:
+    """What a rerun of `run_id` is judged against by its answers, in words ('' without
+    an answers check)."""
+    if not judged(exp) or exp.answers is None:
+        return ""
+    if reference is None:
+        return "answers not judged: no reference answers are recorded for this run"
+    rule = exp.answers.rule
+    if getattr(reference, "id", None) == run_id:
+        return f"answers judged under {rule} against the recorded run's own answers"
+    return f"answers judged under {rule} against the reference's run {reference.id}"
+
+
 def unjudged(result: RunResult, why: str) -> RunResult:
     """A run whose answers have nothing to be judged against (a run alone: `run`, or a
     rerun of a run that was never judged): it is not called right, and it says so, with
@@ -263,6 +417,21 @@ def noise(
     if first is None or again is None:
         return None
     prompts = prompts if prompts is not None else check.load()
+    # prompts the first pass answered and the second did not (a prompt the server never
+    # answers, a chat-only server's completion prompt, is said as such elsewhere)
+    answered = {a.prompt_id for a in first.answers if not a.error}
+    lost = [a for a in again.answers if a.error and a.prompt_id in answered]
+    if lost:
+        # a server that stops answering (a crash, a stall) is no noise of the host: no
+        # rule, however loose, would make its answers agree
+        return {
+            "passed": False,
+            "rule": check.rule,
+            "no_answer": len(lost),
+            "asked": len(again.answers),
+            "detail": f"{lost[0].prompt_id!r}: {lost[0].error}",
+            "differing": len(lost),
+        }
     v = judge(first, again, prompts, rule_of(check))
     out: dict[str, Any] = {
         "passed": v.passed,
@@ -334,6 +503,13 @@ def noise_message(measured: dict[str, Any], run_id: str) -> str | None:
     """What the campaign says of a good that disagrees with itself (None: it agrees)."""
     if measured.get("passed"):
         return None
+    if measured.get("no_answer"):
+        return (
+            f"the good config got no answer to {measured['no_answer']} of "
+            f"{measured.get('asked', '?')} prompts when asked again on its start "
+            f"[run {run_id}] ({measured['detail']}): a server that stops answering fails, "
+            "whatever the rule"
+        )
     text = (
         f"the good config disagrees with itself under {measured['rule']} "
         f"[run {run_id}]: {measured['detail']}"
@@ -349,13 +525,19 @@ def noise_message(measured: dict[str, Any], run_id: str) -> str | None:
 __all__ = [
     "WRONG_OUTPUT",
     "answered_nothing",
+    "check_same",
     "judge_result",
     "judged",
+    "judged_against",
     "judged_alone",
     "noise",
     "noise_message",
     "own_bar_message",
+    "rule_line",
+    "same_answers",
     "signature",
+    "stopped_after",
+    "stopped_answering",
     "unanswered_message",
     "unjudged",
     "with_noise",

@@ -211,6 +211,7 @@ class Bisection:
         outcome.deltas = [d.describe() for d in self.plan.deltas]
         outcome.repairs = self.runs.repairs()
         resource_answer(outcome, self.plan.n)
+        outcome.answers = self._answer().answers_line()  # the rule that judged, said
         # a found answer is recorded as `done`, like every campaign that concluded
         self.core.finish(
             outcome.status,
@@ -322,6 +323,9 @@ class Bisection:
                 "; its answers were not judged: the good config got no answer to any prompt "
                 "(check answers.endpoint, or leave the answers check out)"
                 if ends.unjudgeable()
+                else "; its answers were the same on its last two starts, each within the "
+                "rule: a start more would answer the same"
+                if ends.settled()
                 else ""
             )
             return self._answer().at_endpoints(

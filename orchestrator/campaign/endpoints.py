@@ -57,7 +57,7 @@ class Endpoints:
             if v == full:  # a flaky failure may need several starts of bad to show
                 starts = flaky.bad_starts(runs.rows(), full)
                 row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
-                if flaky.retry_bad(starts) and not self.unjudgeable():
+                if flaky.retry_bad(starts) and not self.unjudgeable() and not self.settled():
                     self.emit(
                         Notice(
                             host=row.host,
@@ -78,6 +78,22 @@ class Endpoints:
             v == self.full
             and flaky.retry_bad(flaky.bad_starts(self.runs.rows(), self.full))
             and not self.unjudgeable()
+            and not self.settled()
+        )
+
+    def settled(self) -> bool:
+        """True when bad's last two starts passed its answers check with the very same
+        answers, which differ from good's within the rule: the rule passes them, not luck,
+        and a start more would answer the same (the answer says what a stricter rule
+        would say). Starts that answered as good did may still show a flaky wrong answer."""
+        if not answers_check.judged(self.runs.plan.bad):
+            return False
+        starts = flaky.bad_starts(self.runs.rows(), self.full)
+        if len(starts) < 2 or any(r.verdict is not Verdict.PASS for r in starts[-2:]):
+            return False
+        judged = [((r.answers or {}).get("judged") or {}) for r in starts[-2:]]
+        return all(j.get("passed") is True and j.get("differs") for j in judged) and (
+            answers_check.same_answers(starts[-2], starts[-1])
         )
 
     def unjudgeable(self) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from orchestrator.campaign import answers_check
 from orchestrator.config.builds import build_version_key
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.loading import load_experiment
@@ -153,6 +154,7 @@ def make_plan(
     bad = load_experiment(bad_path)
     deltas = diff(good, bad, split=split)
     check_differ(deltas, good, bad)
+    answers_check.check_same(good, bad)  # one rule judges every run, said before a start
     return Plan(good=good, bad=bad, deltas=tuple(deltas), strategy=strategy, split=split)
 
 

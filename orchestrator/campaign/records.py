@@ -422,6 +422,9 @@ class Outcome:
     #: when bad's failure as written is a resource failure: what the repair made of it
     #: (avoided it, found no working value, could not run), in the answer's own words
     resource: str = ""
+    #: with an answers check: the rule that judged the runs, and what bad's answers were
+    #: under it and under the next stricter rule (campaign/answers_check.rule_line)
+    answers: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
@@ -430,6 +433,7 @@ class Outcome:
         # (an answer without repairs, stored before they existed, writes back as it was)
         repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
         repairs |= {"resource": self.resource} if self.resource else {}
+        repairs |= {"answers": self.answers} if self.answers else {}
         return (
             {
                 "campaign": self.campaign_id,
@@ -474,6 +478,7 @@ class Outcome:
             weights=d.get("weights"),
             repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
             resource=str(d.get("resource") or ""),
+            answers=str(d.get("answers") or ""),
         )
 
     @property

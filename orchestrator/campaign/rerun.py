@@ -15,7 +15,9 @@ from orchestrator.store.store import CampaignRow, RunRow, Store
 def recorded_reference(store: Store, run: RunRow, camp: CampaignRow) -> RunRow | None:
     """The run whose answers the recorded run's answers were judged against (the answers
     check, `answers:`): a bisection's good run, a sweep's reference, or what an earlier
-    rerun used; None when the config has no such check or none is recorded."""
+    rerun used; None when the config has no such check or none is recorded. A rerun of
+    the reference itself is judged against the reference's recorded answers: a start of
+    good that answers otherwise than good did is no pass."""
     exp = run.experiment()
     if exp.answers is None or not exp.answers.enabled:
         return None
@@ -24,11 +26,24 @@ def recorded_reference(store: Store, run: RunRow, camp: CampaignRow) -> RunRow |
         ref_id = camp.spec.get("answers_reference")
     if ref_id is not None:
         return store.run(str(ref_id))
+    if _is_reference(run, camp) and (run.answers or {}).get("sets"):
+        return run
     if camp.kind == "bisect" and run.variant != ():
         goods = [r for r in store.runs(camp.id) if r.variant == () and r.answers]
         earlier = [r for r in goods if r.seq <= run.seq] or goods
         return earlier[-1] if earlier else None
     return None
+
+
+def _is_reference(run: RunRow, camp: CampaignRow) -> bool:
+    """True when `run` is the run its campaign judged the others' answers by: a
+    bisection's good endpoint, a sweep's reference config."""
+    if camp.kind == "bisect":
+        return run.variant == ()
+    if camp.kind == "sweep":
+        ref = SweepSpec.from_dict(camp.spec).reference
+        return ref is not None and run.variant == (ref,)
+    return False
 
 
 def recorded_good(store: Store, run: RunRow, camp: CampaignRow) -> tuple[float, str] | None:

@@ -116,7 +116,10 @@ class BisectionRuns:
             if alone is not None and alone.verdict is not result.verdict:
                 return alone
             result, measured = answers_check.with_noise(alone or result)
-            said = answers_check.noise_message(measured, result.run_id) if measured else None
+            result = answers_check.stopped_answering(result, measured, self.target)
+            # a good that did not pass is said as such (a crash, a stall): never as noise
+            passed = measured is not None and result.verdict is Verdict.PASS
+            said = answers_check.noise_message(measured, result.run_id) if passed else None
             for text in (answers_check.unanswered_message(result), said):
                 if text:
                     self.core.emit(Notice(host=result.host, message=text))

@@ -419,6 +419,9 @@ def cleared_deltas(outcome: Outcome, plan: Plan) -> list[Delta]:
     evidence), and the build is not cleared when a culprit names one of its steps."""
     suspects = {i for cul in outcome.culprits for i in cul.indices}
     build_named = any(plan.deltas[i].kind == "build" for i in suspects)
+    # a flag that alone shows another failure (a wrong answer, say) is cleared of the
+    # target only: it is named with that failure, never listed as harmless
+    suspects |= {f.variant[0] for f in outcome.findings if len(f.variant) == 1}
     return [
         d
         for i, d in enumerate(plan.deltas[: plan.n])
@@ -460,7 +463,7 @@ def print_outcome(
         cleared = cleared_deltas(outcome, plan)
         if cleared:
             c.print(
-                "cleared (not needed for the failure): "
+                "cleared (not needed for the target failure): "
                 + escape(", ".join(d.short() for d in cleared)),
                 highlight=False,
             )
@@ -480,6 +483,8 @@ def print_outcome(
             f"{escape(f.label)}, run {f.run_id}; {escape(f.seen())})",
             highlight=False,
         )
+    if outcome.answers:
+        c.print(f"[cyan]answers[/]: {escape(outcome.answers)}", highlight=False)
     if outcome.resource and outcome.resource != outcome.message:
         c.print(f"[cyan]resource[/]: {escape(outcome.resource)}", highlight=False)
     for note in outcome.repairs:

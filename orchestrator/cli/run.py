@@ -7,6 +7,7 @@ import json
 
 from rich.markup import escape
 
+from orchestrator.campaign import answers_check
 from orchestrator.campaign.records import BisectSpec
 from orchestrator.campaign.rerun import recorded_good, recorded_reference
 from orchestrator.campaign.single import single_run, single_runs
@@ -282,6 +283,8 @@ def rerun(args: argparse.Namespace) -> int:
     reference = recorded_reference(store, old, camp)
     bar = exp.probe.pass_if if exp.probe else None
     judged = _judged_by(bar, good, exp)
+    said = answers_check.judged_against(exp, reference, old.id)
+    judged = "; ".join(t for t in (judged, said) if t)
     view = common.live_view(args)
     if args.repeat > 1:
         return _rerun_repeated(

@@ -16,7 +16,13 @@ from orchestrator.cli.output import console
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host, Inventory
 from orchestrator.config.schema import parse_duration
-from orchestrator.config.sweep import Sweep, SweepItem, load_sweep
+from orchestrator.config.sweep import (
+    Sweep,
+    SweepItem,
+    answers_judged,
+    load_sweep,
+    relative_bar,
+)
 from orchestrator.errors import EXIT_REGRESSION, UsageError
 from orchestrator.reports import env_report
 from orchestrator.reports.sweep_report import Comparison, comparison, write_sweep_reports
@@ -230,6 +236,19 @@ def _comparison_json(comp: Comparison | None) -> dict | None:
     }
 
 
+def reference_judges(outcome: SweepOutcome) -> list[str]:
+    """What the sweep's reference judges the configs by: a probe bar relative to it, the
+    answers check (with its rule), or both."""
+    exps = [r.item.exp for r in outcome.rows]
+    out = []
+    if any(relative_bar(e) for e in exps):
+        out.append("relative probe bars")
+    rules = sorted({e.answers.rule for e in exps if answers_judged(e) and e.answers})
+    if rules:
+        out.append(f"answers (rule {', '.join(rules)})")
+    return out
+
+
 def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None = None) -> None:
     c = console()
     if comp is not None and comp.regressions:
@@ -257,11 +276,12 @@ def print_table(outcome: SweepOutcome, paths: list[str], comp: Comparison | None
         )
     c.print(t)
     if outcome.reference:
-        c.print(
-            f"relative probe bars judged against the reference {escape(outcome.reference)}, "
-            "measured in this sweep",
-            highlight=False,
-        )
+        for what in reference_judges(outcome):
+            c.print(
+                f"{what} judged against the reference {escape(outcome.reference)}, "
+                "measured in this sweep",
+                highlight=False,
+            )
     if outcome.message:
         c.print(f"[yellow]{escape(outcome.message)}[/]", highlight=False)
     for host, why in outcome.removed_hosts:

@@ -258,10 +258,12 @@ def not_ready(record: dict[str, Any]) -> str | None:
 
 
 def unanswered(record: dict[str, Any]) -> bool:
-    """True when the check failed or some prompt got no answer."""
+    """True when the check failed or some prompt got no answer (good's second pass
+    included: a server that dies while asked again died all the same)."""
     if record.get("error"):
         return True
-    return any(a.get("error") for s in record.get("sets", {}).values() for a in s)
+    asked = [*record.get("sets", {}).values(), record.get("repeat") or []]
+    return any(a.get("error") for s in asked for a in s)
 
 
 def answer_set(record: dict[str, Any], mode: str) -> AnswerSet | None:

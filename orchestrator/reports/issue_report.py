@@ -312,6 +312,8 @@ def issue_markdown(
     out += [f"**Summary:** {summary}", ""]
     if answer.resource:  # a resource failure: what a repair made of it, runs cited
         out += [f"**Resource:** {answer.resource}.", ""]
+    if answer.answers:  # the rule the answers were judged by
+        out += [f"**Answers:** {answer.answers}.", ""]
     builds = _builds_of(culprit)
     if builds is not None:
         last_good, first_bad = builds

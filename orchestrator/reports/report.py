@@ -239,6 +239,8 @@ def markdown(
         )
     if answer.resource:
         out.append(f"- resource: {answer.resource}")
+    if answer.answers:
+        out.append(f"- answers: {answer.answers}")
     for note in answer.repairs:
         out.append(f"- repair: {note.sentence()}")
     for inv in answer.invalid:
@@ -415,6 +417,8 @@ def html_page(
         )
     if answer.resource:
         parts.append(f"<p class=repair>Resource: {e(answer.resource)}</p>")
+    if answer.answers:
+        parts.append(f"<p>Answers: {e(answer.answers)}</p>")
     for note in answer.repairs:
         parts.append(f"<p class=repair>Repair: {e(note.sentence())}</p>")
     for inv in answer.invalid:
