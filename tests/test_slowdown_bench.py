@@ -31,3 +31,12 @@ def test_the_table_prints_every_column() -> None:
     text = slowdown.render(slowdown.table(slowdown.ROWS[:1], 2), markdown=True)
     assert text.splitlines()[0].startswith("| row | placements | right % | benign %")
     assert "one flag -10%, CV 2%" in text
+
+
+def test_a_flag_inside_the_bar_is_not_named_when_bad_looked_beyond_it() -> None:
+    # this placement starts good lucky-fast: bad then measures 8 % against a 3 % truth and
+    # the 3 % flag's estimate reads beyond the bar; the named terms' own interval (read
+    # from the starts after the search began) must clear the bar, so it stays unnamed
+    row = next(r for r in slowdown.ROWS if r.below_bar)
+    outcome = slowdown.place(row, 172)
+    assert outcome.right and not outcome.benign and not outcome.sure

@@ -37,7 +37,10 @@ The method (docs/search.md, "A slower deployment"):
    a drift in time when good drifted) gives each term's effect with its interval. A term
    is named when that interval clears zero at the campaign's confidence (shared among the
    terms) and its estimate is at least three quarters of the bar; every other group or
-   term is cleared with its interval.
+   term is cleared with its interval. The model reads the starts after the search began
+   alone (those before were chosen by their luck), and the named terms together must
+   miss the bar on their own interval, not only bad's total: while that interval
+   straddles the bar, bad and bad without them are started again, in turn.
 5. **Drift.** Good is started again after every few starts of the variants; good's own
    trend, when beyond the noise, is taken out of the effects, and the answer states it.
 """
@@ -194,6 +197,9 @@ class EffectSearch:
         self.cleared: list[Effect] = []
         self.since_good = 0
         self.forced = 0
+        #: starts before the search began: chosen by their luck (it begins when bad looked
+        #: worse than good), so the effects named are read from the later starts alone
+        self.begun = 0
         #: one comparison's one-sided confidence: a search makes about a dozen, and a wrong
         #: one sends it down the wrong half
         self.decide_conf = 1 - (1 - self.s.confidence) / 4
@@ -284,6 +290,7 @@ class EffectSearch:
             if self.data.n(good) + self.data.n(bad) >= self.s.endpoint_budget:
                 return self._answer("unsure", [], "bad against good stays within the noise")
             yield from self._start(bad if self.data.n(bad) < self.data.n(good) else good)
+        self.begun = self.data.starts
         confirmed: list[Variant] = []
         rest = bad
         for _ in range(3):  # what the named terms leave unexplained is searched again
@@ -303,6 +310,17 @@ class EffectSearch:
         # own luck (a search begins when bad looked worse), fresh ones are not
         while confirmed and self.data.n(bad) < self.s.fresh_bad:
             yield from self._start(bad)
+        # the named terms must miss the bar on their own interval: while that interval
+        # straddles the bar, bad and bad without them are started again, in turn
+        without = bad - frozenset().union(*confirmed) if confirmed else bad
+        for _ in range(self.s.decide_budget if confirmed else 0):
+            beta, _, sum_se = self._fit(confirmed, False)
+            _, df = self.data.pooled()
+            q = t_quantile(self.s.confidence, max(df, 1)) * sum_se
+            effect = self.sign * sum(beta)
+            if effect - q >= self.m or effect + q < self.m:
+                break
+            yield from self._start(bad if self.data.n(bad) <= self.data.n(without) else without)
         return self._answer("found", confirmed, "")
 
     def _explain(
@@ -394,12 +412,15 @@ class EffectSearch:
         var, _ = self.data.pooled()
         return slope, math.sqrt(var / sxx)
 
-    def _fit(self, terms: list[Variant], trend: bool) -> tuple[list[float], list[float]]:
+    def _fit(self, terms: list[Variant], trend: bool) -> tuple[list[float], list[float], float]:
         """Least squares of every start's value on a level and each term (and, when good
-        drifted, the time): each term's coefficient and its standard error."""
+        drifted, the time): each term's coefficient and its standard error, and the
+        standard error of the terms' sum."""
         rows, ys = [], []
         for v, vals in self.data.values.items():
             for y, t in zip(vals, self.data.times[v], strict=True):
+                if t <= self.begun:
+                    continue
                 row = [1.0, *(1.0 if term <= v else 0.0 for term in terms)]
                 rows.append([*row, float(t)] if trend else row)
                 ys.append(y)
@@ -408,11 +429,13 @@ class EffectSearch:
         xty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(k)]
         inv = _invert(xtx)
         if inv is None:
-            return [0.0] * len(terms), [math.inf] * len(terms)
+            return [0.0] * len(terms), [math.inf] * len(terms), math.inf
         beta = [sum(inv[i][j] * xty[j] for j in range(k)) for i in range(k)]
         var, _ = self.data.pooled()
         ses = [math.sqrt(max(inv[i][i], 0.0) * var) for i in range(k)]
-        return beta[1 : 1 + len(terms)], ses[1 : 1 + len(terms)]
+        idx = range(1, 1 + len(terms))
+        sum_se = math.sqrt(max(sum(inv[i][j] for i in idx for j in idx), 0.0) * var)
+        return beta[1 : 1 + len(terms)], ses[1 : 1 + len(terms)], sum_se
 
     def _answer(self, status: str, terms: list[Variant], reason: str) -> EffectAnswer:
         good, bad = frozenset(), frozenset(range(self.n))
@@ -421,7 +444,7 @@ class EffectSearch:
         total = Effect(bad, self.sign * e, self.sign * (e - half), self.sign * (e + half))
         slope, slope_se = self._drift()
         drifted = abs(slope) > t_quantile(self.s.confidence, max(df, 1)) * slope_se
-        beta, ses = self._fit(terms, drifted)
+        beta, ses, sum_se = self._fit(terms, drifted)
         named, cleared = [], list(self.cleared)
         conf_each = 1 - (1 - self.s.confidence) / max(len(terms), 1)
         confidence = 1.0
@@ -443,6 +466,18 @@ class EffectSearch:
             status, reason = "unsure", "bad against good no longer clearly misses the bar"
         elif status == "found" and sum(self.sign * x.effect for x in named) < self.m:
             status, reason = "unsure", "the named terms together do not miss the bar"
+        elif (
+            status == "found"
+            and len(named) == len(terms)
+            and (
+                sum(self.sign * x.effect for x in named)
+                - t_quantile(self.s.confidence, max(df, 1)) * sum_se
+                < self.m
+            )
+        ):
+            # the named terms' own interval must lie beyond the bar, not only bad's total:
+            # a flag whose effect may be inside the bar is no culprit
+            status, reason = "unsure", "the named terms' effect may lie within the bar"
         if status == "found":
             confidence = min(
                 confidence, _t_cdf(e / (half / t_quantile(self.s.confidence, max(df, 1))), df)
