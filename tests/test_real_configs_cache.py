@@ -55,13 +55,15 @@ def test_only_the_orchestrators_settings_with_a_default_are_expanded() -> None:
     }
 
 
-@pytest.mark.parametrize("value", ["/tmp/my cache", "/tmp/it's", '/tmp/a"b', "/tmp/a\\b"])
+@pytest.mark.parametrize(
+    "value", ["/tmp/my cache", "/tmp/it's", '/tmp/a"b', "/tmp/a\\b", "/x$HOME", "/x`id`"]
+)
 def test_a_setting_that_is_not_one_word_is_refused_at_load(
     value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # with a space the shipped command read `/tmp/my` `cache/lab/bin/vllm`: another command
     monkeypatch.setenv("ORCH_VLLM_CACHE", value)
-    with pytest.raises(ConfigError, match=r"ORCH_VLLM_CACHE=.* is not one word"):
+    with pytest.raises(ConfigError, match=r"ORCH_VLLM_CACHE=.* is not one plain word"):
         load_experiment(REPO / "experiments" / "real" / "vllm-cpu" / "good.yaml")
     # a value only a shell would miss (a setting no config names) is never read
     assert expand({"exec": "${ORCH_OTHER:-/d}/x"}, {"ORCH_VLLM_CACHE": value}) == {"exec": "/d/x"}

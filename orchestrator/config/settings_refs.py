@@ -42,13 +42,14 @@ def _setting(name: str, env: Mapping[str, str]) -> str | None:
     if not value:
         return None
     try:
-        one_word = shlex.split(value) == [value]
+        # `$` and a backquote are a shell's or systemd's expansion where the word lands
+        one_word = shlex.split(value) == [value] and not any(c in value for c in "$`")
     except ValueError:  # an unclosed quote
         one_word = False
     if not one_word:
         raise ConfigError(
-            f"the setting {name}={value!r} is not one word (a space, quote or backslash "
-            "would split the command the config names with it)",
+            f"the setting {name}={value!r} is not one plain word (a space, quote, "
+            "backslash, $ or backquote would split or expand the command it lands in)",
             hint=f"move what {name} names to a path without spaces or quotes, or unset it",
         )
     return value
