@@ -350,6 +350,22 @@ def test_equal_values_written_differently_agree(tmp_path: Path) -> None:
     assert refusal(bad) is None
 
 
+@pytest.mark.parametrize(
+    ("tail", "agree"),
+    [
+        ("roles: {decode: {flags: {kv-cache-dtype: auto}}}\n", True),
+        ("roles: {decode: {flags: {kv-cache-dtype: fp8_e5m2}}}\n", False),
+    ],
+)
+def test_a_role_that_writes_the_servers_default_agrees_with_one_that_leaves_it_out(
+    tmp_path: Path, tail: str, agree: bool
+) -> None:
+    # `--kv-cache-dtype auto` on one role only refused good itself: "roles disagree"
+    good, bad = _pd_pair(tmp_path, tail)
+    assert (disagreements(bad) == ()) is agree, disagreements(bad)
+    assert (refusal(bad) is None) is agree
+
+
 def test_the_ranks_of_one_server_agree_on_init_address_and_node_count(tmp_path: Path) -> None:
     write(tmp_path, "n.yaml", NODES)
     split = load_experiment(

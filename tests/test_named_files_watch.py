@@ -14,6 +14,7 @@ same on a real sshd: tests/test_named_files_watch_lab.py.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,20 @@ def _pair(tmp: Path, good_flags: dict, bad_flags: dict, workdir: Path | None = N
             data["service"]["workdir"] = str(workdir)
         path.write_text(yaml.safe_dump(data))
     return make_plan(good, bad)
+
+
+class RefusesMissing(FilesHost):
+    """The server refuses its command line (`invalid`, as argparse does) when a file it
+    names is not there, as a server given a deleted template or scenario does."""
+
+    def run(self, exp: Experiment, **kw: object):  # noqa: ANN201
+        where = Path(exp.workdir or "/")
+        names = [w for w in exp.argv() if w.endswith((".jinja", ".json"))]
+        missing = any(not (where / w).is_file() for w in names)
+        result = super().run(exp, **kw)
+        if missing:
+            return replace(result, verdict=Verdict.INVALID, signature=None, detail="not found")
+        return result
 
 
 def _bisect(store: Store, plan, executor=FilesHost):  # noqa: ANN001, ANN202
@@ -184,7 +199,43 @@ def test_bare_names_come_after_paths_and_numbers_name_nothing() -> None:
     # a bare word that is no file there counts for nothing: the key is the one before
     text = "@@FILES\n- /models/m\nabcd t.jinja\n- auto\n"
     named = named_files(argv)
-    assert parse_file_digests(text, named) == (("/models/m", "-"), ("t.jinja", "abcd"))
+    assert parse_file_digests(text, named) == (
+        ("/models/m", "-"),
+        ("t.jinja", "abcd"),
+        ("auto", "-"),
+    )
     assert parse_files(text.replace("abcd t.jinja", "- t.jinja"), named) == parse_files(
         "@@FILES\n- /models/m\n", ("/models/m",)
     )
+
+
+@pytest.mark.parametrize("where", ["bare", "absolute"])
+def test_a_file_both_name_deleted_between_runs_stops_the_campaign(
+    tmp_path: Path, where: str
+) -> None:
+    # the deleted file made bad's start `invalid` ("the bad config could not be judged",
+    # exit 1), or with a bare name went unseen: a host change either way
+    work = tmp_path / "work"
+    work.mkdir()
+    shared = work / "t.jinja"
+    shared.write_text("{{ messages[0].content }}")
+    word = "t.jinja" if where == "bare" else str(shared)
+    both = {"chat-template": word}
+
+    class Deleted(RefusesMissing):
+        after_run = staticmethod(lambda runs: shared.unlink() if runs == 1 else None)
+
+    good, bad = write_pair(tmp_path / "exp", 4)
+    for path in (good, bad):
+        data = yaml.safe_load(path.read_text())
+        data["service"].setdefault("flags", {}).update(both)
+        data["service"]["workdir"] = str(work)
+        path.write_text(yaml.safe_dump(data))
+    store = Store(tmp_path / "results")
+    with pytest.raises(EnvironmentChanged, match=f"the files the launch names changed: {word}"):
+        _bisect(store, make_plan(good, bad), Deleted)
+    [camp] = store.campaigns()
+    runs = store.runs(camp.id)
+    assert camp.status == "changed", (camp.status, [(r.label, r.verdict) for r in runs])
+    assert runs[-1].verdict is Verdict.INFRA and word in runs[-1].detail
+    store.close()

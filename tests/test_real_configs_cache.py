@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.config.loading import load_experiment
 from orchestrator.config.settings_refs import expand
+from orchestrator.errors import ConfigError
 from orchestrator.lab import vllm_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,3 +53,17 @@ def test_only_the_orchestrators_settings_with_a_default_are_expanded() -> None:
         "flags": {"api-key": "${API_KEY}", "c": "bash -c 'echo ${HOME:-/h} ${ORCH_X}'"},
         "n": 3,
     }
+
+
+@pytest.mark.parametrize(
+    "value", ["/tmp/my cache", "/tmp/it's", '/tmp/a"b', "/tmp/a\\b", "/x$HOME", "/x`id`"]
+)
+def test_a_setting_that_is_not_one_word_is_refused_at_load(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with a space the shipped command read `/tmp/my` `cache/lab/bin/vllm`: another command
+    monkeypatch.setenv("ORCH_VLLM_CACHE", value)
+    with pytest.raises(ConfigError, match=r"ORCH_VLLM_CACHE=.* is not one plain word"):
+        load_experiment(REPO / "experiments" / "real" / "vllm-cpu" / "good.yaml")
+    # a value only a shell would miss (a setting no config names) is never read
+    assert expand({"exec": "${ORCH_OTHER:-/d}/x"}, {"ORCH_VLLM_CACHE": value}) == {"exec": "/d/x"}

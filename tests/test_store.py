@@ -371,3 +371,41 @@ def test_two_processes_creating_and_writing_one_database_at_once(tmp_path: Path)
     store = Store(tmp_path)
     assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert len(store.campaigns(200)) == 80
+
+
+class _InterruptedAt:
+    """The store's connection, with a Ctrl-C landing just before one statement runs (a
+    signal handler raises between two statements of the store's own code)."""
+
+    def __init__(self, db: sqlite3.Connection, statement: str) -> None:
+        self._db, self._statement = db, statement
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == self._statement:
+            self._statement = ""
+            raise KeyboardInterrupt
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+
+@pytest.mark.parametrize("where", ["COMMIT", "left open"])
+def test_a_write_cut_short_by_an_interrupt_leaves_the_store_writable(
+    tmp_path: Path, where: str
+) -> None:
+    # a Ctrl-C between BEGIN and COMMIT left the transaction open: every later write (the
+    # campaign's `interrupted`) failed "cannot start a transaction within a transaction"
+    store = Store(tmp_path / "results")
+    db = store.db
+    if where == "COMMIT":
+        store.db = _InterruptedAt(db, "COMMIT")  # type: ignore[assignment]
+        with pytest.raises(KeyboardInterrupt):
+            store.create_campaign(kind="bisect", key="k", command="test", spec={})
+        store.db = db
+    else:
+        db.execute("BEGIN IMMEDIATE")  # what an interrupt just after BEGIN leaves
+    assert store.campaigns() == []  # the write cut short is not half kept
+    cid = store.create_campaign(kind="bisect", key="k", command="test", spec={})
+    assert [c.id for c in store.campaigns()] == [cid] and not db.in_transaction
+    store.close()

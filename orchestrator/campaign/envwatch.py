@@ -104,7 +104,13 @@ def _files_changed(store: Store, cid: str, host: str, inputs: LaunchInputs) -> l
     if not named:
         return []
     seen = store.first_file_digests(cid, host, list(named))
-    edited = [path for path, d in named.items() if path in seen and seen[path] != d]
+    # a relative word that named no file before names one now: something the server
+    # writes in its directory, or a word that is no path (`auto`); a deletion is a change
+    edited = [
+        path
+        for path, d in named.items()
+        if path in seen and seen[path] != d and (path.startswith("/") or seen[path] != "-")
+    ]
     if not edited:
         return []
     return [f"{PARTS['files']} changed: {', '.join(edited)}"]
@@ -131,10 +137,15 @@ def check(store: Store, cid: str, result: R) -> tuple[R, EnvironmentChanged | No
     """(the result to record, the error to raise after recording it, if any). A run that
     never reached the server (`invalid`: its flags refused, or its command not runnable on
     the host, as a typo'd or absent interpreter is) is a verdict about no environment: the
-    environment read for it (an exec the host lacks reads as `absent`) is no change."""
+    environment read for it (an exec the host lacks reads as `absent`) is no change; only
+    a file it names that reads otherwise than before is."""
     if result.verdict is Verdict.INVALID:
-        return result, None
-    what = change_of(store, cid, result)
+        # ... but a file the launch names that was edited or deleted since an earlier run
+        # is why a launch the server took before is refused now: that is the host's change
+        files = _files_changed(store, cid, result.host, result.inputs) if result.inputs else []
+        what = files or None
+    else:
+        what = change_of(store, cid, result)
     if what is None:
         return result, None
     err = EnvironmentChanged(

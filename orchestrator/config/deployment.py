@@ -344,6 +344,10 @@ class Rule:
     why: str
     source: str
     required: bool = True
+    #: the value both servers take when the flag is absent (None: none that holds for
+    #: every setup, as SGLang's page size, which some attention backends raise): a role
+    #: that writes it agrees with a role that leaves the flag out
+    default: str | None = None
 
 
 _SGLANG_MULTINODE = (
@@ -384,6 +388,7 @@ AGREE: tuple[Rule, ...] = (
         "sglang#19398: no dtype conversion in the KV transfer, corrupted answers and then "
         "'Requested address not found'; vllm#42179: mixed KV cache dtypes between prefill "
         "and decode are not supported yet",
+        default="auto",  # SGLang's and vLLM's server arguments
     ),
     Rule(
         ("model-path", "model"),
@@ -404,6 +409,7 @@ AGREE: tuple[Rule, ...] = (
         "different TP sizes are supported; vLLM's NixlConnector compatibility matrix: "
         "heterogeneous TP supported, partly for MLA",
         required=False,
+        default="1",
     ),
     Rule(
         ("tp-size", "tensor-parallel-size"),
@@ -411,6 +417,7 @@ AGREE: tuple[Rule, ...] = (
         "the ranks of one server split one model over one TP size; a rank that counts "
         "another never joins the others",
         _SGLANG_MULTINODE,
+        default="1",
     ),
     Rule(
         ("dist-init-addr",),
@@ -423,6 +430,7 @@ AGREE: tuple[Rule, ...] = (
         "server",
         "the ranks of one server must agree on how many they are; the others wait forever",
         _SGLANG_MULTINODE,
+        default="1",
     ),
     # vLLM's data parallel over several nodes: every rank dials the head's address and RPC
     # port and expects the same number of ranks; a rank that differs never joins, and the
@@ -445,6 +453,7 @@ AGREE: tuple[Rule, ...] = (
         "the data-parallel ranks of one server must agree on how many they are; the others "
         "wait forever",
         _VLLM_DP,
+        default="1",
     ),
 )
 
@@ -514,7 +523,8 @@ def disagreements(exp: Experiment) -> tuple[Disagreement, ...]:
             if len(group) < 2:
                 continue
             values = tuple((r.name, _first(flags[r.name], rule.names)) for r in group)
-            if len({_hashable(v) for _, (_, v) in values}) > 1:
+            # an absent flag is the server's default: written out, it is the same launch
+            if len({_hashable(rule.default if v is None else v) for _, (_, v) in values}) > 1:
                 name = next((n for _, (n, v) in values if v is not None), rule.names[0])
                 pairs = tuple((r, v) for r, (_, v) in values)
                 found.append(Disagreement(name, pairs, rule.why, rule.source, rule.required))

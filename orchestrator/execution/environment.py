@@ -291,6 +291,8 @@ def parse_files(text: str, files: Sequence[str]) -> str | None:
     kept = parse_file_digests(text, files)
     if kept is None:
         return None
+    # a relative word that is no file there (a repository id `org/model`) is none named
+    kept = tuple((f, d) for f, d in kept if f.startswith("/") or d != "-")
     if not kept:
         return ""
     blob = json.dumps([list(pair) for pair in kept])
@@ -298,9 +300,10 @@ def parse_files(text: str, files: Sequence[str]) -> str | None:
 
 
 def parse_file_digests(text: str, files: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
-    """Each named file's (path, digest) from the files section, in the order named: every
-    absolute path (`-` when it is no readable file) and each relative word that is a file
-    there; () when none; None when the section is missing or does not cover every path."""
+    """Each named word's (path, digest) from the files section, in the order named (`-`
+    when it is no readable file there); () when none; None when the section is missing or
+    does not cover every path. A relative word that is no file is kept (`-`): a file both
+    launches name that is deleted in the working directory is then seen as changed."""
     if not files:
         return ()
     body = _section(text, FILES_MARK)
@@ -313,8 +316,7 @@ def parse_file_digests(text: str, files: Sequence[str]) -> tuple[tuple[str, str]
             seen[path] = value
     if any(f not in seen for f in files):
         return None
-    # a relative word that is no file there (a repository id `org/model`) is none named
-    return tuple((f, seen[f]) for f in files if f.startswith("/") or seen[f] != "-")
+    return tuple((f, seen[f]) for f in files)
 
 
 def command(

@@ -294,13 +294,18 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         try:
+            if self.db.in_transaction:
+                # one a Ctrl-C cut short between its BEGIN and its COMMIT: never committed,
+                # and the record of the interrupt must still be written
+                self.db.execute("ROLLBACK")
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
+                self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                if self.db.in_transaction:  # an interrupt just before COMMIT too
+                    self.db.execute("ROLLBACK")
                 raise
-            self.db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             raise StoreError(
                 f"cannot write to {self.db_path}: {exc}",
