@@ -32,16 +32,18 @@ KINDS = ("right", "unsure", "unconcluded", "wrong", "skipped")
 
 
 def group(features: list[str]) -> str:
-    """The table's row of an incident: its failure, its cause, flaky, decoys."""
+    """The table's row of an incident: its failure, its cause, flaky, decoys, a path."""
     kind = next(f for f in features if f in ("crash", "hang", "load", "answers"))
     cause = next(f for f in features if f in ("single", "interacting", "independent"))
-    extra = [f for f in ("flaky", "decoy") if f in features]
+    extra = [f for f in ("flaky", "decoy", "path") if f in features]
     return " + ".join([f"{kind}, {cause}", *extra])
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
+        # the features as the generator draws them now (a saved log may predate a feature)
+        r["features"] = list(generate.incident(r["seed"]).features)
         by[group(r["features"])].append(r)
     lines = [
         "| incidents of | n | right | unsure | not concluded | wrong | runs per answer"

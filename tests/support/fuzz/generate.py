@@ -152,6 +152,8 @@ def incident(seed: int) -> Incident:
         features.append("env-cause")
     if any(d.kind == "json" for d in deltas if d.key in culprits):
         features.append("json-cause")
+    if any(isinstance(v, str) and v.startswith("/") for d in deltas for v in (d.good, d.bad)):
+        features.append("path")  # a launch that names a file on one side only
     hang = kind == "hang" or any(d.effect == "hang" for d in decoys)
     return Incident(
         seed=seed,
