@@ -155,6 +155,9 @@ def test_the_judge_tells_a_wrong_answer_from_a_right_one() -> None:
         "wrong"
     )
     assert _judge({"status": "error", "error": "boom"}).kind == "wrong"
+    # stopped before it listed its deltas (Ctrl-C, SIGTERM): not concluded, not wrong
+    stopped = _judge({"status": "interrupted", "message": "interrupted", "deltas": []})
+    assert stopped.kind == "unconcluded" and stopped.problems == ["status interrupted: interrupted"]
 
 
 def test_the_shrinker_keeps_what_still_fails(tmp_path: Path) -> None:

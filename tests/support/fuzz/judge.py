@@ -77,6 +77,9 @@ def judge(
         return Judgement("wrong", hard)
     labels = list(answer.get("deltas") or [])
     keys = [delta_key(x) for x in labels]
+    if not labels and status != "found":  # stopped before it listed them (interrupted)
+        why = [f"status {status}: {answer.get('message', '')}"]
+        return Judgement("wrong", hard + why) if hard else Judgement("unconcluded", why)
     if sorted(keys) != sorted(exp.deltas):
         hard.append(f"deltas {sorted(keys)} != the oracle's {sorted(exp.deltas)}")
         return Judgement("wrong", hard)

@@ -26,6 +26,8 @@ from tests.support.fuzz.incident import Incident
 REPO = Path(__file__).resolve().parents[3]
 #: a whole bisection of one incident; far above what one takes (tens of seconds)
 TIMEOUT = 900.0
+#: the runs an incident may take (`--max-runs`): a search that would go on is `incomplete`
+MAX_RUNS = 80
 
 
 @dataclass
@@ -72,7 +74,7 @@ def run(incident: Incident, sshd: SshdEndpoint, work: Path, timeout: float = TIM
         proc = subprocess.run(
             [sys.executable, "-m", "orchestrator", "bisect", "--good", str(good), "--bad"]
             + [str(bad), "--host", "lab", "--hosts", str(hosts), "--results", str(results)]
-            + ["--fresh", "--json"],
+            + ["--fresh", "--max-runs", str(MAX_RUNS), "--json"],
             capture_output=True,
             text=True,
             timeout=timeout,
