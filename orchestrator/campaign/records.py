@@ -422,6 +422,8 @@ class Outcome:
     #: when bad's failure as written is a resource failure: what the repair made of it
     #: (avoided it, found no working value, could not run), in the answer's own words
     resource: str = ""
+    #: a bisection of a probe metric: its effect table (`campaign/measured.py`)
+    effects: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
@@ -430,6 +432,8 @@ class Outcome:
         # (an answer without repairs, stored before they existed, writes back as it was)
         repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
         repairs |= {"resource": self.resource} if self.resource else {}
+        # (joins only when measured: other answers write back as they were)
+        repairs |= {"effects": self.effects} if self.effects is not None else {}
         return (
             {
                 "campaign": self.campaign_id,
@@ -474,6 +478,7 @@ class Outcome:
             weights=d.get("weights"),
             repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
             resource=str(d.get("resource") or ""),
+            effects=d.get("effects"),
         )
 
     @property
