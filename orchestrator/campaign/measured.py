@@ -173,8 +173,8 @@ def outcome_of(
             why += ": the probe failed to run, which is no measurement of the server"
         return (
             Status.INCOMPLETE,
-            f"{what} could not be measured: {why} [run {row.id}]; fix it and resume with "
-            f"`orchestrator bisect --resume {cid}`",
+            f"{what} could not be measured: {why} [run {row.id}]; `orchestrator show "
+            f"{row.id}` tells what it did (campaign {cid})",
             [],
             None,
         )
