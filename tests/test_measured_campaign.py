@@ -151,3 +151,15 @@ def test_the_effect_table_names_the_flag_with_its_interval(tmp_path: Path) -> No
     assert any(line.startswith("noise: ") for line in text)
     cleared = text[text.index("cleared (their effect lies inside the noise):") + 1 :]
     assert not any(f"--feature-{SLOW} " in line for line in cleared)
+
+
+def test_a_benchmark_without_noise_is_bisected_by_its_bar(tmp_path: Path) -> None:
+    """Good gives the very same figure on three starts: one figure against one is exact,
+    so the bisection of the missed bar answers, with the runs that prove it."""
+    oracle = Oracle([], seed=1, metric=noisy({SLOW: 0.90}, cv=0.0))
+    out, runs, _ = campaign(tmp_path, oracle)
+    assert out.status is Status.FOUND, out.message
+    assert out.effects is None
+    [culprit] = out.culprits
+    assert culprit.flags == [f"--feature-{SLOW}"] and culprit.reproduced_by is not None
+    assert sum(r.variant == () for r in runs) >= 3
