@@ -114,6 +114,9 @@ def test_missing_extends_target(tmp_path: Path) -> None:
         (BASE.replace("port: 30000", "port: http"), "service.flags.port", "port number"),
         (BASE + "probe: {run: x, metric: '(', pass_if: '>= 1'}\n", "probe.metric", "regular"),
         (BASE + "probe: {run: x, metric: '(\\d+)', pass_if: 'fast'}\n", "probe.pass_if", ">="),
+        (BASE + "probe: {run: x, repeats: 0}\n", "probe.repeats", "between 1 and 50"),
+        (BASE + "probe: {run: x, warmup: -1}\n", "probe.warmup", "between 0 and 10"),
+        (BASE + "probe: {run: x, repeats: many}\n", "probe.repeats", "integer"),
         (BASE.replace("sglang.service", "../../etc/passwd"), "service.unit", "unit name"),
         (BASE.replace("NCCL_DEBUG", "1BAD"), "service.env", "not valid"),
     ],
@@ -279,3 +282,27 @@ def test_reference_is_a_synonym_of_good_in_pass_if(tmp_path: Path, text: str, at
                 "  metric: 'x ([0-9]+)'\n  pass_if: '>= 0.95 * referenc'\n",
             )
         )
+
+
+def test_probe_repeats_warmup_and_bar(tmp_path: Path) -> None:
+    """A probe runs warm-up + repeats times (1 + 3 unless set); a bar relative to good is
+    the smallest effect that matters and says which way is better; the defaults leave the
+    cache key of a config as it was."""
+    probe = "probe: {run: x, metric: '(\\d+)', pass_if: '>= 0.95 * good'}\n"
+    exp = load_experiment(write(tmp_path, "a.yaml", BASE + probe))
+    assert exp.probe is not None
+    assert (exp.probe.warmup, exp.probe.repeats, exp.probe.runs) == (1, 3, 4)
+    assert exp.probe.bar == pytest.approx(0.05) and exp.probe.higher_is_better
+    assert exp.probe.value([10.0, 90.0, 70.0, 95.0]) == 90.0
+    assert "repeats" not in exp.to_dict()["probe"]
+    tuned = probe.replace("pass_if", "repeats: 5, warmup: 2, pass_if")
+    other = load_experiment(write(tmp_path, "b.yaml", BASE + tuned))
+    assert other.probe is not None and other.probe.runs == 7
+    assert other.to_dict()["probe"]["repeats"] == 5
+    assert other.fingerprint() != exp.fingerprint()
+    latency = probe.replace(">= 0.95 * good", "<= 1.1 * good")
+    lat = load_experiment(write(tmp_path, "c.yaml", BASE + latency))
+    assert lat.probe is not None and not lat.probe.higher_is_better
+    assert lat.probe.bar == pytest.approx(0.10)
+    absolute = load_experiment(write(tmp_path, "d.yaml", BASE + probe.replace(" * good", "")))
+    assert absolute.probe is not None and absolute.probe.bar is None

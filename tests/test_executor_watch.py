@@ -316,9 +316,36 @@ def test_probe_pass_and_its_metric() -> None:
     result = r.run(experiment(probe=True))
     assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
     assert result.probe_metric == 89.5
-    # After the probe: two looks, half a second apart (or the settle when shorter).
+    # After the probe (its warm-up run and three repeats, 30 s each): two looks, half a
+    # second apart (or the settle when shorter).
     polls = r.polls()
-    assert polls[-1] - polls[-2] == 0.5 and polls[-2] == result.ready_s + 1.0 + 30.0
+    assert polls[-1] - polls[-2] == 0.5 and polls[-2] == result.ready_s + 1.0 + 4 * 30.0
+
+
+def test_probe_repeats_inside_one_start_and_keeps_every_figure() -> None:
+    """The probe runs warm-up + repeats times in one start; the metric is the median of
+    the runs after the warm-up, and every figure is kept with the run."""
+    figures = ("10.0", "90.0", "70.0", "95.0")
+    outputs = tuple(f"Output token throughput (tok/s): {f}\n" for f in figures)
+    r = rig(Server(probe=Probe(outputs=outputs)))
+    result = r.run(experiment(probe=True))
+    assert result.verdict is Verdict.PASS, (result.detail, result.log_tail[-1500:])
+    assert result.probe_metric == 90.0  # the slow warm-up run is not counted
+    assert result.host_record is not None
+    probe = result.host_record["probe"]
+    assert isinstance(probe, dict)
+    assert probe["values"] == [10.0, 90.0, 70.0, 95.0] and probe["warmup"] == 1
+
+
+def test_probe_that_prints_no_metric_is_the_probes_failure() -> None:
+    """A probe that ran but printed nothing its metric matches is the probe's failure
+    (`probe_error`), not a metric that missed its bar."""
+    r = rig(Server(probe=Probe(output="Traceback: the benchmark could not connect\n")))
+    result = r.run(experiment(probe=True))
+    assert result.verdict is Verdict.FAIL
+    assert result.signature is not None
+    assert (result.signature.phase, result.signature.error_class) == (Phase.PROBE, "probe_error")
+    assert result.probe_metric is None
 
 
 def test_death_during_the_probe_is_a_serving_crash() -> None:

@@ -112,3 +112,25 @@ def test_a_lognormal_start_keeps_the_mean() -> None:
     rng = random.Random(9)
     mean = statistics.mean(m.start({}, {}, rng, 1)[0] for _ in range(4000))
     assert math.isclose(mean, 100.0, rel_tol=0.01)
+
+
+def test_the_lab_bench_runs_named_back_to_back_are_bursts_of_their_own() -> None:
+    # a probe's repeats follow each other with no idle gap: their run names, not the gap,
+    # tell the engine a new run began (the gap alone merged them into one draw)
+    from orchestrator.lab.server import Engine
+
+    engine = Engine(100.0, None, None)  # type: ignore[arg-type]
+    engine.pace = lambda i: (0.5, 1.0, 2.0)[i]
+    rates = []
+    for now, run in ((0.0, "a"), (0.0, "a"), (0.2, "b"), (0.4, "c")):
+        engine.reserve(10, now=now, run=run)
+        rates.append(engine.rate)
+    assert rates == [50.0, 50.0, 100.0, 200.0]
+    # a client without the header: the idle gap still starts a new burst, and only it
+    other = Engine(100.0, None, None)  # type: ignore[arg-type]
+    other.pace = lambda i: (0.5, 1.0, 2.0)[i]
+    other.reserve(10, now=0.0)
+    other.reserve(10, now=0.1)
+    assert other.rate == 50.0
+    other.reserve(10, now=5.0)
+    assert other.rate == 100.0

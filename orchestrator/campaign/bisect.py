@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from orchestrator.campaign import answers_check, envwatch, flaky, rehearsal, timing
+from orchestrator.campaign import answers_check, envwatch, flaky, measured, rehearsal, timing
 from orchestrator.campaign.answer import CampaignAnswer, resource_answer
 from orchestrator.campaign.confirm import confirm_sets, repeat
 from orchestrator.campaign.core import (
@@ -243,6 +243,8 @@ class Bisection:
         stopped = self._endpoints(pool)  # 1. good passes, bad fails (the target)
         if stopped is not None:
             return stopped
+        if self._measured():  # a probe metric against good's: its effects under noise
+            return self._measure(pool)
         search, stop = self._search(pool)  # 2. the search, on every idle host
         # 3. its answer confirmed (--repeat), 4. the findings on the way, 5. the answer
         return self._searched(pool, search, stop)
@@ -317,6 +319,13 @@ class Bisection:
             )
         good, bad = ends.ends[()], ends.ends[full]
         self.runs.good_metric = good.probe_metric
+        if measured.bar_of(self.plan.bad) is not None and measured.is_sample(bad):
+            # one start of bad against one of good says nothing under the benchmark's
+            # noise: the measured search decides whether bad misses the bar
+            if self.target is None:
+                self.target = measured.target_of(self.plan.bad)
+                self.store.update_campaign(self.cid, target=self.target)
+            return None
         if bad.verdict is not Verdict.FAIL or bad.signature is None:
             starts = len(flaky.bad_starts(self.runs.rows(), full))
             unjudged = (
@@ -383,6 +392,60 @@ class Bisection:
             outcome.culprits, best, flaky.counts(rows, self.target, self.runs.relative)
         )
         return outcome
+
+    def _measured(self) -> bool:
+        """Whether this bisection measures a probe metric against good's (its bar is
+        relative to good) rather than bisecting a failure."""
+        target = self.target
+        return (
+            measured.bar_of(self.plan.bad) is not None
+            and target is not None
+            and target.error_class == "probe_threshold"
+        )
+
+    def _measure(self, pool: Pool) -> Outcome:
+        """2-5 for a probe metric: the measured-effect search, each start it asks for a
+        run of this campaign, its answer an effect table (campaign/measured.py)."""
+        side = measured.MeasuredRuns(
+            self.runs,
+            self._figures,
+            measured.settings_for(self.plan.bad, self.opts.confidence),
+        )
+        side.replay(self.runs.rows())
+        stop = self._drive(
+            pool,
+            side.wanted,
+            side.got,
+            target=self.target,
+            purpose=lambda v: measured.PURPOSE,
+            fresh_runs=True,
+            reuse=False,
+        )
+        if side.flat and not stop:  # no noise at all: each figure against good's is exact
+            search, stop = self._search(pool)
+            return self._searched(pool, search, stop)
+        status, message, culprits, table = measured.outcome_of(side, self.runs, self.cid, stop)
+        return Outcome(
+            self.cid,
+            status,
+            message=message,
+            target=self.target,
+            culprits=culprits,
+            findings=self._answer().findings(),
+            runs_executed=self.executed,
+            runs_reused=self.reused,
+            effects=table,
+        )
+
+    def _figures(self, row: RunRow) -> list[float] | None:
+        """Every probe figure of a start, warm-up first, as its executor recorded them."""
+        rec = self.store.host_record(row.cached_from or row.id) or {}
+        probe = rec.get("probe")
+        values = probe.get("values") if isinstance(probe, dict) else None
+        if isinstance(values, list) and values:
+            return [float(v) for v in values]
+        # a Slurm job runs its probe once: that one figure is the start's sample
+        return [row.probe_metric] if row.probe_metric is not None else None
 
     # ---- obtaining verdicts
     def _drive(

@@ -4,7 +4,7 @@ target); a flaky failure may need several starts of bad to show.
 
 from __future__ import annotations
 
-from orchestrator.campaign import answers_check, flaky
+from orchestrator.campaign import answers_check, flaky, measured
 from orchestrator.campaign.runs import BisectionRuns
 from orchestrator.diagnosis.verdicts import Verdict
 from orchestrator.events import Listener, Notice
@@ -35,6 +35,10 @@ class Endpoints:
             for e in (runs.plan.good, runs.plan.bad)
         )
 
+        #: a probe metric measured against good's: bad passing once is a sample, not an
+        #: answer, so it is not started again here (the measured search decides)
+        self.measured = measured.bar_of(runs.plan.bad) is not None
+
     def good_failed(self) -> RunRow | None:
         """The good config's endpoint run when it did not pass: it contradicts its role
         whatever bad does, so bad is not started (again) and a run of it in progress
@@ -57,7 +61,12 @@ class Endpoints:
             if v == full:  # a flaky failure may need several starts of bad to show
                 starts = flaky.bad_starts(runs.rows(), full)
                 row = next((r for r in starts if r.verdict is Verdict.FAIL), row)
-                if flaky.retry_bad(starts) and not self.unjudgeable() and not self.settled():
+                if (
+                    flaky.retry_bad(starts)
+                    and not self.unjudgeable()
+                    and not self.settled()
+                    and not self.measured
+                ):
                     self.emit(
                         Notice(
                             host=row.host,
@@ -76,6 +85,7 @@ class Endpoints:
     def bad_again(self, v: tuple[int, ...]) -> bool:  # only passes so far: a new start
         return (
             v == self.full
+            and not self.measured
             and flaky.retry_bad(flaky.bad_starts(self.runs.rows(), self.full))
             and not self.unjudgeable()
             and not self.settled()

@@ -425,6 +425,8 @@ class Outcome:
     #: with an answers check: the rule that judged the runs, and what bad's answers were
     #: under it and under the next stricter rule (campaign/answers_check.rule_line)
     answers: str = ""
+    #: a bisection of a probe metric: its effect table (`campaign/measured.py`)
+    effects: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         noise = self.noise or {}
@@ -434,6 +436,8 @@ class Outcome:
         repairs = {"repairs": [r.to_dict() for r in self.repairs]} if self.repairs else {}
         repairs |= {"resource": self.resource} if self.resource else {}
         repairs |= {"answers": self.answers} if self.answers else {}
+        # (joins only when measured: other answers write back as they were)
+        repairs |= {"effects": self.effects} if self.effects is not None else {}
         return (
             {
                 "campaign": self.campaign_id,
@@ -479,6 +483,7 @@ class Outcome:
             repairs=[RepairNote.from_dict(r) for r in d.get("repairs") or []],
             resource=str(d.get("resource") or ""),
             answers=str(d.get("answers") or ""),
+            effects=d.get("effects"),
         )
 
     @property

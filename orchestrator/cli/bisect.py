@@ -16,7 +16,7 @@ from orchestrator.campaign.planning import (
     with_packages,
 )
 from orchestrator.campaign.records import BisectOptions, BisectSpec, Culprit, Outcome, Status
-from orchestrator.cli import common, detached, notifying
+from orchestrator.cli import common, detached, effect_table, notifying
 from orchestrator.cli.live import verdict_text
 from orchestrator.cli.output import console, err_console
 from orchestrator.config.deployment import split_warnings
@@ -447,7 +447,10 @@ def print_outcome(
         )
         if deployment.answer_line():
             c.print(escape(str(deployment.answer_line())), highlight=False)
-    if outcome.status is Status.UNSURE:
+    if outcome.effects is not None:  # a probe metric measured: its effect table
+        for line in effect_table.lines(outcome.effects, outcome.message):
+            c.print(escape(line), highlight=False)
+    elif outcome.status is Status.UNSURE:
         _unsure(outcome, resume)
     elif outcome.found:
         for cul in outcome.culprits:

@@ -367,6 +367,13 @@ def _probe_record(rec: dict[str, object] | None) -> None:
         f"{escape(str(probe.get('bar') or '-'))}: {probe.get('passed')}; server {alive}",
         highlight=False,
     )
+    values = probe.get("values")
+    if isinstance(values, list) and values:
+        warm = int(probe.get("warmup") or 0)
+        each = ", ".join(
+            f"{v:g}" + (" (warm-up)" if i < warm else "") for i, v in enumerate(values)
+        )
+        c.print(f"  each run of this start: {each}; metric = their median", highlight=False)
     out = str(probe.get("output") or "")
     if out.strip():
         c.print("  its output (the lines that matter):", highlight=False)

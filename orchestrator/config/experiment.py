@@ -29,13 +29,12 @@ from orchestrator.config.flagtext import (  # noqa: F401 (FlagValue, _keyed: use
     option_word,
     render_value,
 )
+from orchestrator.config.probe import DEFAULT_REPEATS, DEFAULT_WARMUP, Probe
 from orchestrator.config.repair import Declared
 from orchestrator.config.schema import (
-    Condition,
     ExperimentModel,
     HealthModel,
     ServiceModel,
-    parse_condition,
     uncarriable,
 )
 from orchestrator.config.secrets import resolve_reference
@@ -62,43 +61,6 @@ class Health:
     #: seconds a server that just became ready must stay alive before it counts as ready
     #: (one more poll after them): a server that answers /health and then dies is no pass
     settle: float = DEFAULT_SETTLE
-
-
-@dataclass(frozen=True)
-class Probe:
-    run: str
-    metric: str | None = None
-    pass_if: str | None = None
-    timeout: float = 600.0
-
-    @property
-    def condition(self) -> Condition | None:
-        return parse_condition(self.pass_if) if self.pass_if else None
-
-    def command(self, port: int) -> str:
-        return self.run.replace("{port}", str(port))
-
-    def read(self, output: str, good_metric: float | None) -> tuple[float | None, bool | None]:
-        """The metric (the metric regex's last match in `output`) and whether it meets the
-        bar: False when there is a bar and no metric; None when the bar is relative to the
-        good config's metric and that is not known yet (the campaign decides later)."""
-        metric = None
-        if self.metric:
-            found = re.findall(self.metric, output)
-            if found:
-                last = found[-1]
-                try:
-                    metric = float(last if isinstance(last, str) else last[0])
-                except ValueError:
-                    metric = None
-        cond = self.condition
-        if cond is None:
-            return metric, None
-        if metric is None:
-            return None, False
-        if cond.relative_to_good and good_metric is None:
-            return metric, None
-        return metric, cond.holds(metric, good_metric)
 
 
 @dataclass(frozen=True)
@@ -331,6 +293,12 @@ class Experiment:
             + ([h.settle] if h.settle != DEFAULT_SETTLE else []),
             "probe": (
                 [self.probe.run, self.probe.metric, self.probe.pass_if, self.probe.timeout]
+                # repeats and warm-up join only when not the default: older runs' keys hold
+                + (
+                    [self.probe.repeats, self.probe.warmup]
+                    if (self.probe.repeats, self.probe.warmup) != (DEFAULT_REPEATS, DEFAULT_WARMUP)
+                    else []
+                )
                 if self.probe
                 else None
             ),
@@ -415,6 +383,10 @@ class Experiment:
                 p["metric"] = self.probe.metric
             if self.probe.pass_if:
                 p["pass_if"] = self.probe.pass_if
+            if self.probe.repeats != DEFAULT_REPEATS:
+                p["repeats"] = self.probe.repeats
+            if self.probe.warmup != DEFAULT_WARMUP:
+                p["warmup"] = self.probe.warmup
             data["probe"] = p
         if self.answers is not None:
             data["answers"] = self.answers.to_dict()
@@ -660,7 +632,14 @@ def _build(data: dict[str, Any], source: str) -> Experiment:
         p = model.probe
         if not p.run:
             raise ConfigError("required key is missing", file=source, key="probe.run")
-        probe = Probe(run=p.run, metric=p.metric, pass_if=p.pass_if, timeout=p.timeout or 600.0)
+        probe = Probe(
+            run=p.run,
+            metric=p.metric,
+            pass_if=p.pass_if,
+            timeout=p.timeout or 600.0,
+            repeats=DEFAULT_REPEATS if p.repeats is None else p.repeats,
+            warmup=DEFAULT_WARMUP if p.warmup is None else p.warmup,
+        )
         if p.pass_if and not p.metric:
             raise ConfigError(
                 "pass_if needs a metric to compare",

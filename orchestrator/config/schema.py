@@ -215,11 +215,28 @@ class ProbeModel(_Raw):
     metric: str | None = None
     pass_if: str | None = None
     timeout: float | None = None
+    #: benchmark runs inside one start, and the first ones discarded as warm-up
+    repeats: int | None = None
+    warmup: int | None = None
 
     @field_validator("timeout", mode="before")
     @classmethod
     def _duration(cls, v: object) -> float | None:
         return None if v is None else parse_duration(v)
+
+    @field_validator("repeats")
+    @classmethod
+    def _repeats(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 50:
+            raise ValueError(f"repeats must be between 1 and 50 runs of the probe, got {v}")
+        return v
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: int | None) -> int | None:
+        if v is not None and not 0 <= v <= 10:
+            raise ValueError(f"warmup must be between 0 and 10 discarded runs, got {v}")
+        return v
 
     @field_validator("metric")
     @classmethod

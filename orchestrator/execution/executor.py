@@ -726,14 +726,26 @@ class Executor(HostExecutor):
         assert probe is not None
         command = probe.command(exp.port)
         self.emit(ProbeStarted(host=self.host.name, command=command))
-        try:
-            r = self.t.run(command, timeout=probe.timeout)
-            exit_code, out = r.exit_code, r.stdout + "\n" + r.stderr
-        except TransportError as exc:
-            if "timed out" not in str(exc):
-                raise
-            exit_code, out = 124, str(exc)
-        metric, passed = probe.read(out, good_metric)
+        # warm-up and repeats inside this one start: a start costs minutes, a run seconds;
+        # the first run that fails to give a figure ends them (the probe's own failure)
+        values: list[float] = []
+        exit_code, out, missing = 0, "", False
+        for _ in range(probe.runs):
+            try:
+                r = self.t.run(command, timeout=probe.timeout)
+                exit_code, out = r.exit_code, r.stdout + "\n" + r.stderr
+            except TransportError as exc:
+                if "timed out" not in str(exc):
+                    raise
+                exit_code, out = 124, str(exc)
+            figure, _ = probe.read(out, None)
+            if exit_code != 0:
+                break
+            if figure is None:
+                missing = probe.metric is not None
+                break
+            values.append(figure)
+        metric, passed = probe.judge(values, good_metric) if not missing else (None, None)
         # A crash under load takes a moment to show: look twice, a moment apart (half a
         # second, or the settle when that is shorter), before calling it alive.
         alive = True
@@ -751,9 +763,10 @@ class Executor(HostExecutor):
         outcome = ProbeOutcome(
             exit_code=exit_code,
             metric=metric,
-            passed=passed,
+            passed=passed if exit_code == 0 else None,
             condition=probe.pass_if,
             server_alive=alive,
+            no_metric=missing,
         )
         # kept with the run: `show` tells what the probe did, whatever the server logged
         record: dict[str, object] = {
@@ -762,6 +775,9 @@ class Executor(HostExecutor):
             "metric": metric,
             "bar": probe.pass_if,
             "passed": passed,
+            # every run's figure, warm-up first: the measured search reads the sample
+            "values": values,
+            "warmup": probe.warmup,
             "server_alive": alive,
             "output": probe_excerpt(out, probe.metric),
         }

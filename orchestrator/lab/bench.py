@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import threading
@@ -42,6 +43,12 @@ _MAX_THREADS = 256
 #: and server do not read as lost throughput; a server without it (a real one) is timed
 #: on the wall clock, as bench_serving does.
 ENGINE_WINDOW_HEADER = "X-Lab-Engine-Window"
+#: the lab bench's request header naming its run (one per invocation): the lab server
+#: starts a new burst of its noisy throughput on a new name, however soon the run follows
+#: the last one (a probe's repeats run back to back; a gap alone would merge them)
+BENCH_RUN_HEADER = "X-Lab-Bench-Run"
+#: this invocation's name, sent with each of its requests
+RUN_NAME = f"{os.getpid()}-{time.time_ns()}"
 
 
 @dataclass
@@ -116,7 +123,10 @@ class Client:
         try:
             conn = self._conn()
             conn.request(
-                "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+                "POST",
+                path,
+                body=json.dumps(body),
+                headers={"Content-Type": "application/json", BENCH_RUN_HEADER: RUN_NAME},
             )
             resp = conn.getresponse()
             data = resp.read()

@@ -7,7 +7,8 @@ phase by phase (init, load_weights, kv_cache, cuda_graph, warmup), then binds `-
 Tokens come out at the scenario's throughput, shared by all requests like one GPU's
 decode budget, so a benchmark measures the scenario's tok/s whatever its concurrency.
 With a throughput `noise:` the rate is drawn again for every burst of work (a benchmark
-run: requests after the engine was idle for BURST_GAP seconds), from the start's own
+run: the lab bench names its run in a header; another client's requests after the engine
+was idle for BURST_GAP seconds), from the start's own
 level, the warm-up, a rare outlier and the variation inside a start, as
 `MetricModel.start` draws them, from a stream fixed by the start's seed.
 The OpenAI routes answer as vLLM and SGLang do (`orchestrator.lab.openai_api`: logprobs,
@@ -51,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from orchestrator.lab import answering, cmdline, multinode, openai_api, sglang_text
-from orchestrator.lab.bench import ENGINE_WINDOW_HEADER
+from orchestrator.lab.bench import BENCH_RUN_HEADER, ENGINE_WINDOW_HEADER
 from orchestrator.lab.scenario import load as load_scenario
 from orchestrator.lab.scenario_model import (
     LAB_ONLY_FLAGS,
@@ -136,6 +137,7 @@ class Engine:
         #: the rate's multiplier for the i-th burst of work (a noisy throughput), or None
         self.pace: Callable[[int], float] | None = None
         self.bursts = 0
+        self.run: str | None = None  # the lab bench run of the last request (its header)
         self.rule = rule
         self.log = log
         self.answer_rules = answer_rules
@@ -156,11 +158,18 @@ class Engine:
         self.stalled = threading.Event()
         self.wake = threading.Event()  # tells the main thread to look at the flags
 
-    def reserve(self, tokens: int, *, now: float | None = None) -> tuple[float, float]:
-        """Book `tokens` of decode time; returns (seconds queued, seconds generating)."""
+    def reserve(
+        self, tokens: int, *, now: float | None = None, run: str | None = None
+    ) -> tuple[float, float]:
+        """Book `tokens` of decode time; returns (seconds queued, seconds generating).
+        `run` names the lab bench's run the request belongs to (None: another client,
+        whose runs are told apart by the engine's idle gap)."""
         now = time.monotonic() if now is None else now
         with self.lock:
-            if self.pace is not None and (self.bursts == 0 or now > self.next_free + BURST_GAP):
+            new_run = run != self.run if run is not None else now > self.next_free + BURST_GAP
+            if run is not None:
+                self.run = run
+            if self.pace is not None and (self.bursts == 0 or new_run):
                 self.rate = self.base_rate * self.pace(self.bursts)
                 self.bursts += 1
             start = max(now, self.next_free)
@@ -369,7 +378,8 @@ class Handler(BaseHTTPRequestHandler):
         )
         out = max(len(gen.tokens), 1)
         booked = time.monotonic()
-        queued, generating = eng.reserve(out, now=booked)
+        run = self.headers.get(BENCH_RUN_HEADER)
+        queued, generating = eng.reserve(out, now=booked, run=run)
         # Waiting on `crashed` lets a crash cut in-flight requests off, as a dead server does.
         if eng.crashed.wait(queued + generating):
             self.close_connection = True

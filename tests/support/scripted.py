@@ -10,6 +10,7 @@ store and the classifier are all the real ones; only the host is scripted.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import threading
@@ -22,7 +23,12 @@ import yaml
 
 from orchestrator.config.experiment import Experiment
 from orchestrator.config.hosts import Host
-from orchestrator.diagnosis.classify.judge import RunEvidence, judge, outside_cause
+from orchestrator.diagnosis.classify.judge import (
+    ProbeOutcome,
+    RunEvidence,
+    judge,
+    outside_cause,
+)
 from orchestrator.diagnosis.verdicts import Phase, Signature, Verdict, relative
 from orchestrator.errors import TransportError
 from orchestrator.events import Listener
@@ -117,6 +123,13 @@ class Oracle:
     answers: list[tuple[frozenset[int], str]] = field(default_factory=list)
     #: how good's second pass on its start answers (None: as the first: no noise)
     repeat: str | None = None
+    #: a probe's figures: (variant, rng, runs) -> one start's `runs` figures, warm-up
+    #: first (e.g. a lab `MetricModel.start`); None: the probe is not scripted
+    metric: Callable[[frozenset[int], random.Random, int], list[float]] | None = None
+    #: the probe's command fails (its exit status) on a variant containing this set, or
+    #: with `probe_fails_exactly`, on this variant alone
+    probe_fails: frozenset[int] | None = None
+    probe_fails_exactly: bool = False
 
     def answer_kind(self, variant: frozenset[int]) -> str | None:
         return next((kind for needs, kind in self.answers if needs <= variant), None)
@@ -302,6 +315,7 @@ class ScriptedExecutor:
                 log_tail="\n".join(log), exit_signal="KILL", last_phase=Phase(rule.phase)
             )
         self.faults.log.append(f"{run_id} {sorted(variant)} {fault}")
+        evidence, host_record = self._probe(exp, variant, evidence, good_metric)
         verdict, sig = judge(evidence, target)
         detail = evidence.infra_error or outside_cause(evidence) or ""
         answers = None
@@ -337,7 +351,35 @@ class ScriptedExecutor:
             last_phase=evidence.last_phase,
             inputs=self.inputs(exp),
             answers=answers,
+            probe_metric=evidence.probe.metric if evidence.probe else None,
+            host_record=host_record,
         )
+
+    def _probe(
+        self,
+        exp: Experiment,
+        variant: frozenset[int],
+        evidence: RunEvidence,
+        good_metric: float | None,
+    ) -> tuple[RunEvidence, dict[str, object] | None]:
+        """The scripted probe of a ready start: the evidence with its outcome, and its
+        figures as the executor records them."""
+        probe, draw = exp.probe, getattr(self.oracle, "metric", None)
+        if probe is None or draw is None or not evidence.became_ready or evidence.exit_signal:
+            return evidence, None
+        fails = self.oracle.probe_fails
+        exact = self.oracle.probe_fails_exactly
+        exit_code = (
+            2 if fails is not None and (fails == variant if exact else fails <= variant) else 0
+        )
+        with self.oracle.lock:
+            figures = [] if exit_code else list(draw(variant, self.oracle.rng, probe.runs))
+        metric, passed = probe.judge(figures, good_metric) if figures else (None, None)
+        outcome = ProbeOutcome(
+            exit_code=exit_code, metric=metric, passed=passed, condition=probe.pass_if
+        )
+        record = {"probe": {"values": figures, "warmup": probe.warmup, "metric": metric}}
+        return dataclasses.replace(evidence, probe=outcome), record
 
     def inputs(self, exp: Experiment) -> LaunchInputs:
         """What reaches the scripted server besides its config: the host's `env:` (the

@@ -78,11 +78,13 @@ class FakeClock:
 
 @dataclass(frozen=True)
 class Probe:
-    """What the probe command does: takes `seconds`, prints `output`, exits `exit_code`."""
+    """What the probe command does: takes `seconds`, prints `output`, exits `exit_code`;
+    with `outputs`, the i-th run of one start prints the i-th (the last one after them)."""
 
     seconds: float = 5.0
     output: str = "Output token throughput (tok/s): 89.50\n"
     exit_code: int = 0
+    outputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ class ScriptedTransport(Transport):
     restart_after: float | None = None
     files: dict[str, str] = field(default_factory=dict)
     procs: list[_Proc] = field(default_factory=list)
+    #: how many times the probe ran on each start (by its process)
+    probe_runs: dict[int, int] = field(default_factory=dict)
     #: (clock time, kind) of every command, in order
     log: list[tuple[float, str]] = field(default_factory=list)
 
@@ -352,6 +356,9 @@ class ScriptedTransport(Transport):
         self.clock.now += probe.seconds
         if not self._alive(p):
             return 1, "Error: server disconnected\n"
+        runs = self.probe_runs[id(p)] = self.probe_runs.get(id(p), 0) + 1
+        if probe.outputs:
+            return probe.exit_code, probe.outputs[min(runs, len(probe.outputs)) - 1]
         return probe.exit_code, probe.output
 
     def _ask(self, m: re.Match[str], stdin: str | None) -> tuple[int, str]:

@@ -58,6 +58,9 @@ class ProbeOutcome:
     passed: bool | None = None  # None: no pass condition was evaluated
     condition: str | None = None  # the config's pass_if, e.g. ">= 3000"
     server_alive: bool = True  # checked after the probe
+    #: the probe ran but printed no figure its metric regex finds: the probe's failure,
+    #: never a slow server
+    no_metric: bool = False
 
 
 @dataclass(frozen=True)
@@ -346,7 +349,7 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
 
     if probe is None:
         return Verdict.PASS, None
-    missed = probe.exit_code not in (None, 0) or probe.passed is False
+    missed = probe.exit_code not in (None, 0) or probe.passed is False or probe.no_metric
     if missed and analysis.signature is not None:
         # The probe failed and the server logged an error under its load: a crash under
         # load that had not ended the process yet when it was looked at (vLLM's engine dies
@@ -355,6 +358,9 @@ def judge(evidence: RunEvidence, target: Signature | None) -> tuple[Verdict, Sig
         return _verdict_for(sig, target), sig
     if probe.exit_code not in (None, 0):
         sig = Signature(Phase.PROBE, "probe_error", f"probe exit status {probe.exit_code}")
+        return _verdict_for(sig, target), sig
+    if probe.no_metric:
+        sig = Signature(Phase.PROBE, "probe_error", "probe printed no value its metric matches")
         return _verdict_for(sig, target), sig
     if probe.passed is False:
         bar = probe.condition or "its bar"
