@@ -460,7 +460,11 @@ class HostExecutor:
 
     @staticmethod
     def _named(exp: Experiment) -> tuple[str, ...]:
-        return named_files(exp.argv(), envfacts.public_env(exp))
+        # a word holding a secret (an API key on the command line) is never a file name:
+        # the named files' paths are recorded with the run
+        hidden = set(exp.secrets().values())
+        argv = [w for w in exp.argv() if not any(h in w for h in hidden)]
+        return named_files(argv, envfacts.public_env(exp))
 
     def inputs(self, exp: Experiment) -> LaunchInputs:
         """What would reach the server of `exp` if it started now, besides its config: read
