@@ -727,7 +727,8 @@ class Executor(HostExecutor):
         command = probe.command(exp.port)
         self.emit(ProbeStarted(host=self.host.name, command=command))
         # warm-up and repeats inside this one start: a start costs minutes, a run seconds;
-        # the first run that fails to give a figure ends them (the probe's own failure)
+        # the first run that fails to give a figure ends them (the probe's own failure), and
+        # so does one that served nothing (its output, kept below, tells why)
         values: list[float] = []
         exit_code, out, missing = 0, "", False
         for _ in range(probe.runs):
@@ -745,6 +746,8 @@ class Executor(HostExecutor):
                 missing = probe.metric is not None
                 break
             values.append(figure)
+            if figure == 0:
+                break  # nothing was served: more runs would measure a broken server
         metric, passed = probe.judge(values, good_metric) if not missing else (None, None)
         # A crash under load takes a moment to show: look twice, a moment apart (half a
         # second, or the settle when that is shorter), before calling it alive.
